@@ -1,0 +1,24 @@
+//! The bounded-growth contract, shared by the static gate (`dwlint`) and the
+//! runtime engine (`dwengine`).
+//!
+//! Both halves read the same policy file through [`Policy::from_toml_str`] (or
+//! the two-phase [`load`] API that keeps spans for diagnostics), so the gate
+//! that reviews a change and the engine that runs it cannot drift apart.
+//! This crate deliberately depends on nothing heavier than `toml` and `serde`:
+//! the engine links it at run time.
+#![deny(missing_docs)]
+
+pub mod checks;
+pub mod load;
+pub mod model;
+pub mod span;
+
+pub use checks::{PolicyFinding, PolicyFindingCode};
+pub use load::{LoadError, LoadErrors};
+pub use model::{
+    CacheKeyPolicy, CardinalityClass, Dimension, MetricPolicy, Policy, ScanLimitPolicy, Settings,
+    Sources,
+};
+pub use span::{Span, Spanned};
+
+// Run-time guards (issue: dwpolicy run-time guards) register their modules below.
