@@ -1,0 +1,98 @@
+//! Byte offsets to line/column positions for one file.
+//!
+//! Extractors compute positions while the text is still in memory, so the
+//! rest of the pipeline never needs the file contents again (except to draw
+//! a code frame for a finding).
+
+/// Start offsets of every line of a text.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    line_starts: Vec<usize>,
+}
+
+/// A span in a file: byte offsets plus 1-based line and character column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct TextRange {
+    /// 1-based line of the first character.
+    pub line: usize,
+    /// 1-based column (in characters) of the first character.
+    pub column: usize,
+    /// 1-based line of the last character.
+    pub end_line: usize,
+    /// 1-based column one past the last character.
+    pub end_column: usize,
+    /// Byte offset of the first character.
+    pub start: usize,
+    /// Byte offset one past the last character.
+    pub end: usize,
+}
+
+impl LineIndex {
+    /// Indexes `text`.
+    pub fn new(text: &str) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1));
+        LineIndex { line_starts }
+    }
+
+    /// 1-based (line, column) of a byte offset; the column counts characters.
+    pub fn line_col(&self, text: &str, offset: usize) -> (usize, usize) {
+        let offset = floor_boundary(text, offset.min(text.len()));
+        let line = self.line_starts.partition_point(|&s| s <= offset);
+        let start = self.line_starts[line - 1];
+        (line, text[start..offset].chars().count() + 1)
+    }
+
+    /// Byte offset of a 1-based line and 0-based character column, as
+    /// proc-macro2 reports them. Out-of-range positions clamp to the text.
+    pub fn offset(&self, text: &str, line: usize, column: usize) -> usize {
+        let Some(&start) = self.line_starts.get(line.saturating_sub(1)) else {
+            return text.len();
+        };
+        let rest = &text[start..];
+        let line_len = rest.find('\n').unwrap_or(rest.len());
+        rest[..line_len]
+            .char_indices()
+            .nth(column)
+            .map_or(start + line_len, |(i, _)| start + i)
+    }
+
+    /// The range covering bytes `start..end`.
+    pub fn range(&self, text: &str, start: usize, end: usize) -> TextRange {
+        let (line, column) = self.line_col(text, start);
+        let (end_line, end_column) = self.line_col(text, end.max(start));
+        TextRange {
+            line,
+            column,
+            end_line,
+            end_column,
+            start,
+            end: end.max(start),
+        }
+    }
+}
+
+fn floor_boundary(text: &str, mut offset: usize) -> usize {
+    while offset > 0 && !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip_through_lines_and_columns() {
+        let text = "fn a() {}\nlet s = \"ї server:x:\";\n";
+        let index = LineIndex::new(text);
+        let at = text.find("server").unwrap();
+        let (line, column) = index.line_col(text, at);
+        assert_eq!((line, column), (2, 12));
+        assert_eq!(index.offset(text, line, column - 1), at);
+        assert_eq!(index.offset(text, 99, 0), text.len());
+        let range = index.range(text, at, at + 9);
+        assert_eq!((range.end_line, range.end_column), (2, 21));
+    }
+}

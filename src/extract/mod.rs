@@ -1,0 +1,106 @@
+//! Language extractors: from one file's text to the facts the rules need.
+//!
+//! An extractor sees a single file and keeps only what the gate can use:
+//! string literals that mention the cache namespace or a scan-limit key,
+//! metric-name sites with the labels emitted alongside them, and the items a
+//! policy `owner` may name. The file text itself is dropped once a file is
+//! done, so memory grows with findings, not with the tree.
+
+pub mod line_index;
+
+pub use line_index::{LineIndex, TextRange};
+
+/// What an extractor looks for; derived from the policy's `[settings]`.
+#[derive(Debug, Clone)]
+pub struct ExtractConfig {
+    /// Cache-key namespace, e.g. `server:`.
+    pub cache_namespace: String,
+    /// Metric-name prefix, e.g. `dw_`.
+    pub metric_prefix: String,
+}
+
+/// The suffix that marks a configuration key as a scan limit.
+pub const SCAN_LIMIT_SUFFIX: &str = "_scan_limit";
+
+/// How a literal was written in the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LiteralKind {
+    /// `"…"`
+    Str,
+    /// `r"…"` / `r#"…"#`
+    RawStr,
+    /// `b"…"` / `br"…"`
+    ByteStr,
+    /// `c"…"`
+    CStr,
+    /// The joined pieces of `concat!(…)`.
+    Concat,
+    /// Found by the lexical fallback, not the parser.
+    Lexical,
+}
+
+/// A string literal worth keeping (it mentions the cache namespace or a
+/// scan-limit key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Literal {
+    /// The literal's value after unescaping (format placeholders kept as written).
+    pub value: String,
+    /// How it was written.
+    pub kind: LiteralKind,
+    /// Where it was written (the whole literal token, quotes included).
+    pub range: TextRange,
+    /// The innermost enclosing named item (`impl` self type, fn, struct…), if any.
+    pub context: Option<String>,
+}
+
+/// How a metric name was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricVia {
+    /// A bare mention: no emission semantics known at this site.
+    Mention,
+    /// Prometheus text exposition inside a literal: `dw_x{a="…"}`.
+    Exposition,
+    /// A `metrics` crate macro: `counter!("dw_x", "a" => v)`.
+    MetricsMacro,
+    /// The `prometheus` crate: `register_*_vec!` or `*Vec::new(Opts::new(…), &[…])`.
+    PrometheusVec,
+}
+
+/// A label name emitted with a metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    /// The label name.
+    pub name: String,
+    /// Where the label name was written.
+    pub range: TextRange,
+}
+
+/// One place a metric name appears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricSite {
+    /// The metric name, e.g. `dw_workflow_runs_total`.
+    pub name: String,
+    /// Where the name was written (as tight as the literal allows).
+    pub range: TextRange,
+    /// The emitted label names when this site emits the metric with a known
+    /// label set (`Some(vec![])` = no labels); `None` when it only mentions it
+    /// or the labels are built at run time.
+    pub labels: Option<Vec<Label>>,
+    /// How the site was recognised.
+    pub via: MetricVia,
+}
+
+/// Everything one file contributes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileFacts {
+    /// Literals mentioning the cache namespace or a scan-limit key.
+    pub literals: Vec<Literal>,
+    /// Metric-name sites.
+    pub metrics: Vec<MetricSite>,
+    /// Fully qualified paths of the items the file defines
+    /// (`crate::module::Item`, inline `mod` blocks included).
+    pub items: Vec<String>,
+    /// Set when the parser gave up and the lexical fallback produced the
+    /// facts: the parser's message, with its location.
+    pub fallback: Option<(String, TextRange)>,
+}
