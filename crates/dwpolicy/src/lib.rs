@@ -22,3 +22,19 @@ pub use model::{
 pub use span::{Span, Spanned};
 
 // Run-time guards (issue: dwpolicy run-time guards) register their modules below.
+pub mod boundary;
+pub mod disclosure;
+pub mod env;
+pub mod history;
+pub mod limits;
+pub mod series;
+
+pub use boundary::{BoundaryError, ClusterLimits, RequestLimits, RequestValidator};
+pub use disclosure::{DisclosedDimension, Disclosure, DisclosureError, MetricGuard};
+pub use env::{EnvConfigError, InvalidEnvValue};
+pub use history::{HistoryBudget, HistoryBudgetError, ProjectionTooLarge};
+pub use limits::{
+    ApproachingLimit, BackendCapabilities, BackendProfile, HealthSnapshot, LimitKind, RunRef,
+    StructuralLimitExceeded, StructuralLimits,
+};
+pub use series::{SeriesLimit, SeriesLimitSpec, SeriesLimiter, SeriesReport};
