@@ -242,7 +242,9 @@ fn backend_capabilities_for_sqlite_and_for_a_plain_backend() {
 /// A minimal subscriber that records WARN events and their fields, so the
 /// test needs no extra dependency to observe what `tracing` receives.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+struct Recorder(Arc<Mutex<Vec<Fields>>>);
+
+type Fields = Vec<(String, String)>;
 
 struct FieldVisitor<'a>(&'a mut Vec<(String, String)>);
 
