@@ -1,6 +1,20 @@
 //! dwlint: the bounded-growth gate.
 //!
 //! The library holds everything; `main.rs` only maps the result of
-//! [`cli::run`] to an exit code.
+//! [`cli::run`] to an exit code. The pipeline, in order: [`policy_file`] →
+//! [`walk`] → [`scan`] (with the [`extract`]ors) → [`inventory`] →
+//! [`rules`] → [`report`].
 
+pub mod check;
+pub mod cli;
+pub mod diagnostic;
+pub mod error;
 pub mod extract;
+pub mod inventory;
+pub mod normalize;
+pub mod owners;
+pub mod policy_file;
+pub mod report;
+pub mod rules;
+pub mod scan;
+pub mod walk;

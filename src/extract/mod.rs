@@ -6,9 +6,17 @@
 //! policy `owner` may name. The file text itself is dropped once a file is
 //! done, so memory grows with findings, not with the tree.
 
+mod collect;
+pub mod exposition;
+mod lexical;
 pub mod line_index;
+pub mod plain;
+pub mod rust;
+mod rust_macros;
+mod rust_metrics;
 
 pub use line_index::{LineIndex, TextRange};
+pub use rust::extract_rust;
 
 /// What an extractor looks for; derived from the policy's `[settings]`.
 #[derive(Debug, Clone)]

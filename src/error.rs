@@ -1,0 +1,49 @@
+//! Why a run could not be completed (exit code 2).
+//!
+//! Findings are not errors: a run that finds problems succeeded. These are
+//! the failures of the run itself: bad arguments, a missing tree, an
+//! unreadable or malformed policy.
+
+use std::path::PathBuf;
+
+use dwpolicy::LoadError;
+
+/// A failure of the run itself.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The tree to check does not exist.
+    #[error("no such path: {}", .0.display())]
+    NoSuchPath(PathBuf),
+    /// No policy was given and none was found.
+    #[error("no policy file at {}", .0.display())]
+    PolicyNotFound(PathBuf),
+    /// The policy file could not be read.
+    #[error("cannot read policy file {}: {source}", .path.display())]
+    PolicyUnreadable {
+        /// The policy path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The policy file is not a valid policy; every problem is listed.
+    #[error("invalid policy file {path}: {} problem(s)", .errors.len())]
+    PolicyInvalid {
+        /// The policy path as shown to the user.
+        path: String,
+        /// The policy text, for code frames.
+        text: String,
+        /// Every problem.
+        errors: Vec<LoadError>,
+    },
+    /// `dwlint explain` was given a code no rule has.
+    #[error("unknown rule code `{code}`{}", .suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+    UnknownRule {
+        /// The code given.
+        code: String,
+        /// The closest known code.
+        suggestion: Option<String>,
+    },
+    /// Writing the report failed.
+    #[error("cannot write the report: {0}")]
+    Output(#[from] std::io::Error),
+}

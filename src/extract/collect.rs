@@ -1,0 +1,177 @@
+//! The per-file accumulator every extraction path feeds.
+//!
+//! The parser path, the macro-token path and the lexical fallback all see the
+//! same literal more than once in some shapes (`counter!("dw_x", …)` is both a
+//! literal and a macro argument), and all need the same keep rule, metric scan
+//! and byte-offset-to-line conversion. Keeping that in one place is what makes
+//! "exactly one site per name and literal position, the richest one" hold no
+//! matter which path found it first.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::exposition::metric_sites_in;
+use super::{
+    ExtractConfig, FileFacts, Label, LineIndex, Literal, LiteralKind, MetricSite, MetricVia,
+    TextRange, SCAN_LIMIT_SUFFIX,
+};
+
+/// One decoded literal (or joined `concat!`) as the extraction paths see it.
+#[derive(Debug, Clone)]
+pub(crate) struct LitInfo<'a> {
+    pub value: Cow<'a, str>,
+    pub kind: LiteralKind,
+    /// Byte range of the whole token (or macro invocation) in the file.
+    pub span: Range<usize>,
+    /// Byte offset in the file where `value` starts, when the source bytes
+    /// between the quotes are exactly the value; lets sites point at the
+    /// name itself instead of the whole literal.
+    pub verbatim_at: Option<usize>,
+}
+
+impl LitInfo<'_> {
+    /// The file byte range of `value[part]`, or the whole token when the
+    /// value is not written verbatim.
+    pub fn source_range(&self, part: Range<usize>) -> Range<usize> {
+        match self.verbatim_at {
+            Some(at) => at + part.start..at + part.end,
+            None => self.span.clone(),
+        }
+    }
+}
+
+pub(crate) struct Collector<'t> {
+    text: &'t str,
+    config: &'t ExtractConfig,
+    index: Option<LineIndex>,
+    literals: Vec<Literal>,
+    metrics: Vec<MetricSite>,
+    /// (name, start, end) → index into `metrics`.
+    site_slots: HashMap<(String, usize, usize), usize>,
+}
+
+impl<'t> Collector<'t> {
+    pub fn new(text: &'t str, config: &'t ExtractConfig) -> Self {
+        Collector {
+            text,
+            config,
+            index: None,
+            literals: Vec::new(),
+            metrics: Vec::new(),
+            site_slots: HashMap::new(),
+        }
+    }
+
+    pub fn text(&self) -> &'t str {
+        self.text
+    }
+
+    pub fn config(&self) -> &'t ExtractConfig {
+        self.config
+    }
+
+    /// Line/column conversion; the index is only built once something is
+    /// actually reported, most files that reach the parser report nothing.
+    pub fn range(&mut self, bytes: Range<usize>) -> TextRange {
+        let text = self.text;
+        let end = bytes.end.min(text.len());
+        let start = bytes.start.min(end);
+        self.index
+            .get_or_insert_with(|| LineIndex::new(text))
+            .range(text, start, end)
+    }
+
+    /// Applies the keep rule and the metric-name scan to one literal value.
+    pub fn literal(&mut self, lit: &LitInfo<'_>, context: Option<&str>) {
+        let value: &str = &lit.value;
+        let namespace = self.config.cache_namespace.as_str();
+        let keep = (!namespace.is_empty() && value.contains(namespace))
+            || value.contains(SCAN_LIMIT_SUFFIX);
+        if keep {
+            let range = self.range(lit.span.clone());
+            self.literals.push(Literal {
+                value: value.to_owned(),
+                kind: lit.kind,
+                range,
+                context: context.map(str::to_owned),
+            });
+        }
+        for found in metric_sites_in(value, &self.config.metric_prefix) {
+            let range = self.range(lit.source_range(found.name.clone()));
+            let labels = found.labels.map(|labels| {
+                labels
+                    .into_iter()
+                    .map(|part| Label {
+                        name: value[part.clone()].to_owned(),
+                        range: self.range(lit.source_range(part)),
+                    })
+                    .collect()
+            });
+            self.site(value[found.name].to_owned(), range, labels, found.via);
+        }
+    }
+
+    /// Records a metric site, keeping only the richest one per name and
+    /// position.
+    pub fn site(
+        &mut self,
+        name: String,
+        range: TextRange,
+        labels: Option<Vec<Label>>,
+        via: MetricVia,
+    ) {
+        let site = MetricSite {
+            name,
+            range,
+            labels,
+            via,
+        };
+        let key = (site.name.clone(), range.start, range.end);
+        match self.site_slots.get(&key) {
+            Some(&slot) => {
+                if richness(&site) > richness(&self.metrics[slot]) {
+                    self.metrics[slot] = site;
+                }
+            }
+            None => {
+                self.site_slots.insert(key, self.metrics.len());
+                self.metrics.push(site);
+            }
+        }
+    }
+
+    pub fn finish(
+        mut self,
+        items: Vec<String>,
+        fallback: Option<(String, TextRange)>,
+    ) -> FileFacts {
+        self.literals.sort_by_key(|l| (l.range.start, l.range.end));
+        self.literals
+            .dedup_by(|a, b| a.range == b.range && a.value == b.value);
+        self.metrics.sort_by(|a, b| {
+            (a.range.start, a.range.end, &a.name).cmp(&(b.range.start, b.range.end, &b.name))
+        });
+        FileFacts {
+            literals: self.literals,
+            metrics: self.metrics,
+            items,
+            fallback,
+        }
+    }
+}
+
+/// Known labels beat unknown ones, more labels beat fewer, and a site that
+/// understood the emitting API beats a plain literal scan.
+fn richness(site: &MetricSite) -> (bool, usize, u8) {
+    let via = match site.via {
+        MetricVia::Mention => 0,
+        MetricVia::Exposition => 1,
+        MetricVia::MetricsMacro | MetricVia::PrometheusVec => 2,
+    };
+    (
+        site.labels.is_some(),
+        site.labels.as_ref().map_or(0, Vec::len),
+        via,
+    )
+}

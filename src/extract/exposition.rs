@@ -1,0 +1,251 @@
+//! Metric names, and the labels written next to them, inside one literal value.
+//!
+//! Metric names show up in plain strings (`"dw_x"`), but also in hand-built
+//! Prometheus text exposition (`"dw_x{queue=\"{}\"} {}\n"`), often as format
+//! strings whose braces are doubled. The label names written there are what
+//! the `label-mismatch` rule compares against the policy, so they have to be
+//! read out of the literal. This works on the literal's *value* only, with no
+//! knowledge of the host language, so every extractor can share it.
+
+use std::ops::Range;
+
+use super::MetricVia;
+
+/// A metric name found in a literal value; offsets are byte offsets into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueMetric {
+    /// Where the name is.
+    pub name: Range<usize>,
+    /// Label names written with it: `Some(vec![])` for an exposition line
+    /// without labels, `None` when unknown (a bare mention, or labels built
+    /// at run time).
+    pub labels: Option<Vec<Range<usize>>>,
+    /// [`MetricVia::Exposition`] when the value is exposition text around
+    /// the name, otherwise [`MetricVia::Mention`].
+    pub via: MetricVia,
+}
+
+/// Every metric name in `value`: `prefix` followed by at least one of
+/// `[A-Za-z0-9_:]`, not preceded by `[A-Za-z0-9_]` (so `my_dw_x` is not
+/// `dw_x`). Matching is case-sensitive. An empty prefix matches nothing.
+pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
+    let mut out = Vec::new();
+    if prefix.is_empty() {
+        return out;
+    }
+    let bytes = value.as_bytes();
+    let mut from = 0;
+    while let Some(found) = value[from..].find(prefix) {
+        let start = from + found;
+        let mut end = start + prefix.len();
+        while end < bytes.len() && is_name_byte(bytes[end]) {
+            end += 1;
+        }
+        let boundary = start == 0 || !is_word_byte(bytes[start - 1]);
+        if !boundary || end == start + prefix.len() {
+            // A prefix can overlap itself ("dw_dw_x"), so only step one char.
+            from = start + value[start..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        from = end;
+        out.push(classify(value, start, end));
+    }
+    out
+}
+
+fn classify(value: &str, start: usize, end: usize) -> ValueMetric {
+    let line_start = value[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_head = value[line_start..start].trim_start();
+    let mention = ValueMetric {
+        name: start..end,
+        labels: None,
+        via: MetricVia::Mention,
+    };
+    // `# HELP` / `# TYPE` lines describe a metric, they do not emit it.
+    if line_head.starts_with('#') {
+        return mention;
+    }
+    let rest = &value[end..];
+    if rest.starts_with('{') {
+        return ValueMetric {
+            labels: label_block(value, end),
+            via: MetricVia::Exposition,
+            ..mention
+        };
+    }
+    if line_head.is_empty() {
+        if let Some(sample) = rest.strip_prefix(' ') {
+            let sample = sample.trim_start_matches(' ');
+            let numeric = sample.starts_with(|c: char| c.is_ascii_digit())
+                || (sample.starts_with('{') && !sample.starts_with("{{"));
+            if numeric {
+                return ValueMetric {
+                    labels: Some(Vec::new()),
+                    via: MetricVia::Exposition,
+                    ..mention
+                };
+            }
+        }
+    }
+    mention
+}
+
+/// Parses `{a="…",b="…"}` (or the format-escaped `{{…}}`) starting at `at`;
+/// `None` unless the whole block is `ident="…"` pairs.
+fn label_block(value: &str, at: usize) -> Option<Vec<Range<usize>>> {
+    let bytes = value.as_bytes();
+    let escaped = value[at..].starts_with("{{");
+    let (open, close) = if escaped { ("{{", "}}") } else { ("{", "}") };
+    let mut i = at + open.len();
+    let mut labels = Vec::new();
+    loop {
+        i = skip_spaces(bytes, i);
+        if value[i..].starts_with(close) {
+            // A lone `{}` in a format string is a placeholder, not an empty set.
+            return (escaped || !labels.is_empty()).then_some(labels);
+        }
+        let name_start = i;
+        if !bytes
+            .get(i)
+            .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
+        {
+            return None;
+        }
+        while bytes.get(i).is_some_and(|b| is_word_byte(*b)) {
+            i += 1;
+        }
+        let name_end = i;
+        i = skip_spaces(bytes, i);
+        if bytes.get(i) != Some(&b'=') {
+            return None;
+        }
+        i = skip_spaces(bytes, i + 1);
+        if bytes.get(i) != Some(&b'"') {
+            return None;
+        }
+        i += 1;
+        loop {
+            match bytes.get(i)? {
+                b'\\' => i += 2,
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        labels.push(name_start..name_end);
+        i = skip_spaces(bytes, i + 1);
+        match bytes.get(i) {
+            Some(b',') => i += 1,
+            _ if value[i..].starts_with(close) => return Some(labels),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_spaces(bytes: &[u8], mut i: usize) -> usize {
+    while bytes.get(i).is_some_and(|b| *b == b' ' || *b == b'\t') {
+        i += 1;
+    }
+    i.min(bytes.len())
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+fn is_name_byte(b: u8) -> bool {
+    is_word_byte(b) || b == b':'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name, labels, via) with the offsets resolved, for readable asserts.
+    fn sites(value: &str) -> Vec<(&str, Option<Vec<&str>>, MetricVia)> {
+        metric_sites_in(value, "dw_")
+            .into_iter()
+            .map(|s| {
+                let labels = s
+                    .labels
+                    .map(|l| l.into_iter().map(|r| &value[r]).collect::<Vec<_>>());
+                (&value[s.name], labels, s.via)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn names_need_a_word_boundary_and_a_body() {
+        assert_eq!(sites("my_dw_x DW_V2_LIMIT dw_ x"), vec![]);
+        assert_eq!(
+            sites("see dw_a:b, (dw_c)"),
+            vec![
+                ("dw_a:b", None, MetricVia::Mention),
+                ("dw_c", None, MetricVia::Mention)
+            ]
+        );
+        assert_eq!(
+            sites("dw_dw_x"),
+            vec![("dw_dw_x", None, MetricVia::Mention)]
+        );
+        assert_eq!(metric_sites_in("dw_x", ""), vec![]);
+    }
+
+    #[test]
+    fn exposition_labels_plain_and_format_escaped() {
+        assert_eq!(
+            sites(r#"dw_x{queue="q\"1",kind="a"} 1"#),
+            vec![("dw_x", Some(vec!["queue", "kind"]), MetricVia::Exposition)]
+        );
+        assert_eq!(
+            sites(r#"dw_runs_total{{task_queue="{}", workflow_type="{wt:?}",}} {}"#),
+            vec![(
+                "dw_runs_total",
+                Some(vec!["task_queue", "workflow_type"]),
+                MetricVia::Exposition
+            )]
+        );
+        assert_eq!(
+            sites("dw_x{{}} 0"),
+            vec![("dw_x", Some(vec![]), MetricVia::Exposition)]
+        );
+    }
+
+    #[test]
+    fn placeholders_instead_of_labels_are_unknown() {
+        assert_eq!(
+            sites("dw_x{labels} {}"),
+            vec![("dw_x", None, MetricVia::Exposition)]
+        );
+        assert_eq!(
+            sites("dw_x{} 1"),
+            vec![("dw_x", None, MetricVia::Exposition)]
+        );
+        assert_eq!(
+            sites(r#"dw_x{a="unterminated"#),
+            vec![("dw_x", None, MetricVia::Exposition)]
+        );
+    }
+
+    #[test]
+    fn bare_sample_lines_have_no_labels_and_help_lines_are_mentions() {
+        let text = "# HELP dw_a Runs.\n# TYPE dw_a counter\ndw_a {}\ndw_b 12\nx dw_c 1\n";
+        assert_eq!(
+            sites(text),
+            vec![
+                ("dw_a", None, MetricVia::Mention),
+                ("dw_a", None, MetricVia::Mention),
+                ("dw_a", Some(vec![]), MetricVia::Exposition),
+                ("dw_b", Some(vec![]), MetricVia::Exposition),
+                ("dw_c", None, MetricVia::Mention),
+            ]
+        );
+        assert_eq!(
+            sites("dw_a {{x}}"),
+            vec![("dw_a", None, MetricVia::Mention)]
+        );
+        assert_eq!(
+            sites("dw_a words"),
+            vec![("dw_a", None, MetricVia::Mention)]
+        );
+    }
+}

@@ -1,0 +1,444 @@
+//! A parser-free view of Rust source: where the string literals are, what
+//! they decode to, and whether the file is too deeply nested to parse safely.
+//!
+//! The gate must not go blind on a file `syn` rejects (work in progress,
+//! a newer syntax, a generated monster), nor crash on one that would blow the
+//! stack of a recursive-descent parser. So the same small lexer that finds
+//! literals for the fallback also measures nesting before `syn` ever sees the
+//! file. It knows just enough Rust to not mistake comments, char literals and
+//! lifetimes for strings. Literal decoding lives here too, so the parser path
+//! reads values straight from the source text instead of re-lexing tokens.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use super::collect::{Collector, LitInfo};
+use super::LiteralKind;
+
+/// Deeper bracket nesting than this goes to the fallback instead of `syn`.
+pub(crate) const MAX_NESTING: usize = 256;
+
+/// Longest run of operator characters with no `, ; { }` in between that is
+/// still handed to `syn`: unary chains, long binary chains and deeply nested
+/// generics recurse without brackets.
+pub(crate) const MAX_OPERATOR_RUN: usize = 1024;
+
+enum Lexeme {
+    /// A string-like literal (`"…"`, `r#"…"#`, `b"…"`, `c"…"`), byte range.
+    Str(Range<usize>),
+    Open,
+    Close,
+    /// `,` or `;`: ends an expression, so it ends an operator run.
+    Separator,
+    Operator,
+}
+
+/// Runs the lexer over `text`; `sink` returns `false` to stop early.
+fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let (lexeme, next) = match c {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                let end = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |n| i + n);
+                (None, end)
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
+            b'"' => {
+                let end = skip_quoted(b, i + 1);
+                (Some(Lexeme::Str(i..end)), end)
+            }
+            b'\'' => (None, skip_char_or_lifetime(text, i)),
+            b'(' | b'[' | b'{' => (Some(Lexeme::Open), i + 1),
+            b')' | b']' | b'}' => (Some(Lexeme::Close), i + 1),
+            b',' | b';' => (Some(Lexeme::Separator), i + 1),
+            c if is_ident_byte(c) => {
+                let mut end = i;
+                while end < b.len() && is_ident_byte(b[end]) {
+                    end += 1;
+                }
+                match prefixed_string(b, i, end) {
+                    Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
+                    None => (None, end),
+                }
+            }
+            c if c.is_ascii_whitespace() => (None, i + 1),
+            _ => (Some(Lexeme::Operator), i + 1),
+        };
+        if let Some(lexeme) = lexeme {
+            if !sink(lexeme, i) {
+                return;
+            }
+        }
+        i = next.max(i + 1);
+    }
+}
+
+fn is_ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// The end of a string literal whose prefix is the word `b[start..word_end]`
+/// (`r`, `b`, `br`, `c`, `cr`), or `None` when the word is just a word.
+fn prefixed_string(b: &[u8], start: usize, word_end: usize) -> Option<usize> {
+    let word = &b[start..word_end];
+    let raw = matches!(word, b"r" | b"br" | b"cr");
+    if !raw {
+        return (matches!(word, b"b" | b"c") && b.get(word_end) == Some(&b'"'))
+            .then(|| skip_quoted(b, word_end + 1));
+    }
+    let hashes = b[word_end..].iter().take_while(|&&c| c == b'#').count();
+    let quote = word_end + hashes;
+    // `r#ident` is a raw identifier, not a string.
+    if b.get(quote) != Some(&b'"') {
+        return None;
+    }
+    let mut i = quote + 1;
+    while let Some(n) = memchr::memchr(b'"', &b[i..]) {
+        let close = i + n;
+        let tail = &b[close + 1..];
+        if tail.len() >= hashes && tail[..hashes].iter().all(|&c| c == b'#') {
+            return Some(close + 1 + hashes);
+        }
+        i = close + 1;
+    }
+    Some(b.len())
+}
+
+/// From just after an opening `"` to just after the closing one.
+fn skip_quoted(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+fn skip_block_comment(b: &[u8], start: usize) -> usize {
+    let mut depth = 0usize;
+    let mut i = start;
+    while i + 1 < b.len() {
+        match (b[i], b[i + 1]) {
+            (b'/', b'*') => {
+                depth += 1;
+                i += 2;
+            }
+            (b'*', b'/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// `'a'`, `'\n'`, `'\u{1F600}'` are char literals; `'a` is a lifetime or
+/// label, of which only the quote is consumed.
+fn skip_char_or_lifetime(text: &str, i: usize) -> usize {
+    let b = text.as_bytes();
+    if b.get(i + 1) == Some(&b'\\') {
+        // Escapes are short; a missing close quote within reach means broken
+        // code, and then we only step over the quote.
+        let window = &b[(i + 3).min(b.len())..(i + 14).min(b.len())];
+        return memchr::memchr(b'\'', window).map_or(i + 1, |n| i + 3 + n + 1);
+    }
+    let Some(c) = text.get(i + 1..).and_then(|rest| rest.chars().next()) else {
+        return i + 1;
+    };
+    let close = i + 1 + c.len_utf8();
+    if c != '\'' && b.get(close) == Some(&b'\'') {
+        close + 1
+    } else {
+        i + 1
+    }
+}
+
+/// Why the file should not be handed to a recursive parser, and where.
+pub(crate) fn too_complex(text: &str) -> Option<(String, usize)> {
+    let mut depth = 0usize;
+    let mut run = 0usize;
+    let mut found = None;
+    lex(text, |lexeme, at| {
+        match lexeme {
+            Lexeme::Open => {
+                depth += 1;
+                run = 0;
+                if depth > MAX_NESTING {
+                    found = Some((
+                        format!("brackets nest deeper than {MAX_NESTING} levels"),
+                        at,
+                    ));
+                }
+            }
+            Lexeme::Close => {
+                depth = depth.saturating_sub(1);
+                run = 0;
+            }
+            Lexeme::Separator => run = 0,
+            Lexeme::Operator => {
+                run += 1;
+                if run > MAX_OPERATOR_RUN {
+                    found = Some((
+                        format!("an expression chains more than {MAX_OPERATOR_RUN} operators"),
+                        at,
+                    ));
+                }
+            }
+            Lexeme::Str(_) => {}
+        }
+        found.is_none()
+    });
+    found
+}
+
+/// Feeds every string literal of `text` to `collector` as
+/// [`LiteralKind::Lexical`].
+pub(crate) fn scan_literals(collector: &mut Collector<'_>) {
+    let text = collector.text();
+    lex(text, |lexeme, _| {
+        if let Lexeme::Str(span) = lexeme {
+            if let Some(decoded) = decode_literal(&text[span.clone()]) {
+                let lit = LitInfo {
+                    verbatim_at: decoded
+                        .verbatim
+                        .then_some(span.start + decoded.content.start),
+                    value: decoded.value,
+                    kind: LiteralKind::Lexical,
+                    span,
+                };
+                collector.literal(&lit, None);
+            }
+        }
+        true
+    });
+}
+
+/// A string-like literal token decoded from its source text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoded<'a> {
+    pub kind: LiteralKind,
+    pub value: Cow<'a, str>,
+    /// The bytes between the quotes, as an offset range into the token.
+    pub content: Range<usize>,
+    /// The value is exactly those bytes.
+    pub verbatim: bool,
+}
+
+/// Decodes a string, raw string, byte string or C string token (`repr` is
+/// the token's source text, suffix allowed); `None` for anything else.
+pub(crate) fn decode_literal(repr: &str) -> Option<Decoded<'_>> {
+    let b = repr.as_bytes();
+    let prefix_len = b.iter().take_while(|c| c.is_ascii_lowercase()).count();
+    let (kind, raw) = match &b[..prefix_len] {
+        b"" => (LiteralKind::Str, false),
+        b"r" => (LiteralKind::RawStr, true),
+        b"b" => (LiteralKind::ByteStr, false),
+        b"br" => (LiteralKind::ByteStr, true),
+        b"c" => (LiteralKind::CStr, false),
+        b"cr" => (LiteralKind::CStr, true),
+        _ => return None,
+    };
+    let hashes = if raw {
+        b[prefix_len..].iter().take_while(|&&c| c == b'#').count()
+    } else {
+        0
+    };
+    let open = prefix_len + hashes;
+    if b.get(open) != Some(&b'"') {
+        return None;
+    }
+    let start = open + 1;
+    let end = if raw {
+        let mut close = b.len();
+        for i in (start..b.len()).rev() {
+            if b[i] == b'"'
+                && b.len() - i > hashes
+                && b[i + 1..=i + hashes].iter().all(|&c| c == b'#')
+            {
+                close = i;
+                break;
+            }
+        }
+        close
+    } else {
+        skip_quoted(b, start).saturating_sub(1).max(start)
+    };
+    let content = repr.get(start..end)?;
+    // rustc reads CRLF as LF everywhere, raw strings included.
+    let value = if raw {
+        if content.contains('\r') {
+            Cow::Owned(content.replace("\r\n", "\n"))
+        } else {
+            Cow::Borrowed(content)
+        }
+    } else if content.contains(['\\', '\r']) {
+        Cow::Owned(unescape(content))
+    } else {
+        Cow::Borrowed(content)
+    };
+    let verbatim = *value == *content;
+    Some(Decoded {
+        kind,
+        value,
+        content: start..end,
+        verbatim,
+    })
+}
+
+/// The value of a char or byte-char token (`'x'`, `'\n'`, `b'a'`).
+pub(crate) fn decode_char(repr: &str) -> Option<String> {
+    let inner = repr.strip_prefix('b').unwrap_or(repr).strip_prefix('\'')?;
+    let inner = &inner[..inner.rfind('\'')?];
+    Some(unescape(inner))
+}
+
+/// Rust escape rules; unknown escapes are kept as written and bytes above
+/// 0x7F (byte strings) become U+FFFD, which is enough for name matching.
+pub(crate) fn unescape(content: &str) -> String {
+    let mut out = String::with_capacity(content.len());
+    let mut chars = content.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\r' && chars.peek() == Some(&'\n') {
+            continue;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('0') => out.push('\0'),
+            Some(q @ ('\\' | '"' | '\'')) => out.push(q),
+            Some('x') => {
+                let hex: String = chars.by_ref().take(2).collect();
+                match u8::from_str_radix(&hex, 16) {
+                    Ok(byte) if byte < 0x80 => out.push(char::from(byte)),
+                    _ => out.push(char::REPLACEMENT_CHARACTER),
+                }
+            }
+            Some('u') => {
+                let mut hex = String::new();
+                if chars.peek() == Some(&'{') {
+                    chars.next();
+                    for h in chars.by_ref() {
+                        if h == '}' {
+                            break;
+                        }
+                        if h != '_' {
+                            hex.push(h);
+                        }
+                    }
+                }
+                let decoded = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32);
+                out.push(decoded.unwrap_or(char::REPLACEMENT_CHARACTER));
+            }
+            Some('\n' | '\r') => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+                {
+                    chars.next();
+                }
+            }
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(text: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        lex(text, |lexeme, _| {
+            if let Lexeme::Str(span) = lexeme {
+                out.push(&text[span]);
+            }
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn lexer_skips_comments_chars_and_lifetimes() {
+        let text = r####"
+            // "line comment"
+            /// "doc"
+            //! "inner doc"
+            /* outer /* "nested" */ "still comment" */
+            /** "doc block" */
+            fn f<'a>(x: &'a str) -> char { let q = '"'; let e = '\''; 'l: loop {} ; b'"' }
+            let s = ("plain \" quote", r#"raw " hash"#, b"bytes", br##"b"#r"##, c"c str");
+            let r#type = r"raw"; let w = "multi
+            line";
+        "####;
+        assert_eq!(
+            strings(text),
+            vec![
+                r#""plain \" quote""#,
+                r##"r#"raw " hash"#"##,
+                r#"b"bytes""#,
+                r###"br##"b"#r"##"###,
+                r#"c"c str""#,
+                r#"r"raw""#,
+                "\"multi\n            line\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn decoding_handles_escapes_and_raw_forms() {
+        let d = decode_literal(r#""a\n\t\\\"\'\0\x41\u{1F600}\u{_41}""#).unwrap();
+        assert_eq!(d.value, "a\n\t\\\"'\0A\u{1F600}A");
+        assert!(!d.verbatim);
+        let d = decode_literal("\"one \\\n    two\"").unwrap();
+        assert_eq!(d.value, "one two");
+        let d = decode_literal(r###"r##"x"#y"##"###).unwrap();
+        assert_eq!(
+            (d.kind, &*d.value, d.content.clone(), d.verbatim),
+            (LiteralKind::RawStr, "x\"#y", 4..8, true)
+        );
+        let d = decode_literal(r#"b"\xff:""#).unwrap();
+        assert_eq!((d.kind, &*d.value), (LiteralKind::ByteStr, "\u{FFFD}:"));
+        assert_eq!(decode_literal(r#"c"x"suffix"#).unwrap().value, "x");
+        assert_eq!(decode_literal("\"a\r\nb\"").unwrap().value, "a\nb");
+        assert_eq!(decode_literal("12u8"), None);
+        assert_eq!(decode_literal("'x'"), None);
+        assert_eq!(decode_char(r"'\n'").as_deref(), Some("\n"));
+        assert_eq!(decode_char("b'a'").as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn complexity_check_flags_deep_nesting_and_operator_chains() {
+        assert_eq!(too_complex("fn f() { let x = [(1, 2)]; }"), None);
+        let deep = format!("fn f() {{ {}1{} }}", "(".repeat(300), ")".repeat(300));
+        let (message, at) = too_complex(&deep).unwrap();
+        assert!(message.contains("256"), "{message}");
+        assert_eq!(at, 9 + 255);
+        let chain = format!("fn f() {{ let x = {}1; }}", "!".repeat(2000));
+        assert!(too_complex(&chain).is_some());
+        // Brackets inside strings and comments do not count.
+        let quoted = format!(
+            "// {}\nconst S: &str = \"{}\";",
+            "(".repeat(300),
+            "[".repeat(300)
+        );
+        assert_eq!(too_complex(&quoted), None);
+    }
+}

@@ -1,0 +1,279 @@
+//! Macro bodies as token streams.
+//!
+//! `syn` does not parse macro bodies, yet that is where most cache keys and
+//! metric names live (`format!`, `tracing::info!`, `json!`, `counter!`,
+//! `lazy_static!`). The walker here finds every literal in a token stream,
+//! recursively, skipping `#[doc]` attributes (which is what `///` becomes),
+//! joins `concat!` pieces into one value, and hands the metric libraries'
+//! macros and constructors to `rust_metrics` on the way.
+
+use proc_macro2::{Delimiter, Group, Spacing, TokenStream, TokenTree};
+
+use super::collect::LitInfo;
+use super::exposition::metric_sites_in;
+use super::rust::Walker;
+use super::rust_metrics::METRICS_EMITTERS;
+use super::{lexical, Label, LiteralKind, TextRange};
+
+/// A metric name argument that is one literal (or one `concat!`) whose
+/// whole value is a metric name.
+pub(super) struct NameSite {
+    pub(super) name: String,
+    pub(super) range: TextRange,
+}
+
+impl Walker<'_> {
+    pub(super) fn walk_stream(&mut self, stream: TokenStream) {
+        let tokens: Vec<TokenTree> = stream.into_iter().collect();
+        self.walk_tokens(&tokens, false);
+    }
+
+    /// Attribute arguments: like any tokens, except `doc = "…"` (as written
+    /// inside `cfg_attr`) is prose.
+    pub(super) fn walk_attribute_tokens(&mut self, stream: TokenStream) {
+        let tokens: Vec<TokenTree> = stream.into_iter().collect();
+        self.walk_tokens(&tokens, true);
+    }
+
+    fn walk_tokens(&mut self, t: &[TokenTree], in_attribute: bool) {
+        let mut i = 0;
+        while i < t.len() {
+            match &t[i] {
+                TokenTree::Punct(p) if p.as_char() == '#' => {
+                    let bang = usize::from(is_punct(t.get(i + 1), '!'));
+                    match t.get(i + 1 + bang) {
+                        Some(TokenTree::Group(g))
+                            if g.delimiter() == Delimiter::Bracket && starts_with_doc(g) =>
+                        {
+                            i += 2 + bang;
+                        }
+                        _ => i += 1,
+                    }
+                }
+                TokenTree::Ident(id)
+                    if in_attribute && id == "doc" && is_punct(t.get(i + 1), '=') =>
+                {
+                    i += 3;
+                }
+                TokenTree::Ident(id) => {
+                    if let (Some(TokenTree::Punct(p)), Some(TokenTree::Group(g))) =
+                        (t.get(i + 1), t.get(i + 2))
+                    {
+                        if p.as_char() == '!' {
+                            let start = self.bytes(t[path_start(t, i)].span()).start;
+                            let end = self.bytes(g.span_close()).end;
+                            self.macro_invocation(&id.to_string(), start..end, g.stream());
+                            i += 3;
+                            continue;
+                        }
+                    }
+                    if let Some(args) = path_call(t, i, &["new", "with_opts"]) {
+                        let ty = id.to_string();
+                        let method = t[i + 3].to_string();
+                        self.token_constructor(&ty, &method, args.stream());
+                    }
+                    i += 1;
+                }
+                TokenTree::Literal(lit) => {
+                    self.literal_at(lit.span());
+                    i += 1;
+                }
+                TokenTree::Group(g) => {
+                    let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+                    self.walk_tokens(&inner, in_attribute);
+                    i += 1;
+                }
+                TokenTree::Punct(_) => i += 1,
+            }
+        }
+    }
+
+    /// One `name!(…)` invocation spanning `whole` bytes.
+    pub(super) fn macro_invocation(
+        &mut self,
+        name: &str,
+        whole: std::ops::Range<usize>,
+        body: TokenStream,
+    ) {
+        let tokens: Vec<TokenTree> = body.into_iter().collect();
+        if name == "concat" {
+            if let Some(value) = self.concat_value(&tokens) {
+                let lit = LitInfo {
+                    value: value.into(),
+                    kind: LiteralKind::Concat,
+                    span: whole,
+                    verbatim_at: None,
+                };
+                let context = self.context.last().map(String::as_str);
+                self.collector.literal(&lit, context);
+                return;
+            }
+        } else if let Some(&(_, values)) = METRICS_EMITTERS.iter().find(|(n, _)| *n == name) {
+            self.metrics_macro(&tokens, values);
+        } else if name.starts_with("register_") {
+            self.prometheus_register(name, &tokens);
+        }
+        self.walk_tokens(&tokens, false);
+    }
+
+    /// The joined value of `concat!` when every piece is a literal (nested
+    /// `concat!` included, as rustc expands it eagerly).
+    fn concat_value(&self, tokens: &[TokenTree]) -> Option<String> {
+        let mut out = String::new();
+        for arg in split_args(tokens) {
+            match arg {
+                [TokenTree::Literal(lit)] => out.push_str(&self.concat_piece(lit.span(), false)?),
+                [TokenTree::Punct(minus), TokenTree::Literal(lit)] if minus.as_char() == '-' => {
+                    out.push_str(&self.concat_piece(lit.span(), true)?);
+                }
+                [TokenTree::Ident(b)] if b == "true" || b == "false" => {
+                    out.push_str(&b.to_string())
+                }
+                [TokenTree::Ident(m), TokenTree::Punct(bang), TokenTree::Group(g)]
+                    if m == "concat" && bang.as_char() == '!' =>
+                {
+                    let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+                    out.push_str(&self.concat_value(&inner)?);
+                }
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    fn concat_piece(&self, span: proc_macro2::Span, negative: bool) -> Option<String> {
+        let repr = self.collector.text().get(self.bytes(span))?;
+        let first = repr.bytes().next()?;
+        if first.is_ascii_digit() {
+            return number_text(repr).map(|n| if negative { format!("-{n}") } else { n });
+        }
+        if negative {
+            return None;
+        }
+        if first == b'\'' {
+            return lexical::decode_char(repr);
+        }
+        let decoded = lexical::decode_literal(repr)?;
+        matches!(decoded.kind, LiteralKind::Str | LiteralKind::RawStr)
+            .then(|| decoded.value.into_owned())
+    }
+
+    /// A metric-name argument written as one literal or `concat!`.
+    pub(super) fn token_name(&mut self, arg: &[TokenTree]) -> Option<NameSite> {
+        let lit = match arg {
+            [TokenTree::Literal(lit)] => self.lit_info(lit.span())?,
+            [TokenTree::Ident(m), TokenTree::Punct(bang), TokenTree::Group(g)]
+                if m == "concat" && bang.as_char() == '!' =>
+            {
+                let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+                let start = self.bytes(m.span()).start;
+                LitInfo {
+                    value: self.concat_value(&inner)?.into(),
+                    kind: LiteralKind::Concat,
+                    span: start..self.bytes(g.span_close()).end,
+                    verbatim_at: None,
+                }
+            }
+            _ => return None,
+        };
+        self.name_site(&lit)
+    }
+
+    pub(super) fn name_site(&mut self, lit: &LitInfo<'_>) -> Option<NameSite> {
+        let found = metric_sites_in(&lit.value, &self.collector.config().metric_prefix);
+        let whole = 0..lit.value.len();
+        found.iter().find(|s| s.name == whole)?;
+        Some(NameSite {
+            name: lit.value.clone().into_owned(),
+            range: self.collector.range(lit.source_range(whole)),
+        })
+    }
+
+    pub(super) fn token_label(&mut self, arg: &[TokenTree]) -> Option<Label> {
+        let [TokenTree::Literal(lit)] = arg else {
+            return None;
+        };
+        let lit = self.lit_info(lit.span())?;
+        Some(self.label(&lit))
+    }
+
+    pub(super) fn label(&mut self, lit: &LitInfo<'_>) -> Label {
+        Label {
+            name: lit.value.clone().into_owned(),
+            range: self.collector.range(lit.source_range(0..lit.value.len())),
+        }
+    }
+}
+
+fn is_punct(t: Option<&TokenTree>, c: char) -> bool {
+    matches!(t, Some(TokenTree::Punct(p)) if p.as_char() == c)
+}
+
+fn starts_with_doc(g: &Group) -> bool {
+    matches!(g.stream().into_iter().next(), Some(TokenTree::Ident(id)) if id == "doc")
+}
+
+/// Index of the first token of the `a::b::name` path ending at `i`.
+fn path_start(t: &[TokenTree], mut i: usize) -> usize {
+    while i >= 3
+        && is_punct(Some(&t[i - 1]), ':')
+        && is_punct(Some(&t[i - 2]), ':')
+        && matches!(t[i - 3], TokenTree::Ident(_))
+    {
+        i -= 3;
+    }
+    i
+}
+
+/// `Ident :: method (…)` at `i`, with `method` one of `methods`: the
+/// argument group.
+pub(super) fn path_call<'a>(t: &'a [TokenTree], i: usize, methods: &[&str]) -> Option<&'a Group> {
+    match t.get(i..i + 5)? {
+        [TokenTree::Ident(_), TokenTree::Punct(c1), TokenTree::Punct(c2), TokenTree::Ident(m), TokenTree::Group(g)]
+            if c1.as_char() == ':'
+                && c1.spacing() == Spacing::Joint
+                && c2.as_char() == ':'
+                && g.delimiter() == Delimiter::Parenthesis
+                && methods.iter().any(|name| m == name) =>
+        {
+            Some(g)
+        }
+        _ => None,
+    }
+}
+
+/// Top-level comma-separated arguments; a trailing comma adds nothing.
+pub(super) fn split_args(tokens: &[TokenTree]) -> Vec<&[TokenTree]> {
+    let mut out: Vec<&[TokenTree]> = tokens
+        .split(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ','))
+        .collect();
+    if out.last().is_some_and(|a| a.is_empty()) {
+        out.pop();
+    }
+    out
+}
+
+/// What `concat!` makes of a number token: integers in decimal, floats as
+/// written; suffixes and `_` dropped.
+fn number_text(repr: &str) -> Option<String> {
+    let digits: String = repr.chars().filter(|&c| c != '_').collect();
+    let (radix, body) = match digits.get(..2) {
+        Some("0x") => (16, &digits[2..]),
+        Some("0o") => (8, &digits[2..]),
+        Some("0b") => (2, &digits[2..]),
+        _ => (10, &digits[..]),
+    };
+    let is_float = radix == 10
+        && (body.contains('.')
+            || body.contains(['e', 'E'])
+            || body.ends_with("f32")
+            || body.ends_with("f64"));
+    if is_float {
+        let end = body.find('f').unwrap_or(body.len());
+        return Some(body[..end].to_owned());
+    }
+    let end = body.find(['i', 'u']).unwrap_or(body.len());
+    u128::from_str_radix(&body[..end], radix)
+        .ok()
+        .map(|n| n.to_string())
+}

@@ -1,0 +1,494 @@
+//! Unit tests of the Rust extractor, one per recognised shape.
+//!
+//! Whole-file results are rendered one fact per line (`L` literal, `M` metric
+//! site, `I` item) so snapshots stay reviewable by eye.
+
+use std::fmt::Write as _;
+
+use super::extract_rust;
+use crate::extract::{ExtractConfig, FileFacts, LiteralKind, MetricVia, TextRange};
+
+fn config() -> ExtractConfig {
+    ExtractConfig {
+        cache_namespace: "server:".to_owned(),
+        metric_prefix: "dw_".to_owned(),
+    }
+}
+
+fn facts(text: &str) -> FileFacts {
+    extract_rust(
+        text,
+        &config(),
+        &["dwengine".to_owned(), "polling".to_owned()],
+    )
+}
+
+fn at(r: &TextRange) -> String {
+    format!("{}:{}-{}:{}", r.line, r.column, r.end_line, r.end_column)
+}
+
+fn render(f: &FileFacts) -> String {
+    let mut out = String::new();
+    for l in &f.literals {
+        let context = l.context.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            out,
+            "L {} {:?} {:?} in {context}",
+            at(&l.range),
+            l.kind,
+            l.value
+        );
+    }
+    for m in &f.metrics {
+        let labels = match &m.labels {
+            None => "?".to_owned(),
+            Some(labels) => {
+                let names: Vec<String> = labels
+                    .iter()
+                    .map(|l| format!("{}@{}", l.name, at(&l.range)))
+                    .collect();
+                format!("[{}]", names.join(", "))
+            }
+        };
+        let _ = writeln!(out, "M {} {} {labels} {:?}", at(&m.range), m.name, m.via);
+    }
+    for i in &f.items {
+        let _ = writeln!(out, "I {i}");
+    }
+    if let Some((message, range)) = &f.fallback {
+        let _ = writeln!(out, "F {} {message}", at(range));
+    }
+    out
+}
+
+/// (name, labels, via) per site, for asserts that do not care about ranges.
+fn sites(f: &FileFacts) -> Vec<(String, Option<Vec<String>>, MetricVia)> {
+    f.metrics
+        .iter()
+        .map(|m| {
+            let labels = m
+                .labels
+                .as_ref()
+                .map(|l| l.iter().map(|l| l.name.clone()).collect());
+            (m.name.clone(), labels, m.via)
+        })
+        .collect()
+}
+
+fn site(
+    name: &str,
+    labels: Option<&[&str]>,
+    via: MetricVia,
+) -> (String, Option<Vec<String>>, MetricVia) {
+    let labels = labels.map(|l| l.iter().map(|s| (*s).to_owned()).collect());
+    (name.to_owned(), labels, via)
+}
+
+fn values(f: &FileFacts) -> Vec<(&str, LiteralKind)> {
+    f.literals
+        .iter()
+        .map(|l| (l.value.as_str(), l.kind))
+        .collect()
+}
+
+#[test]
+fn raw_byte_and_c_strings_are_literals() {
+    let f = facts(
+        r####"
+        const A: &str = r#"server:raw:"quoted""#;
+        const B: &[u8] = b"server:bytes:\x41";
+        const C: &[u8] = br##"server:rawbytes:"##;
+        const D: &core::ffi::CStr = c"server:c:";
+        const E: &str = "server:\u{65}scaped:";
+        const F: &str = "due_timer_recovery_scan_limit";
+        const G: &str = "nothing to see";
+        "####,
+    );
+    assert_eq!(
+        values(&f),
+        vec![
+            ("server:raw:\"quoted\"", LiteralKind::RawStr),
+            ("server:bytes:A", LiteralKind::ByteStr),
+            ("server:rawbytes:", LiteralKind::ByteStr),
+            ("server:c:", LiteralKind::CStr),
+            ("server:escaped:", LiteralKind::Str),
+            ("due_timer_recovery_scan_limit", LiteralKind::Str),
+        ]
+    );
+    assert_eq!(f.literals[0].context.as_deref(), Some("A"));
+    assert_eq!(f.fallback, None);
+}
+
+#[test]
+fn concat_joins_literal_pieces_and_otherwise_reports_them() {
+    let f = facts(
+        r#"
+        const JOINED: &str = concat!("server:", "q", ':', 1, 0x10, true, -2, 1.5f32, concat!(":", "z"));
+        const PARTIAL: &str = concat!("server:part:", env!("X"), "dw_y");
+        fn f() -> u64 { counter!(concat!("dw_", "joined"), "a" => "b"); 0 }
+        "#,
+    );
+    insta::assert_snapshot!(render(&f));
+}
+
+#[test]
+fn nested_macros_are_walked() {
+    let f = facts(
+        r#"
+        fn payload(id: &str) -> serde_json::Value {
+            json!({ "keys": vec![format!("server:nested:{}:", id), format!("{}", "dw_nested_total")] })
+        }
+        "#,
+    );
+    assert_eq!(values(&f), vec![("server:nested:{}:", LiteralKind::Str)]);
+    assert_eq!(f.literals[0].context.as_deref(), Some("payload"));
+    assert_eq!(
+        sites(&f),
+        vec![site("dw_nested_total", None, MetricVia::Mention)]
+    );
+}
+
+#[test]
+fn comments_and_doc_comments_yield_nothing() {
+    let f = facts(
+        r#"
+        //! dw_inner_doc and "server:inner:"
+        /// "server:x:" and dw_outer_doc
+        /** "server:block:" dw_block */
+        // "server:line:" dw_line
+        /* "server:comment:" /* nested dw_nested */ */
+        #[doc = "server:attr:"]
+        #[cfg_attr(test, doc = "server:cfg:")]
+        #[error("server:error:")]
+        struct S;
+        my_macro! {
+            /// "server:in_macro:" dw_in_macro
+            //! dw_inner_in_macro
+            #[doc = "server:attr_in_macro:"]
+            #[error("server:kept_in_macro:")]
+            fn f() {}
+        }
+        fn g() {
+            /// doc on a statement: "server:stmt:"
+            let x = 1;
+        }
+        "#,
+    );
+    assert_eq!(
+        values(&f),
+        vec![
+            ("server:error:", LiteralKind::Str),
+            ("server:kept_in_macro:", LiteralKind::Str)
+        ]
+    );
+    assert_eq!(f.literals[0].context.as_deref(), Some("S"));
+    assert!(f.metrics.is_empty(), "{:?}", f.metrics);
+}
+
+#[test]
+fn tracing_field_values_count() {
+    let f = facts(
+        r#"
+        fn poll() {
+            tracing::info!(key = "server:long-poll:", metric = "dw_polls_total", "polled {}", 3);
+        }
+        "#,
+    );
+    assert_eq!(values(&f), vec![("server:long-poll:", LiteralKind::Str)]);
+    assert_eq!(
+        sites(&f),
+        vec![site("dw_polls_total", None, MetricVia::Mention)]
+    );
+}
+
+#[test]
+fn exposition_literals_carry_labels() {
+    let f = facts(
+        r##"
+        fn render(out: &mut String, q: &str, t: &str, n: u64) {
+            writeln!(out, "# HELP dw_runs_total Runs.\n# TYPE dw_runs_total counter").ok();
+            writeln!(out, "dw_runs_total{{task_queue=\"{}\",workflow_type=\"{t:?}\"}} {}", q, n).ok();
+            writeln!(out, r#"dw_plain{status="ok"} 1"#).ok();
+            writeln!(out, "dw_bare {}", n).ok();
+            let _ = "dw_sample 12";
+            writeln!(out, "dw_dynamic{labels} {n}").ok();
+        }
+        "##,
+    );
+    insta::assert_snapshot!(render(&f));
+}
+
+#[test]
+fn metrics_crate_macros() {
+    let f = facts(
+        r#"
+        fn record(labels: &[(&str, String)], q: String) {
+            metrics::counter!("dw_labelled_total", "task_queue" => q.clone(), "status" => "ok").increment(1);
+            gauge!("dw_unlabelled").set(1.0);
+            histogram!(target: "engine", level: Level::INFO, "dw_latency_seconds", "route" => "x");
+            counter!("dw_collection_total", &labels);
+            counter!("dw_const_key_total", KEY => "v");
+            describe_counter!("dw_labelled_total", "Runs.");
+            increment_counter!("dw_old_total", "kind" => "a");
+            increment_gauge!("dw_old_gauge", 1.0, "kind" => "a");
+            gauge!("dw_old_value", 2.5);
+            increment_counter!("dw_old_collection", &labels);
+        }
+        "#,
+    );
+    assert_eq!(
+        sites(&f),
+        vec![
+            site(
+                "dw_labelled_total",
+                Some(&["task_queue", "status"]),
+                MetricVia::MetricsMacro
+            ),
+            site("dw_unlabelled", Some(&[]), MetricVia::MetricsMacro),
+            site(
+                "dw_latency_seconds",
+                Some(&["route"]),
+                MetricVia::MetricsMacro
+            ),
+            site("dw_collection_total", None, MetricVia::MetricsMacro),
+            site("dw_const_key_total", None, MetricVia::MetricsMacro),
+            site("dw_labelled_total", None, MetricVia::Mention),
+            site("dw_old_total", Some(&["kind"]), MetricVia::MetricsMacro),
+            site("dw_old_gauge", Some(&["kind"]), MetricVia::MetricsMacro),
+            site("dw_old_value", Some(&[]), MetricVia::MetricsMacro),
+            site("dw_old_collection", None, MetricVia::MetricsMacro),
+        ]
+    );
+}
+
+#[test]
+fn prometheus_crate_registrations_and_constructors() {
+    let f = facts(
+        r#"
+        lazy_static! {
+            static ref RUNS: IntCounterVec = register_int_counter_vec!(
+                "dw_runs_total", "Runs.", &["task_queue", "workflow_type"]
+            ).unwrap();
+            static ref LAT: HistogramVec = register_histogram_vec!(
+                histogram_opts!("dw_latency_seconds", "Latency."), &["route"], vec![0.1, 1.0]
+            ).unwrap();
+            static ref UP: Counter = register_counter!("dw_up_total", "Up.").unwrap();
+            static ref QUEUES: IntGaugeVec = prometheus::IntGaugeVec::new(
+                Opts::new("dw_queues", "Queues.").const_label("region", "eu"), &["queue"]
+            ).unwrap();
+        }
+        fn build(names: &[&str]) {
+            let a = IntCounterVec::new(Opts::new("dw_ast_total", "A.").const_label("zone", "z1"), &["kind"]);
+            let b = HistogramVec::new(HistogramOpts::new("dw_ast_seconds", "B."), names);
+            let c = register_gauge_vec!(opts!("dw_opts_gauge", "C.", labels! {"env" => "prod"}), &["pool"]);
+            let d = IntCounter::new("dw_single_total", "D.");
+        }
+        "#,
+    );
+    assert_eq!(
+        sites(&f),
+        vec![
+            site(
+                "dw_runs_total",
+                Some(&["task_queue", "workflow_type"]),
+                MetricVia::PrometheusVec
+            ),
+            site(
+                "dw_latency_seconds",
+                Some(&["route"]),
+                MetricVia::PrometheusVec
+            ),
+            site("dw_up_total", Some(&[]), MetricVia::PrometheusVec),
+            site(
+                "dw_queues",
+                Some(&["region", "queue"]),
+                MetricVia::PrometheusVec
+            ),
+            site(
+                "dw_ast_total",
+                Some(&["zone", "kind"]),
+                MetricVia::PrometheusVec
+            ),
+            site("dw_ast_seconds", None, MetricVia::PrometheusVec),
+            site(
+                "dw_opts_gauge",
+                Some(&["env", "pool"]),
+                MetricVia::PrometheusVec
+            ),
+            site("dw_single_total", Some(&[]), MetricVia::PrometheusVec),
+        ]
+    );
+}
+
+#[test]
+fn one_site_per_name_and_literal_position() {
+    let f = facts(
+        r#"
+        fn f() {
+            counter!("dw_once_total", "a" => "b");
+            register_int_counter_vec!("dw_once_vec", "help", &["x"]);
+            let _ = IntCounterVec::new(Opts::new("dw_once_ctor", "h"), &["y"]);
+            let _ = ("dw_twice", "dw_twice");
+        }
+        "#,
+    );
+    assert_eq!(
+        sites(&f),
+        vec![
+            site("dw_once_total", Some(&["a"]), MetricVia::MetricsMacro),
+            site("dw_once_vec", Some(&["x"]), MetricVia::PrometheusVec),
+            site("dw_once_ctor", Some(&["y"]), MetricVia::PrometheusVec),
+            site("dw_twice", None, MetricVia::Mention),
+            site("dw_twice", None, MetricVia::Mention),
+        ]
+    );
+}
+
+#[test]
+fn items_are_qualified_through_inline_modules() {
+    let f = facts(
+        r#"
+        pub struct LongPollSignalStore;
+        enum E {} union U { a: u8 } trait T {} type A = u8;
+        const C: u8 = 0; static S: u8 = 0; const _: () = ();
+        fn free() { struct Local; }
+        macro_rules! m { () => {} }
+        mod declared;
+        impl LongPollSignalStore { fn method() {} }
+        pub mod inner {
+            pub struct Helper;
+            mod deeper { fn r#type() {} }
+        }
+        "#,
+    );
+    insta::assert_snapshot!(render(&f));
+}
+
+#[test]
+fn context_is_the_innermost_named_item() {
+    let f = facts(
+        r#"
+        const TOP: &str = "server:top:";
+        impl<T> Store<T> {
+            const KEY: &str = "server:assoc:";
+            fn key(&self) -> String { format!("server:method:{}", 1) }
+        }
+        impl Display for &Other { fn fmt(&self) { let _ = "server:trait-impl:"; } }
+        fn outer() { fn inner() { let _ = "server:inner:"; } }
+        mod m { static S: &str = "server:static:"; }
+        "#,
+    );
+    let contexts: Vec<_> = f.literals.iter().map(|l| l.context.as_deref()).collect();
+    assert_eq!(
+        contexts,
+        vec![
+            Some("TOP"),
+            Some("Store::KEY"),
+            Some("Store::key"),
+            Some("Other::fmt"),
+            Some("inner"),
+            Some("S"),
+        ]
+    );
+}
+
+#[test]
+fn ranges_are_exact_and_tight_when_the_literal_is_verbatim() {
+    let text = "fn f() {\n    // ї\n    let s = \"ї dw_x_total{a=\\\"b\\\"}\";\n    let t = \"ї dw_verbatim server:k:\";\n}\n";
+    let f = facts(text);
+    // Escaped quotes: the value differs from the source, so the whole token.
+    let escaped = &f.metrics[0];
+    assert_eq!(escaped.name, "dw_x_total");
+    assert_eq!((escaped.range.line, escaped.range.column), (3, 13));
+    assert_eq!(
+        &text[escaped.range.start..escaped.range.end],
+        "\"ї dw_x_total{a=\\\"b\\\"}\""
+    );
+    let labels = escaped.labels.as_ref().unwrap();
+    assert_eq!(labels[0].range, escaped.range);
+    // Verbatim: exactly the name bytes; columns count characters.
+    let tight = &f.metrics[1];
+    assert_eq!(&text[tight.range.start..tight.range.end], "dw_verbatim");
+    assert_eq!(
+        (
+            tight.range.line,
+            tight.range.column,
+            tight.range.end_line,
+            tight.range.end_column
+        ),
+        (4, 16, 4, 27)
+    );
+    let literal = &f.literals[0];
+    assert_eq!(
+        (
+            literal.range.line,
+            literal.range.column,
+            literal.range.end_column
+        ),
+        (4, 13, 38)
+    );
+}
+
+#[test]
+fn bom_and_shebang_do_not_shift_positions() {
+    let text = "\u{feff}#!/usr/bin/env run\nconst K: &str = \"dw_k\";\n";
+    let f = facts(text);
+    assert_eq!(f.fallback, None);
+    let r = f.metrics[0].range;
+    assert_eq!(&text[r.start..r.end], "dw_k");
+    assert_eq!((r.line, r.column), (2, 18));
+}
+
+#[test]
+fn unparseable_files_fall_back_to_the_lexer() {
+    let f =
+        facts("fn x( { \"server:x:\" } // \"server:comment:\"\nlet m = \"dw_m{a=\\\"1\\\"} 2\";\n");
+    insta::assert_snapshot!(render(&f));
+}
+
+#[test]
+fn pathological_nesting_does_not_crash() {
+    let depth = 100_000;
+    let text = format!(
+        "fn f() {{ let s = \"server:deep:\"; {}{} }}",
+        "(".repeat(depth),
+        ")".repeat(depth)
+    );
+    let f = facts(&text);
+    assert_eq!(values(&f), vec![("server:deep:", LiteralKind::Lexical)]);
+    let (message, range) = f.fallback.unwrap();
+    assert!(message.contains("deeper than 256"), "{message}");
+    assert_eq!(range.line, 1);
+    let unclosed = format!("{}\"server:open:\"", "{[(".repeat(depth));
+    assert_eq!(
+        values(&facts(&unclosed)),
+        vec![("server:open:", LiteralKind::Lexical)]
+    );
+    let unary = format!(
+        "fn f() {{ let x = {}1; let s = \"dw_u\"; }}",
+        "-".repeat(depth)
+    );
+    assert_eq!(facts(&unary).metrics.len(), 1);
+}
+
+#[test]
+fn hostile_inputs_never_panic() {
+    for text in [
+        "",
+        "\"",
+        "r#\"",
+        "'",
+        "b'",
+        "/*",
+        "fn f() { '\\u{",
+        "concat!(",
+        "r##\"a\"#",
+        "\u{feff}",
+        "#!",
+        "counter!(\"dw_x\", \"a\" =>)",
+        "IntCounterVec::new(",
+        "x!(opts!(), &[1])",
+    ] {
+        let _ = facts(text);
+    }
+}

@@ -1,0 +1,206 @@
+//! What the scanned tree contains, in the shape the rules ask about.
+//!
+//! Extractors report per-file facts; the inventory regroups them by what a
+//! rule needs: cache prefixes used in cache sources, metric sites in metric
+//! sources, scan-limit keys, the items owners may name, and the docs.
+
+use std::collections::HashSet;
+
+use dwpolicy::{MetricPolicy, Policy};
+
+use crate::diagnostic::{Anchor, Diagnostic};
+use crate::extract::{Label, MetricVia, TextRange, SCAN_LIMIT_SUFFIX};
+use crate::normalize;
+use crate::scan::{DocFile, ScanOutput};
+
+/// A cache-namespace literal in a cache source.
+#[derive(Debug, Clone)]
+pub struct CacheUse {
+    /// The normalized prefix.
+    pub prefix: String,
+    /// The literal as written (after unescaping).
+    pub value: String,
+    /// Where.
+    pub anchor: Anchor,
+}
+
+/// A metric name in a metric source.
+#[derive(Debug, Clone)]
+pub struct MetricUse {
+    /// The name as written.
+    pub name: String,
+    /// File relative to the root.
+    pub file: String,
+    /// Where the name is.
+    pub range: TextRange,
+    /// Labels emitted here, when known.
+    pub labels: Option<Vec<Label>>,
+    /// How the site was recognised.
+    pub via: MetricVia,
+}
+
+/// A `*_scan_limit` configuration key in a source.
+#[derive(Debug, Clone)]
+pub struct ScanKeyUse {
+    /// The key as written, e.g. `server.polling.due_timer_recovery_scan_limit`.
+    pub key: String,
+    /// Where.
+    pub anchor: Anchor,
+}
+
+/// Everything the rules can ask about the tree.
+#[derive(Debug, Default)]
+pub struct Inventory {
+    /// How many files the policy selected.
+    pub files_scanned: usize,
+    /// Cache prefixes in cache sources.
+    pub cache_uses: Vec<CacheUse>,
+    /// Metric names in metric sources.
+    pub metric_uses: Vec<MetricUse>,
+    /// Scan-limit keys in cache or metric sources.
+    pub scan_keys: Vec<ScanKeyUse>,
+    /// Paths of every item defined in parsed Rust files.
+    pub items: HashSet<String>,
+    /// Operator docs.
+    pub docs: Vec<DocFile>,
+    /// Files that could not be read or were parsed lexically.
+    pub file_warnings: Vec<Diagnostic>,
+}
+
+impl Inventory {
+    /// Regroups scan output.
+    pub fn build(scan: ScanOutput, policy: &Policy) -> Inventory {
+        let namespace = &policy.settings.cache_namespace;
+        let mut inventory = Inventory {
+            files_scanned: scan.files_scanned,
+            docs: scan.docs,
+            file_warnings: scan.warnings,
+            ..Inventory::default()
+        };
+        for file in scan.sources {
+            let facts = file.facts;
+            if let Some((message, range)) = facts.fallback {
+                inventory.file_warnings.push(
+                    Diagnostic::new("parse-fallback", file.rel.clone(), format!("`{}` was scanned lexically: {message}", file.rel))
+                        .at(Anchor::labeled(file.rel.clone(), range, "parsing stopped here"))
+                        .help("macro-aware label extraction is off for this file; fix the syntax to get it back"),
+                );
+            }
+            inventory.items.extend(facts.items);
+            for literal in &facts.literals {
+                if file.roles.cache {
+                    for prefix in normalize::cache_prefixes(&literal.value, namespace) {
+                        inventory.cache_uses.push(CacheUse {
+                            prefix,
+                            value: literal.value.clone(),
+                            anchor: Anchor::labeled(
+                                file.rel.clone(),
+                                literal.range,
+                                "cache key built here",
+                            ),
+                        });
+                    }
+                }
+                if file.roles.cache || file.roles.metrics {
+                    for key in scan_limit_keys(&literal.value) {
+                        inventory.scan_keys.push(ScanKeyUse {
+                            key: key.to_owned(),
+                            anchor: Anchor::labeled(
+                                file.rel.clone(),
+                                literal.range,
+                                "scan limit read here",
+                            ),
+                        });
+                    }
+                }
+            }
+            if file.roles.metrics {
+                inventory
+                    .metric_uses
+                    .extend(facts.metrics.into_iter().map(|site| MetricUse {
+                        name: site.name,
+                        file: file.rel.clone(),
+                        range: site.range,
+                        labels: site.labels,
+                        via: site.via,
+                    }));
+            }
+        }
+        inventory
+    }
+}
+
+/// `*_scan_limit` keys (dotted config paths allowed) inside a literal value.
+pub fn scan_limit_keys(value: &str) -> impl Iterator<Item = &str> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+    value
+        .split(move |c: char| !is_word(c))
+        .map(|token| token.trim_matches('.'))
+        .filter(|token| {
+            token.ends_with(SCAN_LIMIT_SUFFIX)
+                && token.len() > SCAN_LIMIT_SUFFIX.len()
+                && !token.bytes().any(|b| b.is_ascii_uppercase())
+        })
+}
+
+/// Whether a config key found in source is the declared `config_key`: equal,
+/// or one is a dotted suffix of the other (code often reads the leaf key of
+/// a config section).
+pub fn config_key_matches(declared: &str, found: &str) -> bool {
+    let dotted_suffix = |long: &str, short: &str| {
+        long.strip_suffix(short)
+            .is_some_and(|head| head.ends_with('.'))
+    };
+    declared == found || dotted_suffix(declared, found) || dotted_suffix(found, declared)
+}
+
+/// Series suffixes Prometheus derives from a histogram or summary name.
+const DERIVED_SUFFIXES: &[&str] = &["_bucket", "_sum", "_count", "_created"];
+/// Labels Prometheus adds to derived series; never declared as dimensions.
+pub const IMPLICIT_LABELS: &[&str] = &["le", "quantile"];
+
+/// The declared metric a source name refers to: itself, or the histogram or
+/// summary it derives from (`dw_x_bucket` → `dw_x`).
+pub fn declared_metric<'p>(policy: &'p Policy, name: &str) -> Option<&'p MetricPolicy> {
+    policy.metric(name).or_else(|| {
+        DERIVED_SUFFIXES.iter().find_map(|suffix| {
+            name.strip_suffix(suffix)
+                .and_then(|base| policy.metric(base))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_limit_keys_are_found_with_their_dotted_path() {
+        let keys: Vec<_> =
+            scan_limit_keys("read server.polling.due_timer_recovery_scan_limit, default 5")
+                .collect();
+        assert_eq!(keys, vec!["server.polling.due_timer_recovery_scan_limit"]);
+        assert_eq!(scan_limit_keys("_scan_limit").count(), 0);
+        assert_eq!(scan_limit_keys("Expired_scan_limit").count(), 0);
+    }
+
+    #[test]
+    fn config_keys_match_by_dotted_suffix() {
+        assert!(config_key_matches(
+            "server.polling.x_scan_limit",
+            "x_scan_limit"
+        ));
+        assert!(config_key_matches(
+            "server.polling.x_scan_limit",
+            "polling.x_scan_limit"
+        ));
+        assert!(!config_key_matches(
+            "server.polling.x_scan_limit",
+            "y.x_scan_limit"
+        ));
+        assert!(!config_key_matches(
+            "server.polling.ax_scan_limit",
+            "x_scan_limit"
+        ));
+    }
+}

@@ -1,0 +1,99 @@
+//! The policy file as the gate sees it: the model plus its text, so that
+//! findings can point into it.
+
+use std::path::{Path, PathBuf};
+
+use dwpolicy::{LoadError, Policy, Span};
+
+use crate::diagnostic::Anchor;
+use crate::error::RunError;
+use crate::extract::LineIndex;
+use crate::rules;
+
+/// The default policy location, relative to the checked root.
+pub const DEFAULT_POLICY: &str = "policy/dw-bounded-growth.toml";
+
+/// A loaded policy with its source text.
+pub struct PolicyFile {
+    /// Path shown in findings: relative to the root when inside it.
+    pub display_path: String,
+    /// The policy text.
+    pub text: String,
+    /// The validated model.
+    pub policy: Policy,
+    lines: LineIndex,
+}
+
+impl PolicyFile {
+    /// Loads `path` (or `root/policy/dw-bounded-growth.toml`), collecting every
+    /// structural problem into one [`RunError::PolicyInvalid`].
+    pub fn load(root: &Path, path: Option<&Path>) -> Result<PolicyFile, RunError> {
+        let path: PathBuf = match path {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let default = root.join(DEFAULT_POLICY);
+                if !default.exists() {
+                    return Err(RunError::PolicyNotFound(default));
+                }
+                default
+            }
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| RunError::PolicyUnreadable {
+            path: path.clone(),
+            source,
+        })?;
+        let display_path = display_path(root, &path);
+        let invalid = |errors| RunError::PolicyInvalid {
+            path: display_path.clone(),
+            text: text.clone(),
+            errors,
+        };
+        let policy = dwpolicy::load::load(&text).map_err(|e| invalid(e.errors))?;
+        let unknown_codes = unknown_rule_codes(&policy);
+        if !unknown_codes.is_empty() {
+            return Err(invalid(unknown_codes));
+        }
+        Ok(PolicyFile {
+            display_path,
+            lines: LineIndex::new(&text),
+            text,
+            policy,
+        })
+    }
+
+    /// An anchor on `span` of the policy file.
+    pub fn anchor(&self, span: Span, label: impl Into<String>) -> Anchor {
+        Anchor::labeled(
+            self.display_path.clone(),
+            self.lines.range(&self.text, span.start, span.end),
+            label,
+        )
+    }
+}
+
+fn unknown_rule_codes(policy: &Policy) -> Vec<LoadError> {
+    policy
+        .rules
+        .iter()
+        .filter(|(code, _)| rules::find(&code.value).is_none())
+        .map(|(code, _)| LoadError {
+            message: format!("unknown rule code `{}` in [rules]", code.value),
+            span: Some(code.span),
+            help: Some(match rules::closest_code(&code.value) {
+                Some(near) => format!("did you mean `{near}`? `dwlint rules` lists every code"),
+                None => "`dwlint rules` lists every code".into(),
+            }),
+        })
+        .collect()
+}
+
+fn display_path(root: &Path, path: &Path) -> String {
+    let shown = match (root.canonicalize(), path.canonicalize()) {
+        (Ok(root), Ok(full)) => full
+            .strip_prefix(&root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    };
+    shown.to_string_lossy().replace('\\', "/")
+}

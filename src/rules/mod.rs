@@ -1,0 +1,182 @@
+//! The rule registry.
+//!
+//! One file per rule. A rule file's `//!` doc comment (with `## What it
+//! does`, `## Why is this bad?` and `## Example`) is the rule's only
+//! documentation: `dwlint explain CODE` prints it straight from the source,
+//! which is embedded at compile time, so docs and code cannot drift.
+
+use std::path::Path;
+
+use dwpolicy::{Policy, PolicyFinding, Span};
+
+use crate::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::inventory::Inventory;
+use crate::policy_file::PolicyFile;
+
+mod cache_prefix_namespace;
+mod doc_missing_mention;
+mod doc_stale_mention;
+mod invalid_metric_name;
+mod label_mismatch;
+mod missing_review_field;
+mod overlapping_cache_prefix;
+mod parse_fallback;
+mod undeclared_cache_prefix;
+mod undeclared_metric;
+mod undeclared_scan_limit;
+mod unreadable_file;
+mod unresolved_owner;
+mod unreviewed_cardinality_class;
+mod unused_cache_policy;
+mod unused_metric_policy;
+mod unused_scan_limit_policy;
+
+/// What a rule looks at, which decides whether it can be limited to
+/// changed files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Findings sit in one source file and depend only on it and the policy.
+    File,
+    /// Findings depend on the whole tree (unused entries, docs, owners).
+    Tree,
+}
+
+/// A rule: its code, default severity, documentation and check.
+pub struct Rule {
+    /// The stable code.
+    pub code: &'static str,
+    /// Severity unless configured otherwise.
+    pub default_severity: Severity,
+    /// Whether findings are file-local.
+    pub scope: Scope,
+    source: &'static str,
+    check: fn(&Context, &mut Vec<Diagnostic>),
+}
+
+macro_rules! rule {
+    ($module:ident, $severity:ident, $scope:ident) => {
+        Rule {
+            code: $module::CODE,
+            default_severity: Severity::$severity,
+            scope: Scope::$scope,
+            source: include_str!(concat!(stringify!($module), ".rs")),
+            check: $module::check,
+        }
+    };
+}
+
+/// Every rule, in documentation order.
+pub static RULES: &[Rule] = &[
+    rule!(undeclared_cache_prefix, Error, File),
+    rule!(unused_cache_policy, Error, Tree),
+    rule!(undeclared_metric, Error, File),
+    rule!(unused_metric_policy, Error, Tree),
+    rule!(label_mismatch, Error, File),
+    rule!(undeclared_scan_limit, Error, File),
+    rule!(unused_scan_limit_policy, Error, Tree),
+    rule!(missing_review_field, Error, Tree),
+    rule!(cache_prefix_namespace, Error, Tree),
+    rule!(invalid_metric_name, Error, Tree),
+    rule!(unreviewed_cardinality_class, Error, Tree),
+    rule!(unresolved_owner, Error, Tree),
+    rule!(overlapping_cache_prefix, Error, Tree),
+    rule!(doc_missing_mention, Error, Tree),
+    rule!(doc_stale_mention, Warning, Tree),
+    rule!(parse_fallback, Warning, File),
+    rule!(unreadable_file, Warning, File),
+];
+
+impl Rule {
+    /// The rule's documentation: its source file's `//!` comment as Markdown.
+    pub fn doc(&self) -> String {
+        let mut doc = String::new();
+        for line in self.source.lines() {
+            let Some(text) = line.strip_prefix("//!") else {
+                break;
+            };
+            doc.push_str(text.strip_prefix(' ').unwrap_or(text));
+            doc.push('\n');
+        }
+        doc
+    }
+
+    /// The first sentence under `## What it does`.
+    pub fn summary(&self) -> String {
+        let doc = self.doc();
+        let body = doc
+            .split("## What it does")
+            .nth(1)
+            .unwrap_or(&doc)
+            .split("\n## ")
+            .next()
+            .unwrap_or_default();
+        let text = body.split_whitespace().collect::<Vec<_>>().join(" ");
+        match text.find(". ") {
+            Some(end) => text[..=end].to_owned(),
+            None => text,
+        }
+    }
+}
+
+/// The rule with `code`.
+pub fn find(code: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| r.code == code)
+}
+
+/// The known code closest to `code`, for "did you mean" hints.
+pub fn closest_code(code: &str) -> Option<&'static str> {
+    let codes: Vec<&'static str> = RULES.iter().map(|r| r.code).collect();
+    dwpolicy::load::nearest(code, &codes)
+}
+
+/// What every rule may look at.
+pub struct Context<'a> {
+    /// The checked root.
+    pub root: &'a Path,
+    /// The policy and its text.
+    pub policy_file: &'a PolicyFile,
+    /// What the tree contains.
+    pub inventory: &'a Inventory,
+}
+
+impl Context<'_> {
+    /// The policy model.
+    pub fn policy(&self) -> &Policy {
+        &self.policy_file.policy
+    }
+
+    /// An anchor into the policy file.
+    pub fn in_policy(&self, span: Span, label: impl Into<String>) -> Anchor {
+        self.policy_file.anchor(span, label)
+    }
+
+    /// A diagnostic for a finding of a policy-only check from `dwpolicy`.
+    fn diagnostic_for_policy_finding(&self, code: &'static str, finding: PolicyFinding) -> Diagnostic {
+        let mut diagnostic = Diagnostic::new(code, finding.subject, finding.message)
+            .at(self.in_policy(finding.span, "here"));
+        if let Some((span, label)) = finding.related {
+            diagnostic = diagnostic.related(self.in_policy(span, label));
+        }
+        diagnostic.help = finding.help;
+        diagnostic
+    }
+}
+
+/// Runs `rules` and returns their findings with severities applied, sorted.
+pub fn run(ctx: &Context, severity_of: impl Fn(&Rule) -> Option<Severity>) -> Vec<Diagnostic> {
+    let mut all = Vec::new();
+    for rule in RULES {
+        let Some(severity) = severity_of(rule) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        (rule.check)(ctx, &mut found);
+        for mut diagnostic in found {
+            debug_assert_eq!(diagnostic.code, rule.code);
+            diagnostic.severity = severity;
+            all.push(diagnostic);
+        }
+    }
+    all.sort_by_cached_key(|d| d.sort_key());
+    all
+}

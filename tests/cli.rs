@@ -1,0 +1,195 @@
+//! The command line as users meet it: exit codes, error messages, `explain`
+//! and `rules`, and the repository's own gate.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn dwlint(args: &[&str], dir: Option<&Path>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dwlint"));
+    command.args(args).env("NO_COLOR", "1");
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    command.output().expect("run dwlint")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tree_with_policy(policy: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("policy")).unwrap();
+    std::fs::write(dir.path().join("policy/dw-bounded-growth.toml"), policy).unwrap();
+    dir
+}
+
+#[test]
+fn the_repository_passes_its_own_gate() {
+    let out = dwlint(&["check", env!("CARGO_MANIFEST_DIR")], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("no findings"));
+}
+
+#[test]
+fn exit_codes_follow_the_contract() {
+    assert_eq!(
+        dwlint(&["check", &fixture("clean")], None).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        dwlint(&["check", &fixture("label-mismatch")], None)
+            .status
+            .code(),
+        Some(1)
+    );
+    let missing = dwlint(&["check", "/no/such/tree"], None);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("no such path: /no/such/tree"));
+    let bad_flag = dwlint(&["check", "--format", "xml"], None);
+    assert_eq!(bad_flag.status.code(), Some(2));
+}
+
+#[test]
+fn a_tree_without_a_policy_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dwlint(&["check", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no policy file at"), "{stderr}");
+    assert!(stderr.contains("--policy"), "{stderr}");
+}
+
+#[test]
+fn a_syntax_error_names_file_line_and_column() {
+    let dir = tree_with_policy("schema_version = 1\n[sources\ncache = []\n");
+    let out = dwlint(&["check", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("policy/dw-bounded-growth.toml"), "{stderr}");
+    assert!(stderr.contains("TOML syntax error"), "{stderr}");
+    assert!(stderr.contains("dw-bounded-growth.toml:2:"), "{stderr}");
+}
+
+#[test]
+fn every_structural_problem_is_reported_at_once_with_suggestions() {
+    let dir = tree_with_policy(
+        "schema_version = 1\n[sources]\ncahce = [\"src/**\"]\n[settings]\nmetric_prefix = 5\n[metrics.dw_x]\nowner = \"a\"\nsurfce = \"b\"\n",
+    );
+    let out = dwlint(&["check", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("unknown key `cahce` in [sources]"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did you mean `cache`?"), "{stderr}");
+    assert!(
+        stderr.contains("`settings.metric_prefix` must be a string, found integer"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did you mean `surface`?"), "{stderr}");
+    assert!(stderr.contains("dw-bounded-growth.toml:3:1"), "{stderr}");
+    assert!(stderr.contains("dw-bounded-growth.toml:5:17"), "{stderr}");
+}
+
+#[test]
+fn an_unknown_rule_code_in_the_policy_suggests_the_closest() {
+    let dir = tree_with_policy("schema_version = 1\n[rules]\nlabel-mismatchh = \"warn\"\n");
+    let out = dwlint(&["check", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("did you mean `label-mismatch`?"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn an_explicit_policy_path_is_used() {
+    let policy = format!("{}/policy/dw-bounded-growth.toml", fixture("clean"));
+    let out = dwlint(&["check", &fixture("clean"), "--policy", &policy], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = dwlint(
+        &[
+            "check",
+            &fixture("clean"),
+            "--policy",
+            "/no/such/policy.toml",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot read policy file /no/such/policy.toml"));
+}
+
+#[test]
+fn rules_can_be_allowed_or_downgraded_in_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(&fixture("label-mismatch")).to_path_buf();
+    for rel in ["Cargo.toml", "src/lib.rs", "docs/ops.md"] {
+        std::fs::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
+        std::fs::copy(src.join(rel), dir.path().join(rel)).unwrap();
+    }
+    let policy = std::fs::read_to_string(src.join("policy/dw-bounded-growth.toml")).unwrap();
+    std::fs::create_dir_all(dir.path().join("policy")).unwrap();
+    let with_rules = format!("{policy}\n[rules]\nlabel-mismatch = \"warn\"\n");
+    std::fs::write(dir.path().join("policy/dw-bounded-growth.toml"), with_rules).unwrap();
+    let out = dwlint(
+        &["check", dir.path().to_str().unwrap(), "--format", "json"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("\"severity\": \"warning\""));
+}
+
+#[test]
+fn explain_prints_the_rule_documentation() {
+    let out = dwlint(&["explain", "label-mismatch"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    for section in [
+        "# label-mismatch",
+        "## What it does",
+        "## Why is this bad?",
+        "## Example",
+    ] {
+        assert!(stdout.contains(section), "{stdout}");
+    }
+    let unknown = dwlint(&["explain", "label-mismatc"], None);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("did you mean `label-mismatch`?"));
+}
+
+#[test]
+fn rules_lists_every_rule_with_its_severity() {
+    let out = dwlint(&["rules"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    for rule in dwlint::rules::RULES {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(rule.code))
+            .expect(rule.code);
+        assert!(line.contains(rule.default_severity.as_str()), "{line}");
+    }
+    assert!(stdout
+        .lines()
+        .any(|l| l.starts_with("doc-stale-mention") && l.contains("warning")));
+}
+
+#[test]
+fn check_defaults_to_the_current_directory() {
+    let out = dwlint(&["check"], Some(Path::new(&fixture("clean"))));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
