@@ -63,11 +63,7 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     };
     let output = scan::scan(root, &files, &config, &owner_names(&policy_file));
     let inventory = Inventory::build(output, policy);
-    let ctx = Context {
-        root,
-        policy_file: &policy_file,
-        inventory: &inventory,
-    };
+    let ctx = Context::new(root, &policy_file, &inventory);
     let diagnostics = rules::run(&ctx, |rule| configured_severity(&policy_file, rule));
     Ok(CheckReport {
         diagnostics,

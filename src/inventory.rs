@@ -4,7 +4,7 @@
 //! rule needs: cache prefixes used in cache sources, metric sites in metric
 //! sources, scan-limit keys, the items owners may name, and the docs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use dwpolicy::{MetricPolicy, Policy};
 
@@ -159,15 +159,33 @@ const DERIVED_SUFFIXES: &[&str] = &["_bucket", "_sum", "_count", "_created"];
 /// Labels Prometheus adds to derived series; never declared as dimensions.
 pub const IMPLICIT_LABELS: &[&str] = &["le", "quantile"];
 
-/// The declared metric a source name refers to: itself, or the histogram or
-/// summary it derives from (`dw_x_bucket` → `dw_x`).
-pub fn declared_metric<'p>(policy: &'p Policy, name: &str) -> Option<&'p MetricPolicy> {
-    policy.metric(name).or_else(|| {
-        DERIVED_SUFFIXES.iter().find_map(|suffix| {
-            name.strip_suffix(suffix)
-                .and_then(|base| policy.metric(base))
+/// Declared metrics by name, for lookups from every metric site.
+pub struct MetricIndex<'p> {
+    by_name: HashMap<&'p str, &'p MetricPolicy>,
+}
+
+impl<'p> MetricIndex<'p> {
+    /// Indexes the policy's metrics.
+    pub fn new(policy: &'p Policy) -> Self {
+        let by_name = policy
+            .metrics
+            .iter()
+            .map(|m| (m.name.value.as_str(), m))
+            .collect();
+        MetricIndex { by_name }
+    }
+
+    /// The declared metric a source name refers to: itself, or the histogram
+    /// or summary it derives from (`dw_x_bucket` → `dw_x`).
+    pub fn resolve(&self, name: &str) -> Option<&'p MetricPolicy> {
+        let exact = self.by_name.get(name).copied();
+        exact.or_else(|| {
+            DERIVED_SUFFIXES.iter().find_map(|suffix| {
+                let base = name.strip_suffix(suffix)?;
+                self.by_name.get(base).copied()
+            })
         })
-    })
+    }
 }
 
 #[cfg(test)]

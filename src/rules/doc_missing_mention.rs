@@ -17,6 +17,8 @@
 //! passes only when `docs/bounded-growth.md` mentions both `readiness_probe`
 //! and `server:readiness:`, typically as a row of its Cache Inventory table.
 
+use aho_corasick::AhoCorasick;
+
 use super::Context;
 use crate::diagnostic::Diagnostic;
 use dwpolicy::Spanned;
@@ -57,6 +59,9 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
     for metric in &policy.metrics {
         wanted.push((&metric.name, "metric"));
     }
+    wanted.retain(|(mention, _)| !mention.value.trim().is_empty());
+    let needles: Vec<&str> = wanted.iter().map(|(m, _)| m.value.as_str()).collect();
+    let found = mentioned(ctx.inventory.docs.iter().map(|d| d.text.as_str()), &needles);
     let doc_names = ctx
         .inventory
         .docs
@@ -64,14 +69,8 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
         .map(|d| d.rel.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    for (mention, kind) in wanted {
-        if mention.value.trim().is_empty()
-            || ctx
-                .inventory
-                .docs
-                .iter()
-                .any(|d| mentions(&d.text, &mention.value))
-        {
+    for (i, (mention, kind)) in wanted.into_iter().enumerate() {
+        if found[i] {
             continue;
         }
         out.push(
@@ -89,20 +88,36 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// Whether `text` contains `needle` as a whole identifier.
-pub(super) fn mentions(text: &str, needle: &str) -> bool {
-    let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-    text.match_indices(needle).any(|(at, _)| {
-        let before = text[..at].chars().next_back();
-        let after = text[at + needle.len()..].chars().next();
-        let ends_open = needle.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
-        !is_ident(before) && (!ends_open || !is_ident(after))
-    })
+/// For each needle, whether some text mentions it as a whole identifier
+/// (not as part of a longer one). One automaton pass per text, so the cost
+/// grows with the docs plus the matches, not docs × policy entries.
+fn mentioned<'t>(texts: impl Iterator<Item = &'t str>, needles: &[&str]) -> Vec<bool> {
+    let mut found = vec![false; needles.len()];
+    let Ok(automaton) = AhoCorasick::new(needles) else {
+        return found;
+    };
+    let is_ident = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+    for text in texts {
+        let bytes = text.as_bytes();
+        for m in automaton.find_overlapping_iter(text) {
+            let needle = needles[m.pattern().as_usize()].as_bytes();
+            let before = m.start().checked_sub(1).and_then(|i| bytes.get(i));
+            let ends_open = needle
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+            if !is_ident(before) && (!ends_open || !is_ident(bytes.get(m.end()))) {
+                found[m.pattern().as_usize()] = true;
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]
 mod tests {
-    use super::mentions;
+    fn mentions(text: &str, needle: &str) -> bool {
+        super::mentioned([text].into_iter(), &[needle])[0]
+    }
 
     #[test]
     fn a_mention_is_a_whole_identifier() {

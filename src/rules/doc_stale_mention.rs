@@ -19,7 +19,6 @@
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::LineIndex;
-use crate::inventory::declared_metric;
 use crate::normalize::{cache_prefixes, covers};
 
 pub(super) const CODE: &str = "doc-stale-mention";
@@ -62,7 +61,7 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
             offset += line.len();
         }
         for (at, name) in metric_tokens(&doc.text, &policy.settings.metric_prefix) {
-            if declared_metric(policy, name).is_none() {
+            if ctx.metrics.resolve(name).is_none() {
                 let message =
                     format!("the doc names metric `{name}`, which the policy does not declare");
                 stale(at, name.len(), name.to_owned(), message);

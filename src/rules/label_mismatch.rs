@@ -30,14 +30,14 @@ use std::collections::BTreeSet;
 
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
-use crate::inventory::{declared_metric, IMPLICIT_LABELS};
+use crate::inventory::IMPLICIT_LABELS;
 
 pub(super) const CODE: &str = "label-mismatch";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
     for site in &ctx.inventory.metric_uses {
         let Some(labels) = &site.labels else { continue };
-        let Some(metric) = declared_metric(ctx.policy(), &site.name) else {
+        let Some(metric) = ctx.metrics.resolve(&site.name) else {
             continue;
         };
         let name = &metric.name.value;

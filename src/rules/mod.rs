@@ -10,7 +10,7 @@ use std::path::Path;
 use dwpolicy::{Policy, PolicyFinding, Span};
 
 use crate::diagnostic::{Anchor, Diagnostic, Severity};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, MetricIndex};
 use crate::policy_file::PolicyFile;
 
 mod cache_prefix_namespace;
@@ -137,9 +137,21 @@ pub struct Context<'a> {
     pub policy_file: &'a PolicyFile,
     /// What the tree contains.
     pub inventory: &'a Inventory,
+    /// The policy's metrics by name.
+    pub metrics: MetricIndex<'a>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A context over a policy and an inventory.
+    pub fn new(root: &'a Path, policy_file: &'a PolicyFile, inventory: &'a Inventory) -> Self {
+        Context {
+            root,
+            policy_file,
+            inventory,
+            metrics: MetricIndex::new(&policy_file.policy),
+        }
+    }
+
     /// The policy model.
     pub fn policy(&self) -> &Policy {
         &self.policy_file.policy
@@ -151,7 +163,11 @@ impl Context<'_> {
     }
 
     /// A diagnostic for a finding of a policy-only check from `dwpolicy`.
-    fn diagnostic_for_policy_finding(&self, code: &'static str, finding: PolicyFinding) -> Diagnostic {
+    fn diagnostic_for_policy_finding(
+        &self,
+        code: &'static str,
+        finding: PolicyFinding,
+    ) -> Diagnostic {
         let mut diagnostic = Diagnostic::new(code, finding.subject, finding.message)
             .at(self.in_policy(finding.span, "here"));
         if let Some((span, label)) = finding.related {

@@ -25,13 +25,12 @@
 
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
-use crate::inventory::declared_metric;
 
 pub(super) const CODE: &str = "undeclared-metric";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
     for site in &ctx.inventory.metric_uses {
-        if declared_metric(ctx.policy(), &site.name).is_some() {
+        if ctx.metrics.resolve(&site.name).is_some() {
             continue;
         }
         out.push(

@@ -13,19 +13,23 @@
 //! ```
 //! Rename the entry together with the code, or remove it.
 
+use std::collections::HashSet;
+
 use super::Context;
 use crate::diagnostic::Diagnostic;
-use crate::inventory::declared_metric;
 
 pub(super) const CODE: &str = "unused-metric-policy";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
+    let used: HashSet<&str> = ctx
+        .inventory
+        .metric_uses
+        .iter()
+        .filter_map(|site| ctx.metrics.resolve(&site.name))
+        .map(|m| m.name.value.as_str())
+        .collect();
     for metric in &ctx.policy().metrics {
-        let used = ctx.inventory.metric_uses.iter().any(|site| {
-            declared_metric(ctx.policy(), &site.name)
-                .is_some_and(|m| m.name.value == metric.name.value)
-        });
-        if used {
+        if used.contains(metric.name.value.as_str()) {
             continue;
         }
         out.push(
