@@ -70,7 +70,12 @@ fn parse_and_walk(
     let file = match syn::parse_str::<syn::File>(&text[base..]) {
         Ok(file) => file,
         Err(err) => {
-            let at = err.span().byte_range();
+            let mut at = err.span().byte_range();
+            // syn has no span for "unexpected end of input"; the end is where
+            // parsing stopped.
+            if at == (0..0) && err.to_string().contains("end of input") {
+                at = text.len() - base..text.len() - base;
+            }
             return Err((
                 format!("not parseable as Rust ({err}); scanned lexically"),
                 base + at.start..base + at.end,

@@ -447,6 +447,16 @@ fn unparseable_files_fall_back_to_the_lexer() {
 }
 
 #[test]
+fn unexpected_end_of_input_points_at_the_end() {
+    let text = "const K: &str = \"server:eof:\";\nimpl";
+    let f = facts(text);
+    assert_eq!(values(&f), vec![("server:eof:", LiteralKind::Lexical)]);
+    let (message, range) = f.fallback.unwrap();
+    assert!(message.contains("end of input"), "{message}");
+    assert_eq!((range.start, range.line, range.column), (text.len(), 2, 5));
+}
+
+#[test]
 fn pathological_nesting_does_not_crash() {
     let depth = 100_000;
     let text = format!(
