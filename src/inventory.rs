@@ -81,7 +81,7 @@ impl Inventory {
             let facts = file.facts;
             if let Some((message, range)) = facts.fallback {
                 inventory.file_warnings.push(
-                    Diagnostic::new("parse-fallback", file.rel.clone(), format!("`{}` was scanned lexically: {message}", file.rel))
+                    Diagnostic::new("parse-fallback", file.rel.clone(), format!("`{}` was scanned lexically ({message})", file.rel))
                         .at(Anchor::labeled(file.rel.clone(), range, "parsing stopped here"))
                         .help("macro-aware label extraction is off for this file; fix the syntax to get it back"),
                 );

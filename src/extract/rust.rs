@@ -23,7 +23,7 @@ use super::{lexical, ExtractConfig, FileFacts};
 /// `FileFacts::fallback` says why.
 pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) -> FileFacts {
     if let Some((reason, at)) = lexical::too_complex(text) {
-        return fallback(text, config, format!("{reason}; scanned lexically"), at..at);
+        return fallback(text, config, reason.to_string(), at..at);
     }
     let parsed = catch_unwind(AssertUnwindSafe(|| {
         parse_and_walk(text, config, module_path)
@@ -37,7 +37,7 @@ pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) 
         Err(_) => fallback(
             text,
             config,
-            "the Rust parser failed unexpectedly; scanned lexically".to_owned(),
+            "the Rust parser failed unexpectedly".to_owned(),
             0..0,
         ),
     }
@@ -77,7 +77,7 @@ fn parse_and_walk(
                 at = text.len() - base..text.len() - base;
             }
             return Err((
-                format!("not parseable as Rust ({err}); scanned lexically"),
+                format!("not parseable as Rust: {err}"),
                 base + at.start..base + at.end,
             ));
         }
