@@ -73,7 +73,8 @@ pub fn scan(
         SCAN_LIMIT_SUFFIX,
     ];
     patterns.extend(owner_names.iter().map(String::as_str));
-    let prefilter = AhoCorasick::new(&patterns).expect("literal patterns always build");
+    // Building can only fail on absurd pattern sets; then every file is parsed.
+    let prefilter = AhoCorasick::new(&patterns).ok();
     let modules = ModulePaths::default();
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
@@ -88,7 +89,10 @@ pub fn scan(
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(file) = files.get(i) else { break };
-                        out.push((i, scan_one(root, file, config, &prefilter, &modules)));
+                        out.push((
+                            i,
+                            scan_one(root, file, config, prefilter.as_ref(), &modules),
+                        ));
                     }
                     out
                 };
@@ -143,7 +147,7 @@ fn scan_one(
     root: &Path,
     file: &SelectedFile,
     config: &ExtractConfig,
-    prefilter: &AhoCorasick,
+    prefilter: Option<&AhoCorasick>,
     modules: &ModulePaths,
 ) -> Outcome {
     let bytes = match std::fs::read(&file.path) {
@@ -165,7 +169,7 @@ fn scan_one(
             "exclude binary files in [sources].exclude",
         );
     }
-    if !file.roles.docs && !prefilter.is_match(&bytes) {
+    if !file.roles.docs && prefilter.is_some_and(|p| !p.is_match(&bytes)) {
         return Outcome::Skipped;
     }
     let text = match String::from_utf8(bytes) {
