@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod policy;
 pub mod polling;
 pub mod readiness;
+pub mod store;

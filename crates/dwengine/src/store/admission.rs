@@ -1,0 +1,182 @@
+//! Admission of signals and updates: the limit rejects the command, not the run.
+//!
+//! A signal or update arrives from outside the workflow (control plane,
+//! webhook, client stub). When the run's pending count for it has reached
+//! the limit, the command is refused with `structural_limit_exceeded` and
+//! the limit metadata, nothing is written, and the run stays active so the
+//! caller can retry after the workflow processes its backlog. The counter is
+//! read under SQLite's write lock (an immediate transaction), so concurrent
+//! admissions from several connections can never overshoot the limit.
+
+use dwpolicy::limits::REJECTION_REASON;
+use dwpolicy::{LimitKind, RunRef, StructuralLimitExceeded};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::store::model::RunId;
+use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
+use crate::store::{Error, EventType, Store};
+
+/// A signal for a run.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SignalRequest {
+    /// The signal name.
+    pub name: String,
+    /// Its arguments.
+    pub payload: Value,
+    /// Makes retries idempotent: a second request with the same id returns
+    /// the first one's acceptance without admitting again.
+    pub request_id: Option<String>,
+}
+
+/// An update for a run (same shape and idempotency as a signal).
+pub type UpdateRequest = SignalRequest;
+
+/// The answer to a signal or update.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Admission {
+    /// Stored as pending.
+    Accepted {
+        /// The signal or update id.
+        id: i64,
+        /// `true` when the request id had already been admitted.
+        duplicate: bool,
+    },
+    /// Refused at a structural limit; nothing was written.
+    Rejected(Rejection),
+}
+
+impl Admission {
+    /// Whether the command was refused.
+    pub fn rejected(&self) -> bool {
+        matches!(self, Admission::Rejected(_))
+    }
+}
+
+/// A refusal with the machine-readable limit metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    /// Always `structural_limit_exceeded`.
+    pub reason: &'static str,
+    /// The limit that was reached.
+    pub structural_limit_kind: LimitKind,
+    /// The pending count at admission.
+    pub structural_limit_value: u64,
+    /// The configured ceiling.
+    pub structural_limit_configured: u64,
+}
+
+impl From<StructuralLimitExceeded> for Rejection {
+    fn from(e: StructuralLimitExceeded) -> Self {
+        Rejection {
+            reason: REJECTION_REASON,
+            structural_limit_kind: e.kind,
+            structural_limit_value: e.value,
+            structural_limit_configured: e.configured,
+        }
+    }
+}
+
+/// The per-kind differences between signal and update admission.
+struct Intake {
+    table: &'static str,
+    status: &'static str,
+    pending: Pending,
+    event: EventType,
+    id_key: &'static str,
+}
+
+const SIGNALS: Intake = Intake {
+    table: "signals",
+    status: "received",
+    pending: Pending::Signal,
+    event: EventType::SignalReceived,
+    id_key: "signal_id",
+};
+
+const UPDATES: Intake = Intake {
+    table: "updates",
+    status: "accepted",
+    pending: Pending::Update,
+    event: EventType::UpdateAccepted,
+    id_key: "update_id",
+};
+
+impl Store {
+    /// Admits a signal unless `pending_signal_count` is reached.
+    pub fn signal(&mut self, run: RunId, request: SignalRequest) -> Result<Admission, Error> {
+        self.admit(&SIGNALS, run, request)
+    }
+
+    /// Admits an update unless `pending_update_count` is reached.
+    pub fn submit_update(
+        &mut self,
+        run: RunId,
+        request: UpdateRequest,
+    ) -> Result<Admission, Error> {
+        self.admit(&UPDATES, run, request)
+    }
+
+    fn admit(
+        &mut self,
+        intake: &Intake,
+        run: RunId,
+        request: SignalRequest,
+    ) -> Result<Admission, Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let head = load_head(&tx, run)?;
+        head.ensure_writable()?;
+        if let Some(request_id) = &request.request_id {
+            let existing: Option<i64> = tx
+                .prepare_cached(&format!(
+                    "SELECT id FROM {} WHERE run_id = ?1 AND request_id = ?2",
+                    intake.table
+                ))?
+                .query_row(params![run.0, request_id], |row| row.get(0))
+                .optional()?;
+            if let Some(id) = existing {
+                return Ok(Admission::Accepted {
+                    id,
+                    duplicate: true,
+                });
+            }
+        }
+        let run_ref = RunRef {
+            workflow_run_id: &head.workflow_id,
+            workflow_type: &head.workflow_type,
+        };
+        let current = intake.pending.get(&head.pending);
+        if let Err(exceeded) =
+            self.config
+                .limits
+                .check_and_warn(intake.pending.limit_kind(), current, &run_ref)
+        {
+            return Ok(Admission::Rejected(exceeded.into()));
+        }
+        let payload_text = serde_json::to_string(&request.payload)?;
+        tx.prepare_cached(&format!(
+            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5)",
+            intake.table
+        ))?
+        .execute(params![run.0, request.name, payload_text, request.request_id, intake.status])?;
+        let id = tx.last_insert_rowid();
+        bump(&tx, run, intake.pending, 1)?;
+        let event = json!({
+            intake.id_key: id,
+            "name": request.name,
+            "payload": request.payload,
+            "request_id": request.request_id,
+            "received_at_ms": now_ms(),
+        });
+        append_event(&tx, run, intake.event, &event, false)?;
+        tx.commit()?;
+        Ok(Admission::Accepted {
+            id,
+            duplicate: false,
+        })
+    }
+}

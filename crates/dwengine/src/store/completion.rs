@@ -1,0 +1,299 @@
+//! Completion paths: items reaching a terminal state release their pending count.
+//!
+//! Workers report activity results, timers fire or are cancelled, children
+//! close, workflow code processes signals and resolves updates. Each path
+//! moves the item's row to a terminal status, decrements the run's counter
+//! and appends the matching history event in one transaction, so the limit
+//! a caller hit earlier frees up exactly when the item is done. A run that
+//! has already finished still releases the count (the counters must keep
+//! matching the rows) but gets no further history.
+
+use dwpolicy::limits::FAILURE_CATEGORY;
+use dwpolicy::StructuralLimitExceeded;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::store::model::{ActivityId, RunId, RunOrigin, RunStatus, TimerId};
+use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
+use crate::store::{Error, EventType, Store};
+
+/// How an update ends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateResolution {
+    /// Applied, with a result.
+    Completed(Value),
+    /// Refused by the workflow, with a reason.
+    Rejected(String),
+}
+
+/// One item table's shape, so every close goes through the same code.
+struct ItemTable {
+    table: &'static str,
+    item: &'static str,
+    open: &'static str,
+    pending: Pending,
+    has_result: bool,
+}
+
+const ACTIVITIES: ItemTable = ItemTable {
+    table: "activities",
+    item: "activity",
+    open: "scheduled",
+    pending: Pending::Activity,
+    has_result: true,
+};
+const TIMERS: ItemTable = ItemTable {
+    table: "timers",
+    item: "timer",
+    open: "pending",
+    pending: Pending::Timer,
+    has_result: false,
+};
+const SIGNALS: ItemTable = ItemTable {
+    table: "signals",
+    item: "signal",
+    open: "received",
+    pending: Pending::Signal,
+    has_result: false,
+};
+const UPDATES: ItemTable = ItemTable {
+    table: "updates",
+    item: "update",
+    open: "accepted",
+    pending: Pending::Update,
+    has_result: true,
+};
+
+impl Store {
+    /// An activity finished with `result`.
+    pub fn complete_activity(&mut self, activity: ActivityId, result: Value) -> Result<(), Error> {
+        let payload = json!({ "activity_id": activity.0, "result": result });
+        self.close(
+            &ACTIVITIES,
+            activity.0,
+            "completed",
+            Some(&result),
+            EventType::ActivityCompleted,
+            payload,
+        )
+    }
+
+    /// An activity finished with an error.
+    pub fn fail_activity(&mut self, activity: ActivityId, message: &str) -> Result<(), Error> {
+        let error = Value::String(message.to_owned());
+        let payload = json!({ "activity_id": activity.0, "message": message });
+        self.close(
+            &ACTIVITIES,
+            activity.0,
+            "failed",
+            Some(&error),
+            EventType::ActivityFailed,
+            payload,
+        )
+    }
+
+    /// A timer fired.
+    pub fn fire_timer(&mut self, timer: TimerId) -> Result<(), Error> {
+        let payload = json!({ "timer_id": timer.0 });
+        self.close(
+            &TIMERS,
+            timer.0,
+            "fired",
+            None,
+            EventType::TimerFired,
+            payload,
+        )
+    }
+
+    /// A timer was cancelled before firing.
+    pub fn cancel_timer(&mut self, timer: TimerId) -> Result<(), Error> {
+        let payload = json!({ "timer_id": timer.0 });
+        self.close(
+            &TIMERS,
+            timer.0,
+            "cancelled",
+            None,
+            EventType::TimerCancelled,
+            payload,
+        )
+    }
+
+    /// Workflow code has handled a received signal.
+    pub fn process_signal(&mut self, signal: i64) -> Result<(), Error> {
+        let payload = json!({ "signal_id": signal });
+        self.close(
+            &SIGNALS,
+            signal,
+            "processed",
+            None,
+            EventType::SignalProcessed,
+            payload,
+        )
+    }
+
+    /// Workflow code has resolved an accepted update.
+    pub fn resolve_update(
+        &mut self,
+        update: i64,
+        resolution: UpdateResolution,
+    ) -> Result<(), Error> {
+        let (status, event, result) = match &resolution {
+            UpdateResolution::Completed(v) => ("completed", EventType::UpdateCompleted, v.clone()),
+            UpdateResolution::Rejected(r) => (
+                "rejected",
+                EventType::UpdateRejected,
+                Value::String(r.clone()),
+            ),
+        };
+        let payload = json!({ "update_id": update, "result": result });
+        self.close(&UPDATES, update, status, Some(&result), event, payload)
+    }
+
+    fn close(
+        &mut self,
+        table: &ItemTable,
+        id: i64,
+        status: &str,
+        result: Option<&Value>,
+        event: EventType,
+        payload: Value,
+    ) -> Result<(), Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found: Option<(i64, String)> = tx
+            .prepare_cached(&format!(
+                "SELECT run_id, status FROM {} WHERE id = ?1",
+                table.table
+            ))?
+            .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let Some((run, current)) = found else {
+            return Err(Error::ItemNotFound {
+                item: table.item,
+                id,
+            });
+        };
+        if current != table.open {
+            return Err(Error::AlreadyClosed {
+                item: table.item,
+                id,
+                status: current,
+            });
+        }
+        if table.has_result {
+            let text = result.map(serde_json::to_string).transpose()?;
+            tx.prepare_cached(&format!(
+                "UPDATE {} SET status = ?2, result = ?3 WHERE id = ?1",
+                table.table
+            ))?
+            .execute(params![id, status, text])?;
+        } else {
+            tx.prepare_cached(&format!(
+                "UPDATE {} SET status = ?2 WHERE id = ?1",
+                table.table
+            ))?
+            .execute(params![id, status])?;
+        }
+        let run = RunId(run);
+        bump(&tx, run, table.pending, -1)?;
+        if load_head(&tx, run)?.status == RunStatus::Running {
+            append_event(&tx, run, event, &payload, false)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// A failure row to write with the terminal event.
+pub(crate) struct FailureRow<'a> {
+    pub category: &'a str,
+    pub message: &'a str,
+    pub limit: Option<StructuralLimitExceeded>,
+}
+
+/// Ends `head`'s run: terminal event, status, optional failure row, and the
+/// parent's child link closed (releasing the parent's pending child count).
+pub(crate) fn finish_run(
+    conn: &Connection,
+    head: &RunHead,
+    status: RunStatus,
+    event: EventType,
+    payload: &Value,
+    failure: Option<FailureRow<'_>>,
+) -> Result<(), Error> {
+    append_event(conn, head.id, event, payload, false)?;
+    conn.prepare_cached("UPDATE runs SET status = ?2 WHERE id = ?1")?
+        .execute(params![head.id.0, status.as_str()])?;
+    if let Some(failure) = failure {
+        let limit = failure.limit;
+        conn.prepare_cached(
+            "INSERT INTO failures (run_id, failure_category, message, structural_limit_kind, \
+             structural_limit_value, structural_limit_configured, created_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            head.id.0,
+            failure.category,
+            failure.message,
+            limit.map(|l| l.kind.as_str()),
+            limit.map(|l| crate::store::rows::to_i64(l.value)),
+            limit.map(|l| crate::store::rows::to_i64(l.configured)),
+            now_ms()
+        ])?;
+    }
+    let Some(parent) = head.parent else {
+        return Ok(());
+    };
+    let closed = conn
+        .prepare_cached(
+            "UPDATE children SET status = 'closed', closed_status = ?2 \
+             WHERE child_run_id = ?1 AND status = 'open'",
+        )?
+        .execute(params![head.id.0, status.as_str()])?;
+    if closed == 1 {
+        bump(conn, parent, Pending::Child, -1)?;
+        let parent_head = load_head(conn, parent)?;
+        if parent_head.status == RunStatus::Running && parent_head.origin == RunOrigin::V2 {
+            let payload = json!({ "child_run_id": head.id.0, "status": status });
+            append_event(
+                conn,
+                parent,
+                EventType::ChildWorkflowClosed,
+                &payload,
+                false,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Fails `head`'s run for a structural limit, as the contract classifies it:
+/// a `structural_limit` failure row and a `WorkflowFailed` event carrying
+/// the kind, value and configured limit.
+pub(crate) fn fail_structural(
+    conn: &Connection,
+    head: &RunHead,
+    exceeded: StructuralLimitExceeded,
+) -> Result<(), Error> {
+    let message = exceeded.to_string();
+    let mut payload = serde_json::to_value(exceeded)?;
+    if let Value::Object(map) = &mut payload {
+        map.insert("message".into(), Value::String(message.clone()));
+    }
+    let failure = FailureRow {
+        category: FAILURE_CATEGORY,
+        message: &message,
+        limit: Some(exceeded),
+    };
+    finish_run(
+        conn,
+        head,
+        RunStatus::Failed,
+        EventType::WorkflowFailed,
+        &payload,
+        Some(failure),
+    )
+}

@@ -1,0 +1,100 @@
+//! The store's one error type.
+//!
+//! Workflow code returns it from task closures with `?`, so a structural limit
+//! hit deep inside a fan-out reaches [`crate::store::Store::execute_task`]
+//! unchanged and is classified there; every other variant aborts the task
+//! and leaves the database as it was.
+
+use dwpolicy::history::HistoryBudgetError;
+use dwpolicy::{ProjectionTooLarge, StructuralLimitExceeded};
+
+use crate::store::model::{RunId, RunStatus};
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused or failed an operation.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A payload could not be encoded or a stored one decoded.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The file was migrated by a newer engine.
+    #[error("database schema version {found} is newer than this engine's {supported}")]
+    SchemaTooNew {
+        /// The file's version.
+        found: i64,
+        /// The newest this engine knows.
+        supported: i64,
+    },
+    /// No such run.
+    #[error("run {0} does not exist")]
+    RunNotFound(RunId),
+    /// The run has finished.
+    #[error("run {run} is {status}, not running")]
+    RunNotActive {
+        /// The run.
+        run: RunId,
+        /// Its terminal status.
+        status: RunStatus,
+    },
+    /// The run is an imported v1 projection, which never takes appends.
+    #[error("run {0} is an imported v1 projection and is read-only")]
+    ReadOnlyProjection(RunId),
+    /// A structural limit was hit inside a task (the run is failed for it).
+    #[error(transparent)]
+    StructuralLimit(#[from] StructuralLimitExceeded),
+    /// An activity, timer, signal or update id that does not exist.
+    #[error("{item} {id} does not exist")]
+    ItemNotFound {
+        /// What kind of item.
+        item: &'static str,
+        /// Its id.
+        id: i64,
+    },
+    /// A completion for an item already in a terminal state.
+    #[error("{item} {id} is already {status}")]
+    AlreadyClosed {
+        /// What kind of item.
+        item: &'static str,
+        /// Its id.
+        id: i64,
+        /// Its terminal state.
+        status: String,
+    },
+    /// Replayed workflow code issued a different command than history recorded.
+    #[error(
+        "nondeterminism at command {index}: history recorded {recorded}, workflow issued {issued}"
+    )]
+    Nondeterminism {
+        /// Position of the command in the run.
+        index: u64,
+        /// What history has there.
+        recorded: String,
+        /// What the code issued.
+        issued: String,
+    },
+    /// A v1 import does not fit the history budget.
+    #[error(transparent)]
+    ProjectionTooLarge(#[from] ProjectionTooLarge),
+    /// The workflow already has a projection in this namespace.
+    #[error("workflow {workflow_id} already has a v1 projection (run {run})")]
+    AlreadyImported {
+        /// The workflow id.
+        workflow_id: String,
+        /// The existing projection.
+        run: RunId,
+    },
+    /// A stored value this engine cannot interpret.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl From<HistoryBudgetError> for Error {
+    fn from(e: HistoryBudgetError) -> Self {
+        match e {
+            HistoryBudgetError::TooLarge(t) => Error::ProjectionTooLarge(t),
+            HistoryBudgetError::Encode { source, .. } => Error::Json(source),
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! A durable workflow run store on SQLite that enforces structural limits.
+//!
+//! Runs, their append-only history, and the activities, timers, children,
+//! signals, updates and failures that hang off them live in one SQLite file
+//! (or in memory for tests). Every operation that could grow a run is checked
+//! against dwpolicy's [`StructuralLimits`] at the points the structural-limit
+//! contract names, with the run's pending counters kept on its row so that a
+//! check never counts rows. The submodules split the store by who calls it:
+//! workflow code ([`task`]), callers admitting signals and updates
+//! ([`admission`]), workers reporting completions ([`completion`]) and
+//! operators importing v1 history ([`import`]).
+
+pub mod admission;
+pub mod completion;
+mod error;
+pub mod executor;
+pub mod import;
+pub mod model;
+mod rows;
+pub mod schema;
+pub mod task;
+
+use std::path::Path;
+use std::time::Duration;
+
+use dwpolicy::{
+    BackendCapabilities, BackendProfile, EnvConfigError, HealthSnapshot, HistoryBudget, LimitKind,
+    RunRef, StructuralLimits,
+};
+use rusqlite::{params, Connection, TransactionBehavior};
+use serde_json::{Map, Value};
+
+pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
+pub use completion::UpdateResolution;
+pub use error::Error;
+pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
+pub use import::{ImportMode, ImportReport, V1Projection, V1Row, V1Terminal};
+pub use model::{
+    ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
+    RunStatus, StartRun, TimerId,
+};
+pub use task::{ChildWorkflow, Command, CommandOutput, Task};
+
+use rows::{append_event, now_ms, to_u64};
+
+/// The database driver name this store reports in its backend contract.
+pub const DATABASE_DRIVER: &str = "sqlite";
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: a committed task survives power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: survives a killed process; the last commits
+    /// may roll back after power loss (WAL keeps the file consistent either way).
+    Normal,
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The structural limits every enforcement point checks.
+    pub limits: StructuralLimits,
+    /// The budget of one v1 projection import.
+    pub history_budget: HistoryBudget,
+    /// The queue driver named in the backend contract.
+    pub queue_driver: String,
+    /// How long a write waits for another connection's lock.
+    pub busy_timeout: Duration,
+    /// Commit durability.
+    pub durability: Durability,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            limits: StructuralLimits::default(),
+            history_budget: HistoryBudget::default(),
+            queue_driver: "database".to_owned(),
+            busy_timeout: Duration::from_secs(10),
+            durability: Durability::Full,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Defaults with the limits and the history budget read from the environment.
+    pub fn from_env() -> Result<Self, EnvConfigError> {
+        Ok(StoreConfig {
+            limits: StructuralLimits::from_env()?,
+            history_budget: HistoryBudget::from_env()?,
+            ..StoreConfig::default()
+        })
+    }
+}
+
+/// One connection to a run store.
+///
+/// Open one store per thread or process: SQLite serializes the writers, and
+/// every write path takes the write lock before it reads a counter, so
+/// concurrent admissions cannot overshoot a limit.
+pub struct Store {
+    conn: Connection,
+    config: StoreConfig,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path`, in WAL mode, migrated.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
+        let conn = Connection::open(path)?;
+        Store::setup(conn, config)
+    }
+
+    /// A private in-memory store (no WAL: there is no file to share).
+    pub fn open_in_memory(config: StoreConfig) -> Result<Store, Error> {
+        Store::setup(Connection::open_in_memory()?, config)
+    }
+
+    fn setup(mut conn: Connection, config: StoreConfig) -> Result<Store, Error> {
+        conn.busy_timeout(config.busy_timeout)?;
+        // journal_mode answers with the mode in force; memory databases keep "memory".
+        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        let synchronous = match config.durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", synchronous)?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        schema::migrate(&mut conn)?;
+        Ok(Store { conn, config })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The health snapshot's `structural_limits` section.
+    pub fn health(&self) -> HealthSnapshot {
+        HealthSnapshot::new(self.config.limits)
+    }
+
+    /// The backend contract; SQLite adds `concurrent_write_safety: limited`.
+    pub fn capabilities(&self) -> BackendCapabilities {
+        BackendCapabilities::new(
+            self.config.limits,
+            BackendProfile {
+                queue_driver: &self.config.queue_driver,
+                database_driver: DATABASE_DRIVER,
+            },
+        )
+    }
+
+    /// Starts a run; arguments, memo and search attributes must fit their size limits.
+    pub fn start_run(&mut self, start: StartRun) -> Result<RunId, Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run = insert_run(&tx, &self.config.limits, &start, None)?;
+        tx.commit()?;
+        Ok(run)
+    }
+
+    /// The run as stored.
+    pub fn run(&self, run: RunId) -> Result<Run, Error> {
+        rows::load_run(&self.conn, run)
+    }
+
+    /// The run's pending counters (one row read).
+    pub fn pending_counts(&self, run: RunId) -> Result<PendingCounts, Error> {
+        Ok(rows::load_head(&self.conn, run)?.pending)
+    }
+
+    /// The run's whole history in order.
+    pub fn history(&self, run: RunId) -> Result<Vec<HistoryEvent>, Error> {
+        rows::load_head(&self.conn, run)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT sequence, event_type, payload FROM history_events \
+             WHERE run_id = ?1 ORDER BY sequence",
+        )?;
+        let raw = stmt.query_map([run.0], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut events = Vec::new();
+        for item in raw {
+            let (sequence, event_type, payload) = item?;
+            let event_type = EventType::from_name(&event_type)
+                .ok_or_else(|| Error::Corrupt(format!("unknown event type {event_type:?}")))?;
+            events.push(HistoryEvent {
+                sequence: to_u64(sequence),
+                event_type,
+                payload: serde_json::from_str(&payload)?,
+            });
+        }
+        Ok(events)
+    }
+
+    /// The run's failure rows, oldest first.
+    pub fn failures(&self, run: RunId) -> Result<Vec<FailureRecord>, Error> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT failure_category, message, structural_limit_kind, structural_limit_value, \
+             structural_limit_configured FROM failures WHERE run_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([run.0], |row| {
+            Ok(FailureRecord {
+                failure_category: row.get(0)?,
+                message: row.get(1)?,
+                structural_limit_kind: row.get(2)?,
+                structural_limit_value: row.get::<_, Option<i64>>(3)?.map(to_u64),
+                structural_limit_configured: row.get::<_, Option<i64>>(4)?.map(to_u64),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Checks a serialized size against a size limit (size kinds never warn).
+pub(crate) fn check_size(
+    limits: &StructuralLimits,
+    kind: LimitKind,
+    bytes: usize,
+    run: &RunRef<'_>,
+) -> Result<(), Error> {
+    limits.check(kind, u64::try_from(bytes).unwrap_or(u64::MAX), run)?;
+    Ok(())
+}
+
+/// Inserts a running v2 run and its start event, after the size checks.
+pub(crate) fn insert_run(
+    conn: &Connection,
+    limits: &StructuralLimits,
+    start: &StartRun,
+    parent: Option<RunId>,
+) -> Result<RunId, Error> {
+    let run_ref = RunRef {
+        workflow_run_id: &start.workflow_id,
+        workflow_type: &start.workflow_type,
+    };
+    let arguments = serde_json::to_string(&start.arguments)?;
+    check_size(
+        limits,
+        LimitKind::PayloadSizeBytes,
+        arguments.len(),
+        &run_ref,
+    )?;
+    let memo = serde_json::to_string(&start.memo)?;
+    check_size(limits, LimitKind::MemoSizeBytes, memo.len(), &run_ref)?;
+    let search = serde_json::to_string(&start.search_attributes)?;
+    check_size(
+        limits,
+        LimitKind::SearchAttributeSizeBytes,
+        search.len(),
+        &run_ref,
+    )?;
+    conn.prepare_cached(
+        "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+         parent_run_id, memo, search_attributes, created_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        start.workflow_id,
+        start.workflow_type,
+        start.namespace,
+        start.task_queue,
+        parent.map(|p| p.0),
+        memo,
+        search,
+        now_ms()
+    ])?;
+    let run = RunId(conn.last_insert_rowid());
+    let mut payload = Map::new();
+    payload.insert("workflow_id".into(), start.workflow_id.clone().into());
+    payload.insert("workflow_type".into(), start.workflow_type.clone().into());
+    payload.insert("namespace".into(), start.namespace.clone().into());
+    payload.insert("task_queue".into(), start.task_queue.clone().into());
+    payload.insert("arguments".into(), start.arguments.clone());
+    if let Some(parent) = parent {
+        payload.insert("parent_run_id".into(), parent.0.into());
+    }
+    append_event(
+        conn,
+        run,
+        EventType::WorkflowStarted,
+        &Value::Object(payload),
+        false,
+    )?;
+    Ok(run)
+}

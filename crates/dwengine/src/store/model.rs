@@ -1,0 +1,301 @@
+//! The store's public data model: runs, their statuses and typed history.
+//!
+//! These types are what callers see and what the example prints as JSON, so
+//! they serialize to stable, snake_case names; the database keeps the same
+//! names as text so rows stay readable with the `sqlite3` shell.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Identifies one workflow run (the `runs` row id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(pub i64);
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Identifies one activity execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ActivityId(pub i64);
+
+/// Identifies one timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TimerId(pub i64);
+
+/// A run's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Accepting tasks, signals and updates.
+    Running,
+    /// Finished with a result.
+    Completed,
+    /// Finished with a failure row.
+    Failed,
+}
+
+impl RunStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<RunStatus> {
+        [RunStatus::Running, RunStatus::Completed, RunStatus::Failed]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The type of one history event.
+///
+/// Command events are the ones workflow code writes through a task; replay
+/// matches them by position. The others record what happened to the run
+/// from outside (completions, admissions, imports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    /// The run started (first event of every run).
+    WorkflowStarted,
+    /// Command: an activity was scheduled.
+    ActivityScheduled,
+    /// An activity finished with a result.
+    ActivityCompleted,
+    /// An activity finished with an error.
+    ActivityFailed,
+    /// Command: a timer was started.
+    TimerStarted,
+    /// A timer fired.
+    TimerFired,
+    /// A timer was cancelled.
+    TimerCancelled,
+    /// Command: a child workflow run was started.
+    ChildWorkflowStarted,
+    /// A child run reached a terminal state.
+    ChildWorkflowClosed,
+    /// Command: the memo was upserted.
+    MemoUpserted,
+    /// Command: the search attributes were upserted.
+    SearchAttributesUpserted,
+    /// Command: a side effect's value was recorded.
+    SideEffectRecorded,
+    /// A signal was admitted.
+    SignalReceived,
+    /// A signal was processed.
+    SignalProcessed,
+    /// An update was admitted.
+    UpdateAccepted,
+    /// An update was resolved with a result.
+    UpdateCompleted,
+    /// An update was resolved with a rejection.
+    UpdateRejected,
+    /// An imported v1 log row.
+    LogRecorded,
+    /// An imported v1 exception row.
+    ExceptionRecorded,
+    /// The run completed.
+    WorkflowCompleted,
+    /// The run failed.
+    WorkflowFailed,
+}
+
+impl EventType {
+    const ALL: [EventType; 21] = [
+        EventType::WorkflowStarted,
+        EventType::ActivityScheduled,
+        EventType::ActivityCompleted,
+        EventType::ActivityFailed,
+        EventType::TimerStarted,
+        EventType::TimerFired,
+        EventType::TimerCancelled,
+        EventType::ChildWorkflowStarted,
+        EventType::ChildWorkflowClosed,
+        EventType::MemoUpserted,
+        EventType::SearchAttributesUpserted,
+        EventType::SideEffectRecorded,
+        EventType::SignalReceived,
+        EventType::SignalProcessed,
+        EventType::UpdateAccepted,
+        EventType::UpdateCompleted,
+        EventType::UpdateRejected,
+        EventType::LogRecorded,
+        EventType::ExceptionRecorded,
+        EventType::WorkflowCompleted,
+        EventType::WorkflowFailed,
+    ];
+
+    /// The stored name, which is also the canonical byte metric's event type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::WorkflowStarted => "WorkflowStarted",
+            EventType::ActivityScheduled => "ActivityScheduled",
+            EventType::ActivityCompleted => "ActivityCompleted",
+            EventType::ActivityFailed => "ActivityFailed",
+            EventType::TimerStarted => "TimerStarted",
+            EventType::TimerFired => "TimerFired",
+            EventType::TimerCancelled => "TimerCancelled",
+            EventType::ChildWorkflowStarted => "ChildWorkflowStarted",
+            EventType::ChildWorkflowClosed => "ChildWorkflowClosed",
+            EventType::MemoUpserted => "MemoUpserted",
+            EventType::SearchAttributesUpserted => "SearchAttributesUpserted",
+            EventType::SideEffectRecorded => "SideEffectRecorded",
+            EventType::SignalReceived => "SignalReceived",
+            EventType::SignalProcessed => "SignalProcessed",
+            EventType::UpdateAccepted => "UpdateAccepted",
+            EventType::UpdateCompleted => "UpdateCompleted",
+            EventType::UpdateRejected => "UpdateRejected",
+            EventType::LogRecorded => "LogRecorded",
+            EventType::ExceptionRecorded => "ExceptionRecorded",
+            EventType::WorkflowCompleted => "WorkflowCompleted",
+            EventType::WorkflowFailed => "WorkflowFailed",
+        }
+    }
+
+    /// The type stored as `name`.
+    pub fn from_name(name: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event of a run's append-only history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEvent {
+    /// Position in the run's history, from 0.
+    pub sequence: u64,
+    /// What happened.
+    pub event_type: EventType,
+    /// Its details.
+    pub payload: Value,
+}
+
+/// Open items per run, as maintained on the run row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct PendingCounts {
+    /// Scheduled activities.
+    pub activities: u64,
+    /// Pending timers.
+    pub timers: u64,
+    /// Open child runs.
+    pub children: u64,
+    /// Received, unprocessed signals.
+    pub signals: u64,
+    /// Accepted, unresolved updates.
+    pub updates: u64,
+}
+
+/// Where a run came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOrigin {
+    /// Started by this engine.
+    V2,
+    /// Imported from v1 history; read-only.
+    V1Projection,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    /// Its id.
+    pub id: RunId,
+    /// The caller's workflow id.
+    pub workflow_id: String,
+    /// The workflow type.
+    pub workflow_type: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The task queue.
+    pub task_queue: String,
+    /// Its state.
+    pub status: RunStatus,
+    /// Whether it is a read-only v1 projection.
+    pub origin: RunOrigin,
+    /// The parent run, for a child.
+    pub parent: Option<RunId>,
+    /// Non-indexed metadata.
+    pub memo: Map<String, Value>,
+    /// Indexed metadata.
+    pub search_attributes: Map<String, Value>,
+    /// Open items.
+    pub pending: PendingCounts,
+    /// Number of history events.
+    pub history_length: u64,
+    /// Canonical byte metric summed over the history.
+    pub history_bytes: u64,
+}
+
+/// What [`crate::store::Store::start_run`] needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StartRun {
+    /// The caller's workflow id.
+    pub workflow_id: String,
+    /// The workflow type.
+    pub workflow_type: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The task queue.
+    pub task_queue: String,
+    /// The start arguments.
+    pub arguments: Value,
+    /// Initial memo.
+    pub memo: Map<String, Value>,
+    /// Initial search attributes.
+    pub search_attributes: Map<String, Value>,
+}
+
+/// One stored failure (`failures` row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureRecord {
+    /// `structural_limit`, or `application` for a failure the workflow chose.
+    pub failure_category: String,
+    /// Human-readable summary.
+    pub message: String,
+    /// The limit kind, for structural failures.
+    pub structural_limit_kind: Option<String>,
+    /// The value that hit it.
+    pub structural_limit_value: Option<u64>,
+    /// The configured ceiling.
+    pub structural_limit_configured: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_match_serde() {
+        for t in EventType::ALL {
+            assert_eq!(EventType::from_name(t.as_str()), Some(t));
+            assert_eq!(
+                serde_json::to_value(t).unwrap(),
+                Value::String(t.as_str().to_owned())
+            );
+        }
+        assert_eq!(EventType::from_name("Nope"), None);
+        for s in [RunStatus::Running, RunStatus::Completed, RunStatus::Failed] {
+            assert_eq!(RunStatus::parse(s.as_str()), Some(s));
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Row-level helpers every write path shares: loading a run, appending a
+//! history event, and moving a pending counter.
+//!
+//! Keeping these in one place is what keeps the counters honest: every path
+//! that creates or closes an item moves the run's counter through [`bump`]
+//! in the same transaction, and every event goes through [`append_event`],
+//! which also maintains the run's history length and canonical byte total.
+
+use dwpolicy::LimitKind;
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::{Map, Value};
+
+use crate::store::model::{PendingCounts, Run, RunId, RunOrigin, RunStatus};
+use crate::store::{Error, EventType};
+
+/// A count-limited item kind with a counter column on the run row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pending {
+    Activity,
+    Timer,
+    Child,
+    Signal,
+    Update,
+}
+
+impl Pending {
+    fn column(self) -> &'static str {
+        match self {
+            Pending::Activity => "pending_activity_count",
+            Pending::Timer => "pending_timer_count",
+            Pending::Child => "pending_child_count",
+            Pending::Signal => "pending_signal_count",
+            Pending::Update => "pending_update_count",
+        }
+    }
+
+    pub(crate) fn limit_kind(self) -> LimitKind {
+        match self {
+            Pending::Activity => LimitKind::PendingActivityCount,
+            Pending::Timer => LimitKind::PendingTimerCount,
+            Pending::Child => LimitKind::PendingChildCount,
+            Pending::Signal => LimitKind::PendingSignalCount,
+            Pending::Update => LimitKind::PendingUpdateCount,
+        }
+    }
+
+    pub(crate) fn get(self, counts: &PendingCounts) -> u64 {
+        match self {
+            Pending::Activity => counts.activities,
+            Pending::Timer => counts.timers,
+            Pending::Child => counts.children,
+            Pending::Signal => counts.signals,
+            Pending::Update => counts.updates,
+        }
+    }
+
+    pub(crate) fn slot(self, counts: &mut PendingCounts) -> &mut u64 {
+        match self {
+            Pending::Activity => &mut counts.activities,
+            Pending::Timer => &mut counts.timers,
+            Pending::Child => &mut counts.children,
+            Pending::Signal => &mut counts.signals,
+            Pending::Update => &mut counts.updates,
+        }
+    }
+}
+
+/// Moves `run`'s counter for `pending` by `delta` (the CHECK constraint
+/// refuses a negative count, so a double release surfaces as an error).
+pub(crate) fn bump(
+    conn: &Connection,
+    run: RunId,
+    pending: Pending,
+    delta: i64,
+) -> Result<(), Error> {
+    let column = pending.column();
+    let sql = format!("UPDATE runs SET {column} = {column} + ?1 WHERE id = ?2");
+    conn.prepare_cached(&sql)?.execute(params![delta, run.0])?;
+    Ok(())
+}
+
+/// The columns hot paths need, without decoding memo or search attributes.
+#[derive(Debug, Clone)]
+pub(crate) struct RunHead {
+    pub id: RunId,
+    pub workflow_id: String,
+    pub workflow_type: String,
+    pub status: RunStatus,
+    pub origin: RunOrigin,
+    pub parent: Option<RunId>,
+    pub pending: PendingCounts,
+}
+
+impl RunHead {
+    /// Refuses appends to projections and finished runs.
+    pub(crate) fn ensure_writable(&self) -> Result<(), Error> {
+        if self.origin == RunOrigin::V1Projection {
+            return Err(Error::ReadOnlyProjection(self.id));
+        }
+        if self.status != RunStatus::Running {
+            return Err(Error::RunNotActive {
+                run: self.id,
+                status: self.status,
+            });
+        }
+        Ok(())
+    }
+}
+
+const HEAD_COLUMNS: &str = "id, workflow_id, workflow_type, status, origin, parent_run_id, \
+     pending_activity_count, pending_timer_count, pending_child_count, \
+     pending_signal_count, pending_update_count";
+
+pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error> {
+    let sql = format!("SELECT {HEAD_COLUMNS} FROM runs WHERE id = ?1");
+    let raw = conn
+        .prepare_cached(&sql)?
+        .query_row([run.0], |row| {
+            Ok((
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, Option<i64>>(5)?,
+                [
+                    row.get::<_, i64>(6)?,
+                    row.get::<_, i64>(7)?,
+                    row.get::<_, i64>(8)?,
+                    row.get::<_, i64>(9)?,
+                    row.get::<_, i64>(10)?,
+                ],
+            ))
+        })
+        .optional()?;
+    let Some((workflow_id, workflow_type, status, origin, parent, counts)) = raw else {
+        return Err(Error::RunNotFound(run));
+    };
+    let status = RunStatus::parse(&status)
+        .ok_or_else(|| Error::Corrupt(format!("run {run} has status {status:?}")))?;
+    let origin = match origin.as_str() {
+        "v2" => RunOrigin::V2,
+        "v1_projection" => RunOrigin::V1Projection,
+        other => return Err(Error::Corrupt(format!("run {run} has origin {other:?}"))),
+    };
+    Ok(RunHead {
+        id: run,
+        workflow_id,
+        workflow_type,
+        status,
+        origin,
+        parent: parent.map(RunId),
+        pending: PendingCounts {
+            activities: to_u64(counts[0]),
+            timers: to_u64(counts[1]),
+            children: to_u64(counts[2]),
+            signals: to_u64(counts[3]),
+            updates: to_u64(counts[4]),
+        },
+    })
+}
+
+/// The whole run, with its metadata decoded.
+pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
+    let head = load_head(conn, run)?;
+    let (namespace, task_queue, memo, search, length, bytes): (
+        String,
+        String,
+        String,
+        String,
+        i64,
+        i64,
+    ) = conn.query_row(
+        "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes \
+             FROM runs WHERE id = ?1",
+        [run.0],
+        |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        },
+    )?;
+    Ok(Run {
+        id: head.id,
+        workflow_id: head.workflow_id,
+        workflow_type: head.workflow_type,
+        namespace,
+        task_queue,
+        status: head.status,
+        origin: head.origin,
+        parent: head.parent,
+        memo: decode_map(&memo)?,
+        search_attributes: decode_map(&search)?,
+        pending: head.pending,
+        history_length: to_u64(length),
+        history_bytes: to_u64(bytes),
+    })
+}
+
+pub(crate) fn decode_map(text: &str) -> Result<Map<String, Value>, Error> {
+    match serde_json::from_str(text)? {
+        Value::Object(map) => Ok(map),
+        other => Err(Error::Corrupt(format!(
+            "expected a JSON object, found {other}"
+        ))),
+    }
+}
+
+/// Appends one event to `run`'s history and returns its sequence number.
+///
+/// Command events also get the next command index, which is what replay
+/// looks them up by.
+pub(crate) fn append_event(
+    conn: &Connection,
+    run: RunId,
+    event_type: EventType,
+    payload: &Value,
+    command: bool,
+) -> Result<u64, Error> {
+    let text = serde_json::to_string(payload)?;
+    // The canonical byte metric: compact JSON with `/` and Unicode unescaped,
+    // which is serde_json's output, plus the type name.
+    let size = event_type.as_str().len() + text.len();
+    let (sequence, command_index): (i64, i64) = conn
+        .prepare_cached(
+            "UPDATE runs SET history_length = history_length + 1, \
+             history_bytes = history_bytes + ?2, command_count = command_count + ?3 \
+             WHERE id = ?1 RETURNING history_length - 1, command_count - 1",
+        )?
+        .query_row(params![run.0, to_i64(size), i64::from(command)], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?
+        .ok_or(Error::RunNotFound(run))?;
+    conn.prepare_cached(
+        "INSERT INTO history_events (run_id, sequence, event_type, payload, command_index) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        run.0,
+        sequence,
+        event_type.as_str(),
+        text,
+        command.then_some(command_index)
+    ])?;
+    Ok(to_u64(sequence))
+}
+
+/// SQLite integers are i64; counts and sizes are never negative (CHECK constraints).
+pub(crate) fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+pub(crate) fn to_i64(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| to_i64(d.as_millis()))
+        .unwrap_or(0)
+}
