@@ -2,26 +2,45 @@
 
 use std::path::PathBuf;
 
+use crate::changed::{self, ChangedFiles, Mode, Selection};
 use crate::diagnostic::{Diagnostic, Severity};
+use crate::discover;
 use crate::error::RunError;
 use crate::extract::ExtractConfig;
 use crate::inventory::Inventory;
 use crate::policy_file::PolicyFile;
-use crate::rules::{self, Context, Rule};
+use crate::rules::{self, Context, Rule, Scope};
 use crate::scan;
+use crate::severity::{Level, Overrides};
 use crate::walk;
 
 /// What to check.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
-    /// Root of the tree; every glob and repo-relative path is relative to it.
+    /// Where to start: the root itself with `--policy`, else where policy
+    /// discovery starts (see [`discover`]).
     pub root: PathBuf,
-    /// Policy file; defaults to `ROOT/policy/dw-bounded-growth.toml`.
+    /// Policy file; found by [`discover::discover`] when absent.
     pub policy: Option<PathBuf>,
+    /// `-A/-W/-D` from the command line.
+    pub overrides: Overrides,
+    /// Whole tree, or only some files for file-local rules.
+    pub selection: Selection,
+}
+
+impl CheckOptions {
+    /// Options for a plain whole-tree check of `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        CheckOptions {
+            root: root.into(),
+            policy: None,
+            overrides: Overrides::default(),
+            selection: Selection::Full,
+        }
+    }
 }
 
 /// The outcome of a completed check.
-#[derive(Debug)]
 pub struct CheckReport {
     /// Findings in report order.
     pub diagnostics: Vec<Diagnostic>,
@@ -31,6 +50,27 @@ pub struct CheckReport {
     pub policy_path: String,
     /// The checked root.
     pub root: PathBuf,
+    /// Whether discovery moved the root above the path the user gave.
+    pub root_moved: bool,
+    /// Where the root sits in its git repository (`""` or `dir/`), for
+    /// consumers that resolve paths against the repository (GitHub).
+    pub repo_prefix: String,
+    /// Which mode ran.
+    pub mode: Mode,
+    /// Every rule with the severity it ran at (`None`: allowed, not run).
+    pub severities: Vec<(&'static Rule, Option<Severity>)>,
+}
+
+impl std::fmt::Debug for CheckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckReport")
+            .field("diagnostics", &self.diagnostics)
+            .field("files_scanned", &self.files_scanned)
+            .field("policy_path", &self.policy_path)
+            .field("root", &self.root)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CheckReport {
@@ -44,17 +84,32 @@ impl CheckReport {
 
     /// Whether the run should fail (exit 1).
     pub fn has_errors(&self) -> bool {
-        self.count(Severity::Error) > 0
+        self.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error)
+    }
+
+    /// The exit code this report implies (0 or 1).
+    pub fn exit_code(&self) -> i32 {
+        i32::from(self.has_errors())
     }
 }
 
 /// Runs the gate.
 pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
-    let root = options.root.as_path();
-    if !root.is_dir() {
-        return Err(RunError::NoSuchPath(root.to_path_buf()));
+    if !options.root.is_dir() {
+        return Err(RunError::NoSuchPath(options.root.clone()));
     }
-    let policy_file = PolicyFile::load(root, options.policy.as_deref())?;
+    let (root, policy_path) = match &options.policy {
+        Some(policy) => (options.root.clone(), policy.clone()),
+        None => {
+            let found = discover::discover(&options.root)?;
+            (found.root, found.policy)
+        }
+    };
+    let root = root.as_path();
+    let policy_file = PolicyFile::load(root, Some(&policy_path))?;
+    let (mode, changed) = changed::resolve(root, &options.selection)?;
     let policy = &policy_file.policy;
     let files = walk::select_files(root, &policy_file)?;
     let config = ExtractConfig {
@@ -64,30 +119,61 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     let output = scan::scan(root, &files, &config, &owner_names(&policy_file));
     let inventory = Inventory::build(output, policy);
     let ctx = Context::new(root, &policy_file, &inventory);
-    let diagnostics = rules::run(&ctx, |rule| configured_severity(&policy_file, rule));
+    let severities: Vec<(&'static Rule, Option<Severity>)> = rules::RULES
+        .iter()
+        .map(|rule| {
+            (
+                rule,
+                configured_severity(&policy_file, &options.overrides, rule),
+            )
+        })
+        .collect();
+    let mut diagnostics = rules::run(&ctx, |rule| {
+        severities
+            .iter()
+            .find(|(r, _)| r.code == rule.code)
+            .and_then(|(_, severity)| *severity)
+    });
+    if let Some(changed) = &changed {
+        diagnostics.retain(|d| reported_in(d, changed));
+    }
     Ok(CheckReport {
         diagnostics,
         files_scanned: inventory.files_scanned,
         policy_path: policy_file.display_path.clone(),
+        root_moved: root != options.root.as_path(),
+        repo_prefix: discover::repo_prefix(root),
         root: root.to_path_buf(),
+        mode,
+        severities,
     })
 }
 
-/// The severity `[rules]` gives a rule, or its default; `None` = allowed.
-fn configured_severity(policy_file: &PolicyFile, rule: &Rule) -> Option<Severity> {
-    let level = policy_file
+/// Whether a finding survives changed-files mode: tree-wide findings
+/// always do, file-local ones when their file changed.
+fn reported_in(diagnostic: &Diagnostic, changed: &ChangedFiles) -> bool {
+    let file_local = rules::find(diagnostic.code).is_some_and(|r| r.scope == Scope::File);
+    match &diagnostic.primary {
+        Some(anchor) if file_local => changed.contains(&anchor.file),
+        _ => true,
+    }
+}
+
+/// The severity a rule runs at after `[rules]` and the command line;
+/// `None` = allowed.
+fn configured_severity(
+    policy_file: &PolicyFile,
+    overrides: &Overrides,
+    rule: &Rule,
+) -> Option<Severity> {
+    let policy_level = policy_file
         .policy
         .rules
         .iter()
         .rev()
         .find(|(code, _)| code.value == rule.code)
-        .map(|(_, level)| level.value.as_str());
-    match level {
-        Some("allow") => None,
-        Some("warn") => Some(Severity::Warning),
-        Some("error") => Some(Severity::Error),
-        _ => Some(rule.default_severity),
-    }
+        .and_then(|(_, level)| Level::from_policy(&level.value));
+    overrides.resolve(rule, policy_level)
 }
 
 /// The last path segment of every owner, so the prefilter also parses the

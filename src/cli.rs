@@ -1,17 +1,23 @@
 //! The command line: argument parsing and dispatch.
 //!
 //! Everything here returns a [`RunError`] instead of exiting, so `main` is
-//! the only place that knows about exit codes.
+//! the only place that knows about exit codes. The clap definition is also
+//! the source of the shell completions and the man page, so they cannot
+//! drift from the real options.
 
-use std::io::{IsTerminal, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::check::{check, CheckOptions};
+use crate::changed::Selection;
+use crate::check::{check, CheckOptions, CheckReport};
 use crate::error::RunError;
-use crate::report::{self, human::Style};
+use crate::output::{self, Destination, Sink};
+use crate::report::{self, human::Style, Format};
 use crate::rules;
+use crate::severity::{Level, Overrides};
 
 /// The bounded-growth gate: every cache prefix and metric label must have a
 /// reviewed policy before it ships.
@@ -33,28 +39,60 @@ enum Command {
     },
     /// List every rule with its default severity.
     Rules,
+    /// Print a shell completion script (e.g. `dwlint completions bash > /etc/bash_completion.d/dwlint`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff; e.g. `dwlint man > dwlint.1`).
+    Man,
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+PATH is the root of the tree (default: found from the current directory, see \
+--policy). When the first path is a file, every path is a FILE and the root is \
+the current directory. Given FILEs (as pre-commit passes them), file-local \
+findings are reported only for them; tree-wide rules still check the whole tree.")]
 struct CheckArgs {
     /// Root of the tree to check; globs and repo-relative paths are relative to it.
-    #[arg(default_value = ".")]
-    path: PathBuf,
-    /// Policy file [default: PATH/policy/dw-bounded-growth.toml].
+    #[arg(value_name = "PATH")]
+    path: Option<PathBuf>,
+    /// Limit file-local findings to these files (paths from the current directory).
+    #[arg(value_name = "FILES")]
+    files: Vec<PathBuf>,
+    /// Policy file [default: the first policy/dw-bounded-growth.toml, dwlint.toml or
+    /// .dwlint.toml from PATH upward, whose directory becomes the root].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Human)]
-    format: Format,
+    /// Report format written to standard output (or to a bare `--output FILE`).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Write a report to a file: `FILE` (the --format report) or `FORMAT=FILE`,
+    /// repeatable; `-` is standard output.
+    #[arg(long, short = 'o', value_name = "[FORMAT=]FILE")]
+    output: Vec<String>,
+    /// Report file-local findings only for files changed since REV (git),
+    /// including staged, unstaged and untracked changes.
+    #[arg(long, value_name = "REV")]
+    changed_since: Option<String>,
+    /// Allow a rule (do not run it); `warnings` allows every warning.
+    #[arg(short = 'A', long = "allow", value_name = "CODE")]
+    allow: Vec<String>,
+    /// Make a rule a warning.
+    #[arg(short = 'W', long = "warn", value_name = "CODE")]
+    warn: Vec<String>,
+    /// Make a rule an error; `-D warnings` makes every warning an error.
+    #[arg(short = 'D', long = "deny", value_name = "CODE")]
+    deny: Vec<String>,
     /// When to use colours (NO_COLOR is honoured under `auto`).
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
-    Human,
-    Json,
+    /// `-A/-W/-D` in command-line order, filled from the raw matches
+    /// because the last flag for a code wins.
+    #[arg(skip)]
+    levels: Vec<(Level, String)>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -73,54 +111,71 @@ pub enum Outcome {
     Findings,
 }
 
-fn style(choice: ColorChoice) -> Style {
-    let color = match choice {
+/// Parses the process's arguments.
+pub fn parse() -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` (the first is the program name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Command::Check(args), Some(("check", sub))) = (&mut cli.command, matches.subcommand()) {
+        args.levels = ordered_levels(sub);
+    }
+    Ok(cli)
+}
+
+fn ordered_levels(matches: &ArgMatches) -> Vec<(Level, String)> {
+    let mut levels = Vec::new();
+    for (id, level) in [
+        ("allow", Level::Allow),
+        ("warn", Level::Warn),
+        ("deny", Level::Deny),
+    ] {
+        if let (Some(indices), Some(codes)) =
+            (matches.indices_of(id), matches.get_many::<String>(id))
+        {
+            levels.extend(indices.zip(codes).map(|(i, code)| (i, level, code.clone())));
+        }
+    }
+    levels.sort_by_key(|(i, _, _)| *i);
+    levels
+        .into_iter()
+        .map(|(_, level, code)| (level, code))
+        .collect()
+}
+
+fn use_color(choice: ColorChoice, to_stdout: bool) -> bool {
+    match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
         ColorChoice::Auto => {
-            std::io::stdout().is_terminal()
+            to_stdout
+                && std::io::stdout().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
         }
-    };
-    Style { color }
+    }
 }
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let plain = Style { color: false };
     match cli.command {
         Command::Check(args) => {
-            let style = style(args.color);
-            let options = CheckOptions {
-                root: args.path,
-                policy: args.policy,
+            let style = Style {
+                color: use_color(args.color, true),
             };
-            let report = check(&options).map_err(|e| (e, style))?;
-            let written = match args.format {
-                Format::Human => report::human::write(&report, style, &mut out),
-                Format::Json => report::json::write(&report, &mut out),
-            };
-            // A closed pipe (`dwlint check | head`) is the reader's choice, not a failure.
-            match written {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    return Err((RunError::Output(e), style))
-                }
-                _ => {}
-            }
-            Ok(if report.has_errors() {
-                Outcome::Findings
-            } else {
-                Outcome::Clean
-            })
+            run_check(args).map_err(|e| (e, style))
         }
         Command::Explain { code } => {
             let rule = rules::find(&code).ok_or_else(|| {
                 let suggestion = rules::closest_code(&code).map(str::to_owned);
-                (
-                    RunError::UnknownRule { code, suggestion },
-                    Style { color: false },
-                )
+                (RunError::UnknownRule { code, suggestion }, plain)
             })?;
             let text = format!(
                 "# {}\n\nDefault severity: {}\n\n{}",
@@ -128,9 +183,7 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
                 rule.default_severity.as_str(),
                 rule.doc()
             );
-            out.write_all(text.as_bytes())
-                .map_err(|e| (RunError::Output(e), Style { color: false }))?;
-            Ok(Outcome::Clean)
+            print(text.as_bytes()).map_err(|e| (e, plain))
         }
         Command::Rules => {
             let mut text = String::new();
@@ -142,9 +195,184 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
                     rule.summary()
                 ));
             }
-            out.write_all(text.as_bytes())
-                .map_err(|e| (RunError::Output(e), Style { color: false }))?;
-            Ok(Outcome::Clean)
+            print(text.as_bytes()).map_err(|e| (e, plain))
         }
+        Command::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "dwlint", &mut text);
+            print(&text).map_err(|e| (e, plain))
+        }
+        Command::Man => {
+            let mut text = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut text)
+                .map_err(|e| (RunError::Output(e), plain))?;
+            print(&text).map_err(|e| (e, plain))
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`dwlint … | head`) is the reader's
+/// choice, not a failure.
+fn print(bytes: &[u8]) -> Result<Outcome, RunError> {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(RunError::Output(e)),
+        _ => Ok(Outcome::Clean),
+    }
+}
+
+fn selection(args: &CheckArgs) -> Result<(PathBuf, Selection), RunError> {
+    let mut files = args.files.clone();
+    let root = match &args.path {
+        // pre-commit passes only files: the first is not a root.
+        Some(path) if path.is_file() => {
+            files.insert(0, path.clone());
+            PathBuf::from(".")
+        }
+        Some(path) => path.clone(),
+        None => PathBuf::from("."),
+    };
+    let selection = match (&args.changed_since, files.is_empty()) {
+        (Some(_), false) => {
+            return Err(RunError::Usage(
+                "give either --changed-since or FILES, not both".into(),
+            ))
+        }
+        (Some(rev), true) => Selection::ChangedSince(rev.clone()),
+        (None, false) => Selection::Files(files),
+        (None, true) => Selection::Full,
+    };
+    Ok((root, selection))
+}
+
+fn run_check(args: CheckArgs) -> Result<Outcome, RunError> {
+    let sinks = output::plan(args.format, &args.output)?;
+    let (root, selection) = selection(&args)?;
+    let options = CheckOptions {
+        root,
+        policy: args.policy.clone(),
+        overrides: Overrides::new(args.levels.clone())?,
+        selection,
+    };
+    let report = check(&options)?;
+    let mut notes = Vec::new();
+    for sink in &sinks {
+        notes.extend(write_sink(&report, sink, args.color)?);
+    }
+    if sinks.iter().any(|s| s.format == Format::Github) {
+        if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
+            // The annotations are already out; a summary that cannot be
+            // written is worth a warning, not a different verdict.
+            if let Err(e) = append_step_summary(&report, &PathBuf::from(&path)) {
+                notes.push(format!(
+                    "cannot append the job summary to {}: {e}",
+                    PathBuf::from(path).display()
+                ));
+            }
+        }
+    }
+    let mut stderr = std::io::stderr().lock();
+    for note in notes {
+        let _ = writeln!(stderr, "warning: {note}");
+    }
+    Ok(if report.has_errors() {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
+
+fn write_sink(
+    report: &CheckReport,
+    sink: &Sink,
+    color: ColorChoice,
+) -> Result<Vec<String>, RunError> {
+    match &sink.destination {
+        Destination::Stdout => {
+            let style = Style {
+                color: use_color(color, true),
+            };
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            match report::write(sink.format, report, style, &mut out) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Vec::new()),
+                Err(e) => Err(RunError::Output(e)),
+                Ok(notes) => Ok(notes),
+            }
+        }
+        Destination::File(path) => {
+            let style = Style {
+                color: use_color(color, false),
+            };
+            let failed = |source| RunError::OutputFile {
+                path: path.clone(),
+                source,
+            };
+            let file = File::create(path).map_err(failed)?;
+            let mut out = BufWriter::new(file);
+            report::write(sink.format, report, style, &mut out).map_err(failed)
+        }
+    }
+}
+
+fn append_step_summary(report: &CheckReport, path: &PathBuf) -> std::io::Result<()> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut out = BufWriter::new(file);
+    report::github::write_step_summary(report, &mut out)?;
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_args(args: &[&str]) -> CheckArgs {
+        let cli = parse_from(std::iter::once("dwlint").chain(args.iter().copied())).unwrap();
+        match cli.command {
+            Command::Check(args) => args,
+            other => panic!("not check: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn severity_flags_keep_their_command_line_order() {
+        let args = check_args(&[
+            "check", "-D", "a", "-A", "b", "--warn", "c", "-D", "warnings",
+        ]);
+        assert_eq!(
+            args.levels,
+            [
+                (Level::Deny, "a".to_owned()),
+                (Level::Allow, "b".to_owned()),
+                (Level::Warn, "c".to_owned()),
+                (Level::Deny, "warnings".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_first_makes_every_path_a_file() {
+        let manifest = env!("CARGO_MANIFEST_DIR");
+        let lib = format!("{manifest}/src/lib.rs");
+        let (root, files) = selection(&check_args(&["check", &lib, "x.rs"])).unwrap();
+        assert_eq!(root, PathBuf::from("."));
+        assert_eq!(
+            files,
+            Selection::Files(vec![PathBuf::from(&lib), PathBuf::from("x.rs")])
+        );
+        let whole = selection(&check_args(&["check", manifest])).unwrap();
+        assert_eq!(whole, (PathBuf::from(manifest), Selection::Full));
+        let both = selection(&check_args(&[
+            "check",
+            manifest,
+            "a.rs",
+            "--changed-since",
+            "HEAD",
+        ]));
+        assert!(both.is_err());
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

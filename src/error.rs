@@ -14,8 +14,8 @@ pub enum RunError {
     /// The tree to check does not exist.
     #[error("no such path: {}", .0.display())]
     NoSuchPath(PathBuf),
-    /// No policy was given and none was found.
-    #[error("no policy file at {}", .0.display())]
+    /// No policy was given and none was found from this directory upward.
+    #[error("no policy file found in {} or its parent directories", .0.display())]
     PolicyNotFound(PathBuf),
     /// The policy file could not be read.
     #[error("cannot read policy file {}: {source}", .path.display())]
@@ -35,13 +35,28 @@ pub enum RunError {
         /// Every problem.
         errors: Vec<LoadError>,
     },
-    /// `dwlint explain` was given a code no rule has.
+    /// `dwlint explain` or `-A/-W/-D` was given a code no rule has.
     #[error("unknown rule code `{code}`{}", .suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
     UnknownRule {
         /// The code given.
         code: String,
         /// The closest known code.
         suggestion: Option<String>,
+    },
+    /// The command line is inconsistent in a way clap cannot see (e.g. two
+    /// reports sent to standard output).
+    #[error("{0}")]
+    Usage(String),
+    /// Asking git for the changed files failed.
+    #[error("cannot list changed files: {0}")]
+    Git(String),
+    /// A report file could not be written.
+    #[error("cannot write the report to {}: {source}", .path.display())]
+    OutputFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
     },
     /// Writing the report failed.
     #[error("cannot write the report: {0}")]

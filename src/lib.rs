@@ -5,16 +5,20 @@
 //! [`walk`] → [`scan`] (with the [`extract`]ors) → [`inventory`] →
 //! [`rules`] → [`report`].
 
+pub mod changed;
 pub mod check;
 pub mod cli;
 pub mod diagnostic;
+pub mod discover;
 pub mod error;
 pub mod extract;
 pub mod inventory;
 pub mod normalize;
+pub mod output;
 pub mod owners;
 pub mod policy_file;
 pub mod report;
 pub mod rules;
 pub mod scan;
+pub mod severity;
 pub mod walk;

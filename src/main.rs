@@ -4,11 +4,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use dwlint::cli::{self, Cli, Outcome};
+use dwlint::cli::{self, Outcome};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -66,7 +66,7 @@ fn a_tree_without_a_policy_says_where_it_looked() {
     let out = dwlint(&["check", dir.path().to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("no policy file at"), "{stderr}");
+    assert!(stderr.contains("no policy file found in"), "{stderr}");
     assert!(stderr.contains("--policy"), "{stderr}");
 }
 
@@ -192,4 +192,91 @@ fn rules_lists_every_rule_with_its_severity() {
 fn check_defaults_to_the_current_directory() {
     let out = dwlint(&["check"], Some(Path::new(&fixture("clean"))));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn command_line_severities_win_over_the_policy() {
+    let stale = fixture("doc-stale-mention");
+    let out = dwlint(
+        &["check", &stale, "-D", "warnings", "--format", "json"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "-D warnings fails on warnings");
+    assert!(!text(&out.stdout).contains("\"severity\": \"warning\""));
+    let out = dwlint(
+        &[
+            "check",
+            &stale,
+            "-A",
+            "doc-stale-mention",
+            "--format",
+            "short",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "");
+    let labels = fixture("label-mismatch");
+    let out = dwlint(&["check", &labels, "-W", "label-mismatch"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = dwlint(
+        &["check", &labels, "-W", "label-mismatch", "-D", "warnings"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "-D warnings also covers -W");
+    let out = dwlint(
+        &[
+            "check",
+            &labels,
+            "--allow",
+            "label-mismatch",
+            "--deny",
+            "label-mismatch",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "the last flag wins");
+}
+
+#[test]
+fn an_unknown_code_on_the_command_line_suggests_the_closest() {
+    let out = dwlint(
+        &["check", &fixture("clean"), "-D", "doc-stale-mentoin"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("unknown rule code `doc-stale-mentoin`; did you mean `doc-stale-mention`?"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_clap_definition() {
+    for (shell, marker) in [
+        ("bash", "_dwlint()"),
+        ("zsh", "#compdef dwlint"),
+        ("fish", "complete -c dwlint"),
+    ] {
+        let out = dwlint(&["completions", shell], None);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = text(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(
+            script.contains("changed-since"),
+            "{shell} completes check's options"
+        );
+    }
+    let man = dwlint(&["man"], None);
+    assert_eq!(man.status.code(), Some(0));
+    let page = text(&man.stdout);
+    assert!(page.starts_with(".ie \\n(.g .ds Aq"), "{page}");
+    assert!(page.contains(".TH dwlint 1"), "{page}");
+    assert!(page.contains("completions"), "{page}");
+    assert_eq!(
+        dwlint(&["completions", "tcsh"], None).status.code(),
+        Some(2)
+    );
 }

@@ -193,7 +193,7 @@ fn plural(n: usize, word: &str) -> String {
     format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
-/// `dwlint: 2 errors, 1 warning in 40 files (policy: …)`.
+/// `dwlint: 2 errors, 1 warning in 40 files (whole tree; policy: …)`.
 pub fn summary(report: &CheckReport) -> String {
     let (errors, warnings) = (
         report.count(Severity::Error),
@@ -208,9 +208,18 @@ pub fn summary(report: &CheckReport) -> String {
             plural(warnings, "warning")
         )
     };
+    // The root is named only when discovery moved it above the given path,
+    // since findings' paths are then relative to a directory the user did
+    // not name.
+    let root = if report.root_moved {
+        format!("root: {}; ", report.root.display())
+    } else {
+        String::new()
+    };
     format!(
-        "dwlint: {findings} in {} (policy: {})",
+        "dwlint: {findings} in {} ({}; {root}policy: {})",
         plural(report.files_scanned, "file"),
+        report.mode.describe(),
         report.policy_path
     )
 }
@@ -266,9 +275,12 @@ fn run_error_help(error: &RunError) -> Option<String> {
             Some("pass the root of the tree to check (default: the current directory)".into())
         }
         RunError::PolicyNotFound(_) => Some(format!(
-            "create {} (see docs/policy.md) or pass --policy FILE",
-            crate::policy_file::DEFAULT_POLICY
+            "looked for {} in each directory up to the repository root; create one (see docs/policy.md) or pass --policy FILE",
+            crate::discover::CANDIDATES.join(", ")
         )),
+        RunError::Git(_) => Some(
+            "--changed-since needs a git work tree and a revision it knows (fetch it first in a shallow CI clone)".into(),
+        ),
         RunError::UnknownRule { .. } => Some("`dwlint rules` lists every code".into()),
         _ => None,
     }

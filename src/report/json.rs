@@ -1,49 +1,31 @@
 //! The `--format json` contract (version 1), documented in DESIGN.md.
 //!
 //! Field names and meanings are a public interface: CI scripts parse them.
-//! Add fields only with a version bump.
+//! New fields may be added (as `summary.mode` was); renaming or removing one
+//! needs a version bump.
 
 use std::io::Write;
 
-use serde::Serialize;
+use serde::ser::{Serialize, Serializer};
+use serde::Serialize as DeriveSerialize;
 
+use crate::changed::Mode;
 use crate::check::CheckReport;
-use crate::diagnostic::Severity;
+use crate::diagnostic::{Diagnostic, Severity};
 
-#[derive(Serialize)]
+#[derive(DeriveSerialize)]
 struct JsonReport<'a> {
     version: u32,
-    diagnostics: Vec<JsonDiagnostic<'a>>,
-    summary: Summary,
+    diagnostics: Diagnostics<'a>,
+    summary: Summary<'a>,
 }
 
-#[derive(Serialize)]
-struct JsonDiagnostic<'a> {
-    code: &'a str,
-    severity: Severity,
-    message: &'a str,
-    subject: &'a str,
-    file: Option<&'a str>,
-    line: Option<usize>,
-    column: Option<usize>,
-    end_line: Option<usize>,
-    end_column: Option<usize>,
-    help: Option<&'a str>,
-}
+/// The findings, converted one at a time while serde writes the array.
+struct Diagnostics<'a>(&'a [Diagnostic]);
 
-#[derive(Serialize)]
-struct Summary {
-    files_scanned: usize,
-    errors: usize,
-    warnings: usize,
-}
-
-/// Writes the report as one JSON document followed by a newline.
-pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
-    let diagnostics = report
-        .diagnostics
-        .iter()
-        .map(|d| {
+impl Serialize for Diagnostics<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|d| {
             let at = d.primary.as_ref();
             JsonDiagnostic {
                 code: d.code,
@@ -57,15 +39,55 @@ pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
                 end_column: at.map(|a| a.range.end_column),
                 help: d.help.as_deref(),
             }
-        })
-        .collect();
+        }))
+    }
+}
+
+#[derive(DeriveSerialize)]
+struct JsonDiagnostic<'a> {
+    code: &'a str,
+    severity: Severity,
+    message: &'a str,
+    subject: &'a str,
+    file: Option<&'a str>,
+    line: Option<usize>,
+    column: Option<usize>,
+    end_line: Option<usize>,
+    end_column: Option<usize>,
+    help: Option<&'a str>,
+}
+
+#[derive(DeriveSerialize)]
+struct Summary<'a> {
+    files_scanned: usize,
+    errors: usize,
+    warnings: usize,
+    /// `full`, `changed-since` or `files`: whether file-local findings were
+    /// limited to changed files.
+    mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed_since: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed_files: Option<usize>,
+}
+
+/// Writes the report as one JSON document followed by a newline.
+pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
+    let (changed_since, changed_files) = match &report.mode {
+        Mode::Full => (None, None),
+        Mode::ChangedSince { rev, files } => (Some(rev.as_str()), Some(*files)),
+        Mode::Files { files } => (None, Some(*files)),
+    };
     let document = JsonReport {
         version: 1,
-        diagnostics,
+        diagnostics: Diagnostics(&report.diagnostics),
         summary: Summary {
             files_scanned: report.files_scanned,
             errors: report.count(Severity::Error),
             warnings: report.count(Severity::Warning),
+            mode: report.mode.name(),
+            changed_since,
+            changed_files,
         },
     };
     serde_json::to_writer_pretty(&mut *out, &document)?;

@@ -1,5 +1,162 @@
-//! Reporters: turning a [`CheckReport`](crate::check::CheckReport) into text
-//! for people (`human`) or programs (`json`).
+//! Reporters: turning a [`CheckReport`] into text for people (`human`,
+//! `short`), programs (`json`, `sarif`, `junit`) or GitHub's runner
+//! (`github`).
+//!
+//! Every writer streams: it formats one finding at a time straight into the
+//! writer, so a run with a hundred thousand findings never holds a second
+//! copy of them as output text.
 
+use std::io::Write;
+
+use crate::check::CheckReport;
+use crate::diagnostic::Diagnostic;
+use crate::extract::TextRange;
+
+pub mod github;
 pub mod human;
 pub mod json;
+pub mod junit;
+pub mod sarif;
+pub mod short;
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Format {
+    /// Code frames for people (the default).
+    Human,
+    /// The versioned JSON report.
+    Json,
+    /// SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
+    Sarif,
+    /// GitHub Actions workflow commands (annotations).
+    Github,
+    /// JUnit XML: one test case per rule.
+    Junit,
+    /// One line per finding: `path:line:col: severity[CODE] message`.
+    Short,
+}
+
+impl Format {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Human => "human",
+            Format::Json => "json",
+            Format::Sarif => "sarif",
+            Format::Github => "github",
+            Format::Junit => "junit",
+            Format::Short => "short",
+        }
+    }
+
+    /// The format called `name` on the command line.
+    pub fn from_name(name: &str) -> Option<Format> {
+        [
+            Format::Human,
+            Format::Json,
+            Format::Sarif,
+            Format::Github,
+            Format::Junit,
+            Format::Short,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
+    }
+}
+
+/// Writes `report` in `format`. Returns the notes a user should see on
+/// stderr (e.g. SARIF results cut at GitHub's limit).
+pub fn write(
+    format: Format,
+    report: &CheckReport,
+    style: human::Style,
+    out: &mut dyn Write,
+) -> std::io::Result<Vec<String>> {
+    match format {
+        Format::Human => human::write(report, style, out)?,
+        Format::Json => json::write(report, out)?,
+        Format::Sarif => return sarif::write(report, sarif::MAX_RESULTS, out),
+        Format::Github => github::write(report, out)?,
+        Format::Junit => junit::write(report, out)?,
+        Format::Short => short::write(report, out)?,
+    }
+    out.flush()?;
+    Ok(Vec::new())
+}
+
+/// Where a finding is reported in the location-only formats (SARIF,
+/// GitHub, short).
+///
+/// Every finding the rules make has a place today; one without (a future
+/// rule about the run as a whole) is reported at the top of the policy
+/// file, because SARIF consumers such as GitHub drop results that have no
+/// location, and the policy is where such a finding is resolved.
+pub fn location<'a>(diagnostic: &'a Diagnostic, report: &'a CheckReport) -> (&'a str, TextRange) {
+    match &diagnostic.primary {
+        Some(anchor) => (anchor.file.as_str(), sane(anchor.range)),
+        None => (
+            report.policy_path.as_str(),
+            TextRange {
+                line: 1,
+                column: 1,
+                end_line: 1,
+                end_column: 1,
+                start: 0,
+                end: 0,
+            },
+        ),
+    }
+}
+
+/// A range every consumer accepts: 1-based, and never ending before it starts.
+fn sane(range: TextRange) -> TextRange {
+    let line = range.line.max(1);
+    let column = range.column.max(1);
+    let end_line = range.end_line.max(line);
+    let end_column = if end_line == line {
+        range.end_column.max(column)
+    } else {
+        range.end_column.max(1)
+    };
+    TextRange {
+        line,
+        column,
+        end_line,
+        end_column,
+        ..range
+    }
+}
+
+/// The message with its help, for formats that have one text field.
+pub fn message_with_help(diagnostic: &Diagnostic) -> String {
+    match &diagnostic.help {
+        Some(help) => format!("{}\nhelp: {help}", diagnostic.message),
+        None => diagnostic.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_names_round_trip() {
+        for name in ["human", "json", "sarif", "github", "junit", "short"] {
+            assert_eq!(Format::from_name(name).map(Format::name), Some(name));
+        }
+        assert_eq!(Format::from_name("xml"), None);
+    }
+
+    #[test]
+    fn ranges_are_made_consistent() {
+        let r = sane(TextRange {
+            line: 0,
+            column: 0,
+            end_line: 0,
+            end_column: 0,
+            start: 0,
+            end: 0,
+        });
+        assert_eq!((r.line, r.column, r.end_line, r.end_column), (1, 1, 1, 1));
+    }
+}

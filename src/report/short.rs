@@ -1,0 +1,39 @@
+//! `--format short`: one line per finding, `path:line:col: severity[CODE]
+//! message`, the shape editors' quickfix lists and grep understand.
+//!
+//! Paths are the checked root as given joined with the finding's file, so
+//! that they open from the directory `dwlint` ran in, as ripgrep's do.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::check::CheckReport;
+use crate::report::location;
+
+/// `file` as reachable from the current directory.
+pub fn display_path(root: &Path, file: &str) -> String {
+    if root == Path::new(".") || root.as_os_str().is_empty() {
+        return file.to_owned();
+    }
+    root.join(file).to_string_lossy().replace('\\', "/")
+}
+
+/// Writes one line per finding; nothing at all for a clean run, so that
+/// `dwlint check --format short | wc -l` counts findings.
+pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
+    for diagnostic in &report.diagnostics {
+        let (file, range) = location(diagnostic, report);
+        // A message is one sentence; a stray newline would split the record.
+        let message = diagnostic.message.replace(['\r', '\n'], " ");
+        writeln!(
+            out,
+            "{}:{}:{}: {}[{}] {message}",
+            display_path(&report.root, file),
+            range.line,
+            range.column,
+            diagnostic.severity.as_str(),
+            diagnostic.code,
+        )?;
+    }
+    Ok(())
+}
