@@ -536,3 +536,20 @@ fn workflow_errors_leave_the_database_untouched() {
     assert_eq!((state.pending.activities, state.history_length), (0, 1));
     assert_eq!(state.status, RunStatus::Running);
 }
+
+#[test]
+fn an_abandoned_task_discards_its_writes_and_keeps_the_run() {
+    let mut store = memory_store(&[]);
+    let run = started(&mut store, "w1");
+    let result = store.execute_task(run, |task| {
+        task.start_timer(Duration::from_secs(1))?;
+        Err(Error::Abandoned("shutting down".into()))
+    });
+    assert!(matches!(result, Err(Error::Abandoned(_))));
+    let state = store.run(run).unwrap();
+    assert_eq!(
+        (state.status, state.pending.timers),
+        (RunStatus::Running, 0)
+    );
+    assert!(store.failures(run).unwrap().is_empty());
+}

@@ -85,6 +85,10 @@ pub enum Error {
         /// The existing projection.
         run: RunId,
     },
+    /// Workflow code gave the task up (for example on worker shutdown): its
+    /// writes are discarded and the run is left as it was.
+    #[error("task abandoned: {0}")]
+    Abandoned(String),
     /// A stored value this engine cannot interpret.
     #[error("corrupt row: {0}")]
     Corrupt(String),
