@@ -11,6 +11,7 @@
 //! operators importing v1 history ([`import`]).
 
 pub mod admission;
+pub mod command;
 pub mod completion;
 mod error;
 pub mod executor;
@@ -31,6 +32,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use serde_json::{Map, Value};
 
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
+pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
@@ -39,7 +41,7 @@ pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
     RunStatus, StartRun, TimerId,
 };
-pub use task::{ChildWorkflow, Command, CommandOutput, Task};
+pub use task::Task;
 
 use rows::{append_event, now_ms, to_u64};
 

@@ -18,73 +18,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use crate::store::command::{ChildWorkflow, Command, CommandOutput};
 use crate::store::model::{ActivityId, PendingCounts, RunId, StartRun, TimerId};
 use crate::store::rows::{append_event, bump, decode_map, to_i64, to_u64, Pending, RunHead};
 use crate::store::{insert_run, Error, EventType};
-
-/// A child workflow to start.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ChildWorkflow {
-    /// The child's workflow id.
-    pub workflow_id: String,
-    /// The child's type.
-    pub workflow_type: String,
-    /// Its start arguments (checked against `payload_size_bytes`).
-    pub arguments: Value,
-}
-
-/// One operation of a fan-out.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// Schedule an activity.
-    Activity {
-        /// The activity type.
-        activity_type: String,
-        /// Its arguments (checked against `payload_size_bytes`).
-        arguments: Value,
-    },
-    /// Start a timer.
-    Timer {
-        /// How long it waits.
-        delay: Duration,
-    },
-    /// Start a child workflow.
-    Child(ChildWorkflow),
-    /// A nested fan-out; its leaves count toward the outer batch.
-    All(Vec<Command>),
-}
-
-impl Command {
-    /// An activity command.
-    pub fn activity(activity_type: impl Into<String>, arguments: Value) -> Command {
-        Command::Activity {
-            activity_type: activity_type.into(),
-            arguments,
-        }
-    }
-
-    /// The number of leaf operations (activities, timers, children) it holds.
-    pub fn leaves(&self) -> u64 {
-        match self {
-            Command::All(inner) => inner.iter().map(Command::leaves).sum(),
-            _ => 1,
-        }
-    }
-}
-
-/// What a command produced, in the shape of the command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandOutput {
-    /// A scheduled activity.
-    Activity(ActivityId),
-    /// A started timer.
-    Timer(TimerId),
-    /// A started child run.
-    Child(RunId),
-    /// A nested fan-out's outputs.
-    All(Vec<CommandOutput>),
-}
 
 /// Workflow code's view of one workflow task.
 pub struct Task<'a> {
