@@ -47,6 +47,8 @@ enum Command {
     },
     /// Print the man page (roff; e.g. `dwlint man > dwlint.1`).
     Man,
+    #[command(flatten)]
+    Tools(crate::commands::ToolCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -209,6 +211,7 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
                 .map_err(|e| (RunError::Output(e), plain))?;
             print(&text).map_err(|e| (e, plain))
         }
+        Command::Tools(command) => crate::commands::run(command).map_err(|e| (e, plain)),
     }
 }
 

@@ -50,6 +50,15 @@ pub enum RunError {
     /// Asking git for the changed files failed.
     #[error("cannot list changed files: {0}")]
     Git(String),
+    /// `dwlint init` could not write its policy.
+    #[error(transparent)]
+    Init(#[from] crate::init::InitError),
+    /// `dwlint docs` could not sync the docs.
+    #[error(transparent)]
+    Docs(#[from] crate::docs_sync::DocsError),
+    /// `dwlint policy import` could not convert the file.
+    #[error(transparent)]
+    Import(#[from] crate::policy_import::ImportError),
     /// A report file could not be written.
     #[error("cannot write the report to {}: {source}", .path.display())]
     OutputFile {

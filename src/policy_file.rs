@@ -42,7 +42,12 @@ impl PolicyFile {
             path: path.clone(),
             source,
         })?;
-        let display_path = display_path(root, &path);
+        Self::from_text(display_path(root, &path), text)
+    }
+
+    /// A policy held in memory (`dwlint init` discovers with one it never
+    /// writes), validated exactly like a file.
+    pub fn from_text(display_path: String, text: String) -> Result<PolicyFile, RunError> {
         let invalid = |errors| RunError::PolicyInvalid {
             path: display_path.clone(),
             text: text.clone(),

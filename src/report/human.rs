@@ -282,6 +282,7 @@ fn run_error_help(error: &RunError) -> Option<String> {
             "--changed-since needs a git work tree and a revision it knows (fetch it first in a shallow CI clone)".into(),
         ),
         RunError::UnknownRule { .. } => Some("`dwlint rules` lists every code".into()),
+        RunError::Docs(e) => e.help(),
         _ => None,
     }
 }

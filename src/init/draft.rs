@@ -1,0 +1,172 @@
+//! Turning what `init` found into a starter policy that cannot pass review
+//! by accident.
+//!
+//! Everything a person must decide is left in a form `check` rejects: review
+//! sentences start with `TODO` (`missing-review-field`), a cache entry's
+//! `dimensions` and a scan limit's `default` are left out (also
+//! `missing-review-field`), and each label seen gets the class
+//! [`PLACEHOLDER_CLASS`], which is outside the taxonomy
+//! (`unreviewed-cardinality-class`). What the tree already says (prefix,
+//! config key, metric name, the labels emitted) is filled in.
+
+use std::collections::BTreeSet;
+
+use super::found::{Found, Site};
+use crate::extract::SCAN_LIMIT_SUFFIX;
+use crate::policy_toml::{Draft, DraftCacheKey, DraftMetric, DraftScanLimit, DraftSources};
+
+/// The class given to every label seen: it names the choice to make and
+/// fails `unreviewed-cardinality-class` until it is made.
+pub const PLACEHOLDER_CLASS: &str = "TODO_bounded_or_finite";
+
+/// The starter policy for `found`, scanned with `sources`.
+pub fn draft(found: &Found, sources: DraftSources, cache_namespace: &str) -> Draft {
+    let mut draft = Draft {
+        header: HEADER.iter().map(|s| s.to_string()).collect(),
+        sources,
+        ..Draft::default()
+    };
+    let mut ids = BTreeSet::new();
+    for p in &found.prefixes {
+        let id = unique(&mut ids, prefix_id(&p.prefix, cache_namespace));
+        draft.cache_keys.push(DraftCacheKey {
+            id,
+            notes: vec![
+                format!("found in {}: {}", at(&p.site), one_line(&p.literal)),
+                "TODO: add `dimensions = [...]`, what varies in the key ([] for a fixed key)"
+                    .into(),
+            ],
+            owner: Some(p.site.owner.clone()),
+            prefix: Some(p.prefix.clone()),
+            dimensions: None,
+            ttl: todo("how long one key lives"),
+            bound: todo("how many keys can exist at once"),
+            admission: todo("what may create a key, and what caps that"),
+            eviction: todo("what removes a key"),
+        });
+    }
+    let mut ids = BTreeSet::new();
+    for s in &found.scan_limits {
+        let leaf = s.key.rsplit('.').next().unwrap_or(&s.key);
+        let id = unique(
+            &mut ids,
+            leaf.trim_end_matches(SCAN_LIMIT_SUFFIX).to_owned(),
+        );
+        draft.scan_limits.push(DraftScanLimit {
+            id,
+            notes: vec![
+                format!("found in {}", at(&s.site)),
+                "TODO: add `default = N`, the cap the code uses when the key is not configured"
+                    .into(),
+            ],
+            owner: Some(s.site.owner.clone()),
+            config_key: Some(s.key.clone()),
+            default: None,
+            bound: todo("what one scan touches at most"),
+        });
+    }
+    for m in &found.metrics {
+        let labels_note = match &m.labels {
+            Some(labels) if labels.is_empty() => "emitted without labels".to_owned(),
+            Some(labels) => format!(
+                "labels seen: {}; give each a reviewed class (bounded_*, finite_*, request_scope_*, *_no_label)",
+                labels.join(", ")
+            ),
+            None => "no emission site with known labels was found: declare the labels it is emitted with".to_owned(),
+        };
+        let mut notes = vec![format!("found in {}", at(&m.site)), labels_note];
+        if m.labels.as_ref().is_some_and(|l| !l.is_empty()) {
+            notes.push("a bounded_* dimension also needs `selection` and `suppression`".into());
+        }
+        draft.metrics.push(DraftMetric {
+            name: m.name.clone(),
+            notes,
+            owner: Some(m.site.owner.clone()),
+            surface: todo("where the metric is exposed, e.g. GET /metrics"),
+            dimensions: Some(
+                m.labels
+                    .iter()
+                    .flatten()
+                    .map(|l| (l.clone(), PLACEHOLDER_CLASS.to_owned()))
+                    .collect(),
+            ),
+            cardinality: todo("how many series can exist"),
+            selection: None,
+            suppression: None,
+        });
+    }
+    draft
+}
+
+const HEADER: &[&str] = &[
+    "Starter bounded-growth policy written by `dwlint init` from what it found in the tree.",
+    "Nothing here is reviewed: replace every \"TODO: ...\" with a reviewed sentence, add the",
+    "missing `dimensions` and `default` keys, and give every dimension a class from the",
+    "taxonomy. `dwlint check` fails until then. Owners are guesses (the enclosing type, or",
+    "the file); confirm them. Format: docs/policy.md.",
+];
+
+fn todo(what: &str) -> Option<String> {
+    Some(format!("TODO: {what}"))
+}
+
+fn at(site: &Site) -> String {
+    format!("{}:{}", site.file, site.line)
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `server:long-poll-signal:` → `long_poll_signal`.
+pub fn prefix_id(prefix: &str, namespace: &str) -> String {
+    let family = prefix.strip_prefix(namespace).unwrap_or(prefix);
+    let mut id = String::new();
+    for c in family.chars() {
+        if c.is_ascii_alphanumeric() {
+            id.push(c.to_ascii_lowercase());
+        } else if !id.ends_with('_') {
+            id.push('_');
+        }
+    }
+    let id = id.trim_matches('_');
+    if id.is_empty() {
+        "cache".to_owned()
+    } else {
+        id.to_owned()
+    }
+}
+
+/// `id`, or `id_2`, `id_3`… when an earlier entry took it.
+fn unique(taken: &mut BTreeSet<String>, id: String) -> String {
+    let mut candidate = id.clone();
+    let mut n = 2;
+    while !taken.insert(candidate.clone()) {
+        candidate = format!("{id}_{n}");
+        n += 1;
+    }
+    candidate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_come_from_the_family_name() {
+        assert_eq!(
+            prefix_id("server:long-poll-signal:", "server:"),
+            "long_poll_signal"
+        );
+        assert_eq!(prefix_id("server:a:B.c:", "server:"), "a_b_c");
+        assert_eq!(prefix_id("server:::", "server:"), "cache");
+        let mut taken = BTreeSet::new();
+        assert_eq!(unique(&mut taken, "a".into()), "a");
+        assert_eq!(unique(&mut taken, "a".into()), "a_2");
+    }
+
+    #[test]
+    fn the_placeholder_class_is_not_reviewed() {
+        assert!(!dwpolicy::CardinalityClass::parse(PLACEHOLDER_CLASS).is_reviewed());
+    }
+}

@@ -1,0 +1,200 @@
+//! `dwlint init`: a starter policy from what a tree already contains.
+//!
+//! Adopting the gate on an existing engine means declaring dozens of
+//! prefixes and metrics that are already in the code. `init` runs the same
+//! walk, extractors and normalization as `check`, under a built-in policy
+//! whose sources are every file with a language extension dwlint reads (see
+//! [`default_sources`]), and writes one entry per surface it finds. The
+//! result loads and resolves, but every decision a reviewer owes is left as a
+//! TODO that `check` rejects (see [`draft`]), so writing it cannot make a
+//! tree pass.
+
+mod draft;
+mod found;
+mod owner;
+
+use std::path::{Path, PathBuf};
+
+pub use draft::{prefix_id, PLACEHOLDER_CLASS};
+pub use found::Site;
+
+use crate::discover::CANDIDATES;
+use crate::error::RunError;
+use crate::extract::ExtractConfig;
+use crate::policy_file::{PolicyFile, DEFAULT_POLICY};
+use crate::policy_toml::{Draft, DraftSources};
+use crate::{scan, walk};
+
+/// Extensions of the files `init` scans (and writes into `[sources]`).
+pub const SOURCE_EXTENSIONS: &[&str] = &[
+    "rs", "php", "py", "sh", "bash", "go", "js", "mjs", "cjs", "ts", "mts", "cts", "yml", "yaml",
+];
+/// Extensions of Prometheus scrape / remote-write configs (YAML, also as a
+/// heredoc in a shell script).
+pub const REMOTE_WRITE_EXTENSIONS: &[&str] = &["yml", "yaml", "sh"];
+/// Never scanned: build output, vendored code, test data and tests, whose
+/// literals are not shipped surfaces.
+pub const EXCLUDE: &[&str] = &[
+    "**/target/**",
+    "**/vendor/**",
+    "**/node_modules/**",
+    "**/fixtures/**",
+    "**/tests/**",
+    "**/test/**",
+];
+/// The operator doc `init` lists when the tree has it.
+pub const DEFAULT_DOC: &str = "docs/bounded-growth.md";
+
+/// Why `init` could not write a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The policy exists and `--force` was not given.
+    #[error("{} already exists; pass --force to overwrite it", .0.display())]
+    Exists(PathBuf),
+    /// Writing the policy failed.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The written text would not load: a dwlint bug, never written to disk.
+    #[error("dwlint init produced a policy that does not load (a dwlint bug): {0}")]
+    Generated(String),
+}
+
+/// What to scan and where to write.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// Root of the tree.
+    pub root: PathBuf,
+    /// Where to write [default: ROOT/policy/dw-bounded-growth.toml].
+    pub policy: Option<PathBuf>,
+    /// Overwrite an existing policy.
+    pub force: bool,
+}
+
+/// What `init` wrote.
+#[derive(Debug)]
+pub struct InitReport {
+    /// The policy path.
+    pub path: PathBuf,
+    /// The policy text.
+    pub text: String,
+    /// Entry counts: cache keys, scan limits, metrics.
+    pub counts: (usize, usize, usize),
+    /// How many files the default sources selected.
+    pub files_scanned: usize,
+    /// Surfaces found that no valid entry can declare.
+    pub undeclarable: Vec<(Site, String)>,
+}
+
+/// The `[sources]` `init` scans with and writes.
+pub fn default_sources(root: &Path) -> DraftSources {
+    let globs = |exts: &[&str]| exts.iter().map(|e| format!("**/*.{e}")).collect::<Vec<_>>();
+    DraftSources {
+        cache: globs(SOURCE_EXTENSIONS),
+        metrics: globs(SOURCE_EXTENSIONS),
+        docs: if root.join(DEFAULT_DOC).is_file() {
+            vec![DEFAULT_DOC.to_owned()]
+        } else {
+            Vec::new()
+        },
+        remote_write: globs(REMOTE_WRITE_EXTENSIONS),
+        exclude: EXCLUDE.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Scans `options.root` and writes the starter policy.
+pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
+    let root = options.root.as_path();
+    if !root.is_dir() {
+        return Err(RunError::NoSuchPath(root.to_path_buf()));
+    }
+    let path = options
+        .policy
+        .clone()
+        .unwrap_or_else(|| root.join(DEFAULT_POLICY));
+    // Without --policy, any policy `check` would find at this root counts:
+    // a second one beside it would silently take over.
+    let existing = match &options.policy {
+        Some(_) => vec![path.clone()],
+        None => CANDIDATES.iter().map(|c| root.join(c)).collect(),
+    };
+    if let Some(found) = existing
+        .into_iter()
+        .find(|p| p.exists())
+        .filter(|_| !options.force)
+    {
+        return Err(InitError::Exists(found).into());
+    }
+    let sources = default_sources(root);
+    let defaults = Draft {
+        sources: sources.clone(),
+        ..Draft::default()
+    };
+    let policy_file = PolicyFile::from_text("(dwlint init defaults)".into(), defaults.render())?;
+    let settings = &policy_file.policy.settings;
+    let files = walk::select_files(root, &policy_file)?;
+    let config = ExtractConfig {
+        cache_namespace: settings.cache_namespace.clone(),
+        metric_prefix: settings.metric_prefix.clone(),
+    };
+    let output = scan::scan(root, &files, &config, &[]);
+    // Owner guessing re-parses Rust files; give it the scanner's stack so a
+    // deeply nested file that scanned fine cannot overflow here.
+    let found = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("dwlint-init".into())
+            .stack_size(256 << 20)
+            .spawn_scoped(scope, || found::collect(root, &output, settings))
+            .ok()
+            .and_then(|handle| handle.join().ok())
+    })
+    .ok_or_else(|| InitError::Generated("guessing owners failed".into()))?;
+    let draft = draft::draft(&found, sources, &settings.cache_namespace);
+    let text = draft.render();
+    dwpolicy::load::load(&text).map_err(|e| InitError::Generated(e.to_string()))?;
+    write(&path, &text)?;
+    Ok(InitReport {
+        path,
+        counts: (
+            draft.cache_keys.len(),
+            draft.scan_limits.len(),
+            draft.metrics.len(),
+        ),
+        text,
+        files_scanned: output.files_scanned,
+        undeclarable: found.undeclarable,
+    })
+}
+
+fn write(path: &Path, text: &str) -> Result<(), InitError> {
+    let failed = |source| InitError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(failed)?;
+    }
+    std::fs::write(path, text).map_err(failed)
+}
+
+/// The summary printed after a successful `init`.
+pub fn summary(report: &InitReport) -> String {
+    let (cache, scan, metrics) = report.counts;
+    let mut out = format!(
+        "wrote {}: {cache} cache key(s), {scan} scan limit(s), {metrics} metric(s) from {} file(s)\n",
+        report.path.display(),
+        report.files_scanned
+    );
+    for (site, why) in &report.undeclarable {
+        out.push_str(&format!(
+            "note: {}:{}: not declared: {why}\n",
+            site.file, site.line
+        ));
+    }
+    out.push_str("next: replace every TODO with a reviewed value, then run `dwlint check`\n");
+    out
+}
