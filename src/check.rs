@@ -176,8 +176,10 @@ fn configured_severity(
     overrides.resolve(rule, policy_level)
 }
 
-/// The last path segment of every owner, so the prefilter also parses the
-/// files that define owners but build no keys.
+/// The last segment of every owner that names a type (`a::b::T`,
+/// `App\Support\T`, `pkg.T`, `mod:T`), so the prefilter also parses the
+/// files that define owners but build no keys. File-path owners need no
+/// parsing.
 fn owner_names(policy_file: &PolicyFile) -> Vec<String> {
     let policy = &policy_file.policy;
     let owners = policy
@@ -186,9 +188,18 @@ fn owner_names(policy_file: &PolicyFile) -> Vec<String> {
         .filter_map(|c| c.owner.as_ref())
         .chain(policy.scan_limits.iter().filter_map(|s| s.owner.as_ref()))
         .chain(policy.metrics.iter().filter_map(|m| m.owner.as_ref()));
+    let separators = [':', '\\', '.'];
+    // `build.rs` is a file at the root, not a type named `rs`.
+    let extensions = [
+        "rs", "php", "py", "go", "sh", "js", "ts", "yml", "yaml", "toml", "json",
+    ];
     let mut names: Vec<String> = owners
-        .filter(|o| o.value.contains("::"))
-        .filter_map(|o| o.value.rsplit("::").next().map(str::to_owned))
+        .filter(|o| !o.value.contains('/') && o.value.contains(separators))
+        .filter_map(|o| {
+            let last = o.value.rsplit(separators).next()?;
+            let dotted_only = !o.value.contains([':', '\\']);
+            (!(dotted_only && extensions.contains(&last))).then(|| last.to_owned())
+        })
         .filter(|name| !name.is_empty())
         .collect();
     names.sort();

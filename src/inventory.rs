@@ -2,14 +2,15 @@
 //!
 //! Extractors report per-file facts; the inventory regroups them by what a
 //! rule needs: cache prefixes used in cache sources, metric sites in metric
-//! sources, scan-limit keys, the items owners may name, and the docs.
+//! sources, scan-limit keys, scrape labels in remote-write sources, the items
+//! owners may name, and the docs.
 
 use std::collections::{HashMap, HashSet};
 
 use dwpolicy::{MetricPolicy, Policy};
 
 use crate::diagnostic::{Anchor, Diagnostic};
-use crate::extract::{Label, MetricVia, TextRange, SCAN_LIMIT_SUFFIX};
+use crate::extract::{Label, MetricVia, ScrapeLabel, TextRange, SCAN_LIMIT_SUFFIX};
 use crate::normalize;
 use crate::scan::{DocFile, ScanOutput};
 
@@ -48,6 +49,15 @@ pub struct ScanKeyUse {
     pub anchor: Anchor,
 }
 
+/// A target label set by a scrape or remote-write config.
+#[derive(Debug, Clone)]
+pub struct ScrapeLabelUse {
+    /// File relative to the root.
+    pub file: String,
+    /// The label, its value as written, and where both are.
+    pub label: ScrapeLabel,
+}
+
 /// Everything the rules can ask about the tree.
 #[derive(Debug, Default)]
 pub struct Inventory {
@@ -59,7 +69,10 @@ pub struct Inventory {
     pub metric_uses: Vec<MetricUse>,
     /// Scan-limit keys in cache or metric sources.
     pub scan_keys: Vec<ScanKeyUse>,
-    /// Paths of every item defined in parsed Rust files.
+    /// Target labels in remote-write sources.
+    pub scrape_labels: Vec<ScrapeLabelUse>,
+    /// Qualified names of every item defined in parsed sources (Rust
+    /// paths, PHP classes, Python modules and classes, Go types).
     pub items: HashSet<String>,
     /// Operator docs.
     pub docs: Vec<DocFile>,
@@ -87,6 +100,14 @@ impl Inventory {
                 );
             }
             inventory.items.extend(facts.items);
+            if file.roles.remote_write {
+                inventory
+                    .scrape_labels
+                    .extend(facts.scrape_labels.into_iter().map(|label| ScrapeLabelUse {
+                        file: file.rel.clone(),
+                        label,
+                    }));
+            }
             for literal in &facts.literals {
                 if file.roles.cache {
                     for prefix in normalize::cache_prefixes(&literal.value, namespace) {

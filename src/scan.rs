@@ -3,7 +3,8 @@
 //! Each worker thread gets a large stack so that a pathological file cannot
 //! overflow it while being parsed. A byte prefilter runs before any parsing:
 //! most files never mention the cache namespace, the metric prefix, a scan
-//! limit or an owner, and those are counted but not parsed.
+//! limit or an owner, and those are counted but not parsed. Which extractor
+//! reads a file is `extract::extract_file`'s decision.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -169,7 +170,10 @@ fn scan_one(
             "exclude binary files in [sources].exclude",
         );
     }
-    if !file.roles.docs && prefilter.is_some_and(|p| !p.is_match(&bytes)) {
+    // A scrape config may hold nothing but per-run variables, so the
+    // remote-write files (few and small) are always read.
+    let prefiltered = !file.roles.docs && !file.roles.remote_write;
+    if prefiltered && prefilter.is_some_and(|p| !p.is_match(&bytes)) {
         return Outcome::Skipped;
     }
     let text = match String::from_utf8(bytes) {
@@ -193,16 +197,9 @@ fn scan_one(
             text,
         });
     }
-    let facts = if file.rel.ends_with(".rs") {
-        let module_path = modules.module_path(root, &file.rel);
-        let mut facts = extract::rust::extract_rust(&text, config, &module_path);
-        // The module itself is a valid owner (`owner = "dwengine::polling"`).
-        facts.items.push(module_path.join("::"));
-        facts
-    } else {
-        let extension = file.rel.rsplit_once('.').map_or("", |(_, ext)| ext);
-        extract::plain::extract_plain(&text, config, extension)
-    };
+    let facts = extract::extract_file(&file.rel, &text, config, || {
+        modules.module_path(root, &file.rel)
+    });
     Outcome::Source(ScannedFile {
         rel: file.rel.clone(),
         roles: file.roles,

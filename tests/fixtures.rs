@@ -26,6 +26,7 @@ const FIXTURES: &[(&str, i32)] = &[
     ("overlapping-cache-prefix", 1),
     ("doc-missing-mention", 1),
     ("doc-stale-mention", 0),
+    ("per-run-remote-write-label", 1),
     ("parse-fallback", 0),
     ("unreadable-file", 0),
 ];
@@ -119,8 +120,9 @@ fixture_tests! {
     overlapping_cache_prefix => 13,
     doc_missing_mention => 14,
     doc_stale_mention => 15,
-    parse_fallback => 16,
-    unreadable_file => 17,
+    per_run_remote_write_label => 16,
+    parse_fallback => 17,
+    unreadable_file => 18,
 }
 
 #[test]

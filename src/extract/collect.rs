@@ -28,12 +28,51 @@ pub(crate) struct LitInfo<'a> {
     /// between the quotes are exactly the value; lets sites point at the
     /// name itself instead of the whole literal.
     pub verbatim_at: Option<usize>,
+    /// Where each run of `value` came from, for values pieced together from
+    /// several places (escapes, joined concatenations, placeholders); empty
+    /// when `verbatim_at` (or the whole span) says it all.
+    pub runs: &'a [Run],
+}
+
+/// A run of a literal value starting at `value_at` that was copied from the
+/// file at `source_at` (`verbatim`), or produced by decoding the source
+/// there (an escape, a placeholder), in which case every offset inside it
+/// maps to `source_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub value_at: usize,
+    pub source_at: usize,
+    pub verbatim: bool,
+}
+
+/// The file offset of value offset `at` under `runs` (sorted by `value_at`).
+pub(crate) fn run_offset(runs: &[Run], at: usize) -> Option<usize> {
+    let slot = runs.partition_point(|r| r.value_at <= at).checked_sub(1)?;
+    let run = runs[slot];
+    Some(if run.verbatim {
+        run.source_at + (at - run.value_at)
+    } else {
+        run.source_at
+    })
 }
 
 impl LitInfo<'_> {
     /// The file byte range of `value[part]`, or the whole token when the
     /// value is not written verbatim.
     pub fn source_range(&self, part: Range<usize>) -> Range<usize> {
+        if let (Some(start), Some(last)) = (
+            run_offset(self.runs, part.start),
+            run_offset(self.runs, part.end.saturating_sub(1).max(part.start)),
+        ) {
+            // The end maps from the last byte so that a part ending a run is
+            // not stretched to the next run's source position.
+            let end = if part.end > part.start {
+                last + 1
+            } else {
+                start
+            };
+            return start..end.max(start);
+        }
         match self.verbatim_at {
             Some(at) => at + part.start..at + part.end,
             None => self.span.clone(),
@@ -157,6 +196,7 @@ impl<'t> Collector<'t> {
             metrics: self.metrics,
             items,
             fallback,
+            scrape_labels: Vec::new(),
         }
     }
 }

@@ -210,6 +210,7 @@ pub(crate) fn scan_literals(collector: &mut Collector<'_>) {
                     verbatim_at: decoded
                         .verbatim
                         .then_some(span.start + decoded.content.start),
+                    runs: &[],
                     value: decoded.value,
                     kind: LiteralKind::Lexical,
                     span,

@@ -6,15 +6,30 @@
 //! policy `owner` may name. The file text itself is dropped once a file is
 //! done, so memory grows with findings, not with the tree.
 
+mod clike;
 mod collect;
 pub mod exposition;
+mod go;
+mod js;
+pub mod language;
+#[cfg(test)]
+mod language_tests;
 mod lexical;
 pub mod line_index;
+mod php;
 pub mod plain;
+mod python;
 pub mod rust;
 mod rust_macros;
 mod rust_metrics;
+mod shell;
+mod strings;
+#[cfg(test)]
+mod test_render;
+mod tokens;
+mod yaml;
 
+pub use language::{extract_file, Language};
 pub use line_index::{LineIndex, TextRange};
 pub use rust::extract_rust;
 
@@ -45,6 +60,13 @@ pub enum LiteralKind {
     Concat,
     /// Found by the lexical fallback, not the parser.
     Lexical,
+    /// A string with interpolation: PHP `"…$x…"`, Python f-string, JS
+    /// template literal, shell `"…${x}…"` (placeholders kept or marked).
+    Interpolated,
+    /// A heredoc or nowdoc body (PHP, shell).
+    Heredoc,
+    /// An unquoted word or scalar (shell word, YAML plain scalar).
+    Bare,
 }
 
 /// A string literal worth keeping (it mentions the cache namespace or a
@@ -111,4 +133,21 @@ pub struct FileFacts {
     /// Set when the parser gave up and the lexical fallback produced the
     /// facts: the parser's message, with its location.
     pub fallback: Option<(String, TextRange)>,
+    /// Prometheus target labels set by scrape or remote-write configs
+    /// (`labels:`, `external_labels:`, relabel `target_label`/`replacement`).
+    pub scrape_labels: Vec<ScrapeLabel>,
+}
+
+/// One label a Prometheus config attaches to every series it scrapes or
+/// writes, with the value as written (variables unexpanded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeLabel {
+    /// The label name.
+    pub name: String,
+    /// The value as written, quotes removed, `${VAR}` and `{{ … }}` kept.
+    pub value: String,
+    /// Where the label name is.
+    pub name_range: TextRange,
+    /// Where the value is.
+    pub value_range: TextRange,
 }

@@ -165,6 +165,7 @@ impl Walker<'_> {
             verbatim_at: decoded
                 .verbatim
                 .then_some(bytes.start + decoded.content.start),
+            runs: &[],
             value: decoded.value.into_owned().into(),
             kind: decoded.kind,
             span: bytes,
@@ -181,6 +182,7 @@ impl Walker<'_> {
             verbatim_at: decoded
                 .verbatim
                 .then_some(bytes.start + decoded.content.start),
+            runs: &[],
             value: decoded.value,
             kind: decoded.kind,
             span: bytes,

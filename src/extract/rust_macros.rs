@@ -103,6 +103,7 @@ impl Walker<'_> {
                     kind: LiteralKind::Concat,
                     span: whole,
                     verbatim_at: None,
+                    runs: &[],
                 };
                 let context = self.context.last().map(String::as_str);
                 self.collector.literal(&lit, context);
@@ -172,6 +173,7 @@ impl Walker<'_> {
                     kind: LiteralKind::Concat,
                     span: start..self.bytes(g.span_close()).end,
                     verbatim_at: None,
+                    runs: &[],
                 }
             }
             _ => return None,

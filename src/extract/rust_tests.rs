@@ -3,10 +3,9 @@
 //! Whole-file results are rendered one fact per line (`L` literal, `M` metric
 //! site, `I` item) so snapshots stay reviewable by eye.
 
-use std::fmt::Write as _;
-
 use super::extract_rust;
-use crate::extract::{ExtractConfig, FileFacts, LiteralKind, MetricVia, TextRange};
+use crate::extract::test_render::render;
+use crate::extract::{ExtractConfig, FileFacts, LiteralKind, MetricVia};
 
 fn config() -> ExtractConfig {
     ExtractConfig {
@@ -21,44 +20,6 @@ fn facts(text: &str) -> FileFacts {
         &config(),
         &["dwengine".to_owned(), "polling".to_owned()],
     )
-}
-
-fn at(r: &TextRange) -> String {
-    format!("{}:{}-{}:{}", r.line, r.column, r.end_line, r.end_column)
-}
-
-fn render(f: &FileFacts) -> String {
-    let mut out = String::new();
-    for l in &f.literals {
-        let context = l.context.as_deref().unwrap_or("-");
-        let _ = writeln!(
-            out,
-            "L {} {:?} {:?} in {context}",
-            at(&l.range),
-            l.kind,
-            l.value
-        );
-    }
-    for m in &f.metrics {
-        let labels = match &m.labels {
-            None => "?".to_owned(),
-            Some(labels) => {
-                let names: Vec<String> = labels
-                    .iter()
-                    .map(|l| format!("{}@{}", l.name, at(&l.range)))
-                    .collect();
-                format!("[{}]", names.join(", "))
-            }
-        };
-        let _ = writeln!(out, "M {} {} {labels} {:?}", at(&m.range), m.name, m.via);
-    }
-    for i in &f.items {
-        let _ = writeln!(out, "I {i}");
-    }
-    if let Some((message, range)) = &f.fallback {
-        let _ = writeln!(out, "F {} {message}", at(range));
-    }
-    out
 }
 
 /// (name, labels, via) per site, for asserts that do not care about ranges.

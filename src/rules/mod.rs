@@ -21,6 +21,7 @@ mod label_mismatch;
 mod missing_review_field;
 mod overlapping_cache_prefix;
 mod parse_fallback;
+mod per_run_remote_write_label;
 mod undeclared_cache_prefix;
 mod undeclared_metric;
 mod undeclared_scan_limit;
@@ -82,6 +83,7 @@ pub static RULES: &[Rule] = &[
     rule!(overlapping_cache_prefix, Error, Tree),
     rule!(doc_missing_mention, Error, Tree),
     rule!(doc_stale_mention, Warning, Tree),
+    rule!(per_run_remote_write_label, Error, File),
     rule!(parse_fallback, Warning, File),
     rule!(unreadable_file, Warning, File),
 ];

@@ -1,0 +1,253 @@
+//! Tests of the non-Rust extractors: one snapshot per language on its
+//! sample file under `tests/data/extractors/` (rendered by `test_render`),
+//! targeted asserts for the shapes the rules depend on, and broken-input
+//! sweeps that every lexer must survive.
+
+use super::test_render::render;
+use super::{extract_file, ExtractConfig, FileFacts};
+
+fn config() -> ExtractConfig {
+    ExtractConfig {
+        cache_namespace: "server:".to_owned(),
+        metric_prefix: "dw_".to_owned(),
+    }
+}
+
+fn facts(rel: &str, text: &str) -> FileFacts {
+    extract_file(rel, text, &config(), Vec::new)
+}
+
+fn sample(name: &str) -> String {
+    let path = format!(
+        "{}/tests/data/extractors/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every value and metric name the file yields, for asserts.
+fn found(f: &FileFacts) -> String {
+    let mut out: Vec<String> = f.literals.iter().map(|l| l.value.clone()).collect();
+    out.extend(f.metrics.iter().map(|m| m.name.clone()));
+    out.join("\n")
+}
+
+macro_rules! snapshot_sample {
+    ($test:ident, $file:expr, $rel:expr) => {
+        #[test]
+        fn $test() {
+            let f = facts($rel, &sample($file));
+            insta::assert_snapshot!(render(&f));
+        }
+    };
+}
+
+snapshot_sample!(
+    php_sample,
+    "sample.php",
+    "app/Support/LongPollSignalStore.php"
+);
+snapshot_sample!(python_sample, "sample.py", "scripts/perf/harness.py");
+snapshot_sample!(shell_sample, "sample.sh", "scripts/perf/soak.sh");
+snapshot_sample!(yaml_sample, "sample.yml", "scripts/perf/prometheus.yml");
+snapshot_sample!(go_sample, "sample.go", "internal/metrics/metrics.go");
+snapshot_sample!(ts_sample, "sample.ts", "web/src/reporter.ts");
+
+#[test]
+fn comments_and_prose_yield_nothing_in_any_language() {
+    let cases = [
+        ("a.php", "<?php\n// 'server:a:x' dw_a\n# \"server:b:x\" dw_b\n/* 'server:c:x' dw_c */\n/** dw_d server:d:x */\n"),
+        ("a.py", "# 'server:a:x' dw_a\n'''dw_doc server:doc:x'''\ndef f():\n    \"\"\"dw_fn server:fn:x\"\"\"\n"),
+        ("a.sh", "# 'server:a:x' dw_a\necho ok # \"server:b:x\" dw_b\n"),
+        ("a.yml", "# server:a:x dw_a\nkey: value # dw_b server:b:x\n"),
+        ("a.go", "package a\n// \"server:a:x\" dw_a\n/* `server:b:x` dw_b */\n"),
+        ("a.ts", "// 'server:a:x' dw_a\n/* \"server:b:x\" dw_b */\n"),
+    ];
+    for (rel, text) in cases {
+        let f = facts(rel, text);
+        assert!(
+            f.literals.is_empty() && f.metrics.is_empty(),
+            "{rel}: {}",
+            render(&f)
+        );
+        assert!(f.fallback.is_none(), "{rel}");
+    }
+}
+
+#[test]
+fn python_f_string_labels_survive_placeholders() {
+    let f = facts(
+        "h.py",
+        "x = f'dw_x{{status=\"{status}\",policy=\"{p}\",queue=\"{q!r:>{w}}\"}} {v}'\n",
+    );
+    let labels: Vec<&str> = f.metrics[0]
+        .labels
+        .as_ref()
+        .expect("labels")
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(labels, ["status", "policy", "queue"]);
+    // Each label points at its own name in the source.
+    let text = "x = f'dw_x{{status=";
+    assert_eq!(
+        f.metrics[0].labels.as_ref().unwrap()[0].range.column,
+        text.len() - 6
+    );
+}
+
+#[test]
+fn php_interpolation_and_sprintf_keep_the_cut_point() {
+    let f = facts(
+        "a.php",
+        "<?php $a = \"server:x:{$id}\"; $b = \"server:y:$id\"; $c = sprintf('server:z:%s', $i); $d = 'server:' . 'w:' . $id;",
+    );
+    let values: Vec<&str> = f.literals.iter().map(|l| l.value.as_str()).collect();
+    assert_eq!(
+        values,
+        ["server:x:{$id}", "server:y:$id", "server:z:%s", "server:w:"]
+    );
+}
+
+#[test]
+fn shell_heredoc_yaml_reports_labels_and_scalars() {
+    let f = facts("s.sh", &sample("sample.sh"));
+    let labels: Vec<(&str, &str)> = f
+        .scrape_labels
+        .iter()
+        .map(|l| (l.name.as_str(), l.value.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("repository", "${GITHUB_REPOSITORY:-local}"),
+            ("runner", "${RUNNER_NAME}"),
+            ("workflow", "perf-soak"),
+            ("run_id", "${GITHUB_RUN_ID:-local}"),
+        ]
+    );
+    assert!(found(&f).contains("dw_perf_requests_total"));
+    assert!(!found(&f).contains("dw_comment_total"));
+    assert!(!found(&f).contains("dw_after_total"));
+}
+
+#[test]
+fn go_constructors_yield_their_labels() {
+    let f = facts("m.go", &sample("sample.go"));
+    let by_name = |name: &str| {
+        f.metrics
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.labels.clone())
+            .map(|l| l.into_iter().map(|l| l.name).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        by_name("dw_go_requests_total"),
+        Some(vec!["status".into(), "policy".into()])
+    );
+    assert_eq!(
+        by_name("dw_go_latency_seconds"),
+        Some(vec!["region".into()])
+    );
+    assert_eq!(by_name("dw_go_dynamic"), None);
+}
+
+/// Truncations of every sample at every byte, and a few hostile inputs:
+/// no extractor may panic, loop, or report a range outside the text.
+#[test]
+fn broken_input_never_panics() {
+    let hostile = [
+        "\"",
+        "'",
+        "`",
+        "<<<",
+        "<<<EOT\nserver:x:",
+        "<<",
+        "<<EOF\nserver:x:${",
+        "${",
+        "$(",
+        "{$",
+        "f'{",
+        "f'{{",
+        "'''",
+        "r'\\",
+        "\\",
+        "/*",
+        "//",
+        "#",
+        "- ",
+        "- -",
+        "a: |",
+        "a: '",
+        "a: \"\\",
+        "labels: {a: '",
+        "labels: {",
+        "/[/",
+        "x = /",
+        "func (",
+        "type (",
+        "package",
+        "NewCounterVec(",
+        "NewCounterVec(prometheus.CounterOpts{Name: \"dw_x\"}, []string{",
+        "<?php \"\\u{",
+        "\"\\x",
+        "\"\\u{110000}\"",
+        "é'ü\"ß`",
+        "\r\n\r",
+        "class",
+        "namespace",
+    ];
+    for rel in ["a.php", "a.py", "a.sh", "a.yml", "a.go", "a.ts"] {
+        for text in hostile {
+            check_ranges(rel, text);
+            check_ranges(rel, &text.repeat(3));
+        }
+        for name in [
+            "sample.php",
+            "sample.py",
+            "sample.sh",
+            "sample.yml",
+            "sample.go",
+            "sample.ts",
+        ] {
+            let text = sample(name);
+            let mut cut = 0;
+            while cut < text.len() {
+                if text.is_char_boundary(cut) {
+                    check_ranges(rel, &text[..cut]);
+                }
+                cut += 7;
+            }
+        }
+    }
+}
+
+fn check_ranges(rel: &str, text: &str) {
+    let f = facts(rel, text);
+    let ranges = f
+        .literals
+        .iter()
+        .map(|l| l.range)
+        .chain(f.metrics.iter().map(|m| m.range))
+        .chain(
+            f.scrape_labels
+                .iter()
+                .flat_map(|l| [l.name_range, l.value_range]),
+        );
+    for r in ranges {
+        assert!(
+            r.start <= r.end && r.end <= text.len(),
+            "{rel} {text:?}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn lexing_is_linear_on_pathological_input() {
+    let started = std::time::Instant::now();
+    let big = "\"{$".repeat(20_000) + &"f'{".repeat(20_000) + &"<<EOF\n".repeat(5_000);
+    for rel in ["a.php", "a.py", "a.sh", "a.yml", "a.go", "a.ts"] {
+        facts(rel, &big);
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}

@@ -1,0 +1,318 @@
+//! The token stream every non-Rust lexer produces, and what is done with it
+//! the same way for every language.
+//!
+//! A lexer only has to know its language's comments and string forms; it
+//! reduces a file to string literals, words and punctuation. Joining literal
+//! concatenations (`'server:' . 'x:'`, `"a" + "b"`, Python's adjacent
+//! literals), feeding literals to the collector, and tracking which named
+//! brace-delimited declaration a literal sits in are then shared, so no two
+//! languages carry their own copy of those loops.
+
+use std::ops::Range;
+
+use super::collect::{Collector, LitInfo};
+use super::strings::Value;
+use super::{ExtractConfig, FileFacts, LiteralKind};
+
+/// One lexeme of a non-Rust file; comments are already gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tok {
+    Str(StrTok),
+    /// An identifier, keyword, number or variable (`$id` in PHP).
+    Word(Range<usize>),
+    /// One byte of punctuation, at this offset.
+    Punct(usize),
+    /// The end of a logical line, for languages where lines matter (Python).
+    Newline(usize),
+}
+
+/// A string literal with its decoded value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StrTok {
+    /// The whole token, quotes or heredoc markers included.
+    pub span: Range<usize>,
+    pub value: Value,
+    pub kind: LiteralKind,
+    /// The enclosing named declaration, once known.
+    pub context: Option<String>,
+}
+
+impl Tok {
+    /// The byte that this token is, if it is that punctuation.
+    pub fn punct(&self, text: &str) -> Option<u8> {
+        match self {
+            Tok::Punct(at) => text.as_bytes().get(*at).copied(),
+            _ => None,
+        }
+    }
+
+    /// The text of a word token.
+    pub fn word<'t>(&self, text: &'t str) -> Option<&'t str> {
+        match self {
+            Tok::Word(range) => text.get(range.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// How a language writes string concatenation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Join {
+    /// The binary operator between two literals (`.` in PHP, `+` elsewhere).
+    pub op: Option<u8>,
+    /// Whether two literals side by side are one (Python, C-like implicit).
+    pub adjacent: bool,
+}
+
+impl Join {
+    /// No concatenation operator (shell words are already whole, YAML).
+    pub const NONE: Join = Join {
+        op: None,
+        adjacent: false,
+    };
+    /// `+` (Go, JavaScript).
+    pub const PLUS: Join = Join {
+        op: Some(b'+'),
+        adjacent: false,
+    };
+}
+
+/// The facts of a lexed file: its literals (joined per `join`), whatever
+/// `sites` adds from language-specific call shapes, and its items.
+pub(crate) fn into_facts(
+    text: &str,
+    config: &ExtractConfig,
+    toks: &[Tok],
+    join: Join,
+    items: Vec<String>,
+    sites: impl FnOnce(&mut Collector<'_>),
+) -> FileFacts {
+    let mut collector = Collector::new(text, config);
+    feed(&mut collector, text, toks, join);
+    sites(&mut collector);
+    collector.finish(items, None)
+}
+
+/// Feeds every string literal to the collector, joining literal-only
+/// concatenations into one `Concat` literal (the pieces alone are not
+/// reported: `'server:'` is not a key, `'server:' . 'x:'` is).
+fn feed(collector: &mut Collector<'_>, text: &str, toks: &[Tok], join: Join) {
+    let mut i = 0;
+    while i < toks.len() {
+        let Tok::Str(first) = &toks[i] else {
+            i += 1;
+            continue;
+        };
+        let mut pieces = vec![first];
+        let mut j = i + 1;
+        loop {
+            match (toks.get(j), toks.get(j + 1)) {
+                (Some(Tok::Str(next)), _) if join.adjacent => {
+                    pieces.push(next);
+                    j += 1;
+                }
+                (Some(op), Some(Tok::Str(next)))
+                    if join.op.is_some() && op.punct(text) == join.op =>
+                {
+                    pieces.push(next);
+                    j += 2;
+                }
+                _ => break,
+            }
+        }
+        i = j;
+        if let [only] = pieces.as_slice() {
+            collector.literal(&only.lit(), only.context.as_deref());
+            continue;
+        }
+        let mut value = Value::default();
+        for piece in &pieces {
+            value.append(&piece.value);
+        }
+        let last = pieces.last().map_or(first.span.end, |p| p.span.end);
+        let lit = LitInfo {
+            value: value.text.as_str().into(),
+            kind: LiteralKind::Concat,
+            span: first.span.start..last,
+            verbatim_at: None,
+            runs: &value.runs,
+        };
+        collector.literal(&lit, first.context.as_deref());
+    }
+}
+
+/// Brace-delimited declarations (PHP and JS classes, Go types and funcs):
+/// a declared name becomes the context of everything inside the next `{…}`.
+#[derive(Debug, Default)]
+pub(crate) struct Scopes {
+    depth: usize,
+    open: Vec<(usize, String)>,
+    pending: Option<String>,
+}
+
+impl Scopes {
+    /// A declaration whose body is the next `{` (unless a `;` comes first).
+    pub fn declare(&mut self, name: String) {
+        self.pending = Some(name);
+    }
+
+    /// Updates the nesting for punctuation `p`.
+    pub fn punct(&mut self, p: u8) {
+        match p {
+            b'{' => {
+                self.depth += 1;
+                if let Some(name) = self.pending.take() {
+                    self.open.push((self.depth, name));
+                }
+            }
+            b'}' => {
+                if self.open.last().is_some_and(|(d, _)| *d == self.depth) {
+                    self.open.pop();
+                }
+                self.depth = self.depth.saturating_sub(1);
+            }
+            b';' => self.pending = None,
+            _ => {}
+        }
+    }
+
+    /// The innermost open declaration.
+    pub fn current(&self) -> Option<&str> {
+        self.open.last().map(|(_, name)| name.as_str())
+    }
+}
+
+/// Gives each literal the innermost declaration it sits in, as computed by
+/// `declared` (the language's rule for what a declaration looks like, given
+/// the token index and the declaration already open there; it returns the
+/// name to open).
+pub(crate) fn assign_contexts(
+    text: &str,
+    toks: &mut [Tok],
+    mut declared: impl FnMut(&[Tok], usize, Option<&str>) -> Option<String>,
+) {
+    let mut scopes = Scopes::default();
+    for i in 0..toks.len() {
+        if let Some(name) = declared(toks, i, scopes.current()) {
+            scopes.declare(name);
+        }
+        if let Some(p) = toks[i].punct(text) {
+            scopes.punct(p);
+        }
+        let current = scopes.current().map(str::to_owned);
+        if let Tok::Str(s) = &mut toks[i] {
+            s.context = current;
+        }
+    }
+}
+
+/// `$`-free identifier bytes shared by the C-like languages.
+pub(crate) fn is_ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// The end of the identifier-like word starting at `i`.
+pub(crate) fn word_end(b: &[u8], i: usize, extra: &[u8]) -> usize {
+    let mut end = i;
+    while end < b.len() && (is_ident_byte(b[end]) || extra.contains(&b[end])) {
+        end += 1;
+    }
+    end
+}
+
+/// The index of the first token at or after `i` that is `p`, on the same
+/// bracket level, before the level closes.
+pub(crate) fn find_punct(text: &str, toks: &[Tok], mut i: usize, p: u8) -> Option<usize> {
+    let mut depth = 0usize;
+    while let Some(tok) = toks.get(i) {
+        match tok.punct(text) {
+            Some(c) if c == p && depth == 0 => return Some(i),
+            Some(b'(' | b'[' | b'{') => depth += 1,
+            Some(b')' | b']' | b'}') => {
+                if depth == 0 {
+                    return None;
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// What a language adds to the shared lexing loop.
+pub(crate) trait Lexer {
+    /// A comment, string or other language-specific lexeme at `i`: pushes
+    /// the tokens it yields (none for a comment) and returns where it ends;
+    /// `None` lets the shared loop read a word, whitespace or punctuation.
+    fn special(&mut self, text: &str, i: usize, toks: &mut Vec<Tok>) -> Option<usize>;
+
+    /// Bytes besides `[A-Za-z0-9_]` that continue a word (`$`, `\`).
+    fn word_bytes(&self) -> &'static [u8] {
+        b""
+    }
+}
+
+/// Lexes `text[range]` into tokens. Linear, and never stalls: every step
+/// advances at least one byte.
+pub(crate) fn lex(text: &str, range: Range<usize>, lexer: &mut impl Lexer) -> Vec<Tok> {
+    let b = text.as_bytes();
+    let end = range.end.min(b.len());
+    let mut toks = Vec::new();
+    let mut i = range.start;
+    while i < end {
+        let next = if let Some(stop) = lexer.special(text, i, &mut toks) {
+            stop
+        } else if is_ident_byte(b[i]) || lexer.word_bytes().contains(&b[i]) {
+            let stop = word_end(b, i, lexer.word_bytes()).min(end).max(i + 1);
+            toks.push(Tok::Word(i..stop));
+            stop
+        } else {
+            if !b[i].is_ascii_whitespace() {
+                toks.push(Tok::Punct(i));
+            }
+            i + 1
+        };
+        i = next.clamp(i + 1, end.max(i + 1));
+        while i < b.len() && !text.is_char_boundary(i) {
+            i += 1;
+        }
+    }
+    toks
+}
+
+/// Pushes the string token of a scanned body and returns where it ends.
+pub(crate) fn push_string(
+    toks: &mut Vec<Tok>,
+    start: usize,
+    body: super::strings::Body,
+    kind: LiteralKind,
+) -> usize {
+    let kind = if body.interpolated {
+        LiteralKind::Interpolated
+    } else {
+        kind
+    };
+    let end = body.end;
+    toks.push(Tok::Str(StrTok {
+        span: start..end,
+        value: body.value,
+        kind,
+        context: None,
+    }));
+    end
+}
+
+impl StrTok {
+    /// The literal as the collector sees it.
+    pub fn lit(&self) -> LitInfo<'_> {
+        LitInfo {
+            value: self.value.text.as_str().into(),
+            kind: self.kind,
+            span: self.span.clone(),
+            verbatim_at: None,
+            runs: &self.value.runs,
+        }
+    }
+}
