@@ -6,9 +6,23 @@
 //! policy is embedded at compile time ([`policy::embedded`]) so the run-time
 //! guards enforce what the gate reviewed.
 
+pub mod admission;
 pub mod cache;
+pub mod diagnostics;
 pub mod metrics;
 pub mod policy;
+pub mod poll_requests;
 pub mod polling;
 pub mod readiness;
+pub mod retention;
+pub mod server;
 pub mod store;
+pub mod wait_slots;
+
+/// Wall-clock Unix milliseconds (0 before the epoch).
+pub(crate) fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

@@ -1,93 +1,135 @@
-//! Worker long-poll coordination: wake signals and the due-timer scan cap.
+//! Worker long-poll coordination: wake signals and the poll-pass scan caps.
+//!
+//! A long poll that finds no task waits for a wake signal instead of
+//! re-querying the store in a tight loop; with a shared cache the signal
+//! crosses nodes, so work enqueued on one node wakes a poller held by
+//! another. The recovery scans each poll pass runs are capped here so an
+//! old backlog cannot turn every poll into a slow one.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Cache;
+use crate::cache::{hash_dimensions, Cache, CacheError};
 
 /// Wakes long-polling workers when work arrives on a channel.
 ///
 /// One expiring key per wake channel touched during the TTL window; the
-/// channel name is hashed so user-chosen namespace and queue names never
-/// reach the key, and no index of channels is kept.
-pub struct LongPollSignalStore<'c> {
-    cache: &'c dyn Cache,
+/// channel is hashed so user-chosen namespace and queue names never reach
+/// the key, and no index of channels is kept.
+#[derive(Clone)]
+pub struct LongPollSignalStore {
+    cache: Arc<dyn Cache>,
     ttl: Duration,
 }
 
-impl<'c> LongPollSignalStore<'c> {
+impl LongPollSignalStore {
     /// The family every wake key belongs to.
     pub const PREFIX: &'static str = "server:long-poll-signal:";
     /// How long a wake signal stays visible to pollers.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
-    /// A store writing to `cache`.
-    pub fn new(cache: &'c dyn Cache) -> Self {
-        LongPollSignalStore {
-            cache,
-            ttl: Self::DEFAULT_TTL,
-        }
+    /// A store writing to `cache` with the default TTL.
+    pub fn new(cache: Arc<dyn Cache>) -> Self {
+        Self::with_ttl(cache, Self::DEFAULT_TTL)
+    }
+
+    /// A store whose signals live for `ttl`.
+    pub fn with_ttl(cache: Arc<dyn Cache>, ttl: Duration) -> Self {
+        LongPollSignalStore { cache, ttl }
     }
 
     /// The wake key of (namespace, task queue, channel).
     pub fn key(namespace: &str, task_queue: &str, channel: &str) -> String {
-        let mut hasher = DefaultHasher::new();
-        (namespace, task_queue, channel).hash(&mut hasher);
-        format!("server:long-poll-signal:{:016x}", hasher.finish())
+        format!(
+            "server:long-poll-signal:{}",
+            hash_dimensions(&[namespace, task_queue, channel])
+        )
     }
 
-    /// Records that work arrived; overwrites the previous signal's version.
-    pub fn signal(&self, namespace: &str, task_queue: &str, channel: &str, version: u64) {
+    /// Records that work arrived; a repeat signal overwrites the same key.
+    pub fn signal(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        channel: &str,
+    ) -> Result<(), CacheError> {
         let key = Self::key(namespace, task_queue, channel);
-        self.cache
-            .put(&key, version.to_be_bytes().to_vec(), self.ttl);
+        let version = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        self.cache.put(&key, &version.to_be_bytes(), self.ttl)
     }
 
-    /// The latest signal version on a channel, if one is live.
-    pub fn version(&self, namespace: &str, task_queue: &str, channel: &str) -> Option<u64> {
-        let bytes = self.cache.get(&Self::key(namespace, task_queue, channel))?;
-        Some(u64::from_be_bytes(bytes.try_into().ok()?))
+    /// The latest signal on a channel, if one is live; pollers wait for it to change.
+    pub fn version(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        channel: &str,
+    ) -> Result<Option<Vec<u8>>, CacheError> {
+        self.cache.get(&Self::key(namespace, task_queue, channel))
     }
 }
 
-/// Leases workflow tasks to polling workers.
+/// The scan caps of one workflow-task poll pass.
 ///
-/// Each poll pass first recovers timers that came due while no worker was
-/// polling; that scan is capped so an old backlog cannot make every poll slow.
-#[derive(Debug, Clone)]
+/// Each pass first fires timers that came due while no worker was polling
+/// (scoped to the polled namespace and task queue) and returns expired
+/// workflow-task leases to the queue; both scans are capped so an old
+/// backlog is worked off a few rows per pass instead of in one slow poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkflowTaskPoller {
-    due_timer_recovery_scan_limit: usize,
+    /// Due timers fired per poll pass.
+    pub due_timer_recovery_scan_limit: usize,
+    /// Expired workflow-task leases recovered per pass.
+    pub expired_workflow_task_recovery_scan_limit: usize,
 }
 
 impl WorkflowTaskPoller {
     /// The configuration key of the due-timer recovery cap.
     pub const DUE_TIMER_SCAN_LIMIT_KEY: &'static str =
         "server.polling.due_timer_recovery_scan_limit";
-    /// Its default.
-    pub const DEFAULT_DUE_TIMER_SCAN_LIMIT: usize = 5;
+    /// The configuration key of the expired-lease recovery cap.
+    pub const EXPIRED_TASK_SCAN_LIMIT_KEY: &'static str =
+        "server.polling.expired_workflow_task_recovery_scan_limit";
+    /// Both caps' default.
+    pub const DEFAULT_SCAN_LIMIT: usize = 5;
 
-    /// A poller configured from `lookup` (config key → value).
+    /// Caps read from `lookup` (config key → value); 0 or absent means the default.
     pub fn from_config(lookup: impl Fn(&str) -> Option<usize>) -> Self {
-        let limit =
-            lookup(Self::DUE_TIMER_SCAN_LIMIT_KEY).unwrap_or(Self::DEFAULT_DUE_TIMER_SCAN_LIMIT);
+        let read = |key| {
+            lookup(key)
+                .filter(|n| *n > 0)
+                .unwrap_or(Self::DEFAULT_SCAN_LIMIT)
+        };
         WorkflowTaskPoller {
-            due_timer_recovery_scan_limit: limit.max(1),
+            due_timer_recovery_scan_limit: read(Self::DUE_TIMER_SCAN_LIMIT_KEY),
+            expired_workflow_task_recovery_scan_limit: read(Self::EXPIRED_TASK_SCAN_LIMIT_KEY),
         }
     }
+}
 
-    /// The timers one poll pass recovers: the earliest due ones, at most the cap.
-    pub fn due_timers_to_recover<T: Ord + Clone>(
+impl WorkflowTaskPoller {
+    /// The family of duplicate-recovery suppression keys.
+    pub const RECOVERY_PREFIX: &'static str = "server:workflow-task-expired-lease-recovery:";
+
+    /// Claims the recovery of expired task `task_id`: false when another
+    /// pass (on any node sharing the cache) claimed it within `ttl`.
+    pub fn claim_recovery(
         &self,
-        due: impl IntoIterator<Item = T>,
-    ) -> Vec<T> {
-        let mut picked: Vec<T> = Vec::with_capacity(self.due_timer_recovery_scan_limit);
-        for timer in due {
-            picked.push(timer);
-            picked.sort();
-            picked.truncate(self.due_timer_recovery_scan_limit);
-        }
-        picked
+        cache: &dyn Cache,
+        task_id: i64,
+        ttl: Duration,
+    ) -> Result<bool, CacheError> {
+        let key = format!("server:workflow-task-expired-lease-recovery:{task_id}");
+        cache.add(&key, b"1", ttl)
+    }
+}
+
+impl Default for WorkflowTaskPoller {
+    fn default() -> Self {
+        Self::from_config(|_| None)
     }
 }
 
@@ -98,25 +140,33 @@ mod tests {
 
     #[test]
     fn churned_channels_leave_one_key_each_and_hide_their_names() {
-        let cache = MemoryCache::default();
-        let store = LongPollSignalStore::new(&cache);
-        for version in 0..3 {
+        let cache = Arc::new(MemoryCache::default());
+        let store = LongPollSignalStore::new(cache.clone());
+        for _ in 0..3 {
             for queue in 0..50 {
-                store.signal("tenant-a", &format!("queue-{queue}"), "workflow", version);
+                store
+                    .signal("tenant-a", &format!("queue-{queue}"), "workflow")
+                    .unwrap();
             }
         }
-        assert_eq!(cache.count_prefix(LongPollSignalStore::PREFIX), 50);
-        assert_eq!(store.version("tenant-a", "queue-7", "workflow"), Some(2));
+        assert_eq!(cache.count_prefix(LongPollSignalStore::PREFIX).unwrap(), 50);
+        assert!(store
+            .version("tenant-a", "queue-7", "workflow")
+            .unwrap()
+            .is_some());
         assert!(!LongPollSignalStore::key("tenant-a", "q", "c").contains("tenant-a"));
     }
 
     #[test]
-    fn due_timer_recovery_is_capped_at_the_configured_limit() {
-        let poller = WorkflowTaskPoller::from_config(|_| None);
-        assert_eq!(poller.due_timers_to_recover(0..10_000).len(), 5);
+    fn scan_caps_default_to_five_and_read_their_keys() {
+        assert_eq!(
+            WorkflowTaskPoller::default().due_timer_recovery_scan_limit,
+            5
+        );
         let poller = WorkflowTaskPoller::from_config(|key| {
-            (key == WorkflowTaskPoller::DUE_TIMER_SCAN_LIMIT_KEY).then_some(2)
+            (key == WorkflowTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY).then_some(2)
         });
-        assert_eq!(poller.due_timers_to_recover([9, 3, 7, 1]), vec![1, 3]);
+        assert_eq!(poller.expired_workflow_task_recovery_scan_limit, 2);
+        assert_eq!(poller.due_timer_recovery_scan_limit, 5);
     }
 }

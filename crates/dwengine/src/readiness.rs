@@ -1,39 +1,44 @@
-//! The readiness probe: proves the cache accepts writes.
+//! The readiness probe: proves the cache accepts writes before traffic arrives.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, CacheError};
 
 /// Writes, reads back and deletes one temporary key per check.
 ///
 /// The key is deleted at once; the 10-second TTL only matters when the
 /// process dies between the write and the delete.
-pub struct ReadinessProbe<'c> {
-    cache: &'c dyn Cache,
+pub struct ReadinessProbe {
+    cache: Arc<dyn Cache>,
+    node: String,
     checks: AtomicU64,
 }
 
-impl<'c> ReadinessProbe<'c> {
+impl ReadinessProbe {
     /// Guards against a probe key outliving a crashed check.
     pub const TTL: Duration = Duration::from_secs(10);
+    /// The family every probe key belongs to.
+    pub const PREFIX: &'static str = "server:readiness:";
 
-    /// A probe on `cache`.
-    pub fn new(cache: &'c dyn Cache) -> Self {
+    /// A probe on `cache` for the node `node_hash` (keys of two nodes never collide).
+    pub fn new(cache: Arc<dyn Cache>, node_hash: &str) -> Self {
         ReadinessProbe {
             cache,
+            node: node_hash.to_owned(),
             checks: AtomicU64::new(0),
         }
     }
 
     /// Whether the cache round-trips a value.
-    pub fn check(&self) -> bool {
+    pub fn check(&self) -> Result<bool, CacheError> {
         let n = self.checks.fetch_add(1, Ordering::Relaxed);
-        let key = format!("server:readiness:{}:{n}", std::process::id());
-        self.cache.put(&key, b"ok".to_vec(), Self::TTL);
-        let ok = self.cache.get(&key).as_deref() == Some(b"ok".as_slice());
-        self.cache.forget(&key);
-        ok
+        let key = format!("server:readiness:{}:{n}", self.node);
+        self.cache.put(&key, b"ok", Self::TTL)?;
+        let read = self.cache.get(&key);
+        self.cache.forget(&key)?;
+        Ok(read?.as_deref() == Some(b"ok".as_slice()))
     }
 }
 
@@ -44,10 +49,10 @@ mod tests {
 
     #[test]
     fn a_check_leaves_no_key_behind() {
-        let cache = MemoryCache::default();
-        let probe = ReadinessProbe::new(&cache);
-        assert!(probe.check());
-        assert!(probe.check());
-        assert_eq!(cache.count_prefix("server:readiness:"), 0);
+        let cache = Arc::new(MemoryCache::default());
+        let probe = ReadinessProbe::new(cache.clone(), "n1");
+        assert!(probe.check().unwrap());
+        assert!(probe.check().unwrap());
+        assert_eq!(cache.count_prefix(ReadinessProbe::PREFIX).unwrap(), 0);
     }
 }

@@ -13,6 +13,7 @@
 pub mod admission;
 pub mod command;
 pub mod completion;
+pub mod dispatch;
 mod error;
 pub mod executor;
 pub mod import;
@@ -34,6 +35,7 @@ use serde_json::{Map, Value};
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
+pub use dispatch::{LeasedTask, TaskKind, WorkerCommand, WorkflowDecision};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
 pub use import::{ImportMode, ImportReport, V1Projection, V1Row, V1Terminal};

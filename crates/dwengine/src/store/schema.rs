@@ -11,7 +11,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::store::Error;
 
 /// The migrations in order; a migration's version is its position plus one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_runs.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_runs.sql"),
+    include_str!("migrations/0002_dispatch.sql"),
+];
 
 /// The schema version this engine writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,0 +1,67 @@
+//! `dwserver`: the standalone durable-workflow server.
+//!
+//! Configuration comes from `DW_*` environment variables (see
+//! `dwengine::server::config`); `--dev` runs with a generated node id and an
+//! in-memory store. The first line on stdout is `listening on <addr>`, so a
+//! supervisor (or a test) started with `DW_BIND=127.0.0.1:0` learns the port.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use dwengine::server::{Engine, Running, ServerConfig};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("usage: dwserver [--dev]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATABASE_PATH, DW_POLLING_CACHE_PATH, DW_REDIS_URL, and the DW_* limits");
+        return ExitCode::SUCCESS;
+    }
+    let dev = args.iter().any(|a| a == "--dev");
+    if let Some(unknown) = args.iter().find(|a| a.as_str() != "--dev") {
+        eprintln!("dwserver: unknown argument {unknown:?} (try --help)");
+        return ExitCode::from(2);
+    }
+    let config = match ServerConfig::from_lookup(|k| std::env::var(k).ok(), dev) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("dwserver: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let engine = match Engine::open(config) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("dwserver: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut running = match Running::start(engine) {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("dwserver: cannot listen: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("listening on {}", running.addr());
+    let _ = std::io::stdout().flush();
+    if let Some(stop) = running.take_shutdown() {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                });
+                let _ = stop.send(());
+            }
+        });
+    }
+    match running.wait() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dwserver: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The cache the server's coordination surfaces write to.
+//!
+//! A trait, so a node can keep its coordination keys in process (one node)
+//! or in Redis (several nodes sharing wake signals, replay results and
+//! budgets). Every write carries a TTL: there is deliberately no way to
+//! store a key that never expires, so a forgotten surface still drains.
+//! Keys are never built here; each owner type builds its own from the
+//! prefix constant the bounded-growth policy declares.
+
+mod memory;
+mod redis;
+
+use std::time::Duration;
+
+pub use memory::MemoryCache;
+pub use redis::RedisCache;
+
+/// Why a cache operation failed (only a remote backend can fail).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The backend refused or could not be reached.
+    #[error("cache backend: {0}")]
+    Backend(String),
+}
+
+/// A key-value cache whose every entry expires.
+pub trait Cache: Send + Sync {
+    /// Stores `value` under `key` for `ttl`, replacing any previous value.
+    fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError>;
+    /// Stores `value` only if `key` holds nothing live; whether it did.
+    fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError>;
+    /// The live value under `key`.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError>;
+    /// Removes `key`; whether a live value was removed.
+    fn forget(&self, key: &str) -> Result<bool, CacheError>;
+    /// Adds one to the counter under `key` and returns the new count. The
+    /// TTL starts when the counter is created and is not extended, so a
+    /// bucket lives exactly `ttl` however busy it is. The value is stored as
+    /// decimal text on every backend (see [`read_counter`]).
+    fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError>;
+    /// Live keys starting with `prefix` (a full scan: evidence and tests only).
+    fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError>;
+    /// The backend's name, for diagnostics.
+    fn backend(&self) -> &'static str;
+}
+
+/// A stable 64-bit hash of key dimensions, rendered as 16 hex digits.
+///
+/// User-chosen names (namespaces, queues, request ids) never reach a key
+/// verbatim: they can be long, contain separators, or be sensitive. The hash
+/// is FNV-1a rather than std's hasher because every node sharing a Redis
+/// cache must derive the same key from the same dimensions, across builds.
+pub fn hash_dimensions(parts: &[&str]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
+        for byte in (part.len() as u64)
+            .to_le_bytes()
+            .iter()
+            .chain(part.as_bytes())
+        {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
+}
+
+/// The value of a counter written by [`Cache::increment`] (0 when absent).
+pub fn read_counter(cache: &dyn Cache, key: &str) -> Result<u64, CacheError> {
+    Ok(cache
+        .get(key)?
+        .and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// The whole-minute bucket a budget counter belongs to.
+pub fn minute_bucket(now: std::time::SystemTime) -> u64 {
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() / 60)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimension_hashes_are_stable_and_separate_parts() {
+        assert_eq!(hash_dimensions(&["a", "b"]), hash_dimensions(&["a", "b"]));
+        assert_ne!(hash_dimensions(&["ab", "c"]), hash_dimensions(&["a", "bc"]));
+        assert_eq!(hash_dimensions(&[]).len(), 16);
+    }
+}

@@ -1,0 +1,186 @@
+//! Idempotent worker polls: a repeated `poll_request_id` replays, never re-leases.
+//!
+//! A worker whose long poll timed out on its side retries with the same
+//! poll request id. If the first poll already leased a task, the retry must
+//! get that task back rather than lease a second one (which would sit
+//! leased to nobody until its lease expired). Each poll writes one pending
+//! key while it runs and one short replay-result key when it ends; both
+//! expire, and no index of request ids is kept. The durable half of the
+//! replay is the poll request id stored on the leased task row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::{hash_dimensions, Cache, CacheError};
+
+/// How long poll bookkeeping lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollRequestTtls {
+    /// The replay-result key's lifetime.
+    pub result: Duration,
+    /// Added to the poll's own wait for the pending key's lifetime.
+    pub pending_slack: Duration,
+}
+
+impl Default for PollRequestTtls {
+    fn default() -> Self {
+        PollRequestTtls {
+            result: Duration::from_secs(30),
+            pending_slack: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where a poll stands when it arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollClaim {
+    /// First arrival: this request runs the poll.
+    Fresh,
+    /// Already answered: replay this result.
+    Replay(Vec<u8>),
+    /// Another arrival of the same id is still polling.
+    InFlight,
+}
+
+/// The shared mechanics; each owner type supplies its keys.
+#[derive(Clone)]
+pub struct PollRequests {
+    cache: Arc<dyn Cache>,
+    ttls: PollRequestTtls,
+    pending_key: fn(&str) -> String,
+    result_key: fn(&str) -> String,
+}
+
+impl PollRequests {
+    /// Claims `poll_request_id` for a poll that may wait up to `wait`.
+    pub fn begin(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+        wait: Duration,
+    ) -> Result<PollClaim, CacheError> {
+        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
+        if let Some(result) = self.cache.get(&(self.result_key)(&id))? {
+            return Ok(PollClaim::Replay(result));
+        }
+        let ttl = wait.saturating_add(self.ttls.pending_slack);
+        if self.cache.add(&(self.pending_key)(&id), b"1", ttl)? {
+            Ok(PollClaim::Fresh)
+        } else {
+            Ok(PollClaim::InFlight)
+        }
+    }
+
+    /// The replay result, if the poll has ended.
+    pub fn result(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+    ) -> Result<Option<Vec<u8>>, CacheError> {
+        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
+        self.cache.get(&(self.result_key)(&id))
+    }
+
+    /// Ends the poll: stores its replay result and drops the pending key.
+    pub fn finish(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+        result: &[u8],
+    ) -> Result<(), CacheError> {
+        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
+        self.cache
+            .put(&(self.result_key)(&id), result, self.ttls.result)?;
+        self.cache.forget(&(self.pending_key)(&id))?;
+        Ok(())
+    }
+
+    /// Drops the pending key of a poll that failed, so a retry runs afresh.
+    pub fn abandon(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+    ) -> Result<(), CacheError> {
+        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
+        self.cache.forget(&(self.pending_key)(&id)).map(|_| ())
+    }
+}
+
+/// Poll bookkeeping of workflow-task polls.
+pub struct WorkflowTaskPollRequestStore;
+
+impl WorkflowTaskPollRequestStore {
+    /// The family of every workflow-task poll key.
+    pub const PREFIX: &'static str = "server:workflow-task-poll-request:";
+
+    /// The store on `cache`.
+    pub fn store(cache: Arc<dyn Cache>, ttls: PollRequestTtls) -> PollRequests {
+        PollRequests {
+            cache,
+            ttls,
+            pending_key: |id| format!("server:workflow-task-poll-request:pending:{id}"),
+            result_key: |id| format!("server:workflow-task-poll-request:result:{id}"),
+        }
+    }
+}
+
+/// Poll bookkeeping of activity-task polls.
+pub struct ActivityTaskPollRequestStore;
+
+impl ActivityTaskPollRequestStore {
+    /// The family of every activity-task poll key.
+    pub const PREFIX: &'static str = "server:activity-task-poll-request:";
+
+    /// The store on `cache`.
+    pub fn store(cache: Arc<dyn Cache>, ttls: PollRequestTtls) -> PollRequests {
+        PollRequests {
+            cache,
+            ttls,
+            pending_key: |id| format!("server:activity-task-poll-request:pending:{id}"),
+            result_key: |id| format!("server:activity-task-poll-request:result:{id}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::MemoryCache;
+
+    #[test]
+    fn a_repeat_replays_and_a_concurrent_repeat_waits() {
+        let cache = Arc::new(MemoryCache::default());
+        let polls = WorkflowTaskPollRequestStore::store(cache.clone(), PollRequestTtls::default());
+        let wait = Duration::from_secs(1);
+        assert_eq!(
+            polls.begin("ns", "q", "p1", wait).unwrap(),
+            PollClaim::Fresh
+        );
+        assert_eq!(
+            polls.begin("ns", "q", "p1", wait).unwrap(),
+            PollClaim::InFlight
+        );
+        polls.finish("ns", "q", "p1", b"task-7").unwrap();
+        assert_eq!(
+            polls.begin("ns", "q", "p1", wait).unwrap(),
+            PollClaim::Replay(b"task-7".to_vec())
+        );
+        assert_eq!(
+            cache
+                .count_prefix(WorkflowTaskPollRequestStore::PREFIX)
+                .unwrap(),
+            1,
+            "the pending key is gone once the result exists"
+        );
+        assert_eq!(
+            cache
+                .count_prefix(ActivityTaskPollRequestStore::PREFIX)
+                .unwrap(),
+            0
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! Server configuration, read from `DW_*` environment variables.
+//!
+//! Read once at start-up through a lookup function, so tests configure a
+//! server without touching the process environment. Every node needs its
+//! own `DW_SERVER_ID`: wait-slot files and readiness keys are per node, and
+//! two nodes sharing an id would count each other's waits.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dwpolicy::boundary::RequestLimits;
+
+use crate::admission::NamespaceLimit;
+use crate::poll_requests::PollRequestTtls;
+use crate::polling::WorkflowTaskPoller;
+use crate::store::StoreConfig;
+use crate::wait_slots::WaitCaps;
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No node id and no `--dev`.
+    #[error("DW_SERVER_ID is required: every node needs its own unique id (or start with --dev for a generated one)")]
+    MissingServerId,
+    /// A variable does not parse.
+    #[error("{name}={value:?}: {problem}")]
+    Invalid {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A dwpolicy limit variable is invalid.
+    #[error(transparent)]
+    Limits(#[from] dwpolicy::EnvConfigError),
+}
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// This node's unique id.
+    pub server_id: String,
+    /// The listen address (loopback by default).
+    pub bind: SocketAddr,
+    /// The SQLite file; `None` keeps the store in memory.
+    pub database: Option<PathBuf>,
+    /// Local storage for wait-slot lock files.
+    pub polling_cache_path: PathBuf,
+    /// A Redis URL selects the shared cache; otherwise in-process.
+    pub redis_url: Option<String>,
+    /// Request-boundary limits.
+    pub request_limits: RequestLimits,
+    /// The run store's configuration.
+    pub store: StoreConfig,
+    /// Poll bookkeeping TTLs.
+    pub poll_ttls: PollRequestTtls,
+    /// How long a leased task stays with its worker.
+    pub task_lease: Duration,
+    /// The longest wait a poll may ask for.
+    pub max_poll_wait: Duration,
+    /// Wait-slot caps per pool.
+    pub wait_caps: WaitCaps,
+    /// Per task queue and kind dispatch budget per minute (`None`: uncapped).
+    pub dispatches_per_minute: Option<u64>,
+    /// Namespaces with request caps.
+    pub namespace_limits: HashMap<String, NamespaceLimit>,
+    /// How long closed runs keep their history.
+    pub history_retention: Duration,
+    /// One retention pass per namespace per this window.
+    pub retention_throttle: Duration,
+    /// TTL of duplicate-recovery suppression keys.
+    pub recovery_suppression: Duration,
+    /// Poll-pass scan caps.
+    pub poller: WorkflowTaskPoller,
+    /// TTL of wake signals.
+    pub signal_ttl: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for a node called `server_id`, in memory, for tests and `--dev`.
+    pub fn for_node(server_id: &str, polling_cache_path: PathBuf) -> Self {
+        ServerConfig {
+            server_id: server_id.to_owned(),
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database: None,
+            polling_cache_path,
+            redis_url: None,
+            request_limits: RequestLimits::default(),
+            store: StoreConfig::default(),
+            poll_ttls: PollRequestTtls::default(),
+            task_lease: Duration::from_secs(30),
+            max_poll_wait: Duration::from_secs(60),
+            wait_caps: WaitCaps {
+                global: 64,
+                per_namespace: 16,
+            },
+            dispatches_per_minute: None,
+            namespace_limits: HashMap::new(),
+            history_retention: Duration::from_secs(7 * 24 * 3600),
+            retention_throttle: Duration::from_secs(60),
+            recovery_suppression: Duration::from_secs(60),
+            poller: WorkflowTaskPoller::default(),
+            signal_ttl: Duration::from_secs(60),
+        }
+    }
+
+    /// Reads the configuration through `lookup`; `dev` generates a node id.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        dev: bool,
+    ) -> Result<Self, ConfigError> {
+        let server_id = match lookup("DW_SERVER_ID").filter(|v| !v.trim().is_empty()) {
+            Some(id) => id,
+            None if dev => format!("dev-{}-{}", std::process::id(), crate::unix_ms()),
+            None => return Err(ConfigError::MissingServerId),
+        };
+        let cache_path = lookup("DW_POLLING_CACHE_PATH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("dwserver-polling"));
+        let mut config = ServerConfig::for_node(&server_id, cache_path);
+        let parse = |name: &str| -> Result<Option<u64>, ConfigError> {
+            lookup(name)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
+                        name: name.to_owned(),
+                        value: v.clone(),
+                        problem: e.to_string(),
+                    })
+                })
+                .transpose()
+        };
+        if let Some(bind) = lookup("DW_BIND") {
+            config.bind =
+                bind.parse()
+                    .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
+                        name: "DW_BIND".into(),
+                        value: bind.clone(),
+                        problem: e.to_string(),
+                    })?;
+        }
+        config.database = match lookup("DW_DATABASE_PATH") {
+            Some(path) if path == ":memory:" => None,
+            Some(path) => Some(PathBuf::from(path)),
+            None if dev => None,
+            None => Some(PathBuf::from("dwserver.sqlite")),
+        };
+        config.redis_url = lookup("DW_REDIS_URL").filter(|v| !v.is_empty());
+        config.request_limits = RequestLimits::from_env_with(&lookup)?;
+        config.store = StoreConfig {
+            limits: dwpolicy::StructuralLimits::from_env_with(&lookup)?,
+            history_budget: dwpolicy::HistoryBudget::from_env_with(&lookup)?,
+            ..StoreConfig::default()
+        };
+        let ms = |n: u64| Duration::from_millis(n);
+        if let Some(n) = parse("DW_POLL_RESULT_TTL_MS")? {
+            config.poll_ttls.result = ms(n);
+        }
+        if let Some(n) = parse("DW_POLL_PENDING_SLACK_MS")? {
+            config.poll_ttls.pending_slack = ms(n);
+        }
+        if let Some(n) = parse("DW_TASK_LEASE_MS")? {
+            config.task_lease = ms(n);
+        }
+        if let Some(n) = parse("DW_MAX_POLL_WAIT_MS")? {
+            config.max_poll_wait = ms(n);
+        }
+        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS")? {
+            config.wait_caps.global = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS_PER_NAMESPACE")? {
+            config.wait_caps.per_namespace = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        config.dispatches_per_minute =
+            parse("DW_TASK_QUEUE_DISPATCHES_PER_MINUTE")?.filter(|n| *n > 0);
+        if let Some(spec) = lookup("DW_NAMESPACE_REQUEST_LIMITS") {
+            config.namespace_limits = parse_namespace_limits(&spec)?;
+        }
+        if let Some(n) = parse("DW_HISTORY_RETENTION_MS")? {
+            config.history_retention = ms(n);
+        }
+        if let Some(n) = parse("DW_HISTORY_RETENTION_THROTTLE_MS")? {
+            config.retention_throttle = ms(n);
+        }
+        let scan = |key: &str| {
+            let name = format!("DW_{}", key.to_ascii_uppercase().replace('.', "_"));
+            lookup(&name).and_then(|v| v.trim().parse().ok())
+        };
+        config.poller = WorkflowTaskPoller::from_config(scan);
+        Ok(config)
+    }
+}
+
+/// `tenant-a=4/600,tenant-b=2/0`: max concurrent / per minute (0: no rate cap).
+fn parse_namespace_limits(spec: &str) -> Result<HashMap<String, NamespaceLimit>, ConfigError> {
+    let invalid = |problem: &str| ConfigError::Invalid {
+        name: "DW_NAMESPACE_REQUEST_LIMITS".into(),
+        value: spec.to_owned(),
+        problem: problem.to_owned(),
+    };
+    let mut limits = HashMap::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (namespace, caps) = item
+            .split_once('=')
+            .ok_or_else(|| invalid("expected namespace=concurrent/per_minute"))?;
+        let (concurrent, per_minute) = caps.split_once('/').unwrap_or((caps, "0"));
+        let max_concurrent = concurrent
+            .trim()
+            .parse()
+            .map_err(|_| invalid("concurrent is not a number"))?;
+        let per_minute = per_minute
+            .trim()
+            .parse()
+            .map_err(|_| invalid("per_minute is not a number"))?;
+        limits.insert(
+            namespace.trim().to_owned(),
+            NamespaceLimit {
+                max_concurrent,
+                per_minute,
+            },
+        );
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_without_an_id_refuses_to_start_unless_dev() {
+        let none = |_: &str| None;
+        assert!(matches!(
+            ServerConfig::from_lookup(none, false),
+            Err(ConfigError::MissingServerId)
+        ));
+        let dev = ServerConfig::from_lookup(none, true).unwrap();
+        assert!(dev.server_id.starts_with("dev-"));
+        assert!(dev.bind.ip().is_loopback());
+    }
+
+    #[test]
+    fn limits_and_scan_caps_are_read() {
+        let env = HashMap::from([
+            ("DW_SERVER_ID", "n1"),
+            ("DW_NAMESPACE_REQUEST_LIMITS", "a=2/10, b=1"),
+            (
+                "DW_SERVER_POLLING_EXPIRED_WORKFLOW_TASK_RECOVERY_SCAN_LIMIT",
+                "3",
+            ),
+        ]);
+        let config =
+            ServerConfig::from_lookup(|k| env.get(k).map(|v| v.to_string()), false).unwrap();
+        assert_eq!(config.namespace_limits["a"].per_minute, 10);
+        assert_eq!(config.namespace_limits["b"].max_concurrent, 1);
+        assert_eq!(config.poller.expired_workflow_task_recovery_scan_limit, 3);
+        assert!(ServerConfig::from_lookup(
+            |k| (k == "DW_SERVER_ID")
+                .then(|| "n".into())
+                .or((k == "DW_BIND").then(|| "x".into())),
+            false
+        )
+        .is_err());
+    }
+}

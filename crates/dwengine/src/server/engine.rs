@@ -1,0 +1,154 @@
+//! The server's state: the run store and every cache surface, built once.
+//!
+//! Handlers get an `Arc<Engine>` and call its plain blocking methods (in
+//! `control` and `worker`) on the blocking pool, so all logic is testable
+//! without HTTP and the async side stays a thin adapter.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
+use crate::cache::{Cache, MemoryCache, RedisCache};
+use crate::diagnostics::WorkerPollDiagnostics;
+use crate::poll_requests::{
+    ActivityTaskPollRequestStore, PollRequests, WorkflowTaskPollRequestStore,
+};
+use crate::polling::LongPollSignalStore;
+use crate::readiness::ReadinessProbe;
+use crate::retention::HistoryRetentionEnforcer;
+use crate::server::{ApiError, ServerConfig};
+use crate::store::{Store, TaskKind};
+use crate::wait_slots::WaitSlotPool;
+
+/// The node's state.
+pub struct Engine {
+    pub(crate) config: ServerConfig,
+    store: Mutex<Store>,
+    pub(crate) cache: Arc<dyn Cache>,
+    pub(crate) signals: LongPollSignalStore,
+    pub(crate) workflow_polls: PollRequests,
+    pub(crate) activity_polls: PollRequests,
+    pub(crate) queues: TaskQueueAdmission,
+    pub(crate) namespaces: NamespaceRequestAdmission,
+    pub(crate) diagnostics: WorkerPollDiagnostics,
+    pub(crate) retention: HistoryRetentionEnforcer,
+    pub(crate) readiness: ReadinessProbe,
+    pub(crate) workflow_waits: WaitSlotPool,
+    pub(crate) activity_waits: WaitSlotPool,
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error("store: {0}")]
+    Store(#[from] crate::store::Error),
+    /// The cache backend is unreachable.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    /// The wait-slot directory is unusable.
+    #[error(transparent)]
+    WaitSlots(#[from] crate::wait_slots::WaitSlotError),
+}
+
+impl Engine {
+    /// Opens the store and the configured cache backend.
+    pub fn open(config: ServerConfig) -> Result<Engine, StartError> {
+        let cache: Arc<dyn Cache> = match &config.redis_url {
+            Some(url) => Arc::new(RedisCache::connect(url)?),
+            None => Arc::new(MemoryCache::default()),
+        };
+        Engine::with_cache(config, cache)
+    }
+
+    /// A node on an explicit cache (tests hold the same handle to count keys).
+    pub fn with_cache(config: ServerConfig, cache: Arc<dyn Cache>) -> Result<Engine, StartError> {
+        let store = match &config.database {
+            Some(path) => Store::open(path, config.store.clone())?,
+            None => Store::open_in_memory(config.store.clone())?,
+        };
+        let node = crate::cache::hash_dimensions(&[&config.server_id]);
+        let pool = |name| {
+            WaitSlotPool::open(
+                &config.polling_cache_path,
+                &config.server_id,
+                name,
+                config.wait_caps,
+            )
+        };
+        Ok(Engine {
+            store: Mutex::new(store),
+            signals: LongPollSignalStore::with_ttl(cache.clone(), config.signal_ttl),
+            workflow_polls: WorkflowTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
+            activity_polls: ActivityTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
+            queues: TaskQueueAdmission::new(cache.clone(), config.dispatches_per_minute),
+            namespaces: NamespaceRequestAdmission::new(
+                cache.clone(),
+                config.namespace_limits.clone(),
+                config.max_poll_wait.max(std::time::Duration::from_secs(30)),
+            ),
+            diagnostics: WorkerPollDiagnostics::new(cache.clone()),
+            retention: HistoryRetentionEnforcer::new(
+                cache.clone(),
+                config.history_retention,
+                config.retention_throttle,
+            ),
+            readiness: ReadinessProbe::new(cache.clone(), &node),
+            workflow_waits: pool(TaskKind::Workflow.as_str())?,
+            activity_waits: pool(TaskKind::Activity.as_str())?,
+            cache,
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The cache handle (key counts in tests and evidence).
+    pub fn cache(&self) -> &Arc<dyn Cache> {
+        &self.cache
+    }
+
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock cannot leave SQLite half-written
+        // (every write is a transaction), so the store stays usable.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Live keys per declared cache policy, by scanning each declared prefix.
+    pub fn cache_keys_by_policy(&self) -> Result<BTreeMap<String, usize>, ApiError> {
+        let policy = crate::policy::embedded().map_err(|e| ApiError::Internal(e.to_owned()))?;
+        let mut counts = BTreeMap::new();
+        for entry in &policy.cache_keys {
+            let Some(prefix) = &entry.prefix else {
+                continue;
+            };
+            counts.insert(
+                entry.id.value.clone(),
+                self.cache.count_prefix(&prefix.value)?,
+            );
+        }
+        Ok(counts)
+    }
+
+    /// The readiness probe's verdict.
+    pub fn ready(&self) -> Result<bool, ApiError> {
+        Ok(self.readiness.check()?)
+    }
+
+    pub(crate) fn wait_pool(&self, kind: TaskKind) -> &WaitSlotPool {
+        match kind {
+            TaskKind::Workflow => &self.workflow_waits,
+            TaskKind::Activity => &self.activity_waits,
+        }
+    }
+
+    pub(crate) fn polls(&self, kind: TaskKind) -> &PollRequests {
+        match kind {
+            TaskKind::Workflow => &self.workflow_polls,
+            TaskKind::Activity => &self.activity_polls,
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The standalone server (`dwserver`): HTTP control and worker planes.
+//!
+//! [`config`] reads the node's settings, [`engine`] owns the store and the
+//! cache surfaces, [`control`] and [`worker`] hold the operations, [`http`]
+//! adapts them to axum. [`Running`] serves an engine on a background
+//! runtime, which is how the binary and the integration tests start it.
+
+pub mod config;
+pub mod control;
+pub mod engine;
+pub mod error;
+pub mod http;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::{ConfigError, ServerConfig};
+pub use engine::{Engine, StartError};
+pub use error::ApiError;
+
+/// A server running on its own runtime; dropping it shuts it down.
+pub struct Running {
+    addr: SocketAddr,
+    engine: Arc<Engine>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// Binds `engine`'s configured address (port 0 picks a free one) and serves it.
+    pub fn start(engine: Engine) -> std::io::Result<Running> {
+        let engine = Arc::new(engine);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("dwserver")
+            .build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(engine.config.bind))?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = http::router(engine.clone());
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.await;
+                    })
+                    .await
+            })
+        });
+        Ok(Running {
+            addr,
+            engine,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The served engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Serves until the process is asked to stop (Ctrl-C) or the server fails.
+    pub fn wait(mut self) -> std::io::Result<()> {
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A handle that stops the server (from a signal handler).
+    pub fn take_shutdown(&mut self) -> Option<tokio::sync::oneshot::Sender<()>> {
+        self.shutdown.take()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

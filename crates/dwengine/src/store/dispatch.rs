@@ -1,0 +1,700 @@
+//! Work for remote workers: queued, leased to one poll, completed or failed.
+//!
+//! The in-process executor ([`Store::execute_task`]) runs workflow code
+//! handed to it as a closure; a standalone server instead hands each task to
+//! a worker that long-polls a (namespace, task queue). This module keeps
+//! that hand-off durable: one row per workflow task, activity or timer, a
+//! lease with an expiry so a vanished worker's task comes back, and the
+//! poll request id that claimed it, so a repeated poll is answered with the
+//! task it already leased instead of a second one.
+
+use std::time::Duration;
+
+use rusqlite::{params, OptionalExtension, Row, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::store::completion::{finish_run, FailureRow};
+use crate::store::executor::{Next, TaskReport};
+use crate::store::model::{ActivityId, RunId, RunStatus, TimerId};
+use crate::store::rows::{load_head, now_ms, to_i64};
+use crate::store::{Error, EventType, HistoryEvent, Store};
+
+/// What a worker polls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    /// A decision: run the workflow code over its history.
+    Workflow,
+    /// One scheduled activity.
+    Activity,
+}
+
+impl TaskKind {
+    /// The row kind and the name used in keys and paths.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Workflow => "workflow",
+            TaskKind::Activity => "activity",
+        }
+    }
+}
+
+/// A command in a worker's workflow-task completion.
+///
+/// Workers send every command their workflow issued since the start, in
+/// order: the store replays the recorded ones by position and writes only
+/// the new ones, exactly as for in-process workflow code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerCommand {
+    /// Schedule an activity on the run's task queue.
+    ScheduleActivity {
+        /// The activity type.
+        activity_type: String,
+        /// Its arguments.
+        #[serde(default)]
+        arguments: Value,
+    },
+    /// Start a timer.
+    StartTimer {
+        /// Milliseconds until it fires.
+        delay_ms: u64,
+    },
+}
+
+/// How a workflow task ends, as the worker reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum WorkflowDecision {
+    /// Wait for activities, timers or signals.
+    #[default]
+    Wait,
+    /// Complete the run with a result.
+    Complete {
+        /// The result.
+        #[serde(default)]
+        result: Value,
+    },
+    /// Fail the run.
+    Fail {
+        /// Why.
+        message: String,
+    },
+}
+
+/// A task as handed to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeasedTask {
+    /// The dispatch row; completions name it.
+    pub task_id: i64,
+    /// Workflow or activity.
+    pub kind: TaskKind,
+    /// The run.
+    pub run_id: i64,
+    /// The caller's workflow id.
+    pub workflow_id: String,
+    /// The workflow type.
+    pub workflow_type: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The task queue.
+    pub task_queue: String,
+    /// Leases taken on this task so far (1 on the first delivery).
+    pub attempt: u64,
+    /// When the lease ends unless completed.
+    pub lease_expires_at_ms: i64,
+    /// Activity tasks: the activity id, type and arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Value>,
+    /// Workflow tasks: the run's history, oldest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<HistoryEvent>>,
+    /// Workflow tasks: whether cancellation was requested.
+    pub cancel_requested: bool,
+}
+
+/// Where a workflow-task completion left the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkflowTaskResult {
+    /// The executor's report.
+    pub report: TaskReport,
+    /// Activities made ready for workers.
+    pub activities_queued: u64,
+    /// Timers armed.
+    pub timers_armed: u64,
+}
+
+/// One run's control-plane view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunDescription {
+    /// The run as stored.
+    pub run: crate::store::Run,
+    /// When cancellation was requested.
+    pub cancel_requested_at_ms: Option<i64>,
+    /// When the run closed.
+    pub closed_at_ms: Option<i64>,
+    /// When retention removed its history.
+    pub details_pruned_at_ms: Option<i64>,
+    /// Its failure rows.
+    pub failures: Vec<crate::store::FailureRecord>,
+}
+
+const TASK_COLUMNS: &str = "d.id, d.kind, d.run_id, d.item_id, d.namespace, d.task_queue, \
+     d.attempt, d.lease_expires_at_ms, r.workflow_id, r.workflow_type, r.cancel_requested_at_ms";
+
+struct TaskRow {
+    id: i64,
+    kind: TaskKind,
+    run_id: i64,
+    item_id: Option<i64>,
+    namespace: String,
+    task_queue: String,
+    attempt: i64,
+    lease_expires_at_ms: Option<i64>,
+    workflow_id: String,
+    workflow_type: String,
+    cancel_requested: bool,
+}
+
+fn task_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
+    let kind: String = row.get(1)?;
+    Ok(TaskRow {
+        id: row.get(0)?,
+        kind: if kind == "activity" {
+            TaskKind::Activity
+        } else {
+            TaskKind::Workflow
+        },
+        run_id: row.get(2)?,
+        item_id: row.get(3)?,
+        namespace: row.get(4)?,
+        task_queue: row.get(5)?,
+        attempt: row.get(6)?,
+        lease_expires_at_ms: row.get(7)?,
+        workflow_id: row.get(8)?,
+        workflow_type: row.get(9)?,
+        cancel_requested: row.get::<_, Option<i64>>(10)?.is_some(),
+    })
+}
+
+impl Store {
+    /// Queues a workflow task for `run` unless one is already waiting.
+    pub fn enqueue_workflow_task(&mut self, run: RunId) -> Result<bool, Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let queued = enqueue_workflow(&tx, run)?;
+        tx.commit()?;
+        Ok(queued)
+    }
+
+    /// Leases the oldest ready task of `kind` on (namespace, task queue) to
+    /// `poll_request_id`, for `lease`.
+    pub fn lease_task(
+        &mut self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        owner: &str,
+        poll_request_id: &str,
+        lease: Duration,
+    ) -> Result<Option<LeasedTask>, Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        let id: Option<i64> = tx
+            .prepare_cached(
+                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND namespace = ?2 \
+                 AND task_queue = ?3 AND status = 'ready' AND due_at_ms <= ?4 \
+                 ORDER BY due_at_ms, id LIMIT 1",
+            )?
+            .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        tx.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
+             lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1 WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            owner,
+            now.saturating_add(to_i64(lease.as_millis())),
+            poll_request_id
+        ])?;
+        let task = load_task(&tx, id)?;
+        tx.commit()?;
+        Ok(task)
+    }
+
+    /// The task still leased to `poll_request_id`, if any: the durable half
+    /// of poll replay, used when the cached replay result has expired.
+    pub fn leased_by_poll_request(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+    ) -> Result<Option<LeasedTask>, Error> {
+        let id: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND namespace = ?2 \
+                 AND task_queue = ?3 AND status = 'leased' AND poll_request_id = ?4 LIMIT 1",
+            )?
+            .query_row(
+                params![kind.as_str(), namespace, task_queue, poll_request_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match id {
+            Some(id) => load_task(&self.conn, id),
+            None => Ok(None),
+        }
+    }
+
+    /// Completes a leased workflow task: replays and applies `commands`,
+    /// marks the signals the task saw as processed, queues new activities
+    /// and arms new timers, then ends the task with `decision`.
+    pub fn complete_workflow_task(
+        &mut self,
+        task_id: i64,
+        commands: &[WorkerCommand],
+        decision: WorkflowDecision,
+    ) -> Result<WorkflowTaskResult, Error> {
+        let run = self.leased(task_id, TaskKind::Workflow)?;
+        let signals: Vec<i64> = self
+            .conn
+            .prepare_cached("SELECT id FROM signals WHERE run_id = ?1 AND status = 'received'")?
+            .query_map([run.0], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let report = self.execute_task(run, |task| {
+            for command in commands {
+                match command {
+                    WorkerCommand::ScheduleActivity {
+                        activity_type,
+                        arguments,
+                    } => {
+                        task.schedule_activity(activity_type, arguments)?;
+                    }
+                    WorkerCommand::StartTimer { delay_ms } => {
+                        task.start_timer(Duration::from_millis(*delay_ms))?;
+                    }
+                }
+            }
+            Ok(match decision {
+                WorkflowDecision::Wait => Next::Wait,
+                WorkflowDecision::Complete { result } => Next::Complete(result),
+                WorkflowDecision::Fail { message } => Next::Fail(message),
+            })
+        })?;
+        for signal in signals {
+            match self.process_signal(signal) {
+                Ok(()) | Err(Error::AlreadyClosed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+            .execute([task_id])?;
+        // Items the task created get their dispatch rows; the unique index
+        // makes this idempotent, so a crash here is repaired by the next task.
+        let now = now_ms();
+        let activities_queued = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
+                 status, due_at_ms, created_at_ms) \
+                 SELECT 'activity', a.run_id, a.id, r.namespace, r.task_queue, 'ready', ?2, ?2 \
+                 FROM activities a JOIN runs r ON r.id = a.run_id \
+                 WHERE a.run_id = ?1 AND a.status = 'scheduled'",
+            )?
+            .execute(params![run.0, now])?;
+        let timers_armed = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
+                 status, due_at_ms, created_at_ms) \
+                 SELECT 'timer', t.run_id, t.id, r.namespace, r.task_queue, 'ready', ?2 + t.delay_ms, ?2 \
+                 FROM timers t JOIN runs r ON r.id = t.run_id \
+                 WHERE t.run_id = ?1 AND t.status = 'pending'",
+            )?
+            .execute(params![run.0, now])?;
+        let pending_signals: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND status = 'received'",
+            [run.0],
+            |r| r.get(0),
+        )?;
+        if pending_signals > 0 {
+            enqueue_workflow(&tx, run)?;
+        }
+        tx.commit()?;
+        Ok(WorkflowTaskResult {
+            report,
+            activities_queued: activities_queued as u64,
+            timers_armed: timers_armed as u64,
+        })
+    }
+
+    /// Returns a leased task to the queue (the worker could not run it).
+    pub fn fail_workflow_task(&mut self, task_id: i64) -> Result<(), Error> {
+        self.leased(task_id, TaskKind::Workflow)?;
+        self.conn
+            .prepare_cached(
+                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+                 lease_expires_at_ms = NULL, poll_request_id = NULL WHERE id = ?1",
+            )?
+            .execute([task_id])?;
+        Ok(())
+    }
+
+    /// Completes (`Ok(result)`) or fails (`Err(message)`) a leased activity
+    /// task and queues a workflow task so the workflow sees the outcome.
+    pub fn finish_activity_task(
+        &mut self,
+        task_id: i64,
+        outcome: Result<Value, String>,
+    ) -> Result<(), Error> {
+        let run = self.leased(task_id, TaskKind::Activity)?;
+        let activity: i64 = self.conn.query_row(
+            "SELECT item_id FROM dispatch_tasks WHERE id = ?1",
+            [task_id],
+            |r| r.get(0),
+        )?;
+        match outcome {
+            Ok(result) => self.complete_activity(ActivityId(activity), result)?,
+            Err(message) => self.fail_activity(ActivityId(activity), &message)?,
+        }
+        self.conn
+            .prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+            .execute([task_id])?;
+        if self.run(run)?.status == RunStatus::Running {
+            self.enqueue_workflow_task(run)?;
+        }
+        Ok(())
+    }
+
+    /// Expired workflow-task leases, oldest first, at most `limit`.
+    pub fn expired_workflow_leases(&self, limit: usize) -> Result<Vec<i64>, Error> {
+        let ids = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'leased' \
+                 AND lease_expires_at_ms < ?1 ORDER BY lease_expires_at_ms LIMIT ?2",
+            )?
+            .query_map(params![now_ms(), to_i64(limit)], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+
+    /// Returns one expired lease to the queue; false if it was completed meanwhile.
+    pub fn recover_expired_lease(&mut self, task_id: i64) -> Result<bool, Error> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+                 lease_expires_at_ms = NULL, poll_request_id = NULL \
+                 WHERE id = ?1 AND status = 'leased' AND lease_expires_at_ms < ?2",
+            )?
+            .execute(params![task_id, now_ms()])?;
+        Ok(changed == 1)
+    }
+
+    /// Fires at most `limit` due timers of (namespace, task queue), earliest
+    /// first, queueing a workflow task for each run; returns how many fired.
+    pub fn fire_due_timers(
+        &mut self,
+        namespace: &str,
+        task_queue: &str,
+        limit: usize,
+    ) -> Result<usize, Error> {
+        let due: Vec<(i64, i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
+                 AND namespace = ?1 AND task_queue = ?2 AND status = 'ready' AND due_at_ms <= ?3 \
+                 ORDER BY due_at_ms, id LIMIT ?4",
+            )?
+            .query_map(
+                params![namespace, task_queue, now_ms(), to_i64(limit)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?
+            .collect::<Result<_, _>>()?;
+        for (id, run, timer) in &due {
+            match self.fire_timer(TimerId(*timer)) {
+                Ok(()) | Err(Error::AlreadyClosed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            self.conn
+                .prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+                .execute([id])?;
+            if self.run(RunId(*run))?.status == RunStatus::Running {
+                self.enqueue_workflow_task(RunId(*run))?;
+            }
+        }
+        Ok(due.len())
+    }
+
+    /// The newest run of `workflow_id` in `namespace`.
+    pub fn find_run(&self, namespace: &str, workflow_id: &str) -> Result<Option<RunId>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
+                 ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row(params![namespace, workflow_id], |r| r.get(0))
+            .optional()?
+            .map(RunId))
+    }
+
+    /// Records a cancellation request and queues a workflow task so the
+    /// workflow sees it; the workflow decides how to end.
+    pub fn request_cancel(&mut self, run: RunId, reason: &str) -> Result<(), Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let head = load_head(&tx, run)?;
+        head.ensure_writable()?;
+        tx.prepare_cached(
+            "UPDATE runs SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, ?2) \
+             WHERE id = ?1",
+        )?
+        .execute(params![run.0, now_ms()])?;
+        crate::store::rows::append_event(
+            &tx,
+            run,
+            EventType::SignalReceived,
+            &json!({ "name": "__cancel_requested", "reason": reason }),
+            false,
+        )?;
+        enqueue_workflow(&tx, run)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Ends the run at once as failed with category `terminated`.
+    pub fn terminate(&mut self, run: RunId, reason: &str) -> Result<(), Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let head = load_head(&tx, run)?;
+        head.ensure_writable()?;
+        let payload = json!({ "failure_category": "terminated", "message": reason });
+        finish_run(
+            &tx,
+            &head,
+            RunStatus::Failed,
+            EventType::WorkflowFailed,
+            &payload,
+            Some(FailureRow {
+                category: "terminated",
+                message: reason,
+                limit: None,
+            }),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The run with its control-plane fields.
+    pub fn describe(&self, run: RunId) -> Result<RunDescription, Error> {
+        let stored = self.run(run)?;
+        let (cancel, closed, pruned) = self.conn.query_row(
+            "SELECT cancel_requested_at_ms, closed_at_ms, details_pruned_at_ms FROM runs WHERE id = ?1",
+            [run.0],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        Ok(RunDescription {
+            run: stored,
+            cancel_requested_at_ms: cancel,
+            closed_at_ms: closed,
+            details_pruned_at_ms: pruned,
+            failures: self.failures(run)?,
+        })
+    }
+
+    /// Prunes the history of at most one run of `namespace` that closed
+    /// before `closed_before_ms`: marks it, then deletes its history and
+    /// dispatch rows. The root row stays.
+    pub fn prune_one_expired_run(
+        &mut self,
+        namespace: &str,
+        closed_before_ms: i64,
+    ) -> Result<Option<RunId>, Error> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run: Option<i64> = tx
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
+                 AND closed_at_ms < ?2 AND details_pruned_at_ms IS NULL \
+                 ORDER BY closed_at_ms LIMIT 1",
+            )?
+            .query_row(params![namespace, closed_before_ms], |r| r.get(0))
+            .optional()?;
+        let Some(run) = run else {
+            return Ok(None);
+        };
+        tx.prepare_cached("UPDATE runs SET details_pruned_at_ms = ?2 WHERE id = ?1")?
+            .execute(params![run, now_ms()])?;
+        tx.prepare_cached("DELETE FROM history_events WHERE run_id = ?1")?
+            .execute([run])?;
+        tx.prepare_cached("DELETE FROM dispatch_tasks WHERE run_id = ?1")?
+            .execute([run])?;
+        tx.commit()?;
+        Ok(Some(RunId(run)))
+    }
+
+    /// The (namespace, task queue) of a dispatch task.
+    pub fn task_queue_of(&self, task_id: i64) -> Result<(String, String), Error> {
+        self.conn
+            .prepare_cached("SELECT namespace, task_queue FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .ok_or(Error::ItemNotFound {
+                item: "task",
+                id: task_id,
+            })
+    }
+
+    /// Registers a worker or refreshes its heartbeat.
+    pub fn record_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: &str,
+        task_queue: &str,
+    ) -> Result<(), Error> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO workers (namespace, worker_id, task_queue, last_heartbeat_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (namespace, worker_id) DO UPDATE SET \
+                 task_queue = excluded.task_queue, last_heartbeat_ms = excluded.last_heartbeat_ms",
+            )?
+            .execute(params![namespace, worker_id, task_queue, now_ms()])?;
+        Ok(())
+    }
+
+    /// The run of a task leased as `kind`; refuses other states.
+    fn leased(&self, task_id: i64, kind: TaskKind) -> Result<RunId, Error> {
+        let row: Option<(String, String, i64)> = self
+            .conn
+            .prepare_cached("SELECT kind, status, run_id FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        match row {
+            Some((k, status, run)) if k == kind.as_str() && status == "leased" => Ok(RunId(run)),
+            Some((k, status, _)) if k == kind.as_str() => Err(Error::AlreadyClosed {
+                item: "task",
+                id: task_id,
+                status,
+            }),
+            _ => Err(Error::ItemNotFound {
+                item: "task",
+                id: task_id,
+            }),
+        }
+    }
+}
+
+fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Result<bool, Error> {
+    let head = load_head(conn, run)?;
+    if head.status != RunStatus::Running {
+        return Ok(false);
+    }
+    let waiting: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
+         AND status = 'ready'",
+        [run.0],
+        |r| r.get(0),
+    )?;
+    if waiting > 0 {
+        return Ok(false);
+    }
+    let now = now_ms();
+    conn.prepare_cached(
+        "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+         SELECT 'workflow', id, namespace, task_queue, 'ready', ?2, ?2 FROM runs WHERE id = ?1",
+    )?
+    .execute(params![run.0, now])?;
+    Ok(true)
+}
+
+fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>, Error> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"
+        ))?
+        .query_row([id], task_row)
+        .optional()?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let mut task = LeasedTask {
+        task_id: row.id,
+        kind: row.kind,
+        run_id: row.run_id,
+        workflow_id: row.workflow_id,
+        workflow_type: row.workflow_type,
+        namespace: row.namespace,
+        task_queue: row.task_queue,
+        attempt: u64::try_from(row.attempt).unwrap_or(0),
+        lease_expires_at_ms: row.lease_expires_at_ms.unwrap_or(0),
+        activity: None,
+        history: None,
+        cancel_requested: row.cancel_requested,
+    };
+    match row.kind {
+        TaskKind::Activity => {
+            let activity = conn
+                .prepare_cached(
+                    "SELECT id, activity_type, arguments FROM activities WHERE id = ?1",
+                )?
+                .query_row([row.item_id.unwrap_or(-1)], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()?;
+            if let Some((id, activity_type, arguments)) = activity {
+                let arguments: Value = serde_json::from_str(&arguments)?;
+                task.activity = Some(json!({
+                    "activity_id": id, "activity_type": activity_type, "arguments": arguments,
+                }));
+            }
+        }
+        TaskKind::Workflow => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT sequence, event_type, payload FROM history_events WHERE run_id = ?1 ORDER BY sequence",
+            )?;
+            let raw = stmt.query_map([row.run_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            let mut events = Vec::new();
+            for item in raw {
+                let (sequence, event_type, payload) = item?;
+                let Some(event_type) = EventType::from_name(&event_type) else {
+                    return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
+                };
+                events.push(HistoryEvent {
+                    sequence: u64::try_from(sequence).unwrap_or(0),
+                    event_type,
+                    payload: serde_json::from_str(&payload)?,
+                });
+            }
+            task.history = Some(events);
+        }
+    }
+    Ok(Some(task))
+}

@@ -1,0 +1,273 @@
+//! Long-poll wait slots: local lock files, not cache keys.
+//!
+//! A long poll holds a slot while it waits, so a node caps how many waits
+//! it holds globally and per namespace. Slots live on the node's own disk,
+//! under `<polling cache path>/wait-slots/<server-id hash>/<pool>/`: each
+//! pool has one admission mutex (`admission.lock`) and one exclusively
+//! locked file per held wait. The locks are OS advisory locks, so a holder
+//! that dies releases its slot at once, with no TTL to wait out. One
+//! admission, under the mutex, counts the held files (their content names
+//! the namespace) against both caps; namespaces are metadata on a slot, so
+//! new namespace names create no new files or collections. An admission
+//! reuses an idle file and retires the other idle ones, so after it the
+//! pool holds its active waits, at most one idle file, and the mutex.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use fs4::fs_std::FileExt;
+
+use crate::cache::hash_dimensions;
+
+/// Why a slot operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitSlotError {
+    /// The slot directory or a lock file could not be used.
+    #[error("wait slot storage {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// The caps of one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitCaps {
+    /// Waits held at once by the node (all namespaces).
+    pub global: usize,
+    /// Waits held at once by one namespace.
+    pub per_namespace: usize,
+}
+
+/// One pool of wait slots (e.g. workflow-task polls) of one node.
+#[derive(Debug, Clone)]
+pub struct WaitSlotPool {
+    dir: PathBuf,
+    caps: WaitCaps,
+}
+
+/// A held wait; dropping it (or the process dying) frees the slot.
+#[derive(Debug)]
+pub struct WaitSlot {
+    _file: File,
+    path: PathBuf,
+}
+
+impl WaitSlot {
+    /// The slot file (tests watch it being reused).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Why an admission was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitRefusal {
+    /// The node holds its global cap of waits.
+    GlobalCap,
+    /// The namespace holds its cap of waits.
+    NamespaceCap,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WaitSlotError + '_ {
+    move |source| WaitSlotError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl WaitSlotPool {
+    /// The pool `pool` of node `server_id` under `root` (`DW_POLLING_CACHE_PATH`).
+    pub fn open(
+        root: &Path,
+        server_id: &str,
+        pool: &str,
+        caps: WaitCaps,
+    ) -> Result<Self, WaitSlotError> {
+        let dir = root
+            .join("wait-slots")
+            .join(hash_dimensions(&[server_id]))
+            .join(pool);
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        Ok(WaitSlotPool { dir, caps })
+    }
+
+    /// The pool's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Slot files on disk (held or idle), not counting the mutex.
+    pub fn slot_files(&self) -> Result<Vec<PathBuf>, WaitSlotError> {
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
+            let path = entry.map_err(io(&self.dir))?.path();
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("slot-"))
+            {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    /// Admits one wait of `namespace`, or says which cap refused it.
+    pub fn admit(&self, namespace: &str) -> Result<Result<WaitSlot, WaitRefusal>, WaitSlotError> {
+        let mutex_path = self.dir.join("admission.lock");
+        let mutex = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&mutex_path)
+            .map_err(io(&mutex_path))?;
+        mutex.lock_exclusive().map_err(io(&mutex_path))?;
+        let outcome = self.admit_locked(namespace);
+        // Closing the file releases the mutex as well; unlock first to be explicit.
+        let _ = FileExt::unlock(&mutex);
+        outcome
+    }
+
+    fn admit_locked(
+        &self,
+        namespace: &str,
+    ) -> Result<Result<WaitSlot, WaitRefusal>, WaitSlotError> {
+        let mut idle: Vec<(PathBuf, File)> = Vec::new();
+        let mut held = 0usize;
+        let mut held_here = 0usize;
+        for path in self.slot_files()? {
+            let Ok(mut file) = OpenOptions::new().read(true).write(true).open(&path) else {
+                continue; // retired by someone else between listing and opening
+            };
+            if file.try_lock_exclusive().unwrap_or(false) {
+                idle.push((path, file));
+            } else {
+                held += 1;
+                let mut owner = String::new();
+                let _ = file.read_to_string(&mut owner);
+                if owner == namespace {
+                    held_here += 1;
+                }
+            }
+        }
+        let refusal = if held >= self.caps.global {
+            Some(WaitRefusal::GlobalCap)
+        } else if held_here >= self.caps.per_namespace {
+            Some(WaitRefusal::NamespaceCap)
+        } else {
+            None
+        };
+        let keep_idle = usize::from(refusal.is_some());
+        let reuse = if refusal.is_none() { idle.pop() } else { None };
+        // Extra idle files are retired while we hold their locks; a refused
+        // admission keeps one so the next admission does not create a file.
+        for (path, file) in idle.into_iter().skip(keep_idle) {
+            let _ = fs::remove_file(&path);
+            drop(file);
+        }
+        if let Some(refusal) = refusal {
+            return Ok(Err(refusal));
+        }
+        let (path, mut file) = match reuse {
+            Some(slot) => slot,
+            None => self.create_slot()?,
+        };
+        file.set_len(0).map_err(io(&path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io(&path))?;
+        file.write_all(namespace.as_bytes()).map_err(io(&path))?;
+        file.flush().map_err(io(&path))?;
+        Ok(Ok(WaitSlot { _file: file, path }))
+    }
+
+    fn create_slot(&self) -> Result<(PathBuf, File), WaitSlotError> {
+        for n in 0u64.. {
+            let path = self.dir.join(format!("slot-{n:06}"));
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    file.lock_exclusive().map_err(io(&path))?;
+                    return Ok((path, file));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        unreachable!("u64 slot names are never exhausted")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(dir: &Path, global: usize, per_namespace: usize) -> WaitSlotPool {
+        WaitSlotPool::open(
+            dir,
+            "node-1",
+            "workflow",
+            WaitCaps {
+                global,
+                per_namespace,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn caps_hold_and_idle_files_are_reused_then_retired() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pool = pool(tmp.path(), 3, 2);
+        let a1 = pool.admit("a").unwrap().unwrap();
+        let a2 = pool.admit("a").unwrap().unwrap();
+        assert_eq!(
+            pool.admit("a").unwrap().unwrap_err(),
+            WaitRefusal::NamespaceCap
+        );
+        let b1 = pool.admit("b").unwrap().unwrap();
+        assert_eq!(
+            pool.admit("c").unwrap().unwrap_err(),
+            WaitRefusal::GlobalCap
+        );
+        let reused = a1.path().to_owned();
+        drop((a1, a2, b1));
+        assert_eq!(
+            pool.slot_files().unwrap().len(),
+            3,
+            "released files wait for reuse"
+        );
+        let c = pool.admit("c").unwrap().unwrap();
+        assert_eq!(
+            pool.slot_files().unwrap().len(),
+            1,
+            "one reused, the other idle ones retired"
+        );
+        assert!(pool.slot_files().unwrap().contains(&c.path().to_owned()));
+        let _ = reused;
+    }
+
+    #[test]
+    fn many_namespaces_share_the_same_bounded_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pool = pool(tmp.path(), 4, 1);
+        let mut held = Vec::new();
+        for ns in 0..1000 {
+            if let Ok(slot) = pool.admit(&format!("ns-{ns}")).unwrap() {
+                held.push(slot);
+            }
+            if held.len() == 4 {
+                held.remove(0);
+            }
+            assert!(pool.slot_files().unwrap().len() <= 5);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Starts real servers on loopback and talks to them over HTTP.
+//!
+//! Each bound test runs on the in-process cache and, when
+//! `DW_TEST_REDIS_URL` is set, again on that Redis, each test in its own
+//! Redis database so parallel tests never count each other's keys. A set
+//! but unreachable URL fails the test: CI sets it, so Redis must run there.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dwengine::cache::{Cache, MemoryCache, RedisCache};
+use dwengine::server::{Engine, Running, ServerConfig};
+use serde_json::Value;
+
+/// A running server, its engine's cache, and its temp storage.
+pub struct TestServer {
+    pub running: Running,
+    pub base: String,
+    pub cache: Arc<dyn Cache>,
+    pub dir: tempfile::TempDir,
+    agent: ureq::Agent,
+}
+
+/// A config for a test node bound to a free loopback port.
+pub fn config(dir: &std::path::Path) -> ServerConfig {
+    let mut config = ServerConfig::for_node("test-node", dir.to_owned());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+impl TestServer {
+    /// Serves a node configured by `tweak` on `cache`.
+    pub fn start(cache: Arc<dyn Cache>, tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        tweak(&mut config);
+        let engine = Engine::with_cache(config, cache.clone()).expect("engine starts");
+        let running = Running::start(engine).expect("server binds");
+        let base = format!("http://{}", running.addr());
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        TestServer {
+            running,
+            base,
+            cache,
+            dir,
+            agent,
+        }
+    }
+
+    /// `POST path` with a JSON body: (status, JSON answer).
+    pub fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        answer(
+            self.agent
+                .post(&format!("{}{path}", self.base))
+                .send_json(body),
+        )
+    }
+
+    /// `POST path` with raw bytes.
+    pub fn post_raw(&self, path: &str, body: &[u8]) -> (u16, Value) {
+        answer(
+            self.agent
+                .post(&format!("{}{path}", self.base))
+                .set("content-type", "application/json")
+                .send_bytes(body),
+        )
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        answer(self.agent.get(&format!("{}{path}", self.base)).call())
+    }
+
+    /// Live keys under `prefix`, by scanning the backend.
+    pub fn keys(&self, prefix: &str) -> usize {
+        self.cache.count_prefix(prefix).unwrap()
+    }
+
+    /// Starts a workflow; panics unless the server accepted it.
+    pub fn start_workflow(&self, ns: &str, workflow_id: &str, queue: &str) -> Value {
+        let (status, body) = self.post(
+            &format!("/api/namespaces/{ns}/workflows"),
+            serde_json::json!({
+                "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue,
+            }),
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// One poll of `kind` (`workflow` or `activity`).
+    pub fn poll(
+        &self,
+        kind: &str,
+        ns: &str,
+        queue: &str,
+        poll_id: &str,
+        timeout_ms: u64,
+    ) -> (u16, Value) {
+        self.post(
+            &format!("/api/worker/{kind}-tasks/poll"),
+            serde_json::json!({
+                "namespace": ns, "task_queue": queue, "worker_id": "w1",
+                "poll_request_id": poll_id, "timeout_ms": timeout_ms,
+            }),
+        )
+    }
+}
+
+fn answer(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    match result {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+/// The backends a bound test runs on: memory always, Redis database `db`
+/// (flushed first) when `DW_TEST_REDIS_URL` is set.
+pub fn backends(db: u8) -> Vec<(&'static str, Arc<dyn Cache>)> {
+    let mut backends: Vec<(&'static str, Arc<dyn Cache>)> =
+        vec![("memory", Arc::new(MemoryCache::default()))];
+    match std::env::var("DW_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => {
+            let url = format!("{}/{db}", url.trim_end_matches('/'));
+            let redis = RedisCache::connect(&url)
+                .unwrap_or_else(|e| panic!("DW_TEST_REDIS_URL is set but {url} is unusable: {e}"));
+            redis.purge_prefix("").expect("flush the test database");
+            backends.push(("redis", Arc::new(redis)));
+        }
+        _ => eprintln!("DW_TEST_REDIS_URL is not set: the Redis variant of this test did not run"),
+    }
+    backends
+}
+
+/// Waits until `condition` holds, up to `limit`.
+pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
