@@ -1,0 +1,403 @@
+//! Each cache surface's bound, held under churn against the real server.
+//!
+//! Every test drives a server over loopback HTTP and measures the keys of
+//! each policy by scanning the backend for the declared prefix (the same
+//! count `GET /api/system/cache-keys` reports). Each runs on the in-process
+//! cache and, with `DW_TEST_REDIS_URL`, on Redis (one database per test).
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dwengine::admission::{NamespaceLimit, NamespaceRequestAdmission, TaskQueueAdmission};
+use dwengine::diagnostics::WorkerPollDiagnostics;
+use dwengine::poll_requests::{ActivityTaskPollRequestStore, WorkflowTaskPollRequestStore};
+use dwengine::polling::{LongPollSignalStore, WorkflowTaskPoller};
+use dwengine::readiness::ReadinessProbe;
+use dwengine::retention::HistoryRetentionEnforcer;
+use serde_json::json;
+use support::{backends, eventually, TestServer};
+
+fn by_policy(s: &TestServer) -> serde_json::Value {
+    let (status, body) = s.get("/api/system/cache-keys");
+    assert_eq!(status, 200);
+    body["keys_by_policy"].clone()
+}
+
+#[test]
+fn ten_thousand_poll_request_ids_leave_no_key_once_the_ttl_passed() {
+    for (backend, cache) in backends(1) {
+        let s = TestServer::start(cache, |c| {
+            c.poll_ttls.result = Duration::from_millis(1500);
+            c.poll_ttls.pending_slack = Duration::from_millis(500);
+        });
+        let started = Instant::now();
+        let polls = 10_000;
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in (t..polls).step_by(4) {
+                        let (status, _) = s.poll("workflow", "ns", "q", &format!("poll-{i}"), 0);
+                        assert_eq!(status, 200);
+                    }
+                });
+            }
+        });
+        for i in 0..1000 {
+            let (status, _) = s.poll("activity", "ns", "q", &format!("act-{i}"), 0);
+            assert_eq!(status, 200);
+        }
+        let elapsed = started.elapsed();
+        let workflow = s.keys(WorkflowTaskPollRequestStore::PREFIX);
+        let activity = s.keys(ActivityTaskPollRequestStore::PREFIX);
+        eprintln!(
+            "[{backend}] 11,000 polls in {elapsed:?} ({:.2} ms each on 4+1 threads); keys in the window: workflow {workflow}, activity {activity}",
+            elapsed.as_secs_f64() * 1000.0 / 11_000.0
+        );
+        // One replay-result key per answered poll; pending keys are gone.
+        assert!(workflow <= polls, "{workflow}");
+        assert!(activity <= 1000, "{activity}");
+        assert!(
+            eventually(Duration::from_secs(6), || {
+                s.keys(WorkflowTaskPollRequestStore::PREFIX) == 0
+                    && s.keys(ActivityTaskPollRequestStore::PREFIX) == 0
+            }),
+            "[{backend}] poll request keys outlived their TTL: {}",
+            by_policy(&s)
+        );
+        assert_eq!(by_policy(&s)["workflow_task_poll_requests"], 0);
+    }
+}
+
+#[test]
+fn wake_signals_keep_one_hashed_key_per_channel_and_expire() {
+    for (backend, cache) in backends(2) {
+        let s = TestServer::start(cache, |c| c.signal_ttl = Duration::from_millis(1200));
+        for round in 0..3 {
+            for q in 0..300 {
+                s.start_workflow("ns", &format!("wf-{round}-{q}"), &format!("queue-{q}"));
+            }
+        }
+        assert_eq!(s.keys(LongPollSignalStore::PREFIX), 300, "[{backend}]");
+        assert!(eventually(Duration::from_secs(5), || s
+            .keys(LongPollSignalStore::PREFIX)
+            == 0));
+    }
+}
+
+#[test]
+fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_the_limit() {
+    for (backend, cache) in backends(3) {
+        let s = TestServer::start(cache, |c| {
+            c.namespace_limits.insert(
+                "rated".into(),
+                NamespaceLimit {
+                    max_concurrent: 4,
+                    per_minute: 30,
+                },
+            );
+            c.namespace_limits.insert(
+                "narrow".into(),
+                NamespaceLimit {
+                    max_concurrent: 2,
+                    per_minute: 0,
+                },
+            );
+        });
+        for ns in 0..1000 {
+            s.start_workflow(&format!("tenant-{ns}"), "wf", "q");
+        }
+        assert_eq!(
+            s.keys(NamespaceRequestAdmission::PREFIX),
+            0,
+            "[{backend}] unconfigured namespaces write nothing"
+        );
+
+        let mut limited = 0;
+        for i in 0..40 {
+            let (status, body) = s.post(
+                "/api/namespaces/rated/workflows",
+                json!({ "workflow_id": format!("r{i}"), "workflow_type": "T", "task_queue": "q" }),
+            );
+            if status == 429 {
+                assert_eq!(body["limit"], "rate_limited");
+                limited += 1;
+            }
+        }
+        // A minute boundary inside the loop may reset the bucket once.
+        assert!((10..=20).contains(&limited), "[{backend}] {limited}");
+        // Rate bucket(s) and rejection bucket(s) only: no slot is left held.
+        assert!(
+            s.keys(NamespaceRequestAdmission::PREFIX) <= 4,
+            "[{backend}]"
+        );
+
+        s.start_workflow("narrow", "n", "q");
+        let max_slots = AtomicUsize::new(0);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let slot_prefix = format!("{}slot:", NamespaceRequestAdmission::PREFIX);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    max_slots.fetch_max(s.keys(&slot_prefix), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+            let workers: Vec<_> = (0..16)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..20 {
+                            let (status, _) = s.get("/api/namespaces/narrow/workflows/n");
+                            assert!(status == 200 || status == 429, "{status}");
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        let max_slots = max_slots.load(Ordering::Relaxed);
+        eprintln!("[{backend}] most concurrent slot keys seen for a limit of 2: {max_slots}");
+        assert!(max_slots <= 2, "[{backend}] {max_slots}");
+        assert_eq!(
+            s.keys(&slot_prefix),
+            0,
+            "slots are released with their requests"
+        );
+    }
+}
+
+fn minute() -> u64 {
+    dwengine::cache::minute_bucket(std::time::SystemTime::now())
+}
+
+#[test]
+fn dispatch_budgets_write_keys_only_when_capped_and_stop_at_the_cap() {
+    for (backend, cache) in backends(4) {
+        let s = TestServer::start(cache.clone(), |_| {});
+        for i in 0..5 {
+            s.start_workflow("ns", &format!("u{i}"), "free");
+            s.poll("workflow", "ns", "free", &format!("u{i}"), 0);
+        }
+        assert_eq!(s.keys(TaskQueueAdmission::LOCK_PREFIX), 0, "[{backend}]");
+        assert_eq!(s.keys(TaskQueueAdmission::COUNTER_PREFIX), 0, "[{backend}]");
+        drop(s);
+
+        let s = TestServer::start(cache, |c| c.dispatches_per_minute = Some(3));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let queue = format!("capped-{attempt}");
+            let before = minute();
+            for i in 0..10 {
+                s.start_workflow("ns", &format!("c{attempt}-{i}"), &queue);
+            }
+            let leased = (0..10)
+                .filter(|i| {
+                    !s.poll("workflow", "ns", &queue, &format!("c{attempt}-{i}"), 0)
+                        .1["task"]
+                        .is_null()
+                })
+                .count();
+            if minute() != before && attempt < 3 {
+                continue; // the budget legitimately reset mid-test
+            }
+            assert_eq!(leased, 3, "[{backend}]");
+            break;
+        }
+        assert_eq!(
+            s.keys(TaskQueueAdmission::LOCK_PREFIX),
+            0,
+            "[{backend}] locks are released"
+        );
+        assert!(
+            s.keys(TaskQueueAdmission::COUNTER_PREFIX) <= attempt,
+            "[{backend}]"
+        );
+    }
+}
+
+#[test]
+fn expired_lease_recovery_is_capped_per_pass_and_suppressed_per_task() {
+    for (backend, cache) in backends(5) {
+        let s = TestServer::start(cache, |c| {
+            c.task_lease = Duration::from_millis(200);
+            c.recovery_suppression = Duration::from_millis(1500);
+        });
+        for i in 0..12 {
+            s.start_workflow("ns", &format!("e{i}"), "q");
+            let (_, leased) = s.poll("workflow", "ns", "q", &format!("first-{i}"), 0);
+            assert!(leased["task"].is_object());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, recovered) = s.poll("workflow", "ns", "q", "after-expiry", 0);
+        assert_eq!(
+            recovered["task"]["attempt"], 2,
+            "[{backend}] the recovered task is leased again"
+        );
+        assert_eq!(
+            s.keys(WorkflowTaskPoller::RECOVERY_PREFIX),
+            WorkflowTaskPoller::DEFAULT_SCAN_LIMIT,
+            "[{backend}] one pass recovers at most the scan limit"
+        );
+        for i in 0..4 {
+            s.poll("workflow", "ns", "q", &format!("more-{i}"), 0);
+        }
+        assert!(s.keys(WorkflowTaskPoller::RECOVERY_PREFIX) <= 12 + 1);
+        assert!(eventually(Duration::from_secs(5), || s
+            .keys(WorkflowTaskPoller::RECOVERY_PREFIX)
+            == 0));
+    }
+}
+
+#[test]
+fn heartbeats_elect_one_pruning_pass_per_namespace() {
+    for (backend, cache) in backends(6) {
+        let s = TestServer::start(cache, |c| {
+            c.history_retention = Duration::ZERO;
+            c.retention_throttle = Duration::from_millis(1200);
+        });
+        s.start_workflow("ns", "old", "q");
+        let (_, task) = s.poll("workflow", "ns", "q", "p", 0);
+        let id = &task["task"]["task_id"];
+        s.post(
+            &format!("/api/worker/workflow-tasks/{id}/complete"),
+            json!({ "decision": "complete", "result": 1 }),
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        let beat = |ns: &str| {
+            s.post(
+                "/api/worker/heartbeat",
+                json!({ "namespace": ns, "worker_id": "w", "task_queue": "q" }),
+            )
+            .1
+        };
+        assert!(
+            beat("ns")["pruned_run_id"].is_number(),
+            "[{backend}] the elected heartbeat prunes"
+        );
+        assert!(
+            beat("ns")["pruned_run_id"].is_null(),
+            "[{backend}] throttled"
+        );
+        let (_, described) = s.get("/api/namespaces/ns/workflows/old");
+        assert!(described["details_pruned_at_ms"].is_number());
+        for ns in 0..200 {
+            for _ in 0..3 {
+                beat(&format!("tenant-{ns}"));
+            }
+        }
+        assert_eq!(
+            s.keys(HistoryRetentionEnforcer::PREFIX),
+            201,
+            "[{backend}] one key per namespace"
+        );
+        assert!(eventually(Duration::from_secs(5), || s
+            .keys(HistoryRetentionEnforcer::PREFIX)
+            == 0));
+    }
+}
+
+#[test]
+fn poll_diagnostics_keep_one_value_per_queue_whoever_polls() {
+    for (backend, cache) in backends(7) {
+        let s = TestServer::start(cache, |_| {});
+        for worker in 0..300 {
+            s.post(
+                "/api/worker/workflow-tasks/poll",
+                json!({ "namespace": "ns", "task_queue": "q", "worker_id": format!("w{worker}"),
+                        "poll_request_id": format!("p{worker}"), "timeout_ms": 0 }),
+            );
+        }
+        assert_eq!(s.keys(WorkerPollDiagnostics::PREFIX), 1, "[{backend}]");
+        let (_, seen) = s.get("/api/namespaces/ns/task-queues/q/poll-diagnostic");
+        assert_eq!(seen["last_poll"]["worker_id"], "w299");
+        for q in 0..50 {
+            s.poll("activity", "ns", &format!("q{q}"), "same", 0);
+        }
+        assert_eq!(s.keys(WorkerPollDiagnostics::PREFIX), 51, "[{backend}]");
+        for _ in 0..100 {
+            assert_eq!(s.get("/api/ready").0, 200);
+        }
+        assert_eq!(s.keys(ReadinessProbe::PREFIX), 0, "[{backend}]");
+    }
+}
+
+#[test]
+fn a_thousand_namespaces_cannot_create_more_wait_slots_than_the_cap() {
+    let s = TestServer::start(
+        std::sync::Arc::new(dwengine::cache::MemoryCache::default()),
+        |c| {
+            c.wait_caps = dwengine::wait_slots::WaitCaps {
+                global: 8,
+                per_namespace: 2,
+            };
+        },
+    );
+    let pool = s
+        .running
+        .engine()
+        .config()
+        .polling_cache_path
+        .join("wait-slots");
+    let count_files = || {
+        walk(&pool)
+            .iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("slot-"))
+            })
+            .count()
+    };
+    let most = AtomicUsize::new(0);
+    let refused = AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..24 {
+            scope.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= 1000 {
+                    break;
+                }
+                let (status, body) =
+                    s.poll("workflow", &format!("ns-{n}"), "q", &format!("w-{n}"), 100);
+                match status {
+                    200 => {}
+                    429 => {
+                        assert_eq!(body["reason"], "long_poll_capacity");
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("{other}: {body}"),
+                }
+                most.fetch_max(count_files(), Ordering::Relaxed);
+            });
+        }
+    });
+    let most = most.load(Ordering::Relaxed);
+    eprintln!(
+        "1,000 namespaces, cap 8: at most {most} slot files, {} waits refused",
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(most <= 8 + 1, "{most}");
+    assert!(refused.load(Ordering::Relaxed) > 0, "the cap was exercised");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
