@@ -186,7 +186,10 @@ impl WaitSlotPool {
     }
 
     fn create_slot(&self) -> Result<(PathBuf, File), WaitSlotError> {
-        for n in 0u64.. {
+        // Names are dense (retired files free theirs), so this ends within
+        // (files on disk + 1) attempts.
+        let mut n = 0u64;
+        loop {
             let path = self.dir.join(format!("slot-{n:06}"));
             match OpenOptions::new()
                 .read(true)
@@ -198,11 +201,10 @@ impl WaitSlotPool {
                     file.lock_exclusive().map_err(io(&path))?;
                     return Ok((path, file));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
                 Err(e) => return Err(io(&path)(e)),
             }
         }
-        unreachable!("u64 slot names are never exhausted")
     }
 }
 

@@ -401,3 +401,49 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn due_timer_recovery_fires_at_most_the_scan_limit_per_poll_pass() {
+    let s = TestServer::start(
+        std::sync::Arc::new(dwengine::cache::MemoryCache::default()),
+        |_| {},
+    );
+    s.start_workflow("ns", "sleepy", "q");
+    let (_, first) = s.poll("workflow", "ns", "q", "t0", 0);
+    let timers: Vec<_> = (0..12)
+        .map(|_| json!({ "type": "start_timer", "delay_ms": 50 }))
+        .collect();
+    let (status, done) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            first["task"]["task_id"]
+        ),
+        json!({ "commands": timers, "decision": "wait" }),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["timers_armed"], 12);
+    std::thread::sleep(Duration::from_millis(100));
+    let fired = |answer: &serde_json::Value| {
+        answer["task"]["history"]
+            .as_array()
+            .map(|h| h.iter().filter(|e| e["event_type"] == "TimerFired").count())
+            .unwrap_or(0)
+    };
+    let mut seen = Vec::new();
+    for pass in 1..=3 {
+        let (_, answer) = s.poll("workflow", "ns", "q", &format!("t{pass}"), 0);
+        seen.push(fired(&answer));
+        s.post(
+            &format!(
+                "/api/worker/workflow-tasks/{}/complete",
+                answer["task"]["task_id"]
+            ),
+            json!({ "commands": timers, "decision": "wait" }),
+        );
+    }
+    assert_eq!(
+        seen,
+        vec![5, 10, 12],
+        "each pass fires at most 5 due timers"
+    );
+}

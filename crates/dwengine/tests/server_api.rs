@@ -121,6 +121,13 @@ fn boundary_and_structural_refusals_are_machine_readable() {
     assert_eq!(status, 422);
     assert_eq!(body["reason"], "validation_failed");
     assert!(body["validation_errors"]["workflow_id"].is_array());
+    assert_eq!(
+        body["validation_errors"]["workflow_type"][0],
+        "The workflow_type field is required."
+    );
+    let (status, body) = s.poll("workflow", "ns", "q", "", 0);
+    assert_eq!(status, 422);
+    assert!(body["validation_errors"]["poll_request_id"].is_array());
 
     let big = format!(
         "{{\"workflow_id\":\"a\",\"input\":\"{}\"}}",

@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::admission::NamespaceAdmit;
 use crate::admission::NamespaceSlot;
+use crate::server::error::finish_validation;
 use crate::server::{ApiError, Engine};
 use crate::store::{Admission, RunId, SignalRequest, StartRun, TaskKind};
 
@@ -100,7 +101,14 @@ impl Engine {
         if let Some(key) = &body.business_key {
             v.business_key(key);
         }
-        v.finish()?;
+        finish_validation(
+            v,
+            &[
+                ("workflow_id", &body.workflow_id),
+                ("workflow_type", &body.workflow_type),
+                ("task_queue", &body.task_queue),
+            ],
+        )?;
         let _slot = self.admit_namespace(namespace)?;
         let run = {
             let mut store = self.store();

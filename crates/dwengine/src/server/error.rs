@@ -5,7 +5,9 @@
 //! limits keep the seed's `structural_limit_*` metadata, so clients never
 //! parse messages.
 
-use dwpolicy::boundary::BoundaryError;
+use std::collections::BTreeMap;
+
+use dwpolicy::boundary::{BoundaryError, RequestValidator};
 use serde_json::{json, Value};
 
 use crate::admission::NamespaceRejection;
@@ -110,4 +112,38 @@ impl ApiError {
             }
         }
     }
+}
+
+/// Ends boundary validation, adding a `required` error for each empty
+/// field of `required`, so a client gets every problem in one answer.
+pub fn finish_validation(
+    mut validator: RequestValidator<'_>,
+    required: &[(&str, &str)],
+) -> Result<(), BoundaryError> {
+    let mut errors: BTreeMap<String, Vec<String>> = match validator.finish() {
+        Ok(()) => BTreeMap::new(),
+        Err(BoundaryError::ValidationFailed {
+            validation_errors, ..
+        }) => validation_errors,
+        Err(other) => return Err(other),
+    };
+    for (field, value) in required {
+        if value.trim().is_empty() {
+            errors
+                .entry((*field).to_owned())
+                .or_default()
+                .push(format!("The {field} field is required."));
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let count: usize = errors.values().map(Vec::len).sum();
+    Err(BoundaryError::ValidationFailed {
+        message: format!(
+            "The request is invalid: {count} problem(s) in {} field(s).",
+            errors.len()
+        ),
+        validation_errors: errors,
+    })
 }

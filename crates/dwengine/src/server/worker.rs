@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::diagnostics::PollObservation;
 use crate::poll_requests::PollClaim;
+use crate::server::error::finish_validation;
 use crate::server::{ApiError, Engine};
 use crate::store::{LeasedTask, TaskKind, WorkerCommand, WorkflowDecision};
 
@@ -90,7 +91,14 @@ impl Engine {
             dwpolicy::boundary::MAX_NAME_CHARS,
         )
         .task_queue(&body.task_queue);
-        v.finish()?;
+        finish_validation(
+            v,
+            &[
+                ("namespace", &body.namespace),
+                ("worker_id", &body.worker_id),
+                ("task_queue", &body.task_queue),
+            ],
+        )?;
         let mut store = self.store();
         store.record_worker(&body.namespace, &body.worker_id, &body.task_queue)?;
         let pruned = self
@@ -117,11 +125,20 @@ impl Engine {
             &poll.worker_id,
             dwpolicy::boundary::MAX_NAME_CHARS,
         )
-        .request_id(&poll.poll_request_id);
-        if poll.poll_request_id.is_empty() {
-            v.text("poll_request_id", "", 0);
-        }
-        v.finish()?;
+        .text(
+            "poll_request_id",
+            &poll.poll_request_id,
+            dwpolicy::boundary::MAX_REQUEST_ID_CHARS,
+        );
+        finish_validation(
+            v,
+            &[
+                ("namespace", &poll.namespace),
+                ("task_queue", &poll.task_queue),
+                ("worker_id", &poll.worker_id),
+                ("poll_request_id", &poll.poll_request_id),
+            ],
+        )?;
         let wait = Duration::from_millis(poll.timeout_ms).min(self.config.max_poll_wait);
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         let polls = self.polls(kind);
