@@ -13,6 +13,7 @@
 pub mod admission;
 pub mod command;
 pub mod completion;
+pub mod control;
 pub mod dispatch;
 mod error;
 pub mod executor;
@@ -35,6 +36,7 @@ use serde_json::{Map, Value};
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
+pub use control::RunDescription;
 pub use dispatch::{LeasedTask, TaskKind, WorkerCommand, WorkflowDecision};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
