@@ -77,7 +77,8 @@ impl TaskQueueAdmission {
             }));
         }
         let key = format!(
-            "server:task-queue-admission:{}",
+            "{}{}",
+            Self::LOCK_PREFIX,
             Self::dims(namespace, task_queue, kind)
         );
         let token =
@@ -100,7 +101,8 @@ impl TaskQueueAdmission {
 
     fn counter_key(namespace: &str, task_queue: &str, kind: &str) -> String {
         format!(
-            "server:task-queue-dispatch:{}:{}",
+            "{}{}:{}",
+            Self::COUNTER_PREFIX,
             Self::dims(namespace, task_queue, kind),
             minute_bucket(SystemTime::now())
         )
@@ -228,13 +230,13 @@ impl NamespaceRequestAdmission {
         let ns = hash_dimensions(&[namespace]);
         let minute = minute_bucket(SystemTime::now());
         if limit.per_minute > 0 {
-            let key = format!("server:namespace-request-admission:rate:{ns}:{minute}");
+            let key = format!("{}rate:{ns}:{minute}", Self::PREFIX);
             if self.cache.increment(&key, Self::BUCKET_TTL)? > limit.per_minute {
                 return self.reject(&ns, minute, NamespaceRejection::RateLimited);
             }
         }
         for slot in 0..limit.max_concurrent {
-            let key = format!("server:namespace-request-admission:slot:{ns}:{slot}");
+            let key = format!("{}slot:{ns}:{slot}", Self::PREFIX);
             if self.cache.add(&key, b"1", self.slot_ttl)? {
                 return Ok(NamespaceAdmit::Admitted(Some(NamespaceSlot {
                     cache: self.cache.clone(),
@@ -254,10 +256,7 @@ impl NamespaceRequestAdmission {
         minute: u64,
         reason: NamespaceRejection,
     ) -> Result<NamespaceAdmit, CacheError> {
-        let key = format!(
-            "server:namespace-request-admission:rejected:{ns}:{}:{minute}",
-            reason.as_str()
-        );
+        let key = format!("{}rejected:{ns}:{}:{minute}", Self::PREFIX, reason.as_str());
         self.cache.increment(&key, Self::BUCKET_TTL)?;
         Ok(NamespaceAdmit::Rejected(reason))
     }
@@ -335,7 +334,7 @@ mod tests {
             }
         }
         assert_eq!(held.len(), 3);
-        let slot_prefix = "server:namespace-request-admission:slot:";
+        let slot_prefix = &format!("{}slot:", NamespaceRequestAdmission::PREFIX);
         assert_eq!(cache.count_prefix(slot_prefix).unwrap(), 3);
         held.clear();
         assert_eq!(cache.count_prefix(slot_prefix).unwrap(), 0);

@@ -45,7 +45,8 @@ impl WorkerPollDiagnostics {
 
     fn key(namespace: &str, task_queue: &str) -> String {
         format!(
-            "server:worker-poll-diagnostic:{}",
+            "{}{}",
+            Self::PREFIX,
             hash_dimensions(&[namespace, task_queue])
         )
     }

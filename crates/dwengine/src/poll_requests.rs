@@ -122,8 +122,8 @@ impl WorkflowTaskPollRequestStore {
         PollRequests {
             cache,
             ttls,
-            pending_key: |id| format!("server:workflow-task-poll-request:pending:{id}"),
-            result_key: |id| format!("server:workflow-task-poll-request:result:{id}"),
+            pending_key: |id| format!("{}pending:{id}", WorkflowTaskPollRequestStore::PREFIX),
+            result_key: |id| format!("{}result:{id}", WorkflowTaskPollRequestStore::PREFIX),
         }
     }
 }
@@ -140,8 +140,8 @@ impl ActivityTaskPollRequestStore {
         PollRequests {
             cache,
             ttls,
-            pending_key: |id| format!("server:activity-task-poll-request:pending:{id}"),
-            result_key: |id| format!("server:activity-task-poll-request:result:{id}"),
+            pending_key: |id| format!("{}pending:{id}", ActivityTaskPollRequestStore::PREFIX),
+            result_key: |id| format!("{}result:{id}", ActivityTaskPollRequestStore::PREFIX),
         }
     }
 }

@@ -41,7 +41,8 @@ impl LongPollSignalStore {
     /// The wake key of (namespace, task queue, channel).
     pub fn key(namespace: &str, task_queue: &str, channel: &str) -> String {
         format!(
-            "server:long-poll-signal:{}",
+            "{}{}",
+            Self::PREFIX,
             hash_dimensions(&[namespace, task_queue, channel])
         )
     }
@@ -122,7 +123,7 @@ impl WorkflowTaskPoller {
         task_id: i64,
         ttl: Duration,
     ) -> Result<bool, CacheError> {
-        let key = format!("server:workflow-task-expired-lease-recovery:{task_id}");
+        let key = format!("{}{task_id}", Self::RECOVERY_PREFIX);
         cache.add(&key, b"1", ttl)
     }
 }

@@ -34,7 +34,7 @@ impl ReadinessProbe {
     /// Whether the cache round-trips a value.
     pub fn check(&self) -> Result<bool, CacheError> {
         let n = self.checks.fetch_add(1, Ordering::Relaxed);
-        let key = format!("server:readiness:{}:{n}", self.node);
+        let key = format!("{}{}:{n}", Self::PREFIX, self.node);
         self.cache.put(&key, b"ok", Self::TTL)?;
         let read = self.cache.get(&key);
         self.cache.forget(&key)?;

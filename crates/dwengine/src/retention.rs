@@ -53,10 +53,7 @@ impl HistoryRetentionEnforcer {
         namespace: &str,
         store: &mut Store,
     ) -> Result<Option<RunId>, RetentionError> {
-        let key = format!(
-            "server:history-retention-inline:{}",
-            hash_dimensions(&[namespace])
-        );
+        let key = format!("{}{}", Self::PREFIX, hash_dimensions(&[namespace]));
         if !self.cache.add(&key, b"1", self.throttle)? {
             return Ok(None);
         }
