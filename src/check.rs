@@ -97,18 +97,9 @@ impl CheckReport {
 
 /// Runs the gate.
 pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
-    if !options.root.is_dir() {
-        return Err(RunError::NoSuchPath(options.root.clone()));
-    }
-    let (root, policy_path) = match &options.policy {
-        Some(policy) => (options.root.clone(), policy.clone()),
-        None => {
-            let found = discover::discover(&options.root)?;
-            (found.root, found.policy)
-        }
-    };
-    let root = root.as_path();
-    let policy_file = PolicyFile::load(root, Some(&policy_path))?;
+    let located = discover::locate(&options.root, options.policy.as_deref())?;
+    let root = located.root.as_path();
+    let policy_file = PolicyFile::load(root, Some(&located.policy))?;
     let (mode, changed) = changed::resolve(root, &options.selection)?;
     let policy = &policy_file.policy;
     let files = walk::select_files(root, &policy_file)?;

@@ -30,6 +30,22 @@ pub struct Discovered {
     pub policy: PathBuf,
 }
 
+/// The root and policy a command works on: `--policy` with `start` as the
+/// root, or the discovered policy and its root. Shared by every command
+/// that reads the policy, so they all agree on both.
+pub fn locate(start: &Path, policy: Option<&Path>) -> Result<Discovered, RunError> {
+    if !start.is_dir() {
+        return Err(RunError::NoSuchPath(start.to_path_buf()));
+    }
+    match policy {
+        Some(policy) => Ok(Discovered {
+            root: start.to_path_buf(),
+            policy: policy.to_path_buf(),
+        }),
+        None => discover(start),
+    }
+}
+
 /// Searches `start` and its parents for a policy file.
 pub fn discover(start: &Path) -> Result<Discovered, RunError> {
     let absolute = start

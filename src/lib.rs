@@ -14,6 +14,7 @@ pub mod discover;
 pub mod docs_sync;
 pub mod error;
 pub mod extract;
+pub mod generated_file;
 pub mod init;
 pub mod inventory;
 pub mod normalize;

@@ -4,6 +4,10 @@
 //! says which mode ran. Also policy discovery from a subdirectory and
 //! repository-relative paths for GitHub.
 
+mod support;
+
+use support::{dwlint_in, write};
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -52,12 +56,6 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
-fn write(dir: &Path, rel: &str, text: &str) {
-    let path = dir.join(rel);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
 fn metric_file(name: &str) -> String {
     format!("pub fn record() {{ counter!(\"{name}\").increment(1); }}\n")
 }
@@ -94,16 +92,6 @@ fn repository() -> tempfile::TempDir {
     dir
 }
 
-fn dwlint(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .expect("run dwlint")
-}
-
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -129,7 +117,7 @@ fn subjects(report: &Value, code: &str) -> Vec<String> {
 #[test]
 fn the_whole_tree_reports_every_finding() {
     let repo = repository();
-    let out = dwlint(repo.path(), &["check", "--format", "json"]);
+    let out = dwlint_in(repo.path(), &["check", "--format", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let report = json(&out);
     assert_eq!(report["summary"]["mode"], "full");
@@ -148,7 +136,7 @@ fn the_whole_tree_reports_every_finding() {
 #[test]
 fn changed_since_limits_file_local_findings_to_changed_files() {
     let repo = repository();
-    let out = dwlint(
+    let out = dwlint_in(
         repo.path(),
         &["check", "--changed-since", "main", "--format", "json"],
     );
@@ -172,7 +160,7 @@ fn changed_since_limits_file_local_findings_to_changed_files() {
         ["dw_unused_total"],
         "tree-wide rules still see the whole tree"
     );
-    let human = dwlint(repo.path(), &["check", "--changed-since", "main"]);
+    let human = dwlint_in(repo.path(), &["check", "--changed-since", "main"]);
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(
         text.contains("(4 files changed since main; policy: policy/dw-bounded-growth.toml)"),
@@ -183,7 +171,7 @@ fn changed_since_limits_file_local_findings_to_changed_files() {
 #[test]
 fn changed_since_head_still_sees_working_tree_changes() {
     let repo = repository();
-    let report = json(&dwlint(
+    let report = json(&dwlint_in(
         repo.path(),
         &["check", "--changed-since", "HEAD", "--format", "json"],
     ));
@@ -196,7 +184,7 @@ fn changed_since_head_still_sees_working_tree_changes() {
 #[test]
 fn file_names_from_pre_commit_limit_findings_the_same_way() {
     let repo = repository();
-    let out = dwlint(
+    let out = dwlint_in(
         repo.path(),
         &["check", "--format", "json", "src/old.rs", "docs/ops.md"],
     );
@@ -209,9 +197,9 @@ fn file_names_from_pre_commit_limit_findings_the_same_way() {
         subjects(&report, "unused-metric-policy"),
         ["dw_unused_total"]
     );
-    let human = dwlint(repo.path(), &["check", "src/lib.rs"]);
+    let human = dwlint_in(repo.path(), &["check", "src/lib.rs"]);
     assert!(String::from_utf8_lossy(&human.stdout).contains("(1 file given;"));
-    let explicit_root = dwlint(
+    let explicit_root = dwlint_in(
         repo.path(),
         &["check", ".", "src/old.rs", "--format", "json"],
     );
@@ -224,12 +212,12 @@ fn file_names_from_pre_commit_limit_findings_the_same_way() {
 #[test]
 fn a_bad_revision_or_no_repository_fails_the_run() {
     let repo = repository();
-    let out = dwlint(repo.path(), &["check", "--changed-since", "no-such-branch"]);
+    let out = dwlint_in(repo.path(), &["check", "--changed-since", "no-such-branch"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("`no-such-branch` is not a commit"));
     let plain = tempfile::tempdir().unwrap();
     write(plain.path(), "policy/dw-bounded-growth.toml", POLICY);
-    let out = dwlint(plain.path(), &["check", "--changed-since", "main"]);
+    let out = dwlint_in(plain.path(), &["check", "--changed-since", "main"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot list changed files"));
 }
@@ -237,13 +225,13 @@ fn a_bad_revision_or_no_repository_fails_the_run() {
 #[test]
 fn discovery_from_a_subdirectory_checks_the_policy_s_tree() {
     let repo = repository();
-    let out = dwlint(&repo.path().join("src"), &["check", "--format", "json"]);
+    let out = dwlint_in(&repo.path().join("src"), &["check", "--format", "json"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         subjects(&json(&out), "unused-metric-policy"),
         ["dw_unused_total"]
     );
-    let human = dwlint(&repo.path().join("src"), &["check"]);
+    let human = dwlint_in(&repo.path().join("src"), &["check"]);
     assert!(
         String::from_utf8_lossy(&human.stdout)
             .contains("(whole tree; root: ..; policy: policy/dw-bounded-growth.toml)"),
@@ -255,7 +243,7 @@ fn discovery_from_a_subdirectory_checks_the_policy_s_tree() {
         repo.path().join(".dwlint.toml"),
     )
     .unwrap();
-    let out = dwlint(&repo.path().join("src"), &["check", "--format", "json"]);
+    let out = dwlint_in(&repo.path().join("src"), &["check", "--format", "json"]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -276,13 +264,13 @@ fn github_paths_are_relative_to_the_repository_not_the_checked_root() {
         "`dw_runs_total` and `dw_unused_total`.\n",
     );
     write(&tree, "src/lib.rs", &metric_file("dw_other_total"));
-    let out = dwlint(dir.path(), &["check", "engine", "--format", "github"]);
+    let out = dwlint_in(dir.path(), &["check", "engine", "--format", "github"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("::error file=engine/src/lib.rs,line=1,"),
         "{text}"
     );
-    let sarif = json(&dwlint(
+    let sarif = json(&dwlint_in(
         dir.path(),
         &["check", "engine", "--format", "sarif"],
     ));

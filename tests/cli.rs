@@ -1,6 +1,10 @@
 //! The command line as users meet it: exit codes, error messages, `explain`
 //! and `rules`, and the repository's own gate.
 
+mod support;
+
+use support::text;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -11,10 +15,6 @@ fn dwlint(args: &[&str], dir: Option<&Path>) -> Output {
         command.current_dir(dir);
     }
     command.output().expect("run dwlint")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn fixture(name: &str) -> String {

@@ -1,19 +1,11 @@
 //! `dwlint docs`: marked tables follow the policy, prose never moves.
 
+mod support;
+
+use support::{dwlint, text};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn dwlint(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run dwlint")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use std::process::Output;
 
 fn data(rel: &str) -> String {
     std::fs::read_to_string(format!(

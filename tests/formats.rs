@@ -5,6 +5,10 @@
 //! repository and checked as `.`, so paths in the snapshots are the same on
 //! every machine and in every checkout.
 
+mod support;
+
+use support::copy_tree;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -12,25 +16,12 @@ use serde_json::Value;
 
 const FORMATS: &[&str] = &["human", "json", "sarif", "github", "junit", "short"];
 
-fn copy_tree(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
-        } else if !entry.file_name().to_string_lossy().ends_with(".snap") {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn fixture_copy(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let from = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
         .join(name);
-    copy_tree(&from, dir.path());
+    copy_tree(&from, dir.path(), &|name| name.ends_with(".snap"));
     dir
 }
 

@@ -1,27 +1,12 @@
 //! `dwlint init`: the starter policy loads, resolves, covers the tree
 //! exactly, and fails `check` only on what a reviewer still owes.
 
+mod support;
+
+use support::{dwlint, text, write};
+
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn dwlint(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run dwlint")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn write(root: &Path, rel: &str, contents: &str) {
-    let path = root.join(rel);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, contents).unwrap();
-}
 
 /// A small engine: a Rust crate with stores and metrics, a Python perf
 /// script, and tests and fixtures whose literals are not shipped surfaces.

@@ -1,20 +1,12 @@
 //! `dwlint policy import`: the reference PHP policy becomes a TOML policy
 //! that loads, keeps every reviewed field, and gates the same tree.
 
+mod support;
+
+use support::{copy_tree, dwlint, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn dwlint(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run dwlint")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use std::process::Output;
 
 fn php_tree() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/php-policy")
@@ -28,19 +20,6 @@ fn converted() -> String {
     let out = import(&php_tree().join("config/dw-bounded-growth.php"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     text(&out.stdout)
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -121,7 +100,7 @@ fn the_converted_policy_passes_review_and_resolves_owners_through_use() {
 fn the_converted_policy_gates_the_tree_the_php_policy_gated() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    copy_tree(&php_tree(), root);
+    copy_tree(&php_tree(), root, &|_| false);
     let policy = root.join("policy/dw-bounded-growth.toml");
     let out = dwlint(&[
         "policy",

@@ -152,19 +152,10 @@ pub fn regenerate(text: &str, policy: &dwpolicy::Policy) -> Result<Option<String
 
 /// Syncs every doc the policy lists.
 pub fn sync(options: &DocsOptions) -> Result<DocsReport, RunError> {
-    if !options.root.is_dir() {
-        return Err(RunError::NoSuchPath(options.root.clone()));
-    }
     // Found the way `check` finds it, so both commands agree on the docs.
-    let (root, policy_path) = match &options.policy {
-        Some(policy) => (options.root.clone(), policy.clone()),
-        None => {
-            let found = discover::discover(&options.root)?;
-            (found.root, found.policy)
-        }
-    };
-    let root = root.as_path();
-    let policy_file = PolicyFile::load(root, Some(&policy_path))?;
+    let located = discover::locate(&options.root, options.policy.as_deref())?;
+    let root = located.root.as_path();
+    let policy_file = PolicyFile::load(root, Some(&located.policy))?;
     let policy = &policy_file.policy;
     let docs: Vec<_> = walk::select_files(root, &policy_file)?
         .into_iter()

@@ -13,6 +13,7 @@ mod draft;
 mod found;
 mod owner;
 
+use crate::generated_file::{self, GeneratedFileError};
 use std::path::{Path, PathBuf};
 
 pub use draft::{prefix_id, PLACEHOLDER_CLASS};
@@ -48,17 +49,9 @@ pub const DEFAULT_DOC: &str = "docs/bounded-growth.md";
 /// Why `init` could not write a policy.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    /// The policy exists and `--force` was not given.
-    #[error("{} already exists; pass --force to overwrite it", .0.display())]
-    Exists(PathBuf),
-    /// Writing the policy failed.
-    #[error("cannot write {}: {source}", .path.display())]
-    Write {
-        /// Where.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file exists, or writing it failed.
+    #[error(transparent)]
+    File(#[from] GeneratedFileError),
     /// The written text would not load: a dwlint bug, never written to disk.
     #[error("dwlint init produced a policy that does not load (a dwlint bug): {0}")]
     Generated(String),
@@ -127,7 +120,7 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
         .find(|p| p.exists())
         .filter(|_| !options.force)
     {
-        return Err(InitError::Exists(found).into());
+        return Err(InitError::File(GeneratedFileError::Exists(found)).into());
     }
     let sources = default_sources(root);
     let defaults = Draft {
@@ -156,7 +149,7 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
     let draft = draft::draft(&found, sources, &settings.cache_namespace);
     let text = draft.render();
     dwpolicy::load::load(&text).map_err(|e| InitError::Generated(e.to_string()))?;
-    write(&path, &text)?;
+    generated_file::write(&path, &text).map_err(InitError::from)?;
     Ok(InitReport {
         path,
         counts: (
@@ -168,17 +161,6 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
         files_scanned: output.files_scanned,
         undeclarable: found.undeclarable,
     })
-}
-
-fn write(path: &Path, text: &str) -> Result<(), InitError> {
-    let failed = |source| InitError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(failed)?;
-    }
-    std::fs::write(path, text).map_err(failed)
 }
 
 /// The summary printed after a successful `init`.

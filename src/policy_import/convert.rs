@@ -24,30 +24,12 @@ pub struct ShapeError {
 type Result<T> = std::result::Result<T, ShapeError>;
 
 const SECTIONS: &[&str] = &["cache_keys", "scan_limits", "metrics", "settings"];
-const SETTINGS: &[&str] = &[
-    "cache_namespace",
-    "metric_prefix",
-    "user_controlled_dimensions",
-    "per_run_labels",
-];
-const CACHE_FIELDS: &[&str] = &[
-    "owner",
-    "prefix",
-    "dimensions",
-    "ttl",
-    "bound",
-    "admission",
-    "eviction",
-];
-const SCAN_FIELDS: &[&str] = &["owner", "config_key", "default", "bound"];
-const METRIC_FIELDS: &[&str] = &[
-    "owner",
-    "surface",
-    "dimensions",
-    "cardinality",
-    "selection",
-    "suppression",
-];
+// The PHP policy's fields are the TOML policy's fields: one list, owned by
+// the loader, so an import can never accept a key that `check` rejects.
+use dwpolicy::load::{
+    CACHE_KEYS as CACHE_FIELDS, METRIC_KEYS as METRIC_FIELDS, SCAN_KEYS as SCAN_FIELDS,
+    SETTING_KEYS as SETTINGS,
+};
 
 fn fail<T>(value: &Value, message: impl Into<String>) -> Result<T> {
     Err(ShapeError {

@@ -10,7 +10,8 @@
 mod convert;
 pub mod php_array;
 
-use std::path::{Path, PathBuf};
+use crate::generated_file::{self, GeneratedFileError};
+use std::path::PathBuf;
 
 use crate::error::RunError;
 use crate::policy_toml::{Draft, DraftSources};
@@ -38,17 +39,9 @@ pub enum ImportError {
         /// What is wrong.
         message: String,
     },
-    /// The output exists and `--force` was not given.
-    #[error("{} already exists; pass --force to overwrite it", .0.display())]
-    Exists(PathBuf),
-    /// Writing the output failed.
-    #[error("cannot write {}: {source}", .path.display())]
-    Write {
-        /// Where.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file exists, or writing it failed.
+    #[error(transparent)]
+    File(#[from] GeneratedFileError),
     /// The converted text would not load (a dwlint bug); nothing is written.
     #[error("the converted policy does not load (a dwlint bug): {0}")]
     Invalid(String),
@@ -124,19 +117,8 @@ pub fn import(options: &ImportOptions) -> Result<Option<String>, RunError> {
         return Ok(Some(toml));
     };
     if output.exists() && !options.force {
-        return Err(ImportError::Exists(output.clone()).into());
+        return Err(ImportError::File(GeneratedFileError::Exists(output.clone())).into());
     }
-    write(output, &toml)?;
+    generated_file::write(output, &toml).map_err(ImportError::from)?;
     Ok(None)
-}
-
-fn write(path: &Path, text: &str) -> Result<(), ImportError> {
-    let failed = |source| ImportError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(failed)?;
-    }
-    std::fs::write(path, text).map_err(failed)
 }

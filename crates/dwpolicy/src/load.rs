@@ -120,7 +120,8 @@ type Entry<'a, 'i> = (
     &'a TomlSpanned<DeValue<'i>>,
 );
 
-const TOP_KEYS: &[&str] = &[
+/// Keys valid at the top level of a policy.
+pub const TOP_KEYS: &[&str] = &[
     "schema_version",
     "sources",
     "settings",
@@ -129,14 +130,17 @@ const TOP_KEYS: &[&str] = &[
     "metrics",
     "rules",
 ];
-const SOURCE_KEYS: &[&str] = &["cache", "metrics", "docs", "remote_write", "exclude"];
-const SETTING_KEYS: &[&str] = &[
+/// Keys valid in `[sources]`.
+pub const SOURCE_KEYS: &[&str] = &["cache", "metrics", "docs", "remote_write", "exclude"];
+/// Keys valid in `[settings]`.
+pub const SETTING_KEYS: &[&str] = &[
     "cache_namespace",
     "metric_prefix",
     "user_controlled_dimensions",
     "per_run_labels",
 ];
-const CACHE_KEYS: &[&str] = &[
+/// Fields valid in a `[cache_keys.<id>]` entry.
+pub const CACHE_KEYS: &[&str] = &[
     "owner",
     "prefix",
     "dimensions",
@@ -145,8 +149,10 @@ const CACHE_KEYS: &[&str] = &[
     "admission",
     "eviction",
 ];
-const SCAN_KEYS: &[&str] = &["owner", "config_key", "default", "bound"];
-const METRIC_KEYS: &[&str] = &[
+/// Fields valid in a `[scan_limits.<id>]` entry.
+pub const SCAN_KEYS: &[&str] = &["owner", "config_key", "default", "bound"];
+/// Fields valid in a `[metrics.<name>]` entry.
+pub const METRIC_KEYS: &[&str] = &[
     "owner",
     "surface",
     "dimensions",
