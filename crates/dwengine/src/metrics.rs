@@ -1,9 +1,13 @@
 //! Prometheus metrics of workflow runs.
 //!
 //! `namespace` is request-scoped: the scrape is already per namespace, so it
-//! never becomes a label. `task_queue` and `workflow_type` are labels whose
-//! series set is capped by dwpolicy's series limiter; what the cap hides is
-//! reported in the payload's cardinality block instead of silently dropped.
+//! never becomes a label. `task_queue` and `workflow_type` are labels users
+//! control, so a scrape discovers their series through dwpolicy's
+//! [`SeriesLimit::discover`]: it reads at most `limit + 1` label sets in
+//! ascending order and keeps the first `limit`. Reading one past the cap is
+//! what makes the report honest: within the cap its counts are exact; past
+//! it they are lower bounds (`lower_bound: true`) and no suppressed run sum
+//! is claimed, because the suppressed series were never read.
 //! Before anything is rendered the label set is disclosed against the
 //! embedded policy, so a policy that no longer declares these labels stops
 //! the surface (fail closed) rather than letting it emit unreviewed series.
@@ -32,6 +36,10 @@ pub struct RunSeries {
 }
 
 /// A rendered scrape: exposition text and its cardinality disclosure.
+///
+/// The text opens with a `# cardinality series_limits.workflows {…}`
+/// comment carrying [`report`](Self::report) as JSON, so a scrape alone
+/// shows what the cap hid; Prometheus ignores such comments.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RenderedRuns {
     /// Prometheus text exposition.
@@ -46,6 +54,9 @@ impl WorkflowRunMetrics {
     /// The metric this type owns.
     pub const METRIC: &'static str = "dw_workflow_runs_total";
 
+    /// The key of this surface's report under `cardinality.series_limits`.
+    pub const SERIES_LIMIT_KEY: &'static str = "workflows";
+
     /// Metrics with the configured series limit (default 100, clamped to 1..=500).
     pub fn new(configured_limit: Option<i64>) -> Self {
         WorkflowRunMetrics {
@@ -58,31 +69,43 @@ impl WorkflowRunMetrics {
         self.limit.get()
     }
 
-    /// Renders the busiest series up to the cap (most runs first, ties by
-    /// label set) and discloses the label set with its suppression counts.
+    /// The cap as dwpolicy's type, for the store's bounded discovery read.
+    pub fn series_limit(&self) -> SeriesLimit {
+        self.limit
+    }
+
+    /// Renders the first `limit` series of `series` and discloses the label
+    /// set with its report.
+    ///
+    /// `series` must yield distinct label sets in ascending (task_queue,
+    /// workflow_type) order, as [`crate::store::Store::workflow_run_series`]
+    /// does; it is pulled at most `limit + 1` times.
     pub fn render(
         &self,
         guard: &MetricGuard,
         series: impl IntoIterator<Item = RunSeries>,
     ) -> Result<RenderedRuns, DisclosureError> {
-        let mut limiter = self.limit.limiter();
-        for s in series {
-            limiter.admit((s.task_queue, s.workflow_type), s.runs);
-        }
-        let selection = limiter.finish();
-        let report = selection.report;
+        let discovery = self.limit.discover(series);
+        let report = discovery.report;
         let disclosure = guard.disclose(
             Self::METRIC,
             [("task_queue", report), ("workflow_type", report)],
         )?;
         let cardinality = serde_json::to_value(&disclosure).unwrap_or(Value::Null);
-        let mut text = String::from("# TYPE dw_workflow_runs_total counter\n");
-        for ((task_queue, workflow_type), runs) in &selection.series {
+        let report_json = serde_json::to_string(&report).unwrap_or_default();
+        let mut text = format!(
+            "# cardinality series_limits.{} {report_json}\n",
+            Self::SERIES_LIMIT_KEY
+        );
+        text.push_str("# HELP dw_workflow_runs_total Workflow runs started, per task queue and workflow type.\n");
+        text.push_str("# TYPE dw_workflow_runs_total counter\n");
+        for s in &discovery.series {
             let _ = writeln!(
                 text,
-                "dw_workflow_runs_total{{task_queue=\"{}\",workflow_type=\"{}\"}} {runs}",
-                escape(task_queue),
-                escape(workflow_type),
+                "dw_workflow_runs_total{{task_queue=\"{}\",workflow_type=\"{}\"}} {}",
+                escape(&s.task_queue),
+                escape(&s.workflow_type),
+                s.runs,
             );
         }
         Ok(RenderedRuns {
@@ -119,23 +142,54 @@ mod tests {
     }
 
     #[test]
-    fn series_beyond_the_cap_are_counted_not_emitted() {
+    fn past_the_cap_the_first_label_sets_are_emitted_and_counts_are_lower_bounds() {
+        let pulled = std::cell::Cell::new(0);
+        let source = series(10)
+            .into_iter()
+            .inspect(|_| pulled.set(pulled.get() + 1));
         let rendered = WorkflowRunMetrics::new(Some(3))
-            .render(&guard(), series(10))
+            .render(&guard(), source)
             .unwrap();
+        assert_eq!(pulled.get(), 4, "discovery reads limit + 1 label sets");
         assert_eq!(rendered.text.matches("dw_workflow_runs_total{").count(), 3);
         assert!(rendered
             .text
-            .contains("task_queue=\"q009\",workflow_type=\"Order\\\"s\"} 10"));
-        assert_eq!(rendered.report.suppressed_series, 7);
+            .contains("task_queue=\"q000\",workflow_type=\"Order\\\"s\"} 1\n"));
+        assert!(!rendered.text.contains("q003"));
+        let report = rendered.report;
+        assert_eq!((report.reported, report.observed), (3, 4));
+        assert_eq!(report.suppressed_series, 1);
+        assert!(report.lower_bound);
         assert_eq!(
-            rendered.report.suppressed_value,
-            Some(1 + 2 + 3 + 4 + 5 + 6 + 7)
+            report.suppressed_value, None,
+            "suppressed runs were not read"
         );
+        assert!(rendered.text.starts_with(
+            "# cardinality series_limits.workflows {\"limit\":3,\"reported\":3,\"observed\":4,\"suppressed_series\":1,\"lower_bound\":true}\n"
+        ));
         let block = &rendered.cardinality;
         assert_eq!(block["namespace"]["cardinality"], "request_scope_not_label");
         assert_eq!(block["task_queue"]["cardinality"], "bounded_series");
-        assert_eq!(block["task_queue"]["suppressed_series"], 7);
+        assert_eq!(block["task_queue"]["lower_bound"], true);
+        assert!(!rendered.text.contains("namespace"));
+    }
+
+    #[test]
+    fn within_the_cap_counts_are_exact() {
+        let rendered = WorkflowRunMetrics::new(Some(3))
+            .render(&guard(), series(3))
+            .unwrap();
+        assert_eq!(rendered.text.matches("dw_workflow_runs_total{").count(), 3);
+        let report = rendered.report;
+        assert_eq!((report.observed, report.suppressed_series), (3, 0));
+        assert!(!report.lower_bound);
+        let empty = WorkflowRunMetrics::new(None)
+            .render(&guard(), Vec::new())
+            .unwrap();
+        assert_eq!(empty.text.matches("dw_workflow_runs_total{").count(), 0);
+        assert!(empty
+            .text
+            .contains("# TYPE dw_workflow_runs_total counter\n"));
     }
 
     #[test]

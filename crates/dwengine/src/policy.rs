@@ -4,7 +4,7 @@
 //! run-time guards read this copy, so a surface cannot be declared one way
 //! for the gate and behave another way in production.
 
-use dwpolicy::Policy;
+use dwpolicy::{MetricGuard, Policy};
 
 /// The policy text, as committed in `policy/dw-bounded-growth.toml`.
 pub const POLICY_TOML: &str = include_str!("../../../policy/dw-bounded-growth.toml");
@@ -18,6 +18,17 @@ pub fn embedded() -> Result<&'static Policy, &'static str> {
         .get_or_init(|| Policy::from_toml_str(POLICY_TOML).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(String::as_str)
+}
+
+/// The metric guard over the embedded policy, indexed once: disclosures run
+/// on every scrape, and an invalid policy refuses every disclosure.
+pub fn guard() -> Result<&'static MetricGuard, &'static str> {
+    static GUARD: std::sync::OnceLock<Result<MetricGuard, &'static str>> =
+        std::sync::OnceLock::new();
+    GUARD
+        .get_or_init(|| embedded().map(MetricGuard::new))
+        .as_ref()
+        .map_err(|e| *e)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dwpolicy::boundary::RequestLimits;
+use dwpolicy::series::PROMETHEUS_WORKFLOW_SERIES;
 
 use crate::admission::NamespaceLimit;
 use crate::poll_requests::PollRequestTtls;
@@ -78,6 +79,9 @@ pub struct ServerConfig {
     pub poller: WorkflowTaskPoller,
     /// TTL of wake signals.
     pub signal_ttl: Duration,
+    /// `server.metrics.prometheus_workflow_series_limit` as configured
+    /// (`None`: the default 100); the metric clamps it to 1..=500.
+    pub prometheus_workflow_series_limit: Option<u64>,
 }
 
 impl ServerConfig {
@@ -105,6 +109,7 @@ impl ServerConfig {
             recovery_suppression: Duration::from_secs(60),
             poller: WorkflowTaskPoller::default(),
             signal_ttl: Duration::from_secs(60),
+            prometheus_workflow_series_limit: None,
         }
     }
 
@@ -185,13 +190,24 @@ impl ServerConfig {
         if let Some(n) = parse("DW_HISTORY_RETENTION_THROTTLE_MS")? {
             config.retention_throttle = ms(n);
         }
-        let scan = |key: &str| {
-            let name = format!("DW_{}", key.to_ascii_uppercase().replace('.', "_"));
-            lookup(&name).and_then(|v| v.trim().parse().ok())
-        };
+        let scan =
+            |key: &str| lookup(&config_key_variable(key)).and_then(|v| v.trim().parse().ok());
         config.poller = WorkflowTaskPoller::from_config(scan);
+        // Strict, unlike the scan caps above: a typo must not silently fall
+        // back to the default cap of a user-controlled label set.
+        let series = config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key);
+        config.prometheus_workflow_series_limit = lookup(&series)
+            .map(|raw| dwpolicy::env::parse_non_negative(&series, &raw))
+            .transpose()
+            .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })?;
         Ok(config)
     }
+}
+
+/// The variable of a dotted config key: `server.metrics.x_limit` is
+/// `DW_SERVER_METRICS_X_LIMIT`, so the documented key names its variable.
+pub fn config_key_variable(key: &str) -> String {
+    format!("DW_{}", key.to_ascii_uppercase().replace('.', "_"))
 }
 
 /// `tenant-a=4/600,tenant-b=2/0`: max concurrent / per minute (0: no rate cap).
@@ -257,6 +273,7 @@ mod tests {
         assert_eq!(config.namespace_limits["a"].per_minute, 10);
         assert_eq!(config.namespace_limits["b"].max_concurrent, 1);
         assert_eq!(config.poller.expired_workflow_task_recovery_scan_limit, 3);
+        assert_eq!(config.prometheus_workflow_series_limit, None);
         assert!(ServerConfig::from_lookup(
             |k| (k == "DW_SERVER_ID")
                 .then(|| "n".into())
@@ -264,5 +281,31 @@ mod tests {
             false
         )
         .is_err());
+    }
+
+    #[test]
+    fn the_workflow_series_limit_is_read_strictly() {
+        let with = |value: &'static str| {
+            ServerConfig::from_lookup(
+                move |k| match k {
+                    "DW_SERVER_ID" => Some("n".into()),
+                    "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT" => Some(value.into()),
+                    _ => None,
+                },
+                false,
+            )
+        };
+        assert_eq!(
+            with(" 25 ").unwrap().prometheus_workflow_series_limit,
+            Some(25)
+        );
+        for bad in ["abc", "-1", "", "2.5"] {
+            let err = with(bad).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Limits(e)
+                    if e.errors[0].variable == "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT"),
+                "{bad:?}: {err}"
+            );
+        }
     }
 }

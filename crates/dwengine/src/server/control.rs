@@ -72,7 +72,10 @@ pub enum MessageKind {
 }
 
 impl Engine {
-    fn admit_namespace(&self, namespace: &str) -> Result<Option<NamespaceSlot>, ApiError> {
+    pub(crate) fn admit_namespace(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<NamespaceSlot>, ApiError> {
         match self.namespaces.admit(namespace)? {
             NamespaceAdmit::Admitted(slot) => Ok(slot),
             NamespaceAdmit::Rejected(reason) => Err(ApiError::NamespaceLimited(reason)),

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
 use crate::diagnostics::WorkerPollDiagnostics;
+use crate::metrics::WorkflowRunMetrics;
 use crate::poll_requests::{
     ActivityTaskPollRequestStore, PollRequests, WorkflowTaskPollRequestStore,
 };
@@ -35,6 +36,7 @@ pub struct Engine {
     pub(crate) readiness: ReadinessProbe,
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
+    pub(crate) workflow_runs: WorkflowRunMetrics,
 }
 
 /// Why a node could not start.
@@ -96,6 +98,11 @@ impl Engine {
             readiness: ReadinessProbe::new(cache.clone(), &node),
             workflow_waits: pool(TaskKind::Workflow.as_str())?,
             activity_waits: pool(TaskKind::Activity.as_str())?,
+            workflow_runs: WorkflowRunMetrics::new(
+                config
+                    .prometheus_workflow_series_limit
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            ),
             cache,
             config,
         })

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use dwpolicy::boundary::{BoundaryError, RequestValidator};
+use dwpolicy::DisclosureError;
 use serde_json::{json, Value};
 
 use crate::admission::NamespaceRejection;
@@ -45,6 +46,9 @@ pub enum ApiError {
     /// Wait-slot storage failed.
     #[error(transparent)]
     WaitSlots(#[from] WaitSlotError),
+    /// The policy refused a metric's label-set disclosure (fail closed).
+    #[error(transparent)]
+    Disclosure(#[from] DisclosureError),
     /// A worker thread failed.
     #[error("internal: {0}")]
     Internal(String),
@@ -68,7 +72,7 @@ impl ApiError {
                 _ => 500,
             },
             ApiError::Cache(_) => 503,
-            ApiError::WaitSlots(_) | ApiError::Internal(_) => 500,
+            ApiError::WaitSlots(_) | ApiError::Disclosure(_) | ApiError::Internal(_) => 500,
         }
     }
 
@@ -99,6 +103,9 @@ impl ApiError {
             }
             ApiError::WaitCapacity(refusal) => {
                 json!({ "reason": "long_poll_capacity", "cap": refusal, "message": self.to_string() })
+            }
+            ApiError::Disclosure(_) => {
+                json!({ "reason": "metric_disclosure_refused", "message": self.to_string() })
             }
             other => {
                 let reason = match other.status() {

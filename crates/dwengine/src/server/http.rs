@@ -8,8 +8,9 @@
 use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -17,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::server::control::{MessageKind, StartWorkflow};
+use crate::server::metrics::{MetricsQuery, PROMETHEUS_CONTENT_TYPE};
 use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
 
@@ -29,6 +31,8 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/api/ready", get(ready))
         .route("/api/system/health", get(health))
         .route("/api/system/cache-keys", get(cache_keys))
+        .route("/api/system/metrics", get(system_metrics))
+        .route("/api/system/prometheus-metrics", get(prometheus_metrics))
         .route("/api/namespaces/{ns}/workflows", post(start))
         .route("/api/namespaces/{ns}/workflows/{wf}", get(describe))
         .route(
@@ -70,12 +74,13 @@ pub fn router(engine: Arc<Engine>) -> Router {
 fn reply(result: Result<Value, ApiError>) -> Response {
     match result {
         Ok(value) => (StatusCode::OK, Json(value)).into_response(),
-        Err(e) => {
-            let status =
-                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (status, Json(e.body())).into_response()
-        }
+        Err(e) => refuse(e),
     }
+}
+
+fn refuse(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.body())).into_response()
 }
 
 /// Reads at most the payload limit, then parses; empty bodies read as `{}`.
@@ -182,6 +187,46 @@ async fn cache_keys(State(engine): Shared) -> Response {
         Ok(json!({ "backend": e.cache.backend(), "keys_by_policy": e.cache_keys_by_policy()? }))
     })
     .await
+}
+
+/// The namespace of a metrics query; a query axum cannot parse answers
+/// with this server's JSON refusal rather than axum's plain text.
+fn metrics_namespace(
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Result<String, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::Malformed(e.body_text()))?;
+    Ok(query.namespace.unwrap_or_default())
+}
+
+async fn system_metrics(
+    State(engine): Shared,
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Response {
+    match metrics_namespace(query) {
+        Ok(ns) => blocking(engine, move |e| e.system_metrics(&ns)).await,
+        Err(e) => refuse(e),
+    }
+}
+
+async fn prometheus_metrics(
+    State(engine): Shared,
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Response {
+    let ns = match metrics_namespace(query) {
+        Ok(ns) => ns,
+        Err(e) => return refuse(e),
+    };
+    let rendered = tokio::task::spawn_blocking(move || engine.workflow_run_metrics(&ns))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())));
+    match rendered {
+        Ok(rendered) => (
+            [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
+            rendered.text,
+        )
+            .into_response(),
+        Err(e) => refuse(e),
+    }
 }
 
 async fn start(

@@ -1,8 +1,9 @@
 //! The standalone server (`dwserver`): HTTP control and worker planes.
 //!
 //! [`config`] reads the node's settings, [`engine`] owns the store and the
-//! cache surfaces, [`control`] and [`worker`] hold the operations, [`http`]
-//! adapts them to axum. [`Running`] serves an engine on a background
+//! cache surfaces, [`control`] and [`worker`] hold the operations,
+//! [`metrics`] the per-namespace metric surfaces, [`http`] adapts them to
+//! axum. [`Running`] serves an engine on a background
 //! runtime, which is how the binary and the integration tests start it.
 
 pub mod config;
@@ -10,6 +11,7 @@ pub mod control;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod worker;
 
 use std::net::SocketAddr;

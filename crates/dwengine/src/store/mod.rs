@@ -18,6 +18,7 @@ pub mod dispatch;
 mod error;
 pub mod executor;
 pub mod import;
+pub mod metrics;
 pub mod model;
 mod rows;
 pub mod schema;

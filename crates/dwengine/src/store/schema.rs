@@ -14,6 +14,7 @@ use crate::store::Error;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_runs.sql"),
     include_str!("migrations/0002_dispatch.sql"),
+    include_str!("migrations/0003_run_series.sql"),
 ];
 
 /// The schema version this engine writes.

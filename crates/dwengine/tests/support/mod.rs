@@ -74,6 +74,18 @@ impl TestServer {
         answer(self.agent.get(&format!("{}{path}", self.base)).call())
     }
 
+    /// `GET path` read as text: (status, content type, body).
+    pub fn get_text(&self, path: &str) -> (u16, String, String) {
+        let response = match self.agent.get(&format!("{}{path}", self.base)).call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let status = response.status();
+        let content_type = response.header("content-type").unwrap_or("").to_owned();
+        (status, content_type, response.into_string().unwrap())
+    }
+
     /// Live keys under `prefix`, by scanning the backend.
     pub fn keys(&self, prefix: &str) -> usize {
         self.cache.count_prefix(prefix).unwrap()
