@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::collect::{Collector, LitInfo};
+use super::collect::{Collector, LitInfo, Run};
 use super::LiteralKind;
 
 /// Deeper bracket nesting than this goes to the fallback instead of `syn`.
@@ -206,11 +206,12 @@ pub(crate) fn scan_literals(collector: &mut Collector<'_>) {
     lex(text, |lexeme, _| {
         if let Lexeme::Str(span) = lexeme {
             if let Some(decoded) = decode_literal(&text[span.clone()]) {
+                let runs = runs_in_file(&decoded.runs, span.start);
                 let lit = LitInfo {
                     verbatim_at: decoded
                         .verbatim
                         .then_some(span.start + decoded.content.start),
-                    runs: &[],
+                    runs: &runs,
                     value: decoded.value,
                     kind: LiteralKind::Lexical,
                     span,
@@ -231,6 +232,9 @@ pub(crate) struct Decoded<'a> {
     pub content: Range<usize>,
     /// The value is exactly those bytes.
     pub verbatim: bool,
+    /// Where the value's pieces sit in the token, when escapes make it
+    /// differ from the source (empty otherwise).
+    pub runs: Vec<Run>,
 }
 
 /// Decodes a string, raw string, byte string or C string token (`repr` is
@@ -274,6 +278,7 @@ pub(crate) fn decode_literal(repr: &str) -> Option<Decoded<'_>> {
     };
     let content = repr.get(start..end)?;
     // rustc reads CRLF as LF everywhere, raw strings included.
+    let mut runs = Vec::new();
     let value = if raw {
         if content.contains('\r') {
             Cow::Owned(content.replace("\r\n", "\n"))
@@ -281,16 +286,28 @@ pub(crate) fn decode_literal(repr: &str) -> Option<Decoded<'_>> {
             Cow::Borrowed(content)
         }
     } else if content.contains(['\\', '\r']) {
-        Cow::Owned(unescape(content))
+        let (value, content_runs) = unescape_with_runs(content);
+        runs = content_runs
+            .into_iter()
+            .map(|r| Run {
+                source_at: start + r.source_at,
+                ..r
+            })
+            .collect();
+        Cow::Owned(value)
     } else {
         Cow::Borrowed(content)
     };
     let verbatim = *value == *content;
+    if verbatim {
+        runs.clear();
+    }
     Some(Decoded {
         kind,
         value,
         content: start..end,
         verbatim,
+        runs,
     })
 }
 
@@ -304,24 +321,54 @@ pub(crate) fn decode_char(repr: &str) -> Option<String> {
 /// Rust escape rules; unknown escapes are kept as written and bytes above
 /// 0x7F (byte strings) become U+FFFD, which is enough for name matching.
 pub(crate) fn unescape(content: &str) -> String {
+    unescape_with_runs(content).0
+}
+
+/// A token's runs moved to file offsets (the token starts at `token_at`).
+pub(crate) fn runs_in_file(runs: &[Run], token_at: usize) -> Vec<Run> {
+    runs.iter()
+        .map(|r| Run {
+            source_at: token_at + r.source_at,
+            ..*r
+        })
+        .collect()
+}
+
+/// Unescapes like [`unescape`] and also says where each piece of the value
+/// came from (offsets into `content`), so a name or label inside an escaped
+/// literal can still be pointed at exactly.
+pub(crate) fn unescape_with_runs(content: &str) -> (String, Vec<Run>) {
     let mut out = String::with_capacity(content.len());
-    let mut chars = content.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\r' && chars.peek() == Some(&'\n') {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut chars = content.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let value_at = out.len();
+        if c == '\r' && chars.peek().map(|(_, n)| *n) == Some('\n') {
             continue;
         }
         if c != '\\' {
             out.push(c);
+            // Extend the current verbatim run when this char follows it.
+            let continues = runs
+                .last()
+                .is_some_and(|r| r.verbatim && at - r.source_at == value_at - r.value_at);
+            if !continues {
+                runs.push(Run {
+                    value_at,
+                    source_at: at,
+                    verbatim: true,
+                });
+            }
             continue;
         }
-        match chars.next() {
+        match chars.next().map(|(_, e)| e) {
             Some('n') => out.push('\n'),
             Some('r') => out.push('\r'),
             Some('t') => out.push('\t'),
             Some('0') => out.push('\0'),
             Some(q @ ('\\' | '"' | '\'')) => out.push(q),
             Some('x') => {
-                let hex: String = chars.by_ref().take(2).collect();
+                let hex: String = chars.by_ref().take(2).map(|(_, h)| h).collect();
                 match u8::from_str_radix(&hex, 16) {
                     Ok(byte) if byte < 0x80 => out.push(char::from(byte)),
                     _ => out.push(char::REPLACEMENT_CHARACTER),
@@ -329,9 +376,9 @@ pub(crate) fn unescape(content: &str) -> String {
             }
             Some('u') => {
                 let mut hex = String::new();
-                if chars.peek() == Some(&'{') {
+                if chars.peek().map(|(_, n)| *n) == Some('{') {
                     chars.next();
-                    for h in chars.by_ref() {
+                    for (_, h) in chars.by_ref() {
                         if h == '}' {
                             break;
                         }
@@ -346,7 +393,7 @@ pub(crate) fn unescape(content: &str) -> String {
             Some('\n' | '\r') => {
                 while chars
                     .peek()
-                    .is_some_and(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+                    .is_some_and(|(_, c)| matches!(c, ' ' | '\t' | '\n' | '\r'))
                 {
                     chars.next();
                 }
@@ -357,13 +404,34 @@ pub(crate) fn unescape(content: &str) -> String {
             }
             None => out.push('\\'),
         }
+        if out.len() > value_at {
+            runs.push(Run {
+                value_at,
+                source_at: at,
+                verbatim: false,
+            });
+        }
     }
-    out
+    (out, runs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_literals_map_value_offsets_back_to_the_source() {
+        use crate::extract::collect::run_offset;
+        let token = r#""dw_x{{a=\"{}\",worker_id=\"{}\"}}""#;
+        let decoded = decode_literal(token).unwrap();
+        let at = decoded.value.find("worker_id").unwrap();
+        let source = run_offset(&decoded.runs, at).unwrap();
+        assert_eq!(&token[source..source + "worker_id".len()], "worker_id");
+        // An escape maps every offset inside it to the backslash.
+        let quote = decoded.value.find('"').unwrap();
+        assert_eq!(&token[run_offset(&decoded.runs, quote).unwrap()..][..2], "\\\"");
+        assert!(decode_literal("\"plain\"").unwrap().runs.is_empty());
+    }
 
     fn strings(text: &str) -> Vec<&str> {
         let mut out = Vec::new();

@@ -178,11 +178,12 @@ impl Walker<'_> {
         let Some(decoded) = text.get(bytes.clone()).and_then(lexical::decode_literal) else {
             return;
         };
+        let runs = lexical::runs_in_file(&decoded.runs, bytes.start);
         let lit = LitInfo {
             verbatim_at: decoded
                 .verbatim
                 .then_some(bytes.start + decoded.content.start),
-            runs: &[],
+            runs: &runs,
             value: decoded.value,
             kind: decoded.kind,
             span: bytes,

@@ -354,19 +354,17 @@ fn context_is_the_innermost_named_item() {
 }
 
 #[test]
-fn ranges_are_exact_and_tight_when_the_literal_is_verbatim() {
+fn ranges_are_exact_and_tight_through_escapes_and_verbatim_text() {
     let text = "fn f() {\n    // ї\n    let s = \"ї dw_x_total{a=\\\"b\\\"}\";\n    let t = \"ї dw_verbatim server:k:\";\n}\n";
     let f = facts(text);
-    // Escaped quotes: the value differs from the source, so the whole token.
+    // Escaped quotes: the value differs from the source, yet the decoded
+    // pieces map back, so the name and the label are still exact.
     let escaped = &f.metrics[0];
     assert_eq!(escaped.name, "dw_x_total");
-    assert_eq!((escaped.range.line, escaped.range.column), (3, 13));
-    assert_eq!(
-        &text[escaped.range.start..escaped.range.end],
-        "\"ї dw_x_total{a=\\\"b\\\"}\""
-    );
+    assert_eq!((escaped.range.line, escaped.range.column), (3, 16));
+    assert_eq!(&text[escaped.range.start..escaped.range.end], "dw_x_total");
     let labels = escaped.labels.as_ref().unwrap();
-    assert_eq!(labels[0].range, escaped.range);
+    assert_eq!(&text[labels[0].range.start..labels[0].range.end], "a");
     // Verbatim: exactly the name bytes; columns count characters.
     let tight = &f.metrics[1];
     assert_eq!(&text[tight.range.start..tight.range.end], "dw_verbatim");
