@@ -129,17 +129,7 @@ pub fn scan(
 fn warning(code: &'static str, rel: &str, message: String, help: &str) -> Outcome {
     Outcome::Warning(
         Diagnostic::new(code, rel, message)
-            .at(Anchor::plain(
-                rel,
-                TextRange {
-                    line: 1,
-                    column: 1,
-                    end_line: 1,
-                    end_column: 1,
-                    start: 0,
-                    end: 0,
-                },
-            ))
+            .at(Anchor::plain(rel, TextRange::file_start()))
             .help(help),
     )
 }

@@ -27,6 +27,20 @@ pub struct TextRange {
     pub end: usize,
 }
 
+impl TextRange {
+    /// The empty range at 1:1, for findings about a whole file.
+    pub fn file_start() -> Self {
+        TextRange {
+            line: 1,
+            column: 1,
+            end_line: 1,
+            end_column: 1,
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
 impl LineIndex {
     /// Indexes `text`.
     pub fn new(text: &str) -> Self {

@@ -94,17 +94,7 @@ pub fn write(
 pub fn location<'a>(diagnostic: &'a Diagnostic, report: &'a CheckReport) -> (&'a str, TextRange) {
     match &diagnostic.primary {
         Some(anchor) => (anchor.file.as_str(), sane(anchor.range)),
-        None => (
-            report.policy_path.as_str(),
-            TextRange {
-                line: 1,
-                column: 1,
-                end_line: 1,
-                end_column: 1,
-                start: 0,
-                end: 0,
-            },
-        ),
+        None => (report.policy_path.as_str(), TextRange::file_start()),
     }
 }
 
