@@ -53,6 +53,29 @@ pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
     out
 }
 
+/// Whether the whole of `value` is one metric name under `prefix` (what a
+/// client library's name argument must be for the gate to track it).
+pub fn is_metric_name(value: &str, prefix: &str) -> bool {
+    metric_sites_in(value, prefix)
+        .iter()
+        .any(|s| s.name == (0..value.len()))
+}
+
+/// The full name a Prometheus client library registers for `namespace`,
+/// `subsystem` and `name` options: the non-empty parts joined with `_`, and
+/// nothing without a name (client_golang's `BuildFQName`, which the Rust
+/// `prometheus` crate copies).
+pub fn full_name(namespace: &str, subsystem: &str, name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    let parts: Vec<&str> = [namespace, subsystem, name]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    Some(parts.join("_"))
+}
+
 fn classify(value: &str, start: usize, end: usize) -> ValueMetric {
     let line_start = value[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_head = value[line_start..start].trim_start();
@@ -171,6 +194,24 @@ mod tests {
                 (&value[s.name], labels, s.via)
             })
             .collect()
+    }
+
+    #[test]
+    fn full_names_join_the_non_empty_parts() {
+        assert_eq!(full_name("dw", "wf", "runs").as_deref(), Some("dw_wf_runs"));
+        assert_eq!(full_name("dw", "", "runs").as_deref(), Some("dw_runs"));
+        assert_eq!(full_name("", "wf", "runs").as_deref(), Some("wf_runs"));
+        assert_eq!(full_name("", "", "dw_x").as_deref(), Some("dw_x"));
+        assert_eq!(full_name("dw", "wf", ""), None);
+    }
+
+    #[test]
+    fn a_metric_name_is_the_whole_value() {
+        assert!(is_metric_name("dw_x_total", "dw_"));
+        assert!(!is_metric_name("dw_x{a=\"b\"}", "dw_"));
+        assert!(!is_metric_name("x_dw_y", "dw_"));
+        assert!(!is_metric_name("dw_", "dw_"));
+        assert!(!is_metric_name("", "dw_"));
     }
 
     #[test]

@@ -429,7 +429,10 @@ mod tests {
         assert_eq!(&token[source..source + "worker_id".len()], "worker_id");
         // An escape maps every offset inside it to the backslash.
         let quote = decoded.value.find('"').unwrap();
-        assert_eq!(&token[run_offset(&decoded.runs, quote).unwrap()..][..2], "\\\"");
+        assert_eq!(
+            &token[run_offset(&decoded.runs, quote).unwrap()..][..2],
+            "\\\""
+        );
         assert!(decode_literal("\"plain\"").unwrap().runs.is_empty());
     }
 

@@ -119,7 +119,7 @@ impl Walker<'_> {
 
     /// The joined value of `concat!` when every piece is a literal (nested
     /// `concat!` included, as rustc expands it eagerly).
-    fn concat_value(&self, tokens: &[TokenTree]) -> Option<String> {
+    pub(super) fn concat_value(&self, tokens: &[TokenTree]) -> Option<String> {
         let mut out = String::new();
         for arg in split_args(tokens) {
             match arg {
@@ -161,6 +161,13 @@ impl Walker<'_> {
 
     /// A metric-name argument written as one literal or `concat!`.
     pub(super) fn token_name(&mut self, arg: &[TokenTree]) -> Option<NameSite> {
+        let lit = self.token_string(arg)?;
+        self.name_site(&lit)
+    }
+
+    /// An argument written as one string literal or `concat!`, whatever its
+    /// value (a name part such as a namespace need not be a metric name).
+    pub(super) fn token_string(&self, arg: &[TokenTree]) -> Option<LitInfo<'static>> {
         let lit = match arg {
             [TokenTree::Literal(lit)] => self.lit_info(lit.span())?,
             [TokenTree::Ident(m), TokenTree::Punct(bang), TokenTree::Group(g)]
@@ -178,7 +185,22 @@ impl Walker<'_> {
             }
             _ => return None,
         };
-        self.name_site(&lit)
+        Some(lit)
+    }
+
+    /// `lit` as a name site whatever its value, pointing at the value; only
+    /// string literals (not byte or C strings) can name a metric.
+    pub(super) fn raw_name_site(&mut self, lit: &LitInfo<'_>) -> Option<NameSite> {
+        if !matches!(
+            lit.kind,
+            LiteralKind::Str | LiteralKind::RawStr | LiteralKind::Concat
+        ) {
+            return None;
+        }
+        Some(NameSite {
+            name: lit.value.clone().into_owned(),
+            range: self.collector.range(lit.source_range(0..lit.value.len())),
+        })
     }
 
     pub(super) fn name_site(&mut self, lit: &LitInfo<'_>) -> Option<NameSite> {

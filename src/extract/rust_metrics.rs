@@ -6,7 +6,12 @@
 //!   and are left to the plain literal scan (a `Mention`).
 //! - `prometheus`: `register_*!` / `register_*_vec!`, `opts!`, and
 //!   `XxxVec::new(Opts::new(…), &["k"])`-style constructors, with
-//!   `.const_label("k", …)` chains on the options.
+//!   `.const_label("k", …)` chains on the options. `.namespace("dw")` and
+//!   `.subsystem("x")` on the options make the registered name
+//!   `dw_x_<name>`, so the site is that composed name, pointing at the name
+//!   literal; when either part is not a literal the name is unknown and no
+//!   site is emitted (the plain literal scan still reports the name literal
+//!   if it is itself a metric name, as a `Mention`).
 //!
 //! Each recognised call yields one site for its name literal; the plain
 //! literal scan sees the same literal too, and the collector keeps the richer
@@ -14,6 +19,7 @@
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 
+use super::exposition::{full_name, is_metric_name};
 use super::rust::Walker;
 use super::rust_macros::{path_call, split_args, NameSite};
 use super::{Label, MetricVia};
@@ -32,12 +38,38 @@ pub(super) const METRICS_EMITTERS: &[(&str, usize)] = &[
 
 /// What a `prometheus` options expression says about a metric.
 struct PromSite {
+    /// The name argument as written, not necessarily a metric name on its
+    /// own: with a namespace it is only the last part of one.
     name: NameSite,
+    /// `.namespace(…)` / `.subsystem(…)` values (empty when not set); `None`
+    /// when one is not a literal, which leaves the full name unknown.
+    namespace: Option<String>,
+    subsystem: Option<String>,
     /// `.const_label` keys; `None` when built at run time (`.const_labels(map)`).
     const_labels: Option<Vec<Label>>,
 }
 
 impl PromSite {
+    fn new(name: NameSite) -> Self {
+        PromSite {
+            name,
+            namespace: Some(String::new()),
+            subsystem: Some(String::new()),
+            const_labels: Some(Vec::new()),
+        }
+    }
+
+    /// A chained builder call on the options that changes what the site
+    /// says; `arg` is its first argument's string value, if a literal.
+    fn chained(&mut self, method: &str, arg: impl FnOnce() -> Option<String>) {
+        match method {
+            "namespace" => self.namespace = arg(),
+            "subsystem" => self.subsystem = arg(),
+            "const_labels" => self.const_labels = None,
+            _ => {}
+        }
+    }
+
     fn add_const_label(&mut self, label: Option<Label>) {
         match (&mut self.const_labels, label) {
             (Some(labels), Some(label)) => labels.push(label),
@@ -160,6 +192,15 @@ impl Walker<'_> {
     }
 
     fn emit_prometheus(&mut self, site: PromSite, labels: Option<Vec<Label>>) {
+        let (Some(namespace), Some(subsystem)) = (&site.namespace, &site.subsystem) else {
+            return;
+        };
+        let Some(name) = full_name(namespace, subsystem, &site.name.name) else {
+            return;
+        };
+        if !is_metric_name(&name, &self.collector.config().metric_prefix) {
+            return;
+        }
         let labels = match (site.const_labels, labels) {
             (Some(mut consts), Some(labels)) => {
                 consts.extend(labels);
@@ -167,12 +208,8 @@ impl Walker<'_> {
             }
             _ => None,
         };
-        self.collector.site(
-            site.name.name,
-            site.name.range,
-            labels,
-            MetricVia::PrometheusVec,
-        );
+        self.collector
+            .site(name, site.name.range, labels, MetricVia::PrometheusVec);
     }
 
     /// An options argument as tokens: a name literal, `opts!(…)`,
@@ -212,22 +249,27 @@ impl Walker<'_> {
             if dot.as_char() != '.' {
                 continue;
             }
+            let inner: Vec<TokenTree> = g.stream().into_iter().collect();
             if method == "const_label" {
-                let inner: Vec<TokenTree> = g.stream().into_iter().collect();
                 let label = split_args(&inner).first().and_then(|k| self.token_label(k));
                 site.add_const_label(label);
-            } else if method == "const_labels" {
-                site.const_labels = None;
+            } else {
+                site.chained(&method.to_string(), || {
+                    let [arg] = split_args(&inner)[..] else {
+                        return None;
+                    };
+                    Some(self.token_string(arg)?.value.into_owned())
+                });
             }
         }
         Some(site)
     }
 
+    /// The name argument of the options, whatever its value: whether it
+    /// names a metric is only known once the namespace is.
     fn plain_name(&mut self, arg: &[TokenTree]) -> Option<PromSite> {
-        Some(PromSite {
-            name: self.token_name(arg)?,
-            const_labels: Some(Vec::new()),
-        })
+        let lit = self.token_string(arg)?;
+        Some(PromSite::new(self.raw_name_site(&lit)?))
     }
 
     /// `opts!(name, help)` / `opts!(name, help, labels! {"k" => "v"})`.
@@ -273,10 +315,7 @@ impl Walker<'_> {
                 ..
             }) => {
                 let lit = self.lit_info(s.span())?;
-                Some(PromSite {
-                    name: self.name_site(&lit)?,
-                    const_labels: Some(Vec::new()),
-                })
+                Some(PromSite::new(self.raw_name_site(&lit)?))
             }
             syn::Expr::Reference(r) => self.ast_opts(&r.expr),
             syn::Expr::Paren(p) => self.ast_opts(&p.expr),
@@ -308,10 +347,30 @@ impl Walker<'_> {
                 if call.method == "const_label" {
                     let label = call.args.first().and_then(|k| self.ast_label(k));
                     site.add_const_label(label);
-                } else if call.method == "const_labels" {
-                    site.const_labels = None;
+                } else {
+                    site.chained(&call.method.to_string(), || match call.args.len() {
+                        1 => self.ast_string(call.args.first()?),
+                        _ => None,
+                    });
                 }
                 Some(site)
+            }
+            _ => None,
+        }
+    }
+
+    /// A string literal or `concat!` of literals, in parsed code.
+    fn ast_string(&self, expr: &syn::Expr) -> Option<String> {
+        match expr {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Some(self.lit_info(s.span())?.value.into_owned()),
+            syn::Expr::Paren(p) => self.ast_string(&p.expr),
+            syn::Expr::Group(g) => self.ast_string(&g.expr),
+            syn::Expr::Macro(m) if m.mac.path.is_ident("concat") => {
+                let tokens: Vec<TokenTree> = m.mac.tokens.clone().into_iter().collect();
+                self.concat_value(&tokens)
             }
             _ => None,
         }

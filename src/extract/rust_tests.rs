@@ -282,6 +282,65 @@ fn prometheus_crate_registrations_and_constructors() {
 }
 
 #[test]
+fn prometheus_namespace_and_subsystem_compose_the_name() {
+    let text = r#"
+        lazy_static! {
+            static ref RUNS: IntCounterVec = IntCounterVec::new(
+                Opts::new("runs_total", "Runs.").namespace("dw").subsystem("workflow"), &["queue"]
+            ).unwrap();
+            static ref UP: Gauge = register_gauge!(opts!("up", "Up.").subsystem("engine").namespace("dw")).unwrap();
+            static ref DYN: IntCounterVec = IntCounterVec::new(
+                Opts::new("dw_dyn_total", "D.").namespace(NAMESPACE), &["a"]
+            ).unwrap();
+        }
+        fn build(ns: &str) {
+            let a = HistogramVec::new(
+                HistogramOpts::new("seconds", "A.").namespace("dw").subsystem(""), &["kind"]);
+            let b = IntCounterVec::new(
+                Opts::new("calls_total", "B.").namespace(concat!("d", "w")).const_label("zone", "z1"), &["kind"]);
+            let c = IntCounterVec::new(Opts::new("dw_ast_dyn", "C.").subsystem(ns), &["x"]);
+            let d = IntCounterVec::new(Opts::new("hidden_total", "D.").namespace(ns), &["x"]);
+            let e = IntCounterVec::new(Opts::new("dw_twice", "E.").namespace("other"), &["x"]);
+            let f = IntCounter::with_opts(Opts::new("", "F.").namespace("dw"));
+        }
+        "#;
+    let f = facts(text);
+    assert_eq!(
+        sites(&f),
+        vec![
+            site(
+                "dw_workflow_runs_total",
+                Some(&["queue"]),
+                MetricVia::PrometheusVec
+            ),
+            site("dw_engine_up", Some(&[]), MetricVia::PrometheusVec),
+            // Not literal namespaces: the full name is unknown, and only a
+            // name literal that is a metric name on its own is reported.
+            site("dw_dyn_total", None, MetricVia::Mention),
+            site("dw_seconds", Some(&["kind"]), MetricVia::PrometheusVec),
+            site(
+                "dw_calls_total",
+                Some(&["zone", "kind"]),
+                MetricVia::PrometheusVec
+            ),
+            site("dw_ast_dyn", None, MetricVia::Mention),
+            // `other_dw_twice` is not a tracked metric; the literal is still
+            // a mention.
+            site("dw_twice", None, MetricVia::Mention),
+        ]
+    );
+    // The composed name points at the name literal's value.
+    let runs = &f.metrics[0];
+    let line = text.lines().nth(3).expect("line");
+    assert_eq!(runs.range.line, 4);
+    assert_eq!(runs.range.column, line.find("runs_total").expect("col") + 1);
+    assert_eq!(
+        runs.range.end_column - runs.range.column,
+        "runs_total".len()
+    );
+}
+
+#[test]
 fn one_site_per_name_and_literal_position() {
     let f = facts(
         r#"
