@@ -6,12 +6,18 @@
 //! options. That call shape (Counter, Gauge, Histogram and Summary, `Vec` or
 //! not, through `prometheus.` or `promauto.`) yields the metric with its
 //! labels; `ConstLabels: prometheus.Labels{"k": …}` keys count as labels
-//! too. Every other string (`"…"`, raw `` `…` ``) is a plain literal, and
+//! too. `Namespace` and `Subsystem` fields make the registered name
+//! `namespace_subsystem_name` (empty parts dropped), so the site is that
+//! composed name, pointing at the `Name` literal; when any of the three is
+//! not a string literal the name is unknown and no site is emitted (the
+//! plain literal scan still reports a `Name` literal that is itself a
+//! metric name, as a mention). Every other string (`"…"`, raw `` `…` ``) is a plain literal, and
 //! rune literals and comments are skipped. Items are `package.Type`,
 //! `package.Func` and `package.Type.Method`.
 
 use super::clike::{comment_end, comment_or_string};
 use super::collect::Collector;
+use super::exposition::{full_name, is_metric_name};
 use super::strings::{line_end, scan_body, Quote};
 use super::tokens::{assign_contexts, find_punct, into_facts, lex, Join, Lexer, StrTok, Tok};
 use super::{ExtractConfig, FileFacts, Label, LiteralKind, MetricVia};
@@ -129,9 +135,22 @@ fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
             .or_else(|| find_punct(text, toks, i + 2, b')'))
             .unwrap_or(toks.len());
         let opts = &toks[i + 2..opts_end];
-        let Some(name) = field(text, opts, "Name") else {
+        let Some(Some(name)) = field(text, opts, "Name") else {
             continue;
         };
+        let part = |field_name| match field(text, opts, field_name) {
+            None => Some(""),
+            Some(value) => value.map(|s| s.value.text.as_str()),
+        };
+        let (Some(namespace), Some(subsystem)) = (part("Namespace"), part("Subsystem")) else {
+            continue;
+        };
+        let Some(full) = full_name(namespace, subsystem, &name.value.text) else {
+            continue;
+        };
+        if !is_metric_name(&full, &collector.config().metric_prefix) {
+            continue;
+        }
         let mut labels = Some(Vec::new());
         if let Some(at) = field_at(text, opts, "ConstLabels") {
             labels = map_keys(text, &opts[at..])
@@ -149,12 +168,7 @@ fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
         }
         let lit = name.lit();
         let range = collector.range(lit.source_range(0..lit.value.len()));
-        collector.site(
-            name.value.text.clone(),
-            range,
-            labels,
-            MetricVia::PrometheusVec,
-        );
+        collector.site(full, range, labels, MetricVia::PrometheusVec);
     }
 }
 
@@ -174,12 +188,18 @@ fn field_at(text: &str, opts: &[Tok], field: &str) -> Option<usize> {
     })
 }
 
-/// The string literal assigned to `Field:` among `opts`.
-fn field<'t>(text: &str, opts: &'t [Tok], name: &str) -> Option<&'t StrTok> {
-    match opts.get(field_at(text, opts, name)?)? {
-        Tok::Str(s) => Some(s),
+/// What is assigned to `Field:` among `opts`: `None` when the field is not
+/// set, `Some(None)` when it is set to anything but one string literal
+/// (`"a" + b`, a constant), whose value is then unknown.
+fn field<'t>(text: &str, opts: &'t [Tok], name: &str) -> Option<Option<&'t StrTok>> {
+    let at = field_at(text, opts, name)?;
+    let ends = opts
+        .get(at + 1)
+        .is_none_or(|t| matches!(t.punct(text), Some(b',' | b'}')));
+    Some(match opts.get(at) {
+        Some(Tok::Str(s)) if ends => Some(s),
         _ => None,
-    }
+    })
 }
 
 /// The string keys of the composite literal `Type{"k": v, …}` at the start

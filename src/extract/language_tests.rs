@@ -4,7 +4,7 @@
 //! sweeps that every lexer must survive.
 
 use super::test_render::render;
-use super::{extract_file, ExtractConfig, FileFacts};
+use super::{extract_file, ExtractConfig, FileFacts, MetricVia};
 
 fn config() -> ExtractConfig {
     ExtractConfig {
@@ -150,6 +150,56 @@ fn go_constructors_yield_their_labels() {
         Some(vec!["region".into()])
     );
     assert_eq!(by_name("dw_go_dynamic"), None);
+}
+
+#[test]
+fn go_namespace_and_subsystem_compose_the_name() {
+    let f = facts("m.go", &sample("sample.go"));
+    let sites: Vec<(&str, Option<usize>, MetricVia)> = f
+        .metrics
+        .iter()
+        .map(|m| (m.name.as_str(), m.labels.as_ref().map(Vec::len), m.via))
+        .collect();
+    // Fields in any order; the site is the composed name.
+    assert!(sites.contains(&("dw_go_requests_total", Some(2), MetricVia::PrometheusVec)));
+    assert!(sites.contains(&("dw_up", Some(0), MetricVia::PrometheusVec)));
+    // A namespace that is not a literal leaves only the name literal's own
+    // mention; a composed name outside the prefix is not a tracked metric.
+    assert!(sites.contains(&("dw_go_scoped_total", None, MetricVia::Mention)));
+    assert!(sites.contains(&("dw_go_foreign_total", None, MetricVia::Mention)));
+    for absent in [
+        "dw_hidden_total",
+        "hidden_total",
+        "dw_dw_go_scoped_total",
+        "up",
+    ] {
+        assert!(sites.iter().all(|s| s.0 != absent), "{absent}");
+    }
+    // The composed site points at the `Name` literal's value.
+    let text = "\tprometheus.CounterOpts{Subsystem: \"go\", Namespace: \"dw\", Name: \"";
+    let requests = f
+        .metrics
+        .iter()
+        .find(|m| m.name == "dw_go_requests_total")
+        .expect("site");
+    assert_eq!(requests.range.column, text.chars().count() + 1);
+    assert_eq!(
+        requests.range.end_column - requests.range.column,
+        "requests_total".len()
+    );
+
+    let inline = facts(
+        "a.go",
+        "var x = prometheus.NewCounter(prometheus.CounterOpts{Name: \"dw_\" + suffix, Namespace: \"dw\"})\n",
+    );
+    assert!(
+        inline
+            .metrics
+            .iter()
+            .all(|m| m.via != MetricVia::PrometheusVec),
+        "{}",
+        render(&inline)
+    );
 }
 
 /// Truncations of every sample at every byte, and a few hostile inputs:

@@ -13,7 +13,7 @@ type (
 type RequestMetrics struct{}
 
 var requests = prometheus.NewCounterVec(
-	prometheus.CounterOpts{Namespace: "dw", Name: "dw_go_requests_total", Help: "Requests."},
+	prometheus.CounterOpts{Subsystem: "go", Namespace: "dw", Name: "requests_total", Help: "Requests."},
 	[]string{"status", "policy"},
 )
 
@@ -34,3 +34,16 @@ func Raw() string {
 	return `server:raw:
 dw_go_raw_total{kind="x"} 1`
 }
+
+const namespace = "dw"
+
+var scoped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "dw_go_scoped_total"}, []string{"a"})
+
+var hidden = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "dw", Subsystem: sub, Name: "hidden_total"})
+
+var foreign = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "other", Name: "dw_go_foreign_total"})
+
+var plain = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name:      "up",
+	Namespace: "dw",
+})
