@@ -8,11 +8,21 @@
 //! regex) covers the common cases, so a quote inside `/'/` does not start a
 //! string. Comments are skipped; classes and functions give literals their
 //! context.
+//!
+//! `prom-client` metrics are declared as `new Counter({ name: 'dw_x', help,
+//! labelNames: ['a'] })` (also `Gauge`, `Histogram`, `Summary`, bare or
+//! through one qualifier such as `client.`, TypeScript type arguments
+//! allowed). That shape yields the metric with its labels: none when
+//! `labelNames` is absent, unknown when it is not an array of plain string
+//! literals (or a spread could supply it). A name that is not one plain
+//! literal yields no site beyond what the literal scan finds.
 
 use super::clike::{comment_end, comment_or_string};
+use super::collect::Collector;
+use super::exposition::is_metric_name;
 use super::strings::{line_end, Escapes, Interp, Quote};
-use super::tokens::{assign_contexts, into_facts, lex, Join, Lexer, Tok};
-use super::{ExtractConfig, FileFacts, LiteralKind};
+use super::tokens::{assign_contexts, into_facts, lex, Join, Lexer, StrTok, Tok};
+use super::{ExtractConfig, FileFacts, Label, LiteralKind, MetricVia};
 
 /// Facts of one JavaScript or TypeScript file.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
@@ -23,7 +33,223 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
             .then(|| toks.get(i + 1)?.word(text).map(str::to_owned))
             .flatten()
     });
-    into_facts(text, config, &toks, Join::PLUS, Vec::new(), |_| {})
+    into_facts(text, config, &toks, Join::PLUS, Vec::new(), |collector| {
+        constructors(collector, text, &toks)
+    })
+}
+
+/// The `prom-client` metric classes.
+const METRIC_CLASSES: &[&str] = &["Counter", "Gauge", "Histogram", "Summary"];
+
+/// `new [q.]Counter[<…>]({ name: 'dw_x', labelNames: ['a'] , … })`.
+fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
+    let punct = |j: usize| toks.get(j).and_then(|t| t.punct(text));
+    let word = |j: usize| toks.get(j).and_then(|t| t.word(text));
+    let closers = closers(text, toks);
+    for i in 0..toks.len() {
+        if word(i) != Some("new") {
+            continue;
+        }
+        let mut j = i + 1;
+        if word(j).is_some() && punct(j + 1) == Some(b'.') {
+            j += 2;
+        }
+        if !word(j).is_some_and(|w| METRIC_CLASSES.contains(&w)) {
+            continue;
+        }
+        j += 1;
+        if punct(j) == Some(b'<') {
+            let Some(close) = type_arguments_end(text, toks, j) else {
+                continue;
+            };
+            j = close + 1;
+        }
+        if punct(j) != Some(b'(') || punct(j + 1) != Some(b'{') {
+            continue;
+        }
+        let Some(fields) = object_fields(text, toks, &closers, j + 1) else {
+            continue;
+        };
+        let Some(Some(name)) = fields.literal("name") else {
+            continue;
+        };
+        if !is_metric_name(&name.value.text, &collector.config().metric_prefix) {
+            continue;
+        }
+        let labels = match fields.value("labelNames") {
+            _ if fields.spread => None,
+            None => Some(Vec::new()),
+            Some(value) => string_array(text, value)
+                .map(|keys| keys.iter().map(|k| label(collector, k)).collect()),
+        };
+        let lit = name.lit();
+        let range = collector.range(lit.source_range(0..lit.value.len()));
+        collector.site(
+            name.value.text.clone(),
+            range,
+            labels,
+            MetricVia::PrometheusVec,
+        );
+    }
+}
+
+fn label(collector: &mut Collector<'_>, key: &StrTok) -> Label {
+    let lit = key.lit();
+    Label {
+        name: key.value.text.clone(),
+        range: collector.range(lit.source_range(0..lit.value.len())),
+    }
+}
+
+/// The index of the `>` closing TypeScript type arguments opened at `open`;
+/// `None` if the angle brackets do not balance before a `(`/`;`. Type
+/// arguments of a metric class are a few label names, so the scan is capped
+/// to keep a file of unclosed `new Counter<` linear.
+fn type_arguments_end(text: &str, toks: &[Tok], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (j, tok) in toks.iter().enumerate().skip(open).take(256) {
+        match tok.punct(text) {
+            Some(b'<') => depth += 1,
+            Some(b'>') => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            Some(b'(' | b')' | b';' | b'{' | b'}') => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The top-level `key: value` entries of an object literal.
+struct Fields<'t> {
+    entries: Vec<(&'t str, &'t [Tok])>,
+    /// Whether a `...spread` could set any field.
+    spread: bool,
+}
+
+impl<'t> Fields<'t> {
+    /// `Some(Some(lit))` when `key` is set to one plain string literal,
+    /// `Some(None)` when set to anything else; the last entry wins, as in
+    /// JavaScript.
+    fn literal(&self, key: &str) -> Option<Option<&'t StrTok>> {
+        Some(match self.value(key)? {
+            [Tok::Str(s)] => plain(s),
+            _ => None,
+        })
+    }
+
+    /// The value tokens of `key` (empty for shorthand `{ key }`).
+    fn value(&self, key: &str) -> Option<&'t [Tok]> {
+        let (_, value) = self.entries.iter().rev().find(|(k, _)| *k == key)?;
+        Some(value)
+    }
+}
+
+/// A string literal without interpolation.
+fn plain(s: &StrTok) -> Option<&StrTok> {
+    (s.kind == LiteralKind::Str).then_some(s)
+}
+
+/// `['a', "b"]`, exactly; `None` for anything else (a variable, a spread,
+/// an interpolated template, a computed element).
+fn string_array<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
+    // TypeScript's `[…] as const` is the same array.
+    let toks = match toks {
+        [array @ .., as_, const_]
+            if as_.word(text) == Some("as") && const_.word(text) == Some("const") =>
+        {
+            array
+        }
+        _ => toks,
+    };
+    let (first, rest) = toks.split_first()?;
+    let (last, inner) = rest.split_last()?;
+    if first.punct(text) != Some(b'[') || last.punct(text) != Some(b']') {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut expect_string = true;
+    for tok in inner {
+        match tok {
+            Tok::Str(s) if expect_string => out.push(plain(s)?),
+            _ if !expect_string && tok.punct(text) == Some(b',') => {}
+            _ => return None,
+        }
+        expect_string = !expect_string;
+    }
+    Some(out)
+}
+
+/// For each opening bracket, the index of its closing one, computed once so
+/// that reading nested objects stays linear however deep they nest.
+fn closers(text: &str, toks: &[Tok]) -> Vec<Option<usize>> {
+    let mut out = vec![None; toks.len()];
+    let mut open = Vec::new();
+    for (j, tok) in toks.iter().enumerate() {
+        match tok.punct(text) {
+            Some(b'(' | b'[' | b'{') => open.push(j),
+            Some(b')' | b']' | b'}') => {
+                if let Some(o) = open.pop() {
+                    out[o] = Some(j);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The entries of the object literal opened by the `{` at `brace`.
+fn object_fields<'t>(
+    text: &'t str,
+    toks: &'t [Tok],
+    closers: &[Option<usize>],
+    brace: usize,
+) -> Option<Fields<'t>> {
+    let close = (*closers.get(brace)?)?;
+    let mut fields = Fields {
+        entries: Vec::new(),
+        spread: false,
+    };
+    let mut at = brace + 1;
+    while at < close {
+        // The entry ends at the next comma on this level; nested brackets
+        // are skipped whole.
+        let mut end = at;
+        while end < close && toks[end].punct(text) != Some(b',') {
+            end = closers[end].map_or(end + 1, |c| c + 1);
+        }
+        let end = end.min(close);
+        let entry = &toks[at..end];
+        at = end + 1;
+        let key = match entry.first() {
+            Some(Tok::Punct(_)) if entry[0].punct(text) == Some(b'.') => {
+                fields.spread = true;
+                continue;
+            }
+            Some(Tok::Word(r)) => text.get(r.clone()),
+            Some(Tok::Str(s)) => Some(s.value.text.as_str()),
+            _ => None,
+        };
+        if entry.is_empty() {
+            continue;
+        }
+        let Some(key) = key else {
+            // A computed `[key]` could be any field.
+            fields.spread = true;
+            continue;
+        };
+        // Shorthand `{ name }` is a variable: an entry with no literal value.
+        let tokens = match entry.get(1).and_then(|t| t.punct(text)) {
+            Some(b':') => &entry[2..],
+            _ => &entry[entry.len()..],
+        };
+        fields.entries.push((key, tokens));
+    }
+    Some(fields)
 }
 
 struct JsLexer;
@@ -104,4 +330,114 @@ fn regex_end(b: &[u8], i: usize) -> Option<usize> {
         j += 1;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sites(text: &str) -> Vec<(String, Option<Vec<String>>, MetricVia)> {
+        let config = ExtractConfig {
+            cache_namespace: "server:".to_owned(),
+            metric_prefix: "dw_".to_owned(),
+        };
+        extract(text, &config)
+            .metrics
+            .into_iter()
+            .map(|m| {
+                let labels = m.labels.map(|l| l.into_iter().map(|l| l.name).collect());
+                (m.name, labels, m.via)
+            })
+            .collect()
+    }
+
+    fn vec_site(name: &str, labels: Option<&[&str]>) -> (String, Option<Vec<String>>, MetricVia) {
+        let labels = labels.map(|l| l.iter().map(|s| (*s).to_owned()).collect());
+        (name.to_owned(), labels, MetricVia::PrometheusVec)
+    }
+
+    fn mention(name: &str) -> (String, Option<Vec<String>>, MetricVia) {
+        (name.to_owned(), None, MetricVia::Mention)
+    }
+
+    #[test]
+    fn prom_client_constructors_yield_their_labels() {
+        let text = "
+            new client.Counter({ name: 'dw_a_total', help: 'a', labelNames: ['x', \"y\",] });
+            new Gauge({ 'name': \"dw_b\", help: 'b' });
+            new prom.Histogram<'r'>({ help: 'c', labelNames: ['r'], name: `dw_c_seconds` });
+            new Summary({ name: 'dw_d', labelNames: [] });
+        ";
+        assert_eq!(
+            sites(text),
+            vec![
+                vec_site("dw_a_total", Some(&["x", "y"])),
+                vec_site("dw_b", Some(&[])),
+                vec_site("dw_c_seconds", Some(&["r"])),
+                vec_site("dw_d", Some(&[])),
+            ]
+        );
+    }
+
+    #[test]
+    fn labels_not_written_as_literals_are_unknown() {
+        let text = "
+            new Counter({ name: 'dw_a', labelNames: names });
+            new Counter({ name: 'dw_b', labelNames: [...names, 'x'] });
+            new Counter({ name: 'dw_c', labelNames: [`k${i}`] });
+            new Counter({ ...base, name: 'dw_d' });
+            new Counter({ [key]: v, name: 'dw_e' });
+            new Counter({ name: 'dw_f', labelNames });
+        ";
+        let names = ["dw_a", "dw_b", "dw_c", "dw_d", "dw_e", "dw_f"];
+        assert_eq!(
+            sites(text),
+            names.iter().map(|n| vec_site(n, None)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn other_shapes_are_plain_literals() {
+        let text = "
+            new Counter({ name: prefix + 'total', help: 'dw_help' });
+            new Map({ name: 'dw_map' });
+            new Counter({ name: 'other_total', labelNames: ['dw_label'] });
+            new a.b.Counter({ name: 'dw_deep' });
+            new Counter('dw_positional');
+            new Counter({ name: `dw_${kind}`, labelNames: ['k'] });
+        ";
+        let found = sites(text);
+        assert!(
+            found.iter().all(|s| s.2 != MetricVia::PrometheusVec),
+            "{found:?}"
+        );
+        for name in ["dw_help", "dw_map", "dw_label", "dw_deep", "dw_positional"] {
+            assert!(found.contains(&mention(name)), "{name}: {found:?}");
+        }
+    }
+
+    #[test]
+    fn truncated_constructors_never_panic() {
+        let text =
+            "new client.Counter<'a' | 'b'>({ name: 'dw_a', labelNames: ['x', 'y'] as const });";
+        for cut in 0..=text.len() {
+            let _ = sites(&text[..cut]);
+        }
+        let started = std::time::Instant::now();
+        for unit in ["new Counter<", "new Counter({ name: 'dw_x', labelNames: ["] {
+            let _ = sites(&unit.repeat(20_000));
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        for hostile in [
+            "new",
+            "new Counter",
+            "new Counter<",
+            "new Counter<>(",
+            "new Counter({",
+            "new Counter({,,:",
+            "new Counter({ name: }",
+        ] {
+            let _ = sites(hostile);
+        }
+    }
 }

@@ -92,7 +92,10 @@ pub enum MetricVia {
     Exposition,
     /// A `metrics` crate macro: `counter!("dw_x", "a" => v)`.
     MetricsMacro,
-    /// The `prometheus` crate: `register_*_vec!` or `*Vec::new(Opts::new(…), &[…])`.
+    /// A Prometheus client library's constructor: the Rust `prometheus` crate
+    /// (`register_*_vec!`, `*Vec::new(Opts::new(…), &[…])`), Go
+    /// `client_golang` (`prometheus.New*Vec(…)`) or JavaScript `prom-client`
+    /// (`new Counter({…})`).
     PrometheusVec,
 }
 

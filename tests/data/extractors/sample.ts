@@ -25,3 +25,12 @@ function joined(): string {
 
 const counter = new Counter({ name: "dw_ts_counter_total", help: "x", labelNames: ["kind"] });
 const escaped = "dw_ts_escaped{kind=\"a\"} 1";
+const gauge = new client.Gauge({ name: 'dw_ts_gauge', help: 'g' });
+const latency = new prom.Histogram<'route' | 'code'>({
+  name: 'dw_ts_latency_seconds',
+  help: 'h',
+  labelNames: ['route', 'code'] as const,
+  buckets: [0.1, 1],
+});
+const summary = new Summary({ name: 'dw_ts_summary', help: 's', labelNames: names });
+const spread = new Counter({ ...base, name: 'dw_ts_spread_total' });
