@@ -52,7 +52,7 @@ fn fallback(text: &str, config: &ExtractConfig, message: String, at: Range<usize
 
 /// `syn::parse_file` drops a BOM and a shebang line, which would shift every
 /// offset; parse what follows them and add the skipped length back instead.
-fn code_start(text: &str) -> usize {
+pub(crate) fn code_start(text: &str) -> usize {
     let mut start = if text.starts_with('\u{feff}') { 3 } else { 0 };
     let rest = &text[start..];
     if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {

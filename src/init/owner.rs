@@ -7,6 +7,7 @@
 //! extractor's item list, the same list `check` resolves owners against) and
 //! otherwise the file's own path, which always resolves.
 
+use crate::extract::rust::code_start;
 use crate::scan::ScannedFile;
 
 /// The owner to write for a surface found at byte `offset` of `file`, whose
@@ -100,16 +101,6 @@ fn impl_self_name(ty: &syn::Type) -> Option<String> {
 fn bare(ident: &syn::Ident) -> String {
     let name = ident.to_string();
     name.strip_prefix("r#").map(str::to_owned).unwrap_or(name)
-}
-
-/// syn skips a BOM and a shebang line; offsets must skip them too.
-fn code_start(text: &str) -> usize {
-    let mut start = if text.starts_with('\u{feff}') { 3 } else { 0 };
-    let rest = &text[start..];
-    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
-        start += rest.find('\n').unwrap_or(rest.len());
-    }
-    start
 }
 
 #[cfg(test)]
