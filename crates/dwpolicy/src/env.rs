@@ -135,6 +135,17 @@ pub fn process_lookup(variable: &str) -> Option<String> {
     std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
 }
 
+/// A lookup over fixed `(variable, value)` pairs: a configuration given
+/// explicitly (a config file, a test) read by the same strict parser as the
+/// process environment.
+pub fn pairs_lookup(pairs: &[(&str, &str)]) -> impl FnMut(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,21 +1,12 @@
 //! Request-boundary limits: env parsing, every validator's edge, and the error envelopes.
 
-use std::collections::HashMap;
-
 use dwpolicy::boundary::{
     BoundaryError, RequestLimits, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_REQUEST_ID_CHARS,
     MAX_WORKFLOW_ID_CHARS,
 };
+use dwpolicy::env::pairs_lookup;
 use dwpolicy::StructuralLimits;
 use serde_json::{json, Map, Value};
-
-fn env(pairs: &[(&str, &str)]) -> impl FnMut(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |name| map.get(name).cloned()
-}
 
 fn errors(result: Result<(), BoundaryError>) -> Vec<(String, usize)> {
     match result {
@@ -48,12 +39,12 @@ fn defaults_are_the_seed_table() {
         ),
         (128, 255, 255, 1000)
     );
-    assert_eq!(RequestLimits::from_env_with(env(&[])).unwrap(), d);
+    assert_eq!(RequestLimits::from_env_with(pairs_lookup(&[])).unwrap(), d);
 }
 
 #[test]
 fn env_overrides_and_reports_every_bad_variable() {
-    let limits = RequestLimits::from_env_with(env(&[
+    let limits = RequestLimits::from_env_with(pairs_lookup(&[
         ("DW_MAX_PAYLOAD_BYTES", "1024"),
         ("DW_MAX_MEMO_BYTES", "0"),
         ("DW_MAX_SEARCH_ATTRIBUTES", "5"),
@@ -73,7 +64,7 @@ fn env_overrides_and_reports_every_bad_variable() {
             max_operation_name_length: 32,
         }
     );
-    let error = RequestLimits::from_env_with(env(&[
+    let error = RequestLimits::from_env_with(pairs_lookup(&[
         ("DW_MAX_PAYLOAD_BYTES", "2MiB"),
         ("DW_MAX_OPERATION_NAME_LENGTH", "-256"),
     ]))

@@ -3,20 +3,13 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 
+use dwpolicy::env::pairs_lookup;
 use dwpolicy::history::{
     event_size, json_len, BudgetDimension, BudgetUsage, HistoryBudget, HistoryBudgetError,
     HistoryUsage, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS,
 };
 use serde::Serialize;
 use serde_json::json;
-
-fn env(pairs: &[(&str, &str)]) -> impl FnMut(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |name| map.get(name).cloned()
-}
 
 #[test]
 fn slashes_and_unicode_are_not_escaped() {
@@ -51,19 +44,19 @@ fn unencodable_payloads_are_errors_not_panics() {
 
 #[test]
 fn env_defaults_overrides_and_errors() {
-    let d = HistoryBudget::from_env_with(env(&[])).unwrap();
+    let d = HistoryBudget::from_env_with(pairs_lookup(&[])).unwrap();
     assert_eq!(
         (d.max_events, d.max_bytes),
         (DEFAULT_MAX_EVENTS, DEFAULT_MAX_BYTES)
     );
     assert_eq!((DEFAULT_MAX_EVENTS, DEFAULT_MAX_BYTES), (5000, 16_777_216));
-    let set = HistoryBudget::from_env_with(env(&[
+    let set = HistoryBudget::from_env_with(pairs_lookup(&[
         ("DW_V2_LIMIT_HISTORY_TRANSACTION_SIZE", "0"),
         ("DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES", "64"),
     ]))
     .unwrap();
     assert_eq!((set.max_events, set.max_bytes), (0, 64));
-    let error = HistoryBudget::from_env_with(env(&[
+    let error = HistoryBudget::from_env_with(pairs_lookup(&[
         ("DW_V2_LIMIT_HISTORY_TRANSACTION_SIZE", "lots"),
         ("DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES", "16MiB"),
     ]))

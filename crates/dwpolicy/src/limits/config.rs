@@ -158,19 +158,11 @@ impl StructuralLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl FnMut(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
+    use crate::env::pairs_lookup;
 
     #[test]
     fn empty_environment_gives_the_seed_defaults() {
-        let limits = StructuralLimits::from_env_with(env(&[])).unwrap();
+        let limits = StructuralLimits::from_env_with(pairs_lookup(&[])).unwrap();
         assert_eq!(limits, StructuralLimits::default());
         assert_eq!(limits.warning_threshold(), 80);
         for kind in LimitKind::ALL {
@@ -182,9 +174,11 @@ mod tests {
     fn every_variable_overrides_its_kind() {
         for (i, kind) in LimitKind::ALL.into_iter().enumerate() {
             let value = (i as u64 + 1) * 7;
-            let limits =
-                StructuralLimits::from_env_with(env(&[(kind.env_var(), &value.to_string())]))
-                    .unwrap();
+            let limits = StructuralLimits::from_env_with(pairs_lookup(&[(
+                kind.env_var(),
+                &value.to_string(),
+            )]))
+            .unwrap();
             assert_eq!(limits.get(kind), value, "{}", kind.env_var());
             for other in LimitKind::ALL.into_iter().filter(|k| *k != kind) {
                 assert_eq!(limits.get(other), other.default_limit());
@@ -194,20 +188,21 @@ mod tests {
 
     #[test]
     fn zero_disables_and_threshold_is_clamped() {
-        let limits = StructuralLimits::from_env_with(env(&[
+        let limits = StructuralLimits::from_env_with(pairs_lookup(&[
             ("DW_V2_LIMIT_PENDING_ACTIVITIES", "0"),
             ("DW_V2_LIMIT_WARNING_THRESHOLD_PERCENT", "250"),
         ]))
         .unwrap();
         assert_eq!(limits.pending_activity_count, 0);
         assert_eq!(limits.warning_threshold(), 100);
-        let off = StructuralLimits::from_env_with(env(&[(WARNING_THRESHOLD_ENV, "0")])).unwrap();
+        let off =
+            StructuralLimits::from_env_with(pairs_lookup(&[(WARNING_THRESHOLD_ENV, "0")])).unwrap();
         assert_eq!(off.warning_threshold(), 0);
     }
 
     #[test]
     fn bad_values_are_all_reported_with_name_and_value() {
-        let error = StructuralLimits::from_env_with(env(&[
+        let error = StructuralLimits::from_env_with(pairs_lookup(&[
             ("DW_V2_LIMIT_PENDING_ACTIVITIES", "abc"),
             ("DW_V2_LIMIT_MEMO_SIZE_BYTES", "-1"),
             ("DW_V2_LIMIT_WARNING_THRESHOLD_PERCENT", "80%"),
