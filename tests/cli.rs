@@ -280,3 +280,40 @@ fn completions_and_the_man_page_come_from_the_clap_definition() {
         Some(2)
     );
 }
+
+#[test]
+fn nested_and_repeated_prefixes_report_each_shadowed_entry_once() {
+    // Every pair used to be a finding: 2,000 entries sharing one prefix made
+    // two million findings, and a chain of nested prefixes ran out of memory.
+    let mut policy = String::from("schema_version = 1\n");
+    let mut prefix = String::from("server:");
+    for i in 0..300 {
+        prefix.push_str(&format!("f{i}:"));
+        for copy in 0..2 {
+            policy.push_str(&format!(
+                "[cache_keys.k{i}_{copy}]\nowner = \"x\"\nprefix = \"{prefix}\"\ndimensions = []\n\
+                 ttl = \"t\"\nbound = \"b\"\nadmission = \"a\"\neviction = \"e\"\n"
+            ));
+        }
+    }
+    let dir = tree_with_policy(&policy);
+    let out = dwlint(
+        &["check", "--format", "short", "-A", "unresolved-owner"],
+        Some(dir.path()),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let overlaps: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("[overlapping-cache-prefix]"))
+        .collect();
+    // All but the first entry is shadowed, each reported once, against the
+    // nearest covering prefix (its twin, or the previous link of the chain).
+    assert_eq!(overlaps.len(), 599);
+    assert!(overlaps
+        .iter()
+        .any(|l| l.contains("of `k5_1` is covered by `server:") && l.contains("of `k5_0`")));
+    assert!(overlaps
+        .iter()
+        .any(|l| l.contains("of `k5_0` is covered by `server:") && l.contains("of `k4_0`")));
+}

@@ -271,12 +271,19 @@ pub fn overlapping_cache_prefixes(policy: &Policy) -> Vec<PolicyFinding> {
         .collect();
     let mut out = Vec::new();
     for (i, (entry, prefix)) in prefixes.iter().enumerate() {
-        for (j, (other, other_prefix)) in prefixes.iter().enumerate() {
-            let shadows = prefix.value.starts_with(other_prefix.value.as_str())
-                && (prefix.value != other_prefix.value || j < i);
-            if i == j || !shadows {
-                continue;
-            }
+        // One finding per shadowed entry, against the nearest covering prefix
+        // (the longest; the first declared among equals): reporting every
+        // pair grows quadratically with nested or repeated prefixes.
+        let nearest = prefixes
+            .iter()
+            .enumerate()
+            .filter(|&(j, (_, other_prefix))| {
+                i != j
+                    && prefix.value.starts_with(other_prefix.value.as_str())
+                    && (prefix.value != other_prefix.value || j < i)
+            })
+            .min_by_key(|&(j, (_, other_prefix))| (std::cmp::Reverse(other_prefix.value.len()), j));
+        if let Some((_, (other, other_prefix))) = nearest {
             out.push(PolicyFinding {
                 code: PolicyFindingCode::OverlappingCachePrefix,
                 subject: prefix.value.clone(),
