@@ -47,6 +47,11 @@ pub fn regions(text: &str) -> Result<Vec<Region>, MarkerError> {
         let line_start = offset;
         offset += line.len();
         let content = line.trim_end_matches(['\n', '\r']);
+        // A byte order mark is not part of the first line's text.
+        let content = match index {
+            0 => content.strip_prefix('\u{feff}').unwrap_or(content),
+            _ => content,
+        };
         if let Some(next) = fence_change(content, fence) {
             fence = next;
             continue;
@@ -189,6 +194,16 @@ mod tests {
         assert!(
             spliced.ends_with("start -->\r\n\r\n| a |\r\n\r\n<!-- dwlint:scan-limits:end -->\r\n")
         );
+    }
+
+    #[test]
+    fn a_byte_order_mark_does_not_hide_a_marker_on_the_first_line() {
+        let text = "\u{feff}<!-- dwlint:cache-inventory:start -->\nold\n<!-- dwlint:cache-inventory:end -->\n";
+        let found = regions(text).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(&text[found[0].content.clone()], "old\n");
+        let spliced = splice(text, &found, |_| vec!["| a |".into()]);
+        assert!(spliced.starts_with("\u{feff}<!-- dwlint:cache-inventory:start -->\n\n| a |\n"));
     }
 
     #[test]
