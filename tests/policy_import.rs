@@ -211,6 +211,10 @@ fn unevaluable_or_misshapen_input_names_file_line_and_column() {
             "<?php\nreturn ['cache_keys' => 'none'];\n",
             "cache_keys must be an array",
         ),
+        (
+            "<?php\nreturn ['scan_limits' => ['x' => ['default' => 0]]];\n",
+            ":2:48: `scan_limits.x.default` must be a positive integer, found 0",
+        ),
     ];
     for (i, (php, expected)) in cases.iter().enumerate() {
         let file = dir.path().join(format!("case{i}.php"));

@@ -212,7 +212,13 @@ fn scan_limit(id: String, entry: &Value) -> Result<DraftScanLimit> {
             "config_key" => out.config_key = text(value, &name)?,
             "default" => {
                 out.default = match value.kind {
-                    Kind::Int(n) => Some(n),
+                    Kind::Int(n) if n > 0 => Some(n),
+                    Kind::Int(n) => {
+                        return fail(
+                            value,
+                            format!("{name} must be a positive integer, found {n}"),
+                        )
+                    }
                     Kind::Null => None,
                     _ => {
                         return fail(
