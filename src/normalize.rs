@@ -26,7 +26,10 @@ pub fn cache_prefixes(value: &str, namespace: &str) -> Vec<String> {
         let continues =
             next.is_some_and(|b| is_key_byte(b) || is_placeholder_start(&value[from..]));
         if boundary && continues {
-            out.push(normalize_from(&value[start..], namespace.len()));
+            let (prefix, key_len) = normalize_from(&value[start..], namespace.len());
+            out.push(prefix);
+            // A namespace occurrence inside this key is part of it.
+            from = start + key_len;
         }
     }
     out
@@ -62,8 +65,9 @@ fn placeholder_len(rest: &str) -> Option<usize> {
 }
 
 /// Cuts `key` (starting with the namespace) at its first placeholder after
-/// the namespace and keeps everything through the last `:`.
-fn normalize_from(key: &str, namespace_len: usize) -> String {
+/// the namespace and keeps everything through the last `:`; also the length
+/// of the key before the cut.
+fn normalize_from(key: &str, namespace_len: usize) -> (String, usize) {
     let mut end = key.len();
     for (i, c) in key.char_indices().skip_while(|(i, _)| *i < namespace_len) {
         if placeholder_len(&key[i..]).is_some()
@@ -75,7 +79,7 @@ fn normalize_from(key: &str, namespace_len: usize) -> String {
     }
     let cut = &key[..end];
     let last_colon = cut.rfind(':').map_or(namespace_len, |i| i + 1);
-    cut[..last_colon.max(namespace_len)].to_owned()
+    (cut[..last_colon.max(namespace_len)].to_owned(), end)
 }
 
 /// Whether a source prefix is covered by a declared prefix.
@@ -128,6 +132,20 @@ mod tests {
             vec!["server:a:", "server:b:"]
         );
         assert_eq!(one("key=server:a:b c:d"), "server:a:");
+    }
+
+    #[test]
+    fn a_namespace_inside_a_key_is_part_of_that_key() {
+        // Each nested occurrence used to start a key of its own running to
+        // the end: output quadratic in the literal, gigabytes for one long
+        // joined literal.
+        assert_eq!(one("server:a:server:b:"), "server:a:server:b:");
+        let long = "server:a:".repeat(20_000);
+        assert_eq!(one(&long), long);
+        assert_eq!(
+            cache_prefixes("server:x{}:server:y:", "server:"),
+            vec!["server:", "server:y:"]
+        );
     }
 
     #[test]
