@@ -148,7 +148,7 @@ pub fn collect(root: &Path, scan: &ScanOutput, settings: &Settings) -> Found {
         cache: BTreeMap::new(),
     };
     let mut found = Found::default();
-    for (prefix, (literal, at)) in shortest_covering(prefixes) {
+    for (prefix, (literal, at)) in shortest_covering(prefixes, namespace) {
         let site = texts.site(at);
         if prefix == *namespace {
             found.undeclarable.push((
@@ -185,12 +185,17 @@ pub fn collect(root: &Path, scan: &ScanOutput, settings: &Settings) -> Found {
 }
 
 /// Drops prefixes that a shorter found prefix already covers: declaring
-/// both would be an `overlapping-cache-prefix`.
-fn shortest_covering<T>(found: BTreeMap<String, T>) -> Vec<(String, T)> {
+/// both would be an `overlapping-cache-prefix`. The bare namespace is kept
+/// (to be reported as undeclarable) but covers nothing: it can never be
+/// declared, so it must not swallow the families that can.
+fn shortest_covering<T>(found: BTreeMap<String, T>, namespace: &str) -> Vec<(String, T)> {
     let mut kept: Vec<(String, T)> = Vec::new();
     // Sorted order puts every prefix right after the prefixes it extends.
     for (prefix, value) in found {
-        if !kept.iter().any(|(k, _)| prefix.starts_with(k.as_str())) {
+        let covered = kept
+            .iter()
+            .any(|(k, _)| k != namespace && prefix.starts_with(k.as_str()));
+        if !covered {
             kept.push((prefix, value));
         }
     }
@@ -282,11 +287,24 @@ mod tests {
             .into_iter()
             .map(|p| (p.to_owned(), ()))
             .collect();
-        let kept: Vec<String> = shortest_covering(found)
+        let kept: Vec<String> = shortest_covering(found, "server:")
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(kept, ["server:a:", "server:ab:", "server:b:"]);
+    }
+
+    #[test]
+    fn the_bare_namespace_covers_no_family() {
+        let found: BTreeMap<String, ()> = ["server:", "server:a:", "server:a:b:"]
+            .into_iter()
+            .map(|p| (p.to_owned(), ()))
+            .collect();
+        let kept: Vec<String> = shortest_covering(found, "server:")
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(kept, ["server:", "server:a:"]);
     }
 
     #[test]
