@@ -143,17 +143,15 @@ fn exit_codes_are_the_same_in_every_format() {
 #[test]
 fn one_run_writes_several_reports() {
     let dir = fixture_copy("label-mismatch");
-    let out = dwlint(
-        dir.path(),
-        &[
-            "--output",
-            "sarif=out/dwlint.sarif",
-            "--output",
-            "junit=report.xml",
-            "--output",
-            "short=-",
-        ],
-    );
+    let outputs = [
+        "--output",
+        "sarif=out/dwlint.sarif",
+        "--output",
+        "junit=report.xml",
+        "--output",
+        "short=-",
+    ];
+    let out = dwlint(dir.path(), &outputs);
     // `out/` does not exist: writing there fails the run, naming the file.
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -162,17 +160,7 @@ fn one_run_writes_several_reports() {
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::create_dir(dir.path().join("out")).unwrap();
-    let out = dwlint(
-        dir.path(),
-        &[
-            "--output",
-            "sarif=out/dwlint.sarif",
-            "--output",
-            "junit=report.xml",
-            "--output",
-            "short=-",
-        ],
-    );
+    let out = dwlint(dir.path(), &outputs);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stdout(&out).lines().count(), 5, "short on stdout only");
     let sarif: Value =

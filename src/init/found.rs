@@ -281,30 +281,28 @@ impl Texts<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn covered_prefixes_are_dropped() {
-        let found: BTreeMap<String, ()> = ["server:a:", "server:a:b:", "server:ab:", "server:b:"]
-            .into_iter()
-            .map(|p| (p.to_owned(), ()))
-            .collect();
-        let kept: Vec<String> = shortest_covering(found, "server:")
+    fn kept(prefixes: &[&str]) -> Vec<String> {
+        let found: BTreeMap<String, ()> = prefixes.iter().map(|p| (p.to_string(), ())).collect();
+        shortest_covering(found, "server:")
             .into_iter()
             .map(|(p, _)| p)
-            .collect();
-        assert_eq!(kept, ["server:a:", "server:ab:", "server:b:"]);
+            .collect()
+    }
+
+    #[test]
+    fn covered_prefixes_are_dropped() {
+        assert_eq!(
+            kept(&["server:a:", "server:a:b:", "server:ab:", "server:b:"]),
+            ["server:a:", "server:ab:", "server:b:"]
+        );
     }
 
     #[test]
     fn the_bare_namespace_covers_no_family() {
-        let found: BTreeMap<String, ()> = ["server:", "server:a:", "server:a:b:"]
-            .into_iter()
-            .map(|p| (p.to_owned(), ()))
-            .collect();
-        let kept: Vec<String> = shortest_covering(found, "server:")
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        assert_eq!(kept, ["server:", "server:a:"]);
+        assert_eq!(
+            kept(&["server:", "server:a:", "server:a:b:"]),
+            ["server:", "server:a:"]
+        );
     }
 
     #[test]

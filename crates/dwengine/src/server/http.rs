@@ -246,48 +246,67 @@ async fn describe(State(engine): Shared, Path((ns, wf)): Path<(String, String)>)
 }
 
 async fn signal(
-    State(engine): Shared,
-    Path((ns, wf, name)): Path<(String, String, String)>,
+    state: Shared,
+    path: Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    with_body(engine, headers, body, move |e, b| {
-        e.message(&ns, &wf, MessageKind::Signal, &name, b)
-    })
-    .await
+    message(MessageKind::Signal, state, path, headers, body).await
 }
 
 async fn update(
+    state: Shared,
+    path: Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    message(MessageKind::Update, state, path, headers, body).await
+}
+
+/// Signals and updates differ only in their kind.
+async fn message(
+    kind: MessageKind,
     State(engine): Shared,
     Path((ns, wf, name)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     with_body(engine, headers, body, move |e, b| {
-        e.message(&ns, &wf, MessageKind::Update, &name, b)
+        e.message(&ns, &wf, kind, &name, b)
     })
     .await
 }
 
 async fn cancel(
+    state: Shared,
+    path: Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    stop(false, state, path, headers, body).await
+}
+
+async fn terminate(
+    state: Shared,
+    path: Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    stop(true, state, path, headers, body).await
+}
+
+/// Cancel and terminate differ only in whether the run is failed at once.
+async fn stop(
+    terminate: bool,
     State(engine): Shared,
     Path((ns, wf)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     with_body(engine, headers, body, move |e, b| {
-        e.stop(&ns, &wf, false, b)
+        e.stop(&ns, &wf, terminate, b)
     })
     .await
-}
-
-async fn terminate(
-    State(engine): Shared,
-    Path((ns, wf)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b| e.stop(&ns, &wf, true, b)).await
 }
 
 async fn poll_diagnostic(
