@@ -225,3 +225,36 @@ fn the_binary_refuses_to_start_without_a_server_id() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("DW_SERVER_ID is required"));
 }
+
+#[test]
+fn the_binary_keeps_its_store_in_the_data_directory_not_the_working_tree() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().unwrap();
+    let work_tree = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dwserver"))
+        .current_dir(work_tree.path())
+        .env("DW_SERVER_ID", "node-data-dir")
+        .env("DW_BIND", "127.0.0.1:0")
+        .env("HOME", home.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("DW_DATA_DIR")
+        .env_remove("DW_DATABASE_PATH")
+        .env_remove("DW_REDIS_URL")
+        .env("DW_POLLING_CACHE_PATH", home.path().join("polling"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("listening on "), "{line:?}");
+    assert!(home
+        .path()
+        .join(".local/share/dwserver/dwserver.sqlite")
+        .is_file());
+    let left: Vec<_> = std::fs::read_dir(work_tree.path()).unwrap().collect();
+    assert!(left.is_empty(), "the working tree got {left:?}");
+}

@@ -13,7 +13,7 @@ use dwengine::server::{Engine, Running, ServerConfig};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: dwserver [--dev]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATABASE_PATH, DW_POLLING_CACHE_PATH, DW_REDIS_URL, and the DW_* limits");
+        println!("usage: dwserver [--dev]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),\n  DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL, and the DW_* limits");
         return ExitCode::SUCCESS;
     }
     let dev = args.iter().any(|a| a == "--dev");

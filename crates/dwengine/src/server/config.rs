@@ -35,6 +35,9 @@ pub enum ConfigError {
         /// What is wrong.
         problem: String,
     },
+    /// No SQLite file was named and no data directory can be derived.
+    #[error("no data directory: set DW_DATA_DIR (or DW_DATABASE_PATH, or HOME / XDG_DATA_HOME), or start with --dev for an in-memory store")]
+    NoDataDir,
     /// A dwpolicy limit variable is invalid.
     #[error(transparent)]
     Limits(#[from] dwpolicy::EnvConfigError),
@@ -151,7 +154,7 @@ impl ServerConfig {
             Some(path) if path == ":memory:" => None,
             Some(path) => Some(PathBuf::from(path)),
             None if dev => None,
-            None => Some(PathBuf::from("dwserver.sqlite")),
+            None => Some(default_data_dir(&lookup)?.join(DATABASE_FILE_NAME)),
         };
         config.redis_url = lookup("DW_REDIS_URL").filter(|v| !v.is_empty());
         config.request_limits = RequestLimits::from_env_with(&lookup)?;
@@ -201,6 +204,30 @@ impl ServerConfig {
             .transpose()
             .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })?;
         Ok(config)
+    }
+}
+
+/// The SQLite file's name inside the data directory.
+pub const DATABASE_FILE_NAME: &str = "dwserver.sqlite";
+
+/// Where a node keeps its data when `DW_DATABASE_PATH` is not set:
+/// `DW_DATA_DIR`, else `$XDG_DATA_HOME/dwserver`, else
+/// `$HOME/.local/share/dwserver`. Never the working directory: a server
+/// started from a checkout must not drop its store into the tree.
+pub fn default_data_dir(lookup: impl Fn(&str) -> Option<String>) -> Result<PathBuf, ConfigError> {
+    let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    if let Some(dir) = set("DW_DATA_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    // The XDG spec says a relative XDG_DATA_HOME is invalid and ignored.
+    if let Some(xdg) = set("XDG_DATA_HOME").map(PathBuf::from) {
+        if xdg.is_absolute() {
+            return Ok(xdg.join("dwserver"));
+        }
+    }
+    match set("HOME").map(PathBuf::from) {
+        Some(home) if home.is_absolute() => Ok(home.join(".local/share/dwserver")),
+        _ => Err(ConfigError::NoDataDir),
     }
 }
 
@@ -259,9 +286,55 @@ mod tests {
     }
 
     #[test]
+    fn the_store_defaults_to_a_data_directory_never_the_working_tree() {
+        let node = |pairs: &'static [(&'static str, &'static str)]| {
+            ServerConfig::from_lookup(
+                move |k| {
+                    std::iter::once(("DW_SERVER_ID", "n1"))
+                        .chain(pairs.iter().copied())
+                        .find(|(name, _)| *name == k)
+                        .map(|(_, v)| v.to_owned())
+                },
+                false,
+            )
+        };
+        let database = |pairs| node(pairs).unwrap().database.unwrap();
+        assert_eq!(
+            database(&[("HOME", "/home/u")]),
+            PathBuf::from("/home/u/.local/share/dwserver/dwserver.sqlite")
+        );
+        assert_eq!(
+            database(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "/xdg")]),
+            PathBuf::from("/xdg/dwserver/dwserver.sqlite")
+        );
+        // A relative XDG_DATA_HOME is ignored, as the XDG spec says.
+        assert_eq!(
+            database(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "rel")]),
+            PathBuf::from("/home/u/.local/share/dwserver/dwserver.sqlite")
+        );
+        assert_eq!(
+            database(&[("HOME", "/home/u"), ("DW_DATA_DIR", "/srv/dw")]),
+            PathBuf::from("/srv/dw/dwserver.sqlite")
+        );
+        assert_eq!(
+            database(&[
+                ("DW_DATA_DIR", "/srv/dw"),
+                ("DW_DATABASE_PATH", "/tmp/x.db")
+            ]),
+            PathBuf::from("/tmp/x.db")
+        );
+        assert!(matches!(node(&[]), Err(ConfigError::NoDataDir)));
+        assert!(matches!(
+            node(&[("HOME", "relative")]),
+            Err(ConfigError::NoDataDir)
+        ));
+    }
+
+    #[test]
     fn limits_and_scan_caps_are_read() {
         let env = HashMap::from([
             ("DW_SERVER_ID", "n1"),
+            ("DW_DATABASE_PATH", ":memory:"),
             ("DW_NAMESPACE_REQUEST_LIMITS", "a=2/10, b=1"),
             (
                 "DW_SERVER_POLLING_EXPIRED_WORKFLOW_TASK_RECOVERY_SCAN_LIMIT",
@@ -289,6 +362,7 @@ mod tests {
             ServerConfig::from_lookup(
                 move |k| match k {
                     "DW_SERVER_ID" => Some("n".into()),
+                    "DW_DATABASE_PATH" => Some(":memory:".into()),
                     "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT" => Some(value.into()),
                     _ => None,
                 },

@@ -48,6 +48,14 @@ pub enum StartError {
     /// The cache backend is unreachable.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
+    /// The SQLite file's directory cannot be created.
+    #[error("data directory {}: {source}", path.display())]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The wait-slot directory is unusable.
     #[error(transparent)]
     WaitSlots(#[from] crate::wait_slots::WaitSlotError),
@@ -66,7 +74,15 @@ impl Engine {
     /// A node on an explicit cache (tests hold the same handle to count keys).
     pub fn with_cache(config: ServerConfig, cache: Arc<dyn Cache>) -> Result<Engine, StartError> {
         let store = match &config.database {
-            Some(path) => Store::open(path, config.store.clone())?,
+            Some(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+                        path: dir.to_owned(),
+                        source,
+                    })?;
+                }
+                Store::open(path, config.store.clone())?
+            }
             None => Store::open_in_memory(config.store.clone())?,
         };
         let node = crate::cache::hash_dimensions(&[&config.server_id]);
