@@ -11,13 +11,14 @@ use dwpolicy::{MetricPolicy, Policy};
 
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::{Label, MetricVia, ScrapeLabel, TextRange, SCAN_LIMIT_SUFFIX};
-use crate::normalize;
+use crate::normalize::{self, CacheKey};
 use crate::scan::{DocFile, ScanOutput};
 
 /// A cache-namespace literal in a cache source.
 #[derive(Debug, Clone)]
 pub struct CacheUse {
-    /// The normalized prefix.
+    /// The normalized prefix; the bare namespace when the key's family is
+    /// computed (`server:{}`), which no prefix can declare.
     pub prefix: String,
     /// The literal as written (after unescaping).
     pub value: String,
@@ -110,7 +111,11 @@ impl Inventory {
             }
             for literal in &facts.literals {
                 if file.roles.cache {
-                    for prefix in normalize::cache_prefixes(&literal.value, namespace) {
+                    for key in normalize::cache_keys(&literal.value, namespace) {
+                        let prefix = match key {
+                            CacheKey::Family(prefix) => prefix,
+                            CacheKey::ComputedFamily => namespace.clone(),
+                        };
                         inventory.cache_uses.push(CacheUse {
                             prefix,
                             value: literal.value.clone(),

@@ -6,41 +6,153 @@
 //! The cut is language-agnostic so every extractor shares it: `{…}` (Rust,
 //! Python), `%s`-style (printf), `$var`/`{$var}` (PHP) and `${…}` (shell).
 
-/// Every cache prefix a literal value builds, normalized.
+/// A cache key recognised in a source literal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheKey {
+    /// `server:<family>:…`: the normalized family prefix a policy entry
+    /// declares.
+    Family(String),
+    /// `server:{…}`, `server:%s:…`: the family itself is computed, so no
+    /// prefix can declare it short of claiming the whole namespace.
+    ComputedFamily,
+}
+
+/// Redis commands and flags after which, in the same literal, a key
+/// follows (`redis-cli GET server:x:1`, `--scan --pattern 'server:x:*'`).
+/// Matched case-insensitively; the list is documented in
+/// docs/rules/undeclared-cache-prefix (`dwlint explain`).
+pub const KEY_BUILDING_WORDS: &[&str] = &[
+    "--pattern",
+    "append",
+    "decr",
+    "decrby",
+    "del",
+    "exists",
+    "expire",
+    "get",
+    "getdel",
+    "getex",
+    "getset",
+    "hdel",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hset",
+    "incr",
+    "incrby",
+    "keys",
+    "llen",
+    "lpush",
+    "lrange",
+    "match",
+    "mget",
+    "persist",
+    "pexpire",
+    "pttl",
+    "rpush",
+    "sadd",
+    "scard",
+    "set",
+    "setex",
+    "setnx",
+    "smembers",
+    "srem",
+    "ttl",
+    "type",
+    "unlink",
+    "zadd",
+    "zcard",
+    "zrange",
+    "zrem",
+];
+
+/// The cache keys a source literal builds.
 ///
-/// A namespace occurrence counts only at a word boundary and when a key
-/// character or a placeholder follows it, so prose like `"observer: ok"` or
-/// `"server: listening"` is not mistaken for a key.
-pub fn cache_prefixes(value: &str, namespace: &str) -> Vec<String> {
-    if namespace.is_empty() {
-        return Vec::new();
-    }
-    let bytes = value.as_bytes();
+/// A key is recognised by shape and place, never by the namespace merely
+/// occurring: it must start the literal (blanks aside: heredocs), or follow one of the
+/// [`KEY_BUILDING_WORDS`] in it, and carry a family segment after the
+/// namespace (`server:<family>:`). Image references
+/// (`durableworkflow/server:0.2`), URLs and `host:port` pairs
+/// (`http://server:8080`) and command names (`server:bootstrap`) are not
+/// keys. A namespace directly followed by a placeholder is a key whose
+/// family is computed.
+pub fn cache_keys(value: &str, namespace: &str) -> Vec<CacheKey> {
+    occurrences(value, namespace)
+        .filter(|&start| {
+            let before = &value[..start];
+            before.trim_start().is_empty() || follows_key_building_word(before)
+        })
+        .filter_map(|start| key_at(&value[start..], namespace.len()))
+        .collect()
+}
+
+/// The family prefixes named anywhere in prose (operator docs), at a word
+/// boundary: `server:long-poll-signal:` in a sentence or a table.
+pub fn cache_prefixes_in_text(text: &str, namespace: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(found) = value[from..].find(namespace) {
-        let start = from + found;
-        from = start + namespace.len();
-        let boundary = start == 0 || !is_key_byte(bytes[start - 1]);
-        let next = bytes.get(from).copied();
-        let continues =
-            next.is_some_and(|b| is_key_byte(b) || is_placeholder_start(&value[from..]));
-        if boundary && continues {
-            let (prefix, key_len) = normalize_from(&value[start..], namespace.len());
+    let mut skip_to = 0;
+    for start in occurrences(text, namespace) {
+        if start < skip_to {
+            // A namespace occurrence inside a key is part of that key.
+            continue;
+        }
+        if let Some(CacheKey::Family(prefix)) = key_at(&text[start..], namespace.len()) {
+            skip_to = start + prefix.len();
             out.push(prefix);
-            // A namespace occurrence inside this key is part of it.
-            from = start + key_len;
         }
     }
     out
 }
 
-fn is_key_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')
+/// Starts of the namespace at a word boundary: not inside a longer word
+/// (`observer:`), a path or image reference (`org/server:`), a URL host
+/// (`//server:`) or another key (`x:server:`).
+fn occurrences<'v>(value: &'v str, namespace: &'v str) -> impl Iterator<Item = usize> + 'v {
+    let bytes = value.as_bytes();
+    let usable = !namespace.is_empty();
+    value
+        .match_indices(namespace)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            usable && (at == 0 || !(is_key_byte(bytes[at - 1]) || b"/:@".contains(&bytes[at - 1])))
+        })
 }
 
-fn is_placeholder_start(rest: &str) -> bool {
-    placeholder_len(rest).is_some()
+/// Whether the text before a namespace occurrence ends with a key-building
+/// word and blanks, with an optional opening quote in between.
+fn follows_key_building_word(before: &str) -> bool {
+    let trimmed = before.strip_suffix(['\'', '"']).unwrap_or(before);
+    let word_end = trimmed.trim_end_matches([' ', '\t']);
+    if word_end.len() == trimmed.len() {
+        return false;
+    }
+    let word = word_end
+        .rsplit(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+        .next()
+        .unwrap_or("");
+    KEY_BUILDING_WORDS
+        .iter()
+        .any(|w| w.eq_ignore_ascii_case(word))
+}
+
+/// The key starting at `key[0]` (the namespace), if it has the shape of
+/// one: a family segment ending in `:`, or a placeholder right after the
+/// namespace or inside the family segment.
+fn key_at(key: &str, namespace_len: usize) -> Option<CacheKey> {
+    let rest = &key[namespace_len..];
+    let family_len = rest.bytes().take_while(|&b| is_key_byte(b)).count();
+    let after = &rest[family_len..];
+    if placeholder_len(after).is_some() {
+        return Some(CacheKey::ComputedFamily);
+    }
+    if family_len == 0 || !after.starts_with(':') {
+        return None;
+    }
+    Some(CacheKey::Family(normalize_from(key, namespace_len)))
+}
+
+fn is_key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')
 }
 
 /// Length of the placeholder at the start of `rest`, if one starts there.
@@ -65,9 +177,8 @@ fn placeholder_len(rest: &str) -> Option<usize> {
 }
 
 /// Cuts `key` (starting with the namespace) at its first placeholder after
-/// the namespace and keeps everything through the last `:`; also the length
-/// of the key before the cut.
-fn normalize_from(key: &str, namespace_len: usize) -> (String, usize) {
+/// the namespace and keeps everything through the last `:`.
+fn normalize_from(key: &str, namespace_len: usize) -> String {
     let mut end = key.len();
     for (i, c) in key.char_indices().skip_while(|(i, _)| *i < namespace_len) {
         if placeholder_len(&key[i..]).is_some()
@@ -79,7 +190,7 @@ fn normalize_from(key: &str, namespace_len: usize) -> (String, usize) {
     }
     let cut = &key[..end];
     let last_colon = cut.rfind(':').map_or(namespace_len, |i| i + 1);
-    (cut[..last_colon.max(namespace_len)].to_owned(), end)
+    cut[..last_colon.max(namespace_len)].to_owned()
 }
 
 /// Whether a source prefix is covered by a declared prefix.
@@ -92,9 +203,14 @@ mod tests {
     use super::*;
 
     fn one(value: &str) -> String {
-        let all = cache_prefixes(value, "server:");
-        assert_eq!(all.len(), 1, "{value:?} gave {all:?}");
-        all[0].clone()
+        match cache_keys(value, "server:").as_slice() {
+            [CacheKey::Family(prefix)] => prefix.clone(),
+            other => panic!("{value:?} gave {other:?}"),
+        }
+    }
+
+    fn none(value: &str) {
+        assert_eq!(cache_keys(value, "server:"), vec![], "{value:?}");
     }
 
     #[test]
@@ -109,7 +225,8 @@ mod tests {
         );
         assert_eq!(one("server:a:b:{0}"), "server:a:b:");
         assert_eq!(one("server:readiness:probe"), "server:readiness:");
-        assert_eq!(one("server:x{}:y"), "server:");
+        assert_eq!(one("server:readiness:"), "server:readiness:");
+        assert_eq!(one("\n    server:heredoc:key\n"), "server:heredoc:");
     }
 
     #[test]
@@ -119,19 +236,69 @@ mod tests {
         assert_eq!(one("server:x:$id"), "server:x:");
         assert_eq!(one("server:x:{$id}"), "server:x:");
         assert_eq!(one("server:x:${ID}"), "server:x:");
-        assert_eq!(one("server:{}"), "server:");
     }
 
     #[test]
-    fn ignores_prose_and_words_that_merely_contain_the_namespace() {
-        assert!(cache_prefixes("observer:x:", "server:").is_empty());
-        assert!(cache_prefixes("server: listening on 8080", "server:").is_empty());
-        assert!(cache_prefixes("server:", "server:").is_empty());
+    fn a_placeholder_in_the_family_position_is_a_computed_family() {
+        for value in [
+            "server:{}",
+            "server:%s:%s",
+            "server:{$family}:x",
+            "server:x{}:y",
+        ] {
+            assert_eq!(
+                cache_keys(value, "server:"),
+                vec![CacheKey::ComputedFamily],
+                "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn image_references_urls_ports_and_command_names_are_not_keys() {
+        none("durableworkflow/server:0.2");
+        none("${DW_SERVER_IMAGE:-durableworkflow/server:${DW_SERVER_TAG:-0.2}}");
+        none("s#durableworkflow/server:0.2#${image}#g");
+        none("http://server:8080");
+        none("http://server:8080/api/health");
+        none("server:8080");
+        none("server:bootstrap");
+        none("server:bootstrap {--force : Run bootstrap commands}");
+        none("php artisan server:bootstrap --force");
+        none("observer:x:");
+        none("server: listening on 8080");
+        none("server:");
+        none("server:*");
+        // Only a key that starts the literal (or follows a key-building
+        // word) is one.
+        none("image: server:a:b");
+        none("x:server:a:");
+    }
+
+    #[test]
+    fn a_key_may_follow_a_key_building_word_in_the_same_literal() {
+        assert_eq!(one("redis-cli GET server:a:1"), "server:a:");
+        assert_eq!(one("redis-cli --scan --pattern 'server:a:*'"), "server:a:");
+        assert_eq!(one("KEYS \"server:b:*\""), "server:b:");
+        assert_eq!(one("scan 0 match server:c:*"), "server:c:");
+        none("redis-cli GET");
+        none("forget server:a:");
+    }
+
+    #[test]
+    fn prose_names_prefixes_anywhere_at_a_word_boundary() {
         assert_eq!(
-            cache_prefixes("keys server:a: and server:b:{}", "server:"),
+            cache_prefixes_in_text("keys `server:a:` and server:b:{}", "server:"),
             vec!["server:a:", "server:b:"]
         );
-        assert_eq!(one("key=server:a:b c:d"), "server:a:");
+        assert_eq!(
+            cache_prefixes_in_text(
+                "pull durableworkflow/server:0.2, call http://server:8080, run server:bootstrap",
+                "server:"
+            ),
+            Vec::<String>::new()
+        );
+        assert!(cache_prefixes_in_text("the server:* namespace", "server:").is_empty());
     }
 
     #[test]
@@ -142,10 +309,7 @@ mod tests {
         assert_eq!(one("server:a:server:b:"), "server:a:server:b:");
         let long = "server:a:".repeat(20_000);
         assert_eq!(one(&long), long);
-        assert_eq!(
-            cache_prefixes("server:x{}:server:y:", "server:"),
-            vec!["server:", "server:y:"]
-        );
+        assert_eq!(cache_prefixes_in_text(&long, "server:"), vec![long.clone()]);
     }
 
     #[test]

@@ -36,6 +36,25 @@ struct Edit {
 /// Runs `dwlint check` on a copy of the tree with `edits` applied; returns
 /// the exit code and the (code, subject) of every finding.
 fn check_with(edits: &[Edit]) -> (i32, Vec<(String, String)>) {
+    let (exit, report) = run_check(edits);
+    let findings = report["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .map(|d| {
+            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+            (field("code"), field("subject"))
+        })
+        .collect();
+    (exit, findings)
+}
+
+/// The JSON report of `dwlint check` on the edited tree.
+fn check_json(edits: &[Edit]) -> Value {
+    run_check(edits).1
+}
+
+fn run_check(edits: &[Edit]) -> (i32, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("server");
     copy_dir(&tree(), &root);
@@ -60,16 +79,7 @@ fn check_with(edits: &[Edit]) -> (i32, Vec<(String, String)>) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)));
-    let findings = report["diagnostics"]
-        .as_array()
-        .expect("diagnostics")
-        .iter()
-        .map(|d| {
-            let field = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
-            (field("code"), field("subject"))
-        })
-        .collect();
-    (output.status.code().unwrap_or(-1), findings)
+    (output.status.code().unwrap_or(-1), report)
 }
 
 fn expect_one(edits: &[Edit], code: &str, subject: &str) {
@@ -98,6 +108,48 @@ fn a_new_concatenated_prefix_is_undeclared() {
         "undeclared-cache-prefix",
         "server:signal-fanout:",
     );
+}
+
+#[test]
+fn image_references_urls_and_command_names_are_not_cache_keys() {
+    // The shapes a first run on the real server tree reported as
+    // `server:` prefixes: none is a key, so the tree stays clean.
+    let with = concat!(
+        "    private const IMAGE = 'durableworkflow/server:0.2';\n",
+        "    private const TAGGED = \"${DW_SERVER_IMAGE:-durableworkflow/server:${DW_SERVER_TAG:-0.2}}\";\n",
+        "    private const BASE_URL = \"http://server:8080\";\n",
+        "    private const BOOTSTRAP = 'server:bootstrap {--force : Run bootstrap commands}';\n",
+        "    private const PORT = 'server:8080';\n",
+        "\n",
+        "    private function key(",
+    );
+    let edits = [Edit {
+        file: "app/Support/LongPollSignalStore.php",
+        find: "    private function key(",
+        with,
+    }];
+    assert_eq!(check_with(&edits), (0, vec![]));
+}
+
+#[test]
+fn a_computed_family_is_never_advised_to_declare_the_bare_namespace() {
+    let edits = [Edit {
+        file: "app/Support/LongPollSignalStore.php",
+        find: "    private function key(",
+        with: "    private function any(string $family, string $id): string\n    {\n        return sprintf('server:%s:%s', $family, $id);\n    }\n\n    private function key(",
+    }];
+    let (exit, findings) = check_with(&edits);
+    assert_eq!(exit, 1);
+    assert_eq!(
+        findings,
+        vec![("undeclared-cache-prefix".to_owned(), "server:".to_owned())]
+    );
+    let help = check_json(&edits)["diagnostics"][0]["help"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(help.contains("literal segment"), "{help}");
+    assert!(!help.contains("prefix = \"server:\""), "{help}");
 }
 
 #[test]

@@ -301,3 +301,30 @@ fn lexing_is_linear_on_pathological_input() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
+
+#[test]
+fn cache_keys_are_recognised_by_shape_in_every_language() {
+    use crate::normalize::{cache_keys, CacheKey};
+    let cases = [
+        ("a.rs", "fn f(id: &str) -> [String; 4] {\n    [format!(\"server:real-key:{id}\"), \"http://server:8080\".into(), \"durableworkflow/server:0.2\".into(), \"server:bootstrap\".into()]\n}\n"),
+        ("a.php", "<?php\n$k = 'server:real-key:' . $id;\n$u = \"http://server:8080\";\n$i = 'durableworkflow/server:0.2';\nArtisan::command('server:bootstrap {--force}', fn () => 0);\n"),
+        ("a.py", "k = f\"server:real-key:{id}\"\nu = \"http://server:8080\"\ni = 'durableworkflow/server:0.2'\nc = 'server:bootstrap'\n"),
+        ("a.sh", "redis-cli GET \"server:real-key:$ID\"\nBASE_URL=\"http://server:8080\"\nimage=\"${IMAGE:-durableworkflow/server:0.2}\"\nphp artisan server:bootstrap --force\n"),
+        ("a.go", "package a\nvar k = \"server:real-key:\" + id\nvar u = \"http://server:8080\"\nvar i = `durableworkflow/server:0.2`\nvar c = \"server:bootstrap\"\n"),
+        ("a.ts", "const k = `server:real-key:${id}`;\nconst u = 'http://server:8080';\nconst i = \"durableworkflow/server:0.2\";\nconst c = 'server:bootstrap';\n"),
+        ("a.yml", "probe:\n  command: redis-cli --scan --pattern 'server:real-key:*'\nimage: durableworkflow/server:0.2\nurl: http://server:8080\nargs: [\"php\", \"artisan\", \"server:bootstrap\"]\n"),
+    ];
+    for (rel, text) in cases {
+        let keys: Vec<CacheKey> = facts(rel, text)
+            .literals
+            .iter()
+            .flat_map(|l| cache_keys(&l.value, "server:"))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![CacheKey::Family("server:real-key:".to_owned())],
+            "{rel}: {}",
+            found(&facts(rel, text))
+        );
+    }
+}

@@ -15,7 +15,7 @@ use dwpolicy::Settings;
 
 use super::owner;
 use crate::inventory::{config_key_matches, scan_limit_keys, IMPLICIT_LABELS};
-use crate::normalize;
+use crate::normalize::{self, CacheKey};
 use crate::scan::{ScanOutput, ScannedFile};
 
 /// Where a surface was first seen, and who owns it there.
@@ -102,7 +102,11 @@ pub fn collect(root: &Path, scan: &ScanOutput, settings: &Settings) -> Found {
                 line: literal.range.line,
             };
             if file.roles.cache {
-                for prefix in normalize::cache_prefixes(&literal.value, namespace) {
+                for key in normalize::cache_keys(&literal.value, namespace) {
+                    let prefix = match key {
+                        CacheKey::Family(prefix) => prefix,
+                        CacheKey::ComputedFamily => namespace.clone(),
+                    };
                     prefixes
                         .entry(prefix)
                         .or_insert_with(|| (literal.value.clone(), at));
@@ -153,7 +157,7 @@ pub fn collect(root: &Path, scan: &ScanOutput, settings: &Settings) -> Found {
         if prefix == *namespace {
             found.undeclarable.push((
                 site,
-                format!("`{literal}` has no family name after `{namespace}`, so no prefix can declare it without claiming the whole namespace"),
+                format!("`{literal}` computes its family right after `{namespace}`, so no prefix can declare it without claiming the whole namespace; write the family as a literal segment (`{namespace}<family>:…`)"),
             ));
         } else {
             found.prefixes.push(FoundPrefix {

@@ -19,7 +19,7 @@
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::LineIndex;
-use crate::normalize::{cache_prefixes, covers};
+use crate::normalize::{cache_prefixes_in_text, covers};
 
 pub(super) const CODE: &str = "doc-stale-mention";
 
@@ -48,9 +48,8 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
         };
         let mut offset = 0;
         for line in doc.text.split_inclusive('\n') {
-            for prefix in cache_prefixes(line, namespace) {
-                // The bare namespace ("server:*", "server:{id}") names no family.
-                if prefix != *namespace && !declared.iter().any(|d| covers(d, &prefix)) {
+            for prefix in cache_prefixes_in_text(line, namespace) {
+                if !declared.iter().any(|d| covers(d, &prefix)) {
                     let at = offset + line.find(prefix.as_str()).unwrap_or(0);
                     let message = format!(
                         "the doc names cache prefix `{prefix}`, which the policy does not declare"

@@ -4,6 +4,17 @@
 //! placeholder and back to its last `:`; a declared prefix covers it when the
 //! normalized prefix starts with the declared one.
 //!
+//! A key is recognised by shape and place: the cache namespace must start
+//! the literal (or follow a Redis command such as `GET`, `SET`, `DEL`,
+//! `KEYS`, `MATCH` or `--pattern` inside it) and be followed by a family
+//! segment and `:` (`server:<family>:`). So image references
+//! (`durableworkflow/server:0.2`), URLs and `host:port` pairs
+//! (`http://server:8080`) and command names (`server:bootstrap`) are not
+//! keys. A fixed key needs a family segment too: write `server:lock:main`,
+//! not `server:lock`. A key whose family is a placeholder (`server:{}`,
+//! `server:%s:…`) is reported with advice to write the family literally,
+//! since a prefix of just the namespace is not allowed.
+//!
 //! ## Why is this bad?
 //! Every key family in the server's cache namespace grows with user input
 //! (namespaces, queues, request IDs). A family that ships without a reviewed
@@ -41,7 +52,25 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
         .iter()
         .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str()))
         .collect();
+    let namespace = &ctx.policy().settings.cache_namespace;
     for usage in &ctx.inventory.cache_uses {
+        if usage.prefix == *namespace {
+            // Declaring the bare namespace is what `cache-prefix-namespace`
+            // forbids, so the advice is about the code, not the policy.
+            out.push(
+                Diagnostic::new(
+                    CODE,
+                    usage.prefix.clone(),
+                    format!("cache key `{}` computes its family right after `{namespace}`", usage.value),
+                )
+                .at(usage.anchor.clone())
+                .help(format!(
+                    "write the family as a literal segment (`{namespace}<family>:…`) and declare that prefix in {}; a prefix of just `{namespace}` would claim the whole namespace",
+                    ctx.policy_file.display_path
+                )),
+            );
+            continue;
+        }
         if declared.iter().any(|d| covers(d, &usage.prefix)) {
             continue;
         }
