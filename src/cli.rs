@@ -49,6 +49,11 @@ enum Command {
     Man,
     #[command(flatten)]
     Tools(crate::commands::ToolCommand),
+    /// Soak evidence: verify a dwsoak artifact against the trusted_long_soak_v1 profile.
+    Evidence {
+        #[command(subcommand)]
+        command: crate::evidence::EvidenceCommand,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -175,10 +180,12 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
             run_check(args).map_err(|e| (e, style))
         }
         Command::Explain { code } => {
-            let rule = rules::find(&code).ok_or_else(|| {
-                let suggestion = rules::closest_code(&code).map(str::to_owned);
-                (RunError::UnknownRule { code, suggestion }, plain)
-            })?;
+            let rule = rules::find(&code)
+                .or_else(|| crate::evidence::find_rule(&code))
+                .ok_or_else(|| {
+                    let suggestion = rules::closest_code(&code).map(str::to_owned);
+                    (RunError::UnknownRule { code, suggestion }, plain)
+                })?;
             let text = format!(
                 "# {}\n\nDefault severity: {}\n\n{}",
                 rule.code,
@@ -212,6 +219,7 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
             print(&text).map_err(|e| (e, plain))
         }
         Command::Tools(command) => crate::commands::run(command).map_err(|e| (e, plain)),
+        Command::Evidence { command } => crate::evidence::run(command).map_err(|e| (e, plain)),
     }
 }
 

@@ -59,6 +59,9 @@ pub enum RunError {
     /// `dwlint policy import` could not convert the file.
     #[error(transparent)]
     Import(#[from] crate::policy_import::ImportError),
+    /// `dwlint evidence verify` could not read the artifact.
+    #[error(transparent)]
+    Evidence(#[from] crate::evidence::EvidenceError),
     /// A report file could not be written.
     #[error("cannot write the report to {}: {source}", .path.display())]
     OutputFile {

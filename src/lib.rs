@@ -13,6 +13,7 @@ pub mod diagnostic;
 pub mod discover;
 pub mod docs_sync;
 pub mod error;
+pub mod evidence;
 pub mod extract;
 pub mod generated_file;
 pub mod init;

@@ -24,7 +24,7 @@ use crate::check::CheckReport;
 use crate::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::extract::TextRange;
 use crate::report::{location, message_with_help};
-use crate::rules::{Rule, Scope, RULES};
+use crate::rules::{Rule, Scope};
 
 /// GitHub code scanning's limit on results per run.
 pub const MAX_RESULTS: usize = 25_000;
@@ -353,9 +353,19 @@ fn related(report: &CheckReport, id: usize, anchor: &Anchor) -> Location {
     }
 }
 
+/// The rules of a report are its `severities`, in order: `check`'s
+/// registry, or the codes of another command (`evidence verify`).
+fn rule_index(report: &CheckReport, code: &str) -> usize {
+    report
+        .severities
+        .iter()
+        .position(|(r, _)| r.code == code)
+        .unwrap_or(0)
+}
+
 fn result<'a>(report: &'a CheckReport, d: &'a Diagnostic, occurrence: usize) -> SarifResult<'a> {
     let (file, range) = location(d, report);
-    let rule_index = RULES.iter().position(|r| r.code == d.code).unwrap_or(0);
+    let rule_index = rule_index(report, d.code);
     let fingerprint = fnv1a(&[d.code, &d.subject, file, &occurrence.to_string()]);
     SarifResult {
         rule_id: d.code,
@@ -403,7 +413,7 @@ fn invocation(report: &CheckReport, limit: usize) -> Invocation<'_> {
         .map(|(rule, severity)| ConfigurationOverride {
             descriptor: Descriptor {
                 id: rule.code,
-                index: RULES.iter().position(|r| r.code == rule.code).unwrap_or(0),
+                index: rule_index(report, rule.code),
             },
             configuration: Configuration {
                 level: level(*severity),
@@ -454,7 +464,11 @@ pub fn write(
                     name: "dwlint",
                     version: env!("CARGO_PKG_VERSION"),
                     semantic_version: env!("CARGO_PKG_VERSION"),
-                    rules: RULES.iter().map(descriptor).collect(),
+                    rules: report
+                        .severities
+                        .iter()
+                        .map(|(r, _)| descriptor(r))
+                        .collect(),
                 },
             },
             column_kind: "unicodeCodePoints",
@@ -477,6 +491,7 @@ pub fn write(
 mod tests {
     use super::*;
     use crate::diagnostic::Anchor;
+    use crate::rules::RULES;
 
     fn synthetic(errors: usize, warnings: usize) -> CheckReport {
         let range = TextRange {

@@ -1,0 +1,120 @@
+//! The `dwlint evidence …` command line: arguments and report writing.
+
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::{Subcommand, ValueEnum};
+
+use crate::cli::Outcome;
+use crate::error::RunError;
+use crate::report::{self, human::Style, Format};
+
+use super::{verify, VerifyOptions};
+
+/// `dwlint evidence …`
+#[derive(Debug, Subcommand)]
+pub enum EvidenceCommand {
+    /// Re-check a soak artifact (summary.json) against the trusted_long_soak_v1 profile.
+    #[command(after_help = "\
+Exit 0: the artifact is trusted evidence. 1: it is not (each failed condition is a \
+finding). 2: the artifact or the policy could not be read.")]
+    Verify(VerifyArgs),
+}
+
+/// `dwlint evidence verify` arguments.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The artifact written by dwsoak.
+    #[arg(default_value = "build/perf/summary.json")]
+    summary: PathBuf,
+    /// Policy file whose digest and cache inventory the artifact must match
+    /// [default: found from the current directory upward, as for `check`].
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The repository (owner/name) a trusted soak must come from.
+    #[arg(
+        long,
+        value_name = "OWNER/NAME",
+        env = "DW_PERF_TRUSTED_REPOSITORY",
+        default_value = dwevidence::profile::DEFAULT_REPOSITORY
+    )]
+    repository: String,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = EvidenceFormat::Human)]
+    format: EvidenceFormat,
+    /// Write the report to FILE instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// `check`'s formats, plus the self-contained HTML report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EvidenceFormat {
+    /// Code frames for people.
+    Human,
+    /// The versioned JSON report.
+    Json,
+    /// SARIF 2.1.0.
+    Sarif,
+    /// GitHub Actions annotations.
+    Github,
+    /// JUnit XML.
+    Junit,
+    /// One line per finding.
+    Short,
+}
+
+impl EvidenceFormat {
+    fn report_format(self) -> Format {
+        match self {
+            EvidenceFormat::Human => Format::Human,
+            EvidenceFormat::Json => Format::Json,
+            EvidenceFormat::Sarif => Format::Sarif,
+            EvidenceFormat::Github => Format::Github,
+            EvidenceFormat::Junit => Format::Junit,
+            EvidenceFormat::Short => Format::Short,
+        }
+    }
+}
+
+/// Runs an evidence command.
+pub fn run(command: EvidenceCommand) -> Result<Outcome, RunError> {
+    let EvidenceCommand::Verify(args) = command;
+    let verified = verify(&VerifyOptions {
+        summary: args.summary.clone(),
+        root: PathBuf::from("."),
+        policy: args.policy.clone(),
+        repository: args.repository.clone(),
+    })?;
+    let to_stdout = args.output.is_none();
+    let style = Style {
+        color: to_stdout
+            && std::io::stdout().is_terminal()
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+    };
+    let write = |out: &mut dyn Write| -> std::io::Result<Vec<String>> {
+        report::write(args.format.report_format(), &verified.report, style, out)
+    };
+    let notes = match &args.output {
+        None => match write(&mut BufWriter::new(std::io::stdout().lock())) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Vec::new(),
+            other => other?,
+        },
+        Some(path) => {
+            let failed = |source| RunError::OutputFile {
+                path: path.clone(),
+                source,
+            };
+            let file = std::fs::File::create(path).map_err(failed)?;
+            write(&mut BufWriter::new(file)).map_err(failed)?
+        }
+    };
+    for note in notes {
+        eprintln!("warning: {note}");
+    }
+    Ok(if verified.trusted() {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}

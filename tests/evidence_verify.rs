@@ -1,0 +1,299 @@
+//! `dwlint evidence verify` as CI runs it: one trusted artifact, then each
+//! trust condition broken alone, every report format, and the artifacts
+//! that cannot be read at all.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+use support::text;
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/data/evidence/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn trusted() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("trusted-summary.json")).unwrap())
+        .unwrap()
+}
+
+fn verify(summary: &Path, extra: &[&str]) -> Output {
+    let policy = fixture("policy.toml");
+    let mut args = vec![
+        "evidence",
+        "verify",
+        summary.to_str().unwrap(),
+        "--policy",
+        &policy,
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .env_remove("DW_PERF_TRUSTED_REPOSITORY")
+        .output()
+        .expect("run dwlint")
+}
+
+fn write(dir: &tempfile::TempDir, summary: &Value) -> std::path::PathBuf {
+    let path = dir.path().join("summary.json");
+    std::fs::write(&path, serde_json::to_string_pretty(summary).unwrap()).unwrap();
+    path
+}
+
+/// The codes of a JSON report's findings.
+fn codes(out: &Output) -> Vec<String> {
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_trusted_fixture_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = verify(&write(&dir, &trusted()), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("no findings"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// Breaks one condition the way a real artifact would, recording the
+/// verdict a harness would have written, so only that condition fails.
+#[test]
+fn each_condition_failing_alone_is_its_only_finding() {
+    type Edit = fn(&mut Value);
+    let cases: &[(&str, Edit)] = &[
+        ("duration-at-least-one-hour", |s| {
+            s["run"]["load_seconds"] = json!(1800.0)
+        }),
+        ("managed-resource-sampling", |s| {
+            s["config"]["services"] = json!("external")
+        }),
+        ("self-hosted-runner", |s| {
+            s["provenance"]["runner"]["environment"] = json!("github-hosted")
+        }),
+        ("github-actions-provenance", |s| {
+            s["provenance"]["github"]
+                .as_object_mut()
+                .unwrap()
+                .remove("GITHUB_RUN_ID");
+        }),
+        ("soak-workflow-on-main", |s| {
+            s["provenance"]["github"]["GITHUB_REF"] = json!("refs/heads/feature")
+        }),
+        ("scheduled-or-dispatched", |s| {
+            s["provenance"]["github"]["GITHUB_EVENT_NAME"] = json!("pull_request")
+        }),
+        ("clean-tracked-working-tree", |s| {
+            s["provenance"]["tracked_working_tree_clean"] = json!(false)
+        }),
+        ("checkout-matches-github-sha", |s| {
+            s["provenance"]["git_sha"] = json!("ffffffffffffffffffffffffffffffffffffffff")
+        }),
+        ("policy-digest", |s| {
+            s["provenance"]["policy_sha256"] = json!("00")
+        }),
+        ("sample-coverage", |s| {
+            s["samples"]["periodic_sample_count"] = json!(280);
+            s["config"]["minimum_trusted_samples"] = json!(200);
+        }),
+        ("minimum-trusted-samples", |s| {
+            s["config"]["minimum_trusted_samples"] = json!(359)
+        }),
+        ("sampling-health", |s| {
+            s["sampling_health"]["redis_keys"]["collected"] = json!(359);
+            s["sampling_health"]["redis_keys"]["last_error"] = json!("connection refused");
+        }),
+        ("per-policy-threshold-maps", |s| {
+            s["config"]["max_final_server_cache_keys_by_policy"] = Value::Null
+        }),
+        ("per-policy-observed-maps", |s| {
+            s["max_server_cache_keys_by_policy"]
+                .as_object_mut()
+                .unwrap()
+                .remove("readiness_probe");
+        }),
+        ("memory-slope", |s| {
+            s["memory_slope"]["bytes_per_hour"] = json!(9.0e6)
+        }),
+        ("no-assertion-failures", |s| {
+            s["final_server_cache_keys_by_policy"]["long_poll_signals"] = json!(11)
+        }),
+        ("run-passed", |s| {
+            s["run"]["result"] = json!("failed");
+            s["run"]["failures"] = json!(["interrupted"]);
+        }),
+    ];
+    assert_eq!(
+        cases.len(),
+        dwevidence::profile::Condition::ALL.len(),
+        "one case per condition"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (code, edit) in cases {
+        let mut summary = trusted();
+        edit(&mut summary);
+        summary["evidence"]["trust"] = json!({
+            "profile": "trusted_long_soak_v1",
+            "eligible": false,
+            "failed_conditions": [{"condition": code.replace('-', "_"), "explanation": "recorded"}],
+        });
+        let out = verify(&write(&dir, &summary), &["--format", "json"]);
+        assert_eq!(out.status.code(), Some(1), "{code}: {}", text(&out.stderr));
+        assert_eq!(codes(&out), [format!("evidence-{code}")], "{code}");
+    }
+}
+
+#[test]
+fn a_recorded_verdict_that_disagrees_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["evidence"]["trust"]["eligible"] = json!(false);
+    summary["evidence"]["trust"]["failed_conditions"] =
+        json!([{"condition": "sample_coverage", "explanation": "made up"}]);
+    let out = verify(&write(&dir, &summary), &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(codes(&out), ["evidence-recorded-verdict"]);
+
+    // An edited artifact claiming trust for a failing run.
+    let mut summary = trusted();
+    summary["provenance"]["runner"]["environment"] = json!("github-hosted");
+    let out = verify(&write(&dir, &summary), &["--format", "json"]);
+    assert_eq!(
+        codes(&out),
+        ["evidence-self-hosted-runner", "evidence-recorded-verdict"]
+    );
+}
+
+#[test]
+fn every_format_reports_the_failed_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["config"]["duration_seconds"] = json!(60);
+    summary["samples"]["expected_periodic_samples"] = json!(6);
+    summary["samples"]["periodic_sample_count"] = json!(6);
+    summary["config"]["minimum_trusted_samples"] = json!(5);
+    summary["run"]["load_seconds"] = json!(60.0);
+    let path = write(&dir, &summary);
+    for format in ["human", "json", "sarif", "github", "junit", "short"] {
+        let out = verify(&path, &["--format", format]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("evidence-duration-at-least-one-hour"),
+            "{format}: {shown}"
+        );
+    }
+    let sarif: Value =
+        serde_json::from_slice(&verify(&path, &["--format", "sarif"]).stdout).unwrap();
+    let rule_ids: Vec<&str> = sarif["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        rule_ids.contains(&"evidence-duration-at-least-one-hour"),
+        "{rule_ids:?}"
+    );
+    // The finding points at the configured duration.
+    let short = text(&verify(&path, &["--format", "short"]).stdout);
+    let line = short
+        .lines()
+        .find(|l| l.contains("duration-at-least"))
+        .unwrap();
+    let at: usize = line.split(':').nth(1).unwrap().parse().unwrap();
+    let summary_text = std::fs::read_to_string(&path).unwrap();
+    assert!(summary_text
+        .lines()
+        .nth(at - 1)
+        .unwrap()
+        .contains("\"duration_seconds\""));
+}
+
+#[test]
+fn the_report_can_go_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &trusted());
+    let report = dir.path().join("report.json");
+    let out = verify(
+        &path,
+        &["--format", "json", "--output", report.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    assert_eq!(written["version"], 1);
+}
+
+#[test]
+fn another_trusted_repository_can_be_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &trusted());
+    let out = verify(
+        &path,
+        &["--repository", "example/dwlint", "--format", "json"],
+    );
+    assert_eq!(
+        codes(&out),
+        [
+            "evidence-soak-workflow-on-main",
+            "evidence-recorded-verdict"
+        ]
+    );
+}
+
+#[test]
+fn unreadable_artifacts_exit_2_and_say_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.json");
+    let out = verify(&missing, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot read the soak artifact"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\n  \"schema_version\": 1,\n  oops\n}").unwrap();
+    let out = verify(&broken, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 3"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let mut summary = trusted();
+    summary["samples"]
+        .as_object_mut()
+        .unwrap()
+        .remove("coverage");
+    let out = verify(&write(&dir, &summary), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("`coverage`"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let mut summary = trusted();
+    summary["schema_version"] = json!(7);
+    let out = verify(&write(&dir, &summary), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("schema_version 7"),
+        "{}",
+        text(&out.stderr)
+    );
+}
