@@ -71,6 +71,10 @@ pub enum PolicyCommand {
         /// Overwrite an existing --output file.
         #[arg(long, requires = "output")]
         force: bool,
+        /// The tree to scan for `*_scan_limit` reads the PHP policy does not
+        /// declare [default: ROOT for ROOT/config/FILE, else the current directory].
+        #[arg(long, value_name = "PATH")]
+        root: Option<PathBuf>,
     },
 }
 
@@ -110,19 +114,23 @@ pub fn run(command: ToolCommand) -> Result<Outcome, RunError> {
                     file,
                     output,
                     force,
+                    root,
                 },
         } => {
             let shown = output.clone();
-            let converted = policy_import::import(&ImportOptions {
+            let imported = policy_import::import(&ImportOptions {
                 file,
                 output,
                 force,
+                root,
             })?;
-            match (converted, shown) {
-                (Some(toml), _) => print(&toml)?,
+            match (&imported.toml, shown) {
+                (Some(toml), _) => print(toml)?,
                 (None, Some(path)) => print(&format!("wrote {}\n", path.display()))?,
                 (None, None) => {}
             }
+            // On stderr: stdout may be the policy itself.
+            eprint!("{}", policy_import::summary(&imported));
             Ok(Outcome::Clean)
         }
     }

@@ -184,6 +184,38 @@ fn check_fails_the_starter_policy_only_on_review_work() {
     .map(str::to_owned)
     .collect();
     assert_eq!(codes, expected, "{report}");
+    // A metric whose labels init could not see is not silently accepted.
+    assert!(
+        report.contains("\"subject\": \"dw_run_latency_seconds.dimensions\""),
+        "{report}"
+    );
+}
+
+#[test]
+fn init_reuses_the_ids_the_docs_already_use() {
+    let dir = engine_tree();
+    let root = dir.path();
+    write(
+        root,
+        "docs/bounded-growth.md",
+        "# Bounded growth\n\n| Policy ID | Prefix |\n| --- | --- |\n| `long_poll_signals` | `server:long-poll-signal:` |\n| `readiness_probe` | `server:readiness:` |\n\n| Policy ID | Config Key |\n| --- | --- |\n| `due_timer_recovery_scans` | `server.polling.due_timer_recovery_scan_limit` |\n\nMetrics: dw_workflow_runs_total, dw_run_latency_seconds, dw_perf_requests_total.\n",
+    );
+    let policy = init(root);
+    assert!(
+        policy.contains("[cache_keys.long_poll_signals]"),
+        "{policy}"
+    );
+    assert!(policy.contains("[cache_keys.readiness_probe]"), "{policy}");
+    assert!(
+        policy.contains("[scan_limits.due_timer_recovery_scans]"),
+        "{policy}"
+    );
+    assert!(
+        !policy.contains("[cache_keys.long_poll_signal]"),
+        "{policy}"
+    );
+    let (_, _, report) = error_codes(root);
+    assert!(!report.contains("doc-missing-mention"), "{report}");
 }
 
 #[test]
@@ -191,6 +223,11 @@ fn a_reviewed_starter_policy_passes() {
     let dir = engine_tree();
     let root = dir.path();
     let reviewed = init(root)
+        // The reviewer records that the unlabeled histogram has none.
+        .replace(
+            "e.g. GET /metrics\"\ncardinality",
+            "e.g. GET /metrics\"\ndimensions = {}\ncardinality",
+        )
         .replace("\"TODO: ", "\"Reviewed: ")
         .replace("TODO_bounded_or_finite", "finite_reviewed")
         .replace("\nttl = ", "\ndimensions = []\nttl = ")

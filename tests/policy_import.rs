@@ -231,3 +231,49 @@ fn unevaluable_or_misshapen_input_names_file_line_and_column() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("cannot read"));
 }
+
+#[test]
+fn scan_limits_the_php_policy_lacks_become_drafts_with_todos() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    copy_tree(&php_tree(), root, &|_| false);
+    // The reference format carried no scan limit for this key, but the code reads it.
+    let php = root.join("config/dw-bounded-growth.php");
+    let text_of_php = std::fs::read_to_string(&php).unwrap();
+    let start = text_of_php
+        .find("        'expired_workflow_task_recovery' => [")
+        .unwrap();
+    let end = start + text_of_php[start..].find("        ],\n").unwrap() + "        ],\n".len();
+    std::fs::write(
+        &php,
+        format!("{}{}", &text_of_php[..start], &text_of_php[end..]),
+    )
+    .unwrap();
+    let out = import(&php);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let toml = text(&out.stdout);
+    let draft = toml
+        .split("\n[")
+        .find(|t| t.starts_with("scan_limits.expired_workflow_task_recovery]"))
+        .unwrap_or_else(|| panic!("no draft in {toml}"));
+    assert!(
+        draft.contains("config_key = \"server.polling.expired_workflow_task_recovery_scan_limit\""),
+        "{draft}"
+    );
+    assert!(draft.contains("bound = \"TODO: "), "{draft}");
+    assert!(!draft.contains("\ndefault ="), "{draft}");
+    // It says so, on stderr (stdout is the policy), naming where the key is read.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("app/Support/WorkflowTaskPoller.php:13")
+            && stderr.contains("server.polling.expired_workflow_task_recovery_scan_limit")
+            && stderr.contains("[scan_limits] draft"),
+        "{stderr}"
+    );
+    // The declared one is not drafted again.
+    assert_eq!(
+        toml.matches("due_timer_recovery_scan_limit").count(),
+        1,
+        "{toml}"
+    );
+}

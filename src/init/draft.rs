@@ -3,15 +3,16 @@
 //!
 //! Everything a person must decide is left in a form `check` rejects: review
 //! sentences start with `TODO` (`missing-review-field`), a cache entry's
-//! `dimensions` and a scan limit's `default` are left out (also
-//! `missing-review-field`), and each label seen gets the class
+//! `dimensions`, a metric's `dimensions` when no labels were seen, and a scan
+//! limit's `default` are left out (also `missing-review-field`), and each label seen gets the class
 //! [`PLACEHOLDER_CLASS`], which is outside the taxonomy
 //! (`unreviewed-cardinality-class`). What the tree already says (prefix,
 //! config key, metric name, the labels emitted) is filled in.
 
 use std::collections::BTreeSet;
 
-use super::found::{Found, Site};
+use super::doc_ids::DocIds;
+use super::found::{Found, FoundScanLimit, Site};
 use crate::extract::SCAN_LIMIT_SUFFIX;
 use crate::policy_toml::{Draft, DraftCacheKey, DraftMetric, DraftScanLimit, DraftSources};
 
@@ -20,7 +21,15 @@ use crate::policy_toml::{Draft, DraftCacheKey, DraftMetric, DraftScanLimit, Draf
 pub const PLACEHOLDER_CLASS: &str = "TODO_bounded_or_finite";
 
 /// The starter policy for `found`, scanned with `sources`.
-pub fn draft(found: &Found, sources: DraftSources, cache_namespace: &str) -> Draft {
+///
+/// IDs are the ones the docs' tables already give a prefix or config key
+/// ([`DocIds`]), else derived from the family name or the key.
+pub fn draft(
+    found: &Found,
+    sources: DraftSources,
+    cache_namespace: &str,
+    doc_ids: &DocIds,
+) -> Draft {
     let mut draft = Draft {
         header: HEADER.iter().map(|s| s.to_string()).collect(),
         sources,
@@ -28,7 +37,10 @@ pub fn draft(found: &Found, sources: DraftSources, cache_namespace: &str) -> Dra
     };
     let mut ids = BTreeSet::new();
     for p in &found.prefixes {
-        let id = unique(&mut ids, prefix_id(&p.prefix, cache_namespace));
+        let id = doc_ids
+            .for_prefix(&p.prefix)
+            .map_or_else(|| prefix_id(&p.prefix, cache_namespace), str::to_owned);
+        let id = unique(&mut ids, id);
         draft.cache_keys.push(DraftCacheKey {
             id,
             notes: vec![
@@ -45,14 +57,58 @@ pub fn draft(found: &Found, sources: DraftSources, cache_namespace: &str) -> Dra
             eviction: todo("what removes a key"),
         });
     }
-    let mut ids = BTreeSet::new();
-    for s in &found.scan_limits {
+    draft.scan_limits = scan_limit_drafts(&found.scan_limits, doc_ids, BTreeSet::new());
+    for m in &found.metrics {
+        // Without labels seen, `dimensions` is left out: `check` reports the
+        // missing field until someone writes the labels, or `{}` to record
+        // that the metric was reviewed as having none.
+        let labels_note = match &m.labels {
+            Some(labels) if labels.is_empty() => "TODO: emitted without labels here; after checking every emission site, add `dimensions = {}` (reviewed: no dimensions)".to_owned(),
+            Some(labels) => format!(
+                "labels seen: {}; give each a reviewed class (bounded_*, finite_*, request_scope_*, *_no_label)",
+                labels.join(", ")
+            ),
+            None => "TODO: no emission site with known labels was found; add `dimensions = { label = \"class\" }` for the labels it is emitted with, or `dimensions = {}` (reviewed: no dimensions)".to_owned(),
+        };
+        let mut notes = vec![format!("found in {}", at(&m.site)), labels_note];
+        if m.labels.as_ref().is_some_and(|l| !l.is_empty()) {
+            notes.push("a bounded_* dimension also needs `selection` and `suppression`".into());
+        }
+        draft.metrics.push(DraftMetric {
+            name: m.name.clone(),
+            notes,
+            owner: Some(m.site.owner.clone()),
+            surface: todo("where the metric is exposed, e.g. GET /metrics"),
+            dimensions: m.labels.as_ref().filter(|l| !l.is_empty()).map(|labels| {
+                labels
+                    .iter()
+                    .map(|l| (l.clone(), PLACEHOLDER_CLASS.to_owned()))
+                    .collect()
+            }),
+            cardinality: todo("how many series can exist"),
+            selection: None,
+            suppression: None,
+        });
+    }
+    draft
+}
+
+/// One `[scan_limits]` draft per found key, with IDs the docs use (else
+/// the key's leaf without `_scan_limit`) and not among `taken`.
+pub(crate) fn scan_limit_drafts(
+    found: &[FoundScanLimit],
+    doc_ids: &DocIds,
+    mut taken: BTreeSet<String>,
+) -> Vec<DraftScanLimit> {
+    let mut out = Vec::new();
+    for s in found {
         let leaf = s.key.rsplit('.').next().unwrap_or(&s.key);
-        let id = unique(
-            &mut ids,
-            leaf.trim_end_matches(SCAN_LIMIT_SUFFIX).to_owned(),
+        let id = doc_ids.for_config_key(&s.key).map_or_else(
+            || leaf.trim_end_matches(SCAN_LIMIT_SUFFIX).to_owned(),
+            str::to_owned,
         );
-        draft.scan_limits.push(DraftScanLimit {
+        let id = unique(&mut taken, id);
+        out.push(DraftScanLimit {
             id,
             notes: vec![
                 format!("found in {}", at(&s.site)),
@@ -65,37 +121,7 @@ pub fn draft(found: &Found, sources: DraftSources, cache_namespace: &str) -> Dra
             bound: todo("what one scan touches at most"),
         });
     }
-    for m in &found.metrics {
-        let labels_note = match &m.labels {
-            Some(labels) if labels.is_empty() => "emitted without labels".to_owned(),
-            Some(labels) => format!(
-                "labels seen: {}; give each a reviewed class (bounded_*, finite_*, request_scope_*, *_no_label)",
-                labels.join(", ")
-            ),
-            None => "no emission site with known labels was found: declare the labels it is emitted with".to_owned(),
-        };
-        let mut notes = vec![format!("found in {}", at(&m.site)), labels_note];
-        if m.labels.as_ref().is_some_and(|l| !l.is_empty()) {
-            notes.push("a bounded_* dimension also needs `selection` and `suppression`".into());
-        }
-        draft.metrics.push(DraftMetric {
-            name: m.name.clone(),
-            notes,
-            owner: Some(m.site.owner.clone()),
-            surface: todo("where the metric is exposed, e.g. GET /metrics"),
-            dimensions: Some(
-                m.labels
-                    .iter()
-                    .flatten()
-                    .map(|l| (l.clone(), PLACEHOLDER_CLASS.to_owned()))
-                    .collect(),
-            ),
-            cardinality: todo("how many series can exist"),
-            selection: None,
-            suppression: None,
-        });
-    }
-    draft
+    out
 }
 
 const HEADER: &[&str] = &[

@@ -9,6 +9,7 @@
 //! TODO that `check` rejects (see [`draft`]), so writing it cannot make a
 //! tree pass.
 
+mod doc_ids;
 mod draft;
 mod found;
 mod owner;
@@ -16,6 +17,7 @@ mod owner;
 use crate::generated_file::{self, GeneratedFileError};
 use std::path::{Path, PathBuf};
 
+pub(crate) use draft::scan_limit_drafts;
 pub use draft::{prefix_id, PLACEHOLDER_CLASS};
 pub use found::Site;
 
@@ -123,12 +125,47 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
         return Err(InitError::File(GeneratedFileError::Exists(found)).into());
     }
     let sources = default_sources(root);
+    let survey = survey(root, &sources)?;
+    let draft = draft::draft(
+        &survey.found,
+        sources,
+        &survey.settings.cache_namespace,
+        &survey.doc_ids,
+    );
+    let text = draft.render();
+    dwpolicy::load::load(&text).map_err(|e| InitError::Generated(e.to_string()))?;
+    generated_file::write(&path, &text).map_err(InitError::from)?;
+    Ok(InitReport {
+        path,
+        counts: (
+            draft.cache_keys.len(),
+            draft.scan_limits.len(),
+            draft.metrics.len(),
+        ),
+        text,
+        files_scanned: survey.files_scanned,
+        undeclarable: survey.found.undeclarable,
+    })
+}
+
+/// What a tree holds under some `[sources]`: the surfaces found, and the
+/// IDs its docs already give them.
+pub(crate) struct Survey {
+    pub found: found::Found,
+    pub doc_ids: doc_ids::DocIds,
+    pub settings: dwpolicy::Settings,
+    pub files_scanned: usize,
+}
+
+/// Walks and scans `root` as `check` would under `sources` (default
+/// settings), and reads the docs those sources name.
+pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, RunError> {
     let defaults = Draft {
         sources: sources.clone(),
         ..Draft::default()
     };
     let policy_file = PolicyFile::from_text("(dwlint init defaults)".into(), defaults.render())?;
-    let settings = &policy_file.policy.settings;
+    let settings = policy_file.policy.settings.clone();
     let files = walk::select_files(root, &policy_file)?;
     let config = ExtractConfig {
         cache_namespace: settings.cache_namespace.clone(),
@@ -141,25 +178,22 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
         std::thread::Builder::new()
             .name("dwlint-init".into())
             .stack_size(256 << 20)
-            .spawn_scoped(scope, || found::collect(root, &output, settings))
+            .spawn_scoped(scope, || found::collect(root, &output, &settings))
             .ok()
             .and_then(|handle| handle.join().ok())
     })
     .ok_or_else(|| InitError::Generated("guessing owners failed".into()))?;
-    let draft = draft::draft(&found, sources, &settings.cache_namespace);
-    let text = draft.render();
-    dwpolicy::load::load(&text).map_err(|e| InitError::Generated(e.to_string()))?;
-    generated_file::write(&path, &text).map_err(InitError::from)?;
-    Ok(InitReport {
-        path,
-        counts: (
-            draft.cache_keys.len(),
-            draft.scan_limits.len(),
-            draft.metrics.len(),
-        ),
-        text,
+    // The docs are optional input: an unreadable one just names nothing.
+    let doc_texts: Vec<String> = sources
+        .docs
+        .iter()
+        .filter_map(|doc| std::fs::read_to_string(root.join(doc)).ok())
+        .collect();
+    Ok(Survey {
+        found,
+        doc_ids: doc_ids::DocIds::from_docs(doc_texts.iter().map(String::as_str)),
+        settings,
         files_scanned: output.files_scanned,
-        undeclarable: found.undeclarable,
     })
 }
 

@@ -6,14 +6,23 @@
 //! (see [`php_array`]), converted field by field (see [`convert`]), written
 //! in the documented layout, and re-loaded with `dwpolicy` before anything
 //! is written, so a successful import always produces a loadable policy.
+//!
+//! The PHP format has no place for scan limits the server's own test never
+//! checked, yet the code reads `*_scan_limit` config keys that `check`
+//! reports as `undeclared-scan-limit`. So the tree the file belongs to is
+//! scanned as `check` would scan it, and every such key the PHP policy does
+//! not declare becomes a `[scan_limits]` draft with TODOs (as `init` writes
+//! them), listed in the command's output.
 
 mod convert;
 pub mod php_array;
 
 use crate::generated_file::{self, GeneratedFileError};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use crate::error::RunError;
+use crate::inventory::config_key_matches;
 use crate::policy_toml::{Draft, DraftSources};
 
 /// Why an import failed (exit 2).
@@ -64,6 +73,11 @@ pub fn reference_sources() -> DraftSources {
 /// The TOML policy for the PHP policy `text`, read from `file` (as shown in
 /// messages).
 pub fn convert_text(text: &str, file: &str) -> Result<String, ImportError> {
+    render(convert_draft(text, file)?)
+}
+
+/// The converted policy, before rendering.
+fn convert_draft(text: &str, file: &str) -> Result<Draft, ImportError> {
     let syntax = |at: usize, message: String| {
         let (line, column) = php_array::line_col(text, at);
         ImportError::Syntax {
@@ -80,7 +94,7 @@ pub fn convert_text(text: &str, file: &str) -> Result<String, ImportError> {
         message: e.message,
     })?;
     let converted = convert::convert(&value).map_err(|e| syntax(e.at, e.message))?;
-    let draft = Draft {
+    Ok(Draft {
         header: vec![
             format!("Converted by `dwlint policy import` from {file}."),
             "[sources] follows the reference server layout; adjust it to this tree.".into(),
@@ -88,10 +102,66 @@ pub fn convert_text(text: &str, file: &str) -> Result<String, ImportError> {
         ],
         sources: reference_sources(),
         ..converted
-    };
+    })
+}
+
+/// The TOML text, re-loaded before it is returned.
+fn render(draft: Draft) -> Result<String, ImportError> {
     let toml = draft.render();
     dwpolicy::load::load(&toml).map_err(|e| ImportError::Invalid(e.to_string()))?;
     Ok(toml)
+}
+
+/// Adds a `[scan_limits]` draft for every `*_scan_limit` key read under
+/// `root` that `draft` does not declare; returns the keys added and where
+/// each was read.
+fn draft_scan_limits(draft: &mut Draft, root: &Path) -> Result<Vec<(String, String)>, RunError> {
+    let survey = crate::init::survey(root, &draft.sources)?;
+    let declared: Vec<String> = draft
+        .scan_limits
+        .iter()
+        .filter_map(|s| s.config_key.clone())
+        .collect();
+    let missing: Vec<_> = survey
+        .found
+        .scan_limits
+        .into_iter()
+        .filter(|found| !declared.iter().any(|d| config_key_matches(d, &found.key)))
+        .collect();
+    let taken: BTreeSet<String> = draft.scan_limits.iter().map(|s| s.id.clone()).collect();
+    let added = crate::init::scan_limit_drafts(&missing, &survey.doc_ids, taken);
+    let keys = missing
+        .iter()
+        .map(|s| (s.key.clone(), format!("{}:{}", s.site.file, s.site.line)))
+        .collect();
+    draft.scan_limits.extend(added);
+    Ok(keys)
+}
+
+/// The tree a PHP policy belongs to: `ROOT/config/dw-bounded-growth.php`
+/// gives `ROOT`; a file elsewhere, the current directory.
+pub fn default_root(file: &Path) -> PathBuf {
+    let dir = file
+        .parent()
+        .filter(|d| d.file_name().is_some_and(|n| n == "config"));
+    match dir.and_then(Path::parent) {
+        Some(root) if root.as_os_str().is_empty() => PathBuf::from("."),
+        Some(root) => root.to_path_buf(),
+        None => PathBuf::from("."),
+    }
+}
+
+/// What `import` produced.
+#[derive(Debug)]
+pub struct Imported {
+    /// The TOML, when there is no `--output`.
+    pub toml: Option<String>,
+    /// `*_scan_limit` keys read in the tree that the PHP policy does not
+    /// declare, each added as a `[scan_limits]` draft with TODOs, with
+    /// where it was read (`file:line`, relative to `root`).
+    pub drafted_scan_limits: Vec<(String, String)>,
+    /// The tree that was scanned for them.
+    pub root: PathBuf,
 }
 
 /// What to convert and where to put it.
@@ -103,22 +173,54 @@ pub struct ImportOptions {
     pub output: Option<PathBuf>,
     /// Overwrite an existing output.
     pub force: bool,
+    /// The tree to scan for undeclared scan limits (see [`default_root`]).
+    pub root: Option<PathBuf>,
 }
 
-/// Converts `options.file`; returns the TOML when there is no `--output`.
-pub fn import(options: &ImportOptions) -> Result<Option<String>, RunError> {
+/// Converts `options.file`, with drafts for the scan limits its tree reads.
+pub fn import(options: &ImportOptions) -> Result<Imported, RunError> {
     let text = std::fs::read_to_string(&options.file).map_err(|source| ImportError::Read {
         path: options.file.clone(),
         source,
     })?;
     let shown = options.file.to_string_lossy().replace('\\', "/");
-    let toml = convert_text(&text, &shown)?;
+    let mut draft = convert_draft(&text, &shown)?;
+    let root = options
+        .root
+        .clone()
+        .unwrap_or_else(|| default_root(&options.file));
+    if !root.is_dir() {
+        return Err(RunError::NoSuchPath(root));
+    }
+    let drafted_scan_limits = draft_scan_limits(&mut draft, &root)?;
+    let toml = render(draft)?;
+    let imported = |toml| Imported {
+        toml,
+        drafted_scan_limits: drafted_scan_limits.clone(),
+        root: root.clone(),
+    };
     let Some(output) = &options.output else {
-        return Ok(Some(toml));
+        return Ok(imported(Some(toml)));
     };
     if output.exists() && !options.force {
         return Err(ImportError::File(GeneratedFileError::Exists(output.clone())).into());
     }
     generated_file::write(output, &toml).map_err(ImportError::from)?;
-    Ok(None)
+    Ok(imported(None))
+}
+
+/// What the import added beyond the PHP file, for the user to review.
+pub fn summary(imported: &Imported) -> String {
+    let mut out = String::new();
+    for (key, site) in &imported.drafted_scan_limits {
+        out.push_str(&format!(
+            "note: {}: `{key}` is read here but the PHP policy does not declare it: added a [scan_limits] draft; replace its TODOs\n",
+            if imported.root == Path::new(".") {
+                site.clone()
+            } else {
+                imported.root.join(site).display().to_string()
+            }
+        ));
+    }
+    out
 }

@@ -92,6 +92,19 @@ impl FieldCheck<'_> {
         }
     }
 
+    /// A missing `dimensions`, with the explicit form for "none".
+    fn dimensions<T>(&mut self, value: &Option<T>, none_form: &str) {
+        if value.is_none() {
+            self.missing("dimensions");
+            if let Some(finding) = self.out.last_mut() {
+                finding.help = Some(format!(
+                    "declare what varies for `{}`, or `{none_form}` to record that it was reviewed as having no dimensions; see docs/policy.md",
+                    self.entry.value
+                ));
+            }
+        }
+    }
+
     fn missing(&mut self, field: &str) {
         let message = format!("`{}` has no `{field}`", self.entry.value);
         self.push(field, self.entry.span, message);
@@ -122,7 +135,7 @@ pub fn missing_review_fields(policy: &Policy) -> Vec<PolicyFinding> {
         };
         check.text("owner", &entry.owner);
         check.text("prefix", &entry.prefix);
-        check.present("dimensions", &entry.dimensions);
+        check.dimensions(&entry.dimensions, "dimensions = []");
         check.text("ttl", &entry.ttl);
         check.text("bound", &entry.bound);
         check.text("admission", &entry.admission);
@@ -147,7 +160,7 @@ pub fn missing_review_fields(policy: &Policy) -> Vec<PolicyFinding> {
         };
         check.text("owner", &entry.owner);
         check.text("surface", &entry.surface);
-        check.present("dimensions", &entry.dimensions);
+        check.dimensions(&entry.dimensions, "dimensions = {}");
         check.text("cardinality", &entry.cardinality);
         // A capped label set needs a story for which series survive the cap
         // and how the rest are counted; fixed inventories and unlabeled
