@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut limits = StructuralLimits::default();
     limits.set(LimitKind::PendingActivityCount, 5);
     limits.set(LimitKind::PendingSignalCount, 3);
-    let mut store = Store::open_in_memory(StoreConfig {
+    let store = Store::open_in_memory(StoreConfig {
         limits,
         ..StoreConfig::default()
     })?;

@@ -14,6 +14,7 @@ pub mod policy;
 pub mod poll_requests;
 pub mod polling;
 pub mod readiness;
+pub mod registry;
 pub mod retention;
 pub mod server;
 pub mod store;

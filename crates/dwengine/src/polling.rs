@@ -134,6 +134,39 @@ impl Default for WorkflowTaskPoller {
     }
 }
 
+/// The scan cap of one activity-task poll pass.
+///
+/// An activity worker that dies holding a lease would otherwise strand its
+/// run: each activity poll pass returns at most this many expired activity
+/// leases to their queues (oldest expiry first, an index walk), reusing
+/// the per-task duplicate-recovery suppression of workflow tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActivityTaskPoller {
+    /// Expired activity-task leases recovered per pass.
+    pub expired_activity_task_recovery_scan_limit: usize,
+}
+
+impl ActivityTaskPoller {
+    /// The configuration key of the expired activity-lease recovery cap.
+    pub const EXPIRED_TASK_SCAN_LIMIT_KEY: &'static str =
+        "server.polling.expired_activity_task_recovery_scan_limit";
+
+    /// The cap read from `lookup`; 0 or absent means the default (5).
+    pub fn from_config(lookup: impl Fn(&str) -> Option<usize>) -> Self {
+        ActivityTaskPoller {
+            expired_activity_task_recovery_scan_limit: lookup(Self::EXPIRED_TASK_SCAN_LIMIT_KEY)
+                .filter(|n| *n > 0)
+                .unwrap_or(WorkflowTaskPoller::DEFAULT_SCAN_LIMIT),
+        }
+    }
+}
+
+impl Default for ActivityTaskPoller {
+    fn default() -> Self {
+        Self::from_config(|_| None)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

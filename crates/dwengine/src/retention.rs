@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::{hash_dimensions, Cache, CacheError};
-use crate::store::{Error as StoreError, RunId, Store};
+use crate::store::{Error as StoreError, RunId};
 
 /// Why an inline retention pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +47,12 @@ impl HistoryRetentionEnforcer {
         }
     }
 
-    /// Called on each heartbeat; prunes at most one run when elected.
+    /// Called on each heartbeat; when elected, `prune` removes at most one
+    /// run of `namespace` closed before the cutoff it is given.
     pub fn on_heartbeat(
         &self,
         namespace: &str,
-        store: &mut Store,
+        prune: impl FnOnce(i64) -> Result<Option<RunId>, StoreError>,
     ) -> Result<Option<RunId>, RetentionError> {
         let key = format!("{}{}", Self::PREFIX, hash_dimensions(&[namespace]));
         if !self.cache.add(&key, b"1", self.throttle)? {
@@ -60,6 +61,6 @@ impl HistoryRetentionEnforcer {
         let now = crate::unix_ms();
         let cutoff =
             now.saturating_sub(i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX));
-        Ok(store.prune_one_expired_run(namespace, cutoff)?)
+        Ok(prune(cutoff)?)
     }
 }

@@ -30,7 +30,7 @@ fn eight_writers_signalling_one_run_get_exactly_the_limit_accepted() {
             let (path, config, barrier) = (path.clone(), config.clone(), Arc::clone(&barrier));
             thread::spawn(move || {
                 // One connection per thread, as separate worker processes would have.
-                let mut store = Store::open(&path, config).unwrap();
+                let store = Store::open(&path, config).unwrap();
                 barrier.wait();
                 (0..SIGNALS_PER_THREAD)
                     .map(|i| {

@@ -26,7 +26,7 @@ fn crash_child_process() {
         return;
     };
     let run = RunId(run.parse().unwrap());
-    let mut store = Store::open(path, common::config(&[])).unwrap();
+    let store = Store::open(path, common::config(&[])).unwrap();
     let _ = store.execute_task(run, |task| {
         for i in 0..50 {
             task.schedule_activity("charge", &json!({ "i": i }))?;
@@ -87,7 +87,7 @@ fn a_task_killed_mid_way_leaves_no_partial_rows() {
     );
     assert!(!status.success(), "the child was killed, not finished");
 
-    let mut store = Store::open(&path, common::config(&[])).unwrap();
+    let store = Store::open(&path, common::config(&[])).unwrap();
     let state = store.run(run).unwrap();
     assert_eq!(state.status, RunStatus::Running);
     assert_eq!(state.history_length, 1, "only the start event");

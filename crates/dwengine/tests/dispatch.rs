@@ -8,7 +8,7 @@ use dwengine::store::{RunStatus, TaskKind, WorkflowDecision};
 
 #[test]
 fn a_lease_is_bound_to_its_poll_and_returns_after_expiry() {
-    let mut store = common::memory_store(&[]);
+    let store = common::memory_store(&[]);
     let run = store.start_run(common::start("wf")).unwrap();
     assert!(store.enqueue_workflow_task(run).unwrap());
     assert!(
@@ -46,7 +46,7 @@ fn a_lease_is_bound_to_its_poll_and_returns_after_expiry() {
 
 #[test]
 fn retention_prunes_only_marked_closed_runs_and_keeps_the_root_row() {
-    let mut store = common::memory_store(&[]);
+    let store = common::memory_store(&[]);
     let run = store.start_run(common::start("done")).unwrap();
     let open = store.start_run(common::start("open")).unwrap();
     store.enqueue_workflow_task(run).unwrap();

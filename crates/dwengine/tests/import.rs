@@ -54,7 +54,7 @@ fn table_rows(store: &Store, ids: std::ops::Range<i64>) -> usize {
 
 #[test]
 fn an_import_writes_start_rows_and_terminal_event_in_history_order() {
-    let mut store = store(100, 0);
+    let store = store(100, 0);
     let done = Some(V1Terminal::Completed {
         result: json!("ok"),
     });
@@ -92,7 +92,7 @@ fn an_import_writes_start_rows_and_terminal_event_in_history_order() {
 
 #[test]
 fn a_running_v1_run_has_no_terminal_event() {
-    let mut store = store(5, 0);
+    let store = store(5, 0);
     // 1 start + 2 logs + signal + exception = 5: exactly the budget.
     let report = store
         .import_v1_projection(&projection("open", 2, None), ImportMode::Commit)
@@ -106,7 +106,7 @@ fn a_running_v1_run_has_no_terminal_event() {
 
 #[test]
 fn too_many_events_fail_before_existing_rows_are_read_or_written() {
-    let mut store = store(6, 0);
+    let store = store(6, 0);
     let done = || {
         Some(V1Terminal::Failed {
             message: "x".into(),
@@ -143,7 +143,7 @@ fn the_byte_budget_stops_at_the_first_event_over_it() {
         .import_v1_projection(&sample, ImportMode::DryRun)
         .unwrap();
     assert_eq!(unlimited.run, None);
-    let mut tight = store(0, unlimited.bytes - 1);
+    let tight = store(0, unlimited.bytes - 1);
     let error = tight
         .import_v1_projection(&sample, ImportMode::Commit)
         .unwrap_err();
@@ -157,7 +157,7 @@ fn the_byte_budget_stops_at_the_first_event_over_it() {
     );
     assert_eq!(table_rows(&tight, 1..5), 0);
     // Exactly the budget fits.
-    let mut exact = store(0, unlimited.bytes);
+    let exact = store(0, unlimited.bytes);
     assert!(exact
         .import_v1_projection(&sample, ImportMode::Commit)
         .is_ok());
@@ -165,7 +165,7 @@ fn the_byte_budget_stops_at_the_first_event_over_it() {
 
 #[test]
 fn a_dry_run_writes_nothing() {
-    let mut store = store(100, 0);
+    let store = store(100, 0);
     let report = store
         .import_v1_projection(&projection("dry", 1, None), ImportMode::DryRun)
         .unwrap();
@@ -175,7 +175,7 @@ fn a_dry_run_writes_nothing() {
 
 #[test]
 fn imported_projections_are_read_only() {
-    let mut store = store(100, 0);
+    let store = store(100, 0);
     let run = store
         .import_v1_projection(&projection("ro", 1, None), ImportMode::Commit)
         .unwrap()

@@ -327,7 +327,7 @@ fn memo_is_merged_then_checked_before_it_is_saved() {
 
 #[test]
 fn search_attributes_are_merged_with_the_existing_set() {
-    let mut store = memory_store(&[(LimitKind::SearchAttributeSizeBytes, 30)]);
+    let store = memory_store(&[(LimitKind::SearchAttributeSizeBytes, 30)]);
     let mut start = common::start("w1");
     start.search_attributes = map(json!({ "region": "eu" }));
     let run = store.start_run(start).unwrap();

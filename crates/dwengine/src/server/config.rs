@@ -15,7 +15,8 @@ use dwpolicy::series::PROMETHEUS_WORKFLOW_SERIES;
 
 use crate::admission::NamespaceLimit;
 use crate::poll_requests::PollRequestTtls;
-use crate::polling::WorkflowTaskPoller;
+use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
+use crate::registry::IdleWorkerSweep;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
 
@@ -80,6 +81,12 @@ pub struct ServerConfig {
     pub recovery_suppression: Duration,
     /// Poll-pass scan caps.
     pub poller: WorkflowTaskPoller,
+    /// The activity poll pass's expired-lease scan cap.
+    pub activity_poller: ActivityTaskPoller,
+    /// The heartbeat's idle-registration sweep.
+    pub worker_sweep: IdleWorkerSweep,
+    /// Read connections of a file store at most.
+    pub store_readers: usize,
     /// TTL of wake signals.
     pub signal_ttl: Duration,
     /// `server.metrics.prometheus_workflow_series_limit` as configured
@@ -111,6 +118,9 @@ impl ServerConfig {
             retention_throttle: Duration::from_secs(60),
             recovery_suppression: Duration::from_secs(60),
             poller: WorkflowTaskPoller::default(),
+            activity_poller: ActivityTaskPoller::default(),
+            worker_sweep: IdleWorkerSweep::default(),
+            store_readers: crate::store::shared::DEFAULT_READERS,
             signal_ttl: Duration::from_secs(60),
             prometheus_workflow_series_limit: None,
         }
@@ -196,6 +206,19 @@ impl ServerConfig {
         let scan =
             |key: &str| lookup(&config_key_variable(key)).and_then(|v| v.trim().parse().ok());
         config.poller = WorkflowTaskPoller::from_config(scan);
+        config.activity_poller = ActivityTaskPoller::from_config(scan);
+        let idle_after =
+            parse("DW_WORKER_IDLE_AFTER_MS")?.map_or(IdleWorkerSweep::DEFAULT_IDLE_AFTER, ms);
+        config.worker_sweep = IdleWorkerSweep::from_config(scan, idle_after);
+        if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS")? {
+            config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        }
+        if let Some(n) = parse("DW_HISTORY_PAGE_BYTES")? {
+            config.store.history_page.max_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        }
+        if let Some(n) = parse("DW_STORE_READERS")? {
+            config.store_readers = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        }
         // Strict, unlike the scan caps above: a typo must not silently fall
         // back to the default cap of a user-controlled label set.
         let series = config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key);

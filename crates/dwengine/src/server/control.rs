@@ -36,6 +36,9 @@ pub struct StartWorkflow {
     /// Optional business key.
     #[serde(default)]
     pub business_key: Option<String>,
+    /// Deduplication token: a retry with it returns the run it started.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// Body of signal and update.
@@ -83,8 +86,7 @@ impl Engine {
     }
 
     fn run_of(&self, namespace: &str, workflow_id: &str) -> Result<RunId, ApiError> {
-        self.store()
-            .find_run(namespace, workflow_id)?
+        self.read(|s| s.find_run(namespace, workflow_id))?
             .ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned()))
     }
 
@@ -104,6 +106,9 @@ impl Engine {
         if let Some(key) = &body.business_key {
             v.business_key(key);
         }
+        if let Some(id) = &body.request_id {
+            v.request_id(id);
+        }
         finish_validation(
             v,
             &[
@@ -113,22 +118,24 @@ impl Engine {
             ],
         )?;
         let _slot = self.admit_namespace(namespace)?;
-        let run = {
-            let mut store = self.store();
-            let run = store.start_run(StartRun {
-                workflow_id: body.workflow_id.clone(),
-                workflow_type: body.workflow_type,
-                namespace: namespace.to_owned(),
-                task_queue: body.task_queue.clone(),
-                arguments: body.input,
-                memo: body.memo,
-                search_attributes: body.search_attributes,
-            })?;
-            store.enqueue_workflow_task(run)?;
-            run
+        let start = StartRun {
+            workflow_id: body.workflow_id.clone(),
+            workflow_type: body.workflow_type,
+            namespace: namespace.to_owned(),
+            task_queue: body.task_queue.clone(),
+            arguments: body.input,
+            memo: body.memo,
+            search_attributes: body.search_attributes,
         };
+        let request_id = body.request_id;
+        let started = self.write(move |s| s.start_workflow(start, request_id.as_deref()))?;
         self.wake(namespace, &body.task_queue, TaskKind::Workflow)?;
-        Ok(json!({ "workflow_id": body.workflow_id, "run_id": run.0, "outcome": "started" }))
+        Ok(json!({
+            "workflow_id": body.workflow_id,
+            "run_id": started.run.0,
+            "outcome": "started",
+            "duplicate": started.duplicate,
+        }))
     }
 
     /// Admits a signal or update; a structural limit refuses it with its metadata.
@@ -157,8 +164,8 @@ impl Engine {
             payload: body.input,
             request_id: body.request_id,
         };
-        let (admission, task_queue) = {
-            let mut store = self.store();
+        // The message and the workflow task that delivers it commit together.
+        let (admission, task_queue) = self.write(move |store| {
             let admission = match kind {
                 MessageKind::Signal => store.signal(run, request)?,
                 MessageKind::Update => store.submit_update(run, request)?,
@@ -169,8 +176,8 @@ impl Engine {
             {
                 store.enqueue_workflow_task(run)?;
             }
-            (admission, store.run(run)?.task_queue)
-        };
+            Ok((admission, store.run(run)?.task_queue))
+        })?;
         match admission {
             Admission::Rejected(rejection) => Err(ApiError::Structural(rejection)),
             Admission::Accepted { id, duplicate } => {
@@ -202,16 +209,16 @@ impl Engine {
         let _slot = self.admit_namespace(namespace)?;
         let run = self.run_of(namespace, workflow_id)?;
         let reason = body.reason.unwrap_or_default();
-        let task_queue = {
-            let mut store = self.store();
-            if terminate {
-                store.terminate(run, &reason)?;
+        let request_id = body.request_id;
+        let (stopped, task_queue) = self.write(move |store| {
+            let stopped = if terminate {
+                store.terminate(run, &reason, request_id.as_deref())?
             } else {
-                store.request_cancel(run, &reason)?;
-            }
-            store.run(run)?.task_queue
-        };
-        if !terminate {
+                store.request_cancel(run, &reason, request_id.as_deref())?
+            };
+            Ok((stopped, store.run(run)?.task_queue))
+        })?;
+        if !terminate && !stopped.duplicate {
             self.wake(namespace, &task_queue, TaskKind::Workflow)?;
         }
         let outcome = if terminate {
@@ -219,7 +226,7 @@ impl Engine {
         } else {
             "cancel_requested"
         };
-        Ok(json!({ "outcome": outcome, "run_id": run.0 }))
+        Ok(json!({ "outcome": outcome, "run_id": run.0, "duplicate": stopped.duplicate }))
     }
 
     /// The newest run of a workflow.
@@ -229,7 +236,7 @@ impl Engine {
         v.finish()?;
         let _slot = self.admit_namespace(namespace)?;
         let run = self.run_of(namespace, workflow_id)?;
-        let description = self.store().describe(run)?;
+        let description = self.read(|s| s.describe(run))?;
         serde_json::to_value(description).map_err(|e| ApiError::Internal(e.to_string()))
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! Handlers get an `Arc<Engine>` and call its plain blocking methods (in
 //! `control` and `worker`) on the blocking pool, so all logic is testable
-//! without HTTP and the async side stays a thin adapter.
+//! without HTTP and the async side stays a thin adapter. Writes go to the
+//! store's group-commit writer as whole transitions (one closure = one
+//! atomic unit); reads go to its read pool.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
@@ -18,13 +20,13 @@ use crate::polling::LongPollSignalStore;
 use crate::readiness::ReadinessProbe;
 use crate::retention::HistoryRetentionEnforcer;
 use crate::server::{ApiError, ServerConfig};
-use crate::store::{Store, TaskKind};
+use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
 use crate::wait_slots::WaitSlotPool;
 
 /// The node's state.
 pub struct Engine {
     pub(crate) config: ServerConfig,
-    store: Mutex<Store>,
+    store: SharedStore,
     pub(crate) cache: Arc<dyn Cache>,
     pub(crate) signals: LongPollSignalStore,
     pub(crate) workflow_polls: PollRequests,
@@ -73,18 +75,22 @@ impl Engine {
 
     /// A node on an explicit cache (tests hold the same handle to count keys).
     pub fn with_cache(config: ServerConfig, cache: Arc<dyn Cache>) -> Result<Engine, StartError> {
-        let store = match &config.database {
-            Some(path) => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
-                        path: dir.to_owned(),
-                        source,
-                    })?;
-                }
-                Store::open(path, config.store.clone())?
-            }
-            None => Store::open_in_memory(config.store.clone())?,
-        };
+        if let Some(dir) = config
+            .database
+            .as_deref()
+            .and_then(|path| path.parent())
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let store = SharedStore::open(
+            config.database.as_deref(),
+            config.store.clone(),
+            config.store_readers,
+        )?;
         let node = crate::cache::hash_dimensions(&[&config.server_id]);
         let pool = |name| {
             WaitSlotPool::open(
@@ -95,7 +101,7 @@ impl Engine {
             )
         };
         Ok(Engine {
-            store: Mutex::new(store),
+            store,
             signals: LongPollSignalStore::with_ttl(cache.clone(), config.signal_ttl),
             workflow_polls: WorkflowTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             activity_polls: ActivityTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
@@ -134,10 +140,26 @@ impl Engine {
         &self.cache
     }
 
-    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
-        // A panic while holding the lock cannot leave SQLite half-written
-        // (every write is a transaction), so the store stays usable.
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs `transition` as one atomic unit of the next group commit.
+    pub(crate) fn write<R, F>(&self, transition: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.store.write(transition)
+    }
+
+    /// Runs `read` on one committed snapshot.
+    pub(crate) fn read<R>(
+        &self,
+        read: impl FnOnce(&Store) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        self.store.read(read)
+    }
+
+    /// The shared store (tests inspect its read pool).
+    pub fn shared_store(&self) -> &SharedStore {
+        &self.store
     }
 
     /// Live keys per declared cache policy, by scanning each declared prefix.

@@ -66,6 +66,18 @@ pub fn router(engine: Arc<Engine>) -> Router {
             post(complete_activity),
         )
         .route("/api/worker/activity-tasks/{id}/fail", post(fail_activity))
+        .route(
+            "/api/worker/activity-tasks/{id}/heartbeat",
+            post(heartbeat_task),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/heartbeat",
+            post(heartbeat_task),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/history",
+            get(workflow_task_history),
+        )
         // The body limit is dwpolicy's, answered with its JSON, not axum's default.
         .layer(DefaultBodyLimit::disable())
         .with_state(engine)
@@ -173,11 +185,12 @@ async fn ready(State(engine): Shared) -> Response {
 
 async fn health(State(engine): Shared) -> Response {
     blocking(engine, |e| {
-        let store = e.store();
-        Ok(json!({
-            "health": store.health(),
-            "capabilities": { "structural_limits": store.capabilities() },
-        }))
+        Ok(e.read(|store| {
+            Ok(json!({
+                "health": store.health(),
+                "capabilities": { "structural_limits": store.capabilities() },
+            }))
+        })?)
     })
     .await
 }
@@ -366,4 +379,27 @@ async fn fail_activity(
         e.finish_activity_task(id, true, b)
     })
     .await
+}
+
+async fn heartbeat_task(State(engine): Shared, Path(id): Path<i64>) -> Response {
+    blocking(engine, move |e| e.heartbeat_task(id)).await
+}
+
+/// `?after=N`: the history page starting at sequence N (0 when absent).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    after: u64,
+}
+
+async fn workflow_task_history(
+    State(engine): Shared,
+    Path(id): Path<i64>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(q)) => blocking(engine, move |e| e.workflow_task_history(id, q.after)).await,
+        Err(e) => refuse(ApiError::Malformed(e.body_text())),
+    }
 }

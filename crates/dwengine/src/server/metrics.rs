@@ -32,9 +32,8 @@ impl Engine {
         v.text("namespace", namespace, dwpolicy::boundary::MAX_NAME_CHARS);
         finish_validation(v, &[("namespace", namespace)])?;
         let _slot = self.admit_namespace(namespace)?;
-        let series = self
-            .store()
-            .workflow_run_series(namespace, self.workflow_runs.series_limit())?;
+        let limit = self.workflow_runs.series_limit();
+        let series = self.read(|s| s.workflow_run_series(namespace, limit))?;
         let guard = crate::policy::guard().map_err(|e| ApiError::Internal(e.to_owned()))?;
         Ok(self.workflow_runs.render(guard, series)?)
     }

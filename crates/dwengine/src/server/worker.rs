@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::diagnostics::PollObservation;
@@ -99,11 +99,24 @@ impl Engine {
                 ("task_queue", &body.task_queue),
             ],
         )?;
-        let mut store = self.store();
-        store.record_worker(&body.namespace, &body.worker_id, &body.task_queue)?;
+        let sweep = self.config.worker_sweep;
+        let idle_before = sweep.idle_before_ms(crate::unix_ms());
+        let (ns, worker, queue) = (
+            body.namespace.clone(),
+            body.worker_id.clone(),
+            body.task_queue.clone(),
+        );
+        // The registration and the bounded idle sweep commit together.
+        self.write(move |store| {
+            store.record_worker(&ns, &worker, &queue)?;
+            store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)
+        })?;
+        let ns = body.namespace.clone();
         let pruned = self
             .retention
-            .on_heartbeat(&body.namespace, &mut store)
+            .on_heartbeat(&body.namespace, |cutoff| {
+                self.write(move |store| store.prune_one_expired_run(&ns, cutoff))
+            })
             .map_err(|e| match e {
                 crate::retention::RetentionError::Cache(e) => ApiError::Cache(e),
                 crate::retention::RetentionError::Store(e) => ApiError::Store(e),
@@ -143,14 +156,26 @@ impl Engine {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         let polls = self.polls(kind);
         let answer = match polls.begin(ns, queue, id, wait)? {
-            PollClaim::Replay(bytes) => replayed(&bytes),
-            PollClaim::InFlight => self.await_in_flight(kind, &poll, wait)?,
+            PollClaim::Replay(bytes) => self.replayed(kind, &poll, &bytes)?,
+            PollClaim::InFlight => {
+                // A repeat of a poll still running waits like a poll: it
+                // holds a wait slot, so repeats cannot pile up threads.
+                let _slot = match self.wait_pool(kind).admit(ns)? {
+                    Ok(slot) => slot,
+                    Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+                };
+                self.await_in_flight(kind, &poll, wait)?
+            }
             PollClaim::Fresh => match self.run_poll(kind, &poll, wait) {
                 Ok(task) => {
-                    let answer = json!({ "task": task });
-                    let bytes = serde_json::to_vec(&answer).unwrap_or_default();
+                    // The replay key keeps a reference, never the task: its
+                    // size is fixed however large the history is.
+                    let reference = ReplayRef {
+                        task_id: task.as_ref().map(|t| t.task_id),
+                    };
+                    let bytes = serde_json::to_vec(&reference).unwrap_or_default();
                     polls.finish(ns, queue, id, &bytes)?;
-                    answer
+                    json!({ "task": task })
                 }
                 Err(e) => {
                     let _ = polls.abandon(ns, queue, id);
@@ -190,7 +215,7 @@ impl Engine {
             if let Some(bytes) =
                 polls.result(&poll.namespace, &poll.task_queue, &poll.poll_request_id)?
             {
-                return Ok(replayed(&bytes));
+                return self.replayed(kind, poll, &bytes);
             }
             if Instant::now() >= deadline {
                 return Ok(json!({ "task": null, "replayed": false }));
@@ -208,8 +233,7 @@ impl Engine {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         // The durable binding: a task still leased to this id is this poll's answer.
         if let Some(task) =
-            self.store()
-                .leased_by_poll_request(kind, ns, queue, &poll.poll_request_id)?
+            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?
         {
             return Ok(Some(task));
         }
@@ -243,9 +267,7 @@ impl Engine {
     /// One poll pass: capped recovery scans, then one lease under admission.
     fn pass(&self, kind: TaskKind, poll: &Poll) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        if kind == TaskKind::Workflow {
-            self.recover(ns, queue)?;
-        }
+        self.recover(kind, ns, queue)?;
         let Some(_lock) = self
             .queues
             .lock(ns, queue, kind.as_str(), Duration::from_millis(200))?
@@ -255,40 +277,89 @@ impl Engine {
         if !self.queues.has_budget(ns, queue, kind.as_str())? {
             return Ok(None);
         }
-        let task = self.store().lease_task(
-            kind,
-            ns,
-            queue,
-            &poll.worker_id,
-            &poll.poll_request_id,
-            self.config.task_lease,
-        )?;
+        let (ns_owned, queue_owned) = (ns.clone(), queue.clone());
+        let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
+        let lease = self.config.task_lease;
+        let task = self
+            .write(move |s| s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease))?;
         if task.is_some() {
             self.queues.record_dispatch(ns, queue, kind.as_str())?;
         }
         Ok(task)
     }
 
-    /// Due timers of the polled queue and expired workflow-task leases,
-    /// each scan capped; a lease another node is already recovering is skipped.
-    fn recover(&self, namespace: &str, task_queue: &str) -> Result<(), ApiError> {
+    /// The pass's capped recovery scans: for workflow polls, due timers of
+    /// the polled queue; for both kinds, expired leases of that kind. A
+    /// lease another node is already recovering is skipped.
+    fn recover(&self, kind: TaskKind, namespace: &str, task_queue: &str) -> Result<(), ApiError> {
         let limits = self.config.poller;
-        let mut store = self.store();
-        store.fire_due_timers(namespace, task_queue, limits.due_timer_recovery_scan_limit)?;
-        for task in
-            store.expired_workflow_leases(limits.expired_workflow_task_recovery_scan_limit)?
-        {
-            if limits.claim_recovery(self.cache.as_ref(), task, self.config.recovery_suppression)?
-                && store.recover_expired_lease(task)?
-            {
-                let (ns, queue): (String, String) = store.task_queue_of(task)?;
-                drop(store);
-                self.signals
-                    .signal(&ns, &queue, TaskKind::Workflow.as_str())?;
-                store = self.store();
+        let scan_limit = match kind {
+            TaskKind::Workflow => {
+                let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
+                let limit = limits.due_timer_recovery_scan_limit;
+                self.write(move |s| s.fire_due_timers(&ns, &queue, limit))?;
+                limits.expired_workflow_task_recovery_scan_limit
+            }
+            TaskKind::Activity => {
+                self.config
+                    .activity_poller
+                    .expired_activity_task_recovery_scan_limit
+            }
+        };
+        let expired = self.read(|s| s.expired_leases(kind, scan_limit))?;
+        for task in expired {
+            if !limits.claim_recovery(
+                self.cache.as_ref(),
+                task,
+                self.config.recovery_suppression,
+            )? {
+                continue;
+            }
+            let recovered = self.write(move |s| {
+                Ok(if s.recover_expired_lease(task)? {
+                    Some(s.task_queue_of(task)?)
+                } else {
+                    None
+                })
+            })?;
+            if let Some((ns, queue)) = recovered {
+                self.signals.signal(&ns, &queue, kind.as_str())?;
             }
         }
         Ok(())
+    }
+
+    /// A worker's heartbeat on a leased task: extends its lease by the
+    /// configured task lease from now.
+    pub fn heartbeat_task(&self, task_id: i64) -> Result<Value, ApiError> {
+        let lease = self.config.task_lease;
+        let expires = self.write(move |s| s.extend_lease(task_id, lease))?;
+        Ok(json!({ "outcome": "extended", "lease_expires_at_ms": expires }))
+    }
+
+    /// A page of a workflow task's history, from sequence `after` on.
+    pub fn workflow_task_history(&self, task_id: i64, after: u64) -> Result<Value, ApiError> {
+        let history = self.read(|s| s.task_history_page(task_id, after))?;
+        serde_json::to_value(history).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// The answer replayed from a replay key: the task it names, read
+    /// again from the store while it is still leased to this poll.
+    fn replayed(&self, kind: TaskKind, poll: &Poll, bytes: &[u8]) -> Result<Value, ApiError> {
+        let reference: ReplayRef =
+            serde_json::from_slice(bytes).unwrap_or(ReplayRef { task_id: None });
+        let task = match reference.task_id {
+            None => None,
+            Some(_) => self.read(|s| {
+                s.leased_by_poll_request(
+                    kind,
+                    &poll.namespace,
+                    &poll.task_queue,
+                    &poll.poll_request_id,
+                )
+            })?,
+        };
+        Ok(json!({ "task": task, "replayed": true }))
     }
 
     /// Completes a leased workflow task.
@@ -297,12 +368,11 @@ impl Engine {
         task_id: i64,
         body: WorkflowCompletion,
     ) -> Result<Value, ApiError> {
-        let (result, run) = {
-            let mut store = self.store();
-            let (ns, queue) = store.task_queue_of(task_id)?;
+        let (result, run) = self.write(move |store| {
+            let run = store.task_queue_of(task_id)?;
             let result = store.complete_workflow_task(task_id, &body.commands, body.decision)?;
-            (result, (ns, queue))
-        };
+            Ok((result, run))
+        })?;
         if result.activities_queued > 0 {
             self.signals
                 .signal(&run.0, &run.1, TaskKind::Activity.as_str())?;
@@ -314,11 +384,10 @@ impl Engine {
 
     /// Returns a leased workflow task to its queue.
     pub fn fail_workflow_task(&self, task_id: i64) -> Result<Value, ApiError> {
-        let (ns, queue) = {
-            let mut store = self.store();
+        let (ns, queue) = self.write(move |store| {
             store.fail_workflow_task(task_id)?;
-            store.task_queue_of(task_id)?
-        };
+            store.task_queue_of(task_id)
+        })?;
         self.signals
             .signal(&ns, &queue, TaskKind::Workflow.as_str())?;
         Ok(json!({ "outcome": "requeued" }))
@@ -336,11 +405,10 @@ impl Engine {
         } else {
             Ok(body.result)
         };
-        let (ns, queue) = {
-            let mut store = self.store();
+        let (ns, queue) = self.write(move |store| {
             store.finish_activity_task(task_id, outcome)?;
-            store.task_queue_of(task_id)?
-        };
+            store.task_queue_of(task_id)
+        })?;
         self.signals
             .signal(&ns, &queue, TaskKind::Workflow.as_str())?;
         Ok(json!({ "outcome": if failed { "failed" } else { "completed" } }))
@@ -353,10 +421,9 @@ impl Engine {
     }
 }
 
-fn replayed(bytes: &[u8]) -> Value {
-    let mut answer: Value = serde_json::from_slice(bytes).unwrap_or(json!({ "task": null }));
-    if let Value::Object(map) = &mut answer {
-        map.insert("replayed".into(), true.into());
-    }
-    answer
+/// What a replay key holds: which task the poll leased, if any (a few
+/// bytes, whatever the task's size).
+#[derive(Debug, Serialize, Deserialize)]
+struct ReplayRef {
+    task_id: Option<i64>,
 }

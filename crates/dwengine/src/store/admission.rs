@@ -10,12 +10,13 @@
 
 use dwpolicy::limits::REJECTION_REASON;
 use dwpolicy::{LimitKind, RunRef, StructuralLimitExceeded};
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::store::model::RunId;
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
 /// A signal for a run.
@@ -106,28 +107,22 @@ const UPDATES: Intake = Intake {
 
 impl Store {
     /// Admits a signal unless `pending_signal_count` is reached.
-    pub fn signal(&mut self, run: RunId, request: SignalRequest) -> Result<Admission, Error> {
+    pub fn signal(&self, run: RunId, request: SignalRequest) -> Result<Admission, Error> {
         self.admit(&SIGNALS, run, request)
     }
 
     /// Admits an update unless `pending_update_count` is reached.
-    pub fn submit_update(
-        &mut self,
-        run: RunId,
-        request: UpdateRequest,
-    ) -> Result<Admission, Error> {
+    pub fn submit_update(&self, run: RunId, request: UpdateRequest) -> Result<Admission, Error> {
         self.admit(&UPDATES, run, request)
     }
 
     fn admit(
-        &mut self,
+        &self,
         intake: &Intake,
         run: RunId,
         request: SignalRequest,
     ) -> Result<Admission, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
         head.ensure_writable()?;
         if let Some(request_id) = &request.request_id {

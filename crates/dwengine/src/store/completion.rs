@@ -10,12 +10,13 @@
 
 use dwpolicy::limits::FAILURE_CATEGORY;
 use dwpolicy::StructuralLimitExceeded;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::store::model::{ActivityId, RunId, RunOrigin, RunStatus, TimerId};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
 /// How an update ends.
@@ -68,7 +69,7 @@ const UPDATES: ItemTable = ItemTable {
 
 impl Store {
     /// An activity finished with `result`.
-    pub fn complete_activity(&mut self, activity: ActivityId, result: Value) -> Result<(), Error> {
+    pub fn complete_activity(&self, activity: ActivityId, result: Value) -> Result<(), Error> {
         let payload = json!({ "activity_id": activity.0, "result": result });
         self.close(
             &ACTIVITIES,
@@ -81,7 +82,7 @@ impl Store {
     }
 
     /// An activity finished with an error.
-    pub fn fail_activity(&mut self, activity: ActivityId, message: &str) -> Result<(), Error> {
+    pub fn fail_activity(&self, activity: ActivityId, message: &str) -> Result<(), Error> {
         let error = Value::String(message.to_owned());
         let payload = json!({ "activity_id": activity.0, "message": message });
         self.close(
@@ -95,7 +96,7 @@ impl Store {
     }
 
     /// A timer fired.
-    pub fn fire_timer(&mut self, timer: TimerId) -> Result<(), Error> {
+    pub fn fire_timer(&self, timer: TimerId) -> Result<(), Error> {
         let payload = json!({ "timer_id": timer.0 });
         self.close(
             &TIMERS,
@@ -108,7 +109,7 @@ impl Store {
     }
 
     /// A timer was cancelled before firing.
-    pub fn cancel_timer(&mut self, timer: TimerId) -> Result<(), Error> {
+    pub fn cancel_timer(&self, timer: TimerId) -> Result<(), Error> {
         let payload = json!({ "timer_id": timer.0 });
         self.close(
             &TIMERS,
@@ -121,7 +122,7 @@ impl Store {
     }
 
     /// Workflow code has handled a received signal.
-    pub fn process_signal(&mut self, signal: i64) -> Result<(), Error> {
+    pub fn process_signal(&self, signal: i64) -> Result<(), Error> {
         let payload = json!({ "signal_id": signal });
         self.close(
             &SIGNALS,
@@ -134,11 +135,7 @@ impl Store {
     }
 
     /// Workflow code has resolved an accepted update.
-    pub fn resolve_update(
-        &mut self,
-        update: i64,
-        resolution: UpdateResolution,
-    ) -> Result<(), Error> {
+    pub fn resolve_update(&self, update: i64, resolution: UpdateResolution) -> Result<(), Error> {
         let (status, event, result) = match &resolution {
             UpdateResolution::Completed(v) => ("completed", EventType::UpdateCompleted, v.clone()),
             UpdateResolution::Rejected(r) => (
@@ -152,7 +149,7 @@ impl Store {
     }
 
     fn close(
-        &mut self,
+        &self,
         table: &ItemTable,
         id: i64,
         status: &str,
@@ -160,9 +157,7 @@ impl Store {
         event: EventType,
         payload: Value,
     ) -> Result<(), Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let found: Option<(i64, String)> = tx
             .prepare_cached(&format!(
                 "SELECT run_id, status FROM {} WHERE id = ?1",

@@ -6,7 +6,7 @@
 //! both share the store's transactions and the run row's control columns
 //! added by migration 0002.
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 
@@ -14,7 +14,17 @@ use crate::store::completion::{finish_run, FailureRow};
 use crate::store::dispatch::enqueue_workflow;
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
+
+/// What a cancel or terminate did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StopOutcome {
+    /// Nothing was written: the run already had this stop recorded.
+    pub duplicate: bool,
+    /// The recorded stop carried the caller's own request id (a retry).
+    pub same_request: bool,
+}
 
 /// One run's control-plane view.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,36 +57,78 @@ impl Store {
 
     /// Records a cancellation request and queues a workflow task so the
     /// workflow sees it; the workflow decides how to end.
-    pub fn request_cancel(&mut self, run: RunId, reason: &str) -> Result<(), Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    ///
+    /// A run records its cancellation once: a repeat (retried with the same
+    /// request id, or a second caller's) writes nothing and answers
+    /// `duplicate`, so a storm of cancels costs no history.
+    pub fn request_cancel(
+        &self,
+        run: RunId,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<StopOutcome, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
+        let (requested, recorded_id): (Option<i64>, Option<String>) = tx.query_row(
+            "SELECT cancel_requested_at_ms, cancel_request_id FROM runs WHERE id = ?1",
+            [run.0],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if requested.is_some() {
+            return Ok(StopOutcome {
+                duplicate: true,
+                same_request: request_id.is_some() && recorded_id.as_deref() == request_id,
+            });
+        }
         head.ensure_writable()?;
         tx.prepare_cached(
-            "UPDATE runs SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, ?2) \
-             WHERE id = ?1",
+            "UPDATE runs SET cancel_requested_at_ms = ?2, cancel_request_id = ?3 WHERE id = ?1",
         )?
-        .execute(params![run.0, now_ms()])?;
+        .execute(params![run.0, now_ms(), request_id])?;
         crate::store::rows::append_event(
             &tx,
             run,
             EventType::SignalReceived,
-            &json!({ "name": "__cancel_requested", "reason": reason }),
+            &json!({ "name": "__cancel_requested", "reason": reason, "request_id": request_id }),
             false,
         )?;
         enqueue_workflow(&tx, run)?;
         tx.commit()?;
-        Ok(())
+        Ok(StopOutcome {
+            duplicate: false,
+            same_request: false,
+        })
     }
 
     /// Ends the run at once as failed with category `terminated`.
-    pub fn terminate(&mut self, run: RunId, reason: &str) -> Result<(), Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    ///
+    /// A retry with the request id that terminated the run answers
+    /// `duplicate` instead of refusing a closed run; any other call on a
+    /// closed run is refused, so termination is recorded once.
+    pub fn terminate(
+        &self,
+        run: RunId,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<StopOutcome, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
+        if let Some(request_id) = request_id {
+            let recorded: Option<String> = tx.query_row(
+                "SELECT terminate_request_id FROM runs WHERE id = ?1",
+                [run.0],
+                |r| r.get(0),
+            )?;
+            if recorded.as_deref() == Some(request_id) {
+                return Ok(StopOutcome {
+                    duplicate: true,
+                    same_request: true,
+                });
+            }
+        }
         head.ensure_writable()?;
+        tx.prepare_cached("UPDATE runs SET terminate_request_id = ?2 WHERE id = ?1")?
+            .execute(params![run.0, request_id])?;
         let payload = json!({ "failure_category": "terminated", "message": reason });
         finish_run(
             &tx,
@@ -91,7 +143,10 @@ impl Store {
             }),
         )?;
         tx.commit()?;
-        Ok(())
+        Ok(StopOutcome {
+            duplicate: false,
+            same_request: false,
+        })
     }
 
     /// The run with its control-plane fields.
@@ -115,13 +170,11 @@ impl Store {
     /// before `closed_before_ms`: marks it, then deletes its history and
     /// dispatch rows. The root row stays.
     pub fn prune_one_expired_run(
-        &mut self,
+        &self,
         namespace: &str,
         closed_before_ms: i64,
     ) -> Result<Option<RunId>, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let run: Option<i64> = tx
             .prepare_cached(
                 "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
@@ -145,7 +198,7 @@ impl Store {
 
     /// Registers a worker or refreshes its heartbeat.
     pub fn record_worker(
-        &mut self,
+        &self,
         namespace: &str,
         worker_id: &str,
         task_queue: &str,
@@ -158,5 +211,46 @@ impl Store {
             )?
             .execute(params![namespace, worker_id, task_queue, now_ms()])?;
         Ok(())
+    }
+
+    /// Whether (namespace, worker id) has heartbeated since `since_ms`.
+    pub fn worker_registered(
+        &self,
+        namespace: &str,
+        worker_id: &str,
+        since_ms: i64,
+    ) -> Result<bool, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM workers WHERE namespace = ?1 AND worker_id = ?2 \
+                 AND last_heartbeat_ms >= ?3",
+            )?
+            .query_row(params![namespace, worker_id, since_ms], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Deletes at most `limit` worker registrations whose last heartbeat is
+    /// older than `idle_before_ms`, oldest first (an index walk, so the
+    /// sweep costs `limit` rows however many workers exist); returns how
+    /// many went.
+    pub fn prune_idle_workers(&self, idle_before_ms: i64, limit: usize) -> Result<usize, Error> {
+        let pruned = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM workers WHERE (namespace, worker_id) IN (SELECT namespace, worker_id \
+                 FROM workers WHERE last_heartbeat_ms < ?1 ORDER BY last_heartbeat_ms LIMIT ?2)",
+            )?
+            .execute(params![idle_before_ms, crate::store::rows::to_i64(limit)])?;
+        Ok(pruned)
+    }
+
+    /// Registered workers (tests and diagnostics).
+    pub fn worker_count(&self) -> Result<u64, Error> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM workers", [], |r| r.get(0))?;
+        Ok(crate::store::rows::to_u64(n))
     }
 }

@@ -10,13 +10,14 @@
 
 use std::time::Duration;
 
-use rusqlite::{params, OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::store::executor::{Next, TaskReport};
 use crate::store::model::{ActivityId, RunId, RunStatus, TimerId};
 use crate::store::rows::{load_head, now_ms, to_i64};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, HistoryEvent, Store};
 
 /// What a worker polls for.
@@ -106,11 +107,43 @@ pub struct LeasedTask {
     /// Activity tasks: the activity id, type and arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub activity: Option<Value>,
-    /// Workflow tasks: the run's history, oldest first.
+    /// Workflow tasks: the first page of the run's history, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<Vec<HistoryEvent>>,
+    /// Workflow tasks whose history did not fit one page: the sequence the
+    /// next page starts at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_next_sequence: Option<u64>,
     /// Workflow tasks: whether cancellation was requested.
     pub cancel_requested: bool,
+}
+
+/// The most history one page carries. A page always holds at least one
+/// event, so a single event larger than `max_bytes` still gets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryPageLimit {
+    /// Events per page at most.
+    pub max_events: usize,
+    /// Canonical bytes (type name plus payload JSON) per page at most.
+    pub max_bytes: usize,
+}
+
+impl Default for HistoryPageLimit {
+    fn default() -> Self {
+        HistoryPageLimit {
+            max_events: 1000,
+            max_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// One page of a run's history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryPage {
+    /// Events in order.
+    pub events: Vec<HistoryEvent>,
+    /// Where the next page starts, when there is one.
+    pub next_sequence: Option<u64>,
 }
 
 /// Where a workflow-task completion left the run.
@@ -164,10 +197,8 @@ fn task_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
 
 impl Store {
     /// Queues a workflow task for `run` unless one is already waiting.
-    pub fn enqueue_workflow_task(&mut self, run: RunId) -> Result<bool, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    pub fn enqueue_workflow_task(&self, run: RunId) -> Result<bool, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
         let queued = enqueue_workflow(&tx, run)?;
         tx.commit()?;
         Ok(queued)
@@ -176,7 +207,7 @@ impl Store {
     /// Leases the oldest ready task of `kind` on (namespace, task queue) to
     /// `poll_request_id`, for `lease`.
     pub fn lease_task(
-        &mut self,
+        &self,
         kind: TaskKind,
         namespace: &str,
         task_queue: &str,
@@ -184,9 +215,7 @@ impl Store {
         poll_request_id: &str,
         lease: Duration,
     ) -> Result<Option<LeasedTask>, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let now = now_ms();
         let id: Option<i64> = tx
             .prepare_cached(
@@ -211,7 +240,7 @@ impl Store {
             now.saturating_add(to_i64(lease.as_millis())),
             poll_request_id
         ])?;
-        let task = load_task(&tx, id)?;
+        let task = load_task(&tx, id, self.config.history_page)?;
         tx.commit()?;
         Ok(task)
     }
@@ -237,7 +266,7 @@ impl Store {
             )
             .optional()?;
         match id {
-            Some(id) => load_task(&self.conn, id),
+            Some(id) => load_task(&self.conn, id, self.config.history_page),
             None => Ok(None),
         }
     }
@@ -246,11 +275,14 @@ impl Store {
     /// marks the signals the task saw as processed, queues new activities
     /// and arms new timers, then ends the task with `decision`.
     pub fn complete_workflow_task(
-        &mut self,
+        &self,
         task_id: i64,
         commands: &[WorkerCommand],
         decision: WorkflowDecision,
     ) -> Result<WorkflowTaskResult, Error> {
+        // One transaction: the task's commands, the signals it saw, its new
+        // dispatch rows and its own end commit together or not at all.
+        let outer = WriteTx::begin(&self.conn)?;
         let run = self.leased(task_id, TaskKind::Workflow)?;
         let signals: Vec<i64> = self
             .conn
@@ -283,9 +315,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
             .execute([task_id])?;
         // Items the task created get their dispatch rows; the unique index
@@ -297,7 +327,7 @@ impl Store {
                  status, due_at_ms, created_at_ms) \
                  SELECT 'activity', a.run_id, a.id, r.namespace, r.task_queue, 'ready', ?2, ?2 \
                  FROM activities a JOIN runs r ON r.id = a.run_id \
-                 WHERE a.run_id = ?1 AND a.status = 'scheduled'",
+                 WHERE a.run_id = ?1 AND a.status = 'scheduled' AND r.status = 'running'",
             )?
             .execute(params![run.0, now])?;
         let timers_armed = tx
@@ -306,7 +336,7 @@ impl Store {
                  status, due_at_ms, created_at_ms) \
                  SELECT 'timer', t.run_id, t.id, r.namespace, r.task_queue, 'ready', ?2 + t.delay_ms, ?2 \
                  FROM timers t JOIN runs r ON r.id = t.run_id \
-                 WHERE t.run_id = ?1 AND t.status = 'pending'",
+                 WHERE t.run_id = ?1 AND t.status = 'pending' AND r.status = 'running'",
             )?
             .execute(params![run.0, now])?;
         let pending_signals: i64 = tx.query_row(
@@ -318,6 +348,7 @@ impl Store {
             enqueue_workflow(&tx, run)?;
         }
         tx.commit()?;
+        outer.commit()?;
         Ok(WorkflowTaskResult {
             report,
             activities_queued: activities_queued as u64,
@@ -326,26 +357,29 @@ impl Store {
     }
 
     /// Returns a leased task to the queue (the worker could not run it).
-    pub fn fail_workflow_task(&mut self, task_id: i64) -> Result<(), Error> {
+    pub fn fail_workflow_task(&self, task_id: i64) -> Result<(), Error> {
+        let tx = WriteTx::begin(&self.conn)?;
         self.leased(task_id, TaskKind::Workflow)?;
-        self.conn
-            .prepare_cached(
-                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-                 lease_expires_at_ms = NULL, poll_request_id = NULL WHERE id = ?1",
-            )?
-            .execute([task_id])?;
-        Ok(())
+        tx.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+             lease_expires_at_ms = NULL, poll_request_id = NULL WHERE id = ?1",
+        )?
+        .execute([task_id])?;
+        tx.commit()
     }
 
     /// Completes (`Ok(result)`) or fails (`Err(message)`) a leased activity
     /// task and queues a workflow task so the workflow sees the outcome.
     pub fn finish_activity_task(
-        &mut self,
+        &self,
         task_id: i64,
         outcome: Result<Value, String>,
     ) -> Result<(), Error> {
+        // One transaction: the outcome, the task's end and the workflow task
+        // that lets the workflow see it, so a crash cannot strand the run.
+        let tx = WriteTx::begin(&self.conn)?;
         let run = self.leased(task_id, TaskKind::Activity)?;
-        let activity: i64 = self.conn.query_row(
+        let activity: i64 = tx.query_row(
             "SELECT item_id FROM dispatch_tasks WHERE id = ?1",
             [task_id],
             |r| r.get(0),
@@ -354,51 +388,90 @@ impl Store {
             Ok(result) => self.complete_activity(ActivityId(activity), result)?,
             Err(message) => self.fail_activity(ActivityId(activity), &message)?,
         }
-        self.conn
-            .prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+        tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
             .execute([task_id])?;
-        if self.run(run)?.status == RunStatus::Running {
-            self.enqueue_workflow_task(run)?;
-        }
-        Ok(())
+        enqueue_workflow(&tx, run)?;
+        tx.commit()
     }
 
     /// Expired workflow-task leases, oldest first, at most `limit`.
     pub fn expired_workflow_leases(&self, limit: usize) -> Result<Vec<i64>, Error> {
+        self.expired_leases(TaskKind::Workflow, limit)
+    }
+
+    /// Expired leases of `kind`, oldest first, at most `limit`: an index
+    /// walk (`dispatch_leases`) that stops after `limit` rows however large
+    /// the backlog is.
+    pub fn expired_leases(&self, kind: TaskKind, limit: usize) -> Result<Vec<i64>, Error> {
         let ids = self
             .conn
             .prepare_cached(
-                "SELECT id FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'leased' \
-                 AND lease_expires_at_ms < ?1 ORDER BY lease_expires_at_ms LIMIT ?2",
+                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
+                 AND lease_expires_at_ms < ?2 ORDER BY lease_expires_at_ms LIMIT ?3",
             )?
-            .query_map(params![now_ms(), to_i64(limit)], |r| r.get(0))?
+            .query_map(params![kind.as_str(), now_ms(), to_i64(limit)], |r| {
+                r.get(0)
+            })?
             .collect::<Result<_, _>>()?;
         Ok(ids)
     }
 
-    /// Returns one expired lease to the queue; false if it was completed meanwhile.
-    pub fn recover_expired_lease(&mut self, task_id: i64) -> Result<bool, Error> {
-        let changed = self
-            .conn
+    /// Returns one expired lease to the queue; false if it was completed
+    /// or extended meanwhile. A workflow task whose run already has another
+    /// ready workflow task is retired instead: that task carries the newer
+    /// history, and a run never needs two.
+    pub fn recover_expired_lease(&self, task_id: i64) -> Result<bool, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let changed = tx
             .prepare_cached(
-                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-                 lease_expires_at_ms = NULL, poll_request_id = NULL \
+                "UPDATE dispatch_tasks SET status = CASE WHEN kind = 'workflow' AND EXISTS \
+                 (SELECT 1 FROM dispatch_tasks o WHERE o.run_id = dispatch_tasks.run_id \
+                 AND o.kind = 'workflow' AND o.status = 'ready') THEN 'done' ELSE 'ready' END, \
+                 lease_owner = NULL, lease_expires_at_ms = NULL, poll_request_id = NULL \
                  WHERE id = ?1 AND status = 'leased' AND lease_expires_at_ms < ?2",
             )?
             .execute(params![task_id, now_ms()])?;
+        tx.commit()?;
         Ok(changed == 1)
+    }
+
+    /// A worker's heartbeat on a leased task: its lease now ends `lease`
+    /// from now. Returns the new expiry; a task that is no longer leased
+    /// (completed, or recovered after its lease expired) is refused.
+    pub fn extend_lease(&self, task_id: i64, lease: Duration) -> Result<i64, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let kind: Option<String> = tx
+            .prepare_cached("SELECT kind FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?;
+        let kind = match kind.as_deref() {
+            Some("activity") => TaskKind::Activity,
+            Some("workflow") => TaskKind::Workflow,
+            _ => {
+                return Err(Error::ItemNotFound {
+                    item: "task",
+                    id: task_id,
+                })
+            }
+        };
+        self.leased(task_id, kind)?;
+        let expires = now_ms().saturating_add(to_i64(lease.as_millis()));
+        tx.prepare_cached("UPDATE dispatch_tasks SET lease_expires_at_ms = ?2 WHERE id = ?1")?
+            .execute(params![task_id, expires])?;
+        tx.commit()?;
+        Ok(expires)
     }
 
     /// Fires at most `limit` due timers of (namespace, task queue), earliest
     /// first, queueing a workflow task for each run; returns how many fired.
     pub fn fire_due_timers(
-        &mut self,
+        &self,
         namespace: &str,
         task_queue: &str,
         limit: usize,
     ) -> Result<usize, Error> {
-        let due: Vec<(i64, i64, i64)> = self
-            .conn
+        let tx = WriteTx::begin(&self.conn)?;
+        let due: Vec<(i64, i64, i64)> = tx
             .prepare_cached(
                 "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
                  AND namespace = ?1 AND task_queue = ?2 AND status = 'ready' AND due_at_ms <= ?3 \
@@ -414,14 +487,44 @@ impl Store {
                 Ok(()) | Err(Error::AlreadyClosed { .. }) => {}
                 Err(e) => return Err(e),
             }
-            self.conn
-                .prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+            tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
                 .execute([id])?;
-            if self.run(RunId(*run))?.status == RunStatus::Running {
-                self.enqueue_workflow_task(RunId(*run))?;
-            }
+            enqueue_workflow(&tx, RunId(*run))?;
         }
+        tx.commit()?;
         Ok(due.len())
+    }
+
+    /// A page (bounded by the configured history page) of the history of
+    /// workflow task `task_id`'s run, from sequence `after` on.
+    pub fn task_history_page(&self, task_id: i64, after: u64) -> Result<HistoryPage, Error> {
+        let run: Option<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT kind, run_id FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match run {
+            Some((kind, run)) if kind == "workflow" => {
+                history_page(&self.conn, RunId(run), after, self.config.history_page)
+            }
+            _ => Err(Error::ItemNotFound {
+                item: "workflow task",
+                id: task_id,
+            }),
+        }
+    }
+
+    /// A page of `run`'s history from sequence `after` on: the rows are
+    /// read one at a time and reading stops at the page's bound, so a
+    /// history of any length costs one page of memory.
+    pub fn history_page(
+        &self,
+        run: RunId,
+        after: u64,
+        page: HistoryPageLimit,
+    ) -> Result<HistoryPage, Error> {
+        load_head(&self.conn, run)?;
+        history_page(&self.conn, run, after, page)
     }
 
     /// The (namespace, task queue) of a dispatch task.
@@ -481,7 +584,53 @@ pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Resul
     Ok(true)
 }
 
-fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>, Error> {
+fn history_page(
+    conn: &rusqlite::Connection,
+    run: RunId,
+    after: u64,
+    page: HistoryPageLimit,
+) -> Result<HistoryPage, Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT sequence, event_type, payload FROM history_events \
+         WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
+    )?;
+    let mut rows = stmt.query(params![run.0, to_i64(after)])?;
+    let mut events = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(row) = rows.next()? {
+        let sequence: i64 = row.get(0)?;
+        let event_type: String = row.get(1)?;
+        let payload: String = row.get(2)?;
+        let size = event_type.len() + payload.len();
+        if !events.is_empty()
+            && (events.len() >= page.max_events || bytes.saturating_add(size) > page.max_bytes)
+        {
+            return Ok(HistoryPage {
+                events,
+                next_sequence: Some(u64::try_from(sequence).unwrap_or(0)),
+            });
+        }
+        bytes = bytes.saturating_add(size);
+        let Some(kind) = EventType::from_name(&event_type) else {
+            return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
+        };
+        events.push(HistoryEvent {
+            sequence: u64::try_from(sequence).unwrap_or(0),
+            event_type: kind,
+            payload: serde_json::from_str(&payload)?,
+        });
+    }
+    Ok(HistoryPage {
+        events,
+        next_sequence: None,
+    })
+}
+
+fn load_task(
+    conn: &rusqlite::Connection,
+    id: i64,
+    page: HistoryPageLimit,
+) -> Result<Option<LeasedTask>, Error> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"
@@ -503,6 +652,7 @@ fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>,
         lease_expires_at_ms: row.lease_expires_at_ms.unwrap_or(0),
         activity: None,
         history: None,
+        history_next_sequence: None,
         cancel_requested: row.cancel_requested,
     };
     match row.kind {
@@ -527,29 +677,9 @@ fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>,
             }
         }
         TaskKind::Workflow => {
-            let mut stmt = conn.prepare_cached(
-                "SELECT sequence, event_type, payload FROM history_events WHERE run_id = ?1 ORDER BY sequence",
-            )?;
-            let raw = stmt.query_map([row.run_id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })?;
-            let mut events = Vec::new();
-            for item in raw {
-                let (sequence, event_type, payload) = item?;
-                let Some(event_type) = EventType::from_name(&event_type) else {
-                    return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
-                };
-                events.push(HistoryEvent {
-                    sequence: u64::try_from(sequence).unwrap_or(0),
-                    event_type,
-                    payload: serde_json::from_str(&payload)?,
-                });
-            }
-            task.history = Some(events);
+            let first = history_page(conn, RunId(row.run_id), 0, page)?;
+            task.history = Some(first.events);
+            task.history_next_sequence = first.next_sequence;
         }
     }
     Ok(Some(task))

@@ -89,6 +89,15 @@ pub enum Error {
     /// writes are discarded and the run is left as it was.
     #[error("task abandoned: {0}")]
     Abandoned(String),
+    /// The group commit carrying this write failed; nothing of it is on disk.
+    #[error("commit failed: {0}")]
+    Commit(String),
+    /// The store's writer thread has stopped (the node is shutting down).
+    #[error("the store writer has stopped")]
+    WriterStopped,
+    /// Every read connection stayed busy past the wait.
+    #[error("no read connection became free within {0:?}")]
+    ReadersBusy(std::time::Duration),
     /// A stored value this engine cannot interpret.
     #[error("corrupt row: {0}")]
     Corrupt(String),

@@ -8,7 +8,6 @@
 //! prescribes and ends the run.
 
 use dwpolicy::{ApproachingLimit, StructuralLimitExceeded};
-use rusqlite::TransactionBehavior;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -16,6 +15,7 @@ use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::load_head;
 use crate::store::task::Task;
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
 /// The failure category of a failure the workflow code chose.
@@ -73,13 +73,11 @@ impl Store {
     /// Runs one workflow task for `run`: `workflow` re-executes from the start,
     /// replaying recorded commands and writing new ones, and its decision ends
     /// the task. Errors other than a structural limit leave the database untouched.
-    pub fn execute_task<F>(&mut self, run: RunId, workflow: F) -> Result<TaskReport, Error>
+    pub fn execute_task<F>(&self, run: RunId, workflow: F) -> Result<TaskReport, Error>
     where
         F: FnOnce(&mut Task<'_>) -> Result<Next, Error>,
     {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
         head.ensure_writable()?;
         tx.execute_batch(SAVEPOINT)?;

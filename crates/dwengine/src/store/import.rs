@@ -9,12 +9,13 @@
 //! rows (to refuse a second projection) and opens the write transaction. A
 //! dry run stops after the budget checks.
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{append_event, now_ms};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
 /// One v1 run as exported: its start, its rows in history order, and its end.
@@ -148,7 +149,7 @@ fn terminal_event(terminal: &V1Terminal) -> (EventType, Value, RunStatus) {
 impl Store {
     /// Imports `projection` under the history budget (see the module docs for the order).
     pub fn import_v1_projection(
-        &mut self,
+        &self,
         projection: &V1Projection,
         mode: ImportMode,
     ) -> Result<ImportReport, Error> {
@@ -177,9 +178,7 @@ impl Store {
                 bytes: usage.bytes,
             });
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = WriteTx::begin(&self.conn)?;
         let existing: Option<i64> = tx
             .query_row(
                 "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \

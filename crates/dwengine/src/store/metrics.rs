@@ -50,7 +50,7 @@ mod tests {
     use crate::store::{StartRun, StoreConfig};
 
     fn store_with(runs: &[(&str, &str, &str)]) -> Store {
-        let mut store = Store::open_in_memory(StoreConfig::default()).unwrap();
+        let store = Store::open_in_memory(StoreConfig::default()).unwrap();
         for (i, (namespace, queue, workflow_type)) in runs.iter().enumerate() {
             store
                 .start_run(StartRun {

@@ -20,9 +20,13 @@ pub mod executor;
 pub mod import;
 pub mod metrics;
 pub mod model;
+pub mod readers;
 mod rows;
 pub mod schema;
+pub mod shared;
 pub mod task;
+mod tx;
+pub mod writer;
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,14 +35,16 @@ use dwpolicy::{
     BackendCapabilities, BackendProfile, EnvConfigError, HealthSnapshot, HistoryBudget, LimitKind,
     RunRef, StructuralLimits,
 };
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
-pub use control::RunDescription;
-pub use dispatch::{LeasedTask, TaskKind, WorkerCommand, WorkflowDecision};
+pub use control::{RunDescription, StopOutcome};
+pub use dispatch::{
+    HistoryPage, HistoryPageLimit, LeasedTask, TaskKind, WorkerCommand, WorkflowDecision,
+};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
 pub use import::{ImportMode, ImportReport, V1Projection, V1Row, V1Terminal};
@@ -46,9 +52,11 @@ pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
     RunStatus, StartRun, TimerId,
 };
+pub use shared::SharedStore;
 pub use task::Task;
 
 use rows::{append_event, now_ms, to_u64};
+use tx::WriteTx;
 
 /// The database driver name this store reports in its backend contract.
 pub const DATABASE_DRIVER: &str = "sqlite";
@@ -77,6 +85,8 @@ pub struct StoreConfig {
     pub busy_timeout: Duration,
     /// Commit durability.
     pub durability: Durability,
+    /// The largest history page handed to a worker with a task.
+    pub history_page: HistoryPageLimit,
 }
 
 impl Default for StoreConfig {
@@ -87,6 +97,7 @@ impl Default for StoreConfig {
             queue_driver: "database".to_owned(),
             busy_timeout: Duration::from_secs(10),
             durability: Durability::Full,
+            history_page: HistoryPageLimit::default(),
         }
     }
 }
@@ -117,6 +128,15 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open(path)?;
         Store::setup(conn, config)
+    }
+
+    /// A read-only connection to a store another connection migrated
+    /// (the read pool's connections).
+    pub fn open_reader(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(config.busy_timeout)?;
+        conn.pragma_update(None, "query_only", true)?;
+        Ok(Store { conn, config })
     }
 
     /// A private in-memory store (no WAL: there is no file to share).
@@ -160,13 +180,53 @@ impl Store {
     }
 
     /// Starts a run; arguments, memo and search attributes must fit their size limits.
-    pub fn start_run(&mut self, start: StartRun) -> Result<RunId, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    pub fn start_run(&self, start: StartRun) -> Result<RunId, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
         let run = insert_run(&tx, &self.config.limits, &start, None)?;
         tx.commit()?;
         Ok(run)
+    }
+
+    /// Starts a run for remote workers: the run, its start event and its
+    /// first workflow task commit in one transaction, so no crash can leave
+    /// a run that never gets a task. With a `request_id`, a retry of the
+    /// same start (same namespace, workflow id and request id) returns the
+    /// run the first attempt created instead of creating another.
+    pub fn start_workflow(
+        &self,
+        start: StartRun,
+        request_id: Option<&str>,
+    ) -> Result<Started, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        if let Some(request_id) = request_id {
+            let existing: Option<i64> = tx
+                .prepare_cached(
+                    "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
+                     AND start_request_id = ?3",
+                )?
+                .query_row(
+                    params![start.namespace, start.workflow_id, request_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(run) = existing {
+                return Ok(Started {
+                    run: RunId(run),
+                    duplicate: true,
+                });
+            }
+        }
+        let run = insert_run(&tx, &self.config.limits, &start, None)?;
+        if let Some(request_id) = request_id {
+            tx.prepare_cached("UPDATE runs SET start_request_id = ?2 WHERE id = ?1")?
+                .execute(params![run.0, request_id])?;
+        }
+        dispatch::enqueue_workflow(&tx, run)?;
+        tx.commit()?;
+        Ok(Started {
+            run,
+            duplicate: false,
+        })
     }
 
     /// The run as stored.
@@ -224,6 +284,15 @@ impl Store {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// What [`Store::start_workflow`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// The run.
+    pub run: RunId,
+    /// `true` when the request id had already started it.
+    pub duplicate: bool,
 }
 
 /// Checks a serialized size against a size limit (size kinds never warn).

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_runs.sql"),
     include_str!("migrations/0002_dispatch.sql"),
     include_str!("migrations/0003_run_series.sql"),
+    include_str!("migrations/0004_idempotency.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -1,0 +1,114 @@
+//! Read connections of a store file, so reads never queue behind writes.
+//!
+//! In WAL mode a reader sees the last committed state and neither waits for
+//! nor blocks the writer. A read borrows one of at most `max` connections
+//! (opened on first need and kept), runs inside one read transaction so
+//! every statement of it sees the same snapshot, and hands the connection
+//! back. The connections are `query_only`: a write attempted through one
+//! fails instead of competing with the group-commit writer.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::store::{Error, Store, StoreConfig};
+
+/// How long a read waits for a free connection before it is refused.
+pub const READ_WAIT: Duration = Duration::from_secs(10);
+
+/// A bounded pool of read-only connections to one store file.
+pub struct ReadPool {
+    path: PathBuf,
+    config: StoreConfig,
+    max: usize,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+struct PoolState {
+    idle: Vec<Store>,
+    open: usize,
+}
+
+impl ReadPool {
+    /// A pool of at most `max` (at least 1) connections to `path`.
+    pub fn new(path: &Path, config: StoreConfig, max: usize) -> ReadPool {
+        ReadPool {
+            path: path.to_owned(),
+            config,
+            max: max.max(1),
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Runs `read` on one snapshot of the store.
+    pub fn read<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
+        let store = self.take()?;
+        let result = snapshot(&store, read);
+        let mut state = self.lock();
+        if result.is_ok() || store.conn.is_autocommit() {
+            state.idle.push(store);
+        } else {
+            state.open -= 1;
+        }
+        drop(state);
+        self.freed.notify_one();
+        result
+    }
+
+    /// Connections opened so far (tests).
+    pub fn open_connections(&self) -> usize {
+        self.lock().open
+    }
+
+    fn take(&self) -> Result<Store, Error> {
+        let deadline = Instant::now() + READ_WAIT;
+        let mut state = self.lock();
+        loop {
+            if let Some(store) = state.idle.pop() {
+                return Ok(store);
+            }
+            if state.open < self.max {
+                state.open += 1;
+                drop(state);
+                return match Store::open_reader(&self.path, self.config.clone()) {
+                    Ok(store) => Ok(store),
+                    Err(e) => {
+                        self.lock().open -= 1;
+                        Err(e)
+                    }
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::ReadersBusy(READ_WAIT));
+            }
+            state = self
+                .freed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs `read` inside one read transaction on `store`.
+pub(crate) fn snapshot<R>(
+    store: &Store,
+    read: impl FnOnce(&Store) -> Result<R, Error>,
+) -> Result<R, Error> {
+    store.conn.execute_batch("BEGIN")?;
+    let result = read(store);
+    let end = store.conn.execute_batch("COMMIT");
+    let value = result?;
+    end?;
+    Ok(value)
+}

@@ -1,0 +1,79 @@
+//! The store as a server shares it: one group-commit writer, a read pool.
+//!
+//! Handlers on many threads call [`SharedStore::write`] with a transition
+//! and [`SharedStore::read`] with a query. A file store reads through its
+//! [`ReadPool`]; an in-memory store has only the writer's connection, so its
+//! reads borrow that connection between batches.
+
+use std::path::Path;
+
+use crate::store::readers::{snapshot, ReadPool};
+use crate::store::writer::GroupCommitWriter;
+use crate::store::{Error, Store, StoreConfig};
+
+/// Read connections a file store opens at most, by default.
+pub const DEFAULT_READERS: usize = 4;
+
+/// A store shared by a server's request threads.
+pub struct SharedStore {
+    writer: GroupCommitWriter,
+    readers: Option<ReadPool>,
+    config: StoreConfig,
+}
+
+impl SharedStore {
+    /// Opens the file at `path` (migrating it) or, without a path, a
+    /// private in-memory store; `readers` bounds the read connections.
+    pub fn open(
+        path: Option<&Path>,
+        config: StoreConfig,
+        readers: usize,
+    ) -> Result<SharedStore, Error> {
+        let (store, readers) = match path {
+            Some(path) => (
+                Store::open(path, config.clone())?,
+                Some(ReadPool::new(path, config.clone(), readers)),
+            ),
+            None => (Store::open_in_memory(config.clone())?, None),
+        };
+        let writer = GroupCommitWriter::start(store)
+            .map_err(|e| Error::Commit(format!("cannot start the writer thread: {e}")))?;
+        Ok(SharedStore {
+            writer,
+            readers,
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Runs `transition` atomically in the next group commit; answers after it.
+    pub fn write<R, F>(&self, transition: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+    {
+        self.writer.write(transition)
+    }
+
+    /// Runs `read` on one committed snapshot.
+    pub fn read<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
+        match &self.readers {
+            Some(pool) => pool.read(read),
+            None => snapshot(&self.writer.lock_store(), read),
+        }
+    }
+
+    /// Transactions the writer committed so far.
+    pub fn commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
+    /// Read connections opened so far (0 for an in-memory store).
+    pub fn open_readers(&self) -> usize {
+        self.readers.as_ref().map_or(0, ReadPool::open_connections)
+    }
+}
