@@ -6,6 +6,8 @@
 //! but unreachable URL fails the test: CI sets it, so Redis must run there.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +69,14 @@ impl TestServer {
                 .set("content-type", "application/json")
                 .send_bytes(body),
         )
+    }
+
+    /// Sends one request built by [`wire`].
+    pub fn send(&self, request: &wire::Request) -> (u16, Value) {
+        match &request.body {
+            Some(body) => self.post(&request.path, body.clone()),
+            None => self.get(&request.path),
+        }
     }
 
     /// `GET path`.
