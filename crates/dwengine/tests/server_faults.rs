@@ -150,8 +150,8 @@ fn a_poll_carries_one_history_page_and_the_rest_is_paged() {
 #[test]
 fn start_and_cancel_retries_converge_to_one_outcome() {
     let s = server(|_| {});
-    let (_, first) = s.send(&wire::start("ns", "wf", "q", "req-1"));
-    let (status, retry) = s.send(&wire::start("ns", "wf", "q", "req-1"));
+    let (_, first) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
+    let (status, retry) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
     assert_eq!(status, 200, "{retry}");
     assert_eq!(retry["run_id"], first["run_id"]);
     assert_eq!(retry["duplicate"], true);

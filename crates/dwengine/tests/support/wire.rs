@@ -21,14 +21,13 @@ fn post(path: String, body: Value) -> Request {
 }
 
 /// Starts `workflow_id`; a retry with the same `request_id` converges.
-pub fn start(ns: &str, workflow_id: &str, queue: &str, request_id: &str) -> Request {
-    post(
-        format!("/api/namespaces/{ns}/workflows"),
-        json!({
-            "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue,
-            "request_id": request_id,
-        }),
-    )
+pub fn start(ns: &str, workflow_id: &str, queue: &str, request_id: Option<&str>) -> Request {
+    let mut body =
+        json!({ "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue });
+    if let Some(id) = request_id {
+        body["request_id"] = id.into();
+    }
+    post(format!("/api/namespaces/{ns}/workflows"), body)
 }
 
 /// A signal with a deduplicating request id.
@@ -112,6 +111,30 @@ pub fn complete_workflow(task_id: i64, finish: bool) -> Request {
         format!("/api/worker/workflow-tasks/{task_id}/complete"),
         body,
     )
+}
+
+/// Hands a leased workflow task back to its queue.
+pub fn fail_workflow(task_id: i64) -> Request {
+    post(
+        format!("/api/worker/workflow-tasks/{task_id}/fail"),
+        json!({}),
+    )
+}
+
+/// The history page of a workflow task from sequence `after` on.
+pub fn history_page(task_id: i64, after: u64) -> Request {
+    Request {
+        path: format!("/api/worker/workflow-tasks/{task_id}/history?after={after}"),
+        body: None,
+    }
+}
+
+/// Where a polled task's (or a page's) history continues, if it does.
+pub fn next_history(answer: &Value) -> Option<u64> {
+    answer
+        .get("history_next_sequence")
+        .or_else(|| answer.get("next_sequence"))
+        .and_then(Value::as_u64)
 }
 
 /// Completes an activity task.

@@ -1,0 +1,302 @@
+//! Load generator for `dwserver`: start throughput beside raw SQLite, and
+//! peak server memory under large signals.
+//!
+//! ```sh
+//! cargo build --release -p dwengine --bin dwserver --example loadgen
+//! target/release/examples/loadgen starts --server target/release/dwserver --seconds 10 --connections 32
+//! target/release/examples/loadgen signals --server target/release/dwserver --count 100
+//! ```
+//!
+//! `starts` spawns the server on a fresh SQLite file, drives `POST …/workflows`
+//! from N keep-alive connections for the given time and reports starts per
+//! second with p50/p99 latency; then, in the same directory and for the same
+//! time, one thread commits one 2-row transaction per commit to raw SQLite
+//! at `synchronous = FULL`: the single-commit rate the server is measured
+//! against. `signals` runs the server under `/usr/bin/time -v`, sends N
+//! signals of just under 2 MiB to one run, polls its workflow task four
+//! times (each poll leases it, reads every history page, replays once and
+//! hands it back) and reports the server's maximum resident set size.
+//! Request shapes come from the tests' one wire module.
+
+#[path = "../tests/support/wire.rs"]
+mod wire;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: loadgen starts --server PATH [--seconds N] [--connections N]\n       \
+         loadgen signals --server PATH [--count N] [--bytes N]"
+    );
+    std::process::exit(2)
+}
+
+struct Args {
+    mode: String,
+    server: String,
+    seconds: u64,
+    connections: usize,
+    count: usize,
+    bytes: usize,
+}
+
+fn args() -> Args {
+    let mut raw = std::env::args().skip(1);
+    let mode = raw.next().unwrap_or_else(|| usage());
+    let mut args = Args {
+        mode,
+        server: String::new(),
+        seconds: 10,
+        connections: 32,
+        count: 100,
+        bytes: 2 * 1024 * 1024 - 256,
+    };
+    while let Some(flag) = raw.next() {
+        let value = raw.next().unwrap_or_else(|| usage());
+        let number = || value.parse::<u64>().unwrap_or_else(|_| usage());
+        match flag.as_str() {
+            "--server" => args.server = value.clone(),
+            "--seconds" => args.seconds = number(),
+            "--connections" => args.connections = number() as usize,
+            "--count" => args.count = number() as usize,
+            "--bytes" => args.bytes = number() as usize,
+            _ => usage(),
+        }
+    }
+    if args.server.is_empty() {
+        usage()
+    }
+    args
+}
+
+fn main() {
+    let args = args();
+    match args.mode.as_str() {
+        "starts" => starts(&args),
+        "signals" => signals(&args),
+        _ => usage(),
+    }
+}
+
+/// The server child and its base URL; `time` wraps it in `/usr/bin/time -v`.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+fn spawn(server: &str, dir: &Path, time: bool) -> Server {
+    let mut command = if time {
+        let mut c = Command::new("/usr/bin/time");
+        c.arg("-v").arg(server);
+        c
+    } else {
+        Command::new(server)
+    };
+    let mut child = command
+        .env("DW_SERVER_ID", "loadgen")
+        .env("DW_BIND", "127.0.0.1:0")
+        .env("DW_DATABASE_PATH", dir.join("runs.sqlite"))
+        .env("DW_POLLING_CACHE_PATH", dir.join("polling"))
+        .stdout(Stdio::piped())
+        .stderr(if time { Stdio::piped() } else { Stdio::null() })
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {server}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| {
+            panic!("unexpected first line from the server: {line:?}");
+        });
+    Server {
+        child,
+        base: format!("http://{addr}"),
+    }
+}
+
+fn send(agent: &ureq::Agent, base: &str, request: &wire::Request) -> (u16, Value) {
+    let url = format!("{base}{}", request.path);
+    let result = match &request.body {
+        Some(body) => agent.post(&url).send_json(body.clone()),
+        None => agent.get(&url).call(),
+    };
+    match result {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn starts(args: &Args) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = spawn(&args.server, dir.path(), false);
+    let duration = Duration::from_secs(args.seconds);
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..args.connections)
+        .map(|c| {
+            let (base, stop, errors) = (server.base.clone(), stop.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new().max_idle_connections(1).build();
+                let mut latencies = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let request = wire::start("bench", &format!("c{c}-{n}"), "q", None);
+                    let began = Instant::now();
+                    let (status, _) = send(&agent, &base, &request);
+                    if status == 200 {
+                        latencies.push(began.elapsed());
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    latencies.sort();
+    let http_rate = latencies.len() as f64 / duration.as_secs_f64();
+
+    let raw_rate = raw_sqlite(&dir.path().join("raw.sqlite"), duration);
+    println!(
+        "{:<44} {:>10} {:>10} {:>10}",
+        "measure", "per sec", "p50 ms", "p99 ms"
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.2} {:>10.2}",
+        format!("HTTP starts, {} connections", args.connections),
+        http_rate,
+        percentile(&latencies, 0.50).as_secs_f64() * 1000.0,
+        percentile(&latencies, 0.99).as_secs_f64() * 1000.0,
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10} {:>10}",
+        "raw SQLite, 1 thread, 2-row tx, sync=FULL", raw_rate, "-", "-"
+    );
+    println!(
+        "ratio HTTP / raw: {:.2}; refused or failed starts: {}",
+        http_rate / raw_rate,
+        errors.load(Ordering::Relaxed)
+    );
+}
+
+/// Commits per second of one thread doing one 2-row transaction per
+/// commit, WAL, `synchronous = FULL`.
+fn raw_sqlite(path: &Path, duration: Duration) -> f64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let _: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b INTEGER)")
+        .unwrap();
+    let began = Instant::now();
+    let mut commits = 0u64;
+    while began.elapsed() < duration {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        conn.execute("INSERT INTO t (a, b) VALUES ('run', ?1)", [commits as i64])
+            .unwrap();
+        conn.execute("INSERT INTO t (a, b) VALUES ('task', ?1)", [commits as i64])
+            .unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        commits += 1;
+    }
+    commits as f64 / began.elapsed().as_secs_f64()
+}
+
+fn signals(args: &Args) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = spawn(&args.server, dir.path(), true);
+    let agent = ureq::AgentBuilder::new().build();
+    let base = server.base.clone();
+    let (status, body) = send(&agent, &base, &wire::start("mem", "big", "q", None));
+    assert_eq!(status, 200, "{body}");
+    let blob = "x".repeat(args.bytes);
+    let mut accepted = 0;
+    let mut refused = Vec::new();
+    for i in 0..args.count {
+        let request = wire::signal("mem", "big", "blob", json!(blob), &format!("s{i}"));
+        match send(&agent, &base, &request) {
+            (200, _) => accepted += 1,
+            (status, body) => refused.push(format!("{status} {}", body["reason"])),
+        }
+    }
+    let mut pages = 0;
+    for p in 0..4 {
+        let poll = wire::poll("workflow", "mem", "q", "w", &format!("p{p}"), 0);
+        let (_, answer) = send(&agent, &base, &poll);
+        let Some(task) = wire::polled_task(&answer) else {
+            println!("poll {p}: no task");
+            continue;
+        };
+        let id = wire::task_id(task);
+        let mut next = wire::next_history(task);
+        pages += 1;
+        while let Some(after) = next {
+            let (_, page) = send(&agent, &base, &wire::history_page(id, after));
+            next = wire::next_history(&page);
+            pages += 1;
+        }
+        send(&agent, &base, &poll); // the replay
+        send(&agent, &base, &wire::fail_workflow(id));
+    }
+    stop_timed(&mut server);
+    let mut report = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut report)
+        .unwrap();
+    let peak = report
+        .lines()
+        .find(|l| l.contains("Maximum resident set size"))
+        .unwrap_or("Maximum resident set size: unknown");
+    println!(
+        "{} signals of {} bytes: {accepted} accepted, {} refused {:?}; 4 polls read {pages} history pages",
+        args.count,
+        args.bytes,
+        refused.len(),
+        refused.first()
+    );
+    println!("server {}", peak.trim());
+}
+
+/// Stops the server inside `/usr/bin/time` with SIGINT, so `time` reports.
+fn stop_timed(server: &mut Server) {
+    let time_pid = server.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{time_pid}/task/{time_pid}/children"))
+        .unwrap_or_default();
+    for pid in children.split_whitespace() {
+        let _ = Command::new("kill").args(["-INT", pid]).status();
+    }
+    let _ = server.child.wait();
+}
