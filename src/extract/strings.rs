@@ -168,13 +168,17 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
     let mut interpolated = false;
     let mut i = from;
     let mut run = from;
-    let limit = if quote.single_line {
-        line_end(b, from)
-    } else {
-        b.len()
-    };
+    let single = quote.single_line;
+    // A single-line body ends at its line break, found when the scan gets
+    // there: searching for it up front read the rest of the line for every
+    // string, quadratic on a minified line.
+    let mut limit = b.len();
     let end = loop {
+        if single && i < limit && b[i] == b'\n' {
+            limit = i;
+        }
         if i >= limit {
+            let run = run.min(limit);
             value.copy(&text[run..limit], run);
             break limit;
         }
@@ -196,7 +200,7 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             (b'}', Interp::PythonF) if b.get(i + 1) == Some(&b'}') => 2,
             (b'{', Interp::PythonF) => {
                 interpolated = true;
-                let close = skip_balanced(b, i, limit);
+                let close = skip_balanced_until(b, i, limit, single);
                 value.copy(&text[run..i], run);
                 value.decoded("{}", i);
                 run = close;
@@ -204,7 +208,7 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             }
             (b'$', Interp::Template) if b.get(i + 1) == Some(&b'{') => {
                 interpolated = true;
-                let close = skip_balanced(b, i + 1, limit);
+                let close = skip_balanced_until(b, i + 1, limit, single);
                 value.copy(&text[run..i], run);
                 value.decoded("${}", i);
                 run = close;
@@ -214,14 +218,14 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
                 let next = b.get(i + 1).copied().unwrap_or(b' ');
                 interpolated |= next.is_ascii_alphabetic() || matches!(next, b'_' | b'{' | b'(');
                 if matches!(next, b'{' | b'(') {
-                    skip_balanced(b, i + 1, limit) - i
+                    skip_balanced_until(b, i + 1, limit, single) - i
                 } else {
                     1
                 }
             }
             (b'{', Interp::Dollar) if b.get(i + 1) == Some(&b'$') => {
                 interpolated = true;
-                skip_balanced(b, i, limit) - i
+                skip_balanced_until(b, i, limit, single) - i
             }
             (b'`', Interp::Dollar) if quote.escapes == Escapes::Shell => {
                 interpolated = true;
@@ -229,7 +233,14 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             }
             _ => 1,
         };
-        i = (i + step.max(1)).min(limit);
+        let mut next = (i + step.max(1)).min(limit);
+        if single {
+            // Stop at a line break the step went past; the loop ends there.
+            if let Some(n) = memchr::memchr(b'\n', &b[i + 1..next.max(i + 1)]) {
+                next = i + 1 + n;
+            }
+        }
+        i = next;
         // A multi-byte step can land inside a character only on broken
         // input; resynchronise so that every slice stays on a boundary.
         while !text.is_char_boundary(i) {
@@ -335,11 +346,17 @@ pub(crate) fn past(b: &[u8], i: usize, close: &[u8]) -> usize {
 /// `limit`), stepping over nested brackets and quoted strings, which is all
 /// an interpolated expression needs.
 pub(crate) fn skip_balanced(b: &[u8], open: usize, limit: usize) -> usize {
+    skip_balanced_until(b, open, limit, false)
+}
+
+/// [`skip_balanced`], also stopping at a line break when `single_line`.
+fn skip_balanced_until(b: &[u8], open: usize, limit: usize, single_line: bool) -> usize {
     let limit = limit.min(b.len());
     let mut depth = 0usize;
     let mut i = open;
     while i < limit {
         match b[i] {
+            b'\n' if single_line => return i,
             b'{' | b'(' | b'[' => depth += 1,
             b'}' | b')' | b']' => {
                 depth = depth.saturating_sub(1);
@@ -350,6 +367,9 @@ pub(crate) fn skip_balanced(b: &[u8], open: usize, limit: usize) -> usize {
             q @ (b'"' | b'\'' | b'`') => {
                 i += 1;
                 while i < limit && b[i] != q {
+                    if single_line && (b[i] == b'\n' || b[i..].starts_with(b"\\\n")) {
+                        return i + usize::from(b[i] == b'\\');
+                    }
                     i += if b[i] == b'\\' { 2 } else { 1 };
                 }
             }
