@@ -113,6 +113,11 @@ pub fn resolve(
             Ok((mode, Some(changed)))
         }
         Selection::Files(paths) => {
+            // As for the root: a path that names nothing is a failed run,
+            // not a file without findings.
+            if let Some(missing) = paths.iter().find(|p| std::fs::symlink_metadata(p).is_err()) {
+                return Err(RunError::NoSuchPath(missing.clone()));
+            }
             let changed = given_files(root, paths);
             Ok((
                 Mode::Files {

@@ -8,6 +8,7 @@ use crate::discover;
 use crate::error::RunError;
 use crate::extract::ExtractConfig;
 use crate::inventory::Inventory;
+use crate::output::Inputs;
 use crate::policy_file::PolicyFile;
 use crate::rules::{self, Context, Rule, Scope};
 use crate::scan;
@@ -59,6 +60,11 @@ pub struct CheckReport {
     pub mode: Mode,
     /// Every rule with the severity it ran at (`None`: allowed, not run).
     pub severities: Vec<(&'static Rule, Option<Severity>)>,
+    /// Warnings about the run rather than the tree (a source glob that
+    /// matched nothing), for standard error.
+    pub notes: Vec<String>,
+    /// The files the run read, which no report may overwrite.
+    pub inputs: Inputs,
 }
 
 impl std::fmt::Debug for CheckReport {
@@ -102,7 +108,21 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     let policy_file = PolicyFile::load(root, Some(&located.policy))?;
     let (mode, changed) = changed::resolve(root, &options.selection)?;
     let policy = &policy_file.policy;
-    let files = walk::select_files(root, &policy_file)?;
+    let selected = walk::select_files(root, &policy_file)?;
+    let files = selected.files;
+    let notes = selected
+        .unmatched
+        .iter()
+        .map(|(key, glob)| {
+            format!(
+                "[sources].{key} glob `{}` in {} matches no file under {}",
+                crate::report::printable(glob),
+                crate::report::printable(&policy_file.display_path),
+                crate::report::printable(&root.to_string_lossy())
+            )
+        })
+        .collect();
+    let inputs = Inputs::new(root, files.iter().map(|f| f.rel.as_str()), &located.policy);
     let config = ExtractConfig {
         cache_namespace: policy.settings.cache_namespace.clone(),
         metric_prefix: policy.settings.metric_prefix.clone(),
@@ -137,6 +157,8 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         root: root.to_path_buf(),
         mode,
         severities,
+        notes,
+        inputs,
     })
 }
 

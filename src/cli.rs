@@ -266,7 +266,8 @@ fn run_check(args: CheckArgs) -> Result<Outcome, RunError> {
         selection,
     };
     let report = check(&options)?;
-    let mut notes = Vec::new();
+    output::refuse_overwriting(&sinks, &report.inputs)?;
+    let mut notes = report.notes.clone();
     for sink in &sinks {
         notes.extend(write_sink(&report, sink, args.color)?);
     }

@@ -23,7 +23,7 @@ pub enum RunError {
         /// The policy path.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        source: crate::bounded_read::ReadError,
     },
     /// The policy file is not a valid policy; every problem is listed.
     #[error("invalid policy file {path}: {} problem(s)", .errors.len())]

@@ -5,6 +5,7 @@
 //! [`walk`] → [`scan`] (with the [`extract`]ors) → [`inventory`] →
 //! [`rules`] → [`report`].
 
+pub mod bounded_read;
 pub mod changed;
 pub mod check;
 pub mod cli;

@@ -6,6 +6,9 @@
 //!
 //! - `--output FORMAT=FILE` (FORMAT one of the format names) adds a report
 //!   in FORMAT written to FILE; `-` is standard output.
+//! - `--output NAME=FILE` where NAME is a plain word (letters, digits, `-`,
+//!   `_`) but no format is refused: `xml=out.xml` is a typo for a format, not
+//!   a file name. A file whose name holds `=` is written as `./NAME=FILE`.
 //! - `--output FILE` (anything else) sends the `--format` report to FILE
 //!   instead of standard output. At most one may be given.
 //! - The `--format` report (default `human`) is written unless only
@@ -13,7 +16,8 @@
 //!   exactly the reports asked for.
 //! - Two reports on standard output, or two into one file, are an error.
 
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
 use crate::error::RunError;
 use crate::report::Format;
@@ -49,6 +53,18 @@ pub fn plan(format: Option<Format>, outputs: &[String]) -> Result<Vec<Sink>, Run
     let mut bare = Vec::new();
     let mut sinks = Vec::new();
     for output in outputs {
+        if let Some((name, _)) = output.split_once('=') {
+            let word = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if word && Format::from_name(name).is_none() {
+                return Err(RunError::Usage(format!(
+                    "unknown report format `{name}` in `--output {output}`; formats: {} (a file name holding `=` is written as `./{output}`)",
+                    Format::ALL.map(Format::name).join(", ")
+                )));
+            }
+        }
         let tagged = output
             .split_once('=')
             .and_then(|(name, file)| Some((Format::from_name(name)?, file)));
@@ -94,6 +110,59 @@ pub fn plan(format: Option<Format>, outputs: &[String]) -> Result<Vec<Sink>, Run
     Ok(sinks)
 }
 
+/// The files a run read: the policy and every selected file.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The checked root, canonical.
+    root: Option<PathBuf>,
+    /// Selected files, relative to the root.
+    files: HashSet<String>,
+    /// The policy, canonical.
+    policy: Option<PathBuf>,
+}
+
+impl Inputs {
+    /// The inputs of a run on `root` that read `files` (root-relative) and `policy`.
+    pub fn new<'a>(root: &Path, files: impl Iterator<Item = &'a str>, policy: &Path) -> Inputs {
+        Inputs {
+            root: root.canonicalize().ok(),
+            files: files.map(str::to_owned).collect(),
+            policy: policy.canonicalize().ok(),
+        }
+    }
+
+    /// Whether writing `path` would replace one of the inputs.
+    pub fn contains(&self, path: &Path) -> bool {
+        // A file that does not exist yet is no input.
+        let Ok(full) = path.canonicalize() else {
+            return false;
+        };
+        if self.policy.as_ref() == Some(&full) {
+            return true;
+        }
+        let Some(rel) = self.root.as_ref().and_then(|r| full.strip_prefix(r).ok()) else {
+            return false;
+        };
+        self.files
+            .contains(&rel.to_string_lossy().replace('\\', "/"))
+    }
+}
+
+/// Refuses a plan that would write a report over a file the run read.
+pub fn refuse_overwriting(sinks: &[Sink], inputs: &Inputs) -> Result<(), RunError> {
+    for sink in sinks {
+        if let Destination::File(path) = &sink.destination {
+            if inputs.contains(path) {
+                return Err(RunError::Usage(format!(
+                    "`--output {}` would overwrite a file this run checks; write the report elsewhere",
+                    crate::report::printable(&path.to_string_lossy())
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,8 +206,16 @@ mod tests {
 
     #[test]
     fn a_bare_output_redirects_the_format_report() {
-        let planned = plan(Some(Format::Json), &outputs(&["report=1.json"])).unwrap();
-        assert_eq!(planned, [sink(Format::Json, "report=1.json")]);
+        let planned = plan(Some(Format::Json), &outputs(&["./report=1.json"])).unwrap();
+        assert_eq!(planned, [sink(Format::Json, "./report=1.json")]);
+    }
+
+    #[test]
+    fn an_unknown_format_name_is_refused_not_taken_for_a_file() {
+        let err = plan(None, &outputs(&["xml=out.xml"])).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("unknown report format `xml`"), "{message}");
+        assert!(message.contains("./xml=out.xml"), "{message}");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use dwpolicy::{LoadError, Policy, Span};
 
+use crate::bounded_read;
 use crate::diagnostic::Anchor;
 use crate::error::RunError;
 use crate::extract::LineIndex;
@@ -38,10 +39,13 @@ impl PolicyFile {
                 default
             }
         };
-        let text = std::fs::read_to_string(&path).map_err(|source| RunError::PolicyUnreadable {
-            path: path.clone(),
-            source,
-        })?;
+        let text =
+            bounded_read::read_text(&path, bounded_read::MAX_POLICY_BYTES).map_err(|source| {
+                RunError::PolicyUnreadable {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
         Self::from_text(display_path(root, &path), text)
     }
 

@@ -6,6 +6,7 @@
 //! dropped before anything reads them.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use dwpolicy::{LoadError, Spanned};
@@ -50,24 +51,83 @@ pub struct SelectedFile {
     pub roles: Roles,
 }
 
+/// The longest glob compiled. Compiling is quadratic in a glob's length
+/// (50,000 characters took minutes) and half a megabyte panicked inside
+/// the glob compiler; a real glob is a few dozen characters.
+pub const MAX_GLOB_BYTES: usize = 1024;
+
+/// The files a policy selects, and what its globs missed.
+#[derive(Debug, Default)]
+pub struct Selected {
+    /// Every selected file, sorted by path.
+    pub files: Vec<SelectedFile>,
+    /// `([sources] key, glob)` of each source glob that matched no file
+    /// outside `exclude`.
+    pub unmatched: Vec<(&'static str, String)>,
+}
+
+/// One `[sources]` list, compiled, remembering which of its globs matched.
+struct Role {
+    key: &'static str,
+    set: GlobSet,
+    globs: Vec<String>,
+    matched: Vec<AtomicBool>,
+    unmatched: AtomicUsize,
+}
+
+impl Role {
+    fn new(key: &'static str, globs: &[Spanned<String>], errors: &mut Vec<LoadError>) -> Role {
+        Role {
+            key,
+            set: glob_set(globs, errors),
+            globs: globs.iter().map(|g| g.value.clone()).collect(),
+            matched: globs.iter().map(|_| AtomicBool::new(false)).collect(),
+            unmatched: AtomicUsize::new(globs.len()),
+        }
+    }
+
+    /// Whether `rel` is in the list; notes which globs matched it while
+    /// some have matched nothing yet.
+    fn is_match(&self, rel: &str, scratch: &mut Vec<usize>) -> bool {
+        if self.unmatched.load(Ordering::Relaxed) == 0 {
+            return self.set.is_match(rel);
+        }
+        self.set.matches_into(rel, scratch);
+        for &i in scratch.iter() {
+            if !self.matched[i].swap(true, Ordering::Relaxed) {
+                self.unmatched.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        !scratch.is_empty()
+    }
+
+    fn missed(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        self.globs
+            .iter()
+            .zip(&self.matched)
+            .filter(|(_, m)| !m.load(Ordering::Relaxed))
+            .map(|(g, _)| (self.key, g.clone()))
+    }
+}
+
 struct Globs {
-    cache: GlobSet,
-    metrics: GlobSet,
-    docs: GlobSet,
-    remote_write: GlobSet,
+    cache: Role,
+    metrics: Role,
+    docs: Role,
+    remote_write: Role,
     exclude: GlobSet,
 }
 
 impl Globs {
-    fn roles(&self, rel: &str) -> Roles {
+    fn roles(&self, rel: &str, scratch: &mut Vec<usize>) -> Roles {
         if self.exclude.is_match(rel) {
             return Roles::default();
         }
         Roles {
-            cache: self.cache.is_match(rel),
-            metrics: self.metrics.is_match(rel),
-            docs: self.docs.is_match(rel),
-            remote_write: self.remote_write.is_match(rel),
+            cache: self.cache.is_match(rel, scratch),
+            metrics: self.metrics.is_match(rel, scratch),
+            docs: self.docs.is_match(rel, scratch),
+            remote_write: self.remote_write.is_match(rel, scratch),
         }
     }
 }
@@ -75,6 +135,17 @@ impl Globs {
 fn glob_set(globs: &[Spanned<String>], errors: &mut Vec<LoadError>) -> GlobSet {
     let mut builder = GlobSetBuilder::new();
     for glob in globs {
+        if glob.value.len() > MAX_GLOB_BYTES {
+            errors.push(LoadError {
+                message: format!(
+                    "glob of {} bytes is over the limit of {MAX_GLOB_BYTES} bytes",
+                    glob.value.len()
+                ),
+                span: Some(glob.span),
+                help: Some("split it into several shorter globs".into()),
+            });
+            continue;
+        }
         let pattern = glob.value.trim_start_matches("./");
         match GlobBuilder::new(pattern).literal_separator(true).build() {
             Ok(g) => {
@@ -91,14 +162,14 @@ fn glob_set(globs: &[Spanned<String>], errors: &mut Vec<LoadError>) -> GlobSet {
 }
 
 /// Every file under `root` that the policy's sources select, sorted by path.
-pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Vec<SelectedFile>, RunError> {
+pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Selected, RunError> {
     let sources = &policy_file.policy.sources;
     let mut errors = Vec::new();
     let globs = Globs {
-        cache: glob_set(&sources.cache, &mut errors),
-        metrics: glob_set(&sources.metrics, &mut errors),
-        docs: glob_set(&sources.docs, &mut errors),
-        remote_write: glob_set(&sources.remote_write, &mut errors),
+        cache: Role::new("cache", &sources.cache, &mut errors),
+        metrics: Role::new("metrics", &sources.metrics, &mut errors),
+        docs: Role::new("docs", &sources.docs, &mut errors),
+        remote_write: Role::new("remote_write", &sources.remote_write, &mut errors),
         exclude: glob_set(&sources.exclude, &mut errors),
     };
     if !errors.is_empty() {
@@ -115,6 +186,7 @@ pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Vec<Selecte
         .run(|| {
             let globs = &globs;
             let selected = &selected;
+            let mut scratch = Vec::new();
             Box::new(move |entry| {
                 let Ok(entry) = entry else {
                     return WalkState::Continue;
@@ -126,7 +198,7 @@ pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Vec<Selecte
                     return WalkState::Continue;
                 };
                 let rel = rel.to_string_lossy().replace('\\', "/");
-                let roles = globs.roles(&rel);
+                let roles = globs.roles(&rel, &mut scratch);
                 if roles.any() {
                     let file = SelectedFile {
                         rel,
@@ -143,5 +215,9 @@ pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Vec<Selecte
         });
     let mut files = selected.into_inner().unwrap_or_else(|e| e.into_inner());
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(files)
+    let unmatched = [&globs.cache, &globs.metrics, &globs.remote_write]
+        .into_iter()
+        .flat_map(Role::missed)
+        .collect();
+    Ok(Selected { files, unmatched })
 }

@@ -157,9 +157,14 @@ pub fn sync(options: &DocsOptions) -> Result<DocsReport, RunError> {
     let root = located.root.as_path();
     let policy_file = PolicyFile::load(root, Some(&located.policy))?;
     let policy = &policy_file.policy;
+    // A policy that lists itself as a doc is never rewritten: its text is
+    // the source of the tables, not a place for them.
+    let policy_path = located.policy.canonicalize().ok();
     let docs: Vec<_> = walk::select_files(root, &policy_file)?
+        .files
         .into_iter()
         .filter(|f| f.roles.docs)
+        .filter(|f| policy_path.is_none() || f.path.canonicalize().ok() != policy_path)
         .collect();
     if docs.is_empty() {
         let globs = policy

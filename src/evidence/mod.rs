@@ -99,7 +99,7 @@ pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
     let policy_bytes =
         std::fs::read(&located.policy).map_err(|source| RunError::PolicyUnreadable {
             path: located.policy.clone(),
-            source,
+            source: source.into(),
         })?;
     let digest = dwevidence::digest::sha256_hex(&policy_bytes);
     let ids: Vec<String> = policy_file
@@ -144,6 +144,8 @@ pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
         repo_prefix: String::new(),
         mode: Mode::Full,
         severities: rules().iter().map(|r| (r, Some(Severity::Error))).collect(),
+        notes: Vec::new(),
+        inputs: Default::default(),
     };
     Ok(Verified {
         summary,

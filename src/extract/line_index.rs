@@ -71,6 +71,24 @@ impl LineIndex {
         (line, column)
     }
 
+    /// The 0-based line holding byte `offset`.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&s| s <= offset) - 1
+    }
+
+    /// How many lines the text has (a final line break starts an empty one).
+    pub fn line_count(&self) -> usize {
+        self.line_starts.len()
+    }
+
+    /// Byte offsets of 0-based `line`, its line break included, in a text
+    /// of `len` bytes.
+    pub fn line_span(&self, line: usize, len: usize) -> (usize, usize) {
+        let start = self.line_starts.get(line).copied().unwrap_or(len);
+        let end = self.line_starts.get(line + 1).copied().unwrap_or(len);
+        (start, end)
+    }
+
     /// Byte offset of a 1-based line and 0-based character column, as
     /// proc-macro2 reports them. Out-of-range positions clamp to the text.
     pub fn offset(&self, text: &str, line: usize, column: usize) -> usize {

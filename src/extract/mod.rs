@@ -14,7 +14,7 @@ mod js;
 pub mod language;
 #[cfg(test)]
 mod language_tests;
-mod lexical;
+pub(crate) mod lexical;
 pub mod line_index;
 mod php;
 pub mod plain;

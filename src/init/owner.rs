@@ -7,6 +7,7 @@
 //! extractor's item list, the same list `check` resolves owners against) and
 //! otherwise the file's own path, which always resolves.
 
+use crate::extract::lexical::too_complex;
 use crate::extract::rust::code_start;
 use crate::scan::ScannedFile;
 
@@ -47,6 +48,11 @@ fn defined_item(items: &[String], name: &str) -> Option<String> {
 /// The innermost module-level item (the self type, for an `impl` block)
 /// whose text contains `offset`. `None` when the file does not parse.
 fn enclosing_rust_item(text: &str, offset: usize) -> Option<String> {
+    // A file too deeply nested for `check`'s parser would overflow this
+    // thread's stack too; its surfaces get the file as owner.
+    if too_complex(text).is_some() {
+        return None;
+    }
     let base = code_start(text);
     let offset = offset.checked_sub(base)?;
     let parsed = std::panic::catch_unwind(|| {

@@ -34,7 +34,7 @@ pub enum ImportError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        source: crate::bounded_read::ReadError,
     },
     /// The PHP file is not a constant policy array, or has the wrong shape.
     #[error("{file}:{line}:{column}: {message}")]
@@ -179,9 +179,12 @@ pub struct ImportOptions {
 
 /// Converts `options.file`, with drafts for the scan limits its tree reads.
 pub fn import(options: &ImportOptions) -> Result<Imported, RunError> {
-    let text = std::fs::read_to_string(&options.file).map_err(|source| ImportError::Read {
-        path: options.file.clone(),
-        source,
+    let limit = crate::bounded_read::MAX_POLICY_BYTES;
+    let text = crate::bounded_read::read_text(&options.file, limit).map_err(|source| {
+        ImportError::Read {
+            path: options.file.clone(),
+            source,
+        }
     })?;
     let shown = options.file.to_string_lossy().replace('\\', "/");
     let mut draft = convert_draft(&text, &shown)?;

@@ -8,12 +8,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
+use std::rc::Rc;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceSpan};
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan};
 
 use crate::check::CheckReport;
 use crate::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::error::RunError;
+use crate::report::printable;
+use crate::report::window::{Indexed, Window};
 
 /// Width of rendered reports, in columns.
 const WIDTH: usize = 100;
@@ -37,14 +40,15 @@ fn handler(style: Style) -> GraphicalReportHandler {
         .with_context_lines(1)
 }
 
-/// Reads each file with a finding once, only when a frame needs it.
+/// Reads (and indexes) each file with a finding once, only when a frame
+/// needs it.
 struct Sources<'a> {
     root: &'a Path,
-    texts: HashMap<String, Option<String>>,
+    texts: HashMap<String, Option<Rc<Indexed>>>,
 }
 
 impl Sources<'_> {
-    fn text(&mut self, file: &str) -> Option<String> {
+    fn text(&mut self, file: &str) -> Option<Rc<Indexed>> {
         let root = self.root;
         self.texts
             .entry(file.to_owned())
@@ -52,6 +56,7 @@ impl Sources<'_> {
                 std::fs::read_to_string(root.join(file))
                     .or_else(|_| std::fs::read_to_string(file))
                     .ok()
+                    .map(|text| Rc::new(Indexed::new(text)))
             })
             .clone()
     }
@@ -64,7 +69,7 @@ struct Frame {
     code: Option<&'static str>,
     severity: miette::Severity,
     help: Option<String>,
-    source: Option<NamedSource<String>>,
+    source: Option<Window>,
     labels: Vec<LabeledSpan>,
     related: Vec<Frame>,
 }
@@ -104,11 +109,27 @@ impl miette::Diagnostic for Frame {
     }
 }
 
-fn span(anchor: &Anchor) -> SourceSpan {
-    SourceSpan::new(
-        anchor.range.start.into(),
-        anchor.range.end - anchor.range.start,
-    )
+fn bytes(anchor: &Anchor) -> (usize, usize) {
+    (anchor.range.start, anchor.range.end)
+}
+
+/// A framed report of `anchor` alone, pointing into `source`.
+fn related_frame(anchor: &Anchor, source: &Indexed) -> Frame {
+    let name = printable(&anchor.file);
+    let (window, spans) = Window::frame(&name, source, &[bytes(anchor)]);
+    Frame {
+        message: format!("see {name}"),
+        code: None,
+        severity: miette::Severity::Advice,
+        help: None,
+        source: Some(window),
+        labels: spans
+            .into_iter()
+            .flatten()
+            .map(|span| LabeledSpan::new_primary_with_span(anchor.label.clone(), span))
+            .collect(),
+        related: Vec::new(),
+    }
 }
 
 fn frame_for(diagnostic: &Diagnostic, sources: &mut Sources) -> Frame {
@@ -117,51 +138,65 @@ fn frame_for(diagnostic: &Diagnostic, sources: &mut Sources) -> Frame {
         Severity::Warning => miette::Severity::Warning,
     };
     let mut frame = Frame {
-        message: diagnostic.message.clone(),
+        message: printable(&diagnostic.message).into_owned(),
         code: Some(diagnostic.code),
         severity,
-        help: diagnostic.help.clone(),
+        help: diagnostic
+            .help
+            .as_deref()
+            .map(|h| printable(h).into_owned()),
         source: None,
         labels: Vec::new(),
         related: Vec::new(),
     };
     let primary_file = diagnostic.primary.as_ref().map(|a| a.file.as_str());
+    // Marks in the primary file share its frame when they are close to the
+    // primary mark; the others get a frame of their own.
+    let mut far = Vec::new();
     if let Some(anchor) = &diagnostic.primary {
+        let name = printable(&anchor.file);
         match sources.text(&anchor.file) {
-            Some(text) if anchor.range.end <= text.len() && anchor.range.end > 0 => {
-                frame.source = Some(NamedSource::new(&anchor.file, text));
-                frame.labels.push(LabeledSpan::new_primary_with_span(
-                    anchor.label.clone(),
-                    span(anchor),
-                ));
+            Some(source) if anchor.range.end <= source.text.len() && anchor.range.end > 0 => {
+                let same_file: Vec<&Anchor> = diagnostic
+                    .related
+                    .iter()
+                    .filter(|a| a.file == anchor.file)
+                    .collect();
+                let ranges: Vec<(usize, usize)> = std::iter::once(bytes(anchor))
+                    .chain(same_file.iter().map(|a| bytes(a)))
+                    .collect();
+                let (window, spans) = Window::frame(&name, &source, &ranges);
+                for (i, span) in spans.into_iter().enumerate() {
+                    match (i, span) {
+                        (0, Some(span)) => frame.labels.push(LabeledSpan::new_primary_with_span(
+                            anchor.label.clone(),
+                            span,
+                        )),
+                        (0, None) => {}
+                        (_, Some(span)) => frame.labels.push(LabeledSpan::new_with_span(
+                            same_file[i - 1].label.clone(),
+                            span,
+                        )),
+                        (_, None) => far.push(same_file[i - 1]),
+                    }
+                }
+                frame.source = Some(window);
             }
-            _ if frame.message.contains(anchor.file.as_str()) => {}
-            _ => frame.message = format!("{}: {}", anchor.file, frame.message),
+            _ if frame.message.contains(name.as_ref()) => {}
+            _ => frame.message = format!("{name}: {}", frame.message),
         }
     }
     for anchor in &diagnostic.related {
-        if Some(anchor.file.as_str()) == primary_file && frame.source.is_some() {
-            frame.labels.push(LabeledSpan::new_with_span(
-                anchor.label.clone(),
-                span(anchor),
-            ));
+        let framed_with_primary = Some(anchor.file.as_str()) == primary_file
+            && frame.source.is_some()
+            && !far.iter().any(|f| std::ptr::eq(*f, anchor));
+        if framed_with_primary {
             continue;
         }
-        let Some(text) = sources.text(&anchor.file) else {
+        let Some(source) = sources.text(&anchor.file) else {
             continue;
         };
-        frame.related.push(Frame {
-            message: format!("see {}", anchor.file),
-            code: None,
-            severity: miette::Severity::Advice,
-            help: None,
-            source: Some(NamedSource::new(&anchor.file, text)),
-            labels: vec![LabeledSpan::new_primary_with_span(
-                anchor.label.clone(),
-                span(anchor),
-            )],
-            related: Vec::new(),
-        });
+        frame.related.push(related_frame(anchor, &source));
     }
     frame
 }
@@ -212,7 +247,7 @@ pub fn summary(report: &CheckReport) -> String {
     // since findings' paths are then relative to a directory the user did
     // not name.
     let root = if report.root_moved {
-        format!("root: {}; ", report.root.display())
+        format!("root: {}; ", printable(&report.root.to_string_lossy()))
     } else {
         String::new()
     };
@@ -220,7 +255,7 @@ pub fn summary(report: &CheckReport) -> String {
         "dwlint: {findings} in {} ({}; {root}policy: {})",
         plural(report.files_scanned, "file"),
         report.mode.describe(),
-        report.policy_path
+        printable(&report.policy_path)
     )
 }
 
@@ -229,28 +264,42 @@ pub fn summary(report: &CheckReport) -> String {
 pub fn write_run_error(error: &RunError, style: Style, out: &mut dyn Write) -> std::io::Result<()> {
     let handler = handler(style);
     let frames: Vec<Frame> = match error {
-        RunError::PolicyInvalid { path, text, errors } => errors
-            .iter()
-            .map(|e| Frame {
-                message: format!("{path}: {}", e.message),
-                code: Some("invalid-policy"),
-                severity: miette::Severity::Error,
-                help: e.help.clone(),
-                source: e.span.map(|_| NamedSource::new(path, text.clone())),
-                labels: e
-                    .span
-                    .map(|s| {
-                        vec![LabeledSpan::new_primary_with_span(
-                            Some("here".into()),
-                            SourceSpan::new(s.start.into(), s.end.saturating_sub(s.start)),
-                        )]
-                    })
-                    .unwrap_or_default(),
-                related: Vec::new(),
-            })
-            .collect(),
+        RunError::PolicyInvalid { path, text, errors } => {
+            let path = printable(path);
+            let source = Indexed::new(text.clone());
+            errors
+                .iter()
+                .map(|e| {
+                    let framed = e
+                        .span
+                        .map(|s| Window::frame(&path, &source, &[(s.start, s.end)]));
+                    let (source, labels) = match framed {
+                        Some((window, spans)) => (
+                            Some(window),
+                            spans
+                                .into_iter()
+                                .flatten()
+                                .map(|span| {
+                                    LabeledSpan::new_primary_with_span(Some("here".into()), span)
+                                })
+                                .collect(),
+                        ),
+                        None => (None, Vec::new()),
+                    };
+                    Frame {
+                        message: format!("{path}: {}", printable(&e.message)),
+                        code: Some("invalid-policy"),
+                        severity: miette::Severity::Error,
+                        help: e.help.clone(),
+                        source,
+                        labels,
+                        related: Vec::new(),
+                    }
+                })
+                .collect()
+        }
         other => vec![Frame {
-            message: other.to_string(),
+            message: printable(&other.to_string()).into_owned(),
             code: None,
             severity: miette::Severity::Error,
             help: run_error_help(other),

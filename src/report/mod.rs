@@ -18,6 +18,7 @@ pub mod json;
 pub mod junit;
 pub mod sarif;
 pub mod short;
+pub mod window;
 
 /// An output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -49,18 +50,19 @@ impl Format {
         }
     }
 
+    /// Every format, in the order the help lists them.
+    pub const ALL: [Format; 6] = [
+        Format::Human,
+        Format::Json,
+        Format::Sarif,
+        Format::Github,
+        Format::Junit,
+        Format::Short,
+    ];
+
     /// The format called `name` on the command line.
     pub fn from_name(name: &str) -> Option<Format> {
-        [
-            Format::Human,
-            Format::Json,
-            Format::Sarif,
-            Format::Github,
-            Format::Junit,
-            Format::Short,
-        ]
-        .into_iter()
-        .find(|f| f.name() == name)
+        Format::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 
@@ -117,6 +119,31 @@ fn sane(range: TextRange) -> TextRange {
     }
 }
 
+/// `text` with every control character escaped (`\n`, `\u{1b}`), for
+/// file names and messages in line-oriented text: a raw line break in a
+/// crafted file name would otherwise start a line of its own, which a
+/// GitHub Actions log reads as a workflow command (`::warning …`).
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Control characters, and the Unicode line and paragraph separators that
+/// some viewers break lines at.
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
 /// The message with its help, for formats that have one text field.
 pub fn message_with_help(diagnostic: &Diagnostic) -> String {
     match &diagnostic.help {
@@ -135,6 +162,15 @@ mod tests {
             assert_eq!(Format::from_name(name).map(Format::name), Some(name));
         }
         assert_eq!(Format::from_name("xml"), None);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(printable("a/ї.rs"), "a/ї.rs");
+        assert_eq!(
+            printable("x\n::warning file=a::pwned\r\u{1b}[31m"),
+            "x\\n::warning file=a::pwned\\r\\u{1b}[31m"
+        );
     }
 
     #[test]

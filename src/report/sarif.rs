@@ -527,6 +527,8 @@ mod tests {
                 .iter()
                 .map(|r| (r, Some(r.default_severity)))
                 .collect(),
+            notes: Vec::new(),
+            inputs: Default::default(),
         }
     }
 

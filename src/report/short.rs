@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::check::CheckReport;
-use crate::report::location;
+use crate::report::{location, printable};
 
 /// `file` as reachable from the current directory.
 pub fn display_path(root: &Path, file: &str) -> String {
@@ -23,12 +23,13 @@ pub fn display_path(root: &Path, file: &str) -> String {
 pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
     for diagnostic in &report.diagnostics {
         let (file, range) = location(diagnostic, report);
-        // A message is one sentence; a stray newline would split the record.
-        let message = diagnostic.message.replace(['\r', '\n'], " ");
+        // A stray line break would split the record (and, in a GitHub
+        // Actions log, could start a workflow command).
+        let message = printable(&diagnostic.message);
         writeln!(
             out,
             "{}:{}:{}: {}[{}] {message}",
-            display_path(&report.root, file),
+            printable(&display_path(&report.root, file)),
             range.line,
             range.column,
             diagnostic.severity.as_str(),
