@@ -49,6 +49,8 @@ enum Command {
     Man,
     #[command(flatten)]
     Tools(crate::commands::ToolCommand),
+    /// Scrape running servers' metrics and check them against the policy (the run-time twin of `check`).
+    Live(crate::live::LiveArgs),
     /// Soak evidence: verify a dwsoak artifact against the trusted_long_soak_v1 profile.
     Evidence {
         #[command(subcommand)]
@@ -182,6 +184,7 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
         Command::Explain { code } => {
             let rule = rules::find(&code)
                 .or_else(|| crate::evidence::find_rule(&code))
+                .or_else(|| crate::live::find_rule(&code))
                 .ok_or_else(|| {
                     let suggestion = rules::closest_code(&code).map(str::to_owned);
                     (RunError::UnknownRule { code, suggestion }, plain)
@@ -220,6 +223,7 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
         }
         Command::Tools(command) => crate::commands::run(command).map_err(|e| (e, plain)),
         Command::Evidence { command } => crate::evidence::run(command).map_err(|e| (e, plain)),
+        Command::Live(args) => crate::live::run(args).map_err(|e| (e, plain)),
     }
 }
 

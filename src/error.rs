@@ -62,6 +62,9 @@ pub enum RunError {
     /// `dwlint evidence verify` could not read the artifact.
     #[error(transparent)]
     Evidence(#[from] crate::evidence::EvidenceError),
+    /// `dwlint live` could not scrape a URL.
+    #[error(transparent)]
+    Live(#[from] crate::live::LiveError),
     /// A report file could not be written.
     #[error("cannot write the report to {}: {source}", .path.display())]
     OutputFile {

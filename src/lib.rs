@@ -19,6 +19,7 @@ pub mod extract;
 pub mod generated_file;
 pub mod init;
 pub mod inventory;
+pub mod live;
 pub mod normalize;
 pub mod output;
 pub mod owners;

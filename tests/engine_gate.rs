@@ -1,4 +1,4 @@
-//! The engine's own policy and doc, gated: the committed tree passes, and
+//! The engine's (and the soak harness's) policy and doc, gated: the committed tree passes, and
 //! removing any one policy entry or any one doc mention makes it fail.
 //!
 //! Works on a copy of the engine's sources, policy and operator doc in a
@@ -31,6 +31,19 @@ fn tree() -> tempfile::TempDir {
     std::fs::copy(
         repo.join("crates/dwengine/Cargo.toml"),
         dir.path().join("crates/dwengine/Cargo.toml"),
+    )
+    .unwrap();
+    // The soak harness's dw_perf_* metrics and remote-write config are in
+    // the same policy.
+    for part in ["src", "prometheus"] {
+        copy_dir(
+            &repo.join("crates/dwsoak").join(part),
+            &dir.path().join("crates/dwsoak").join(part),
+        );
+    }
+    std::fs::copy(
+        repo.join("crates/dwsoak/Cargo.toml"),
+        dir.path().join("crates/dwsoak/Cargo.toml"),
     )
     .unwrap();
     copy_dir(&repo.join("policy"), &dir.path().join("policy"));

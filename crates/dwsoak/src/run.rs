@@ -1,0 +1,336 @@
+//! One soak run: services, load, periodic samples, drain, final sample,
+//! artifacts.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dwevidence::sample::{Sample, SampleKind};
+use dwevidence::summary::{ServiceMode, Summary};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::api::Api;
+use crate::config::{Backend, Soak};
+use crate::load::{self, Mix, Stats};
+use crate::perf_metrics::{self, PerfValues};
+use crate::provenance;
+use crate::sampler::Sampler;
+use crate::services::{self, ManagedRedis, ManagedServer, StartError};
+use crate::summarize::{self, Observations};
+
+/// Why a run could not produce an artifact (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A service would not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The configuration does not describe a runnable soak.
+    #[error("{0}")]
+    Setup(String),
+    /// An artifact could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
+    std::fs::write(path, bytes).map_err(|source| RunError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The services under test, kept alive for the run.
+struct Services {
+    _server: Option<ManagedServer>,
+    _redis: Option<ManagedRedis>,
+    base_url: String,
+    server_pid: Option<u32>,
+    database_path: Option<PathBuf>,
+    redis_url: Option<String>,
+    mode: ServiceMode,
+}
+
+fn services(soak: &Soak) -> Result<Services, RunError> {
+    let args = &soak.args;
+    if let Some(base_url) = &args.base_url {
+        if args.cache == Backend::Redis && args.redis_url.is_none() {
+            return Err(RunError::Setup(
+                "--cache redis with --base-url needs --redis-url (the server's Redis)".into(),
+            ));
+        }
+        return Ok(Services {
+            _server: None,
+            _redis: None,
+            base_url: base_url.clone(),
+            server_pid: args.server_pid,
+            database_path: args.database_path.clone(),
+            redis_url: args
+                .redis_url
+                .clone()
+                .filter(|_| args.cache == Backend::Redis),
+            mode: ServiceMode::External,
+        });
+    }
+    let (redis, redis_url, mode) = match (args.cache, &args.redis_url) {
+        (Backend::Memory, _) => (None, None, ServiceMode::Managed),
+        (Backend::Redis, Some(url)) => (None, Some(url.clone()), ServiceMode::External),
+        (Backend::Redis, None) => {
+            let redis = ManagedRedis::start(&args.redis_server_bin, &args.output)?;
+            let url = redis.url.clone();
+            (Some(redis), Some(url), ServiceMode::Managed)
+        }
+    };
+    let bin = args
+        .server_bin
+        .clone()
+        .unwrap_or_else(services::default_server_bin);
+    let server = ManagedServer::start(&bin, &args.output, redis_url.as_deref())?;
+    Ok(Services {
+        base_url: server.base_url.clone(),
+        server_pid: Some(server.pid()),
+        database_path: Some(server.database_path.clone()),
+        _server: Some(server),
+        _redis: redis,
+        redis_url,
+        mode,
+    })
+}
+
+/// Runs the soak and writes every artifact; the summary says whether it passed.
+pub fn run(soak: &Soak) -> Result<Summary, RunError> {
+    let args = &soak.args;
+    std::fs::create_dir_all(&args.output).map_err(|source| RunError::Write {
+        path: args.output.clone(),
+        source,
+    })?;
+    let services = services(soak)?;
+    let api = Api::new(&services.base_url);
+    let ready_by = Instant::now() + Duration::from_secs(15);
+    while !api.healthy() {
+        if Instant::now() >= ready_by {
+            return Err(RunError::Setup(format!(
+                "{} did not answer /api/system/health within 15 s",
+                services.base_url
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let redis = match &services.redis_url {
+        Some(url) => Some(
+            redis::Client::open(url.as_str())
+                .map_err(|e| RunError::Setup(format!("redis {url}: {e}")))?,
+        ),
+        None => None,
+    };
+    let namespaces = load::namespaces(args.namespaces);
+    let sampler = Sampler::new(
+        api.clone(),
+        services.server_pid,
+        services.database_path.clone(),
+        redis,
+        soak.policy.clone(),
+        namespaces,
+    );
+    let values = Arc::new(Mutex::new(PerfValues {
+        policies: soak.cache_policy_ids.clone(),
+        ..PerfValues::default()
+    }));
+    let metrics_addr =
+        perf_metrics::serve(&args.metrics_addr, Arc::clone(&values)).map_err(|e| {
+            RunError::Setup(format!(
+                "cannot serve /metrics on {}: {e}",
+                args.metrics_addr
+            ))
+        })?;
+    eprintln!(
+        "dwsoak: driving {} ({} cache); own metrics on http://{metrics_addr}/metrics",
+        services.base_url,
+        args.cache.name()
+    );
+
+    let samples_path = args.output.join("samples.jsonl");
+    let samples_file = File::create(&samples_path).map_err(|source| RunError::Write {
+        path: samples_path.clone(),
+        source,
+    })?;
+    let mut samples_out = BufWriter::new(samples_file);
+    let stats = Arc::new(Stats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mix = Mix {
+        namespaces: args.namespaces,
+        task_queues: args.task_queues,
+        workers: args.workers,
+        starts_per_second: args.starts_per_second,
+        signals_per_workflow: args.signals_per_workflow,
+    };
+    let progress = progress_bar(args.duration + args.drain, args.quiet);
+    let started_at_unix_ms = unix_ms();
+    let start = Instant::now();
+    let load_thread = {
+        let (api, stats, stop) = (api.clone(), Arc::clone(&stats), Arc::clone(&stop));
+        std::thread::spawn(move || load::run(&api, &mix, &stats, &stop))
+    };
+
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut live_findings: Vec<String> = Vec::new();
+    let mut unowned: Vec<String> = Vec::new();
+    let duration = Duration::from_secs(args.duration);
+    let interval = Duration::from_secs(args.sample_interval);
+    let mut record = |sample: Sample,
+                      observed: crate::sampler::Observed,
+                      out: &mut BufWriter<File>|
+     -> Result<(), RunError> {
+        let line = serde_json::to_string(&sample).unwrap_or_default();
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .map_err(|source| RunError::Write {
+                path: samples_path.clone(),
+                source,
+            })?;
+        for finding in observed.live_findings {
+            if !live_findings.contains(&finding) {
+                live_findings.push(finding);
+            }
+        }
+        for key in observed.unowned_keys {
+            if !unowned.contains(&key) && unowned.len() < 20 {
+                unowned.push(key);
+            }
+        }
+        if let Ok(mut v) = values.lock() {
+            v.sample = Some(sample.clone());
+            v.totals = stats.totals();
+            v.assertion_failed = !live_findings.is_empty() || !unowned.is_empty();
+        }
+        samples.push(sample);
+        Ok(())
+    };
+    for slot in 1..=soak.expected_samples {
+        let due = interval * slot as u32;
+        if due > duration {
+            break;
+        }
+        wait_until(start + due, &progress, start);
+        if start.elapsed() > duration + interval / 2 {
+            break;
+        }
+        let (sample, observed) = sampler.take(
+            SampleKind::Periodic,
+            start.elapsed(),
+            unix_ms(),
+            &stats.totals(),
+        );
+        progress.set_message(status_line(&sample));
+        record(sample, observed, &mut samples_out)?;
+    }
+    wait_until(start + duration, &progress, start);
+    stop.store(true, Ordering::Relaxed);
+    let load_seconds = start.elapsed().as_secs_f64();
+    let _ = load_thread.join();
+    progress.set_message("draining".to_string());
+    wait_until(
+        Instant::now() + Duration::from_secs(args.drain),
+        &progress,
+        start,
+    );
+    let (final_sample, observed) = sampler.take(
+        SampleKind::Final,
+        start.elapsed(),
+        unix_ms(),
+        &stats.totals(),
+    );
+    record(final_sample, observed, &mut samples_out)?;
+    progress.finish_and_clear();
+
+    let checkout = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let provenance = provenance::collect(
+        |k| std::env::var(k).ok(),
+        &checkout,
+        &services.base_url,
+        &args.policy,
+        &soak.policy_sha256,
+    );
+    let observations = Observations {
+        samples,
+        health: sampler.health(),
+        totals: stats.totals(),
+        live_findings,
+        unowned_keys: unowned,
+        started_at_unix_ms,
+        finished_at_unix_ms: unix_ms(),
+        load_seconds,
+        services: services.mode,
+        failures: Vec::new(),
+    };
+    let summary = summarize::summarize(soak, &observations, provenance);
+    let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
+    write_file(&args.output.join("summary.json"), json.as_bytes())?;
+    if let Ok(mut v) = values.lock() {
+        v.totals = observations.totals.clone();
+        v.assertion_failed = !summary.assertion_failures.is_empty();
+        write_file(
+            &args.output.join("metrics.prom"),
+            perf_metrics::render(&v).as_bytes(),
+        )?;
+    }
+    Ok(summary)
+}
+
+fn progress_bar(seconds: u64, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(
+        Some(seconds),
+        if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        },
+    );
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+fn wait_until(deadline: Instant, progress: &ProgressBar, start: Instant) {
+    loop {
+        progress.set_position(start.elapsed().as_secs());
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(250)));
+    }
+}
+
+fn status_line(sample: &Sample) -> String {
+    let mib = |b: Option<u64>| {
+        b.map_or("?".to_owned(), |b| {
+            format!("{:.1} MiB", b as f64 / 1048576.0)
+        })
+    };
+    format!(
+        "rss {} | server:* keys {} | requests {} | errors {}",
+        mib(sample.server_memory_bytes),
+        sample
+            .server_cache_keys
+            .map_or("?".to_owned(), |k| k.to_string()),
+        sample.requests_total,
+        sample.errors_total
+    )
+}

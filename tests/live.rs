@@ -1,0 +1,181 @@
+//! `dwlint live` against a real dwserver started in the test (and, for the
+//! series cap and the suppression report, which a correct dwserver never
+//! breaks, against a hand-written metrics endpoint).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use dwengine::server::{Engine, Running, ServerConfig};
+use serde_json::Value;
+use support::text;
+
+fn dwlint(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run dwlint")
+}
+
+/// A dwserver on loopback with `runs` workflow runs in namespace `orders`.
+struct Server {
+    _running: Running,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+fn server(runs: usize) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::for_node("live-test", dir.path().to_owned());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.prometheus_workflow_series_limit = Some(2);
+    let running = Running::start(Engine::open(config).expect("engine")).expect("bind");
+    let base = format!("http://{}", running.addr());
+    let api = dwsoak::api::Api::new(&base);
+    for i in 0..runs {
+        let reply = api.start_workflow("orders", &format!("wf-{i}"), &format!("Type{i}"), "queue");
+        assert!(reply.ok, "start: {} {:?}", reply.status, reply.body);
+    }
+    Server {
+        _running: running,
+        base,
+        _dir: dir,
+    }
+}
+
+fn codes(out: &Output) -> Vec<String> {
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_engine_passes_against_its_own_policy() {
+    // Three runs of three types: the cap of 2 leaves one series out, reported.
+    let s = server(3);
+    let out = dwlint(&["live", &s.base, "-n", "orders", "-n", "empty"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("no findings in 4 files"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_policy_the_server_does_not_match_is_reported() {
+    let s = server(1);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    // task_queue is declared request-scoped (not a label) and workflow_type is missing.
+    std::fs::write(
+        &policy,
+        r#"schema_version = 1
+[metrics.dw_workflow_runs_total]
+owner = "x"
+surface = "GET /api/system/prometheus-metrics"
+dimensions = { namespace = "request_scope_not_label", task_queue = "request_scope_not_label" }
+cardinality = "c."
+selection = "s."
+suppression = "p."
+"#,
+    )
+    .unwrap();
+    let out = dwlint(&[
+        "live",
+        &s.base,
+        "-n",
+        "orders",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let mut found = codes(&out);
+    found.sort();
+    found.dedup();
+    assert_eq!(found, ["live-not-a-label", "live-undeclared-label"]);
+}
+
+/// Serves `body` at every path, `requests` times.
+fn endpoint(body: &'static str, requests: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests).map_while(Result::ok) {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/metrics")
+}
+
+#[test]
+fn series_over_the_cap_and_a_missing_report_are_reported() {
+    let over = endpoint(
+        "# cardinality series_limits.workflows {\"limit\":1,\"reported\":1}\ndw_workflow_runs_total{task_queue=\"a\",workflow_type=\"x\"} 1\ndw_workflow_runs_total{task_queue=\"b\",workflow_type=\"x\"} 1\n",
+        1,
+    );
+    let out = dwlint(&["live", &over, "--format", "json"]);
+    assert_eq!(codes(&out), ["live-series-over-cap"]);
+    let unreported = endpoint(
+        "dw_workflow_runs_total{task_queue=\"a\",workflow_type=\"x\"} 1\ndw_perf_made_up 1\n",
+        1,
+    );
+    let out = dwlint(&["live", &unreported, "--format", "short"]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("live-missing-suppression-report")
+            && shown.contains("live-undeclared-metric"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn an_unreachable_url_exits_2() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = dwlint(&["live", &format!("http://127.0.0.1:{port}")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot scrape"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn live_codes_are_explained() {
+    let out = dwlint(&["explain", "live-not-a-label"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("## What it does"));
+}
