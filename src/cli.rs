@@ -173,12 +173,10 @@ fn use_color(choice: ColorChoice, to_stdout: bool) -> bool {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
-    let plain = Style { color: false };
+    let plain = Style::plain();
     match cli.command {
         Command::Check(args) => {
-            let style = Style {
-                color: use_color(args.color, true),
-            };
+            let style = Style::new(use_color(args.color, true));
             run_check(args).map_err(|e| (e, style))
         }
         Command::Explain { code } => {
@@ -305,9 +303,7 @@ fn write_sink(
 ) -> Result<Vec<String>, RunError> {
     match &sink.destination {
         Destination::Stdout => {
-            let style = Style {
-                color: use_color(color, true),
-            };
+            let style = Style::new(use_color(color, true));
             let mut out = BufWriter::new(std::io::stdout().lock());
             match report::write(sink.format, report, style, &mut out) {
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Vec::new()),
@@ -316,9 +312,7 @@ fn write_sink(
             }
         }
         Destination::File(path) => {
-            let style = Style {
-                color: use_color(color, false),
-            };
+            let style = Style::new(use_color(color, false));
             let failed = |source| RunError::OutputFile {
                 path: path.clone(),
                 source,

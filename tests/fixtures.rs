@@ -36,10 +36,15 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn run(dir: &Path, format: &str) -> (i32, String) {
+    // Run from inside the fixture, so paths (relative to the working
+    // directory) are the same on every machine; ASCII frames at a fixed
+    // width, as a non-UTF-8 locale asks.
     let output = Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(["check", "--color", "never", "--format", format])
-        .arg(dir)
+        .args(["check", "--color", "never", "--format", format, "."])
+        .current_dir(dir)
         .env_remove("NO_COLOR")
+        .env("LC_ALL", "C")
+        .env("COLUMNS", "100")
         .output()
         .expect("run dwlint");
     let stderr = String::from_utf8_lossy(&output.stderr);

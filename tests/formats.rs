@@ -31,6 +31,10 @@ fn dwlint(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        // Unicode frames at a fixed width (the fixtures' snapshots are ASCII).
+        .env("LC_ALL", "C.UTF-8")
+        .env("TERM", "xterm")
+        .env("COLUMNS", "100")
         .env_remove("GITHUB_STEP_SUMMARY")
         .output()
         .expect("run dwlint")
@@ -180,4 +184,111 @@ fn a_clean_run_in_short_format_prints_nothing() {
     let out = dwlint(dir.path(), &["--format", "short"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout(&out), "");
+}
+
+/// `dwlint check ARGS` in `dir` with the given environment, human format.
+fn human_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dwlint"));
+    command
+        .arg("check")
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("GITHUB_STEP_SUMMARY");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.output().expect("run dwlint");
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn human_headers_and_paths_are_like_rustc_and_open_from_the_working_directory() {
+    let dir = fixture_copy("label-mismatch");
+    let parent = dir.path().parent().unwrap();
+    let name = dir.path().file_name().unwrap().to_str().unwrap();
+    let env = [("LC_ALL", "C"), ("COLUMNS", "100")];
+    let human = human_in(parent, &[name], &env);
+    assert!(
+        human.starts_with("error[label-mismatch]: `dw_runs_total` is emitted here"),
+        "{human}"
+    );
+    // The same clickable path:line:col as `short`, relative to where it ran.
+    let short = Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(["check", "--format", "short", name])
+        .current_dir(parent)
+        .output()
+        .unwrap();
+    let first = String::from_utf8_lossy(&short.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .split(": ")
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(first, format!("{name}/src/lib.rs:9:19"));
+    assert!(human.contains(&format!("--> {first}\n")), "{human}");
+    // The policy entry's frame is drawn once; later findings point at it.
+    assert_eq!(
+        human
+            .matches("note: policy entry [metrics.dw_runs_total]")
+            .count(),
+        1,
+        "{human}"
+    );
+    assert!(human.matches("shown above").count() >= 2, "{human}");
+}
+
+#[test]
+fn human_frames_are_ascii_when_the_terminal_or_locale_asks_and_fit_the_width() {
+    let dir = fixture_copy("label-mismatch");
+    let unicode = human_in(
+        dir.path(),
+        &["."],
+        &[
+            ("LC_ALL", "en_US.UTF-8"),
+            ("TERM", "xterm"),
+            ("COLUMNS", "100"),
+        ],
+    );
+    assert!(unicode.contains('╭'), "{unicode}");
+    for env in [
+        [
+            ("LC_ALL", "en_US.UTF-8"),
+            ("TERM", "dumb"),
+            ("COLUMNS", "100"),
+        ],
+        [("LC_ALL", "C"), ("TERM", "xterm"), ("COLUMNS", "100")],
+        [
+            ("LC_ALL", ""),
+            ("LANG", "en_US.ISO-8859-1"),
+            ("COLUMNS", "100"),
+        ],
+    ] {
+        let ascii = human_in(dir.path(), &["."], &env);
+        assert!(ascii.is_ascii(), "{env:?}: {ascii}");
+        assert!(ascii.contains("  --> src/lib.rs:9:19"), "{env:?}: {ascii}");
+    }
+    // A source line longer than the terminal is cut to its width.
+    let source_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(" 9 |"))
+            .unwrap()
+            .to_owned()
+    };
+    let narrow = source_line(&human_in(
+        dir.path(),
+        &["."],
+        &[("LC_ALL", "C"), ("COLUMNS", "60")],
+    ));
+    let wide = source_line(&human_in(
+        dir.path(),
+        &["."],
+        &[("LC_ALL", "C"), ("COLUMNS", "300")],
+    ));
+    assert!(narrow.len() <= 60, "{narrow}");
+    assert!(wide.ends_with(".increment(1);"), "{wide}");
+    assert!(!narrow.ends_with(".increment(1);"), "{narrow}");
 }

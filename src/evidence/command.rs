@@ -87,11 +87,11 @@ pub fn run(command: EvidenceCommand) -> Result<Outcome, RunError> {
         repository: args.repository.clone(),
     })?;
     let to_stdout = args.output.is_none();
-    let style = Style {
-        color: to_stdout
+    let style = Style::new(
+        to_stdout
             && std::io::stdout().is_terminal()
             && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-    };
+    );
     let write = |out: &mut dyn Write| -> std::io::Result<Vec<String>> {
         report::write(args.format.report_format(), &verified.report, style, out)
     };

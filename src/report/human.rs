@@ -1,225 +1,420 @@
-//! Human output: miette reports with code frames.
+//! Human output, shaped like rustc's and ruff's: an `error[code]: message`
+//! header, a clickable `--> path:line:col` (relative to where dwlint ran,
+//! as `short` prints it), a code frame, and `= help:`.
 //!
 //! A finding about code points into the source file; where the policy is
-//! involved, a related report points into the policy file ("declared here"),
-//! so a reader sees both sides without opening either file.
+//! involved, a related frame points into the policy file ("declared here").
+//! That frame is drawn once per policy entry: later findings about the same
+//! entry name its place and say it was shown above, so forty findings
+//! against one metric do not repeat one TOML table forty times.
+//!
+//! Frames are ASCII when the terminal or the locale asks for it
+//! (`TERM=dumb`, a non-UTF-8 `LC_ALL`/`LC_CTYPE`/`LANG`), and as wide as
+//! the terminal (`COLUMNS`, else the terminal's size, else 100).
 
-use std::collections::HashMap;
-use std::fmt;
-use std::io::Write;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::ops::Range;
 use std::rc::Rc;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan};
+use annotate_snippets::renderer::DecorStyle;
+use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 
 use crate::check::CheckReport;
 use crate::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::error::RunError;
-use crate::report::printable;
-use crate::report::window::{Indexed, Window};
+use crate::extract::LineIndex;
+use crate::report::{printable, shown_path};
 
-/// Width of rendered reports, in columns.
-const WIDTH: usize = 100;
+/// Width of rendered reports when nothing says otherwise, in columns.
+const DEFAULT_WIDTH: usize = 100;
+/// Lines of context drawn around a marked span.
+const CONTEXT_LINES: usize = 1;
+/// A marked span longer than this many lines is drawn as its first line.
+const MAX_SPAN_LINES: usize = 6;
+/// A line up to this many bytes is shown whole.
+const MAX_LINE_BYTES: usize = 240;
+/// How much of a long line is kept before the mark on it.
+const MARGIN_BYTES: usize = 60;
+/// The most of one long line a frame shows.
+const MAX_WINDOW_BYTES: usize = 480;
 
 /// How to draw reports.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Style {
     /// Use ANSI colours.
     pub color: bool,
+    /// Draw frames with ASCII only.
+    pub ascii: bool,
+    /// Columns to fit.
+    pub width: usize,
 }
 
-fn handler(style: Style) -> GraphicalReportHandler {
-    let theme = if style.color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    GraphicalReportHandler::new_themed(theme)
-        .with_width(WIDTH)
-        .with_links(false)
-        .with_context_lines(1)
+impl Style {
+    /// A style for output with `color`, with the character set and width
+    /// this process's terminal and locale ask for.
+    pub fn new(color: bool) -> Style {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let terminal_width = || {
+            std::io::stdout()
+                .is_terminal()
+                .then(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
+                .flatten()
+        };
+        let width = var("COLUMNS")
+            .and_then(|c| c.trim().parse().ok())
+            .or_else(terminal_width)
+            .filter(|w: &usize| *w >= 20)
+            .unwrap_or(DEFAULT_WIDTH);
+        Style {
+            color,
+            ascii: wants_ascii(var("TERM").as_deref(), locale(&var).as_deref()),
+            width,
+        }
+    }
+
+    /// Plain ASCII at the default width (errors printed before any terminal
+    /// question is worth asking).
+    pub fn plain() -> Style {
+        Style {
+            color: false,
+            ascii: true,
+            width: DEFAULT_WIDTH,
+        }
+    }
+
+    fn renderer(self) -> Renderer {
+        let renderer = if self.color {
+            Renderer::styled()
+        } else {
+            Renderer::plain()
+        };
+        renderer
+            .decor_style(if self.ascii {
+                DecorStyle::Ascii
+            } else {
+                DecorStyle::Unicode
+            })
+            .term_width(self.width)
+    }
+}
+
+/// The locale that decides the character set: the first of `LC_ALL`,
+/// `LC_CTYPE`, `LANG` that is set, as POSIX orders them.
+fn locale(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    ["LC_ALL", "LC_CTYPE", "LANG"].iter().find_map(|n| var(n))
+}
+
+/// ASCII for a dumb terminal, or a locale that is set and not UTF-8
+/// (`C`, `POSIX`, `en_US.ISO-8859-1`). No locale at all is not a request:
+/// many CI runners set none and display UTF-8 fine.
+fn wants_ascii(term: Option<&str>, locale: Option<&str>) -> bool {
+    if term == Some("dumb") {
+        return true;
+    }
+    locale.is_some_and(|l| {
+        let l = l.to_ascii_lowercase();
+        !(l.contains("utf-8") || l.contains("utf8"))
+    })
+}
+
+/// A file with a finding, with its line index.
+struct SourceFile {
+    text: String,
+    lines: LineIndex,
 }
 
 /// Reads (and indexes) each file with a finding once, only when a frame
 /// needs it.
 struct Sources<'a> {
-    root: &'a Path,
-    texts: HashMap<String, Option<Rc<Indexed>>>,
+    report: &'a CheckReport,
+    files: HashMap<String, Option<Rc<SourceFile>>>,
 }
 
 impl Sources<'_> {
-    fn text(&mut self, file: &str) -> Option<Rc<Indexed>> {
-        let root = self.root;
-        self.texts
+    fn file(&mut self, file: &str) -> Option<Rc<SourceFile>> {
+        let root = &self.report.root;
+        self.files
             .entry(file.to_owned())
             .or_insert_with(|| {
                 std::fs::read_to_string(root.join(file))
                     .or_else(|_| std::fs::read_to_string(file))
                     .ok()
-                    .map(|text| Rc::new(Indexed::new(text)))
+                    .map(|text| {
+                        Rc::new(SourceFile {
+                            lines: LineIndex::new(&text),
+                            text,
+                        })
+                    })
             })
             .clone()
     }
 }
 
-/// One rendered report: a message, optionally framed in one file.
-#[derive(Debug)]
-struct Frame {
-    message: String,
-    code: Option<&'static str>,
-    severity: miette::Severity,
-    help: Option<String>,
-    source: Option<Window>,
-    labels: Vec<LabeledSpan>,
-    related: Vec<Frame>,
+/// The excerpt a frame shows: the span's lines (only the first when the
+/// span is long) with [`CONTEXT_LINES`] around them, each line longer than
+/// [`MAX_LINE_BYTES`] cut to a part of it (around the span on the span's
+/// line). Lines are found through the file's line index and only the shown
+/// part of a line is ever copied or counted, so a finding on a
+/// multi-megabyte minified line costs what one on a short line costs, even
+/// when that line holds thousands of them.
+struct Excerpt {
+    source: String,
+    first_line: usize,
+    span: Range<usize>,
+    /// Characters the renderer sees before the span on its line, when the
+    /// line was cut (its `-->` column must then be put back).
+    cut_column: Option<usize>,
 }
 
-impl fmt::Display for Frame {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+fn floor(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
     }
+    at
 }
 
-impl std::error::Error for Frame {}
-
-impl miette::Diagnostic for Frame {
-    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.code.map(|c| Box::new(c) as Box<dyn fmt::Display>)
-    }
-    fn severity(&self) -> Option<miette::Severity> {
-        Some(self.severity)
-    }
-    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.help
-            .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
-    }
-    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
-        self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
-    }
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        (!self.labels.is_empty())
-            .then(|| Box::new(self.labels.iter().cloned()) as Box<dyn Iterator<Item = LabeledSpan>>)
-    }
-    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn miette::Diagnostic> + 'a>> {
-        (!self.related.is_empty()).then(|| {
-            Box::new(self.related.iter().map(|r| r as &dyn miette::Diagnostic))
-                as Box<dyn Iterator<Item = _>>
-        })
-    }
-}
-
-fn bytes(anchor: &Anchor) -> (usize, usize) {
-    (anchor.range.start, anchor.range.end)
-}
-
-/// A framed report of `anchor` alone, pointing into `source`.
-fn related_frame(anchor: &Anchor, source: &Indexed) -> Frame {
-    let name = printable(&anchor.file);
-    let (window, spans) = Window::frame(&name, source, &[bytes(anchor)]);
-    Frame {
-        message: format!("see {name}"),
-        code: None,
-        severity: miette::Severity::Advice,
-        help: None,
-        source: Some(window),
-        labels: spans
-            .into_iter()
-            .flatten()
-            .map(|span| LabeledSpan::new_primary_with_span(anchor.label.clone(), span))
-            .collect(),
-        related: Vec::new(),
-    }
-}
-
-fn frame_for(diagnostic: &Diagnostic, sources: &mut Sources) -> Frame {
-    let severity = match diagnostic.severity {
-        Severity::Error => miette::Severity::Error,
-        Severity::Warning => miette::Severity::Warning,
+/// Byte offsets of 0-based `line`: start, end without the line break, end.
+fn line_bounds(file: &SourceFile, line: usize) -> (usize, usize, usize) {
+    let text = file.text.as_str();
+    let (start, end) = file.lines.line_span(line, text.len());
+    let body_end = if end > start && text.as_bytes()[end - 1] == b'\n' {
+        end - 1
+    } else {
+        end
     };
-    let mut frame = Frame {
-        message: printable(&diagnostic.message).into_owned(),
-        code: Some(diagnostic.code),
-        severity,
-        help: diagnostic
-            .help
-            .as_deref()
-            .map(|h| printable(h).into_owned()),
-        source: None,
-        labels: Vec::new(),
-        related: Vec::new(),
-    };
-    let primary_file = diagnostic.primary.as_ref().map(|a| a.file.as_str());
-    // Marks in the primary file share its frame when they are close to the
-    // primary mark; the others get a frame of their own.
-    let mut far = Vec::new();
-    if let Some(anchor) = &diagnostic.primary {
-        let name = printable(&anchor.file);
-        match sources.text(&anchor.file) {
-            Some(source) if anchor.range.end <= source.text.len() && anchor.range.end > 0 => {
-                let same_file: Vec<&Anchor> = diagnostic
-                    .related
-                    .iter()
-                    .filter(|a| a.file == anchor.file)
-                    .collect();
-                let ranges: Vec<(usize, usize)> = std::iter::once(bytes(anchor))
-                    .chain(same_file.iter().map(|a| bytes(a)))
-                    .collect();
-                let (window, spans) = Window::frame(&name, &source, &ranges);
-                for (i, span) in spans.into_iter().enumerate() {
-                    match (i, span) {
-                        (0, Some(span)) => frame.labels.push(LabeledSpan::new_primary_with_span(
-                            anchor.label.clone(),
-                            span,
-                        )),
-                        (0, None) => {}
-                        (_, Some(span)) => frame.labels.push(LabeledSpan::new_with_span(
-                            same_file[i - 1].label.clone(),
-                            span,
-                        )),
-                        (_, None) => far.push(same_file[i - 1]),
-                    }
-                }
-                frame.source = Some(window);
+    (start, body_end, end)
+}
+
+fn excerpt(file: &SourceFile, span: Range<usize>, ascii: bool) -> Option<Excerpt> {
+    let text = file.text.as_str();
+    if span.start > span.end
+        || span.end > text.len()
+        || !text.is_char_boundary(span.start)
+        || !text.is_char_boundary(span.end)
+    {
+        return None;
+    }
+    let first = file.lines.line_of(span.start);
+    let mut last_marked = file.lines.line_of(span.end);
+    let mut span = span;
+    if last_marked - first >= MAX_SPAN_LINES {
+        span.end = line_bounds(file, first).1;
+        last_marked = first;
+    }
+    let shown_first = first.saturating_sub(CONTEXT_LINES);
+    let shown_last = (last_marked + CONTEXT_LINES).min(file.lines.line_count() - 1);
+    let marker = if ascii { "..." } else { "\u{2026}" };
+    let mut source = String::new();
+    let mut new_span = 0..0;
+    let mut cut_column = None;
+    for line in shown_first..=shown_last {
+        let (start, body_end, end) = line_bounds(file, line);
+        let (from, to) = if body_end - start <= MAX_LINE_BYTES {
+            (start, body_end)
+        } else if line == first {
+            let from = floor(text, span.start.saturating_sub(MARGIN_BYTES).max(start));
+            (from, floor(text, (from + MAX_WINDOW_BYTES).min(body_end)))
+        } else {
+            (start, floor(text, start + MAX_LINE_BYTES))
+        };
+        let line_at = source.len();
+        if from > start {
+            source.push_str(marker);
+        }
+        let shown_at = source.len();
+        source.push_str(&text[from..to]);
+        if line == first {
+            new_span.start = shown_at + (span.start - from);
+            if from > start {
+                cut_column = Some(source[line_at..new_span.start].chars().count());
             }
-            _ if frame.message.contains(name.as_ref()) => {}
-            _ => frame.message = format!("{name}: {}", frame.message),
+        }
+        if (first..=last_marked).contains(&line) {
+            // The span ends on this line, or runs on past its shown part.
+            new_span.end = shown_at + (span.end.clamp(from, to) - from);
+        }
+        if to < body_end {
+            source.push_str(marker);
+        }
+        source.push_str(&text[body_end..end]);
+    }
+    let end = floor(&source, new_span.end.max(new_span.start));
+    Some(Excerpt {
+        source,
+        first_line: shown_first + 1,
+        span: new_span.start..end,
+        cut_column,
+    })
+}
+
+/// A frame of `excerpt`, titled with `path`.
+fn snippet<'t>(
+    excerpt: &'t Excerpt,
+    label: Option<&str>,
+    path: &str,
+    kind: AnnotationKind,
+) -> Snippet<'t, annotate_snippets::Annotation<'t>> {
+    let annotation = kind.span(excerpt.span.clone());
+    let annotation = match label {
+        Some(label) => annotation.label(printable(label).into_owned()),
+        None => annotation,
+    };
+    Snippet::source(excerpt.source.as_str())
+        .fold(false)
+        .line_start(excerpt.first_line)
+        .path(path.to_owned())
+        .annotation(annotation)
+}
+
+/// The renderer computes a frame's `-->` column from the excerpt; for a cut
+/// line, the column in the file is put back.
+fn column_fix(excerpt: &Excerpt, path: &str, anchor: &Anchor) -> Option<(String, String)> {
+    let cut = excerpt.cut_column?;
+    let line = anchor.range.line;
+    Some((
+        format!("{path}:{line}:{}", cut + 1),
+        format!("{path}:{line}:{}", anchor.range.column),
+    ))
+}
+
+/// `path:line:col`, the form editors and terminals open.
+fn place(path: &str, anchor: &Anchor) -> String {
+    format!("{path}:{}:{}", anchor.range.line, anchor.range.column)
+}
+
+/// The policy entry (`[metrics.dw_x]`) whose table holds byte `at`: the
+/// byte offset and text of its header line.
+fn policy_entry(file: &SourceFile, at: usize) -> Option<(usize, &str)> {
+    let text = file.text.as_str();
+    (0..=file.lines.line_of(at.min(text.len())))
+        .rev()
+        .map(|line| {
+            let (start, body_end, _) = line_bounds(file, line);
+            (start, text[start..body_end].trim())
+        })
+        .find(|(_, header)| header.starts_with('['))
+}
+
+/// Renders one finding; `shown` holds the policy entries already framed.
+fn render(
+    diagnostic: &Diagnostic,
+    sources: &mut Sources,
+    shown: &mut HashSet<usize>,
+    style: Style,
+    renderer: &Renderer,
+) -> String {
+    let report = sources.report;
+    let level = match diagnostic.severity {
+        Severity::Error => Level::ERROR,
+        Severity::Warning => Level::WARNING,
+    };
+    // Excerpts are made first: the snippets borrow them.
+    struct Framed {
+        path: String,
+        excerpt: Option<Excerpt>,
+        entry: Option<(usize, String)>,
+    }
+    let mut frame_of = |anchor: &Anchor, policy_entry_of: bool| {
+        let path = printable(&shown_path(report, &anchor.file)).into_owned();
+        let file = sources.file(&anchor.file);
+        let excerpt = file
+            .as_deref()
+            .and_then(|f| excerpt(f, anchor.range.start..anchor.range.end, style.ascii));
+        let entry = file
+            .as_deref()
+            .filter(|_| policy_entry_of && anchor.file == report.policy_path)
+            .and_then(|f| policy_entry(f, anchor.range.start))
+            .map(|(offset, header)| (offset, printable(header).into_owned()));
+        Framed {
+            path,
+            excerpt,
+            entry,
+        }
+    };
+    let primary = diagnostic.primary.as_ref().map(|a| (a, frame_of(a, false)));
+    let related: Vec<(&Anchor, Framed)> = diagnostic
+        .related
+        .iter()
+        .map(|a| (a, frame_of(a, true)))
+        .collect();
+    let message = printable(&diagnostic.message);
+    let mut group = Group::with_title(level.primary_title(message.as_ref()).id(diagnostic.code));
+    let mut notes: Vec<String> = Vec::new();
+    let mut fixes = Vec::new();
+    if let Some((anchor, framed)) = &primary {
+        match &framed.excerpt {
+            Some(excerpt) => {
+                let label = anchor.label.as_deref();
+                group = group.element(snippet(
+                    excerpt,
+                    label,
+                    &framed.path,
+                    AnnotationKind::Primary,
+                ));
+                fixes.extend(column_fix(excerpt, &framed.path, anchor));
+            }
+            None => notes.push(format!("at {}", place(&framed.path, anchor))),
         }
     }
-    for anchor in &diagnostic.related {
-        let framed_with_primary = Some(anchor.file.as_str()) == primary_file
-            && frame.source.is_some()
-            && !far.iter().any(|f| std::ptr::eq(*f, anchor));
-        if framed_with_primary {
-            continue;
-        }
-        let Some(source) = sources.text(&anchor.file) else {
+    let mut related_groups = Vec::new();
+    for (anchor, framed) in &related {
+        let Some(excerpt) = &framed.excerpt else {
             continue;
         };
-        frame.related.push(related_frame(anchor, &source));
+        let label = anchor.label.as_deref().unwrap_or("related");
+        if let Some((offset, header)) = &framed.entry {
+            if !shown.insert(*offset) {
+                notes.push(format!(
+                    "{}: {} (policy entry {header}, shown above)",
+                    printable(label),
+                    place(&framed.path, anchor)
+                ));
+                continue;
+            }
+        }
+        let title = match &framed.entry {
+            Some((_, header)) => format!("policy entry {header}"),
+            None => "related".to_owned(),
+        };
+        fixes.extend(column_fix(excerpt, &framed.path, anchor));
+        related_groups.push(
+            Group::with_title(Level::NOTE.secondary_title(title)).element(snippet(
+                excerpt,
+                anchor.label.as_deref(),
+                &framed.path,
+                AnnotationKind::Context,
+            )),
+        );
     }
-    frame
+    for note in &notes {
+        group = group.element(Level::NOTE.message(note.as_str()));
+    }
+    let help = diagnostic.help.as_deref().map(printable);
+    if let Some(help) = &help {
+        group = group.element(Level::HELP.message(help.as_ref()));
+    }
+    let mut groups = vec![group];
+    groups.extend(related_groups);
+    let mut rendered = renderer.render(&groups);
+    for (excerpt_place, file_place) in fixes {
+        rendered = rendered.replacen(&excerpt_place, &file_place, 1);
+    }
+    rendered
 }
 
 /// Writes every finding, then a one-line summary.
 pub fn write(report: &CheckReport, style: Style, out: &mut dyn Write) -> std::io::Result<()> {
-    let handler = handler(style);
+    let renderer = style.renderer();
     let mut sources = Sources {
-        root: &report.root,
-        texts: HashMap::new(),
+        report,
+        files: HashMap::new(),
     };
+    let mut shown = HashSet::new();
     for diagnostic in &report.diagnostics {
-        let frame = frame_for(diagnostic, &mut sources);
-        let mut rendered = String::new();
-        if handler.render_report(&mut rendered, &frame).is_err() {
-            rendered = format!(
-                "{}[{}]: {}\n",
-                diagnostic.severity.as_str(),
-                diagnostic.code,
-                diagnostic.message
-            );
-        }
-        writeln!(out, "{rendered}")?;
+        let rendered = render(diagnostic, &mut sources, &mut shown, style, &renderer);
+        writeln!(out, "{rendered}\n")?;
     }
     writeln!(out, "{}", summary(report))
 }
@@ -247,7 +442,7 @@ pub fn summary(report: &CheckReport) -> String {
     // since findings' paths are then relative to a directory the user did
     // not name.
     let root = if report.root_moved {
-        format!("root: {}; ", printable(&report.root.to_string_lossy()))
+        format!("root: {}; ", report.root.display())
     } else {
         String::new()
     };
@@ -255,65 +450,73 @@ pub fn summary(report: &CheckReport) -> String {
         "dwlint: {findings} in {} ({}; {root}policy: {})",
         plural(report.files_scanned, "file"),
         report.mode.describe(),
-        printable(&report.policy_path)
+        report.policy_path
     )
 }
 
 /// Writes a failure of the run itself; invalid policies get one framed
 /// report per problem.
 pub fn write_run_error(error: &RunError, style: Style, out: &mut dyn Write) -> std::io::Result<()> {
-    let handler = handler(style);
-    let frames: Vec<Frame> = match error {
+    let renderer = style.renderer();
+    match error {
         RunError::PolicyInvalid { path, text, errors } => {
             let path = printable(path);
-            let source = Indexed::new(text.clone());
-            errors
-                .iter()
-                .map(|e| {
-                    let framed = e
-                        .span
-                        .map(|s| Window::frame(&path, &source, &[(s.start, s.end)]));
-                    let (source, labels) = match framed {
-                        Some((window, spans)) => (
-                            Some(window),
-                            spans
-                                .into_iter()
-                                .flatten()
-                                .map(|span| {
-                                    LabeledSpan::new_primary_with_span(Some("here".into()), span)
-                                })
-                                .collect(),
-                        ),
-                        None => (None, Vec::new()),
-                    };
-                    Frame {
-                        message: format!("{path}: {}", printable(&e.message)),
-                        code: Some("invalid-policy"),
-                        severity: miette::Severity::Error,
-                        help: e.help.clone(),
-                        source,
-                        labels,
-                        related: Vec::new(),
+            let file = SourceFile {
+                lines: LineIndex::new(text),
+                text: text.clone(),
+            };
+            for e in errors {
+                let message = printable(&e.message);
+                let title = Level::ERROR
+                    .primary_title(message.as_ref())
+                    .id("invalid-policy");
+                let mut group = Group::with_title(title);
+                let excerpt = e
+                    .span
+                    .and_then(|s| excerpt(&file, s.start..s.end.max(s.start), style.ascii));
+                let mut fixes = Vec::new();
+                let location;
+                match (&excerpt, e.span) {
+                    (Some(excerpt), Some(span)) => {
+                        let range = file.lines.range(text, span.start, span.end.max(span.start));
+                        let anchor = Anchor {
+                            file: path.to_string(),
+                            range,
+                            label: Some("here".into()),
+                        };
+                        group = group.element(snippet(
+                            excerpt,
+                            Some("here"),
+                            &path,
+                            AnnotationKind::Primary,
+                        ));
+                        fixes.extend(column_fix(excerpt, &path, &anchor));
                     }
-                })
-                .collect()
+                    _ => {
+                        location = format!("in {path}");
+                        group = group.element(Level::NOTE.message(location.as_str()));
+                    }
+                }
+                let help = e.help.as_deref().map(printable);
+                if let Some(help) = &help {
+                    group = group.element(Level::HELP.message(help.as_ref()));
+                }
+                let mut rendered = renderer.render(&[group]);
+                for (shown, real) in fixes {
+                    rendered = rendered.replacen(&shown, &real, 1);
+                }
+                writeln!(out, "{rendered}\n")?;
+            }
         }
-        other => vec![Frame {
-            message: printable(&other.to_string()).into_owned(),
-            code: None,
-            severity: miette::Severity::Error,
-            help: run_error_help(other),
-            source: None,
-            labels: Vec::new(),
-            related: Vec::new(),
-        }],
-    };
-    for frame in &frames {
-        let mut rendered = String::new();
-        if handler.render_report(&mut rendered, frame).is_err() {
-            rendered = format!("error: {}\n", frame.message);
+        other => {
+            let message = printable(&other.to_string()).into_owned();
+            let mut group = Group::with_title(Level::ERROR.primary_title(message.as_str()));
+            let help = run_error_help(other);
+            if let Some(help) = &help {
+                group = group.element(Level::HELP.message(help.as_str()));
+            }
+            writeln!(out, "{}\n", renderer.render(&[group]))?;
         }
-        writeln!(out, "{rendered}")?;
     }
     Ok(())
 }
@@ -333,5 +536,83 @@ fn run_error_help(error: &RunError) -> Option<String> {
         RunError::UnknownRule { .. } => Some("`dwlint rules` lists every code".into()),
         RunError::Docs(e) => e.help(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dumb_terminal_or_a_non_utf8_locale_asks_for_ascii() {
+        assert!(wants_ascii(Some("dumb"), Some("en_US.UTF-8")));
+        assert!(wants_ascii(Some("xterm"), Some("C")));
+        assert!(wants_ascii(None, Some("POSIX")));
+        assert!(wants_ascii(None, Some("de_DE.ISO-8859-1")));
+        assert!(!wants_ascii(Some("xterm-256color"), Some("en_US.UTF-8")));
+        assert!(!wants_ascii(None, Some("C.utf8")));
+        assert!(!wants_ascii(None, None));
+    }
+
+    #[test]
+    fn the_first_set_locale_variable_decides() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            locale(&env(&[("LANG", "en_US.UTF-8"), ("LC_ALL", "C")])).as_deref(),
+            Some("C")
+        );
+        assert_eq!(
+            locale(&env(&[("LANG", "en_US.UTF-8")])).as_deref(),
+            Some("en_US.UTF-8")
+        );
+    }
+
+    fn file(text: &str) -> SourceFile {
+        SourceFile {
+            lines: LineIndex::new(text),
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_excerpt_is_the_span_with_a_line_of_context() {
+        let text = "a\nb\nc KEY d\ne\nf\n";
+        let at = text.find("KEY").unwrap();
+        let e = excerpt(&file(text), at..at + 3, true).unwrap();
+        assert_eq!(e.source, "b\nc KEY d\ne\n");
+        assert_eq!(e.first_line, 2);
+        assert_eq!(&e.source[e.span.clone()], "KEY");
+        assert_eq!(e.cut_column, None);
+        // A long span is drawn as its first line.
+        let long = "x\n".repeat(50);
+        let e = excerpt(&file(&long), 0..long.len(), true).unwrap();
+        assert_eq!(&e.source[e.span.clone()], "x");
+        assert!(e.source.len() < 10);
+        // A span the file no longer has is no frame.
+        assert!(excerpt(&file(text), 5..100, true).is_none());
+    }
+
+    #[test]
+    fn a_long_line_is_cut_around_the_span() {
+        let text = format!("{}KEY{}\nnext\n", "a".repeat(70_000), "b".repeat(70_000));
+        let at = 70_000;
+        let e = excerpt(&file(&text), at..at + 3, true).unwrap();
+        assert_eq!(&e.source[e.span.clone()], "KEY");
+        assert!(e.source.starts_with("...") && e.source.contains("...\nnext"));
+        assert!(e.source.len() < MAX_WINDOW_BYTES + 20);
+        assert_eq!(e.cut_column, Some(3 + MARGIN_BYTES));
+        // Unicode marker, and a multi-byte character at the cut.
+        let text = format!("{}KEY", "ї".repeat(1000));
+        let at = text.find("KEY").unwrap();
+        let e = excerpt(&file(&text), at..at + 3, false).unwrap();
+        assert!(e.source.starts_with('\u{2026}'));
+        assert_eq!(&e.source[e.span.clone()], "KEY");
     }
 }

@@ -18,7 +18,6 @@ pub mod json;
 pub mod junit;
 pub mod sarif;
 pub mod short;
-pub mod window;
 
 /// An output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -142,6 +141,23 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 /// some viewers break lines at.
 fn needs_escape(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// `file` (a finding's path: relative to the checked root, or as given for
+/// a policy outside it) as reachable from the current directory, so that
+/// `path:line:col` opens from where dwlint ran. `human` and `short` print
+/// the same paths.
+pub fn shown_path(report: &CheckReport, file: &str) -> String {
+    let path = std::path::Path::new(file);
+    if path.is_absolute() {
+        return file.to_owned();
+    }
+    let from_root = short::display_path(&report.root, file);
+    if file == report.policy_path && !std::path::Path::new(&from_root).exists() && path.exists() {
+        // A policy outside the root is shown as it was given.
+        return file.to_owned();
+    }
+    from_root
 }
 
 /// The message with its help, for formats that have one text field.

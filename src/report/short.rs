@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::check::CheckReport;
-use crate::report::{location, printable};
+use crate::report::{location, printable, shown_path};
 
 /// `file` as reachable from the current directory.
 pub fn display_path(root: &Path, file: &str) -> String {
@@ -29,7 +29,7 @@ pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
             "{}:{}:{}: {}[{}] {message}",
-            printable(&display_path(&report.root, file)),
+            printable(&shown_path(report, file)),
             range.line,
             range.column,
             diagnostic.severity.as_str(),
