@@ -136,11 +136,11 @@ fn help(code: LiveCode) -> &'static str {
 /// Runs `dwlint live`.
 pub fn run(args: LiveArgs) -> Result<Outcome, RunError> {
     let report = live(&args.urls, &args.namespace, args.policy.as_deref())?;
-    let style = Style {
-        color: args.output.is_none()
+    let style = Style::new(
+        args.output.is_none()
             && std::io::stdout().is_terminal()
             && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-    };
+    );
     let notes = match &args.output {
         None => match report::write(
             args.format,
