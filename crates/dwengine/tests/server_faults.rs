@@ -198,3 +198,17 @@ fn heartbeats_sweep_idle_worker_registrations_a_bounded_batch_at_a_time() {
     }
     assert_eq!(workers(), 1);
 }
+
+#[test]
+fn a_run_s_unprocessed_payload_bytes_have_a_budget() {
+    let s = server(|c| c.store.max_pending_payload_bytes = 5_000);
+    s.start_workflow("ns", "wf", "q");
+    let blob = json!("x".repeat(3_000));
+    let (status, _) = s.send(&wire::signal("ns", "wf", "blob", blob.clone(), "s1"));
+    assert_eq!(status, 200);
+    let (status, body) = s.send(&wire::signal("ns", "wf", "blob", blob, "s2"));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "pending_payload_bytes_exceeded");
+    assert_eq!(body["limit"], 5_000);
+    assert_eq!(body["pending_bytes"], 3_002);
+}

@@ -311,7 +311,12 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_strands_no_run() {
              OR pending_update_count != (SELECT COUNT(*) FROM updates u \
                  WHERE u.run_id = r.id AND u.status = 'accepted') \
              OR history_length != (SELECT COUNT(*) FROM history_events h \
-                 WHERE h.run_id = r.id)",
+                 WHERE h.run_id = r.id) \
+             OR pending_payload_bytes != \
+                 (SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM signals s \
+                 WHERE s.run_id = r.id AND s.status = 'received') \
+               + (SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM updates u \
+                 WHERE u.run_id = r.id AND u.status = 'accepted')",
             [],
             |r| r.get(0),
         )

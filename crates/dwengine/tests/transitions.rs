@@ -390,3 +390,49 @@ fn dwengine_now_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+#[test]
+fn unprocessed_message_payloads_are_capped_in_bytes_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path().join("runs.sqlite"),
+        dwengine::store::StoreConfig {
+            max_pending_payload_bytes: 10_000,
+            ..common::config(&[])
+        },
+    )
+    .unwrap();
+    let run = store.start_workflow(common::start("a"), None).unwrap().run;
+    let blob = |n: usize| SignalRequest {
+        name: "blob".into(),
+        payload: json!("x".repeat(n)),
+        request_id: None,
+    };
+    for _ in 0..3 {
+        store.signal(run, blob(3000)).unwrap();
+    }
+    let refused = store.signal(run, blob(3000));
+    assert!(
+        matches!(
+            refused,
+            Err(Error::PendingPayloadBudget {
+                pending_bytes: 9006,
+                payload_bytes: 3002,
+                limit: 10_000,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        store.submit_update(run, blob(3000)).is_err(),
+        "updates share the budget"
+    );
+    assert_eq!(store.pending_counts(run).unwrap().signals, 3);
+    // Processing a signal gives its bytes back.
+    let task = lease(&store, TaskKind::Workflow, "p1");
+    store
+        .complete_workflow_task(task.task_id, &[], WorkflowDecision::Wait)
+        .unwrap();
+    store.signal(run, blob(3000)).unwrap();
+}

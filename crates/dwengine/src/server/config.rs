@@ -216,6 +216,9 @@ impl ServerConfig {
         if let Some(n) = parse("DW_HISTORY_PAGE_BYTES")? {
             config.store.history_page.max_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
+        if let Some(n) = parse("DW_MAX_PENDING_PAYLOAD_BYTES_PER_RUN")? {
+            config.store.max_pending_payload_bytes = n;
+        }
         if let Some(n) = parse("DW_STORE_READERS")? {
             config.store_readers = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }

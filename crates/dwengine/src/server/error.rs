@@ -68,7 +68,7 @@ impl ApiError {
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
                 | StoreError::ReadOnlyProjection(_) => 409,
-                StoreError::StructuralLimit(_) => 409,
+                StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
                 _ => 500,
             },
             ApiError::Cache(_) => 503,
@@ -98,6 +98,18 @@ impl ApiError {
                 }
                 body
             }
+            ApiError::Store(StoreError::PendingPayloadBudget {
+                pending_bytes,
+                payload_bytes,
+                limit,
+                ..
+            }) => json!({
+                "reason": "pending_payload_bytes_exceeded",
+                "pending_bytes": pending_bytes,
+                "payload_bytes": payload_bytes,
+                "limit": limit,
+                "message": self.to_string(),
+            }),
             ApiError::NamespaceLimited(reason) => {
                 json!({ "reason": "namespace_request_limited", "limit": reason, "message": self.to_string() })
             }

@@ -153,6 +153,22 @@ impl Store {
             return Ok(Admission::Rejected(exceeded.into()));
         }
         let payload_text = serde_json::to_string(&request.payload)?;
+        let budget = self.config.max_pending_payload_bytes;
+        if budget > 0 {
+            let pending: i64 = tx
+                .prepare_cached("SELECT pending_payload_bytes FROM runs WHERE id = ?1")?
+                .query_row([run.0], |r| r.get(0))?;
+            let pending = u64::try_from(pending).unwrap_or(0);
+            let payload = u64::try_from(payload_text.len()).unwrap_or(u64::MAX);
+            if pending.saturating_add(payload) > budget {
+                return Err(Error::PendingPayloadBudget {
+                    run,
+                    pending_bytes: pending,
+                    payload_bytes: payload,
+                    limit: budget,
+                });
+            }
+        }
         tx.prepare_cached(&format!(
             "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5)",
             intake.table
@@ -160,6 +176,13 @@ impl Store {
         .execute(params![run.0, request.name, payload_text, request.request_id, intake.status])?;
         let id = tx.last_insert_rowid();
         bump(&tx, run, intake.pending, 1)?;
+        tx.prepare_cached(
+            "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",
+        )?
+        .execute(params![
+            run.0,
+            crate::store::rows::to_i64(payload_text.len())
+        ])?;
         let event = json!({
             intake.id_key: id,
             "name": request.name,

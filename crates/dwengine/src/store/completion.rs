@@ -194,6 +194,14 @@ impl Store {
         }
         let run = RunId(run);
         bump(&tx, run, table.pending, -1)?;
+        if matches!(table.pending, Pending::Signal | Pending::Update) {
+            tx.prepare_cached(&format!(
+                "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
+                 (SELECT length(CAST(payload AS BLOB)) FROM {} WHERE id = ?2) WHERE id = ?1",
+                table.table
+            ))?
+            .execute(params![run.0, id])?;
+        }
         if load_head(&tx, run)?.status == RunStatus::Running {
             append_event(&tx, run, event, &payload, false)?;
         }

@@ -89,6 +89,23 @@ pub enum Error {
     /// writes are discarded and the run is left as it was.
     #[error("task abandoned: {0}")]
     Abandoned(String),
+    /// A signal or update would take the run's unprocessed message payloads
+    /// past the per-run byte budget; nothing was written.
+    #[error(
+        "run {run} holds {pending_bytes} bytes of unprocessed signal and update payloads; \
+         {payload_bytes} more would pass the per-run budget of {limit} \
+         (DW_MAX_PENDING_PAYLOAD_BYTES_PER_RUN)"
+    )]
+    PendingPayloadBudget {
+        /// The run.
+        run: RunId,
+        /// Bytes already pending.
+        pending_bytes: u64,
+        /// The refused payload's bytes.
+        payload_bytes: u64,
+        /// The budget.
+        limit: u64,
+    },
     /// The group commit carrying this write failed; nothing of it is on disk.
     #[error("commit failed: {0}")]
     Commit(String),

@@ -87,7 +87,14 @@ pub struct StoreConfig {
     pub durability: Durability,
     /// The largest history page handed to a worker with a task.
     pub history_page: HistoryPageLimit,
+    /// Bytes of unprocessed signal and update payloads one run may hold
+    /// (0: unlimited). Admission refuses the message that would pass it.
+    pub max_pending_payload_bytes: u64,
 }
+
+/// The default per-run budget of unprocessed message payload bytes: 64 MiB,
+/// so 32 signals at the 2 MiB payload limit, not 5,000 of them.
+pub const DEFAULT_MAX_PENDING_PAYLOAD_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -98,6 +105,7 @@ impl Default for StoreConfig {
             busy_timeout: Duration::from_secs(10),
             durability: Durability::Full,
             history_page: HistoryPageLimit::default(),
+            max_pending_payload_bytes: DEFAULT_MAX_PENDING_PAYLOAD_BYTES,
         }
     }
 }

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_dispatch.sql"),
     include_str!("migrations/0003_run_series.sql"),
     include_str!("migrations/0004_idempotency.sql"),
+    include_str!("migrations/0005_pending_payload_bytes.sql"),
 ];
 
 /// The schema version this engine writes.
