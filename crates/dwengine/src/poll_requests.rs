@@ -8,8 +8,8 @@
 //! expire, and no index of request ids is kept. The durable half of the
 //! replay is the poll request id stored on the leased task row.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::cache::{hash_dimensions, Cache, CacheError};
 
@@ -107,6 +107,51 @@ impl PollRequests {
     ) -> Result<(), CacheError> {
         let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
         self.cache.forget(&(self.pending_key)(&id)).map(|_| ())
+    }
+}
+
+/// The budget of poll bookkeeping for workers this node does not know.
+///
+/// Poll request keys are written per poll request id, which callers
+/// choose. A registered worker (one that heartbeated within the idle
+/// window) polls at its own pace; anyone else could mint ids without end
+/// and fill the cache. So polls from unregistered workers may create keys
+/// for at most `per_window` polls per `window` on this node; beyond that
+/// they are served without keys (no replay key, no diagnostic), and a
+/// repeat still finds the task its id leased through the store's durable
+/// binding. Keys of unknown callers therefore number at most
+/// `2 × per_window` per window, each expiring by its TTL.
+pub struct UnknownWorkerPollBudget {
+    per_window: u64,
+    window: Duration,
+    state: Mutex<(Instant, u64)>,
+}
+
+impl UnknownWorkerPollBudget {
+    /// The default budget per window (`DW_UNKNOWN_WORKER_POLL_KEYS_PER_WINDOW`).
+    pub const DEFAULT_PER_WINDOW: u64 = 1_000;
+
+    /// At most `per_window` admissions per `window` (0: none).
+    pub fn new(per_window: u64, window: Duration) -> Self {
+        UnknownWorkerPollBudget {
+            per_window,
+            window,
+            state: Mutex::new((Instant::now(), 0)),
+        }
+    }
+
+    /// Takes one admission if the current window has one left.
+    pub fn try_admit(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0.elapsed() >= self.window {
+            *state = (Instant::now(), 0);
+        }
+        if state.1 < self.per_window {
+            state.1 += 1;
+            true
+        } else {
+            false
+        }
     }
 }
 

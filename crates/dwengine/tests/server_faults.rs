@@ -212,3 +212,43 @@ fn a_run_s_unprocessed_payload_bytes_have_a_budget() {
     assert_eq!(body["limit"], 5_000);
     assert_eq!(body["pending_bytes"], 3_002);
 }
+
+#[test]
+fn unknown_workers_create_poll_keys_only_within_their_budget() {
+    let s = server(|c| c.unknown_worker_poll_keys = 3);
+    let families = [
+        WorkflowTaskPollRequestStore::PREFIX,
+        dwengine::diagnostics::WorkerPollDiagnostics::PREFIX,
+    ];
+    let keys = || families.iter().map(|f| s.keys(f)).sum::<usize>();
+    for i in 0..20 {
+        let poll = wire::poll(
+            "workflow",
+            "ns",
+            &format!("q{i}"),
+            "stranger",
+            &format!("p{i}"),
+            0,
+        );
+        assert_eq!(s.send(&poll).0, 200);
+    }
+    assert_eq!(keys(), 6, "3 replay keys and 3 diagnostics, then none");
+    s.send(&wire::register("ns", "known", "q"));
+    for i in 0..5 {
+        let poll = wire::poll("workflow", "ns", "q", "known", &format!("k{i}"), 0);
+        assert_eq!(s.send(&poll).0, 200);
+    }
+    assert_eq!(
+        keys(),
+        6 + 5 + 1,
+        "a registered worker's polls keep their keys"
+    );
+    // Served without keys, a leased task still replays through the store.
+    s.start_workflow("ns", "wf", "q");
+    let (_, first) = s.send(&wire::poll("workflow", "ns", "q", "stranger", "x", 0));
+    let (_, repeat) = s.send(&wire::poll("workflow", "ns", "q", "stranger", "x", 0));
+    assert_eq!(
+        wire::task_id(wire::polled_task(&first).unwrap()),
+        wire::task_id(wire::polled_task(&repeat).unwrap())
+    );
+}

@@ -1,11 +1,17 @@
 //! The in-process cache backend (moka), the default for a single node.
 //!
 //! moka gives per-entry TTLs, bounded capacity and background eviction, so
-//! expired keys stop costing memory without a sweep of our own. The
-//! capacity is only a backstop: every surface bounds itself by TTL and
-//! admission, and the tests prove those bounds far below it.
+//! expired keys stop costing memory without a sweep of our own. Each key
+//! family (`server:<family>:`, one per policy entry) gets its own moka
+//! instance: its capacity backstop is per family, so a flood of one family
+//! evicts only its own keys, never another family's before their TTL, and
+//! the family's live-key count is moka's entry counter, kept on write, so
+//! `GET /api/system/cache-keys` costs one read per policy, not a scan of
+//! the keys. The capacity is only a backstop: every surface bounds itself by
+//! TTL and admission, and the tests prove those bounds far below it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use moka::ops::compute::{CompResult, Op};
@@ -44,34 +50,76 @@ impl Expiry<String, Arc<Entry>> for PerEntryTtl {
     }
 }
 
+type Family = Moka<String, Arc<Entry>>;
+
 /// An in-process cache with per-entry TTLs.
 #[derive(Clone)]
 pub struct MemoryCache {
-    inner: Moka<String, Arc<Entry>>,
+    families: Arc<RwLock<HashMap<String, Family>>>,
+    capacity_per_family: u64,
 }
 
 impl Default for MemoryCache {
     fn default() -> Self {
-        MemoryCache::with_capacity(1_000_000)
+        MemoryCache::with_capacity(MemoryCache::DEFAULT_CAPACITY_PER_FAMILY)
     }
 }
 
 impl MemoryCache {
-    /// A cache holding at most `capacity` entries.
-    pub fn with_capacity(capacity: u64) -> Self {
+    /// Entries one key family may hold before moka evicts its least useful.
+    pub const DEFAULT_CAPACITY_PER_FAMILY: u64 = 200_000;
+
+    /// A cache holding at most `capacity_per_family` entries per key family.
+    pub fn with_capacity(capacity_per_family: u64) -> Self {
         MemoryCache {
-            inner: Moka::builder()
-                .max_capacity(capacity)
-                .expire_after(PerEntryTtl)
-                .build(),
+            families: Arc::new(RwLock::new(HashMap::new())),
+            capacity_per_family,
         }
     }
 
     /// Entries still held in memory, expired or not, after moka's pending
     /// evictions ran: what the process actually pays for.
     pub fn resident_entries(&self) -> u64 {
-        self.inner.run_pending_tasks();
-        self.inner.entry_count()
+        self.read_families()
+            .values()
+            .map(|family| {
+                family.run_pending_tasks();
+                family.entry_count()
+            })
+            .sum()
+    }
+
+    /// The moka instance of `key`'s family, created on first use.
+    fn family(&self, key: &str) -> Family {
+        let name = family_of(key);
+        if let Some(family) = self.read_families().get(name) {
+            return family.clone();
+        }
+        let mut families = self.families.write().unwrap_or_else(|e| e.into_inner());
+        families
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                Moka::builder()
+                    .max_capacity(self.capacity_per_family)
+                    .expire_after(PerEntryTtl)
+                    .build()
+            })
+            .clone()
+    }
+
+    fn read_families(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Family>> {
+        self.families.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A key's family: through its second `:` (`server:<family>:`), or its
+/// first when it has one only, or the empty family.
+fn family_of(key: &str) -> &str {
+    let mut colons = key.match_indices(':').map(|(i, _)| i);
+    match (colons.next(), colons.next()) {
+        (_, Some(second)) => &key[..=second],
+        (Some(first), None) => &key[..=first],
+        (None, None) => "",
     }
 }
 
@@ -90,29 +138,30 @@ fn decimal(bytes: &[u8]) -> Option<u64> {
 
 impl Cache for MemoryCache {
     fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
-        self.inner.insert(key.to_owned(), entry(value, ttl, false));
+        self.family(key)
+            .insert(key.to_owned(), entry(value, ttl, false));
         Ok(())
     }
 
     fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         let inserted = self
-            .inner
+            .family(key)
             .entry(key.to_owned())
             .or_insert_with(|| entry(value, ttl, false));
         Ok(inserted.is_fresh())
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
-        Ok(self.inner.get(key).map(|e| e.bytes.clone()))
+        Ok(self.family(key).get(key).map(|e| e.bytes.clone()))
     }
 
     fn forget(&self, key: &str) -> Result<bool, CacheError> {
-        Ok(self.inner.remove(key).is_some())
+        Ok(self.family(key).remove(key).is_some())
     }
 
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
         let result = self
-            .inner
+            .family(key)
             .entry(key.to_owned())
             .and_compute_with(|current| {
                 let count = current
@@ -131,12 +180,28 @@ impl Cache for MemoryCache {
     }
 
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
-        self.inner.run_pending_tasks();
-        Ok(self
-            .inner
-            .iter()
-            .filter(|(key, _)| key.starts_with(prefix))
-            .count())
+        let mut live = 0;
+        for (name, family) in self.read_families().iter() {
+            if name.starts_with(prefix) || prefix.starts_with(name.as_str()) {
+                family.run_pending_tasks();
+                live += family
+                    .iter()
+                    .filter(|(key, _)| key.starts_with(prefix))
+                    .count();
+            }
+        }
+        Ok(live)
+    }
+
+    fn count_family(&self, prefix: &str) -> Result<usize, CacheError> {
+        if family_of(prefix) != prefix {
+            return self.count_prefix(prefix);
+        }
+        let Some(family) = self.read_families().get(prefix).cloned() else {
+            return Ok(0);
+        };
+        family.run_pending_tasks();
+        Ok(usize::try_from(family.entry_count()).unwrap_or(usize::MAX))
     }
 
     fn backend(&self) -> &'static str {
@@ -189,5 +254,51 @@ mod tests {
             None,
             "increments never extend the bucket"
         );
+    }
+
+    #[test]
+    fn a_flood_of_one_family_evicts_none_of_another_and_counts_are_kept_on_write() {
+        let cache = MemoryCache::with_capacity(1_000);
+        let ttl = Duration::from_secs(60);
+        for i in 0..500 {
+            cache
+                .put(&format!("test-only:steady:{i}"), b"v", ttl)
+                .unwrap();
+        }
+        for i in 0..20_000 {
+            cache
+                .put(&format!("test-only:flood:{i}"), b"v", ttl)
+                .unwrap();
+        }
+        assert_eq!(cache.count_prefix("test-only:steady:").unwrap(), 500);
+        assert!((0..500).all(|i| cache
+            .get(&format!("test-only:steady:{i}"))
+            .unwrap()
+            .is_some()));
+        assert!(cache.count_family("test-only:flood:").unwrap() <= 1_000);
+        assert_eq!(cache.count_family("test-only:steady:").unwrap(), 500);
+        assert_eq!(cache.count_family("test-only:absent:").unwrap(), 0);
+        // A family count reads a counter: it does not grow with the keys.
+        let big = MemoryCache::default();
+        for i in 0..100_000 {
+            big.put(&format!("test-only:many:{i}"), b"v", ttl).unwrap();
+        }
+        assert_eq!(big.count_family("test-only:many:").unwrap(), 100_000);
+        let began = Instant::now();
+        for _ in 0..100 {
+            big.count_family("test-only:many:").unwrap();
+        }
+        assert!(
+            began.elapsed() < Duration::from_millis(500),
+            "100 family counts took {:?}",
+            began.elapsed()
+        );
+    }
+
+    #[test]
+    fn families_are_cut_at_the_second_colon() {
+        assert_eq!(family_of("test-only:a:b:c"), "test-only:a:");
+        assert_eq!(family_of("test-only:a"), "test-only:");
+        assert_eq!(family_of("plain"), "");
     }
 }

@@ -40,6 +40,12 @@ pub trait Cache: Send + Sync {
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError>;
     /// Live keys starting with `prefix` (a full scan: evidence and tests only).
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError>;
+    /// Keys of the family `prefix` (`server:<family>:`) as the backend
+    /// counts them on write, expired keys included until the backend evicts
+    /// them; a backend without such counters scans.
+    fn count_family(&self, prefix: &str) -> Result<usize, CacheError> {
+        self.count_prefix(prefix)
+    }
     /// The backend's name, for diagnostics.
     fn backend(&self) -> &'static str;
 }

@@ -14,7 +14,7 @@ use dwpolicy::boundary::RequestLimits;
 use dwpolicy::series::PROMETHEUS_WORKFLOW_SERIES;
 
 use crate::admission::NamespaceLimit;
-use crate::poll_requests::PollRequestTtls;
+use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
 use crate::store::StoreConfig;
@@ -87,6 +87,8 @@ pub struct ServerConfig {
     pub worker_sweep: IdleWorkerSweep,
     /// Read connections of a file store at most.
     pub store_readers: usize,
+    /// Polls of unregistered workers that may write poll keys per replay-TTL window.
+    pub unknown_worker_poll_keys: u64,
     /// TTL of wake signals.
     pub signal_ttl: Duration,
     /// `server.metrics.prometheus_workflow_series_limit` as configured
@@ -121,6 +123,7 @@ impl ServerConfig {
             activity_poller: ActivityTaskPoller::default(),
             worker_sweep: IdleWorkerSweep::default(),
             store_readers: crate::store::shared::DEFAULT_READERS,
+            unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
             prometheus_workflow_series_limit: None,
         }
@@ -218,6 +221,9 @@ impl ServerConfig {
         }
         if let Some(n) = parse("DW_MAX_PENDING_PAYLOAD_BYTES_PER_RUN")? {
             config.store.max_pending_payload_bytes = n;
+        }
+        if let Some(n) = parse("DW_UNKNOWN_WORKER_POLL_KEYS_PER_WINDOW")? {
+            config.unknown_worker_poll_keys = n;
         }
         if let Some(n) = parse("DW_STORE_READERS")? {
             config.store_readers = usize::try_from(n).unwrap_or(usize::MAX).max(1);

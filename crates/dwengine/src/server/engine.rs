@@ -14,7 +14,8 @@ use crate::cache::{Cache, MemoryCache, RedisCache};
 use crate::diagnostics::WorkerPollDiagnostics;
 use crate::metrics::WorkflowRunMetrics;
 use crate::poll_requests::{
-    ActivityTaskPollRequestStore, PollRequests, WorkflowTaskPollRequestStore,
+    ActivityTaskPollRequestStore, PollRequests, UnknownWorkerPollBudget,
+    WorkflowTaskPollRequestStore,
 };
 use crate::polling::LongPollSignalStore;
 use crate::readiness::ReadinessProbe;
@@ -39,6 +40,7 @@ pub struct Engine {
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
     pub(crate) workflow_runs: WorkflowRunMetrics,
+    pub(crate) unknown_polls: UnknownWorkerPollBudget,
 }
 
 /// Why a node could not start.
@@ -120,6 +122,10 @@ impl Engine {
             readiness: ReadinessProbe::new(cache.clone(), &node),
             workflow_waits: pool(TaskKind::Workflow.as_str())?,
             activity_waits: pool(TaskKind::Activity.as_str())?,
+            unknown_polls: UnknownWorkerPollBudget::new(
+                config.unknown_worker_poll_keys,
+                config.poll_ttls.result,
+            ),
             workflow_runs: WorkflowRunMetrics::new(
                 config
                     .prometheus_workflow_series_limit
@@ -162,7 +168,8 @@ impl Engine {
         &self.store
     }
 
-    /// Live keys per declared cache policy, by scanning each declared prefix.
+    /// Keys per declared cache policy, read from the backend's per-family
+    /// counters (one read per policy entry, however many keys exist).
     pub fn cache_keys_by_policy(&self) -> Result<BTreeMap<String, usize>, ApiError> {
         let policy = crate::policy::embedded().map_err(|e| ApiError::Internal(e.to_owned()))?;
         let mut counts = BTreeMap::new();
@@ -172,7 +179,7 @@ impl Engine {
             };
             counts.insert(
                 entry.id.value.clone(),
-                self.cache.count_prefix(&prefix.value)?,
+                self.cache.count_family(&prefix.value)?,
             );
         }
         Ok(counts)

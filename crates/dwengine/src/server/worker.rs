@@ -154,6 +154,15 @@ impl Engine {
         )?;
         let wait = Duration::from_millis(poll.timeout_ms).min(self.config.max_poll_wait);
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        // Cache admission per caller: a registered worker's polls keep their
+        // keys; an unknown caller's only within the node's small budget.
+        let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
+        let known = self.read(|s| s.worker_registered(ns, &poll.worker_id, idle_before))?;
+        if !known && !self.unknown_polls.try_admit() {
+            // Served without keys; a repeat of this id still finds the
+            // task it leased through the durable binding in the store.
+            return Ok(json!({ "task": self.run_poll(kind, &poll, wait)? }));
+        }
         let polls = self.polls(kind);
         let answer = match polls.begin(ns, queue, id, wait)? {
             PollClaim::Replay(bytes) => self.replayed(kind, &poll, &bytes)?,
