@@ -26,6 +26,9 @@ use crate::severity::{Level, Overrides};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// When to use colours (NO_COLOR is honoured under `auto`).
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,6 +38,7 @@ enum Command {
     /// Print a rule's documentation.
     Explain {
         /// The rule code, e.g. `label-mismatch`.
+        #[arg(value_parser = RuleCode { warnings: false }, hide_possible_values = true)]
         code: String,
     },
     /// List every rule with its default severity.
@@ -45,8 +49,16 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff; e.g. `dwlint man > dwlint.1`).
-    Man,
+    /// Print a man page (roff): `dwlint man > dwlint.1`, `dwlint man check > dwlint-check.1`,
+    /// or every page with `dwlint man --dir DIR`.
+    Man {
+        /// The subcommand whose page to print, e.g. `check` or `policy import`.
+        #[arg(value_name = "SUBCOMMAND", conflicts_with = "dir")]
+        subcommand: Vec<String>,
+        /// Write dwlint.1 and one page per subcommand (dwlint-check.1, …) into DIR.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     #[command(flatten)]
     Tools(crate::commands::ToolCommand),
     /// Scrape running servers' metrics and check them against the policy (the run-time twin of `check`).
@@ -87,21 +99,51 @@ struct CheckArgs {
     #[arg(long, value_name = "REV")]
     changed_since: Option<String>,
     /// Allow a rule (do not run it); `warnings` allows every warning.
-    #[arg(short = 'A', long = "allow", value_name = "CODE")]
+    #[arg(short = 'A', long = "allow", value_name = "CODE",
+          value_parser = RuleCode { warnings: true }, hide_possible_values = true)]
     allow: Vec<String>,
     /// Make a rule a warning.
-    #[arg(short = 'W', long = "warn", value_name = "CODE")]
+    #[arg(short = 'W', long = "warn", value_name = "CODE",
+          value_parser = RuleCode { warnings: true }, hide_possible_values = true)]
     warn: Vec<String>,
     /// Make a rule an error; `-D warnings` makes every warning an error.
-    #[arg(short = 'D', long = "deny", value_name = "CODE")]
+    #[arg(short = 'D', long = "deny", value_name = "CODE",
+          value_parser = RuleCode { warnings: true }, hide_possible_values = true)]
     deny: Vec<String>,
-    /// When to use colours (NO_COLOR is honoured under `auto`).
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
-    color: ColorChoice,
     /// `-A/-W/-D` in command-line order, filled from the raw matches
     /// because the last flag for a code wins.
     #[arg(skip)]
     levels: Vec<(Level, String)>,
+}
+
+/// A rule code argument: any text is accepted (an unknown code gets
+/// dwlint's own error with a suggestion), but the codes are offered as
+/// possible values, so shell completions list them.
+#[derive(Debug, Clone, Copy)]
+struct RuleCode {
+    /// Whether `warnings` (every warning) is a value too.
+    warnings: bool,
+}
+
+impl clap::builder::TypedValueParser for RuleCode {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let warnings = self.warnings.then_some("warnings");
+        let codes = rules::every_rule().map(|r| r.code).chain(warnings);
+        Some(Box::new(codes.map(clap::builder::PossibleValue::new)))
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -171,33 +213,35 @@ fn use_color(choice: ColorChoice, to_stdout: bool) -> bool {
     }
 }
 
+/// Whether a failure on standard error is coloured.
+fn stderr_color(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Auto => {
+            std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
+        other => use_color(other, false),
+    }
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
-    let plain = Style::plain();
+    let color = cli.color;
+    let plain = Style::new(stderr_color(color));
     match cli.command {
-        Command::Check(args) => {
-            let style = Style::new(use_color(args.color, true));
-            run_check(args).map_err(|e| (e, style))
-        }
+        Command::Check(args) => run_check(args, color).map_err(|e| (e, plain)),
         Command::Explain { code } => {
-            let rule = rules::find(&code)
-                .or_else(|| crate::evidence::find_rule(&code))
-                .or_else(|| crate::live::find_rule(&code))
+            let rule = rules::every_rule()
+                .find(|r| r.code == code)
                 .ok_or_else(|| {
                     let suggestion = rules::closest_code(&code).map(str::to_owned);
                     (RunError::UnknownRule { code, suggestion }, plain)
                 })?;
-            let text = format!(
-                "# {}\n\nDefault severity: {}\n\n{}",
-                rule.code,
-                rule.default_severity.as_str(),
-                rule.doc()
-            );
-            print(text.as_bytes()).map_err(|e| (e, plain))
+            print(rule.explanation().as_bytes()).map_err(|e| (e, plain))
         }
         Command::Rules => {
             let mut text = String::new();
-            for rule in rules::RULES {
+            for rule in rules::every_rule() {
                 text.push_str(&format!(
                     "{:<30} {:<8} {}\n",
                     rule.code,
@@ -212,16 +256,16 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
             clap_complete::generate(shell, &mut Cli::command(), "dwlint", &mut text);
             print(&text).map_err(|e| (e, plain))
         }
-        Command::Man => {
-            let mut text = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut text)
-                .map_err(|e| (RunError::Output(e), plain))?;
-            print(&text).map_err(|e| (e, plain))
+        Command::Man { subcommand, dir } => {
+            man(&subcommand, dir.as_deref()).map_err(|e| (e, plain))
         }
         Command::Tools(command) => crate::commands::run(command).map_err(|e| (e, plain)),
-        Command::Evidence { command } => crate::evidence::run(command).map_err(|e| (e, plain)),
-        Command::Live(args) => crate::live::run(args).map_err(|e| (e, plain)),
+        Command::Evidence { command } => {
+            crate::evidence::run(command, use_color(color, true)).map_err(|e| (e, plain))
+        }
+        Command::Live(args) => {
+            crate::live::run(args, use_color(color, true)).map_err(|e| (e, plain))
+        }
     }
 }
 
@@ -258,7 +302,36 @@ fn selection(args: &CheckArgs) -> Result<(PathBuf, Selection), RunError> {
     Ok((root, selection))
 }
 
-fn run_check(args: CheckArgs) -> Result<Outcome, RunError> {
+/// `dwlint man [SUBCOMMAND…] [--dir DIR]`.
+fn man(path: &[String], dir: Option<&std::path::Path>) -> Result<Outcome, RunError> {
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    if let Some(dir) = dir {
+        clap_mangen::generate_to(command, dir).map_err(|source| RunError::OutputFile {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        return Ok(Outcome::Clean);
+    }
+    for name in path {
+        let Some(found) = command.find_subcommand(name).cloned() else {
+            let known: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+            return Err(RunError::Usage(format!(
+                "`{}` has no subcommand `{name}` (known: {})",
+                command.get_display_name().unwrap_or(command.get_name()),
+                known.join(", ")
+            )));
+        };
+        command = found;
+    }
+    let mut text = Vec::new();
+    clap_mangen::Man::new(command)
+        .render(&mut text)
+        .map_err(RunError::Output)?;
+    print(&text)
+}
+
+fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
     let sinks = output::plan(args.format, &args.output)?;
     let (root, selection) = selection(&args)?;
     let options = CheckOptions {
@@ -271,7 +344,7 @@ fn run_check(args: CheckArgs) -> Result<Outcome, RunError> {
     output::refuse_overwriting(&sinks, &report.inputs)?;
     let mut notes = report.notes.clone();
     for sink in &sinks {
-        notes.extend(write_sink(&report, sink, args.color)?);
+        notes.extend(write_sink(&report, sink, color)?);
     }
     if sinks.iter().any(|s| s.format == Format::Github) {
         if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {

@@ -1,6 +1,6 @@
 //! The `dwlint evidence …` command line: arguments and report writing.
 
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::{Subcommand, ValueEnum};
@@ -77,8 +77,9 @@ impl EvidenceFormat {
     }
 }
 
-/// Runs an evidence command.
-pub fn run(command: EvidenceCommand) -> Result<Outcome, RunError> {
+/// Runs an evidence command; `color` is `--color` as resolved for standard
+/// output.
+pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, RunError> {
     let EvidenceCommand::Verify(args) = command;
     let verified = verify(&VerifyOptions {
         summary: args.summary.clone(),
@@ -87,11 +88,7 @@ pub fn run(command: EvidenceCommand) -> Result<Outcome, RunError> {
         repository: args.repository.clone(),
     })?;
     let to_stdout = args.output.is_none();
-    let style = Style::new(
-        to_stdout
-            && std::io::stdout().is_terminal()
-            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-    );
+    let style = Style::new(to_stdout && color);
     let write = |out: &mut dyn Write| -> std::io::Result<Vec<String>> {
         report::write(args.format.report_format(), &verified.report, style, out)
     };

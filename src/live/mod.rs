@@ -10,7 +10,7 @@
 //! report format and exit code of `check` applies (an unreachable URL is
 //! exit 2, like an unreadable tree).
 
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -133,14 +133,10 @@ fn help(code: LiveCode) -> &'static str {
     }
 }
 
-/// Runs `dwlint live`.
-pub fn run(args: LiveArgs) -> Result<Outcome, RunError> {
+/// Runs `dwlint live`; `color` is `--color` as resolved for standard output.
+pub fn run(args: LiveArgs, color: bool) -> Result<Outcome, RunError> {
     let report = live(&args.urls, &args.namespace, args.policy.as_deref())?;
-    let style = Style::new(
-        args.output.is_none()
-            && std::io::stdout().is_terminal()
-            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-    );
+    let style = Style::new(args.output.is_none() && color);
     let notes = match &args.output {
         None => match report::write(
             args.format,

@@ -1,8 +1,9 @@
-//! The `--format json` contract (version 1), documented in DESIGN.md.
+//! The `--format json` contract (version 1): docs/json-report.md, with the
+//! JSON Schema docs/json-report.schema.json that tests hold the output to.
 //!
 //! Field names and meanings are a public interface: CI scripts parse them.
-//! New fields may be added (as `summary.mode` was); renaming or removing one
-//! needs a version bump.
+//! New fields may be added (as `summary.mode` and `root` were); renaming or
+//! removing one needs a version bump.
 
 use std::io::Write;
 
@@ -16,6 +17,9 @@ use crate::diagnostic::{Diagnostic, Severity};
 #[derive(DeriveSerialize)]
 struct JsonReport<'a> {
     version: u32,
+    /// The checked root as reachable from the working directory; every
+    /// `file` is relative to it.
+    root: String,
     diagnostics: Diagnostics<'a>,
     summary: Summary<'a>,
 }
@@ -80,6 +84,10 @@ pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
     };
     let document = JsonReport {
         version: 1,
+        root: match report.root.to_string_lossy().replace('\\', "/") {
+            root if root.is_empty() => ".".to_owned(),
+            root => root,
+        },
         diagnostics: Diagnostics(&report.diagnostics),
         summary: Summary {
             files_scanned: report.files_scanned,

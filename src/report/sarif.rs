@@ -81,6 +81,7 @@ struct Help {
 struct RuleDescriptor {
     id: &'static str,
     name: String,
+    help_uri: String,
     short_description: Text,
     full_description: Text,
     help: Help,
@@ -264,6 +265,7 @@ fn descriptor(rule: &Rule) -> RuleDescriptor {
     RuleDescriptor {
         id: rule.code,
         name: pascal_case(rule.code),
+        help_uri: rule.help_uri(),
         short_description: Text {
             text: rule.summary(),
         },

@@ -89,6 +89,27 @@ pub static RULES: &[Rule] = &[
 ];
 
 impl Rule {
+    /// What `dwlint explain CODE` prints, and what `docs/rules/CODE.md` holds.
+    pub fn explanation(&self) -> String {
+        format!(
+            "# {}\n\nDefault severity: {}\n\n{}",
+            self.code,
+            self.default_severity.as_str(),
+            self.doc()
+        )
+    }
+
+    /// Where the rule's documentation is published: `docs/rules/CODE.md` at
+    /// this version's tag of the repository (SARIF `helpUri`).
+    pub fn help_uri(&self) -> String {
+        format!(
+            "{}/blob/v{}/docs/rules/{}.md",
+            env!("CARGO_PKG_REPOSITORY"),
+            env!("CARGO_PKG_VERSION"),
+            self.code
+        )
+    }
+
     /// A rule that `check` never runs: its findings come from another
     /// command (`evidence verify`, `live`), which still needs a [`Rule`] for
     /// the reporters' rule metadata. `source` is `//!` Markdown like a rule
@@ -137,6 +158,15 @@ impl Rule {
 /// The rule with `code`.
 pub fn find(code: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.code == code)
+}
+
+/// Every code dwlint reports: `check`'s rules, then `evidence verify`'s and
+/// `live`'s (for `explain`, completions and the rule docs).
+pub fn every_rule() -> impl Iterator<Item = &'static Rule> {
+    RULES
+        .iter()
+        .chain(crate::evidence::rules())
+        .chain(crate::live::rules())
 }
 
 /// The known code closest to `code`, for "did you mean" hints.
