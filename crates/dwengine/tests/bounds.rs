@@ -455,3 +455,27 @@ fn due_timer_recovery_fires_at_most_the_scan_limit_per_poll_pass() {
         "each pass fires at most 5 due timers"
     );
 }
+
+/// Without Redis, `cargo test` says so where a person sees it: the notice
+/// gets past libtest's output capture.
+#[test]
+fn skipped_redis_variants_are_announced_visibly() {
+    if std::env::var_os("DW_BOUNDS_CHILD").is_some() {
+        // The child run: one bound test, which picks its backends.
+        assert_eq!(backends(9).len(), 1);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "skipped_redis_variants_are_announced_visibly",
+            "--test-threads=1",
+        ])
+        .env("DW_BOUNDS_CHILD", "1")
+        .env_remove("DW_TEST_REDIS_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(support::REDIS_SKIPPED), "{stderr}");
+}
