@@ -134,6 +134,16 @@ fn an_activity_completion_commits_with_the_workflow_task_it_schedules() {
     store
         .finish_activity_task(activity.task_id, Ok(json!("charged")))
         .unwrap();
+    // A retry of a report that committed (its answer lost) converges.
+    let events = store.run(run).unwrap().history_length;
+    store
+        .finish_activity_task(activity.task_id, Ok(json!("charged")))
+        .unwrap();
+    assert_eq!(store.run(run).unwrap().history_length, events);
+    assert!(matches!(
+        store.finish_activity_task(activity.task_id, Err("late failure".into())),
+        Err(Error::AlreadyClosed { .. })
+    ));
     assert_eq!(
         f.count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
         1

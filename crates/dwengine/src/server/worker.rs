@@ -304,9 +304,11 @@ impl Engine {
         let limits = self.config.poller;
         let scan_limit = match kind {
             TaskKind::Workflow => {
-                let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
-                let limit = limits.due_timer_recovery_scan_limit;
-                self.write(move |s| s.fire_due_timers(&ns, &queue, limit))?;
+                if self.read(|s| s.has_due_timers(namespace, task_queue))? {
+                    let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
+                    let limit = limits.due_timer_recovery_scan_limit;
+                    self.write(move |s| s.fire_due_timers(&ns, &queue, limit))?;
+                }
                 limits.expired_workflow_task_recovery_scan_limit
             }
             TaskKind::Activity => {

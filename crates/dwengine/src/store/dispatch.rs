@@ -370,6 +370,11 @@ impl Store {
 
     /// Completes (`Ok(result)`) or fails (`Err(message)`) a leased activity
     /// task and queues a workflow task so the workflow sees the outcome.
+    ///
+    /// A worker that retries its report after a lost answer (the server was
+    /// killed after the commit) meets a task that is already done with the
+    /// same kind of outcome: that retry succeeds without writing, so the
+    /// report converges instead of failing with a conflict.
     pub fn finish_activity_task(
         &self,
         task_id: i64,
@@ -378,6 +383,21 @@ impl Store {
         // One transaction: the outcome, the task's end and the workflow task
         // that lets the workflow see it, so a crash cannot strand the run.
         let tx = WriteTx::begin(&self.conn)?;
+        let reported: Option<String> = tx
+            .prepare_cached(
+                "SELECT a.status FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
+                 WHERE d.id = ?1 AND d.kind = 'activity' AND d.status = 'done'",
+            )?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?;
+        let expected = if outcome.is_ok() {
+            "completed"
+        } else {
+            "failed"
+        };
+        if reported.as_deref() == Some(expected) {
+            return Ok(());
+        }
         let run = self.leased(task_id, TaskKind::Activity)?;
         let activity: i64 = tx.query_row(
             "SELECT item_id FROM dispatch_tasks WHERE id = ?1",
@@ -460,6 +480,20 @@ impl Store {
             .execute(params![task_id, expires])?;
         tx.commit()?;
         Ok(expires)
+    }
+
+    /// Whether (namespace, task queue) has a timer due: the read that lets
+    /// a poll pass skip the write transaction when nothing is due.
+    pub fn has_due_timers(&self, namespace: &str, task_queue: &str) -> Result<bool, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
+                 AND task_queue = ?2 AND status = 'ready' AND due_at_ms <= ?3 LIMIT 1",
+            )?
+            .query_row(params![namespace, task_queue, now_ms()], |_| Ok(()))
+            .optional()?
+            .is_some())
     }
 
     /// Fires at most `limit` due timers of (namespace, task queue), earliest
