@@ -21,7 +21,7 @@
 #[path = "../tests/support/wire.rs"]
 mod wire;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -108,20 +108,8 @@ fn spawn(server: &str, dir: &Path, time: bool) -> Server {
         .stderr(if time { Stdio::piped() } else { Stdio::null() })
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {server}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| {
-            panic!("unexpected first line from the server: {line:?}");
-        });
-    Server {
-        child,
-        base: format!("http://{addr}"),
-    }
+    let base = wire::announced_base(&mut child);
+    Server { child, base }
 }
 
 fn send(agent: &ureq::Agent, base: &str, request: &wire::Request) -> (u16, Value) {

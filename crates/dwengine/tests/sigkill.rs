@@ -13,7 +13,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,18 +44,8 @@ fn spawn(dir: &Path) -> Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("dwserver starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    Server {
-        child,
-        base: format!("http://{addr}"),
-    }
+    let base = wire::announced_base(&mut child);
+    Server { child, base }
 }
 
 /// One request; `None` when the server was not there to answer.

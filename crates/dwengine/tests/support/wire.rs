@@ -173,3 +173,19 @@ pub fn ready() -> Request {
         body: None,
     }
 }
+
+/// The base URL a `dwserver` child announces on its first stdout line
+/// (`listening on <addr>`); the child must have been spawned with piped stdout.
+pub fn announced_base(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("the server's stdout is piped");
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the server's first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"));
+    format!("http://{addr}")
+}
