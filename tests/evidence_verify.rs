@@ -297,3 +297,64 @@ fn unreadable_artifacts_exit_2_and_say_where() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_html_report_shows_every_condition_and_charts_the_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["provenance"]["runner"]["environment"] = json!("github-hosted<script>");
+    let path = write(&dir, &summary);
+    let lines: Vec<String> = (1..=6)
+        .map(|i| {
+            json!({
+                "kind": if i == 6 { "final" } else { "periodic" },
+                "elapsed_seconds": i as f64 * 10.0, "at_unix_ms": i * 10_000,
+                "server_memory_bytes": 40_000_000 + i * 1000, "redis_memory_bytes": 1_000_000,
+                "redis_db_keys": 50, "redis_polling_keys": 40, "server_cache_keys": 50,
+                "server_cache_keys_by_policy": {"long_poll_signals": 40, "readiness_probe": 0},
+                "sqlite_file_bytes": 4096, "requests_total": i * 100, "errors_total": 0,
+                "live_findings": 0, "errors": {}
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.path().join("samples.jsonl"), lines.join("\n")).unwrap();
+    let out = verify(&path, &["--format", "html"]);
+    assert_eq!(out.status.code(), Some(1));
+    let page = text(&out.stdout);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    for condition in dwevidence::profile::Condition::ALL {
+        assert!(page.contains(condition.id()), "{}", condition.id());
+    }
+    assert!(
+        page.contains("not trusted (1 of 17 conditions failed)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;") && !page.contains("<script>"),
+        "escaped"
+    );
+    assert_eq!(
+        page.matches("<svg").count(),
+        4,
+        "memory, Redis memory, totals, per policy"
+    );
+    assert!(
+        page.contains("long_poll_signals max"),
+        "the threshold is drawn"
+    );
+    assert!(
+        !page.contains("http://") || page.contains("http://www.w3.org/2000/svg"),
+        "no network references"
+    );
+
+    // Without samples the page still renders, with a note on standard error.
+    std::fs::remove_file(dir.path().join("samples.jsonl")).unwrap();
+    let out = verify(&path, &["--format", "html"]);
+    assert!(text(&out.stdout).contains("nothing to chart"));
+    assert!(
+        text(&out.stderr).contains("samples.jsonl"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -62,18 +62,22 @@ pub enum EvidenceFormat {
     Junit,
     /// One line per finding.
     Short,
+    /// One self-contained HTML page: the verdict, every condition, and charts
+    /// from the samples.jsonl next to the summary.
+    Html,
 }
 
 impl EvidenceFormat {
-    fn report_format(self) -> Format {
-        match self {
+    fn report_format(self) -> Option<Format> {
+        Some(match self {
             EvidenceFormat::Human => Format::Human,
             EvidenceFormat::Json => Format::Json,
             EvidenceFormat::Sarif => Format::Sarif,
             EvidenceFormat::Github => Format::Github,
             EvidenceFormat::Junit => Format::Junit,
             EvidenceFormat::Short => Format::Short,
-        }
+            EvidenceFormat::Html => return None,
+        })
     }
 }
 
@@ -90,7 +94,15 @@ pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, RunError> {
     let to_stdout = args.output.is_none();
     let style = Style::new(to_stdout && color);
     let write = |out: &mut dyn Write| -> std::io::Result<Vec<String>> {
-        report::write(args.format.report_format(), &verified.report, style, out)
+        match args.format.report_format() {
+            Some(format) => report::write(format, &verified.report, style, out),
+            None => {
+                let (page, notes) = super::html_report(&args.summary, &verified);
+                out.write_all(page.as_bytes())?;
+                out.flush()?;
+                Ok(notes)
+            }
+        }
     };
     let notes = match &args.output {
         None => match write(&mut BufWriter::new(std::io::stdout().lock())) {

@@ -267,6 +267,47 @@ pub fn samples_path(summary: &Path) -> PathBuf {
     summary.with_file_name("samples.jsonl")
 }
 
+/// The HTML report of a verified artifact, with notes for standard error
+/// (samples that could not be read are charted as absent, not as zero).
+pub fn html_report(summary_path: &Path, verified: &Verified) -> (String, Vec<String>) {
+    let samples_path = samples_path(summary_path);
+    let mut notes = Vec::new();
+    let samples = match std::fs::read_to_string(&samples_path) {
+        Ok(text) => dwevidence::sample::parse_lines(&text).unwrap_or_else(|e| {
+            notes.push(format!(
+                "{}: {e}; the report has no charts",
+                samples_path.display()
+            ));
+            Vec::new()
+        }),
+        Err(e) => {
+            notes.push(format!(
+                "cannot read {}: {e}; the report has no charts",
+                samples_path.display()
+            ));
+            Vec::new()
+        }
+    };
+    let page_notes = verified
+        .report
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == RECORDED_VERDICT)
+        .map(|d| d.message.clone())
+        .collect();
+    let source = summary_path.to_string_lossy();
+    let page = dwevidence::html::render(
+        &verified.summary,
+        &samples,
+        &verified.failures,
+        &dwevidence::html::Context {
+            source: &source,
+            notes: page_notes,
+        },
+    );
+    (page, notes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::key_offset;

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod digest;
+pub mod html;
 pub mod live;
 pub mod profile;
 pub mod sample;

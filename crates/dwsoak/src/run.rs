@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dwevidence::html;
+use dwevidence::profile::{self, Reference};
 use dwevidence::sample::{Sample, SampleKind};
 use dwevidence::summary::{ServiceMode, Summary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -279,6 +281,23 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
     let summary = summarize::summarize(soak, &observations, provenance);
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
     write_file(&args.output.join("summary.json"), json.as_bytes())?;
+    let reference = Reference {
+        cache_policy_ids: &soak.cache_policy_ids,
+        policy_sha256: &soak.policy_sha256,
+        repository: &args.repository,
+    };
+    let failures = profile::evaluate(&summary, &reference);
+    let summary_path = args.output.join("summary.json");
+    let report = html::render(
+        &summary,
+        &observations.samples,
+        &failures,
+        &html::Context {
+            source: &summary_path.to_string_lossy(),
+            notes: Vec::new(),
+        },
+    );
+    write_file(&args.output.join("report.html"), report.as_bytes())?;
     if let Ok(mut v) = values.lock() {
         v.totals = observations.totals.clone();
         v.assertion_failed = !summary.assertion_failures.is_empty();
