@@ -30,4 +30,5 @@ pub mod report;
 pub mod rules;
 pub mod scan;
 pub mod severity;
+pub mod single_report;
 pub mod walk;

@@ -1,13 +1,13 @@
 //! The `dwlint evidence …` command line: arguments and report writing.
 
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::{Subcommand, ValueEnum};
 
 use crate::cli::Outcome;
 use crate::error::RunError;
-use crate::report::{self, human::Style, Format};
+use crate::report::{self, Format};
+use crate::single_report;
 
 use super::{verify, VerifyOptions};
 
@@ -91,36 +91,17 @@ pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, RunError> {
         policy: args.policy.clone(),
         repository: args.repository.clone(),
     })?;
-    let to_stdout = args.output.is_none();
-    let style = Style::new(to_stdout && color);
-    let write = |out: &mut dyn Write| -> std::io::Result<Vec<String>> {
+    let notes = single_report::write_to(args.output.as_ref(), color, |style, out| {
         match args.format.report_format() {
             Some(format) => report::write(format, &verified.report, style, out),
             None => {
                 let (page, notes) = super::html_report(&args.summary, &verified);
                 out.write_all(page.as_bytes())?;
-                out.flush()?;
                 Ok(notes)
             }
         }
-    };
-    let notes = match &args.output {
-        None => match write(&mut BufWriter::new(std::io::stdout().lock())) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Vec::new(),
-            other => other?,
-        },
-        Some(path) => {
-            let failed = |source| RunError::OutputFile {
-                path: path.clone(),
-                source,
-            };
-            let file = std::fs::File::create(path).map_err(failed)?;
-            write(&mut BufWriter::new(file)).map_err(failed)?
-        }
-    };
-    for note in notes {
-        eprintln!("warning: {note}");
-    }
+    })?;
+    single_report::warn(notes);
     Ok(if verified.trusted() {
         Outcome::Clean
     } else {

@@ -10,7 +10,6 @@
 //! report format and exit code of `check` applies (an unreachable URL is
 //! exit 2, like an unreadable tree).
 
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -24,8 +23,9 @@ use crate::discover;
 use crate::error::RunError;
 use crate::extract::TextRange;
 use crate::policy_file::PolicyFile;
-use crate::report::{self, human::Style, Format};
+use crate::report::{self, Format};
 use crate::rules::Rule;
+use crate::single_report;
 
 /// `dwlint live` arguments.
 #[derive(Debug, clap::Args)]
@@ -136,30 +136,10 @@ fn help(code: LiveCode) -> &'static str {
 /// Runs `dwlint live`; `color` is `--color` as resolved for standard output.
 pub fn run(args: LiveArgs, color: bool) -> Result<Outcome, RunError> {
     let report = live(&args.urls, &args.namespace, args.policy.as_deref())?;
-    let style = Style::new(args.output.is_none() && color);
-    let notes = match &args.output {
-        None => match report::write(
-            args.format,
-            &report,
-            style,
-            &mut BufWriter::new(std::io::stdout().lock()),
-        ) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Vec::new(),
-            other => other?,
-        },
-        Some(path) => {
-            let failed = |source| RunError::OutputFile {
-                path: path.clone(),
-                source,
-            };
-            let file = std::fs::File::create(path).map_err(failed)?;
-            report::write(args.format, &report, style, &mut BufWriter::new(file)).map_err(failed)?
-        }
-    };
-    let mut stderr = std::io::stderr().lock();
-    for note in notes {
-        let _ = writeln!(stderr, "warning: {note}");
-    }
+    let notes = single_report::write_to(args.output.as_ref(), color, |style, out| {
+        report::write(args.format, &report, style, out)
+    })?;
+    single_report::warn(notes);
     Ok(if report.has_errors() {
         Outcome::Findings
     } else {

@@ -71,7 +71,7 @@ fn verdict(s: &Summary, dir: &str) -> String {
         }
     ));
     out.push_str(&format!(
-        "artifacts: {dir}/summary.json, samples.jsonl, metrics.prom, logs/\n"
+        "artifacts: {dir}/summary.json, samples.jsonl, metrics.prom, report.html, logs/\n"
     ));
     out
 }
