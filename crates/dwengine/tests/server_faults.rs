@@ -252,3 +252,50 @@ fn unknown_workers_create_poll_keys_only_within_their_budget() {
         wire::task_id(wire::polled_task(&repeat).unwrap())
     );
 }
+
+#[test]
+fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
+    let s = Arc::new(server(|c| {
+        c.wait_caps.global = 4;
+        c.wait_caps.per_namespace = 4;
+    }));
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    let repeats: Vec<_> = (0..100)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let asked = Instant::now();
+                let (status, _) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000));
+                (status, asked.elapsed())
+            })
+        })
+        .collect();
+    // The rest of the server stays responsive meanwhile.
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    assert_eq!(s.get("/api/system/health").0, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    let answers: Vec<_> = repeats.into_iter().map(|r| r.join().unwrap()).collect();
+    let waited = answers.iter().filter(|(status, _)| *status == 200).count();
+    let refused = answers.iter().filter(|(status, _)| *status == 429).count();
+    assert_eq!(waited + refused, 100);
+    assert!(
+        waited <= 3,
+        "{waited} repeats waited beside the first poll's slot"
+    );
+    assert!(answers
+        .iter()
+        .filter(|(status, _)| *status == 429)
+        .all(|(_, took)| *took < Duration::from_secs(2)));
+    assert_eq!(first.join().unwrap().0, 200);
+    assert!(began.elapsed() < Duration::from_secs(10));
+}
