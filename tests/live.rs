@@ -35,7 +35,7 @@ fn server(runs: usize) -> Server {
     config.prometheus_workflow_series_limit = Some(2);
     let running = Running::start(Engine::open(config).expect("engine")).expect("bind");
     let base = format!("http://{}", running.addr());
-    let api = dwsoak::api::Api::new(&base);
+    let api = dwsoak::api::Api::new(&base, None);
     for i in 0..runs {
         let reply = api.start_workflow("orders", &format!("wf-{i}"), &format!("Type{i}"), "queue");
         assert!(reply.ok, "start: {} {:?}", reply.status, reply.body);

@@ -42,6 +42,9 @@ pub struct LiveArgs {
     /// Namespaces to scrape on each dwserver (the namespace is a query, never a label).
     #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
     namespace: Vec<String>,
+    /// Bearer token for servers that require one (the admin role reads /api/system/…).
+    #[arg(long, env = "DWLINT_LIVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Policy file [default: found from the current directory upward, as for `check`].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
@@ -85,13 +88,14 @@ pub fn find_rule(code: &str) -> Option<&'static Rule> {
 pub fn live(
     urls: &[String],
     namespaces: &[String],
+    token: Option<&str>,
     policy: Option<&std::path::Path>,
 ) -> Result<CheckReport, RunError> {
     let located = discover::locate(std::path::Path::new("."), policy)?;
     let policy_file = PolicyFile::load(&located.root, Some(&located.policy))?;
     let mut scrapes = Vec::new();
     for url in urls {
-        scrapes.extend(live::scrape(url, namespaces).map_err(LiveError)?);
+        scrapes.extend(live::scrape(url, namespaces, token).map_err(LiveError)?);
     }
     let diagnostics = live::check(&policy_file.policy, &scrapes)
         .into_iter()
@@ -135,7 +139,12 @@ fn help(code: LiveCode) -> &'static str {
 
 /// Runs `dwlint live`; `color` is `--color` as resolved for standard output.
 pub fn run(args: LiveArgs, color: bool) -> Result<Outcome, RunError> {
-    let report = live(&args.urls, &args.namespace, args.policy.as_deref())?;
+    let report = live(
+        &args.urls,
+        &args.namespace,
+        args.token.as_deref(),
+        args.policy.as_deref(),
+    )?;
     let notes = single_report::write_to(args.output.as_ref(), color, |style, out| {
         report::write(args.format, &report, style, out)
     })?;

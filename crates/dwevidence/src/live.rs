@@ -130,8 +130,13 @@ pub enum ScrapeError {
 
 /// Scrapes `target`: a dwserver base URL (no path, or `/`) is scraped on
 /// both metric surfaces once per namespace; any other URL is one Prometheus
-/// text endpoint (e.g. the soak harness's `/metrics`).
-pub fn scrape(target: &str, namespaces: &[String]) -> Result<Vec<Scrape>, ScrapeError> {
+/// text endpoint (e.g. the soak harness's `/metrics`). `token` is sent as a
+/// bearer token (dwserver's operator surfaces need the admin role).
+pub fn scrape(
+    target: &str,
+    namespaces: &[String],
+    token: Option<&str>,
+) -> Result<Vec<Scrape>, ScrapeError> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .build();
@@ -140,7 +145,7 @@ pub fn scrape(target: &str, namespaces: &[String]) -> Result<Vec<Scrape>, Scrape
         .split_once("://")
         .is_some_and(|(_, rest)| rest.contains('/'));
     if has_path {
-        let text = get(&agent, base)?;
+        let text = get(&agent, base, token)?;
         return Ok(vec![Scrape {
             url: base.to_owned(),
             exposition: exposition::parse(&text),
@@ -152,8 +157,8 @@ pub fn scrape(target: &str, namespaces: &[String]) -> Result<Vec<Scrape>, Scrape
         let query = format!("namespace={}", encode(namespace));
         let prom_url = format!("{base}/api/system/prometheus-metrics?{query}");
         let json_url = format!("{base}/api/system/metrics?{query}");
-        let text = get(&agent, &prom_url)?;
-        let body = get(&agent, &json_url)?;
+        let text = get(&agent, &prom_url, token)?;
+        let body = get(&agent, &json_url, token)?;
         let json: Value = serde_json::from_str(&body).map_err(|e| ScrapeError::NotJson {
             url: json_url.clone(),
             message: e.to_string(),
@@ -167,12 +172,18 @@ pub fn scrape(target: &str, namespaces: &[String]) -> Result<Vec<Scrape>, Scrape
     Ok(scrapes)
 }
 
-fn get(agent: &ureq::Agent, url: &str) -> Result<String, ScrapeError> {
+fn get(agent: &ureq::Agent, url: &str, token: Option<&str>) -> Result<String, ScrapeError> {
     let failed = |message: String| ScrapeError::Http {
         url: url.to_owned(),
         message,
     };
-    match agent.get(url).call() {
+    let request = match token {
+        Some(token) => agent
+            .get(url)
+            .set("Authorization", &format!("Bearer {token}")),
+        None => agent.get(url),
+    };
+    match request.call() {
         Ok(response) => response.into_string().map_err(|e| failed(e.to_string())),
         Err(ureq::Error::Status(code, response)) => {
             let body = response.into_string().unwrap_or_default();

@@ -1,8 +1,11 @@
 //! The harness's only knowledge of dwserver's HTTP routes and bodies.
 //!
-//! The server's public API is moving to the Durable Workflow wire protocol;
-//! keeping every route, header and body shape in this one module means the
-//! load generator and the sampler follow that move by editing one file.
+//! The server's public API is moving to the Durable Workflow wire protocol
+//! (`/api/workflows` with `X-Namespace`, version headers, registered
+//! namespaces, fenced task reports, payload envelopes). The client asks
+//! `/api/cluster/info` which one it faces (a `control_plane` manifest means
+//! the wire protocol) and speaks it, so the harness drives either server;
+//! every route, header and body shape stays in this one module.
 //! Every call answers a [`Reply`] rather than an error: a soak counts
 //! failures by `status` label (HTTP code, or a transport bucket such as
 //! `timeout`) instead of stopping at the first one.
@@ -25,28 +28,94 @@ pub struct Reply {
     pub latency: Duration,
 }
 
+/// Which API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// The original routes under `/api/namespaces/{ns}/…`.
+    Legacy,
+    /// The Durable Workflow wire protocol: control plane 2, worker protocol 1.20.
+    Wire,
+}
+
 /// A client of one dwserver.
 #[derive(Debug, Clone)]
 pub struct Api {
     agent: ureq::Agent,
     base: String,
+    token: Option<String>,
+    protocol: Protocol,
+}
+
+/// The opaque payload envelope of the wire protocol.
+fn envelope(json: &str) -> Value {
+    json!({ "codec": "json", "blob": json })
 }
 
 impl Api {
-    /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`).
-    pub fn new(base: &str) -> Api {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`),
+    /// sending `token` as a bearer token when given; the protocol is read
+    /// from `/api/cluster/info` (an unreachable server is taken as legacy,
+    /// and every later request reports the failure).
+    pub fn new(base: &str, token: Option<&str>) -> Api {
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(30))
             .build();
-        Api {
+        let mut api = Api {
             agent,
             base: base.trim_end_matches('/').to_owned(),
+            token: token.map(str::to_owned),
+            protocol: Protocol::Legacy,
+        };
+        let info = api.send(api.get("/api/cluster/info"), None);
+        if info
+            .body
+            .as_ref()
+            .is_some_and(|b| b.get("control_plane").is_some())
+        {
+            api.protocol = Protocol::Wire;
         }
+        api
     }
 
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The bearer token, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The protocol in use.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        let request = self.agent.request(method, &format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.set("Authorization", &format!("Bearer {token}")),
+            None => request,
+        }
+    }
+
+    fn get(&self, path: &str) -> ureq::Request {
+        self.request("GET", path)
+    }
+
+    /// A control-plane request of the wire protocol in `namespace`.
+    fn control(&self, path: &str, namespace: &str) -> ureq::Request {
+        self.request("POST", path)
+            .set("X-Namespace", namespace)
+            .set("X-Durable-Workflow-Control-Plane-Version", "2")
+    }
+
+    /// A worker-plane request of the wire protocol in `namespace`.
+    fn worker(&self, path: &str, namespace: &str) -> ureq::Request {
+        self.request("POST", path)
+            .set("X-Namespace", namespace)
+            .set("X-Durable-Workflow-Protocol-Version", "1.20")
     }
 
     fn send(&self, request: ureq::Request, body: Option<Value>) -> Reply {
@@ -81,7 +150,19 @@ impl Api {
     }
 
     fn post(&self, path: &str, body: Value) -> Reply {
-        self.send(self.agent.post(&format!("{}{path}", self.base)), Some(body))
+        self.send(self.request("POST", path), Some(body))
+    }
+
+    /// Makes `namespace` usable: the wire protocol serves registered
+    /// namespaces only (`POST /api/namespaces`, 201 or 200 when it exists);
+    /// the legacy API needs nothing (`None`).
+    pub fn prepare_namespace(&self, namespace: &str) -> Option<Reply> {
+        (self.protocol == Protocol::Wire).then(|| {
+            self.post(
+                "/api/namespaces",
+                json!({ "name": namespace, "description": "dwsoak load" }),
+            )
+        })
     }
 
     /// Starts a workflow run.
@@ -92,26 +173,47 @@ impl Api {
         workflow_type: &str,
         task_queue: &str,
     ) -> Reply {
-        self.post(
-            &format!("/api/namespaces/{namespace}/workflows"),
-            json!({ "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue, "input": [] }),
-        )
+        match self.protocol {
+            Protocol::Legacy => self.post(
+                &format!("/api/namespaces/{namespace}/workflows"),
+                json!({ "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue, "input": [] }),
+            ),
+            Protocol::Wire => self.send(
+                self.control("/api/workflows", namespace),
+                Some(json!({ "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue, "input": envelope("[]") })),
+            ),
+        }
     }
 
     /// Signals a running workflow.
     pub fn signal(&self, namespace: &str, workflow_id: &str, name: &str) -> Reply {
-        self.post(
-            &format!("/api/namespaces/{namespace}/workflows/{workflow_id}/signal/{name}"),
-            json!({ "input": [1] }),
-        )
+        match self.protocol {
+            Protocol::Legacy => self.post(
+                &format!("/api/namespaces/{namespace}/workflows/{workflow_id}/signal/{name}"),
+                json!({ "input": [1] }),
+            ),
+            Protocol::Wire => self.send(
+                self.control(
+                    &format!("/api/workflows/{workflow_id}/signal/{name}"),
+                    namespace,
+                ),
+                Some(json!({ "input": envelope("[1]") })),
+            ),
+        }
     }
 
     /// Registers (or heartbeats) a worker on a queue.
     pub fn register_worker(&self, namespace: &str, worker_id: &str, task_queue: &str) -> Reply {
-        self.post(
-            "/api/worker/register",
-            json!({ "namespace": namespace, "worker_id": worker_id, "task_queue": task_queue }),
-        )
+        match self.protocol {
+            Protocol::Legacy => self.post(
+                "/api/worker/register",
+                json!({ "namespace": namespace, "worker_id": worker_id, "task_queue": task_queue }),
+            ),
+            Protocol::Wire => self.send(
+                self.worker("/api/worker/register", namespace),
+                Some(json!({ "worker_id": worker_id, "task_queue": task_queue, "runtime": "dwsoak" })),
+            ),
+        }
     }
 
     /// Long-polls a workflow task under a fresh poll request id.
@@ -123,16 +225,27 @@ impl Api {
         poll_request_id: &str,
         timeout: Duration,
     ) -> Reply {
-        self.post(
-            "/api/worker/workflow-tasks/poll",
-            json!({
-                "namespace": namespace,
-                "task_queue": task_queue,
-                "worker_id": worker_id,
-                "poll_request_id": poll_request_id,
-                "timeout_ms": timeout.as_millis() as u64,
-            }),
-        )
+        match self.protocol {
+            Protocol::Legacy => self.post(
+                "/api/worker/workflow-tasks/poll",
+                json!({
+                    "namespace": namespace,
+                    "task_queue": task_queue,
+                    "worker_id": worker_id,
+                    "poll_request_id": poll_request_id,
+                    "timeout_ms": timeout.as_millis() as u64,
+                }),
+            ),
+            Protocol::Wire => self.send(
+                self.worker("/api/worker/workflow-tasks/poll", namespace),
+                Some(json!({
+                    "task_queue": task_queue,
+                    "worker_id": worker_id,
+                    "poll_request_id": poll_request_id,
+                    "timeout_seconds": timeout.as_secs_f64(),
+                })),
+            ),
+        }
     }
 
     /// The leased task of a poll reply, if it carried one.
@@ -140,20 +253,35 @@ impl Api {
         reply.body.as_ref()?.get("task").filter(|t| !t.is_null())
     }
 
-    /// Completes a leased workflow task, ending its run.
-    pub fn complete_workflow_task(&self, task: &Value) -> Reply {
-        let Some(task_id) = task.get("task_id").and_then(Value::as_i64) else {
-            return Reply {
-                status: "malformed_task".into(),
-                ok: false,
-                body: None,
-                latency: Duration::ZERO,
-            };
+    /// Completes a leased workflow task of `namespace`, ending its run.
+    pub fn complete_workflow_task(&self, namespace: &str, task: &Value) -> Reply {
+        let id = match task.get("task_id") {
+            Some(Value::String(id)) => id.clone(),
+            Some(Value::Number(id)) => id.to_string(),
+            _ => {
+                return Reply {
+                    status: "malformed_task".into(),
+                    ok: false,
+                    body: None,
+                    latency: Duration::ZERO,
+                }
+            }
         };
-        self.post(
-            &format!("/api/worker/workflow-tasks/{task_id}/complete"),
-            json!({ "commands": [], "decision": "complete", "result": "done" }),
-        )
+        let path = format!("/api/worker/workflow-tasks/{id}/complete");
+        match self.protocol {
+            Protocol::Legacy => self.post(
+                &path,
+                json!({ "commands": [], "decision": "complete", "result": "done" }),
+            ),
+            Protocol::Wire => self.send(
+                self.worker(&path, namespace),
+                Some(json!({
+                    "lease_owner": task.get("lease_owner"),
+                    "workflow_task_attempt": task.get("workflow_task_attempt"),
+                    "commands": [{ "type": "complete_workflow", "result": envelope("\"done\"") }],
+                })),
+            ),
+        }
     }
 
     /// Live keys per cache policy ID, as the server counts them.
@@ -187,11 +315,7 @@ impl Api {
 
     /// Whether the server answers its health route.
     pub fn healthy(&self) -> bool {
-        self.send(
-            self.agent.get(&format!("{}/api/system/health", self.base)),
-            None,
-        )
-        .ok
+        self.send(self.get("/api/system/health"), None).ok
     }
 }
 
@@ -202,5 +326,101 @@ fn transport_bucket(transport: &ureq::Transport) -> &'static str {
         ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns => "connect",
         ureq::ErrorKind::Io if transport.to_string().contains("timed out") => "timeout",
         _ => "transport",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A server answering `cluster_info` to `/api/cluster/info` and `{}` to
+    /// anything else; sends each other request (head and body) down the channel.
+    fn fake(cluster_info: &'static str) -> (String, mpsc::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) <= 2 {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    head.push_str(&line);
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let answer = if head.starts_with("GET /api/cluster/info") {
+                    cluster_info
+                } else {
+                    let _ = tx.send(format!("{head}\n{}", String::from_utf8_lossy(&body)));
+                    "{}"
+                };
+                let mut stream = stream;
+                let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}", answer.len());
+            }
+        });
+        (base, rx)
+    }
+
+    #[test]
+    fn a_wire_protocol_server_gets_wire_requests() {
+        let (base, seen) = fake(r#"{"control_plane":{"version":"2"}}"#);
+        let api = Api::new(&base, Some("t0k"));
+        assert_eq!(api.protocol(), Protocol::Wire);
+        assert!(api.start_workflow("ns1", "wf", "T", "q").ok);
+        let request = seen.recv().unwrap();
+        assert!(
+            request.starts_with("POST /api/workflows HTTP/1.1"),
+            "{request}"
+        );
+        assert!(request.contains("X-Namespace: ns1"), "{request}");
+        assert!(request.contains("Authorization: Bearer t0k"), "{request}");
+        assert!(
+            request.contains(r#""input":{"blob":"[]","codec":"json"}"#),
+            "{request}"
+        );
+        let task = json!({"task_id": "7", "lease_owner": "w", "workflow_task_attempt": 2});
+        assert!(api.complete_workflow_task("ns1", &task).ok);
+        let request = seen.recv().unwrap();
+        assert!(
+            request.starts_with("POST /api/worker/workflow-tasks/7/complete"),
+            "{request}"
+        );
+        assert!(
+            request.contains("X-Durable-Workflow-Protocol-Version: 1.20"),
+            "{request}"
+        );
+        assert!(
+            request.contains(r#""type":"complete_workflow""#)
+                && request.contains(r#""workflow_task_attempt":2"#),
+            "{request}"
+        );
+        assert!(api.prepare_namespace("ns1").is_some());
+    }
+
+    #[test]
+    fn a_legacy_server_gets_legacy_requests() {
+        let (base, seen) = fake(r#"{"server_id":"x"}"#);
+        let api = Api::new(&base, None);
+        assert_eq!(api.protocol(), Protocol::Legacy);
+        assert!(api.prepare_namespace("ns1").is_none());
+        assert!(api.signal("ns1", "wf", "go").ok);
+        let request = seen.recv().unwrap();
+        assert!(
+            request.starts_with("POST /api/namespaces/ns1/workflows/wf/signal/go"),
+            "{request}"
+        );
+        assert!(!request.contains("Authorization"), "{request}");
     }
 }

@@ -63,6 +63,9 @@ pub struct Args {
     /// With --base-url and --cache redis: the server's Redis.
     #[arg(long, env = "DW_PERF_REDIS_URL", value_name = "URL")]
     pub redis_url: Option<String>,
+    /// Bearer token for an external server that requires one.
+    #[arg(long, env = "DW_PERF_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// The dwserver binary to start [default: next to this binary].
     #[arg(long, env = "DW_PERF_SERVER_BIN", value_name = "FILE")]
     pub server_bin: Option<PathBuf>,

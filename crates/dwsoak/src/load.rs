@@ -163,7 +163,7 @@ fn worker_loop(
         );
         stats.record(&poll);
         if let Some(task) = Api::leased_task(&poll) {
-            let done = api.complete_workflow_task(task);
+            let done = api.complete_workflow_task(namespace, task);
             stats.record(&done);
             if done.ok {
                 stats.workflows_completed.fetch_add(1, Ordering::Relaxed);

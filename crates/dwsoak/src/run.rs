@@ -120,7 +120,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         source,
     })?;
     let services = services(soak)?;
-    let api = Api::new(&services.base_url);
+    let api = Api::new(&services.base_url, args.token.as_deref());
     let ready_by = Instant::now() + Duration::from_secs(15);
     while !api.healthy() {
         if Instant::now() >= ready_by {
@@ -139,6 +139,17 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         None => None,
     };
     let namespaces = load::namespaces(args.namespaces);
+    for namespace in &namespaces {
+        if let Some(reply) = api.prepare_namespace(namespace) {
+            if !reply.ok {
+                return Err(RunError::Setup(format!(
+                    "cannot register namespace {namespace}: HTTP {} {}",
+                    reply.status,
+                    reply.body.map(|b| b.to_string()).unwrap_or_default()
+                )));
+            }
+        }
+    }
     let sampler = Sampler::new(
         api.clone(),
         services.server_pid,

@@ -122,7 +122,7 @@ impl Sampler {
             redis_memory_bytes = self.note("redis_memory", redis_used_memory(client), &mut errors);
             redis_db_keys = self.note("redis_keys", redis_dbsize(client), &mut errors);
         }
-        let live = live::scrape(self.api.base(), &self.namespaces)
+        let live = live::scrape(self.api.base(), &self.namespaces, self.api.token())
             .map_err(|e| e.to_string())
             .map(|scrapes| live::check(&self.policy, &scrapes));
         if let Some(findings) = self.note("live_metrics", live, &mut errors) {

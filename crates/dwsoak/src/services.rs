@@ -67,6 +67,8 @@ impl ManagedServer {
         command
             .env("DW_SERVER_ID", "dwsoak-node-1")
             .env("DW_BIND", "127.0.0.1:0")
+            // A loopback server only the harness talks to: no tokens.
+            .env("DW_AUTH", "none")
             .env("DW_DATABASE_PATH", &database_path)
             .env("DW_POLLING_CACHE_PATH", dir.join("polling-cache"))
             .env(
