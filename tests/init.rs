@@ -289,3 +289,20 @@ fn an_empty_tree_gets_a_valid_empty_policy_and_a_missing_tree_is_exit_2() {
     let out = dwlint(&["init", "/no/such/tree"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn init_writes_only_source_globs_that_select_files() {
+    let dir = engine_tree();
+    let root = dir.path();
+    let policy = init(root);
+    assert!(policy.contains("\"**/*.rs\"") && policy.contains("\"**/*.py\""), "{policy}");
+    assert!(!policy.contains("\"**/*.php\"") && !policy.contains("\"**/*.go\""), "{policy}");
+    let out = dwlint(&[
+        "check",
+        root.to_str().unwrap(),
+        "--policy",
+        root.join("policy/dw-bounded-growth.toml").to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("matches no file"), "{stderr}");
+}

@@ -124,8 +124,17 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
     {
         return Err(InitError::File(GeneratedFileError::Exists(found)).into());
     }
-    let sources = default_sources(root);
+    let mut sources = default_sources(root);
     let survey = survey(root, &sources)?;
+    // Only globs that select something: a glob per extension the tree does
+    // not have would be a warning on every `check`.
+    for (key, list) in [
+        ("cache", &mut sources.cache),
+        ("metrics", &mut sources.metrics),
+        ("remote_write", &mut sources.remote_write),
+    ] {
+        list.retain(|glob| !survey.unmatched.iter().any(|(k, g)| *k == key && g == glob));
+    }
     let draft = draft::draft(
         &survey.found,
         sources,
@@ -155,6 +164,8 @@ pub(crate) struct Survey {
     pub doc_ids: doc_ids::DocIds,
     pub settings: dwpolicy::Settings,
     pub files_scanned: usize,
+    /// `([sources] key, glob)` of the globs that selected no file.
+    pub unmatched: Vec<(&'static str, String)>,
 }
 
 /// Walks and scans `root` as `check` would under `sources` (default
@@ -194,6 +205,7 @@ pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, RunE
         doc_ids: doc_ids::DocIds::from_docs(doc_texts.iter().map(String::as_str)),
         settings,
         files_scanned: output.files_scanned,
+        unmatched: files.unmatched,
     })
 }
 
