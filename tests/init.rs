@@ -295,8 +295,14 @@ fn init_writes_only_source_globs_that_select_files() {
     let dir = engine_tree();
     let root = dir.path();
     let policy = init(root);
-    assert!(policy.contains("\"**/*.rs\"") && policy.contains("\"**/*.py\""), "{policy}");
-    assert!(!policy.contains("\"**/*.php\"") && !policy.contains("\"**/*.go\""), "{policy}");
+    assert!(
+        policy.contains("\"**/*.rs\"") && policy.contains("\"**/*.py\""),
+        "{policy}"
+    );
+    assert!(
+        !policy.contains("\"**/*.php\"") && !policy.contains("\"**/*.go\""),
+        "{policy}"
+    );
     let out = dwlint(&[
         "check",
         root.to_str().unwrap(),

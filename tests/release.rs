@@ -39,7 +39,10 @@ fn the_hook_installs_this_versions_wheel_and_the_readme_pins_its_tag() {
     let wheel = read("python/dwlint/pyproject.toml");
     assert!(wheel.contains("build-backend = \"maturin\""), "{wheel}");
     assert!(wheel.contains("bindings = \"bin\""), "{wheel}");
-    assert!(wheel.contains("manifest-path = \"../../Cargo.toml\""), "{wheel}");
+    assert!(
+        wheel.contains("manifest-path = \"../../Cargo.toml\""),
+        "{wheel}"
+    );
     assert!(wheel.contains("name = \"dwlint\""), "{wheel}");
     let hooks = read(".pre-commit-hooks.yaml");
     for id in ["dwlint", "dwlint-changed"] {
@@ -68,7 +71,10 @@ fn the_hook_installs_this_versions_wheel_and_the_readme_pins_its_tag() {
         assert!(requirements.contains(tool), "{requirements}");
     }
     let ci = read(".ci/run");
-    assert!(ci.contains("requirements-wheel.txt") && ci.contains("try-repo"), "{ci}");
+    assert!(
+        ci.contains("requirements-wheel.txt") && ci.contains("try-repo"),
+        "{ci}"
+    );
 }
 
 #[test]
@@ -78,7 +84,10 @@ fn the_actions_example_guards_the_sarif_upload_like_this_repositorys_workflow() 
         .lines()
         .find_map(|l| l.trim().strip_prefix("upload-sarif: "))
         .expect("the workflow uploads SARIF");
-    assert!(guard.contains("head.repo.full_name == github.repository"), "{guard}");
+    assert!(
+        guard.contains("head.repo.full_name == github.repository"),
+        "{guard}"
+    );
     let readme = read("README.md");
     let example = blocks(&readme, "yaml")
         .into_iter()
