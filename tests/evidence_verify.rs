@@ -340,8 +340,8 @@ fn the_html_report_shows_every_condition_and_charts_the_samples() {
         "memory, Redis memory, totals, per policy"
     );
     assert!(
-        page.contains("long_poll_signals max"),
-        "the threshold is drawn"
+        page.contains("long_poll_signals: peak 100 (limit 1000), after drain 0 (limit 10)"),
+        "the thresholds are shown: {page}"
     );
     assert!(
         !page.contains("http://") || page.contains("http://www.w3.org/2000/svg"),

@@ -36,6 +36,15 @@ fn server(runs: usize) -> Server {
     let running = Running::start(Engine::open(config).expect("engine")).expect("bind");
     let base = format!("http://{}", running.addr());
     let api = dwsoak::api::Api::new(&base, None);
+    for namespace in ["orders", "empty"] {
+        if let Some(reply) = api.prepare_namespace(namespace) {
+            assert!(
+                reply.ok,
+                "register {namespace}: {} {:?}",
+                reply.status, reply.body
+            );
+        }
+    }
     for i in 0..runs {
         let reply = api.start_workflow("orders", &format!("wf-{i}"), &format!("Type{i}"), "queue");
         assert!(reply.ok, "start: {} {:?}", reply.status, reply.body);

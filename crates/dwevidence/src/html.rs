@@ -145,6 +145,9 @@ struct Line {
     points: Vec<(f64, f64)>,
     color: RGBColor,
     dashed: bool,
+    /// Thresholds share their policy's colour and the caption explains
+    /// them, so they stay out of the legend.
+    legend: bool,
 }
 
 const PALETTE: [RGBColor; 10] = [
@@ -188,6 +191,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
         points: series(samples, |x| x.server_memory_bytes, mib_scale),
         color: PALETTE[0],
         dashed: false,
+        legend: true,
     }];
     if let Some(slope) = &s.memory_slope {
         let from = s.config.warmup_seconds as f64;
@@ -198,6 +202,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
             points: vec![(from, at(from)), (to, at(to))],
             color: PALETTE[3],
             dashed: true,
+            legend: true,
         });
         if let Some(limit) = slope.limit_bytes_per_hour {
             let limit_at = |t: f64| (slope.intercept_bytes + limit / 3600.0 * t) / mib_scale;
@@ -206,6 +211,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
                 points: vec![(from, limit_at(from)), (to, limit_at(to))],
                 color: PALETTE[7],
                 dashed: true,
+                legend: true,
             });
         }
     }
@@ -221,6 +227,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
                 points: redis,
                 color: PALETTE[1],
                 dashed: false,
+                legend: true,
             }],
             end,
             drain_at,
@@ -231,6 +238,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
         points: series(samples, |x| x.server_cache_keys, 1.0),
         color: PALETTE[2],
         dashed: false,
+        legend: true,
     }];
     let db = series(samples, |x| x.redis_db_keys, 1.0);
     if !db.is_empty() {
@@ -239,6 +247,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
             points: db,
             color: PALETTE[4],
             dashed: true,
+            legend: true,
         });
     }
     chart(html, "Cache keys, total", &totals, end, drain_at);
@@ -258,6 +267,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
             ),
             color,
             dashed: false,
+            legend: true,
         });
         if let Some(limit) = s
             .config
@@ -270,6 +280,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
                 points: vec![(0.0, *limit as f64), (end, *limit as f64)],
                 color,
                 dashed: true,
+                legend: false,
             });
         }
         if let Some(limit) = s
@@ -284,6 +295,7 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
                     points: vec![(at - end * 0.02, *limit as f64), (at, *limit as f64)],
                     color,
                     dashed: true,
+                    legend: false,
                 });
             }
         }
@@ -298,6 +310,27 @@ fn charts(html: &mut String, s: &Summary, samples: &[Sample]) {
             end,
             drain_at,
         );
+        let limits: Vec<String> = s
+            .max_server_cache_keys_by_policy
+            .iter()
+            .filter(|(_, max)| **max > 0)
+            .map(|(id, max)| {
+                let limit = |map: &Option<std::collections::BTreeMap<String, u64>>| {
+                    map.as_ref()
+                        .and_then(|m| m.get(id))
+                        .map_or("none".to_owned(), u64::to_string)
+                };
+                format!(
+                    "{id}: peak {max} (limit {}), after drain {} (limit {})",
+                    limit(&s.config.max_server_cache_keys_by_policy),
+                    s.final_server_cache_keys_by_policy
+                        .get(id)
+                        .map_or("not measured".to_owned(), u64::to_string),
+                    limit(&s.config.max_final_server_cache_keys_by_policy)
+                )
+            })
+            .collect();
+        let _ = writeln!(html, "<p>{}</p>", escape(&limits.join("; ")));
     }
 }
 
@@ -344,10 +377,12 @@ fn chart(html: &mut String, title: &str, lines: &[Line], end: f64, drain_at: Opt
             } else {
                 chart.draw_series(LineSeries::new(line.points.iter().copied(), style))?
             };
-            let color = line.color;
-            anno.label(line.label.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
+            if line.legend {
+                let color = line.color;
+                anno.label(line.label.clone()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            }
         }
         chart
             .configure_series_labels()
