@@ -3,13 +3,41 @@
 //! `check` plans several reports per run (`--output FORMAT=FILE`); these
 //! commands write exactly one, to standard output or `--output FILE`, with
 //! colour only on standard output and the same tolerance of a closed pipe.
-//! The writer is given the style to use.
+//! The writer is given the style to use. Their findings come from rules
+//! `check` does not run, so [`findings`] builds the report around them.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
+use crate::changed::Mode;
+use crate::check::CheckReport;
+use crate::diagnostic::{Diagnostic, Severity};
 use crate::error::RunError;
 use crate::report::human::Style;
+use crate::rules::Rule;
+
+/// A report of `diagnostics`, found by `rules` (all at error severity) in
+/// `inputs` things read, under the policy shown as `policy_path`.
+pub fn findings(
+    diagnostics: Vec<Diagnostic>,
+    rules: &'static [Rule],
+    inputs: usize,
+    policy_path: String,
+    root: PathBuf,
+) -> CheckReport {
+    CheckReport {
+        diagnostics,
+        files_scanned: inputs,
+        policy_path,
+        root,
+        root_moved: false,
+        repo_prefix: String::new(),
+        mode: Mode::Full,
+        severities: rules.iter().map(|r| (r, Some(Severity::Error))).collect(),
+        notes: Vec::new(),
+        inputs: Default::default(),
+    }
+}
 
 /// Runs `write` on standard output (coloured when `color`, which is
 /// `--color` as resolved for standard output) or on `output`; returns its

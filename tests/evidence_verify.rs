@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use support::text;
+use support::{json_codes as codes, text};
 
 fn fixture(name: &str) -> String {
     format!("{}/tests/data/evidence/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -41,18 +41,6 @@ fn write(dir: &tempfile::TempDir, summary: &Value) -> std::path::PathBuf {
     let path = dir.path().join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(summary).unwrap()).unwrap();
     path
-}
-
-/// The codes of a JSON report's findings.
-fn codes(out: &Output) -> Vec<String> {
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    report["diagnostics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["code"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]

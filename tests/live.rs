@@ -6,19 +6,14 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use dwengine::server::{Engine, Running, ServerConfig};
-use serde_json::Value;
-use support::text;
+use support::{json_codes as codes, text};
 
+/// `dwlint ARGS` from the repository root, so the engine's policy is found.
 fn dwlint(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dwlint"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run dwlint")
+    support::dwlint_in(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
 }
 
 /// A dwserver on loopback with `runs` workflow runs in namespace `orders`.
@@ -54,17 +49,6 @@ fn server(runs: usize) -> Server {
         base,
         _dir: dir,
     }
-}
-
-fn codes(out: &Output) -> Vec<String> {
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    report["diagnostics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["code"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[test]

@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+use std::sync::OnceLock;
+
+use clap::builder::PossibleValue;
 use clap::{Subcommand, ValueEnum};
 
 use crate::cli::Outcome;
@@ -40,7 +43,7 @@ pub struct VerifyArgs {
     )]
     repository: String,
     /// Report format.
-    #[arg(long, value_enum, default_value_t = EvidenceFormat::Human)]
+    #[arg(long, value_enum, default_value_t = EvidenceFormat::Report(Format::Human))]
     format: EvidenceFormat,
     /// Write the report to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
@@ -48,36 +51,33 @@ pub struct VerifyArgs {
 }
 
 /// `check`'s formats, plus the self-contained HTML report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvidenceFormat {
-    /// Code frames for people.
-    Human,
-    /// The versioned JSON report.
-    Json,
-    /// SARIF 2.1.0.
-    Sarif,
-    /// GitHub Actions annotations.
-    Github,
-    /// JUnit XML.
-    Junit,
-    /// One line per finding.
-    Short,
-    /// One self-contained HTML page: the verdict, every condition, and charts
-    /// from the samples.jsonl next to the summary.
+    /// One of `check`'s report formats.
+    Report(Format),
+    /// One self-contained HTML page.
     Html,
 }
 
-impl EvidenceFormat {
-    fn report_format(self) -> Option<Format> {
-        Some(match self {
-            EvidenceFormat::Human => Format::Human,
-            EvidenceFormat::Json => Format::Json,
-            EvidenceFormat::Sarif => Format::Sarif,
-            EvidenceFormat::Github => Format::Github,
-            EvidenceFormat::Junit => Format::Junit,
-            EvidenceFormat::Short => Format::Short,
-            EvidenceFormat::Html => return None,
+impl ValueEnum for EvidenceFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        static VARIANTS: OnceLock<Vec<EvidenceFormat>> = OnceLock::new();
+        VARIANTS.get_or_init(|| {
+            Format::value_variants()
+                .iter()
+                .map(|f| EvidenceFormat::Report(*f))
+                .chain([EvidenceFormat::Html])
+                .collect()
         })
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self {
+            EvidenceFormat::Report(format) => format.to_possible_value(),
+            EvidenceFormat::Html => Some(PossibleValue::new("html").help(
+                "One self-contained HTML page: the verdict, every condition, and charts from the samples.jsonl next to the summary",
+            )),
+        }
     }
 }
 
@@ -92,9 +92,9 @@ pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, RunError> {
         repository: args.repository.clone(),
     })?;
     let notes = single_report::write_to(args.output.as_ref(), color, |style, out| {
-        match args.format.report_format() {
-            Some(format) => report::write(format, &verified.report, style, out),
-            None => {
+        match args.format {
+            EvidenceFormat::Report(format) => report::write(format, &verified.report, style, out),
+            EvidenceFormat::Html => {
                 let (page, notes) = super::html_report(&args.summary, &verified);
                 out.write_all(page.as_bytes())?;
                 Ok(notes)

@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 use dwevidence::profile::{self, Condition, ConditionFailure, Reference};
 use dwevidence::summary::{Summary, SummaryError, PROFILE};
 
-use crate::changed::Mode;
 use crate::check::CheckReport;
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::diagnostic::{Anchor, Diagnostic};
 use crate::discover;
 use crate::error::RunError;
 use crate::extract::{LineIndex, TextRange};
 use crate::policy_file::PolicyFile;
+use crate::single_report;
 
 mod codes;
 mod command;
@@ -135,18 +135,13 @@ pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
                 .help("the writer's verdict must be the profile's verdict over the artifact's own fields; regenerate the artifact rather than editing it"),
         );
     }
-    let report = CheckReport {
+    let report = single_report::findings(
         diagnostics,
-        files_scanned: 1,
-        policy_path: policy_file.display_path.clone(),
-        root: PathBuf::from("."),
-        root_moved: false,
-        repo_prefix: String::new(),
-        mode: Mode::Full,
-        severities: rules().iter().map(|r| (r, Some(Severity::Error))).collect(),
-        notes: Vec::new(),
-        inputs: Default::default(),
-    };
+        rules(),
+        1,
+        policy_file.display_path.clone(),
+        PathBuf::from("."),
+    );
     Ok(Verified {
         summary,
         text,

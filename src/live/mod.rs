@@ -15,10 +15,9 @@ use std::sync::OnceLock;
 
 use dwevidence::live::{self, LiveCode, ScrapeError};
 
-use crate::changed::Mode;
 use crate::check::CheckReport;
 use crate::cli::Outcome;
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::diagnostic::{Anchor, Diagnostic};
 use crate::discover;
 use crate::error::RunError;
 use crate::extract::TextRange;
@@ -109,18 +108,14 @@ pub fn live(
                 .help(help(f.code))
         })
         .collect();
-    Ok(CheckReport {
+    let inputs = scrapes.len() + scrapes.iter().filter(|s| s.json.is_some()).count();
+    Ok(single_report::findings(
         diagnostics,
-        files_scanned: scrapes.len() + scrapes.iter().filter(|s| s.json.is_some()).count(),
-        policy_path: policy_file.display_path.clone(),
-        root: located.root,
-        root_moved: false,
-        repo_prefix: String::new(),
-        mode: Mode::Full,
-        severities: rules().iter().map(|r| (r, Some(Severity::Error))).collect(),
-        notes: Vec::new(),
-        inputs: Default::default(),
-    })
+        rules(),
+        inputs,
+        policy_file.display_path.clone(),
+        located.root,
+    ))
 }
 
 fn code_str(code: LiveCode) -> &'static str {

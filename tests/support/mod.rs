@@ -25,6 +25,23 @@ fn command(args: &[&str]) -> Command {
     command
 }
 
+/// The finding codes of a JSON report on standard output, in report order.
+pub fn json_codes(out: &Output) -> Vec<String> {
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON report ({e}): {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    report["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .map(|d| d["code"].as_str().expect("code").to_owned())
+        .collect()
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
