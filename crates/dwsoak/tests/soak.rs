@@ -1,0 +1,131 @@
+//! A short soak end to end against a real dwserver, started in this test's
+//! process (so the harness's RSS samples read the process serving it).
+
+use std::path::Path;
+
+use clap::Parser;
+use dwengine::server::{Engine, Running, ServerConfig};
+use dwevidence::profile::{self, Condition, Reference};
+use dwevidence::summary::{RunResult, ServiceMode, Summary};
+use dwsoak::config::{Args, Soak};
+
+#[test]
+fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("dwserver.sqlite3");
+    let mut config = ServerConfig::for_node("soak-test", dir.path().join("wait-slots"));
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.database = Some(database.clone());
+    let running = Running::start(Engine::open(config).expect("engine")).expect("bind");
+    let base = format!("http://{}", running.addr());
+    let out = dir.path().join("perf");
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policy/dw-bounded-growth.toml");
+    let pid = std::process::id().to_string();
+    let args = Args::try_parse_from([
+        "dwsoak",
+        "--base-url",
+        &base,
+        "--server-pid",
+        &pid,
+        "--database-path",
+        database.to_str().unwrap(),
+        "--duration",
+        "4",
+        "--sample-interval",
+        "1",
+        "--drain",
+        "1",
+        "--min-sample-coverage",
+        "50%",
+        "--namespaces",
+        "2",
+        "--task-queues",
+        "2",
+        "--workers",
+        "2",
+        "--output",
+        out.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--quiet",
+    ])
+    .unwrap();
+    let soak = Soak::new(args).expect("valid configuration");
+    let summary = dwsoak::run::run(&soak).expect("the soak runs");
+    assert_eq!(
+        summary.run.result,
+        RunResult::Passed,
+        "{:?} {:?}",
+        summary.run.failures,
+        summary.assertion_failures
+    );
+    assert!(
+        summary.samples.periodic_sample_count >= 2,
+        "{:?}",
+        summary.samples
+    );
+    assert!(summary.samples.final_sample_collected);
+    assert!(
+        summary.requests.workflows_completed > 0,
+        "{:?}",
+        summary.requests
+    );
+    assert!(summary.maxima.server_memory_bytes.unwrap() > 1_000_000);
+    assert!(summary.maxima.sqlite_file_bytes.unwrap() > 0);
+    assert!(summary.max_server_cache_keys_by_policy["workflow_task_poll_requests"] > 0);
+    let ids: Vec<&String> = summary.max_server_cache_keys_by_policy.keys().collect();
+    let mut declared: Vec<&String> = soak.cache_policy_ids.iter().collect();
+    declared.sort();
+    assert_eq!(ids, declared, "the per-policy map mirrors the inventory");
+    assert_eq!(summary.config.services, ServiceMode::External);
+
+    // The artifacts, as written.
+    let written =
+        Summary::from_json(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(written.evidence, summary.evidence);
+    let samples = std::fs::read_to_string(out.join("samples.jsonl")).unwrap();
+    let samples = dwevidence::sample::parse_lines(&samples).unwrap();
+    assert_eq!(
+        samples.len() as u64,
+        summary.samples.periodic_sample_count + 1
+    );
+    let metrics = std::fs::read_to_string(out.join("metrics.prom")).unwrap();
+    assert!(
+        metrics.contains("dw_perf_requests_total{status=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dw_perf_redis_server_keys_by_policy{policy=\"readiness_probe\"}"),
+        "{metrics}"
+    );
+    assert!(std::fs::read_to_string(out.join("report.html"))
+        .unwrap()
+        .contains("<svg"));
+
+    // Never trusted: a short run against a server the harness did not start.
+    let failed: Vec<&str> = summary
+        .evidence
+        .trust
+        .failed_conditions
+        .iter()
+        .map(|c| c.condition.as_str())
+        .collect();
+    for condition in [
+        Condition::DurationAtLeastOneHour,
+        Condition::ManagedResourceSampling,
+        Condition::PerPolicyThresholdMaps,
+    ] {
+        assert!(failed.contains(&condition.id()), "{failed:?}");
+    }
+    // The recorded verdict is the profile's over the artifact's own fields.
+    let reference = Reference {
+        cache_policy_ids: &soak.cache_policy_ids,
+        policy_sha256: &soak.policy_sha256,
+        repository: profile::DEFAULT_REPOSITORY,
+    };
+    assert_eq!(
+        profile::verdict(&profile::evaluate(&written, &reference)),
+        written.evidence.trust
+    );
+    drop(running);
+}
