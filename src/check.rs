@@ -27,6 +27,8 @@ pub struct CheckOptions {
     pub overrides: Overrides,
     /// Whole tree, or only some files for file-local rules.
     pub selection: Selection,
+    /// Files larger than this many bytes are skipped with a warning.
+    pub max_file_bytes: u64,
 }
 
 impl CheckOptions {
@@ -37,6 +39,7 @@ impl CheckOptions {
             policy: None,
             overrides: Overrides::default(),
             selection: Selection::Full,
+            max_file_bytes: scan::DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -127,7 +130,13 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         cache_namespace: policy.settings.cache_namespace.clone(),
         metric_prefix: policy.settings.metric_prefix.clone(),
     };
-    let output = scan::scan(root, &files, &config, &owner_names(&policy_file));
+    let output = scan::scan(
+        root,
+        &files,
+        &config,
+        &owner_names(&policy_file),
+        options.max_file_bytes,
+    );
     let inventory = Inventory::build(output, policy);
     let ctx = Context::new(root, &policy_file, &inventory);
     let severities: Vec<(&'static Rule, Option<Severity>)> = rules::RULES

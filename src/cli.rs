@@ -110,6 +110,10 @@ struct CheckArgs {
     #[arg(short = 'D', long = "deny", value_name = "CODE",
           value_parser = RuleCode { warnings: true }, hide_possible_values = true)]
     deny: Vec<String>,
+    /// Skip (with an `unreadable-file` warning) files larger than SIZE: bytes,
+    /// or with a K, M or G suffix (powers of 1024).
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    max_file_size: u64,
     /// `-A/-W/-D` in command-line order, filled from the raw matches
     /// because the last flag for a code wins.
     #[arg(skip)]
@@ -199,6 +203,22 @@ fn ordered_levels(matches: &ArgMatches) -> Vec<(Level, String)> {
         .into_iter()
         .map(|(_, level, code)| (level, code))
         .collect()
+}
+
+/// `16M`, `512K`, `1G`, `100`: a size in bytes, suffixes in powers of 1024.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, shift) = match trimmed.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&trimmed[..i], 10),
+        Some((i, 'M' | 'm')) => (&trimmed[..i], 20),
+        Some((i, 'G' | 'g')) => (&trimmed[..i], 30),
+        _ => (trimmed, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{text}` is not a size (bytes, or a number with K, M or G)"))
 }
 
 fn use_color(choice: ColorChoice, to_stdout: bool) -> bool {
@@ -339,6 +359,7 @@ fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
         policy: args.policy.clone(),
         overrides: Overrides::new(args.levels.clone())?,
         selection,
+        max_file_bytes: args.max_file_size,
     };
     let report = check(&options)?;
     output::refuse_overwriting(&sinks, &report.inputs)?;
@@ -452,6 +473,17 @@ mod tests {
             "HEAD",
         ]));
         assert!(both.is_err());
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("100"), Ok(100));
+        for bad in ["", "M", "-1", "1T", "99999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod owners;
 pub mod policy_file;
 pub mod policy_import;
 pub mod policy_toml;
+pub mod prefilter;
 pub mod report;
 pub mod rules;
 pub mod scan;

@@ -1,20 +1,27 @@
 //! Reading and extracting every selected file, in parallel.
 //!
 //! Each worker thread gets a large stack so that a pathological file cannot
-//! overflow it while being parsed. A byte prefilter runs before any parsing:
-//! most files never mention the cache namespace, the metric prefix, a scan
-//! limit or an owner, and those are counted but not parsed. Which extractor
-//! reads a file is `extract::extract_file`'s decision.
+//! overflow it while being parsed, and one read buffer that it reuses for
+//! every file. The [`Prefilter`] runs before any parsing: most files never
+//! mention the cache namespace, the metric prefix, a scan limit or an owner
+//! where it could matter, and those are counted but not parsed. A file over
+//! the size limit is not read at all, so memory stays a small multiple of
+//! the largest file read. Which extractor reads a file is
+//! `extract::extract_file`'s decision.
 
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aho_corasick::AhoCorasick;
-
 use crate::diagnostic::{Anchor, Diagnostic};
-use crate::extract::{self, ExtractConfig, FileFacts, TextRange, SCAN_LIMIT_SUFFIX};
+use crate::extract::{self, ExtractConfig, FileFacts, TextRange};
 use crate::owners::ModulePaths;
+use crate::prefilter::Prefilter;
 use crate::walk::{Roles, SelectedFile};
+
+/// Files larger than this are skipped with a warning unless the command
+/// line says otherwise (`--max-file-size`).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Stack size for extraction threads.
 const STACK_BYTES: usize = 256 << 20;
@@ -61,21 +68,17 @@ enum Outcome {
     Skipped,
 }
 
-/// Scans `files` using `threads` worker threads.
+/// Scans `files` on one worker thread per core; files over
+/// `max_file_bytes` are skipped with a warning.
 pub fn scan(
     root: &Path,
     files: &[SelectedFile],
     config: &ExtractConfig,
     owner_names: &[String],
+    max_file_bytes: u64,
 ) -> ScanOutput {
-    let mut patterns: Vec<&str> = vec![
-        &config.cache_namespace,
-        &config.metric_prefix,
-        SCAN_LIMIT_SUFFIX,
-    ];
-    patterns.extend(owner_names.iter().map(String::as_str));
     // Building can only fail on absurd pattern sets; then every file is parsed.
-    let prefilter = AhoCorasick::new(&patterns).ok();
+    let prefilter = Prefilter::new(config, owner_names);
     let modules = ModulePaths::default();
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
@@ -87,13 +90,22 @@ pub fn scan(
             .map(|_| {
                 let worker = || {
                     let mut out = Vec::new();
+                    let mut reader = Reader {
+                        buffer: Vec::new(),
+                        max_file_bytes,
+                    };
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(file) = files.get(i) else { break };
-                        out.push((
-                            i,
-                            scan_one(root, file, config, prefilter.as_ref(), &modules),
-                        ));
+                        let outcome = scan_one(
+                            root,
+                            file,
+                            config,
+                            prefilter.as_ref(),
+                            &modules,
+                            &mut reader,
+                        );
+                        out.push((i, outcome));
                     }
                     out
                 };
@@ -134,24 +146,99 @@ fn warning(code: &'static str, rel: &str, message: String, help: &str) -> Outcom
     )
 }
 
+/// One worker's read buffer, reused for every file it reads.
+struct Reader {
+    buffer: Vec<u8>,
+    max_file_bytes: u64,
+}
+
+impl Reader {
+    /// Reads `path` into the buffer; `Ok(Err(size))` when it is over the limit.
+    fn read(&mut self, path: &Path) -> std::io::Result<Result<&[u8], u64>> {
+        let mut file = std::fs::File::open(path)?;
+        let size = file.metadata()?.len();
+        if size > self.max_file_bytes {
+            return Ok(Err(size));
+        }
+        self.buffer.clear();
+        // A file growing while it is read is cut at the limit (plus one
+        // byte, to notice).
+        (&mut file)
+            .take(self.max_file_bytes + 1)
+            .read_to_end(&mut self.buffer)?;
+        if self.buffer.len() as u64 > self.max_file_bytes {
+            return Ok(Err(self.buffer.len() as u64));
+        }
+        Ok(Ok(&self.buffer))
+    }
+
+    /// Gives back the memory a large file made the buffer take, so that it
+    /// is not held for the small files that follow.
+    fn shrink(&mut self) {
+        const KEEP: usize = 1 << 20;
+        if self.buffer.capacity() > KEEP {
+            self.buffer = Vec::new();
+        }
+    }
+}
+
+/// `bytes` as `16 MiB`, `512 KiB` or `100 bytes`.
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => {
+            format!("{:.1} MiB", b as f64 / f64::from(1 << 20)).replace(".0 MiB", " MiB")
+        }
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0).replace(".0 KiB", " KiB"),
+        b => format!("{b} bytes"),
+    }
+}
+
 fn scan_one(
     root: &Path,
     file: &SelectedFile,
     config: &ExtractConfig,
-    prefilter: Option<&AhoCorasick>,
+    prefilter: Option<&Prefilter>,
     modules: &ModulePaths,
+    reader: &mut Reader,
 ) -> Outcome {
-    let bytes = match std::fs::read(&file.path) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return warning(
+    let outcome = read_and_extract(root, file, config, prefilter, modules, reader);
+    reader.shrink();
+    outcome
+}
+
+fn read_and_extract(
+    root: &Path,
+    file: &SelectedFile,
+    config: &ExtractConfig,
+    prefilter: Option<&Prefilter>,
+    modules: &ModulePaths,
+    reader: &mut Reader,
+) -> Outcome {
+    let limit = reader.max_file_bytes;
+    let bytes =
+        match reader.read(&file.path) {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(size)) => return warning(
                 "unreadable-file",
                 &file.rel,
-                format!("cannot read `{}`: {e}", file.rel),
-                "fix the file's permissions or exclude it in [sources].exclude",
-            )
-        }
-    };
+                format!(
+                    "`{}` is {}, over the {} file size limit, and was skipped",
+                    file.rel,
+                    human_size(size),
+                    human_size(limit)
+                ),
+                "raise the limit with --max-file-size, or exclude the file in [sources].exclude",
+            ),
+            Err(e) => {
+                return warning(
+                    "unreadable-file",
+                    &file.rel,
+                    format!("cannot read `{}`: {e}", file.rel),
+                    "fix the file's permissions or exclude it in [sources].exclude",
+                )
+            }
+        };
     if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
         return warning(
             "unreadable-file",
@@ -163,10 +250,10 @@ fn scan_one(
     // A scrape config may hold nothing but per-run variables, so the
     // remote-write files (few and small) are always read.
     let prefiltered = !file.roles.docs && !file.roles.remote_write;
-    if prefiltered && prefilter.is_some_and(|p| !p.is_match(&bytes)) {
+    if prefiltered && prefilter.is_some_and(|p| !p.wants(&file.rel, bytes)) {
         return Outcome::Skipped;
     }
-    let text = match String::from_utf8(bytes) {
+    let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => {
             return warning(
@@ -175,7 +262,7 @@ fn scan_one(
                 format!(
                     "`{}` is not valid UTF-8 (at byte {}) and was skipped",
                     file.rel,
-                    e.utf8_error().valid_up_to()
+                    e.valid_up_to()
                 ),
                 "re-encode the file as UTF-8 or exclude it in [sources].exclude",
             )
@@ -184,10 +271,10 @@ fn scan_one(
     if file.roles.docs {
         return Outcome::Doc(DocFile {
             rel: file.rel.clone(),
-            text,
+            text: text.to_owned(),
         });
     }
-    let facts = extract::extract_file(&file.rel, &text, config, || {
+    let facts = extract::extract_file(&file.rel, text, config, || {
         modules.module_path(root, &file.rel)
     });
     Outcome::Source(ScannedFile {

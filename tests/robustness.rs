@@ -341,3 +341,55 @@ fn init_survives_fifty_thousand_nested_blocks() {
     let policy = std::fs::read_to_string(dir.path().join("policy/dw-bounded-growth.toml")).unwrap();
     assert!(policy.contains("server:deep:"), "{policy}");
 }
+
+#[test]
+fn files_over_the_size_limit_are_skipped_with_a_warning_naming_the_limit() {
+    let big = format!(
+        "const k = \"server:other:\";\n{}",
+        "// padding\n".repeat(200)
+    );
+    let dir = tree(&[("src/big.js", &big)]);
+    let out = dwlint_in(
+        dir.path(),
+        &["check", "--format", "short", "--max-file-size", "1K"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("src/big.js:1:1: warning[unreadable-file] `src/big.js` is 2.2 KiB, over the 1 KiB file size limit, and was skipped"),
+        "{stdout}"
+    );
+    // The default limit is 16 MiB.
+    let out = dwlint_in(dir.path(), &["check", "--format", "short"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let huge = format!("{}const k = \"server:signal:\";\n", " ".repeat(17 << 20));
+    write(dir.path(), "src/big.js", &huge);
+    let out = dwlint_in(dir.path(), &["check", "--format", "short"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("is 17 MiB, over the 16 MiB file size limit"));
+}
+
+#[test]
+fn rust_files_are_parsed_only_when_a_string_literal_holds_a_candidate() {
+    // Each file would get a parse-fallback warning if it were parsed.
+    let dir = tree(&[
+        ("src/path.rs", "use lsp_server::Connection;\nfn broken( {\n"),
+        ("src/ident.rs", "fn dw_helper() {}\nfn broken( {\n"),
+        (
+            "src/comment.rs",
+            "// see \"server:x:\" and dw_y\nfn broken( {\n",
+        ),
+        (
+            "src/literal.rs",
+            "fn f() { g(\"server:signal:\") }\nfn broken( {\n",
+        ),
+    ]);
+    let out = dwlint_in(dir.path(), &["check", "--format", "short"]);
+    let stdout = text(&out.stdout);
+    let fallbacks: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("parse-fallback"))
+        .collect();
+    assert_eq!(fallbacks.len(), 1, "{stdout}");
+    assert!(fallbacks[0].starts_with("src/literal.rs:"), "{stdout}");
+}

@@ -21,7 +21,9 @@ use super::clike::{comment_end, comment_or_string};
 use super::collect::Collector;
 use super::exposition::is_metric_name;
 use super::strings::{line_end, Escapes, Interp, Quote};
-use super::tokens::{assign_contexts, into_facts, lex, Join, Lexer, StrTok, Tok};
+use super::tokens::{
+    assign_contexts, interpolation_toks, into_facts, lex, Join, Lexer, StrTok, Tok,
+};
 use super::{ExtractConfig, FileFacts, Label, LiteralKind, MetricVia};
 
 /// Facts of one JavaScript or TypeScript file.
@@ -33,6 +35,8 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
             .then(|| toks.get(i + 1)?.word(text).map(str::to_owned))
             .flatten()
     });
+    let inner = interpolation_toks(text, &toks, || JsLexer);
+    toks.extend(inner);
     into_facts(text, config, &toks, Join::PLUS, Vec::new(), |collector| {
         constructors(collector, text, &toks)
     })

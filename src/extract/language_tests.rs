@@ -328,3 +328,35 @@ fn cache_keys_are_recognised_by_shape_in_every_language() {
         );
     }
 }
+
+#[test]
+fn literals_inside_interpolations_are_code() {
+    let js = facts(
+        "a.ts",
+        "const m = `${cache.get(\"server:inner:\" + id)} and ${`${k(\"dw_nested_total\")}`}`;\n",
+    );
+    assert_eq!(found(&js), "server:inner:\ndw_nested_total");
+    let py = facts(
+        "a.py",
+        "print(f\"{redis.get('server:inner:' + k)} {f'{q(\"dw_deep_total\")}'}\")\n",
+    );
+    assert_eq!(found(&py), "server:inner:\ndw_deep_total");
+    let php = facts(
+        "a.php",
+        "<?php $s = \"v={$cache->get('server:inner:' . $id)}\";",
+    );
+    // The outer literal keeps `{$…}` as written; the inner one is its own.
+    assert!(
+        php.literals.iter().any(|l| l.value == "server:inner:"),
+        "{}",
+        found(&php)
+    );
+    // Interpolations nested deeper than the limit are not followed, and
+    // nothing is lexed twice at one level.
+    let deep = format!(
+        "x = `{}\"server:deep:\"{}`;\n",
+        "${`".repeat(40),
+        "`}".repeat(40)
+    );
+    assert_eq!(facts("d.js", &deep).literals.len(), 0);
+}

@@ -161,6 +161,23 @@ fn skip_char_or_lifetime(text: &str, i: usize) -> usize {
     }
 }
 
+/// Whether any of `offsets` (ascending byte offsets) lies inside a string
+/// literal: the prefilter's test that a file is worth parsing.
+pub(crate) fn any_in_string(text: &str, offsets: &[usize]) -> bool {
+    let mut next = 0;
+    let mut found = false;
+    lex(text, |lexeme, _| {
+        if let Lexeme::Str(range) = lexeme {
+            while next < offsets.len() && offsets[next] < range.start {
+                next += 1;
+            }
+            found = next < offsets.len() && offsets[next] < range.end;
+        }
+        !found && next < offsets.len()
+    });
+    found
+}
+
 /// Why the file should not be handed to a recursive parser, and where.
 pub(crate) fn too_complex(text: &str) -> Option<(String, usize)> {
     let mut depth = 0usize;

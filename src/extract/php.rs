@@ -11,7 +11,9 @@
 //! enum, as `App\Support\Foo`.
 
 use super::strings::{heredoc_close, line_end, past, scan_body, Escapes, Indent, Interp, Quote};
-use super::tokens::{assign_contexts, into_facts, lex, push_string, Join, Lexer, Tok};
+use super::tokens::{
+    assign_contexts, interpolation_toks, into_facts, lex, push_string, Join, Lexer, Tok,
+};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one PHP file.
@@ -21,6 +23,8 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     };
     let mut toks = lex(text, 0..text.len(), &mut lexer);
     let items = declarations(text, &mut toks);
+    let inner = interpolation_toks(text, &toks, || PhpLexer { in_php: true });
+    toks.extend(inner);
     let join = Join {
         op: Some(b'.'),
         adjacent: false,

@@ -11,7 +11,7 @@
 //! functions, as `pkg.mod.Class` and `pkg.mod:Class`.
 
 use super::strings::{line_end, scan_body, Escapes, Interp, Quote};
-use super::tokens::{into_facts, lex, push_string, Join, Lexer, Tok};
+use super::tokens::{interpolation_toks, into_facts, lex, push_string, Join, Lexer, Tok};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one Python file at `rel`.
@@ -20,6 +20,8 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig, rel: &str) -> FileFact
     let module = module_path(rel);
     let items = declarations(text, &mut toks, &module);
     drop_docstrings(text, &mut toks);
+    let inner = interpolation_toks(text, &toks, || PyLexer { depth: 0 });
+    toks.extend(inner);
     // Adjacent literals are one: `("server:" "x:")`.
     let join = Join {
         op: Some(b'+'),

@@ -202,6 +202,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
         value,
         kind,
         context: None,
+        interpolations: Vec::new(),
     }));
     end
 }

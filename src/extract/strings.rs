@@ -11,6 +11,8 @@
 //! that findings point at the name inside the literal, not just at the
 //! literal.
 
+use std::ops::Range;
+
 use super::collect::Run;
 
 /// A decoded literal value with the source position of each of its runs.
@@ -158,6 +160,9 @@ pub(crate) struct Body {
     pub value: Value,
     /// An interpolation or placeholder was seen.
     pub interpolated: bool,
+    /// The code inside each `${…}` (template) or `{…}` (f-string)
+    /// interpolation, braces excluded: literals in there are code too.
+    pub interpolations: Vec<Range<usize>>,
 }
 
 /// Scans a string body that starts at `from` (just after the opening
@@ -166,6 +171,7 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
     let b = text.as_bytes();
     let mut value = Value::default();
     let mut interpolated = false;
+    let mut interpolations = Vec::new();
     let mut i = from;
     let mut run = from;
     let single = quote.single_line;
@@ -201,6 +207,7 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             (b'{', Interp::PythonF) => {
                 interpolated = true;
                 let close = skip_balanced_until(b, i, limit, single);
+                interpolations.push(inside(b, i + 1, close));
                 value.copy(&text[run..i], run);
                 value.decoded("{}", i);
                 run = close;
@@ -209,6 +216,7 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             (b'$', Interp::Template) if b.get(i + 1) == Some(&b'{') => {
                 interpolated = true;
                 let close = skip_balanced_until(b, i + 1, limit, single);
+                interpolations.push(inside(b, i + 2, close));
                 value.copy(&text[run..i], run);
                 value.decoded("${}", i);
                 run = close;
@@ -218,14 +226,18 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
                 let next = b.get(i + 1).copied().unwrap_or(b' ');
                 interpolated |= next.is_ascii_alphabetic() || matches!(next, b'_' | b'{' | b'(');
                 if matches!(next, b'{' | b'(') {
-                    skip_balanced_until(b, i + 1, limit, single) - i
+                    let close = skip_balanced_until(b, i + 1, limit, single);
+                    interpolations.push(inside_any(b, i + 2, close));
+                    close - i
                 } else {
                     1
                 }
             }
             (b'{', Interp::Dollar) if b.get(i + 1) == Some(&b'$') => {
                 interpolated = true;
-                skip_balanced_until(b, i, limit, single) - i
+                let close = skip_balanced_until(b, i, limit, single);
+                interpolations.push(inside(b, i + 1, close));
+                close - i
             }
             (b'`', Interp::Dollar) if quote.escapes == Escapes::Shell => {
                 interpolated = true;
@@ -251,7 +263,29 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
         end,
         value,
         interpolated,
+        interpolations,
     }
+}
+
+/// The code of an interpolation that opened before `start` and ends just
+/// past its closing brace at `close` (or is cut off there).
+fn inside(b: &[u8], start: usize, close: usize) -> Range<usize> {
+    let end = if close > start && b.get(close - 1) == Some(&b'}') {
+        close - 1
+    } else {
+        close
+    };
+    start.min(end)..end
+}
+
+/// [`inside`] for an interpolation closed by `}` or `)`.
+fn inside_any(b: &[u8], start: usize, close: usize) -> Range<usize> {
+    let end = if close > start && matches!(b.get(close - 1), Some(b'}' | b')')) {
+        close - 1
+    } else {
+        close
+    };
+    start.min(end)..end
 }
 
 /// Decodes the escape at `i` (a backslash): the decoded text, or `None`

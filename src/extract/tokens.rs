@@ -35,6 +35,8 @@ pub(crate) struct StrTok {
     pub kind: LiteralKind,
     /// The enclosing named declaration, once known.
     pub context: Option<String>,
+    /// The code inside the literal's interpolations (`${…}`, `{…}`).
+    pub interpolations: Vec<Range<usize>>,
 }
 
 impl Tok {
@@ -300,8 +302,50 @@ pub(crate) fn push_string(
         value: body.value,
         kind,
         context: None,
+        interpolations: body.interpolations,
     }));
     end
+}
+
+/// How deeply interpolations inside interpolations are followed.
+pub(crate) const MAX_INTERPOLATION_DEPTH: usize = 8;
+
+/// The tokens of the code inside the interpolations of `toks`' literals
+/// (and of the literals in there, up to [`MAX_INTERPOLATION_DEPTH`]), each
+/// interpolation lexed by a `fresh` lexer and preceded by a `Newline` so
+/// that nothing joins across. The caller appends them after its own
+/// passes over `toks`: an interpolation's literals have no declaration
+/// context of their own, and must not split the literal they sit in.
+pub(crate) fn interpolation_toks<L: Lexer>(
+    text: &str,
+    toks: &[Tok],
+    mut fresh: impl FnMut() -> L,
+) -> Vec<Tok> {
+    let ranges = |toks: &[Tok]| -> Vec<Range<usize>> {
+        toks.iter()
+            .filter_map(|t| match t {
+                Tok::Str(s) => Some(s.interpolations.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let mut out = Vec::new();
+    let mut level = ranges(toks);
+    for _ in 0..MAX_INTERPOLATION_DEPTH {
+        if level.is_empty() {
+            break;
+        }
+        let mut inner = Vec::new();
+        for range in level {
+            let lexed = lex(text, range.clone(), &mut fresh());
+            inner.extend(ranges(&lexed));
+            out.push(Tok::Newline(range.start));
+            out.extend(lexed);
+        }
+        level = inner;
+    }
+    out
 }
 
 impl StrTok {

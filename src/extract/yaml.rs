@@ -254,6 +254,7 @@ fn scalar(text: &str, at: usize, end: usize, column: usize, limit: usize) -> (Op
             value,
             kind,
             context: None,
+            interpolations: Vec::new(),
         }))
     };
     match b[start] {

@@ -182,7 +182,13 @@ pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, RunE
         cache_namespace: settings.cache_namespace.clone(),
         metric_prefix: settings.metric_prefix.clone(),
     };
-    let output = scan::scan(root, &files.files, &config, &[]);
+    let output = scan::scan(
+        root,
+        &files.files,
+        &config,
+        &[],
+        scan::DEFAULT_MAX_FILE_BYTES,
+    );
     // Owner guessing re-parses Rust files; give it the scanner's stack so a
     // deeply nested file that scanned fine cannot overflow here.
     let found = std::thread::scope(|scope| {

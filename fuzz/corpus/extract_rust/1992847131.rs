@@ -1,0 +1,1 @@
+pub const K: &str = "server:signal:café";

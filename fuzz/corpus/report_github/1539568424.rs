@@ -1,0 +1,7 @@
+pub struct Store;
+
+impl Store {
+    pub fn signal(queue: &str) -> String {
+        format!("server:signal:{queue}")
+    }
+}

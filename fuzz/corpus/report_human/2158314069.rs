@@ -1,0 +1,3 @@
+pub fn render(n: u64) -> String {
+    format!("dw_runs_total {n}\n")
+}

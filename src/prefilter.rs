@@ -1,0 +1,181 @@
+//! Which files are worth parsing, decided from their bytes.
+//!
+//! Almost every file in a large tree holds nothing the gate looks for, and
+//! parsing is what costs. One Aho-Corasick pass over a file's bytes finds
+//! every occurrence of the cache namespace, the metric prefix, the
+//! scan-limit suffix and the policy's owner names, and keeps only those that
+//! could matter:
+//!
+//! - the namespace not followed by `:` (`lsp_server::Connection` holds
+//!   `server:`, but a namespace with an empty family segment is no key);
+//! - the metric prefix at the start of a name (not `kdw_x`; a byte before it
+//!   that ends an escape such as `\n` or `\x20` still counts as a start);
+//! - any scan-limit suffix or owner name.
+//!
+//! In a Rust file the namespace, prefix and suffix only matter inside a
+//! string literal, so the file is lexed (not parsed) to see whether one is;
+//! an owner name anywhere needs the parser, which knows the items a file
+//! defines. Each test errs towards parsing: the prefilter may let through a
+//! file the extractor then finds nothing in, never the other way round.
+
+use aho_corasick::AhoCorasick;
+
+use crate::extract::{lexical, ExtractConfig, SCAN_LIMIT_SUFFIX};
+
+/// What one pattern stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    Namespace,
+    MetricPrefix,
+    ScanLimit,
+    Owner,
+}
+
+/// The compiled byte prefilter for one policy.
+#[derive(Debug, Clone)]
+pub struct Prefilter {
+    automaton: AhoCorasick,
+    patterns: Vec<Pattern>,
+    /// The namespace ends in `:`, so a following `:` leaves its family empty.
+    namespace_colon: bool,
+}
+
+/// What a file's bytes hold.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Candidates {
+    /// Offsets of the namespace, prefix and suffix occurrences that could
+    /// be part of a key, name or config key (if inside a string).
+    pub in_strings: Vec<usize>,
+    /// An owner name occurs.
+    pub owner: bool,
+}
+
+impl Candidates {
+    /// Whether the file may hold anything at all.
+    pub fn any(&self) -> bool {
+        self.owner || !self.in_strings.is_empty()
+    }
+}
+
+impl Prefilter {
+    /// The prefilter for `config` and the last segments of the policy's
+    /// owners; `None` when there is nothing to build it from (then every
+    /// file is read by its extractor).
+    pub fn new(config: &ExtractConfig, owner_names: &[String]) -> Option<Prefilter> {
+        let mut words: Vec<&str> = Vec::new();
+        let mut patterns = Vec::new();
+        for (word, pattern) in [
+            (config.cache_namespace.as_str(), Pattern::Namespace),
+            (config.metric_prefix.as_str(), Pattern::MetricPrefix),
+            (SCAN_LIMIT_SUFFIX, Pattern::ScanLimit),
+        ]
+        .into_iter()
+        .chain(owner_names.iter().map(|o| (o.as_str(), Pattern::Owner)))
+        {
+            if !word.is_empty() {
+                words.push(word);
+                patterns.push(pattern);
+            }
+        }
+        let automaton = AhoCorasick::new(&words).ok()?;
+        Some(Prefilter {
+            automaton,
+            patterns,
+            namespace_colon: config.cache_namespace.ends_with(':'),
+        })
+    }
+
+    /// Every occurrence in `bytes` that could matter.
+    pub fn candidates(&self, bytes: &[u8]) -> Candidates {
+        let mut found = Candidates::default();
+        for hit in self.automaton.find_overlapping_iter(bytes) {
+            let (start, end) = (hit.start(), hit.end());
+            let keep = match self.patterns[hit.pattern().as_usize()] {
+                Pattern::Namespace => !(self.namespace_colon && bytes.get(end) == Some(&b':')),
+                Pattern::MetricPrefix => starts_name(bytes, start),
+                Pattern::ScanLimit => true,
+                Pattern::Owner => {
+                    found.owner = true;
+                    false
+                }
+            };
+            if keep {
+                found.in_strings.push(start);
+            }
+        }
+        // Overlapping matches come in order of their ends.
+        found.in_strings.sort_unstable();
+        found
+    }
+
+    /// Whether the file at `rel` with `bytes` must go to its extractor.
+    pub fn wants(&self, rel: &str, bytes: &[u8]) -> bool {
+        let found = self.candidates(bytes);
+        if found.owner {
+            return true;
+        }
+        if found.in_strings.is_empty() {
+            return false;
+        }
+        if !rel.ends_with(".rs") {
+            return true;
+        }
+        // Invalid UTF-8 is the extractor's (warning) business.
+        match std::str::from_utf8(bytes) {
+            Ok(text) => lexical::any_in_string(text, &found.in_strings),
+            Err(_) => true,
+        }
+    }
+}
+
+/// Whether a name may start at `start`: not after a name byte, unless an
+/// escape (`\n`, `\x20`, `\040`) may end right before it.
+fn starts_name(bytes: &[u8], start: usize) -> bool {
+    let Some(&before) = start.checked_sub(1).and_then(|i| bytes.get(i)) else {
+        return true;
+    };
+    if !(before.is_ascii_alphanumeric() || before == b'_') {
+        return true;
+    }
+    bytes[start.saturating_sub(4)..start].contains(&b'\\')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefilter(owners: &[&str]) -> Prefilter {
+        let config = ExtractConfig {
+            cache_namespace: "server:".into(),
+            metric_prefix: "dw_".into(),
+        };
+        let owners: Vec<String> = owners.iter().map(|o| o.to_string()).collect();
+        Prefilter::new(&config, &owners).unwrap()
+    }
+
+    #[test]
+    fn paths_and_identifier_tails_are_not_candidates() {
+        let p = prefilter(&[]);
+        assert!(!p.candidates(b"use lsp_server::Connection;").any());
+        assert!(!p.candidates(b"let kdw_x = 1;").any());
+        assert_eq!(p.candidates(b"\"server:x:\"").in_strings, [1]);
+        assert_eq!(p.candidates(b"\"server:{id}\"").in_strings, [1]);
+        assert_eq!(p.candidates(b"\"dw_x\"").in_strings, [1]);
+        assert_eq!(p.candidates(b"\"a\\ndw_x\"").in_strings, [4]);
+        assert_eq!(p.candidates(b"\"a\\x20dw_x\"").in_strings, [6]);
+        assert_eq!(p.candidates(b"lsp_server::server:x:").in_strings, [12]);
+        assert!(p.candidates(b"x.due_scan_limit").any());
+    }
+
+    #[test]
+    fn rust_candidates_count_only_inside_string_literals() {
+        let p = prefilter(&["Store"]);
+        assert!(!p.wants("a.rs", b"fn dw_x() {} // \"server:x:\"\n/// dw_y\n"));
+        assert!(p.wants("a.rs", b"fn f() { g(\"server:x:\") }"));
+        assert!(p.wants("a.rs", b"fn f() { g(r#\"dw_x\"#) }"));
+        assert!(p.wants("a.rs", b"struct Store;"));
+        // Other languages are not lexed here: their extractors are cheap.
+        assert!(p.wants("a.py", b"# server:x:\n"));
+        assert!(!p.wants("a.py", b"nothing here\n"));
+    }
+}
