@@ -7,7 +7,8 @@
 //!
 //! One file in ten builds a cache key and emits a labelled metric; the rest
 //! are ordinary code the prefilter should skip. Every surface is declared and
-//! documented, so a correct run reports no findings.
+//! documented, so a correct run reports no findings. A third argument
+//! `dense` makes every file build a key (the prefilter's worst case).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -19,6 +20,11 @@ fn main() -> std::io::Result<()> {
         std::process::exit(2);
     };
     let files: usize = count.and_then(|c| c.parse().ok()).unwrap_or(10_000);
+    let every = if args.next().as_deref() == Some("dense") {
+        1
+    } else {
+        10
+    };
     let root = Path::new(&root);
     let src = root.join("crates/engine/src");
     std::fs::create_dir_all(&src)?;
@@ -36,8 +42,8 @@ fn main() -> std::io::Result<()> {
     let mut doc = String::from("# Inventory\n\n");
     for i in 0..files {
         writeln!(lib, "pub mod m{i};").unwrap();
-        let body = if i % 10 == 0 {
-            let family = i / 10;
+        let body = if i % every == 0 {
+            let family = i / every;
             writeln!(
                 policy,
                 "\n[cache_keys.family_{family}]\nowner = \"engine::m{i}::Store{i}\"\nprefix = \"server:family-{family}:\"\ndimensions = [\"namespace\"]\nttl = \"60 seconds.\"\nbound = \"One key per namespace.\"\nadmission = \"Writes only.\"\neviction = \"TTL.\"\n\n[metrics.dw_family_{family}_total]\nowner = \"engine::m{i}::Store{i}\"\nsurface = \"GET /metrics\"\ndimensions = {{ namespace = \"request_scope_not_label\", task_queue = \"bounded_series\" }}\ncardinality = \"At most 100 series.\"\nselection = \"Lowest first.\"\nsuppression = \"Counted.\""

@@ -17,6 +17,8 @@ pub mod error;
 pub mod evidence;
 pub mod extract;
 pub mod generated_file;
+#[doc(hidden)]
+pub mod harness;
 pub mod init;
 pub mod inventory;
 pub mod live;

@@ -77,7 +77,13 @@ impl Prefilter {
                 patterns.push(pattern);
             }
         }
-        let automaton = AhoCorasick::new(&words).ok()?;
+        // Leftmost-first lets the automaton use its vectorised (Teddy)
+        // prefilter; `candidates` resumes after each match's start, so no
+        // overlapping occurrence is lost.
+        let automaton = AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+            .build(&words)
+            .ok()?;
         Some(Prefilter {
             automaton,
             patterns,
@@ -88,8 +94,16 @@ impl Prefilter {
     /// Every occurrence in `bytes` that could matter.
     pub fn candidates(&self, bytes: &[u8]) -> Candidates {
         let mut found = Candidates::default();
-        for hit in self.automaton.find_overlapping_iter(bytes) {
+        let mut from = 0;
+        // A leftmost search resumed one byte after each match's start: the
+        // vectorised skip-ahead that an overlapping search cannot use, and
+        // no match hidden inside another is missed.
+        while let Some(hit) = self
+            .automaton
+            .find(aho_corasick::Input::new(bytes).range(from..))
+        {
             let (start, end) = (hit.start(), hit.end());
+            from = start + 1;
             let keep = match self.patterns[hit.pattern().as_usize()] {
                 Pattern::Namespace => !(self.namespace_colon && bytes.get(end) == Some(&b':')),
                 Pattern::MetricPrefix => starts_name(bytes, start),
@@ -103,8 +117,6 @@ impl Prefilter {
                 found.in_strings.push(start);
             }
         }
-        // Overlapping matches come in order of their ends.
-        found.in_strings.sort_unstable();
         found
     }
 

@@ -282,21 +282,28 @@ pub fn overlapping_cache_prefixes(policy: &Policy) -> Vec<PolicyFinding> {
                 .map(|p| (c, p))
         })
         .collect();
+    // Where each prefix is first declared: a covering prefix is looked up
+    // by each leading part of a prefix, not compared with every other one
+    // (thousands of entries made that quadratic).
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (j, (_, prefix)) in prefixes.iter().enumerate() {
+        first.entry(prefix.value.as_str()).or_insert(j);
+    }
     let mut out = Vec::new();
     for (i, (entry, prefix)) in prefixes.iter().enumerate() {
         // One finding per shadowed entry, against the nearest covering prefix
         // (the longest; the first declared among equals): reporting every
         // pair grows quadratically with nested or repeated prefixes.
-        let nearest = prefixes
-            .iter()
-            .enumerate()
-            .filter(|&(j, (_, other_prefix))| {
-                i != j
-                    && prefix.value.starts_with(other_prefix.value.as_str())
-                    && (prefix.value != other_prefix.value || j < i)
-            })
-            .min_by_key(|&(j, (_, other_prefix))| (std::cmp::Reverse(other_prefix.value.len()), j));
-        if let Some((_, (other, other_prefix))) = nearest {
+        let value = prefix.value.as_str();
+        let nearest = value
+            .char_indices()
+            .map(|(k, c)| k + c.len_utf8())
+            .rev()
+            .find_map(|k| {
+                let j = *first.get(&value[..k])?;
+                (j != i && (k < value.len() || j < i)).then(|| &prefixes[j])
+            });
+        if let Some((other, other_prefix)) = nearest {
             out.push(PolicyFinding {
                 code: PolicyFindingCode::OverlappingCachePrefix,
                 subject: prefix.value.clone(),

@@ -1,0 +1,210 @@
+//! The entry points that fuzzing drives, shared by the cargo-fuzz targets
+//! under `fuzz/` and the property tests in `tests/properties.rs`, so that
+//! what the fuzzers explore for hours CI also exercises on every run.
+//!
+//! Each function takes arbitrary bytes and panics only when dwlint breaks
+//! a promise: a panic in the code under test, a range outside the text, a
+//! machine-readable report that does not parse, a line-oriented report that
+//! does not have one line per finding.
+
+use std::path::{Path, PathBuf};
+
+use crate::changed::Mode;
+use crate::check::CheckReport;
+use crate::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::error::RunError;
+use crate::extract::{self, ExtractConfig, LineIndex};
+use crate::policy_file::PolicyFile;
+use crate::report::{self, human::Style, Format};
+use crate::rules::RULES;
+
+/// The file name each extractor is driven through.
+pub const EXTRACTOR_FILES: &[(&str, &str)] = &[
+    ("rust", "src/lib.rs"),
+    ("php", "app/Store.php"),
+    ("python", "scripts/harness.py"),
+    ("shell", "scripts/soak.sh"),
+    ("yaml", "deploy/prometheus.yml"),
+    ("go", "internal/metrics.go"),
+    ("javascript", "web/reporter.ts"),
+    ("plain", "notes.txt"),
+];
+
+fn text(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+/// Loads `data` as a policy and, when it is invalid, renders the errors
+/// the way `check` would (code frames included).
+pub fn policy(data: &[u8]) {
+    match PolicyFile::from_text("policy.toml".into(), text(data)) {
+        Ok(_) => {}
+        Err(error) => {
+            let mut out = Vec::new();
+            report::human::write_run_error(&error, Style { color: false }, &mut out)
+                .expect("writing to memory");
+            assert!(matches!(error, RunError::PolicyInvalid { .. }));
+        }
+    }
+}
+
+/// Extracts `data` as the file `rel` and checks that every range the
+/// facts hold lies within the text, on character boundaries.
+pub fn extract(rel: &str, data: &[u8]) {
+    let text = text(data);
+    let config = ExtractConfig {
+        cache_namespace: "server:".into(),
+        metric_prefix: "dw_".into(),
+    };
+    let facts = extract::extract_file(rel, &text, &config, || vec!["crate".to_owned()]);
+    let ranges = facts
+        .literals
+        .iter()
+        .map(|l| l.range)
+        .chain(facts.metrics.iter().map(|m| m.range))
+        .chain(
+            facts
+                .metrics
+                .iter()
+                .flat_map(|m| m.labels.iter().flatten().map(|l| l.range)),
+        )
+        .chain(facts.fallback.iter().map(|(_, r)| *r))
+        .chain(
+            facts
+                .scrape_labels
+                .iter()
+                .flat_map(|l| [l.name_range, l.value_range]),
+        );
+    for range in ranges {
+        assert!(
+            range.start <= range.end && range.end <= text.len(),
+            "{rel}: range {range:?} outside {} bytes",
+            text.len()
+        );
+        assert!(
+            text.is_char_boundary(range.start) && text.is_char_boundary(range.end),
+            "{rel}: range {range:?} splits a character"
+        );
+    }
+}
+
+/// A scratch directory holding the file findings point into.
+fn scratch() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("dwlint-harness-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        dir
+    })
+}
+
+/// Bytes read as a little stream of numbers.
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bytes<'_> {
+    fn next(&mut self) -> usize {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        usize::from(b)
+    }
+
+    fn wide(&mut self) -> usize {
+        (self.next() << 16) | (self.next() << 8) | self.next()
+    }
+}
+
+/// Renders a report of findings decoded from `data` in `format`: up to 64
+/// findings with arbitrary messages, file names (control characters
+/// included) and ranges, some pointing into a file holding `data` itself.
+pub fn report(format: Format, data: &[u8]) {
+    let source = text(data);
+    // Each harness thread writes its own file: tests run in parallel.
+    let file = format!("f{:?}.src", std::thread::current().id()).replace(['(', ')'], "");
+    std::fs::write(scratch().join(&file), &source).expect("scratch file");
+    let index = LineIndex::new(&source);
+    let mut bytes = Bytes { data, at: 0 };
+    let count = bytes.next() % 65;
+    let names = [file.as_str(), "a\n::warning file=x::y", "", "dir/ü.rs\r"];
+    let mut diagnostics = Vec::new();
+    for i in 0..count {
+        let rule = &RULES[bytes.next() % RULES.len()];
+        let mut start = bytes.wide() % (source.len() + 2);
+        let mut end = start + bytes.wide() % 300;
+        if bytes.next() % 4 == 0 {
+            // Offsets past the end, as a file changed since the check.
+            start += source.len();
+            end += source.len();
+        }
+        let clamp = |o: usize| {
+            let mut o = o.min(source.len());
+            while !source.is_char_boundary(o) {
+                o -= 1;
+            }
+            o
+        };
+        let mut range = index.range(&source, clamp(start), clamp(end));
+        (range.start, range.end) = (start, end);
+        let name = names[bytes.next() % names.len()];
+        let message_at = bytes.next() % (source.len() + 1);
+        let message: String = source
+            .get(message_at..)
+            .unwrap_or("")
+            .chars()
+            .take(80)
+            .collect();
+        let mut diagnostic = Diagnostic::new(rule.code, format!("s{i}"), message)
+            .at(Anchor::labeled(name, range, "here"))
+            .help("do something\nelse");
+        if bytes.next() % 2 == 0 {
+            let (s, e) = (bytes.wide(), bytes.wide());
+            let related = index.range(&source, clamp(s.min(e)), clamp(s.max(e)));
+            diagnostic = diagnostic.related(Anchor::labeled(
+                names[bytes.next() % names.len()],
+                related,
+                "declared here",
+            ));
+        }
+        diagnostic.severity = if bytes.next() % 2 == 0 {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        diagnostics.push(diagnostic);
+    }
+    let report = CheckReport {
+        diagnostics,
+        files_scanned: 1,
+        policy_path: "policy/x\n.toml".into(),
+        root: scratch().to_path_buf(),
+        root_moved: bytes.next() % 2 == 0,
+        repo_prefix: String::new(),
+        mode: Mode::Full,
+        severities: RULES
+            .iter()
+            .map(|r| (r, Some(r.default_severity)))
+            .collect(),
+        notes: Vec::new(),
+        inputs: Default::default(),
+    };
+    let mut out = Vec::new();
+    report::write(format, &report, Style { color: false }, &mut out).expect("writing to memory");
+    let written = String::from_utf8(out).expect("reports are UTF-8");
+    match format {
+        Format::Json | Format::Sarif => {
+            serde_json::from_str::<serde_json::Value>(&written).expect("valid JSON");
+        }
+        Format::Short => assert_eq!(written.lines().count(), count, "{written}"),
+        // One command per finding plus the summary line.
+        Format::Github => assert_eq!(written.lines().count(), count + 1, "{written}"),
+        Format::Human | Format::Junit => {}
+    }
+    if matches!(format, Format::Human | Format::Short) {
+        assert!(
+            !written.lines().any(|l| l.starts_with("::")),
+            "a line starts a workflow command:\n{written}"
+        );
+    }
+}
