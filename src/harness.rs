@@ -30,6 +30,16 @@ pub const EXTRACTOR_FILES: &[(&str, &str)] = &[
     ("plain", "notes.txt"),
 ];
 
+/// A style picked by the input: ASCII or Unicode frames, narrow or wide.
+fn style(data: &[u8]) -> Style {
+    let pick = data.last().copied().unwrap_or(0);
+    Style {
+        color: false,
+        ascii: pick & 1 == 1,
+        width: if pick & 2 == 2 { 40 } else { 100 },
+    }
+}
+
 fn text(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
 }
@@ -41,7 +51,7 @@ pub fn policy(data: &[u8]) {
         Ok(_) => {}
         Err(error) => {
             let mut out = Vec::new();
-            report::human::write_run_error(&error, Style { color: false }, &mut out)
+            report::human::write_run_error(&error, style(data), &mut out)
                 .expect("writing to memory");
             assert!(matches!(error, RunError::PolicyInvalid { .. }));
         }
@@ -133,7 +143,7 @@ pub fn report(format: Format, data: &[u8]) {
         let rule = &RULES[bytes.next() % RULES.len()];
         let mut start = bytes.wide() % (source.len() + 2);
         let mut end = start + bytes.wide() % 300;
-        if bytes.next() % 4 == 0 {
+        if bytes.next() & 3 == 0 {
             // Offsets past the end, as a file changed since the check.
             start += source.len();
             end += source.len();
@@ -158,7 +168,7 @@ pub fn report(format: Format, data: &[u8]) {
         let mut diagnostic = Diagnostic::new(rule.code, format!("s{i}"), message)
             .at(Anchor::labeled(name, range, "here"))
             .help("do something\nelse");
-        if bytes.next() % 2 == 0 {
+        if bytes.next() & 1 == 0 {
             let (s, e) = (bytes.wide(), bytes.wide());
             let related = index.range(&source, clamp(s.min(e)), clamp(s.max(e)));
             diagnostic = diagnostic.related(Anchor::labeled(
@@ -167,7 +177,7 @@ pub fn report(format: Format, data: &[u8]) {
                 "declared here",
             ));
         }
-        diagnostic.severity = if bytes.next() % 2 == 0 {
+        diagnostic.severity = if bytes.next() & 1 == 0 {
             Severity::Error
         } else {
             Severity::Warning
@@ -179,7 +189,7 @@ pub fn report(format: Format, data: &[u8]) {
         files_scanned: 1,
         policy_path: "policy/x\n.toml".into(),
         root: scratch().to_path_buf(),
-        root_moved: bytes.next() % 2 == 0,
+        root_moved: bytes.next() & 1 == 0,
         repo_prefix: String::new(),
         mode: Mode::Full,
         severities: RULES
@@ -190,7 +200,7 @@ pub fn report(format: Format, data: &[u8]) {
         inputs: Default::default(),
     };
     let mut out = Vec::new();
-    report::write(format, &report, Style { color: false }, &mut out).expect("writing to memory");
+    report::write(format, &report, style(data), &mut out).expect("writing to memory");
     let written = String::from_utf8(out).expect("reports are UTF-8");
     match format {
         Format::Json | Format::Sarif => {

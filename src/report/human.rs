@@ -442,7 +442,7 @@ pub fn summary(report: &CheckReport) -> String {
     // since findings' paths are then relative to a directory the user did
     // not name.
     let root = if report.root_moved {
-        format!("root: {}; ", report.root.display())
+        format!("root: {}; ", printable(&report.root.to_string_lossy()))
     } else {
         String::new()
     };
@@ -450,7 +450,7 @@ pub fn summary(report: &CheckReport) -> String {
         "dwlint: {findings} in {} ({}; {root}policy: {})",
         plural(report.files_scanned, "file"),
         report.mode.describe(),
-        report.policy_path
+        printable(&report.policy_path)
     )
 }
 
