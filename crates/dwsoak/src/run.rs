@@ -190,6 +190,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         starts_per_second: args.starts_per_second,
         signals_per_workflow: args.signals_per_workflow,
     };
+    let interrupted = interruption_flag()?;
     let progress = progress_bar(args.duration + args.drain, args.quiet);
     let started_at_unix_ms = unix_ms();
     let start = Instant::now();
@@ -237,8 +238,8 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         if due > duration {
             break;
         }
-        wait_until(start + due, &progress, start);
-        if start.elapsed() > duration + interval / 2 {
+        wait_until(start + due, &progress, start, &interrupted);
+        if interrupted.load(Ordering::Relaxed) || start.elapsed() > duration + interval / 2 {
             break;
         }
         let (sample, observed) = sampler.take(
@@ -250,16 +251,21 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         progress.set_message(status_line(&sample));
         record(sample, observed, &mut samples_out)?;
     }
-    wait_until(start + duration, &progress, start);
+    wait_until(start + duration, &progress, start, &interrupted);
     stop.store(true, Ordering::Relaxed);
     let load_seconds = start.elapsed().as_secs_f64();
     let _ = load_thread.join();
-    progress.set_message("draining".to_string());
-    wait_until(
-        Instant::now() + Duration::from_secs(args.drain),
-        &progress,
-        start,
-    );
+    let mut failures = Vec::new();
+    if interrupted.load(Ordering::Relaxed) {
+        failures.push(format!(
+            "interrupted by a signal after {load_seconds:.0} s of the configured {} s; the drain was skipped",
+            args.duration
+        ));
+    } else {
+        progress.set_message("draining".to_string());
+        let drained = Instant::now() + Duration::from_secs(args.drain);
+        wait_until(drained, &progress, start, &interrupted);
+    }
     let (final_sample, observed) = sampler.take(
         SampleKind::Final,
         start.elapsed(),
@@ -287,7 +293,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         finished_at_unix_ms: unix_ms(),
         load_seconds,
         services: services.mode,
-        failures: Vec::new(),
+        failures,
     };
     let summary = summarize::summarize(soak, &observations, provenance);
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
@@ -337,8 +343,23 @@ fn progress_bar(seconds: u64, quiet: bool) -> ProgressBar {
     bar
 }
 
-fn wait_until(deadline: Instant, progress: &ProgressBar, start: Instant) {
+/// Set by the first SIGINT or SIGTERM; a second one ends the process at once.
+fn interruption_flag() -> Result<Arc<AtomicBool>, RunError> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&flag))
+            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&flag)))
+            .map_err(|e| RunError::Setup(format!("cannot handle signal {signal}: {e}")))?;
+    }
+    Ok(flag)
+}
+
+/// Waits until `deadline`, or until a signal interrupts the run.
+fn wait_until(deadline: Instant, progress: &ProgressBar, start: Instant, interrupted: &AtomicBool) {
     loop {
+        if interrupted.load(Ordering::Relaxed) {
+            return;
+        }
         progress.set_position(start.elapsed().as_secs());
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

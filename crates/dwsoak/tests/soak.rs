@@ -129,3 +129,70 @@ fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
     );
     drop(running);
 }
+
+#[test]
+fn an_interrupted_soak_still_writes_a_failed_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("dwserver.sqlite3");
+    let mut config = ServerConfig::for_node("soak-interrupt", dir.path().join("wait-slots"));
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.database = Some(database.clone());
+    let running = Running::start(Engine::open(config).expect("engine")).expect("bind");
+    let out = dir.path().join("perf");
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policy/dw-bounded-growth.toml");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dwsoak"))
+        .args(["--base-url", &format!("http://{}", running.addr())])
+        .args(["--server-pid", &std::process::id().to_string()])
+        .arg("--database-path")
+        .arg(&database)
+        .args([
+            "--duration",
+            "300",
+            "--sample-interval",
+            "1",
+            "--workers",
+            "1",
+            "--quiet",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .arg("--policy")
+        .arg(&policy)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first samples are written.
+    let samples = out.join("samples.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&samples).map_or(0, |s| s.lines().count()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no samples written");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary =
+        Summary::from_json(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary.run.result, RunResult::Failed);
+    assert!(
+        summary.run.failures[0].starts_with("interrupted by a signal"),
+        "{:?}",
+        summary.run.failures
+    );
+    assert!(summary.run.load_seconds < 60.0);
+    assert!(
+        summary.samples.final_sample_collected,
+        "the final sample is still taken"
+    );
+    drop(running);
+}
