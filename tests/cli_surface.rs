@@ -36,10 +36,7 @@ fn every_rule_has_its_doc_where_sarif_help_uri_points() {
     let documented = std::fs::read_dir(root.join("docs/rules")).unwrap().count();
     assert_eq!(documented, codes.len(), "a doc in docs/rules names no rule");
     // SARIF names every rule of the run with a helpUri at that doc.
-    let dir = tempfile::tempdir().unwrap();
-    support::copy_tree(&root.join("fixtures/label-mismatch"), dir.path(), &|n| {
-        n.ends_with(".snap")
-    });
+    let dir = support::fixture_copy("label-mismatch");
     let out = support::dwlint_in(dir.path(), &["check", "--format", "sarif"]);
     let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rules = log["runs"][0]["tool"]["driver"]["rules"]

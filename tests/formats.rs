@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::copy_tree;
+use support::fixture_copy;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -15,15 +15,6 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 const FORMATS: &[&str] = &["human", "json", "sarif", "github", "junit", "short"];
-
-fn fixture_copy(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name);
-    copy_tree(&from, dir.path(), &|name| name.ends_with(".snap"));
-    dir
-}
 
 fn dwlint(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dwlint"))

@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{copy_tree, dwlint_in, text};
+use support::{dwlint_in, fixture_copy, text};
 
 use std::path::Path;
 
@@ -27,15 +27,6 @@ fn assert_valid(report: &Value) {
     assert!(errors.is_empty(), "{errors:#?}\n{report:#}");
 }
 
-fn fixture(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name);
-    copy_tree(&from, dir.path(), &|n| n.ends_with(".snap"));
-    dir
-}
-
 #[test]
 fn reports_of_every_fixture_and_mode_match_the_schema() {
     for name in [
@@ -45,7 +36,7 @@ fn reports_of_every_fixture_and_mode_match_the_schema() {
         "parse-fallback",
         "doc-stale-mention",
     ] {
-        let dir = fixture(name);
+        let dir = fixture_copy(name);
         let out = dwlint_in(dir.path(), &["check", "--format", "json"]);
         let report: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{name}: {e}: {}", text(&out.stderr)));
@@ -53,7 +44,7 @@ fn reports_of_every_fixture_and_mode_match_the_schema() {
         assert_eq!(report["root"], ".");
     }
     // `files` mode, as pre-commit runs it.
-    let dir = fixture("label-mismatch");
+    let dir = fixture_copy("label-mismatch");
     let out = dwlint_in(dir.path(), &["check", "--format", "json", "src/lib.rs"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["summary"]["mode"], "files");
@@ -62,7 +53,7 @@ fn reports_of_every_fixture_and_mode_match_the_schema() {
 
 #[test]
 fn the_schema_rejects_what_the_contract_forbids() {
-    let dir = fixture("label-mismatch");
+    let dir = fixture_copy("label-mismatch");
     let out = dwlint_in(dir.path(), &["check", "--format", "json"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let validator = validator();
@@ -81,7 +72,7 @@ fn the_schema_rejects_what_the_contract_forbids() {
 
 #[test]
 fn root_resolves_every_file_from_the_working_directory() {
-    let dir = fixture("label-mismatch");
+    let dir = fixture_copy("label-mismatch");
     let nested = dir.path().join("src");
     let out = dwlint_in(&nested, &["check", "--format", "json"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();

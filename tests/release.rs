@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::{copy_tree, dwlint_in, text};
+use support::{dwlint_in, fixture_copy, text};
 
 use std::path::Path;
 
@@ -119,13 +119,32 @@ fn the_readmes_ci_command_runs_as_written() {
         .split_whitespace()
         .skip(1)
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/undeclared-cache-prefix");
-    copy_tree(&fixture, dir.path(), &|n| n.ends_with(".snap"));
+    let dir = fixture_copy("undeclared-cache-prefix");
     let out = dwlint_in(dir.path(), &args);
     // "exit 1 fails the job": the planted violation is found.
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("error[undeclared-cache-prefix]"));
     let junit = std::fs::read_to_string(dir.path().join("dwlint.xml")).unwrap();
     assert!(junit.contains("<testsuite"), "{junit}");
+}
+
+#[test]
+fn the_readme_timing_is_the_latest_measured_figure() {
+    let readme = read("README.md").replace('\n', " ");
+    let figure = readme
+        .split("20,000-file tree checks in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s ").next())
+        .expect("the README states the synthetic tree's time");
+    let performance = read("docs/performance.md");
+    // The first figures table is the latest measurement.
+    let latest = performance
+        .lines()
+        .find(|l| l.starts_with("| synthetic engine"))
+        .expect("a synthetic-tree row");
+    assert!(
+        latest.contains(&format!("| {figure} s")),
+        "README says {figure} s, docs/performance.md's latest row is {latest}"
+    );
+    assert!(performance.contains("cargo run --example synthetic_tree"));
 }

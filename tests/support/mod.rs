@@ -54,6 +54,17 @@ pub fn write(root: &Path, rel: &str, contents: &str) {
     std::fs::write(path, contents).unwrap();
 }
 
+/// A copy of `fixtures/NAME` without its snapshots, in a temporary
+/// directory outside any git repository.
+pub fn fixture_copy(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    copy_tree(&from, dir.path(), &|name| name.ends_with(".snap"));
+    dir
+}
+
 /// Copies the tree `from` into `to`, leaving out files `skip` names.
 pub fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) {
     for entry in std::fs::read_dir(from).unwrap() {
