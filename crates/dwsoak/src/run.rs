@@ -19,7 +19,7 @@ use crate::config::{Backend, Soak};
 use crate::load::{self, Mix, Stats};
 use crate::perf_metrics::{self, PerfValues};
 use crate::provenance;
-use crate::sampler::Sampler;
+use crate::sampler::{Observed, Sampler};
 use crate::services::{self, ManagedRedis, ManagedServer, StartError};
 use crate::summarize::{self, Observations};
 
@@ -120,17 +120,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         source,
     })?;
     let services = services(soak)?;
-    let api = Api::new(&services.base_url, args.token.as_deref());
-    let ready_by = Instant::now() + Duration::from_secs(15);
-    while !api.healthy() {
-        if Instant::now() >= ready_by {
-            return Err(RunError::Setup(format!(
-                "{} did not answer /api/system/health within 15 s",
-                services.base_url
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let api = connect(&services.base_url, args.token.as_deref())?;
     let redis = match &services.redis_url {
         Some(url) => Some(
             redis::Client::open(url.as_str())
@@ -139,17 +129,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         None => None,
     };
     let namespaces = load::namespaces(args.namespaces);
-    for namespace in &namespaces {
-        if let Some(reply) = api.prepare_namespace(namespace) {
-            if !reply.ok {
-                return Err(RunError::Setup(format!(
-                    "cannot register namespace {namespace}: HTTP {} {}",
-                    reply.status,
-                    reply.body.map(|b| b.to_string()).unwrap_or_default()
-                )));
-            }
-        }
-    }
+    prepare_namespaces(&api, &namespaces)?;
     let sampler = Sampler::new(
         api.clone(),
         services.server_pid,
@@ -175,12 +155,6 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         args.cache.name()
     );
 
-    let samples_path = args.output.join("samples.jsonl");
-    let samples_file = File::create(&samples_path).map_err(|source| RunError::Write {
-        path: samples_path.clone(),
-        source,
-    })?;
-    let mut samples_out = BufWriter::new(samples_file);
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mix = Mix {
@@ -199,40 +173,9 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         std::thread::spawn(move || load::run(&api, &mix, &stats, &stop))
     };
 
-    let mut samples: Vec<Sample> = Vec::new();
-    let mut live_findings: Vec<String> = Vec::new();
-    let mut unowned: Vec<String> = Vec::new();
+    let mut recorder = Recorder::create(&args.output.join("samples.jsonl"), Arc::clone(&values))?;
     let duration = Duration::from_secs(args.duration);
     let interval = Duration::from_secs(args.sample_interval);
-    let mut record = |sample: Sample,
-                      observed: crate::sampler::Observed,
-                      out: &mut BufWriter<File>|
-     -> Result<(), RunError> {
-        let line = serde_json::to_string(&sample).unwrap_or_default();
-        writeln!(out, "{line}")
-            .and_then(|_| out.flush())
-            .map_err(|source| RunError::Write {
-                path: samples_path.clone(),
-                source,
-            })?;
-        for finding in observed.live_findings {
-            if !live_findings.contains(&finding) {
-                live_findings.push(finding);
-            }
-        }
-        for key in observed.unowned_keys {
-            if !unowned.contains(&key) && unowned.len() < 20 {
-                unowned.push(key);
-            }
-        }
-        if let Ok(mut v) = values.lock() {
-            v.sample = Some(sample.clone());
-            v.totals = stats.totals();
-            v.assertion_failed = !live_findings.is_empty() || !unowned.is_empty();
-        }
-        samples.push(sample);
-        Ok(())
-    };
     for slot in 1..=soak.expected_samples {
         let due = interval * slot as u32;
         if due > duration {
@@ -249,7 +192,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
             &stats.totals(),
         );
         progress.set_message(status_line(&sample));
-        record(sample, observed, &mut samples_out)?;
+        recorder.record(sample, observed, &stats)?;
     }
     wait_until(start + duration, &progress, start, &interrupted);
     stop.store(true, Ordering::Relaxed);
@@ -272,7 +215,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         unix_ms(),
         &stats.totals(),
     );
-    record(final_sample, observed, &mut samples_out)?;
+    recorder.record(final_sample, observed, &stats)?;
     progress.finish_and_clear();
 
     let checkout = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -284,11 +227,11 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         &soak.policy_sha256,
     );
     let observations = Observations {
-        samples,
+        samples: recorder.samples,
         health: sampler.health(),
         totals: stats.totals(),
-        live_findings,
-        unowned_keys: unowned,
+        live_findings: recorder.live_findings,
+        unowned_keys: recorder.unowned_keys,
         started_at_unix_ms,
         finished_at_unix_ms: unix_ms(),
         load_seconds,
@@ -296,17 +239,124 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         failures,
     };
     let summary = summarize::summarize(soak, &observations, provenance);
-    let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
-    write_file(&args.output.join("summary.json"), json.as_bytes())?;
+    write_artifacts(soak, &summary, &observations, &values)?;
+    Ok(summary)
+}
+
+/// A client of the server once it answers its health route (within 15 s);
+/// the protocol is detected from a server that is up.
+fn connect(base_url: &str, token: Option<&str>) -> Result<Api, RunError> {
+    let ready_by = Instant::now() + Duration::from_secs(15);
+    loop {
+        let api = Api::new(base_url, token);
+        if api.healthy() {
+            return Ok(api);
+        }
+        if Instant::now() >= ready_by {
+            return Err(RunError::Setup(format!(
+                "{base_url} did not answer /api/system/health within 15 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Registers the load's namespaces where the server needs that.
+fn prepare_namespaces(api: &Api, namespaces: &[String]) -> Result<(), RunError> {
+    for namespace in namespaces {
+        if let Some(reply) = api.prepare_namespace(namespace) {
+            if !reply.ok {
+                return Err(RunError::Setup(format!(
+                    "cannot register namespace {namespace}: HTTP {} {}",
+                    reply.status,
+                    reply.body.map(|b| b.to_string()).unwrap_or_default()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes each sample as it is taken and keeps what the summary needs.
+struct Recorder {
+    path: PathBuf,
+    out: BufWriter<File>,
+    values: Arc<Mutex<PerfValues>>,
+    samples: Vec<Sample>,
+    live_findings: Vec<String>,
+    unowned_keys: Vec<String>,
+}
+
+impl Recorder {
+    fn create(path: &Path, values: Arc<Mutex<PerfValues>>) -> Result<Recorder, RunError> {
+        let file = File::create(path).map_err(|source| RunError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Recorder {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+            values,
+            samples: Vec::new(),
+            live_findings: Vec::new(),
+            unowned_keys: Vec::new(),
+        })
+    }
+
+    /// Appends `sample` to samples.jsonl (flushed, so a dying run keeps it),
+    /// collects its findings and refreshes `/metrics`.
+    fn record(
+        &mut self,
+        sample: Sample,
+        observed: Observed,
+        stats: &Stats,
+    ) -> Result<(), RunError> {
+        let line = serde_json::to_string(&sample).unwrap_or_default();
+        writeln!(self.out, "{line}")
+            .and_then(|_| self.out.flush())
+            .map_err(|source| RunError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        for finding in observed.live_findings {
+            if !self.live_findings.contains(&finding) {
+                self.live_findings.push(finding);
+            }
+        }
+        for key in observed.unowned_keys {
+            if !self.unowned_keys.contains(&key) && self.unowned_keys.len() < 20 {
+                self.unowned_keys.push(key);
+            }
+        }
+        if let Ok(mut v) = self.values.lock() {
+            v.sample = Some(sample.clone());
+            v.totals = stats.totals();
+            v.assertion_failed = !self.live_findings.is_empty() || !self.unowned_keys.is_empty();
+        }
+        self.samples.push(sample);
+        Ok(())
+    }
+}
+
+/// summary.json, report.html and metrics.prom.
+fn write_artifacts(
+    soak: &Soak,
+    summary: &Summary,
+    observations: &Observations,
+    values: &Mutex<PerfValues>,
+) -> Result<(), RunError> {
+    let args = &soak.args;
+    let summary_path = args.output.join("summary.json");
+    let json = serde_json::to_string_pretty(summary).unwrap_or_default() + "\n";
+    write_file(&summary_path, json.as_bytes())?;
     let reference = Reference {
         cache_policy_ids: &soak.cache_policy_ids,
         policy_sha256: &soak.policy_sha256,
         repository: &args.repository,
     };
-    let failures = profile::evaluate(&summary, &reference);
-    let summary_path = args.output.join("summary.json");
+    let failures = profile::evaluate(summary, &reference);
     let report = html::render(
-        &summary,
+        summary,
         &observations.samples,
         &failures,
         &html::Context {
@@ -323,7 +373,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
             perf_metrics::render(&v).as_bytes(),
         )?;
     }
-    Ok(summary)
+    Ok(())
 }
 
 fn progress_bar(seconds: u64, quiet: bool) -> ProgressBar {
