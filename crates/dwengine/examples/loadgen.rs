@@ -101,6 +101,7 @@ fn spawn(server: &str, dir: &Path, time: bool) -> Server {
     };
     let mut child = command
         .env("DW_SERVER_ID", "loadgen")
+        .env("DW_AUTH", "none")
         .env("DW_BIND", "127.0.0.1:0")
         .env("DW_DATABASE_PATH", dir.join("runs.sqlite"))
         .env("DW_POLLING_CACHE_PATH", dir.join("polling"))
@@ -114,9 +115,13 @@ fn spawn(server: &str, dir: &Path, time: bool) -> Server {
 
 fn send(agent: &ureq::Agent, base: &str, request: &wire::Request) -> (u16, Value) {
     let url = format!("{base}{}", request.path);
+    let ns = request.namespace.as_deref().unwrap_or("default");
     let result = match &request.body {
-        Some(body) => agent.post(&url).send_json(body.clone()),
-        None => agent.get(&url).call(),
+        Some(body) => agent
+            .post(&url)
+            .set("x-namespace", ns)
+            .send_json(body.clone()),
+        None => agent.get(&url).set("x-namespace", ns).call(),
     };
     match result {
         Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
@@ -141,6 +146,11 @@ fn starts(args: &Args) {
     let raw_path = dir.path().join("raw.sqlite");
     let raw_before = raw_sqlite(&raw_path, duration / 2);
     let mut server = spawn(&args.server, dir.path(), false);
+    send(
+        &ureq::AgentBuilder::new().build(),
+        &server.base,
+        &wire::namespace("bench"),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..args.connections)
@@ -155,7 +165,7 @@ fn starts(args: &Args) {
                     let request = wire::start("bench", &format!("c{c}-{n}"), "q", None);
                     let began = Instant::now();
                     let (status, _) = send(&agent, &base, &request);
-                    if status == 200 {
+                    if status == 201 {
                         latencies.push(began.elapsed());
                     } else {
                         errors.fetch_add(1, Ordering::Relaxed);
@@ -229,15 +239,16 @@ fn signals(args: &Args) {
     let mut server = spawn(&args.server, dir.path(), true);
     let agent = ureq::AgentBuilder::new().build();
     let base = server.base.clone();
+    send(&agent, &base, &wire::namespace("mem"));
     let (status, body) = send(&agent, &base, &wire::start("mem", "big", "q", None));
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     let blob = "x".repeat(args.bytes);
     let mut accepted = 0;
     let mut refused = Vec::new();
     for i in 0..args.count {
         let request = wire::signal("mem", "big", "blob", json!(blob), &format!("s{i}"));
         match send(&agent, &base, &request) {
-            (200, _) => accepted += 1,
+            (202, _) => accepted += 1,
             (status, body) => refused.push(format!("{status} {}", body["reason"])),
         }
     }
@@ -249,16 +260,15 @@ fn signals(args: &Args) {
             println!("poll {p}: no task");
             continue;
         };
-        let id = wire::task_id(task);
         let mut next = wire::next_history(task);
         pages += 1;
-        while let Some(after) = next {
-            let (_, page) = send(&agent, &base, &wire::history_page(id, after));
+        while let Some(token) = next {
+            let (_, page) = send(&agent, &base, &wire::history_page(task, &token));
             next = wire::next_history(&page);
             pages += 1;
         }
         send(&agent, &base, &poll); // the replay
-        send(&agent, &base, &wire::fail_workflow(id));
+        send(&agent, &base, &wire::fail_workflow(task));
     }
     stop_timed(&mut server);
     let mut report = String::new();

@@ -32,6 +32,7 @@ fn ten_thousand_poll_request_ids_leave_no_key_once_the_ttl_passed() {
             c.poll_ttls.result = Duration::from_millis(1500);
             c.poll_ttls.pending_slack = Duration::from_millis(500);
         });
+        s.namespace("ns");
         let started = Instant::now();
         let polls = 10_000;
         std::thread::scope(|scope| {
@@ -114,6 +115,7 @@ fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_
                 },
             );
         });
+        s.namespace("rated");
         for ns in 0..1000 {
             s.start_workflow(&format!("tenant-{ns}"), "wf", "q");
         }
@@ -125,8 +127,9 @@ fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_
 
         let mut limited = 0;
         for i in 0..40 {
-            let (status, body) = s.post(
-                "/api/namespaces/rated/workflows",
+            let (status, body) = s.post_ns(
+                "rated",
+                "/api/workflows",
                 json!({ "workflow_id": format!("r{i}"), "workflow_type": "T", "task_queue": "q" }),
             );
             if status == 429 {
@@ -157,7 +160,7 @@ fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_
                 .map(|_| {
                     scope.spawn(|| {
                         for _ in 0..20 {
-                            let (status, _) = s.get("/api/namespaces/narrow/workflows/n");
+                            let (status, _) = s.get_ns("narrow", "/api/workflows/n");
                             assert!(status == 200 || status == 429, "{status}");
                         }
                     })
@@ -244,7 +247,7 @@ fn expired_lease_recovery_is_capped_per_pass_and_suppressed_per_task() {
         std::thread::sleep(Duration::from_millis(300));
         let (_, recovered) = s.poll("workflow", "ns", "q", "after-expiry", 0);
         assert_eq!(
-            recovered["task"]["attempt"], 2,
+            recovered["task"]["workflow_task_attempt"], 2,
             "[{backend}] the recovered task is leased again"
         );
         assert_eq!(
@@ -271,30 +274,34 @@ fn heartbeats_elect_one_pruning_pass_per_namespace() {
         });
         s.start_workflow("ns", "old", "q");
         let (_, task) = s.poll("workflow", "ns", "q", "p", 0);
-        let id = &task["task"]["task_id"];
-        s.post(
-            &format!("/api/worker/workflow-tasks/{id}/complete"),
-            json!({ "decision": "complete", "result": 1 }),
+        let (status, done) = s.complete(
+            &task["task"],
+            json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "1" } }]),
         );
+        assert_eq!(status, 200, "{done}");
         std::thread::sleep(Duration::from_millis(5));
         let beat = |ns: &str| {
-            s.post(
-                "/api/worker/heartbeat",
-                json!({ "namespace": ns, "worker_id": "w", "task_queue": "q" }),
+            s.post_ns(
+                ns,
+                "/api/worker/register",
+                json!({ "worker_id": "w", "task_queue": "q" }),
             )
             .1
         };
         assert!(
-            beat("ns")["pruned_run_id"].is_number(),
+            beat("ns")["pruned_run_id"].is_string(),
             "[{backend}] the elected heartbeat prunes"
         );
         assert!(
-            beat("ns")["pruned_run_id"].is_null(),
+            s.post_ns("ns", "/api/worker/heartbeat", json!({ "worker_id": "w" }))
+                .1["pruned_run_id"]
+                .is_null(),
             "[{backend}] throttled"
         );
-        let (_, described) = s.get("/api/namespaces/ns/workflows/old");
-        assert!(described["details_pruned_at_ms"].is_number());
+        let (_, described) = s.get_ns("ns", "/api/workflows/old");
+        assert!(described["details_pruned_at"].is_string(), "{described}");
         for ns in 0..200 {
+            s.namespace(&format!("tenant-{ns}"));
             for _ in 0..3 {
                 beat(&format!("tenant-{ns}"));
             }
@@ -314,18 +321,21 @@ fn heartbeats_elect_one_pruning_pass_per_namespace() {
 fn poll_diagnostics_keep_one_value_per_queue_whoever_polls() {
     for (backend, cache) in backends(7) {
         let s = TestServer::start(cache, |_| {});
+        s.namespace("ns");
         for worker in 0..300 {
-            s.post(
+            s.post_ns(
+                "ns",
                 "/api/worker/workflow-tasks/poll",
-                json!({ "namespace": "ns", "task_queue": "q", "worker_id": format!("w{worker}"),
-                        "poll_request_id": format!("p{worker}"), "timeout_ms": 0 }),
+                json!({ "task_queue": "q", "worker_id": format!("w{worker}"),
+                        "poll_request_id": format!("p{worker}"), "timeout_seconds": 0 }),
             );
         }
         assert_eq!(s.keys(WorkerPollDiagnostics::PREFIX), 1, "[{backend}]");
-        let (_, seen) = s.get("/api/namespaces/ns/task-queues/q/poll-diagnostic");
+        let (_, seen) = s.get("/api/system/poll-diagnostic?namespace=ns&task_queue=q");
         assert_eq!(seen["last_poll"]["worker_id"], "w299");
         for q in 0..50 {
-            s.poll("activity", "ns", &format!("q{q}"), "same", 0);
+            let (status, body) = s.poll("activity", "ns", &format!("q{q}"), "same", 0);
+            assert_eq!(status, 200, "{body}");
         }
         assert_eq!(s.keys(WorkerPollDiagnostics::PREFIX), 51, "[{backend}]");
         for _ in 0..100 {
@@ -362,6 +372,9 @@ fn a_thousand_namespaces_cannot_create_more_wait_slots_than_the_cap() {
             })
             .count()
     };
+    for n in 0..1000 {
+        s.namespace(&format!("ns-{n}"));
+    }
     let most = AtomicUsize::new(0);
     let refused = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
@@ -419,20 +432,13 @@ fn due_timer_recovery_fires_at_most_the_scan_limit_per_poll_pass() {
     s.start_workflow("ns", "sleepy", "q");
     let (_, first) = s.poll("workflow", "ns", "q", "t0", 0);
     let timers: Vec<_> = (0..12)
-        .map(|_| json!({ "type": "start_timer", "delay_ms": 50 }))
+        .map(|_| json!({ "type": "start_timer", "delay_seconds": 0 }))
         .collect();
-    let (status, done) = s.post(
-        &format!(
-            "/api/worker/workflow-tasks/{}/complete",
-            first["task"]["task_id"]
-        ),
-        json!({ "commands": timers, "decision": "wait" }),
-    );
+    let (status, done) = s.complete(&first["task"], json!(timers));
     assert_eq!(status, 200, "{done}");
-    assert_eq!(done["timers_armed"], 12);
-    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(done["new_events"], 12);
     let fired = |answer: &serde_json::Value| {
-        answer["task"]["history"]
+        answer["task"]["history_events"]
             .as_array()
             .map(|h| h.iter().filter(|e| e["event_type"] == "TimerFired").count())
             .unwrap_or(0)
@@ -441,13 +447,9 @@ fn due_timer_recovery_fires_at_most_the_scan_limit_per_poll_pass() {
     for pass in 1..=3 {
         let (_, answer) = s.poll("workflow", "ns", "q", &format!("t{pass}"), 0);
         seen.push(fired(&answer));
-        s.post(
-            &format!(
-                "/api/worker/workflow-tasks/{}/complete",
-                answer["task"]["task_id"]
-            ),
-            json!({ "commands": timers, "decision": "wait" }),
-        );
+        // Nothing new to do: the worker waits for the rest of its timers.
+        let (status, body) = s.complete(&answer["task"], json!([]));
+        assert_eq!(status, 200, "{body}");
     }
     assert_eq!(
         seen,

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use dwengine::store::{RunStatus, TaskKind, WorkflowDecision};
+use dwengine::store::{RunStatus, TaskKind, WorkflowCommand, WorkflowTaskFence};
 
 #[test]
 fn a_lease_is_bound_to_its_poll_and_returns_after_expiry() {
@@ -63,11 +63,15 @@ fn retention_prunes_only_marked_closed_runs_and_keeps_the_root_row() {
         )
         .unwrap()
         .unwrap();
+    let fence = WorkflowTaskFence {
+        lease_owner: &task.lease_owner,
+        attempt: task.attempt,
+    };
     store
         .complete_workflow_task(
             task.task_id,
-            &[],
-            WorkflowDecision::Complete { result: 1.into() },
+            fence,
+            &[WorkflowCommand::CompleteWorkflow { result: 1.into() }],
         )
         .unwrap();
     std::thread::sleep(Duration::from_millis(5));

@@ -18,11 +18,13 @@ fn server(limit: u64) -> TestServer {
 /// Starts one run per entry: (namespace, task queue, workflow type).
 fn start_runs(s: &TestServer, runs: &[(&str, &str, &str)]) {
     for (i, (ns, queue, workflow_type)) in runs.iter().enumerate() {
-        let (status, body) = s.post(
-            &format!("/api/namespaces/{ns}/workflows"),
+        s.namespace(ns);
+        let (status, body) = s.post_ns(
+            ns,
+            "/api/workflows",
             json!({ "workflow_id": format!("wf-{i}"), "workflow_type": workflow_type, "task_queue": queue }),
         );
-        assert_eq!(status, 200, "{body}");
+        assert_eq!(status, 201, "{body}");
     }
 }
 

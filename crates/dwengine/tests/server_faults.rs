@@ -22,6 +22,7 @@ fn a_repeat_of_a_running_poll_needs_a_wait_slot_like_any_wait() {
         c.wait_caps.global = 1;
         c.wait_caps.per_namespace = 1;
     }));
+    s.namespace("ns");
     let first = {
         let s = s.clone();
         std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500)))
@@ -50,11 +51,11 @@ fn the_replay_key_holds_a_task_reference_never_the_task() {
             json!("x".repeat(50_000)),
             &format!("s{i}"),
         ));
-        assert_eq!(status, 200);
+        assert_eq!(status, 202);
     }
     let (_, first) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
     let task = wire::polled_task(&first).expect("a task");
-    assert!(task["history"].to_string().len() > 1_000_000);
+    assert!(task["history_events"].to_string().len() > 1_000_000);
     let key = format!(
         "{}result:{}",
         WorkflowTaskPollRequestStore::PREFIX,
@@ -69,17 +70,19 @@ fn the_replay_key_holds_a_task_reference_never_the_task() {
     let (_, replay) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
     assert_eq!(replay["replayed"], true);
     assert_eq!(replay["task"]["task_id"], task["task_id"]);
-    assert_eq!(replay["task"]["history"], task["history"]);
+    assert_eq!(replay["task"]["history_events"], task["history_events"]);
 }
 
-fn schedule_one_activity(s: &TestServer) -> i64 {
+fn schedule_one_activity(s: &TestServer) -> serde_json::Value {
     s.start_workflow("ns", "wf", "q");
     let (_, polled) = s.send(&wire::poll("workflow", "ns", "q", "w", "p1", 0));
     let task = wire::polled_task(&polled).expect("a workflow task");
-    let (status, _) = s.send(&wire::complete_workflow(wire::task_id(task), false));
-    assert_eq!(status, 200);
+    let (status, body) = s.send(&wire::complete_workflow(task, false));
+    assert_eq!(status, 200, "{body}");
     let (_, polled) = s.send(&wire::poll("activity", "ns", "q", "w", "a1", 0));
-    wire::task_id(wire::polled_task(&polled).expect("an activity task"))
+    wire::polled_task(&polled)
+        .expect("an activity task")
+        .clone()
 }
 
 #[test]
@@ -92,10 +95,16 @@ fn a_vanished_activity_worker_s_task_comes_back_after_its_lease() {
     let (_, again) = s.send(&wire::poll("activity", "ns", "q", "w2", "a3", 0));
     let again = wire::polled_task(&again).expect("the expired lease came back");
     assert_eq!(
-        (wire::task_id(again), again["attempt"].as_i64()),
-        (leased, Some(2))
+        (wire::task_id(again), again["attempt_number"].as_i64()),
+        (wire::task_id(&leased), Some(2))
     );
-    let (status, _) = s.send(&wire::complete_activity(leased));
+    let (status, stale) = s.send(&wire::complete_activity(&leased));
+    assert_eq!(
+        (status, &stale["reason"]),
+        (409, &json!("stale_task_lease")),
+        "the first holder lost its lease"
+    );
+    let (status, _) = s.send(&wire::complete_activity(again));
     assert_eq!(status, 200);
 }
 
@@ -105,15 +114,15 @@ fn heartbeats_keep_an_activity_lease() {
     let leased = schedule_one_activity(&s);
     for _ in 0..8 {
         std::thread::sleep(Duration::from_millis(100));
-        let (status, body) = s.send(&wire::heartbeat_task("activity", leased));
+        let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
         assert_eq!(status, 200, "{body}");
     }
     let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w2", "a2", 0));
     assert!(wire::polled_task(&none).is_none(), "the heartbeats kept it");
-    let (status, _) = s.send(&wire::complete_activity(leased));
+    let (status, _) = s.send(&wire::complete_activity(&leased));
     assert_eq!(status, 200);
-    let (status, body) = s.send(&wire::heartbeat_task("activity", leased));
-    assert_eq!((status, &body["reason"]), (409, &json!("conflict")));
+    let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+    assert_eq!((status, &body["reason"]), (409, &json!("stale_task_lease")));
 }
 
 #[test]
@@ -130,26 +139,25 @@ fn a_poll_carries_one_history_page_and_the_rest_is_paged() {
     }
     let (_, polled) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
     let task = wire::polled_task(&polled).unwrap();
-    assert_eq!(task["history"].as_array().unwrap().len(), 3);
-    assert_eq!(task["history_next_sequence"], 3);
-    let (status, page) = s.get(&format!(
-        "/api/worker/workflow-tasks/{}/history?after=3",
-        wire::task_id(task)
-    ));
+    assert_eq!(task["history_events"].as_array().unwrap().len(), 3);
+    assert_eq!(task["total_history_events"], 6);
+    let token = wire::next_history(task).expect("more history");
+    let (status, page) = s.send(&wire::history_page(task, &token));
     assert_eq!(status, 200, "{page}");
-    let sequences: Vec<_> = page["events"]
+    let sequences: Vec<_> = page["history_events"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| e["sequence"].as_u64().unwrap())
         .collect();
-    assert_eq!(sequences, vec![3, 4, 5]);
-    assert!(page["next_sequence"].is_null());
+    assert_eq!(sequences, vec![4, 5, 6], "numbered from 1");
+    assert!(page["next_history_page_token"].is_null());
 }
 
 #[test]
 fn start_and_cancel_retries_converge_to_one_outcome() {
     let s = server(|_| {});
+    s.namespace("ns");
     let (_, first) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
     let (status, retry) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
     assert_eq!(status, 200, "{retry}");
@@ -162,13 +170,23 @@ fn start_and_cancel_retries_converge_to_one_outcome() {
     }
     let (_, described) = s.send(&wire::describe("ns", "wf"));
     assert_eq!(
-        described["run"]["history_length"], 2,
-        "the start and one cancel request"
+        described["history_length"], 2,
+        "the start and one cancellation"
     );
-    let (status, _) = s.send(&wire::stop("ns", "wf", true, "t1"));
+    assert_eq!(described["status"], "cancelled");
+    let (status, body) = s.send(&wire::stop("ns", "wf", true, "t1"));
+    assert_eq!(
+        (status, &body["reason"]),
+        (409, &json!("run_not_active")),
+        "a cancelled run cannot be terminated"
+    );
+    s.send(&wire::start("ns", "wf2", "q", None));
+    let (status, _) = s.send(&wire::stop("ns", "wf2", true, "t1"));
     assert_eq!(status, 200);
-    let (status, again) = s.send(&wire::stop("ns", "wf", true, "t1"));
+    let (status, again) = s.send(&wire::stop("ns", "wf2", true, "t1"));
     assert_eq!((status, &again["duplicate"]), (200, &json!(true)));
+    let (status, other) = s.send(&wire::stop("ns", "wf2", true, "t2"));
+    assert_eq!((status, &other["reason"]), (409, &json!("run_not_active")));
 }
 
 #[test]
@@ -179,6 +197,7 @@ fn heartbeats_sweep_idle_worker_registrations_a_bounded_batch_at_a_time() {
             idle_after: Duration::from_millis(200),
         }
     });
+    s.namespace("ns");
     for i in 0..20 {
         s.send(&wire::register("ns", &format!("w{i}"), "q"));
     }
@@ -205,7 +224,7 @@ fn a_run_s_unprocessed_payload_bytes_have_a_budget() {
     s.start_workflow("ns", "wf", "q");
     let blob = json!("x".repeat(3_000));
     let (status, _) = s.send(&wire::signal("ns", "wf", "blob", blob.clone(), "s1"));
-    assert_eq!(status, 200);
+    assert_eq!(status, 202);
     let (status, body) = s.send(&wire::signal("ns", "wf", "blob", blob, "s2"));
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["reason"], "pending_payload_bytes_exceeded");
@@ -216,6 +235,7 @@ fn a_run_s_unprocessed_payload_bytes_have_a_budget() {
 #[test]
 fn unknown_workers_create_poll_keys_only_within_their_budget() {
     let s = server(|c| c.unknown_worker_poll_keys = 3);
+    s.namespace("ns");
     let families = [
         WorkflowTaskPollRequestStore::PREFIX,
         dwengine::diagnostics::WorkerPollDiagnostics::PREFIX,
@@ -259,6 +279,7 @@ fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
         c.wait_caps.global = 4;
         c.wait_caps.per_namespace = 4;
     }));
+    s.namespace("ns");
     let first = {
         let s = s.clone();
         std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000)))

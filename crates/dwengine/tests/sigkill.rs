@@ -35,6 +35,7 @@ struct Server {
 fn spawn(dir: &Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dwserver"))
         .env("DW_SERVER_ID", "sigkill-node")
+        .env("DW_AUTH", "none")
         .env("DW_BIND", "127.0.0.1:0")
         .env("DW_DATABASE_PATH", dir.join("runs.sqlite"))
         .env("DW_POLLING_CACHE_PATH", dir.join("polling"))
@@ -45,15 +46,22 @@ fn spawn(dir: &Path) -> Server {
         .spawn()
         .expect("dwserver starts");
     let base = wire::announced_base(&mut child);
+    // The namespace the load uses; registering it again is a no-op.
+    let _ = ureq::post(&format!("{base}/api/namespaces"))
+        .send_json(serde_json::json!({ "name": "ns" }));
     Server { child, base }
 }
 
 /// One request; `None` when the server was not there to answer.
 fn send(agent: &ureq::Agent, base: &RwLock<String>, request: &Request) -> Option<(u16, Value)> {
     let url = format!("{}{}", base.read().unwrap(), request.path);
+    let ns = request.namespace.as_deref().unwrap_or("default");
     let result = match &request.body {
-        Some(body) => agent.post(&url).send_json(body.clone()),
-        None => agent.get(&url).call(),
+        Some(body) => agent
+            .post(&url)
+            .set("x-namespace", ns)
+            .send_json(body.clone()),
+        None => agent.get(&url).set("x-namespace", ns).call(),
     };
     match result {
         Ok(r) => Some((r.status(), r.into_json().unwrap_or(Value::Null))),
@@ -110,7 +118,7 @@ fn client(
                 base,
                 &wire::start("ns", &workflow, "q", Some(&workflow)),
             ) {
-                Some((200, body)) => break wire::started_run(&body).expect("a run id"),
+                Some((200 | 201, body)) => break wire::started_run(&body).expect("a run id"),
                 Some((status, body)) if status < 500 => panic!("start refused: {status} {body}"),
                 _ => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -118,7 +126,7 @@ fn client(
         acked.lock().unwrap().starts.push((workflow.clone(), run));
         let request_id = format!("sig-{workflow}");
         let signal = wire::signal("ns", &workflow, "go", json!(n), &request_id);
-        if let Some((200, _)) = send(&agent, base, &signal) {
+        if let Some((202, _)) = send(&agent, base, &signal) {
             acked.lock().unwrap().signals.push(request_id);
         }
         // Paced, so the workers can drain the runs in reasonable time.
@@ -142,11 +150,7 @@ fn worker(id: usize, base: &RwLock<String>, stop: &AtomicBool) {
         if let Some((200, answer)) = send(&agent, base, &poll) {
             if let Some(task) = wire::polled_task(&answer) {
                 let finish = wire::history_has(task, "ActivityCompleted");
-                send(
-                    &agent,
-                    base,
-                    &wire::complete_workflow(wire::task_id(task), finish),
-                );
+                send(&agent, base, &wire::complete_workflow(task, finish));
             }
         }
         let poll = wire::poll(
@@ -159,7 +163,7 @@ fn worker(id: usize, base: &RwLock<String>, stop: &AtomicBool) {
         );
         if let Some((200, answer)) = send(&agent, base, &poll) {
             if let Some(task) = wire::polled_task(&answer) {
-                send(&agent, base, &wire::complete_activity(wire::task_id(task)));
+                send(&agent, base, &wire::complete_activity(task));
             }
         }
     }

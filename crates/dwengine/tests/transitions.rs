@@ -12,8 +12,8 @@ mod common;
 use std::time::Duration;
 
 use dwengine::store::{
-    Error, EventType, HistoryPageLimit, RunStatus, SignalRequest, Store, TaskKind, WorkerCommand,
-    WorkflowDecision,
+    attempt_id, ActivityFence, Error, EventType, HistoryPageLimit, LeasedTask, RunStatus,
+    SignalRequest, Store, TaskKind, WorkflowCommand, WorkflowTaskFence,
 };
 use serde_json::json;
 
@@ -48,6 +48,30 @@ impl Fixture {
     fn execute(&self, sql: &str) {
         self.sql.execute_batch(sql).unwrap();
     }
+}
+
+/// The fence of a leased workflow task.
+fn fence(task: &LeasedTask) -> WorkflowTaskFence<'_> {
+    WorkflowTaskFence {
+        lease_owner: &task.lease_owner,
+        attempt: task.attempt,
+    }
+}
+
+/// Completes a leased activity task with `result`.
+fn complete_activity(
+    store: &Store,
+    task: &LeasedTask,
+    result: serde_json::Value,
+) -> Result<(), Error> {
+    let attempt = attempt_id(task.task_id, task.attempt);
+    let fence = ActivityFence {
+        lease_owner: &task.lease_owner,
+        activity_attempt_id: &attempt,
+    };
+    store
+        .complete_activity_attempt(task.task_id, fence, &result)
+        .map(|_| ())
 }
 
 fn lease(store: &Store, kind: TaskKind, poll: &str) -> dwengine::store::LeasedTask {
@@ -108,19 +132,14 @@ fn an_activity_completion_commits_with_the_workflow_task_it_schedules() {
     let store = &f.store;
     let run = store.start_workflow(common::start("a"), None).unwrap().run;
     let task = lease(store, TaskKind::Workflow, "p1");
-    let commands = [WorkerCommand::ScheduleActivity {
-        activity_type: "charge".into(),
-        arguments: json!([1]),
-    }];
+    let commands = [WorkflowCommand::activity("charge", json!([1]))];
     store
-        .complete_workflow_task(task.task_id, &commands, WorkflowDecision::Wait)
+        .complete_workflow_task(task.task_id, fence(&task), &commands)
         .unwrap();
     let activity = lease(store, TaskKind::Activity, "a1");
 
     f.execute(NO_WORKFLOW_TASKS);
-    assert!(store
-        .finish_activity_task(activity.task_id, Ok(json!("charged")))
-        .is_err());
+    assert!(complete_activity(store, &activity, json!("charged")).is_err());
     let history = store.history(run).unwrap();
     assert!(
         !history
@@ -131,19 +150,11 @@ fn an_activity_completion_commits_with_the_workflow_task_it_schedules() {
     assert_eq!(store.pending_counts(run).unwrap().activities, 1);
     f.execute("DROP TRIGGER refuse_workflow_tasks");
     // The worker's retry now succeeds instead of meeting a closed activity.
-    store
-        .finish_activity_task(activity.task_id, Ok(json!("charged")))
-        .unwrap();
+    complete_activity(store, &activity, json!("charged")).unwrap();
     // A retry of a report that committed (its answer lost) converges.
     let events = store.run(run).unwrap().history_length;
-    store
-        .finish_activity_task(activity.task_id, Ok(json!("charged")))
-        .unwrap();
+    complete_activity(store, &activity, json!("charged")).unwrap();
     assert_eq!(store.run(run).unwrap().history_length, events);
-    assert!(matches!(
-        store.finish_activity_task(activity.task_id, Err("late failure".into())),
-        Err(Error::AlreadyClosed { .. })
-    ));
     assert_eq!(
         f.count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
         1
@@ -171,12 +182,9 @@ fn a_workflow_task_completion_is_one_transaction() {
         "CREATE TRIGGER refuse_activity_tasks BEFORE INSERT ON dispatch_tasks \
          WHEN NEW.kind = 'activity' BEGIN SELECT RAISE(ABORT, 'refused'); END",
     );
-    let commands = [WorkerCommand::ScheduleActivity {
-        activity_type: "charge".into(),
-        arguments: json!([1]),
-    }];
+    let commands = [WorkflowCommand::activity("charge", json!([1]))];
     assert!(store
-        .complete_workflow_task(task.task_id, &commands, WorkflowDecision::Wait)
+        .complete_workflow_task(task.task_id, fence(&task), &commands)
         .is_err());
     assert_eq!(f.count("SELECT COUNT(*) FROM activities"), 0);
     assert_eq!(
@@ -202,11 +210,7 @@ fn due_timers_fire_with_their_workflow_tasks_or_not_at_all() {
     let run = store.start_workflow(common::start("a"), None).unwrap().run;
     let task = lease(store, TaskKind::Workflow, "p1");
     store
-        .complete_workflow_task(
-            task.task_id,
-            &[WorkerCommand::StartTimer { delay_ms: 0 }],
-            WorkflowDecision::Wait,
-        )
+        .complete_workflow_task(task.task_id, fence(&task), &[WorkflowCommand::timer(0)])
         .unwrap();
     f.execute(NO_WORKFLOW_TASKS);
     assert!(store.fire_due_timers("default", "orders", 5).is_err());
@@ -222,14 +226,12 @@ fn cancel_is_recorded_once_and_terminate_retries_converge() {
     let f = fixture();
     let store = &f.store;
     let run = store.start_workflow(common::start("a"), None).unwrap().run;
-    let first = store
-        .request_cancel(run, &"x".repeat(1000), Some("c-1"))
-        .unwrap();
+    let first = store.cancel(run, &"x".repeat(1000), Some("c-1")).unwrap();
     assert!(!first.duplicate);
     let length = store.run(run).unwrap().history_length;
     for i in 0..200 {
         let again = store
-            .request_cancel(run, &"x".repeat(1000), Some(&format!("c-{}", i % 3)))
+            .cancel(run, &"x".repeat(1000), Some(&format!("c-{}", i % 3)))
             .unwrap();
         assert!(again.duplicate);
     }
@@ -238,13 +240,14 @@ fn cancel_is_recorded_once_and_terminate_retries_converge() {
         length,
         "repeated cancels write no history"
     );
-    assert!(
-        store
-            .request_cancel(run, "", Some("c-1"))
-            .unwrap()
-            .same_request
-    );
+    assert!(store.cancel(run, "", Some("c-1")).unwrap().same_request);
+    assert_eq!(store.run(run).unwrap().status, RunStatus::Cancelled);
+    assert!(matches!(
+        store.terminate(run, "stop", Some("t-1")),
+        Err(Error::RunNotActive { .. })
+    ));
 
+    let run = store.start_workflow(common::start("b"), None).unwrap().run;
     let stopped = store.terminate(run, "stop", Some("t-1")).unwrap();
     assert!(!stopped.duplicate);
     let retry = store.terminate(run, "stop", Some("t-1")).unwrap();
@@ -254,10 +257,10 @@ fn cancel_is_recorded_once_and_terminate_retries_converge() {
         Err(Error::RunNotActive { .. })
     ));
     assert_eq!(
-        f.count("SELECT COUNT(*) FROM history_events WHERE event_type = 'WorkflowFailed'"),
+        f.count("SELECT COUNT(*) FROM history_events WHERE event_type = 'WorkflowTerminated'"),
         1
     );
-    assert_eq!(store.run(run).unwrap().status, RunStatus::Failed);
+    assert_eq!(store.run(run).unwrap().status, RunStatus::Terminated);
 }
 
 #[test]
@@ -267,17 +270,11 @@ fn expired_activity_leases_are_recovered_and_heartbeats_extend_them() {
     store.start_workflow(common::start("a"), None).unwrap();
     let task = lease(store, TaskKind::Workflow, "p1");
     let commands = [
-        WorkerCommand::ScheduleActivity {
-            activity_type: "charge".into(),
-            arguments: json!([1]),
-        },
-        WorkerCommand::ScheduleActivity {
-            activity_type: "ship".into(),
-            arguments: json!([2]),
-        },
+        WorkflowCommand::activity("charge", json!([1])),
+        WorkflowCommand::activity("ship", json!([2])),
     ];
     store
-        .complete_workflow_task(task.task_id, &commands, WorkflowDecision::Wait)
+        .complete_workflow_task(task.task_id, fence(&task), &commands)
         .unwrap();
     let short = Duration::from_millis(50);
     let dead = store
@@ -304,9 +301,7 @@ fn expired_activity_leases_are_recovered_and_heartbeats_extend_them() {
     assert!(store.recover_expired_lease(dead.task_id).unwrap());
     let again = lease(store, TaskKind::Activity, "a3");
     assert_eq!((again.task_id, again.attempt), (dead.task_id, 2));
-    store
-        .finish_activity_task(again.task_id, Ok(json!(1)))
-        .unwrap();
+    complete_activity(store, &again, json!(1)).unwrap();
     assert!(matches!(
         store.extend_lease(again.task_id, short),
         Err(Error::AlreadyClosed { .. })
@@ -376,22 +371,10 @@ fn history_is_read_a_bounded_page_at_a_time() {
     }
     assert_eq!(seen, (0..10).collect::<Vec<u64>>());
     let task = lease(store, TaskKind::Workflow, "p1");
-    assert_eq!(task.history.as_ref().map(Vec::len), Some(10));
-    let paged = Store::open(
-        f._dir.path().join("runs.sqlite"),
-        dwengine::store::StoreConfig {
-            history_page: limit,
-            ..common::config(&[])
-        },
-    )
-    .unwrap();
-    let small = paged
-        .leased_by_poll_request(TaskKind::Workflow, "default", "orders", "p1")
-        .unwrap()
-        .unwrap();
-    let first_page = small.history.as_ref().map_or(0, Vec::len);
-    assert!(first_page < 10, "a poll carries one page, not the history");
-    assert_eq!(small.history_next_sequence, Some(first_page as u64));
+    assert_eq!(
+        task.history_length, 10,
+        "a lease names the history, never loads it"
+    );
 }
 
 fn dwengine_now_ms() -> i64 {
@@ -442,7 +425,7 @@ fn unprocessed_message_payloads_are_capped_in_bytes_per_run() {
     // Processing a signal gives its bytes back.
     let task = lease(&store, TaskKind::Workflow, "p1");
     store
-        .complete_workflow_task(task.task_id, &[], WorkflowDecision::Wait)
+        .complete_workflow_task(task.task_id, fence(&task), &[])
         .unwrap();
     store.signal(run, blob(3000)).unwrap();
 }

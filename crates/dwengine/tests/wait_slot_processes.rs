@@ -22,6 +22,7 @@ impl Drop for Node {
 fn spawn(cache_path: &Path) -> Node {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dwserver"))
         .env("DW_SERVER_ID", "node-restartable")
+        .env("DW_AUTH", "none")
         .env("DW_BIND", "127.0.0.1:0")
         .env("DW_DATABASE_PATH", ":memory:")
         .env("DW_POLLING_CACHE_PATH", cache_path)
@@ -47,8 +48,8 @@ fn spawn(cache_path: &Path) -> Node {
 }
 
 fn poll(base: &str, id: &str, timeout_ms: u64) -> (u16, Value) {
-    let body = json!({ "namespace": "ns", "task_queue": "q", "worker_id": "w",
-                       "poll_request_id": id, "timeout_ms": timeout_ms });
+    let body = json!({ "task_queue": "q", "worker_id": "w",
+                       "poll_request_id": id, "timeout_seconds": timeout_ms as f64 / 1000.0 });
     match ureq::post(&format!("{base}/api/worker/workflow-tasks/poll")).send_json(body) {
         Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
         Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),

@@ -1,9 +1,10 @@
 //! `dwserver`: the standalone durable-workflow server.
 //!
 //! Configuration comes from `DW_*` environment variables (see
-//! `dwengine::server::config`); `--dev` runs with a generated node id and an
-//! in-memory store. The first line on stdout is `listening on <addr>`, so a
-//! supervisor (or a test) started with `DW_BIND=127.0.0.1:0` learns the port.
+//! `dwengine::server::config`); `--dev` runs with a generated node id, an
+//! in-memory store and no authentication. The first line on stdout is
+//! `listening on <addr>`, so a supervisor (or a test) started with
+//! `DW_BIND=127.0.0.1:0` learns the port.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use dwengine::server::{Engine, Running, ServerConfig};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: dwserver [--dev]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),\n  DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL, and the DW_* limits");
+        println!("usage: dwserver [--dev]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),\n  DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL,\n  DW_AUTH_WORKER_TOKENS / DW_AUTH_OPERATOR_TOKENS / DW_AUTH_ADMIN_TOKENS (comma-separated; one is required\n  without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_QUERY_TIMEOUT_MS, DW_MAX_UPDATE_WAIT_MS,\n  and the DW_* limits. The HTTP API is documented in docs/api.md.");
         return ExitCode::SUCCESS;
     }
     let dev = args.iter().any(|a| a == "--dev");

@@ -17,6 +17,7 @@ use crate::admission::NamespaceLimit;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
+use crate::server::auth::Tokens;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
 
@@ -42,6 +43,9 @@ pub enum ConfigError {
     /// A dwpolicy limit variable is invalid.
     #[error(transparent)]
     Limits(#[from] dwpolicy::EnvConfigError),
+    /// No token configured outside `--dev`, and auth not explicitly off.
+    #[error("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated), or DW_AUTH=none to serve without authentication, or start with --dev")]
+    MissingTokens,
 }
 
 /// Everything a node needs to start.
@@ -94,6 +98,14 @@ pub struct ServerConfig {
     /// `server.metrics.prometheus_workflow_series_limit` as configured
     /// (`None`: the default 100); the metric clamps it to 1..=500.
     pub prometheus_workflow_series_limit: Option<u64>,
+    /// Bearer tokens by role; `None` serves without authentication.
+    pub auth: Option<Tokens>,
+    /// Accepted `Host` header names (any port); empty accepts any host.
+    pub allowed_hosts: Vec<String>,
+    /// How long a control-plane query waits for a worker's answer.
+    pub query_timeout: Duration,
+    /// The longest `wait_for=completed` an update may ask for.
+    pub max_update_wait: Duration,
 }
 
 impl ServerConfig {
@@ -126,6 +138,10 @@ impl ServerConfig {
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
             prometheus_workflow_series_limit: None,
+            auth: None,
+            allowed_hosts: Vec::new(),
+            query_timeout: Duration::from_secs(10),
+            max_update_wait: Duration::from_secs(60),
         }
     }
 
@@ -235,6 +251,32 @@ impl ServerConfig {
             .map(|raw| dwpolicy::env::parse_non_negative(&series, &raw))
             .transpose()
             .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })?;
+        config.auth = Tokens::from_lookup(&lookup);
+        let auth_off = lookup("DW_AUTH").is_some_and(|v| v.trim() == "none");
+        if dev || auth_off {
+            config.auth = None;
+        } else if config.auth.is_none() {
+            return Err(ConfigError::MissingTokens);
+        }
+        config.allowed_hosts = match lookup("DW_ALLOWED_HOSTS") {
+            Some(list) => list
+                .split(',')
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+            // A loopback listener answers loopback names only, so a web page
+            // cannot reach it through DNS rebinding.
+            None if config.bind.ip().is_loopback() => {
+                vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()]
+            }
+            None => Vec::new(),
+        };
+        if let Some(n) = parse("DW_QUERY_TIMEOUT_MS")? {
+            config.query_timeout = ms(n);
+        }
+        if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS")? {
+            config.max_update_wait = ms(n);
+        }
         Ok(config)
     }
 }
@@ -322,7 +364,8 @@ mod tests {
         let node = |pairs: &'static [(&'static str, &'static str)]| {
             ServerConfig::from_lookup(
                 move |k| {
-                    std::iter::once(("DW_SERVER_ID", "n1"))
+                    [("DW_SERVER_ID", "n1"), ("DW_AUTH", "none")]
+                        .into_iter()
                         .chain(pairs.iter().copied())
                         .find(|(name, _)| *name == k)
                         .map(|(_, v)| v.to_owned())
@@ -367,6 +410,7 @@ mod tests {
         let env = HashMap::from([
             ("DW_SERVER_ID", "n1"),
             ("DW_DATABASE_PATH", ":memory:"),
+            ("DW_AUTH", "none"),
             ("DW_NAMESPACE_REQUEST_LIMITS", "a=2/10, b=1"),
             (
                 "DW_SERVER_POLLING_EXPIRED_WORKFLOW_TASK_RECOVERY_SCAN_LIMIT",
@@ -386,6 +430,27 @@ mod tests {
             false
         )
         .is_err());
+        let no_tokens = ServerConfig::from_lookup(
+            |k| match k {
+                "DW_SERVER_ID" => Some("n".into()),
+                "DW_DATABASE_PATH" => Some(":memory:".into()),
+                _ => None,
+            },
+            false,
+        );
+        assert!(matches!(no_tokens, Err(ConfigError::MissingTokens)));
+        let with_token = ServerConfig::from_lookup(
+            |k| match k {
+                "DW_SERVER_ID" => Some("n".into()),
+                "DW_DATABASE_PATH" => Some(":memory:".into()),
+                "DW_AUTH_ADMIN_TOKENS" => Some("secret".into()),
+                _ => None,
+            },
+            false,
+        )
+        .unwrap();
+        assert!(with_token.auth.is_some());
+        assert_eq!(with_token.allowed_hosts[0], "localhost");
     }
 
     #[test]
@@ -395,6 +460,7 @@ mod tests {
                 move |k| match k {
                     "DW_SERVER_ID" => Some("n".into()),
                     "DW_DATABASE_PATH" => Some(":memory:".into()),
+                    "DW_AUTH" => Some("none".into()),
                     "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT" => Some(value.into()),
                     _ => None,
                 },

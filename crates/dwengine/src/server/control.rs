@@ -1,72 +1,44 @@
-//! The control plane: start, signal, update, cancel, terminate, describe.
+//! The control plane's operations: start, describe, list, history, signal,
+//! update, query, cancel and terminate.
 //!
 //! Each operation validates at the request boundary first (nothing is
-//! written for an invalid request), then passes the namespace's request
-//! admission, then writes through the store, and finally wakes pollers of
-//! the run's task queue when it queued a workflow task.
+//! written for an invalid request, and every problem is named in one 422),
+//! then passes the namespace's request admission, then writes through the
+//! store, and finally wakes the pollers of the queue it gave work to.
+//! Payloads are passed through as opaque envelopes.
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use std::time::{Duration, Instant};
 
-use crate::admission::NamespaceAdmit;
-use crate::admission::NamespaceSlot;
-use crate::server::error::finish_validation;
+use serde_json::{json, Value};
+
+use crate::admission::{NamespaceAdmit, NamespaceSlot};
+use crate::server::error::finish_with;
+use crate::server::wire::{
+    self, Checks, HistoryQuery, ListQuery, QueryBody, SignalBody, StartWorkflow, StopBody,
+    UpdateBody, MAX_DURATION_SECONDS,
+};
 use crate::server::{ApiError, Engine};
-use crate::store::{Admission, RunId, SignalRequest, StartRun, TaskKind};
+use crate::store::{
+    Admission, Error as StoreError, QueryAnswer, RunId, RunStatus, SignalRequest, StartRun,
+    TaskKind,
+};
 
-/// `POST /api/namespaces/{ns}/workflows`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartWorkflow {
-    /// The caller's workflow id.
-    pub workflow_id: String,
-    /// The workflow type.
-    pub workflow_type: String,
-    /// The task queue its workers poll.
-    pub task_queue: String,
-    /// Start arguments.
-    #[serde(default)]
-    pub input: Value,
-    /// Initial memo.
-    #[serde(default)]
-    pub memo: Map<String, Value>,
-    /// Initial search attributes.
-    #[serde(default)]
-    pub search_attributes: Map<String, Value>,
-    /// Optional business key.
-    #[serde(default)]
-    pub business_key: Option<String>,
-    /// Deduplication token: a retry with it returns the run it started.
-    #[serde(default)]
-    pub request_id: Option<String>,
-}
+/// The channel query pollers wait on.
+pub(crate) const QUERY_CHANNEL: &str = "query";
+const ANSWER_CHECK: Duration = Duration::from_millis(20);
 
-/// Body of signal and update.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Message {
-    /// Arguments.
-    #[serde(default)]
-    pub input: Value,
-    /// Deduplication token.
-    #[serde(default)]
-    pub request_id: Option<String>,
-}
-
-/// Body of cancel and terminate.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Stop {
-    /// Why.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// Deduplication token.
-    #[serde(default)]
-    pub request_id: Option<String>,
+/// What a start found or made.
+enum Begun {
+    /// A new run.
+    Started(RunId),
+    /// The run an earlier attempt with the same request id started.
+    Retried(RunId),
+    /// The id's run that is still open.
+    Open(RunId, RunStatus),
 }
 
 /// Signal or update.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MessageKind {
     /// A signal.
     Signal,
@@ -85,87 +57,370 @@ impl Engine {
         }
     }
 
-    fn run_of(&self, namespace: &str, workflow_id: &str) -> Result<RunId, ApiError> {
-        self.read(|s| s.find_run(namespace, workflow_id))?
-            .ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned()))
+    pub(crate) fn wake(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        channel: &str,
+    ) -> Result<(), ApiError> {
+        Ok(self.signals.signal(namespace, task_queue, channel)?)
     }
 
-    fn wake(&self, namespace: &str, task_queue: &str, kind: TaskKind) -> Result<(), ApiError> {
-        Ok(self.signals.signal(namespace, task_queue, kind.as_str())?)
+    /// The run an operation targets: `run_id` when given (it must belong to
+    /// the workflow), else the workflow's newest run.
+    fn target(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+    ) -> Result<RunId, ApiError> {
+        let not_found = || ApiError::WorkflowNotFound(workflow_id.to_owned());
+        match run_id {
+            None => self
+                .read(|s| s.find_run(namespace, workflow_id))?
+                .ok_or_else(not_found),
+            Some(text) => {
+                let run = wire::parse_run_id(text).ok_or_else(not_found)?;
+                match self.read(|s| s.run(run)) {
+                    Ok(r) if r.namespace == namespace && r.workflow_id == workflow_id => Ok(run),
+                    Ok(_) | Err(StoreError::RunNotFound(_)) => Err(not_found()),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
     }
 
-    /// Starts a run and queues its first workflow task.
-    pub fn start_workflow(&self, namespace: &str, body: StartWorkflow) -> Result<Value, ApiError> {
+    /// Starts a run and queues its first workflow task: `(201, started)`, or
+    /// `(200, existing)` under `duplicate_policy = use-existing`.
+    pub fn start_workflow(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+    ) -> Result<(u16, Value), ApiError> {
         let mut v = self.config.request_limits.validator();
-        v.text("namespace", namespace, dwpolicy::boundary::MAX_NAME_CHARS)
-            .workflow_id(&body.workflow_id)
+        v.workflow_id(&body.workflow_id)
             .workflow_type(&body.workflow_type)
-            .task_queue(&body.task_queue)
-            .memo(&Value::Object(body.memo.clone()))
-            .search_attributes(&body.search_attributes);
+            .task_queue(&body.task_queue);
+        let memo = body.memo.clone().unwrap_or_default();
+        let search = body.search_attributes.clone().unwrap_or_default();
+        v.memo(&Value::Object(memo.clone()))
+            .search_attributes(&search);
         if let Some(key) = &body.business_key {
             v.business_key(key);
         }
         if let Some(id) = &body.request_id {
             v.request_id(id);
         }
-        finish_validation(
+        let mut checks = Checks::default();
+        checks
+            .range(
+                "execution_timeout_seconds",
+                body.execution_timeout_seconds,
+                1,
+                MAX_DURATION_SECONDS,
+            )
+            .range(
+                "run_timeout_seconds",
+                body.run_timeout_seconds,
+                1,
+                MAX_DURATION_SECONDS,
+            )
+            .range("priority", body.priority, 0, 9);
+        let policy = body.duplicate_policy.as_deref().unwrap_or("fail");
+        if !matches!(policy, "fail" | "use-existing") {
+            checks.problem(
+                "duplicate_policy",
+                "The duplicate_policy field must be \"fail\" or \"use-existing\".",
+            );
+        }
+        finish_with(
             v,
             &[
                 ("workflow_id", &body.workflow_id),
                 ("workflow_type", &body.workflow_type),
                 ("task_queue", &body.task_queue),
             ],
+            &checks.problems,
         )?;
         let _slot = self.admit_namespace(namespace)?;
+        let codec = wire::codec(&body.input);
         let start = StartRun {
             workflow_id: body.workflow_id.clone(),
-            workflow_type: body.workflow_type,
+            workflow_type: body.workflow_type.clone(),
             namespace: namespace.to_owned(),
             task_queue: body.task_queue.clone(),
             arguments: body.input,
-            memo: body.memo,
-            search_attributes: body.search_attributes,
+            memo,
+            search_attributes: search,
         };
-        let request_id = body.request_id;
-        let started = self.write(move |s| s.start_workflow(start, request_id.as_deref()))?;
-        self.wake(namespace, &body.task_queue, TaskKind::Workflow)?;
-        Ok(json!({
-            "workflow_id": body.workflow_id,
-            "run_id": started.run.0,
-            "outcome": "started",
-            "duplicate": started.duplicate,
-        }))
+        let request_id = body.request_id.clone();
+        let use_existing = policy == "use-existing";
+        // The duplicate check, the run and its first task commit together,
+        // so two racing starts of one id cannot both open a run.
+        let started = self.write(move |s| {
+            if let Some(id) = &request_id {
+                if let Some(run) = s.run_started_by(&start.namespace, &start.workflow_id, id)? {
+                    return Ok(Begun::Retried(run));
+                }
+            }
+            if let Some(open) = s.open_run(&start.namespace, &start.workflow_id)? {
+                return Ok(Begun::Open(open, s.run(open)?.status));
+            }
+            let started = s.start_workflow(start, request_id.as_deref())?;
+            Ok(Begun::Started(started.run))
+        })?;
+        let (run, status, duplicate) = match started {
+            Begun::Started(run) => (run, 201, false),
+            Begun::Retried(run) => (run, 200, true),
+            Begun::Open(open, status) if use_existing => {
+                return Ok((
+                    200,
+                    json!({
+                        "workflow_id": body.workflow_id, "run_id": wire::run_id(open),
+                        "workflow_type": body.workflow_type, "namespace": namespace,
+                        "task_queue": body.task_queue, "status": status.as_str(),
+                        "payload_codec": codec, "outcome": "returned_existing_run",
+                    }),
+                ));
+            }
+            Begun::Open(open, _) => {
+                return Err(ApiError::AlreadyStarted {
+                    workflow_id: body.workflow_id,
+                    run_id: wire::run_id(open),
+                })
+            }
+        };
+        self.wake(namespace, &body.task_queue, TaskKind::Workflow.as_str())?;
+        Ok((
+            status,
+            json!({
+                "workflow_id": body.workflow_id, "run_id": wire::run_id(run),
+                "workflow_type": body.workflow_type, "namespace": namespace,
+                "task_queue": body.task_queue, "status": "running",
+                "payload_codec": codec, "outcome": "started_new", "duplicate": duplicate,
+            }),
+        ))
     }
 
-    /// Admits a signal or update; a structural limit refuses it with its metadata.
-    pub fn message(
+    /// The run's flat description (the newest run unless `run_id` is given).
+    pub fn describe(
         &self,
         namespace: &str,
         workflow_id: &str,
+        run_id: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.workflow_id(workflow_id);
+        v.finish()?;
+        let _slot = self.admit_namespace(namespace)?;
+        let run = self.target(namespace, workflow_id, run_id)?;
+        self.describe_run(run, true)
+    }
+
+    fn describe_run(&self, run: RunId, detailed: bool) -> Result<Value, ApiError> {
+        let (described, io) = self.read(|s| {
+            let described = s.describe(run)?;
+            let io = if detailed { Some(s.run_io(run)?) } else { None };
+            Ok((described, io))
+        })?;
+        let stored = &described.run;
+        let mut out = json!({
+            "workflow_id": stored.workflow_id,
+            "run_id": wire::run_id(run),
+            "workflow_type": stored.workflow_type,
+            "namespace": stored.namespace,
+            "task_queue": stored.task_queue,
+            "status": stored.status.as_str(),
+            "payload_codec": "avro",
+            "memo": stored.memo,
+            "search_attributes": stored.search_attributes,
+            "closed_at": described.closed_at_ms.map(wire::timestamp),
+        });
+        let Some((input, terminal)) = io else {
+            return Ok(out);
+        };
+        let map = out.as_object_mut().expect("a JSON object");
+        map.insert("payload_codec".into(), wire::codec(&input).into());
+        map.insert("input_envelope".into(), input);
+        if let Some(terminal) = &terminal {
+            if stored.status == RunStatus::Completed {
+                map.insert(
+                    "output_envelope".into(),
+                    terminal.get("output").cloned().unwrap_or(Value::Null),
+                );
+            } else {
+                map.insert("failure".into(), terminal.clone());
+            }
+        }
+        map.insert(
+            "pending".into(),
+            json!({
+                "activities": stored.pending.activities, "timers": stored.pending.timers,
+                "children": stored.pending.children, "signals": stored.pending.signals,
+                "updates": stored.pending.updates,
+            }),
+        );
+        map.insert("history_length".into(), stored.history_length.into());
+        map.insert("history_bytes".into(), stored.history_bytes.into());
+        map.insert(
+            "details_pruned_at".into(),
+            described.details_pruned_at_ms.map(wire::timestamp).into(),
+        );
+        map.insert(
+            "failures".into(),
+            serde_json::to_value(&described.failures)
+                .map_err(|e| ApiError::Internal(e.to_string()))?,
+        );
+        Ok(out)
+    }
+
+    /// One page of the namespace's runs, newest first.
+    pub fn list_workflows(&self, namespace: &str, query: ListQuery) -> Result<Value, ApiError> {
+        let mut checks = Checks::default();
+        let limit = wire::page_size(&mut checks, query.page_size.as_deref(), 100);
+        if query.query.is_some() {
+            checks.problem(
+                "query",
+                "Visibility queries are not supported; filter with workflow_type and status.",
+            );
+        }
+        let status = match query.status.as_deref() {
+            None => None,
+            Some(text) => match RunStatus::parse(text) {
+                Some(s) => Some(s),
+                None => {
+                    checks.problem(
+                        "status",
+                        "The status field must be running, completed, failed, cancelled or terminated.",
+                    );
+                    None
+                }
+            },
+        };
+        let before = match query.next_page_token.as_deref() {
+            None => None,
+            Some(token) => Some(
+                wire::parse_page_token(token)
+                    .and_then(|n| i64::try_from(n).ok())
+                    .map(RunId)
+                    .ok_or_else(|| ApiError::InvalidPageToken(token.to_owned()))?,
+            ),
+        };
+        finish_with(
+            self.config.request_limits.validator(),
+            &[],
+            &checks.problems,
+        )?;
+        let _slot = self.admit_namespace(namespace)?;
+        let workflow_type = query.workflow_type.as_deref();
+        let mut runs =
+            self.read(|s| s.list_runs(namespace, workflow_type, status, before, limit + 1))?;
+        let more = runs.len() > limit;
+        runs.truncate(limit);
+        let next = if more {
+            runs.last().map(|r| wire::page_token(r.0.unsigned_abs()))
+        } else {
+            None
+        };
+        let workflows = runs
+            .into_iter()
+            .map(|r| self.describe_run(r, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(json!({ "workflows": workflows, "next_page_token": next }))
+    }
+
+    /// The runs of one workflow id, oldest first.
+    pub fn list_runs(&self, namespace: &str, workflow_id: &str) -> Result<Value, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.workflow_id(workflow_id);
+        v.finish()?;
+        let _slot = self.admit_namespace(namespace)?;
+        let runs =
+            self.read(|s| s.runs_of(namespace, workflow_id, wire::MAX_PAGE_SIZE as usize))?;
+        if runs.is_empty() {
+            return Err(ApiError::WorkflowNotFound(workflow_id.to_owned()));
+        }
+        let runs = runs
+            .into_iter()
+            .map(|r| self.describe_run(r, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(json!({ "workflow_id": workflow_id, "run_count": runs.len(), "runs": runs }))
+    }
+
+    /// One page of a run's history.
+    pub fn history(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: &str,
+        query: HistoryQuery,
+    ) -> Result<Value, ApiError> {
+        let mut checks = Checks::default();
+        let limit = wire::page_size(&mut checks, query.page_size.as_deref(), 100);
+        let offset = match query.next_page_token.as_deref() {
+            None => 0,
+            Some(token) => wire::parse_page_token(token)
+                .ok_or_else(|| ApiError::InvalidPageToken(token.to_owned()))?,
+        };
+        finish_with(
+            self.config.request_limits.validator(),
+            &[],
+            &checks.problems,
+        )?;
+        let _slot = self.admit_namespace(namespace)?;
+        let run = self.target(namespace, workflow_id, Some(run_id))?;
+        let limit = self.history_limit(limit);
+        let (page, total) = self.read(|s| {
+            Ok((
+                s.history_page(run, offset, limit)?,
+                s.run(run)?.history_length,
+            ))
+        })?;
+        Ok(json!({
+            "workflow_id": workflow_id,
+            "run_id": wire::run_id(run),
+            "events": page.events.iter().map(wire::event).collect::<Vec<_>>(),
+            "total_events": total,
+            "next_page_token": page.next_sequence.map(wire::page_token),
+        }))
+    }
+
+    /// Admits a signal (202) or an update; a structural limit refuses
+    /// either with its metadata and leaves the run open.
+    #[allow(clippy::too_many_arguments)]
+    fn admit_message(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
         kind: MessageKind,
         name: &str,
-        body: Message,
-    ) -> Result<Value, ApiError> {
+        input: Value,
+        request_id: Option<String>,
+    ) -> Result<(RunId, i64, bool), ApiError> {
         let field = match kind {
             MessageKind::Signal => "signal_name",
             MessageKind::Update => "update_name",
         };
         let mut v = self.config.request_limits.validator();
         v.workflow_id(workflow_id).operation_name(field, name);
-        if let Some(id) = &body.request_id {
+        if let Some(id) = &request_id {
             v.request_id(id);
         }
         v.finish()?;
         let _slot = self.admit_namespace(namespace)?;
-        let run = self.run_of(namespace, workflow_id)?;
+        let run = self.target(namespace, workflow_id, run_id)?;
         let request = SignalRequest {
             name: name.to_owned(),
-            payload: body.input,
-            request_id: body.request_id,
+            payload: input,
+            request_id,
+        };
+        let operation = match kind {
+            MessageKind::Signal => "signal",
+            MessageKind::Update => "update",
         };
         // The message and the workflow task that delivers it commit together.
-        let (admission, task_queue) = self.write(move |store| {
+        let admitted = self.write(move |store| {
             let admission = match kind {
                 MessageKind::Signal => store.signal(run, request)?,
                 MessageKind::Update => store.submit_update(run, request)?,
@@ -177,25 +432,193 @@ impl Engine {
                 store.enqueue_workflow_task(run)?;
             }
             Ok((admission, store.run(run)?.task_queue))
-        })?;
+        });
+        let (admission, task_queue) = admitted.map_err(|e| closed(e, operation, run))?;
         match admission {
             Admission::Rejected(rejection) => Err(ApiError::Structural(rejection)),
             Admission::Accepted { id, duplicate } => {
-                self.wake(namespace, &task_queue, TaskKind::Workflow)?;
-                Ok(
-                    json!({ "outcome": "accepted", "id": id, "duplicate": duplicate, "run_id": run.0 }),
-                )
+                self.wake(namespace, &task_queue, TaskKind::Workflow.as_str())?;
+                Ok((run, id, duplicate))
             }
         }
     }
 
-    /// Requests cancellation (`terminate == false`) or terminates at once.
+    /// `POST …/signal/{name}`: 202 once the signal is in history.
+    pub fn signal(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        name: &str,
+        body: SignalBody,
+    ) -> Result<Value, ApiError> {
+        let request_id = body.request_id.clone();
+        let (run, id, duplicate) = self.admit_message(
+            namespace,
+            workflow_id,
+            run_id,
+            MessageKind::Signal,
+            name,
+            body.input,
+            body.request_id,
+        )?;
+        Ok(json!({
+            "workflow_id": workflow_id, "run_id": wire::run_id(run), "signal_name": name,
+            "signal_id": id.to_string(), "outcome": "signal_received",
+            "command_status": "accepted", "request_id": request_id, "retained": duplicate,
+        }))
+    }
+
+    /// `POST …/update/{name}`: accepted at once, or waits for the result
+    /// with `wait_for = completed` (up to `wait_timeout_seconds`).
+    pub fn update(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        name: &str,
+        body: UpdateBody,
+    ) -> Result<Value, ApiError> {
+        let wait_for = body.wait_for.clone().unwrap_or_else(|| "accepted".into());
+        let mut checks = Checks::default();
+        if !matches!(wait_for.as_str(), "accepted" | "completed") {
+            checks.problem(
+                "wait_for",
+                "The wait_for field must be \"accepted\" or \"completed\".",
+            );
+        }
+        let max_wait = i64::try_from(self.config.max_update_wait.as_secs()).unwrap_or(i64::MAX);
+        checks.range(
+            "wait_timeout_seconds",
+            body.wait_timeout_seconds,
+            1,
+            max_wait,
+        );
+        finish_with(
+            self.config.request_limits.validator(),
+            &[],
+            &checks.problems,
+        )?;
+        let request_id = body.request_id.clone();
+        let (run, id, duplicate) = self.admit_message(
+            namespace,
+            workflow_id,
+            run_id,
+            MessageKind::Update,
+            name,
+            body.input,
+            body.request_id,
+        )?;
+        let mut out = json!({
+            "workflow_id": workflow_id, "run_id": wire::run_id(run), "update_name": name,
+            "update_id": id.to_string(), "request_id": request_id, "retained": duplicate,
+            "update_status": "accepted", "wait_for": wait_for,
+        });
+        if wait_for == "accepted" {
+            return Ok(out);
+        }
+        let wait = body
+            .wait_timeout_seconds
+            .map(|s| Duration::from_secs(s.unsigned_abs()))
+            .unwrap_or(self.config.max_update_wait)
+            .min(self.config.max_update_wait);
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some((status, result)) = self.read(|s| s.update_outcome(id))? {
+                match status.as_str() {
+                    "completed" => {
+                        out["update_status"] = "completed".into();
+                        out["result"] = Value::Null;
+                        out["result_envelope"] = result;
+                        return Ok(out);
+                    }
+                    _ => {
+                        let message = result
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("the workflow rejected the update")
+                            .to_owned();
+                        return Err(ApiError::UpdateFailed(message, out));
+                    }
+                }
+            }
+            let status = self.read(|s| s.run(run))?.status;
+            if status != RunStatus::Running {
+                return Err(ApiError::RunClosed {
+                    operation: "update",
+                    run_id: wire::run_id(run),
+                    status: status.as_str().to_owned(),
+                });
+            }
+            if Instant::now() >= deadline {
+                out["wait_timed_out"] = true.into();
+                return Ok(out);
+            }
+            std::thread::sleep(ANSWER_CHECK);
+        }
+    }
+
+    /// `POST …/query/{name}`: routed to a worker of the run's task queue
+    /// through a query task; waits up to the configured query timeout.
+    pub fn query(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        name: &str,
+        body: QueryBody,
+    ) -> Result<Value, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.workflow_id(workflow_id)
+            .operation_name("query_name", name);
+        v.finish()?;
+        let _slot = self.admit_namespace(namespace)?;
+        let run = self.target(namespace, workflow_id, run_id)?;
+        let (query_name, input) = (name.to_owned(), body.input);
+        let (task, task_queue) = self.write(move |s| {
+            let task = s.enqueue_query(run, &query_name, &input)?;
+            Ok((task, s.run(run)?.task_queue))
+        })?;
+        self.wake(namespace, &task_queue, QUERY_CHANNEL)?;
+        let deadline = Instant::now() + self.config.query_timeout;
+        let answer = loop {
+            match self.read(|s| s.query_answer(task)) {
+                Ok(Some(answer)) => break Ok(answer),
+                Ok(None) if Instant::now() >= deadline => {
+                    break Err(ApiError::QueryTimeout(
+                        self.config.query_timeout.as_millis(),
+                    ))
+                }
+                Ok(None) => std::thread::sleep(ANSWER_CHECK),
+                Err(e) => break Err(e.into()),
+            }
+        };
+        self.write(move |s| s.forget_query(task))?;
+        match answer? {
+            QueryAnswer::Completed(document) => Ok(json!({
+                "workflow_id": workflow_id, "run_id": wire::run_id(run), "query_name": name,
+                "result": document.get("result").cloned().unwrap_or(Value::Null),
+                "result_envelope": document.get("result_envelope").cloned().unwrap_or(Value::Null),
+            })),
+            QueryAnswer::Failed(failure) => {
+                let message = failure
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the worker rejected the query")
+                    .to_owned();
+                Err(ApiError::QueryRejected(message, failure))
+            }
+        }
+    }
+
+    /// Cancels or terminates the run at once (each its own terminal status).
     pub fn stop(
         &self,
         namespace: &str,
         workflow_id: &str,
+        run_id: Option<&str>,
         terminate: bool,
-        body: Stop,
+        body: StopBody,
     ) -> Result<Value, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.workflow_id(workflow_id);
@@ -207,36 +630,34 @@ impl Engine {
         }
         v.finish()?;
         let _slot = self.admit_namespace(namespace)?;
-        let run = self.run_of(namespace, workflow_id)?;
+        let run = self.target(namespace, workflow_id, run_id)?;
         let reason = body.reason.unwrap_or_default();
-        let request_id = body.request_id;
-        let (stopped, task_queue) = self.write(move |store| {
-            let stopped = if terminate {
-                store.terminate(run, &reason, request_id.as_deref())?
+        let operation = if terminate { "terminate" } else { "cancel" };
+        let (why, request_id) = (reason.clone(), body.request_id.clone());
+        let stopped = self.write(move |store| {
+            if terminate {
+                store.terminate(run, &why, request_id.as_deref())
             } else {
-                store.request_cancel(run, &reason, request_id.as_deref())?
-            };
-            Ok((stopped, store.run(run)?.task_queue))
-        })?;
-        if !terminate && !stopped.duplicate {
-            self.wake(namespace, &task_queue, TaskKind::Workflow)?;
-        }
-        let outcome = if terminate {
-            "terminated"
-        } else {
-            "cancel_requested"
-        };
-        Ok(json!({ "outcome": outcome, "run_id": run.0, "duplicate": stopped.duplicate }))
+                store.cancel(run, &why, request_id.as_deref())
+            }
+        });
+        let stopped = stopped.map_err(|e| closed(e, operation, run))?;
+        let outcome = if terminate { "terminated" } else { "cancelled" };
+        Ok(json!({
+            "workflow_id": workflow_id, "run_id": wire::run_id(run), "outcome": outcome,
+            "status": outcome, "reason": reason, "duplicate": stopped.duplicate,
+        }))
     }
+}
 
-    /// The newest run of a workflow.
-    pub fn describe(&self, namespace: &str, workflow_id: &str) -> Result<Value, ApiError> {
-        let mut v = self.config.request_limits.validator();
-        v.workflow_id(workflow_id);
-        v.finish()?;
-        let _slot = self.admit_namespace(namespace)?;
-        let run = self.run_of(namespace, workflow_id)?;
-        let description = self.read(|s| s.describe(run))?;
-        serde_json::to_value(description).map_err(|e| ApiError::Internal(e.to_string()))
+/// A store refusal on a closed run, as the protocol names it.
+fn closed(e: StoreError, operation: &'static str, run: RunId) -> ApiError {
+    match e {
+        StoreError::RunNotActive { status, .. } => ApiError::RunClosed {
+            operation,
+            run_id: wire::run_id(run),
+            status: status.as_str().to_owned(),
+        },
+        other => other.into(),
     }
 }

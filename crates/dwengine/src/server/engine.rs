@@ -6,8 +6,8 @@
 //! store's group-commit writer as whole transitions (one closure = one
 //! atomic unit); reads go to its read pool.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, RwLock};
 
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
@@ -41,6 +41,8 @@ pub struct Engine {
     pub(crate) activity_waits: WaitSlotPool,
     pub(crate) workflow_runs: WorkflowRunMetrics,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
+    /// Namespaces already found registered (grows only by registration).
+    pub(crate) known_namespaces: RwLock<HashSet<String>>,
 }
 
 /// Why a node could not start.
@@ -131,6 +133,7 @@ impl Engine {
                     .prometheus_workflow_series_limit
                     .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
             ),
+            known_namespaces: RwLock::new(HashSet::new()),
             cache,
             config,
         })

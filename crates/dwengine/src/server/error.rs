@@ -34,9 +34,45 @@ pub enum ApiError {
     /// The node holds its cap of long-poll waits.
     #[error("long-poll capacity: {0:?}")]
     WaitCapacity(WaitRefusal),
-    /// No such workflow.
+    /// No such workflow (or run).
     #[error("workflow {0} not found")]
     WorkflowNotFound(String),
+    /// `X-Namespace` names a namespace nobody registered.
+    #[error("namespace {0:?} is not registered")]
+    NamespaceNotFound(String),
+    /// A start for a workflow id whose run is still open.
+    #[error("workflow {workflow_id} already has an open run ({run_id})")]
+    AlreadyStarted {
+        /// The workflow id.
+        workflow_id: String,
+        /// The open run.
+        run_id: String,
+    },
+    /// An operation on a run that has closed.
+    #[error("run {run_id} is {status}")]
+    RunClosed {
+        /// The operation (`signal`, `update`, `query`, `cancel`, `terminate`).
+        operation: &'static str,
+        /// The run.
+        run_id: String,
+        /// Its terminal status.
+        status: String,
+    },
+    /// No such registered worker.
+    #[error("worker {0:?} is not registered")]
+    WorkerNotFound(String),
+    /// A page token this server did not issue.
+    #[error("next_page_token {0:?} is not a token this server issued")]
+    InvalidPageToken(String),
+    /// The worker refused or failed a query.
+    #[error("query rejected: {0}")]
+    QueryRejected(String, Value),
+    /// No worker answered a query in time.
+    #[error("no worker answered the query within {0} ms")]
+    QueryTimeout(u128),
+    /// The workflow refused an update.
+    #[error("update failed: {0}")]
+    UpdateFailed(String, Value),
     /// The store refused (not found, closed, …).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -62,12 +98,22 @@ impl ApiError {
             ApiError::Malformed(_) => 400,
             ApiError::Structural(_) => 409,
             ApiError::NamespaceLimited(_) | ApiError::WaitCapacity(_) => 429,
-            ApiError::WorkflowNotFound(_) => 404,
+            ApiError::WorkflowNotFound(_)
+            | ApiError::NamespaceNotFound(_)
+            | ApiError::WorkerNotFound(_) => 404,
+            ApiError::AlreadyStarted { .. }
+            | ApiError::RunClosed { .. }
+            | ApiError::QueryRejected(..) => 409,
+            ApiError::InvalidPageToken(_) => 400,
+            ApiError::QueryTimeout(_) => 504,
+            ApiError::UpdateFailed(..) => 422,
             ApiError::Store(e) => match e {
                 StoreError::RunNotFound(_) | StoreError::ItemNotFound { .. } => 404,
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
+                | StoreError::StaleTask { .. }
                 | StoreError::ReadOnlyProjection(_) => 409,
+                StoreError::UnknownUpdate(_) => 422,
                 StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
                 _ => 500,
             },
@@ -119,6 +165,61 @@ impl ApiError {
             ApiError::Disclosure(_) => {
                 json!({ "reason": "metric_disclosure_refused", "message": self.to_string() })
             }
+            ApiError::WorkflowNotFound(_) => {
+                json!({ "reason": "workflow_not_found", "message": self.to_string() })
+            }
+            ApiError::NamespaceNotFound(ns) => json!({
+                "reason": "namespace_not_found", "namespace": ns, "message": self.to_string(),
+                "hint": "register it with POST /api/namespaces (admin) or send X-Namespace: default",
+            }),
+            ApiError::AlreadyStarted {
+                workflow_id,
+                run_id,
+            } => json!({
+                "reason": "instance_already_started", "workflow_id": workflow_id,
+                "run_id": run_id, "message": self.to_string(),
+            }),
+            ApiError::RunClosed {
+                operation,
+                run_id,
+                status,
+            } => json!({
+                "reason": "run_not_active", "control_plane_operation": operation,
+                "run_id": run_id, "status": status, "message": self.to_string(),
+            }),
+            ApiError::WorkerNotFound(_) => {
+                json!({ "reason": "worker_not_found", "message": self.to_string() })
+            }
+            ApiError::InvalidPageToken(_) => {
+                json!({ "reason": "invalid_page_token", "message": self.to_string() })
+            }
+            ApiError::QueryRejected(message, failure) => json!({
+                "reason": "query_rejected", "message": message, "failure": failure,
+                "control_plane_operation": "query",
+            }),
+            ApiError::QueryTimeout(_) => {
+                json!({ "reason": "query_worker_timeout", "message": self.to_string() })
+            }
+            ApiError::UpdateFailed(message, body) => {
+                let mut out = json!({
+                    "reason": "update_failed", "update_status": "failed",
+                    "failure_message": message, "message": message,
+                });
+                if let (Value::Object(out), Value::Object(extra)) = (&mut out, body) {
+                    for (k, v) in extra {
+                        out.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+                out
+            }
+            ApiError::Store(StoreError::StaleTask { task, reason }) => json!({
+                "reason": "stale_task_lease", "task_id": task.to_string(), "fence": reason,
+                "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
+                "reason": "validation_failed", "message": self.to_string(),
+                "validation_errors": { "update_id": [format!("Update {id:?} is not an accepted update of this run.")] },
+            }),
             other => {
                 let reason = match other.status() {
                     400 => "malformed_request",
@@ -136,8 +237,18 @@ impl ApiError {
 /// Ends boundary validation, adding a `required` error for each empty
 /// field of `required`, so a client gets every problem in one answer.
 pub fn finish_validation(
+    validator: RequestValidator<'_>,
+    required: &[(&str, &str)],
+) -> Result<(), BoundaryError> {
+    finish_with(validator, required, &[])
+}
+
+/// As [`finish_validation`], with further (field, problem) pairs found by
+/// the caller (range checks), all in one 422.
+pub fn finish_with(
     mut validator: RequestValidator<'_>,
     required: &[(&str, &str)],
+    problems: &[(String, String)],
 ) -> Result<(), BoundaryError> {
     let mut errors: BTreeMap<String, Vec<String>> = match validator.finish() {
         Ok(()) => BTreeMap::new(),
@@ -146,6 +257,12 @@ pub fn finish_validation(
         }) => validation_errors,
         Err(other) => return Err(other),
     };
+    for (field, problem) in problems {
+        errors
+            .entry(field.clone())
+            .or_default()
+            .push(problem.clone());
+    }
     for (field, value) in required {
         if value.trim().is_empty() {
             errors

@@ -1,17 +1,24 @@
 //! The standalone server (`dwserver`): HTTP control and worker planes.
 //!
 //! [`config`] reads the node's settings, [`engine`] owns the store and the
-//! cache surfaces, [`control`] and [`worker`] hold the operations,
-//! [`metrics`] the per-namespace metric surfaces, [`http`] adapts them to
-//! axum. [`Running`] serves an engine on a background
-//! runtime, which is how the binary and the integration tests start it.
+//! cache surfaces, [`control`], [`worker`], [`queries`] and [`namespaces`]
+//! hold the operations, [`metrics`] the per-namespace metric surfaces,
+//! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
+//! [`auth`] the token roles, and [`http`] adapts them to axum. [`Running`]
+//! serves an engine on a background runtime, which is how the binary and
+//! the integration tests start it.
 
+pub mod auth;
 pub mod config;
 pub mod control;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod manifest;
 pub mod metrics;
+pub mod namespaces;
+pub mod queries;
+pub mod wire;
 pub mod worker;
 
 use std::net::SocketAddr;

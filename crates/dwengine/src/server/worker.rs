@@ -1,11 +1,15 @@
-//! The worker plane: heartbeats, idempotent long polls, completions.
+//! The worker plane: registration, idempotent long polls, fenced reports.
 //!
 //! A poll runs one pass (recovery scans, then a lease under the queue's
 //! admission) and, if that found nothing, holds a wait slot and re-runs the
 //! pass whenever the queue's wake signal changes, until its wait ends. Its
 //! answer is stored under its poll request id, so a retry of the same id
-//! replays the answer and can never lease a second task.
+//! replays the answer and can never lease a second task. Every report on a
+//! task names the lease it holds (`lease_owner` and the attempt); a report
+//! from a worker that lost its lease is refused with 409.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -13,96 +17,140 @@ use serde_json::{json, Value};
 
 use crate::diagnostics::PollObservation;
 use crate::poll_requests::PollClaim;
-use crate::server::error::finish_validation;
+use crate::server::error::finish_with;
+use crate::server::wire::{
+    self, ActivityReport, Checks, PollBody, RegisterWorker, WorkerHeartbeat, WorkflowTaskLease,
+    MAX_PAGE_SIZE,
+};
 use crate::server::{ApiError, Engine};
-use crate::store::{LeasedTask, TaskKind, WorkerCommand, WorkflowDecision};
-
-/// Register or heartbeat.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Heartbeat {
-    /// The namespace.
-    pub namespace: String,
-    /// The worker's id.
-    pub worker_id: String,
-    /// The queue it polls.
-    pub task_queue: String,
-}
-
-/// A long poll.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Poll {
-    /// The namespace.
-    pub namespace: String,
-    /// The queue.
-    pub task_queue: String,
-    /// The polling worker.
-    pub worker_id: String,
-    /// Idempotency token of this poll.
-    pub poll_request_id: String,
-    /// How long to wait for work (capped by the server).
-    #[serde(default)]
-    pub timeout_ms: u64,
-}
-
-/// A workflow-task completion (the decision's fields sit beside `commands`,
-/// which is why unknown fields cannot be denied here).
-#[derive(Debug, Deserialize, Default)]
-pub struct WorkflowCompletion {
-    /// Every command the workflow issued since the start, in order.
-    #[serde(default)]
-    pub commands: Vec<WorkerCommand>,
-    /// How the task ends.
-    #[serde(default, flatten)]
-    pub decision: WorkflowDecision,
-}
-
-/// An activity completion or failure.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ActivityOutcome {
-    /// The result (completion).
-    #[serde(default)]
-    pub result: Value,
-    /// The failure message (failure).
-    #[serde(default)]
-    pub message: Option<String>,
-}
+use crate::store::{
+    attempt_id, ActivityFence, AttemptFailure, AttemptOutcome, HistoryPageLimit, LeasedTask, RunId,
+    TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
+};
 
 const WAKE_CHECK: Duration = Duration::from_millis(25);
 // Re-run a pass now and then even without a wake: a signal can expire or a
 // timer can come due with nobody enqueuing anything.
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
+/// Events per history page when the worker names no size.
+pub(crate) const DEFAULT_HISTORY_PAGE: usize = 100;
+/// The heartbeat cadence advertised to workers.
+pub(crate) const HEARTBEAT_INTERVAL_SECONDS: u64 = 30;
+/// The failure type the SDK reports when a task had nothing new to do.
+const WAITING_FOR_HISTORY: &str = "WorkflowTaskWaitingForHistory";
+
+/// A validated poll.
+pub(crate) struct PollSpec {
+    pub namespace: String,
+    pub task_queue: String,
+    pub worker_id: String,
+    pub poll_request_id: String,
+    pub wait: Duration,
+    pub history_page_size: usize,
+    /// Set when the HTTP request went away (the client disconnected): the
+    /// poll stops before leasing a task nobody would receive.
+    pub abandoned: Arc<AtomicBool>,
+}
+
+impl PollSpec {
+    /// Whether the poller is gone.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+}
 
 impl Engine {
-    /// Registers a worker or records its heartbeat; the elected heartbeat
-    /// of a namespace also prunes at most one expired run.
-    pub fn heartbeat(&self, body: Heartbeat) -> Result<Value, ApiError> {
+    /// Validates a poll body for `namespace`.
+    pub(crate) fn poll_spec(&self, namespace: &str, body: PollBody) -> Result<PollSpec, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.task_queue(&body.task_queue).text(
+            "worker_id",
+            &body.worker_id,
+            dwpolicy::boundary::MAX_NAME_CHARS,
+        );
+        let poll_request_id = body.poll_request_id.unwrap_or_default();
+        v.text(
+            "poll_request_id",
+            &poll_request_id,
+            dwpolicy::boundary::MAX_REQUEST_ID_CHARS,
+        );
+        let mut checks = Checks::default();
+        let max_wait = self.config.max_poll_wait.as_secs_f64();
+        if let Some(t) = body.timeout_seconds {
+            if !t.is_finite() || t < 0.0 {
+                checks.problem(
+                    "timeout_seconds",
+                    format!("The timeout_seconds field must be between 0 and {max_wait}; got {t}."),
+                );
+            }
+        }
+        checks.range(
+            "history_page_size",
+            body.history_page_size,
+            1,
+            MAX_PAGE_SIZE,
+        );
+        if let Some(kinds) = &body.task_kinds {
+            if kinds.iter().any(|k| k != "workflow") {
+                checks.problem(
+                    "task_kinds",
+                    "This server serves only the \"workflow\" task kind on this route.",
+                );
+            }
+        }
+        finish_with(
+            v,
+            &[
+                ("task_queue", &body.task_queue),
+                ("worker_id", &body.worker_id),
+                ("poll_request_id", &poll_request_id),
+            ],
+            &checks.problems,
+        )?;
+        let wait = body
+            .timeout_seconds
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(|t| Duration::from_secs_f64(t.min(max_wait)))
+            .unwrap_or(self.config.max_poll_wait);
+        Ok(PollSpec {
+            namespace: namespace.to_owned(),
+            task_queue: body.task_queue,
+            worker_id: body.worker_id,
+            poll_request_id,
+            wait,
+            history_page_size: body
+                .history_page_size
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(DEFAULT_HISTORY_PAGE),
+            abandoned: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// `POST /api/worker/register`: records the worker and acknowledges.
+    pub fn register_worker(
+        &self,
+        namespace: &str,
+        body: RegisterWorker,
+    ) -> Result<Value, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.text(
-            "namespace",
-            &body.namespace,
-            dwpolicy::boundary::MAX_NAME_CHARS,
-        )
-        .text(
             "worker_id",
             &body.worker_id,
             dwpolicy::boundary::MAX_NAME_CHARS,
         )
         .task_queue(&body.task_queue);
-        finish_validation(
+        finish_with(
             v,
             &[
-                ("namespace", &body.namespace),
                 ("worker_id", &body.worker_id),
                 ("task_queue", &body.task_queue),
             ],
+            &[],
         )?;
         let sweep = self.config.worker_sweep;
         let idle_before = sweep.idle_before_ms(crate::unix_ms());
         let (ns, worker, queue) = (
-            body.namespace.clone(),
+            namespace.to_owned(),
             body.worker_id.clone(),
             body.task_queue.clone(),
         );
@@ -111,48 +159,69 @@ impl Engine {
             store.record_worker(&ns, &worker, &queue)?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)
         })?;
-        let ns = body.namespace.clone();
-        let pruned = self
-            .retention
-            .on_heartbeat(&body.namespace, |cutoff| {
+        let pruned = self.prune_on_heartbeat(namespace)?;
+        Ok(json!({
+            "worker_id": body.worker_id, "namespace": namespace, "task_queue": body.task_queue,
+            "registered": true, "runtime": body.runtime, "sdk_version": body.sdk_version,
+            "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
+            "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
+            "pruned_run_id": pruned.map(wire::run_id),
+        }))
+    }
+
+    /// `POST /api/worker/heartbeat`.
+    pub fn worker_heartbeat(
+        &self,
+        namespace: &str,
+        body: WorkerHeartbeat,
+    ) -> Result<Value, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.text(
+            "worker_id",
+            &body.worker_id,
+            dwpolicy::boundary::MAX_NAME_CHARS,
+        );
+        finish_with(v, &[("worker_id", &body.worker_id)], &[])?;
+        let (ns, worker) = (namespace.to_owned(), body.worker_id.clone());
+        if !self.write(move |s| s.touch_worker(&ns, &worker))? {
+            return Err(ApiError::WorkerNotFound(body.worker_id));
+        }
+        let pruned = self.prune_on_heartbeat(namespace)?;
+        Ok(json!({
+            "worker_id": body.worker_id, "heartbeat_recorded": true,
+            "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
+            "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
+            "pruned_run_id": pruned.map(wire::run_id),
+        }))
+    }
+
+    /// The namespace's elected heartbeat prunes at most one expired run.
+    fn prune_on_heartbeat(&self, namespace: &str) -> Result<Option<RunId>, ApiError> {
+        let ns = namespace.to_owned();
+        self.retention
+            .on_heartbeat(namespace, |cutoff| {
                 self.write(move |store| store.prune_one_expired_run(&ns, cutoff))
             })
             .map_err(|e| match e {
                 crate::retention::RetentionError::Cache(e) => ApiError::Cache(e),
                 crate::retention::RetentionError::Store(e) => ApiError::Store(e),
-            })?;
-        Ok(json!({ "outcome": "recorded", "pruned_run_id": pruned.map(|r| r.0) }))
+            })
+    }
+
+    /// `DELETE /api/worker/registrations/{id}`.
+    pub fn deregister_worker(&self, namespace: &str, worker_id: &str) -> Result<Value, ApiError> {
+        let (ns, worker) = (namespace.to_owned(), worker_id.to_owned());
+        let recovered = self
+            .write(move |s| s.deregister_worker(&ns, &worker))?
+            .ok_or_else(|| ApiError::WorkerNotFound(worker_id.to_owned()))?;
+        Ok(json!({
+            "worker_id": worker_id, "outcome": "deregistered",
+            "recovered_workflow_task_count": recovered,
+        }))
     }
 
     /// Long-polls a task of `kind`.
-    pub fn poll(&self, kind: TaskKind, poll: Poll) -> Result<Value, ApiError> {
-        let mut v = self.config.request_limits.validator();
-        v.text(
-            "namespace",
-            &poll.namespace,
-            dwpolicy::boundary::MAX_NAME_CHARS,
-        )
-        .task_queue(&poll.task_queue)
-        .text(
-            "worker_id",
-            &poll.worker_id,
-            dwpolicy::boundary::MAX_NAME_CHARS,
-        )
-        .text(
-            "poll_request_id",
-            &poll.poll_request_id,
-            dwpolicy::boundary::MAX_REQUEST_ID_CHARS,
-        );
-        finish_validation(
-            v,
-            &[
-                ("namespace", &poll.namespace),
-                ("task_queue", &poll.task_queue),
-                ("worker_id", &poll.worker_id),
-                ("poll_request_id", &poll.poll_request_id),
-            ],
-        )?;
-        let wait = Duration::from_millis(poll.timeout_ms).min(self.config.max_poll_wait);
+    pub(crate) fn poll(&self, kind: TaskKind, poll: PollSpec) -> Result<Value, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         // Cache admission per caller: a registered worker's polls keep their
         // keys; an unknown caller's only within the node's small budget.
@@ -161,10 +230,11 @@ impl Engine {
         if !known && !self.unknown_polls.try_admit() {
             // Served without keys; a repeat of this id still finds the
             // task it leased through the durable binding in the store.
-            return Ok(json!({ "task": self.run_poll(kind, &poll, wait)? }));
+            let task = self.run_poll(kind, &poll)?;
+            return self.answer(task, poll.history_page_size, false);
         }
         let polls = self.polls(kind);
-        let answer = match polls.begin(ns, queue, id, wait)? {
+        let answer = match polls.begin(ns, queue, id, poll.wait)? {
             PollClaim::Replay(bytes) => self.replayed(kind, &poll, &bytes)?,
             PollClaim::InFlight => {
                 // A repeat of a poll still running waits like a poll: it
@@ -173,9 +243,9 @@ impl Engine {
                     Ok(slot) => slot,
                     Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
                 };
-                self.await_in_flight(kind, &poll, wait)?
+                self.await_in_flight(kind, &poll)?
             }
-            PollClaim::Fresh => match self.run_poll(kind, &poll, wait) {
+            PollClaim::Fresh => match self.run_poll(kind, &poll) {
                 Ok(task) => {
                     // The replay key keeps a reference, never the task: its
                     // size is fixed however large the history is.
@@ -184,7 +254,7 @@ impl Engine {
                     };
                     let bytes = serde_json::to_vec(&reference).unwrap_or_default();
                     polls.finish(ns, queue, id, &bytes)?;
-                    json!({ "task": task })
+                    self.answer(task, poll.history_page_size, false)?
                 }
                 Err(e) => {
                     let _ = polls.abandon(ns, queue, id);
@@ -212,13 +282,46 @@ impl Engine {
         Ok(answer)
     }
 
-    fn await_in_flight(
+    /// A poll's answer: the task in the protocol's shape, or none.
+    fn answer(
         &self,
-        kind: TaskKind,
-        poll: &Poll,
-        wait: Duration,
+        task: Option<LeasedTask>,
+        page_size: usize,
+        replayed: bool,
     ) -> Result<Value, ApiError> {
-        let deadline = Instant::now() + wait + self.config.poll_ttls.pending_slack;
+        let status = if task.is_some() { "leased" } else { "timeout" };
+        let task = match task {
+            Some(task) => self.render_task(task, page_size)?,
+            None => Value::Null,
+        };
+        let mut answer = json!({ "task": task, "poll_status": status });
+        if replayed {
+            answer["replayed"] = true.into();
+        }
+        Ok(answer)
+    }
+
+    /// The answer replayed from a replay key: the task it names, read
+    /// again from the store while it is still leased to this poll.
+    fn replayed(&self, kind: TaskKind, poll: &PollSpec, bytes: &[u8]) -> Result<Value, ApiError> {
+        let reference: ReplayRef =
+            serde_json::from_slice(bytes).unwrap_or(ReplayRef { task_id: None });
+        let task = match reference.task_id {
+            None => None,
+            Some(_) => self.read(|s| {
+                s.leased_by_poll_request(
+                    kind,
+                    &poll.namespace,
+                    &poll.task_queue,
+                    &poll.poll_request_id,
+                )
+            })?,
+        };
+        self.answer(task, poll.history_page_size, true)
+    }
+
+    fn await_in_flight(&self, kind: TaskKind, poll: &PollSpec) -> Result<Value, ApiError> {
+        let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
         let polls = self.polls(kind);
         loop {
             if let Some(bytes) =
@@ -226,41 +329,39 @@ impl Engine {
             {
                 return self.replayed(kind, poll, &bytes);
             }
-            if Instant::now() >= deadline {
-                return Ok(json!({ "task": null, "replayed": false }));
+            if Instant::now() >= deadline || poll.is_abandoned() {
+                return Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }));
             }
             std::thread::sleep(WAKE_CHECK);
         }
     }
 
-    fn run_poll(
-        &self,
-        kind: TaskKind,
-        poll: &Poll,
-        wait: Duration,
-    ) -> Result<Option<LeasedTask>, ApiError> {
+    fn run_poll(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         // The durable binding: a task still leased to this id is this poll's answer.
-        if let Some(task) =
-            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?
-        {
-            return Ok(Some(task));
+        let bound =
+            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?;
+        if bound.is_some() {
+            return Ok(bound);
         }
         if let Some(task) = self.pass(kind, poll)? {
             return Ok(Some(task));
         }
-        if wait.is_zero() {
+        if poll.wait.is_zero() {
             return Ok(None);
         }
         let _slot = match self.wait_pool(kind).admit(ns)? {
             Ok(slot) => slot,
             Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
         };
-        let deadline = Instant::now() + wait;
+        let deadline = Instant::now() + poll.wait;
         let mut seen = self.signals.version(ns, queue, kind.as_str())?;
         let mut last_pass = Instant::now();
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && !poll.is_abandoned() {
             std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
+            if poll.is_abandoned() {
+                break;
+            }
             let now = self.signals.version(ns, queue, kind.as_str())?;
             if now != seen || last_pass.elapsed() >= IDLE_RECHECK {
                 seen = now;
@@ -274,7 +375,7 @@ impl Engine {
     }
 
     /// One poll pass: capped recovery scans, then one lease under admission.
-    fn pass(&self, kind: TaskKind, poll: &Poll) -> Result<Option<LeasedTask>, ApiError> {
+    fn pass(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         self.recover(kind, ns, queue)?;
         let Some(_lock) = self
@@ -307,7 +408,9 @@ impl Engine {
                 if self.read(|s| s.has_due_timers(namespace, task_queue))? {
                     let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
                     let limit = limits.due_timer_recovery_scan_limit;
-                    self.write(move |s| s.fire_due_timers(&ns, &queue, limit))?;
+                    if self.write(move |s| s.fire_due_timers(&ns, &queue, limit))? > 0 {
+                        self.wake(namespace, task_queue, TaskKind::Workflow.as_str())?;
+                    }
                 }
                 limits.expired_workflow_task_recovery_scan_limit
             }
@@ -334,101 +437,479 @@ impl Engine {
                 })
             })?;
             if let Some((ns, queue)) = recovered {
-                self.signals.signal(&ns, &queue, kind.as_str())?;
+                self.wake(&ns, &queue, kind.as_str())?;
             }
         }
         Ok(())
     }
 
-    /// A worker's heartbeat on a leased task: extends its lease by the
-    /// configured task lease from now.
-    pub fn heartbeat_task(&self, task_id: i64) -> Result<Value, ApiError> {
-        let lease = self.config.task_lease;
-        let expires = self.write(move |s| s.extend_lease(task_id, lease))?;
-        Ok(json!({ "outcome": "extended", "lease_expires_at_ms": expires }))
+    /// A history page of at most `events` events, within the store's
+    /// configured page bounds (events and bytes).
+    pub(crate) fn history_limit(&self, events: usize) -> HistoryPageLimit {
+        let configured = self.config.store.history_page;
+        HistoryPageLimit {
+            max_events: events.clamp(1, configured.max_events.max(1)),
+            max_bytes: configured.max_bytes,
+        }
     }
 
-    /// A page of a workflow task's history, from sequence `after` on.
-    pub fn workflow_task_history(&self, task_id: i64, after: u64) -> Result<Value, ApiError> {
-        let history = self.read(|s| s.task_history_page(task_id, after))?;
-        serde_json::to_value(history).map_err(|e| ApiError::Internal(e.to_string()))
-    }
-
-    /// The answer replayed from a replay key: the task it names, read
-    /// again from the store while it is still leased to this poll.
-    fn replayed(&self, kind: TaskKind, poll: &Poll, bytes: &[u8]) -> Result<Value, ApiError> {
-        let reference: ReplayRef =
-            serde_json::from_slice(bytes).unwrap_or(ReplayRef { task_id: None });
-        let task = match reference.task_id {
-            None => None,
-            Some(_) => self.read(|s| {
-                s.leased_by_poll_request(
-                    kind,
-                    &poll.namespace,
-                    &poll.task_queue,
-                    &poll.poll_request_id,
-                )
-            })?,
+    /// A leased task in the protocol's shape.
+    fn render_task(&self, task: LeasedTask, page_size: usize) -> Result<Value, ApiError> {
+        let common = json!({
+            "task_id": task.task_id.to_string(),
+            "task_kind": task.kind.as_str(),
+            "namespace": task.namespace,
+            "task_queue": task.task_queue,
+            "workflow_id": task.workflow_id,
+            "run_id": wire::run_id(RunId(task.run_id)),
+            "workflow_type": task.workflow_type,
+            "lease_owner": task.lease_owner,
+            "lease_expires_at": wire::timestamp(task.lease_expires_at_ms),
+        });
+        let Value::Object(mut out) = common else {
+            return Err(ApiError::Internal("task shape".into()));
         };
-        Ok(json!({ "task": task, "replayed": true }))
+        match task.kind {
+            TaskKind::Workflow => {
+                let run = RunId(task.run_id);
+                let limit = self.history_limit(page_size);
+                let page = self.read(|s| s.history_page(run, 0, limit))?;
+                let total = task.history_length;
+                let arguments = page
+                    .events
+                    .first()
+                    .and_then(|e| e.payload.get("arguments").cloned())
+                    .unwrap_or(Value::Null);
+                let events = page.events;
+                out.insert("workflow_task_attempt".into(), task.attempt.into());
+                out.insert("payload_codec".into(), wire::codec(&arguments).into());
+                out.insert("arguments".into(), arguments);
+                out.insert(
+                    "history_events".into(),
+                    events.iter().map(wire::event).collect::<Vec<_>>().into(),
+                );
+                out.insert("total_history_events".into(), total.into());
+                out.insert("last_history_sequence".into(), total.into());
+                out.insert(
+                    "next_history_page_token".into(),
+                    page.next_sequence.map(wire::page_token).into(),
+                );
+                out.insert("cancel_requested".into(), task.cancel_requested.into());
+                if let Some(update) = task.workflow_update_id {
+                    out.insert("workflow_update_id".into(), update.to_string().into());
+                }
+            }
+            TaskKind::Activity => {
+                let activity = task
+                    .activity
+                    .ok_or_else(|| ApiError::Internal("activity task without activity".into()))?;
+                let options = &activity.options;
+                out.insert(
+                    "activity_attempt_id".into(),
+                    attempt_id(task.task_id, task.attempt).into(),
+                );
+                out.insert("attempt_number".into(), task.attempt.into());
+                out.insert("activity_type".into(), activity.activity_type.into());
+                out.insert(
+                    "activity_execution_id".into(),
+                    activity.activity_id.to_string().into(),
+                );
+                out.insert("sequence".into(), activity.sequence.into());
+                out.insert(
+                    "payload_codec".into(),
+                    wire::codec(&activity.arguments).into(),
+                );
+                out.insert("arguments".into(), activity.arguments);
+                for key in [
+                    "retry_policy",
+                    "start_to_close_timeout",
+                    "schedule_to_close_timeout",
+                    "heartbeat_timeout",
+                ] {
+                    out.insert(key.into(), options.get(key).cloned().unwrap_or(Value::Null));
+                }
+            }
+        }
+        Ok(Value::Object(out))
     }
 
-    /// Completes a leased workflow task.
+    /// `POST /api/worker/workflow-tasks/{id}/complete`.
     pub fn complete_workflow_task(
         &self,
-        task_id: i64,
-        body: WorkflowCompletion,
+        task_id: &str,
+        body: WorkflowTaskLease,
     ) -> Result<Value, ApiError> {
-        let (result, run) = self.write(move |store| {
-            let run = store.task_queue_of(task_id)?;
-            let result = store.complete_workflow_task(task_id, &body.commands, body.decision)?;
-            Ok((result, run))
+        let (task, attempt) = workflow_fence(task_id, &body)?;
+        let commands = parse_commands(&body.commands)?;
+        let owner = body.lease_owner;
+        let (completion, ns, queue) = self.write(move |store| {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            let (ns, queue) = store.task_queue_of(task)?;
+            let completion = if commands.is_empty() {
+                let queued = store.release_waiting_workflow_task(task, fence)?;
+                crate::store::WorkflowTaskCompletion {
+                    run_status: crate::store::RunStatus::Running,
+                    new_events: 0,
+                    activity_queues: Vec::new(),
+                    workflow_task_queued: queued,
+                    structural_limit: None,
+                }
+            } else {
+                store.complete_workflow_task(task, fence, &commands)?
+            };
+            Ok((completion, ns, queue))
         })?;
-        if result.activities_queued > 0 {
-            self.signals
-                .signal(&run.0, &run.1, TaskKind::Activity.as_str())?;
+        for activity_queue in &completion.activity_queues {
+            self.wake(&ns, activity_queue, TaskKind::Activity.as_str())?;
         }
-        self.signals
-            .signal(&run.0, &run.1, TaskKind::Workflow.as_str())?;
-        serde_json::to_value(result).map_err(|e| ApiError::Internal(e.to_string()))
+        if completion.workflow_task_queued {
+            self.wake(&ns, &queue, TaskKind::Workflow.as_str())?;
+        }
+        Ok(json!({
+            "task_id": task_id, "outcome": "completed",
+            "run_status": completion.run_status.as_str(),
+            "new_events": completion.new_events,
+            "structural_limit": completion.structural_limit,
+        }))
     }
 
-    /// Returns a leased workflow task to its queue.
-    pub fn fail_workflow_task(&self, task_id: i64) -> Result<Value, ApiError> {
-        let (ns, queue) = self.write(move |store| {
-            store.fail_workflow_task(task_id)?;
-            store.task_queue_of(task_id)
-        })?;
-        self.signals
-            .signal(&ns, &queue, TaskKind::Workflow.as_str())?;
-        Ok(json!({ "outcome": "requeued" }))
-    }
-
-    /// Completes or fails a leased activity task.
-    pub fn finish_activity_task(
+    /// `POST /api/worker/workflow-tasks/{id}/fail`: a task that had nothing
+    /// to do ends quietly; any other failure is recorded and the task comes
+    /// back after a backoff.
+    pub fn fail_workflow_task(
         &self,
-        task_id: i64,
-        failed: bool,
-        body: ActivityOutcome,
+        task_id: &str,
+        body: WorkflowTaskLease,
     ) -> Result<Value, ApiError> {
-        let outcome = if failed {
-            Err(body.message.unwrap_or_else(|| "activity failed".to_owned()))
-        } else {
-            Ok(body.result)
-        };
-        let (ns, queue) = self.write(move |store| {
-            store.finish_activity_task(task_id, outcome)?;
-            store.task_queue_of(task_id)
+        let (task, attempt) = workflow_fence(task_id, &body)?;
+        let failure = body.failure.unwrap_or(Value::Null);
+        let waiting = failure.get("type").and_then(Value::as_str) == Some(WAITING_FOR_HISTORY);
+        let owner = body.lease_owner;
+        let (ns, queue, outcome) = self.write(move |store| {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            let (ns, queue) = store.task_queue_of(task)?;
+            let outcome = if waiting {
+                Err(store.release_waiting_workflow_task(task, fence)?)
+            } else {
+                Ok(store.fail_workflow_task_attempt(task, fence, &failure)?)
+            };
+            Ok((ns, queue, outcome))
         })?;
-        self.signals
-            .signal(&ns, &queue, TaskKind::Workflow.as_str())?;
-        Ok(json!({ "outcome": if failed { "failed" } else { "completed" } }))
+        match outcome {
+            Err(queued) => {
+                if queued {
+                    self.wake(&ns, &queue, TaskKind::Workflow.as_str())?;
+                }
+                Ok(json!({ "task_id": task_id, "outcome": "released" }))
+            }
+            Ok(retry_at) => Ok(json!({
+                "task_id": task_id, "outcome": "failed",
+                "next_attempt_at": wire::timestamp(retry_at),
+            })),
+        }
+    }
+
+    /// `POST /api/worker/workflow-tasks/{id}/heartbeat`: renews the lease.
+    pub fn heartbeat_workflow_task(
+        &self,
+        task_id: &str,
+        body: WorkflowTaskLease,
+    ) -> Result<Value, ApiError> {
+        let (task, attempt) = workflow_fence(task_id, &body)?;
+        let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
+        let owner = body.lease_owner;
+        let until = self.write(move |store| {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            store.heartbeat_workflow_task(task, fence, lease_ms)
+        })?;
+        Ok(json!({
+            "task_id": task_id, "heartbeat_recorded": true,
+            "lease_expires_at": wire::timestamp(until),
+        }))
+    }
+
+    /// `POST /api/worker/workflow-tasks/{id}/history`: the next history page.
+    pub fn workflow_task_history(
+        &self,
+        task_id: &str,
+        body: WorkflowTaskLease,
+    ) -> Result<Value, ApiError> {
+        let (task, attempt) = workflow_fence(task_id, &body)?;
+        let token = body.next_history_page_token.clone().unwrap_or_default();
+        let offset = wire::parse_page_token(&token)
+            .ok_or_else(|| ApiError::InvalidPageToken(token.clone()))?;
+        let fence = WorkflowTaskFence {
+            lease_owner: &body.lease_owner,
+            attempt,
+        };
+        let limit = self.history_limit(DEFAULT_HISTORY_PAGE);
+        let (page, total) = self.read(|store| {
+            let run = store.fenced_workflow_run(task, fence)?;
+            Ok((
+                store.history_page(run, offset, limit)?,
+                store.run(run)?.history_length,
+            ))
+        })?;
+        Ok(json!({
+            "task_id": task_id,
+            "history_events": page.events.iter().map(wire::event).collect::<Vec<_>>(),
+            "total_history_events": total,
+            "next_history_page_token": page.next_sequence.map(wire::page_token),
+        }))
+    }
+
+    /// `POST /api/worker/activity-tasks/{id}/complete` or `…/fail`.
+    pub fn report_activity(
+        &self,
+        task_id: &str,
+        failed: bool,
+        body: ActivityReport,
+    ) -> Result<Value, ApiError> {
+        let task = activity_task(&self.config, task_id, &body)?;
+        let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
+        let (failure, result) = (body.failure, body.result);
+        let (outcome, ns, queue) = self.write(move |store| {
+            let fence = ActivityFence {
+                lease_owner: &owner,
+                activity_attempt_id: &attempt_id,
+            };
+            let (ns, queue) = store.task_queue_of(task)?;
+            let outcome = if failed {
+                let failure = failure.unwrap_or_default();
+                store.fail_activity_attempt(
+                    task,
+                    fence,
+                    &AttemptFailure {
+                        message: failure.message,
+                        exception_type: failure.failure_type,
+                        exception_class: failure.class,
+                        non_retryable: failure.non_retryable,
+                        details: failure.details,
+                    },
+                )?
+            } else {
+                store.complete_activity_attempt(task, fence, &result)?
+            };
+            let run_queue = store.run(store.run_of_task(task)?)?.task_queue;
+            Ok((outcome, ns, (queue, run_queue)))
+        })?;
+        match &outcome {
+            AttemptOutcome::Completed | AttemptOutcome::Failed => {
+                self.wake(&ns, &queue.1, TaskKind::Workflow.as_str())?;
+            }
+            AttemptOutcome::RetryScheduled { .. } => {
+                self.wake(&ns, &queue.0, TaskKind::Activity.as_str())?;
+            }
+            AttemptOutcome::RunClosed => {}
+        }
+        let mut out =
+            serde_json::to_value(&outcome).map_err(|e| ApiError::Internal(e.to_string()))?;
+        out["task_id"] = task_id.into();
+        out["activity_attempt_id"] = body.activity_attempt_id.into();
+        if let AttemptOutcome::RetryScheduled {
+            next_attempt_at_ms, ..
+        } = outcome
+        {
+            out["next_attempt_at"] = wire::timestamp(next_attempt_at_ms).into();
+        }
+        Ok(out)
+    }
+
+    /// `POST /api/worker/activity-tasks/{id}/heartbeat`: renews the attempt's lease.
+    pub fn heartbeat_activity(
+        &self,
+        task_id: &str,
+        body: ActivityReport,
+    ) -> Result<Value, ApiError> {
+        let task = activity_task(&self.config, task_id, &body)?;
+        let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
+        let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
+        let running = self.write(move |store| {
+            let fence = ActivityFence {
+                lease_owner: &owner,
+                activity_attempt_id: &attempt_id,
+            };
+            store.heartbeat_activity_attempt(task, fence, lease_ms)
+        })?;
+        Ok(json!({
+            "task_id": task_id, "activity_attempt_id": body.activity_attempt_id,
+            "heartbeat_recorded": true, "can_continue": running, "cancel_requested": !running,
+        }))
     }
 
     /// The last poll observed on a queue.
     pub fn poll_diagnostic(&self, namespace: &str, task_queue: &str) -> Result<Value, ApiError> {
         let last = self.diagnostics.last(namespace, task_queue)?;
         Ok(json!({ "namespace": namespace, "task_queue": task_queue, "last_poll": last }))
+    }
+}
+
+/// The task id and attempt of a workflow-task report, checked.
+fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64), ApiError> {
+    let mut checks = Checks::default();
+    let task = task_id.parse::<i64>().ok();
+    if task.is_none() {
+        checks.problem(
+            "task_id",
+            "The task_id must be a task id this server issued.",
+        );
+    }
+    if body.lease_owner.trim().is_empty() {
+        checks.problem("lease_owner", "The lease_owner field is required.");
+    }
+    checks.range(
+        "workflow_task_attempt",
+        Some(body.workflow_task_attempt),
+        1,
+        i64::MAX,
+    );
+    if !checks.problems.is_empty() {
+        return Err(validation(checks).into());
+    }
+    Ok((
+        task.unwrap_or_default(),
+        body.workflow_task_attempt.unsigned_abs(),
+    ))
+}
+
+fn activity_task(
+    config: &crate::server::ServerConfig,
+    task_id: &str,
+    body: &ActivityReport,
+) -> Result<i64, ApiError> {
+    let mut v = config.request_limits.validator();
+    v.text(
+        "lease_owner",
+        &body.lease_owner,
+        dwpolicy::boundary::MAX_NAME_CHARS,
+    );
+    let mut checks = Checks::default();
+    let task = task_id.parse::<i64>().ok();
+    if task.is_none() {
+        checks.problem(
+            "task_id",
+            "The task_id must be a task id this server issued.",
+        );
+    }
+    finish_with(
+        v,
+        &[
+            ("lease_owner", &body.lease_owner),
+            ("activity_attempt_id", &body.activity_attempt_id),
+        ],
+        &checks.problems,
+    )?;
+    Ok(task.unwrap_or_default())
+}
+
+/// A 422 of collected problems.
+pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
+    let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (field, problem) in checks.problems {
+        errors.entry(field).or_default().push(problem);
+    }
+    dwpolicy::boundary::BoundaryError::ValidationFailed {
+        message: format!("The request is invalid: {} field(s).", errors.len()),
+        validation_errors: errors,
+    }
+}
+
+/// The commands of a completion, each checked: a known type, integers in
+/// range, the shape its type needs. Every problem is named
+/// `commands.<index>.<field>` in one 422.
+fn parse_commands(raw: &[Value]) -> Result<Vec<WorkflowCommand>, ApiError> {
+    let mut checks = Checks::default();
+    let mut commands = Vec::with_capacity(raw.len());
+    let max = wire::MAX_DURATION_SECONDS;
+    for (i, command) in raw.iter().enumerate() {
+        let kind = command.get("type").and_then(Value::as_str).unwrap_or("");
+        if !SUPPORTED_COMMANDS.contains(&kind) {
+            checks.problem(
+                &format!("commands.{i}.type"),
+                format!(
+                    "Command type {kind:?} is not supported; this server takes {}.",
+                    SUPPORTED_COMMANDS.join(", ")
+                ),
+            );
+            continue;
+        }
+        let field = |name: &str| format!("commands.{i}.{name}");
+        checks.integer_field(command, "delay_seconds", &field("delay_seconds"), 0, max);
+        checks.integer_field(
+            command,
+            "timeout_seconds",
+            &field("timeout_seconds"),
+            0,
+            max,
+        );
+        for timeout in [
+            "start_to_close_timeout",
+            "schedule_to_close_timeout",
+            "schedule_to_start_timeout",
+            "heartbeat_timeout",
+        ] {
+            checks.integer_field(command, timeout, &field(timeout), 1, max);
+        }
+        if let Some(policy) = command.get("retry_policy").filter(|p| !p.is_null()) {
+            checks.integer_field(
+                policy,
+                "max_attempts",
+                &field("retry_policy.max_attempts"),
+                1,
+                10_000,
+            );
+            if let Some(backoff) = policy.get("backoff_seconds").and_then(Value::as_array) {
+                for (j, b) in backoff.iter().enumerate() {
+                    checks.range(
+                        &field(&format!("retry_policy.backoff_seconds.{j}")),
+                        Some(b.as_i64().unwrap_or(-1)),
+                        0,
+                        max,
+                    );
+                }
+            }
+        }
+        let before = checks.problems.len();
+        for (name, value) in [
+            ("activity_type", command.get("activity_type")),
+            ("update_id", command.get("update_id")),
+        ] {
+            if let Some(Value::String(text)) = value {
+                if text.chars().count() > dwpolicy::boundary::MAX_NAME_CHARS {
+                    checks.problem(
+                        &field(name),
+                        format!(
+                            "The {name} field must not exceed {} characters.",
+                            dwpolicy::boundary::MAX_NAME_CHARS
+                        ),
+                    );
+                }
+            }
+        }
+        if checks.problems.len() > before {
+            continue;
+        }
+        match serde_json::from_value::<WorkflowCommand>(command.clone()) {
+            Ok(parsed) => commands.push(parsed),
+            Err(e) if checks.problems.len() == before => {
+                checks.problem(&format!("commands.{i}"), e.to_string());
+            }
+            Err(_) => {}
+        }
+    }
+    if checks.problems.is_empty() {
+        Ok(commands)
+    } else {
+        Err(validation(checks).into())
     }
 }
 

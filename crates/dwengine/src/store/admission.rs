@@ -183,18 +183,56 @@ impl Store {
             run.0,
             crate::store::rows::to_i64(payload_text.len())
         ])?;
-        let event = json!({
-            intake.id_key: id,
-            "name": request.name,
-            "payload": request.payload,
-            "request_id": request.request_id,
-            "received_at_ms": now_ms(),
-        });
+        // The protocol's shapes: a signal's arguments are its `value`, an
+        // update's its `arguments`, and an update id is a string.
+        let codec = crate::store::workflow_commands::codec_of(&request.payload);
+        let event = match intake.pending {
+            Pending::Update => json!({
+                intake.id_key: id.to_string(),
+                "update_name": request.name,
+                "arguments": request.payload,
+                "payload_codec": codec,
+                "request_id": request.request_id,
+                "received_at_ms": now_ms(),
+            }),
+            _ => json!({
+                intake.id_key: id,
+                "signal_name": request.name,
+                "value": request.payload,
+                "payload_codec": codec,
+                "request_id": request.request_id,
+                "received_at_ms": now_ms(),
+            }),
+        };
         append_event(&tx, run, intake.event, &event, false)?;
         tx.commit()?;
         Ok(Admission::Accepted {
             id,
             duplicate: false,
         })
+    }
+
+    /// A resolved update's status (`completed` or `rejected`) and result;
+    /// `None` while it is still accepted.
+    pub fn update_outcome(&self, update: i64) -> Result<Option<(String, Value)>, Error> {
+        let row: Option<(String, Option<String>)> = self
+            .conn
+            .prepare_cached("SELECT status, result FROM updates WHERE id = ?1")?
+            .query_row([update], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        match row {
+            Some((status, result)) if status != "accepted" => {
+                let result = match result {
+                    Some(text) => serde_json::from_str(&text)?,
+                    None => Value::Null,
+                };
+                Ok(Some((status, result)))
+            }
+            Some(_) => Ok(None),
+            None => Err(Error::ItemNotFound {
+                item: "update",
+                id: update,
+            }),
+        }
     }
 }

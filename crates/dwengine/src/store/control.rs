@@ -8,12 +8,11 @@
 
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::store::completion::{finish_run, FailureRow};
-use crate::store::dispatch::enqueue_workflow;
+use crate::store::completion::finish_run;
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{load_head, now_ms};
+use crate::store::rows::{load_head, now_ms, to_i64};
 use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
@@ -55,52 +54,7 @@ impl Store {
             .map(RunId))
     }
 
-    /// Records a cancellation request and queues a workflow task so the
-    /// workflow sees it; the workflow decides how to end.
-    ///
-    /// A run records its cancellation once: a repeat (retried with the same
-    /// request id, or a second caller's) writes nothing and answers
-    /// `duplicate`, so a storm of cancels costs no history.
-    pub fn request_cancel(
-        &self,
-        run: RunId,
-        reason: &str,
-        request_id: Option<&str>,
-    ) -> Result<StopOutcome, Error> {
-        let tx = WriteTx::begin(&self.conn)?;
-        let head = load_head(&tx, run)?;
-        let (requested, recorded_id): (Option<i64>, Option<String>) = tx.query_row(
-            "SELECT cancel_requested_at_ms, cancel_request_id FROM runs WHERE id = ?1",
-            [run.0],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        if requested.is_some() {
-            return Ok(StopOutcome {
-                duplicate: true,
-                same_request: request_id.is_some() && recorded_id.as_deref() == request_id,
-            });
-        }
-        head.ensure_writable()?;
-        tx.prepare_cached(
-            "UPDATE runs SET cancel_requested_at_ms = ?2, cancel_request_id = ?3 WHERE id = ?1",
-        )?
-        .execute(params![run.0, now_ms(), request_id])?;
-        crate::store::rows::append_event(
-            &tx,
-            run,
-            EventType::SignalReceived,
-            &json!({ "name": "__cancel_requested", "reason": reason, "request_id": request_id }),
-            false,
-        )?;
-        enqueue_workflow(&tx, run)?;
-        tx.commit()?;
-        Ok(StopOutcome {
-            duplicate: false,
-            same_request: false,
-        })
-    }
-
-    /// Ends the run at once as failed with category `terminated`.
+    /// Ends the run at once as `terminated` (no workflow code runs after it).
     ///
     /// A retry with the request id that terminated the run answers
     /// `duplicate` instead of refusing a closed run; any other call on a
@@ -111,42 +65,147 @@ impl Store {
         reason: &str,
         request_id: Option<&str>,
     ) -> Result<StopOutcome, Error> {
+        self.close_run(run, RunStatus::Terminated, reason, request_id)
+    }
+
+    /// Ends the run at once as `cancelled`: its open tasks and timers are
+    /// dropped and no workflow code runs after it. A run is cancelled once:
+    /// a repeat (a retry or a second caller) writes nothing and answers
+    /// `duplicate`.
+    pub fn cancel(
+        &self,
+        run: RunId,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<StopOutcome, Error> {
+        self.close_run(run, RunStatus::Cancelled, reason, request_id)
+    }
+
+    fn close_run(
+        &self,
+        run: RunId,
+        status: RunStatus,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<StopOutcome, Error> {
+        let (column, event) = match status {
+            RunStatus::Cancelled => ("cancel_request_id", EventType::WorkflowCancelled),
+            _ => ("terminate_request_id", EventType::WorkflowTerminated),
+        };
         let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
-        if let Some(request_id) = request_id {
+        if head.status == status {
             let recorded: Option<String> = tx.query_row(
-                "SELECT terminate_request_id FROM runs WHERE id = ?1",
+                &format!("SELECT {column} FROM runs WHERE id = ?1"),
                 [run.0],
                 |r| r.get(0),
             )?;
-            if recorded.as_deref() == Some(request_id) {
+            let same_request = request_id.is_some() && recorded.as_deref() == request_id;
+            // A run is cancelled once, whoever repeats it; a terminate is
+            // repeated only by a retry carrying its own request id.
+            if same_request || status == RunStatus::Cancelled {
                 return Ok(StopOutcome {
                     duplicate: true,
-                    same_request: true,
+                    same_request,
                 });
             }
         }
         head.ensure_writable()?;
-        tx.prepare_cached("UPDATE runs SET terminate_request_id = ?2 WHERE id = ?1")?
+        tx.prepare_cached(&format!("UPDATE runs SET {column} = ?2 WHERE id = ?1"))?
             .execute(params![run.0, request_id])?;
-        let payload = json!({ "failure_category": "terminated", "message": reason });
-        finish_run(
-            &tx,
-            &head,
-            RunStatus::Failed,
-            EventType::WorkflowFailed,
-            &payload,
-            Some(FailureRow {
-                category: "terminated",
-                message: reason,
-                limit: None,
-            }),
-        )?;
+        let payload = json!({ "reason": reason, "request_id": request_id });
+        finish_run(&tx, &head, status, event, &payload, None)?;
         tx.commit()?;
         Ok(StopOutcome {
             duplicate: false,
             same_request: false,
         })
+    }
+
+    /// The open (running) run of `workflow_id` in `namespace`, if any.
+    pub fn open_run(&self, namespace: &str, workflow_id: &str) -> Result<Option<RunId>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
+                 AND status = 'running' ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row(params![namespace, workflow_id], |r| r.get(0))
+            .optional()?
+            .map(RunId))
+    }
+
+    /// The runs of `workflow_id` in `namespace`, oldest first, at most `limit`.
+    pub fn runs_of(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<RunId>, Error> {
+        let ids = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 ORDER BY id LIMIT ?3",
+            )?
+            .query_map(params![namespace, workflow_id, to_i64(limit)], |r| {
+                r.get(0).map(RunId)
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+
+    /// One page of `namespace`'s runs, newest first: runs with an id below
+    /// `before` (all when `None`), matching the optional type and status, at
+    /// most `limit`.
+    pub fn list_runs(
+        &self,
+        namespace: &str,
+        workflow_type: Option<&str>,
+        status: Option<RunStatus>,
+        before: Option<RunId>,
+        limit: usize,
+    ) -> Result<Vec<RunId>, Error> {
+        let ids = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND id < ?2 \
+                 AND (?3 IS NULL OR workflow_type = ?3) AND (?4 IS NULL OR status = ?4) \
+                 ORDER BY id DESC LIMIT ?5",
+            )?
+            .query_map(
+                params![
+                    namespace,
+                    before.map_or(i64::MAX, |r| r.0),
+                    workflow_type,
+                    status.map(RunStatus::as_str),
+                    to_i64(limit)
+                ],
+                |r| r.get(0).map(RunId),
+            )?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+
+    /// The run's start arguments and, once it has one, its terminal event's
+    /// payload (both as recorded; payloads stay opaque).
+    pub fn run_io(&self, run: RunId) -> Result<(Value, Option<Value>), Error> {
+        let first = crate::store::rows::load_events(&self.conn, run, 0, 1)?;
+        let input = first
+            .first()
+            .and_then(|e| e.payload.get("arguments").cloned())
+            .unwrap_or(Value::Null);
+        let length = crate::store::rows::load_history_length(&self.conn, run)?;
+        let last = crate::store::rows::load_events(&self.conn, run, length.saturating_sub(1), 1)?;
+        let terminal = last.into_iter().find(|e| {
+            matches!(
+                e.event_type,
+                EventType::WorkflowCompleted
+                    | EventType::WorkflowFailed
+                    | EventType::WorkflowCancelled
+                    | EventType::WorkflowTerminated
+            )
+        });
+        Ok((input, terminal.map(|e| e.payload)))
     }
 
     /// The run with its control-plane fields.
@@ -252,5 +311,42 @@ impl Store {
             .conn
             .query_row("SELECT COUNT(*) FROM workers", [], |r| r.get(0))?;
         Ok(crate::store::rows::to_u64(n))
+    }
+
+    /// Refreshes a registered worker's heartbeat; `false` when it is not registered.
+    pub fn touch_worker(&self, namespace: &str, worker_id: &str) -> Result<bool, Error> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE workers SET last_heartbeat_ms = ?3 WHERE namespace = ?1 AND worker_id = ?2",
+            )?
+            .execute(params![namespace, worker_id, now_ms()])?;
+        Ok(changed == 1)
+    }
+
+    /// Removes a worker's registration and hands the workflow tasks it
+    /// still holds back to their queues; `None` when it was not registered,
+    /// else the number of tasks recovered.
+    pub fn deregister_worker(
+        &self,
+        namespace: &str,
+        worker_id: &str,
+    ) -> Result<Option<usize>, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let removed = tx
+            .prepare_cached("DELETE FROM workers WHERE namespace = ?1 AND worker_id = ?2")?
+            .execute(params![namespace, worker_id])?;
+        if removed == 0 {
+            return Ok(None);
+        }
+        let recovered = tx
+            .prepare_cached(
+                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+                 lease_expires_at_ms = NULL, poll_request_id = NULL \
+                 WHERE namespace = ?1 AND lease_owner = ?2 AND status = 'leased' AND kind = 'workflow'",
+            )?
+            .execute(params![namespace, worker_id])?;
+        tx.commit()?;
+        Ok(Some(recovered))
     }
 }

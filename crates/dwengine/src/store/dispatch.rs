@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::store::executor::{Next, TaskReport};
-use crate::store::model::{ActivityId, RunId, RunStatus, TimerId};
+use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64};
 use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, HistoryEvent, Store};
@@ -40,49 +39,6 @@ impl TaskKind {
     }
 }
 
-/// A command in a worker's workflow-task completion.
-///
-/// Workers send every command their workflow issued since the start, in
-/// order: the store replays the recorded ones by position and writes only
-/// the new ones, exactly as for in-process workflow code.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum WorkerCommand {
-    /// Schedule an activity on the run's task queue.
-    ScheduleActivity {
-        /// The activity type.
-        activity_type: String,
-        /// Its arguments.
-        #[serde(default)]
-        arguments: Value,
-    },
-    /// Start a timer.
-    StartTimer {
-        /// Milliseconds until it fires.
-        delay_ms: u64,
-    },
-}
-
-/// How a workflow task ends, as the worker reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(tag = "decision", rename_all = "snake_case")]
-pub enum WorkflowDecision {
-    /// Wait for activities, timers or signals.
-    #[default]
-    Wait,
-    /// Complete the run with a result.
-    Complete {
-        /// The result.
-        #[serde(default)]
-        result: Value,
-    },
-    /// Fail the run.
-    Fail {
-        /// Why.
-        message: String,
-    },
-}
-
 /// A task as handed to a worker.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LeasedTask {
@@ -102,20 +58,33 @@ pub struct LeasedTask {
     pub task_queue: String,
     /// Leases taken on this task so far (1 on the first delivery).
     pub attempt: u64,
-    /// When the lease ends unless completed.
+    /// The worker holding the lease.
+    pub lease_owner: String,
+    /// When the lease ends unless completed or renewed.
     pub lease_expires_at_ms: i64,
-    /// Activity tasks: the activity id, type and arguments.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub activity: Option<Value>,
-    /// Workflow tasks: the first page of the run's history, oldest first.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub history: Option<Vec<HistoryEvent>>,
-    /// Workflow tasks whose history did not fit one page: the sequence the
-    /// next page starts at.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub history_next_sequence: Option<u64>,
-    /// Workflow tasks: whether cancellation was requested.
+    /// Activity tasks: the activity.
+    pub activity: Option<LeasedActivity>,
+    /// Workflow tasks: the number of history events at lease time.
+    pub history_length: u64,
+    /// Workflow tasks: the accepted update this task should apply, if any.
+    pub workflow_update_id: Option<i64>,
+    /// Whether cancellation was requested.
     pub cancel_requested: bool,
+}
+
+/// The activity an activity task runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeasedActivity {
+    /// The activity row.
+    pub activity_id: i64,
+    /// Its type.
+    pub activity_type: String,
+    /// Its arguments as the workflow sent them (an opaque payload).
+    pub arguments: Value,
+    /// The workflow sequence of the command that scheduled it.
+    pub sequence: Option<i64>,
+    /// Retry policy and timeouts as scheduled.
+    pub options: Value,
 }
 
 /// The most history one page carries. A page always holds at least one
@@ -146,19 +115,9 @@ pub struct HistoryPage {
     pub next_sequence: Option<u64>,
 }
 
-/// Where a workflow-task completion left the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WorkflowTaskResult {
-    /// The executor's report.
-    pub report: TaskReport,
-    /// Activities made ready for workers.
-    pub activities_queued: u64,
-    /// Timers armed.
-    pub timers_armed: u64,
-}
-
 const TASK_COLUMNS: &str = "d.id, d.kind, d.run_id, d.item_id, d.namespace, d.task_queue, \
-     d.attempt, d.lease_expires_at_ms, r.workflow_id, r.workflow_type, r.cancel_requested_at_ms";
+     d.attempt, d.lease_expires_at_ms, r.workflow_id, r.workflow_type, r.cancel_requested_at_ms, \
+     d.lease_owner, r.history_length";
 
 struct TaskRow {
     id: i64,
@@ -172,6 +131,8 @@ struct TaskRow {
     workflow_id: String,
     workflow_type: String,
     cancel_requested: bool,
+    lease_owner: Option<String>,
+    history_length: i64,
 }
 
 fn task_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
@@ -192,6 +153,8 @@ fn task_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
         workflow_id: row.get(8)?,
         workflow_type: row.get(9)?,
         cancel_requested: row.get::<_, Option<i64>>(10)?.is_some(),
+        lease_owner: row.get(11)?,
+        history_length: row.get(12)?,
     })
 }
 
@@ -219,9 +182,13 @@ impl Store {
         let now = now_ms();
         let id: Option<i64> = tx
             .prepare_cached(
-                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND namespace = ?2 \
-                 AND task_queue = ?3 AND status = 'ready' AND due_at_ms <= ?4 \
-                 ORDER BY due_at_ms, id LIMIT 1",
+                // One workflow task per run at a time: two workers replaying
+                // different snapshots of one run would issue its commands twice.
+                "SELECT d.id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
+                 AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
+                 AND (d.kind != 'workflow' OR NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
+                   WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased')) \
+                 ORDER BY d.due_at_ms, d.id LIMIT 1",
             )?
             .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
                 r.get(0)
@@ -230,17 +197,26 @@ impl Store {
         let Some(id) = id else {
             return Ok(None);
         };
+        // An activity runs for its start-to-close timeout when it has one.
+        let lease_ms = match kind {
+            TaskKind::Activity => activity_lease_ms(&tx, id)?.unwrap_or(to_i64(lease.as_millis())),
+            TaskKind::Workflow => to_i64(lease.as_millis()),
+        };
+        // The newest signal this delivery shows its worker: completing the
+        // task processes exactly those, never one that arrived after the lease.
         tx.prepare_cached(
             "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
-             lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1 WHERE id = ?1",
+             lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
+             signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id) \
+             WHERE id = ?1",
         )?
         .execute(params![
             id,
             owner,
-            now.saturating_add(to_i64(lease.as_millis())),
+            now.saturating_add(lease_ms),
             poll_request_id
         ])?;
-        let task = load_task(&tx, id, self.config.history_page)?;
+        let task = load_task(&tx, id)?;
         tx.commit()?;
         Ok(task)
     }
@@ -266,152 +242,9 @@ impl Store {
             )
             .optional()?;
         match id {
-            Some(id) => load_task(&self.conn, id, self.config.history_page),
+            Some(id) => load_task(&self.conn, id),
             None => Ok(None),
         }
-    }
-
-    /// Completes a leased workflow task: replays and applies `commands`,
-    /// marks the signals the task saw as processed, queues new activities
-    /// and arms new timers, then ends the task with `decision`.
-    pub fn complete_workflow_task(
-        &self,
-        task_id: i64,
-        commands: &[WorkerCommand],
-        decision: WorkflowDecision,
-    ) -> Result<WorkflowTaskResult, Error> {
-        // One transaction: the task's commands, the signals it saw, its new
-        // dispatch rows and its own end commit together or not at all.
-        let outer = WriteTx::begin(&self.conn)?;
-        let run = self.leased(task_id, TaskKind::Workflow)?;
-        let signals: Vec<i64> = self
-            .conn
-            .prepare_cached("SELECT id FROM signals WHERE run_id = ?1 AND status = 'received'")?
-            .query_map([run.0], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        let report = self.execute_task(run, |task| {
-            for command in commands {
-                match command {
-                    WorkerCommand::ScheduleActivity {
-                        activity_type,
-                        arguments,
-                    } => {
-                        task.schedule_activity(activity_type, arguments)?;
-                    }
-                    WorkerCommand::StartTimer { delay_ms } => {
-                        task.start_timer(Duration::from_millis(*delay_ms))?;
-                    }
-                }
-            }
-            Ok(match decision {
-                WorkflowDecision::Wait => Next::Wait,
-                WorkflowDecision::Complete { result } => Next::Complete(result),
-                WorkflowDecision::Fail { message } => Next::Fail(message),
-            })
-        })?;
-        for signal in signals {
-            match self.process_signal(signal) {
-                Ok(()) | Err(Error::AlreadyClosed { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let tx = WriteTx::begin(&self.conn)?;
-        tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
-            .execute([task_id])?;
-        // Items the task created get their dispatch rows; the unique index
-        // makes this idempotent, so a crash here is repaired by the next task.
-        let now = now_ms();
-        let activities_queued = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                 status, due_at_ms, created_at_ms) \
-                 SELECT 'activity', a.run_id, a.id, r.namespace, r.task_queue, 'ready', ?2, ?2 \
-                 FROM activities a JOIN runs r ON r.id = a.run_id \
-                 WHERE a.run_id = ?1 AND a.status = 'scheduled' AND r.status = 'running'",
-            )?
-            .execute(params![run.0, now])?;
-        let timers_armed = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                 status, due_at_ms, created_at_ms) \
-                 SELECT 'timer', t.run_id, t.id, r.namespace, r.task_queue, 'ready', ?2 + t.delay_ms, ?2 \
-                 FROM timers t JOIN runs r ON r.id = t.run_id \
-                 WHERE t.run_id = ?1 AND t.status = 'pending' AND r.status = 'running'",
-            )?
-            .execute(params![run.0, now])?;
-        let pending_signals: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND status = 'received'",
-            [run.0],
-            |r| r.get(0),
-        )?;
-        if pending_signals > 0 {
-            enqueue_workflow(&tx, run)?;
-        }
-        tx.commit()?;
-        outer.commit()?;
-        Ok(WorkflowTaskResult {
-            report,
-            activities_queued: activities_queued as u64,
-            timers_armed: timers_armed as u64,
-        })
-    }
-
-    /// Returns a leased task to the queue (the worker could not run it).
-    pub fn fail_workflow_task(&self, task_id: i64) -> Result<(), Error> {
-        let tx = WriteTx::begin(&self.conn)?;
-        self.leased(task_id, TaskKind::Workflow)?;
-        tx.prepare_cached(
-            "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-             lease_expires_at_ms = NULL, poll_request_id = NULL WHERE id = ?1",
-        )?
-        .execute([task_id])?;
-        tx.commit()
-    }
-
-    /// Completes (`Ok(result)`) or fails (`Err(message)`) a leased activity
-    /// task and queues a workflow task so the workflow sees the outcome.
-    ///
-    /// A worker that retries its report after a lost answer (the server was
-    /// killed after the commit) meets a task that is already done with the
-    /// same kind of outcome: that retry succeeds without writing, so the
-    /// report converges instead of failing with a conflict.
-    pub fn finish_activity_task(
-        &self,
-        task_id: i64,
-        outcome: Result<Value, String>,
-    ) -> Result<(), Error> {
-        // One transaction: the outcome, the task's end and the workflow task
-        // that lets the workflow see it, so a crash cannot strand the run.
-        let tx = WriteTx::begin(&self.conn)?;
-        let reported: Option<String> = tx
-            .prepare_cached(
-                "SELECT a.status FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
-                 WHERE d.id = ?1 AND d.kind = 'activity' AND d.status = 'done'",
-            )?
-            .query_row([task_id], |r| r.get(0))
-            .optional()?;
-        let expected = if outcome.is_ok() {
-            "completed"
-        } else {
-            "failed"
-        };
-        if reported.as_deref() == Some(expected) {
-            return Ok(());
-        }
-        let run = self.leased(task_id, TaskKind::Activity)?;
-        let activity: i64 = tx.query_row(
-            "SELECT item_id FROM dispatch_tasks WHERE id = ?1",
-            [task_id],
-            |r| r.get(0),
-        )?;
-        match outcome {
-            Ok(result) => self.complete_activity(ActivityId(activity), result)?,
-            Err(message) => self.fail_activity(ActivityId(activity), &message)?,
-        }
-        tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
-            .execute([task_id])?;
-        enqueue_workflow(&tx, run)?;
-        tx.commit()
     }
 
     /// Expired workflow-task leases, oldest first, at most `limit`.
@@ -517,10 +350,7 @@ impl Store {
             )?
             .collect::<Result<_, _>>()?;
         for (id, run, timer) in &due {
-            match self.fire_timer(TimerId(*timer)) {
-                Ok(()) | Err(Error::AlreadyClosed { .. }) => {}
-                Err(e) => return Err(e),
-            }
+            crate::store::timers::fire(&tx, RunId(*run), *timer)?;
             tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
                 .execute([id])?;
             enqueue_workflow(&tx, RunId(*run))?;
@@ -593,6 +423,98 @@ impl Store {
             }),
         }
     }
+    /// The run a dispatch task belongs to.
+    pub fn run_of_task(&self, task_id: i64) -> Result<RunId, Error> {
+        self.conn
+            .prepare_cached("SELECT run_id FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| r.get(0).map(RunId))
+            .optional()?
+            .ok_or(Error::ItemNotFound {
+                item: "task",
+                id: task_id,
+            })
+    }
+}
+
+/// A dispatch row as a fence check reads it.
+pub(crate) struct LeaseRow {
+    pub run: RunId,
+    pub item: Option<i64>,
+    pub attempt: u64,
+    pub signal_watermark: Option<i64>,
+}
+
+/// The dispatch row `task_id` of `kind`, if it is leased to `owner`:
+/// a report from anyone else is refused as stale (named `item` in errors).
+pub(crate) fn leased_to(
+    conn: &rusqlite::Connection,
+    task_id: i64,
+    kind: TaskKind,
+    item: &'static str,
+    owner: &str,
+) -> Result<LeaseRow, Error> {
+    type Raw = (
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<String>,
+        i64,
+        Option<i64>,
+    );
+    let row: Option<Raw> = conn
+        .prepare_cached(
+            "SELECT kind, status, run_id, item_id, lease_owner, attempt, signal_watermark \
+             FROM dispatch_tasks WHERE id = ?1",
+        )?
+        .query_row([task_id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .optional()?;
+    let Some((row_kind, status, run, item_id, lease_owner, attempt, watermark)) = row else {
+        return Err(Error::ItemNotFound { item, id: task_id });
+    };
+    if row_kind != kind.as_str() {
+        return Err(Error::ItemNotFound { item, id: task_id });
+    }
+    let stale = |reason| Error::StaleTask {
+        task: task_id,
+        reason,
+    };
+    if status != "leased" {
+        return Err(stale("task_not_leased"));
+    }
+    if lease_owner.as_deref() != Some(owner) {
+        return Err(stale("lease_owner_mismatch"));
+    }
+    Ok(LeaseRow {
+        run: RunId(run),
+        item: item_id,
+        attempt: u64::try_from(attempt).unwrap_or(0),
+        signal_watermark: watermark,
+    })
+}
+
+/// Whether `run` has a workflow task waiting for a worker.
+pub(crate) fn has_ready_workflow_task(
+    conn: &rusqlite::Connection,
+    run: RunId,
+) -> Result<bool, Error> {
+    let ready: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
+             AND status = 'ready'",
+        )?
+        .query_row([run.0], |r| r.get(0))?;
+    Ok(ready > 0)
 }
 
 pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Result<bool, Error> {
@@ -625,7 +547,7 @@ fn history_page(
     page: HistoryPageLimit,
 ) -> Result<HistoryPage, Error> {
     let mut stmt = conn.prepare_cached(
-        "SELECT sequence, event_type, payload FROM history_events \
+        "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
          WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
     )?;
     let mut rows = stmt.query(params![run.0, to_i64(after)])?;
@@ -635,6 +557,7 @@ fn history_page(
         let sequence: i64 = row.get(0)?;
         let event_type: String = row.get(1)?;
         let payload: String = row.get(2)?;
+        let recorded_at_ms: Option<i64> = row.get(3)?;
         let size = event_type.len() + payload.len();
         if !events.is_empty()
             && (events.len() >= page.max_events || bytes.saturating_add(size) > page.max_bytes)
@@ -652,6 +575,7 @@ fn history_page(
             sequence: u64::try_from(sequence).unwrap_or(0),
             event_type: kind,
             payload: serde_json::from_str(&payload)?,
+            recorded_at_ms,
         });
     }
     Ok(HistoryPage {
@@ -660,11 +584,26 @@ fn history_page(
     })
 }
 
-fn load_task(
-    conn: &rusqlite::Connection,
-    id: i64,
-    page: HistoryPageLimit,
-) -> Result<Option<LeasedTask>, Error> {
+fn activity_lease_ms(conn: &rusqlite::Connection, task_id: i64) -> Result<Option<i64>, Error> {
+    let options: Option<String> = conn
+        .prepare_cached(
+            "SELECT a.options FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
+             WHERE d.id = ?1",
+        )?
+        .query_row([task_id], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(options) = options else {
+        return Ok(None);
+    };
+    let options: Value = serde_json::from_str(&options)?;
+    Ok(options
+        .get("start_to_close_timeout")
+        .and_then(Value::as_i64)
+        .map(|seconds| seconds.saturating_mul(1000)))
+}
+
+pub(crate) fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>, Error> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"
@@ -683,37 +622,48 @@ fn load_task(
         namespace: row.namespace,
         task_queue: row.task_queue,
         attempt: u64::try_from(row.attempt).unwrap_or(0),
+        lease_owner: row.lease_owner.unwrap_or_default(),
         lease_expires_at_ms: row.lease_expires_at_ms.unwrap_or(0),
         activity: None,
-        history: None,
-        history_next_sequence: None,
+        history_length: u64::try_from(row.history_length).unwrap_or(0),
+        workflow_update_id: None,
         cancel_requested: row.cancel_requested,
     };
     match row.kind {
         TaskKind::Activity => {
             let activity = conn
                 .prepare_cached(
-                    "SELECT id, activity_type, arguments FROM activities WHERE id = ?1",
+                    "SELECT id, activity_type, arguments, sequence, options FROM activities WHERE id = ?1",
                 )?
                 .query_row([row.item_id.unwrap_or(-1)], |r| {
                     Ok((
                         r.get::<_, i64>(0)?,
                         r.get::<_, String>(1)?,
                         r.get::<_, String>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
                     ))
                 })
                 .optional()?;
-            if let Some((id, activity_type, arguments)) = activity {
-                let arguments: Value = serde_json::from_str(&arguments)?;
-                task.activity = Some(json!({
-                    "activity_id": id, "activity_type": activity_type, "arguments": arguments,
-                }));
+            if let Some((activity_id, activity_type, arguments, sequence, options)) = activity {
+                task.activity = Some(LeasedActivity {
+                    activity_id,
+                    activity_type,
+                    arguments: serde_json::from_str(&arguments)?,
+                    sequence,
+                    options: match options {
+                        Some(text) => serde_json::from_str(&text)?,
+                        None => Value::Null,
+                    },
+                });
             }
         }
         TaskKind::Workflow => {
-            let first = history_page(conn, RunId(row.run_id), 0, page)?;
-            task.history = Some(first.events);
-            task.history_next_sequence = first.next_sequence;
+            task.workflow_update_id = conn
+                .prepare_cached(
+                    "SELECT MIN(id) FROM updates WHERE run_id = ?1 AND status = 'accepted'",
+                )?
+                .query_row([row.run_id], |r| r.get(0))?;
         }
     }
     Ok(Some(task))

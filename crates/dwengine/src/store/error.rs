@@ -118,6 +118,17 @@ pub enum Error {
     /// A stored value this engine cannot interpret.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A worker reported on a task it no longer holds (fenced out).
+    #[error("task {task} is not held by this worker and attempt ({reason})")]
+    StaleTask {
+        /// The task.
+        task: i64,
+        /// Which part of the fence failed.
+        reason: &'static str,
+    },
+    /// A completion named an update the run never accepted.
+    #[error("update {0:?} was not accepted by this run")]
+    UnknownUpdate(String),
 }
 
 impl From<HistoryBudgetError> for Error {

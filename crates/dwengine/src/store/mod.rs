@@ -10,6 +10,7 @@
 //! ([`admission`]), workers reporting completions ([`completion`]) and
 //! operators importing v1 history ([`import`]).
 
+pub mod activity_attempts;
 pub mod admission;
 pub mod command;
 pub mod completion;
@@ -20,12 +21,16 @@ pub mod executor;
 pub mod import;
 pub mod metrics;
 pub mod model;
+pub mod namespaces;
+pub mod query_tasks;
 pub mod readers;
 mod rows;
 pub mod schema;
 pub mod shared;
 pub mod task;
+pub mod timers;
 mod tx;
+pub mod workflow_commands;
 pub mod writer;
 
 use std::path::Path;
@@ -38,13 +43,12 @@ use dwpolicy::{
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
+pub use activity_attempts::{attempt_id, ActivityFence, AttemptFailure, AttemptOutcome};
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
 pub use control::{RunDescription, StopOutcome};
-pub use dispatch::{
-    HistoryPage, HistoryPageLimit, LeasedTask, TaskKind, WorkerCommand, WorkflowDecision,
-};
+pub use dispatch::{HistoryPage, HistoryPageLimit, LeasedActivity, LeasedTask, TaskKind};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
 pub use import::{ImportMode, ImportReport, V1Projection, V1Row, V1Terminal};
@@ -52,8 +56,13 @@ pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
     RunStatus, StartRun, TimerId,
 };
+pub use namespaces::Namespace;
+pub use query_tasks::{LeasedQuery, QueryAnswer};
 pub use shared::SharedStore;
 pub use task::Task;
+pub use workflow_commands::{
+    RetryPolicy, WorkflowCommand, WorkflowTaskCompletion, WorkflowTaskFence, SUPPORTED_COMMANDS,
+};
 
 use rows::{append_event, now_ms, to_u64};
 use tx::WriteTx;
@@ -207,19 +216,11 @@ impl Store {
     ) -> Result<Started, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         if let Some(request_id) = request_id {
-            let existing: Option<i64> = tx
-                .prepare_cached(
-                    "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
-                     AND start_request_id = ?3",
-                )?
-                .query_row(
-                    params![start.namespace, start.workflow_id, request_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(run) = existing {
+            if let Some(run) =
+                self.run_started_by(&start.namespace, &start.workflow_id, request_id)?
+            {
                 return Ok(Started {
-                    run: RunId(run),
+                    run,
                     duplicate: true,
                 });
             }
@@ -237,6 +238,24 @@ impl Store {
         })
     }
 
+    /// The run a start with `request_id` created for (namespace, workflow id).
+    pub fn run_started_by(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        request_id: &str,
+    ) -> Result<Option<RunId>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
+                 AND start_request_id = ?3",
+            )?
+            .query_row(params![namespace, workflow_id, request_id], |r| r.get(0))
+            .optional()?
+            .map(RunId))
+    }
+
     /// The run as stored.
     pub fn run(&self, run: RunId) -> Result<Run, Error> {
         rows::load_run(&self.conn, run)
@@ -249,30 +268,20 @@ impl Store {
 
     /// The run's whole history in order.
     pub fn history(&self, run: RunId) -> Result<Vec<HistoryEvent>, Error> {
-        rows::load_head(&self.conn, run)?;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT sequence, event_type, payload FROM history_events \
-             WHERE run_id = ?1 ORDER BY sequence",
-        )?;
-        let raw = stmt.query_map([run.0], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-            ))
-        })?;
-        let mut events = Vec::new();
-        for item in raw {
-            let (sequence, event_type, payload) = item?;
-            let event_type = EventType::from_name(&event_type)
-                .ok_or_else(|| Error::Corrupt(format!("unknown event type {event_type:?}")))?;
-            events.push(HistoryEvent {
-                sequence: to_u64(sequence),
-                event_type,
-                payload: serde_json::from_str(&payload)?,
-            });
-        }
-        Ok(events)
+        Ok(self.history_slice(run, 0, usize::MAX)?.0)
+    }
+
+    /// At most `limit` events from position `offset` (0-based), and the
+    /// run's total event count.
+    pub fn history_slice(
+        &self,
+        run: RunId,
+        offset: u64,
+        limit: usize,
+    ) -> Result<(Vec<HistoryEvent>, u64), Error> {
+        let total = rows::load_history_length(&self.conn, run)?;
+        let events = rows::load_events(&self.conn, run, offset, limit)?;
+        Ok((events, total))
     }
 
     /// The run's failure rows, oldest first.

@@ -40,21 +40,36 @@ pub enum RunStatus {
     Completed,
     /// Finished with a failure row.
     Failed,
+    /// Closed by a cancel request (no workflow code ran after it).
+    Cancelled,
+    /// Closed by an operator's terminate.
+    Terminated,
 }
 
 impl RunStatus {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Terminated => "terminated",
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Option<RunStatus> {
-        [RunStatus::Running, RunStatus::Completed, RunStatus::Failed]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Terminated,
+    ];
+
+    /// The status stored (and sent on the wire) as `text`.
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -81,6 +96,8 @@ pub enum EventType {
     ActivityFailed,
     /// Command: a timer was started.
     TimerStarted,
+    /// Protocol command: a durable timer was scheduled (with its `sequence`).
+    TimerScheduled,
     /// A timer fired.
     TimerFired,
     /// A timer was cancelled.
@@ -101,6 +118,8 @@ pub enum EventType {
     SignalProcessed,
     /// An update was admitted.
     UpdateAccepted,
+    /// An accepted update's handler ran (replay re-applies it here).
+    UpdateApplied,
     /// An update was resolved with a result.
     UpdateCompleted,
     /// An update was resolved with a rejection.
@@ -113,10 +132,18 @@ pub enum EventType {
     WorkflowCompleted,
     /// The run failed.
     WorkflowFailed,
+    /// Protocol command: the workflow waits for a condition.
+    ConditionWaitOpened,
+    /// The workflow got past its open condition wait.
+    ConditionWaitSatisfied,
+    /// The run was cancelled.
+    WorkflowCancelled,
+    /// The run was terminated.
+    WorkflowTerminated,
 }
 
 impl EventType {
-    const ALL: [EventType; 21] = [
+    const ALL: [EventType; 27] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -138,6 +165,12 @@ impl EventType {
         EventType::ExceptionRecorded,
         EventType::WorkflowCompleted,
         EventType::WorkflowFailed,
+        EventType::TimerScheduled,
+        EventType::UpdateApplied,
+        EventType::ConditionWaitOpened,
+        EventType::ConditionWaitSatisfied,
+        EventType::WorkflowCancelled,
+        EventType::WorkflowTerminated,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -164,6 +197,12 @@ impl EventType {
             EventType::ExceptionRecorded => "ExceptionRecorded",
             EventType::WorkflowCompleted => "WorkflowCompleted",
             EventType::WorkflowFailed => "WorkflowFailed",
+            EventType::TimerScheduled => "TimerScheduled",
+            EventType::UpdateApplied => "UpdateApplied",
+            EventType::ConditionWaitOpened => "ConditionWaitOpened",
+            EventType::ConditionWaitSatisfied => "ConditionWaitSatisfied",
+            EventType::WorkflowCancelled => "WorkflowCancelled",
+            EventType::WorkflowTerminated => "WorkflowTerminated",
         }
     }
 
@@ -188,6 +227,8 @@ pub struct HistoryEvent {
     pub event_type: EventType,
     /// Its details.
     pub payload: Value,
+    /// When it was recorded (Unix ms; absent on events older than schema 4).
+    pub recorded_at_ms: Option<i64>,
 }
 
 /// Open items per run, as maintained on the run row.
@@ -294,7 +335,7 @@ mod tests {
             );
         }
         assert_eq!(EventType::from_name("Nope"), None);
-        for s in [RunStatus::Running, RunStatus::Completed, RunStatus::Failed] {
+        for s in RunStatus::ALL {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
         }
     }

@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_run_series.sql"),
     include_str!("migrations/0004_idempotency.sql"),
     include_str!("migrations/0005_pending_payload_bytes.sql"),
+    include_str!("migrations/0006_protocol.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -40,6 +41,11 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Error> {
             return Ok(());
         };
         tx.execute_batch(sql)?;
+        // A migration that rewrites stored schema text (0004 widens a CHECK
+        // constraint) must make every connection re-read the schema; bumping
+        // the schema cookie is how SQLite says so, and costs nothing otherwise.
+        let cookie: i64 = tx.query_row("PRAGMA schema_version", [], |row| row.get(0))?;
+        tx.pragma_update(None, "schema_version", cookie + 1)?;
         tx.pragma_update(None, "user_version", version + 1)?;
         tx.commit()?;
     }

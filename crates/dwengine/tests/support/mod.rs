@@ -54,9 +54,15 @@ impl TestServer {
 
     /// `POST path` with a JSON body: (status, JSON answer).
     pub fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_ns("default", path, body)
+    }
+
+    /// `POST path` in namespace `ns` (the `X-Namespace` header).
+    pub fn post_ns(&self, ns: &str, path: &str, body: Value) -> (u16, Value) {
         answer(
             self.agent
                 .post(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
                 .send_json(body),
         )
     }
@@ -73,15 +79,26 @@ impl TestServer {
 
     /// Sends one request built by [`wire`].
     pub fn send(&self, request: &wire::Request) -> (u16, Value) {
+        let ns = request.namespace.as_deref().unwrap_or("default");
         match &request.body {
-            Some(body) => self.post(&request.path, body.clone()),
-            None => self.get(&request.path),
+            Some(body) => self.post_ns(ns, &request.path, body.clone()),
+            None => self.get_ns(ns, &request.path),
         }
     }
 
     /// `GET path`.
     pub fn get(&self, path: &str) -> (u16, Value) {
-        answer(self.agent.get(&format!("{}{path}", self.base)).call())
+        self.get_ns("default", path)
+    }
+
+    /// `GET path` in namespace `ns`.
+    pub fn get_ns(&self, ns: &str, path: &str) -> (u16, Value) {
+        answer(
+            self.agent
+                .get(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
+                .call(),
+        )
     }
 
     /// `GET path` read as text: (status, content type, body).
@@ -101,19 +118,31 @@ impl TestServer {
         self.cache.count_prefix(prefix).unwrap()
     }
 
-    /// Starts a workflow; panics unless the server accepted it.
+    /// Registers namespace `ns` (a no-op when it exists).
+    pub fn namespace(&self, ns: &str) {
+        let (status, body) = self.post("/api/namespaces", serde_json::json!({ "name": ns }));
+        assert!(status == 200 || status == 201, "{status}: {body}");
+    }
+
+    /// Starts a workflow (registering its namespace); panics unless the
+    /// server accepted it.
     pub fn start_workflow(&self, ns: &str, workflow_id: &str, queue: &str) -> Value {
-        let (status, body) = self.post(
-            &format!("/api/namespaces/{ns}/workflows"),
+        if ns != "default" {
+            self.namespace(ns);
+        }
+        let (status, body) = self.post_ns(
+            ns,
+            "/api/workflows",
             serde_json::json!({
                 "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue,
+                "input": { "codec": "json", "blob": "[]" },
             }),
         );
-        assert_eq!(status, 200, "{body}");
+        assert_eq!(status, 201, "{body}");
         body
     }
 
-    /// One poll of `kind` (`workflow` or `activity`).
+    /// One poll of `kind` (`workflow`, `activity` or `query`) by worker `w1`.
     pub fn poll(
         &self,
         kind: &str,
@@ -122,11 +151,27 @@ impl TestServer {
         poll_id: &str,
         timeout_ms: u64,
     ) -> (u16, Value) {
-        self.post(
+        self.post_ns(
+            ns,
             &format!("/api/worker/{kind}-tasks/poll"),
             serde_json::json!({
-                "namespace": ns, "task_queue": queue, "worker_id": "w1",
-                "poll_request_id": poll_id, "timeout_ms": timeout_ms,
+                "task_queue": queue, "worker_id": "w1",
+                "poll_request_id": poll_id, "timeout_seconds": timeout_ms as f64 / 1000.0,
+            }),
+        )
+    }
+
+    /// Completes workflow task `task` (as leased to `w1`) with `commands`.
+    pub fn complete(&self, task: &Value, commands: Value) -> (u16, Value) {
+        self.post_ns(
+            task["namespace"].as_str().unwrap_or("default"),
+            &format!(
+                "/api/worker/workflow-tasks/{}/complete",
+                task["task_id"].as_str().unwrap()
+            ),
+            serde_json::json!({
+                "lease_owner": task["lease_owner"], "commands": commands,
+                "workflow_task_attempt": task["workflow_task_attempt"],
             }),
         )
     }

@@ -1,39 +1,64 @@
 //! The HTTP shapes the fault tests and the load generator speak, in one
-//! place: when the routes or bodies change (the wire protocol work), this is
-//! the one file to edit. Each function returns (method path, JSON body).
+//! place: the Durable Workflow wire protocol (control plane 2, worker
+//! protocol 1.20, namespace in `X-Namespace`). Each function returns a
+//! [`Request`]; reports on a leased task take the polled task, whose lease
+//! fields (`lease_owner`, the attempt) fence the report.
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
 
-/// A request: the path (POST unless it says GET) and its JSON body.
+/// A request: the path (POST unless it has no body) and its JSON body.
 pub struct Request {
     /// Under the server's base URL.
     pub path: String,
     /// `None`: a GET.
     pub body: Option<Value>,
+    /// The `X-Namespace` header, when the route takes one.
+    pub namespace: Option<String>,
 }
 
-fn post(path: String, body: Value) -> Request {
+fn post(ns: &str, path: String, body: Value) -> Request {
     Request {
         path,
         body: Some(body),
+        namespace: Some(ns.to_owned()),
+    }
+}
+
+fn get(ns: &str, path: String) -> Request {
+    Request {
+        path,
+        body: None,
+        namespace: Some(ns.to_owned()),
+    }
+}
+
+/// Registers namespace `ns` (admin; a no-op when it exists).
+pub fn namespace(ns: &str) -> Request {
+    Request {
+        path: "/api/namespaces".into(),
+        body: Some(json!({ "name": ns })),
+        namespace: None,
     }
 }
 
 /// Starts `workflow_id`; a retry with the same `request_id` converges.
 pub fn start(ns: &str, workflow_id: &str, queue: &str, request_id: Option<&str>) -> Request {
-    let mut body =
-        json!({ "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue });
+    let mut body = json!({
+        "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue,
+        "input": { "codec": "json", "blob": "[]" },
+    });
     if let Some(id) = request_id {
         body["request_id"] = id.into();
     }
-    post(format!("/api/namespaces/{ns}/workflows"), body)
+    post(ns, "/api/workflows".into(), body)
 }
 
 /// A signal with a deduplicating request id.
 pub fn signal(ns: &str, workflow_id: &str, name: &str, input: Value, request_id: &str) -> Request {
     post(
-        format!("/api/namespaces/{ns}/workflows/{workflow_id}/signal/{name}"),
+        ns,
+        format!("/api/workflows/{workflow_id}/signal/{name}"),
         json!({ "input": input, "request_id": request_id }),
     )
 }
@@ -42,24 +67,23 @@ pub fn signal(ns: &str, workflow_id: &str, name: &str, input: Value, request_id:
 pub fn stop(ns: &str, workflow_id: &str, terminate: bool, request_id: &str) -> Request {
     let verb = if terminate { "terminate" } else { "cancel" };
     post(
-        format!("/api/namespaces/{ns}/workflows/{workflow_id}/{verb}"),
+        ns,
+        format!("/api/workflows/{workflow_id}/{verb}"),
         json!({ "reason": "test", "request_id": request_id }),
     )
 }
 
 /// The workflow's newest run.
 pub fn describe(ns: &str, workflow_id: &str) -> Request {
-    Request {
-        path: format!("/api/namespaces/{ns}/workflows/{workflow_id}"),
-        body: None,
-    }
+    get(ns, format!("/api/workflows/{workflow_id}"))
 }
 
-/// Registers or heartbeats a worker.
+/// Registers (or re-registers) a worker.
 pub fn register(ns: &str, worker_id: &str, queue: &str) -> Request {
     post(
+        ns,
         "/api/worker/register".into(),
-        json!({ "namespace": ns, "worker_id": worker_id, "task_queue": queue }),
+        json!({ "worker_id": worker_id, "task_queue": queue }),
     )
 }
 
@@ -73,10 +97,11 @@ pub fn poll(
     timeout_ms: u64,
 ) -> Request {
     post(
+        ns,
         format!("/api/worker/{kind}-tasks/poll"),
         json!({
-            "namespace": ns, "task_queue": queue, "worker_id": worker_id,
-            "poll_request_id": poll_id, "timeout_ms": timeout_ms,
+            "task_queue": queue, "worker_id": worker_id,
+            "poll_request_id": poll_id, "timeout_seconds": timeout_ms as f64 / 1000.0,
         }),
     )
 }
@@ -88,81 +113,133 @@ pub fn polled_task(answer: &Value) -> Option<&Value> {
 
 /// The task id of a polled task.
 pub fn task_id(task: &Value) -> i64 {
-    task["task_id"].as_i64().unwrap_or(-1)
+    task["task_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// Whether a polled workflow task's history holds an event of `event_type`.
 pub fn history_has(task: &Value, event_type: &str) -> bool {
-    task["history"]
+    task["history_events"]
         .as_array()
         .is_some_and(|events| events.iter().any(|e| e["event_type"] == event_type))
 }
 
+fn namespace_of(task: &Value) -> &str {
+    task["namespace"].as_str().unwrap_or("default")
+}
+
+fn workflow_lease(task: &Value) -> Value {
+    json!({
+        "lease_owner": task["lease_owner"],
+        "workflow_task_attempt": task["workflow_task_attempt"],
+    })
+}
+
 /// Completes a workflow task: schedules one activity, or completes the run.
-pub fn complete_workflow(task_id: i64, finish: bool) -> Request {
-    let commands =
-        json!([{ "type": "schedule_activity", "activity_type": "charge", "arguments": [1] }]);
-    let body = if finish {
-        json!({ "commands": commands, "decision": "complete", "result": "done" })
+pub fn complete_workflow(task: &Value, finish: bool) -> Request {
+    let commands = if finish {
+        json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "\"done\"" } }])
     } else {
-        json!({ "commands": commands, "decision": "wait" })
+        json!([{ "type": "schedule_activity", "activity_type": "charge",
+                 "arguments": { "codec": "json", "blob": "[1]" } }])
     };
+    let mut body = workflow_lease(task);
+    body["commands"] = commands;
     post(
-        format!("/api/worker/workflow-tasks/{task_id}/complete"),
+        namespace_of(task),
+        format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            task["task_id"].as_str().unwrap_or("")
+        ),
         body,
     )
 }
 
-/// Hands a leased workflow task back to its queue.
-pub fn fail_workflow(task_id: i64) -> Request {
+/// Fails a leased workflow task: it comes back after a backoff.
+pub fn fail_workflow(task: &Value) -> Request {
+    let mut body = workflow_lease(task);
+    body["failure"] = json!({ "message": "test failure", "type": "TestFailure" });
     post(
-        format!("/api/worker/workflow-tasks/{task_id}/fail"),
-        json!({}),
+        namespace_of(task),
+        format!(
+            "/api/worker/workflow-tasks/{}/fail",
+            task["task_id"].as_str().unwrap_or("")
+        ),
+        body,
     )
 }
 
-/// The history page of a workflow task from sequence `after` on.
-pub fn history_page(task_id: i64, after: u64) -> Request {
-    Request {
-        path: format!("/api/worker/workflow-tasks/{task_id}/history?after={after}"),
-        body: None,
-    }
+/// The history page of a leased workflow task at `token`.
+pub fn history_page(task: &Value, token: &str) -> Request {
+    let mut body = workflow_lease(task);
+    body["next_history_page_token"] = token.into();
+    post(
+        namespace_of(task),
+        format!(
+            "/api/worker/workflow-tasks/{}/history",
+            task["task_id"].as_str().unwrap_or("")
+        ),
+        body,
+    )
 }
 
 /// Where a polled task's (or a page's) history continues, if it does.
-pub fn next_history(answer: &Value) -> Option<u64> {
-    answer
-        .get("history_next_sequence")
-        .or_else(|| answer.get("next_sequence"))
-        .and_then(Value::as_u64)
+pub fn next_history(answer: &Value) -> Option<String> {
+    answer["next_history_page_token"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn activity_lease(task: &Value) -> Value {
+    json!({
+        "lease_owner": task["lease_owner"],
+        "activity_attempt_id": task["activity_attempt_id"],
+    })
 }
 
 /// Completes an activity task.
-pub fn complete_activity(task_id: i64) -> Request {
+pub fn complete_activity(task: &Value) -> Request {
+    let mut body = activity_lease(task);
+    body["result"] = json!({ "codec": "json", "blob": "\"charged\"" });
     post(
-        format!("/api/worker/activity-tasks/{task_id}/complete"),
-        json!({ "result": "charged" }),
+        namespace_of(task),
+        format!(
+            "/api/worker/activity-tasks/{}/complete",
+            task["task_id"].as_str().unwrap_or("")
+        ),
+        body,
     )
 }
 
-/// Extends a leased task's lease.
-pub fn heartbeat_task(kind: &str, task_id: i64) -> Request {
+/// Extends a leased task's lease (`kind`: `workflow` or `activity`).
+pub fn heartbeat_task(kind: &str, task: &Value) -> Request {
+    let body = if kind == "activity" {
+        activity_lease(task)
+    } else {
+        workflow_lease(task)
+    };
     post(
-        format!("/api/worker/{kind}-tasks/{task_id}/heartbeat"),
-        json!({}),
+        namespace_of(task),
+        format!(
+            "/api/worker/{kind}-tasks/{}/heartbeat",
+            task["task_id"].as_str().unwrap_or("")
+        ),
+        body,
     )
 }
 
 /// The run id in a start answer.
 pub fn started_run(answer: &Value) -> Option<i64> {
-    answer["run_id"].as_i64()
+    answer["run_id"].as_str().and_then(|id| id.parse().ok())
 }
 
-/// Whether a describe answer shows a finished run.
+/// Whether a describe answer shows a closed run.
 pub fn finished(answer: &Value) -> bool {
     matches!(
-        answer["run"]["status"].as_str(),
-        Some("completed" | "failed")
+        answer["status"].as_str(),
+        Some("completed" | "failed" | "cancelled" | "terminated")
     )
 }
 
@@ -171,6 +248,7 @@ pub fn ready() -> Request {
     Request {
         path: "/api/ready".into(),
         body: None,
+        namespace: None,
     }
 }
 

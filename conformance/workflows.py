@@ -1,0 +1,132 @@
+"""Workflows and activities the conformance suite runs on dwserver.
+
+Written against the public API of the published ``durable-workflow`` SDK
+only: nothing here knows it talks to dwserver rather than any other
+Durable Workflow server.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from durable_workflow import activity, workflow
+from durable_workflow.workflow import ActivityRetryPolicy
+
+QUEUE = "conformance"
+
+
+@activity.defn(name="greet")
+def greet(name: str) -> str:
+    return f"hello, {name}"
+
+
+_flaky_attempts: dict[str, int] = {}
+_flaky_lock = threading.Lock()
+
+
+@activity.defn(name="flaky")
+def flaky(key: str) -> str:
+    """Fails on its first attempt for each key, succeeds on the next."""
+    with _flaky_lock:
+        _flaky_attempts[key] = _flaky_attempts.get(key, 0) + 1
+        attempt = _flaky_attempts[key]
+    if attempt == 1:
+        raise RuntimeError(f"transient failure of {key} (attempt {attempt})")
+    return f"{key} succeeded on attempt {attempt}"
+
+
+@activity.defn(name="noop")
+def noop(i: int) -> int:
+    return i
+
+
+@workflow.defn(name="journey")
+class Journey:
+    """An activity, a timer, then a signal-driven condition wait; queryable."""
+
+    def __init__(self) -> None:
+        self.approved_by: str | None = None
+        self.stage = "started"
+
+    @workflow.signal("approve")
+    def approve(self, who: str) -> None:
+        self.approved_by = who
+
+    @workflow.query("stage")
+    def current_stage(self) -> str:
+        return self.stage
+
+    def run(self, ctx, name):
+        greeting = yield ctx.schedule_activity("greet", [name])
+        self.stage = "greeted"
+        yield ctx.start_timer(1)
+        self.stage = "waiting_for_approval"
+        yield ctx.wait_condition(lambda: self.approved_by is not None, key="approved")
+        self.stage = "approved"
+        return {"greeting": greeting, "approved_by": self.approved_by}
+
+
+@workflow.defn(name="counter")
+class Counter:
+    """Waits until an update sets a limit, then completes with it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.closed = False
+
+    @workflow.update("add")
+    def add(self, amount: int) -> int:
+        self.total += amount
+        return self.total
+
+    @workflow.signal("close")
+    def close(self) -> None:
+        self.closed = True
+
+    def run(self, ctx):
+        yield ctx.wait_condition(lambda: self.closed, key="closed")
+        return self.total
+
+
+@workflow.defn(name="sleeper")
+class Sleeper:
+    """Sleeps for an hour: only cancel or terminate ends it."""
+
+    def run(self, ctx):
+        yield ctx.start_timer(3600)
+        return "woke up"
+
+
+@workflow.defn(name="retrying")
+class Retrying:
+    """An activity that fails once and succeeds on its retry."""
+
+    def run(self, ctx, key):
+        result = yield ctx.schedule_activity(
+            "flaky",
+            [key],
+            retry_policy=ActivityRetryPolicy(max_attempts=3, backoff_seconds=[1, 1]),
+            start_to_close_timeout=30,
+        )
+        return result
+
+
+@workflow.defn(name="fan_out")
+class FanOut:
+    """Schedules `width` activities at once."""
+
+    def run(self, ctx, width):
+        results = yield [ctx.schedule_activity("noop", [i]) for i in range(width)]
+        return sum(results)
+
+
+@workflow.defn(name="quick")
+class Quick:
+    """One activity: the unit of the throughput measurement."""
+
+    def run(self, ctx, name):
+        return (yield ctx.schedule_activity("greet", [name]))
+
+
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, FanOut, Quick]
+ACTIVITIES = [greet, flaky, noop]

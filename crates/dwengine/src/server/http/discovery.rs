@@ -1,0 +1,122 @@
+//! Discovery, health, readiness and namespaces.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::{blocking, refuse, reply, run_blocking, Shared};
+use crate::server::wire::{self, RegisterNamespace};
+use crate::server::{ApiError, Engine};
+
+pub(super) fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/api/cluster/info", get(cluster_info))
+        .route("/api/health", get(health))
+        .route("/api/ready", get(ready))
+        .route(
+            "/api/namespaces",
+            get(list_namespaces).post(register_namespace),
+        )
+        .route("/api/namespaces/{name}", get(describe_namespace))
+}
+
+async fn cluster_info(State(engine): Shared) -> Response {
+    reply(Ok(engine.cluster_info()))
+}
+
+async fn health(State(engine): Shared) -> Response {
+    let store = run_blocking(engine, |e| {
+        e.read(|s| s.namespace("default"))?;
+        Ok(())
+    })
+    .await;
+    let now = wire::timestamp(crate::unix_ms());
+    match store {
+        Ok(()) => reply(Ok(json!({
+            "status": "serving", "timestamp": now, "checks": { "store": "ok", "http": "ok" },
+        }))),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "not_serving", "timestamp": now,
+                "checks": { "store": "failed", "http": "ok" }, "message": e.to_string(),
+            })),
+        )
+            .into_response(),
+    }
+}
+
+async fn ready(State(engine): Shared) -> Response {
+    let verdict = run_blocking(engine, |e| e.ready()).await;
+    let now = wire::timestamp(crate::unix_ms());
+    let (status, cache, message) = match verdict {
+        Ok(true) => (StatusCode::OK, "ok", None),
+        Ok(false) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cache_round_trip_failed",
+            None,
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cache_unavailable",
+            Some(e.to_string()),
+        ),
+    };
+    let ready = status == StatusCode::OK;
+    (
+        status,
+        Json(json!({
+            "status": if ready { "ready" } else { "not_ready" },
+            "timestamp": now,
+            "checks": { "cache": cache, "store": "ok" },
+            "message": message,
+        })),
+    )
+        .into_response()
+}
+
+async fn list_namespaces(State(engine): Shared) -> Response {
+    blocking(engine, |e| {
+        let namespaces = e.read(|s| s.namespaces())?;
+        Ok(json!({ "namespaces": namespaces }))
+    })
+    .await
+}
+
+async fn describe_namespace(State(engine): Shared, Path(name): Path<String>) -> Response {
+    blocking(engine, move |e| {
+        let namespace = e
+            .read(|s| s.namespace(&name))?
+            .ok_or(ApiError::NamespaceNotFound(name))?;
+        Ok(json!(namespace))
+    })
+    .await
+}
+
+async fn register_namespace(State(engine): Shared, headers: HeaderMap, body: Body) -> Response {
+    let result = super::read::<RegisterNamespace>(&engine, &headers, body).await;
+    match result {
+        Ok(parsed) => {
+            let (status, outcome) =
+                match run_blocking(engine, move |e| e.register_namespace(parsed)).await {
+                    Ok((created, value)) => (
+                        if created {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        },
+                        Ok(value),
+                    ),
+                    Err(e) => (StatusCode::OK, Err(e)),
+                };
+            super::reply_with(status, outcome)
+        }
+        Err(e) => refuse(e),
+    }
+}

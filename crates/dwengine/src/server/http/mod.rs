@@ -1,0 +1,332 @@
+//! The HTTP adapter: routes, the request gate, body limits, JSON in and out.
+//!
+//! Every request first passes [`gate`]: the `Host` check, bearer-token
+//! auth by plane, `Content-Type: application/json` on bodies, the protocol
+//! version headers (checked, then echoed on the answer) and the namespace
+//! from `X-Namespace`. Handlers then only read the request, enforce the
+//! body-size limit before parsing, and run the matching [`Engine`] method
+//! on the blocking pool (the store and the Redis client are blocking); all
+//! decisions live in the engine modules. One module per resource.
+
+mod discovery;
+mod system;
+mod worker_tasks;
+mod workflows;
+
+use std::sync::Arc;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::server::auth::{plane_of, Plane};
+use crate::server::wire::{
+    CONTROL_PLANE_HEADER, CONTROL_PLANE_VERSION, NAMESPACE_HEADER, PROTOCOL_HEADER,
+    WORKER_PROTOCOL_VERSIONS,
+};
+use crate::server::{ApiError, Engine};
+
+type Shared = State<Arc<Engine>>;
+
+/// The namespace and protocol version a request was admitted with.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// From `X-Namespace` (default `default`).
+    pub namespace: String,
+}
+
+/// Every route of the server.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .merge(discovery::routes())
+        .merge(system::routes())
+        .merge(workflows::routes())
+        .merge(worker_tasks::routes())
+        .fallback(|| async {
+            refuse_with(
+                StatusCode::NOT_FOUND,
+                json!({ "reason": "route_not_found", "message": "no such route; see docs/api.md" }),
+            )
+        })
+        .layer(middleware::from_fn_with_state(engine.clone(), gate))
+        // The body limit is dwpolicy's, answered with its JSON, not axum's default.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(engine)
+}
+
+fn refuse_with(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+/// Host, auth, content type, versions and namespace, in that order.
+async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    let method = request.method().as_str().to_owned();
+    let headers = request.headers();
+    if let Err(refusal) = check_host(&engine, headers) {
+        return *refusal;
+    }
+    let plane = plane_of(&method, &path);
+    if let Some(tokens) = &engine.config.auth {
+        if plane != Plane::Probe {
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            let Some(role) = presented.and_then(|t| tokens.role_of(t)) else {
+                return refuse_with(
+                    StatusCode::UNAUTHORIZED,
+                    json!({ "reason": "unauthorized", "message": "send Authorization: Bearer <token> with a configured token" }),
+                );
+            };
+            if !plane.admits(role) {
+                return refuse_with(
+                    StatusCode::FORBIDDEN,
+                    json!({ "reason": "forbidden", "role": role.as_str(),
+                            "message": format!("a {} token cannot use {method} {path}", role.as_str()) }),
+                );
+            }
+        }
+    }
+    if has_body(headers) && !is_json(headers) {
+        return refuse_with(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            json!({ "reason": "unsupported_media_type",
+                    "message": "request bodies must be sent with Content-Type: application/json" }),
+        );
+    }
+    let echo = match version_of(plane, &path, headers) {
+        Ok(echo) => echo,
+        Err(refusal) => return *refusal,
+    };
+    if path.starts_with("/api/workflows") || path.starts_with("/api/worker/") {
+        let namespace = headers
+            .get(NAMESPACE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .unwrap_or("default")
+            .to_owned();
+        let checked = {
+            let engine = engine.clone();
+            let namespace = namespace.clone();
+            tokio::task::spawn_blocking(move || engine.require_namespace(&namespace))
+                .await
+                .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
+        };
+        if let Err(e) = checked {
+            return with_echo(refuse(e), echo);
+        }
+        request.extensions_mut().insert(Scope { namespace });
+    }
+    with_echo(next.run(request).await, echo)
+}
+
+fn check_host(engine: &Engine, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let allowed = &engine.config.allowed_hosts;
+    if allowed.is_empty() {
+        return Ok(());
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    // Strip the port: `[::1]:80` keeps its brackets, `localhost:80` loses `:80`.
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.is_empty() => {
+            name.to_owned()
+        }
+        _ => host.clone(),
+    };
+    if allowed.contains(&name) {
+        return Ok(());
+    }
+    Err(Box::new(refuse_with(
+        StatusCode::BAD_REQUEST,
+        json!({ "reason": "host_not_allowed", "host": host, "allowed_hosts": allowed,
+                "message": "this Host is not served; set DW_ALLOWED_HOSTS to add it" }),
+    )))
+}
+
+fn has_body(headers: &HeaderMap) -> bool {
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    match length {
+        Some(n) => n > 0,
+        None => headers.contains_key(header::TRANSFER_ENCODING),
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            let media = v
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            media == "application/json"
+                || (media.starts_with("application/") && media.ends_with("+json"))
+        })
+        .unwrap_or(false)
+}
+
+/// The version header to echo, or the 400 naming the supported versions.
+fn version_of(
+    plane: Plane,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<Option<(&'static str, String)>, Box<Response>> {
+    let sent = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+    };
+    match plane {
+        Plane::Worker => {
+            let version = sent(PROTOCOL_HEADER).unwrap_or_else(|| {
+                WORKER_PROTOCOL_VERSIONS[WORKER_PROTOCOL_VERSIONS.len() - 1].into()
+            });
+            if !WORKER_PROTOCOL_VERSIONS.contains(&version.as_str()) {
+                return Err(Box::new(refuse_with(
+                    StatusCode::BAD_REQUEST,
+                    json!({ "reason": "unsupported_protocol_version", "requested_version": version,
+                            "supported_versions": WORKER_PROTOCOL_VERSIONS,
+                            "message": format!("X-Durable-Workflow-Protocol-Version {version:?} is not supported; this server speaks {}", WORKER_PROTOCOL_VERSIONS.join(" and ")) }),
+                )));
+            }
+            Ok(Some((PROTOCOL_HEADER, version)))
+        }
+        Plane::Control if path.starts_with("/api/workflows") => {
+            let version =
+                sent(CONTROL_PLANE_HEADER).unwrap_or_else(|| CONTROL_PLANE_VERSION.into());
+            if version != CONTROL_PLANE_VERSION {
+                return Err(Box::new(refuse_with(
+                    StatusCode::BAD_REQUEST,
+                    json!({ "reason": "unsupported_control_plane_version", "requested_version": version,
+                            "supported_versions": [CONTROL_PLANE_VERSION],
+                            "message": format!("X-Durable-Workflow-Control-Plane-Version {version:?} is not supported; this server speaks {CONTROL_PLANE_VERSION}") }),
+                )));
+            }
+            Ok(Some((CONTROL_PLANE_HEADER, version)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn with_echo(mut response: Response, echo: Option<(&'static str, String)>) -> Response {
+    if let Some((name, version)) = echo {
+        if let Ok(value) = HeaderValue::from_str(&version) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+fn reply(result: Result<Value, ApiError>) -> Response {
+    reply_with(StatusCode::OK, result)
+}
+
+fn reply_with(status: StatusCode, result: Result<Value, ApiError>) -> Response {
+    match result {
+        Ok(value) => (status, Json(value)).into_response(),
+        Err(e) => refuse(e),
+    }
+}
+
+fn refuse(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, Json(e.body())).into_response();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// Reads at most the payload limit, then parses; empty bodies read as `{}`.
+async fn read<T: DeserializeOwned>(
+    engine: &Engine,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let limits = &engine.config.request_limits;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(size) = declared {
+        limits.check_body(size)?;
+    }
+    let cap = if limits.max_payload_bytes == 0 {
+        usize::MAX
+    } else {
+        usize::try_from(limits.max_payload_bytes.saturating_add(1)).unwrap_or(usize::MAX)
+    };
+    let bytes = match to_bytes(body, cap).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            limits.check_body(limits.max_payload_bytes.saturating_add(1))?;
+            return Err(ApiError::Malformed("unreadable body".into()));
+        }
+    };
+    limits.check_body(bytes.len() as u64)?;
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &bytes
+    };
+    serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed(e.to_string()))
+}
+
+async fn run_blocking<R: Send + 'static>(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
+}
+
+async fn blocking(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<Value, ApiError> + Send + 'static,
+) -> Response {
+    reply(run_blocking(engine, f).await)
+}
+
+/// Parses the body as `T`, then runs `f` on the blocking pool: 200.
+async fn with_body<T: DeserializeOwned + Send + 'static>(
+    engine: Arc<Engine>,
+    headers: HeaderMap,
+    body: Body,
+    f: impl FnOnce(&Engine, T) -> Result<Value, ApiError> + Send + 'static,
+) -> Response {
+    with_body_status(StatusCode::OK, engine, headers, body, f).await
+}
+
+/// As [`with_body`], answering with `status` on success.
+async fn with_body_status<T: DeserializeOwned + Send + 'static>(
+    status: StatusCode,
+    engine: Arc<Engine>,
+    headers: HeaderMap,
+    body: Body,
+    f: impl FnOnce(&Engine, T) -> Result<Value, ApiError> + Send + 'static,
+) -> Response {
+    match read::<T>(&engine, &headers, body).await {
+        Ok(parsed) => reply_with(status, run_blocking(engine, move |e| f(e, parsed)).await),
+        Err(e) => refuse(e),
+    }
+}

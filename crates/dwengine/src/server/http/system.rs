@@ -1,0 +1,103 @@
+//! Operator surfaces under `/api/system/…`.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{blocking, refuse, run_blocking, Shared};
+use crate::server::metrics::{MetricsQuery, PROMETHEUS_CONTENT_TYPE};
+use crate::server::{ApiError, Engine};
+
+pub(super) fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/api/system/health", get(health))
+        .route("/api/system/cache-keys", get(cache_keys))
+        .route("/api/system/metrics", get(system_metrics))
+        .route("/api/system/prometheus-metrics", get(prometheus_metrics))
+        .route("/api/system/poll-diagnostic", get(poll_diagnostic))
+}
+
+async fn health(State(engine): Shared) -> Response {
+    blocking(engine, |e| {
+        Ok(e.read(|store| {
+            Ok(json!({
+                "health": store.health(),
+                "capabilities": { "structural_limits": store.capabilities() },
+            }))
+        })?)
+    })
+    .await
+}
+
+async fn cache_keys(State(engine): Shared) -> Response {
+    blocking(engine, |e| {
+        Ok(json!({ "backend": e.cache.backend(), "keys_by_policy": e.cache_keys_by_policy()? }))
+    })
+    .await
+}
+
+/// The namespace of a metrics query; a query axum cannot parse answers
+/// with this server's JSON refusal rather than axum's plain text.
+fn metrics_namespace(
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Result<String, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::Malformed(e.body_text()))?;
+    Ok(query.namespace.unwrap_or_default())
+}
+
+async fn system_metrics(
+    State(engine): Shared,
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Response {
+    match metrics_namespace(query) {
+        Ok(ns) => blocking(engine, move |e| e.system_metrics(&ns)).await,
+        Err(e) => refuse(e),
+    }
+}
+
+async fn prometheus_metrics(
+    State(engine): Shared,
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Response {
+    let ns = match metrics_namespace(query) {
+        Ok(ns) => ns,
+        Err(e) => return refuse(e),
+    };
+    match run_blocking(engine, move |e| e.workflow_run_metrics(&ns)).await {
+        Ok(rendered) => (
+            [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
+            rendered.text,
+        )
+            .into_response(),
+        Err(e) => refuse(e),
+    }
+}
+
+/// `?namespace=NS&task_queue=Q`.
+#[derive(Debug, Default, Deserialize)]
+struct QueueQuery {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    task_queue: Option<String>,
+}
+
+async fn poll_diagnostic(
+    State(engine): Shared,
+    query: Result<Query<QueueQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return refuse(ApiError::Malformed(e.body_text())),
+    };
+    let ns = query.namespace.unwrap_or_else(|| "default".into());
+    let queue = query.task_queue.unwrap_or_default();
+    blocking(engine, move |e| e.poll_diagnostic(&ns, &queue)).await
+}

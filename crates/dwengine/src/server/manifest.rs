@@ -1,0 +1,104 @@
+//! What `GET /api/cluster/info` advertises: the control-plane and worker
+//! protocol manifests, the auth-composition contract and the limits.
+//!
+//! Only what this server implements is advertised: a capability the SDK
+//! would use and the server lacks must read `false` (or be absent), so the
+//! SDK refuses up front instead of failing mid-workflow.
+
+use serde_json::{json, Value};
+
+use crate::server::wire::{
+    CONTROL_PLANE_HEADER, CONTROL_PLANE_VERSION, PROTOCOL_HEADER, WORKER_PROTOCOL_VERSIONS,
+};
+use crate::server::worker::{DEFAULT_HISTORY_PAGE, HEARTBEAT_INTERVAL_SECONDS};
+use crate::server::Engine;
+use crate::store::SUPPORTED_COMMANDS;
+
+/// The control-plane request contract's schema name.
+pub const REQUEST_CONTRACT_SCHEMA: &str = "durable-workflow.v2.control-plane-request.contract";
+/// The auth-composition contract's schema name.
+pub const AUTH_COMPOSITION_SCHEMA: &str = "durable-workflow.v2.auth-composition.contract";
+
+impl Engine {
+    /// The whole discovery document.
+    pub fn cluster_info(&self) -> Value {
+        let limits = self
+            .config
+            .request_limits
+            .cluster_limits(&self.config.store.limits);
+        let newest = WORKER_PROTOCOL_VERSIONS[WORKER_PROTOCOL_VERSIONS.len() - 1];
+        json!({
+            "server_id": self.config.server_id,
+            "version": env!("CARGO_PKG_VERSION"),
+            "server": "dwserver",
+            "cache_backend": self.cache.backend(),
+            "limits": limits,
+            "control_plane": {
+                "version": CONTROL_PLANE_VERSION,
+                "header": CONTROL_PLANE_HEADER,
+                "namespace_header": "X-Namespace",
+                "request_contract": {
+                    "schema": REQUEST_CONTRACT_SCHEMA,
+                    "version": 1,
+                    "operations": {
+                        "start": { "fields": { "duplicate_policy": { "canonical_values": ["fail", "use-existing"] } } },
+                        "update": { "fields": { "wait_for": { "canonical_values": ["accepted", "completed"] } } },
+                    },
+                },
+            },
+            "worker_protocol": {
+                "version": newest,
+                "supported_versions": WORKER_PROTOCOL_VERSIONS,
+                "header": PROTOCOL_HEADER,
+                "server_capabilities": {
+                    "long_poll_timeout_seconds": self.config.max_poll_wait.as_secs(),
+                    "poll_request_idempotency": true,
+                    "history_page_size_default": DEFAULT_HISTORY_PAGE,
+                    "supported_workflow_task_commands": SUPPORTED_COMMANDS,
+                    "workflow_task_fencing": ["lease_owner", "workflow_task_attempt"],
+                    "activity_retry_policy": true,
+                    "activity_heartbeats": true,
+                    "query_tasks": true,
+                    "workflow_updates": true,
+                    "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
+                    "query_task_authority": false,
+                    "activity_lease_renewal": false,
+                    "cooperative_cancellation": false,
+                    "update_validation_tasks": false,
+                    "sticky_execution": { "supported": false, "reason": "not_implemented" },
+                    "workflow_memo_updates": { "supported": false },
+                    "runtime_external_payload_transport": false,
+                    "child_workflows": false,
+                },
+            },
+            "auth_composition_contract": {
+                "schema": AUTH_COMPOSITION_SCHEMA,
+                "version": 1,
+                "precedence": {
+                    "connection_values": ["flag", "environment", "profile", "default"],
+                    "profile_selection": ["flag", "DW_ENV", "default"],
+                },
+                "canonical_environment": {
+                    "server_url": "DURABLE_WORKFLOW_SERVER_URL",
+                    "namespace": "DURABLE_WORKFLOW_NAMESPACE",
+                    "auth_token": "DURABLE_WORKFLOW_AUTH_TOKEN",
+                    "tls_verify": "DURABLE_WORKFLOW_TLS_VERIFY",
+                    "profile": "DW_ENV",
+                },
+                "auth_material": {
+                    "token": { "status": "supported", "effective_config_value": "redacted",
+                               "enabled": self.config.auth.is_some(),
+                               "roles": ["worker", "operator", "admin"] },
+                    "mtls": { "status": "reserved" },
+                    "signed_headers": { "status": "reserved" },
+                },
+                "effective_config": {
+                    "required_fields": ["server_url", "namespace", "profile", "auth", "tls", "identity"],
+                },
+                "redaction": {
+                    "never_echo": ["bearer_tokens", "private_keys", "raw_authorization_headers"],
+                },
+            },
+        })
+    }
+}

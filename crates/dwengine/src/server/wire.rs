@@ -1,0 +1,442 @@
+//! The wire protocol's request bodies and the shapes the server answers with.
+//!
+//! Bodies keep unknown fields (a minor protocol version may add optional
+//! ones); what the server reads is typed here, range-checked by
+//! [`Checks`] so every out-of-range number is a 422 naming its field.
+//! Payloads (`input`, `arguments`, `result`) stay opaque [`Value`]s: the
+//! server stores and returns codec envelopes without decoding them.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::store::{HistoryEvent, RunId};
+
+/// The control-plane version this server speaks.
+pub const CONTROL_PLANE_VERSION: &str = "2";
+/// The worker protocol versions this server speaks, oldest first.
+pub const WORKER_PROTOCOL_VERSIONS: [&str; 2] = ["1.19", "1.20"];
+/// The header naming the control-plane version.
+pub const CONTROL_PLANE_HEADER: &str = "x-durable-workflow-control-plane-version";
+/// The header naming the worker protocol version.
+pub const PROTOCOL_HEADER: &str = "x-durable-workflow-protocol-version";
+/// The header naming the namespace.
+pub const NAMESPACE_HEADER: &str = "x-namespace";
+/// Ten years: the longest timer, timeout or wait a request may name.
+pub const MAX_DURATION_SECONDS: i64 = 10 * 365 * 24 * 3600;
+/// The largest history or list page.
+pub const MAX_PAGE_SIZE: i64 = 1000;
+
+/// `POST /api/workflows`.
+#[derive(Debug, Deserialize)]
+pub struct StartWorkflow {
+    /// The caller's workflow id.
+    #[serde(default)]
+    pub workflow_id: String,
+    /// The workflow type.
+    #[serde(default)]
+    pub workflow_type: String,
+    /// The task queue its workers poll.
+    #[serde(default)]
+    pub task_queue: String,
+    /// Start arguments (an opaque payload envelope).
+    #[serde(default)]
+    pub input: Value,
+    /// Whole-execution budget, seconds.
+    #[serde(default)]
+    pub execution_timeout_seconds: Option<i64>,
+    /// One run's budget, seconds.
+    #[serde(default)]
+    pub run_timeout_seconds: Option<i64>,
+    /// `fail` (default) or `use-existing` while a run is open.
+    #[serde(default)]
+    pub duplicate_policy: Option<String>,
+    /// Initial memo.
+    #[serde(default)]
+    pub memo: Option<Map<String, Value>>,
+    /// Initial search attributes.
+    #[serde(default)]
+    pub search_attributes: Option<Map<String, Value>>,
+    /// Optional business key.
+    #[serde(default)]
+    pub business_key: Option<String>,
+    /// Dispatch priority 0..=9 (recorded).
+    #[serde(default)]
+    pub priority: Option<i64>,
+    /// Makes a retried start converge on the run the first attempt made.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// A signal's body.
+#[derive(Debug, Deserialize, Default)]
+pub struct SignalBody {
+    /// Arguments (an opaque payload envelope).
+    #[serde(default)]
+    pub input: Value,
+    /// The caller's command key.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// An update's body.
+#[derive(Debug, Deserialize, Default)]
+pub struct UpdateBody {
+    /// Arguments (an opaque payload envelope).
+    #[serde(default)]
+    pub input: Value,
+    /// `accepted` (default) or `completed`.
+    #[serde(default)]
+    pub wait_for: Option<String>,
+    /// How long `completed` may wait, seconds.
+    #[serde(default)]
+    pub wait_timeout_seconds: Option<i64>,
+    /// The caller's command key.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// A query's body.
+#[derive(Debug, Deserialize, Default)]
+pub struct QueryBody {
+    /// Arguments (an opaque payload envelope).
+    #[serde(default)]
+    pub input: Value,
+}
+
+/// Cancel and terminate.
+#[derive(Debug, Deserialize, Default)]
+pub struct StopBody {
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Makes a retried stop converge (answered `duplicate`, not 409).
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// `POST /api/namespaces`.
+#[derive(Debug, Deserialize, Default)]
+pub struct RegisterNamespace {
+    /// The name.
+    #[serde(default)]
+    pub name: String,
+    /// What it is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Days closed runs keep their history.
+    #[serde(default)]
+    pub retention_days: Option<i64>,
+}
+
+/// `GET /api/workflows` query string.
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    /// Only this type.
+    pub workflow_type: Option<String>,
+    /// Only this status.
+    pub status: Option<String>,
+    /// A visibility query (not supported: refused with 422).
+    pub query: Option<String>,
+    /// Page size.
+    pub page_size: Option<String>,
+    /// The previous page's token.
+    pub next_page_token: Option<String>,
+}
+
+/// `GET …/history` query string.
+#[derive(Debug, Deserialize, Default)]
+pub struct HistoryQuery {
+    /// Page size.
+    pub page_size: Option<String>,
+    /// The previous page's token.
+    pub next_page_token: Option<String>,
+}
+
+/// `POST /api/worker/register` (the SDK's full body; the rest is kept opaque).
+#[derive(Debug, Deserialize, Default)]
+pub struct RegisterWorker {
+    /// The worker's id.
+    #[serde(default)]
+    pub worker_id: String,
+    /// The queue it polls.
+    #[serde(default)]
+    pub task_queue: String,
+    /// Its runtime (`python`, …).
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// Its SDK version.
+    #[serde(default)]
+    pub sdk_version: Option<String>,
+}
+
+/// `POST /api/worker/heartbeat`.
+#[derive(Debug, Deserialize, Default)]
+pub struct WorkerHeartbeat {
+    /// The worker's id.
+    #[serde(default)]
+    pub worker_id: String,
+}
+
+/// A long poll of any task kind.
+#[derive(Debug, Deserialize, Default)]
+pub struct PollBody {
+    /// The polling worker.
+    #[serde(default)]
+    pub worker_id: String,
+    /// The queue.
+    #[serde(default)]
+    pub task_queue: String,
+    /// Idempotency token of this poll.
+    #[serde(default)]
+    pub poll_request_id: Option<String>,
+    /// How long to wait for work, seconds (capped by the server).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Workflow polls: events per history page.
+    #[serde(default)]
+    pub history_page_size: Option<i64>,
+    /// Workflow polls: the task kinds the worker takes.
+    #[serde(default)]
+    pub task_kinds: Option<Vec<String>>,
+}
+
+/// The lease fields of a workflow-task report.
+#[derive(Debug, Deserialize, Default)]
+pub struct WorkflowTaskLease {
+    /// The worker the task was leased to.
+    #[serde(default)]
+    pub lease_owner: String,
+    /// The attempt it was given.
+    #[serde(default)]
+    pub workflow_task_attempt: i64,
+    /// Completion: the new commands (checked one by one).
+    #[serde(default)]
+    pub commands: Vec<Value>,
+    /// Failure: what went wrong.
+    #[serde(default)]
+    pub failure: Option<Value>,
+    /// History paging: the token of the next page.
+    #[serde(default)]
+    pub next_history_page_token: Option<String>,
+}
+
+/// The lease fields of an activity report.
+#[derive(Debug, Deserialize, Default)]
+pub struct ActivityReport {
+    /// The attempt it was given.
+    #[serde(default)]
+    pub activity_attempt_id: String,
+    /// The worker the attempt was leased to.
+    #[serde(default)]
+    pub lease_owner: String,
+    /// Completion: the result (an opaque payload envelope).
+    #[serde(default)]
+    pub result: Value,
+    /// Failure: what went wrong.
+    #[serde(default)]
+    pub failure: Option<ActivityFailureBody>,
+}
+
+/// An activity failure as the SDK reports it.
+#[derive(Debug, Deserialize, Default)]
+pub struct ActivityFailureBody {
+    /// Why.
+    #[serde(default)]
+    pub message: String,
+    /// Short exception type.
+    #[serde(default, rename = "type")]
+    pub failure_type: Option<String>,
+    /// Full exception class.
+    #[serde(default)]
+    pub class: Option<String>,
+    /// Whether retrying cannot help.
+    #[serde(default)]
+    pub non_retryable: bool,
+    /// Structured details (an opaque payload).
+    #[serde(default)]
+    pub details: Option<Value>,
+}
+
+/// A query-task report.
+#[derive(Debug, Deserialize, Default)]
+pub struct QueryTaskReport {
+    /// The worker the task was leased to.
+    #[serde(default)]
+    pub lease_owner: String,
+    /// The attempt it was given.
+    #[serde(default)]
+    pub query_task_attempt: i64,
+    /// Completion: the plain result.
+    #[serde(default)]
+    pub result: Value,
+    /// Completion: the result's payload envelope.
+    #[serde(default)]
+    pub result_envelope: Value,
+    /// Failure: what went wrong.
+    #[serde(default)]
+    pub failure: Option<Value>,
+}
+
+/// Collects range problems, each under its field name.
+#[derive(Debug, Default)]
+pub struct Checks {
+    /// (field, problem) in the order found.
+    pub problems: Vec<(String, String)>,
+}
+
+impl Checks {
+    /// `value`, when present, must lie in `min..=max`.
+    pub fn range(&mut self, field: &str, value: Option<i64>, min: i64, max: i64) -> &mut Self {
+        if let Some(v) = value {
+            if v < min || v > max {
+                self.problems.push((
+                    field.to_owned(),
+                    format!("The {field} field must be between {min} and {max}; got {v}."),
+                ));
+            }
+        }
+        self
+    }
+
+    /// A problem with `field`.
+    pub fn problem(&mut self, field: &str, message: impl Into<String>) -> &mut Self {
+        self.problems.push((field.to_owned(), message.into()));
+        self
+    }
+
+    /// An integer field of a JSON object (absent is fine; any other type is a problem).
+    pub fn integer_field(&mut self, object: &Value, key: &str, field: &str, min: i64, max: i64) {
+        match object.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_i64().is_some() => {
+                self.range(field, n.as_i64(), min, max);
+            }
+            Some(other) => {
+                self.problem(
+                    field,
+                    format!("The {field} field must be an integer; got {other}."),
+                );
+            }
+        }
+    }
+}
+
+/// A page size from a query string: 1..=[`MAX_PAGE_SIZE`], default `default`.
+pub fn page_size(checks: &mut Checks, raw: Option<&str>, default: i64) -> usize {
+    let Some(raw) = raw else {
+        return usize::try_from(default).unwrap_or(100);
+    };
+    match raw.trim().parse::<i64>() {
+        Ok(n) => {
+            checks.range("page_size", Some(n), 1, MAX_PAGE_SIZE);
+            usize::try_from(n.clamp(1, MAX_PAGE_SIZE)).unwrap_or(100)
+        }
+        Err(_) => {
+            checks.problem("page_size", "The page_size field must be an integer.");
+            100
+        }
+    }
+}
+
+/// An opaque page token for a position.
+pub fn page_token(position: u64) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(position.to_string())
+}
+
+/// The position a page token names.
+pub fn parse_page_token(token: &str) -> Option<u64> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .ok()?;
+    std::str::from_utf8(&bytes).ok()?.parse().ok()
+}
+
+/// Unix milliseconds as RFC 3339 UTC with microseconds (`…T12:00:00.000000Z`).
+pub fn timestamp(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let micros = unix_ms.rem_euclid(1000) * 1000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// One history event as the protocol numbers it: from 1, with timestamps.
+pub fn event(event: &HistoryEvent) -> Value {
+    let id = event.sequence + 1;
+    let at = event.recorded_at_ms.map(timestamp);
+    json!({
+        "id": id,
+        "sequence": id,
+        "event_type": event.event_type.as_str(),
+        "payload": event.payload,
+        "recorded_at": at,
+        "timestamp": at,
+    })
+}
+
+/// A run id as the wire carries it.
+pub fn run_id(run: RunId) -> String {
+    run.0.to_string()
+}
+
+/// The run a wire run id names (`None` for anything but a positive integer).
+pub fn parse_run_id(text: &str) -> Option<RunId> {
+    text.parse::<i64>().ok().filter(|n| *n > 0).map(RunId)
+}
+
+/// The codec a payload envelope names (`avro` when none).
+pub fn codec(payload: &Value) -> String {
+    payload
+        .get("codec")
+        .and_then(Value::as_str)
+        .unwrap_or("avro")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_with_microseconds() {
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(timestamp(1_764_547_200_123), "2025-12-01T00:00:00.123000Z");
+        assert_eq!(timestamp(951_782_400_000), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn page_tokens_round_trip_and_reject_garbage() {
+        assert_eq!(page_token(0), "MA==");
+        assert_eq!(parse_page_token(&page_token(1234)), Some(1234));
+        assert_eq!(parse_page_token("not base64!"), None);
+        assert_eq!(parse_page_token("eA=="), None, "base64 of a non-number");
+    }
+
+    #[test]
+    fn range_checks_name_their_field() {
+        let mut checks = Checks::default();
+        checks.range("delay_seconds", Some(-1), 0, 10);
+        checks.integer_field(&json!({"x": "a"}), "x", "commands.0.x", 0, 1);
+        checks.integer_field(&json!({"x": 5}), "x", "commands.1.x", 0, 9);
+        assert_eq!(checks.problems.len(), 2);
+        assert_eq!(checks.problems[0].0, "delay_seconds");
+        assert_eq!(checks.problems[1].0, "commands.0.x");
+    }
+}

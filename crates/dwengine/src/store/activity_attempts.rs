@@ -1,0 +1,343 @@
+//! Activity attempts as workers report them: complete, fail (and retry),
+//! heartbeat.
+//!
+//! An attempt is one lease of an activity's dispatch row; its id is
+//! `<task id>.<attempt>`, and only the lease owner naming the current
+//! attempt may report on it. A failed attempt is retried after the backoff
+//! its retry policy names while attempts remain and the failure is
+//! retryable; otherwise the activity fails and the workflow sees
+//! `ActivityFailed`. Each report is one transaction: the attempt, the
+//! activity row, the run's counter, the history event and the run's next
+//! workflow task move together.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
+use crate::store::model::{RunId, RunStatus};
+use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
+use crate::store::tx::WriteTx;
+use crate::store::workflow_commands::{codec_of, ParallelGroup, RetryPolicy};
+use crate::store::{Error, EventType, Store};
+
+/// Who may report on an activity attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivityFence<'a> {
+    /// The worker the attempt was leased to.
+    pub lease_owner: &'a str,
+    /// The attempt id it was given.
+    pub activity_attempt_id: &'a str,
+}
+
+/// A failed attempt as the worker describes it.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptFailure {
+    /// Why.
+    pub message: String,
+    /// The exception's short type.
+    pub exception_type: Option<String>,
+    /// The exception's full class.
+    pub exception_class: Option<String>,
+    /// Whether retrying cannot help.
+    pub non_retryable: bool,
+    /// Structured details (an opaque payload).
+    pub details: Option<Value>,
+}
+
+/// What became of a reported attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The activity completed.
+    Completed,
+    /// The activity failed for good.
+    Failed,
+    /// Another attempt is due at this time (Unix ms).
+    RetryScheduled {
+        /// When the next attempt becomes available.
+        next_attempt_at_ms: i64,
+        /// Its number.
+        next_attempt: u64,
+    },
+    /// The run had closed; the report was accepted and ignored.
+    RunClosed,
+}
+
+/// The attempt id of lease `attempt` of task `task_id`.
+pub fn attempt_id(task_id: i64, attempt: u64) -> String {
+    format!("{task_id}.{attempt}")
+}
+
+struct Attempt {
+    run: RunId,
+    activity: i64,
+    attempt: u64,
+}
+
+impl Store {
+    /// The attempt completed with `result` (an opaque payload envelope).
+    pub fn complete_activity_attempt(
+        &self,
+        task_id: i64,
+        fence: ActivityFence<'_>,
+        result: &Value,
+    ) -> Result<AttemptOutcome, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let attempt = match fenced_attempt(&tx, task_id, fence) {
+            Ok(attempt) => attempt,
+            // A retry of this very attempt's completion whose answer was
+            // lost converges on the outcome it already committed.
+            Err(Error::StaleTask {
+                reason: "task_not_leased",
+                ..
+            }) if completed_by(&tx, task_id, fence)? => return Ok(AttemptOutcome::Completed),
+            Err(e) => return Err(e),
+        };
+        let outcome = match close_activity(&tx, &attempt, "completed", result)? {
+            Some((sequence, activity_type)) => {
+                let mut payload = json!({
+                    "sequence": sequence,
+                    "activity_execution_id": attempt.activity.to_string(),
+                    "activity_attempt_id": fence.activity_attempt_id,
+                    "activity_type": activity_type,
+                    "attempt_number": attempt.attempt,
+                    "result": result,
+                    "payload_codec": codec_of(result),
+                });
+                stamp_group(&tx, attempt.activity, &mut payload)?;
+                append_event(
+                    &tx,
+                    attempt.run,
+                    EventType::ActivityCompleted,
+                    &payload,
+                    false,
+                )?;
+                enqueue_workflow(&tx, attempt.run)?;
+                AttemptOutcome::Completed
+            }
+            None => AttemptOutcome::RunClosed,
+        };
+        end_task(&tx, task_id)?;
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// The attempt failed: retried when its policy allows, failed otherwise.
+    pub fn fail_activity_attempt(
+        &self,
+        task_id: i64,
+        fence: ActivityFence<'_>,
+        failure: &AttemptFailure,
+    ) -> Result<AttemptOutcome, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let attempt = fenced_attempt(&tx, task_id, fence)?;
+        let policy = retry_policy(&tx, attempt.activity)?;
+        let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
+        if running {
+            if let Some(delay_seconds) = retry_delay(&policy, attempt.attempt, failure) {
+                let due = now_ms().saturating_add(
+                    i64::try_from(delay_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+                );
+                tx.prepare_cached(
+                    "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+                     lease_expires_at_ms = NULL, poll_request_id = NULL, due_at_ms = ?2, \
+                     last_error = ?3 WHERE id = ?1",
+                )?
+                .execute(params![task_id, due, failure.message])?;
+                tx.commit()?;
+                return Ok(AttemptOutcome::RetryScheduled {
+                    next_attempt_at_ms: due,
+                    next_attempt: attempt.attempt + 1,
+                });
+            }
+        }
+        let error = json!({
+            "message": failure.message,
+            "exception_type": failure.exception_type,
+            "exception_class": failure.exception_class,
+            "non_retryable": failure.non_retryable,
+        });
+        let outcome = match close_activity(&tx, &attempt, "failed", &error)? {
+            Some((sequence, activity_type)) => {
+                let mut payload = json!({
+                    "sequence": sequence,
+                    "activity_execution_id": attempt.activity.to_string(),
+                    "activity_attempt_id": fence.activity_attempt_id,
+                    "activity_type": activity_type,
+                    "attempt_number": attempt.attempt,
+                    "message": failure.message,
+                    "exception_type": failure.exception_type,
+                    "exception_class": failure.exception_class,
+                    "non_retryable": failure.non_retryable,
+                    "details": failure.details,
+                    "failure_category": "activity",
+                });
+                stamp_group(&tx, attempt.activity, &mut payload)?;
+                append_event(&tx, attempt.run, EventType::ActivityFailed, &payload, false)?;
+                enqueue_workflow(&tx, attempt.run)?;
+                AttemptOutcome::Failed
+            }
+            None => AttemptOutcome::RunClosed,
+        };
+        end_task(&tx, task_id)?;
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// Extends the attempt's lease by `lease_ms`; answers whether the run
+    /// still wants the activity (false once the run has closed).
+    pub fn heartbeat_activity_attempt(
+        &self,
+        task_id: i64,
+        fence: ActivityFence<'_>,
+        lease_ms: i64,
+    ) -> Result<bool, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let attempt = fenced_attempt(&tx, task_id, fence)?;
+        tx.prepare_cached("UPDATE dispatch_tasks SET lease_expires_at_ms = ?2 WHERE id = ?1")?
+            .execute(params![task_id, now_ms().saturating_add(lease_ms)])?;
+        let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
+        tx.commit()?;
+        Ok(running)
+    }
+}
+
+fn fenced_attempt(
+    conn: &Connection,
+    task_id: i64,
+    fence: ActivityFence<'_>,
+) -> Result<Attempt, Error> {
+    let row = leased_to(
+        conn,
+        task_id,
+        TaskKind::Activity,
+        "activity task",
+        fence.lease_owner,
+    )?;
+    if fence.activity_attempt_id != attempt_id(task_id, row.attempt) {
+        return Err(Error::StaleTask {
+            task: task_id,
+            reason: "activity_attempt_mismatch",
+        });
+    }
+    let activity = row.item.ok_or(Error::ItemNotFound {
+        item: "activity task",
+        id: task_id,
+    })?;
+    Ok(Attempt {
+        run: row.run,
+        activity,
+        attempt: row.attempt,
+    })
+}
+
+/// Whether task `task_id` ended with its activity completed by the attempt
+/// `fence` names.
+fn completed_by(conn: &Connection, task_id: i64, fence: ActivityFence<'_>) -> Result<bool, Error> {
+    let row: Option<(Option<String>, i64, String)> = conn
+        .prepare_cached(
+            "SELECT d.lease_owner, d.attempt, a.status FROM dispatch_tasks d \
+             JOIN activities a ON a.id = d.item_id WHERE d.id = ?1 AND d.status = 'done'",
+        )?
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    Ok(row.is_some_and(|(owner, attempt, status)| {
+        owner.as_deref() == Some(fence.lease_owner)
+            && fence.activity_attempt_id == attempt_id(task_id, attempt.unsigned_abs())
+            && status == "completed"
+    }))
+}
+
+/// Moves the activity to `status` with `result`, releasing its count;
+/// answers its (sequence, type) when the run is still running.
+fn close_activity(
+    conn: &Connection,
+    attempt: &Attempt,
+    status: &str,
+    result: &Value,
+) -> Result<Option<(Option<i64>, String)>, Error> {
+    let closed: Option<(Option<i64>, String)> = conn
+        .prepare_cached(
+            "UPDATE activities SET status = ?2, result = ?3 WHERE id = ?1 AND status = 'scheduled' \
+             RETURNING sequence, activity_type",
+        )?
+        .query_row(
+            params![attempt.activity, status, serde_json::to_string(result)?],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some(closed) = closed else {
+        return Err(Error::AlreadyClosed {
+            item: "activity",
+            id: attempt.activity,
+            status: "closed".into(),
+        });
+    };
+    bump(conn, attempt.run, Pending::Activity, -1)?;
+    if load_head(conn, attempt.run)?.status != RunStatus::Running {
+        return Ok(None);
+    }
+    Ok(Some(closed))
+}
+
+fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
+    conn.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+        .execute([task_id])?;
+    Ok(())
+}
+
+fn options(conn: &Connection, activity: i64) -> Result<Value, Error> {
+    let options: Option<String> = conn
+        .prepare_cached("SELECT options FROM activities WHERE id = ?1")?
+        .query_row([activity], |r| r.get(0))?;
+    match options {
+        Some(text) => Ok(serde_json::from_str(&text)?),
+        None => Ok(Value::Null),
+    }
+}
+
+/// Copies the activity's parallel group metadata onto one of its events.
+fn stamp_group(conn: &Connection, activity: i64, payload: &mut Value) -> Result<(), Error> {
+    if let Some(group) = options(conn, activity)?
+        .get("parallel_group")
+        .filter(|g| !g.is_null())
+    {
+        let group: ParallelGroup = serde_json::from_value(group.clone())?;
+        group.stamp(payload);
+    }
+    Ok(())
+}
+
+fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> {
+    let options = options(conn, activity)?;
+    match options.get("retry_policy") {
+        Some(Value::Null) | None => Ok(RetryPolicy::default()),
+        Some(policy) => Ok(serde_json::from_value(policy.clone())?),
+    }
+}
+
+/// Seconds until the next attempt, or `None` when the activity fails now.
+/// Without a policy an activity gets one attempt.
+fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> Option<u64> {
+    let max_attempts = policy.max_attempts.unwrap_or(1);
+    if failure.non_retryable || attempt >= max_attempts {
+        return None;
+    }
+    let excluded = |name: &Option<String>| {
+        name.as_ref()
+            .is_some_and(|n| policy.non_retryable_error_types.iter().any(|t| t == n))
+    };
+    if excluded(&failure.exception_type) || excluded(&failure.exception_class) {
+        return None;
+    }
+    let index = usize::try_from(attempt.saturating_sub(1)).unwrap_or(usize::MAX);
+    Some(
+        policy
+            .backoff_seconds
+            .get(index)
+            .or(policy.backoff_seconds.last())
+            .copied()
+            .unwrap_or(1),
+    )
+}

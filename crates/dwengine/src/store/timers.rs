@@ -1,0 +1,154 @@
+//! Durable timers of the wire protocol: firing one and cancelling one.
+//!
+//! A protocol timer carries the workflow `sequence` of the command that
+//! started it and its kind: an ordinary `timer`, or the `condition_timeout`
+//! of a condition wait. Its `TimerFired` event names both, which is how the
+//! SDK's replay tells a workflow sleep from a wait that timed out. Both
+//! functions run inside the caller's transaction.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::{json, Map, Value};
+
+use crate::store::model::{RunId, RunStatus};
+use crate::store::rows::{append_event, bump, load_head, Pending};
+use crate::store::workflow_commands::ParallelGroup;
+use crate::store::{Error, EventType};
+
+/// The timer kind of a condition wait's timeout.
+pub const CONDITION_TIMEOUT: &str = "condition_timeout";
+
+/// Fires `timer` of `run` (a no-op for a timer already fired or cancelled):
+/// the row closes, the pending count drops, and a running run gets its
+/// `TimerFired` event; a condition timeout also closes the run's open wait.
+pub(crate) fn fire(conn: &Connection, run: RunId, timer: i64) -> Result<(), Error> {
+    let Some(row) = close(conn, timer, "fired")? else {
+        return Ok(());
+    };
+    if load_head(conn, run)?.status != RunStatus::Running {
+        return Ok(());
+    }
+    let mut payload = Map::new();
+    payload.insert("timer_id".into(), timer.to_string().into());
+    if let Some(sequence) = row.sequence {
+        payload.insert("sequence".into(), sequence.into());
+    }
+    if let Some(kind) = &row.kind {
+        payload.insert("timer_kind".into(), kind.clone().into());
+    }
+    if let Some(wait) = &row.condition_wait_id {
+        payload.insert("condition_wait_id".into(), wait.clone().into());
+        conn.prepare_cached(
+            "UPDATE runs SET open_condition_wait = NULL WHERE id = ?1 \
+             AND json_extract(open_condition_wait, '$.condition_wait_id') = ?2",
+        )?
+        .execute(params![run.0, wait])?;
+    }
+    let mut payload = Value::Object(payload);
+    if let Some(group) = &row.group {
+        let group: ParallelGroup = serde_json::from_str(group)?;
+        group.stamp(&mut payload);
+    }
+    append_event(conn, run, EventType::TimerFired, &payload, false)?;
+    Ok(())
+}
+
+/// Cancels a pending timer and its dispatch row, without a history event
+/// (the SDK replays a satisfied wait from `ConditionWaitSatisfied`).
+pub(crate) fn cancel_quietly(conn: &Connection, timer: i64) -> Result<(), Error> {
+    if close(conn, timer, "cancelled")?.is_some() {
+        conn.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'done' WHERE kind = 'timer' AND item_id = ?1",
+        )?
+        .execute([timer])?;
+    }
+    Ok(())
+}
+
+/// What a protocol timer is armed with.
+pub(crate) struct Arm<'a> {
+    pub namespace: &'a str,
+    pub task_queue: &'a str,
+    pub delay_seconds: u64,
+    pub sequence: i64,
+    pub kind: &'a str,
+    pub condition_wait_id: Option<&'a str>,
+    pub group: Option<&'a ParallelGroup>,
+}
+
+/// Inserts a pending protocol timer and arms its dispatch row; returns its id.
+pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64, Error> {
+    let delay_ms = crate::store::rows::to_i64(timer.delay_seconds.saturating_mul(1000));
+    let group = timer.group.map(serde_json::to_string).transpose()?;
+    conn.prepare_cached(
+        "INSERT INTO timers (run_id, delay_ms, status, sequence, timer_kind, condition_wait_id, \
+         parallel_group) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        run.0,
+        delay_ms,
+        timer.sequence,
+        timer.kind,
+        timer.condition_wait_id,
+        group
+    ])?;
+    let id = conn.last_insert_rowid();
+    bump(conn, run, Pending::Timer, 1)?;
+    let now = crate::store::rows::now_ms();
+    conn.prepare_cached(
+        "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, \
+         due_at_ms, created_at_ms) VALUES ('timer', ?1, ?2, ?3, ?4, 'ready', ?5, ?6)",
+    )?
+    .execute(params![
+        run.0,
+        id,
+        timer.namespace,
+        timer.task_queue,
+        now.saturating_add(delay_ms),
+        now
+    ])?;
+    Ok(id)
+}
+
+struct TimerRow {
+    sequence: Option<i64>,
+    kind: Option<String>,
+    condition_wait_id: Option<String>,
+    group: Option<String>,
+}
+
+/// Moves a pending timer to `status` and releases its count; `None` when
+/// it was not pending.
+fn close(conn: &Connection, timer: i64, status: &str) -> Result<Option<TimerRow>, Error> {
+    let row = conn
+        .prepare_cached(
+            "UPDATE timers SET status = ?2 WHERE id = ?1 AND status = 'pending' \
+             RETURNING run_id, sequence, timer_kind, condition_wait_id, parallel_group",
+        )?
+        .query_row(params![timer, status], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                TimerRow {
+                    sequence: r.get(1)?,
+                    kind: r.get(2)?,
+                    condition_wait_id: r.get(3)?,
+                    group: r.get(4)?,
+                },
+            ))
+        })
+        .optional()?;
+    let Some((run, row)) = row else {
+        return Ok(None);
+    };
+    bump(conn, RunId(run), Pending::Timer, -1)?;
+    Ok(Some(row))
+}
+
+/// The `TimerScheduled` payload of an ordinary timer.
+pub(crate) fn scheduled_payload(timer: i64, sequence: i64, delay_seconds: u64) -> Value {
+    json!({
+        "sequence": sequence,
+        "timer_id": timer.to_string(),
+        "delay_seconds": delay_seconds,
+        "timer_kind": "timer",
+    })
+}

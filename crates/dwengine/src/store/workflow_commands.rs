@@ -1,0 +1,938 @@
+//! A workflow task's completion as the wire protocol sends it: only the
+//! commands the workflow issued since its last task, applied in one
+//! transaction.
+//!
+//! Each command that creates an item takes the run's next workflow
+//! `sequence` (the SDK's replay binds results to it). Before any row of an
+//! operation exists, its structural limit is checked; a limit hit rolls the
+//! whole completion back and fails the run with a `structural_limit`
+//! failure, visible in describe and in a `WorkflowFailed` event, exactly as
+//! the executor does for in-process workflow code. Completion is fenced: only
+//! the worker holding the lease, on the attempt it was given, can complete.
+
+use dwpolicy::{LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::store::completion::{fail_structural, finish_run, FailureRow};
+use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
+use crate::store::model::{RunId, RunStatus};
+use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
+use crate::store::timers::{self, CONDITION_TIMEOUT};
+use crate::store::tx::WriteTx;
+use crate::store::{check_size, Error, EventType, Store};
+
+/// An activity's retry policy, as the SDK sends it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts in all (1: no retry).
+    #[serde(default)]
+    pub max_attempts: Option<u64>,
+    /// The wait before each retry, in seconds; the last one repeats.
+    #[serde(default)]
+    pub backoff_seconds: Vec<u64>,
+    /// Failure types that are never retried.
+    #[serde(default)]
+    pub non_retryable_error_types: Vec<String>,
+}
+
+/// A parallel group member's metadata as the SDK sends it on each member
+/// command; the server copies it onto the member's events so replay can
+/// bind results to the group.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ParallelGroup {
+    /// The group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_id: Option<String>,
+    /// What the group holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_kind: Option<String>,
+    /// The sequence of its first member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_base_sequence: Option<i64>,
+    /// How many members it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_size: Option<i64>,
+    /// This member's position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_index: Option<i64>,
+    /// Nested groups, outermost first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_path: Option<Value>,
+}
+
+impl ParallelGroup {
+    fn is_empty(&self) -> bool {
+        self.parallel_group_id.is_none()
+    }
+
+    /// Adds the metadata to an event payload.
+    pub(crate) fn stamp(&self, payload: &mut Value) {
+        if let (Value::Object(map), Ok(Value::Object(group))) =
+            (payload, serde_json::to_value(self))
+        {
+            map.extend(group);
+        }
+    }
+}
+
+/// One command of a workflow-task completion.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkflowCommand {
+    /// Schedule an activity.
+    ScheduleActivity {
+        /// Its type.
+        activity_type: String,
+        /// Its arguments (an opaque payload envelope).
+        #[serde(default)]
+        arguments: Value,
+        /// The task queue its workers poll (the run's by default).
+        #[serde(default)]
+        queue: Option<String>,
+        /// Retries.
+        #[serde(default)]
+        retry_policy: Option<RetryPolicy>,
+        /// Seconds one attempt may run (its lease).
+        #[serde(default)]
+        start_to_close_timeout: Option<u64>,
+        /// Seconds the whole activity may take (recorded).
+        #[serde(default)]
+        schedule_to_close_timeout: Option<u64>,
+        /// Seconds it may wait in the queue (recorded).
+        #[serde(default)]
+        schedule_to_start_timeout: Option<u64>,
+        /// Seconds between heartbeats (recorded).
+        #[serde(default)]
+        heartbeat_timeout: Option<u64>,
+        /// Parallel group membership.
+        #[serde(flatten)]
+        group: ParallelGroup,
+    },
+    /// Start a durable timer.
+    StartTimer {
+        /// Whole seconds until it fires.
+        delay_seconds: u64,
+        /// Parallel group membership.
+        #[serde(flatten)]
+        group: ParallelGroup,
+    },
+    /// Block on a workflow-evaluated condition (re-issued while it stays false).
+    OpenConditionWait {
+        /// A stable name for the wait.
+        #[serde(default)]
+        condition_key: Option<String>,
+        /// The predicate's fingerprint.
+        #[serde(default)]
+        condition_definition_fingerprint: Option<String>,
+        /// Seconds until the wait times out.
+        #[serde(default)]
+        timeout_seconds: Option<u64>,
+    },
+    /// Record a side effect's value.
+    RecordSideEffect {
+        /// The value (an opaque payload).
+        #[serde(default)]
+        result: Value,
+    },
+    /// Complete the run.
+    CompleteWorkflow {
+        /// The result (an opaque payload envelope).
+        #[serde(default)]
+        result: Value,
+    },
+    /// Fail the run.
+    FailWorkflow {
+        /// Why.
+        message: String,
+        /// The exception's short type.
+        #[serde(default)]
+        exception_type: Option<String>,
+        /// The exception's full class.
+        #[serde(default)]
+        exception_class: Option<String>,
+        /// Structured details.
+        #[serde(default)]
+        exception: Option<Value>,
+        /// Whether a retry could help.
+        #[serde(default)]
+        non_retryable: bool,
+    },
+    /// Resolve an accepted update with a result.
+    CompleteUpdate {
+        /// The update's id.
+        update_id: String,
+        /// Its result (an opaque payload envelope).
+        #[serde(default)]
+        result: Value,
+    },
+    /// Resolve an accepted update with a failure.
+    FailUpdate {
+        /// The update's id.
+        update_id: String,
+        /// Why.
+        message: String,
+        /// The exception's short type.
+        #[serde(default)]
+        exception_type: Option<String>,
+    },
+}
+
+/// The command types [`WorkflowCommand`] reads, as they appear on the wire.
+pub const SUPPORTED_COMMANDS: [&str; 8] = [
+    "schedule_activity",
+    "start_timer",
+    "open_condition_wait",
+    "record_side_effect",
+    "complete_workflow",
+    "fail_workflow",
+    "complete_update",
+    "fail_update",
+];
+
+/// Who may complete or fail a workflow task.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkflowTaskFence<'a> {
+    /// The worker the task was leased to.
+    pub lease_owner: &'a str,
+    /// The attempt it was given.
+    pub attempt: u64,
+}
+
+/// Where a completion left the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkflowTaskCompletion {
+    /// The run's status afterwards.
+    pub run_status: RunStatus,
+    /// New history events written.
+    pub new_events: u64,
+    /// Task queues that got new activity tasks.
+    #[serde(skip)]
+    pub activity_queues: Vec<String>,
+    /// Whether another workflow task was queued.
+    pub workflow_task_queued: bool,
+    /// The structural limit that failed the run, if one did.
+    pub structural_limit: Option<StructuralLimitExceeded>,
+}
+
+impl Store {
+    /// Applies a leased workflow task's new commands and ends the task.
+    pub fn complete_workflow_task(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+        commands: &[WorkflowCommand],
+    ) -> Result<WorkflowTaskCompletion, Error> {
+        let limits = self.config.limits;
+        let tx = WriteTx::begin(&self.conn)?;
+        let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
+        let head = load_head(&tx, run)?;
+        if head.status != RunStatus::Running {
+            end_task(&tx, task_id)?;
+            tx.commit()?;
+            return Ok(WorkflowTaskCompletion {
+                run_status: head.status,
+                new_events: 0,
+                activity_queues: Vec::new(),
+                workflow_task_queued: false,
+                structural_limit: None,
+            });
+        }
+        let mut writer = CommandWriter::new(&tx, &limits, head)?;
+        match writer.apply_all(commands) {
+            Ok(()) => {}
+            Err(Error::StructuralLimit(exceeded)) => {
+                // Dropping the transaction rolls back every command written.
+                drop(writer);
+                drop(tx);
+                return self.fail_task_structurally(task_id, run, exceeded);
+            }
+            Err(e) => return Err(e),
+        }
+        let (new_events, activity_queues, follow_up) = writer.finish();
+        process_seen_signals(&tx, run, watermark)?;
+        end_task(&tx, task_id)?;
+        let run_status = load_head(&tx, run)?.status;
+        if run_status == RunStatus::Running && (follow_up || has_unhandled_messages(&tx, run)?) {
+            enqueue_workflow(&tx, run)?;
+        }
+        // A task queued while this one was leased becomes leasable now.
+        let workflow_task_queued = has_ready_workflow_task(&tx, run)?;
+        tx.commit()?;
+        Ok(WorkflowTaskCompletion {
+            run_status,
+            new_events,
+            activity_queues,
+            workflow_task_queued,
+            structural_limit: None,
+        })
+    }
+
+    /// Ends a leased workflow task without commands: the worker waits for
+    /// history it already has scheduled. Signals it saw count as processed.
+    pub fn release_waiting_workflow_task(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+    ) -> Result<bool, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
+        process_seen_signals(&tx, run, watermark)?;
+        end_task(&tx, task_id)?;
+        if load_head(&tx, run)?.status == RunStatus::Running && has_unhandled_messages(&tx, run)? {
+            enqueue_workflow(&tx, run)?;
+        }
+        let queued = has_ready_workflow_task(&tx, run)?;
+        tx.commit()?;
+        Ok(queued)
+    }
+
+    /// Records a failed workflow-task attempt and hands the task back after
+    /// a backoff that doubles per attempt (1 s, 2 s, … capped at 60 s), so a
+    /// workflow that cannot replay does not spin its workers.
+    pub fn fail_workflow_task_attempt(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+        failure: &Value,
+    ) -> Result<i64, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        fenced_workflow_task(&tx, task_id, fence)?;
+        let exponent = u32::try_from(fence.attempt.saturating_sub(1).min(6)).unwrap_or(6);
+        let backoff_ms = (1000_i64 << exponent).min(60_000);
+        let retry_at = now_ms().saturating_add(backoff_ms);
+        tx.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+             lease_expires_at_ms = NULL, poll_request_id = NULL, due_at_ms = ?2, last_error = ?3 \
+             WHERE id = ?1",
+        )?
+        .execute(params![task_id, retry_at, serde_json::to_string(failure)?])?;
+        tx.commit()?;
+        Ok(retry_at)
+    }
+
+    /// Extends a leased workflow task's lease by `lease_ms`.
+    pub fn heartbeat_workflow_task(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+        lease_ms: i64,
+    ) -> Result<i64, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        fenced_workflow_task(&tx, task_id, fence)?;
+        let until = now_ms().saturating_add(lease_ms);
+        tx.prepare_cached("UPDATE dispatch_tasks SET lease_expires_at_ms = ?2 WHERE id = ?1")?
+            .execute(params![task_id, until])?;
+        tx.commit()?;
+        Ok(until)
+    }
+
+    /// Checks the fence of a leased workflow task and returns its run.
+    pub fn fenced_workflow_run(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+    ) -> Result<RunId, Error> {
+        Ok(fenced_workflow_task(&self.conn, task_id, fence)?.0)
+    }
+
+    fn fail_task_structurally(
+        &self,
+        task_id: i64,
+        run: RunId,
+        exceeded: StructuralLimitExceeded,
+    ) -> Result<WorkflowTaskCompletion, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let head = load_head(&tx, run)?;
+        fail_structural(&tx, &head, exceeded)?;
+        end_task(&tx, task_id)?;
+        tx.commit()?;
+        Ok(WorkflowTaskCompletion {
+            run_status: RunStatus::Failed,
+            new_events: 1,
+            activity_queues: Vec::new(),
+            workflow_task_queued: false,
+            structural_limit: Some(exceeded),
+        })
+    }
+}
+
+/// The leased workflow task `task_id` if `fence` holds: its run and the
+/// newest signal its delivery showed.
+fn fenced_workflow_task(
+    conn: &Connection,
+    task_id: i64,
+    fence: WorkflowTaskFence<'_>,
+) -> Result<(RunId, Option<i64>), Error> {
+    let row = leased_to(
+        conn,
+        task_id,
+        TaskKind::Workflow,
+        "workflow task",
+        fence.lease_owner,
+    )?;
+    if row.attempt != fence.attempt {
+        return Err(Error::StaleTask {
+            task: task_id,
+            reason: "workflow_task_attempt_mismatch",
+        });
+    }
+    Ok((row.run, row.signal_watermark))
+}
+
+fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
+    conn.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+        .execute([task_id])?;
+    Ok(())
+}
+
+/// Marks the signals a delivery showed (id up to `watermark`) processed and
+/// releases their pending count.
+fn process_seen_signals(
+    conn: &Connection,
+    run: RunId,
+    watermark: Option<i64>,
+) -> Result<(), Error> {
+    let Some(watermark) = watermark else {
+        return Ok(());
+    };
+    // Their payloads leave the run's pending-payload budget with them.
+    conn.prepare_cached(
+        "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
+         (SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM signals \
+          WHERE run_id = ?1 AND status = 'received' AND id <= ?2) WHERE id = ?1",
+    )?
+    .execute(params![run.0, watermark])?;
+    let processed = conn
+        .prepare_cached(
+            "UPDATE signals SET status = 'processed' WHERE run_id = ?1 AND status = 'received' \
+             AND id <= ?2",
+        )?
+        .execute(params![run.0, watermark])?;
+    if processed > 0 {
+        bump(conn, run, Pending::Signal, -(processed as i64))?;
+    }
+    Ok(())
+}
+
+/// Whether the run holds signals or updates no worker has seen yet.
+fn has_unhandled_messages(conn: &Connection, run: RunId) -> Result<bool, Error> {
+    let (signals, updates): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT pending_signal_count, pending_update_count FROM runs WHERE id = ?1",
+        )?
+        .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(signals > 0 || updates > 0)
+}
+
+/// The condition wait a run is blocked on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct OpenWait {
+    condition_wait_id: String,
+    sequence: i64,
+    condition_key: Option<String>,
+    condition_definition_fingerprint: Option<String>,
+    timeout_timer: Option<i64>,
+}
+
+/// Writes one completion's commands under the executor's checks.
+struct CommandWriter<'a> {
+    tx: &'a Connection,
+    limits: &'a StructuralLimits,
+    head: RunHead,
+    run_label: String,
+    namespace: String,
+    task_queue: String,
+    next_sequence: i64,
+    new_events: u64,
+    activity_queues: Vec<String>,
+    follow_up: bool,
+    open_wait: Option<OpenWait>,
+}
+
+impl<'a> CommandWriter<'a> {
+    fn new(tx: &'a Connection, limits: &'a StructuralLimits, head: RunHead) -> Result<Self, Error> {
+        let (namespace, task_queue, command_count, open_wait): (
+            String,
+            String,
+            i64,
+            Option<String>,
+        ) = tx
+            .prepare_cached(
+                "SELECT namespace, task_queue, command_count, open_condition_wait FROM runs \
+                 WHERE id = ?1",
+            )?
+            .query_row([head.id.0], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        let open_wait = open_wait
+            .map(|text| serde_json::from_str(&text))
+            .transpose()?;
+        Ok(CommandWriter {
+            tx,
+            limits,
+            run_label: head.id.to_string(),
+            head,
+            namespace,
+            task_queue,
+            next_sequence: command_count + 1,
+            new_events: 0,
+            activity_queues: Vec::new(),
+            follow_up: false,
+            open_wait,
+        })
+    }
+
+    fn finish(self) -> (u64, Vec<String>, bool) {
+        (self.new_events, self.activity_queues, self.follow_up)
+    }
+
+    fn apply_all(&mut self, commands: &[WorkflowCommand]) -> Result<(), Error> {
+        let updates_only = !commands.is_empty()
+            && commands.iter().all(|c| {
+                matches!(
+                    c,
+                    WorkflowCommand::CompleteUpdate { .. } | WorkflowCommand::FailUpdate { .. }
+                )
+            });
+        if !updates_only {
+            self.resolve_open_wait(commands.first())?;
+        }
+        // The SDK re-issues every member of a parallel group until the whole
+        // group has resolved; members whose sequence is already recorded are
+        // the same commands again and change nothing.
+        let recorded = self.next_sequence;
+        let fresh: Vec<&WorkflowCommand> = commands
+            .iter()
+            .filter(|c| c.group_sequence().is_none_or(|seq| seq >= recorded))
+            .collect();
+        let leaves = fresh.iter().filter(|c| c.creates_item()).count();
+        self.check(LimitKind::CommandBatchSize, leaves as u64)?;
+        for command in fresh {
+            // One executor iteration per command: the events this task has
+            // written must stay under `history_transaction_size`.
+            self.check(LimitKind::HistoryTransactionSize, self.new_events)?;
+            if self.apply(command)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A completion that does not re-issue the open wait proves the workflow
+    /// got past it: the wait is recorded as satisfied and its timeout disarmed.
+    fn resolve_open_wait(&mut self, first: Option<&WorkflowCommand>) -> Result<(), Error> {
+        let Some(wait) = self.open_wait.clone() else {
+            return Ok(());
+        };
+        if let Some(WorkflowCommand::OpenConditionWait {
+            condition_key,
+            condition_definition_fingerprint,
+            ..
+        }) = first
+        {
+            if *condition_key == wait.condition_key
+                && *condition_definition_fingerprint == wait.condition_definition_fingerprint
+            {
+                return Ok(());
+            }
+        }
+        if let Some(timer) = wait.timeout_timer {
+            timers::cancel_quietly(self.tx, timer)?;
+        }
+        self.set_open_wait(None)?;
+        self.event(
+            EventType::ConditionWaitSatisfied,
+            &json!({ "sequence": wait.sequence, "condition_wait_id": wait.condition_wait_id }),
+            false,
+        )
+    }
+
+    fn set_open_wait(&mut self, wait: Option<OpenWait>) -> Result<(), Error> {
+        let text = wait.as_ref().map(serde_json::to_string).transpose()?;
+        self.tx
+            .prepare_cached("UPDATE runs SET open_condition_wait = ?2 WHERE id = ?1")?
+            .execute(params![self.head.id.0, text])?;
+        self.open_wait = wait;
+        Ok(())
+    }
+
+    /// Applies one command; `true` when it closed the run.
+    fn apply(&mut self, command: &WorkflowCommand) -> Result<bool, Error> {
+        match command {
+            WorkflowCommand::ScheduleActivity {
+                activity_type,
+                arguments,
+                queue,
+                retry_policy,
+                start_to_close_timeout,
+                schedule_to_close_timeout,
+                schedule_to_start_timeout,
+                heartbeat_timeout,
+                group,
+            } => {
+                self.check_pending(Pending::Activity)?;
+                self.check_payload(arguments)?;
+                let sequence = self.take_sequence();
+                let queue = queue.clone().unwrap_or_else(|| self.task_queue.clone());
+                let options = json!({
+                    "retry_policy": retry_policy,
+                    "start_to_close_timeout": start_to_close_timeout,
+                    "schedule_to_close_timeout": schedule_to_close_timeout,
+                    "schedule_to_start_timeout": schedule_to_start_timeout,
+                    "heartbeat_timeout": heartbeat_timeout,
+                    "parallel_group": (!group.is_empty()).then_some(group),
+                });
+                self.tx
+                    .prepare_cached(
+                        "INSERT INTO activities (run_id, activity_type, arguments, status, sequence, options) \
+                         VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5)",
+                    )?
+                    .execute(params![
+                        self.head.id.0,
+                        activity_type,
+                        serde_json::to_string(arguments)?,
+                        sequence,
+                        serde_json::to_string(&options)?
+                    ])?;
+                let id = self.tx.last_insert_rowid();
+                bump(self.tx, self.head.id, Pending::Activity, 1)?;
+                self.head.pending.activities += 1;
+                let now = now_ms();
+                self.tx
+                    .prepare_cached(
+                        "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
+                         status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5)",
+                    )?
+                    .execute(params![self.head.id.0, id, self.namespace, queue, now])?;
+                let mut payload = json!({
+                    "sequence": sequence,
+                    "activity_execution_id": id.to_string(),
+                    "activity_type": activity_type,
+                    "arguments": arguments,
+                    "payload_codec": codec_of(arguments),
+                    "queue": queue,
+                });
+                group.stamp(&mut payload);
+                if !self.activity_queues.contains(&queue) {
+                    self.activity_queues.push(queue);
+                }
+                self.event(EventType::ActivityScheduled, &payload, true)?;
+            }
+            WorkflowCommand::StartTimer {
+                delay_seconds,
+                group,
+            } => {
+                self.check_pending(Pending::Timer)?;
+                let sequence = self.take_sequence();
+                let id = timers::arm(
+                    self.tx,
+                    self.head.id,
+                    &timers::Arm {
+                        namespace: &self.namespace,
+                        task_queue: &self.task_queue,
+                        delay_seconds: *delay_seconds,
+                        sequence,
+                        kind: "timer",
+                        condition_wait_id: None,
+                        group: (!group.is_empty()).then_some(group),
+                    },
+                )?;
+                self.head.pending.timers += 1;
+                let mut payload = timers::scheduled_payload(id, sequence, *delay_seconds);
+                group.stamp(&mut payload);
+                self.event(EventType::TimerScheduled, &payload, true)?;
+            }
+            WorkflowCommand::OpenConditionWait {
+                condition_key,
+                condition_definition_fingerprint,
+                timeout_seconds,
+            } => {
+                if self.open_wait.is_some() {
+                    // The open wait re-issued: nothing new to record.
+                    return Ok(false);
+                }
+                if timeout_seconds.is_some() {
+                    self.check_pending(Pending::Timer)?;
+                }
+                let sequence = self.take_sequence();
+                let wait_id = format!("{}-{sequence}", self.head.id);
+                let timeout_timer = match timeout_seconds {
+                    Some(seconds) => {
+                        self.head.pending.timers += 1;
+                        Some(timers::arm(
+                            self.tx,
+                            self.head.id,
+                            &timers::Arm {
+                                namespace: &self.namespace,
+                                task_queue: &self.task_queue,
+                                delay_seconds: *seconds,
+                                sequence,
+                                kind: CONDITION_TIMEOUT,
+                                condition_wait_id: Some(&wait_id),
+                                group: None,
+                            },
+                        )?)
+                    }
+                    None => None,
+                };
+                let mut payload = Map::new();
+                payload.insert("sequence".into(), sequence.into());
+                payload.insert("condition_wait_id".into(), wait_id.clone().into());
+                if let Some(key) = condition_key {
+                    payload.insert("condition_key".into(), key.clone().into());
+                }
+                if let Some(fingerprint) = condition_definition_fingerprint {
+                    payload.insert(
+                        "condition_definition_fingerprint".into(),
+                        fingerprint.clone().into(),
+                    );
+                }
+                if let Some(seconds) = timeout_seconds {
+                    payload.insert("timeout_seconds".into(), (*seconds).into());
+                }
+                self.set_open_wait(Some(OpenWait {
+                    condition_wait_id: wait_id,
+                    sequence,
+                    condition_key: condition_key.clone(),
+                    condition_definition_fingerprint: condition_definition_fingerprint.clone(),
+                    timeout_timer,
+                }))?;
+                self.event(
+                    EventType::ConditionWaitOpened,
+                    &Value::Object(payload),
+                    true,
+                )?;
+            }
+            WorkflowCommand::RecordSideEffect { result } => {
+                self.check_payload(result)?;
+                let sequence = self.take_sequence();
+                let payload = json!({
+                    "sequence": sequence,
+                    "result": result,
+                    "payload_codec": codec_of(result),
+                });
+                self.event(EventType::SideEffectRecorded, &payload, true)?;
+            }
+            WorkflowCommand::CompleteWorkflow { result } => {
+                self.check_payload(result)?;
+                let payload = json!({ "output": result, "payload_codec": codec_of(result) });
+                finish_run(
+                    self.tx,
+                    &self.head,
+                    RunStatus::Completed,
+                    EventType::WorkflowCompleted,
+                    &payload,
+                    None,
+                )?;
+                self.new_events += 1;
+                return Ok(true);
+            }
+            WorkflowCommand::FailWorkflow {
+                message,
+                exception_type,
+                exception_class,
+                exception,
+                non_retryable,
+            } => {
+                let payload = json!({
+                    "message": message,
+                    "exception_type": exception_type,
+                    "exception_class": exception_class,
+                    "exception": exception,
+                    "non_retryable": non_retryable,
+                    "failure_category": "application",
+                });
+                finish_run(
+                    self.tx,
+                    &self.head,
+                    RunStatus::Failed,
+                    EventType::WorkflowFailed,
+                    &payload,
+                    Some(FailureRow {
+                        category: "application",
+                        message,
+                        limit: None,
+                    }),
+                )?;
+                self.new_events += 1;
+                return Ok(true);
+            }
+            WorkflowCommand::CompleteUpdate { update_id, result } => {
+                self.check_payload(result)?;
+                let (id, name, arguments) = self.accepted_update(update_id)?;
+                self.resolve_update(id, "completed", result)?;
+                let applied = json!({
+                    "update_id": update_id,
+                    "update_name": name,
+                    "arguments": arguments,
+                    "payload_codec": codec_of(&arguments),
+                });
+                self.event(EventType::UpdateApplied, &applied, false)?;
+                let completed = json!({
+                    "update_id": update_id,
+                    "update_name": name,
+                    "result": result,
+                    "payload_codec": codec_of(result),
+                });
+                self.event(EventType::UpdateCompleted, &completed, false)?;
+            }
+            WorkflowCommand::FailUpdate {
+                update_id,
+                message,
+                exception_type,
+            } => {
+                let (id, name, _) = self.accepted_update(update_id)?;
+                let failure = json!({ "message": message, "exception_type": exception_type });
+                self.resolve_update(id, "rejected", &failure)?;
+                let payload = json!({
+                    "update_id": update_id,
+                    "update_name": name,
+                    "message": message,
+                    "exception_type": exception_type,
+                });
+                self.event(EventType::UpdateRejected, &payload, false)?;
+            }
+        }
+        Ok(false)
+    }
+
+    fn accepted_update(&self, update_id: &str) -> Result<(i64, String, Value), Error> {
+        let missing = || Error::UnknownUpdate(update_id.to_owned());
+        let id: i64 = update_id.parse().map_err(|_| missing())?;
+        let row: Option<(String, String, String)> = self
+            .tx
+            .prepare_cached(
+                "SELECT name, payload, status FROM updates WHERE id = ?1 AND run_id = ?2",
+            )?
+            .query_row(params![id, self.head.id.0], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        match row {
+            Some((name, payload, status)) if status == "accepted" => {
+                Ok((id, name, serde_json::from_str(&payload)?))
+            }
+            Some((_, _, status)) => Err(Error::AlreadyClosed {
+                item: "update",
+                id,
+                status,
+            }),
+            None => Err(missing()),
+        }
+    }
+
+    fn resolve_update(&mut self, id: i64, status: &str, result: &Value) -> Result<(), Error> {
+        self.tx
+            .prepare_cached(
+                "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
+                 (SELECT length(CAST(payload AS BLOB)) FROM updates WHERE id = ?2) WHERE id = ?1",
+            )?
+            .execute(params![self.head.id.0, id])?;
+        self.tx
+            .prepare_cached("UPDATE updates SET status = ?2, result = ?3 WHERE id = ?1")?
+            .execute(params![id, status, serde_json::to_string(result)?])?;
+        bump(self.tx, self.head.id, Pending::Update, -1)?;
+        // The workflow's main loop runs in a task of its own after an update.
+        self.follow_up = true;
+        Ok(())
+    }
+
+    fn take_sequence(&mut self) -> i64 {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        sequence
+    }
+
+    fn event(&mut self, event: EventType, payload: &Value, command: bool) -> Result<(), Error> {
+        append_event(self.tx, self.head.id, event, payload, command)?;
+        self.new_events += 1;
+        Ok(())
+    }
+
+    fn check_pending(&self, pending: Pending) -> Result<(), Error> {
+        self.check(pending.limit_kind(), pending.get(&self.head.pending))
+    }
+
+    fn check_payload(&self, payload: &Value) -> Result<(), Error> {
+        let run = RunRef {
+            workflow_run_id: &self.run_label,
+            workflow_type: &self.head.workflow_type,
+        };
+        check_size(
+            self.limits,
+            LimitKind::PayloadSizeBytes,
+            serde_json::to_string(payload)?.len(),
+            &run,
+        )
+    }
+
+    fn check(&self, kind: LimitKind, value: u64) -> Result<(), Error> {
+        let run = RunRef {
+            workflow_run_id: &self.run_label,
+            workflow_type: &self.head.workflow_type,
+        };
+        match self.limits.check(kind, value, &run) {
+            Ok(Some(warning)) => {
+                warning.emit();
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(exceeded) => Err(exceeded.into()),
+        }
+    }
+}
+
+impl WorkflowCommand {
+    /// An activity with no retry policy, timeouts or group.
+    pub fn activity(activity_type: impl Into<String>, arguments: Value) -> WorkflowCommand {
+        WorkflowCommand::ScheduleActivity {
+            activity_type: activity_type.into(),
+            arguments,
+            queue: None,
+            retry_policy: None,
+            start_to_close_timeout: None,
+            schedule_to_close_timeout: None,
+            schedule_to_start_timeout: None,
+            heartbeat_timeout: None,
+            group: ParallelGroup::default(),
+        }
+    }
+
+    /// A timer outside any group.
+    pub fn timer(delay_seconds: u64) -> WorkflowCommand {
+        WorkflowCommand::StartTimer {
+            delay_seconds,
+            group: ParallelGroup::default(),
+        }
+    }
+
+    /// A parallel group member's own sequence (the group's base plus its index).
+    fn group_sequence(&self) -> Option<i64> {
+        let group = match self {
+            WorkflowCommand::ScheduleActivity { group, .. }
+            | WorkflowCommand::StartTimer { group, .. } => group,
+            _ => return None,
+        };
+        Some(group.parallel_group_base_sequence? + group.parallel_group_index?)
+    }
+
+    /// Whether the command creates a pending item or a recorded step.
+    fn creates_item(&self) -> bool {
+        matches!(
+            self,
+            WorkflowCommand::ScheduleActivity { .. }
+                | WorkflowCommand::StartTimer { .. }
+                | WorkflowCommand::RecordSideEffect { .. }
+        )
+    }
+}
+
+/// The codec an opaque payload envelope names (`avro` when it names none).
+pub(crate) fn codec_of(payload: &Value) -> Value {
+    payload
+        .get("codec")
+        .cloned()
+        .unwrap_or_else(|| Value::String("avro".into()))
+}
