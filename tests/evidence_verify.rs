@@ -346,3 +346,35 @@ fn the_html_report_shows_every_condition_and_charts_the_samples() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_fixture_and_its_variants_hold_to_the_published_schema() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/soak-summary.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::options()
+        .build(&schema)
+        .expect("the schema compiles");
+    let errors = |instance: &Value| -> Vec<String> {
+        validator
+            .iter_errors(instance)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect()
+    };
+    let mut summary = trusted();
+    assert_eq!(errors(&summary), Vec::<String>::new());
+    summary["memory_slope"] = Value::Null;
+    summary["config"]["max_final_server_cache_keys_by_policy"] = Value::Null;
+    summary["maxima"]["redis_memory_bytes"] = Value::Null;
+    assert_eq!(
+        errors(&summary),
+        Vec::<String>::new(),
+        "nulls where nothing was measured"
+    );
+    // What the typed reader refuses, the schema refuses too.
+    summary["samples"]["surprise"] = json!(1);
+    assert!(!errors(&summary).is_empty());
+    let mut summary = trusted();
+    summary["run"]["result"] = json!("maybe");
+    assert!(!errors(&summary).is_empty());
+}

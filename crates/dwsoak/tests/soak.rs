@@ -79,9 +79,22 @@ fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
     assert_eq!(ids, declared, "the per-policy map mirrors the inventory");
     assert_eq!(summary.config.services, ServiceMode::External);
 
-    // The artifacts, as written.
-    let written =
-        Summary::from_json(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    // The artifacts, as written; the summary also holds to the published schema.
+    let written_text = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let written = Summary::from_json(&written_text).unwrap();
+    let schema_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/soak-summary.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::options()
+        .build(&schema)
+        .expect("the schema compiles");
+    let instance: serde_json::Value = serde_json::from_str(&written_text).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&instance)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
     assert_eq!(written.evidence, summary.evidence);
     let samples = std::fs::read_to_string(out.join("samples.jsonl")).unwrap();
     let samples = dwevidence::sample::parse_lines(&samples).unwrap();
