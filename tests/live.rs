@@ -32,13 +32,12 @@ fn server(runs: usize) -> Server {
     let base = format!("http://{}", running.addr());
     let api = dwsoak::api::Api::new(&base, None);
     for namespace in ["orders", "empty"] {
-        if let Some(reply) = api.prepare_namespace(namespace) {
-            assert!(
-                reply.ok,
-                "register {namespace}: {} {:?}",
-                reply.status, reply.body
-            );
-        }
+        let reply = api.register_namespace(namespace);
+        assert!(
+            reply.ok,
+            "register {namespace}: {} {:?}",
+            reply.status, reply.body
+        );
     }
     for i in 0..runs {
         let reply = api.start_workflow("orders", &format!("wf-{i}"), &format!("Type{i}"), "queue");

@@ -1,14 +1,15 @@
 //! The harness's only knowledge of dwserver's HTTP routes and bodies.
 //!
-//! The server's public API is moving to the Durable Workflow wire protocol
-//! (`/api/workflows` with `X-Namespace`, version headers, registered
-//! namespaces, fenced task reports, payload envelopes). The client asks
-//! `/api/cluster/info` which one it faces (a `control_plane` manifest means
-//! the wire protocol) and speaks it, so the harness drives either server;
-//! every route, header and body shape stays in this one module.
-//! Every call answers a [`Reply`] rather than an error: a soak counts
-//! failures by `status` label (HTTP code, or a transport bucket such as
-//! `timeout`) instead of stopping at the first one.
+//! dwserver's public API is the Durable Workflow wire protocol: control
+//! plane 2 under `/api/workflows` and worker protocol 1.20 under
+//! `/api/worker`, each request in a registered namespace named by
+//! `X-Namespace`, payloads as opaque codec envelopes, task reports fenced by
+//! lease owner and attempt (docs/api.md). Every route, header and body shape
+//! the harness uses stays in this one module, so the load generator and the
+//! sampler follow the API by editing one file. Every call answers a
+//! [`Reply`] rather than an error: a soak counts failures by `status` label
+//! (HTTP code, or a transport bucket such as `timeout`) instead of stopping
+//! at the first one.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -28,22 +29,12 @@ pub struct Reply {
     pub latency: Duration,
 }
 
-/// Which API the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// The original routes under `/api/namespaces/{ns}/…`.
-    Legacy,
-    /// The Durable Workflow wire protocol: control plane 2, worker protocol 1.20.
-    Wire,
-}
-
 /// A client of one dwserver.
 #[derive(Debug, Clone)]
 pub struct Api {
     agent: ureq::Agent,
     base: String,
     token: Option<String>,
-    protocol: Protocol,
 }
 
 /// The opaque payload envelope of the wire protocol.
@@ -53,28 +44,16 @@ fn envelope(json: &str) -> Value {
 
 impl Api {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`),
-    /// sending `token` as a bearer token when given; the protocol is read
-    /// from `/api/cluster/info` (an unreachable server is taken as legacy,
-    /// and every later request reports the failure).
+    /// sending `token` as a bearer token when given.
     pub fn new(base: &str, token: Option<&str>) -> Api {
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(30))
             .build();
-        let mut api = Api {
+        Api {
             agent,
             base: base.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
-            protocol: Protocol::Legacy,
-        };
-        let info = api.send(api.get("/api/cluster/info"), None);
-        if info
-            .body
-            .as_ref()
-            .is_some_and(|b| b.get("control_plane").is_some())
-        {
-            api.protocol = Protocol::Wire;
         }
-        api
     }
 
     /// The base URL.
@@ -85,11 +64,6 @@ impl Api {
     /// The bearer token, if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
-    }
-
-    /// The protocol in use.
-    pub fn protocol(&self) -> Protocol {
-        self.protocol
     }
 
     fn request(&self, method: &str, path: &str) -> ureq::Request {
@@ -104,14 +78,14 @@ impl Api {
         self.request("GET", path)
     }
 
-    /// A control-plane request of the wire protocol in `namespace`.
+    /// A control-plane request in `namespace`.
     fn control(&self, path: &str, namespace: &str) -> ureq::Request {
         self.request("POST", path)
             .set("X-Namespace", namespace)
             .set("X-Durable-Workflow-Control-Plane-Version", "2")
     }
 
-    /// A worker-plane request of the wire protocol in `namespace`.
+    /// A worker-plane request in `namespace`.
     fn worker(&self, path: &str, namespace: &str) -> ureq::Request {
         self.request("POST", path)
             .set("X-Namespace", namespace)
@@ -149,20 +123,13 @@ impl Api {
         }
     }
 
-    fn post(&self, path: &str, body: Value) -> Reply {
-        self.send(self.request("POST", path), Some(body))
-    }
-
-    /// Makes `namespace` usable: the wire protocol serves registered
-    /// namespaces only (`POST /api/namespaces`, 201 or 200 when it exists);
-    /// the legacy API needs nothing (`None`).
-    pub fn prepare_namespace(&self, namespace: &str) -> Option<Reply> {
-        (self.protocol == Protocol::Wire).then(|| {
-            self.post(
-                "/api/namespaces",
-                json!({ "name": namespace, "description": "dwsoak load" }),
-            )
-        })
+    /// Registers `namespace` (201, or 200 when it exists): the server serves
+    /// registered namespaces only.
+    pub fn register_namespace(&self, namespace: &str) -> Reply {
+        self.send(
+            self.request("POST", "/api/namespaces"),
+            Some(json!({ "name": namespace, "description": "dwsoak load" })),
+        )
     }
 
     /// Starts a workflow run.
@@ -173,47 +140,34 @@ impl Api {
         workflow_type: &str,
         task_queue: &str,
     ) -> Reply {
-        match self.protocol {
-            Protocol::Legacy => self.post(
-                &format!("/api/namespaces/{namespace}/workflows"),
-                json!({ "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue, "input": [] }),
-            ),
-            Protocol::Wire => self.send(
-                self.control("/api/workflows", namespace),
-                Some(json!({ "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue, "input": envelope("[]") })),
-            ),
-        }
+        self.send(
+            self.control("/api/workflows", namespace),
+            Some(json!({
+                "workflow_id": workflow_id,
+                "workflow_type": workflow_type,
+                "task_queue": task_queue,
+                "input": envelope("[]"),
+            })),
+        )
     }
 
     /// Signals a running workflow.
     pub fn signal(&self, namespace: &str, workflow_id: &str, name: &str) -> Reply {
-        match self.protocol {
-            Protocol::Legacy => self.post(
-                &format!("/api/namespaces/{namespace}/workflows/{workflow_id}/signal/{name}"),
-                json!({ "input": [1] }),
+        self.send(
+            self.control(
+                &format!("/api/workflows/{workflow_id}/signal/{name}"),
+                namespace,
             ),
-            Protocol::Wire => self.send(
-                self.control(
-                    &format!("/api/workflows/{workflow_id}/signal/{name}"),
-                    namespace,
-                ),
-                Some(json!({ "input": envelope("[1]") })),
-            ),
-        }
+            Some(json!({ "input": envelope("[1]") })),
+        )
     }
 
-    /// Registers (or heartbeats) a worker on a queue.
+    /// Registers a worker on a queue.
     pub fn register_worker(&self, namespace: &str, worker_id: &str, task_queue: &str) -> Reply {
-        match self.protocol {
-            Protocol::Legacy => self.post(
-                "/api/worker/register",
-                json!({ "namespace": namespace, "worker_id": worker_id, "task_queue": task_queue }),
-            ),
-            Protocol::Wire => self.send(
-                self.worker("/api/worker/register", namespace),
-                Some(json!({ "worker_id": worker_id, "task_queue": task_queue, "runtime": "dwsoak" })),
-            ),
-        }
+        self.send(
+            self.worker("/api/worker/register", namespace),
+            Some(json!({ "worker_id": worker_id, "task_queue": task_queue, "runtime": "dwsoak" })),
+        )
     }
 
     /// Long-polls a workflow task under a fresh poll request id.
@@ -225,27 +179,15 @@ impl Api {
         poll_request_id: &str,
         timeout: Duration,
     ) -> Reply {
-        match self.protocol {
-            Protocol::Legacy => self.post(
-                "/api/worker/workflow-tasks/poll",
-                json!({
-                    "namespace": namespace,
-                    "task_queue": task_queue,
-                    "worker_id": worker_id,
-                    "poll_request_id": poll_request_id,
-                    "timeout_ms": timeout.as_millis() as u64,
-                }),
-            ),
-            Protocol::Wire => self.send(
-                self.worker("/api/worker/workflow-tasks/poll", namespace),
-                Some(json!({
-                    "task_queue": task_queue,
-                    "worker_id": worker_id,
-                    "poll_request_id": poll_request_id,
-                    "timeout_seconds": timeout.as_secs_f64(),
-                })),
-            ),
-        }
+        self.send(
+            self.worker("/api/worker/workflow-tasks/poll", namespace),
+            Some(json!({
+                "task_queue": task_queue,
+                "worker_id": worker_id,
+                "poll_request_id": poll_request_id,
+                "timeout_seconds": timeout.as_secs_f64(),
+            })),
+        )
     }
 
     /// The leased task of a poll reply, if it carried one.
@@ -267,30 +209,22 @@ impl Api {
                 }
             }
         };
-        let path = format!("/api/worker/workflow-tasks/{id}/complete");
-        match self.protocol {
-            Protocol::Legacy => self.post(
-                &path,
-                json!({ "commands": [], "decision": "complete", "result": "done" }),
+        self.send(
+            self.worker(
+                &format!("/api/worker/workflow-tasks/{id}/complete"),
+                namespace,
             ),
-            Protocol::Wire => self.send(
-                self.worker(&path, namespace),
-                Some(json!({
-                    "lease_owner": task.get("lease_owner"),
-                    "workflow_task_attempt": task.get("workflow_task_attempt"),
-                    "commands": [{ "type": "complete_workflow", "result": envelope("\"done\"") }],
-                })),
-            ),
-        }
+            Some(json!({
+                "lease_owner": task.get("lease_owner"),
+                "workflow_task_attempt": task.get("workflow_task_attempt"),
+                "commands": [{ "type": "complete_workflow", "result": envelope("\"done\"") }],
+            })),
+        )
     }
 
     /// Live keys per cache policy ID, as the server counts them.
     pub fn cache_keys_by_policy(&self) -> Result<BTreeMap<String, u64>, String> {
-        let reply = self.send(
-            self.agent
-                .get(&format!("{}/api/system/cache-keys", self.base)),
-            None,
-        );
+        let reply = self.send(self.get("/api/system/cache-keys"), None);
         if !reply.ok {
             return Err(format!(
                 "GET /api/system/cache-keys answered {}",
@@ -374,10 +308,9 @@ mod tests {
     }
 
     #[test]
-    fn a_wire_protocol_server_gets_wire_requests() {
+    fn requests_speak_the_wire_protocol() {
         let (base, seen) = fake(r#"{"control_plane":{"version":"2"}}"#);
         let api = Api::new(&base, Some("t0k"));
-        assert_eq!(api.protocol(), Protocol::Wire);
         assert!(api.start_workflow("ns1", "wf", "T", "q").ok);
         let request = seen.recv().unwrap();
         assert!(
@@ -406,21 +339,11 @@ mod tests {
                 && request.contains(r#""workflow_task_attempt":2"#),
             "{request}"
         );
-        assert!(api.prepare_namespace("ns1").is_some());
-    }
-
-    #[test]
-    fn a_legacy_server_gets_legacy_requests() {
-        let (base, seen) = fake(r#"{"server_id":"x"}"#);
-        let api = Api::new(&base, None);
-        assert_eq!(api.protocol(), Protocol::Legacy);
-        assert!(api.prepare_namespace("ns1").is_none());
-        assert!(api.signal("ns1", "wf", "go").ok);
+        assert!(api.register_namespace("ns1").ok);
         let request = seen.recv().unwrap();
         assert!(
-            request.starts_with("POST /api/namespaces/ns1/workflows/wf/signal/go"),
+            request.starts_with("POST /api/namespaces HTTP/1.1"),
             "{request}"
         );
-        assert!(!request.contains("Authorization"), "{request}");
     }
 }

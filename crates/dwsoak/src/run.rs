@@ -243,8 +243,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
     Ok(summary)
 }
 
-/// A client of the server once it answers its health route (within 15 s);
-/// the protocol is detected from a server that is up.
+/// A client of the server once it answers its health route (within 15 s).
 fn connect(base_url: &str, token: Option<&str>) -> Result<Api, RunError> {
     let ready_by = Instant::now() + Duration::from_secs(15);
     loop {
@@ -261,17 +260,16 @@ fn connect(base_url: &str, token: Option<&str>) -> Result<Api, RunError> {
     }
 }
 
-/// Registers the load's namespaces where the server needs that.
+/// Registers the load's namespaces (the server serves registered ones only).
 fn prepare_namespaces(api: &Api, namespaces: &[String]) -> Result<(), RunError> {
     for namespace in namespaces {
-        if let Some(reply) = api.prepare_namespace(namespace) {
-            if !reply.ok {
-                return Err(RunError::Setup(format!(
-                    "cannot register namespace {namespace}: HTTP {} {}",
-                    reply.status,
-                    reply.body.map(|b| b.to_string()).unwrap_or_default()
-                )));
-            }
+        let reply = api.register_namespace(namespace);
+        if !reply.ok {
+            return Err(RunError::Setup(format!(
+                "cannot register namespace {namespace}: HTTP {} {}",
+                reply.status,
+                reply.body.map(|b| b.to_string()).unwrap_or_default()
+            )));
         }
     }
     Ok(())
