@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod cache;
 pub mod diagnostics;
+pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod poll_requests;

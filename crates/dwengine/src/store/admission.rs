@@ -140,8 +140,11 @@ impl Store {
                 });
             }
         }
+        // The warning names the run by its run id (the wire `run_id`), like
+        // the executor's: a workflow id spans every run of a continue-as-new chain.
+        let run_label = head.id.to_string();
         let run_ref = RunRef {
-            workflow_run_id: &head.workflow_id,
+            workflow_run_id: &run_label,
             workflow_type: &head.workflow_type,
         };
         let current = intake.pending.get(&head.pending);
