@@ -266,3 +266,38 @@ fn a_bad_log_setting_refuses_to_start_and_names_it() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-format needs a value"));
 }
 
+#[test]
+fn a_fan_out_of_exactly_command_batch_size_passes_over_http_and_one_more_fails() {
+    let server = LoggingServer::spawn(&[], &[("DW_V2_LIMIT_COMMAND_BATCH_SIZE", "5")]);
+    // The reference's guard is `batchSize > limit`: 5 leaves pass at 5.
+    let (full, status, body) = server.fan_out("full", 5);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["run_status"], "running", "{body}");
+    assert_eq!(body["structural_limit"], Value::Null, "{body}");
+    let (_, described) = server.send(&wire::describe("default", "full"));
+    assert_eq!(described["pending"]["activities"], 5, "{described}");
+    let warnings = server.lines_with("approaching structural limit [command_batch_size]");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains(&format!(
+            "[Durable Workflow] Run {full} approaching structural limit [command_batch_size]: 5 / 5 (100% utilization, warning at 80%)."
+        )),
+        "{}",
+        warnings[0]
+    );
+
+    let (_, status, body) = server.fan_out("over", 6);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["run_status"], "failed", "{body}");
+    assert_eq!(
+        body["structural_limit"]["structural_limit_kind"],
+        "command_batch_size"
+    );
+    assert_eq!(body["structural_limit"]["structural_limit_value"], 6);
+    assert_eq!(body["structural_limit"]["structural_limit_configured"], 5);
+    let (_, described) = server.send(&wire::describe("default", "over"));
+    assert_eq!(
+        described["pending"]["activities"], 0,
+        "nothing was scheduled: {described}"
+    );
+}

@@ -134,15 +134,23 @@ fn earlier_tasks_count_toward_the_pending_limit_and_completions_release_it() {
 fn fan_out_checks_the_batch_size_before_scheduling_anything() {
     let mut store = memory_store(&[(LimitKind::CommandBatchSize, 4)]);
     let run = started(&mut store, "w1");
-    let small: Vec<_> = (0..3).map(|i| Command::activity("a", json!(i))).collect();
+    // Exactly the limit passes, as the reference's `batchSize > limit` guard.
+    let full: Vec<_> = (0..4).map(|i| Command::activity("a", json!(i))).collect();
     let report = store
         .execute_task(run, |task| {
-            let out = task.all(&small)?;
-            assert_eq!(out.len(), 3);
+            let out = task.all(&full)?;
+            assert_eq!(out.len(), 4);
             Ok(Next::Wait)
         })
         .unwrap();
     assert_eq!(report.outcome, TaskOutcome::Waiting);
+    let batch_warning = report
+        .warnings
+        .iter()
+        .find(|w| w.limit_kind == LimitKind::CommandBatchSize)
+        .expect("a full batch warns");
+    assert_eq!(batch_warning.utilization_percent, 100);
+    assert_eq!(store.pending_counts(run).unwrap().activities, 4);
 
     // Nested leaves count: 2 activities + 1 timer + 2 nested activities = 5.
     let run2 = started(&mut store, "w2");

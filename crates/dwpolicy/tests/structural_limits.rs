@@ -42,6 +42,13 @@ fn every_kind_passes_below_and_fails_at_or_above_its_limit() {
                 }),
                 "{kind} at"
             ),
+            // A batch is counted whole before it is scheduled: exactly the limit
+            // fits (the reference's `batchSize > limit`), at 100% utilization.
+            Measure::Batch => {
+                let warning = at.expect("a batch of exactly the limit passes");
+                let warning = warning.expect("and warns at 100%");
+                assert_eq!((warning.current, warning.utilization_percent), (limit, 100));
+            }
             // Sizes are checked on the finished encoding: exactly the limit fits.
             Measure::Size => assert_eq!(at, Ok(None), "{kind} at"),
         }
@@ -95,7 +102,7 @@ fn every_count_kind_warns_at_its_threshold_and_size_kinds_never_do() {
         let edge = limit * 80 / 100;
         let warned = |value| limits.check(kind, value, &RUN).unwrap().is_some();
         match kind.measure() {
-            Measure::Count => {
+            Measure::Count | Measure::Batch => {
                 assert!(!warned(edge - 1), "{kind} below edge");
                 assert!(warned(edge), "{kind} at edge");
                 assert!(warned(limit - 1), "{kind} just below limit");
@@ -161,12 +168,12 @@ fn warning_message_has_the_seed_wording() {
 #[test]
 fn exceeded_failure_has_a_stable_serde_form() {
     let error = StructuralLimits::default()
-        .check(LimitKind::CommandBatchSize, 1000, &RUN)
+        .check(LimitKind::CommandBatchSize, 1001, &RUN)
         .unwrap_err();
     assert_eq!(error.failure_category(), FAILURE_CATEGORY);
     assert_eq!(
         error.to_string(),
-        "structural limit [command_batch_size] exceeded: 1000 / 1000"
+        "structural limit [command_batch_size] exceeded: 1001 / 1000"
     );
     insta::assert_json_snapshot!("exceeded_command_batch_size", error);
     let json = serde_json::to_value(error).unwrap();

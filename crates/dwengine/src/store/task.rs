@@ -124,8 +124,9 @@ impl<'a> Task<'a> {
     }
 
     /// Fans out `commands`; their leaf count is checked against
-    /// `command_batch_size` before any of them is scheduled. Like every
-    /// count kind in dwpolicy, the batch fails when its size reaches the limit.
+    /// `command_batch_size` before any of them is scheduled. As the
+    /// reference's `batchSize > limit` guard, the batch fails only when it has
+    /// more leaves than the limit: exactly 1,000 pass at 1,000.
     pub fn all(&mut self, commands: &[Command]) -> Result<Vec<CommandOutput>, Error> {
         self.iteration()?;
         let leaves = commands.iter().map(Command::leaves).sum();

@@ -9,11 +9,15 @@
 //! Exact edges, with `limit > 0` (a limit of `0` never fails nor warns):
 //! - count kinds fail when `current >= limit`: `current` is how many already
 //!   exist before one more is scheduled or accepted;
+//! - `command_batch_size` (the batch measure) fails when `leaves > limit`, like
+//!   the reference engine's `batchSize > limit` guard: the whole fan-out is
+//!   counted before any of it is scheduled, so exactly 1,000 leaves pass at 1,000;
 //! - size kinds fail when `bytes > limit`: a payload of exactly `limit` bytes fits;
-//! - count kinds warn when `current < limit` and `current * 100 >= limit * threshold`,
-//!   i.e. when utilization is at or above the threshold. With 2000 and 80%:
-//!   1599 (79.95%) is silent, 1600 (80%) and 1601 warn. Size kinds never warn,
-//!   as in the seed, and a threshold of `0` disables warnings.
+//! - count and batch kinds warn when they do not fail and
+//!   `current * 100 >= limit * threshold`, i.e. when utilization is at or above
+//!   the threshold. With 2000 and 80%: 1599 (79.95%) is silent, 1600 (80%) and
+//!   1601 warn; a batch of exactly its limit warns at 100%. Size kinds never
+//!   warn, as in the seed, and a threshold of `0` disables warnings.
 //! - `utilization_percent` is `floor(current * 100 / limit)`, so a warning never
 //!   shows a utilization below its threshold.
 
@@ -179,7 +183,7 @@ impl StructuralLimits {
         }
         let exceeded = match kind.measure() {
             Measure::Count => value >= limit,
-            Measure::Size => value > limit,
+            Measure::Batch | Measure::Size => value > limit,
         };
         if exceeded {
             return Err(StructuralLimitExceeded {
@@ -201,7 +205,7 @@ impl StructuralLimits {
             limit_kind: kind,
             current: value,
             limit,
-            // value < limit here, so utilization < 100.
+            // value <= limit here, so utilization <= 100.
             utilization_percent: u64::try_from(utilization).unwrap_or(u64::MAX),
             warning_threshold_percent: threshold,
         }))

@@ -8,13 +8,19 @@ use std::fmt;
 
 /// Whether a limit bounds a number of things or a number of bytes.
 ///
-/// The two compare differently: a count limit is checked *before* one more
-/// item is added, so it is hit when `current >= limit`; a size limit is
-/// checked on the finished encoding, so it is hit when `bytes > limit`.
+/// They compare differently: a count limit is checked *before* one more
+/// item is added, so it is hit when `current >= limit`; a batch is checked
+/// whole before any of it is scheduled, so, as the reference engine's
+/// `batchSize > limit` guard, it is hit when `leaves > limit` (a batch of
+/// exactly the limit passes); a size limit is checked on the finished
+/// encoding, so it is hit when `bytes > limit`. Counts and batches warn;
+/// sizes never do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Measure {
-    /// Pending items, batch elements or history events.
+    /// Pending items or history events already there.
     Count,
+    /// The leaves of one fan-out, counted whole.
+    Batch,
     /// Serialized bytes.
     Size,
 }
@@ -116,6 +122,7 @@ impl LimitKind {
             LimitKind::PayloadSizeBytes
             | LimitKind::MemoSizeBytes
             | LimitKind::SearchAttributeSizeBytes => Measure::Size,
+            LimitKind::CommandBatchSize => Measure::Batch,
             _ => Measure::Count,
         }
     }
