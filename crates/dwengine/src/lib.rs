@@ -20,6 +20,7 @@ pub mod retention;
 pub mod server;
 pub mod store;
 pub mod wait_slots;
+pub mod workflow_task_failures;
 
 /// Wall-clock Unix milliseconds (0 before the epoch).
 pub(crate) fn unix_ms() -> i64 {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dwpolicy::boundary::RequestLimits;
-use dwpolicy::series::PROMETHEUS_WORKFLOW_SERIES;
+use dwpolicy::series::{PROMETHEUS_WORKFLOW_SERIES, WORKFLOW_TASK_FAILURE_TYPES};
 
 use crate::admission::NamespaceLimit;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
@@ -98,6 +98,9 @@ pub struct ServerConfig {
     /// `server.metrics.prometheus_workflow_series_limit` as configured
     /// (`None`: the default 100); the metric clamps it to 1..=500.
     pub prometheus_workflow_series_limit: Option<u64>,
+    /// `server.metrics.workflow_task_failure_type_limit` as configured
+    /// (`None`: the default 20); the metric clamps it to 1..=100.
+    pub workflow_task_failure_type_limit: Option<u64>,
     /// Bearer tokens by role; `None` serves without authentication.
     pub auth: Option<Tokens>,
     /// Accepted `Host` header names (any port); empty accepts any host.
@@ -138,6 +141,7 @@ impl ServerConfig {
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
             prometheus_workflow_series_limit: None,
+            workflow_task_failure_type_limit: None,
             auth: None,
             allowed_hosts: Vec::new(),
             query_timeout: Duration::from_secs(10),
@@ -246,11 +250,17 @@ impl ServerConfig {
         }
         // Strict, unlike the scan caps above: a typo must not silently fall
         // back to the default cap of a user-controlled label set.
-        let series = config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key);
-        config.prometheus_workflow_series_limit = lookup(&series)
-            .map(|raw| dwpolicy::env::parse_non_negative(&series, &raw))
-            .transpose()
-            .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })?;
+        let series_limit = |key: &str| {
+            let variable = config_key_variable(key);
+            lookup(&variable)
+                .map(|raw| dwpolicy::env::parse_non_negative(&variable, &raw))
+                .transpose()
+                .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })
+        };
+        config.prometheus_workflow_series_limit =
+            series_limit(PROMETHEUS_WORKFLOW_SERIES.config_key)?;
+        config.workflow_task_failure_type_limit =
+            series_limit(WORKFLOW_TASK_FAILURE_TYPES.config_key)?;
         config.auth = Tokens::from_lookup(&lookup);
         let auth_off = lookup("DW_AUTH").is_some_and(|v| v.trim() == "none");
         if dev || auth_off {
@@ -454,30 +464,37 @@ mod tests {
     }
 
     #[test]
-    fn the_workflow_series_limit_is_read_strictly() {
-        let with = |value: &'static str| {
-            ServerConfig::from_lookup(
-                move |k| match k {
-                    "DW_SERVER_ID" => Some("n".into()),
-                    "DW_DATABASE_PATH" => Some(":memory:".into()),
-                    "DW_AUTH" => Some("none".into()),
-                    "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT" => Some(value.into()),
-                    _ => None,
-                },
-                false,
-            )
-        };
-        assert_eq!(
-            with(" 25 ").unwrap().prometheus_workflow_series_limit,
-            Some(25)
-        );
-        for bad in ["abc", "-1", "", "2.5"] {
-            let err = with(bad).unwrap_err();
-            assert!(
-                matches!(&err, ConfigError::Limits(e)
-                    if e.errors[0].variable == "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT"),
-                "{bad:?}: {err}"
-            );
+    fn the_series_limits_are_read_strictly() {
+        for variable in [
+            "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT",
+            "DW_SERVER_METRICS_WORKFLOW_TASK_FAILURE_TYPE_LIMIT",
+        ] {
+            let with = |value: &'static str| {
+                ServerConfig::from_lookup(
+                    move |k| match k {
+                        "DW_SERVER_ID" => Some("n".into()),
+                        "DW_DATABASE_PATH" => Some(":memory:".into()),
+                        "DW_AUTH" => Some("none".into()),
+                        k if k == variable => Some(value.into()),
+                        _ => None,
+                    },
+                    false,
+                )
+            };
+            let config = with(" 25 ").unwrap();
+            let read = if variable.contains("PROMETHEUS") {
+                config.prometheus_workflow_series_limit
+            } else {
+                config.workflow_task_failure_type_limit
+            };
+            assert_eq!(read, Some(25), "{variable}");
+            for bad in ["abc", "-1", "", "2.5"] {
+                let err = with(bad).unwrap_err();
+                assert!(
+                    matches!(&err, ConfigError::Limits(e) if e.errors[0].variable == variable),
+                    "{variable}={bad:?}: {err}"
+                );
+            }
         }
     }
 }

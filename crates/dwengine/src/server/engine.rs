@@ -23,6 +23,7 @@ use crate::retention::HistoryRetentionEnforcer;
 use crate::server::{ApiError, ServerConfig};
 use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
 use crate::wait_slots::WaitSlotPool;
+use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
 
 /// The node's state.
 pub struct Engine {
@@ -40,6 +41,7 @@ pub struct Engine {
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
     pub(crate) workflow_runs: WorkflowRunMetrics,
+    pub(crate) task_failures: WorkflowTaskFailureMetrics,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
@@ -131,6 +133,11 @@ impl Engine {
             workflow_runs: WorkflowRunMetrics::new(
                 config
                     .prometheus_workflow_series_limit
+                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+            ),
+            task_failures: WorkflowTaskFailureMetrics::new(
+                config
+                    .workflow_task_failure_type_limit
                     .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
             ),
             known_namespaces: RwLock::new(HashSet::new()),

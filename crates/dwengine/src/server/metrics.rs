@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::metrics::{RenderedRuns, WorkflowRunMetrics};
 use crate::server::error::finish_validation;
 use crate::server::{ApiError, Engine};
+use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
 
 /// The content type of Prometheus text exposition format 0.0.4.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -41,13 +42,30 @@ impl Engine {
     /// The JSON view of the same scrape: `cardinality.series_limits.workflows`
     /// (the series report) and `cardinality.metrics.<metric>` (the label-set
     /// disclosure, each dimension with its reviewed class).
+    /// `metrics.dw_workflow_task_consecutive_failures` carries the capped
+    /// failing workflow types with their suppressed type and task counts.
     pub fn system_metrics(&self, namespace: &str) -> Result<Value, ApiError> {
         let rendered = self.workflow_run_metrics(namespace)?;
+        let failures = &self.task_failures;
+        let scrape = self.read(|s| {
+            let mut scrape = failures.scrape();
+            s.for_each_failing_workflow_type(namespace, |f| scrape.offer(f))?;
+            Ok(scrape)
+        })?;
+        let guard = crate::policy::guard().map_err(|e| ApiError::Internal(e.to_owned()))?;
+        let failures = failures.render(guard, scrape)?;
         Ok(json!({
             "namespace": namespace,
+            "metrics": { (WorkflowTaskFailureMetrics::METRIC): failures.payload },
             "cardinality": {
-                "series_limits": { (WorkflowRunMetrics::SERIES_LIMIT_KEY): rendered.report },
-                "metrics": { (WorkflowRunMetrics::METRIC): rendered.cardinality },
+                "series_limits": {
+                    (WorkflowRunMetrics::SERIES_LIMIT_KEY): rendered.report,
+                    (WorkflowTaskFailureMetrics::SERIES_LIMIT_KEY): failures.report,
+                },
+                "metrics": {
+                    (WorkflowRunMetrics::METRIC): rendered.cardinality,
+                    (WorkflowTaskFailureMetrics::METRIC): failures.cardinality,
+                },
             },
         }))
     }

@@ -13,6 +13,7 @@ use rusqlite::params;
 use crate::metrics::RunSeries;
 use crate::store::rows::to_u64;
 use crate::store::{Error, Store};
+use crate::workflow_task_failures::FailingWorkflowType;
 
 /// The discovery query: label sets ascending (SQLite's BINARY collation is
 /// byte order, the same order as Rust's `String`), at most `?2` of them.
@@ -20,7 +21,38 @@ const RUN_SERIES: &str = "SELECT task_queue, workflow_type, COUNT(*) FROM runs \
      WHERE namespace = ?1 GROUP BY task_queue, workflow_type \
      ORDER BY task_queue, workflow_type LIMIT ?2";
 
+/// Failing workflow tasks per workflow type: tasks not yet done whose last
+/// attempt failed (`last_error` is set by a failure and the row is done once
+/// an attempt succeeds). A leased retry has not failed yet, so its current
+/// attempt is not counted among its consecutive failures. The read walks the
+/// namespace's open workflow tasks through `dispatch_ready`; it is bounded by
+/// the backlog of failing tasks, not by the namespace's runs.
+const FAILING_WORKFLOW_TYPES: &str = "SELECT r.workflow_type, COUNT(*), \
+     MAX(d.attempt - (d.status = 'leased')) FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id \
+     WHERE d.kind = 'workflow' AND d.namespace = ?1 AND d.status IN ('ready', 'leased') \
+     AND d.last_error IS NOT NULL GROUP BY r.workflow_type";
+
 impl Store {
+    /// Offers each workflow type of `namespace` with failing workflow tasks
+    /// to `visit`, once per type, streaming: the caller's series limiter
+    /// decides what to keep, so nothing here grows with the number of types.
+    pub fn for_each_failing_workflow_type(
+        &self,
+        namespace: &str,
+        mut visit: impl FnMut(FailingWorkflowType),
+    ) -> Result<(), Error> {
+        let mut stmt = self.conn.prepare_cached(FAILING_WORKFLOW_TYPES)?;
+        let mut rows = stmt.query([namespace])?;
+        while let Some(row) = rows.next()? {
+            visit(FailingWorkflowType {
+                workflow_type: row.get(0)?,
+                failing_tasks: to_u64(row.get(1)?),
+                max_consecutive_failures: to_u64(row.get(2)?),
+            });
+        }
+        Ok(())
+    }
+
     /// The run count of at most `limit + 1` (task_queue, workflow_type)
     /// series of `namespace`, in ascending label-set order.
     ///
