@@ -18,7 +18,7 @@ use moka::ops::compute::{CompResult, Op};
 use moka::sync::Cache as Moka;
 use moka::Expiry;
 
-use super::{Cache, CacheError};
+use super::{family_of, Cache, CacheError};
 
 #[derive(Debug)]
 struct Entry {
@@ -109,17 +109,6 @@ impl MemoryCache {
 
     fn read_families(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Family>> {
         self.families.read().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// A key's family: through its second `:` (`server:<family>:`), or its
-/// first when it has one only, or the empty family.
-fn family_of(key: &str) -> &str {
-    let mut colons = key.match_indices(':').map(|(i, _)| i);
-    match (colons.next(), colons.next()) {
-        (_, Some(second)) => &key[..=second],
-        (Some(first), None) => &key[..=first],
-        (None, None) => "",
     }
 }
 

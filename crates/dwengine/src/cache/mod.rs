@@ -50,6 +50,17 @@ pub trait Cache: Send + Sync {
     fn backend(&self) -> &'static str;
 }
 
+/// A key's family: through its second `:` (`server:<family>:`), or its
+/// first when it has one only, or the empty family.
+pub(crate) fn family_of(key: &str) -> &str {
+    let mut colons = key.match_indices(':').map(|(i, _)| i);
+    match (colons.next(), colons.next()) {
+        (_, Some(second)) => &key[..=second],
+        (Some(first), None) => &key[..=first],
+        (None, None) => "",
+    }
+}
+
 /// A stable 64-bit hash of key dimensions, rendered as 16 hex digits.
 ///
 /// User-chosen names (namespaces, queues, request ids) never reach a key

@@ -4,16 +4,65 @@
 //! tasks, next to its SQLite store) over a small pool of connections.
 //! Counters are created and given their TTL in one server-side script, so
 //! a node dying between the two steps cannot leave an immortal key.
+//!
+//! Every write that creates, replaces or removes a key also moves, in the
+//! same script, a per-family count of keys by the second they expire in
+//! (`server:cache-key-count:<family hash>:<second>`, living one second past
+//! its second). [`Cache::count_family`] then sums the counters of the next
+//! [`COUNT_HORIZON_SECONDS`] seconds with one `MGET`: a fixed cost per key
+//! family however many keys it holds, where a `SCAN` would walk them all.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::{Client, Connection, RedisResult};
 
-use super::{Cache, CacheError};
+use super::{family_of, hash_dimensions, Cache, CacheError};
 
+/// How far ahead key counts look: keys expiring later are not counted (no
+/// key family's TTL reaches it by default; the longest is 15 minutes).
+pub const COUNT_HORIZON_SECONDS: u64 = 960;
+
+/// The family of per-second key counts.
+pub const COUNT_PREFIX: &str = "server:cache-key-count:";
+
+// Shared by the scripts below: KEYS[2] is the family's count prefix.
+const COUNTS: &str = "local function count_in(expiry) \
+       local s = math.floor(expiry / 1000) \
+       local k = KEYS[2] .. s \
+       redis.call('INCR', k) \
+       redis.call('PEXPIREAT', k, (s + 2) * 1000) \
+     end \
+     local function count_out(expiry) \
+       local k = KEYS[2] .. math.floor(expiry / 1000) \
+       local n = tonumber(redis.call('GET', k) or '0') \
+       if n > 0 then redis.call('DECR', k) end \
+     end ";
+
+// ARGV: value, ttl ms, now ms.
+const PUT: &str = "local old = redis.call('PTTL', KEYS[1]) \
+     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+     local now = tonumber(ARGV[3]) \
+     if old > 0 then count_out(now + old) end \
+     count_in(now + tonumber(ARGV[2])) return 1";
+
+// ARGV: value, ttl ms, now ms.
+const ADD: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+       count_in(tonumber(ARGV[3]) + tonumber(ARGV[2])) return 1 \
+     end return 0";
+
+// ARGV: ttl ms, now ms.
 const INCREMENT: &str = "local n = redis.call('INCR', KEYS[1]) \
-     if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end return n";
+     if n == 1 then \
+       redis.call('PEXPIRE', KEYS[1], ARGV[1]) \
+       count_in(tonumber(ARGV[2]) + tonumber(ARGV[1])) \
+     end return n";
+
+// ARGV: now ms.
+const FORGET: &str = "local old = redis.call('PTTL', KEYS[1]) \
+     local removed = redis.call('DEL', KEYS[1]) \
+     if removed == 1 and old > 0 then count_out(tonumber(ARGV[1]) + old) end \
+     return removed";
 const POOL_SIZE: usize = 16;
 
 /// A Redis-backed cache.
@@ -109,6 +158,28 @@ fn escape_glob(text: &str) -> String {
     out
 }
 
+/// The count prefix of `key`'s family.
+fn count_prefix_of(key: &str) -> String {
+    format!("{COUNT_PREFIX}{}:", hash_dimensions(&[family_of(key)]))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// One of the counting scripts on `key`; the caller adds its arguments.
+fn counted(script: &str, key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(format!("{COUNTS}{script}"))
+        .arg(2)
+        .arg(key)
+        .arg(count_prefix_of(key));
+    cmd
+}
+
 fn millis(ttl: Duration) -> u64 {
     // Redis refuses a zero expiry; the shortest TTL is one millisecond.
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -116,27 +187,22 @@ fn millis(ttl: Duration) -> u64 {
 
 impl Cache for RedisCache {
     fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
+        let (ttl, now) = (millis(ttl), now_ms());
         self.with(|conn| {
-            redis::cmd("SET")
-                .arg(key)
+            counted(PUT, key)
                 .arg(value)
-                .arg("PX")
-                .arg(millis(ttl))
-                .query::<()>(conn)
-        })
+                .arg(ttl)
+                .arg(now)
+                .query::<i64>(conn)
+        })?;
+        Ok(())
     }
 
     fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
-        let reply: Option<String> = self.with(|conn| {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(value)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(ttl))
-                .query(conn)
-        })?;
-        Ok(reply.is_some())
+        let (ttl, now) = (millis(ttl), now_ms());
+        let added: i64 =
+            self.with(|conn| counted(ADD, key).arg(value).arg(ttl).arg(now).query(conn))?;
+        Ok(added == 1)
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
@@ -144,24 +210,34 @@ impl Cache for RedisCache {
     }
 
     fn forget(&self, key: &str) -> Result<bool, CacheError> {
-        let removed: i64 = self.with(|conn| redis::cmd("DEL").arg(key).query(conn))?;
+        let now = now_ms();
+        let removed: i64 = self.with(|conn| counted(FORGET, key).arg(now).query(conn))?;
         Ok(removed > 0)
     }
 
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
-        let count: i64 = self.with(|conn| {
-            redis::cmd("EVAL")
-                .arg(INCREMENT)
-                .arg(1)
-                .arg(key)
-                .arg(millis(ttl))
-                .query(conn)
-        })?;
+        let (ttl, now) = (millis(ttl), now_ms());
+        let count: i64 = self.with(|conn| counted(INCREMENT, key).arg(ttl).arg(now).query(conn))?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
         Ok(self.scan(prefix)?.len())
+    }
+
+    fn count_family(&self, prefix: &str) -> Result<usize, CacheError> {
+        if family_of(prefix) != prefix {
+            return self.count_prefix(prefix);
+        }
+        let counts = count_prefix_of(prefix);
+        let now = now_ms() / 1000;
+        let keys: Vec<String> = (now..=now + COUNT_HORIZON_SECONDS)
+            .map(|second| format!("{counts}{second}"))
+            .collect();
+        let values: Vec<Option<i64>> =
+            self.with(|conn| redis::cmd("MGET").arg(&keys).query(conn))?;
+        let total: i64 = values.into_iter().flatten().filter(|n| *n > 0).sum();
+        Ok(usize::try_from(total).unwrap_or(0))
     }
 
     fn backend(&self) -> &'static str {
