@@ -198,9 +198,74 @@ pub fn covers(declared: &str, source: &str) -> bool {
     source.starts_with(declared)
 }
 
+/// Declared prefixes, indexed so that whether any covers a source prefix
+/// takes one lookup per leading part of it: comparing every declared
+/// prefix with every source prefix was quadratic on a policy with
+/// thousands of entries.
+#[derive(Debug, Default)]
+pub struct Declared<'a> {
+    prefixes: std::collections::HashSet<&'a str>,
+}
+
+impl<'a> Declared<'a> {
+    /// Indexes `prefixes`.
+    pub fn new(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
+        Declared {
+            prefixes: prefixes.into_iter().collect(),
+        }
+    }
+
+    /// Whether some declared prefix [`covers`] `source`.
+    pub fn cover(&self, source: &str) -> bool {
+        std::iter::once(0)
+            .chain(source.char_indices().map(|(i, c)| i + c.len_utf8()))
+            .any(|end| self.prefixes.contains(&source[..end]))
+    }
+}
+
+/// Source prefixes, sorted so that whether a declared prefix covers any of
+/// them is a binary search.
+#[derive(Debug, Default)]
+pub struct Used<'a> {
+    sorted: Vec<&'a str>,
+}
+
+impl<'a> Used<'a> {
+    /// Indexes `prefixes`.
+    pub fn new(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut sorted: Vec<&str> = prefixes.into_iter().collect();
+        sorted.sort_unstable();
+        Used { sorted }
+    }
+
+    /// Whether `declared` [`covers`] some source prefix.
+    pub fn covered_by(&self, declared: &str) -> bool {
+        let at = self.sorted.partition_point(|s| *s < declared);
+        self.sorted.get(at).is_some_and(|s| covers(declared, s))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indexed_coverage_agrees_with_covers() {
+        let declared = ["server:a:", "server:a:b:", "server:ї:", ""];
+        let sources = ["server:a:x:", "server:ї:q:", "server:b:", "server:", "x"];
+        for some in [&declared[..3], &declared[..]] {
+            let index = Declared::new(some.iter().copied());
+            for source in sources {
+                let slow = some.iter().any(|d| covers(d, source));
+                assert_eq!(index.cover(source), slow, "{some:?} {source}");
+            }
+            let used = Used::new(sources.iter().copied());
+            for d in some {
+                let slow = sources.iter().any(|s| covers(d, s));
+                assert_eq!(used.covered_by(d), slow, "{d}");
+            }
+        }
+    }
 
     fn one(value: &str) -> String {
         match cache_keys(value, "server:").as_slice() {

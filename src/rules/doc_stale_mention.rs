@@ -19,17 +19,18 @@
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::LineIndex;
-use crate::normalize::{cache_prefixes_in_text, covers};
+use crate::normalize::{cache_prefixes_in_text, Declared};
 
 pub(super) const CODE: &str = "doc-stale-mention";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
     let policy = ctx.policy();
-    let declared: Vec<&str> = policy
-        .cache_keys
-        .iter()
-        .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str()))
-        .collect();
+    let declared = Declared::new(
+        policy
+            .cache_keys
+            .iter()
+            .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str())),
+    );
     let namespace = &policy.settings.cache_namespace;
     for doc in &ctx.inventory.docs {
         let lines = LineIndex::new(&doc.text);
@@ -49,7 +50,7 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
         let mut offset = 0;
         for line in doc.text.split_inclusive('\n') {
             for prefix in cache_prefixes_in_text(line, namespace) {
-                if !declared.iter().any(|d| covers(d, &prefix)) {
+                if !declared.cover(&prefix) {
                     let at = offset + line.find(prefix.as_str()).unwrap_or(0);
                     let message = format!(
                         "the doc names cache prefix `{prefix}`, which the policy does not declare"

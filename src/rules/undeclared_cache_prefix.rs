@@ -41,17 +41,17 @@
 
 use super::Context;
 use crate::diagnostic::Diagnostic;
-use crate::normalize::covers;
+use crate::normalize::Declared;
 
 pub(super) const CODE: &str = "undeclared-cache-prefix";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
-    let declared: Vec<&str> = ctx
-        .policy()
-        .cache_keys
-        .iter()
-        .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str()))
-        .collect();
+    let declared = Declared::new(
+        ctx.policy()
+            .cache_keys
+            .iter()
+            .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str())),
+    );
     let namespace = &ctx.policy().settings.cache_namespace;
     for usage in &ctx.inventory.cache_uses {
         if usage.prefix == *namespace {
@@ -71,7 +71,7 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
             );
             continue;
         }
-        if declared.iter().any(|d| covers(d, &usage.prefix)) {
+        if declared.cover(&usage.prefix) {
             continue;
         }
         out.push(

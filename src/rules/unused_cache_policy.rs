@@ -16,22 +16,17 @@
 
 use super::Context;
 use crate::diagnostic::Diagnostic;
-use crate::normalize::covers;
+use crate::normalize::Used;
 
 pub(super) const CODE: &str = "unused-cache-policy";
 
 pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
+    let used = Used::new(ctx.inventory.cache_uses.iter().map(|u| u.prefix.as_str()));
     for entry in &ctx.policy().cache_keys {
         let Some(prefix) = &entry.prefix else {
             continue;
         };
-        if prefix.value.is_empty()
-            || ctx
-                .inventory
-                .cache_uses
-                .iter()
-                .any(|u| covers(&prefix.value, &u.prefix))
-        {
+        if prefix.value.is_empty() || used.covered_by(&prefix.value) {
             continue;
         }
         out.push(
