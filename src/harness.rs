@@ -102,7 +102,7 @@ pub fn extract(rel: &str, data: &[u8]) {
 fn scratch() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("dwlint-harness-{}", std::process::id()));
+        let dir = std::env::temp_dir().join("dwlint-harness");
         std::fs::create_dir_all(&dir).expect("scratch directory");
         dir
     })
@@ -131,9 +131,15 @@ impl Bytes<'_> {
 /// included) and ranges, some pointing into a file holding `data` itself.
 pub fn report(format: Format, data: &[u8]) {
     let source = text(data);
-    // Each harness thread writes its own file: tests run in parallel.
-    let file = format!("f{:?}.src", std::thread::current().id()).replace(['(', ')'], "");
-    std::fs::write(scratch().join(&file), &source).expect("scratch file");
+    // Each process and thread writes its own file: tests run in parallel.
+    let file = format!(
+        "f{}-{:?}.src",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "");
+    let path = scratch().join(&file);
+    std::fs::write(&path, &source).expect("scratch file");
     let index = LineIndex::new(&source);
     let mut bytes = Bytes { data, at: 0 };
     let count = bytes.next() % 65;
@@ -200,7 +206,9 @@ pub fn report(format: Format, data: &[u8]) {
         inputs: Default::default(),
     };
     let mut out = Vec::new();
-    report::write(format, &report, style(data), &mut out).expect("writing to memory");
+    let written = report::write(format, &report, style(data), &mut out);
+    let _ = std::fs::remove_file(&path);
+    written.expect("writing to memory");
     let written = String::from_utf8(out).expect("reports are UTF-8");
     match format {
         Format::Json | Format::Sarif => {

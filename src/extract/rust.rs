@@ -18,10 +18,22 @@ use syn::visit::{self, Visit};
 use super::collect::{Collector, LitInfo};
 use super::{lexical, ExtractConfig, FileFacts};
 
+/// Larger Rust files are scanned lexically: `syn` holds about twenty
+/// times a file's size while it parses, the lexical scanner a small
+/// multiple, so memory stays within a few times the largest file.
+pub const MAX_PARSE_BYTES: usize = 2 << 20;
+
 /// Extracts the facts of one Rust file. Never panics: a file `syn` rejects,
 /// or one nested too deeply to parse recursively, is scanned lexically and
 /// `FileFacts::fallback` says why.
 pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) -> FileFacts {
+    if text.len() > MAX_PARSE_BYTES {
+        let reason = format!(
+            "over {} MiB, too large for the parser's memory (about 20 times the file)",
+            MAX_PARSE_BYTES >> 20
+        );
+        return fallback(text, config, reason, 0..0);
+    }
     if let Some((reason, at)) = lexical::too_complex(text) {
         return fallback(text, config, reason.to_string(), at..at);
     }

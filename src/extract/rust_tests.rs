@@ -520,3 +520,13 @@ fn hostile_inputs_never_panic() {
         let _ = facts(text);
     }
 }
+
+#[test]
+fn files_over_the_parse_limit_are_scanned_lexically() {
+    let filler = "fn f() { let x = 1; }\n".repeat((super::MAX_PARSE_BYTES / 22) + 1);
+    let text = format!("{filler}fn g() {{ h(\"server:big:\"); }}\n");
+    let f = facts(&text);
+    assert_eq!(values(&f), vec![("server:big:", LiteralKind::Lexical)]);
+    let (message, _) = f.fallback.unwrap();
+    assert!(message.contains("over 2 MiB"), "{message}");
+}
