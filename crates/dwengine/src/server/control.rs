@@ -297,15 +297,8 @@ impl Engine {
                 }
             },
         };
-        let before = match query.next_page_token.as_deref() {
-            None => None,
-            Some(token) => Some(
-                wire::parse_page_token(token)
-                    .and_then(|n| i64::try_from(n).ok())
-                    .map(RunId)
-                    .ok_or_else(|| ApiError::InvalidPageToken(token.to_owned()))?,
-            ),
-        };
+        let before = page_position(query.next_page_token.as_deref())?
+            .map(|n| RunId(i64::try_from(n).unwrap_or(i64::MAX)));
         finish_with(
             self.config.request_limits.validator(),
             &[],
@@ -357,11 +350,7 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let mut checks = Checks::default();
         let limit = wire::page_size(&mut checks, query.page_size.as_deref(), 100);
-        let offset = match query.next_page_token.as_deref() {
-            None => 0,
-            Some(token) => wire::parse_page_token(token)
-                .ok_or_else(|| ApiError::InvalidPageToken(token.to_owned()))?,
-        };
+        let offset = page_position(query.next_page_token.as_deref())?.unwrap_or(0);
         finish_with(
             self.config.request_limits.validator(),
             &[],
@@ -648,6 +637,14 @@ impl Engine {
             "status": outcome, "reason": reason, "duplicate": stopped.duplicate,
         }))
     }
+}
+
+/// The position a `next_page_token` names (`None` without one); a token
+/// this server did not issue is refused.
+fn page_position(token: Option<&str>) -> Result<Option<u64>, ApiError> {
+    token
+        .map(|t| wire::parse_page_token(t).ok_or_else(|| ApiError::InvalidPageToken(t.to_owned())))
+        .transpose()
 }
 
 /// A store refusal on a closed run, as the protocol names it.

@@ -94,31 +94,8 @@ impl Store {
             }) if completed_by(&tx, task_id, fence)? => return Ok(AttemptOutcome::Completed),
             Err(e) => return Err(e),
         };
-        let outcome = match close_activity(&tx, &attempt, "completed", result)? {
-            Some((sequence, activity_type)) => {
-                let mut payload = json!({
-                    "sequence": sequence,
-                    "activity_execution_id": attempt.activity.to_string(),
-                    "activity_attempt_id": fence.activity_attempt_id,
-                    "activity_type": activity_type,
-                    "attempt_number": attempt.attempt,
-                    "result": result,
-                    "payload_codec": codec_of(result),
-                });
-                stamp_group(&tx, attempt.activity, &mut payload)?;
-                append_event(
-                    &tx,
-                    attempt.run,
-                    EventType::ActivityCompleted,
-                    &payload,
-                    false,
-                )?;
-                enqueue_workflow(&tx, attempt.run)?;
-                AttemptOutcome::Completed
-            }
-            None => AttemptOutcome::RunClosed,
-        };
-        end_task(&tx, task_id)?;
+        let fields = json!({ "result": result, "payload_codec": codec_of(result) });
+        let outcome = settle(&tx, task_id, &attempt, fence, "completed", result, fields)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -158,29 +135,15 @@ impl Store {
             "exception_class": failure.exception_class,
             "non_retryable": failure.non_retryable,
         });
-        let outcome = match close_activity(&tx, &attempt, "failed", &error)? {
-            Some((sequence, activity_type)) => {
-                let mut payload = json!({
-                    "sequence": sequence,
-                    "activity_execution_id": attempt.activity.to_string(),
-                    "activity_attempt_id": fence.activity_attempt_id,
-                    "activity_type": activity_type,
-                    "attempt_number": attempt.attempt,
-                    "message": failure.message,
-                    "exception_type": failure.exception_type,
-                    "exception_class": failure.exception_class,
-                    "non_retryable": failure.non_retryable,
-                    "details": failure.details,
-                    "failure_category": "activity",
-                });
-                stamp_group(&tx, attempt.activity, &mut payload)?;
-                append_event(&tx, attempt.run, EventType::ActivityFailed, &payload, false)?;
-                enqueue_workflow(&tx, attempt.run)?;
-                AttemptOutcome::Failed
-            }
-            None => AttemptOutcome::RunClosed,
-        };
-        end_task(&tx, task_id)?;
+        let fields = json!({
+            "message": failure.message,
+            "exception_type": failure.exception_type,
+            "exception_class": failure.exception_class,
+            "non_retryable": failure.non_retryable,
+            "details": failure.details,
+            "failure_category": "activity",
+        });
+        let outcome = settle(&tx, task_id, &attempt, fence, "failed", &error, fields)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -230,6 +193,47 @@ fn fenced_attempt(
         activity,
         attempt: row.attempt,
     })
+}
+
+/// Ends the attempt's task with the activity `status` (`completed` or
+/// `failed`, its row keeping `row_result`); a running run gets the matching
+/// event, carrying the attempt's identity plus `fields`, and a workflow
+/// task to see it.
+fn settle(
+    conn: &Connection,
+    task_id: i64,
+    attempt: &Attempt,
+    fence: ActivityFence<'_>,
+    status: &str,
+    row_result: &Value,
+    fields: Value,
+) -> Result<AttemptOutcome, Error> {
+    let outcome = match close_activity(conn, attempt, status, row_result)? {
+        Some((sequence, activity_type)) => {
+            let mut payload = json!({
+                "sequence": sequence,
+                "activity_execution_id": attempt.activity.to_string(),
+                "activity_attempt_id": fence.activity_attempt_id,
+                "activity_type": activity_type,
+                "attempt_number": attempt.attempt,
+            });
+            if let (Value::Object(map), Value::Object(extra)) = (&mut payload, fields) {
+                map.extend(extra);
+            }
+            stamp_group(conn, attempt.activity, &mut payload)?;
+            let (event, outcome) = if status == "completed" {
+                (EventType::ActivityCompleted, AttemptOutcome::Completed)
+            } else {
+                (EventType::ActivityFailed, AttemptOutcome::Failed)
+            };
+            append_event(conn, attempt.run, event, &payload, false)?;
+            enqueue_workflow(conn, attempt.run)?;
+            outcome
+        }
+        None => AttemptOutcome::RunClosed,
+    };
+    end_task(conn, task_id)?;
+    Ok(outcome)
 }
 
 /// Whether task `task_id` ended with its activity completed by the attempt

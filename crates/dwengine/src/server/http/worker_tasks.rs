@@ -8,14 +8,15 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::{delete, post};
+use axum::routing::{delete, post, MethodRouter};
 use axum::{Extension, Router};
 
 use super::{blocking, with_body, Scope, Shared};
-use crate::server::wire::{
-    ActivityReport, PollBody, QueryTaskReport, RegisterWorker, WorkerHeartbeat, WorkflowTaskLease,
-};
-use crate::server::Engine;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::server::wire::{PollBody, RegisterWorker, WorkerHeartbeat};
+use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
@@ -26,33 +27,54 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/worker/workflow-tasks/poll", post(poll_workflow))
         .route(
             "/api/worker/workflow-tasks/{id}/complete",
-            post(complete_workflow),
+            report(Engine::complete_workflow_task),
         )
-        .route("/api/worker/workflow-tasks/{id}/fail", post(fail_workflow))
+        .route(
+            "/api/worker/workflow-tasks/{id}/fail",
+            report(Engine::fail_workflow_task),
+        )
         .route(
             "/api/worker/workflow-tasks/{id}/heartbeat",
-            post(heartbeat_workflow),
+            report(Engine::heartbeat_workflow_task),
         )
         .route(
             "/api/worker/workflow-tasks/{id}/history",
-            post(workflow_history),
+            report(Engine::workflow_task_history),
         )
         .route("/api/worker/activity-tasks/poll", post(poll_activity))
         .route(
             "/api/worker/activity-tasks/{id}/complete",
-            post(complete_activity),
+            report(|e, id, b| e.report_activity(id, false, b)),
         )
-        .route("/api/worker/activity-tasks/{id}/fail", post(fail_activity))
+        .route(
+            "/api/worker/activity-tasks/{id}/fail",
+            report(|e, id, b| e.report_activity(id, true, b)),
+        )
         .route(
             "/api/worker/activity-tasks/{id}/heartbeat",
-            post(heartbeat_activity),
+            report(Engine::heartbeat_activity),
         )
         .route("/api/worker/query-tasks/poll", post(poll_query))
         .route(
             "/api/worker/query-tasks/{id}/complete",
-            post(complete_query),
+            report(|e, id, b| e.report_query(id, false, b)),
         )
-        .route("/api/worker/query-tasks/{id}/fail", post(fail_query))
+        .route(
+            "/api/worker/query-tasks/{id}/fail",
+            report(|e, id, b| e.report_query(id, true, b)),
+        )
+}
+
+/// A report on task `{id}`: its body parsed as `T`, then `op` on the
+/// blocking pool. Every task report has this shape.
+fn report<T: DeserializeOwned + Send + 'static>(
+    op: fn(&Engine, &str, T) -> Result<Value, ApiError>,
+) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared, Path(id): Path<String>, headers: HeaderMap, body: Body| async move {
+            with_body(engine, headers, body, move |e, b: T| op(e, &id, b)).await
+        },
+    )
 }
 
 async fn register(
@@ -137,98 +159,6 @@ impl Drop for AbandonOnDrop {
     }
 }
 
-async fn complete_workflow(
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: WorkflowTaskLease| {
-        e.complete_workflow_task(&id, b)
-    })
-    .await
-}
-
-async fn fail_workflow(
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: WorkflowTaskLease| {
-        e.fail_workflow_task(&id, b)
-    })
-    .await
-}
-
-async fn heartbeat_workflow(
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: WorkflowTaskLease| {
-        e.heartbeat_workflow_task(&id, b)
-    })
-    .await
-}
-
-async fn workflow_history(
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: WorkflowTaskLease| {
-        e.workflow_task_history(&id, b)
-    })
-    .await
-}
-
-async fn complete_activity(
-    state: Shared,
-    path: Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    report_activity(false, state, path, headers, body).await
-}
-
-async fn fail_activity(
-    state: Shared,
-    path: Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    report_activity(true, state, path, headers, body).await
-}
-
-/// Completion and failure differ only in which one it is.
-async fn report_activity(
-    failed: bool,
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: ActivityReport| {
-        e.report_activity(&id, failed, b)
-    })
-    .await
-}
-
-async fn heartbeat_activity(
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: ActivityReport| {
-        e.heartbeat_activity(&id, b)
-    })
-    .await
-}
-
 async fn poll_query(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
@@ -245,30 +175,4 @@ async fn poll_query(
     .await;
     drop(gone);
     answer
-}
-
-async fn complete_query(
-    state: Shared,
-    path: Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    report_query(false, state, path, headers, body).await
-}
-
-async fn fail_query(state: Shared, path: Path<String>, headers: HeaderMap, body: Body) -> Response {
-    report_query(true, state, path, headers, body).await
-}
-
-async fn report_query(
-    failed: bool,
-    State(engine): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: QueryTaskReport| {
-        e.report_query(&id, failed, b)
-    })
-    .await
 }

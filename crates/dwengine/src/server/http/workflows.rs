@@ -1,6 +1,7 @@
 //! The control plane under `/api/workflows`, with the run-targeted
 //! variants under `/runs/{runId}/`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -8,44 +9,92 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
 
-use super::{blocking, refuse, with_body, with_body_status, Scope, Shared};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{blocking, refuse, with_body_status, Scope, Shared};
 use crate::server::wire::{
     HistoryQuery, ListQuery, QueryBody, SignalBody, StartWorkflow, StopBody, UpdateBody,
 };
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
+    let signal = targeted(StatusCode::ACCEPTED, |e, ns, t, b: SignalBody| {
+        e.signal(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
+    });
+    let update = targeted(StatusCode::OK, |e, ns, t, b: UpdateBody| {
+        e.update(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
+    });
+    let query = targeted(StatusCode::OK, |e, ns, t, b: QueryBody| {
+        e.query(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
+    });
+    let cancel = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
+        e.stop(ns, &t.workflow_id, t.run_id.as_deref(), false, b)
+    });
+    let terminate = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
+        e.stop(ns, &t.workflow_id, t.run_id.as_deref(), true, b)
+    });
     Router::new()
         .route("/api/workflows", post(start).get(list))
         .route("/api/workflows/{wf}", get(describe))
         .route("/api/workflows/{wf}/runs", get(runs))
-        .route("/api/workflows/{wf}/runs/{run}", get(describe_run))
+        .route("/api/workflows/{wf}/runs/{run}", get(describe))
         .route("/api/workflows/{wf}/runs/{run}/history", get(history))
-        .route("/api/workflows/{wf}/signal/{name}", post(signal))
-        .route(
-            "/api/workflows/{wf}/runs/{run}/signal/{name}",
-            post(signal_run),
-        )
-        .route("/api/workflows/{wf}/update/{name}", post(update))
-        .route(
-            "/api/workflows/{wf}/runs/{run}/update/{name}",
-            post(update_run),
-        )
-        .route("/api/workflows/{wf}/query/{name}", post(query))
-        .route(
-            "/api/workflows/{wf}/runs/{run}/query/{name}",
-            post(query_run),
-        )
-        .route("/api/workflows/{wf}/cancel", post(cancel))
-        .route("/api/workflows/{wf}/runs/{run}/cancel", post(cancel_run))
-        .route("/api/workflows/{wf}/terminate", post(terminate))
-        .route(
-            "/api/workflows/{wf}/runs/{run}/terminate",
-            post(terminate_run),
-        )
+        .route("/api/workflows/{wf}/signal/{name}", signal.clone())
+        .route("/api/workflows/{wf}/runs/{run}/signal/{name}", signal)
+        .route("/api/workflows/{wf}/update/{name}", update.clone())
+        .route("/api/workflows/{wf}/runs/{run}/update/{name}", update)
+        .route("/api/workflows/{wf}/query/{name}", query.clone())
+        .route("/api/workflows/{wf}/runs/{run}/query/{name}", query)
+        .route("/api/workflows/{wf}/cancel", cancel.clone())
+        .route("/api/workflows/{wf}/runs/{run}/cancel", cancel)
+        .route("/api/workflows/{wf}/terminate", terminate.clone())
+        .route("/api/workflows/{wf}/runs/{run}/terminate", terminate)
+}
+
+/// Which workflow (and optionally which run) a route names, with the
+/// signal, update or query name when it has one. One handler serves a
+/// route and its `/runs/{runId}/` variant.
+struct Target {
+    workflow_id: String,
+    run_id: Option<String>,
+    name: String,
+}
+
+impl Target {
+    fn from_path(mut params: HashMap<String, String>) -> Target {
+        Target {
+            workflow_id: params.remove("wf").unwrap_or_default(),
+            run_id: params.remove("run"),
+            name: params.remove("name").unwrap_or_default(),
+        }
+    }
+}
+
+type TargetedOp<T> = fn(&Engine, &str, &Target, T) -> Result<Value, ApiError>;
+
+/// A POST on a targeted route: the body parsed as `T`, then `op` on the
+/// blocking pool, answering `status` on success.
+fn targeted<T: DeserializeOwned + Send + 'static>(
+    status: StatusCode,
+    op: TargetedOp<T>,
+) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared,
+              Extension(scope): Extension<Scope>,
+              Path(params): Path<HashMap<String, String>>,
+              headers: HeaderMap,
+              body: Body| async move {
+            let target = Target::from_path(params);
+            with_body_status(status, engine, headers, body, move |e, b: T| {
+                op(e, &scope.namespace, &target, b)
+            })
+            .await
+        },
+    )
 }
 
 async fn start(
@@ -82,9 +131,17 @@ async fn list(
 async fn describe(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
-    Path(wf): Path<String>,
+    Path(params): Path<HashMap<String, String>>,
 ) -> Response {
-    blocking(engine, move |e| e.describe(&scope.namespace, &wf, None)).await
+    let target = Target::from_path(params);
+    blocking(engine, move |e| {
+        e.describe(
+            &scope.namespace,
+            &target.workflow_id,
+            target.run_id.as_deref(),
+        )
+    })
+    .await
 }
 
 async fn runs(
@@ -93,17 +150,6 @@ async fn runs(
     Path(wf): Path<String>,
 ) -> Response {
     blocking(engine, move |e| e.list_runs(&scope.namespace, &wf)).await
-}
-
-async fn describe_run(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run)): Path<(String, String)>,
-) -> Response {
-    blocking(engine, move |e| {
-        e.describe(&scope.namespace, &wf, Some(&run))
-    })
-    .await
 }
 
 async fn history(
@@ -116,214 +162,4 @@ async fn history(
         Ok(Query(q)) => blocking(engine, move |e| e.history(&scope.namespace, &wf, &run, q)).await,
         Err(e) => refuse(ApiError::Malformed(e.body_text())),
     }
-}
-
-/// Which workflow (and optionally which run) a message targets.
-struct Target {
-    namespace: String,
-    workflow_id: String,
-    run_id: Option<String>,
-    name: String,
-}
-
-async fn signal(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    signal_to(state, target(scope, wf, None, name), headers, body).await
-}
-
-async fn signal_run(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    signal_to(state, target(scope, wf, Some(run), name), headers, body).await
-}
-
-fn target(scope: Scope, workflow_id: String, run_id: Option<String>, name: String) -> Target {
-    Target {
-        namespace: scope.namespace,
-        workflow_id,
-        run_id,
-        name,
-    }
-}
-
-async fn signal_to(State(engine): Shared, t: Target, headers: HeaderMap, body: Body) -> Response {
-    with_body_status(
-        StatusCode::ACCEPTED,
-        engine,
-        headers,
-        body,
-        move |e, b: SignalBody| {
-            e.signal(
-                &t.namespace,
-                &t.workflow_id,
-                t.run_id.as_deref(),
-                &t.name,
-                b,
-            )
-        },
-    )
-    .await
-}
-
-async fn update(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    update_to(state, target(scope, wf, None, name), headers, body).await
-}
-
-async fn update_run(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    update_to(state, target(scope, wf, Some(run), name), headers, body).await
-}
-
-async fn update_to(State(engine): Shared, t: Target, headers: HeaderMap, body: Body) -> Response {
-    with_body(engine, headers, body, move |e, b: UpdateBody| {
-        e.update(
-            &t.namespace,
-            &t.workflow_id,
-            t.run_id.as_deref(),
-            &t.name,
-            b,
-        )
-    })
-    .await
-}
-
-async fn query(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    query_to(state, target(scope, wf, None, name), headers, body).await
-}
-
-async fn query_run(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    query_to(state, target(scope, wf, Some(run), name), headers, body).await
-}
-
-async fn query_to(State(engine): Shared, t: Target, headers: HeaderMap, body: Body) -> Response {
-    with_body(engine, headers, body, move |e, b: QueryBody| {
-        e.query(
-            &t.namespace,
-            &t.workflow_id,
-            t.run_id.as_deref(),
-            &t.name,
-            b,
-        )
-    })
-    .await
-}
-
-async fn cancel(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path(wf): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    stop(
-        false,
-        state,
-        target(scope, wf, None, String::new()),
-        headers,
-        body,
-    )
-    .await
-}
-
-async fn cancel_run(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    stop(
-        false,
-        state,
-        target(scope, wf, Some(run), String::new()),
-        headers,
-        body,
-    )
-    .await
-}
-
-async fn terminate(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path(wf): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    stop(
-        true,
-        state,
-        target(scope, wf, None, String::new()),
-        headers,
-        body,
-    )
-    .await
-}
-
-async fn terminate_run(
-    state: Shared,
-    Extension(scope): Extension<Scope>,
-    Path((wf, run)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    stop(
-        true,
-        state,
-        target(scope, wf, Some(run), String::new()),
-        headers,
-        body,
-    )
-    .await
-}
-
-/// Cancel and terminate differ only in the terminal status.
-async fn stop(
-    terminate: bool,
-    State(engine): Shared,
-    t: Target,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: StopBody| {
-        e.stop(
-            &t.namespace,
-            &t.workflow_id,
-            t.run_id.as_deref(),
-            terminate,
-            b,
-        )
-    })
-    .await
 }
