@@ -105,6 +105,7 @@ pub fn scan(
                             &modules,
                             &mut reader,
                         );
+                        reader.shrink();
                         out.push((i, outcome));
                     }
                     out
@@ -195,19 +196,6 @@ pub fn human_size(bytes: u64) -> String {
 }
 
 fn scan_one(
-    root: &Path,
-    file: &SelectedFile,
-    config: &ExtractConfig,
-    prefilter: Option<&Prefilter>,
-    modules: &ModulePaths,
-    reader: &mut Reader,
-) -> Outcome {
-    let outcome = read_and_extract(root, file, config, prefilter, modules, reader);
-    reader.shrink();
-    outcome
-}
-
-fn read_and_extract(
     root: &Path,
     file: &SelectedFile,
     config: &ExtractConfig,
