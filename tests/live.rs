@@ -74,10 +74,19 @@ fn a_policy_the_server_does_not_match_is_reported() {
     let s = server(1);
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
-    // task_queue is declared request-scoped (not a label) and workflow_type is missing.
+    // task_queue is declared request-scoped (not a label) and workflow_type is
+    // missing; the JSON surface's metric is declared as the engine declares it,
+    // so the only findings are the two on the Prometheus metric.
     std::fs::write(
         &policy,
         r#"schema_version = 1
+[metrics.dw_workflow_task_consecutive_failures]
+owner = "x"
+surface = "GET /api/system/metrics"
+dimensions = { namespace = "request_scope_not_label", workflow_type = "bounded_failure_types" }
+cardinality = "c."
+selection = "s."
+suppression = "p."
 [metrics.dw_workflow_runs_total]
 owner = "x"
 surface = "GET /api/system/prometheus-metrics"
