@@ -1,1 +1,0 @@
-pub const K: &str = "server:signal:café";

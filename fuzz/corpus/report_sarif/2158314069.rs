@@ -1,3 +1,0 @@
-pub fn render(n: u64) -> String {
-    format!("dw_runs_total {n}\n")
-}
