@@ -15,14 +15,14 @@ use super::{blocking, with_body, Scope, Shared};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::server::wire::{PollBody, RegisterWorker, WorkerHeartbeat};
+use crate::server::wire::PollBody;
 use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
-        .route("/api/worker/register", post(register))
-        .route("/api/worker/heartbeat", post(heartbeat))
+        .route("/api/worker/register", scoped(Engine::register_worker))
+        .route("/api/worker/heartbeat", scoped(Engine::worker_heartbeat))
         .route("/api/worker/registrations/{id}", delete(deregister))
         .route("/api/worker/workflow-tasks/poll", post(poll_workflow))
         .route(
@@ -77,28 +77,22 @@ fn report<T: DeserializeOwned + Send + 'static>(
     )
 }
 
-async fn register(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: RegisterWorker| {
-        e.register_worker(&scope.namespace, b)
-    })
-    .await
-}
-
-async fn heartbeat(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body(engine, headers, body, move |e, b: WorkerHeartbeat| {
-        e.worker_heartbeat(&scope.namespace, b)
-    })
-    .await
+/// A worker-scoped call in the caller's namespace: its body parsed as `T`,
+/// then `op` on the blocking pool (registration and heartbeat).
+fn scoped<T: DeserializeOwned + Send + 'static>(
+    op: fn(&Engine, &str, T) -> Result<Value, ApiError>,
+) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared,
+              Extension(scope): Extension<Scope>,
+              headers: HeaderMap,
+              body: Body| async move {
+            with_body(engine, headers, body, move |e, b: T| {
+                op(e, &scope.namespace, b)
+            })
+            .await
+        },
+    )
 }
 
 async fn deregister(
