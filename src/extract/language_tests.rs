@@ -360,3 +360,39 @@ fn literals_inside_interpolations_are_code() {
     );
     assert_eq!(facts("d.js", &deep).literals.len(), 0);
 }
+
+#[test]
+fn literals_inside_shell_command_substitutions_are_code() {
+    let text = concat!(
+        "n=$(redis-cli get \"server:bare:$id\")\n",
+        "echo \"total: $(redis-cli get 'server:quoted:') `curl -s \"dw_tick_total\"`\"\n",
+        "cat <<EOF\n$(printf '%s' \"server:heredoc:\")\nEOF\n",
+        "echo \"${KEY:-server:default:}\"\n",
+    );
+    let f = facts("a.sh", text);
+    // Each inner literal is a literal of its own, pointing at itself.
+    for inner in ["server:bare:$id", "server:quoted:", "server:heredoc:"] {
+        let lit = f
+            .literals
+            .iter()
+            .find(|l| l.value == inner)
+            .unwrap_or_else(|| panic!("{inner} missing from:\n{}", found(&f)));
+        let source = &text[lit.range.start..lit.range.end];
+        assert_eq!(&source[1..source.len() - 1], inner, "{source}");
+    }
+    assert!(
+        f.metrics
+            .iter()
+            .any(|m| m.name == "dw_tick_total"
+                && &text[m.range.start..m.range.end] == "dw_tick_total"),
+        "{}",
+        found(&f)
+    );
+    // A `${VAR:-default}` default is one literal, not lexed again as code.
+    let defaults = f
+        .literals
+        .iter()
+        .filter(|l| l.value == "server:default:")
+        .count();
+    assert_eq!(defaults, 1, "{}", found(&f));
+}

@@ -15,13 +15,16 @@ use std::collections::VecDeque;
 use super::strings::{
     heredoc_close, line_end, scan_body, skip_balanced, Escapes, Indent, Interp, Quote, Value,
 };
-use super::tokens::{into_facts, lex, push_string, Join, Lexer, StrTok, Tok};
+use super::tokens::{interpolation_toks, into_facts, lex, push_string, Join, Lexer, StrTok, Tok};
 use super::{yaml, ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one shell script.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut lexer = ShLexer::default();
     let mut toks = lex(text, 0..text.len(), &mut lexer);
+    keep_command_substitutions(text, &mut toks);
+    let inner = interpolation_toks(text, &toks, ShLexer::default);
+    toks.extend(inner);
     let mut labels = Vec::new();
     for body in &lexer.yaml_bodies {
         toks.extend(yaml::scan(text, body.clone(), &mut labels));
@@ -29,6 +32,23 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut facts = into_facts(text, config, &toks, Join::NONE, Vec::new(), |_| {});
     facts.scrape_labels = yaml::resolve_labels(text, labels);
     facts
+}
+
+/// Of the interpolations the string scanner records, only command
+/// substitutions (`$(…)`, `` `…` ``) hold code whose literals are literals
+/// of their own; a `${VAR:-default}` default is already one (see
+/// [`expansion_default`]), and its name is no code at all.
+fn keep_command_substitutions(text: &str, toks: &mut [Tok]) {
+    let b = text.as_bytes();
+    for tok in toks {
+        if let Tok::Str(s) = tok {
+            s.interpolations.retain(|r| {
+                r.start
+                    .checked_sub(1)
+                    .is_some_and(|open| matches!(b.get(open), Some(b'(' | b'`')))
+            });
+        }
+    }
 }
 
 /// A heredoc announced on the current line, read after its newline.
@@ -147,6 +167,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
     let b = text.as_bytes();
     let mut value = Value::default();
     let mut kind = LiteralKind::Bare;
+    let mut interpolations = Vec::new();
     let mut at = i;
     while at < b.len() && !is_meta(b[at]) {
         let (quote, piece_kind) = match b[at] {
@@ -158,8 +179,11 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
             }
             b'$' if matches!(b.get(at + 1), Some(b'{' | b'(')) => {
                 let close = skip_balanced(b, at + 1, b.len());
+                let inner = at + 2..close.saturating_sub(1).max(at + 2);
                 if b[at + 1] == b'{' {
-                    expansion_default(text, at + 2..close.saturating_sub(1).max(at + 2), toks);
+                    expansion_default(text, inner, toks);
+                } else {
+                    interpolations.push(inner);
                 }
                 value.copy(&text[at..close], at);
                 kind = LiteralKind::Interpolated;
@@ -194,6 +218,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
             kind = piece_kind;
         }
         value.append(&body.value);
+        interpolations.extend(body.interpolations);
         at = body.end;
     }
     let end = at.max(i + 1).min(b.len());
@@ -202,7 +227,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
         value,
         kind,
         context: None,
-        interpolations: Vec::new(),
+        interpolations,
     }));
     end
 }

@@ -160,8 +160,9 @@ pub(crate) struct Body {
     pub value: Value,
     /// An interpolation or placeholder was seen.
     pub interpolated: bool,
-    /// The code inside each `${…}` (template) or `{…}` (f-string)
-    /// interpolation, braces excluded: literals in there are code too.
+    /// The code inside each `${…}` (template, PHP), `{…}` (f-string),
+    /// `$(…)` or `` `…` `` (shell) interpolation, delimiters excluded:
+    /// literals in there are code too.
     pub interpolations: Vec<Range<usize>>,
 }
 
@@ -241,7 +242,9 @@ pub(crate) fn scan_body(text: &str, from: usize, quote: &Quote<'_>) -> Body {
             }
             (b'`', Interp::Dollar) if quote.escapes == Escapes::Shell => {
                 interpolated = true;
-                memchr::memchr(b'`', &b[i + 1..limit]).map_or(limit - i, |n| n + 2)
+                let inner_end = memchr::memchr(b'`', &b[i + 1..limit]).map_or(limit, |n| i + 1 + n);
+                interpolations.push(i + 1..inner_end);
+                (inner_end + 1).min(limit) - i
             }
             _ => 1,
         };
