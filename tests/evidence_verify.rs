@@ -286,6 +286,50 @@ fn unreadable_artifacts_exit_2_and_say_where() {
     );
 }
 
+/// A FIFO blocks the open and `/dev/zero` never ends: both, and a
+/// directory, must be refused before anything is read. The run gets a
+/// deadline so that a regression fails instead of hanging the suite.
+#[cfg(unix)]
+#[test]
+fn an_artifact_that_is_no_regular_file_is_refused_before_reading() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("summary.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let policy = fixture("policy.toml");
+    for artifact in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dwlint"))
+            .args(["evidence", "verify"])
+            .arg(artifact)
+            .args(["--policy", &policy])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run dwlint");
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            panic!("{} was still being read after 20 s", artifact.display());
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", artifact.display());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("cannot read the soak artifact")
+                && stderr.contains(&artifact.display().to_string())
+                && stderr.contains("not a regular file"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn the_html_report_shows_every_condition_and_charts_the_samples() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use dwevidence::profile::{self, Condition, ConditionFailure, Reference};
 use dwevidence::summary::{Summary, SummaryError, PROFILE};
 
+use crate::bounded_read::{self, ReadError};
 use crate::check::CheckReport;
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::discover;
@@ -45,13 +46,13 @@ pub struct VerifyOptions {
 /// Why an artifact could not be verified (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum EvidenceError {
-    /// The file could not be read.
-    #[error("cannot read the soak artifact {}: {source}", .path.display())]
+    /// The file could not be read (missing, not a regular file, too large).
+    #[error("cannot read the soak artifact {}: {source}; name the summary.json the soak harness wrote", .path.display())]
     Unreadable {
         /// The artifact.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        source: ReadError,
     },
     /// The file is not a summary of a known schema.
     #[error("{} is not a valid soak summary: {source}", .path.display())]
@@ -83,12 +84,23 @@ impl Verified {
     }
 }
 
-/// Reads and verifies an artifact.
+/// The largest `summary.json` read: the harness writes a few kilobytes
+/// (the samples go to `samples.jsonl`).
+pub const MAX_SUMMARY_BYTES: u64 = 16 << 20;
+
+/// The largest `samples.jsonl` charted: a day of one-second samples.
+pub const MAX_SAMPLES_BYTES: u64 = 256 << 20;
+
+/// Reads and verifies an artifact. A path that is not a regular file (a
+/// FIFO would block the open, `/dev/zero` never ends) is refused before it
+/// is opened.
 pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
     let path = &options.summary;
-    let text = std::fs::read_to_string(path).map_err(|source| EvidenceError::Unreadable {
-        path: path.clone(),
-        source,
+    let text = bounded_read::read_text(path, MAX_SUMMARY_BYTES).map_err(|source| {
+        EvidenceError::Unreadable {
+            path: path.clone(),
+            source,
+        }
     })?;
     let summary = Summary::from_json(&text).map_err(|source| EvidenceError::Invalid {
         path: path.clone(),
@@ -267,7 +279,7 @@ pub fn samples_path(summary: &Path) -> PathBuf {
 pub fn html_report(summary_path: &Path, verified: &Verified) -> (String, Vec<String>) {
     let samples_path = samples_path(summary_path);
     let mut notes = Vec::new();
-    let samples = match std::fs::read_to_string(&samples_path) {
+    let samples = match bounded_read::read_text(&samples_path, MAX_SAMPLES_BYTES) {
         Ok(text) => dwevidence::sample::parse_lines(&text).unwrap_or_else(|e| {
             notes.push(format!(
                 "{}: {e}; the report has no charts",
