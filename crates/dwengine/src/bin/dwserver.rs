@@ -1,52 +1,149 @@
 //! `dwserver`: the standalone durable-workflow server.
 //!
-//! Configuration comes from `DW_*` environment variables (see
-//! `dwengine::server::config`); `--dev` runs with a generated node id, an
+//! Configuration comes from a TOML file (`--config` / `DW_CONFIG`) and
+//! `DW_*` environment variables, which override it (see
+//! `dwengine::server::config`); `dwserver contract` prints every limit; `--dev` runs with a generated node id, an
 //! in-memory store and no authentication. The first line on stdout is
 //! `listening on <addr>`, so a supervisor (or a test) started with
 //! `DW_BIND=127.0.0.1:0` learns the port. Logs go to stderr
 //! (`dwengine::logging`).
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use dwengine::logging::{log_startup, LogSettings};
-use dwengine::server::{Engine, Running, ServerConfig};
+use dwengine::server::{contract, Engine, Running, ServerConfig};
 
-/// The command line: `--dev` and `--log-format <human|json>`.
+const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human|json]
+       dwserver contract [--config FILE] [--format table|json|markdown] [--write FILE | --check FILE]
+
+  --config FILE (or DW_CONFIG): a TOML file with the keys of docs/contract.md; each DW_* variable
+  overrides its key. Every bad value, from the file and the environment, is reported at once (exit 2).
+  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),
+  DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),
+  DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL,
+  DW_AUTH_WORKER_TOKENS / DW_AUTH_OPERATOR_TOKENS / DW_AUTH_ADMIN_TOKENS (comma-separated; one is required
+  without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_QUERY_TIMEOUT_MS, DW_MAX_UPDATE_WAIT_MS,
+  and the DW_* limits (dwserver contract lists them). Logs go to stderr: RUST_LOG (default info) sets the level,
+  DW_LOG_FORMAT=json or --log-format json writes JSON lines. The HTTP API is documented in docs/api.md.
+  contract: every request-boundary, structural, scan and series limit with its variable, config key,
+  default and current value; --write/--check keep docs/contract.md equal to the defaults (exit 1 if stale).";
+
+/// What the command line asks for.
+#[derive(Default)]
 struct Args {
+    contract: bool,
     dev: bool,
+    config: Option<PathBuf>,
     log_format: Option<String>,
+    format: Option<String>,
+    write: Option<PathBuf>,
+    check: Option<PathBuf>,
 }
 
 impl Args {
     fn parse(args: &[String]) -> Result<Args, String> {
-        let mut parsed = Args {
-            dev: false,
-            log_format: None,
-        };
-        let mut rest = args.iter();
+        let mut parsed = Args::default();
+        let mut rest = args.iter().peekable();
+        if rest.peek().map(|a| a.as_str()) == Some("contract") {
+            parsed.contract = true;
+            rest.next();
+        }
         while let Some(arg) = rest.next() {
-            match arg.as_str() {
-                "--dev" => parsed.dev = true,
-                "--log-format" => match rest.next() {
-                    Some(value) => parsed.log_format = Some(value.clone()),
-                    None => return Err("--log-format needs a value: human or json".into()),
-                },
-                other => match other.strip_prefix("--log-format=") {
-                    Some(value) => parsed.log_format = Some(value.to_owned()),
-                    None => return Err(format!("unknown argument {other:?}")),
-                },
+            let (flag, inline) = match arg.split_once('=') {
+                Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+                _ => (arg.as_str(), None),
+            };
+            let mut value = |what: &str| match inline.clone().or_else(|| rest.next().cloned()) {
+                Some(v) => Ok(v),
+                None => Err(format!("{flag} needs a value: {what}")),
+            };
+            match flag {
+                "--dev" if inline.is_none() && !parsed.contract => parsed.dev = true,
+                "--config" => parsed.config = Some(PathBuf::from(value("a TOML file")?)),
+                "--log-format" if !parsed.contract => {
+                    parsed.log_format = Some(value("human or json")?)
+                }
+                "--format" if parsed.contract => {
+                    parsed.format = Some(value("table, json or markdown")?)
+                }
+                "--write" if parsed.contract => parsed.write = Some(value("a file")?.into()),
+                "--check" if parsed.contract => parsed.check = Some(value("a file")?.into()),
+                other => return Err(format!("unknown argument {other:?}")),
             }
         }
         Ok(parsed)
     }
+
+    /// `--config`, else `DW_CONFIG` (an empty value means none).
+    fn config_file(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            std::env::var_os("DW_CONFIG")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+    }
+}
+
+/// `dwserver contract`: prints the contract, or writes/checks docs/contract.md.
+fn contract_command(args: &Args) -> ExitCode {
+    let file = args.config_file();
+    let config = match ServerConfig::load(|k| std::env::var(k).ok(), file.as_deref(), true) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("dwserver: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = args.write.as_ref().or(args.check.as_ref()) {
+        // The document holds the defaults, whatever this shell configures.
+        let defaults = ServerConfig::for_node("contract", std::env::temp_dir());
+        let expected = contract::to_markdown(&contract::limits(&defaults));
+        if args.write.is_some() {
+            return match std::fs::write(path, expected) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("dwserver: cannot write {}: {e}", path.display());
+                    ExitCode::from(2)
+                }
+            };
+        }
+        return match std::fs::read_to_string(path) {
+            Ok(found) if found == expected => ExitCode::SUCCESS,
+            Ok(_) => {
+                eprintln!(
+                    "dwserver: {} is stale; regenerate it with `cargo run -p dwengine --bin dwserver -- contract --write {}`",
+                    path.display(),
+                    path.display()
+                );
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("dwserver: cannot read {}: {e}", path.display());
+                ExitCode::from(2)
+            }
+        };
+    }
+    let limits = contract::limits(&config);
+    let out = match args.format.as_deref().unwrap_or("table") {
+        "table" => contract::to_table(&limits),
+        "json" => format!("{:#}\n", contract::to_json(&limits)),
+        "markdown" => contract::to_markdown(&limits),
+        other => {
+            eprintln!("dwserver: --format {other:?}: expected table, json or markdown");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: dwserver [--dev] [--log-format human|json]\n  DW_SERVER_ID (required without --dev), DW_BIND (default 127.0.0.1:8080),\n  DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),\n  DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL,\n  DW_AUTH_WORKER_TOKENS / DW_AUTH_OPERATOR_TOKENS / DW_AUTH_ADMIN_TOKENS (comma-separated; one is required\n  without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_QUERY_TIMEOUT_MS, DW_MAX_UPDATE_WAIT_MS,\n  and the DW_* limits. Logs go to stderr: RUST_LOG (default info) sets the level,\n  DW_LOG_FORMAT=json or --log-format json writes JSON lines. The HTTP API is documented in docs/api.md.");
+        println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     let args = match Args::parse(&args) {
@@ -56,6 +153,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.contract {
+        return contract_command(&args);
+    }
     let logging =
         match LogSettings::from_lookup(args.log_format.as_deref(), |k| std::env::var(k).ok()) {
             Ok(logging) => logging,
@@ -69,7 +169,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let dev = args.dev;
-    let config = match ServerConfig::from_lookup(|k| std::env::var(k).ok(), dev) {
+    let config_file = args.config_file();
+    let config = match ServerConfig::load(|k| std::env::var(k).ok(), config_file.as_deref(), dev) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("dwserver: {e}");

@@ -1,13 +1,18 @@
-//! Server configuration, read from `DW_*` environment variables.
+//! Server configuration, read from a TOML file and `DW_*` environment variables.
 //!
 //! Read once at start-up through a lookup function, so tests configure a
-//! server without touching the process environment. Every node needs its
+//! server without touching the process environment. The file (see
+//! [`config_file`](crate::server::config_file)) and the environment are one
+//! source: a variable overrides its file key, both are parsed by the same
+//! strict readers, and every bad value is reported at once with its origin. Every node needs its
 //! own `DW_SERVER_ID`: wait-slot files and readiness keys are per node, and
 //! two nodes sharing an id would count each other's waits.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dwpolicy::boundary::RequestLimits;
@@ -18,34 +23,90 @@ use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
+use crate::server::config_file::{ConfigFile, FileProblem, Source};
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
 
-/// Why the configuration is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+/// One reason the configuration is unusable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
     /// No node id and no `--dev`.
-    #[error("DW_SERVER_ID is required: every node needs its own unique id (or start with --dev for a generated one)")]
     MissingServerId,
-    /// A variable does not parse.
-    #[error("{name}={value:?}: {problem}")]
+    /// No SQLite file was named and no data directory can be derived.
+    NoDataDir,
+    /// No token configured outside `--dev`, and auth not explicitly off.
+    MissingTokens,
+    /// A value does not parse.
     Invalid {
-        /// The variable.
+        /// The variable (the file key's variable when it came from the file).
         name: String,
-        /// Its value.
+        /// The value as found.
         value: String,
         /// What is wrong.
         problem: String,
+        /// Where it came from.
+        source: Source,
     },
-    /// No SQLite file was named and no data directory can be derived.
-    #[error("no data directory: set DW_DATA_DIR (or DW_DATABASE_PATH, or HOME / XDG_DATA_HOME), or start with --dev for an in-memory store")]
-    NoDataDir,
-    /// A dwpolicy limit variable is invalid.
-    #[error(transparent)]
-    Limits(#[from] dwpolicy::EnvConfigError),
-    /// No token configured outside `--dev`, and auth not explicitly off.
-    #[error("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated), or DW_AUTH=none to serve without authentication, or start with --dev")]
-    MissingTokens,
+    /// The config file is unreadable, not TOML, or has an unknown key.
+    File(FileProblem),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::MissingServerId => f.write_str("DW_SERVER_ID is required: every node needs its own unique id (or start with --dev for a generated one)"),
+            Problem::NoDataDir => f.write_str("no data directory: set DW_DATA_DIR (or DW_DATABASE_PATH, or HOME / XDG_DATA_HOME), or start with --dev for an in-memory store"),
+            Problem::MissingTokens => f.write_str("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated), or DW_AUTH=none to serve without authentication, or start with --dev"),
+            Problem::Invalid { name, value, problem, source: source @ Source::File { .. } } => {
+                write!(f, "{source} = {value:?} ({name} in the environment overrides it): {problem}")
+            }
+            Problem::Invalid { name, value, problem, .. } => {
+                write!(f, "{name}={value:?} (environment): {problem}")
+            }
+            Problem::File(problem) => problem.fmt(f),
+        }
+    }
+}
+
+/// Why the configuration is unusable: every problem found, file and
+/// environment together, so an operator fixes a deployment in one pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render_problems(.problems))]
+pub struct ConfigError {
+    /// The problems, in reading order.
+    pub problems: Vec<Problem>,
+}
+
+fn render_problems(problems: &[Problem]) -> String {
+    match problems {
+        [one] => one.to_string(),
+        many => {
+            let mut out = format!("invalid configuration ({} problems):", many.len());
+            for problem in many {
+                out.push_str("\n  ");
+                out.push_str(&problem.to_string());
+            }
+            out
+        }
+    }
+}
+
+impl ConfigError {
+    /// Whether `problem` is among the problems.
+    pub fn has(&self, problem: &Problem) -> bool {
+        self.problems.contains(problem)
+    }
+
+    /// The variables whose values were refused, in order.
+    pub fn invalid_names(&self) -> Vec<&str> {
+        self.problems
+            .iter()
+            .filter_map(|p| match p {
+                Problem::Invalid { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// Everything a node needs to start.
@@ -154,119 +215,251 @@ impl ServerConfig {
         lookup: impl Fn(&str) -> Option<String>,
         dev: bool,
     ) -> Result<Self, ConfigError> {
+        Self::load(lookup, None, dev)
+    }
+
+    /// Reads `config_file` (when given), then the environment through
+    /// `env`, which overrides the file key by key. Every bad value of every
+    /// group, from both sources, is reported in one [`ConfigError`].
+    pub fn load(
+        env: impl Fn(&str) -> Option<String>,
+        config_file: Option<&Path>,
+        dev: bool,
+    ) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let file = match config_file {
+            None => None,
+            Some(path) => {
+                let (file, found) = ConfigFile::read(path, &file_keys());
+                problems.extend(found.into_iter().map(Problem::File));
+                Some(file)
+            }
+        };
+        let reader = Reader {
+            env: &env,
+            file: file.as_ref(),
+            problems: RefCell::new(problems),
+        };
+        let config = reader.config(dev);
+        let problems = reader.problems.into_inner();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+}
+
+/// Every key a config file may hold, with its variable.
+pub fn file_keys() -> BTreeMap<String, String> {
+    let mut keys: BTreeMap<String, String> =
+        crate::server::contract::limit_keys().into_iter().collect();
+    for (key, variable) in crate::server::contract::NODE_SETTINGS {
+        keys.insert((*key).to_owned(), (*variable).to_owned());
+    }
+    keys
+}
+
+/// Reads settings from the environment over the file, collecting problems
+/// instead of stopping at the first, so each group is read to its end.
+struct Reader<'a, F> {
+    env: &'a F,
+    file: Option<&'a ConfigFile>,
+    problems: RefCell<Vec<Problem>>,
+}
+
+impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
+    /// The value of `variable`: the environment's, else the file's.
+    fn get(&self, variable: &str) -> Option<String> {
+        (self.env)(variable).or_else(|| Some(self.file?.get(variable)?.raw.clone()))
+    }
+
+    fn source(&self, variable: &str) -> Source {
+        if (self.env)(variable).is_some() {
+            return Source::Environment;
+        }
+        match self.file.and_then(|f| Some((f, f.get(variable)?))) {
+            Some((file, value)) => Source::File {
+                path: file.path.clone(),
+                key: value.key.clone(),
+                line: value.line,
+            },
+            None => Source::Missing,
+        }
+    }
+
+    fn fail(&self, problem: Problem) {
+        self.problems.borrow_mut().push(problem);
+    }
+
+    fn invalid(&self, name: &str, value: &str, problem: String) {
+        self.fail(Problem::Invalid {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            problem,
+            source: self.source(name),
+        });
+    }
+
+    /// A non-negative integer, strictly (no sign, no decimal point, no words).
+    fn number(&self, name: &str) -> Option<u64> {
+        let raw = self.get(name)?;
+        match dwpolicy::env::parse_non_negative(name, &raw) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                self.invalid(name, &raw, e.reason.to_string());
+                None
+            }
+        }
+    }
+
+    /// The result of a dwpolicy reader, its errors kept with their sources.
+    fn limits<T>(&self, read: Result<T, dwpolicy::EnvConfigError>, default: T) -> T {
+        match read {
+            Ok(limits) => limits,
+            Err(e) => {
+                for bad in e.errors {
+                    self.invalid(&bad.variable, &bad.value, bad.reason.to_string());
+                }
+                default
+            }
+        }
+    }
+
+    fn config(&self, dev: bool) -> ServerConfig {
+        let lookup = |name: &str| self.get(name);
         let server_id = match lookup("DW_SERVER_ID").filter(|v| !v.trim().is_empty()) {
             Some(id) => id,
             None if dev => format!("dev-{}-{}", std::process::id(), crate::unix_ms()),
-            None => return Err(ConfigError::MissingServerId),
+            None => {
+                self.fail(Problem::MissingServerId);
+                String::new()
+            }
         };
         let cache_path = lookup("DW_POLLING_CACHE_PATH")
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("dwserver-polling"));
         let mut config = ServerConfig::for_node(&server_id, cache_path);
-        let parse = |name: &str| -> Result<Option<u64>, ConfigError> {
-            lookup(name)
-                .map(|v| {
-                    v.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
-                        name: name.to_owned(),
-                        value: v.clone(),
-                        problem: e.to_string(),
-                    })
-                })
-                .transpose()
-        };
+        let parse = |name: &str| self.number(name);
         if let Some(bind) = lookup("DW_BIND") {
-            config.bind =
-                bind.parse()
-                    .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
-                        name: "DW_BIND".into(),
-                        value: bind.clone(),
-                        problem: e.to_string(),
-                    })?;
+            match bind.parse() {
+                Ok(addr) => config.bind = addr,
+                Err(e) => self.invalid("DW_BIND", &bind, format!("{e}")),
+            }
         }
         config.database = match lookup("DW_DATABASE_PATH") {
             Some(path) if path == ":memory:" => None,
             Some(path) => Some(PathBuf::from(path)),
             None if dev => None,
-            None => Some(default_data_dir(&lookup)?.join(DATABASE_FILE_NAME)),
+            None => match default_data_dir(lookup) {
+                Some(dir) => Some(dir.join(DATABASE_FILE_NAME)),
+                None => {
+                    self.fail(Problem::NoDataDir);
+                    None
+                }
+            },
         };
         config.redis_url = lookup("DW_REDIS_URL").filter(|v| !v.is_empty());
-        config.request_limits = RequestLimits::from_env_with(&lookup)?;
+        config.request_limits = self.limits(
+            RequestLimits::from_env_with(lookup),
+            RequestLimits::default(),
+        );
         config.store = StoreConfig {
-            limits: dwpolicy::StructuralLimits::from_env_with(&lookup)?,
-            history_budget: dwpolicy::HistoryBudget::from_env_with(&lookup)?,
+            limits: self.limits(
+                dwpolicy::StructuralLimits::from_env_with(lookup),
+                dwpolicy::StructuralLimits::default(),
+            ),
+            history_budget: self.limits(
+                // The events dimension is DW_V2_LIMIT_HISTORY_TRANSACTION_SIZE,
+                // already reported with the structural limits.
+                dwpolicy::HistoryBudget::from_env_with(|name: &str| {
+                    (name != dwpolicy::history::EVENTS_ENV)
+                        .then(|| lookup(name))
+                        .flatten()
+                }),
+                dwpolicy::HistoryBudget::default(),
+            ),
             ..StoreConfig::default()
         };
+        config.store.history_budget.max_events = config.store.limits.history_transaction_size;
         let ms = |n: u64| Duration::from_millis(n);
-        if let Some(n) = parse("DW_POLL_RESULT_TTL_MS")? {
+        if let Some(n) = parse("DW_POLL_RESULT_TTL_MS") {
             config.poll_ttls.result = ms(n);
         }
-        if let Some(n) = parse("DW_POLL_PENDING_SLACK_MS")? {
+        if let Some(n) = parse("DW_POLL_PENDING_SLACK_MS") {
             config.poll_ttls.pending_slack = ms(n);
         }
-        if let Some(n) = parse("DW_TASK_LEASE_MS")? {
+        if let Some(n) = parse("DW_TASK_LEASE_MS") {
             config.task_lease = ms(n);
         }
-        if let Some(n) = parse("DW_MAX_POLL_WAIT_MS")? {
+        if let Some(n) = parse("DW_MAX_POLL_WAIT_MS") {
             config.max_poll_wait = ms(n);
         }
-        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS")? {
+        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS") {
             config.wait_caps.global = usize::try_from(n).unwrap_or(usize::MAX);
         }
-        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS_PER_NAMESPACE")? {
+        if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS_PER_NAMESPACE") {
             config.wait_caps.per_namespace = usize::try_from(n).unwrap_or(usize::MAX);
         }
         config.dispatches_per_minute =
-            parse("DW_TASK_QUEUE_DISPATCHES_PER_MINUTE")?.filter(|n| *n > 0);
+            parse("DW_TASK_QUEUE_DISPATCHES_PER_MINUTE").filter(|n| *n > 0);
         if let Some(spec) = lookup("DW_NAMESPACE_REQUEST_LIMITS") {
-            config.namespace_limits = parse_namespace_limits(&spec)?;
+            match parse_namespace_limits(&spec) {
+                Ok(limits) => config.namespace_limits = limits,
+                Err(problem) => self.invalid("DW_NAMESPACE_REQUEST_LIMITS", &spec, problem),
+            }
         }
-        if let Some(n) = parse("DW_HISTORY_RETENTION_MS")? {
+        if let Some(n) = parse("DW_HISTORY_RETENTION_MS") {
             config.history_retention = ms(n);
         }
-        if let Some(n) = parse("DW_HISTORY_RETENTION_THROTTLE_MS")? {
+        if let Some(n) = parse("DW_HISTORY_RETENTION_THROTTLE_MS") {
             config.retention_throttle = ms(n);
         }
-        let scan =
-            |key: &str| lookup(&config_key_variable(key)).and_then(|v| v.trim().parse().ok());
+        // Scan caps are read as strictly as the limits: a typo is refused,
+        // not silently replaced by the default cap.
+        let scan_caps: HashMap<String, usize> = [
+            WorkflowTaskPoller::DUE_TIMER_SCAN_LIMIT_KEY,
+            WorkflowTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
+            ActivityTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
+            IdleWorkerSweep::SCAN_LIMIT_KEY,
+        ]
+        .into_iter()
+        .filter_map(|key| {
+            let n = parse(&config_key_variable(key))?;
+            Some((key.to_owned(), usize::try_from(n).unwrap_or(usize::MAX)))
+        })
+        .collect();
+        let scan = |key: &str| scan_caps.get(key).copied();
         config.poller = WorkflowTaskPoller::from_config(scan);
         config.activity_poller = ActivityTaskPoller::from_config(scan);
         let idle_after =
-            parse("DW_WORKER_IDLE_AFTER_MS")?.map_or(IdleWorkerSweep::DEFAULT_IDLE_AFTER, ms);
+            parse("DW_WORKER_IDLE_AFTER_MS").map_or(IdleWorkerSweep::DEFAULT_IDLE_AFTER, ms);
         config.worker_sweep = IdleWorkerSweep::from_config(scan, idle_after);
-        if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS")? {
+        if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS") {
             config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
-        if let Some(n) = parse("DW_HISTORY_PAGE_BYTES")? {
+        if let Some(n) = parse("DW_HISTORY_PAGE_BYTES") {
             config.store.history_page.max_bytes = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
-        if let Some(n) = parse("DW_MAX_PENDING_PAYLOAD_BYTES_PER_RUN")? {
+        if let Some(n) = parse("DW_MAX_PENDING_PAYLOAD_BYTES_PER_RUN") {
             config.store.max_pending_payload_bytes = n;
         }
-        if let Some(n) = parse("DW_UNKNOWN_WORKER_POLL_KEYS_PER_WINDOW")? {
+        if let Some(n) = parse("DW_UNKNOWN_WORKER_POLL_KEYS_PER_WINDOW") {
             config.unknown_worker_poll_keys = n;
         }
-        if let Some(n) = parse("DW_STORE_READERS")? {
+        if let Some(n) = parse("DW_STORE_READERS") {
             config.store_readers = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
-        // Strict, unlike the scan caps above: a typo must not silently fall
-        // back to the default cap of a user-controlled label set.
-        let series_limit = |key: &str| {
-            let variable = config_key_variable(key);
-            lookup(&variable)
-                .map(|raw| dwpolicy::env::parse_non_negative(&variable, &raw))
-                .transpose()
-                .map_err(|e| dwpolicy::EnvConfigError { errors: vec![e] })
-        };
         config.prometheus_workflow_series_limit =
-            series_limit(PROMETHEUS_WORKFLOW_SERIES.config_key)?;
+            parse(&config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key));
         config.workflow_task_failure_type_limit =
-            series_limit(WORKFLOW_TASK_FAILURE_TYPES.config_key)?;
-        config.auth = Tokens::from_lookup(&lookup);
+            parse(&config_key_variable(WORKFLOW_TASK_FAILURE_TYPES.config_key));
+        config.auth = Tokens::from_lookup(lookup);
         let auth_off = lookup("DW_AUTH").is_some_and(|v| v.trim() == "none");
         if dev || auth_off {
             config.auth = None;
         } else if config.auth.is_none() {
-            return Err(ConfigError::MissingTokens);
+            self.fail(Problem::MissingTokens);
         }
         config.allowed_hosts = match lookup("DW_ALLOWED_HOSTS") {
             Some(list) => list
@@ -281,13 +474,13 @@ impl ServerConfig {
             }
             None => Vec::new(),
         };
-        if let Some(n) = parse("DW_QUERY_TIMEOUT_MS")? {
+        if let Some(n) = parse("DW_QUERY_TIMEOUT_MS") {
             config.query_timeout = ms(n);
         }
-        if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS")? {
+        if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS") {
             config.max_update_wait = ms(n);
         }
-        Ok(config)
+        config
     }
 }
 
@@ -298,20 +491,21 @@ pub const DATABASE_FILE_NAME: &str = "dwserver.sqlite";
 /// `DW_DATA_DIR`, else `$XDG_DATA_HOME/dwserver`, else
 /// `$HOME/.local/share/dwserver`. Never the working directory: a server
 /// started from a checkout must not drop its store into the tree.
-pub fn default_data_dir(lookup: impl Fn(&str) -> Option<String>) -> Result<PathBuf, ConfigError> {
+/// `None` when none of them is usable.
+pub fn default_data_dir(lookup: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
     let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
     if let Some(dir) = set("DW_DATA_DIR") {
-        return Ok(PathBuf::from(dir));
+        return Some(PathBuf::from(dir));
     }
     // The XDG spec says a relative XDG_DATA_HOME is invalid and ignored.
     if let Some(xdg) = set("XDG_DATA_HOME").map(PathBuf::from) {
         if xdg.is_absolute() {
-            return Ok(xdg.join("dwserver"));
+            return Some(xdg.join("dwserver"));
         }
     }
     match set("HOME").map(PathBuf::from) {
-        Some(home) if home.is_absolute() => Ok(home.join(".local/share/dwserver")),
-        _ => Err(ConfigError::NoDataDir),
+        Some(home) if home.is_absolute() => Some(home.join(".local/share/dwserver")),
+        _ => None,
     }
 }
 
@@ -322,12 +516,8 @@ pub fn config_key_variable(key: &str) -> String {
 }
 
 /// `tenant-a=4/600,tenant-b=2/0`: max concurrent / per minute (0: no rate cap).
-fn parse_namespace_limits(spec: &str) -> Result<HashMap<String, NamespaceLimit>, ConfigError> {
-    let invalid = |problem: &str| ConfigError::Invalid {
-        name: "DW_NAMESPACE_REQUEST_LIMITS".into(),
-        value: spec.to_owned(),
-        problem: problem.to_owned(),
-    };
+fn parse_namespace_limits(spec: &str) -> Result<HashMap<String, NamespaceLimit>, String> {
+    let invalid = |problem: &str| problem.to_owned();
     let mut limits = HashMap::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (namespace, caps) = item
@@ -360,10 +550,8 @@ mod tests {
     #[test]
     fn a_node_without_an_id_refuses_to_start_unless_dev() {
         let none = |_: &str| None;
-        assert!(matches!(
-            ServerConfig::from_lookup(none, false),
-            Err(ConfigError::MissingServerId)
-        ));
+        let err = ServerConfig::from_lookup(none, false).unwrap_err();
+        assert!(err.has(&Problem::MissingServerId), "{err}");
         let dev = ServerConfig::from_lookup(none, true).unwrap();
         assert!(dev.server_id.starts_with("dev-"));
         assert!(dev.bind.ip().is_loopback());
@@ -408,11 +596,11 @@ mod tests {
             ]),
             PathBuf::from("/tmp/x.db")
         );
-        assert!(matches!(node(&[]), Err(ConfigError::NoDataDir)));
-        assert!(matches!(
-            node(&[("HOME", "relative")]),
-            Err(ConfigError::NoDataDir)
-        ));
+        assert_eq!(node(&[]).unwrap_err().problems, [Problem::NoDataDir]);
+        assert_eq!(
+            node(&[("HOME", "relative")]).unwrap_err().problems,
+            [Problem::NoDataDir]
+        );
     }
 
     #[test]
@@ -448,7 +636,7 @@ mod tests {
             },
             false,
         );
-        assert!(matches!(no_tokens, Err(ConfigError::MissingTokens)));
+        assert_eq!(no_tokens.unwrap_err().problems, [Problem::MissingTokens]);
         let with_token = ServerConfig::from_lookup(
             |k| match k {
                 "DW_SERVER_ID" => Some("n".into()),
@@ -490,11 +678,132 @@ mod tests {
             assert_eq!(read, Some(25), "{variable}");
             for bad in ["abc", "-1", "", "2.5"] {
                 let err = with(bad).unwrap_err();
-                assert!(
-                    matches!(&err, ConfigError::Limits(e) if e.errors[0].variable == variable),
-                    "{variable}={bad:?}: {err}"
-                );
+                assert_eq!(err.invalid_names(), [variable], "{variable}={bad:?}: {err}");
             }
         }
+    }
+
+    fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dw.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            [
+                ("DW_SERVER_ID", "n1"),
+                ("DW_AUTH", "none"),
+                ("DW_DATABASE_PATH", ":memory:"),
+            ]
+            .iter()
+            .chain(pairs)
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn the_file_sets_limits_and_the_environment_overrides_it() {
+        let (_dir, path) = file(
+            "[server.limits]\nmax_memo_bytes = 1024\nmax_payload_bytes = 4096\n\n\
+             [workflows.v2.structural_limits]\npending_activity_count = 7\nhistory_transaction_bytes = 0\n\n\
+             [server.polling]\ndue_timer_recovery_scan_limit = 9\n",
+        );
+        let config =
+            ServerConfig::load(env(&[("DW_MAX_MEMO_BYTES", "2048")]), Some(&path), false).unwrap();
+        assert_eq!(config.request_limits.max_memo_bytes, 2048, "env wins");
+        assert_eq!(config.request_limits.max_payload_bytes, 4096, "file");
+        assert_eq!(config.store.limits.pending_activity_count, 7);
+        assert_eq!(config.store.history_budget.max_bytes, 0);
+        assert_eq!(config.store.history_budget.max_events, 5000);
+        assert_eq!(config.poller.due_timer_recovery_scan_limit, 9);
+    }
+
+    #[test]
+    fn every_bad_value_of_every_group_from_file_and_environment_is_one_error() {
+        let (_dir, path) = file(
+            "[server.limits]\nmax_memo_bytes = -5\n\n\
+             [workflows.v2.structural_limits]\npending_child_count = \"lots\"\npending_timer_cout = 1\n\n\
+             [server.workers]\nidle_worker_prune_scan_limit = 2.5\n",
+        );
+        let err = ServerConfig::load(
+            env(&[
+                ("DW_MAX_OPERATION_NAME_LENGTH", "abc"),
+                ("DW_V2_LIMIT_PENDING_SIGNALS", "-1"),
+                ("DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES", "16MiB"),
+                ("DW_SERVER_POLLING_DUE_TIMER_RECOVERY_SCAN_LIMIT", "fve"),
+                ("DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT", "1e3"),
+                ("DW_TASK_LEASE_MS", "+30"),
+            ]),
+            Some(&path),
+            false,
+        )
+        .unwrap_err();
+        let mut names = err.invalid_names();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "DW_MAX_MEMO_BYTES",
+                "DW_MAX_OPERATION_NAME_LENGTH",
+                "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT",
+                "DW_SERVER_POLLING_DUE_TIMER_RECOVERY_SCAN_LIMIT",
+                "DW_SERVER_WORKERS_IDLE_WORKER_PRUNE_SCAN_LIMIT",
+                "DW_TASK_LEASE_MS",
+                "DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES",
+                "DW_V2_LIMIT_PENDING_CHILDREN",
+                "DW_V2_LIMIT_PENDING_SIGNALS",
+            ]
+        );
+        let source = |name: &str| {
+            err.problems.iter().find_map(|p| match p {
+                Problem::Invalid {
+                    name: n, source, ..
+                } if n == name => Some(source.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            source("DW_MAX_MEMO_BYTES"),
+            Some(Source::File {
+                path: path.clone(),
+                key: "server.limits.max_memo_bytes".into(),
+                line: 2
+            })
+        );
+        assert_eq!(
+            source("DW_V2_LIMIT_PENDING_SIGNALS"),
+            Some(Source::Environment)
+        );
+        assert!(err.problems.iter().any(
+            |p| matches!(p, Problem::File(f) if f.line == Some(6) && f.message.contains("pending_timer_count"))
+        ));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("invalid configuration (10 problems):"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dw.toml:2: server.limits.max_memo_bytes = \"-5\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("DW_V2_LIMIT_PENDING_SIGNALS=\"-1\" (environment)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_broken_file_is_a_problem_reported_with_the_rest() {
+        let missing = Path::new("/nonexistent/dw.toml");
+        let err = ServerConfig::load(env(&[("DW_MAX_MEMO_BYTES", "x")]), Some(missing), false)
+            .unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(err.to_string().contains("cannot read the config file"));
+        let (_dir, path) = file("[server.limits\nmax_memo_bytes = 1\n");
+        let err = ServerConfig::load(env(&[]), Some(&path), false).unwrap_err();
+        assert!(err.to_string().contains("TOML syntax error"), "{err}");
     }
 }

@@ -10,6 +10,8 @@
 
 pub mod auth;
 pub mod config;
+pub mod config_file;
+pub mod contract;
 pub mod control;
 pub mod engine;
 pub mod error;
@@ -24,7 +26,7 @@ pub mod worker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use config::{ConfigError, ServerConfig};
+pub use config::{ConfigError, Problem, ServerConfig};
 pub use engine::{Engine, StartError};
 pub use error::ApiError;
 

@@ -1,0 +1,460 @@
+//! The configuration contract: every limit the server enforces, in one table.
+//!
+//! The seed points operators at one contract file listing every
+//! request-boundary limit; here the table is code, so the limits the
+//! server reads, the keys its config file accepts, `dwserver contract` and
+//! the generated docs/contract.md cannot drift apart. Each entry names its
+//! environment variable and config-file key (`None` for the fixed
+//! controller validators), its default and the value a configuration
+//! resolves to.
+
+use std::fmt::Write as _;
+
+use dwpolicy::boundary::{
+    RequestLimits, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_REQUEST_ID_CHARS, MAX_WORKFLOW_ID_CHARS,
+};
+use dwpolicy::history::{BYTES_ENV, DEFAULT_MAX_BYTES};
+use dwpolicy::limits::config::{DEFAULT_WARNING_THRESHOLD_PERCENT, WARNING_THRESHOLD_ENV};
+use dwpolicy::series::{PROMETHEUS_WORKFLOW_SERIES, WORKFLOW_TASK_FAILURE_TYPES};
+use dwpolicy::LimitKind;
+use serde::Serialize;
+
+use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
+use crate::registry::IdleWorkerSweep;
+use crate::server::config::{config_key_variable, ServerConfig};
+
+/// Which family a limit belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Group {
+    /// Checked at the HTTP edge (`server.limits.*` and the controller validators).
+    RequestBoundary,
+    /// Per-run structural limits (`workflows.v2.structural_limits.*`).
+    Structural,
+    /// Rows one SQL recovery or due scan reads per pass.
+    ScanLimit,
+    /// Metric label sets (series caps, hard-clamped).
+    SeriesLimit,
+}
+
+impl Group {
+    /// The snake_case name (as in the JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Group::RequestBoundary => "request_boundary",
+            Group::Structural => "structural",
+            Group::ScanLimit => "scan_limit",
+            Group::SeriesLimit => "series_limit",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Group::RequestBoundary => "Request-boundary limits",
+            Group::Structural => "Structural limits",
+            Group::ScanLimit => "Scan limits",
+            Group::SeriesLimit => "Series limits",
+        }
+    }
+}
+
+/// One limit of the contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Limit {
+    /// The limit's name (its key's last segment, or the validated field).
+    pub name: String,
+    /// Its family.
+    pub group: Group,
+    /// The config-file key; `None` for a fixed controller validator.
+    pub config_key: Option<String>,
+    /// The overriding environment variable; `None` for a fixed validator.
+    pub env: Option<String>,
+    /// The value when nothing is configured.
+    pub default: u64,
+    /// The value the configuration resolves to.
+    pub current: u64,
+    /// `bytes`, `characters`, `count`, `percent` or `rows`.
+    pub unit: &'static str,
+    /// What `0` means for it (`disables`, `default`, or `-` when fixed).
+    pub zero: &'static str,
+    /// What it limits.
+    pub limits: &'static str,
+}
+
+/// The node settings a config file may set besides the limits: (key, variable).
+pub const NODE_SETTINGS: &[(&str, &str)] = &[
+    ("server.id", "DW_SERVER_ID"),
+    ("server.bind", "DW_BIND"),
+    ("server.data_dir", "DW_DATA_DIR"),
+    ("server.database_path", "DW_DATABASE_PATH"),
+    ("server.polling_cache_path", "DW_POLLING_CACHE_PATH"),
+    ("server.redis_url", "DW_REDIS_URL"),
+];
+
+/// Every limit, with `config`'s values as `current`.
+pub fn limits(config: &ServerConfig) -> Vec<Limit> {
+    let mut out = Vec::new();
+    let request = RequestLimits::default();
+    let now = &config.request_limits;
+    let mut boundary = |name: &str, env: &str, default, current, unit, limits| {
+        out.push(Limit {
+            name: name.to_owned(),
+            group: Group::RequestBoundary,
+            config_key: Some(format!("server.limits.{name}")),
+            env: Some(env.to_owned()),
+            default,
+            current,
+            unit,
+            zero: "disables",
+            limits,
+        })
+    };
+    boundary(
+        "max_payload_bytes",
+        "DW_MAX_PAYLOAD_BYTES",
+        request.max_payload_bytes,
+        now.max_payload_bytes,
+        "bytes",
+        "the whole HTTP request body",
+    );
+    boundary(
+        "max_memo_bytes",
+        "DW_MAX_MEMO_BYTES",
+        request.max_memo_bytes,
+        now.max_memo_bytes,
+        "bytes",
+        "the serialized memo of POST /workflows",
+    );
+    boundary(
+        "max_search_attributes",
+        "DW_MAX_SEARCH_ATTRIBUTES",
+        request.max_search_attributes,
+        now.max_search_attributes,
+        "count",
+        "custom search attributes registered per namespace",
+    );
+    boundary(
+        "max_search_attribute_key_length",
+        "DW_MAX_SEARCH_ATTRIBUTE_KEY_LENGTH",
+        request.max_search_attribute_key_length,
+        now.max_search_attribute_key_length,
+        "bytes",
+        "one search attribute key at start",
+    );
+    boundary(
+        "max_search_attribute_value_bytes",
+        "DW_MAX_SEARCH_ATTRIBUTE_VALUE_BYTES",
+        request.max_search_attribute_value_bytes,
+        now.max_search_attribute_value_bytes,
+        "bytes",
+        "each string value and each array element at start",
+    );
+    boundary(
+        "max_operation_name_length",
+        "DW_MAX_OPERATION_NAME_LENGTH",
+        request.max_operation_name_length,
+        now.max_operation_name_length,
+        "bytes",
+        "the signal/update/query name path segment",
+    );
+    let fixed = [
+        (
+            "workflow_id",
+            MAX_WORKFLOW_ID_CHARS,
+            "the workflow id of POST /workflows",
+        ),
+        (
+            "workflow_type",
+            MAX_NAME_CHARS,
+            "workflow_type of POST /workflows",
+        ),
+        (
+            "task_queue",
+            MAX_NAME_CHARS,
+            "task_queue of POST /workflows",
+        ),
+        (
+            "business_key",
+            MAX_NAME_CHARS,
+            "business_key of POST /workflows",
+        ),
+        (
+            "request_id",
+            MAX_REQUEST_ID_CHARS,
+            "the deduplication token of signal/update/cancel/terminate",
+        ),
+        (
+            "reason",
+            MAX_REASON_CHARS,
+            "the reason text of cancel/terminate/archive",
+        ),
+    ];
+    for (name, chars, limits) in fixed {
+        out.push(Limit {
+            name: name.to_owned(),
+            group: Group::RequestBoundary,
+            config_key: None,
+            env: None,
+            default: chars as u64,
+            current: chars as u64,
+            unit: "characters",
+            zero: "-",
+            limits,
+        });
+    }
+    let structural = &config.store.limits;
+    for kind in LimitKind::ALL {
+        out.push(Limit {
+            name: kind.as_str().to_owned(),
+            group: Group::Structural,
+            config_key: Some(structural_key(kind.as_str())),
+            env: Some(kind.env_var().to_owned()),
+            default: kind.default_limit(),
+            current: structural.get(kind),
+            unit: match kind.measure() {
+                dwpolicy::limits::kind::Measure::Size => "bytes",
+                _ => "count",
+            },
+            zero: "disables",
+            limits: structural_what(kind),
+        });
+    }
+    out.push(Limit {
+        name: "history_transaction_bytes".into(),
+        group: Group::Structural,
+        config_key: Some(structural_key("history_transaction_bytes")),
+        env: Some(BYTES_ENV.into()),
+        default: DEFAULT_MAX_BYTES,
+        current: config.store.history_budget.max_bytes,
+        unit: "bytes",
+        zero: "disables",
+        limits: "canonical history bytes of one v1 projection import",
+    });
+    out.push(Limit {
+        name: "warning_threshold_percent".into(),
+        group: Group::Structural,
+        config_key: Some(structural_key("warning_threshold_percent")),
+        env: Some(WARNING_THRESHOLD_ENV.into()),
+        default: u64::from(DEFAULT_WARNING_THRESHOLD_PERCENT),
+        current: u64::from(structural.warning_threshold()),
+        unit: "percent",
+        zero: "disables",
+        limits: "utilization at which count limits log an approaching-limit warning",
+    });
+    let mut scan = |key: &str, default: usize, current: usize, limits| {
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+            group: Group::ScanLimit,
+            config_key: Some(key.to_owned()),
+            env: Some(config_key_variable(key)),
+            default: default as u64,
+            current: current as u64,
+            unit: "rows",
+            zero: "default",
+            limits,
+        })
+    };
+    scan(
+        WorkflowTaskPoller::DUE_TIMER_SCAN_LIMIT_KEY,
+        WorkflowTaskPoller::DEFAULT_SCAN_LIMIT,
+        config.poller.due_timer_recovery_scan_limit,
+        "due timers fired per workflow poll pass",
+    );
+    scan(
+        WorkflowTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
+        WorkflowTaskPoller::DEFAULT_SCAN_LIMIT,
+        config.poller.expired_workflow_task_recovery_scan_limit,
+        "expired workflow-task leases recovered per pass",
+    );
+    scan(
+        ActivityTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
+        WorkflowTaskPoller::DEFAULT_SCAN_LIMIT,
+        config
+            .activity_poller
+            .expired_activity_task_recovery_scan_limit,
+        "expired activity-task leases recovered per activity poll pass",
+    );
+    scan(
+        IdleWorkerSweep::SCAN_LIMIT_KEY,
+        IdleWorkerSweep::DEFAULT_SCAN_LIMIT,
+        config.worker_sweep.idle_worker_prune_scan_limit,
+        "idle worker registrations deleted per heartbeat",
+    );
+    for (spec, current, limits) in [
+        (
+            PROMETHEUS_WORKFLOW_SERIES,
+            config.prometheus_workflow_series_limit,
+            "task_queue/workflow_type series of dw_workflow_runs_total (clamped to 1..=500)",
+        ),
+        (
+            WORKFLOW_TASK_FAILURE_TYPES,
+            config.workflow_task_failure_type_limit,
+            "workflow_type series of the workflow-task failure metric (clamped to 1..=100)",
+        ),
+    ] {
+        let default = spec.default as u64;
+        out.push(Limit {
+            name: spec
+                .config_key
+                .rsplit('.')
+                .next()
+                .unwrap_or(spec.config_key)
+                .to_owned(),
+            group: Group::SeriesLimit,
+            config_key: Some(spec.config_key.to_owned()),
+            env: Some(config_key_variable(spec.config_key)),
+            default,
+            current: current.unwrap_or(default),
+            unit: "count",
+            zero: "clamped",
+            limits,
+        });
+    }
+    out
+}
+
+fn structural_key(name: &str) -> String {
+    format!("workflows.v2.structural_limits.{name}")
+}
+
+fn structural_what(kind: LimitKind) -> &'static str {
+    match kind {
+        LimitKind::PendingActivityCount => "open activity executions per run",
+        LimitKind::PendingChildCount => "open child workflows per run",
+        LimitKind::PendingTimerCount => "pending timers per run",
+        LimitKind::PendingSignalCount => "received, unprocessed signals per run",
+        LimitKind::PendingUpdateCount => "accepted, unresolved updates per run",
+        LimitKind::CommandBatchSize => "leaf operations of one all() fan-out",
+        LimitKind::PayloadSizeBytes => "one serialized argument set",
+        LimitKind::MemoSizeBytes => "the merged memo of upsertMemo()",
+        LimitKind::SearchAttributeSizeBytes => "the merged search attributes of an upsert",
+        LimitKind::HistoryTransactionSize => {
+            "new history events per workflow task, and events of one v1 projection import"
+        }
+    }
+}
+
+/// The config-file keys that set a limit, with their variables.
+pub fn limit_keys() -> Vec<(String, String)> {
+    limits(&ServerConfig::for_node("contract", std::env::temp_dir()))
+        .into_iter()
+        .filter_map(|l| Some((l.config_key?, l.env?)))
+        .collect()
+}
+
+/// The contract as JSON: `{"limits": [...]}`.
+pub fn to_json(limits: &[Limit]) -> serde_json::Value {
+    serde_json::json!({ "limits": limits })
+}
+
+/// The contract as an aligned plain-text table.
+pub fn to_table(limits: &[Limit]) -> String {
+    let rows: Vec<[String; 6]> = limits
+        .iter()
+        .map(|l| {
+            [
+                l.group.as_str().to_owned(),
+                l.name.clone(),
+                l.env.clone().unwrap_or_else(|| "-".into()),
+                l.config_key
+                    .clone()
+                    .unwrap_or_else(|| "(controller validator)".into()),
+                l.default.to_string(),
+                l.current.to_string(),
+            ]
+        })
+        .collect();
+    let header = ["group", "limit", "env", "config key", "default", "current"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", text.join("  ").trim_end());
+    };
+    line(&header.map(String::from));
+    for row in &rows {
+        line(row);
+    }
+    out
+}
+
+/// docs/contract.md: the defaults, generated (`dwserver contract --write`).
+pub fn to_markdown(limits: &[Limit]) -> String {
+    let mut out = String::from(
+        "# Configuration contract\n\n\
+         <!-- Generated by `dwserver contract --write docs/contract.md`; CI runs\n\
+         `dwserver contract --check docs/contract.md`. Do not edit by hand. -->\n\n\
+         Every limit dwserver enforces, with the environment variable and the\n\
+         config-file key that set it. A config file (`--config FILE` or\n\
+         `DW_CONFIG`) is TOML with these dotted keys as tables; an environment\n\
+         variable overrides the file. Values are non-negative integers; anything\n\
+         else stops start-up with exit 2, every bad value named with its source.\n\
+         `dwserver contract` prints the current values (`--format json` for\n\
+         machines). \"0\" says what 0 means: `disables` the check, uses the\n\
+         `default`, or is `clamped` to the metric's minimum; `-` marks a fixed\n\
+         controller validator.\n",
+    );
+    let mut group = None;
+    for l in limits {
+        if group != Some(l.group) {
+            group = Some(l.group);
+            let _ = write!(
+                out,
+                "\n## {}\n\n| limit | env | config key | default | unit | 0 | limits |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+                l.group.title()
+            );
+        }
+        let code = |v: &Option<String>| v.as_ref().map_or("-".to_owned(), |v| format!("`{v}`"));
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} | {} | {} |",
+            l.name,
+            code(&l.env),
+            code(&l.config_key),
+            l.default,
+            l.unit,
+            l.zero,
+            l.limits
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configurable_limit_has_a_distinct_key_and_variable() {
+        let keys = limit_keys();
+        let mut seen_keys = std::collections::HashSet::new();
+        let mut seen_env = std::collections::HashSet::new();
+        for (key, env) in &keys {
+            assert!(seen_keys.insert(key.clone()), "{key}");
+            assert!(seen_env.insert(env.clone()), "{env}");
+        }
+        assert!(keys
+            .iter()
+            .any(|(k, e)| k == "server.limits.max_memo_bytes" && e == "DW_MAX_MEMO_BYTES"));
+        assert!(keys.iter().any(|(k, e)| k
+            == "workflows.v2.structural_limits.pending_activity_count"
+            && e == "DW_V2_LIMIT_PENDING_ACTIVITIES"));
+    }
+
+    #[test]
+    fn defaults_are_current_for_a_default_config() {
+        let config = ServerConfig::for_node("n", std::env::temp_dir());
+        for l in limits(&config) {
+            assert_eq!(l.default, l.current, "{}", l.name);
+        }
+    }
+}
