@@ -22,7 +22,7 @@ import uuid
 
 import httpx
 from durable_workflow import Client, Worker
-from durable_workflow.errors import WorkflowCancelled, WorkflowTerminated
+from durable_workflow.errors import WorkflowCancelled, WorkflowTerminated, WorkflowTimedOut
 
 from workflows import ACTIVITIES, QUEUE, WORKFLOWS
 
@@ -151,6 +151,35 @@ class Suite:
         assert "ActivityFailed" not in types, types
         return result
 
+    async def activity_start_to_close_timeout(self) -> str:
+        wid = new_id("impatient")
+        handle = await self.client.start_workflow(
+            workflow_type="impatient", task_queue=QUEUE, workflow_id=wid, input=[2.5]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert isinstance(result, dict) and result["category"] == "timeout", result
+        assert "start_to_close" in result["message"], result
+        types = await self.history_types(wid, handle.run_id)
+        assert types.count("ActivityTimedOut") == 1, types
+        return f"2 attempts timed out; the workflow caught ActivityFailed: {result['message']}"
+
+    async def run_timeout(self) -> str:
+        wid = new_id("brief")
+        # Waits on a condition nothing satisfies: only its run timeout ends it.
+        handle = await self.client.start_workflow(
+            workflow_type="counter", task_queue=QUEUE, workflow_id=wid, run_timeout_seconds=2
+        )
+        try:
+            await self.client.get_result(handle, timeout=30)
+        except WorkflowTimedOut:
+            pass
+        else:
+            raise AssertionError("get_result did not raise WorkflowTimedOut")
+        described = await self.describe_raw(wid)
+        assert described["status"] == "failed", described
+        assert described["closed_reason"] == "timed_out", described
+        return "status failed, closed_reason timed_out; get_result raised WorkflowTimedOut"
+
     async def fan_out_past_pending_activity_count(self) -> str:
         width = PENDING_ACTIVITIES + 5
         wid = new_id("fanout")
@@ -205,6 +234,8 @@ class Suite:
         "cancel",
         "terminate",
         "activity_retry",
+        "activity_start_to_close_timeout",
+        "run_timeout",
         "fan_out_past_pending_activity_count",
         "signal_past_pending_signal_count",
     ]

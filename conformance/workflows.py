@@ -8,8 +8,10 @@ Durable Workflow server.
 from __future__ import annotations
 
 import threading
+import time
 
 from durable_workflow import activity, workflow
+from durable_workflow.errors import ActivityFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
@@ -38,6 +40,13 @@ def flaky(key: str) -> str:
 @activity.defn(name="noop")
 def noop(i: int) -> int:
     return i
+
+
+@activity.defn(name="slow")
+def slow(seconds: float) -> str:
+    """Overruns any start-to-close timeout shorter than `seconds`."""
+    time.sleep(seconds)
+    return "finished late"
 
 
 @workflow.defn(name="journey")
@@ -111,6 +120,23 @@ class Retrying:
         return result
 
 
+@workflow.defn(name="impatient")
+class Impatient:
+    """An activity that overruns its start-to-close timeout on both attempts."""
+
+    def run(self, ctx, seconds):
+        try:
+            yield ctx.schedule_activity(
+                "slow",
+                [seconds],
+                retry_policy=ActivityRetryPolicy(max_attempts=2, backoff_seconds=[0]),
+                start_to_close_timeout=1,
+            )
+        except ActivityFailed as failed:
+            return {"message": str(failed), "category": failed.failure_category}
+        return "the activity was not timed out"
+
+
 @workflow.defn(name="fan_out")
 class FanOut:
     """Schedules `width` activities at once."""
@@ -128,5 +154,5 @@ class Quick:
         return (yield ctx.schedule_activity("greet", [name]))
 
 
-WORKFLOWS = [Journey, Counter, Sleeper, Retrying, FanOut, Quick]
-ACTIVITIES = [greet, flaky, noop]
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, FanOut, Quick]
+ACTIVITIES = [greet, flaky, noop, slow]

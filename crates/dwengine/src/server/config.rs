@@ -24,6 +24,7 @@ use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
+use crate::server::timeouts::TimeoutSweep;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
 
@@ -150,6 +151,8 @@ pub struct ServerConfig {
     pub activity_poller: ActivityTaskPoller,
     /// The heartbeat's idle-registration sweep.
     pub worker_sweep: IdleWorkerSweep,
+    /// The activity and run timeout sweep.
+    pub timeout_sweep: TimeoutSweep,
     /// Read connections of a file store at most.
     pub store_readers: usize,
     /// Polls of unregistered workers that may write poll keys per replay-TTL window.
@@ -198,6 +201,7 @@ impl ServerConfig {
             poller: WorkflowTaskPoller::default(),
             activity_poller: ActivityTaskPoller::default(),
             worker_sweep: IdleWorkerSweep::default(),
+            timeout_sweep: TimeoutSweep::default(),
             store_readers: crate::store::shared::DEFAULT_READERS,
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
@@ -422,6 +426,8 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             WorkflowTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
             ActivityTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
             IdleWorkerSweep::SCAN_LIMIT_KEY,
+            TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
+            TimeoutSweep::RUN_SCAN_LIMIT_KEY,
         ]
         .into_iter()
         .filter_map(|key| {
@@ -435,6 +441,9 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let idle_after =
             parse("DW_WORKER_IDLE_AFTER_MS").map_or(IdleWorkerSweep::DEFAULT_IDLE_AFTER, ms);
         config.worker_sweep = IdleWorkerSweep::from_config(scan, idle_after);
+        let sweep_every =
+            parse("DW_TIMEOUT_SWEEP_INTERVAL_MS").map_or(TimeoutSweep::DEFAULT_INTERVAL, ms);
+        config.timeout_sweep = TimeoutSweep::from_config(scan, sweep_every);
         if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS") {
             config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }

@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
 use crate::server::config::{config_key_variable, ServerConfig};
+use crate::server::timeouts::TimeoutSweep;
 
 /// Which family a limit belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -279,6 +280,18 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         IdleWorkerSweep::DEFAULT_SCAN_LIMIT,
         config.worker_sweep.idle_worker_prune_scan_limit,
         "idle worker registrations deleted per heartbeat",
+    );
+    scan(
+        TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
+        TimeoutSweep::DEFAULT_SCAN_LIMIT,
+        config.timeout_sweep.activity_timeout_scan_limit,
+        "due activity timeouts enforced per timeout sweep",
+    );
+    scan(
+        TimeoutSweep::RUN_SCAN_LIMIT_KEY,
+        TimeoutSweep::DEFAULT_SCAN_LIMIT,
+        config.timeout_sweep.run_timeout_scan_limit,
+        "due run and execution timeouts enforced per timeout sweep",
     );
     for (spec, current, limits) in [
         (

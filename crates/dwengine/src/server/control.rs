@@ -155,6 +155,11 @@ impl Engine {
         };
         let request_id = body.request_id.clone();
         let use_existing = policy == "use-existing";
+        let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
+        let timeouts = (
+            seconds(body.execution_timeout_seconds),
+            seconds(body.run_timeout_seconds),
+        );
         // The duplicate check, the run and its first task commit together,
         // so two racing starts of one id cannot both open a run.
         let started = self.write(move |s| {
@@ -167,6 +172,7 @@ impl Engine {
                 return Ok(Begun::Open(open, s.run(open)?.status));
             }
             let started = s.start_workflow(start, request_id.as_deref())?;
+            s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
             Ok(Begun::Started(started.run))
         })?;
         let (run, status, duplicate) = match started {
@@ -235,7 +241,17 @@ impl Engine {
             "memo": stored.memo,
             "search_attributes": stored.search_attributes,
             "closed_at": described.closed_at_ms.map(wire::timestamp),
+            "execution_timeout_seconds": described.timeouts.execution_timeout_seconds,
+            "run_timeout_seconds": described.timeouts.run_timeout_seconds,
+            "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
+            "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
         });
+        if let Some(failed) = &described.workflow_task_failure {
+            out["workflow_task_failure"] = json!({
+                "failure": failed.failure, "workflow_task_attempt": failed.attempt,
+                "next_attempt_at": wire::timestamp(failed.next_attempt_at_ms),
+            });
+        }
         let Some((input, terminal)) = io else {
             return Ok(out);
         };
@@ -251,6 +267,11 @@ impl Engine {
             } else {
                 map.insert("failure".into(), terminal.clone());
             }
+            let reason = terminal
+                .get("closed_reason")
+                .and_then(Value::as_str)
+                .unwrap_or(stored.status.as_str());
+            map.insert("closed_reason".into(), reason.into());
         }
         map.insert(
             "pending".into(),

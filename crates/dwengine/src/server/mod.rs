@@ -2,7 +2,7 @@
 //!
 //! [`config`] reads the node's settings, [`engine`] owns the store and the
 //! cache surfaces, [`control`], [`worker`], [`queries`] and [`namespaces`]
-//! hold the operations, [`metrics`] the per-namespace metric surfaces,
+//! hold the operations, [`timeouts`] the deadline sweep, [`metrics`] the per-namespace metric surfaces,
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
 //! [`auth`] the token roles, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
@@ -20,6 +20,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod namespaces;
 pub mod queries;
+pub mod timeouts;
 pub mod wire;
 pub mod worker;
 
@@ -50,6 +51,7 @@ impl Running {
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(engine.clone());
+        runtime.spawn(timeouts::sweep_forever(engine.clone()));
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
                 axum::serve(listener, app)

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
+use crate::store::timeouts::rearm_activity;
 use crate::store::tx::WriteTx;
 use crate::store::workflow_commands::{codec_of, ParallelGroup, RetryPolicy};
 use crate::store::{Error, EventType, Store};
@@ -122,6 +123,7 @@ impl Store {
                      last_error = ?3 WHERE id = ?1",
                 )?
                 .execute(params![task_id, due, failure.message])?;
+                rearm_activity(&tx, task_id)?;
                 tx.commit()?;
                 return Ok(AttemptOutcome::RetryScheduled {
                     next_attempt_at_ms: due,
@@ -158,8 +160,13 @@ impl Store {
     ) -> Result<bool, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let attempt = fenced_attempt(&tx, task_id, fence)?;
-        tx.prepare_cached("UPDATE dispatch_tasks SET lease_expires_at_ms = ?2 WHERE id = ?1")?
-            .execute(params![task_id, now_ms().saturating_add(lease_ms)])?;
+        let now = now_ms();
+        tx.prepare_cached(
+            "UPDATE dispatch_tasks SET lease_expires_at_ms = ?2, last_heartbeat_at_ms = ?3 \
+             WHERE id = ?1",
+        )?
+        .execute(params![task_id, now.saturating_add(lease_ms), now])?;
+        rearm_activity(&tx, task_id)?;
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
         tx.commit()?;
         Ok(running)
@@ -286,8 +293,10 @@ fn close_activity(
 }
 
 fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
-    conn.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
-        .execute([task_id])?;
+    conn.prepare_cached(
+        "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
+    )?
+    .execute([task_id])?;
     Ok(())
 }
 
@@ -302,7 +311,11 @@ fn options(conn: &Connection, activity: i64) -> Result<Value, Error> {
 }
 
 /// Copies the activity's parallel group metadata onto one of its events.
-fn stamp_group(conn: &Connection, activity: i64, payload: &mut Value) -> Result<(), Error> {
+pub(crate) fn stamp_group(
+    conn: &Connection,
+    activity: i64,
+    payload: &mut Value,
+) -> Result<(), Error> {
     if let Some(group) = options(conn, activity)?
         .get("parallel_group")
         .filter(|g| !g.is_null())
@@ -313,7 +326,7 @@ fn stamp_group(conn: &Connection, activity: i64, payload: &mut Value) -> Result<
     Ok(())
 }
 
-fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> {
+pub(crate) fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> {
     let options = options(conn, activity)?;
     match options.get("retry_policy") {
         Some(Value::Null) | None => Ok(RetryPolicy::default()),
@@ -323,7 +336,11 @@ fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> 
 
 /// Seconds until the next attempt, or `None` when the activity fails now.
 /// Without a policy an activity gets one attempt.
-fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> Option<u64> {
+pub(crate) fn retry_delay(
+    policy: &RetryPolicy,
+    attempt: u64,
+    failure: &AttemptFailure,
+) -> Option<u64> {
     let max_attempts = policy.max_attempts.unwrap_or(1);
     if failure.non_retryable || attempt >= max_attempts {
         return None;

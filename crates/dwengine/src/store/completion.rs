@@ -228,11 +228,14 @@ pub(crate) fn finish_run(
     failure: Option<FailureRow<'_>>,
 ) -> Result<(), Error> {
     append_event(conn, head.id, event, payload, false)?;
-    conn.prepare_cached("UPDATE runs SET status = ?2, closed_at_ms = ?3 WHERE id = ?1")?
-        .execute(params![head.id.0, status.as_str(), now_ms()])?;
-    // A closed run has no work left for workers.
     conn.prepare_cached(
-        "UPDATE dispatch_tasks SET status = 'done' WHERE run_id = ?1 AND status != 'done'",
+        "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
+    )?
+    .execute(params![head.id.0, status.as_str(), now_ms()])?;
+    // A closed run has no work left for workers, and no deadlines.
+    conn.prepare_cached(
+        "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \
+         WHERE run_id = ?1 AND status != 'done'",
     )?
     .execute(params![head.id.0])?;
     if let Some(failure) = failure {

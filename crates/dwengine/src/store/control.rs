@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::store::completion::finish_run;
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{load_head, now_ms, to_i64};
+use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
 use crate::store::{Error, EventType, Store};
 
@@ -38,6 +38,21 @@ pub struct RunDescription {
     pub details_pruned_at_ms: Option<i64>,
     /// Its failure rows.
     pub failures: Vec<crate::store::FailureRecord>,
+    /// Its timeouts and deadlines.
+    pub timeouts: crate::store::RunTimeouts,
+    /// Why its pending workflow task last failed, while that task is open.
+    pub workflow_task_failure: Option<WorkflowTaskFailure>,
+}
+
+/// The newest failure of a run's open workflow task, as the task row keeps it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WorkflowTaskFailure {
+    /// The failure the worker reported (message, type, reason, …).
+    pub failure: Value,
+    /// The attempt that failed.
+    pub attempt: u64,
+    /// When the task is handed out again (Unix ms).
+    pub next_attempt_at_ms: i64,
 }
 
 impl Store {
@@ -203,6 +218,7 @@ impl Store {
                     | EventType::WorkflowFailed
                     | EventType::WorkflowCancelled
                     | EventType::WorkflowTerminated
+                    | EventType::WorkflowTimedOut
             )
         });
         Ok((input, terminal.map(|e| e.payload)))
@@ -222,7 +238,30 @@ impl Store {
             closed_at_ms: closed,
             details_pruned_at_ms: pruned,
             failures: self.failures(run)?,
+            timeouts: self.run_timeouts(run)?,
+            workflow_task_failure: self.workflow_task_failure(run)?,
         })
+    }
+
+    /// The newest failure of `run`'s open workflow task, if it has failed.
+    pub fn workflow_task_failure(&self, run: RunId) -> Result<Option<WorkflowTaskFailure>, Error> {
+        let row: Option<(String, i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT last_error, attempt, due_at_ms FROM dispatch_tasks WHERE run_id = ?1 \
+                 AND kind = 'workflow' AND status != 'done' AND last_error IS NOT NULL \
+                 ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let Some((failure, attempt, due)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(WorkflowTaskFailure {
+            failure: serde_json::from_str(&failure)?,
+            attempt: to_u64(attempt),
+            next_attempt_at_ms: due,
+        }))
     }
 
     /// Prunes the history of at most one run of `namespace` that closed

@@ -115,6 +115,12 @@ pub struct HistoryPage {
     pub next_sequence: Option<u64>,
 }
 
+/// An activity lease whose attempt timed out by the time the lease ended:
+/// its timeout ([`crate::store::timeouts`]) ends the attempt, counted
+/// against the retry policy, instead of lease recovery re-queueing it.
+const ATTEMPT_TIMED_OUT: &str = "(kind = 'activity' AND timeout_at_ms IS NOT NULL \
+     AND timeout_at_ms <= lease_expires_at_ms)";
+
 const TASK_COLUMNS: &str = "d.id, d.kind, d.run_id, d.item_id, d.namespace, d.task_queue, \
      d.attempt, d.lease_expires_at_ms, r.workflow_id, r.workflow_type, r.cancel_requested_at_ms, \
      d.lease_owner, r.history_length";
@@ -207,15 +213,20 @@ impl Store {
         tx.prepare_cached(
             "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
              lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
-             signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id) \
+             signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
+             attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL \
              WHERE id = ?1",
         )?
         .execute(params![
             id,
             owner,
             now.saturating_add(lease_ms),
-            poll_request_id
+            poll_request_id,
+            now
         ])?;
+        if kind == TaskKind::Activity {
+            crate::store::timeouts::rearm_activity(&tx, id)?;
+        }
         let task = load_task(&tx, id)?;
         tx.commit()?;
         Ok(task)
@@ -258,10 +269,11 @@ impl Store {
     pub fn expired_leases(&self, kind: TaskKind, limit: usize) -> Result<Vec<i64>, Error> {
         let ids = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
-                 AND lease_expires_at_ms < ?2 ORDER BY lease_expires_at_ms LIMIT ?3",
-            )?
+                 AND lease_expires_at_ms < ?2 AND NOT {ATTEMPT_TIMED_OUT} \
+                 ORDER BY lease_expires_at_ms LIMIT ?3"
+            ))?
             .query_map(params![kind.as_str(), now_ms(), to_i64(limit)], |r| {
                 r.get(0)
             })?
@@ -276,14 +288,19 @@ impl Store {
     pub fn recover_expired_lease(&self, task_id: i64) -> Result<bool, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let changed = tx
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "UPDATE dispatch_tasks SET status = CASE WHEN kind = 'workflow' AND EXISTS \
                  (SELECT 1 FROM dispatch_tasks o WHERE o.run_id = dispatch_tasks.run_id \
                  AND o.kind = 'workflow' AND o.status = 'ready') THEN 'done' ELSE 'ready' END, \
-                 lease_owner = NULL, lease_expires_at_ms = NULL, poll_request_id = NULL \
-                 WHERE id = ?1 AND status = 'leased' AND lease_expires_at_ms < ?2",
-            )?
+                 lease_owner = NULL, lease_expires_at_ms = NULL, poll_request_id = NULL, \
+                 due_at_ms = CASE WHEN kind = 'activity' THEN ?2 ELSE due_at_ms END \
+                 WHERE id = ?1 AND status = 'leased' AND lease_expires_at_ms < ?2 \
+                 AND NOT {ATTEMPT_TIMED_OUT}"
+            ))?
             .execute(params![task_id, now_ms()])?;
+        if changed == 1 {
+            crate::store::timeouts::rearm_activity(&tx, task_id)?;
+        }
         tx.commit()?;
         Ok(changed == 1)
     }

@@ -28,6 +28,7 @@ mod rows;
 pub mod schema;
 pub mod shared;
 pub mod task;
+pub mod timeouts;
 pub mod timers;
 mod tx;
 pub mod workflow_commands;
@@ -47,7 +48,7 @@ pub use activity_attempts::{attempt_id, ActivityFence, AttemptFailure, AttemptOu
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
-pub use control::{RunDescription, StopOutcome};
+pub use control::{RunDescription, StopOutcome, WorkflowTaskFailure};
 pub use dispatch::{HistoryPage, HistoryPageLimit, LeasedActivity, LeasedTask, TaskKind};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
@@ -60,6 +61,7 @@ pub use namespaces::Namespace;
 pub use query_tasks::{LeasedQuery, QueryAnswer};
 pub use shared::SharedStore;
 pub use task::Task;
+pub use timeouts::{ActivityTimeout, RunTimeouts, TIMEOUT_CATEGORY};
 pub use workflow_commands::{
     RetryPolicy, WorkflowCommand, WorkflowTaskCompletion, WorkflowTaskFence, SUPPORTED_COMMANDS,
 };

@@ -140,10 +140,16 @@ pub enum EventType {
     WorkflowCancelled,
     /// The run was terminated.
     WorkflowTerminated,
+    /// An activity ended because one of its timeouts passed.
+    ActivityTimedOut,
+    /// The run ended because its run or execution timeout passed.
+    WorkflowTimedOut,
+    /// A workflow task attempt failed (recorded once per streak of failures).
+    WorkflowTaskFailed,
 }
 
 impl EventType {
-    const ALL: [EventType; 27] = [
+    const ALL: [EventType; 30] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -171,6 +177,9 @@ impl EventType {
         EventType::ConditionWaitSatisfied,
         EventType::WorkflowCancelled,
         EventType::WorkflowTerminated,
+        EventType::ActivityTimedOut,
+        EventType::WorkflowTimedOut,
+        EventType::WorkflowTaskFailed,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -203,6 +212,9 @@ impl EventType {
             EventType::ConditionWaitSatisfied => "ConditionWaitSatisfied",
             EventType::WorkflowCancelled => "WorkflowCancelled",
             EventType::WorkflowTerminated => "WorkflowTerminated",
+            EventType::ActivityTimedOut => "ActivityTimedOut",
+            EventType::WorkflowTimedOut => "WorkflowTimedOut",
+            EventType::WorkflowTaskFailed => "WorkflowTaskFailed",
         }
     }
 

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_idempotency.sql"),
     include_str!("migrations/0005_pending_payload_bytes.sql"),
     include_str!("migrations/0006_protocol.sql"),
+    include_str!("migrations/0007_timeouts.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -94,16 +94,16 @@ pub enum WorkflowCommand {
         /// Retries.
         #[serde(default)]
         retry_policy: Option<RetryPolicy>,
-        /// Seconds one attempt may run (its lease).
+        /// Seconds one attempt may run (its lease; expiry is a failed attempt).
         #[serde(default)]
         start_to_close_timeout: Option<u64>,
-        /// Seconds the whole activity may take (recorded).
+        /// Seconds the whole activity may take, retries included.
         #[serde(default)]
         schedule_to_close_timeout: Option<u64>,
-        /// Seconds it may wait in the queue (recorded).
+        /// Seconds each attempt may wait in the queue for a worker.
         #[serde(default)]
         schedule_to_start_timeout: Option<u64>,
-        /// Seconds between heartbeats (recorded).
+        /// Seconds an attempt may go without a heartbeat.
         #[serde(default)]
         heartbeat_timeout: Option<u64>,
         /// Parallel group membership.
@@ -298,7 +298,10 @@ impl Store {
         failure: &Value,
     ) -> Result<i64, Error> {
         let tx = WriteTx::begin(&self.conn)?;
-        fenced_workflow_task(&tx, task_id, fence)?;
+        let (run, _) = fenced_workflow_task(&tx, task_id, fence)?;
+        let streak_started = tx
+            .prepare_cached("SELECT last_error IS NULL FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| r.get::<_, bool>(0))?;
         let exponent = u32::try_from(fence.attempt.saturating_sub(1).min(6)).unwrap_or(6);
         let backoff_ms = (1000_i64 << exponent).min(60_000);
         let retry_at = now_ms().saturating_add(backoff_ms);
@@ -308,6 +311,21 @@ impl Store {
              WHERE id = ?1",
         )?
         .execute(params![task_id, retry_at, serde_json::to_string(failure)?])?;
+        // History shows the first failure of a streak; the attempts after
+        // it only update the task row (describe shows the newest), so a
+        // workflow that keeps failing cannot grow its history.
+        if streak_started {
+            let field = |name: &str| failure.get(name).cloned().unwrap_or(Value::Null);
+            let payload = json!({
+                "workflow_task_id": task_id.to_string(),
+                "workflow_task_attempt": fence.attempt,
+                "message": field("message"),
+                "failure_type": field("type"),
+                "failure_reason": field("reason"),
+                "failure_category": "workflow_task",
+            });
+            append_event(&tx, run, EventType::WorkflowTaskFailed, &payload, false)?;
+        }
         tx.commit()?;
         Ok(retry_at)
     }
@@ -606,6 +624,7 @@ impl<'a> CommandWriter<'a> {
                          status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5)",
                     )?
                     .execute(params![self.head.id.0, id, self.namespace, queue, now])?;
+                crate::store::timeouts::rearm_activity(self.tx, self.tx.last_insert_rowid())?;
                 let mut payload = json!({
                     "sequence": sequence,
                     "activity_execution_id": id.to_string(),
