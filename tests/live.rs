@@ -75,18 +75,9 @@ fn a_policy_the_server_does_not_match_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
     // task_queue is declared request-scoped (not a label) and workflow_type is
-    // missing; the JSON surface's metric is declared as the engine declares it,
-    // so the only findings are the two on the Prometheus metric.
-    std::fs::write(
-        &policy,
-        r#"schema_version = 1
-[metrics.dw_workflow_task_consecutive_failures]
-owner = "x"
-surface = "GET /api/system/metrics"
-dimensions = { namespace = "request_scope_not_label", workflow_type = "bounded_failure_types" }
-cardinality = "c."
-selection = "s."
-suppression = "p."
+    // missing; every other metric of the engine's surfaces is declared as the
+    // engine declares it, so the only findings are the two on this metric.
+    let mismatched = r#"schema_version = 1
 [metrics.dw_workflow_runs_total]
 owner = "x"
 surface = "GET /api/system/prometheus-metrics"
@@ -94,7 +85,13 @@ dimensions = { namespace = "request_scope_not_label", task_queue = "request_scop
 cardinality = "c."
 selection = "s."
 suppression = "p."
-"#,
+"#;
+    std::fs::write(
+        &policy,
+        format!(
+            "{mismatched}{}",
+            engine_metric_entries(&["dw_workflow_runs_total"])
+        ),
     )
     .unwrap();
     let out = dwlint(&[
@@ -112,6 +109,22 @@ suppression = "p."
     found.sort();
     found.dedup();
     assert_eq!(found, ["live-not-a-label", "live-undeclared-label"]);
+}
+
+/// The engine's own `[metrics.*]` entries for its `/api/system` surfaces,
+/// except `skip`, as policy text.
+fn engine_metric_entries(skip: &[&str]) -> String {
+    let engine = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/dw-bounded-growth.toml"),
+    )
+    .unwrap();
+    engine
+        .split("\n[")
+        .filter_map(|section| section.strip_prefix("metrics."))
+        .filter(|entry| entry.contains("surface = \"GET /api/system/"))
+        .filter(|entry| !skip.iter().any(|m| entry.starts_with(&format!("{m}]"))))
+        .map(|entry| format!("[metrics.{}\n", entry.trim_end()))
+        .collect()
 }
 
 /// Serves `body` at every path, `requests` times.

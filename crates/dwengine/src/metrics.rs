@@ -1,4 +1,5 @@
-//! Prometheus metrics of workflow runs.
+//! Prometheus metrics of workflow runs, and what every scrape-style surface
+//! shares: the rendered result and label escaping.
 //!
 //! `namespace` is request-scoped: the scrape is already per namespace, so it
 //! never becomes a label. `task_queue` and `workflow_type` are labels users
@@ -12,20 +13,34 @@
 //! embedded policy, so a policy that no longer declares these labels stops
 //! the surface (fail closed) rather than letting it emit unreviewed series.
 
+//!
+//! `dw_workflow_run_latency_seconds` shares the run series set: its buckets
+//! are written only for the label sets `dw_workflow_runs_total` reports.
+//! The counts come from per-series aggregate rows the store keeps in the
+//! same transaction as each run, so a scrape reads at most `limit + 1` rows
+//! however many runs a namespace holds.
+
+pub mod activities;
+pub mod latency;
+pub mod task_queues;
+
 use std::fmt::Write;
 
 use dwpolicy::series::{SeriesLimit, PROMETHEUS_WORKFLOW_SERIES};
 use dwpolicy::{DisclosureError, MetricGuard, SeriesReport};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-/// Renders `dw_workflow_runs_total` for one namespace's scrape.
+pub use latency::Latency;
+
+/// Renders `dw_workflow_runs_total` and `dw_workflow_run_latency_seconds`
+/// for one namespace's scrape.
 #[derive(Debug, Clone)]
 pub struct WorkflowRunMetrics {
     limit: SeriesLimit,
 }
 
-/// Run counts of one (task queue, workflow type) series.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// The runs of one (task queue, workflow type) series.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunSeries {
     /// The task queue label.
     pub task_queue: String,
@@ -33,26 +48,80 @@ pub struct RunSeries {
     pub workflow_type: String,
     /// Runs started.
     pub runs: u64,
+    /// Runs closed as completed.
+    pub completed: u64,
+    /// Runs closed as failed.
+    pub failed: u64,
+    /// Runs closed as cancelled.
+    pub cancelled: u64,
+    /// Runs closed as terminated.
+    pub terminated: u64,
+    /// Start-to-close latency of the closed runs.
+    pub latency: Latency,
 }
 
-/// A rendered scrape: exposition text and its cardinality disclosure.
+impl RunSeries {
+    /// Runs still running (a run closes once and never reopens).
+    pub fn running(&self) -> u64 {
+        self.runs
+            .saturating_sub(self.completed + self.failed + self.cancelled + self.terminated)
+    }
+}
+
+/// A rendered scrape surface: exposition text, its cardinality disclosures
+/// and the reported series for the JSON view.
 ///
-/// The text opens with a `# cardinality series_limits.workflows {…}`
-/// comment carrying [`report`](Self::report) as JSON, so a scrape alone
-/// shows what the cap hid; Prometheus ignores such comments.
+/// The text opens with a `# cardinality series_limits.<key> {…}` comment
+/// carrying [`report`](Self::report) as JSON, so a scrape alone shows what
+/// the cap hid; Prometheus ignores such comments.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RenderedRuns {
+pub struct Rendered {
     /// Prometheus text exposition.
     pub text: String,
-    /// `{dimension: {cardinality, …series report}}` for the payload.
-    pub cardinality: Value,
-    /// The series counts behind the disclosure.
+    /// `(metric, {dimension: {cardinality, …series report}})` per metric rendered.
+    pub disclosures: Vec<(&'static str, Value)>,
+    /// The series counts behind the disclosures.
     pub report: SeriesReport,
+    /// The reported series as JSON objects.
+    pub series: Vec<Value>,
+}
+
+impl Rendered {
+    /// The disclosure of `metric`, if this surface rendered it.
+    pub fn disclosure(&self, metric: &str) -> Option<&Value> {
+        self.disclosures
+            .iter()
+            .find(|(m, _)| *m == metric)
+            .map(|(_, d)| d)
+    }
+}
+
+/// Discloses `dimensions` of `metric` (each with `report`) as JSON.
+pub(crate) fn disclose(
+    guard: &MetricGuard,
+    metric: &'static str,
+    dimensions: &[&str],
+    report: SeriesReport,
+) -> Result<(&'static str, Value), DisclosureError> {
+    let disclosure = guard.disclose(metric, dimensions.iter().map(|d| (*d, report)))?;
+    Ok((
+        metric,
+        serde_json::to_value(&disclosure).unwrap_or(Value::Null),
+    ))
+}
+
+/// The `# cardinality series_limits.<key> {report}` comment line.
+pub(crate) fn cardinality_comment(key: &str, report: &SeriesReport) -> String {
+    let report_json = serde_json::to_string(report).unwrap_or_default();
+    format!("# cardinality series_limits.{key} {report_json}\n")
 }
 
 impl WorkflowRunMetrics {
     /// The metric this type owns.
     pub const METRIC: &'static str = "dw_workflow_runs_total";
+
+    /// The latency histogram sharing this metric's series set.
+    pub const LATENCY_METRIC: &'static str = "dw_workflow_run_latency_seconds";
 
     /// The key of this surface's report under `cardinality.series_limits`.
     pub const SERIES_LIMIT_KEY: &'static str = "workflows";
@@ -75,7 +144,7 @@ impl WorkflowRunMetrics {
     }
 
     /// Renders the first `limit` series of `series` and discloses the label
-    /// set with its report.
+    /// set of both metrics with its report.
     ///
     /// `series` must yield distinct label sets in ascending (task_queue,
     /// workflow_type) order, as [`crate::store::Store::workflow_run_series`]
@@ -84,19 +153,15 @@ impl WorkflowRunMetrics {
         &self,
         guard: &MetricGuard,
         series: impl IntoIterator<Item = RunSeries>,
-    ) -> Result<RenderedRuns, DisclosureError> {
+    ) -> Result<Rendered, DisclosureError> {
         let discovery = self.limit.discover(series);
         let report = discovery.report;
-        let disclosure = guard.disclose(
-            Self::METRIC,
-            [("task_queue", report), ("workflow_type", report)],
-        )?;
-        let cardinality = serde_json::to_value(&disclosure).unwrap_or(Value::Null);
-        let report_json = serde_json::to_string(&report).unwrap_or_default();
-        let mut text = format!(
-            "# cardinality series_limits.{} {report_json}\n",
-            Self::SERIES_LIMIT_KEY
-        );
+        let labels = ["task_queue", "workflow_type"];
+        let disclosures = vec![
+            disclose(guard, Self::METRIC, &labels, report)?,
+            disclose(guard, Self::LATENCY_METRIC, &labels, report)?,
+        ];
+        let mut text = cardinality_comment(Self::SERIES_LIMIT_KEY, &report);
         text.push_str("# HELP dw_workflow_runs_total Workflow runs started, per task queue and workflow type.\n");
         text.push_str("# TYPE dw_workflow_runs_total counter\n");
         for s in &discovery.series {
@@ -108,15 +173,55 @@ impl WorkflowRunMetrics {
                 s.runs,
             );
         }
-        Ok(RenderedRuns {
+        text.push_str("# HELP dw_workflow_run_latency_seconds Start-to-close latency of closed workflow runs.\n");
+        text.push_str("# TYPE dw_workflow_run_latency_seconds histogram\n");
+        for s in &discovery.series {
+            let (queue, workflow_type) = (escape(&s.task_queue), escape(&s.workflow_type));
+            for (le, n) in s.latency.cumulative() {
+                let _ = writeln!(
+                    text,
+                    "dw_workflow_run_latency_seconds_bucket{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\",le=\"{le}\"}} {n}",
+                );
+            }
+            let _ = writeln!(
+                text,
+                "dw_workflow_run_latency_seconds_sum{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\"}} {}",
+                s.latency.sum_seconds(),
+            );
+            let _ = writeln!(
+                text,
+                "dw_workflow_run_latency_seconds_count{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\"}} {}",
+                s.latency.count,
+            );
+        }
+        let series = discovery
+            .series
+            .iter()
+            .map(|s| {
+                json!({
+                    "task_queue": s.task_queue,
+                    "workflow_type": s.workflow_type,
+                    "started_total": s.runs,
+                    "completed_total": s.completed,
+                    "failed_total": s.failed,
+                    "cancelled_total": s.cancelled,
+                    "terminated_total": s.terminated,
+                    "running": s.running(),
+                    "latency_seconds": s.latency.json(),
+                })
+            })
+            .collect();
+        Ok(Rendered {
             text,
-            cardinality,
+            disclosures,
             report,
+            series,
         })
     }
 }
 
-fn escape(value: &str) -> String {
+/// Escapes a label value for the text exposition format.
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -137,6 +242,7 @@ mod tests {
                 task_queue: format!("q{i:03}"),
                 workflow_type: "Order\"s".into(),
                 runs: i + 1,
+                ..RunSeries::default()
             })
             .collect()
     }
@@ -167,7 +273,9 @@ mod tests {
         assert!(rendered.text.starts_with(
             "# cardinality series_limits.workflows {\"limit\":3,\"reported\":3,\"observed\":4,\"suppressed_series\":1,\"lower_bound\":true}\n"
         ));
-        let block = &rendered.cardinality;
+        let block = rendered
+            .disclosure(WorkflowRunMetrics::LATENCY_METRIC)
+            .expect("the latency histogram is disclosed");
         assert_eq!(block["namespace"]["cardinality"], "request_scope_not_label");
         assert_eq!(block["task_queue"]["cardinality"], "bounded_series");
         assert_eq!(block["task_queue"]["lower_bound"], true);

@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dwpolicy::boundary::RequestLimits;
-use dwpolicy::series::{PROMETHEUS_WORKFLOW_SERIES, WORKFLOW_TASK_FAILURE_TYPES};
+use dwpolicy::series::{
+    PROMETHEUS_ACTIVITY_SERIES, PROMETHEUS_TASK_QUEUE_SERIES, PROMETHEUS_WORKFLOW_SERIES,
+    WORKFLOW_TASK_FAILURE_TYPES,
+};
 
 use crate::admission::NamespaceLimit;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
@@ -162,6 +165,12 @@ pub struct ServerConfig {
     /// `server.metrics.prometheus_workflow_series_limit` as configured
     /// (`None`: the default 100); the metric clamps it to 1..=500.
     pub prometheus_workflow_series_limit: Option<u64>,
+    /// `server.metrics.prometheus_activity_series_limit` as configured
+    /// (`None`: the default 100); the metric clamps it to 1..=500.
+    pub prometheus_activity_series_limit: Option<u64>,
+    /// `server.metrics.prometheus_task_queue_series_limit` as configured
+    /// (`None`: the default 100); the metric clamps it to 1..=500.
+    pub prometheus_task_queue_series_limit: Option<u64>,
     /// `server.metrics.workflow_task_failure_type_limit` as configured
     /// (`None`: the default 20); the metric clamps it to 1..=100.
     pub workflow_task_failure_type_limit: Option<u64>,
@@ -206,6 +215,8 @@ impl ServerConfig {
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
             prometheus_workflow_series_limit: None,
+            prometheus_activity_series_limit: None,
+            prometheus_task_queue_series_limit: None,
             workflow_task_failure_type_limit: None,
             auth: None,
             allowed_hosts: Vec::new(),
@@ -461,6 +472,11 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         }
         config.prometheus_workflow_series_limit =
             parse(&config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key));
+        config.prometheus_activity_series_limit =
+            parse(&config_key_variable(PROMETHEUS_ACTIVITY_SERIES.config_key));
+        config.prometheus_task_queue_series_limit = parse(&config_key_variable(
+            PROMETHEUS_TASK_QUEUE_SERIES.config_key,
+        ));
         config.workflow_task_failure_type_limit =
             parse(&config_key_variable(WORKFLOW_TASK_FAILURE_TYPES.config_key));
         config.auth = Tokens::from_lookup(lookup);

@@ -15,7 +15,10 @@ use dwpolicy::boundary::{
 };
 use dwpolicy::history::{BYTES_ENV, DEFAULT_MAX_BYTES};
 use dwpolicy::limits::config::{DEFAULT_WARNING_THRESHOLD_PERCENT, WARNING_THRESHOLD_ENV};
-use dwpolicy::series::{PROMETHEUS_WORKFLOW_SERIES, WORKFLOW_TASK_FAILURE_TYPES};
+use dwpolicy::series::{
+    PROMETHEUS_ACTIVITY_SERIES, PROMETHEUS_TASK_QUEUE_SERIES, PROMETHEUS_WORKFLOW_SERIES,
+    WORKFLOW_TASK_FAILURE_TYPES,
+};
 use dwpolicy::LimitKind;
 use serde::Serialize;
 
@@ -298,6 +301,16 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             PROMETHEUS_WORKFLOW_SERIES,
             config.prometheus_workflow_series_limit,
             "task_queue/workflow_type series of dw_workflow_runs_total (clamped to 1..=500)",
+        ),
+        (
+            PROMETHEUS_ACTIVITY_SERIES,
+            config.prometheus_activity_series_limit,
+            "task_queue/workflow_type/activity_type series of dw_activity_executions_total (clamped to 1..=500)",
+        ),
+        (
+            PROMETHEUS_TASK_QUEUE_SERIES,
+            config.prometheus_task_queue_series_limit,
+            "task_queue series of dw_task_queue_runtime_state (clamped to 1..=500)",
         ),
         (
             WORKFLOW_TASK_FAILURE_TYPES,

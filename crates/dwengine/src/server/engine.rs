@@ -12,6 +12,8 @@ use std::sync::{Arc, RwLock};
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
 use crate::diagnostics::WorkerPollDiagnostics;
+use crate::metrics::activities::ActivityExecutionMetrics;
+use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::WorkflowRunMetrics;
 use crate::poll_requests::{
     ActivityTaskPollRequestStore, PollRequests, UnknownWorkerPollBudget,
@@ -41,10 +43,17 @@ pub struct Engine {
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
     pub(crate) workflow_runs: WorkflowRunMetrics,
+    pub(crate) activity_executions: ActivityExecutionMetrics,
+    pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
     pub(crate) task_failures: WorkflowTaskFailureMetrics,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
+}
+
+/// A configured series limit as the signed value dwpolicy clamps.
+fn configured(limit: Option<u64>) -> Option<i64> {
+    limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Why a node could not start.
@@ -130,16 +139,18 @@ impl Engine {
                 config.unknown_worker_poll_keys,
                 config.poll_ttls.result,
             ),
-            workflow_runs: WorkflowRunMetrics::new(
-                config
-                    .prometheus_workflow_series_limit
-                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-            ),
-            task_failures: WorkflowTaskFailureMetrics::new(
-                config
-                    .workflow_task_failure_type_limit
-                    .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-            ),
+            workflow_runs: WorkflowRunMetrics::new(configured(
+                config.prometheus_workflow_series_limit,
+            )),
+            activity_executions: ActivityExecutionMetrics::new(configured(
+                config.prometheus_activity_series_limit,
+            )),
+            task_queue_runtime: TaskQueueRuntimeMetrics::new(configured(
+                config.prometheus_task_queue_series_limit,
+            )),
+            task_failures: WorkflowTaskFailureMetrics::new(configured(
+                config.workflow_task_failure_type_limit,
+            )),
             known_namespaces: RwLock::new(HashSet::new()),
             cache,
             config,

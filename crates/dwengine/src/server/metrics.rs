@@ -9,7 +9,9 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::metrics::{RenderedRuns, WorkflowRunMetrics};
+use crate::metrics::activities::ActivityExecutionMetrics;
+use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
+use crate::metrics::{Rendered, WorkflowRunMetrics};
 use crate::server::error::finish_validation;
 use crate::server::{ApiError, Engine};
 use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
@@ -25,48 +27,103 @@ pub struct MetricsQuery {
     pub namespace: Option<String>,
 }
 
+/// One namespace's Prometheus scrape: the workflow, activity and task-queue
+/// surfaces, each with its own series cap and report.
+#[derive(Debug, Clone)]
+pub struct PrometheusScrape {
+    /// `dw_workflow_runs_total` and `dw_workflow_run_latency_seconds`.
+    pub workflows: Rendered,
+    /// `dw_activity_executions_total` and `dw_activity_execution_latency_seconds`.
+    pub activities: Rendered,
+    /// `dw_task_queue_runtime_state`.
+    pub task_queues: Rendered,
+}
+
+impl PrometheusScrape {
+    /// The exposition text of all three surfaces.
+    pub fn text(&self) -> String {
+        [&self.workflows, &self.activities, &self.task_queues]
+            .map(|r| r.text.as_str())
+            .concat()
+    }
+
+    fn surfaces(&self) -> [(&'static str, &Rendered); 3] {
+        [
+            (WorkflowRunMetrics::SERIES_LIMIT_KEY, &self.workflows),
+            (ActivityExecutionMetrics::SERIES_LIMIT_KEY, &self.activities),
+            (TaskQueueRuntimeMetrics::SERIES_LIMIT_KEY, &self.task_queues),
+        ]
+    }
+}
+
 impl Engine {
-    /// `dw_workflow_runs_total` of `namespace`, capped by
-    /// `server.metrics.prometheus_workflow_series_limit`, with its report.
-    pub fn workflow_run_metrics(&self, namespace: &str) -> Result<RenderedRuns, ApiError> {
+    /// The Prometheus scrape of `namespace`: every surface reads at most
+    /// `limit + 1` aggregate rows from one committed snapshot.
+    pub fn prometheus_scrape(&self, namespace: &str) -> Result<PrometheusScrape, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.text("namespace", namespace, dwpolicy::boundary::MAX_NAME_CHARS);
         finish_validation(v, &[("namespace", namespace)])?;
         let _slot = self.admit_namespace(namespace)?;
-        let limit = self.workflow_runs.series_limit();
-        let series = self.read(|s| s.workflow_run_series(namespace, limit))?;
+        let (runs, activities, queues) = (
+            self.workflow_runs.series_limit(),
+            self.activity_executions.series_limit(),
+            self.task_queue_runtime.series_limit(),
+        );
+        let now = crate::unix_ms();
+        let (run_series, activity_series, queue_states) = self.read(|s| {
+            Ok((
+                s.workflow_run_series(namespace, runs)?,
+                s.activity_execution_series(namespace, activities)?,
+                s.task_queue_states(namespace, queues, now)?,
+            ))
+        })?;
         let guard = crate::policy::guard().map_err(|e| ApiError::Internal(e.to_owned()))?;
-        Ok(self.workflow_runs.render(guard, series)?)
+        Ok(PrometheusScrape {
+            workflows: self.workflow_runs.render(guard, run_series)?,
+            activities: self.activity_executions.render(guard, activity_series)?,
+            task_queues: self.task_queue_runtime.render(guard, queue_states)?,
+        })
     }
 
-    /// The JSON view of the same scrape: `cardinality.series_limits.workflows`
-    /// (the series report) and `cardinality.metrics.<metric>` (the label-set
-    /// disclosure, each dimension with its reviewed class).
+    /// The JSON view of the same scrape: `cardinality.series_limits.<surface>`
+    /// (each series report), `cardinality.metrics.<metric>` (each label-set
+    /// disclosure, every dimension with its reviewed class) and the reported
+    /// series under `series.<surface>`.
     /// `metrics.dw_workflow_task_consecutive_failures` carries the capped
     /// failing workflow types with their suppressed type and task counts.
     pub fn system_metrics(&self, namespace: &str) -> Result<Value, ApiError> {
-        let rendered = self.workflow_run_metrics(namespace)?;
+        let scrape = self.prometheus_scrape(namespace)?;
         let failures = &self.task_failures;
-        let scrape = self.read(|s| {
-            let mut scrape = failures.scrape();
-            s.for_each_failing_workflow_type(namespace, |f| scrape.offer(f))?;
-            Ok(scrape)
+        let failing = self.read(|s| {
+            let mut failing = failures.scrape();
+            s.for_each_failing_workflow_type(namespace, |f| failing.offer(f))?;
+            Ok(failing)
         })?;
         let guard = crate::policy::guard().map_err(|e| ApiError::Internal(e.to_owned()))?;
-        let failures = failures.render(guard, scrape)?;
+        let failures = failures.render(guard, failing)?;
+        let mut series_limits = serde_json::Map::new();
+        let mut disclosures = serde_json::Map::new();
+        let mut series = serde_json::Map::new();
+        for (key, rendered) in scrape.surfaces() {
+            series_limits.insert(key.into(), json!(rendered.report));
+            series.insert(key.into(), rendered.series.clone().into());
+            for (metric, disclosure) in &rendered.disclosures {
+                disclosures.insert((*metric).into(), disclosure.clone());
+            }
+        }
+        series_limits.insert(
+            WorkflowTaskFailureMetrics::SERIES_LIMIT_KEY.into(),
+            json!(failures.report),
+        );
+        disclosures.insert(
+            WorkflowTaskFailureMetrics::METRIC.into(),
+            failures.cardinality,
+        );
         Ok(json!({
             "namespace": namespace,
             "metrics": { (WorkflowTaskFailureMetrics::METRIC): failures.payload },
-            "cardinality": {
-                "series_limits": {
-                    (WorkflowRunMetrics::SERIES_LIMIT_KEY): rendered.report,
-                    (WorkflowTaskFailureMetrics::SERIES_LIMIT_KEY): failures.report,
-                },
-                "metrics": {
-                    (WorkflowRunMetrics::METRIC): rendered.cardinality,
-                    (WorkflowTaskFailureMetrics::METRIC): failures.cardinality,
-                },
-            },
+            "series": series,
+            "cardinality": { "series_limits": series_limits, "metrics": disclosures },
         }))
     }
 }

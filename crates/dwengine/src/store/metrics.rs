@@ -1,25 +1,53 @@
 //! Read-only aggregates behind the metric surfaces.
 //!
 //! A scrape must do bounded work whatever a namespace's backlog, because
-//! task queue and workflow type names come from users. The series query
-//! therefore walks the `runs_by_series` index in label-set order and stops
-//! after `limit + 1` groups: one more than the cap is exactly what tells
-//! "all series fit" from "some were left out" (see
-//! [`dwpolicy::series::SeriesLimit::discover`], which consumes it).
+//! task queue, workflow type and activity type names come from users. The
+//! Prometheus series therefore come from per-series aggregate rows that
+//! triggers keep in the same transaction as the runs, activities and tasks
+//! they count (migration 0008), read in label-set order and stopped after
+//! `limit + 1` rows: one more than the cap is exactly what tells "all series
+//! fit" from "some were left out" (see
+//! [`dwpolicy::series::SeriesLimit::discover`], which consumes it). A scrape
+//! over a million runs reads the same few hundred rows as one over a hundred.
+
+use std::collections::BTreeMap;
 
 use dwpolicy::SeriesLimit;
-use rusqlite::params;
+use rusqlite::{params, Row, ToSql};
 
-use crate::metrics::RunSeries;
+use crate::metrics::activities::ActivitySeries;
+use crate::metrics::task_queues::TaskQueueState;
+use crate::metrics::{Latency, RunSeries};
 use crate::store::rows::to_u64;
 use crate::store::{Error, Store};
 use crate::workflow_task_failures::FailingWorkflowType;
 
 /// The discovery query: label sets ascending (SQLite's BINARY collation is
 /// byte order, the same order as Rust's `String`), at most `?2` of them.
-const RUN_SERIES: &str = "SELECT task_queue, workflow_type, COUNT(*) FROM runs \
-     WHERE namespace = ?1 GROUP BY task_queue, workflow_type \
+const RUN_SERIES: &str = "SELECT task_queue, workflow_type, started, completed, failed, \
+     cancelled, terminated, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, \
+     le_10, le_30, le_60, le_300, le_900 FROM workflow_run_series WHERE namespace = ?1 \
      ORDER BY task_queue, workflow_type LIMIT ?2";
+
+/// Activity label sets ascending, at most `?2` of them.
+const ACTIVITY_SERIES: &str = "SELECT task_queue, workflow_type, activity_type, started, \
+     completed, failed, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, \
+     le_10, le_30, le_60, le_300, le_900 FROM activity_execution_series WHERE namespace = ?1 \
+     ORDER BY task_queue, workflow_type, activity_type LIMIT ?2";
+
+/// Queues with ready or leased tasks, through the partial index that holds
+/// only those (the planner would otherwise walk every queue of the namespace).
+const ACTIVE_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
+     activity_ready, activity_leased, recent_minute, added_recent, added_before, \
+     dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_active \
+     WHERE namespace = ?1 AND workflow_ready + workflow_leased + activity_ready + activity_leased > 0 \
+     ORDER BY task_queue LIMIT ?2";
+
+/// Queues whose latest added or dispatched task fell in minute bucket `?3`.
+const RECENT_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
+     activity_ready, activity_leased, recent_minute, added_recent, added_before, \
+     dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_recent \
+     WHERE namespace = ?1 AND recent_minute = ?3 ORDER BY task_queue LIMIT ?2";
 
 /// Failing workflow tasks per workflow type: tasks not yet done whose last
 /// attempt failed (`last_error` is set by a failure and the row is done once
@@ -53,8 +81,8 @@ impl Store {
         Ok(())
     }
 
-    /// The run count of at most `limit + 1` (task_queue, workflow_type)
-    /// series of `namespace`, in ascending label-set order.
+    /// At most `limit + 1` (task_queue, workflow_type) series of
+    /// `namespace` with their counts and latency, ascending.
     ///
     /// Every run row counts, whatever its status or origin: the metric is
     /// runs started, and retention keeps a pruned run's root row.
@@ -63,17 +91,117 @@ impl Store {
         namespace: &str,
         limit: SeriesLimit,
     ) -> Result<Vec<RunSeries>, Error> {
-        let probe = i64::try_from(limit.probe_size()).unwrap_or(i64::MAX);
         let mut stmt = self.conn.prepare_cached(RUN_SERIES)?;
-        let rows = stmt.query_map(params![namespace, probe], |row| {
+        let rows = stmt.query_map(params![namespace, probe(limit)], |row| {
             Ok(RunSeries {
                 task_queue: row.get(0)?,
                 workflow_type: row.get(1)?,
                 runs: to_u64(row.get(2)?),
+                completed: to_u64(row.get(3)?),
+                failed: to_u64(row.get(4)?),
+                cancelled: to_u64(row.get(5)?),
+                terminated: to_u64(row.get(6)?),
+                latency: latency(row, 7)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+
+    /// At most `limit + 1` (task_queue, workflow_type, activity_type)
+    /// series of `namespace`, ascending.
+    pub fn activity_execution_series(
+        &self,
+        namespace: &str,
+        limit: SeriesLimit,
+    ) -> Result<Vec<ActivitySeries>, Error> {
+        let mut stmt = self.conn.prepare_cached(ACTIVITY_SERIES)?;
+        let rows = stmt.query_map(params![namespace, probe(limit)], |row| {
+            Ok(ActivitySeries {
+                task_queue: row.get(0)?,
+                workflow_type: row.get(1)?,
+                activity_type: row.get(2)?,
+                started: to_u64(row.get(3)?),
+                completed: to_u64(row.get(4)?),
+                failed: to_u64(row.get(5)?),
+                latency: latency(row, 6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The smallest `limit + 1` busy queues of `namespace` at `now_ms`:
+    /// queues with ready or leased tasks, or with tasks added or dispatched
+    /// in the current or previous minute bucket.
+    ///
+    /// Three index reads of at most `limit + 1` rows each (active queues,
+    /// queues last busy this minute, queues last busy the minute before);
+    /// the smallest `limit + 1` names of their union are always among them.
+    pub fn task_queue_states(
+        &self,
+        namespace: &str,
+        limit: SeriesLimit,
+        now_ms: i64,
+    ) -> Result<Vec<TaskQueueState>, Error> {
+        let minute = now_ms.div_euclid(60_000);
+        let mut busy = BTreeMap::new();
+        let mut read = |sql: &str, params: &[&dyn ToSql]| -> Result<(), Error> {
+            let mut stmt = self.conn.prepare_cached(sql)?;
+            let rows = stmt.query_map(params, |row| queue_state(row, minute))?;
+            for state in rows {
+                let state = state?;
+                busy.insert(state.task_queue.clone(), state);
+            }
+            Ok(())
+        };
+        let probe = probe(limit);
+        read(ACTIVE_QUEUES, params![namespace, probe])?;
+        read(RECENT_QUEUES, params![namespace, probe, minute])?;
+        read(RECENT_QUEUES, params![namespace, probe, minute - 1])?;
+        Ok(busy.into_values().take(limit.probe_size()).collect())
+    }
+}
+
+fn probe(limit: SeriesLimit) -> i64 {
+    i64::try_from(limit.probe_size()).unwrap_or(i64::MAX)
+}
+
+/// The latency columns starting at `at`: count, sum, then ten buckets.
+fn latency(row: &Row<'_>, at: usize) -> rusqlite::Result<Latency> {
+    let mut buckets = [0u64; 10];
+    for (i, bucket) in buckets.iter_mut().enumerate() {
+        *bucket = to_u64(row.get(at + 2 + i)?);
+    }
+    Ok(Latency {
+        count: to_u64(row.get(at)?),
+        sum_ms: to_u64(row.get(at + 1)?),
+        buckets,
+    })
+}
+
+/// A queue row seen in minute bucket `minute`: its "last minute" counts are
+/// the current and previous bucket's, which the row holds only while its
+/// latest bucket is one of those two.
+fn queue_state(row: &Row<'_>, minute: i64) -> rusqlite::Result<TaskQueueState> {
+    let recent_minute: i64 = row.get(5)?;
+    let (recent_added, before_added) = (to_u64(row.get(6)?), to_u64(row.get(7)?));
+    let (recent_dispatched, before_dispatched) = (to_u64(row.get(8)?), to_u64(row.get(9)?));
+    let (added, dispatched) = match minute - recent_minute {
+        0 => (
+            recent_added + before_added,
+            recent_dispatched + before_dispatched,
+        ),
+        1 => (recent_added, recent_dispatched),
+        _ => (0, 0),
+    };
+    Ok(TaskQueueState {
+        task_queue: row.get(0)?,
+        workflow_ready: to_u64(row.get(1)?),
+        workflow_leased: to_u64(row.get(2)?),
+        activity_ready: to_u64(row.get(3)?),
+        activity_leased: to_u64(row.get(4)?),
+        added_last_minute: added,
+        dispatched_last_minute: dispatched,
+    })
 }
 
 #[cfg(test)]
@@ -135,20 +263,111 @@ mod tests {
     }
 
     #[test]
-    fn the_query_walks_the_series_index_without_a_sort() {
+    fn every_scrape_query_walks_an_index_in_label_order_without_a_sort() {
         let store = store_with(&[]);
-        let mut stmt = store
+        for (sql, index) in [
+            (RUN_SERIES, "workflow_run_series"),
+            (ACTIVITY_SERIES, "activity_execution_series"),
+            (ACTIVE_QUEUES, "task_queue_state_active"),
+            (RECENT_QUEUES, "task_queue_state_recent"),
+        ] {
+            let mut stmt = store
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap();
+            let count = stmt.parameter_count();
+            let args: Vec<Box<dyn ToSql>> = (0..count)
+                .map(|i| -> Box<dyn ToSql> {
+                    if i == 0 {
+                        Box::new("ns")
+                    } else {
+                        Box::new(3)
+                    }
+                })
+                .collect();
+            let plan: Vec<String> = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |row| {
+                    row.get::<_, String>(3)
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("\n");
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(plan.contains("SEARCH"), "a range read, not a scan: {plan}");
+            // A temp B-tree would mean every row is read before LIMIT applies.
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
+    }
+
+    #[test]
+    fn closing_a_run_moves_its_series_counts_and_latency() {
+        let store = store_with(&[("ns", "q", "W"), ("ns", "q", "W")]);
+        store
             .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {RUN_SERIES}"))
+            .execute(
+                "UPDATE runs SET status = 'failed', closed_at_ms = created_at_ms + 2000 WHERE id = 1",
+                [],
+            )
             .unwrap();
-        let plan: Vec<String> = stmt
-            .query_map(params!["ns", 3], |row| row.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
+        let series = store
+            .workflow_run_series("ns", SeriesLimit::new(5))
             .unwrap();
-        let plan = plan.join("\n");
-        assert!(plan.contains("runs_by_series"), "{plan}");
-        // A temp B-tree would mean every group is built before LIMIT applies.
-        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        assert_eq!(series.len(), 1);
+        let s = &series[0];
+        assert_eq!((s.runs, s.failed, s.completed, s.running()), (2, 1, 0, 1));
+        assert_eq!((s.latency.count, s.latency.sum_ms), (1, 2000));
+        assert_eq!(s.latency.buckets, [0, 0, 0, 1, 1, 1, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn queue_state_follows_task_status_and_minute_buckets() {
+        let store = store_with(&[("ns", "busy", "W"), ("ns", "idle", "W")]);
+        let insert = |run: i64, status: &str| {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, \
+                     due_at_ms, created_at_ms) SELECT 'workflow', id, namespace, task_queue, ?2, 0, 0 \
+                     FROM runs WHERE id = ?1",
+                    params![run, status],
+                )
+                .unwrap();
+        };
+        insert(1, "ready");
+        insert(1, "ready");
+        insert(2, "ready");
+        store
+            .conn
+            .execute(
+                "UPDATE dispatch_tasks SET status = 'leased' WHERE id = 1",
+                [],
+            )
+            .unwrap();
+        store
+            .conn
+            .execute("UPDATE dispatch_tasks SET status = 'done' WHERE id = 3", [])
+            .unwrap();
+        let now = crate::unix_ms();
+        let states = store
+            .task_queue_states("ns", SeriesLimit::new(5), now)
+            .unwrap();
+        let busy = &states[0];
+        assert_eq!(busy.task_queue, "busy");
+        assert_eq!((busy.workflow_ready, busy.workflow_leased), (1, 1));
+        assert_eq!(
+            (busy.added_last_minute, busy.dispatched_last_minute),
+            (2, 1)
+        );
+        let idle = &states[1];
+        assert_eq!((idle.task_queue.as_str(), idle.workflow_ready), ("idle", 0));
+        assert_eq!(idle.added_last_minute, 1, "recent, though idle now");
+        // Two minutes on, only the queue with active tasks is a series.
+        let later = store
+            .task_queue_states("ns", SeriesLimit::new(5), now + 120_000)
+            .unwrap();
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].task_queue, "busy");
+        assert_eq!(later[0].added_last_minute, 0);
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_pending_payload_bytes.sql"),
     include_str!("migrations/0006_protocol.sql"),
     include_str!("migrations/0007_timeouts.sql"),
+    include_str!("migrations/0008_metric_series.sql"),
 ];
 
 /// The schema version this engine writes.

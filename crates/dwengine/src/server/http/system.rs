@@ -70,10 +70,10 @@ async fn prometheus_metrics(
         Ok(ns) => ns,
         Err(e) => return refuse(e),
     };
-    match run_blocking(engine, move |e| e.workflow_run_metrics(&ns)).await {
-        Ok(rendered) => (
+    match run_blocking(engine, move |e| e.prometheus_scrape(&ns)).await {
+        Ok(scrape) => (
             [(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)],
-            rendered.text,
+            scrape.text(),
         )
             .into_response(),
         Err(e) => refuse(e),
