@@ -245,6 +245,7 @@ impl Engine {
             "run_timeout_seconds": described.timeouts.run_timeout_seconds,
             "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
             "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
+            "origin": stored.origin,
         });
         if let Some(failed) = &described.workflow_task_failure {
             out["workflow_task_failure"] = json!({

@@ -112,7 +112,9 @@ impl ApiError {
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
                 | StoreError::StaleTask { .. }
-                | StoreError::ReadOnlyProjection(_) => 409,
+                | StoreError::ReadOnlyProjection(_)
+                | StoreError::ProjectionTooLarge(_)
+                | StoreError::AlreadyImported { .. } => 409,
                 StoreError::UnknownUpdate(_) => 422,
                 StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
                 _ => 500,
@@ -214,6 +216,18 @@ impl ApiError {
             }
             ApiError::Store(StoreError::StaleTask { task, reason }) => json!({
                 "reason": "stale_task_lease", "task_id": task.to_string(), "fence": reason,
+                "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::ProjectionTooLarge(too_large)) => json!({
+                "reason": too_large.reason, "limit": too_large.limit,
+                "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::AlreadyImported { run, .. }) => json!({
+                "reason": "v1_projection_already_imported", "run_id": run.to_string(),
+                "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::ReadOnlyProjection(run)) => json!({
+                "reason": "v1_projection_read_only", "run_id": run.to_string(),
                 "message": self.to_string(),
             }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({

@@ -16,6 +16,7 @@ pub mod control;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod imports;
 pub mod manifest;
 pub mod metrics;
 pub mod namespaces;

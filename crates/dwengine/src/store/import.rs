@@ -7,8 +7,12 @@
 //! history order and metered with the canonical byte metric, stopping at the
 //! first event over the byte budget. Only a fitting import reads existing
 //! rows (to refuse a second projection) and opens the write transaction. A
-//! dry run stops after the budget checks.
+//! dry run stops after the budget checks. The checks need no store
+//! ([`V1Projection::measure`]), so the server runs them before it hands the
+//! write to the group-commit writer, whose transaction is already open.
 
+use dwpolicy::history::HistoryUsage;
+use dwpolicy::HistoryBudget;
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -146,6 +150,73 @@ fn terminal_event(terminal: &V1Terminal) -> (EventType, Value, RunStatus) {
     }
 }
 
+/// A projection that fits the history budget, its events built in history
+/// order: what [`Store::write_import`] writes.
+#[derive(Debug, Clone)]
+pub struct MeasuredImport {
+    namespace: String,
+    workflow_id: String,
+    workflow_type: String,
+    task_queue: String,
+    events: Vec<(EventType, Value)>,
+    status: RunStatus,
+    usage: HistoryUsage,
+}
+
+impl MeasuredImport {
+    /// Events in the projection.
+    pub fn events(&self) -> u64 {
+        self.usage.events
+    }
+
+    /// Their canonical byte metric.
+    pub fn bytes(&self) -> u64 {
+        self.usage.bytes
+    }
+
+    fn report(&self, run: Option<RunId>) -> ImportReport {
+        ImportReport {
+            run,
+            events: self.usage.events,
+            bytes: self.usage.bytes,
+        }
+    }
+}
+
+impl V1Projection {
+    /// Checks `budget` without touching any store: the event count first,
+    /// before any payload is built, then the payloads in history order,
+    /// stopping at the first event over the byte budget.
+    pub fn measure(&self, budget: &HistoryBudget) -> Result<MeasuredImport, Error> {
+        let mut meter = budget.begin(self.event_count())?;
+        let mut events = Vec::with_capacity(self.rows.len() + 2);
+        let start = (EventType::WorkflowStarted, self.start_payload());
+        meter.add(start.0.as_str(), &start.1)?;
+        events.push(start);
+        for row in &self.rows {
+            let (event_type, payload) = row_event(row);
+            meter.add(event_type.as_str(), &payload)?;
+            events.push((event_type, payload));
+        }
+        let mut status = RunStatus::Running;
+        if let Some(terminal) = &self.terminal {
+            let (event_type, payload, end) = terminal_event(terminal);
+            meter.add(event_type.as_str(), &payload)?;
+            events.push((event_type, payload));
+            status = end;
+        }
+        Ok(MeasuredImport {
+            namespace: self.namespace.clone(),
+            workflow_id: self.workflow_id.clone(),
+            workflow_type: self.workflow_type.clone(),
+            task_queue: self.task_queue.clone(),
+            events,
+            status,
+            usage: meter.finish(),
+        })
+    }
+}
+
 impl Store {
     /// Imports `projection` under the history budget (see the module docs for the order).
     pub fn import_v1_projection(
@@ -153,43 +224,28 @@ impl Store {
         projection: &V1Projection,
         mode: ImportMode,
     ) -> Result<ImportReport, Error> {
-        let mut meter = self.config.history_budget.begin(projection.event_count())?;
-        let mut events = Vec::with_capacity(projection.rows.len() + 2);
-        let start = (EventType::WorkflowStarted, projection.start_payload());
-        meter.add(start.0.as_str(), &start.1)?;
-        events.push(start);
-        for row in &projection.rows {
-            let (event_type, payload) = row_event(row);
-            meter.add(event_type.as_str(), &payload)?;
-            events.push((event_type, payload));
-        }
-        let mut status = RunStatus::Running;
-        if let Some(terminal) = &projection.terminal {
-            let (event_type, payload, end) = terminal_event(terminal);
-            meter.add(event_type.as_str(), &payload)?;
-            events.push((event_type, payload));
-            status = end;
-        }
-        let usage = meter.finish();
+        let measured = projection.measure(&self.config.history_budget)?;
         if mode == ImportMode::DryRun {
-            return Ok(ImportReport {
-                run: None,
-                events: usage.events,
-                bytes: usage.bytes,
-            });
+            return Ok(measured.report(None));
         }
+        self.write_import(&measured)
+    }
+
+    /// Writes a measured projection in one transaction; the first read of
+    /// existing rows refuses a second projection of the same workflow.
+    pub fn write_import(&self, measured: &MeasuredImport) -> Result<ImportReport, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let existing: Option<i64> = tx
             .query_row(
                 "SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
                  AND origin = 'v1_projection'",
-                params![projection.namespace, projection.workflow_id],
+                params![measured.namespace, measured.workflow_id],
                 |row| row.get(0),
             )
             .optional()?;
         if let Some(run) = existing {
             return Err(Error::AlreadyImported {
-                workflow_id: projection.workflow_id.clone(),
+                workflow_id: measured.workflow_id.clone(),
                 run: RunId(run),
             });
         }
@@ -198,23 +254,19 @@ impl Store {
              memo, search_attributes, created_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, 'v1_projection', '{}', '{}', ?6)",
             params![
-                projection.workflow_id,
-                projection.workflow_type,
-                projection.namespace,
-                projection.task_queue,
-                status.as_str(),
+                measured.workflow_id,
+                measured.workflow_type,
+                measured.namespace,
+                measured.task_queue,
+                measured.status.as_str(),
                 now_ms()
             ],
         )?;
         let run = RunId(tx.last_insert_rowid());
-        for (event_type, payload) in &events {
+        for (event_type, payload) in &measured.events {
             append_event(&tx, run, *event_type, payload, false)?;
         }
         tx.commit()?;
-        Ok(ImportReport {
-            run: Some(run),
-            events: usage.events,
-            bytes: usage.bytes,
-        })
+        Ok(measured.report(Some(run)))
     }
 }

@@ -52,7 +52,7 @@ pub use control::{RunDescription, StopOutcome, WorkflowTaskFailure};
 pub use dispatch::{HistoryPage, HistoryPageLimit, LeasedActivity, LeasedTask, TaskKind};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
-pub use import::{ImportMode, ImportReport, V1Projection, V1Row, V1Terminal};
+pub use import::{ImportMode, ImportReport, MeasuredImport, V1Projection, V1Row, V1Terminal};
 pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
     RunStatus, StartRun, TimerId,

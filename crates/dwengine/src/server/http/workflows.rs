@@ -16,9 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{blocking, refuse, with_body_status, Scope, Shared};
-use crate::server::wire::{
-    HistoryQuery, ListQuery, QueryBody, SignalBody, StartWorkflow, StopBody, UpdateBody,
-};
+use crate::server::wire::{HistoryQuery, ListQuery, QueryBody, SignalBody, StopBody, UpdateBody};
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
@@ -39,6 +37,7 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     });
     Router::new()
         .route("/api/workflows", post(start).get(list))
+        .route("/api/workflows/import", post(import))
         .route("/api/workflows/{wf}", get(describe))
         .route("/api/workflows/{wf}/runs", get(runs))
         .route("/api/workflows/{wf}/runs/{run}", get(describe))
@@ -103,12 +102,35 @@ async fn start(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let result = super::read::<StartWorkflow>(&engine, &headers, body).await;
-    let parsed = match result {
+    chosen_status(engine, scope, headers, body, Engine::start_workflow).await
+}
+
+async fn import(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    chosen_status(engine, scope, headers, body, Engine::import_v1).await
+}
+
+/// An operation that answers its own success status with the body.
+type StatusOp<T> = fn(&Engine, &str, T) -> Result<(u16, Value), ApiError>;
+
+/// A namespace-scoped POST whose operation picks its success status
+/// (201 created, 200 for a retried start or a dry run).
+async fn chosen_status<T: DeserializeOwned + Send + 'static>(
+    engine: Arc<Engine>,
+    scope: Scope,
+    headers: HeaderMap,
+    body: Body,
+    op: StatusOp<T>,
+) -> Response {
+    let parsed = match super::read::<T>(&engine, &headers, body).await {
         Ok(parsed) => parsed,
         Err(e) => return refuse(e),
     };
-    match super::run_blocking(engine, move |e| e.start_workflow(&scope.namespace, parsed)).await {
+    match super::run_blocking(engine, move |e| op(e, &scope.namespace, parsed)).await {
         Ok((status, value)) => super::reply_with(
             StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
             Ok(value),
