@@ -125,7 +125,8 @@ impl Engine {
                 1,
                 MAX_DURATION_SECONDS,
             )
-            .range("priority", body.priority, 0, 9);
+            .range("priority", body.priority, 0, 9)
+            .inline_payload("input", &body.input);
         let policy = body.duplicate_policy.as_deref().unwrap_or("fail");
         if !matches!(policy, "fail" | "use-existing") {
             checks.problem(
@@ -418,7 +419,9 @@ impl Engine {
         if let Some(id) = &request_id {
             v.request_id(id);
         }
-        v.finish()?;
+        let mut checks = Checks::default();
+        checks.inline_payload("input", &input);
+        finish_with(v, &[], &checks.problems)?;
         let _slot = self.admit_namespace(namespace)?;
         let run = self.target(namespace, workflow_id, run_id)?;
         let request = SignalRequest {

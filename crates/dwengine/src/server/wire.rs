@@ -298,6 +298,25 @@ impl Checks {
         self
     }
 
+    /// `payload` must be carried inline: a runtime external payload
+    /// reference (`{codec, external_payload}`) is refused, since this
+    /// server stores no payloads outside history and advertises
+    /// `runtime_external_payload_transport: false`. (A client-side
+    /// `external_storage` reference is an opaque envelope like any other.)
+    pub fn inline_payload(&mut self, field: &str, payload: &Value) -> &mut Self {
+        if payload.get("external_payload").is_some() {
+            self.problem(
+                &format!("{field}.external_payload"),
+                format!(
+                    "Runtime external payload references are not supported (cluster info \
+                     advertises runtime_external_payload_transport: false); send {field} \
+                     inline as {{codec, blob}}."
+                ),
+            );
+        }
+        self
+    }
+
     /// A problem with `field`.
     pub fn problem(&mut self, field: &str, message: impl Into<String>) -> &mut Self {
         self.problems.push((field.to_owned(), message.into()));

@@ -800,6 +800,7 @@ fn activity_task(
             "The task_id must be a task id this server issued.",
         );
     }
+    checks.inline_payload("result", &body.result);
     finish_with(
         v,
         &[
@@ -876,6 +877,11 @@ fn parse_commands(raw: &[Value]) -> Result<Vec<WorkflowCommand>, ApiError> {
                         max,
                     );
                 }
+            }
+        }
+        for payload in ["arguments", "result"] {
+            if let Some(value) = command.get(payload) {
+                checks.inline_payload(&field(payload), value);
             }
         }
         let before = checks.problems.len();
