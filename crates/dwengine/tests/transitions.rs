@@ -370,6 +370,14 @@ fn history_is_read_a_bounded_page_at_a_time() {
         }
     }
     assert_eq!(seen, (0..10).collect::<Vec<u64>>());
+    // The whole-history read walks the same pages.
+    let whole: Vec<u64> = store
+        .history(run)
+        .unwrap()
+        .iter()
+        .map(|e| e.sequence)
+        .collect();
+    assert_eq!(whole, seen);
     let task = lease(store, TaskKind::Workflow, "p1");
     assert_eq!(
         task.history_length, 10,

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::store::completion::finish_run;
+use crate::store::history::read_event;
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
@@ -204,14 +205,13 @@ impl Store {
     /// The run's start arguments and, once it has one, its terminal event's
     /// payload (both as recorded; payloads stay opaque).
     pub fn run_io(&self, run: RunId) -> Result<(Value, Option<Value>), Error> {
-        let first = crate::store::rows::load_events(&self.conn, run, 0, 1)?;
+        let first = read_event(&self.conn, run, 0)?;
         let input = first
-            .first()
             .and_then(|e| e.payload.get("arguments").cloned())
             .unwrap_or(Value::Null);
         let length = crate::store::rows::load_history_length(&self.conn, run)?;
-        let last = crate::store::rows::load_events(&self.conn, run, length.saturating_sub(1), 1)?;
-        let terminal = last.into_iter().find(|e| {
+        let last = read_event(&self.conn, run, length.saturating_sub(1))?;
+        let terminal = last.filter(|e| {
             matches!(
                 e.event_type,
                 EventType::WorkflowCompleted

@@ -14,10 +14,11 @@ use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::store::history::{read_page, HistoryPage, HistoryPageLimit};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, HistoryEvent, Store};
+use crate::store::{Error, Store};
 
 /// What a worker polls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,34 +86,6 @@ pub struct LeasedActivity {
     pub sequence: Option<i64>,
     /// Retry policy and timeouts as scheduled.
     pub options: Value,
-}
-
-/// The most history one page carries. A page always holds at least one
-/// event, so a single event larger than `max_bytes` still gets through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HistoryPageLimit {
-    /// Events per page at most.
-    pub max_events: usize,
-    /// Canonical bytes (type name plus payload JSON) per page at most.
-    pub max_bytes: usize,
-}
-
-impl Default for HistoryPageLimit {
-    fn default() -> Self {
-        HistoryPageLimit {
-            max_events: 1000,
-            max_bytes: 4 * 1024 * 1024,
-        }
-    }
-}
-
-/// One page of a run's history.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HistoryPage {
-    /// Events in order.
-    pub events: Vec<HistoryEvent>,
-    /// Where the next page starts, when there is one.
-    pub next_sequence: Option<u64>,
 }
 
 /// An activity lease whose attempt timed out by the time the lease ended:
@@ -386,7 +359,7 @@ impl Store {
             .optional()?;
         match run {
             Some((kind, run)) if kind == "workflow" => {
-                history_page(&self.conn, RunId(run), after, self.config.history_page)
+                read_page(&self.conn, RunId(run), after, self.config.history_page)
             }
             _ => Err(Error::ItemNotFound {
                 item: "workflow task",
@@ -405,7 +378,7 @@ impl Store {
         page: HistoryPageLimit,
     ) -> Result<HistoryPage, Error> {
         load_head(&self.conn, run)?;
-        history_page(&self.conn, run, after, page)
+        read_page(&self.conn, run, after, page)
     }
 
     /// The (namespace, task queue) of a dispatch task.
@@ -555,50 +528,6 @@ pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Resul
     )?
     .execute(params![run.0, now])?;
     Ok(true)
-}
-
-fn history_page(
-    conn: &rusqlite::Connection,
-    run: RunId,
-    after: u64,
-    page: HistoryPageLimit,
-) -> Result<HistoryPage, Error> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
-         WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
-    )?;
-    let mut rows = stmt.query(params![run.0, to_i64(after)])?;
-    let mut events = Vec::new();
-    let mut bytes = 0usize;
-    while let Some(row) = rows.next()? {
-        let sequence: i64 = row.get(0)?;
-        let event_type: String = row.get(1)?;
-        let payload: String = row.get(2)?;
-        let recorded_at_ms: Option<i64> = row.get(3)?;
-        let size = event_type.len() + payload.len();
-        if !events.is_empty()
-            && (events.len() >= page.max_events || bytes.saturating_add(size) > page.max_bytes)
-        {
-            return Ok(HistoryPage {
-                events,
-                next_sequence: Some(u64::try_from(sequence).unwrap_or(0)),
-            });
-        }
-        bytes = bytes.saturating_add(size);
-        let Some(kind) = EventType::from_name(&event_type) else {
-            return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
-        };
-        events.push(HistoryEvent {
-            sequence: u64::try_from(sequence).unwrap_or(0),
-            event_type: kind,
-            payload: serde_json::from_str(&payload)?,
-            recorded_at_ms,
-        });
-    }
-    Ok(HistoryPage {
-        events,
-        next_sequence: None,
-    })
 }
 
 fn activity_lease_ms(conn: &rusqlite::Connection, task_id: i64) -> Result<Option<i64>, Error> {

@@ -18,6 +18,7 @@ pub mod control;
 pub mod dispatch;
 mod error;
 pub mod executor;
+pub mod history;
 pub mod import;
 pub mod metrics;
 pub mod model;
@@ -49,9 +50,10 @@ pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
 pub use control::{RunDescription, StopOutcome, WorkflowTaskFailure};
-pub use dispatch::{HistoryPage, HistoryPageLimit, LeasedActivity, LeasedTask, TaskKind};
+pub use dispatch::{LeasedActivity, LeasedTask, TaskKind};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
+pub use history::{HistoryPage, HistoryPageLimit};
 pub use import::{ImportMode, ImportReport, MeasuredImport, V1Projection, V1Row, V1Terminal};
 pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,
@@ -268,22 +270,20 @@ impl Store {
         Ok(rows::load_head(&self.conn, run)?.pending)
     }
 
-    /// The run's whole history in order.
+    /// The run's whole history in order, read page by page (for callers
+    /// that need all of it: tests, the in-process executor's replay).
     pub fn history(&self, run: RunId) -> Result<Vec<HistoryEvent>, Error> {
-        Ok(self.history_slice(run, 0, usize::MAX)?.0)
-    }
-
-    /// At most `limit` events from position `offset` (0-based), and the
-    /// run's total event count.
-    pub fn history_slice(
-        &self,
-        run: RunId,
-        offset: u64,
-        limit: usize,
-    ) -> Result<(Vec<HistoryEvent>, u64), Error> {
-        let total = rows::load_history_length(&self.conn, run)?;
-        let events = rows::load_events(&self.conn, run, offset, limit)?;
-        Ok((events, total))
+        rows::load_history_length(&self.conn, run)?; // a missing run is an error
+        let mut events = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = history::read_page(&self.conn, run, from, self.config.history_page)?;
+            events.extend(page.events);
+            match page.next_sequence {
+                Some(next) => from = next,
+                None => return Ok(events),
+            }
+        }
     }
 
     /// The run's failure rows, oldest first.

@@ -10,7 +10,7 @@ use dwpolicy::LimitKind;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
-use crate::store::model::{HistoryEvent, PendingCounts, Run, RunId, RunOrigin, RunStatus};
+use crate::store::model::{PendingCounts, Run, RunId, RunOrigin, RunStatus};
 use crate::store::{Error, EventType};
 
 /// A count-limited item kind with a counter column on the run row.
@@ -259,40 +259,6 @@ pub(crate) fn load_history_length(conn: &Connection, run: RunId) -> Result<u64, 
         .optional()?
         .map(to_u64)
         .ok_or(Error::RunNotFound(run))
-}
-
-/// At most `limit` events of `run` from position `offset`, in order.
-pub(crate) fn load_events(
-    conn: &Connection,
-    run: RunId,
-    offset: u64,
-    limit: usize,
-) -> Result<Vec<HistoryEvent>, Error> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
-         WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3",
-    )?;
-    let raw = stmt.query_map(params![run.0, to_i64(offset), to_i64(limit)], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, Option<i64>>(3)?,
-        ))
-    })?;
-    let mut events = Vec::new();
-    for item in raw {
-        let (sequence, event_type, payload, recorded_at_ms) = item?;
-        let event_type = EventType::from_name(&event_type)
-            .ok_or_else(|| Error::Corrupt(format!("unknown event type {event_type:?}")))?;
-        events.push(HistoryEvent {
-            sequence: to_u64(sequence),
-            event_type,
-            payload: serde_json::from_str(&payload)?,
-            recorded_at_ms,
-        });
-    }
-    Ok(events)
 }
 
 /// SQLite integers are i64; counts and sizes are never negative (CHECK constraints).
