@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod policy;
 pub mod poll_requests;
 pub mod polling;
+pub mod projections;
 pub mod readiness;
 pub mod registry;
 pub mod retention;

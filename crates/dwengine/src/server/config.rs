@@ -171,6 +171,9 @@ pub struct ServerConfig {
     /// `server.metrics.prometheus_task_queue_series_limit` as configured
     /// (`None`: the default 100); the metric clamps it to 1..=500.
     pub prometheus_task_queue_series_limit: Option<u64>,
+    /// How long the projection drift report is reused (recomputed sooner
+    /// after a prune or a rebuild); tests set zero.
+    pub drift_report_ttl: Duration,
     /// `server.metrics.workflow_task_failure_type_limit` as configured
     /// (`None`: the default 20); the metric clamps it to 1..=100.
     pub workflow_task_failure_type_limit: Option<u64>,
@@ -218,6 +221,7 @@ impl ServerConfig {
             prometheus_activity_series_limit: None,
             prometheus_task_queue_series_limit: None,
             workflow_task_failure_type_limit: None,
+            drift_report_ttl: crate::projections::DriftCache::DEFAULT_TTL,
             auth: None,
             allowed_hosts: Vec::new(),
             query_timeout: Duration::from_secs(10),

@@ -20,6 +20,7 @@ use crate::poll_requests::{
     WorkflowTaskPollRequestStore,
 };
 use crate::polling::LongPollSignalStore;
+use crate::projections::DriftCache;
 use crate::readiness::ReadinessProbe;
 use crate::retention::HistoryRetentionEnforcer;
 use crate::server::{ApiError, ServerConfig};
@@ -46,6 +47,7 @@ pub struct Engine {
     pub(crate) activity_executions: ActivityExecutionMetrics,
     pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
     pub(crate) task_failures: WorkflowTaskFailureMetrics,
+    pub(crate) drift: DriftCache,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
@@ -151,6 +153,7 @@ impl Engine {
             task_failures: WorkflowTaskFailureMetrics::new(configured(
                 config.workflow_task_failure_type_limit,
             )),
+            drift: DriftCache::new(config.drift_report_ttl),
             known_namespaces: RwLock::new(HashSet::new()),
             cache,
             config,

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::metrics::activities::ActivityExecutionMetrics;
 use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::{Rendered, WorkflowRunMetrics};
+use crate::projections::ProjectionDriftMetrics;
 use crate::server::error::finish_validation;
 use crate::server::{ApiError, Engine};
 use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
@@ -119,12 +120,56 @@ impl Engine {
             WorkflowTaskFailureMetrics::METRIC.into(),
             failures.cardinality,
         );
+        let (drift, drift_disclosure) =
+            ProjectionDriftMetrics::render(guard, &self.projection_drift()?)?;
+        disclosures.insert(ProjectionDriftMetrics::METRIC.into(), drift_disclosure);
         Ok(json!({
             "namespace": namespace,
-            "metrics": { (WorkflowTaskFailureMetrics::METRIC): failures.payload },
+            "metrics": {
+                (WorkflowTaskFailureMetrics::METRIC): failures.payload,
+                (ProjectionDriftMetrics::METRIC): drift,
+            },
             "series": series,
             "cardinality": { "series_limits": series_limits, "metrics": disclosures },
         }))
+    }
+}
+
+impl Engine {
+    /// `GET /api/system/operator-metrics`: the server-wide runs, tasks and
+    /// workers, the projection drift block, and the structural limits and
+    /// backend contract in force. Every count comes from an aggregate row
+    /// or the cached drift report, never a scan of runs.
+    pub fn operator_metrics(&self) -> Result<Value, ApiError> {
+        let projections = self.projection_health()?;
+        self.read(|s| {
+            let c = s.operator_counts()?;
+            let running = c.runs_started.saturating_sub(
+                c.runs_completed + c.runs_failed + c.runs_cancelled + c.runs_terminated,
+            );
+            Ok(json!({
+                "generated_at": crate::server::wire::timestamp(crate::unix_ms()),
+                "runs": {
+                    "total": c.runs_started,
+                    "running": running,
+                    "completed": c.runs_completed,
+                    "failed": c.runs_failed,
+                    "cancelled": c.runs_cancelled,
+                    "terminated": c.runs_terminated,
+                },
+                "tasks": {
+                    "workflow_ready": c.workflow_ready,
+                    "workflow_leased": c.workflow_leased,
+                    "activity_ready": c.activity_ready,
+                    "activity_leased": c.activity_leased,
+                },
+                "workers": { "registered": c.workers },
+                "projections": projections,
+                "structural_limits": s.health(),
+                "backend": s.capabilities(),
+            }))
+        })
+        .map_err(ApiError::from)
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! [`config`] reads the node's settings, [`engine`] owns the store and the
 //! cache surfaces, [`control`], [`worker`], [`queries`] and [`namespaces`]
-//! hold the operations, [`timeouts`] the deadline sweep, [`metrics`] the per-namespace metric surfaces,
+//! hold the operations, [`timeouts`] the deadline sweep, [`metrics`] the per-namespace metric surfaces, [`projections`] projection drift and rebuild,
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
 //! [`auth`] the token roles, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
@@ -20,6 +20,7 @@ pub mod imports;
 pub mod manifest;
 pub mod metrics;
 pub mod namespaces;
+pub mod projections;
 pub mod queries;
 pub mod timeouts;
 pub mod wire;

@@ -198,14 +198,19 @@ impl Engine {
     /// The namespace's elected heartbeat prunes at most one expired run.
     fn prune_on_heartbeat(&self, namespace: &str) -> Result<Option<RunId>, ApiError> {
         let ns = namespace.to_owned();
-        self.retention
+        let pruned = self
+            .retention
             .on_heartbeat(namespace, |cutoff| {
                 self.write(move |store| store.prune_one_expired_run(&ns, cutoff))
             })
             .map_err(|e| match e {
                 crate::retention::RetentionError::Cache(e) => ApiError::Cache(e),
                 crate::retention::RetentionError::Store(e) => ApiError::Store(e),
-            })
+            })?;
+        if pruned.is_some() {
+            self.drift.invalidate();
+        }
+        Ok(pruned)
     }
 
     /// `DELETE /api/worker/registrations/{id}`.

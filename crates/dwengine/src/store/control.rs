@@ -228,7 +228,7 @@ impl Store {
     pub fn describe(&self, run: RunId) -> Result<RunDescription, Error> {
         let stored = self.run(run)?;
         let (cancel, closed, pruned) = self.conn.query_row(
-            "SELECT cancel_requested_at_ms, closed_at_ms, details_pruned_at_ms FROM runs WHERE id = ?1",
+            "SELECT cancel_requested_at_ms, closed_at_ms, details_pruned_at FROM runs WHERE id = ?1",
             [run.0],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
@@ -262,36 +262,6 @@ impl Store {
             attempt: to_u64(attempt),
             next_attempt_at_ms: due,
         }))
-    }
-
-    /// Prunes the history of at most one run of `namespace` that closed
-    /// before `closed_before_ms`: marks it, then deletes its history and
-    /// dispatch rows. The root row stays.
-    pub fn prune_one_expired_run(
-        &self,
-        namespace: &str,
-        closed_before_ms: i64,
-    ) -> Result<Option<RunId>, Error> {
-        let tx = WriteTx::begin(&self.conn)?;
-        let run: Option<i64> = tx
-            .prepare_cached(
-                "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
-                 AND closed_at_ms < ?2 AND details_pruned_at_ms IS NULL \
-                 ORDER BY closed_at_ms LIMIT 1",
-            )?
-            .query_row(params![namespace, closed_before_ms], |r| r.get(0))
-            .optional()?;
-        let Some(run) = run else {
-            return Ok(None);
-        };
-        tx.prepare_cached("UPDATE runs SET details_pruned_at_ms = ?2 WHERE id = ?1")?
-            .execute(params![run, now_ms()])?;
-        tx.prepare_cached("DELETE FROM history_events WHERE run_id = ?1")?
-            .execute([run])?;
-        tx.prepare_cached("DELETE FROM dispatch_tasks WHERE run_id = ?1")?
-            .execute([run])?;
-        tx.commit()?;
-        Ok(Some(RunId(run)))
     }
 
     /// Registers a worker or refreshes its heartbeat.

@@ -161,6 +161,68 @@ impl Store {
     }
 }
 
+/// Server-wide counts for `/api/system/operator-metrics`, summed from the
+/// per-series aggregates (one row per series or queue, never per run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OperatorCounts {
+    /// Runs started.
+    pub runs_started: u64,
+    /// Runs closed as completed.
+    pub runs_completed: u64,
+    /// Runs closed as failed.
+    pub runs_failed: u64,
+    /// Runs closed as cancelled.
+    pub runs_cancelled: u64,
+    /// Runs closed as terminated.
+    pub runs_terminated: u64,
+    /// Workflow tasks waiting for a worker.
+    pub workflow_ready: u64,
+    /// Workflow tasks a worker holds.
+    pub workflow_leased: u64,
+    /// Activity tasks waiting for a worker.
+    pub activity_ready: u64,
+    /// Activity tasks a worker holds.
+    pub activity_leased: u64,
+    /// Registered workers.
+    pub workers: u64,
+}
+
+impl Store {
+    /// The server-wide counts of the operator metrics.
+    pub fn operator_counts(&self) -> Result<OperatorCounts, Error> {
+        let mut counts = OperatorCounts::default();
+        self.conn.query_row(
+            "SELECT COALESCE(SUM(started), 0), COALESCE(SUM(completed), 0), \
+             COALESCE(SUM(failed), 0), COALESCE(SUM(cancelled), 0), \
+             COALESCE(SUM(terminated), 0) FROM workflow_run_series",
+            [],
+            |r| {
+                counts.runs_started = to_u64(r.get(0)?);
+                counts.runs_completed = to_u64(r.get(1)?);
+                counts.runs_failed = to_u64(r.get(2)?);
+                counts.runs_cancelled = to_u64(r.get(3)?);
+                counts.runs_terminated = to_u64(r.get(4)?);
+                Ok(())
+            },
+        )?;
+        self.conn.query_row(
+            "SELECT COALESCE(SUM(workflow_ready), 0), COALESCE(SUM(workflow_leased), 0), \
+             COALESCE(SUM(activity_ready), 0), COALESCE(SUM(activity_leased), 0) \
+             FROM task_queue_state",
+            [],
+            |r| {
+                counts.workflow_ready = to_u64(r.get(0)?);
+                counts.workflow_leased = to_u64(r.get(1)?);
+                counts.activity_ready = to_u64(r.get(2)?);
+                counts.activity_leased = to_u64(r.get(3)?);
+                Ok(())
+            },
+        )?;
+        counts.workers = self.worker_count()?;
+        Ok(counts)
+    }
+}
+
 fn probe(limit: SeriesLimit) -> i64 {
     i64::try_from(limit.probe_size()).unwrap_or(i64::MAX)
 }

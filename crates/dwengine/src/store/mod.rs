@@ -23,6 +23,7 @@ pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod namespaces;
+pub mod projections;
 pub mod query_tasks;
 pub mod readers;
 mod rows;

@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_protocol.sql"),
     include_str!("migrations/0007_timeouts.sql"),
     include_str!("migrations/0008_metric_series.sql"),
+    include_str!("migrations/0009_projections.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::header;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, refuse, run_blocking, Shared};
+use super::{blocking, refuse, run_blocking, with_body, Shared};
 use crate::server::metrics::{MetricsQuery, PROMETHEUS_CONTENT_TYPE};
 use crate::server::{ApiError, Engine};
 
@@ -21,17 +23,28 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/system/cache-keys", get(cache_keys))
         .route("/api/system/metrics", get(system_metrics))
         .route("/api/system/prometheus-metrics", get(prometheus_metrics))
+        .route("/api/system/operator-metrics", get(operator_metrics))
         .route("/api/system/poll-diagnostic", get(poll_diagnostic))
+        .route("/api/system/projections/rebuild", post(rebuild_projections))
 }
 
 async fn health(State(engine): Shared) -> Response {
     blocking(engine, |e| {
+        let projections = e.projection_health()?;
         Ok(e.read(|store| {
             Ok(json!({
                 "health": store.health(),
                 "capabilities": { "structural_limits": store.capabilities() },
+                "projections": projections,
             }))
         })?)
+    })
+    .await
+}
+
+async fn rebuild_projections(State(engine): Shared, headers: HeaderMap, body: Body) -> Response {
+    with_body(engine, headers, body, |e, request| {
+        e.rebuild_projections(request)
     })
     .await
 }
@@ -41,6 +54,10 @@ async fn cache_keys(State(engine): Shared) -> Response {
         Ok(json!({ "backend": e.cache.backend(), "keys_by_policy": e.cache_keys_by_policy()? }))
     })
     .await
+}
+
+async fn operator_metrics(State(engine): Shared) -> Response {
+    blocking(engine, |e| e.operator_metrics()).await
 }
 
 /// The namespace of a metrics query; a query axum cannot parse answers
