@@ -19,8 +19,8 @@ use crate::server::wire::{
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
-    Admission, Error as StoreError, QueryAnswer, RunId, RunStatus, SignalRequest, StartRun,
-    TaskKind,
+    Admission, ArchivedFilter, Error as StoreError, QueryAnswer, RunId, RunStatus, SignalRequest,
+    StartRun, TaskKind,
 };
 
 /// The channel query pollers wait on.
@@ -68,7 +68,7 @@ impl Engine {
 
     /// The run an operation targets: `run_id` when given (it must belong to
     /// the workflow), else the workflow's newest run.
-    fn target(
+    pub(crate) fn target(
         &self,
         namespace: &str,
         workflow_id: &str,
@@ -127,6 +127,11 @@ impl Engine {
             )
             .range("priority", body.priority, 0, 9)
             .inline_payload("input", &body.input);
+        // Runs carry only registered attributes of the right type, so the
+        // registration cap bounds the names a namespace's runs can hold.
+        checks
+            .problems
+            .extend(self.unregistered_search_attributes(namespace, &search)?);
         let policy = body.duplicate_policy.as_deref().unwrap_or("fail");
         if !matches!(policy, "fail" | "use-existing") {
             checks.problem(
@@ -225,10 +230,10 @@ impl Engine {
     }
 
     fn describe_run(&self, run: RunId, detailed: bool) -> Result<Value, ApiError> {
-        let (described, io) = self.read(|s| {
+        let (described, io, archive) = self.read(|s| {
             let described = s.describe(run)?;
             let io = if detailed { Some(s.run_io(run)?) } else { None };
-            Ok((described, io))
+            Ok((described, io, s.archive_mark(run)?))
         })?;
         let stored = &described.run;
         let mut out = json!({
@@ -247,6 +252,9 @@ impl Engine {
             "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
             "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
             "origin": stored.origin,
+            "archived": archive.is_some(),
+            "archived_at": archive.as_ref().map(|a| wire::timestamp(a.archived_at_ms)),
+            "archive_reason": archive.and_then(|a| a.reason),
         });
         if let Some(failed) = &described.workflow_task_failure {
             out["workflow_task_failure"] = json!({
@@ -320,6 +328,16 @@ impl Engine {
                 }
             },
         };
+        let archived = match query.archived.as_deref() {
+            None => ArchivedFilter::Exclude,
+            Some(text) => ArchivedFilter::parse(text).unwrap_or_else(|| {
+                checks.problem(
+                    "archived",
+                    "The archived field must be exclude (the default), only or include.",
+                );
+                ArchivedFilter::Exclude
+            }),
+        };
         let before = page_position(query.next_page_token.as_deref())?
             .map(|n| RunId(i64::try_from(n).unwrap_or(i64::MAX)));
         finish_with(
@@ -329,8 +347,16 @@ impl Engine {
         )?;
         let _slot = self.admit_namespace(namespace)?;
         let workflow_type = query.workflow_type.as_deref();
-        let mut runs =
-            self.read(|s| s.list_runs(namespace, workflow_type, status, before, limit + 1))?;
+        let mut runs = self.read(|s| {
+            s.list_runs(
+                namespace,
+                workflow_type,
+                status,
+                archived,
+                before,
+                limit + 1,
+            )
+        })?;
         let more = runs.len() > limit;
         runs.truncate(limit);
         let next = if more {

@@ -85,6 +85,19 @@ pub enum ApiError {
     /// The policy refused a metric's label-set disclosure (fail closed).
     #[error(transparent)]
     Disclosure(#[from] DisclosureError),
+    /// A search-attribute registration or removal that conflicts (409).
+    #[error("{message}")]
+    SearchAttributeConflict {
+        /// `name_reserved`, `attribute_already_exists` or `system_attribute`.
+        reason: &'static str,
+        /// A sentence.
+        message: String,
+        /// The registered type, for `attribute_already_exists`.
+        existing_type: Option<String>,
+    },
+    /// No such custom search attribute in the namespace.
+    #[error("custom search attribute {0:?} is not registered in this namespace")]
+    SearchAttributeNotFound(String),
     /// A worker thread failed.
     #[error("internal: {0}")]
     Internal(String),
@@ -100,7 +113,9 @@ impl ApiError {
             ApiError::NamespaceLimited(_) | ApiError::WaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
-            | ApiError::WorkerNotFound(_) => 404,
+            | ApiError::WorkerNotFound(_)
+            | ApiError::SearchAttributeNotFound(_) => 404,
+            ApiError::SearchAttributeConflict { .. } => 409,
             ApiError::AlreadyStarted { .. }
             | ApiError::RunClosed { .. }
             | ApiError::QueryRejected(..) => 409,
@@ -114,6 +129,7 @@ impl ApiError {
                 | StoreError::StaleTask { .. }
                 | StoreError::ReadOnlyProjection(_)
                 | StoreError::ProjectionTooLarge(_)
+                | StoreError::RunNotClosed(_)
                 | StoreError::AlreadyImported { .. } => 409,
                 StoreError::UnknownUpdate(_) => 422,
                 StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
@@ -229,6 +245,24 @@ impl ApiError {
             ApiError::Store(StoreError::ReadOnlyProjection(run)) => json!({
                 "reason": "v1_projection_read_only", "run_id": run.to_string(),
                 "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::RunNotClosed(run)) => json!({
+                "reason": "run_not_closed", "control_plane_operation": "archive",
+                "run_id": run.to_string(), "status": "running", "message": self.to_string(),
+            }),
+            ApiError::SearchAttributeConflict {
+                reason,
+                message,
+                existing_type,
+            } => {
+                let mut body = json!({ "reason": reason, "message": message });
+                if let Some(kind) = existing_type {
+                    body["type"] = kind.clone().into();
+                }
+                body
+            }
+            ApiError::SearchAttributeNotFound(name) => json!({
+                "reason": "search_attribute_not_found", "name": name, "message": self.to_string(),
             }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),

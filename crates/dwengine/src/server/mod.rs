@@ -4,10 +4,14 @@
 //! cache surfaces, [`control`], [`worker`], [`queries`] and [`namespaces`]
 //! hold the operations, [`timeouts`] the deadline sweep, [`metrics`] the per-namespace metric surfaces, [`projections`] projection drift and rebuild,
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
-//! [`auth`] the token roles, and [`http`] adapts them to axum. [`Running`]
+//! [`auth`] the token roles, [`imports`], [`archive`] and
+//! [`search_attributes`] the v1 import, archive and search-attribute
+//! registration, [`contract`] and [`config_file`] the configuration
+//! contract, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
 //! the integration tests start it.
 
+pub mod archive;
 pub mod auth;
 pub mod config;
 pub mod config_file;
@@ -22,6 +26,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod projections;
 pub mod queries;
+pub mod search_attributes;
 pub mod timeouts;
 pub mod wire;
 pub mod worker;

@@ -141,6 +141,8 @@ pub struct ListQuery {
     pub page_size: Option<String>,
     /// The previous page's token.
     pub next_page_token: Option<String>,
+    /// `exclude` archived runs (default), list `only` them, or `include` them.
+    pub archived: Option<String>,
 }
 
 /// `GET …/history` query string.

@@ -10,6 +10,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::store::archive::ArchivedFilter;
 use crate::store::completion::finish_run;
 use crate::store::history::read_event;
 use crate::store::model::{RunId, RunStatus};
@@ -171,13 +172,14 @@ impl Store {
     }
 
     /// One page of `namespace`'s runs, newest first: runs with an id below
-    /// `before` (all when `None`), matching the optional type and status, at
-    /// most `limit`.
+    /// `before` (all when `None`), matching the optional type and status and
+    /// the archive filter, at most `limit`.
     pub fn list_runs(
         &self,
         namespace: &str,
         workflow_type: Option<&str>,
         status: Option<RunStatus>,
+        archived: ArchivedFilter,
         before: Option<RunId>,
         limit: usize,
     ) -> Result<Vec<RunId>, Error> {
@@ -186,6 +188,7 @@ impl Store {
             .prepare_cached(
                 "SELECT id FROM runs WHERE namespace = ?1 AND id < ?2 \
                  AND (?3 IS NULL OR workflow_type = ?3) AND (?4 IS NULL OR status = ?4) \
+                 AND (?6 = 'include' OR (?6 = 'only') = (archived_at_ms IS NOT NULL)) \
                  ORDER BY id DESC LIMIT ?5",
             )?
             .query_map(
@@ -194,7 +197,8 @@ impl Store {
                     before.map_or(i64::MAX, |r| r.0),
                     workflow_type,
                     status.map(RunStatus::as_str),
-                    to_i64(limit)
+                    to_i64(limit),
+                    archived.as_sql()
                 ],
                 |r| r.get(0).map(RunId),
             )?

@@ -38,6 +38,9 @@ pub enum Error {
         /// Its terminal status.
         status: RunStatus,
     },
+    /// The run is still open (archive takes closed runs only).
+    #[error("run {0} is still running; only a closed run can be archived")]
+    RunNotClosed(RunId),
     /// The run is an imported v1 projection, which never takes appends.
     #[error("run {0} is an imported v1 projection and is read-only")]
     ReadOnlyProjection(RunId),

@@ -12,6 +12,7 @@
 
 pub mod activity_attempts;
 pub mod admission;
+pub mod archive;
 pub mod command;
 pub mod completion;
 pub mod control;
@@ -28,6 +29,7 @@ pub mod query_tasks;
 pub mod readers;
 mod rows;
 pub mod schema;
+pub mod search_attributes;
 pub mod shared;
 pub mod task;
 pub mod timeouts;
@@ -48,6 +50,7 @@ use serde_json::{Map, Value};
 
 pub use activity_attempts::{attempt_id, ActivityFence, AttemptFailure, AttemptOutcome};
 pub use admission::{Admission, Rejection, SignalRequest, UpdateRequest};
+pub use archive::{ArchiveMark, ArchiveOutcome, ArchivedFilter};
 pub use command::{ChildWorkflow, Command, CommandOutput};
 pub use completion::UpdateResolution;
 pub use control::{RunDescription, StopOutcome, WorkflowTaskFailure};
@@ -62,6 +65,7 @@ pub use model::{
 };
 pub use namespaces::Namespace;
 pub use query_tasks::{LeasedQuery, QueryAnswer};
+pub use search_attributes::Registration;
 pub use shared::SharedStore;
 pub use task::Task;
 pub use timeouts::{ActivityTimeout, RunTimeouts, TIMEOUT_CATEGORY};

@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_timeouts.sql"),
     include_str!("migrations/0008_metric_series.sql"),
     include_str!("migrations/0009_projections.sql"),
+    include_str!("migrations/0010_archive_search_attributes.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -101,6 +101,16 @@ impl TestServer {
         )
     }
 
+    /// `DELETE path` in namespace `ns`.
+    pub fn delete_ns(&self, ns: &str, path: &str) -> (u16, Value) {
+        answer(
+            self.agent
+                .delete(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
+                .call(),
+        )
+    }
+
     /// `GET path` read as text: (status, content type, body).
     pub fn get_text(&self, path: &str) -> (u16, String, String) {
         let response = match self.agent.get(&format!("{}{path}", self.base)).call() {

@@ -9,6 +9,7 @@
 //! decisions live in the engine modules. One module per resource.
 
 mod discovery;
+mod search_attributes;
 mod system;
 mod worker_tasks;
 mod workflows;
@@ -46,6 +47,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(discovery::routes())
         .merge(system::routes())
         .merge(workflows::routes())
+        .merge(search_attributes::routes())
         .merge(worker_tasks::routes())
         .fallback(|| async {
             refuse_with(
@@ -105,7 +107,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         Ok(echo) => echo,
         Err(refusal) => return *refusal,
     };
-    if path.starts_with("/api/workflows") || path.starts_with("/api/worker/") {
+    if is_control_plane(&path) || path.starts_with("/api/worker/") {
         let namespace = headers
             .get(NAMESPACE_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -209,7 +211,7 @@ fn version_of(
             }
             Ok(Some((PROTOCOL_HEADER, version)))
         }
-        Plane::Control if path.starts_with("/api/workflows") => {
+        Plane::Control if is_control_plane(path) => {
             let version =
                 sent(CONTROL_PLANE_HEADER).unwrap_or_else(|| CONTROL_PLANE_VERSION.into());
             if version != CONTROL_PLANE_VERSION {
@@ -224,6 +226,11 @@ fn version_of(
         }
         _ => Ok(None),
     }
+}
+
+/// Control-plane routes: versioned and namespace-scoped (`X-Namespace`).
+fn is_control_plane(path: &str) -> bool {
+    path.starts_with("/api/workflows") || path.starts_with("/api/search-attributes")
 }
 
 fn with_echo(mut response: Response, echo: Option<(&'static str, String)>) -> Response {

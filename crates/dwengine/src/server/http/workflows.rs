@@ -35,6 +35,9 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     let terminate = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
         e.stop(ns, &t.workflow_id, t.run_id.as_deref(), true, b)
     });
+    let archive = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
+        e.archive(ns, &t.workflow_id, t.run_id.as_deref(), b)
+    });
     Router::new()
         .route("/api/workflows", post(start).get(list))
         .route("/api/workflows/import", post(import))
@@ -52,6 +55,8 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/workflows/{wf}/runs/{run}/cancel", cancel)
         .route("/api/workflows/{wf}/terminate", terminate.clone())
         .route("/api/workflows/{wf}/runs/{run}/terminate", terminate)
+        .route("/api/workflows/{wf}/archive", archive.clone())
+        .route("/api/workflows/{wf}/runs/{run}/archive", archive)
 }
 
 /// Which workflow (and optionally which run) a route names, with the
@@ -118,8 +123,8 @@ async fn import(
 type StatusOp<T> = fn(&Engine, &str, T) -> Result<(u16, Value), ApiError>;
 
 /// A namespace-scoped POST whose operation picks its success status
-/// (201 created, 200 for a retried start or a dry run).
-async fn chosen_status<T: DeserializeOwned + Send + 'static>(
+/// (201 created, 200 for a retried start, a dry run or an existing run).
+pub(super) async fn chosen_status<T: DeserializeOwned + Send + 'static>(
     engine: Arc<Engine>,
     scope: Scope,
     headers: HeaderMap,

@@ -1,0 +1,109 @@
+//! Archiving closed runs.
+//!
+//! Archive moves a closed run out of the default listing without deleting
+//! it: the run keeps its history and stays readable by id, and the mark
+//! (when and why) lives on its row, so an archived run costs no extra rows.
+//! Only closed v2 runs are archived; an open run has to close first and an
+//! imported v1 projection stays read-only. Archiving twice keeps the first
+//! mark, so a retried request converges.
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use crate::store::model::{RunId, RunOrigin, RunStatus};
+use crate::store::rows::{load_head, now_ms};
+use crate::store::tx::WriteTx;
+use crate::store::{Error, Store};
+
+/// A run's archive mark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArchiveMark {
+    /// When it was archived (Unix ms).
+    pub archived_at_ms: i64,
+    /// Why, as given.
+    pub reason: Option<String>,
+}
+
+/// What an archive request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveOutcome {
+    /// The run is archived now.
+    Archived(ArchiveMark),
+    /// It already was (the earlier mark is kept).
+    AlreadyArchived(ArchiveMark),
+}
+
+/// Which runs a listing includes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArchivedFilter {
+    /// Runs that are not archived (the default).
+    #[default]
+    Exclude,
+    /// Archived runs only.
+    Only,
+    /// Both.
+    Include,
+}
+
+impl ArchivedFilter {
+    /// `exclude`, `only` or `include`.
+    pub fn parse(text: &str) -> Option<ArchivedFilter> {
+        match text {
+            "exclude" | "false" => Some(ArchivedFilter::Exclude),
+            "only" | "true" => Some(ArchivedFilter::Only),
+            "include" | "all" => Some(ArchivedFilter::Include),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_sql(self) -> &'static str {
+        match self {
+            ArchivedFilter::Exclude => "exclude",
+            ArchivedFilter::Only => "only",
+            ArchivedFilter::Include => "include",
+        }
+    }
+}
+
+impl Store {
+    /// Archives the closed run `run` with `reason`.
+    pub fn archive_run(&self, run: RunId, reason: Option<&str>) -> Result<ArchiveOutcome, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let head = load_head(&tx, run)?;
+        if head.origin == RunOrigin::V1Projection {
+            return Err(Error::ReadOnlyProjection(run));
+        }
+        if head.status == RunStatus::Running {
+            return Err(Error::RunNotClosed(run));
+        }
+        if let Some(mark) = self.archive_mark(run)? {
+            return Ok(ArchiveOutcome::AlreadyArchived(mark));
+        }
+        let mark = ArchiveMark {
+            archived_at_ms: now_ms(),
+            reason: reason.map(str::to_owned),
+        };
+        tx.prepare_cached(
+            "UPDATE runs SET archived_at_ms = ?2, archive_reason = ?3 WHERE id = ?1",
+        )?
+        .execute(params![run.0, mark.archived_at_ms, mark.reason])?;
+        tx.commit()?;
+        Ok(ArchiveOutcome::Archived(mark))
+    }
+
+    /// The run's archive mark, if it is archived.
+    pub fn archive_mark(&self, run: RunId) -> Result<Option<ArchiveMark>, Error> {
+        let row: Option<(Option<i64>, Option<String>)> = self
+            .conn
+            .prepare_cached("SELECT archived_at_ms, archive_reason FROM runs WHERE id = ?1")?
+            .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match row {
+            None => Err(Error::RunNotFound(run)),
+            Some((at, reason)) => Ok(at.map(|archived_at_ms| ArchiveMark {
+                archived_at_ms,
+                reason,
+            })),
+        }
+    }
+}
