@@ -180,6 +180,20 @@ class Suite:
         assert described["closed_reason"] == "timed_out", described
         return "status failed, closed_reason timed_out; get_result raised WorkflowTimedOut"
 
+    async def workflow_task_failure_then_retry(self) -> str:
+        wid = new_id("shaky")
+        handle = await self.client.start_workflow(
+            workflow_type="shaky", task_queue=QUEUE, workflow_id=wid, input=[wid]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result == f"hello, {wid}", result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        failed = [e for e in history["events"] if e["event_type"] == "WorkflowTaskFailed"]
+        assert len(failed) == 1, [e["event_type"] for e in history["events"]]
+        failure_type = failed[0]["payload"]["failure_type"]
+        assert failure_type == "RuntimeCapabilityUnsupported", failed[0]
+        return f"first task failed ({failure_type}), recorded once; the retry replayed over it and completed"
+
     async def fan_out_past_pending_activity_count(self) -> str:
         width = PENDING_ACTIVITIES + 5
         wid = new_id("fanout")
@@ -236,6 +250,7 @@ class Suite:
         "activity_retry",
         "activity_start_to_close_timeout",
         "run_timeout",
+        "workflow_task_failure_then_retry",
         "fan_out_past_pending_activity_count",
         "signal_past_pending_signal_count",
     ]

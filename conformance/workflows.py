@@ -137,6 +137,24 @@ class Impatient:
         return "the activity was not timed out"
 
 
+_shaky_attempts: dict[str, int] = {}
+
+
+@workflow.defn(name="shaky")
+class Shaky:
+    """Its first workflow task asks for a memo upsert, which dwserver does
+    not advertise, so the worker fails that task; the retry takes the
+    supported path and replays over the recorded task failure."""
+
+    def run(self, ctx, key):
+        with _flaky_lock:
+            _shaky_attempts[key] = _shaky_attempts.get(key, 0) + 1
+            attempt = _shaky_attempts[key]
+        if attempt == 1:
+            yield ctx.upsert_memo({"attempt": attempt})
+        return (yield ctx.schedule_activity("greet", [key]))
+
+
 @workflow.defn(name="fan_out")
 class FanOut:
     """Schedules `width` activities at once."""
@@ -154,5 +172,5 @@ class Quick:
         return (yield ctx.schedule_activity("greet", [name]))
 
 
-WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, FanOut, Quick]
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick]
 ACTIVITIES = [greet, flaky, noop, slow]
