@@ -132,17 +132,7 @@ pub(crate) fn rearm_activity(conn: &Connection, task_id: i64) -> Result<(), Erro
              d.last_heartbeat_at_ms, d.timeout_at_ms, a.options FROM dispatch_tasks d \
              JOIN activities a ON a.id = d.item_id WHERE d.id = ?1 AND d.kind = 'activity'",
         )?
-        .query_row([task_id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
+        .query_row([task_id], |r| Raw::try_from(r))
         .optional()?;
     let Some((status, scheduled, due, started, beat, current, options)) = row else {
         return Ok(());
@@ -386,19 +376,7 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
              timeout_kind, namespace, task_queue FROM dispatch_tasks \
              WHERE id = ?1 AND kind = 'activity'",
         )?
-        .query_row([task_id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-            ))
-        })
+        .query_row([task_id], |r| Raw::try_from(r))
         .optional()?;
     let Some((status, run, Some(activity), attempt, scheduled, Some(due), kind, ns, queue)) = row
     else {
