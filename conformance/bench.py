@@ -7,7 +7,8 @@ serves the queue; this process's Client keeps CONCURRENCY workflows in
 flight: each loop starts a `quick` workflow (one activity), waits for its
 result, and starts the next. It prints workflows completed per second and
 the p50/p99 latency of `start_workflow` (the HTTP round trip of the start),
-and `--json` the same as one JSON line.
+the CPU seconds the SDK's two processes (client and worker) used, and the
+same as one JSON line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -112,11 +114,15 @@ def main() -> int:
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+    cpu = lambda who: resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+    result["sdk_client_cpu_seconds"] = round(cpu(resource.RUSAGE_SELF), 2)
+    result["sdk_worker_cpu_seconds"] = round(cpu(resource.RUSAGE_CHILDREN), 2)
     print(
         f"{result['concurrency']} concurrent workflows for {result['seconds']} s: "
         f"{result['completed']} completed ({result['failed']} failed), "
         f"{result['workflows_completed_per_second']} workflows/s; start latency "
-        f"p50 {result['start_latency_ms_p50']} ms, p99 {result['start_latency_ms_p99']} ms"
+        f"p50 {result['start_latency_ms_p50']} ms, p99 {result['start_latency_ms_p99']} ms; "
+        f"SDK CPU: client {result['sdk_client_cpu_seconds']} s, worker {result['sdk_worker_cpu_seconds']} s"
     )
     print(json.dumps(result))
     return 1 if result["failed"] else 0
