@@ -159,15 +159,40 @@ pub enum NamespaceRejection {
     RateLimited,
     /// Every concurrency slot is held.
     ConcurrencyLimited,
+    /// The cache that holds the budgets could not be reached, so a capped
+    /// namespace's request cannot be admitted safely (503, retryable).
+    Unavailable,
 }
 
 impl NamespaceRejection {
-    fn as_str(self) -> &'static str {
+    /// The fixed three-reason inventory of
+    /// `dw_namespace_request_admission_rejections`, in report order (the
+    /// reference server's names).
+    pub const REASONS: [NamespaceRejection; 3] = [
+        NamespaceRejection::RateLimited,
+        NamespaceRejection::ConcurrencyLimited,
+        NamespaceRejection::Unavailable,
+    ];
+
+    /// The reason as the metric and the refusal body name it.
+    pub fn metric_reason(self) -> &'static str {
         match self {
-            NamespaceRejection::RateLimited => "rate_limited",
-            NamespaceRejection::ConcurrencyLimited => "concurrency_limited",
+            NamespaceRejection::RateLimited => "namespace_request_rate_exhausted",
+            NamespaceRejection::ConcurrencyLimited => "namespace_request_concurrency_exhausted",
+            NamespaceRejection::Unavailable => "namespace_request_admission_unavailable",
         }
     }
+}
+
+/// One namespace's admission counters for the current minute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceAdmissionCounts {
+    /// The configured cap, if the namespace has one.
+    pub limit: Option<NamespaceLimit>,
+    /// Requests counted against the rate budget this minute.
+    pub requests_this_minute: u64,
+    /// Rejections this minute, per reason of [`NamespaceRejection::REASONS`].
+    pub rejections: [(NamespaceRejection, u64); 3],
 }
 
 /// The outcome of a namespace admission.
@@ -222,17 +247,36 @@ impl NamespaceRequestAdmission {
         }
     }
 
-    /// Admits one request of `namespace`.
+    /// Admits one request of `namespace`. A capped namespace whose budget
+    /// keys cannot be read or written is refused as
+    /// [`NamespaceRejection::Unavailable`] rather than let through uncounted.
     pub fn admit(&self, namespace: &str) -> Result<NamespaceAdmit, CacheError> {
         let Some(limit) = self.limits.get(namespace).copied() else {
             return Ok(NamespaceAdmit::Admitted(None));
         };
         let ns = hash_dimensions(&[namespace]);
         let minute = minute_bucket(SystemTime::now());
+        match self.admit_capped(namespace, &ns, minute, limit) {
+            Ok(admit) => Ok(admit),
+            Err(e) => {
+                tracing::warn!(namespace, reason = NamespaceRejection::Unavailable.metric_reason(), error = %e,
+                    "Namespace request admission is unavailable.");
+                self.reject(namespace, &ns, minute, NamespaceRejection::Unavailable)
+            }
+        }
+    }
+
+    fn admit_capped(
+        &self,
+        namespace: &str,
+        ns: &str,
+        minute: u64,
+        limit: NamespaceLimit,
+    ) -> Result<NamespaceAdmit, CacheError> {
         if limit.per_minute > 0 {
             let key = format!("{}rate:{ns}:{minute}", Self::PREFIX);
             if self.cache.increment(&key, Self::BUCKET_TTL)? > limit.per_minute {
-                return self.reject(&ns, minute, NamespaceRejection::RateLimited);
+                return self.reject(namespace, ns, minute, NamespaceRejection::RateLimited);
             }
         }
         for slot in 0..limit.max_concurrent {
@@ -247,18 +291,79 @@ impl NamespaceRequestAdmission {
         if limit.max_concurrent == 0 {
             return Ok(NamespaceAdmit::Admitted(None));
         }
-        self.reject(&ns, minute, NamespaceRejection::ConcurrencyLimited)
+        self.reject(
+            namespace,
+            ns,
+            minute,
+            NamespaceRejection::ConcurrencyLimited,
+        )
     }
 
+    fn rejection_key(ns: &str, reason: NamespaceRejection, minute: u64) -> String {
+        format!(
+            "{}rejected:{ns}:{}:{minute}",
+            Self::PREFIX,
+            reason.metric_reason()
+        )
+    }
+
+    /// Counts the rejection in this minute's bucket and logs it once per
+    /// (namespace, reason, minute): a log-suppression key in the same family
+    /// elects the one warning. Neither write can fail the refusal itself.
     fn reject(
         &self,
+        namespace: &str,
         ns: &str,
         minute: u64,
         reason: NamespaceRejection,
     ) -> Result<NamespaceAdmit, CacheError> {
-        let key = format!("{}rejected:{ns}:{}:{minute}", Self::PREFIX, reason.as_str());
-        self.cache.increment(&key, Self::BUCKET_TTL)?;
+        let counted = self
+            .cache
+            .increment(&Self::rejection_key(ns, reason, minute), Self::BUCKET_TTL);
+        let log_key = format!(
+            "{}rejection-log:{ns}:{}:{minute}",
+            Self::PREFIX,
+            reason.metric_reason()
+        );
+        match (counted, self.cache.add(&log_key, b"1", Self::BUCKET_TTL)) {
+            (Ok(_), Ok(false)) => {}
+            (Ok(_), Ok(true)) => tracing::warn!(
+                namespace,
+                reason = reason.metric_reason(),
+                "Namespace request admission rejected a request."
+            ),
+            _ => tracing::warn!(
+                namespace,
+                reason = reason.metric_reason(),
+                "Namespace request admission rejected a request while metrics storage was unavailable."
+            ),
+        }
         Ok(NamespaceAdmit::Rejected(reason))
+    }
+
+    /// `namespace`'s counters for the current minute (zeros for a namespace
+    /// without a cap, which writes no keys).
+    pub fn counts(&self, namespace: &str) -> Result<NamespaceAdmissionCounts, CacheError> {
+        let limit = self.limits.get(namespace).copied();
+        let ns = hash_dimensions(&[namespace]);
+        let minute = minute_bucket(SystemTime::now());
+        let mut rejections = NamespaceRejection::REASONS.map(|r| (r, 0));
+        let mut requests_this_minute = 0;
+        if limit.is_some() {
+            let rate = format!("{}rate:{ns}:{minute}", Self::PREFIX);
+            requests_this_minute = read_counter(self.cache.as_ref(), &rate)?;
+            for (reason, n) in &mut rejections {
+                *n = read_counter(
+                    self.cache.as_ref(),
+                    &Self::rejection_key(&ns, *reason, minute),
+                )?;
+            }
+        }
+        Ok(NamespaceAdmissionCounts {
+            limit,
+            requests_this_minute,
+            rejections,
+        })
     }
 }
 
@@ -338,5 +443,101 @@ mod tests {
         assert_eq!(cache.count_prefix(slot_prefix).unwrap(), 3);
         held.clear();
         assert_eq!(cache.count_prefix(slot_prefix).unwrap(), 0);
+    }
+}
+
+#[cfg(test)]
+mod rejection_tests {
+    use super::*;
+    use crate::cache::MemoryCache;
+
+    /// A cache whose every call fails, as an unreachable Redis does.
+    struct DownCache;
+
+    impl Cache for DownCache {
+        fn put(&self, _: &str, _: &[u8], _: Duration) -> Result<(), CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn add(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn get(&self, _: &str) -> Result<Option<Vec<u8>>, CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn forget(&self, _: &str) -> Result<bool, CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {
+            Err(CacheError::Backend("down".into()))
+        }
+        fn backend(&self) -> &'static str {
+            "down"
+        }
+    }
+
+    fn limits(max_concurrent: u32, per_minute: u64) -> HashMap<String, NamespaceLimit> {
+        HashMap::from([(
+            "tenant".to_owned(),
+            NamespaceLimit {
+                max_concurrent,
+                per_minute,
+            },
+        )])
+    }
+
+    #[test]
+    fn an_unreachable_cache_refuses_a_capped_namespace_as_unavailable() {
+        let admission = NamespaceRequestAdmission::new(
+            Arc::new(DownCache),
+            limits(1, 10),
+            Duration::from_secs(5),
+        );
+        assert!(matches!(
+            admission.admit("tenant").unwrap(),
+            NamespaceAdmit::Rejected(NamespaceRejection::Unavailable)
+        ));
+        // An uncapped namespace never touches the cache.
+        assert!(matches!(
+            admission.admit("other").unwrap(),
+            NamespaceAdmit::Admitted(None)
+        ));
+    }
+
+    #[test]
+    fn each_reason_counts_this_minute_and_logs_once() {
+        let cache = Arc::new(MemoryCache::default());
+        let admission =
+            NamespaceRequestAdmission::new(cache.clone(), limits(1, 0), Duration::from_secs(5));
+        let held = admission.admit("tenant").unwrap();
+        assert!(matches!(held, NamespaceAdmit::Admitted(Some(_))));
+        for _ in 0..5 {
+            assert!(matches!(
+                admission.admit("tenant").unwrap(),
+                NamespaceAdmit::Rejected(NamespaceRejection::ConcurrencyLimited)
+            ));
+        }
+        let counts = admission.counts("tenant").unwrap();
+        let by_reason: Vec<(&str, u64)> = counts
+            .rejections
+            .iter()
+            .map(|(r, n)| (r.metric_reason(), *n))
+            .collect();
+        // A minute boundary during the loop can split the count; it never grows it.
+        assert!(by_reason[1].1 >= 1 && by_reason[1].1 <= 5, "{by_reason:?}");
+        assert_eq!(
+            (by_reason[0], by_reason[2]),
+            (
+                ("namespace_request_rate_exhausted", 0),
+                ("namespace_request_admission_unavailable", 0)
+            )
+        );
+        let logs = format!("{}rejection-log:", NamespaceRequestAdmission::PREFIX);
+        assert!((1..=2).contains(&cache.count_prefix(&logs).unwrap()));
+        let quiet = admission.counts("elsewhere").unwrap();
+        assert!(quiet.limit.is_none());
+        assert!(quiet.rejections.iter().all(|(_, n)| *n == 0));
     }
 }

@@ -21,6 +21,7 @@
 //! however many runs a namespace holds.
 
 pub mod activities;
+pub mod admission;
 pub mod latency;
 pub mod task_queues;
 

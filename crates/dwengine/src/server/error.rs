@@ -110,6 +110,7 @@ impl ApiError {
             ApiError::Boundary(e) => e.status(),
             ApiError::Malformed(_) => 400,
             ApiError::Structural(_) => 409,
+            ApiError::NamespaceLimited(NamespaceRejection::Unavailable) => 503,
             ApiError::NamespaceLimited(_) | ApiError::WaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
@@ -175,7 +176,9 @@ impl ApiError {
                 "message": self.to_string(),
             }),
             ApiError::NamespaceLimited(reason) => {
-                json!({ "reason": "namespace_request_limited", "limit": reason, "message": self.to_string() })
+                json!({ "reason": "namespace_request_limited", "limit": reason,
+                        "rejection_reason": reason.metric_reason(), "retryable": true,
+                        "message": self.to_string() })
             }
             ApiError::WaitCapacity(refusal) => {
                 json!({ "reason": "long_poll_capacity", "cap": refusal, "message": self.to_string() })

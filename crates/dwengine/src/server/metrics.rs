@@ -3,13 +3,13 @@
 //! Both surfaces render the same scrape, so the series a Prometheus server
 //! stores and the counts the JSON reports cannot disagree. The namespace is
 //! a required query parameter rather than a label: it selects the rows and
-//! is validated and admitted like any namespace-scoped request, because the
-//! scrape's read cost grows with that namespace's runs.
+//! is validated like any namespace-scoped request.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::metrics::activities::ActivityExecutionMetrics;
+use crate::metrics::admission::NamespaceAdmissionMetrics;
 use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::{Rendered, WorkflowRunMetrics};
 use crate::projections::ProjectionDriftMetrics;
@@ -64,7 +64,9 @@ impl Engine {
         let mut v = self.config.request_limits.validator();
         v.text("namespace", namespace, dwpolicy::boundary::MAX_NAME_CHARS);
         finish_validation(v, &[("namespace", namespace)])?;
-        let _slot = self.admit_namespace(namespace)?;
+        // No namespace admission: the scrape's cost is bounded by the series
+        // caps, and an operator must be able to read a namespace's admission
+        // rejections precisely while its budget is exhausted.
         let (runs, activities, queues) = (
             self.workflow_runs.series_limit(),
             self.activity_executions.series_limit(),
@@ -123,11 +125,18 @@ impl Engine {
         let (drift, drift_disclosure) =
             ProjectionDriftMetrics::render(guard, &self.projection_drift()?)?;
         disclosures.insert(ProjectionDriftMetrics::METRIC.into(), drift_disclosure);
+        let (admission, admission_disclosure) =
+            NamespaceAdmissionMetrics::render(guard, &self.namespaces.counts(namespace)?)?;
+        disclosures.insert(
+            NamespaceAdmissionMetrics::METRIC.into(),
+            admission_disclosure,
+        );
         Ok(json!({
             "namespace": namespace,
             "metrics": {
                 (WorkflowTaskFailureMetrics::METRIC): failures.payload,
                 (ProjectionDriftMetrics::METRIC): drift,
+                (NamespaceAdmissionMetrics::METRIC): admission,
             },
             "series": series,
             "cardinality": { "series_limits": series_limits, "metrics": disclosures },
