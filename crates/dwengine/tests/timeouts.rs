@@ -145,6 +145,30 @@ fn a_start_to_close_expiry_is_an_attempt_and_the_last_one_times_the_activity_out
 }
 
 #[test]
+fn a_retry_that_could_not_start_before_schedule_to_close_is_not_taken() {
+    let s = server();
+    // Attempts remain, but the 5 s backoff would start the next one after
+    // the 3 s schedule-to-close: the first expiry ends the activity.
+    schedule(
+        &s,
+        "cutoff",
+        "acts",
+        json!({ "start_to_close_timeout": 1, "schedule_to_close_timeout": 3,
+                "retry_policy": { "max_attempts": 5, "backoff_seconds": [5] } }),
+    );
+    let (_, polled) = s.poll("activity", "default", "acts", "c1", 2000);
+    assert_eq!(polled["task"]["attempt_number"], 1);
+    let leased_at = Instant::now();
+    let timed_out = wait_for_event(&s, "cutoff", "ActivityTimedOut");
+    assert!(
+        leased_at.elapsed() < Duration::from_millis(2900),
+        "it ended at the attempt's expiry, not at schedule-to-close"
+    );
+    assert_eq!(timed_out["timeout_kind"], "start_to_close");
+    assert_eq!(timed_out["attempt_number"], 1);
+}
+
+#[test]
 fn schedule_to_start_and_schedule_to_close_time_out_with_no_worker_polling() {
     let s = server();
     schedule(
