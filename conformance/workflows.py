@@ -99,7 +99,8 @@ class Counter:
 
 @workflow.defn(name="sleeper")
 class Sleeper:
-    """Sleeps for an hour: only cancel or terminate ends it."""
+    """Sleeps for an hour: the scenarios end it by cancel or terminate
+    (left alone, the SDK's default 600 s run timeout would end it first)."""
 
     def run(self, ctx):
         yield ctx.start_timer(3600)
