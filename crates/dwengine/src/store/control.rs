@@ -252,9 +252,10 @@ impl Store {
         let row: Option<(String, i64, i64)> = self
             .conn
             .prepare_cached(
+                // Open tasks only, found through dispatch_by_run by status.
                 "SELECT last_error, attempt, due_at_ms FROM dispatch_tasks WHERE run_id = ?1 \
-                 AND kind = 'workflow' AND status != 'done' AND last_error IS NOT NULL \
-                 ORDER BY id DESC LIMIT 1",
+                 AND kind = 'workflow' AND status IN ('ready', 'leased') \
+                 AND last_error IS NOT NULL ORDER BY id DESC LIMIT 1",
             )?
             .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?;
