@@ -15,6 +15,7 @@ pub mod policy;
 pub mod poll_requests;
 pub mod polling;
 pub mod projections;
+pub mod query_tasks;
 pub mod readiness;
 pub mod registry;
 pub mod retention;

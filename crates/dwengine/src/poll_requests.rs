@@ -191,6 +191,83 @@ impl ActivityTaskPollRequestStore {
     }
 }
 
+/// Poll bookkeeping of query-task polls.
+///
+/// Besides the pending and replay-result keys of every idempotent poll,
+/// a query poll writes one current-marker per (namespace, task queue,
+/// worker): the id of that worker's latest query poll on the queue. A
+/// worker whose HTTP client gave up retries with a new id; the older poll,
+/// still waiting on the server, sees it is no longer current and stops
+/// before it leases a task nobody would receive. The marker lives as long
+/// as the poll's pending key and is overwritten, never indexed.
+pub struct QueryTaskPollRequestStore {
+    polls: PollRequests,
+    cache: Arc<dyn Cache>,
+    ttls: PollRequestTtls,
+}
+
+impl QueryTaskPollRequestStore {
+    /// The family of every query-task poll key.
+    pub const PREFIX: &'static str = "server:query-task-poll-request:";
+
+    /// The store on `cache`.
+    pub fn new(cache: Arc<dyn Cache>, ttls: PollRequestTtls) -> Self {
+        QueryTaskPollRequestStore {
+            polls: PollRequests {
+                cache: cache.clone(),
+                ttls,
+                pending_key: |id| format!("{}pending:{id}", QueryTaskPollRequestStore::PREFIX),
+                result_key: |id| format!("{}result:{id}", QueryTaskPollRequestStore::PREFIX),
+            },
+            cache,
+            ttls,
+        }
+    }
+
+    /// The pending/replay mechanics shared with workflow and activity polls.
+    pub fn polls(&self) -> &PollRequests {
+        &self.polls
+    }
+
+    fn current_key(namespace: &str, task_queue: &str, worker_id: &str) -> String {
+        format!(
+            "{}current:{}",
+            Self::PREFIX,
+            hash_dimensions(&[namespace, task_queue, worker_id])
+        )
+    }
+
+    /// Makes `poll_request_id` the worker's current query poll on the queue.
+    pub fn make_current(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        worker_id: &str,
+        poll_request_id: &str,
+        wait: Duration,
+    ) -> Result<(), CacheError> {
+        self.cache.put(
+            &Self::current_key(namespace, task_queue, worker_id),
+            hash_dimensions(&[poll_request_id]).as_bytes(),
+            wait.saturating_add(self.ttls.pending_slack),
+        )
+    }
+
+    /// Whether a newer query poll of the same worker and queue replaced this one.
+    pub fn superseded(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        worker_id: &str,
+        poll_request_id: &str,
+    ) -> Result<bool, CacheError> {
+        let current = self
+            .cache
+            .get(&Self::current_key(namespace, task_queue, worker_id))?;
+        Ok(current.is_some_and(|c| c != hash_dimensions(&[poll_request_id]).as_bytes()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +304,52 @@ mod tests {
                 .unwrap(),
             0
         );
+    }
+
+    #[test]
+    fn a_newer_query_poll_of_the_same_worker_and_queue_supersedes_the_older() {
+        let cache = Arc::new(MemoryCache::default());
+        let store = QueryTaskPollRequestStore::new(cache.clone(), PollRequestTtls::default());
+        let wait = Duration::from_millis(200);
+        assert!(
+            !store.superseded("ns", "q", "w1", "p1").unwrap(),
+            "no marker yet"
+        );
+        store.make_current("ns", "q", "w1", "p1", wait).unwrap();
+        assert!(!store.superseded("ns", "q", "w1", "p1").unwrap());
+        store.make_current("ns", "q", "w1", "p2", wait).unwrap();
+        assert!(store.superseded("ns", "q", "w1", "p1").unwrap());
+        assert!(
+            !store.superseded("ns", "q", "w2", "p1").unwrap(),
+            "per worker"
+        );
+        assert!(
+            !store.superseded("ns", "other", "w1", "p1").unwrap(),
+            "per queue"
+        );
+        assert_eq!(
+            cache
+                .count_prefix(QueryTaskPollRequestStore::PREFIX)
+                .unwrap(),
+            1,
+            "one marker per worker and queue, overwritten"
+        );
+        assert_eq!(
+            store.polls().begin("ns", "q", "p2", wait).unwrap(),
+            PollClaim::Fresh
+        );
+        // wait + 5 s of slack, then the marker is gone.
+        let short = QueryTaskPollRequestStore::new(
+            cache.clone(),
+            PollRequestTtls {
+                pending_slack: Duration::ZERO,
+                ..PollRequestTtls::default()
+            },
+        );
+        short
+            .make_current("ns", "q2", "w1", "p1", Duration::from_millis(30))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!short.superseded("ns", "q2", "w1", "other").unwrap());
     }
 }

@@ -24,7 +24,7 @@ const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human
   DW_DATA_DIR (default $XDG_DATA_HOME/dwserver or ~/.local/share/dwserver),
   DW_DATABASE_PATH (default <DW_DATA_DIR>/dwserver.sqlite), DW_POLLING_CACHE_PATH, DW_REDIS_URL,
   DW_AUTH_WORKER_TOKENS / DW_AUTH_OPERATOR_TOKENS / DW_AUTH_ADMIN_TOKENS (comma-separated; one is required
-  without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_QUERY_TIMEOUT_MS, DW_MAX_UPDATE_WAIT_MS,
+  without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_SERVER_QUERY_TASKS_TIMEOUT, DW_MAX_UPDATE_WAIT_MS,
   and the DW_* limits (dwserver contract lists them). Logs go to stderr: RUST_LOG (default info) sets the level,
   DW_LOG_FORMAT=json or --log-format json writes JSON lines. The HTTP API is documented in docs/api.md.
   contract: every request-boundary, structural, scan and series limit with its variable, config key,

@@ -27,7 +27,20 @@ pub const COUNT_HORIZON_SECONDS: u64 = 960;
 pub const COUNT_PREFIX: &str = "server:cache-key-count:";
 
 // Shared by the scripts below: KEYS[2] is the family's count prefix.
-const COUNTS: &str = "local function count_in(expiry) \
+// A key is counted in the second its absolute expiry falls in, read back
+// from Redis itself (PEXPIRETIME, Redis 7+) both when it is counted in and
+// when it is counted out, so an overwrite or a delete always moves the
+// very counter its creation moved. Before Redis 7 the expiry is the
+// caller's clock plus PTTL, which can land one second off at a boundary
+// (that counter then drains by its own TTL).
+const COUNTS: &str = "local function expiry_of(key, now) \
+       local e = redis.pcall('PEXPIRETIME', key) \
+       if type(e) == 'number' then return e end \
+       local t = redis.call('PTTL', key) \
+       if t < 0 then return t end \
+       return now + t \
+     end \
+     local function count_in(expiry) \
        local s = math.floor(expiry / 1000) \
        local k = KEYS[2] .. s \
        redis.call('INCR', k) \
@@ -40,28 +53,28 @@ const COUNTS: &str = "local function count_in(expiry) \
      end ";
 
 // ARGV: value, ttl ms, now ms.
-const PUT: &str = "local old = redis.call('PTTL', KEYS[1]) \
+const PUT: &str = "local now = tonumber(ARGV[3]) \
+     local old = expiry_of(KEYS[1], now) \
      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
-     local now = tonumber(ARGV[3]) \
-     if old > 0 then count_out(now + old) end \
-     count_in(now + tonumber(ARGV[2])) return 1";
+     if old > 0 then count_out(old) end \
+     count_in(expiry_of(KEYS[1], now)) return 1";
 
 // ARGV: value, ttl ms, now ms.
 const ADD: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
-       count_in(tonumber(ARGV[3]) + tonumber(ARGV[2])) return 1 \
+       count_in(expiry_of(KEYS[1], tonumber(ARGV[3]))) return 1 \
      end return 0";
 
 // ARGV: ttl ms, now ms.
 const INCREMENT: &str = "local n = redis.call('INCR', KEYS[1]) \
      if n == 1 then \
        redis.call('PEXPIRE', KEYS[1], ARGV[1]) \
-       count_in(tonumber(ARGV[2]) + tonumber(ARGV[1])) \
+       count_in(expiry_of(KEYS[1], tonumber(ARGV[2]))) \
      end return n";
 
 // ARGV: now ms.
-const FORGET: &str = "local old = redis.call('PTTL', KEYS[1]) \
+const FORGET: &str = "local old = expiry_of(KEYS[1], tonumber(ARGV[1])) \
      local removed = redis.call('DEL', KEYS[1]) \
-     if removed == 1 and old > 0 then count_out(tonumber(ARGV[1]) + old) end \
+     if removed == 1 and old > 0 then count_out(old) end \
      return removed";
 const POOL_SIZE: usize = 16;
 

@@ -24,6 +24,7 @@ use dwpolicy::series::{
 use crate::admission::NamespaceLimit;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
+use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
@@ -181,8 +182,9 @@ pub struct ServerConfig {
     pub auth: Option<Tokens>,
     /// Accepted `Host` header names (any port); empty accepts any host.
     pub allowed_hosts: Vec<String>,
-    /// How long a control-plane query waits for a worker's answer.
-    pub query_timeout: Duration,
+    /// `server.query_tasks.*`: query timeout, retention, lease and pending
+    /// cap (`server.polling.timeout` is taken from `max_poll_wait` at start).
+    pub query_tasks: QueryTaskSettings,
     /// The longest `wait_for=completed` an update may ask for.
     pub max_update_wait: Duration,
 }
@@ -224,7 +226,7 @@ impl ServerConfig {
             drift_report_ttl: crate::projections::DriftCache::DEFAULT_TTL,
             auth: None,
             allowed_hosts: Vec::new(),
-            query_timeout: Duration::from_secs(10),
+            query_tasks: QueryTaskSettings::default(),
             max_update_wait: Duration::from_secs(60),
         }
     }
@@ -343,6 +345,33 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
                 default
             }
         }
+    }
+
+    /// `server.query_tasks.*` from `DW_SERVER_QUERY_TASKS_*`, in whole
+    /// seconds and read strictly: a typo must not fall back to a default
+    /// bound. The timeout may be negative (the broker clamps it to 0).
+    fn query_task_settings(&self) -> QueryTaskSettings {
+        let mut settings = QueryTaskSettings::default();
+        let variable = config_key_variable("server.query_tasks.timeout");
+        if let Some(raw) = self.get(&variable) {
+            match raw.trim().parse::<i64>() {
+                Ok(n) => settings.timeout_seconds = Some(n),
+                Err(e) => self.invalid(
+                    &variable,
+                    &raw,
+                    format!("{e}; expected a whole number of seconds"),
+                ),
+            }
+        }
+        let number = |key: &str| self.number(&config_key_variable(key));
+        if let Some(n) = number("server.query_tasks.ttl_seconds") {
+            settings.ttl_seconds = n;
+        }
+        if let Some(n) = number("server.query_tasks.lease_timeout") {
+            settings.lease_timeout_seconds = n;
+        }
+        settings.max_pending_per_queue = number(QueryTaskSettings::MAX_PENDING_KEY);
+        settings
     }
 
     fn config(&self, dev: bool) -> ServerConfig {
@@ -503,9 +532,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             }
             None => Vec::new(),
         };
-        if let Some(n) = parse("DW_QUERY_TIMEOUT_MS") {
-            config.query_timeout = ms(n);
-        }
+        config.query_tasks = self.query_task_settings();
         if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS") {
             config.max_update_wait = ms(n);
         }

@@ -14,17 +14,15 @@ use serde_json::{json, Value};
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
 use crate::server::error::finish_with;
 use crate::server::wire::{
-    self, Checks, HistoryQuery, ListQuery, QueryBody, SignalBody, StartWorkflow, StopBody,
-    UpdateBody, MAX_DURATION_SECONDS,
+    self, Checks, HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody, UpdateBody,
+    MAX_DURATION_SECONDS,
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
-    Admission, ArchivedFilter, Error as StoreError, QueryAnswer, RunId, RunStatus, SignalRequest,
+    Admission, ArchivedFilter, Error as StoreError, RunId, RunStatus, SignalRequest,
     StartRun, TaskKind,
 };
 
-/// The channel query pollers wait on.
-pub(crate) const QUERY_CHANNEL: &str = "query";
 const ANSWER_CHECK: Duration = Duration::from_millis(20);
 
 /// What a start found or made.
@@ -595,59 +593,6 @@ impl Engine {
                 return Ok(out);
             }
             std::thread::sleep(ANSWER_CHECK);
-        }
-    }
-
-    /// `POST …/query/{name}`: routed to a worker of the run's task queue
-    /// through a query task; waits up to the configured query timeout.
-    pub fn query(
-        &self,
-        namespace: &str,
-        workflow_id: &str,
-        run_id: Option<&str>,
-        name: &str,
-        body: QueryBody,
-    ) -> Result<Value, ApiError> {
-        let mut v = self.config.request_limits.validator();
-        v.workflow_id(workflow_id)
-            .operation_name("query_name", name);
-        v.finish()?;
-        let _slot = self.admit_namespace(namespace)?;
-        let run = self.target(namespace, workflow_id, run_id)?;
-        let (query_name, input) = (name.to_owned(), body.input);
-        let (task, task_queue) = self.write(move |s| {
-            let task = s.enqueue_query(run, &query_name, &input)?;
-            Ok((task, s.run(run)?.task_queue))
-        })?;
-        self.wake(namespace, &task_queue, QUERY_CHANNEL)?;
-        let deadline = Instant::now() + self.config.query_timeout;
-        let answer = loop {
-            match self.read(|s| s.query_answer(task)) {
-                Ok(Some(answer)) => break Ok(answer),
-                Ok(None) if Instant::now() >= deadline => {
-                    break Err(ApiError::QueryTimeout(
-                        self.config.query_timeout.as_millis(),
-                    ))
-                }
-                Ok(None) => std::thread::sleep(ANSWER_CHECK),
-                Err(e) => break Err(e.into()),
-            }
-        };
-        self.write(move |s| s.forget_query(task))?;
-        match answer? {
-            QueryAnswer::Completed(document) => Ok(json!({
-                "workflow_id": workflow_id, "run_id": wire::run_id(run), "query_name": name,
-                "result": document.get("result").cloned().unwrap_or(Value::Null),
-                "result_envelope": document.get("result_envelope").cloned().unwrap_or(Value::Null),
-            })),
-            QueryAnswer::Failed(failure) => {
-                let message = failure
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the worker rejected the query")
-                    .to_owned();
-                Err(ApiError::QueryRejected(message, failure))
-            }
         }
     }
 

@@ -16,11 +16,12 @@ use crate::metrics::activities::ActivityExecutionMetrics;
 use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::WorkflowRunMetrics;
 use crate::poll_requests::{
-    ActivityTaskPollRequestStore, PollRequests, UnknownWorkerPollBudget,
+    ActivityTaskPollRequestStore, PollRequests, QueryTaskPollRequestStore, UnknownWorkerPollBudget,
     WorkflowTaskPollRequestStore,
 };
 use crate::polling::LongPollSignalStore;
 use crate::projections::DriftCache;
+use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
 use crate::retention::HistoryRetentionEnforcer;
 use crate::server::{ApiError, ServerConfig};
@@ -36,6 +37,7 @@ pub struct Engine {
     pub(crate) signals: LongPollSignalStore,
     pub(crate) workflow_polls: PollRequests,
     pub(crate) activity_polls: PollRequests,
+    pub(crate) query_polls: QueryTaskPollRequestStore,
     pub(crate) queues: TaskQueueAdmission,
     pub(crate) namespaces: NamespaceRequestAdmission,
     pub(crate) diagnostics: WorkerPollDiagnostics,
@@ -43,6 +45,8 @@ pub struct Engine {
     pub(crate) readiness: ReadinessProbe,
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
+    pub(crate) query_waits: WaitSlotPool,
+    pub(crate) query_tasks: WorkflowQueryTaskBroker,
     pub(crate) workflow_runs: WorkflowRunMetrics,
     pub(crate) activity_executions: ActivityExecutionMetrics,
     pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
@@ -91,7 +95,15 @@ impl Engine {
     }
 
     /// A node on an explicit cache (tests hold the same handle to count keys).
-    pub fn with_cache(config: ServerConfig, cache: Arc<dyn Cache>) -> Result<Engine, StartError> {
+    pub fn with_cache(
+        mut config: ServerConfig,
+        cache: Arc<dyn Cache>,
+    ) -> Result<Engine, StartError> {
+        // The query timeout derives from the node's poll wait and the
+        // marker TTL from the staleness bound it advertises to workers.
+        config.query_tasks.polling_timeout_seconds = config.max_poll_wait.as_secs();
+        config.query_tasks.worker_stale_after_seconds =
+            crate::server::worker::HEARTBEAT_INTERVAL_SECONDS * 3;
         if let Some(dir) = config
             .database
             .as_deref()
@@ -122,6 +134,7 @@ impl Engine {
             signals: LongPollSignalStore::with_ttl(cache.clone(), config.signal_ttl),
             workflow_polls: WorkflowTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             activity_polls: ActivityTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
+            query_polls: QueryTaskPollRequestStore::new(cache.clone(), config.poll_ttls),
             queues: TaskQueueAdmission::new(cache.clone(), config.dispatches_per_minute),
             namespaces: NamespaceRequestAdmission::new(
                 cache.clone(),
@@ -137,6 +150,8 @@ impl Engine {
             readiness: ReadinessProbe::new(cache.clone(), &node),
             workflow_waits: pool(TaskKind::Workflow.as_str())?,
             activity_waits: pool(TaskKind::Activity.as_str())?,
+            query_waits: pool("query")?,
+            query_tasks: WorkflowQueryTaskBroker::new(cache.clone(), config.query_tasks, &node),
             unknown_polls: UnknownWorkerPollBudget::new(
                 config.unknown_worker_poll_keys,
                 config.poll_ttls.result,

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::admission::NamespaceRejection;
 use crate::cache::CacheError;
+use crate::query_tasks::BrokerError;
 use crate::store::{Error as StoreError, Rejection};
 use crate::wait_slots::{WaitRefusal, WaitSlotError};
 
@@ -67,6 +68,9 @@ pub enum ApiError {
     /// The worker refused or failed a query.
     #[error("query rejected: {0}")]
     QueryRejected(String, Value),
+    /// The query-task broker refused (queue full, unknown or stale task).
+    #[error(transparent)]
+    QueryTask(crate::query_tasks::BrokerError),
     /// No worker answered a query in time.
     #[error("no worker answered the query within {0} ms")]
     QueryTimeout(u128),
@@ -122,6 +126,12 @@ impl ApiError {
             | ApiError::QueryRejected(..) => 409,
             ApiError::InvalidPageToken(_) => 400,
             ApiError::QueryTimeout(_) => 504,
+            ApiError::QueryTask(e) => match e {
+                BrokerError::QueueFull { .. } => 429,
+                BrokerError::NotFound(_) => 404,
+                BrokerError::Stale { .. } => 409,
+                BrokerError::QueueLockBusy | BrokerError::Cache(_) => 503,
+            },
             ApiError::UpdateFailed(..) => 422,
             ApiError::Store(e) => match e {
                 StoreError::RunNotFound(_) | StoreError::ItemNotFound { .. } => 404,
@@ -221,6 +231,24 @@ impl ApiError {
             ApiError::QueryTimeout(_) => {
                 json!({ "reason": "query_worker_timeout", "message": self.to_string() })
             }
+            ApiError::QueryTask(BrokerError::QueueFull {
+                task_queue,
+                pending,
+                limit,
+            }) => json!({
+                "reason": "query_task_queue_full", "task_queue": task_queue,
+                "pending_query_tasks": pending, "max_pending_per_queue": limit,
+                "config_key": crate::query_tasks::QueryTaskSettings::MAX_PENDING_KEY,
+                "message": self.to_string(),
+                "hint": "retry once pending queries are answered or time out, or raise the cap (at most 10000)",
+            }),
+            ApiError::QueryTask(BrokerError::NotFound(task)) => json!({
+                "reason": "query_task_not_found", "query_task_id": task, "message": self.to_string(),
+            }),
+            ApiError::QueryTask(BrokerError::Stale { task, reason }) => json!({
+                "reason": "query_task_not_leased", "query_task_id": task, "fence": reason,
+                "message": self.to_string(),
+            }),
             ApiError::UpdateFailed(message, body) => {
                 let mut out = json!({
                     "reason": "update_failed", "update_status": "failed",

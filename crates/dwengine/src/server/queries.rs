@@ -1,68 +1,226 @@
-//! Query tasks on the worker plane: poll, complete, fail.
+//! Worker-routed queries: the control-plane query and the worker's poll,
+//! complete and fail of query tasks.
 //!
-//! A control-plane query (see [`crate::server::control`]) queues a query
-//! task and wakes the run's queue on the `query` channel; a worker's poll
-//! leases it with the run's full history, replays the workflow and answers.
-//! Query polls hold a workflow wait slot while they wait, so they count
-//! against the same long-poll caps as workflow polls.
+//! A control-plane query (`POST …/query/{name}`) queues a query task with
+//! the cache broker ([`crate::query_tasks`]), wakes the run's queue on the
+//! `query` channel and waits for the answer until the query timeout; a
+//! worker's poll leases the task with the run's full history, replays the
+//! workflow and answers. Query polls hold a wait slot of their own pool
+//! (`query`), so waiting query pollers never crowd out workflow polls.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::server::control::QUERY_CHANNEL;
-use crate::server::wire::{self, Checks, QueryTaskReport};
+use crate::poll_requests::PollClaim;
+use crate::query_tasks::{BrokerError, NewQuery, QueryStatus, QueryTask};
+use crate::server::wire::{self, Checks, QueryBody, QueryTaskReport};
 use crate::server::worker::{validation, PollSpec};
 use crate::server::{ApiError, Engine};
-use crate::store::{LeasedQuery, QueryAnswer, TaskKind};
+use crate::store::RunId;
 
+/// The channel query pollers wait on.
+pub(crate) const QUERY_CHANNEL: &str = "query";
+const ANSWER_CHECK: Duration = Duration::from_millis(20);
 const WAKE_CHECK: Duration = Duration::from_millis(25);
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
 
 impl Engine {
-    /// Long-polls a query task.
-    pub(crate) fn poll_query(&self, poll: PollSpec) -> Result<Value, ApiError> {
-        let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        // A short lease: a query whose worker vanished is handed to another
-        // worker while its caller still waits.
-        let lease_ms = i64::try_from(self.config.query_timeout.as_millis() / 2).unwrap_or(i64::MAX);
-        let lease = |engine: &Engine| {
-            let (ns, queue, owner) = (ns.clone(), queue.clone(), poll.worker_id.clone());
-            engine.write(move |s| s.lease_query(&ns, &queue, &owner, lease_ms))
+    /// `POST …/query/{name}`: routed to a worker of the run's task queue
+    /// through a query task; waits up to the query timeout.
+    pub fn query(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        name: &str,
+        body: QueryBody,
+    ) -> Result<Value, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.workflow_id(workflow_id)
+            .operation_name("query_name", name);
+        v.finish()?;
+        let _slot = self.admit_namespace(namespace)?;
+        let run = self.target(namespace, workflow_id, run_id)?;
+        let head = self.read(|s| s.run(run))?;
+        let task = self.query_tasks.enqueue(NewQuery {
+            namespace: namespace.to_owned(),
+            task_queue: head.task_queue.clone(),
+            run_id: run.0,
+            workflow_id: workflow_id.to_owned(),
+            workflow_type: head.workflow_type,
+            query_name: name.to_owned(),
+            arguments: body.input,
+        })?;
+        self.wake(namespace, &head.task_queue, QUERY_CHANNEL)?;
+        let answered = self.query_tasks.await_answer(&task, ANSWER_CHECK)?;
+        let Some(QueryTask {
+            status,
+            answer: Some(document),
+            ..
+        }) = answered
+        else {
+            return Err(ApiError::QueryTimeout(
+                self.query_tasks.settings().timeout().as_millis(),
+            ));
         };
-        if let Some(task) = lease(self)? {
-            return self.render_query(task);
+        if status == QueryStatus::Failed {
+            let message = document
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the worker rejected the query")
+                .to_owned();
+            return Err(ApiError::QueryRejected(message, document));
         }
-        if !poll.wait.is_zero() {
-            let _slot = match self.wait_pool(TaskKind::Workflow).admit(ns)? {
-                Ok(slot) => slot,
-                Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
-            };
-            let deadline = Instant::now() + poll.wait;
-            let mut seen = self.signals.version(ns, queue, QUERY_CHANNEL)?;
-            let mut last_pass = Instant::now();
-            while Instant::now() < deadline && !poll.is_abandoned() {
-                std::thread::sleep(
-                    WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())),
-                );
-                if poll.is_abandoned() {
-                    break;
+        Ok(json!({
+            "workflow_id": workflow_id, "run_id": wire::run_id(run), "query_name": name,
+            "result": document.get("result").cloned().unwrap_or(Value::Null),
+            "result_envelope": document.get("result_envelope").cloned().unwrap_or(Value::Null),
+        }))
+    }
+
+    /// Long-polls a query task. A registered worker's poll refreshes its
+    /// query-poller marker. Polls are idempotent by `poll_request_id`: a
+    /// repeat replays the first one's answer (the task it leased, while
+    /// the lease is active) and never leases another task; a worker's newer
+    /// query poll on the queue ends its older one still waiting.
+    pub(crate) fn poll_query(&self, poll: PollSpec) -> Result<Value, ApiError> {
+        let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
+        let known = self.read(|s| s.worker_registered(ns, &poll.worker_id, idle_before))?;
+        if known {
+            self.query_tasks
+                .mark_poller(ns, queue, &poll.worker_id, poll.requested_wait)?;
+        } else if !self.unknown_polls.try_admit() {
+            // Served without keys, as workflow polls are; the broker's
+            // leased-task index still replays this request's lease.
+            return self.answer_query_poll(self.run_query_poll(&poll, false)?, false);
+        }
+        let polls = self.query_polls.polls();
+        match polls.begin(ns, queue, id, poll.wait)? {
+            PollClaim::Replay(_) => self.replay_query_poll(&poll),
+            PollClaim::InFlight => {
+                let _slot = match self.query_waits.admit(ns)? {
+                    Ok(slot) => slot,
+                    Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+                };
+                let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
+                while polls.result(ns, queue, id)?.is_none() {
+                    if Instant::now() >= deadline || poll.is_abandoned() {
+                        return Ok(
+                            json!({ "task": null, "poll_status": "timeout", "replayed": false }),
+                        );
+                    }
+                    std::thread::sleep(WAKE_CHECK);
                 }
-                let now = self.signals.version(ns, queue, QUERY_CHANNEL)?;
-                if now != seen || last_pass.elapsed() >= IDLE_RECHECK {
-                    seen = now;
-                    last_pass = Instant::now();
-                    if let Some(task) = lease(self)? {
-                        return self.render_query(task);
+                self.replay_query_poll(&poll)
+            }
+            PollClaim::Fresh => {
+                self.query_polls
+                    .make_current(ns, queue, &poll.worker_id, id, poll.wait)?;
+                match self.run_query_poll(&poll, true) {
+                    Ok(task) => {
+                        // The replay key holds a fixed-size marker, never the task.
+                        polls.finish(
+                            ns,
+                            queue,
+                            id,
+                            if task.is_some() { b"leased" } else { b"empty" },
+                        )?;
+                        self.answer_query_poll(task, false)
+                    }
+                    Err(e) => {
+                        let _ = polls.abandon(ns, queue, id);
+                        Err(e)
                     }
                 }
             }
         }
-        Ok(json!({ "task": null, "poll_status": "timeout" }))
     }
 
-    fn render_query(&self, task: LeasedQuery) -> Result<Value, ApiError> {
-        let run = task.run_id;
+    /// A repeat of an answered poll: the task its request leased, while
+    /// that lease is active, else nothing.
+    fn replay_query_poll(&self, poll: &PollSpec) -> Result<Value, ApiError> {
+        let task = self.query_tasks.replay(
+            &poll.namespace,
+            &poll.task_queue,
+            &poll.worker_id,
+            &poll.poll_request_id,
+        )?;
+        self.answer_query_poll(task.map(|c| c.task), true)
+    }
+
+    fn answer_query_poll(
+        &self,
+        task: Option<QueryTask>,
+        replayed: bool,
+    ) -> Result<Value, ApiError> {
+        let mut answer = match task {
+            Some(task) => self.render_query(task)?,
+            None => json!({ "task": null, "poll_status": "timeout" }),
+        };
+        if replayed {
+            answer["replayed"] = true.into();
+        }
+        Ok(answer)
+    }
+
+    /// Claims a task now, or waits in the query wait-slot pool for one
+    /// until the poll's wait ends, it is abandoned, or (`tracked`) a newer
+    /// poll of the same worker and queue supersedes it.
+    fn run_query_poll(
+        &self,
+        poll: &PollSpec,
+        tracked: bool,
+    ) -> Result<Option<QueryTask>, ApiError> {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        let claim = || {
+            self.query_tasks
+                .claim(ns, queue, &poll.worker_id, &poll.poll_request_id)
+                .map(|c| c.map(|c| c.task))
+        };
+        if let Some(task) = claim()? {
+            return Ok(Some(task));
+        }
+        if poll.wait.is_zero() {
+            return Ok(None);
+        }
+        let _slot = match self.query_waits.admit(ns)? {
+            Ok(slot) => slot,
+            Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+        };
+        let deadline = Instant::now() + poll.wait;
+        let mut seen = self.signals.version(ns, queue, QUERY_CHANNEL)?;
+        let mut last_pass = Instant::now();
+        while Instant::now() < deadline && !poll.is_abandoned() {
+            std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
+            if poll.is_abandoned() {
+                break;
+            }
+            let now = self.signals.version(ns, queue, QUERY_CHANNEL)?;
+            if now != seen || last_pass.elapsed() >= IDLE_RECHECK {
+                seen = now;
+                last_pass = Instant::now();
+                if tracked
+                    && self.query_polls.superseded(
+                        ns,
+                        queue,
+                        &poll.worker_id,
+                        &poll.poll_request_id,
+                    )?
+                {
+                    break;
+                }
+                if let Some(task) = claim()? {
+                    return Ok(Some(task));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn render_query(&self, task: QueryTask) -> Result<Value, ApiError> {
+        let run = RunId(task.run_id);
         let events = self.read(|s| s.history(run))?;
         let workflow_arguments = events
             .first()
@@ -70,15 +228,15 @@ impl Engine {
             .unwrap_or(Value::Null);
         Ok(json!({
             "task": {
-                "query_task_id": task.query_task_id.to_string(),
+                "query_task_id": task.id,
                 "query_task_attempt": task.attempt,
                 "task_kind": "query",
                 "lease_owner": task.lease_owner,
-                "lease_expires_at": wire::timestamp(task.lease_expires_at_ms),
+                "lease_expires_at": task.lease_expires_at_ms.map(wire::timestamp),
                 "namespace": task.namespace,
                 "task_queue": task.task_queue,
                 "workflow_id": task.workflow_id,
-                "run_id": wire::run_id(task.run_id),
+                "run_id": wire::run_id(run),
                 "workflow_type": task.workflow_type,
                 "query_name": task.query_name,
                 "payload_codec": wire::codec(&workflow_arguments),
@@ -98,8 +256,7 @@ impl Engine {
         body: QueryTaskReport,
     ) -> Result<Value, ApiError> {
         let mut checks = Checks::default();
-        let task = task_id.parse::<i64>().ok();
-        if task.is_none() {
+        if task_id.trim().is_empty() || task_id.len() > 64 {
             checks.problem(
                 "query_task_id",
                 "The query task id must be one this server issued.",
@@ -117,22 +274,30 @@ impl Engine {
         if !checks.problems.is_empty() {
             return Err(validation(checks).into());
         }
-        let answer = if failed {
-            QueryAnswer::Failed(body.failure.unwrap_or(Value::Null))
+        let document = if failed {
+            body.failure.unwrap_or(Value::Null)
         } else {
-            QueryAnswer::Completed(json!({
-                "result": body.result, "result_envelope": body.result_envelope,
-            }))
+            json!({ "result": body.result, "result_envelope": body.result_envelope })
         };
-        let (task, owner, attempt) = (
-            task.unwrap_or_default(),
-            body.lease_owner,
+        self.query_tasks.answer(
+            task_id,
+            &body.lease_owner,
             body.query_task_attempt.unsigned_abs(),
-        );
-        self.write(move |s| s.answer_query(task, &owner, attempt, answer))?;
+            failed,
+            document,
+        )?;
         Ok(json!({
             "query_task_id": task_id,
             "outcome": if failed { "failed" } else { "completed" },
         }))
+    }
+}
+
+impl From<BrokerError> for ApiError {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::Cache(e) => ApiError::Cache(e),
+            other => ApiError::QueryTask(other),
+        }
     }
 }

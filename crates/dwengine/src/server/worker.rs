@@ -46,6 +46,8 @@ pub(crate) struct PollSpec {
     pub worker_id: String,
     pub poll_request_id: String,
     pub wait: Duration,
+    /// The wait the worker asked for (`timeout_seconds`), if it named one.
+    pub requested_wait: Option<Duration>,
     pub history_page_size: usize,
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
@@ -107,17 +109,18 @@ impl Engine {
             ],
             &checks.problems,
         )?;
-        let wait = body
+        let requested_wait = body
             .timeout_seconds
             .filter(|t| t.is_finite() && *t >= 0.0)
-            .map(|t| Duration::from_secs_f64(t.min(max_wait)))
-            .unwrap_or(self.config.max_poll_wait);
+            .map(|t| Duration::from_secs_f64(t.min(max_wait)));
+        let wait = requested_wait.unwrap_or(self.config.max_poll_wait);
         Ok(PollSpec {
             namespace: namespace.to_owned(),
             task_queue: body.task_queue,
             worker_id: body.worker_id,
             poll_request_id,
             wait,
+            requested_wait,
             history_page_size: body
                 .history_page_size
                 .and_then(|n| usize::try_from(n).ok())

@@ -25,7 +25,6 @@ pub mod metrics;
 pub mod model;
 pub mod namespaces;
 pub mod projections;
-pub mod query_tasks;
 pub mod readers;
 mod rows;
 pub mod schema;
@@ -64,7 +63,6 @@ pub use model::{
     RunStatus, StartRun, TimerId,
 };
 pub use namespaces::Namespace;
-pub use query_tasks::{LeasedQuery, QueryAnswer};
 pub use search_attributes::Registration;
 pub use shared::SharedStore;
 pub use task::Task;

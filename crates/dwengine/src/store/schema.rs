@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_metric_series.sql"),
     include_str!("migrations/0009_projections.sql"),
     include_str!("migrations/0010_archive_search_attributes.sql"),
+    include_str!("migrations/0011_drop_query_tasks.sql"),
 ];
 
 /// The schema version this engine writes.
