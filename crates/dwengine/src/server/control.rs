@@ -19,8 +19,8 @@ use crate::server::wire::{
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
-    Admission, ArchivedFilter, Error as StoreError, RunId, RunStatus, SignalRequest,
-    StartRun, TaskKind,
+    Admission, ArchivedFilter, Error as StoreError, RunId, RunStatus, SignalRequest, StartRun,
+    TaskKind,
 };
 
 const ANSWER_CHECK: Duration = Duration::from_millis(20);
