@@ -18,6 +18,7 @@ seed() {
 }
 seed policy toml
 seed extract_rust rs
+seed rust_tokens rs
 seed extract_php php
 seed extract_python py
 seed extract_shell sh

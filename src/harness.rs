@@ -98,6 +98,51 @@ pub fn extract(rel: &str, data: &[u8]) {
     }
 }
 
+/// Tokenizes `data` as Rust and checks the token stream's promises: tokens
+/// in order, inside the text, on character boundaries, every group closed
+/// by its own delimiter, or an error offset inside the text; then extracts
+/// it as [`extract`] does.
+pub fn rust_tokens(data: &[u8]) {
+    use crate::extract::rust_lex::{tokenize, Kind};
+    let text = text(data);
+    let base = crate::extract::rust::code_start(&text);
+    match tokenize(&text, base) {
+        Ok(toks) => {
+            let mut last_end = base;
+            let mut open = Vec::new();
+            for (i, tok) in toks.iter().enumerate() {
+                let (start, end) = (tok.start as usize, tok.end as usize);
+                // A doc comment's `#`, `!` and `[doc]` share its span.
+                let shared = matches!(tok.kind, Kind::Doc)
+                    || (i + 1 < toks.len() && toks[i + 1].start == tok.start);
+                assert!(
+                    start < end && end <= text.len() && (start >= last_end || shared),
+                    "token {i} {tok:?} out of order (previous ended at {last_end})"
+                );
+                assert!(text.is_char_boundary(start) && text.is_char_boundary(end));
+                last_end = last_end.max(end);
+                match tok.kind {
+                    Kind::Open(_) => open.push(i),
+                    Kind::Close => {
+                        let opened = open.pop().expect("a close without an open");
+                        assert_eq!(toks[opened].close as usize, i, "group {opened}");
+                        assert_eq!(tok.close as usize, opened);
+                    }
+                    _ => {}
+                }
+            }
+            assert!(open.is_empty(), "unclosed groups: {open:?}");
+        }
+        Err(error) => assert!(
+            error.at <= text.len() && text.is_char_boundary(error.at),
+            "error offset {} in {} bytes",
+            error.at,
+            text.len()
+        ),
+    }
+    extract("src/lib.rs", data);
+}
+
 /// A scratch directory holding the file findings point into.
 fn scratch() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

@@ -158,6 +158,11 @@ proptest! {
     }
 
     #[test]
+    fn rust_tokens_keep_their_promises(data in input(&["rs"])) {
+        harness::rust_tokens(&data);
+    }
+
+    #[test]
     fn the_php_extractor_never_panics(data in input(&["php"])) {
         harness::extract("app/Store.php", &data);
     }

@@ -20,8 +20,18 @@ mod php;
 pub mod plain;
 mod python;
 pub mod rust;
-mod rust_macros;
-mod rust_metrics;
+#[cfg(test)]
+mod rust_differential;
+pub(crate) mod rust_lex;
+mod rust_prom;
+#[cfg(any(test, feature = "syn-oracle"))]
+pub mod rust_syn;
+#[cfg(any(test, feature = "syn-oracle"))]
+mod rust_syn_macros;
+#[cfg(any(test, feature = "syn-oracle"))]
+mod rust_syn_metrics;
+mod rust_tt;
+mod rust_walk;
 mod shell;
 mod strings;
 #[cfg(test)]

@@ -7,8 +7,6 @@
 //! extractor's item list, the same list `check` resolves owners against) and
 //! otherwise the file's own path, which always resolves.
 
-use crate::extract::lexical::too_complex;
-use crate::extract::rust::code_start;
 use crate::scan::ScannedFile;
 
 /// The owner to write for a surface found at byte `offset` of `file`, whose
@@ -46,67 +44,9 @@ fn defined_item(items: &[String], name: &str) -> Option<String> {
 }
 
 /// The innermost module-level item (the self type, for an `impl` block)
-/// whose text contains `offset`. `None` when the file does not parse.
+/// whose text contains `offset`. `None` when the file cannot be tokenized.
 fn enclosing_rust_item(text: &str, offset: usize) -> Option<String> {
-    // A file too deeply nested for `check`'s parser would overflow this
-    // thread's stack too; its surfaces get the file as owner.
-    if too_complex(text).is_some() {
-        return None;
-    }
-    let base = code_start(text);
-    let offset = offset.checked_sub(base)?;
-    let parsed = std::panic::catch_unwind(|| {
-        let file = syn::parse_str::<syn::File>(text.get(base..)?).ok()?;
-        innermost(&file.items, offset)
-    });
-    // proc-macro2 keeps parsed text in a thread-local map; do not let it grow.
-    let _ = std::panic::catch_unwind(proc_macro2::extra::invalidate_current_thread_spans);
-    parsed.ok().flatten()
-}
-
-fn innermost(items: &[syn::Item], offset: usize) -> Option<String> {
-    use syn::spanned::Spanned;
-    for item in items {
-        if !item.span().byte_range().contains(&offset) {
-            continue;
-        }
-        let ident = match item {
-            syn::Item::Impl(i) => return impl_self_name(&i.self_ty),
-            syn::Item::Mod(m) => {
-                let inner = m
-                    .content
-                    .as_ref()
-                    .and_then(|(_, items)| innermost(items, offset));
-                return inner.or_else(|| Some(m.ident.to_string()));
-            }
-            syn::Item::Struct(i) => &i.ident,
-            syn::Item::Enum(i) => &i.ident,
-            syn::Item::Fn(i) => &i.sig.ident,
-            syn::Item::Const(i) => &i.ident,
-            syn::Item::Static(i) => &i.ident,
-            syn::Item::Trait(i) => &i.ident,
-            syn::Item::Type(i) => &i.ident,
-            syn::Item::Union(i) => &i.ident,
-            _ => return None,
-        };
-        return Some(bare(ident));
-    }
-    None
-}
-
-fn impl_self_name(ty: &syn::Type) -> Option<String> {
-    match ty {
-        syn::Type::Path(p) => p.path.segments.last().map(|s| bare(&s.ident)),
-        syn::Type::Reference(r) => impl_self_name(&r.elem),
-        syn::Type::Paren(p) => impl_self_name(&p.elem),
-        syn::Type::Group(g) => impl_self_name(&g.elem),
-        _ => None,
-    }
-}
-
-fn bare(ident: &syn::Ident) -> String {
-    let name = ident.to_string();
-    name.strip_prefix("r#").map(str::to_owned).unwrap_or(name)
+    crate::extract::rust::enclosing_item(text, offset)
 }
 
 #[cfg(test)]

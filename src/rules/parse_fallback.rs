@@ -1,18 +1,21 @@
 //! ## What it does
-//! Warns that a source file could not be parsed by its language's parser (a
-//! syntax error, nesting too deep to parse safely, or a language dwlint has
-//! no parser for) and was scanned lexically instead.
+//! Warns that a source file could not be read structurally and was scanned
+//! lexically instead: a Rust file that cannot be tokenized (an unclosed or
+//! mismatched bracket, an unterminated string or comment, a stray
+//! character), nests too deeply, or is over 2 MiB; or a file in a language
+//! dwlint has no extractor for. A Rust syntax error in well-formed tokens
+//! does not stop the extractor, which reads tokens, not a syntax tree.
 //!
 //! ## Why is this bad?
 //! The lexical scan still finds every string literal, so cache prefixes and
 //! metric names are not missed, but macro-aware label extraction
 //! (`counter!("dw_x", "label" => v)`, `*Vec::new(…, &[…])`) and owner
-//! definitions need the parser. Label checks on that file are weaker until
-//! it parses.
+//! definitions need the structure. Label checks on that file are weaker
+//! until it is fixed.
 //!
 //! ## Example
 //! ```rust
-//! fn broken( {            // syntax error: the file is scanned lexically
+//! fn broken( {            // `(` never closed: the file is scanned lexically
 //!     let key = "server:readiness:probe";
 //! }
 //! ```

@@ -5,14 +5,15 @@
 //! `lazy_static!`). The walker here finds every literal in a token stream,
 //! recursively, skipping `#[doc]` attributes (which is what `///` becomes),
 //! joins `concat!` pieces into one value, and hands the metric libraries'
-//! macros and constructors to `rust_metrics` on the way.
+//! macros and constructors to `rust_syn_metrics` on the way.
 
 use proc_macro2::{Delimiter, Group, Spacing, TokenStream, TokenTree};
 
 use super::collect::LitInfo;
 use super::exposition::metric_sites_in;
-use super::rust::Walker;
-use super::rust_metrics::METRICS_EMITTERS;
+use super::rust_syn::Walker;
+use super::rust_syn_metrics::METRICS_EMITTERS;
+use super::rust_tt::number_text;
 use super::{lexical, Label, LiteralKind, TextRange};
 
 /// A metric name argument that is one literal (or one `concat!`) whose
@@ -275,29 +276,4 @@ pub(super) fn split_args(tokens: &[TokenTree]) -> Vec<&[TokenTree]> {
         out.pop();
     }
     out
-}
-
-/// What `concat!` makes of a number token: integers in decimal, floats as
-/// written; suffixes and `_` dropped.
-fn number_text(repr: &str) -> Option<String> {
-    let digits: String = repr.chars().filter(|&c| c != '_').collect();
-    let (radix, body) = match digits.get(..2) {
-        Some("0x") => (16, &digits[2..]),
-        Some("0o") => (8, &digits[2..]),
-        Some("0b") => (2, &digits[2..]),
-        _ => (10, &digits[..]),
-    };
-    let is_float = radix == 10
-        && (body.contains('.')
-            || body.contains(['e', 'E'])
-            || body.ends_with("f32")
-            || body.ends_with("f64"));
-    if is_float {
-        let end = body.find('f').unwrap_or(body.len());
-        return Some(body[..end].to_owned());
-    }
-    let end = body.find(['i', 'u']).unwrap_or(body.len());
-    u128::from_str_radix(&body[..end], radix)
-        .ok()
-        .map(|n| n.to_string())
 }

@@ -20,8 +20,8 @@
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 
 use super::exposition::{full_name, is_metric_name};
-use super::rust::Walker;
-use super::rust_macros::{path_call, split_args, NameSite};
+use super::rust_syn::Walker;
+use super::rust_syn_macros::{path_call, split_args, NameSite};
 use super::{Label, MetricVia};
 
 /// `metrics` macros that emit a series, with how many positional value
