@@ -393,27 +393,62 @@ impl Walker<'_> {
         }
     }
 
+    /// The options expression as a parser reads it. A method chain is
+    /// peeled from its end in a loop, not recursion, so that a chain of
+    /// any length costs no stack.
     fn ast_opts(&mut self, expr: &[u32]) -> Option<PromSite> {
         let src = self.src;
-        if let Some(lit) = self.str_literal(expr) {
-            let lit = self.lit_info(lit)?;
-            return Some(PromSite::new(self.raw_name_site(&lit)?));
-        }
-        if src.is_punct(expr.first(), b'&') {
-            let rest = &expr[1..];
-            let rest = if src.is_ident(rest.first(), "mut") {
-                &rest[1..]
-            } else {
-                rest
+        let mut tokens = expr.to_vec();
+        let (mut start, mut end) = (0, tokens.len());
+        let mut methods = Vec::new();
+        let mut site = loop {
+            let expr = &tokens[start..end];
+            if let Some(lit) = self.str_literal(expr) {
+                let lit = self.lit_info(lit)?;
+                break PromSite::new(self.raw_name_site(&lit)?);
+            }
+            if src.is_punct(expr.first(), b'&') {
+                start += 1 + usize::from(src.is_ident(expr.get(1), "mut"));
+                continue;
+            }
+            if let Some(inner) = self.paren_inner(expr) {
+                tokens = inner;
+                (start, end) = (0, tokens.len());
+                continue;
+            }
+            if let Some((receiver, method, g)) = self.method_call(expr) {
+                methods.push((method, g));
+                end = start + receiver.len();
+                continue;
+            }
+            if let Some((segments, g)) = self.path_call_expr(expr) {
+                let n = segments.len();
+                if n < 2
+                    || src.text_of(segments[n - 1]) != "new"
+                    || !src.text_of(segments[n - 2]).ends_with("Opts")
+                {
+                    return None;
+                }
+                let inner = src.level(g);
+                let first = *src.split_args(&inner).first()?;
+                break self.ast_opts(first)?;
+            }
+            // A macro: `opts!(…)`, `prometheus::histogram_opts!(…)`.
+            let [path @ .., bang, g] = expr else {
+                return None;
             };
-            return self.ast_opts(rest);
-        }
-        if let Some(inner) = self.paren_inner(expr) {
-            return self.ast_opts(&inner);
-        }
-        if let Some((receiver, method, g)) = self.method_call(expr) {
+            if !src.is_punct(Some(bang), b'!') || src.group(Some(g)).is_none() {
+                return None;
+            }
+            let last = *self.path_segments(path)?.last()?;
+            if !matches!(src.text_of(last), "opts" | "histogram_opts") {
+                return None;
+            }
+            break self.opts_macro(&src.level(*g))?;
+        };
+        // Innermost call first, as the chain runs.
+        for (method, g) in methods.into_iter().rev() {
             let method = src.text_of(method);
-            let mut site = self.ast_opts(receiver)?;
             let inner = src.level(g);
             let args = src.split_args(&inner);
             if method == "const_label" {
@@ -425,33 +460,8 @@ impl Walker<'_> {
                     _ => None,
                 });
             }
-            return Some(site);
         }
-        if let Some((segments, g)) = self.path_call_expr(expr) {
-            let n = segments.len();
-            if n < 2
-                || src.text_of(segments[n - 1]) != "new"
-                || !src.text_of(segments[n - 2]).ends_with("Opts")
-            {
-                return None;
-            }
-            let inner = src.level(g);
-            let first = *src.split_args(&inner).first()?;
-            return self.ast_opts(first);
-        }
-        // A macro: `opts!(…)`, `prometheus::histogram_opts!(…)`.
-        let [path @ .., bang, g] = expr else {
-            return None;
-        };
-        if !src.is_punct(Some(bang), b'!') || src.group(Some(g)).is_none() {
-            return None;
-        }
-        let last = *self.path_segments(path)?.last()?;
-        if matches!(src.text_of(last), "opts" | "histogram_opts") {
-            self.opts_macro(&src.level(*g))
-        } else {
-            None
-        }
+        Some(site)
     }
 
     /// A string literal or `concat!` of literals, in code.
@@ -475,16 +485,10 @@ impl Walker<'_> {
         }
     }
 
-    fn ast_label_array(&mut self, expr: &[u32]) -> Option<Option<Vec<Label>>> {
+    fn ast_label_array(&mut self, mut expr: &[u32]) -> Option<Option<Vec<Label>>> {
         let src = self.src;
-        if src.is_punct(expr.first(), b'&') {
-            let rest = &expr[1..];
-            let rest = if src.is_ident(rest.first(), "mut") {
-                &rest[1..]
-            } else {
-                rest
-            };
-            return self.ast_label_array(rest);
+        while src.is_punct(expr.first(), b'&') {
+            expr = &expr[1 + usize::from(src.is_ident(expr.get(1), "mut"))..];
         }
         let [g] = expr else {
             return None;

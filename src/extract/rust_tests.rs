@@ -513,6 +513,25 @@ fn pathological_nesting_does_not_crash() {
 }
 
 #[test]
+fn long_method_chains_cost_no_stack() {
+    // Neither is an operator run the nesting check stops (each call's
+    // parentheses end the run), so the walk itself must not recurse on them.
+    let chain = format!(
+        "fn f() {{ let v = IntCounterVec::new(Opts::new(\"dw_chain_total\", \"h\"){}, &[\"l\"]); }}",
+        ".a()".repeat(200_000)
+    );
+    let f = facts(&chain);
+    assert_eq!(
+        sites(&f),
+        vec![site(
+            "dw_chain_total",
+            Some(&["l"]),
+            MetricVia::PrometheusVec
+        )]
+    );
+}
+
+#[test]
 fn hostile_inputs_never_panic() {
     for text in [
         "",
