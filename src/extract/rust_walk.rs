@@ -80,6 +80,7 @@ enum ItemKind {
     Plain,
     /// `extern "C" { … }`.
     Foreign,
+    /// `macro_rules! name { … }` (or any `mac! name { … }`).
     MacroRules,
     /// What `syn` leaves as tokens (a `fn` without a body outside a trait).
     Verbatim,
@@ -383,7 +384,7 @@ impl<'t> Walker<'t> {
             let group = t[item.keyword + 3];
             let whole = src.start(t[item.keyword])..src.end(group);
             let body = src.level(group);
-            self.macro_invocation("macro_rules", whole, &body);
+            self.macro_invocation(src.text_of(t[item.keyword]), whole, &body);
         } else {
             // Visibility and qualifiers included: `extern "C"` is a literal.
             let header_end = item.body.unwrap_or(item.end);
@@ -740,8 +741,11 @@ impl Src<'_> {
                 }
                 (ItemKind::Foreign, None)
             }
-            "macro_rules"
-                if src.is_punct(t.get(k + 1), b'!') && src.group(t.get(k + 3)).is_some() =>
+            // `macro_rules! name { … }`, and any `mac! name { … }` alike.
+            w if !is_reserved(w)
+                && src.is_punct(t.get(k + 1), b'!')
+                && src.ident(t.get(k + 2)).is_some()
+                && src.group(t.get(k + 3)).is_some() =>
             {
                 (ItemKind::MacroRules, named(k + 2))
             }
