@@ -4,7 +4,8 @@
 #           widened to **/*.rs: `dwlint check` beside ripgrep searching the
 #           same files for `server:` and `dw_`;
 #   dense   2,201 files that all build cache keys: `dwlint check` beside a
-#           naive single-threaded syn parse of the same files;
+#           naive single-threaded syn parse of the same files, then the
+#           Rust extractors alone;
 #   big     one 200 MB Rust file: skipped by default, read with
 #           --max-file-size 1G.
 # Needs git, hyperfine, ripgrep and GNU time (`apt-get install hyperfine
@@ -48,6 +49,9 @@ dense=$work/dense
 [ -d "$dense" ] || "$repo/target/release/examples/synthetic_tree" "$dense" 2201 dense
 (cd "$dense" && hyperfine -N -i --warmup 2 --runs 10 "$dwlint check" "$naive .")
 (cd "$dense" && /usr/bin/time -v "$dwlint" check 2>&1 >/dev/null | grep -E 'Maximum resident|Elapsed')
+# The Rust extractors alone (parser-free and the syn one it replaced), and
+# whether they agree on every file.
+cargo run -q --release --features syn-oracle --example rust_differential -- "$dense" | tail -2
 
 big=$work/big
 mkdir -p "$big/src" "$big/policy"
