@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod conformance;
 pub mod diagnostics;
 pub mod logging;
 pub mod metrics;

@@ -17,6 +17,7 @@ use dwengine::server::{contract, Engine, Running, ServerConfig};
 
 const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human|json]
        dwserver contract [--config FILE] [--format table|json|markdown] [--write FILE | --check FILE]
+       dwserver evidence
 
   --config FILE (or DW_CONFIG): a TOML file with the keys of docs/contract.md; each DW_* variable
   overrides its key. Every bad value, from the file and the environment, is reported at once (exit 2).
@@ -28,7 +29,9 @@ const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human
   and the DW_* limits (dwserver contract lists them). Logs go to stderr: RUST_LOG (default info) sets the level,
   DW_LOG_FORMAT=json or --log-format json writes JSON lines. The HTTP API is documented in docs/api.md.
   contract: every request-boundary, structural, scan and series limit with its variable, config key,
-  default and current value; --write/--check keep docs/contract.md equal to the defaults (exit 1 if stale).";
+  default and current value; --write/--check keep docs/contract.md equal to the defaults (exit 1 if stale).
+  evidence: the conformance evidence payload (JSON) of this build; its dw_server_image is DW_SERVER_IMAGE
+  when set, else dwserver:<version>@sha256:<digest of this executable>.";
 
 /// What the command line asks for.
 #[derive(Default)]
@@ -140,11 +143,40 @@ fn contract_command(args: &Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `dwserver evidence`: prints the conformance evidence of this build.
+fn evidence_command(rest: &[String]) -> ExitCode {
+    if let Some(extra) = rest.first() {
+        eprintln!("dwserver: evidence takes no arguments, got {extra:?} (try --help)");
+        return ExitCode::from(2);
+    }
+    let payload = std::env::current_exe()
+        .map_err(|e| e.to_string())
+        .and_then(|exe| {
+            let guard = dwengine::policy::guard().map_err(str::to_owned)?;
+            let pinned = std::env::var("DW_SERVER_IMAGE").ok();
+            dwengine::conformance::ConformanceEvidence::payload(guard, &exe, pinned.as_deref())
+                .map_err(|e| e.to_string())
+        });
+    match payload {
+        Ok(payload) => {
+            println!("{payload:#}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dwserver: evidence: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
+    }
+    if args.first().map(String::as_str) == Some("evidence") {
+        return evidence_command(&args[1..]);
     }
     let args = match Args::parse(&args) {
         Ok(args) => args,
