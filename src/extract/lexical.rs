@@ -222,22 +222,52 @@ pub(crate) fn scan_literals(collector: &mut Collector<'_>) {
     let text = collector.text();
     lex(text, |lexeme, _| {
         if let Lexeme::Str(span) = lexeme {
-            if let Some(decoded) = decode_literal(&text[span.clone()]) {
-                let runs = runs_in_file(&decoded.runs, span.start);
-                let lit = LitInfo {
-                    verbatim_at: decoded
-                        .verbatim
-                        .then_some(span.start + decoded.content.start),
-                    runs: &runs,
-                    value: decoded.value,
-                    kind: LiteralKind::Lexical,
-                    span,
-                };
-                collector.literal(&lit, None);
-            }
+            collect_token_literal(collector, span, None, Some(LiteralKind::Lexical));
         }
         true
     });
+}
+
+/// The string-like literal token at file bytes `span`, decoded (its value
+/// pointed at verbatim when it is written verbatim); `None` for any other
+/// token.
+pub(crate) fn token_lit_info(text: &str, span: Range<usize>) -> Option<LitInfo<'static>> {
+    let decoded = decode_literal(text.get(span.clone())?)?;
+    Some(LitInfo {
+        verbatim_at: decoded
+            .verbatim
+            .then_some(span.start + decoded.content.start),
+        runs: &[],
+        value: decoded.value.into_owned().into(),
+        kind: decoded.kind,
+        span,
+    })
+}
+
+/// Feeds the string-like literal token at file bytes `span` (in item
+/// `context`) to `collector`, escapes mapped back to the source; `kind`
+/// overrides the kind its prefix gives.
+pub(crate) fn collect_token_literal(
+    collector: &mut Collector<'_>,
+    span: Range<usize>,
+    context: Option<&str>,
+    kind: Option<LiteralKind>,
+) {
+    let text = collector.text();
+    let Some(decoded) = text.get(span.clone()).and_then(decode_literal) else {
+        return;
+    };
+    let runs = runs_in_file(&decoded.runs, span.start);
+    let lit = LitInfo {
+        verbatim_at: decoded
+            .verbatim
+            .then_some(span.start + decoded.content.start),
+        runs: &runs,
+        value: decoded.value,
+        kind: kind.unwrap_or(decoded.kind),
+        span,
+    };
+    collector.literal(&lit, context);
 }
 
 /// A string-like literal token decoded from its source text.

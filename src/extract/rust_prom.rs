@@ -22,6 +22,7 @@
 //! literal scan sees the same literal too, and the collector keeps the richer
 //! of the two. Names or labels that are not literals make labels unknown.
 
+use super::collect::Collector;
 use super::exposition::{full_name, is_metric_name};
 use super::rust_lex::{Delim, Kind};
 use super::rust_walk::{NameSite, Walker};
@@ -40,20 +41,20 @@ pub(crate) const METRICS_EMITTERS: &[(&str, usize)] = &[
 ];
 
 /// What a `prometheus` options expression says about a metric.
-struct PromSite {
+pub(super) struct PromSite {
     /// The name argument as written, not necessarily a metric name on its
     /// own: with a namespace it is only the last part of one.
-    name: NameSite,
+    pub(super) name: NameSite,
     /// `.namespace(…)` / `.subsystem(…)` values (empty when not set); `None`
     /// when one is not a literal, which leaves the full name unknown.
-    namespace: Option<String>,
-    subsystem: Option<String>,
+    pub(super) namespace: Option<String>,
+    pub(super) subsystem: Option<String>,
     /// `.const_label` keys; `None` when built at run time (`.const_labels(map)`).
-    const_labels: Option<Vec<Label>>,
+    pub(super) const_labels: Option<Vec<Label>>,
 }
 
 impl PromSite {
-    fn new(name: NameSite) -> Self {
+    pub(super) fn new(name: NameSite) -> Self {
         PromSite {
             name,
             namespace: Some(String::new()),
@@ -64,7 +65,7 @@ impl PromSite {
 
     /// A chained builder call on the options that changes what the site
     /// says; `arg` is its first argument's string value, if a literal.
-    fn chained(&mut self, method: &str, arg: impl FnOnce() -> Option<String>) {
+    pub(super) fn chained(&mut self, method: &str, arg: impl FnOnce() -> Option<String>) {
         match method {
             "namespace" => self.namespace = arg(),
             "subsystem" => self.subsystem = arg(),
@@ -73,7 +74,7 @@ impl PromSite {
         }
     }
 
-    fn add_const_label(&mut self, label: Option<Label>) {
+    pub(super) fn add_const_label(&mut self, label: Option<Label>) {
         match (&mut self.const_labels, label) {
             (Some(labels), Some(label)) => labels.push(label),
             _ => self.const_labels = None,
@@ -81,8 +82,35 @@ impl PromSite {
     }
 }
 
+/// Records the site of a `prometheus` registration: the full name (when
+/// namespace and subsystem are known and it is a metric name) with its
+/// constant and variable labels.
+pub(super) fn emit_prometheus(
+    collector: &mut Collector<'_>,
+    site: PromSite,
+    labels: Option<Vec<Label>>,
+) {
+    let (Some(namespace), Some(subsystem)) = (&site.namespace, &site.subsystem) else {
+        return;
+    };
+    let Some(name) = full_name(namespace, subsystem, &site.name.name) else {
+        return;
+    };
+    if !is_metric_name(&name, &collector.config().metric_prefix) {
+        return;
+    }
+    let labels = match (site.const_labels, labels) {
+        (Some(mut consts), Some(labels)) => {
+            consts.extend(labels);
+            Some(consts)
+        }
+        _ => None,
+    };
+    collector.site(name, site.name.range, labels, MetricVia::PrometheusVec);
+}
+
 /// `Some(is_vec)` for the `prometheus` constructors worth reading.
-fn constructor_kind(ty: &str, method: &str) -> Option<bool> {
+pub(super) fn constructor_kind(ty: &str, method: &str) -> Option<bool> {
     if ty.ends_with("Vec") && method == "new" {
         return Some(true);
     }
@@ -191,24 +219,7 @@ impl Walker<'_> {
     }
 
     fn emit_prometheus(&mut self, site: PromSite, labels: Option<Vec<Label>>) {
-        let (Some(namespace), Some(subsystem)) = (&site.namespace, &site.subsystem) else {
-            return;
-        };
-        let Some(name) = full_name(namespace, subsystem, &site.name.name) else {
-            return;
-        };
-        if !is_metric_name(&name, &self.collector.config().metric_prefix) {
-            return;
-        }
-        let labels = match (site.const_labels, labels) {
-            (Some(mut consts), Some(labels)) => {
-                consts.extend(labels);
-                Some(consts)
-            }
-            _ => None,
-        };
-        self.collector
-            .site(name, site.name.range, labels, MetricVia::PrometheusVec);
+        emit_prometheus(&mut self.collector, site, labels);
     }
 
     /// An options argument as tokens: a name literal, `opts!(…)`,

@@ -140,37 +140,13 @@ impl Walker<'_> {
     /// A string-like literal token at `span`: decoded from the source text.
     pub(super) fn lit_info(&self, span: Span) -> Option<LitInfo<'static>> {
         let bytes = self.bytes(span);
-        let repr = self.collector.text().get(bytes.clone())?;
-        let decoded = lexical::decode_literal(repr)?;
-        Some(LitInfo {
-            verbatim_at: decoded
-                .verbatim
-                .then_some(bytes.start + decoded.content.start),
-            runs: &[],
-            value: decoded.value.into_owned().into(),
-            kind: decoded.kind,
-            span: bytes,
-        })
+        lexical::token_lit_info(self.collector.text(), bytes)
     }
 
     pub(super) fn literal_at(&mut self, span: Span) {
         let bytes = self.bytes(span);
-        let text = self.collector.text();
-        let Some(decoded) = text.get(bytes.clone()).and_then(lexical::decode_literal) else {
-            return;
-        };
-        let runs = lexical::runs_in_file(&decoded.runs, bytes.start);
-        let lit = LitInfo {
-            verbatim_at: decoded
-                .verbatim
-                .then_some(bytes.start + decoded.content.start),
-            runs: &runs,
-            value: decoded.value,
-            kind: decoded.kind,
-            span: bytes,
-        };
         let context = self.context.last().map(String::as_str);
-        self.collector.literal(&lit, context);
+        lexical::collect_token_literal(&mut self.collector, bytes, context, None);
     }
 
     fn with_context(&mut self, name: String, f: impl FnOnce(&mut Self)) {

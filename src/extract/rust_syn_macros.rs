@@ -11,17 +11,11 @@ use proc_macro2::{Delimiter, Group, Spacing, TokenStream, TokenTree};
 
 use super::collect::LitInfo;
 use super::exposition::metric_sites_in;
+use super::rust_prom::METRICS_EMITTERS;
 use super::rust_syn::Walker;
-use super::rust_syn_metrics::METRICS_EMITTERS;
-use super::rust_tt::number_text;
-use super::{lexical, Label, LiteralKind, TextRange};
-
-/// A metric name argument that is one literal (or one `concat!`) whose
-/// whole value is a metric name.
-pub(super) struct NameSite {
-    pub(super) name: String,
-    pub(super) range: TextRange,
-}
+use super::rust_tt::concat_piece;
+use super::rust_walk::NameSite;
+use super::{Label, LiteralKind};
 
 impl Walker<'_> {
     pub(super) fn walk_stream(&mut self, stream: TokenStream) {
@@ -144,20 +138,7 @@ impl Walker<'_> {
     }
 
     fn concat_piece(&self, span: proc_macro2::Span, negative: bool) -> Option<String> {
-        let repr = self.collector.text().get(self.bytes(span))?;
-        let first = repr.bytes().next()?;
-        if first.is_ascii_digit() {
-            return number_text(repr).map(|n| if negative { format!("-{n}") } else { n });
-        }
-        if negative {
-            return None;
-        }
-        if first == b'\'' {
-            return lexical::decode_char(repr);
-        }
-        let decoded = lexical::decode_literal(repr)?;
-        matches!(decoded.kind, LiteralKind::Str | LiteralKind::RawStr)
-            .then(|| decoded.value.into_owned())
+        concat_piece(self.collector.text().get(self.bytes(span))?, negative)
     }
 
     /// A metric-name argument written as one literal or `concat!`.

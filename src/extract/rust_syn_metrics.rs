@@ -19,76 +19,10 @@
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 
-use super::exposition::{full_name, is_metric_name};
+use super::rust_prom::{constructor_kind, emit_prometheus, PromSite};
 use super::rust_syn::Walker;
-use super::rust_syn_macros::{path_call, split_args, NameSite};
+use super::rust_syn_macros::{path_call, split_args};
 use super::{Label, MetricVia};
-
-/// `metrics` macros that emit a series, with how many positional value
-/// arguments (not labels) follow the name in their old-style forms.
-pub(super) const METRICS_EMITTERS: &[(&str, usize)] = &[
-    ("counter", 0),
-    ("gauge", 0),
-    ("histogram", 0),
-    ("increment_counter", 0),
-    ("increment_gauge", 1),
-    ("decrement_gauge", 1),
-    ("absolute_counter", 1),
-];
-
-/// What a `prometheus` options expression says about a metric.
-struct PromSite {
-    /// The name argument as written, not necessarily a metric name on its
-    /// own: with a namespace it is only the last part of one.
-    name: NameSite,
-    /// `.namespace(…)` / `.subsystem(…)` values (empty when not set); `None`
-    /// when one is not a literal, which leaves the full name unknown.
-    namespace: Option<String>,
-    subsystem: Option<String>,
-    /// `.const_label` keys; `None` when built at run time (`.const_labels(map)`).
-    const_labels: Option<Vec<Label>>,
-}
-
-impl PromSite {
-    fn new(name: NameSite) -> Self {
-        PromSite {
-            name,
-            namespace: Some(String::new()),
-            subsystem: Some(String::new()),
-            const_labels: Some(Vec::new()),
-        }
-    }
-
-    /// A chained builder call on the options that changes what the site
-    /// says; `arg` is its first argument's string value, if a literal.
-    fn chained(&mut self, method: &str, arg: impl FnOnce() -> Option<String>) {
-        match method {
-            "namespace" => self.namespace = arg(),
-            "subsystem" => self.subsystem = arg(),
-            "const_labels" => self.const_labels = None,
-            _ => {}
-        }
-    }
-
-    fn add_const_label(&mut self, label: Option<Label>) {
-        match (&mut self.const_labels, label) {
-            (Some(labels), Some(label)) => labels.push(label),
-            _ => self.const_labels = None,
-        }
-    }
-}
-
-/// `Some(is_vec)` for the `prometheus` constructors worth reading.
-fn constructor_kind(ty: &str, method: &str) -> Option<bool> {
-    if ty.ends_with("Vec") && method == "new" {
-        return Some(true);
-    }
-    let single = matches!(
-        ty,
-        "Counter" | "IntCounter" | "Gauge" | "IntGauge" | "Histogram"
-    );
-    (single && (method == "new" || method == "with_opts")).then_some(false)
-}
 
 impl Walker<'_> {
     /// `metrics` crate: `counter!(target: …, "dw_x", "k" => v, …)`.
@@ -192,24 +126,7 @@ impl Walker<'_> {
     }
 
     fn emit_prometheus(&mut self, site: PromSite, labels: Option<Vec<Label>>) {
-        let (Some(namespace), Some(subsystem)) = (&site.namespace, &site.subsystem) else {
-            return;
-        };
-        let Some(name) = full_name(namespace, subsystem, &site.name.name) else {
-            return;
-        };
-        if !is_metric_name(&name, &self.collector.config().metric_prefix) {
-            return;
-        }
-        let labels = match (site.const_labels, labels) {
-            (Some(mut consts), Some(labels)) => {
-                consts.extend(labels);
-                Some(consts)
-            }
-            _ => None,
-        };
-        self.collector
-            .site(name, site.name.range, labels, MetricVia::PrometheusVec);
+        emit_prometheus(&mut self.collector, site, labels);
     }
 
     /// An options argument as tokens: a name literal, `opts!(…)`,

@@ -9,6 +9,7 @@
 use std::ops::Range;
 
 use super::rust_lex::{Delim, Kind, Token};
+use super::{lexical, LiteralKind};
 
 /// One file's text and tokens.
 #[derive(Clone, Copy)]
@@ -180,6 +181,25 @@ impl<'t> Src<'t> {
         }
         out
     }
+}
+
+/// What `concat!` makes of one literal token `repr` (`negative` when a
+/// `-` precedes it): strings and chars as their value, numbers as
+/// [`number_text`]; `None` for anything `concat!` would reject.
+pub(crate) fn concat_piece(repr: &str, negative: bool) -> Option<String> {
+    let first = repr.bytes().next()?;
+    if first.is_ascii_digit() {
+        return number_text(repr).map(|n| if negative { format!("-{n}") } else { n });
+    }
+    if negative {
+        return None;
+    }
+    if first == b'\'' {
+        return lexical::decode_char(repr);
+    }
+    let decoded = lexical::decode_literal(repr)?;
+    matches!(decoded.kind, LiteralKind::Str | LiteralKind::RawStr)
+        .then(|| decoded.value.into_owned())
 }
 
 /// What `concat!` makes of a number token: integers in decimal, floats as

@@ -23,7 +23,7 @@ use super::collect::{Collector, LitInfo};
 use super::exposition::metric_sites_in;
 use super::rust_lex::{Delim, Kind};
 use super::rust_prom::METRICS_EMITTERS;
-use super::rust_tt::{number_text, Src};
+use super::rust_tt::{concat_piece, Src};
 use super::{lexical, ExtractConfig, FileFacts, Label, LiteralKind, TextRange};
 
 /// The facts of a tokenized file.
@@ -526,56 +526,19 @@ impl<'t> Walker<'t> {
     }
 
     fn concat_piece(&self, lit: u32, negative: bool) -> Option<String> {
-        let repr = self.src.text_of(lit);
-        let first = repr.bytes().next()?;
-        if first.is_ascii_digit() {
-            return number_text(repr).map(|n| if negative { format!("-{n}") } else { n });
-        }
-        if negative {
-            return None;
-        }
-        if first == b'\'' {
-            return lexical::decode_char(repr);
-        }
-        let decoded = lexical::decode_literal(repr)?;
-        matches!(decoded.kind, LiteralKind::Str | LiteralKind::RawStr)
-            .then(|| decoded.value.into_owned())
+        concat_piece(self.src.text_of(lit), negative)
     }
 
     // ----- literals --------------------------------------------------------
 
     /// A string-like literal token: decoded from the source text.
     pub(super) fn lit_info(&self, lit: u32) -> Option<LitInfo<'static>> {
-        let bytes = self.src.span(lit);
-        let decoded = lexical::decode_literal(self.src.text_of(lit))?;
-        Some(LitInfo {
-            verbatim_at: decoded
-                .verbatim
-                .then_some(bytes.start + decoded.content.start),
-            runs: &[],
-            value: decoded.value.into_owned().into(),
-            kind: decoded.kind,
-            span: bytes,
-        })
+        lexical::token_lit_info(self.src.text, self.src.span(lit))
     }
 
     fn literal_at(&mut self, lit: u32) {
-        let bytes = self.src.span(lit);
-        let Some(decoded) = lexical::decode_literal(self.src.text_of(lit)) else {
-            return;
-        };
-        let runs = lexical::runs_in_file(&decoded.runs, bytes.start);
-        let info = LitInfo {
-            verbatim_at: decoded
-                .verbatim
-                .then_some(bytes.start + decoded.content.start),
-            runs: &runs,
-            value: decoded.value,
-            kind: decoded.kind,
-            span: bytes,
-        };
         let context = self.context.last().map(String::as_str);
-        self.collector.literal(&info, context);
+        lexical::collect_token_literal(&mut self.collector, self.src.span(lit), context, None);
     }
 
     /// A metric-name argument written as one literal or `concat!`.
