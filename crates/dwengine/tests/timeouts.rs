@@ -169,6 +169,37 @@ fn a_retry_that_could_not_start_before_schedule_to_close_is_not_taken() {
 }
 
 #[test]
+fn a_reported_failure_is_not_retried_past_schedule_to_close() {
+    let s = server();
+    schedule(
+        &s,
+        "fail-cut",
+        "acts",
+        json!({ "schedule_to_close_timeout": 30,
+                "retry_policy": { "max_attempts": 5, "backoff_seconds": [1, 60] } }),
+    );
+    let report = |poll_id: &str| {
+        let (_, polled) = s.poll("activity", "default", "acts", poll_id, 5000);
+        let task = polled["task"].clone();
+        let (status, body) = s.post(
+            &activity_path(&task, "fail"),
+            json!({ "activity_attempt_id": task["activity_attempt_id"],
+                    "lease_owner": task["lease_owner"],
+                    "failure": { "message": "declined", "type": "Declined" } }),
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    // A 1 s backoff fits inside the 30 s budget: retried.
+    assert_eq!(report("f1")["outcome"], "retry_scheduled");
+    // A 60 s backoff would start after it: the activity fails now.
+    assert_eq!(report("f2")["outcome"], "failed");
+    let failed = wait_for_event(&s, "fail-cut", "ActivityFailed");
+    assert_eq!(failed["attempt_number"], 2);
+    assert_eq!(count(&history(&s, "fail-cut"), "ActivityTimedOut"), 0);
+}
+
+#[test]
 fn schedule_to_start_and_schedule_to_close_time_out_with_no_worker_polling() {
     let s = server();
     schedule(

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
-use crate::store::timeouts::rearm_activity;
+use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
+use crate::store::timeouts::{rearm_activity, schedule_to_close_end};
 use crate::store::tx::WriteTx;
 use crate::store::workflow_commands::{codec_of, ParallelGroup, RetryPolicy};
 use crate::store::{Error, EventType, Store};
@@ -110,20 +110,12 @@ impl Store {
     ) -> Result<AttemptOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let attempt = fenced_attempt(&tx, task_id, fence)?;
-        let policy = retry_policy(&tx, attempt.activity)?;
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
         if running {
-            if let Some(delay_seconds) = retry_delay(&policy, attempt.attempt, failure) {
-                let due = now_ms().saturating_add(
-                    i64::try_from(delay_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
-                );
-                tx.prepare_cached(
-                    "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-                     lease_expires_at_ms = NULL, poll_request_id = NULL, due_at_ms = ?2, \
-                     last_error = ?3 WHERE id = ?1",
-                )?
-                .execute(params![task_id, due, failure.message])?;
-                rearm_activity(&tx, task_id)?;
+            if let Some(due) =
+                next_attempt_at(&tx, task_id, attempt.activity, attempt.attempt, failure)?
+            {
+                requeue_attempt(&tx, task_id, due, &failure.message)?;
                 tx.commit()?;
                 return Ok(AttemptOutcome::RetryScheduled {
                     next_attempt_at_ms: due,
@@ -171,6 +163,44 @@ impl Store {
         tx.commit()?;
         Ok(running)
     }
+}
+
+/// When the next attempt of activity task `task_id` may start, or `None`
+/// when the activity fails now: its retry policy must allow another attempt
+/// after `failure`, and that attempt must be able to start before the
+/// activity's schedule-to-close timeout passes.
+pub(crate) fn next_attempt_at(
+    conn: &Connection,
+    task_id: i64,
+    activity: i64,
+    attempt: u64,
+    failure: &AttemptFailure,
+) -> Result<Option<i64>, Error> {
+    let Some(delay_seconds) = retry_delay(&retry_policy(conn, activity)?, attempt, failure) else {
+        return Ok(None);
+    };
+    let next = now_ms().saturating_add(to_i64(delay_seconds.saturating_mul(1000)));
+    Ok(match schedule_to_close_end(conn, task_id)? {
+        Some(end) if next >= end => None,
+        _ => Some(next),
+    })
+}
+
+/// Hands activity task `task_id` back to its queue for its next attempt,
+/// due at `due`, remembering why the last one ended.
+pub(crate) fn requeue_attempt(
+    conn: &Connection,
+    task_id: i64,
+    due: i64,
+    reason: &str,
+) -> Result<(), Error> {
+    conn.prepare_cached(
+        "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+         lease_expires_at_ms = NULL, poll_request_id = NULL, due_at_ms = ?2, \
+         last_error = ?3 WHERE id = ?1",
+    )?
+    .execute(params![task_id, due, reason])?;
+    rearm_activity(conn, task_id)
 }
 
 fn fenced_attempt(
@@ -326,7 +356,7 @@ pub(crate) fn stamp_group(
     Ok(())
 }
 
-pub(crate) fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> {
+fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPolicy, Error> {
     let options = options(conn, activity)?;
     match options.get("retry_policy") {
         Some(Value::Null) | None => Ok(RetryPolicy::default()),
@@ -336,11 +366,7 @@ pub(crate) fn retry_policy(conn: &Connection, activity: i64) -> Result<RetryPoli
 
 /// Seconds until the next attempt, or `None` when the activity fails now.
 /// Without a policy an activity gets one attempt.
-pub(crate) fn retry_delay(
-    policy: &RetryPolicy,
-    attempt: u64,
-    failure: &AttemptFailure,
-) -> Option<u64> {
+fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> Option<u64> {
     let max_attempts = policy.max_attempts.unwrap_or(1);
     if failure.non_retryable || attempt >= max_attempts {
         return None;

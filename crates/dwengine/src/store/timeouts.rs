@@ -22,7 +22,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::store::activity_attempts::{attempt_id, retry_delay, retry_policy, AttemptFailure};
+use crate::store::activity_attempts::{
+    attempt_id, next_attempt_at, requeue_attempt, AttemptFailure,
+};
 use crate::store::completion::{finish_run, FailureRow};
 use crate::store::dispatch::enqueue_workflow;
 use crate::store::model::{RunId, RunStatus};
@@ -154,6 +156,25 @@ pub(crate) fn rearm_activity(conn: &Connection, task_id: i64) -> Result<(), Erro
         ])?;
     }
     Ok(())
+}
+
+/// When activity task `task_id`'s schedule-to-close timeout passes, if it
+/// has one.
+pub(crate) fn schedule_to_close_end(conn: &Connection, task_id: i64) -> Result<Option<i64>, Error> {
+    let row: Option<(i64, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT d.created_at_ms, a.options FROM dispatch_tasks d \
+             JOIN activities a ON a.id = d.item_id WHERE d.id = ?1",
+        )?
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((scheduled, options)) = row else {
+        return Ok(None);
+    };
+    Ok(after(
+        scheduled,
+        ActivityTimeouts::of(options.as_deref())?.schedule_to_close_timeout,
+    ))
 }
 
 /// Records `run`'s execution and run timeouts and arms the earlier one.
@@ -364,7 +385,6 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
         i64,
         Option<i64>,
         i64,
-        i64,
         Option<i64>,
         Option<String>,
         String,
@@ -372,14 +392,12 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
     );
     let row: Option<Raw> = conn
         .prepare_cached(
-            "SELECT status, run_id, item_id, attempt, created_at_ms, timeout_at_ms, \
-             timeout_kind, namespace, task_queue FROM dispatch_tasks \
-             WHERE id = ?1 AND kind = 'activity'",
+            "SELECT status, run_id, item_id, attempt, timeout_at_ms, timeout_kind, \
+             namespace, task_queue FROM dispatch_tasks WHERE id = ?1 AND kind = 'activity'",
         )?
         .query_row([task_id], |r| Raw::try_from(r))
         .optional()?;
-    let Some((status, run, Some(activity), attempt, scheduled, Some(due), kind, ns, queue)) = row
-    else {
+    let Some((status, run, Some(activity), attempt, Some(due), kind, ns, queue)) = row else {
         return Ok(ActivityTimeout::NotDue);
     };
     let run = RunId(run);
@@ -407,19 +425,8 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
             exception_type: Some("ActivityTimeout".into()),
             ..AttemptFailure::default()
         };
-        let retry = retry_delay(&retry_policy(conn, activity)?, attempt, &failure)
-            .map(|seconds| now.saturating_add(to_i64(seconds.saturating_mul(1000))))
-            .filter(|next| {
-                after(scheduled, timeouts.schedule_to_close_timeout).is_none_or(|end| *next < end)
-            });
-        if let Some(next) = retry {
-            conn.prepare_cached(
-                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-                 lease_expires_at_ms = NULL, poll_request_id = NULL, due_at_ms = ?2, \
-                 last_error = ?3 WHERE id = ?1",
-            )?
-            .execute(params![task_id, next, message])?;
-            rearm_activity(conn, task_id)?;
+        if let Some(next) = next_attempt_at(conn, task_id, activity, attempt, &failure)? {
+            requeue_attempt(conn, task_id, next, &message)?;
             return Ok(ActivityTimeout::Retried {
                 namespace: ns,
                 activity_queue: queue,
