@@ -20,6 +20,7 @@ pub mod query_tasks;
 pub mod readiness;
 pub mod registry;
 pub mod retention;
+pub mod schedule_spec;
 pub mod server;
 pub mod store;
 pub mod wait_slots;

@@ -28,6 +28,7 @@ use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
+use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
@@ -157,6 +158,8 @@ pub struct ServerConfig {
     pub worker_sweep: IdleWorkerSweep,
     /// The activity and run timeout sweep.
     pub timeout_sweep: TimeoutSweep,
+    /// The due-schedule sweep's period and scan cap.
+    pub schedule_sweep: ScheduleSweep,
     /// Read connections of a file store at most.
     pub store_readers: usize,
     /// Polls of unregistered workers that may write poll keys per replay-TTL window.
@@ -216,6 +219,7 @@ impl ServerConfig {
             activity_poller: ActivityTaskPoller::default(),
             worker_sweep: IdleWorkerSweep::default(),
             timeout_sweep: TimeoutSweep::default(),
+            schedule_sweep: ScheduleSweep::default(),
             store_readers: crate::store::shared::DEFAULT_READERS,
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
@@ -472,6 +476,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             IdleWorkerSweep::SCAN_LIMIT_KEY,
             TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
             TimeoutSweep::RUN_SCAN_LIMIT_KEY,
+            ScheduleSweep::SCAN_LIMIT_KEY,
         ]
         .into_iter()
         .filter_map(|key| {
@@ -488,6 +493,9 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let sweep_every =
             parse("DW_TIMEOUT_SWEEP_INTERVAL_MS").map_or(TimeoutSweep::DEFAULT_INTERVAL, ms);
         config.timeout_sweep = TimeoutSweep::from_config(scan, sweep_every);
+        let schedules_every =
+            parse("DW_SCHEDULE_SWEEP_INTERVAL_MS").map_or(ScheduleSweep::DEFAULT_INTERVAL, ms);
+        config.schedule_sweep = ScheduleSweep::from_config(scan, schedules_every);
         if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS") {
             config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }

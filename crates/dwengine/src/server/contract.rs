@@ -25,6 +25,7 @@ use serde::Serialize;
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::registry::IdleWorkerSweep;
 use crate::server::config::{config_key_variable, ServerConfig};
+use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
 
 /// Which family a limit belongs to.
@@ -127,7 +128,7 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         request.max_memo_bytes,
         now.max_memo_bytes,
         "bytes",
-        "the serialized memo of POST /workflows",
+        "the serialized memo of POST /workflows and POST /schedules",
     );
     boundary(
         "max_search_attributes",
@@ -170,12 +171,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         (
             "workflow_type",
             MAX_NAME_CHARS,
-            "workflow_type of POST /workflows",
+            "workflow_type of POST /workflows and a schedule action",
         ),
         (
             "task_queue",
             MAX_NAME_CHARS,
-            "task_queue of POST /workflows",
+            "task_queue of POST /workflows and a schedule action",
         ),
         (
             "business_key",
@@ -295,6 +296,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         TimeoutSweep::DEFAULT_SCAN_LIMIT,
         config.timeout_sweep.run_timeout_scan_limit,
         "due run and execution timeouts enforced per timeout sweep",
+    );
+    scan(
+        ScheduleSweep::SCAN_LIMIT_KEY,
+        ScheduleSweep::DEFAULT_SCAN_LIMIT,
+        config.schedule_sweep.due_schedule_scan_limit,
+        "due schedules fired per schedule sweep",
     );
     for (spec, current, limits) in [
         (

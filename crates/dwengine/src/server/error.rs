@@ -99,6 +99,12 @@ pub enum ApiError {
         /// The registered type, for `attribute_already_exists`.
         existing_type: Option<String>,
     },
+    /// A schedule id the namespace already has.
+    #[error("schedule {0:?} already exists in this namespace")]
+    ScheduleExists(String),
+    /// No such schedule in the namespace.
+    #[error("schedule {0:?} does not exist in this namespace")]
+    ScheduleNotFound(String),
     /// No such custom search attribute in the namespace.
     #[error("custom search attribute {0:?} is not registered in this namespace")]
     SearchAttributeNotFound(String),
@@ -119,8 +125,9 @@ impl ApiError {
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
             | ApiError::WorkerNotFound(_)
-            | ApiError::SearchAttributeNotFound(_) => 404,
-            ApiError::SearchAttributeConflict { .. } => 409,
+            | ApiError::SearchAttributeNotFound(_)
+            | ApiError::ScheduleNotFound(_) => 404,
+            ApiError::SearchAttributeConflict { .. } | ApiError::ScheduleExists(_) => 409,
             ApiError::AlreadyStarted { .. }
             | ApiError::RunClosed { .. }
             | ApiError::QueryRejected(..) => 409,
@@ -292,6 +299,12 @@ impl ApiError {
                 }
                 body
             }
+            ApiError::ScheduleExists(id) => json!({
+                "reason": "schedule_already_exists", "schedule_id": id, "message": self.to_string(),
+            }),
+            ApiError::ScheduleNotFound(id) => json!({
+                "reason": "schedule_not_found", "schedule_id": id, "message": self.to_string(),
+            }),
             ApiError::SearchAttributeNotFound(name) => json!({
                 "reason": "search_attribute_not_found", "name": name, "message": self.to_string(),
             }),

@@ -6,7 +6,7 @@
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
 //! [`auth`] the token roles, [`imports`], [`archive`] and
 //! [`search_attributes`] the v1 import, archive and search-attribute
-//! registration, [`contract`] and [`config_file`] the configuration
+//! registration, [`schedules`] the schedules and their due sweep, [`contract`] and [`config_file`] the configuration
 //! contract, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
 //! the integration tests start it.
@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod projections;
 pub mod queries;
+pub mod schedules;
 pub mod search_attributes;
 pub mod timeouts;
 pub mod wire;
@@ -59,6 +60,7 @@ impl Running {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(engine.clone());
         runtime.spawn(timeouts::sweep_forever(engine.clone()));
+        runtime.spawn(schedules::fire_forever(engine.clone()));
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
                 axum::serve(listener, app)

@@ -27,6 +27,7 @@ pub mod namespaces;
 pub mod projections;
 pub mod readers;
 mod rows;
+pub mod schedules;
 pub mod schema;
 pub mod search_attributes;
 pub mod shared;
@@ -63,6 +64,7 @@ pub use model::{
     RunStatus, StartRun, TimerId,
 };
 pub use namespaces::Namespace;
+pub use schedules::{FireRecord, ScheduleRow};
 pub use search_attributes::Registration;
 pub use shared::SharedStore;
 pub use task::Task;

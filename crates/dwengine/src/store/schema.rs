@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_projections.sql"),
     include_str!("migrations/0010_archive_search_attributes.sql"),
     include_str!("migrations/0011_drop_query_tasks.sql"),
+    include_str!("migrations/0012_schedules.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -9,6 +9,7 @@
 //! decisions live in the engine modules. One module per resource.
 
 mod discovery;
+mod schedules;
 mod search_attributes;
 mod system;
 mod worker_tasks;
@@ -48,6 +49,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(system::routes())
         .merge(workflows::routes())
         .merge(search_attributes::routes())
+        .merge(schedules::routes())
         .merge(worker_tasks::routes())
         .fallback(|| async {
             refuse_with(
@@ -230,7 +232,9 @@ fn version_of(
 
 /// Control-plane routes: versioned and namespace-scoped (`X-Namespace`).
 fn is_control_plane(path: &str) -> bool {
-    path.starts_with("/api/workflows") || path.starts_with("/api/search-attributes")
+    ["/api/workflows", "/api/search-attributes", "/api/schedules"]
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
 }
 
 fn with_echo(mut response: Response, echo: Option<(&'static str, String)>) -> Response {
