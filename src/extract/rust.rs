@@ -21,9 +21,11 @@ use super::{lexical, rust_lex, rust_walk, ExtractConfig, FileFacts};
 
 pub(crate) use super::rust_walk::enclosing_item;
 
-/// Larger Rust files are scanned lexically: tokens take about four times a
-/// file's size (the parser this replaced took twenty), the lexical scanner
-/// a small multiple, so memory stays within a few times the largest file.
+/// Larger Rust files are scanned lexically: tokens take three to four times
+/// a typical file's size and at most sixteen times (a file of nothing but
+/// one-byte tokens; the parser this replaced took twenty), the lexical
+/// scanner a small multiple, so memory stays within a few times the largest
+/// file and never above 32 MiB for tokens.
 pub const MAX_PARSE_BYTES: usize = 2 << 20;
 
 /// What `syn` said of text `proc-macro2` could not tokenize, kept so that
