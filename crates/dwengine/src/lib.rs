@@ -10,6 +10,7 @@ pub mod admission;
 pub mod cache;
 pub mod conformance;
 pub mod diagnostics;
+pub mod durable_state;
 pub mod logging;
 pub mod metrics;
 pub mod policy;

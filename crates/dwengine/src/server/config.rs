@@ -144,6 +144,8 @@ pub struct ServerConfig {
     pub dispatches_per_minute: Option<u64>,
     /// Namespaces with request caps.
     pub namespace_limits: HashMap<String, NamespaceLimit>,
+    /// Durable-state quotas per namespace (`DW_NAMESPACE_DURABLE_STATE_LIMITS`).
+    pub durable_state_limits: HashMap<String, crate::durable_state::DurableLimits>,
     /// How long closed runs keep their history.
     pub history_retention: Duration,
     /// One retention pass per namespace per this window.
@@ -212,6 +214,7 @@ impl ServerConfig {
             },
             dispatches_per_minute: None,
             namespace_limits: HashMap::new(),
+            durable_state_limits: HashMap::new(),
             history_retention: Duration::from_secs(7 * 24 * 3600),
             retention_throttle: Duration::from_secs(60),
             recovery_suppression: Duration::from_secs(60),
@@ -455,6 +458,12 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         }
         config.dispatches_per_minute =
             parse("DW_TASK_QUEUE_DISPATCHES_PER_MINUTE").filter(|n| *n > 0);
+        if let Some(spec) = lookup("DW_NAMESPACE_DURABLE_STATE_LIMITS") {
+            match crate::durable_state::parse_limits(&spec) {
+                Ok(limits) => config.durable_state_limits = limits,
+                Err(problem) => self.invalid("DW_NAMESPACE_DURABLE_STATE_LIMITS", &spec, problem),
+            }
+        }
         if let Some(spec) = lookup("DW_NAMESPACE_REQUEST_LIMITS") {
             match parse_namespace_limits(&spec) {
                 Ok(limits) => config.namespace_limits = limits,

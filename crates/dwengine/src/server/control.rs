@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
+use crate::durable_state::{DurableRejection, DurableResource, NamespaceDurableStateQuota};
 use crate::server::error::finish_with;
 use crate::server::wire::{
     self, Checks, HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody, UpdateBody,
@@ -33,7 +34,15 @@ enum Begun {
     Retried(RunId),
     /// The id's run that is still open.
     Open(RunId, RunStatus),
+    /// The namespace's durable-state quota refused a new run.
+    Refused(DurableRejection),
 }
+
+/// What a new run adds to its namespace's durable state.
+const START_RESOURCES: [DurableResource; 2] = [
+    DurableResource::WorkflowRuns,
+    DurableResource::OpenWorkflowRuns,
+];
 
 /// Signal or update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +175,7 @@ impl Engine {
         );
         // The duplicate check, the run and its first task commit together,
         // so two racing starts of one id cannot both open a run.
+        let quota = self.durable_state.limits(namespace);
         let started = self.write(move |s| {
             if let Some(id) = &request_id {
                 if let Some(run) = s.run_started_by(&start.namespace, &start.workflow_id, id)? {
@@ -175,11 +185,21 @@ impl Engine {
             if let Some(open) = s.open_run(&start.namespace, &start.workflow_id)? {
                 return Ok(Begun::Open(open, s.run(open)?.status));
             }
+            // Counted in this transaction, so racing starts cannot overshoot.
+            if let Err(refused) = NamespaceDurableStateQuota::check(quota, &START_RESOURCES, || {
+                s.durable_usage(&start.namespace).ok()
+            }) {
+                return Ok(Begun::Refused(refused));
+            }
             let started = s.start_workflow(start, request_id.as_deref())?;
             s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
             Ok(Begun::Started(started.run))
         })?;
         let (run, status, duplicate) = match started {
+            Begun::Refused(refused) => {
+                self.durable_state.record(namespace, &refused);
+                return Err(ApiError::DurableState(refused));
+            }
             Begun::Started(run) => (run, 201, false),
             Begun::Retried(run) => (run, 200, true),
             Begun::Open(open, status) if use_existing => {

@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
 use crate::diagnostics::WorkerPollDiagnostics;
+use crate::durable_state::NamespaceDurableStateQuota;
 use crate::metrics::activities::ActivityExecutionMetrics;
 use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::WorkflowRunMetrics;
@@ -52,6 +53,7 @@ pub struct Engine {
     pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
     pub(crate) task_failures: WorkflowTaskFailureMetrics,
     pub(crate) drift: DriftCache,
+    pub(crate) durable_state: NamespaceDurableStateQuota,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
@@ -169,6 +171,10 @@ impl Engine {
                 config.workflow_task_failure_type_limit,
             )),
             drift: DriftCache::new(config.drift_report_ttl),
+            durable_state: NamespaceDurableStateQuota::new(
+                cache.clone(),
+                config.durable_state_limits.clone(),
+            ),
             known_namespaces: RwLock::new(HashSet::new()),
             cache,
             config,

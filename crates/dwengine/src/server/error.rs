@@ -32,6 +32,9 @@ pub enum ApiError {
     /// The namespace's request budget refused it.
     #[error("namespace request limit: {0:?}")]
     NamespaceLimited(NamespaceRejection),
+    /// The namespace's durable-state quota refused the mutation.
+    #[error("durable-state quota: {}", .0.reason())]
+    DurableState(crate::durable_state::DurableRejection),
     /// The node holds its cap of long-poll waits.
     #[error("long-poll capacity: {0:?}")]
     WaitCapacity(WaitRefusal),
@@ -120,7 +123,9 @@ impl ApiError {
             ApiError::Boundary(e) => e.status(),
             ApiError::Malformed(_) => 400,
             ApiError::Structural(_) => 409,
-            ApiError::NamespaceLimited(NamespaceRejection::Unavailable) => 503,
+            ApiError::NamespaceLimited(NamespaceRejection::Unavailable)
+            | ApiError::DurableState(crate::durable_state::DurableRejection::Unavailable) => 503,
+            ApiError::DurableState(_) => 429,
             ApiError::NamespaceLimited(_) | ApiError::WaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
@@ -192,6 +197,7 @@ impl ApiError {
                 "limit": limit,
                 "message": self.to_string(),
             }),
+            ApiError::DurableState(rejection) => rejection.body(),
             ApiError::NamespaceLimited(reason) => {
                 json!({ "reason": "namespace_request_limited", "limit": reason,
                         "rejection_reason": reason.metric_reason(), "retryable": true,

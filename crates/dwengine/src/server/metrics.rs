@@ -125,6 +125,18 @@ impl Engine {
         let (drift, drift_disclosure) =
             ProjectionDriftMetrics::render(guard, &self.projection_drift()?)?;
         disclosures.insert(ProjectionDriftMetrics::METRIC.into(), drift_disclosure);
+        let usage = self.read(|s| s.durable_usage(namespace)).ok();
+        let (durable, durable_disclosure) = self
+            .durable_state
+            .render(guard, namespace, usage)
+            .map_err(|e| match e {
+                crate::durable_state::MetricError::Disclosure(e) => ApiError::from(e),
+                crate::durable_state::MetricError::Cache(e) => ApiError::Cache(e),
+            })?;
+        disclosures.insert(
+            crate::durable_state::NamespaceDurableStateQuota::METRIC.into(),
+            durable_disclosure,
+        );
         let (admission, admission_disclosure) =
             NamespaceAdmissionMetrics::render(guard, &self.namespaces.counts(namespace)?)?;
         disclosures.insert(
@@ -137,6 +149,7 @@ impl Engine {
                 (WorkflowTaskFailureMetrics::METRIC): failures.payload,
                 (ProjectionDriftMetrics::METRIC): drift,
                 (NamespaceAdmissionMetrics::METRIC): admission,
+                (crate::durable_state::NamespaceDurableStateQuota::METRIC): durable,
             },
             "series": series,
             "cardinality": { "series_limits": series_limits, "metrics": disclosures },

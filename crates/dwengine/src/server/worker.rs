@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::diagnostics::PollObservation;
+use crate::durable_state::{DurableResource, NamespaceDurableStateQuota};
 use crate::poll_requests::PollClaim;
 use crate::server::error::finish_with;
 use crate::server::wire::{
@@ -157,11 +158,28 @@ impl Engine {
             body.worker_id.clone(),
             body.task_queue.clone(),
         );
-        // The registration and the bounded idle sweep commit together.
-        self.write(move |store| {
+        // The quota check, the registration and the bounded idle sweep
+        // commit together; refreshing a registration adds nothing.
+        let quota = self.durable_state.limits(namespace);
+        let admitted = self.write(move |store| {
+            if !store.worker_registered(&ns, &worker, i64::MIN)? {
+                let check = NamespaceDurableStateQuota::check(
+                    quota,
+                    &[DurableResource::WorkerRegistrations],
+                    || store.durable_usage(&ns).ok(),
+                );
+                if let Err(refused) = check {
+                    return Ok(Err(refused));
+                }
+            }
             store.record_worker(&ns, &worker, &queue)?;
-            store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)
+            store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
+            Ok(Ok(()))
         })?;
+        if let Err(refused) = admitted {
+            self.durable_state.record(namespace, &refused);
+            return Err(ApiError::DurableState(refused));
+        }
         let pruned = self.prune_on_heartbeat(namespace)?;
         Ok(json!({
             "worker_id": body.worker_id, "namespace": namespace, "task_queue": body.task_queue,

@@ -17,6 +17,7 @@ pub mod command;
 pub mod completion;
 pub mod control;
 pub mod dispatch;
+pub mod durable_state;
 mod error;
 pub mod executor;
 pub mod history;

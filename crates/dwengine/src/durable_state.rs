@@ -1,0 +1,423 @@
+//! The per-namespace durable-state quota and `dw_namespace_durable_state_usage`.
+//!
+//! A configured namespace may hold at most so many runs, open runs and
+//! worker registrations. SQL rows are the authority: the usage is counted in
+//! the same write transaction as the start or registration it admits (see
+//! [`crate::store::durable_state`]), so the quota holds under concurrency.
+//! The cache only carries telemetry: one two-minute rejection counter and
+//! one log-suppression key per namespace, fixed reason and minute, under
+//! `server:namespace-durable-state:`. A namespace without a quota writes no
+//! key and pays no count.
+//!
+//! Only a mutation that would raise a resource past its limit is refused:
+//! an over-limit namespace may still close runs or refresh a registration.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dwpolicy::{DisclosureError, MetricGuard};
+use serde_json::{json, Map, Value};
+
+use crate::cache::{hash_dimensions, minute_bucket, read_counter, Cache, CacheError};
+use crate::store::durable_state::DurableUsage;
+
+/// A durable resource of the fixed inventory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DurableResource {
+    /// Run rows of the namespace.
+    WorkflowRuns,
+    /// Runs not yet closed.
+    OpenWorkflowRuns,
+    /// Worker registrations.
+    WorkerRegistrations,
+}
+
+impl DurableResource {
+    /// The fixed inventory, in report order.
+    pub const ALL: [DurableResource; 3] = [
+        DurableResource::WorkflowRuns,
+        DurableResource::OpenWorkflowRuns,
+        DurableResource::WorkerRegistrations,
+    ];
+
+    /// The resource's name in configuration and payloads.
+    pub fn name(self) -> &'static str {
+        match self {
+            DurableResource::WorkflowRuns => "workflow_runs",
+            DurableResource::OpenWorkflowRuns => "open_workflow_runs",
+            DurableResource::WorkerRegistrations => "worker_registrations",
+        }
+    }
+
+    /// The rejection reason when the resource is exhausted.
+    pub fn reason(self) -> &'static str {
+        match self {
+            DurableResource::WorkflowRuns => "namespace_workflow_runs_exhausted",
+            DurableResource::OpenWorkflowRuns => "namespace_open_workflow_runs_exhausted",
+            DurableResource::WorkerRegistrations => "namespace_worker_registrations_exhausted",
+        }
+    }
+
+    /// Whether waiting can help: open runs close and idle registrations are
+    /// swept, but run rows are retained (retention keeps every root row).
+    pub fn retryable(self) -> bool {
+        !matches!(self, DurableResource::WorkflowRuns)
+    }
+
+    fn used(self, usage: &DurableUsage) -> u64 {
+        match self {
+            DurableResource::WorkflowRuns => usage.workflow_runs,
+            DurableResource::OpenWorkflowRuns => usage.open_workflow_runs,
+            DurableResource::WorkerRegistrations => usage.worker_registrations,
+        }
+    }
+
+    fn parse(name: &str) -> Option<DurableResource> {
+        DurableResource::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// The reason recorded when the quota could not be evaluated.
+pub const UNAVAILABLE_REASON: &str = "namespace_durable_state_quota_unavailable";
+
+/// One namespace's limits, per resource of the inventory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurableLimits([Option<u64>; 3]);
+
+impl DurableLimits {
+    /// The limit of `resource`, if any.
+    pub fn get(&self, resource: DurableResource) -> Option<u64> {
+        self.0[Self::index(resource)]
+    }
+
+    fn index(resource: DurableResource) -> usize {
+        DurableResource::ALL
+            .iter()
+            .position(|r| *r == resource)
+            .unwrap_or(0)
+    }
+}
+
+/// Why a mutation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurableRejection {
+    /// The mutation would raise `resource` to `attempted`, past `limit` (429).
+    Exhausted {
+        /// The resource.
+        resource: DurableResource,
+        /// Its count with the mutation.
+        attempted: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// The usage could not be read (503, retryable).
+    Unavailable,
+}
+
+impl DurableRejection {
+    /// The fixed reason name.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DurableRejection::Exhausted { resource, .. } => resource.reason(),
+            DurableRejection::Unavailable => UNAVAILABLE_REASON,
+        }
+    }
+
+    /// The refusal body.
+    pub fn body(&self) -> Value {
+        match self {
+            DurableRejection::Exhausted {
+                resource,
+                attempted,
+                limit,
+            } => json!({
+                "reason": resource.reason(), "resource": resource.name(),
+                "current_value": attempted, "configured_limit": limit,
+                "retryable": resource.retryable(),
+                "retry_after_seconds": resource.retryable().then_some(60),
+                "message": format!("Namespace durable-state capacity for {} is exhausted.",
+                    resource.name().replace('_', " ")),
+            }),
+            DurableRejection::Unavailable => json!({
+                "reason": UNAVAILABLE_REASON, "retryable": true, "retry_after_seconds": 1,
+                "message": "Namespace durable-state quota could not be evaluated.",
+            }),
+        }
+    }
+}
+
+/// Parses `DW_NAMESPACE_DURABLE_STATE_LIMITS`: comma-separated
+/// `namespace:resource=limit` items, e.g. `tenant:open_workflow_runs=10`.
+pub fn parse_limits(spec: &str) -> Result<HashMap<String, DurableLimits>, String> {
+    let mut limits: HashMap<String, DurableLimits> = HashMap::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (scope, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?}: expected namespace:resource=limit"))?;
+        let (namespace, resource) = scope
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{item:?}: expected namespace:resource=limit"))?;
+        let resource = DurableResource::parse(resource.trim()).ok_or_else(|| {
+            let known: Vec<&str> = DurableResource::ALL.iter().map(|r| r.name()).collect();
+            format!(
+                "{item:?}: unknown resource {resource:?} (one of {})",
+                known.join(", ")
+            )
+        })?;
+        let limit: u64 = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: the limit is not a non-negative integer"))?;
+        let namespace = namespace.trim();
+        if namespace.is_empty() {
+            return Err(format!("{item:?}: the namespace is empty"));
+        }
+        limits.entry(namespace.to_owned()).or_default().0[DurableLimits::index(resource)] =
+            Some(limit);
+    }
+    Ok(limits)
+}
+
+/// Admits durable-state mutations of configured namespaces and counts refusals.
+#[derive(Clone)]
+pub struct NamespaceDurableStateQuota {
+    cache: Arc<dyn Cache>,
+    limits: Arc<HashMap<String, DurableLimits>>,
+}
+
+impl NamespaceDurableStateQuota {
+    /// The family of rejection counters and log-suppression keys.
+    pub const PREFIX: &'static str = "server:namespace-durable-state:";
+    /// Counters and log keys live two minutes, so the current minute is whole.
+    pub const BUCKET_TTL: Duration = Duration::from_secs(120);
+    /// The metric this type reports.
+    pub const METRIC: &'static str = "dw_namespace_durable_state_usage";
+
+    /// A quota over `limits` (namespaces absent from it are unconstrained).
+    pub fn new(cache: Arc<dyn Cache>, limits: HashMap<String, DurableLimits>) -> Self {
+        NamespaceDurableStateQuota {
+            cache,
+            limits: Arc::new(limits),
+        }
+    }
+
+    /// `namespace`'s limits, if it has any.
+    pub fn limits(&self, namespace: &str) -> Option<DurableLimits> {
+        self.limits.get(namespace).copied()
+    }
+
+    /// Whether adding one of each of `resources` fits `namespace`'s quota,
+    /// given its `usage` (read in the mutation's own transaction).
+    pub fn check(
+        limits: Option<DurableLimits>,
+        resources: &[DurableResource],
+        usage: impl FnOnce() -> Option<DurableUsage>,
+    ) -> Result<(), DurableRejection> {
+        let Some(limits) = limits else {
+            return Ok(());
+        };
+        if resources.iter().all(|r| limits.get(*r).is_none()) {
+            return Ok(());
+        }
+        let usage = usage().ok_or(DurableRejection::Unavailable)?;
+        for resource in resources {
+            if let Some(limit) = limits.get(*resource) {
+                let attempted = resource.used(&usage).saturating_add(1);
+                if attempted > limit {
+                    return Err(DurableRejection::Exhausted {
+                        resource: *resource,
+                        attempted,
+                        limit,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a refusal in its minute bucket and logs it once per
+    /// (namespace, reason, minute); telemetry never fails the refusal.
+    pub fn record(&self, namespace: &str, rejection: &DurableRejection) {
+        let ns = hash_dimensions(&[namespace]);
+        let minute = minute_bucket(SystemTime::now());
+        let reason = rejection.reason();
+        let counted = self
+            .cache
+            .increment(&Self::counter_key(&ns, minute, reason), Self::BUCKET_TTL);
+        let log_key = format!("{}rejection-log:{ns}:{minute}:{reason}", Self::PREFIX);
+        if counted.is_ok() && matches!(self.cache.add(&log_key, b"1", Self::BUCKET_TTL), Ok(true)) {
+            tracing::warn!(
+                namespace,
+                reason,
+                "Namespace durable-state quota rejected a mutation."
+            );
+        }
+    }
+
+    fn counter_key(ns: &str, minute: u64, reason: &str) -> String {
+        format!("{}rejections:{ns}:{minute}:{reason}", Self::PREFIX)
+    }
+
+    /// The metric payload and its disclosure: limits, usage and remaining
+    /// per resource, and this minute's rejections per fixed reason.
+    pub fn render(
+        &self,
+        guard: &MetricGuard,
+        namespace: &str,
+        usage: Option<DurableUsage>,
+    ) -> Result<(Value, Value), MetricError> {
+        let reasons: Vec<&str> = DurableResource::ALL
+            .iter()
+            .map(|r| r.reason())
+            .chain(std::iter::once(UNAVAILABLE_REASON))
+            .collect();
+        let disclosure = guard.disclose(
+            Self::METRIC,
+            [(
+                "reason",
+                json!({ "values": reasons, "selection": "fixed_durable_resource_inventory_plus_unavailable" }),
+            )],
+        )?;
+        let limits = self.limits(namespace);
+        let (mut limit_map, mut usage_map, mut remaining) = (Map::new(), Map::new(), Map::new());
+        for resource in DurableResource::ALL {
+            let limit = limits.and_then(|l| l.get(resource));
+            let used = usage.map(|u| resource.used(&u));
+            limit_map.insert(resource.name().into(), json!(limit));
+            usage_map.insert(resource.name().into(), json!(used));
+            let left = limit.zip(used).map(|(l, u)| l.saturating_sub(u));
+            remaining.insert(resource.name().into(), json!(left));
+        }
+        let ns = hash_dimensions(&[namespace]);
+        let minute = minute_bucket(SystemTime::now());
+        let mut by_reason = Map::new();
+        let mut total = 0;
+        for reason in &reasons {
+            let n = if limits.is_some() {
+                read_counter(self.cache.as_ref(), &Self::counter_key(&ns, minute, reason))?
+            } else {
+                0
+            };
+            total += n;
+            by_reason.insert((*reason).into(), n.into());
+        }
+        let payload = json!({
+            "configured": limits.is_some(),
+            "limits": limit_map,
+            "usage": usage_map,
+            "remaining": remaining,
+            "measurement_status": if usage.is_some() { "available" } else { "unavailable" },
+            "rejections_this_minute": total,
+            "rejections_by_reason": by_reason,
+        });
+        Ok((
+            payload,
+            serde_json::to_value(&disclosure).unwrap_or(Value::Null),
+        ))
+    }
+}
+
+/// Why the metric could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricError {
+    /// The policy refused the disclosure.
+    #[error(transparent)]
+    Disclosure(#[from] DisclosureError),
+    /// The counters could not be read.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::MemoryCache;
+
+    #[test]
+    fn limits_parse_strictly_and_name_the_bad_item() {
+        let limits =
+            parse_limits("a:open_workflow_runs=2, a:workflow_runs=10,b:worker_registrations=0")
+                .unwrap();
+        assert_eq!(limits["a"].get(DurableResource::OpenWorkflowRuns), Some(2));
+        assert_eq!(limits["a"].get(DurableResource::WorkflowRuns), Some(10));
+        assert_eq!(limits["a"].get(DurableResource::WorkerRegistrations), None);
+        assert_eq!(
+            limits["b"].get(DurableResource::WorkerRegistrations),
+            Some(0)
+        );
+        let bad = parse_limits("a:open_runs=2").unwrap_err();
+        assert!(
+            bad.contains("unknown resource") && bad.contains("open_workflow_runs"),
+            "{bad}"
+        );
+        assert!(parse_limits("a:workflow_runs=-1").is_err());
+        assert!(parse_limits("workflow_runs=1").is_err());
+    }
+
+    #[test]
+    fn only_a_mutation_past_the_limit_is_refused() {
+        let limits = parse_limits("a:open_workflow_runs=2").unwrap();
+        let usage = |open| DurableUsage {
+            workflow_runs: 100,
+            open_workflow_runs: open,
+            worker_registrations: 0,
+        };
+        let start = [
+            DurableResource::WorkflowRuns,
+            DurableResource::OpenWorkflowRuns,
+        ];
+        assert!(
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || Some(usage(1)))
+                .is_ok()
+        );
+        assert_eq!(
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || Some(usage(2))),
+            Err(DurableRejection::Exhausted {
+                resource: DurableResource::OpenWorkflowRuns,
+                attempted: 3,
+                limit: 2
+            })
+        );
+        assert_eq!(
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || None),
+            Err(DurableRejection::Unavailable)
+        );
+        // No quota: the usage is never read.
+        assert!(NamespaceDurableStateQuota::check(None, &start, || panic!("read")).is_ok());
+    }
+
+    #[test]
+    fn refusals_count_per_reason_and_log_once_a_minute() {
+        let cache = Arc::new(MemoryCache::default());
+        let quota = NamespaceDurableStateQuota::new(
+            cache.clone(),
+            parse_limits("a:open_workflow_runs=1").unwrap(),
+        );
+        let refused = DurableRejection::Exhausted {
+            resource: DurableResource::OpenWorkflowRuns,
+            attempted: 2,
+            limit: 1,
+        };
+        for _ in 0..5 {
+            quota.record("a", &refused);
+        }
+        let logs = format!("{}rejection-log:", NamespaceDurableStateQuota::PREFIX);
+        assert!((1..=2).contains(&cache.count_prefix(&logs).unwrap()));
+        let guard = MetricGuard::new(crate::policy::embedded().unwrap());
+        let (payload, disclosure) = quota.render(&guard, "a", None).unwrap();
+        let counted = payload["rejections_by_reason"]["namespace_open_workflow_runs_exhausted"]
+            .as_u64()
+            .unwrap();
+        assert!((1..=5).contains(&counted));
+        assert_eq!(
+            payload["rejections_by_reason"].as_object().unwrap().len(),
+            4
+        );
+        assert_eq!(payload["measurement_status"], "unavailable");
+        assert_eq!(
+            disclosure["reason"]["cardinality"],
+            "finite_durable_state_reasons"
+        );
+    }
+}
