@@ -73,6 +73,30 @@ impl LongPollSignalStore {
     }
 }
 
+/// Whether the shared polling cache answers, probed without writing.
+///
+/// A long poll waits on wake signals read from the cache; when the cache is
+/// unreachable it would wait blind. Before a poll starts waiting it reads
+/// one fixed key address: the read either answers (the key is never
+/// written, so the answer is "absent") or fails. The probe writes nothing
+/// and retains nothing, however many polls probe.
+pub struct ServerPollingCache;
+
+impl ServerPollingCache {
+    /// The family of the probe's key address.
+    pub const PREFIX: &'static str = "server:polling-cache:";
+
+    /// The one key address every probe reads (never written).
+    pub fn probe_key() -> String {
+        format!("{}availability", Self::PREFIX)
+    }
+
+    /// Whether `cache` answered a read of the probe address.
+    pub fn available(cache: &dyn Cache) -> bool {
+        cache.get(&Self::probe_key()).is_ok()
+    }
+}
+
 /// The scan caps of one workflow-task poll pass.
 ///
 /// Each pass first fires timers that came due while no worker was polling
@@ -189,6 +213,40 @@ mod tests {
             .unwrap()
             .is_some());
         assert!(!LongPollSignalStore::key("tenant-a", "q", "c").contains("tenant-a"));
+    }
+
+    #[test]
+    fn the_availability_probe_reads_one_address_and_writes_nothing() {
+        struct Down;
+        impl Cache for Down {
+            fn put(&self, _: &str, _: &[u8], _: Duration) -> Result<(), CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn add(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn get(&self, _: &str) -> Result<Option<Vec<u8>>, CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn forget(&self, _: &str) -> Result<bool, CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {
+                Err(CacheError::Backend("down".into()))
+            }
+            fn backend(&self) -> &'static str {
+                "down"
+            }
+        }
+        let cache = MemoryCache::default();
+        for _ in 0..1000 {
+            assert!(ServerPollingCache::available(&cache));
+        }
+        assert_eq!(cache.count_prefix(ServerPollingCache::PREFIX).unwrap(), 0);
+        assert!(!ServerPollingCache::available(&Down));
     }
 
     #[test]

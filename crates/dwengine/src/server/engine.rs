@@ -24,6 +24,7 @@ use crate::polling::LongPollSignalStore;
 use crate::projections::DriftCache;
 use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
+use crate::registry::WorkerCompatibilityHeartbeatRecorder;
 use crate::retention::HistoryRetentionEnforcer;
 use crate::server::{ApiError, ServerConfig};
 use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
@@ -48,6 +49,7 @@ pub struct Engine {
     pub(crate) activity_waits: WaitSlotPool,
     pub(crate) query_waits: WaitSlotPool,
     pub(crate) query_tasks: WorkflowQueryTaskBroker,
+    pub(crate) compatibility: WorkerCompatibilityHeartbeatRecorder,
     pub(crate) workflow_runs: WorkflowRunMetrics,
     pub(crate) activity_executions: ActivityExecutionMetrics,
     pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
@@ -154,6 +156,10 @@ impl Engine {
             activity_waits: pool(TaskKind::Activity.as_str())?,
             query_waits: pool("query")?,
             query_tasks: WorkflowQueryTaskBroker::new(cache.clone(), config.query_tasks, &node),
+            compatibility: WorkerCompatibilityHeartbeatRecorder::new(
+                cache.clone(),
+                std::time::Duration::from_secs(config.query_tasks.worker_stale_after_seconds),
+            ),
             unknown_polls: UnknownWorkerPollBudget::new(
                 config.unknown_worker_poll_keys,
                 config.poll_ttls.result,
@@ -228,6 +234,20 @@ impl Engine {
             );
         }
         Ok(counts)
+    }
+
+    /// Whether the polling cache answers a read: a long poll that cannot
+    /// read wake signals answers at once (empty) instead of waiting blind;
+    /// the worker's next poll tries again.
+    pub(crate) fn polling_cache_available(&self) -> bool {
+        let available = crate::polling::ServerPollingCache::available(self.cache.as_ref());
+        if !available {
+            tracing::warn!(
+                backend = self.cache.backend(),
+                "polling cache unavailable: long polls answer without waiting"
+            );
+        }
+        available
     }
 
     /// The readiness probe's verdict.

@@ -182,7 +182,7 @@ impl Engine {
         if let Some(task) = claim()? {
             return Ok(Some(task));
         }
-        if poll.wait.is_zero() {
+        if poll.wait.is_zero() || !self.polling_cache_available() {
             return Ok(None);
         }
         let _slot = match self.query_waits.admit(ns)? {

@@ -203,13 +203,27 @@ impl Engine {
             dwpolicy::boundary::MAX_NAME_CHARS,
         );
         finish_with(v, &[("worker_id", &body.worker_id)], &[])?;
+        // One elected heartbeat per worker and write interval, across
+        // nodes, rewrites the registration; the others only read it.
+        let refreshed = self.compatibility.elect(namespace, &body.worker_id)?;
         let (ns, worker) = (namespace.to_owned(), body.worker_id.clone());
-        if !self.write(move |s| s.touch_worker(&ns, &worker))? {
+        let registered = if refreshed {
+            self.write(move |s| s.touch_worker(&ns, &worker))?
+        } else {
+            let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
+            self.read(|s| s.worker_registered(&ns, &worker, idle_before))?
+        };
+        if !registered {
+            if refreshed {
+                // An unknown worker keeps no throttle key.
+                self.compatibility.forget(namespace, &body.worker_id)?;
+            }
             return Err(ApiError::WorkerNotFound(body.worker_id));
         }
         let pruned = self.prune_on_heartbeat(namespace)?;
         Ok(json!({
             "worker_id": body.worker_id, "heartbeat_recorded": true,
+            "registration_refreshed": refreshed,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
             "pruned_run_id": pruned.map(wire::run_id),
@@ -373,7 +387,7 @@ impl Engine {
         if let Some(task) = self.pass(kind, poll)? {
             return Ok(Some(task));
         }
-        if poll.wait.is_zero() {
+        if poll.wait.is_zero() || !self.polling_cache_available() {
             return Ok(None);
         }
         let _slot = match self.wait_pool(kind).admit(ns)? {
