@@ -6,6 +6,7 @@
 //! another. The recovery scans each poll pass runs are capped here so an
 //! old backlog cannot turn every poll into a slow one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,6 +95,136 @@ impl ServerPollingCache {
     /// Whether `cache` answered a read of the probe address.
     pub fn available(cache: &dyn Cache) -> bool {
         cache.get(&Self::probe_key()).is_ok()
+    }
+}
+
+/// Serialises SQLite worker poll claims behind one cache lock.
+///
+/// SQLite has one writer: concurrent pollers that each try to claim a
+/// task only queue up behind each other, and on several nodes sharing one
+/// file they contend for the write lock (busy waits, retries). The gate is
+/// one short-lived singleton lock key; a poll pass takes it before its
+/// claim transaction and drops it right after, so at most one claim probe
+/// runs at a time across every node sharing the cache. A pass that cannot
+/// take it within its patience claims nothing this pass (the poll waits
+/// for the next wake, as after an empty pass). It counts probes so its
+/// effect can be measured.
+pub struct WorkerPollClaimGate {
+    cache: Arc<dyn Cache>,
+    enabled: bool,
+    token: String,
+    probes: AtomicU64,
+    empty_probes: AtomicU64,
+    skipped: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+/// What the gate counted since the node started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ClaimGateStats {
+    /// Claim transactions run.
+    pub probes: u64,
+    /// Of those, the ones that found no task.
+    pub empty_probes: u64,
+    /// Passes that gave up waiting for the gate.
+    pub skipped: u64,
+    /// The most claim transactions this node ran at once.
+    pub max_in_flight: u64,
+}
+
+/// A held gate (or a pass through a disabled one); dropping it releases.
+pub struct ClaimPermit<'a> {
+    gate: &'a WorkerPollClaimGate,
+    locked: bool,
+}
+
+impl Drop for ClaimPermit<'_> {
+    fn drop(&mut self) {
+        self.gate.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.locked {
+            let key = WorkerPollClaimGate::key();
+            // Only the holder deletes: after a TTL expiry the key may be another's.
+            if self.gate.cache.get(&key).ok().flatten().as_deref()
+                == Some(self.gate.token.as_bytes())
+            {
+                let _ = self.gate.cache.forget(&key);
+            }
+        }
+    }
+}
+
+impl ClaimPermit<'_> {
+    /// Records whether the claim found a task.
+    pub fn claimed(&self, found: bool) {
+        self.gate.probes.fetch_add(1, Ordering::Relaxed);
+        if !found {
+            self.gate.empty_probes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl WorkerPollClaimGate {
+    /// The family of the singleton lock key.
+    pub const PREFIX: &'static str = "server:sqlite-worker-poll-claim:";
+    /// How long the lock lives if its holder dies mid-claim.
+    pub const TTL: Duration = Duration::from_secs(2);
+    const RETRY: Duration = Duration::from_millis(1);
+
+    /// A gate on `cache` for node `node` (`enabled`: take the lock).
+    pub fn new(cache: Arc<dyn Cache>, node: &str, enabled: bool) -> Self {
+        WorkerPollClaimGate {
+            cache,
+            enabled,
+            token: format!("{node}:{}", std::process::id()),
+            probes: AtomicU64::new(0),
+            empty_probes: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+        }
+    }
+
+    fn key() -> String {
+        format!("{}lock", Self::PREFIX)
+    }
+
+    /// Whether passes take the lock.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Enters the gate, waiting up to `patience`; `None` when it stayed busy.
+    pub fn enter(&self, patience: Duration) -> Result<Option<ClaimPermit<'_>>, CacheError> {
+        if self.enabled {
+            let began = std::time::Instant::now();
+            while !self
+                .cache
+                .add(&Self::key(), self.token.as_bytes(), Self::TTL)?
+            {
+                if began.elapsed() >= patience {
+                    self.skipped.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                std::thread::sleep(Self::RETRY);
+            }
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        Ok(Some(ClaimPermit {
+            gate: self,
+            locked: self.enabled,
+        }))
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> ClaimGateStats {
+        ClaimGateStats {
+            probes: self.probes.load(Ordering::Relaxed),
+            empty_probes: self.empty_probes.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -190,6 +190,11 @@ pub struct ServerConfig {
     /// `server.query_tasks.*`: query timeout, retention, lease and pending
     /// cap (`server.polling.timeout` is taken from `max_poll_wait` at start).
     pub query_tasks: QueryTaskSettings,
+    /// Whether SQLite worker poll claims pass the cache-lock gate
+    /// (`DW_SQLITE_WORKER_POLL_CLAIM_GATE=on|off`); `None`: on with a shared
+    /// (Redis) cache, off in process, where the store's single writer
+    /// already serialises claims.
+    pub sqlite_poll_claim_gate: Option<bool>,
     /// The longest `wait_for=completed` an update may ask for.
     pub max_update_wait: Duration,
 }
@@ -234,6 +239,7 @@ impl ServerConfig {
             auth: None,
             allowed_hosts: Vec::new(),
             query_tasks: QueryTaskSettings::default(),
+            sqlite_poll_claim_gate: None,
             max_update_wait: Duration::from_secs(60),
         }
     }
@@ -550,6 +556,17 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             None => Vec::new(),
         };
         config.query_tasks = self.query_task_settings();
+        if let Some(raw) = lookup("DW_SQLITE_WORKER_POLL_CLAIM_GATE") {
+            match raw.trim() {
+                "on" | "1" | "true" => config.sqlite_poll_claim_gate = Some(true),
+                "off" | "0" | "false" => config.sqlite_poll_claim_gate = Some(false),
+                _ => self.invalid(
+                    "DW_SQLITE_WORKER_POLL_CLAIM_GATE",
+                    &raw,
+                    "expected on or off".into(),
+                ),
+            }
+        }
         if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS") {
             config.max_update_wait = ms(n);
         }

@@ -20,7 +20,7 @@ use crate::poll_requests::{
     ActivityTaskPollRequestStore, PollRequests, QueryTaskPollRequestStore, UnknownWorkerPollBudget,
     WorkflowTaskPollRequestStore,
 };
-use crate::polling::LongPollSignalStore;
+use crate::polling::{LongPollSignalStore, WorkerPollClaimGate};
 use crate::projections::DriftCache;
 use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
@@ -50,6 +50,7 @@ pub struct Engine {
     pub(crate) query_waits: WaitSlotPool,
     pub(crate) query_tasks: WorkflowQueryTaskBroker,
     pub(crate) compatibility: WorkerCompatibilityHeartbeatRecorder,
+    pub(crate) claim_gate: WorkerPollClaimGate,
     pub(crate) workflow_runs: WorkflowRunMetrics,
     pub(crate) activity_executions: ActivityExecutionMetrics,
     pub(crate) task_queue_runtime: TaskQueueRuntimeMetrics,
@@ -156,6 +157,13 @@ impl Engine {
             activity_waits: pool(TaskKind::Activity.as_str())?,
             query_waits: pool("query")?,
             query_tasks: WorkflowQueryTaskBroker::new(cache.clone(), config.query_tasks, &node),
+            claim_gate: WorkerPollClaimGate::new(
+                cache.clone(),
+                &node,
+                config
+                    .sqlite_poll_claim_gate
+                    .unwrap_or(cache.backend() == "redis"),
+            ),
             compatibility: WorkerCompatibilityHeartbeatRecorder::new(
                 cache.clone(),
                 std::time::Duration::from_secs(config.query_tasks.worker_stale_after_seconds),
@@ -234,6 +242,11 @@ impl Engine {
             );
         }
         Ok(counts)
+    }
+
+    /// The SQLite worker poll claim gate (its counters measure contention).
+    pub fn claim_gate(&self) -> &WorkerPollClaimGate {
+        &self.claim_gate
     }
 
     /// Whether the polling cache answers a read: a long poll that cannot

@@ -30,6 +30,8 @@ use crate::store::{
 };
 
 const WAKE_CHECK: Duration = Duration::from_millis(25);
+/// How long a pass waits for the SQLite claim gate before claiming nothing.
+const CLAIM_GATE_PATIENCE: Duration = Duration::from_millis(250);
 // Re-run a pass now and then even without a wake: a signal can expire or a
 // timer can come due with nobody enqueuing anything.
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
@@ -430,8 +432,14 @@ impl Engine {
         let (ns_owned, queue_owned) = (ns.clone(), queue.clone());
         let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
         let lease = self.config.task_lease;
+        // One claim probe at a time against SQLite, across nodes.
+        let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
+            return Ok(None);
+        };
         let task = self
             .write(move |s| s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease))?;
+        permit.claimed(task.is_some());
+        drop(permit);
         if task.is_some() {
             self.queues.record_dispatch(ns, queue, kind.as_str())?;
         }
