@@ -111,6 +111,45 @@ pub(crate) fn disclose(
     ))
 }
 
+/// A capped surface before its samples are written.
+pub(crate) struct OpenSurface<L> {
+    /// The kept label sets, ascending.
+    pub kept: Vec<L>,
+    /// The series report.
+    pub report: SeriesReport,
+    /// One disclosure per metric of the surface.
+    pub disclosures: Vec<(&'static str, Value)>,
+    /// The text so far: the cardinality comment.
+    pub text: String,
+}
+
+/// What every capped surface starts with: the first `limit` of at most
+/// `limit + 1` label sets of `series`, the report, the disclosure of
+/// `labels` for each of `metrics`, and the text opened by the cardinality
+/// comment.
+pub(crate) fn open_surface<L: Ord>(
+    limit: SeriesLimit,
+    guard: &MetricGuard,
+    series: impl IntoIterator<Item = L>,
+    metrics: &[&'static str],
+    labels: &[&str],
+    key: &str,
+) -> Result<OpenSurface<L>, DisclosureError> {
+    let discovery = limit.discover(series);
+    let report = discovery.report;
+    let disclosures = metrics
+        .iter()
+        .map(|metric| disclose(guard, metric, labels, report))
+        .collect::<Result<_, _>>()?;
+    let text = cardinality_comment(key, &report);
+    Ok(OpenSurface {
+        kept: discovery.series,
+        report,
+        disclosures,
+        text,
+    })
+}
+
 /// The `# cardinality series_limits.<key> {report}` comment line.
 pub(crate) fn cardinality_comment(key: &str, report: &SeriesReport) -> String {
     let report_json = serde_json::to_string(report).unwrap_or_default();
@@ -155,17 +194,22 @@ impl WorkflowRunMetrics {
         guard: &MetricGuard,
         series: impl IntoIterator<Item = RunSeries>,
     ) -> Result<Rendered, DisclosureError> {
-        let discovery = self.limit.discover(series);
-        let report = discovery.report;
-        let labels = ["task_queue", "workflow_type"];
-        let disclosures = vec![
-            disclose(guard, Self::METRIC, &labels, report)?,
-            disclose(guard, Self::LATENCY_METRIC, &labels, report)?,
-        ];
-        let mut text = cardinality_comment(Self::SERIES_LIMIT_KEY, &report);
+        let OpenSurface {
+            kept,
+            report,
+            disclosures,
+            mut text,
+        } = open_surface(
+            self.limit,
+            guard,
+            series,
+            &[Self::METRIC, Self::LATENCY_METRIC],
+            &["task_queue", "workflow_type"],
+            Self::SERIES_LIMIT_KEY,
+        )?;
         text.push_str("# HELP dw_workflow_runs_total Workflow runs started, per task queue and workflow type.\n");
         text.push_str("# TYPE dw_workflow_runs_total counter\n");
-        for s in &discovery.series {
+        for s in &kept {
             let _ = writeln!(
                 text,
                 "dw_workflow_runs_total{{task_queue=\"{}\",workflow_type=\"{}\"}} {}",
@@ -176,27 +220,16 @@ impl WorkflowRunMetrics {
         }
         text.push_str("# HELP dw_workflow_run_latency_seconds Start-to-close latency of closed workflow runs.\n");
         text.push_str("# TYPE dw_workflow_run_latency_seconds histogram\n");
-        for s in &discovery.series {
-            let (queue, workflow_type) = (escape(&s.task_queue), escape(&s.workflow_type));
-            for (le, n) in s.latency.cumulative() {
-                let _ = writeln!(
-                    text,
-                    "dw_workflow_run_latency_seconds_bucket{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\",le=\"{le}\"}} {n}",
-                );
-            }
-            let _ = writeln!(
-                text,
-                "dw_workflow_run_latency_seconds_sum{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\"}} {}",
-                s.latency.sum_seconds(),
+        for s in &kept {
+            let labels = format!(
+                "task_queue=\"{}\",workflow_type=\"{}\"",
+                escape(&s.task_queue),
+                escape(&s.workflow_type)
             );
-            let _ = writeln!(
-                text,
-                "dw_workflow_run_latency_seconds_count{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\"}} {}",
-                s.latency.count,
-            );
+            s.latency
+                .write_histogram(&mut text, Self::LATENCY_METRIC, &labels);
         }
-        let series = discovery
-            .series
+        let series = kept
             .iter()
             .map(|s| {
                 json!({

@@ -14,7 +14,7 @@ use dwpolicy::series::{SeriesLimit, PROMETHEUS_ACTIVITY_SERIES};
 use dwpolicy::{DisclosureError, MetricGuard};
 use serde_json::json;
 
-use crate::metrics::{cardinality_comment, disclose, escape, Latency, Rendered};
+use crate::metrics::{escape, open_surface, Latency, OpenSurface, Rendered};
 
 /// Renders the activity metrics of one namespace's scrape.
 #[derive(Debug, Clone)]
@@ -70,17 +70,22 @@ impl ActivityExecutionMetrics {
         guard: &MetricGuard,
         series: impl IntoIterator<Item = ActivitySeries>,
     ) -> Result<Rendered, DisclosureError> {
-        let discovery = self.limit.discover(series);
-        let report = discovery.report;
-        let labels = ["task_queue", "workflow_type", "activity_type"];
-        let disclosures = vec![
-            disclose(guard, Self::METRIC, &labels, report)?,
-            disclose(guard, Self::LATENCY_METRIC, &labels, report)?,
-        ];
-        let mut text = cardinality_comment(Self::SERIES_LIMIT_KEY, &report);
+        let OpenSurface {
+            kept,
+            report,
+            disclosures,
+            mut text,
+        } = open_surface(
+            self.limit,
+            guard,
+            series,
+            &[Self::METRIC, Self::LATENCY_METRIC],
+            &["task_queue", "workflow_type", "activity_type"],
+            Self::SERIES_LIMIT_KEY,
+        )?;
         text.push_str("# HELP dw_activity_executions_total Activity executions started, per task queue, workflow type and activity type.\n");
         text.push_str("# TYPE dw_activity_executions_total counter\n");
-        for s in &discovery.series {
+        for s in &kept {
             let _ = writeln!(
                 text,
                 "dw_activity_executions_total{{task_queue=\"{}\",workflow_type=\"{}\",activity_type=\"{}\"}} {}",
@@ -92,31 +97,17 @@ impl ActivityExecutionMetrics {
         }
         text.push_str("# HELP dw_activity_execution_latency_seconds Schedule-to-close latency of closed activity executions.\n");
         text.push_str("# TYPE dw_activity_execution_latency_seconds histogram\n");
-        for s in &discovery.series {
-            let (queue, workflow_type, activity_type) = (
+        for s in &kept {
+            let labels = format!(
+                "task_queue=\"{}\",workflow_type=\"{}\",activity_type=\"{}\"",
                 escape(&s.task_queue),
                 escape(&s.workflow_type),
-                escape(&s.activity_type),
+                escape(&s.activity_type)
             );
-            for (le, n) in s.latency.cumulative() {
-                let _ = writeln!(
-                    text,
-                    "dw_activity_execution_latency_seconds_bucket{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\",activity_type=\"{activity_type}\",le=\"{le}\"}} {n}",
-                );
-            }
-            let _ = writeln!(
-                text,
-                "dw_activity_execution_latency_seconds_sum{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\",activity_type=\"{activity_type}\"}} {}",
-                s.latency.sum_seconds(),
-            );
-            let _ = writeln!(
-                text,
-                "dw_activity_execution_latency_seconds_count{{task_queue=\"{queue}\",workflow_type=\"{workflow_type}\",activity_type=\"{activity_type}\"}} {}",
-                s.latency.count,
-            );
+            s.latency
+                .write_histogram(&mut text, Self::LATENCY_METRIC, &labels);
         }
-        let series = discovery
-            .series
+        let series = kept
             .iter()
             .map(|s| {
                 json!({

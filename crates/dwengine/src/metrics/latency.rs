@@ -44,6 +44,17 @@ impl Latency {
             .chain(std::iter::once(("+Inf", self.count)))
     }
 
+    /// Writes this series' histogram samples of `name` (its `_bucket` lines,
+    /// `_sum` and `_count`) with `labels` (escaped `k="v"` pairs).
+    pub(crate) fn write_histogram(&self, text: &mut String, name: &str, labels: &str) {
+        use std::fmt::Write;
+        for (le, n) in self.cumulative() {
+            let _ = writeln!(text, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(text, "{name}_sum{{{labels}}} {}", self.sum_seconds());
+        let _ = writeln!(text, "{name}_count{{{labels}}} {}", self.count);
+    }
+
     /// `{count, sum, buckets: {le: n}}` for the JSON surfaces.
     pub fn json(&self) -> Value {
         let buckets: Map<String, Value> = BUCKET_LABELS

@@ -14,7 +14,7 @@ use dwpolicy::series::{SeriesLimit, PROMETHEUS_TASK_QUEUE_SERIES};
 use dwpolicy::{DisclosureError, MetricGuard};
 use serde_json::json;
 
-use crate::metrics::{cardinality_comment, disclose, escape, Rendered};
+use crate::metrics::{escape, open_surface, OpenSurface, Rendered};
 
 /// Renders the task-queue runtime metric of one namespace's scrape.
 #[derive(Debug, Clone)]
@@ -81,13 +81,22 @@ impl TaskQueueRuntimeMetrics {
         guard: &MetricGuard,
         queues: impl IntoIterator<Item = TaskQueueState>,
     ) -> Result<Rendered, DisclosureError> {
-        let discovery = self.limit.discover(queues);
-        let report = discovery.report;
-        let disclosures = vec![disclose(guard, Self::METRIC, &["task_queue"], report)?];
-        let mut text = cardinality_comment(Self::SERIES_LIMIT_KEY, &report);
+        let OpenSurface {
+            kept,
+            report,
+            disclosures,
+            mut text,
+        } = open_surface(
+            self.limit,
+            guard,
+            queues,
+            &[Self::METRIC],
+            &["task_queue"],
+            Self::SERIES_LIMIT_KEY,
+        )?;
         text.push_str("# HELP dw_task_queue_runtime_state Ready and leased tasks, and tasks added and dispatched in the last minute buckets, per busy task queue.\n");
         text.push_str("# TYPE dw_task_queue_runtime_state gauge\n");
-        for q in &discovery.series {
+        for q in &kept {
             let queue = escape(&q.task_queue);
             for (state, value) in q.states() {
                 let _ = writeln!(
@@ -96,8 +105,7 @@ impl TaskQueueRuntimeMetrics {
                 );
             }
         }
-        let series = discovery
-            .series
+        let series = kept
             .iter()
             .map(|q| {
                 let mut entry = json!({ "task_queue": q.task_queue });
