@@ -285,10 +285,13 @@ fn expired_lease_recovery_is_capped_per_pass_and_suppressed_per_task() {
 
 #[test]
 fn heartbeats_elect_one_pruning_pass_per_namespace() {
+    // Long enough for 600 heartbeats on a loaded debug build, short enough to
+    // watch the keys drain.
+    const THROTTLE: Duration = Duration::from_secs(3);
     for (backend, cache) in backends(6) {
         let s = TestServer::start(cache, |c| {
             c.history_retention = Duration::ZERO;
-            c.retention_throttle = Duration::from_millis(1200);
+            c.retention_throttle = THROTTLE;
         });
         s.start_workflow("ns", "old", "q");
         let (_, task) = s.poll("workflow", "ns", "q", "p", 0);
@@ -318,18 +321,22 @@ fn heartbeats_elect_one_pruning_pass_per_namespace() {
         );
         let (_, described) = s.get_ns("ns", "/api/workflows/old");
         assert!(described["details_pruned_at"].is_string(), "{described}");
+        let churn = Instant::now();
         for ns in 0..200 {
             s.namespace(&format!("tenant-{ns}"));
             for _ in 0..3 {
                 beat(&format!("tenant-{ns}"));
             }
         }
-        assert_eq!(
-            s.keys(HistoryRetentionEnforcer::PREFIX),
-            201,
-            "[{backend}] one key per namespace"
-        );
-        assert!(eventually(Duration::from_secs(5), || s
+        let keys = s.keys(HistoryRetentionEnforcer::PREFIX);
+        if churn.elapsed() < THROTTLE {
+            assert_eq!(keys, 201, "[{backend}] one key per namespace");
+        } else {
+            // The first namespaces' keys may already have expired: the bound
+            // still holds, only the exact count is unknowable.
+            assert!(keys <= 201, "[{backend}] one key per namespace: {keys}");
+        }
+        assert!(eventually(THROTTLE + Duration::from_secs(5), || s
             .keys(HistoryRetentionEnforcer::PREFIX)
             == 0));
     }
