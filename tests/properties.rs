@@ -224,4 +224,10 @@ fn former_crashes_stay_fixed() {
         "}".repeat(50_000)
     );
     harness::extract("src/lib.rs", deep.as_bytes());
+    // Broken shell whose interpolations overlapped and multiplied per level.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shell =
+        std::fs::read(root.join("tests/data/fuzz/extract_shell-overlapping-interpolations.bin"))
+            .expect("the fuzz input");
+    harness::extract("scripts/soak.sh", &shell);
 }

@@ -396,3 +396,26 @@ fn literals_inside_shell_command_substitutions_are_code() {
         .count();
     assert_eq!(defaults, 1, "{}", found(&f));
 }
+
+#[test]
+fn overlapping_interpolations_are_lexed_once_per_level() {
+    // Found by the extract_shell fuzzer: 830 bytes of broken shell whose
+    // unterminated quotes and backticks made interpolations that overlap
+    // and reach past their parent; every level multiplied them (380,000
+    // tokens, 200 MB and a second for one input).
+    let path = format!(
+        "{}/tests/data/fuzz/extract_shell-overlapping-interpolations.bin",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let data = std::fs::read(&path).unwrap();
+    let text = String::from_utf8_lossy(&data).into_owned();
+    let started = std::time::Instant::now();
+    for rel in ["a.sh", "a.ts", "a.py", "a.php"] {
+        let _ = facts(rel, &text);
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -22,7 +22,6 @@ use super::{yaml, ExtractConfig, FileFacts, LiteralKind};
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut lexer = ShLexer::default();
     let mut toks = lex(text, 0..text.len(), &mut lexer);
-    keep_command_substitutions(text, &mut toks);
     let inner = interpolation_toks(text, &toks, ShLexer::default);
     toks.extend(inner);
     let mut labels = Vec::new();
@@ -38,17 +37,19 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
 /// substitutions (`$(…)`, `` `…` ``) hold code whose literals are literals
 /// of their own; a `${VAR:-default}` default is already one (see
 /// [`expansion_default`]), and its name is no code at all.
-fn keep_command_substitutions(text: &str, toks: &mut [Tok]) {
+fn command_substitutions(
+    text: &str,
+    ranges: Vec<std::ops::Range<usize>>,
+) -> Vec<std::ops::Range<usize>> {
     let b = text.as_bytes();
-    for tok in toks {
-        if let Tok::Str(s) = tok {
-            s.interpolations.retain(|r| {
-                r.start
-                    .checked_sub(1)
-                    .is_some_and(|open| matches!(b.get(open), Some(b'(' | b'`')))
-            });
-        }
-    }
+    ranges
+        .into_iter()
+        .filter(|r| {
+            r.start
+                .checked_sub(1)
+                .is_some_and(|open| matches!(b.get(open), Some(b'(' | b'`')))
+        })
+        .collect()
 }
 
 /// A heredoc announced on the current line, read after its newline.
@@ -154,6 +155,7 @@ impl ShLexer {
             let quote = Quote::heredoc(heredoc.quoted, Escapes::Shell);
             let mut scanned = scan_body(&text[..body.end], body.start, &quote);
             scanned.end = marker_end;
+            scanned.interpolations = command_substitutions(text, scanned.interpolations);
             push_string(toks, heredoc.start, scanned, LiteralKind::Heredoc);
         }
         // The rest of the closing line is ordinary script again.
@@ -218,7 +220,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
             kind = piece_kind;
         }
         value.append(&body.value);
-        interpolations.extend(body.interpolations);
+        interpolations.extend(command_substitutions(text, body.interpolations));
         at = body.end;
     }
     let end = at.max(i + 1).min(b.len());

@@ -316,36 +316,60 @@ pub(crate) const MAX_INTERPOLATION_DEPTH: usize = 8;
 /// that nothing joins across. The caller appends them after its own
 /// passes over `toks`: an interpolation's literals have no declaration
 /// context of their own, and must not split the literal they sit in.
+///
+/// Each interpolation is lexed on the text cut at its end, so nothing in it
+/// reaches past it, and the interpolations of one level that overlap are
+/// lexed once: every level reads each byte at most once, whatever the
+/// input (overlapping levels once multiplied on broken input, 830 bytes of
+/// shell made 380,000 tokens).
 pub(crate) fn interpolation_toks<L: Lexer>(
     text: &str,
     toks: &[Tok],
     mut fresh: impl FnMut() -> L,
 ) -> Vec<Tok> {
-    let ranges = |toks: &[Tok]| -> Vec<Range<usize>> {
-        toks.iter()
-            .filter_map(|t| match t {
-                Tok::Str(s) => Some(s.interpolations.iter().cloned()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
     let mut out = Vec::new();
-    let mut level = ranges(toks);
+    let mut level = disjoint(interpolations_of(toks));
     for _ in 0..MAX_INTERPOLATION_DEPTH {
         if level.is_empty() {
             break;
         }
         let mut inner = Vec::new();
         for range in level {
-            let lexed = lex(text, range.clone(), &mut fresh());
-            inner.extend(ranges(&lexed));
+            let Some(cut) = text.get(..range.end.min(text.len())) else {
+                continue;
+            };
+            let lexed = lex(cut, range.clone(), &mut fresh());
+            inner.extend(interpolations_of(&lexed));
             out.push(Tok::Newline(range.start));
             out.extend(lexed);
         }
-        level = inner;
+        level = disjoint(inner);
     }
     out
+}
+
+fn interpolations_of(toks: &[Tok]) -> Vec<Range<usize>> {
+    toks.iter()
+        .filter_map(|t| match t {
+            Tok::Str(s) => Some(s.interpolations.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// `ranges` sorted, without empty ones and without any that overlaps one
+/// kept before it.
+fn disjoint(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+    let mut reached = 0;
+    ranges.retain(|r| {
+        let fresh = r.start >= reached;
+        reached = reached.max(r.end);
+        fresh
+    });
+    ranges
 }
 
 impl StrTok {
