@@ -231,7 +231,8 @@ impl WorkerPollClaimGate {
 /// The scan caps of one workflow-task poll pass.
 ///
 /// Each pass first fires timers that came due while no worker was polling
-/// (scoped to the polled namespace and task queue) and returns expired
+/// (scoped to the polled namespace, task queue and the poller's build-id
+/// compatibility cohort) and returns expired
 /// workflow-task leases to the queue; both scans are capped so an old
 /// backlog is worked off a few rows per pass instead of in one slow poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

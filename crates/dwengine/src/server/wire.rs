@@ -200,6 +200,9 @@ pub struct PollBody {
     /// Workflow polls: the task kinds the worker takes.
     #[serde(default)]
     pub task_kinds: Option<Vec<String>>,
+    /// The polling worker's build id (its compatibility cohort).
+    #[serde(default)]
+    pub build_id: Option<String>,
 }
 
 /// The lease fields of a workflow-task report.

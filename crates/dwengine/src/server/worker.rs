@@ -51,6 +51,8 @@ pub(crate) struct PollSpec {
     pub wait: Duration,
     /// The wait the worker asked for (`timeout_seconds`), if it named one.
     pub requested_wait: Option<Duration>,
+    /// The worker's build id: its compatibility cohort (`None`: unversioned).
+    pub build_id: Option<String>,
     pub history_page_size: usize,
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
@@ -74,6 +76,10 @@ impl Engine {
             dwpolicy::boundary::MAX_NAME_CHARS,
         );
         let poll_request_id = body.poll_request_id.unwrap_or_default();
+        let build_id = body.build_id.filter(|b| !b.trim().is_empty());
+        if let Some(build) = &build_id {
+            v.text("build_id", build, dwpolicy::boundary::MAX_NAME_CHARS);
+        }
         v.text(
             "poll_request_id",
             &poll_request_id,
@@ -124,6 +130,7 @@ impl Engine {
             poll_request_id,
             wait,
             requested_wait,
+            build_id,
             history_page_size: body
                 .history_page_size
                 .and_then(|n| usize::try_from(n).ok())
@@ -419,7 +426,7 @@ impl Engine {
     /// One poll pass: capped recovery scans, then one lease under admission.
     fn pass(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        self.recover(kind, ns, queue)?;
+        self.recover(kind, ns, queue, poll.build_id.as_deref())?;
         let Some(_lock) = self
             .queues
             .lock(ns, queue, kind.as_str(), Duration::from_millis(200))?
@@ -436,8 +443,14 @@ impl Engine {
         let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
             return Ok(None);
         };
-        let task = self
-            .write(move |s| s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease))?;
+        let cohort = poll.build_id.clone();
+        let task = self.write(move |s| {
+            let task = s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
+            if let Some(task) = task.as_ref().filter(|t| t.kind == TaskKind::Workflow) {
+                s.bind_run_cohort(RunId(task.run_id), cohort.as_deref())?;
+            }
+            Ok(task)
+        })?;
         permit.claimed(task.is_some());
         drop(permit);
         if task.is_some() {
@@ -447,16 +460,26 @@ impl Engine {
     }
 
     /// The pass's capped recovery scans: for workflow polls, due timers of
-    /// the polled queue; for both kinds, expired leases of that kind. A
+    /// the polled queue and the poller's build-id cohort; for both kinds, expired leases of that kind. A
     /// lease another node is already recovering is skipped.
-    fn recover(&self, kind: TaskKind, namespace: &str, task_queue: &str) -> Result<(), ApiError> {
+    fn recover(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        cohort: Option<&str>,
+    ) -> Result<(), ApiError> {
         let limits = self.config.poller;
         let scan_limit = match kind {
             TaskKind::Workflow => {
-                if self.read(|s| s.has_due_timers(namespace, task_queue))? {
+                if self.read(|s| s.has_due_timers(namespace, task_queue, cohort))? {
                     let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
+                    let cohort = cohort.map(str::to_owned);
                     let limit = limits.due_timer_recovery_scan_limit;
-                    if self.write(move |s| s.fire_due_timers(&ns, &queue, limit))? > 0 {
+                    if self
+                        .write(move |s| s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit))?
+                        > 0
+                    {
                         self.wake(namespace, task_queue, TaskKind::Workflow.as_str())?;
                     }
                 }

@@ -305,37 +305,47 @@ impl Store {
         Ok(expires)
     }
 
-    /// Whether (namespace, task queue) has a timer due: the read that lets
-    /// a poll pass skip the write transaction when nothing is due.
-    pub fn has_due_timers(&self, namespace: &str, task_queue: &str) -> Result<bool, Error> {
+    /// Whether (namespace, task queue, build-id cohort) has a timer due:
+    /// the read that lets a poll pass skip the write transaction when
+    /// nothing is due. `cohort` is the polling worker's build id (`None`:
+    /// unversioned workers).
+    pub fn has_due_timers(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        cohort: Option<&str>,
+    ) -> Result<bool, Error> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
-                 AND task_queue = ?2 AND status = 'ready' AND due_at_ms <= ?3 LIMIT 1",
+                 AND task_queue = ?2 AND build_id IS ?4 AND status = 'ready' AND due_at_ms <= ?3 \
+                 LIMIT 1",
             )?
-            .query_row(params![namespace, task_queue, now_ms()], |_| Ok(()))
+            .query_row(params![namespace, task_queue, now_ms(), cohort], |_| Ok(()))
             .optional()?
             .is_some())
     }
 
-    /// Fires at most `limit` due timers of (namespace, task queue), earliest
-    /// first, queueing a workflow task for each run; returns how many fired.
+    /// Fires at most `limit` due timers of (namespace, task queue, build-id
+    /// cohort), earliest first, queueing a workflow task for each run;
+    /// returns how many fired.
     pub fn fire_due_timers(
         &self,
         namespace: &str,
         task_queue: &str,
+        cohort: Option<&str>,
         limit: usize,
     ) -> Result<usize, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let due: Vec<(i64, i64, i64)> = tx
             .prepare_cached(
                 "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
-                 AND namespace = ?1 AND task_queue = ?2 AND status = 'ready' AND due_at_ms <= ?3 \
-                 ORDER BY due_at_ms, id LIMIT ?4",
+                 AND namespace = ?1 AND task_queue = ?2 AND build_id IS ?5 AND status = 'ready' \
+                 AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4",
             )?
             .query_map(
-                params![namespace, task_queue, now_ms(), to_i64(limit)],
+                params![namespace, task_queue, now_ms(), to_i64(limit), cohort],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?
             .collect::<Result<_, _>>()?;

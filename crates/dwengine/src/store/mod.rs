@@ -13,6 +13,7 @@
 pub mod activity_attempts;
 pub mod admission;
 pub mod archive;
+pub mod cohorts;
 pub mod command;
 pub mod completion;
 pub mod control;

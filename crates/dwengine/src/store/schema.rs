@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_archive_search_attributes.sql"),
     include_str!("migrations/0011_drop_query_tasks.sql"),
     include_str!("migrations/0012_schedules.sql"),
+    include_str!("migrations/0013_timer_cohorts.sql"),
 ];
 
 /// The schema version this engine writes.
