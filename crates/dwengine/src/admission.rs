@@ -451,32 +451,7 @@ mod rejection_tests {
     use super::*;
     use crate::cache::MemoryCache;
 
-    /// A cache whose every call fails, as an unreachable Redis does.
-    struct DownCache;
-
-    impl Cache for DownCache {
-        fn put(&self, _: &str, _: &[u8], _: Duration) -> Result<(), CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn add(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn get(&self, _: &str) -> Result<Option<Vec<u8>>, CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn forget(&self, _: &str) -> Result<bool, CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {
-            Err(CacheError::Backend("down".into()))
-        }
-        fn backend(&self) -> &'static str {
-            "down"
-        }
-    }
+    use crate::cache::UnreachableCache as DownCache;
 
     fn limits(max_concurrent: u32, per_minute: u64) -> HashMap<String, NamespaceLimit> {
         HashMap::from([(

@@ -349,36 +349,14 @@ mod tests {
 
     #[test]
     fn the_availability_probe_reads_one_address_and_writes_nothing() {
-        struct Down;
-        impl Cache for Down {
-            fn put(&self, _: &str, _: &[u8], _: Duration) -> Result<(), CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn add(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn get(&self, _: &str) -> Result<Option<Vec<u8>>, CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn forget(&self, _: &str) -> Result<bool, CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {
-                Err(CacheError::Backend("down".into()))
-            }
-            fn backend(&self) -> &'static str {
-                "down"
-            }
-        }
         let cache = MemoryCache::default();
         for _ in 0..1000 {
             assert!(ServerPollingCache::available(&cache));
         }
         assert_eq!(cache.count_prefix(ServerPollingCache::PREFIX).unwrap(), 0);
-        assert!(!ServerPollingCache::available(&Down));
+        assert!(!ServerPollingCache::available(
+            &crate::cache::UnreachableCache
+        ));
     }
 
     #[test]

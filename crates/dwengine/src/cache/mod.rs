@@ -98,6 +98,36 @@ pub fn minute_bucket(now: std::time::SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// A cache whose every call fails, as an unreachable Redis does (tests of
+/// the paths that must degrade instead of failing).
+#[cfg(test)]
+pub(crate) struct UnreachableCache;
+
+#[cfg(test)]
+impl Cache for UnreachableCache {
+    fn put(&self, _: &str, _: &[u8], _: Duration) -> Result<(), CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn add(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn get(&self, _: &str) -> Result<Option<Vec<u8>>, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn forget(&self, _: &str) -> Result<bool, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn backend(&self) -> &'static str {
+        "down"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,7 +68,7 @@ pub enum BrokerError {
 }
 
 /// A query to queue for the workers of its run's task queue.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewQuery {
     /// The run's namespace.
     pub namespace: String,
@@ -105,20 +105,9 @@ pub enum QueryStatus {
 pub struct QueryTask {
     /// The task's id.
     pub id: String,
-    /// What was asked.
-    pub namespace: String,
-    /// The queue it waits on.
-    pub task_queue: String,
-    /// The run to replay.
-    pub run_id: i64,
-    /// The workflow id.
-    pub workflow_id: String,
-    /// The workflow type.
-    pub workflow_type: String,
-    /// The query's name.
-    pub query_name: String,
-    /// Its arguments.
-    pub arguments: Value,
+    /// What was asked, of which run.
+    #[serde(flatten)]
+    pub query: NewQuery,
     /// When it was queued (Unix ms).
     pub created_at_ms: i64,
     /// When its caller stops waiting (Unix ms).
@@ -228,13 +217,7 @@ impl WorkflowQueryTaskBroker {
         let id = hash_dimensions(&[&self.node, &n.to_string(), &nanos().to_string()]);
         let task = QueryTask {
             id,
-            namespace: query.namespace,
-            task_queue: query.task_queue,
-            run_id: query.run_id,
-            workflow_id: query.workflow_id,
-            workflow_type: query.workflow_type,
-            query_name: query.query_name,
-            arguments: query.arguments,
+            query,
             created_at_ms: now,
             deadline_ms: now.saturating_add(timeout_ms),
             status: QueryStatus::Pending,
@@ -243,11 +226,11 @@ impl WorkflowQueryTaskBroker {
             lease_expires_at_ms: None,
             answer: None,
         };
-        self.with_queue(&task.namespace, &task.task_queue, |ids| {
+        self.with_queue(&task.query.namespace, &task.query.task_queue, |ids| {
             let limit = self.settings.max_pending_per_queue();
             if ids.len() >= limit {
                 return Err(BrokerError::QueueFull {
-                    task_queue: task.task_queue.clone(),
+                    task_queue: task.query.task_queue.clone(),
                     pending: ids.len(),
                     limit,
                 });
@@ -387,7 +370,7 @@ impl WorkflowQueryTaskBroker {
             task: id.to_owned(),
             reason,
         };
-        self.with_queue(&found.namespace, &found.task_queue, |ids| {
+        self.with_queue(&found.query.namespace, &found.query.task_queue, |ids| {
             let Some(mut task) = self.task(id)? else {
                 return Err(BrokerError::NotFound(id.to_owned()));
             };
@@ -412,7 +395,7 @@ impl WorkflowQueryTaskBroker {
             self.store_task(&task)?;
             self.cache.forget(&Self::lease_key(id))?;
             ids.retain(|i| i != id);
-            self.unindex(&task.namespace, &task.task_queue, owner, id)
+            self.unindex(&task.query.namespace, &task.query.task_queue, owner, id)
         })
     }
 
@@ -446,10 +429,15 @@ impl WorkflowQueryTaskBroker {
     /// the lease owner's index, its lease and its record.
     pub fn finish(&self, task: &QueryTask) -> Result<(), BrokerError> {
         let owner = self.task(&task.id)?.and_then(|t| t.lease_owner);
-        self.with_queue(&task.namespace, &task.task_queue, |ids| {
+        self.with_queue(&task.query.namespace, &task.query.task_queue, |ids| {
             ids.retain(|i| *i != task.id);
             if let Some(owner) = &owner {
-                self.unindex(&task.namespace, &task.task_queue, owner, &task.id)?;
+                self.unindex(
+                    &task.query.namespace,
+                    &task.query.task_queue,
+                    owner,
+                    &task.id,
+                )?;
             }
             self.cache.forget(&Self::lease_key(&task.id))?;
             self.cache.forget(&Self::task_key(&task.id))?;

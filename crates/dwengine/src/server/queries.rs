@@ -220,7 +220,7 @@ impl Engine {
     }
 
     fn render_query(&self, task: QueryTask) -> Result<Value, ApiError> {
-        let run = RunId(task.run_id);
+        let run = RunId(task.query.run_id);
         let events = self.read(|s| s.history(run))?;
         let workflow_arguments = events
             .first()
@@ -233,15 +233,15 @@ impl Engine {
                 "task_kind": "query",
                 "lease_owner": task.lease_owner,
                 "lease_expires_at": task.lease_expires_at_ms.map(wire::timestamp),
-                "namespace": task.namespace,
-                "task_queue": task.task_queue,
-                "workflow_id": task.workflow_id,
+                "namespace": task.query.namespace,
+                "task_queue": task.query.task_queue,
+                "workflow_id": task.query.workflow_id,
                 "run_id": wire::run_id(run),
-                "workflow_type": task.workflow_type,
-                "query_name": task.query_name,
+                "workflow_type": task.query.workflow_type,
+                "query_name": task.query.query_name,
                 "payload_codec": wire::codec(&workflow_arguments),
                 "workflow_arguments": workflow_arguments,
-                "query_arguments": task.arguments,
+                "query_arguments": task.query.arguments,
                 "history_events": events.iter().map(wire::event).collect::<Vec<_>>(),
             },
             "poll_status": "leased",
