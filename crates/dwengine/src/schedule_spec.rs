@@ -291,8 +291,8 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The civil date of a day count since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+/// The civil date (year, month, day) of a day count since 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

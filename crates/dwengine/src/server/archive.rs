@@ -21,17 +21,7 @@ impl Engine {
         run_id: Option<&str>,
         body: StopBody,
     ) -> Result<Value, ApiError> {
-        let mut v = self.config.request_limits.validator();
-        v.workflow_id(workflow_id);
-        if let Some(reason) = &body.reason {
-            v.reason(reason);
-        }
-        if let Some(id) = &body.request_id {
-            v.request_id(id);
-        }
-        v.finish()?;
-        let _slot = self.admit_namespace(namespace)?;
-        let run = self.target(namespace, workflow_id, run_id)?;
+        let (_slot, run) = self.admit_run_command(namespace, workflow_id, run_id, &body)?;
         let reason = body.reason.clone();
         let (mark, outcome) = match self.write(move |s| s.archive_run(run, reason.as_deref()))? {
             ArchiveOutcome::Archived(mark) => (mark, "archived"),

@@ -616,15 +616,16 @@ impl Engine {
         }
     }
 
-    /// Cancels or terminates the run at once (each its own terminal status).
-    pub fn stop(
+    /// The boundary checks of cancel, terminate and archive (`reason` at most
+    /// 1,000 characters, `request_id` 255), then namespace admission and the
+    /// target run: the slot to hold while the command runs, and the run.
+    pub(crate) fn admit_run_command(
         &self,
         namespace: &str,
         workflow_id: &str,
         run_id: Option<&str>,
-        terminate: bool,
-        body: StopBody,
-    ) -> Result<Value, ApiError> {
+        body: &StopBody,
+    ) -> Result<(Option<NamespaceSlot>, RunId), ApiError> {
         let mut v = self.config.request_limits.validator();
         v.workflow_id(workflow_id);
         if let Some(reason) = &body.reason {
@@ -634,8 +635,20 @@ impl Engine {
             v.request_id(id);
         }
         v.finish()?;
-        let _slot = self.admit_namespace(namespace)?;
-        let run = self.target(namespace, workflow_id, run_id)?;
+        let slot = self.admit_namespace(namespace)?;
+        Ok((slot, self.target(namespace, workflow_id, run_id)?))
+    }
+
+    /// Cancels or terminates the run at once (each its own terminal status).
+    pub fn stop(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        terminate: bool,
+        body: StopBody,
+    ) -> Result<Value, ApiError> {
+        let (_slot, run) = self.admit_run_command(namespace, workflow_id, run_id, &body)?;
         let reason = body.reason.unwrap_or_default();
         let operation = if terminate { "terminate" } else { "cancel" };
         let (why, request_id) = (reason.clone(), body.request_id.clone());

@@ -7,8 +7,10 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::workflows::chosen_status;
 use super::{blocking, refuse, with_body_status, Scope, Shared};
@@ -19,9 +21,18 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/api/schedules", post(create).get(list))
         .route("/api/schedules/{id}", get(describe).delete(remove))
-        .route("/api/schedules/{id}/pause", post(pause))
-        .route("/api/schedules/{id}/resume", post(resume))
-        .route("/api/schedules/{id}/trigger", post(trigger))
+        .route(
+            "/api/schedules/{id}/pause",
+            command(|e, ns, id, b: NoteBody| e.pause_schedule(ns, id, true, b)),
+        )
+        .route(
+            "/api/schedules/{id}/resume",
+            command(|e, ns, id, b: NoteBody| e.pause_schedule(ns, id, false, b)),
+        )
+        .route(
+            "/api/schedules/{id}/trigger",
+            command(|e, ns, id, b: TriggerBody| e.trigger_schedule(ns, id, b)),
+        )
 }
 
 async fn create(
@@ -60,53 +71,21 @@ async fn remove(
     blocking(engine, move |e| e.delete_schedule(&scope.namespace, &id)).await
 }
 
-async fn pause(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body_status(
-        StatusCode::OK,
-        engine,
-        headers,
-        body,
-        move |e, b: NoteBody| e.pause_schedule(&scope.namespace, &id, true, b),
-    )
-    .await
-}
+/// An operation on one schedule.
+type ScheduleOp<T> = fn(&Engine, &str, &str, T) -> Result<Value, ApiError>;
 
-async fn resume(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body_status(
-        StatusCode::OK,
-        engine,
-        headers,
-        body,
-        move |e, b: NoteBody| e.pause_schedule(&scope.namespace, &id, false, b),
+/// A POST on `/api/schedules/{id}/…`: the body parsed as `T`, then `op`: 200.
+fn command<T: DeserializeOwned + Send + 'static>(op: ScheduleOp<T>) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared,
+              Extension(scope): Extension<Scope>,
+              Path(id): Path<String>,
+              headers: HeaderMap,
+              body: Body| async move {
+            with_body_status(StatusCode::OK, engine, headers, body, move |e, b: T| {
+                op(e, &scope.namespace, &id, b)
+            })
+            .await
+        },
     )
-    .await
-}
-
-async fn trigger(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    with_body_status(
-        StatusCode::OK,
-        engine,
-        headers,
-        body,
-        move |e, b: TriggerBody| e.trigger_schedule(&scope.namespace, &id, b),
-    )
-    .await
 }
