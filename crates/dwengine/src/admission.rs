@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::cache::{hash_dimensions, minute_bucket, read_counter, Cache, CacheError};
+use crate::cache::{
+    hash_dimensions, minute_bucket, read_counter, tally_rejection, Cache, CacheError, RejectionLog,
+};
 
 /// Caps how many tasks each (namespace, task queue, kind) dispatches per minute.
 ///
@@ -317,22 +319,25 @@ impl NamespaceRequestAdmission {
         minute: u64,
         reason: NamespaceRejection,
     ) -> Result<NamespaceAdmit, CacheError> {
-        let counted = self
-            .cache
-            .increment(&Self::rejection_key(ns, reason, minute), Self::BUCKET_TTL);
         let log_key = format!(
             "{}rejection-log:{ns}:{}:{minute}",
             Self::PREFIX,
             reason.metric_reason()
         );
-        match (counted, self.cache.add(&log_key, b"1", Self::BUCKET_TTL)) {
-            (Ok(_), Ok(false)) => {}
-            (Ok(_), Ok(true)) => tracing::warn!(
+        let logged = tally_rejection(
+            self.cache.as_ref(),
+            &Self::rejection_key(ns, reason, minute),
+            &log_key,
+            Self::BUCKET_TTL,
+        );
+        match logged {
+            RejectionLog::Suppressed => {}
+            RejectionLog::Elected => tracing::warn!(
                 namespace,
                 reason = reason.metric_reason(),
                 "Namespace request admission rejected a request."
             ),
-            _ => tracing::warn!(
+            RejectionLog::Unavailable => tracing::warn!(
                 namespace,
                 reason = reason.metric_reason(),
                 "Namespace request admission rejected a request while metrics storage was unavailable."

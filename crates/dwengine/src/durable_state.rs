@@ -19,7 +19,9 @@ use std::time::{Duration, SystemTime};
 use dwpolicy::{DisclosureError, MetricGuard};
 use serde_json::{json, Map, Value};
 
-use crate::cache::{hash_dimensions, minute_bucket, read_counter, Cache, CacheError};
+use crate::cache::{
+    hash_dimensions, minute_bucket, read_counter, tally_rejection, Cache, CacheError, RejectionLog,
+};
 use crate::store::durable_state::DurableUsage;
 
 /// A durable resource of the fixed inventory.
@@ -242,11 +244,14 @@ impl NamespaceDurableStateQuota {
         let ns = hash_dimensions(&[namespace]);
         let minute = minute_bucket(SystemTime::now());
         let reason = rejection.reason();
-        let counted = self
-            .cache
-            .increment(&Self::counter_key(&ns, minute, reason), Self::BUCKET_TTL);
         let log_key = format!("{}rejection-log:{ns}:{minute}:{reason}", Self::PREFIX);
-        if counted.is_ok() && matches!(self.cache.add(&log_key, b"1", Self::BUCKET_TTL), Ok(true)) {
+        let logged = tally_rejection(
+            self.cache.as_ref(),
+            &Self::counter_key(&ns, minute, reason),
+            &log_key,
+            Self::BUCKET_TTL,
+        );
+        if logged == RejectionLog::Elected {
             tracing::warn!(
                 namespace,
                 reason,

@@ -207,27 +207,25 @@ impl WorkflowRunMetrics {
             &["task_queue", "workflow_type"],
             Self::SERIES_LIMIT_KEY,
         )?;
+        let labels: Vec<String> = kept
+            .iter()
+            .map(|s| {
+                label_set(&[
+                    ("task_queue", &s.task_queue),
+                    ("workflow_type", &s.workflow_type),
+                ])
+            })
+            .collect();
         text.push_str("# HELP dw_workflow_runs_total Workflow runs started, per task queue and workflow type.\n");
         text.push_str("# TYPE dw_workflow_runs_total counter\n");
-        for s in &kept {
-            let _ = writeln!(
-                text,
-                "dw_workflow_runs_total{{task_queue=\"{}\",workflow_type=\"{}\"}} {}",
-                escape(&s.task_queue),
-                escape(&s.workflow_type),
-                s.runs,
-            );
+        for (s, labels) in kept.iter().zip(&labels) {
+            let _ = writeln!(text, "dw_workflow_runs_total{{{labels}}} {}", s.runs);
         }
         text.push_str("# HELP dw_workflow_run_latency_seconds Start-to-close latency of closed workflow runs.\n");
         text.push_str("# TYPE dw_workflow_run_latency_seconds histogram\n");
-        for s in &kept {
-            let labels = format!(
-                "task_queue=\"{}\",workflow_type=\"{}\"",
-                escape(&s.task_queue),
-                escape(&s.workflow_type)
-            );
+        for (s, labels) in kept.iter().zip(&labels) {
             s.latency
-                .write_histogram(&mut text, Self::LATENCY_METRIC, &labels);
+                .write_histogram(&mut text, Self::LATENCY_METRIC, labels);
         }
         let series = kept
             .iter()
@@ -252,6 +250,19 @@ impl WorkflowRunMetrics {
             series,
         })
     }
+}
+
+/// One series' label set, `name="value",…`, every value escaped: built once
+/// and shared by a counter and the histogram that reports the same series.
+pub(crate) fn label_set(pairs: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (i, (name, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{name}=\"{}\"", escape(value));
+    }
+    out
 }
 
 /// Escapes a label value for the text exposition format.

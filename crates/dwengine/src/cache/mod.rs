@@ -91,6 +91,35 @@ pub fn read_counter(cache: &dyn Cache, key: &str) -> Result<u64, CacheError> {
         .unwrap_or(0))
 }
 
+/// What counting one refusal decided about logging it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectionLog {
+    /// The first refusal of its (scope, reason, minute): log it.
+    Elected,
+    /// Already logged this minute.
+    Suppressed,
+    /// The counter or the log-suppression key could not be written.
+    Unavailable,
+}
+
+/// Counts one refusal under `counter_key` and elects, through the
+/// log-suppression key `log_key`, the single log line of its minute; both
+/// keys live `ttl`. A refusal must never fail because its telemetry did, so
+/// cache errors come back only as [`RejectionLog::Unavailable`].
+pub fn tally_rejection(
+    cache: &dyn Cache,
+    counter_key: &str,
+    log_key: &str,
+    ttl: Duration,
+) -> RejectionLog {
+    let counted = cache.increment(counter_key, ttl);
+    match (counted, cache.add(log_key, b"1", ttl)) {
+        (Ok(_), Ok(true)) => RejectionLog::Elected,
+        (Ok(_), Ok(false)) => RejectionLog::Suppressed,
+        _ => RejectionLog::Unavailable,
+    }
+}
+
 /// The whole-minute bucket a budget counter belongs to.
 pub fn minute_bucket(now: std::time::SystemTime) -> u64 {
     now.duration_since(std::time::UNIX_EPOCH)

@@ -14,7 +14,7 @@ use dwpolicy::series::{SeriesLimit, PROMETHEUS_ACTIVITY_SERIES};
 use dwpolicy::{DisclosureError, MetricGuard};
 use serde_json::json;
 
-use crate::metrics::{escape, open_surface, Latency, OpenSurface, Rendered};
+use crate::metrics::{label_set, open_surface, Latency, OpenSurface, Rendered};
 
 /// Renders the activity metrics of one namespace's scrape.
 #[derive(Debug, Clone)]
@@ -83,29 +83,30 @@ impl ActivityExecutionMetrics {
             &["task_queue", "workflow_type", "activity_type"],
             Self::SERIES_LIMIT_KEY,
         )?;
+        let labels: Vec<String> = kept
+            .iter()
+            .map(|s| {
+                label_set(&[
+                    ("task_queue", &s.task_queue),
+                    ("workflow_type", &s.workflow_type),
+                    ("activity_type", &s.activity_type),
+                ])
+            })
+            .collect();
         text.push_str("# HELP dw_activity_executions_total Activity executions started, per task queue, workflow type and activity type.\n");
         text.push_str("# TYPE dw_activity_executions_total counter\n");
-        for s in &kept {
+        for (s, labels) in kept.iter().zip(&labels) {
             let _ = writeln!(
                 text,
-                "dw_activity_executions_total{{task_queue=\"{}\",workflow_type=\"{}\",activity_type=\"{}\"}} {}",
-                escape(&s.task_queue),
-                escape(&s.workflow_type),
-                escape(&s.activity_type),
-                s.started,
+                "dw_activity_executions_total{{{labels}}} {}",
+                s.started
             );
         }
         text.push_str("# HELP dw_activity_execution_latency_seconds Schedule-to-close latency of closed activity executions.\n");
         text.push_str("# TYPE dw_activity_execution_latency_seconds histogram\n");
-        for s in &kept {
-            let labels = format!(
-                "task_queue=\"{}\",workflow_type=\"{}\",activity_type=\"{}\"",
-                escape(&s.task_queue),
-                escape(&s.workflow_type),
-                escape(&s.activity_type)
-            );
+        for (s, labels) in kept.iter().zip(&labels) {
             s.latency
-                .write_histogram(&mut text, Self::LATENCY_METRIC, &labels);
+                .write_histogram(&mut text, Self::LATENCY_METRIC, labels);
         }
         let series = kept
             .iter()
