@@ -21,8 +21,14 @@ import traceback
 import uuid
 
 import httpx
-from durable_workflow import Client, Worker
-from durable_workflow.errors import WorkflowCancelled, WorkflowTerminated, WorkflowTimedOut
+from durable_workflow import Client, Worker, WorkflowStreamAppendItem, serializer
+from durable_workflow.client import ScheduleAction, ScheduleSpec
+from durable_workflow.errors import (
+    ScheduleNotFound,
+    WorkflowCancelled,
+    WorkflowTerminated,
+    WorkflowTimedOut,
+)
 
 from workflows import ACTIVITIES, QUEUE, WORKFLOWS
 
@@ -242,6 +248,215 @@ class Suite:
         await self.client.terminate_workflow(wid, reason="cleanup")
         return f"{PENDING_SIGNALS} signals accepted, the next refused; run stayed running"
 
+    async def schedules(self) -> str:
+        sid = new_id("sched")
+        handle = await self.client.create_schedule(
+            schedule_id=sid,
+            spec=ScheduleSpec(cron_expressions=["30 9 * * *"], timezone="Europe/Kyiv"),
+            action=ScheduleAction(workflow_type="quick", task_queue=QUEUE, input=[sid]),
+            overlap_policy="buffer_one",
+            memo={"owner": "conformance"},
+            note="created by the conformance suite",
+        )
+        described = await handle.describe()
+        assert described.status == "active", described
+        assert described.spec["timezone"] == "Europe/Kyiv", described.spec
+        assert described.overlap_policy == "buffer_one", described
+        assert described.next_fire_at and described.fires_count == 0, described
+
+        fired = await handle.trigger()
+        assert fired.outcome == "triggered" and fired.workflow_id, fired
+        # buffer_one: a second trigger waits for the first run to close.
+        second = await handle.trigger()
+        assert second.outcome in ("buffered", "triggered"), second
+        result = await self.client.get_result(
+            self.client.get_workflow_handle(fired.workflow_id, run_id=fired.run_id), timeout=30
+        )
+        assert result == f"hello, {sid}", result
+        run = await self.client.describe_workflow(fired.workflow_id)
+        assert run.memo == {"owner": "conformance"}, run.memo
+
+        async def buffered_fire_started():
+            d = await handle.describe()
+            return d if d.fires_count == 2 and d.info["buffer_depth"] == 0 else None
+
+        described = await self.wait_for("the buffered fire to start", buffered_fire_started)
+        actions = described.info["recent_actions"]
+        expected = ["started", "buffered", "started"] if second.outcome == "buffered" else ["started", "started"]
+        assert [a["outcome"] for a in actions] == expected, actions
+
+        await handle.pause(note="maintenance")
+        paused = await handle.describe()
+        assert paused.status == "paused" and paused.next_fire_at is None, paused
+        assert paused.note == "maintenance", paused
+        listed = await self.client.list_schedules(status="paused", workflow_type="quick")
+        assert sid in [s.schedule_id for s in listed.schedules], listed
+        await handle.resume()
+        await handle.update(jitter_seconds=60, note="updated")
+        updated = await handle.describe()
+        assert updated.status == "active" and updated.jitter_seconds == 60, updated
+        assert updated.action["workflow_type"] == "quick", updated.action
+
+        await handle.delete()
+        try:
+            await handle.describe()
+        except ScheduleNotFound:
+            pass
+        else:
+            raise AssertionError("a deleted schedule still describes")
+        # The audit history outlives the delete; paged three at a time.
+        events = [e async for e in self.client.iter_schedule_history(sid, limit=3)]
+        kinds = [e.event_type for e in events]
+        assert kinds[0] == "ScheduleCreated" and kinds[-1] == "ScheduleDeleted", kinds
+        assert [e.sequence for e in events] == list(range(1, len(events) + 1)), events
+        for kind in ("ScheduleTriggerBuffered", "SchedulePaused", "ScheduleResumed",
+                     "ScheduleUpdated"):
+            assert kind in kinds, kinds
+        started = [e for e in events if e.event_type == "ScheduleTriggered"]
+        assert len(started) >= 2 and all(e.workflow_run_id for e in started), started
+        return (f"created in Europe/Kyiv, triggered ({result}), second trigger {second.outcome} "
+                f"and started once the first run closed; paused, listed, resumed, updated, "
+                f"deleted; {len(events)} audit events read after the delete")
+
+    async def search_attribute_upserts(self) -> str:
+        existing = (await self.client.list_search_attributes()).custom_attributes
+        for name, kind in (("ConformanceStage", "keyword"), ("ConformanceStep", "int")):
+            if name not in existing:  # the other protocol version's run registered it
+                await self.client.create_search_attribute(name, kind)
+        wid = new_id("tagger")
+        handle = await self.client.start_workflow(
+            workflow_type="tagger", task_queue=QUEUE, workflow_id=wid, input=["tagged"]
+        )
+        result = await self.client.get_result(handle, timeout=30)
+        assert result == "hello, tagged", result
+        described = await self.client.describe_workflow(wid)
+        assert described.search_attributes == {"ConformanceStep": 2}, described.search_attributes
+        listed = await self.client.list_workflows(workflow_type="tagger")
+        mine = [w for w in listed.executions if w.workflow_id == wid]
+        assert mine and mine[0].search_attributes == {"ConformanceStep": 2}, listed
+        types = await self.history_types(wid, handle.run_id)
+        assert types.count("SearchAttributesUpserted") == 2, types
+        return "set two attributes, then changed one and removed the other; describe and list agree"
+    async def nexus_operation(self) -> str:
+        """The SDK's execute_nexus_operation against a catalogued operation
+        bound to the `quick` workflow: the call starts it and, waiting for
+        completion, answers its result; the same idempotency key replays."""
+        base = "/api/service-endpoints"
+        for path, body in [
+            (base, {"endpoint_name": "conformance"}),
+            (f"{base}/conformance/services", {"service_name": "greetings"}),
+            (
+                f"{base}/conformance/services/greetings/operations",
+                {
+                    "operation_name": "greet",
+                    "operation_mode": "sync",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": {"workflow_type": "quick", "task_queue": QUEUE},
+                },
+            ),
+        ]:
+            response = await self.http.post(path, json=body)
+            # A second protocol run finds the catalog already registered.
+            assert response.status_code in (201, 409), response.text
+        key = new_id("nexus")
+        result = await self.client.execute_nexus_operation(
+            "conformance", "greetings", "greet", ["nexus"],
+            wait_for="completed", wait_timeout_seconds=30, idempotency_key=key,
+        )
+        assert result.accepted and result.status == "completed", result
+        value = serializer.decode_envelope(result.result)
+        assert value == "hello, nexus", value
+        again = await self.client.execute_nexus_operation(
+            "conformance", "greetings", "greet", ["nexus"],
+            wait_for="accepted", idempotency_key=key,
+        )
+        assert again.service_call_id == result.service_call_id, (again, result)
+        assert again.response_or_failure_surface["idempotent_replay"] is True, again
+        return f"service call {result.service_call_id} completed with {value!r}; the replay answered the same call"
+
+    async def workflow_output_stream(self) -> str:
+        wid = new_id("streamer")
+        handle = await self.client.start_workflow(
+            workflow_type="streamer", task_queue=QUEUE, workflow_id=wid, input=[3]
+        )
+        run_id = handle.run_id
+        assert run_id, handle
+        # The subscriber may start before the workflow opened the stream.
+        page = await self.client.subscribe_workflow_stream(
+            wid, run_id, "progress", from_offset=0, wait_seconds=20
+        )
+        if len(page.items) < 3:
+            more = await self.client.subscribe_workflow_stream(
+                wid, run_id, "progress", from_offset=page.next_offset, wait_seconds=20
+            )
+            page.items.extend(more.items)
+            page.next_offset = more.next_offset
+        assert [item.offset for item in page.items] == [0, 1, 2], page
+        assert [item.payload for item in page.items] == [{"step": i} for i in range(3)], page
+        assert all(item.origin == "workflow" for item in page.items), page
+        # Resuming from next_offset while the producer is quiet: empty, not terminal.
+        quiet = await self.client.subscribe_workflow_stream(
+            wid, run_id, "progress", from_offset=page.next_offset, wait_seconds=1
+        )
+        assert quiet.items == [] and not quiet.terminal, quiet
+        assert quiet.stream.pending_items == 0, quiet.stream
+        # A client appends to its own stream of the same run, idempotently.
+        notes = [
+            WorkflowStreamAppendItem(payload="first", idempotency_key="note-1"),
+            WorkflowStreamAppendItem(payload_reference="s3://bucket/notes/2", item_type="ref"),
+        ]
+        appended = await self.client.append_workflow_stream(wid, run_id, "notes", notes)
+        assert appended.accepted_offsets == [0, 1] and appended.accepted_count == 2, appended
+        again = await self.client.append_workflow_stream(wid, run_id, "notes", notes[:1])
+        assert again.accepted_offsets == [0] and again.deduplicated_count == 1, again
+        # The rest arrives once the workflow is signalled; the stream ends closed.
+        await self.client.signal_workflow(wid, "more")
+        rest = [
+            item
+            async for item in self.client.iter_workflow_stream(
+                wid, run_id, "progress", from_offset=page.next_offset, wait_seconds=20
+            )
+        ]
+        assert [(item.offset, item.payload, item.item_type) for item in rest] == [
+            (3, {"step": 3}, "final")
+        ], rest
+        assert await self.client.get_result(handle, timeout=30) == 4
+        described = await self.client.describe_workflow_stream(wid, run_id, "progress")
+        assert described.status == "closed" and described.total_items == 4, described
+        assert described.retention_seconds == 600, described
+        streams = {s.stream_name: s for s in await self.client.list_workflow_streams(wid, run_id)}
+        assert set(streams) == {"notes", "progress"}, streams
+        # The run's end closed the client's stream with it.
+        assert streams["notes"].status == "closed", streams["notes"]
+        read = await self.client.subscribe_workflow_stream(wid, run_id, "notes")
+        assert read.terminal and read.items[1].payload_reference == "s3://bucket/notes/2", read
+        return (f"4 items from workflow code read in resumable pages, 2 client items "
+                f"(1 deduplicated), both streams closed with the run")
+
+    async def large_payload_through_external_storage(self) -> str:
+        """A 3 MiB input (past the 2 MiB payload_size_bytes and request body
+        limits) and its 3 MiB result go through the runtime external payload
+        transport: history holds only hashed reference envelopes."""
+        wid = new_id("mirror")
+        text = "".join(chr(0x61 + (i * 7) % 26) for i in range(3 * 1024 * 1024))
+        handle = await self.client.start_workflow(
+            workflow_type="mirror", task_queue=QUEUE, workflow_id=wid, input=[text]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result["length"] == len(text) and result["reversed"] == text[::-1], result["length"]
+        response = await self.http.get(f"/api/workflows/{wid}/runs/{handle.run_id}/history")
+        response.raise_for_status()
+        raw = response.text
+        assert len(raw) < 256 * 1024, f"history carries payload bytes ({len(raw)} bytes)"
+        references = raw.count("durable-workflow.v2.runtime-external-payload-reference.v1")
+        assert references >= 3, (references, raw[:2000])
+        metrics = await self.http.get("/api/system/metrics", params={"namespace": "default"})
+        metrics.raise_for_status()
+        usage = metrics.json()["metrics"]["dw_runtime_external_payload_namespace_usage"]
+        assert usage["used_objects"] >= 3 and usage["used_bytes"] > 3 * 1024 * 1024, usage
+        return (f"3 MiB in and out; history {len(raw)} bytes with {references} references; "
+                f"namespace stores {usage['used_objects']} payloads, {usage['used_bytes']} bytes")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -253,6 +468,11 @@ class Suite:
         "workflow_task_failure_then_retry",
         "fan_out_past_pending_activity_count",
         "signal_past_pending_signal_count",
+        "schedules",
+        "search_attribute_upserts",
+        "workflow_output_stream",
+        "large_payload_through_external_storage",
+        "nexus_operation",
     ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from durable_workflow import activity, workflow
+from durable_workflow import WorkflowStreamAppendItem, activity, workflow
 from durable_workflow.errors import ActivityFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
@@ -40,6 +40,11 @@ def flaky(key: str) -> str:
 @activity.defn(name="noop")
 def noop(i: int) -> int:
     return i
+
+
+@activity.defn(name="reverse")
+def reverse(text: str) -> str:
+    return text[::-1]
 
 
 @activity.defn(name="slow")
@@ -173,5 +178,51 @@ class Quick:
         return (yield ctx.schedule_activity("greet", [name]))
 
 
-WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick]
-ACTIVITIES = [greet, flaky, noop, slow]
+@workflow.defn(name="tagger")
+class Tagger:
+    """Upserts search attributes around an activity: sets two, then
+    changes one and removes the other."""
+
+    def run(self, ctx, stage):
+        yield ctx.upsert_search_attributes({"ConformanceStage": stage, "ConformanceStep": 1})
+        greeting = yield ctx.schedule_activity("greet", [stage])
+        yield ctx.upsert_search_attributes({"ConformanceStep": 2, "ConformanceStage": None})
+        return greeting
+
+
+
+@workflow.defn(name="streamer")
+class Streamer:
+    """Publishes `count` steps to its `progress` output stream, waits for
+    the `more` signal, publishes a final step and closes the stream."""
+
+    def __init__(self) -> None:
+        self.more = False
+
+    @workflow.signal("more")
+    def on_more(self) -> None:
+        self.more = True
+
+    def run(self, ctx, count):
+        yield ctx.append_workflow_stream(
+            "progress", [WorkflowStreamAppendItem(payload={"step": i}) for i in range(count)]
+        )
+        yield ctx.wait_condition(lambda: self.more, key="more")
+        yield ctx.append_workflow_stream(
+            "progress", [WorkflowStreamAppendItem(payload={"step": count}, item_type="final")]
+        )
+        yield ctx.close_workflow_stream("progress", retention_seconds=600)
+        return count + 1
+
+
+@workflow.defn(name="mirror")
+class Mirror:
+    """Passes its (large) input through an activity and returns both."""
+
+    def run(self, ctx, text):
+        reversed_text = yield ctx.schedule_activity("reverse", [text])
+        return {"length": len(text), "reversed": reversed_text}
+
+
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror]
+ACTIVITIES = [greet, flaky, noop, slow, reverse]

@@ -45,9 +45,15 @@ fn text(data: &[u8]) -> String {
 }
 
 /// Loads `data` as a policy and, when it is invalid, renders the errors
-/// the way `check` would (code frames included).
+/// the way `check` would (code frames included); checks that the loader's
+/// fast path reads it as the `toml` parser's path does (or leaves it to it).
 pub fn policy(data: &[u8]) {
-    match PolicyFile::from_text("policy.toml".into(), text(data)) {
+    let text = text(data);
+    assert!(
+        dwpolicy::load::fast_path_agrees(&text),
+        "the policy fast path and the toml parser disagree"
+    );
+    match PolicyFile::from_text("policy.toml".into(), text) {
         Ok(_) => {}
         Err(error) => {
             let mut out = Vec::new();

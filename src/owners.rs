@@ -5,13 +5,16 @@
 //! `Cargo.toml` and the module path from where the file sits under `src/`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
-/// Computes module paths, remembering each directory's crate name.
+/// Computes module paths, remembering each directory's crate name (keyed
+/// by the directory relative to the root: every Rust file asks, and
+/// joining and hashing whole paths cost more than reading the tokens of a
+/// small file).
 #[derive(Default)]
 pub struct ModulePaths {
-    crate_names: Mutex<HashMap<PathBuf, Option<String>>>,
+    crate_names: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl ModulePaths {
@@ -20,8 +23,10 @@ impl ModulePaths {
         let parts: Vec<&str> = rel.split('/').collect();
         // Find the innermost directory holding a Cargo.toml with a package name.
         for depth in (0..parts.len()).rev() {
-            let dir = root.join(parts[..depth].join("/"));
-            if let Some(name) = self.crate_name(&dir) {
+            // The directory's part of `rel`: its first `depth` components.
+            let dir_len = parts[..depth].iter().map(|p| p.len() + 1).sum::<usize>();
+            let dir = &rel[..dir_len.saturating_sub(1)];
+            if let Some(name) = self.crate_name(root, dir) {
                 return module_path_in_crate(&name, &parts[depth..]);
             }
         }
@@ -32,12 +37,15 @@ impl ModulePaths {
         path
     }
 
-    fn crate_name(&self, dir: &Path) -> Option<String> {
+    /// The crate name declared in `root/dir/Cargo.toml`, if any.
+    fn crate_name(&self, root: &Path, dir: &str) -> Option<String> {
         let mut cache = self.crate_names.lock().unwrap_or_else(|e| e.into_inner());
-        cache
-            .entry(dir.to_path_buf())
-            .or_insert_with(|| read_crate_name(&dir.join("Cargo.toml")))
-            .clone()
+        if let Some(name) = cache.get(dir) {
+            return name.clone();
+        }
+        let name = read_crate_name(&root.join(dir).join("Cargo.toml"));
+        cache.insert(dir.to_owned(), name.clone());
+        name
     }
 }
 

@@ -93,6 +93,13 @@ impl Prefilter {
 
     /// Every occurrence in `bytes` that could matter.
     pub fn candidates(&self, bytes: &[u8]) -> Candidates {
+        self.search(bytes, false)
+    }
+
+    /// [`Self::candidates`], stopping at the first owner name when
+    /// `stop_at_owner` (an owner makes the file wanted whatever else it
+    /// holds, so the rest of it need not be searched).
+    fn search(&self, bytes: &[u8], stop_at_owner: bool) -> Candidates {
         let mut found = Candidates::default();
         let mut from = 0;
         // A leftmost search resumed one byte after each match's start: the
@@ -110,6 +117,9 @@ impl Prefilter {
                 Pattern::ScanLimit => true,
                 Pattern::Owner => {
                     found.owner = true;
+                    if stop_at_owner {
+                        break;
+                    }
                     false
                 }
             };
@@ -122,7 +132,7 @@ impl Prefilter {
 
     /// Whether the file at `rel` with `bytes` must go to its extractor.
     pub fn wants(&self, rel: &str, bytes: &[u8]) -> bool {
-        let found = self.candidates(bytes);
+        let found = self.search(bytes, true);
         if found.owner {
             return true;
         }

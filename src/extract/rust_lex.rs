@@ -359,7 +359,33 @@ fn punct_char(text: &str, i: usize) -> Option<u8> {
         return None;
     }
     let c = *rest.first()?;
-    b"~!@#$%^&*-=+|;:,<.>/?'".contains(&c).then_some(c)
+    // A match, not `<[u8]>::contains`: this runs for every token start,
+    // and the slice search cost a tenth of the tokenizer.
+    matches!(
+        c,
+        b'~' | b'!'
+            | b'@'
+            | b'#'
+            | b'$'
+            | b'%'
+            | b'^'
+            | b'&'
+            | b'*'
+            | b'-'
+            | b'='
+            | b'+'
+            | b'|'
+            | b';'
+            | b':'
+            | b','
+            | b'<'
+            | b'.'
+            | b'>'
+            | b'/'
+            | b'?'
+            | b'\''
+    )
+    .then_some(c)
 }
 
 /// A literal at `i`: its kind and end.

@@ -89,24 +89,47 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
 }
 
 /// For each needle, whether some text mentions it as a whole identifier
-/// (not as part of a longer one). One automaton pass per text, so the cost
-/// grows with the docs plus the matches, not docs × policy entries.
-fn mentioned<'t>(texts: impl Iterator<Item = &'t str>, needles: &[&str]) -> Vec<bool> {
+/// (not as part of a longer one). A needle made only of identifier
+/// characters (a policy ID, a metric name) is mentioned exactly when it is
+/// one of the texts' maximal identifier runs, so those are looked up in a
+/// set of the runs; the others (cache prefixes) are found with one
+/// automaton pass per text. Either way the cost grows with the docs plus
+/// the needles, not docs × policy entries, and the automaton, whose
+/// construction cost a dense policy's run more than the search, holds only
+/// the needles that need it.
+fn mentioned<'t>(texts: impl Iterator<Item = &'t str> + Clone, needles: &[&str]) -> Vec<bool> {
+    let ident_byte = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     let mut found = vec![false; needles.len()];
-    let Ok(automaton) = AhoCorasick::new(needles) else {
+    let (words, others): (Vec<usize>, Vec<usize>) = (0..needles.len())
+        .partition(|&i| !needles[i].is_empty() && needles[i].bytes().all(|b| ident_byte(&b)));
+    if !words.is_empty() {
+        let mut runs = std::collections::HashSet::new();
+        for text in texts.clone() {
+            runs.extend(
+                text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|run| !run.is_empty()),
+            );
+        }
+        for &i in &words {
+            found[i] = runs.contains(needles[i]);
+        }
+    }
+    if others.is_empty() {
+        return found;
+    }
+    let patterns: Vec<&str> = others.iter().map(|&i| needles[i]).collect();
+    let Ok(automaton) = AhoCorasick::new(&patterns) else {
         return found;
     };
-    let is_ident = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+    let is_ident = |b: Option<&u8>| b.is_some_and(ident_byte);
     for text in texts {
         let bytes = text.as_bytes();
         for m in automaton.find_overlapping_iter(text) {
-            let needle = needles[m.pattern().as_usize()].as_bytes();
+            let needle = patterns[m.pattern().as_usize()].as_bytes();
             let before = m.start().checked_sub(1).and_then(|i| bytes.get(i));
-            let ends_open = needle
-                .last()
-                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+            let ends_open = needle.last().is_some_and(ident_byte);
             if !is_ident(before) && (!ends_open || !is_ident(bytes.get(m.end()))) {
-                found[m.pattern().as_usize()] = true;
+                found[others[m.pattern().as_usize()]] = true;
             }
         }
     }
@@ -121,6 +144,14 @@ mod tests {
 
     #[test]
     fn a_mention_is_a_whole_identifier() {
+        assert!(mentions("dw_x", "dw_x"));
+        assert!(mentions("x dw_x", "dw_x"));
+        assert!(mentions("é_dw_xé", "_dw_x"));
+        assert!(!mentions("dw_x2", "dw_x"));
+        assert!(!mentions("", "dw_x"));
+        assert!(!mentions("a server:b", ":b"));
+        assert!(mentions("a :b", ":b"));
+        assert!(!mentions("a server:b", "r:b"));
         assert!(mentions("| dw_x | GET |", "dw_x"));
         assert!(mentions("`dw_x`.", "dw_x"));
         assert!(!mentions("dw_x_total", "dw_x"));

@@ -126,6 +126,17 @@ impl DurableRejection {
         }
     }
 
+    /// Seconds a client should wait before retrying: the body's
+    /// `retry_after_seconds` and the `Retry-After` header. Open runs close
+    /// and idle registrations are swept on a minute's scale; run rows are
+    /// retained, so waiting cannot clear `workflow_runs` (no hint).
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            DurableRejection::Exhausted { resource, .. } => resource.retryable().then_some(60),
+            DurableRejection::Unavailable => Some(1),
+        }
+    }
+
     /// The refusal body.
     pub fn body(&self) -> Value {
         match self {
@@ -137,12 +148,13 @@ impl DurableRejection {
                 "reason": resource.reason(), "resource": resource.name(),
                 "current_value": attempted, "configured_limit": limit,
                 "retryable": resource.retryable(),
-                "retry_after_seconds": resource.retryable().then_some(60),
+                "retry_after_seconds": self.retry_after_seconds(),
                 "message": format!("Namespace durable-state capacity for {} is exhausted.",
                     resource.name().replace('_', " ")),
             }),
             DurableRejection::Unavailable => json!({
-                "reason": UNAVAILABLE_REASON, "retryable": true, "retry_after_seconds": 1,
+                "reason": UNAVAILABLE_REASON, "retryable": true,
+                "retry_after_seconds": self.retry_after_seconds(),
                 "message": "Namespace durable-state quota could not be evaluated.",
             }),
         }

@@ -5,12 +5,18 @@
 //! one throttle key per namespace elects a single heartbeat per TTL window
 //! across all nodes, and that heartbeat prunes at most one expired run, so
 //! retention never adds noticeable latency to a heartbeat.
+//!
+//! Workflow output streams are reclaimed the same way by
+//! [`WorkflowStreamRetention`]: its own throttle key per namespace elects
+//! one heartbeat per window, which deletes at most
+//! [`WorkflowStreamRetention::MAX_STREAMS`] expired streams and
+//! [`WorkflowStreamRetention::MAX_ITEMS`] of their items.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::{hash_dimensions, Cache, CacheError};
-use crate::store::{Error as StoreError, RunId};
+use crate::store::{Error as StoreError, Reclaimed, RunId};
 
 /// Why an inline retention pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,5 +68,47 @@ impl HistoryRetentionEnforcer {
         let cutoff =
             now.saturating_sub(i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX));
         Ok(prune(cutoff)?)
+    }
+}
+
+/// Reclaims expired workflow streams a bounded batch at a time.
+#[derive(Clone)]
+pub struct WorkflowStreamRetention {
+    cache: Arc<dyn Cache>,
+    throttle: Duration,
+}
+
+impl WorkflowStreamRetention {
+    /// The family of throttle keys.
+    pub const PREFIX: &'static str = "server:stream-retention-inline:";
+    /// The default throttle window.
+    pub const DEFAULT_THROTTLE: Duration = Duration::from_secs(60);
+    /// Expired streams one elected heartbeat reclaims at most.
+    pub const MAX_STREAMS: usize = 10;
+    /// Items of those streams one elected heartbeat deletes at most.
+    pub const MAX_ITEMS: usize = 500;
+
+    /// Elects one reclaiming heartbeat per namespace per `throttle`.
+    pub fn new(cache: Arc<dyn Cache>, throttle: Duration) -> Self {
+        WorkflowStreamRetention { cache, throttle }
+    }
+
+    /// Called on each heartbeat; when elected, `reclaim` is given the
+    /// current time and the two budgets, and deletes at most that many
+    /// expired streams of `namespace` and items of theirs.
+    pub fn on_heartbeat(
+        &self,
+        namespace: &str,
+        reclaim: impl FnOnce(i64, usize, usize) -> Result<Reclaimed, StoreError>,
+    ) -> Result<Option<Reclaimed>, RetentionError> {
+        let key = format!("{}{}", Self::PREFIX, hash_dimensions(&[namespace]));
+        if !self.cache.add(&key, b"1", self.throttle)? {
+            return Ok(None);
+        }
+        Ok(Some(reclaim(
+            crate::unix_ms(),
+            Self::MAX_STREAMS,
+            Self::MAX_ITEMS,
+        )?))
     }
 }

@@ -1,17 +1,25 @@
-//! When a schedule fires: five-field cron expressions and fixed intervals, in UTC.
+//! When a schedule fires: five-field cron expressions in a time zone, and fixed intervals.
 //!
 //! The SDK's `ScheduleSpec` carries `cron_expressions` (standard five-field
 //! cron: minute, hour, day of month, month, day of week, with `*`, lists,
-//! ranges, steps, month and weekday names, and the `@hourly`-style macros)
-//! and `intervals` (`{"every": "PT1H", "offset": "PT5M"}`, ISO-8601
-//! durations, aligned to the Unix epoch). A schedule's next fire is the
-//! earliest next fire of its rules. Only UTC is served, so no time-zone
-//! database (and no date-time crate) is needed: the evaluator works on Unix
-//! seconds with the civil-calendar conversion below. The cron crates on
-//! crates.io all bring chrono and a seconds field this protocol does not
-//! use; this one is small enough to test exhaustively instead.
+//! ranges, steps, month and weekday names, and the `@hourly`-style macros),
+//! `intervals` (`{"every": "PT1H", "offset": "PT5M"}`, ISO-8601 durations,
+//! aligned to the Unix epoch) and a `timezone`. A schedule's next fire is the
+//! earliest next fire of its rules. The cron evaluator works on wall-clock
+//! seconds with the civil-calendar conversion below; a named IANA zone (jiff,
+//! with its time-zone database bundled) maps wall-clock minutes to instants.
+//! Across a daylight-saving change a cron rule keeps to the wall clock: a
+//! wall time the spring-forward gap skips fires when the gap ends (02:30
+//! becomes 03:30), and a wall time the fall-back fold repeats fires once, at
+//! its first occurrence. Intervals are absolute and ignore the zone. The
+//! cron crates on crates.io all bring chrono and a seconds field this
+//! protocol does not use; this one is small enough to test exhaustively.
 
 use std::collections::BTreeSet;
+
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
 
 /// Seconds in a day.
 const DAY: i64 = 86_400;
@@ -47,15 +55,61 @@ pub struct Spec {
     pub crons: Vec<Cron>,
     /// Interval rules.
     pub intervals: Vec<Interval>,
+    /// The zone cron rules are read in; `None` is UTC.
+    pub zone: Option<TimeZone>,
 }
 
 impl Spec {
     /// The first fire strictly after `after` (Unix seconds), if any rule fires again.
     pub fn next_after(&self, after: i64) -> Option<i64> {
-        let crons = self.crons.iter().filter_map(|c| c.next_after(after));
+        let crons = self
+            .crons
+            .iter()
+            .filter_map(|c| c.next_after_in(after, self.zone.as_ref()));
         let intervals = self.intervals.iter().map(|i| i.next_after(after));
         crons.chain(intervals).min()
     }
+}
+
+/// The zone called `name` (an IANA name such as `Europe/Kyiv`, or `UTC`);
+/// `None` for UTC itself, so UTC specs skip the zone arithmetic.
+pub fn parse_zone(name: &str) -> Result<Option<TimeZone>, String> {
+    if matches!(name, "UTC" | "Etc/UTC" | "Z") {
+        return Ok(None);
+    }
+    TimeZone::get(name).map(Some).map_err(|_| {
+        format!("{name:?} is not a time zone of the IANA database (such as UTC or Europe/Kyiv)")
+    })
+}
+
+/// The wall-clock seconds (Unix seconds as if the zone were UTC) of `at` in `zone`.
+fn wall_clock(zone: &TimeZone, at: i64) -> Option<i64> {
+    let offset = zone.to_offset(Timestamp::from_second(at).ok()?);
+    Some(at + i64::from(offset.seconds()))
+}
+
+/// The instant a wall-clock minute names in `zone`: its first occurrence
+/// when a fold repeats it, the end of the gap when a gap skips it.
+fn instant(zone: &TimeZone, wall: i64) -> Option<i64> {
+    let days = wall.div_euclid(DAY);
+    let (year, month, day) = civil_from_days(days);
+    let seconds = wall.rem_euclid(DAY);
+    let civil = DateTime::new(
+        i16::try_from(year).ok()?,
+        i8::try_from(month).ok()?,
+        i8::try_from(day).ok()?,
+        i8::try_from(seconds / 3600).ok()?,
+        i8::try_from(seconds % 3600 / 60).ok()?,
+        0,
+        0,
+    )
+    .ok()?;
+    // jiff's `compatible` choice: the earlier instant in a fold, the later
+    // (the wall time moved forward by the gap) in a gap.
+    zone.to_ambiguous_timestamp(civil)
+        .compatible()
+        .ok()
+        .map(Timestamp::as_second)
 }
 
 impl Interval {
@@ -183,7 +237,29 @@ impl Cron {
         }
     }
 
-    /// The first matching minute strictly after `after` (Unix seconds).
+    /// The first matching wall-clock minute in `zone` (`None`: UTC)
+    /// strictly after the instant `after` (Unix seconds).
+    pub fn next_after_in(&self, after: i64, zone: Option<&TimeZone>) -> Option<i64> {
+        let Some(zone) = zone else {
+            return self.next_after(after);
+        };
+        let start = wall_clock(zone, after)?;
+        let mut cursor = start;
+        loop {
+            let wall = self.next_after(cursor)?;
+            if wall > start.saturating_add(HORIZON_SECONDS) {
+                return None;
+            }
+            // A repeated wall time whose first occurrence is already past
+            // does not fire again; look at the next matching minute.
+            match instant(zone, wall) {
+                Some(at) if at > after => return Some(at),
+                _ => cursor = wall,
+            }
+        }
+    }
+
+    /// The first matching minute strictly after `after` (Unix seconds, UTC).
     pub fn next_after(&self, after: i64) -> Option<i64> {
         let mut t = (after.div_euclid(60) + 1) * 60;
         let end = after.saturating_add(HORIZON_SECONDS);
@@ -358,6 +434,72 @@ mod tests {
     }
 
     #[test]
+    fn cron_rules_follow_the_wall_clock_of_their_zone() {
+        let kyiv = parse_zone("Europe/Kyiv").unwrap();
+        let nine = Cron::parse("0 9 * * *").unwrap();
+        // Winter is UTC+2, summer UTC+3.
+        assert_eq!(
+            nine.next_after_in(at(2027, 1, 15, 0, 0), kyiv.as_ref()),
+            Some(at(2027, 1, 15, 7, 0))
+        );
+        assert_eq!(
+            nine.next_after_in(at(2027, 7, 15, 0, 0), kyiv.as_ref()),
+            Some(at(2027, 7, 15, 6, 0))
+        );
+        let york = parse_zone("America/New_York").unwrap();
+        // 2026-03-08: 02:00 EST jumps to 03:00 EDT; 02:30 fires at 03:30 EDT.
+        let half_two = Cron::parse("30 2 * * *").unwrap();
+        let gap = half_two
+            .next_after_in(at(2026, 3, 8, 5, 0), york.as_ref())
+            .unwrap();
+        assert_eq!(gap, at(2026, 3, 8, 7, 30));
+        assert_eq!(
+            half_two.next_after_in(gap, york.as_ref()),
+            Some(at(2026, 3, 9, 6, 30)),
+            "the next day is EDT"
+        );
+        // 2026-11-01: 01:00-01:59 happens twice; 01:30 fires once, in EDT.
+        let half_one = Cron::parse("30 1 * * *").unwrap();
+        let fold = half_one
+            .next_after_in(at(2026, 11, 1, 4, 0), york.as_ref())
+            .unwrap();
+        assert_eq!(fold, at(2026, 11, 1, 5, 30));
+        assert_eq!(
+            half_one.next_after_in(fold, york.as_ref()),
+            Some(at(2026, 11, 2, 6, 30)),
+            "not again at 01:30 EST"
+        );
+        // Inside the repeated hour, the first occurrence is past: next day.
+        assert_eq!(
+            half_one.next_after_in(at(2026, 11, 1, 6, 10), york.as_ref()),
+            Some(at(2026, 11, 2, 6, 30))
+        );
+        // An hourly rule in the fold keeps to the wall clock.
+        let hourly = Cron::parse("0 * * * *").unwrap();
+        assert_eq!(
+            hourly.next_after_in(at(2026, 11, 1, 5, 30), york.as_ref()),
+            Some(at(2026, 11, 1, 7, 0)),
+            "01:00 EST repeats a wall time already fired; 02:00 EST is next"
+        );
+        // UTC and its aliases need no zone; intervals ignore the zone.
+        for utc in ["UTC", "Etc/UTC", "Z"] {
+            assert_eq!(parse_zone(utc), Ok(None));
+        }
+        for bad in ["Mars/Olympus", "", "Europe/"] {
+            assert!(parse_zone(bad).is_err(), "{bad:?}");
+        }
+        let spec = Spec {
+            crons: Vec::new(),
+            intervals: vec![Interval::parse("PT1H", None).unwrap()],
+            zone: kyiv,
+        };
+        assert_eq!(
+            spec.next_after(at(2027, 1, 15, 0, 10)),
+            Some(at(2027, 1, 15, 1, 0))
+        );
+    }
+
+    #[test]
     fn bad_cron_expressions_are_refused_with_the_field() {
         for (expression, needle) in [
             ("* * * *", "has 4 fields"),
@@ -398,6 +540,7 @@ mod tests {
         let spec = Spec {
             crons: vec![Cron::parse("0 8 * * *").unwrap()],
             intervals: vec![Interval::parse("PT10M", None).unwrap()],
+            zone: None,
         };
         assert_eq!(
             spec.next_after(at(2026, 12, 1, 7, 55)),

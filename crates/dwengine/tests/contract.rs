@@ -113,6 +113,14 @@ fn dw_config_names_the_file_and_the_contract_shows_current_values() {
     }
     let table = dwserver().arg("contract").output().unwrap();
     let table = String::from_utf8(table.stdout).unwrap();
+    for key in [
+        "server.query_tasks.timeout",
+        "server.query_tasks.ttl_seconds",
+        "server.query_tasks.lease_timeout",
+        "server.query_tasks.max_pending_per_queue",
+    ] {
+        assert!(table.contains(key), "{key} missing from\n{table}");
+    }
     assert!(
         table
             .lines()
@@ -156,5 +164,69 @@ fn the_checked_in_contract_doc_is_current_and_a_stale_one_fails() {
     assert_eq!(
         std::fs::read_to_string(&stale).unwrap(),
         std::fs::read_to_string(doc).unwrap()
+    );
+}
+
+#[test]
+fn the_query_task_settings_are_in_the_contract_and_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dw.toml");
+    std::fs::write(
+        &path,
+        "[server.query_tasks]\ntimeout = -3\nttl_seconds = 300\nmax_pending_per_queue = 20000\n",
+    )
+    .unwrap();
+    let out = dwserver()
+        .args(["contract", "--format", "json", "--config"])
+        .arg(&path)
+        .env("DW_SERVER_QUERY_TASKS_LEASE_TIMEOUT", "4")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let setting = |name: &str| {
+        json["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["group"] == "query_tasks" && l["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no query_tasks {name} in {json}"))
+    };
+    let resolved = |name: &str| {
+        let s = setting(name);
+        (
+            s["default"].as_u64().unwrap(),
+            s["current"].as_u64().unwrap(),
+        )
+    };
+    // The derived timeout (polling wait 60 s: min(max(75, 40), 55)); a
+    // negative one counts as 0.
+    assert_eq!(resolved("timeout"), (55, 0));
+    assert_eq!(setting("timeout")["env"], "DW_SERVER_QUERY_TASKS_TIMEOUT");
+    assert_eq!(setting("timeout")["unit"], "seconds");
+    assert_eq!(resolved("ttl_seconds"), (60, 300));
+    assert_eq!(resolved("lease_timeout"), (10, 4), "the environment");
+    assert_eq!(
+        resolved("max_pending_per_queue"),
+        (1024, 10_000),
+        "clamped to 10,000"
+    );
+    // A bad value is refused with its file line like any other limit.
+    std::fs::write(&path, "[server.query_tasks]\nlease_timeout = \"ten\"\n").unwrap();
+    let out = dwserver()
+        .args(["contract", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("dw.toml:2: server.query_tasks.lease_timeout"),
+        "{stderr}"
     );
 }

@@ -238,3 +238,42 @@ fn import_fields_are_checked_at_the_boundary() {
     );
     assert_eq!(status, 400);
 }
+
+#[test]
+fn a_workflow_called_import_is_reached_on_every_route_beside_the_import() {
+    let s = server(100, 0);
+    let (status, started) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "import", "workflow_type": "t", "task_queue": "q" }),
+    );
+    assert_eq!(status, 201, "{started}");
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    // The static import path answers a describe of the workflow `import`.
+    let (status, described) = s.get(IMPORT);
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(
+        (
+            described["workflow_id"].as_str(),
+            described["run_id"].as_str()
+        ),
+        (Some("import"), Some(run_id.as_str()))
+    );
+    let (status, runs) = s.get(&format!("{IMPORT}/runs"));
+    assert_eq!(status, 200, "{runs}");
+    let (status, run) = s.get(&format!("{IMPORT}/runs/{run_id}"));
+    assert_eq!((status, run["workflow_id"].as_str()), (200, Some("import")));
+    let (status, history) = s.get(&format!("{IMPORT}/runs/{run_id}/history"));
+    assert_eq!(status, 200, "{history}");
+    let (status, signalled) = s.post(&format!("{IMPORT}/signal/poke"), json!({}));
+    assert_eq!(status, 202, "{signalled}");
+    // …and the import itself is still the POST.
+    let (status, imported) = s.post(IMPORT, projection("legacy-beside", 1, None));
+    assert_eq!(status, 201, "{imported}");
+    let (status, terminated) = s.post(&format!("{IMPORT}/terminate"), json!({ "reason": "done" }));
+    assert_eq!(status, 200, "{terminated}");
+    assert_eq!(s.get(IMPORT).1["status"], "terminated");
+    // A workflow that does not exist is a 404 on the same path.
+    let other = server(100, 0);
+    let (status, missing) = other.get(IMPORT);
+    assert_eq!(status, 404, "{missing}");
+}

@@ -49,14 +49,16 @@ fn rejections_are_reported_per_reason_for_the_current_minute() {
     away_from_a_minute_boundary();
     let mut refused = 0;
     for i in 0..10 {
-        let (status, body) = s.post_ns(
+        let (status, body, retry_after) = s.post_ns_header(
             "tenant",
             "/api/workflows",
             json!({ "workflow_id": format!("w{i}"), "workflow_type": "T", "task_queue": "q" }),
+            "retry-after",
         );
         if status == 429 {
             assert_eq!(body["rejection_reason"], REASONS[0], "{body}");
             assert_eq!(body["retryable"], true);
+            assert_eq!(retry_after.as_deref(), Some("1"), "{body}");
             refused += 1;
         }
     }

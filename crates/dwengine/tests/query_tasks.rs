@@ -73,6 +73,56 @@ fn leased(s: &TestServer, ns: &str, queue: &str, worker: &str, poll_id: &str) ->
     panic!("no query task arrived on {queue}");
 }
 
+/// A query waiting for its worker holds the namespace's only concurrency
+/// slot, so a start in the meantime is refused with `Retry-After: 1`.
+#[test]
+fn a_concurrency_refusal_sends_a_retry_after() {
+    use dwengine::admission::NamespaceLimit;
+    let s = TestServer::start(
+        std::sync::Arc::new(dwengine::cache::MemoryCache::default()),
+        |c| {
+            c.namespace_limits.insert(
+                "narrow".into(),
+                NamespaceLimit {
+                    max_concurrent: 1,
+                    per_minute: 0,
+                },
+            );
+        },
+    );
+    s.namespace("narrow");
+    s.start_workflow("narrow", "wf-1", "orders");
+    register(&s, "narrow", "w1", "orders");
+    std::thread::scope(|scope| {
+        let caller = scope.spawn(|| query(&s, "narrow", "wf-1", "stage"));
+        // Once the task is leased the query is parked inside its slot.
+        let task = leased(&s, "narrow", "orders", "w1", "p1")["task"].clone();
+        let (status, body, retry_after) = s.post_ns_header(
+            "narrow",
+            "/api/workflows",
+            json!({ "workflow_id": "wf-2", "workflow_type": "T", "task_queue": "orders" }),
+            "retry-after",
+        );
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(
+            body["rejection_reason"],
+            "namespace_request_concurrency_exhausted"
+        );
+        assert_eq!(body["retryable"], true);
+        assert_eq!(retry_after.as_deref(), Some("1"));
+        let (status, body) = report(
+            &s,
+            "narrow",
+            &task,
+            "complete",
+            json!({ "result": "ok", "result_envelope": { "codec": "json", "blob": "\"ok\"" } }),
+        );
+        assert_eq!(status, 200, "{body}");
+        let (status, answer) = caller.join().unwrap();
+        assert_eq!(status, 200, "{answer}");
+    });
+}
+
 #[test]
 fn a_query_round_trips_and_a_retried_poll_replays_only_its_own_lease() {
     let (_, cache) = backends(11).remove(0);
@@ -186,6 +236,42 @@ fn a_full_queue_refuses_the_next_query_clearly_and_timeouts_clean_up() {
         }
     });
     assert_eq!(s.keys(PREFIX), 0, "timeouts remove tasks, queue and locks");
+}
+
+#[test]
+fn a_busy_queue_lock_is_a_503_with_its_own_reason_and_a_retry_after() {
+    let (_, cache) = backends(11).remove(0);
+    let s = TestServer::start(cache.clone(), |c| c.query_tasks.timeout_seconds = Some(1));
+    s.start_workflow("default", "wf-1", "orders");
+    // Another call holds the queue's lock (as a stuck holder would).
+    let lock = WorkflowQueryTaskBroker::queue_lock_key("default", "orders");
+    assert!(cache.add(&lock, b"other", Duration::from_secs(10)).unwrap());
+    let began = Instant::now();
+    let (status, body, retry_after) = s.post_ns_header(
+        "default",
+        "/api/workflows/wf-1/query/stage",
+        json!({ "input": { "codec": "json", "blob": "[]" } }),
+        "retry-after",
+    );
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["reason"], "query_task_queue_busy", "{body}");
+    assert_eq!(body["retryable"], true);
+    assert_eq!(body["retry_after_seconds"], 1);
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(
+        began.elapsed() >= Duration::from_secs(2),
+        "waited for the lock"
+    );
+    assert_eq!(s.keys(&format!("{PREFIX}task:")), 0, "nothing was queued");
+    // Once the lock is free the same query is queued (and, with no
+    // worker, times out).
+    assert!(cache.forget(&lock).unwrap());
+    let (status, body) = query(&s, "default", "wf-1", "stage");
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (504, Some("query_worker_timeout")),
+        "{body}"
+    );
 }
 
 /// Thousands of distinct namespaces × queues × workers, each queue with a

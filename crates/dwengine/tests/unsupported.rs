@@ -2,8 +2,9 @@
 //! advertises only what it does: every workflow-task command the SDK can
 //! send that the engine lacks is a 422 naming the command and its
 //! `commands.<i>.type` field (the task stays leased, nothing is written),
-//! and a runtime external payload reference is a 422 naming the payload
-//! field wherever a payload enters.
+//! and a malformed runtime external payload reference is a 422 naming the
+//! payload field wherever a payload enters (tests/external_payloads.rs has
+//! the well-formed ones).
 
 mod support;
 
@@ -27,11 +28,10 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 8] = [
+const UNSUPPORTED: [&str; 7] = [
     "start_child_workflow",
     "continue_as_new",
     "upsert_memo",
-    "upsert_search_attributes",
     "record_version_marker",
     "record_local_activity",
     "start_service_operation",
@@ -57,6 +57,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "start_timer",
             "open_condition_wait",
             "record_side_effect",
+            "upsert_search_attributes",
             "complete_workflow",
             "fail_workflow",
             "complete_update",
@@ -131,7 +132,7 @@ fn runtime_external_payload_references_are_refused_where_payloads_enter() {
         .as_str()
         .unwrap();
     assert!(
-        problem.contains("runtime_external_payload_transport"),
+        problem.contains("exactly schema, reference_id"),
         "{problem}"
     );
 

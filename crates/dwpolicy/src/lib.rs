@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod checks;
+mod fast;
 pub mod load;
 pub mod model;
 pub mod span;

@@ -90,7 +90,38 @@ impl Policy {
 }
 
 /// Parses and structurally validates a policy, collecting every problem.
+///
+/// A well-formed policy written in the plain TOML that policies use is read
+/// by a fast path ([`crate::fast`]); anything else, and every policy with
+/// a problem, by the `toml` parser, which keeps the span of every key and
+/// value for the error report.
 pub fn load(text: &str) -> Result<Policy, LoadErrors> {
+    match crate::fast::load(text) {
+        Some(policy) => Ok(policy),
+        None => load_with_toml(text),
+    }
+}
+
+/// Whether the fast path agrees with the `toml` parser on `text`: it either
+/// leaves the text to the parser, or builds the same policy the parser's
+/// path accepts. For the differential tests and the `policy` fuzz target.
+#[doc(hidden)]
+pub fn fast_path_agrees(text: &str) -> bool {
+    match crate::fast::load(text) {
+        None => true,
+        Some(fast) => load_with_toml(text).is_ok_and(|full| full == fast),
+    }
+}
+
+/// Whether the fast path reads `text` itself (for tests that must know it
+/// is exercised).
+#[doc(hidden)]
+pub fn fast_path_reads(text: &str) -> bool {
+    crate::fast::load(text).is_some()
+}
+
+/// [`load`] through the `toml` parser alone.
+fn load_with_toml(text: &str) -> Result<Policy, LoadErrors> {
     let fail = |errors| LoadErrors {
         errors,
         text: Some(text.to_owned()),
@@ -114,6 +145,8 @@ pub fn load(text: &str) -> Result<Policy, LoadErrors> {
         Err(fail(loader.errors))
     }
 }
+
+type Key<'i> = TomlSpanned<std::borrow::Cow<'i, str>>;
 
 type Entry<'a, 'i> = (
     &'a TomlSpanned<std::borrow::Cow<'i, str>>,
@@ -160,7 +193,51 @@ pub const METRIC_KEYS: &[&str] = &[
     "selection",
     "suppression",
 ];
-const SEVERITY_LEVELS: &[&str] = &["allow", "warn", "error"];
+pub(crate) const SEVERITY_LEVELS: &[&str] = &["allow", "warn", "error"];
+
+/// Where a value sits in the policy (`metrics.dw_x.owner`), spelled out
+/// only when a problem is reported: a policy with thousands of entries
+/// would otherwise format a path for every field it loads.
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parts: [&'a str; 4],
+    len: usize,
+    /// Appends `[]` (an item of an array).
+    item: bool,
+}
+
+impl<'a> Path<'a> {
+    fn new(first: &'a str) -> Self {
+        Path {
+            parts: [first, "", "", ""],
+            len: 1,
+            item: false,
+        }
+    }
+
+    /// The path one level down (paths are at most four levels deep:
+    /// `metrics.<name>.dimensions.<dimension>`).
+    fn field(self, name: &'a str) -> Self {
+        let mut parts = self.parts;
+        let len = (self.len + 1).min(parts.len());
+        parts[len - 1] = name;
+        Path { parts, len, ..self }
+    }
+
+    fn item(self) -> Self {
+        Path { item: true, ..self }
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.parts[..self.len].join("."))?;
+        if self.item {
+            f.write_str("[]")?;
+        }
+        Ok(())
+    }
+}
 
 #[derive(Default)]
 struct Loader {
@@ -200,7 +277,7 @@ impl Loader {
     fn unknown_key(
         &mut self,
         key: &TomlSpanned<std::borrow::Cow<'_, str>>,
-        within: &str,
+        within: fmt::Arguments<'_>,
         valid: &[&str],
     ) {
         let help = match nearest(key.get_ref(), valid) {
@@ -217,7 +294,7 @@ impl Loader {
     fn table<'a, 'i>(
         &mut self,
         value: &'a TomlSpanned<DeValue<'i>>,
-        what: &str,
+        what: Path<'_>,
     ) -> Option<&'a DeTable<'i>> {
         match value.get_ref() {
             DeValue::Table(table) => Some(table),
@@ -231,7 +308,7 @@ impl Loader {
     fn type_error(
         &mut self,
         value: &TomlSpanned<DeValue<'_>>,
-        what: &str,
+        what: Path<'_>,
         expected: &str,
         found: &DeValue<'_>,
     ) {
@@ -242,7 +319,11 @@ impl Loader {
         );
     }
 
-    fn string(&mut self, value: &TomlSpanned<DeValue<'_>>, what: &str) -> Option<Spanned<String>> {
+    fn string(
+        &mut self,
+        value: &TomlSpanned<DeValue<'_>>,
+        what: Path<'_>,
+    ) -> Option<Spanned<String>> {
         match value.get_ref() {
             DeValue::String(s) => Some(Spanned::new(s.to_string(), span_of(value))),
             other => {
@@ -252,7 +333,11 @@ impl Loader {
         }
     }
 
-    fn integer(&mut self, value: &TomlSpanned<DeValue<'_>>, what: &str) -> Option<Spanned<i64>> {
+    fn integer(
+        &mut self,
+        value: &TomlSpanned<DeValue<'_>>,
+        what: Path<'_>,
+    ) -> Option<Spanned<i64>> {
         match value.get_ref() {
             DeValue::Integer(int) => {
                 let digits = int.as_str().replace('_', "");
@@ -274,7 +359,7 @@ impl Loader {
     fn strings(
         &mut self,
         value: &TomlSpanned<DeValue<'_>>,
-        what: &str,
+        what: Path<'_>,
     ) -> Option<Spanned<Vec<Spanned<String>>>> {
         let DeValue::Array(items) = value.get_ref() else {
             self.type_error(value, what, "an array of strings", value.get_ref());
@@ -282,7 +367,7 @@ impl Loader {
         };
         let mut out = Vec::with_capacity(items.len());
         for item in items.iter() {
-            if let Some(s) = self.string(item, &format!("{what}[]")) {
+            if let Some(s) = self.string(item, what.item()) {
                 out.push(s);
             }
         }
@@ -304,7 +389,7 @@ impl Loader {
             match key.get_ref().as_ref() {
                 "schema_version" => {
                     saw_version = true;
-                    if let Some(v) = self.integer(value, "schema_version") {
+                    if let Some(v) = self.integer(value, Path::new("schema_version")) {
                         if v.value != SCHEMA_VERSION {
                             self.error(
                                 v.span,
@@ -317,12 +402,12 @@ impl Loader {
                     }
                 }
                 "sources" => {
-                    if let Some(table) = self.table(value, "sources") {
+                    if let Some(table) = self.table(value, Path::new("sources")) {
                         policy.sources = self.sources(table);
                     }
                 }
                 "settings" => {
-                    if let Some(table) = self.table(value, "settings") {
+                    if let Some(table) = self.table(value, Path::new("settings")) {
                         self.settings(table, &mut policy.settings);
                     }
                 }
@@ -334,11 +419,11 @@ impl Loader {
                 }
                 "metrics" => policy.metrics = self.each_entry(value, "metrics", Self::metric),
                 "rules" => {
-                    if let Some(table) = self.table(value, "rules") {
+                    if let Some(table) = self.table(value, Path::new("rules")) {
                         policy.rules = self.rules(table);
                     }
                 }
-                _ => self.unknown_key(key, "the policy", TOP_KEYS),
+                _ => self.unknown_key(key, format_args!("the policy"), TOP_KEYS),
             }
         }
         if !saw_version {
@@ -364,11 +449,11 @@ impl Loader {
                 "remote_write" => &mut sources.remote_write,
                 "exclude" => &mut sources.exclude,
                 _ => {
-                    self.unknown_key(key, "[sources]", SOURCE_KEYS);
+                    self.unknown_key(key, format_args!("[sources]"), SOURCE_KEYS);
                     continue;
                 }
             };
-            if let Some(globs) = self.strings(value, &format!("sources.{name}")) {
+            if let Some(globs) = self.strings(value, Path::new("sources").field(name)) {
                 *slot = globs.value;
             }
         }
@@ -376,35 +461,37 @@ impl Loader {
     }
 
     fn settings(&mut self, table: &DeTable<'_>, settings: &mut Settings) {
+        let path = Path::new("settings");
         for (key, value) in entries(table) {
-            match key.get_ref().as_ref() {
+            let name = key.get_ref().as_ref();
+            match name {
                 "cache_namespace" => {
-                    if let Some(s) = self.non_empty(value, "settings.cache_namespace") {
+                    if let Some(s) = self.non_empty(value, path.field(name)) {
                         settings.cache_namespace = s;
                     }
                 }
                 "metric_prefix" => {
-                    if let Some(s) = self.non_empty(value, "settings.metric_prefix") {
+                    if let Some(s) = self.non_empty(value, path.field(name)) {
                         settings.metric_prefix = s;
                     }
                 }
                 "user_controlled_dimensions" => {
-                    if let Some(list) = self.strings(value, "settings.user_controlled_dimensions") {
+                    if let Some(list) = self.strings(value, path.field(name)) {
                         settings.user_controlled_dimensions =
                             list.value.into_iter().map(|s| s.value).collect();
                     }
                 }
                 "per_run_labels" => {
-                    if let Some(list) = self.strings(value, "settings.per_run_labels") {
+                    if let Some(list) = self.strings(value, path.field(name)) {
                         settings.per_run_labels = list.value.into_iter().map(|s| s.value).collect();
                     }
                 }
-                _ => self.unknown_key(key, "[settings]", SETTING_KEYS),
+                _ => self.unknown_key(key, format_args!("[settings]"), SETTING_KEYS),
             }
         }
     }
 
-    fn non_empty(&mut self, value: &TomlSpanned<DeValue<'_>>, what: &str) -> Option<String> {
+    fn non_empty(&mut self, value: &TomlSpanned<DeValue<'_>>, what: Path<'_>) -> Option<String> {
         let s = self.string(value, what)?;
         if s.value.is_empty() {
             self.error(s.span, format!("`{what}` must not be empty"), None);
@@ -417,24 +504,23 @@ impl Loader {
         &mut self,
         value: &TomlSpanned<DeValue<'_>>,
         what: &str,
-        mut build: impl FnMut(&mut Self, Spanned<String>, &DeTable<'_>) -> T,
+        mut build: impl FnMut(&mut Self, &Key<'_>, &DeTable<'_>) -> T,
     ) -> Vec<T> {
-        let Some(table) = self.table(value, what) else {
+        let Some(table) = self.table(value, Path::new(what)) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(table.len());
         for (key, entry) in entries(table) {
-            let id = Spanned::new(key.get_ref().to_string(), span_of(key));
-            if let Some(fields) = self.table(entry, &format!("{what}.{}", id.value)) {
-                out.push(build(self, id, fields));
+            if let Some(fields) = self.table(entry, Path::new(what).field(key.get_ref())) {
+                out.push(build(self, key, fields));
             }
         }
         out
     }
 
-    fn cache_key(&mut self, id: Spanned<String>, table: &DeTable<'_>) -> CacheKeyPolicy {
+    fn cache_key(&mut self, id: &Key<'_>, table: &DeTable<'_>) -> CacheKeyPolicy {
         let mut entry = CacheKeyPolicy {
-            id,
+            id: Spanned::new(id.get_ref().to_string(), span_of(id)),
             owner: None,
             prefix: None,
             dimensions: None,
@@ -443,41 +529,41 @@ impl Loader {
             admission: None,
             eviction: None,
         };
-        let path = format!("cache_keys.{}", entry.id.value);
+        let path = Path::new("cache_keys").field(id.get_ref());
         for (key, value) in entries(table) {
             let field = key.get_ref().as_ref();
-            let what = format!("{path}.{field}");
+            let what = path.field(field);
             match field {
-                "owner" => entry.owner = self.string(value, &what),
-                "prefix" => entry.prefix = self.string(value, &what),
-                "dimensions" => entry.dimensions = self.strings(value, &what),
-                "ttl" => entry.ttl = self.string(value, &what),
-                "bound" => entry.bound = self.string(value, &what),
-                "admission" => entry.admission = self.string(value, &what),
-                "eviction" => entry.eviction = self.string(value, &what),
-                _ => self.unknown_key(key, &format!("[{path}]"), CACHE_KEYS),
+                "owner" => entry.owner = self.string(value, what),
+                "prefix" => entry.prefix = self.string(value, what),
+                "dimensions" => entry.dimensions = self.strings(value, what),
+                "ttl" => entry.ttl = self.string(value, what),
+                "bound" => entry.bound = self.string(value, what),
+                "admission" => entry.admission = self.string(value, what),
+                "eviction" => entry.eviction = self.string(value, what),
+                _ => self.unknown_key(key, format_args!("[{path}]"), CACHE_KEYS),
             }
         }
         entry
     }
 
-    fn scan_limit(&mut self, id: Spanned<String>, table: &DeTable<'_>) -> ScanLimitPolicy {
+    fn scan_limit(&mut self, id: &Key<'_>, table: &DeTable<'_>) -> ScanLimitPolicy {
         let mut entry = ScanLimitPolicy {
-            id,
+            id: Spanned::new(id.get_ref().to_string(), span_of(id)),
             owner: None,
             config_key: None,
             default: None,
             bound: None,
         };
-        let path = format!("scan_limits.{}", entry.id.value);
+        let path = Path::new("scan_limits").field(id.get_ref());
         for (key, value) in entries(table) {
             let field = key.get_ref().as_ref();
-            let what = format!("{path}.{field}");
+            let what = path.field(field);
             match field {
-                "owner" => entry.owner = self.string(value, &what),
-                "config_key" => entry.config_key = self.string(value, &what),
+                "owner" => entry.owner = self.string(value, what),
+                "config_key" => entry.config_key = self.string(value, what),
                 "default" => {
-                    entry.default = self.integer(value, &what);
+                    entry.default = self.integer(value, what);
                     if let Some(d) = &entry.default {
                         if d.value < 1 {
                             self.error(
@@ -491,16 +577,16 @@ impl Loader {
                         }
                     }
                 }
-                "bound" => entry.bound = self.string(value, &what),
-                _ => self.unknown_key(key, &format!("[{path}]"), SCAN_KEYS),
+                "bound" => entry.bound = self.string(value, what),
+                _ => self.unknown_key(key, format_args!("[{path}]"), SCAN_KEYS),
             }
         }
         entry
     }
 
-    fn metric(&mut self, name: Spanned<String>, table: &DeTable<'_>) -> MetricPolicy {
+    fn metric(&mut self, name: &Key<'_>, table: &DeTable<'_>) -> MetricPolicy {
         let mut entry = MetricPolicy {
-            name,
+            name: Spanned::new(name.get_ref().to_string(), span_of(name)),
             owner: None,
             surface: None,
             dimensions: None,
@@ -508,18 +594,18 @@ impl Loader {
             selection: None,
             suppression: None,
         };
-        let path = format!("metrics.{}", entry.name.value);
+        let path = Path::new("metrics").field(name.get_ref());
         for (key, value) in entries(table) {
             let field = key.get_ref().as_ref();
-            let what = format!("{path}.{field}");
+            let what = path.field(field);
             match field {
-                "owner" => entry.owner = self.string(value, &what),
-                "surface" => entry.surface = self.string(value, &what),
-                "dimensions" => entry.dimensions = self.dimensions(value, &what),
-                "cardinality" => entry.cardinality = self.string(value, &what),
-                "selection" => entry.selection = self.string(value, &what),
-                "suppression" => entry.suppression = self.string(value, &what),
-                _ => self.unknown_key(key, &format!("[{path}]"), METRIC_KEYS),
+                "owner" => entry.owner = self.string(value, what),
+                "surface" => entry.surface = self.string(value, what),
+                "dimensions" => entry.dimensions = self.dimensions(value, what),
+                "cardinality" => entry.cardinality = self.string(value, what),
+                "selection" => entry.selection = self.string(value, what),
+                "suppression" => entry.suppression = self.string(value, what),
+                _ => self.unknown_key(key, format_args!("[{path}]"), METRIC_KEYS),
             }
         }
         entry
@@ -528,7 +614,7 @@ impl Loader {
     fn dimensions(
         &mut self,
         value: &TomlSpanned<DeValue<'_>>,
-        what: &str,
+        what: Path<'_>,
     ) -> Option<Spanned<Vec<Dimension>>> {
         let DeValue::Table(table) = value.get_ref() else {
             self.error(
@@ -541,12 +627,12 @@ impl Loader {
             );
             return None;
         };
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(table.len());
         for (key, class) in entries(table) {
-            let dimension = key.get_ref().to_string();
-            if let Some(class) = self.string(class, &format!("{what}.{dimension}")) {
+            let dimension = key.get_ref();
+            if let Some(class) = self.string(class, what.field(dimension)) {
                 out.push(Dimension {
-                    name: Spanned::new(dimension, span_of(key)),
+                    name: Spanned::new(dimension.to_string(), span_of(key)),
                     class,
                 });
             }
@@ -557,8 +643,7 @@ impl Loader {
     fn rules(&mut self, table: &DeTable<'_>) -> Vec<(Spanned<String>, Spanned<String>)> {
         let mut out = Vec::new();
         for (key, value) in entries(table) {
-            let code = Spanned::new(key.get_ref().to_string(), span_of(key));
-            let Some(level) = self.string(value, &format!("rules.{}", code.value)) else {
+            let Some(level) = self.string(value, Path::new("rules").field(key.get_ref())) else {
                 continue;
             };
             if !SEVERITY_LEVELS.contains(&level.value.as_str()) {
@@ -573,6 +658,7 @@ impl Loader {
                 );
                 continue;
             }
+            let code = Spanned::new(key.get_ref().to_string(), span_of(key));
             out.push((code, level));
         }
         out

@@ -28,7 +28,7 @@ const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human
   without --dev unless DW_AUTH=none), DW_ALLOWED_HOSTS, DW_SERVER_QUERY_TASKS_TIMEOUT, DW_MAX_UPDATE_WAIT_MS,
   and the DW_* limits (dwserver contract lists them). Logs go to stderr: RUST_LOG (default info) sets the level,
   DW_LOG_FORMAT=json or --log-format json writes JSON lines. The HTTP API is documented in docs/api.md.
-  contract: every request-boundary, structural, scan and series limit with its variable, config key,
+  contract: every request-boundary, structural, scan, series and query-task limit with its variable, config key,
   default and current value; --write/--check keep docs/contract.md equal to the defaults (exit 1 if stale).
   evidence: the conformance evidence payload (JSON) of this build; its dw_server_image is DW_SERVER_IMAGE
   when set, else dwserver:<version>@sha256:<digest of this executable>.";

@@ -184,7 +184,8 @@ impl WorkflowQueryTaskBroker {
         )
     }
 
-    fn queue_lock_key(namespace: &str, task_queue: &str) -> String {
+    /// The lock key serialising one (namespace, task queue)'s queue.
+    pub fn queue_lock_key(namespace: &str, task_queue: &str) -> String {
         format!(
             "{}queue-lock:{}",
             Self::PREFIX,

@@ -45,6 +45,12 @@ impl Default for QueryTaskSettings {
 impl QueryTaskSettings {
     /// The configuration key of the pending cap.
     pub const MAX_PENDING_KEY: &'static str = "server.query_tasks.max_pending_per_queue";
+    /// The configuration key of the query timeout (seconds).
+    pub const TIMEOUT_KEY: &'static str = "server.query_tasks.timeout";
+    /// The configuration key of the least key retention (seconds).
+    pub const TTL_KEY: &'static str = "server.query_tasks.ttl_seconds";
+    /// The configuration key of the lease timeout (seconds).
+    pub const LEASE_TIMEOUT_KEY: &'static str = "server.query_tasks.lease_timeout";
 
     /// How long a control-plane query waits for its answer, in seconds:
     /// the configured timeout, else `min(max(polling.timeout + 15, 40), 55)`,

@@ -55,6 +55,8 @@ pub enum Plane {
     Control,
     /// Namespace registration and `/api/system/*`.
     Admin,
+    /// `/api/external-payloads/*`: clients and workers both move payloads.
+    Payload,
 }
 
 impl Plane {
@@ -65,6 +67,7 @@ impl Plane {
             Plane::Worker => matches!(role, Role::Worker | Role::Admin),
             Plane::Control => matches!(role, Role::Operator | Role::Admin),
             Plane::Admin => role == Role::Admin,
+            Plane::Payload => true,
         }
     }
 }
@@ -125,6 +128,7 @@ pub fn plane_of(method: &str, path: &str) -> Plane {
         "/api/health" | "/api/ready" | "/api/system/health" => Plane::Probe,
         "/api/cluster/info" => Plane::Discovery,
         _ if path.starts_with("/api/worker/") => Plane::Worker,
+        _ if path.starts_with("/api/external-payloads/") => Plane::Payload,
         _ if path == "/api/namespaces" || path.starts_with("/api/namespaces/") => {
             if method == "GET" {
                 Plane::Control
@@ -166,5 +170,10 @@ mod tests {
         assert!(Plane::Control.admits(Role::Admin));
         assert!(!Plane::Admin.admits(Role::Operator));
         assert!(Plane::Discovery.admits(Role::Worker));
+        assert_eq!(
+            plane_of("POST", "/api/external-payloads/v1"),
+            Plane::Payload
+        );
+        assert!(Plane::Payload.admits(Role::Worker) && Plane::Payload.admits(Role::Operator));
     }
 }

@@ -16,12 +16,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dwpolicy::boundary::RequestLimits;
+use dwpolicy::env::InvalidReason;
 use dwpolicy::series::{
     PROMETHEUS_ACTIVITY_SERIES, PROMETHEUS_TASK_QUEUE_SERIES, PROMETHEUS_WORKFLOW_SERIES,
     WORKFLOW_TASK_FAILURE_TYPES,
 };
 
 use crate::admission::NamespaceLimit;
+use crate::external_payloads::ExternalPayloadSettings;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
@@ -30,6 +32,7 @@ use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
 use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
+use crate::service_boundary::ServiceBoundaryBudgets;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
 
@@ -146,10 +149,17 @@ pub struct ServerConfig {
     pub namespace_limits: HashMap<String, NamespaceLimit>,
     /// Durable-state quotas per namespace (`DW_NAMESPACE_DURABLE_STATE_LIMITS`).
     pub durable_state_limits: HashMap<String, crate::durable_state::DurableLimits>,
+    /// The runtime external payload transport and its per-namespace quota
+    /// (`server.external_payload_transport.*`, `DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS`).
+    pub external_payloads: crate::external_payloads::ExternalPayloadSettings,
     /// How long closed runs keep their history.
     pub history_retention: Duration,
     /// One retention pass per namespace per this window.
     pub retention_throttle: Duration,
+    /// One stream-reclaiming heartbeat per namespace per this window.
+    pub stream_retention_throttle: Duration,
+    /// Stream page reads one node lets wait at once.
+    pub stream_max_waits: usize,
     /// TTL of duplicate-recovery suppression keys.
     pub recovery_suppression: Duration,
     /// Poll-pass scan caps.
@@ -197,6 +207,9 @@ pub struct ServerConfig {
     pub sqlite_poll_claim_gate: Option<bool>,
     /// The longest `wait_for=completed` an update may ask for.
     pub max_update_wait: Duration,
+    /// `server.service_boundary.*`: service-call budgets per caller
+    /// namespace and per invoked boundary (uncapped by default).
+    pub service_boundary: ServiceBoundaryBudgets,
 }
 
 impl ServerConfig {
@@ -220,8 +233,11 @@ impl ServerConfig {
             dispatches_per_minute: None,
             namespace_limits: HashMap::new(),
             durable_state_limits: HashMap::new(),
+            external_payloads: crate::external_payloads::ExternalPayloadSettings::default(),
             history_retention: Duration::from_secs(7 * 24 * 3600),
             retention_throttle: Duration::from_secs(60),
+            stream_retention_throttle: crate::retention::WorkflowStreamRetention::DEFAULT_THROTTLE,
+            stream_max_waits: crate::server::streams::DEFAULT_MAX_WAITS,
             recovery_suppression: Duration::from_secs(60),
             poller: WorkflowTaskPoller::default(),
             activity_poller: ActivityTaskPoller::default(),
@@ -241,6 +257,7 @@ impl ServerConfig {
             query_tasks: QueryTaskSettings::default(),
             sqlite_poll_claim_gate: None,
             max_update_wait: Duration::from_secs(60),
+            service_boundary: ServiceBoundaryBudgets::default(),
         }
     }
 
@@ -281,6 +298,23 @@ impl ServerConfig {
         } else {
             Err(ConfigError { problems })
         }
+    }
+}
+
+/// What `0` means for the setting `variable`, as the contract says it
+/// (`None` for a setting the contract does not list).
+fn zero_meaning(variable: &str) -> Option<String> {
+    let limits =
+        crate::server::contract::limits(&ServerConfig::for_node("contract", std::env::temp_dir()));
+    let limit = limits
+        .into_iter()
+        .find(|l| l.env.as_deref() == Some(variable))?;
+    match limit.zero {
+        "disables" => Some("0 disables".to_owned()),
+        "default" => Some(format!("0 uses the default, {}", limit.default)),
+        "clamped" => Some("0 is clamped to the minimum".to_owned()),
+        "-" => None,
+        other => Some(format!("0 means {other}")),
     }
 }
 
@@ -341,7 +375,16 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         match dwpolicy::env::parse_non_negative(name, &raw) {
             Ok(n) => Some(n),
             Err(e) => {
-                self.invalid(name, &raw, e.reason.to_string());
+                let problem = match e.reason {
+                    // dwpolicy's wording says "(0 disables)", true of its
+                    // limits only: say what 0 means for this setting.
+                    InvalidReason::NotANonNegativeInteger => match zero_meaning(name) {
+                        Some(zero) => format!("expected a non-negative integer ({zero})"),
+                        None => "expected a non-negative integer".to_owned(),
+                    },
+                    other => other.to_string(),
+                };
+                self.invalid(name, &raw, problem);
                 None
             }
         }
@@ -365,7 +408,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
     /// bound. The timeout may be negative (the broker clamps it to 0).
     fn query_task_settings(&self) -> QueryTaskSettings {
         let mut settings = QueryTaskSettings::default();
-        let variable = config_key_variable("server.query_tasks.timeout");
+        let variable = config_key_variable(QueryTaskSettings::TIMEOUT_KEY);
         if let Some(raw) = self.get(&variable) {
             match raw.trim().parse::<i64>() {
                 Ok(n) => settings.timeout_seconds = Some(n),
@@ -377,13 +420,53 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             }
         }
         let number = |key: &str| self.number(&config_key_variable(key));
-        if let Some(n) = number("server.query_tasks.ttl_seconds") {
+        if let Some(n) = number(QueryTaskSettings::TTL_KEY) {
             settings.ttl_seconds = n;
         }
-        if let Some(n) = number("server.query_tasks.lease_timeout") {
+        if let Some(n) = number(QueryTaskSettings::LEASE_TIMEOUT_KEY) {
             settings.lease_timeout_seconds = n;
         }
         settings.max_pending_per_queue = number(QueryTaskSettings::MAX_PENDING_KEY);
+        settings
+    }
+
+    /// `server.external_payload_transport.*` and the per-namespace
+    /// overrides; a threshold above the upload limit is refused, since the
+    /// SDK would then have nowhere to put a payload between the two.
+    fn external_payload_settings(&self) -> ExternalPayloadSettings {
+        let mut settings = ExternalPayloadSettings::default();
+        let number = |key: &str| self.number(&config_key_variable(key));
+        if let Some(n) = number(ExternalPayloadSettings::THRESHOLD_KEY) {
+            settings.threshold_bytes = n;
+        }
+        if let Some(n) = number(ExternalPayloadSettings::MAX_PAYLOAD_KEY).filter(|n| *n > 0) {
+            settings.max_payload_bytes = n;
+        }
+        if let Some(n) = number(ExternalPayloadSettings::MAX_BYTES_KEY) {
+            settings.max_bytes_per_namespace = n;
+        }
+        if let Some(n) = number(ExternalPayloadSettings::MAX_OBJECTS_KEY) {
+            settings.max_objects_per_namespace = n;
+        }
+        if settings.threshold_bytes > settings.max_payload_bytes {
+            let variable = config_key_variable(ExternalPayloadSettings::THRESHOLD_KEY);
+            self.invalid(
+                &variable,
+                &settings.threshold_bytes.to_string(),
+                format!(
+                    "the threshold exceeds {} ({} bytes)",
+                    ExternalPayloadSettings::MAX_PAYLOAD_KEY,
+                    settings.max_payload_bytes
+                ),
+            );
+        }
+        let env = ExternalPayloadSettings::NAMESPACE_LIMITS_ENV;
+        if let Some(spec) = self.get(env) {
+            match crate::external_payloads::parse_namespace_limits(&spec) {
+                Ok(limits) => settings.namespace_limits = limits,
+                Err(problem) => self.invalid(env, &spec, problem),
+            }
+        }
         settings
     }
 
@@ -470,6 +553,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
                 Err(problem) => self.invalid("DW_NAMESPACE_DURABLE_STATE_LIMITS", &spec, problem),
             }
         }
+        config.external_payloads = self.external_payload_settings();
         if let Some(spec) = lookup("DW_NAMESPACE_REQUEST_LIMITS") {
             match parse_namespace_limits(&spec) {
                 Ok(limits) => config.namespace_limits = limits,
@@ -481,6 +565,18 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         }
         if let Some(n) = parse("DW_HISTORY_RETENTION_THROTTLE_MS") {
             config.retention_throttle = ms(n);
+        }
+        if let Some(n) = parse("DW_STREAM_RETENTION_THROTTLE_MS") {
+            config.stream_retention_throttle = ms(n);
+        }
+        if let Some(n) = parse("DW_WORKFLOW_STREAM_RETENTION_SECONDS") {
+            config.store.streams.default_retention_seconds = n.max(1);
+        }
+        if let Some(n) = parse("DW_WORKFLOW_STREAM_MAX_WAITS") {
+            config.stream_max_waits = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = parse("DW_WORKFLOW_STREAMS_PER_RUN") {
+            config.store.streams.max_streams_per_run = n;
         }
         // Scan caps are read as strictly as the limits: a typo is refused,
         // not silently replaced by the default cap.
@@ -570,6 +666,10 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS") {
             config.max_update_wait = ms(n);
         }
+        // 0 (like absence) leaves a budget uncapped.
+        let budget = |key: &str| parse(&config_key_variable(key)).filter(|n| *n > 0);
+        config.service_boundary.per_namespace = budget(ServiceBoundaryBudgets::PER_NAMESPACE_KEY);
+        config.service_boundary.per_boundary = budget(ServiceBoundaryBudgets::PER_BOUNDARY_KEY);
         config
     }
 }
@@ -882,6 +982,41 @@ mod tests {
         assert!(
             text.contains("DW_V2_LIMIT_PENDING_SIGNALS=\"-1\" (environment)"),
             "{text}"
+        );
+        // Each problem says what 0 means for its own setting.
+        let problem = |name: &str| {
+            err.problems
+                .iter()
+                .find_map(|p| match p {
+                    Problem::Invalid {
+                        name: n, problem, ..
+                    } if n == name => Some(problem.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        for (name, says) in [
+            ("DW_MAX_OPERATION_NAME_LENGTH", "(0 disables)"),
+            ("DW_V2_LIMIT_PENDING_SIGNALS", "(0 disables)"),
+            (
+                "DW_SERVER_POLLING_DUE_TIMER_RECOVERY_SCAN_LIMIT",
+                "(0 uses the default, 5)",
+            ),
+            (
+                "DW_SERVER_WORKERS_IDLE_WORKER_PRUNE_SCAN_LIMIT",
+                "(0 uses the default, 100)",
+            ),
+            (
+                "DW_SERVER_METRICS_PROMETHEUS_WORKFLOW_SERIES_LIMIT",
+                "(0 is clamped to the minimum)",
+            ),
+        ] {
+            let text = problem(name);
+            assert!(text.ends_with(says), "{name}: {text}");
+        }
+        assert_eq!(
+            problem("DW_TASK_LEASE_MS"),
+            "expected a non-negative integer"
         );
     }
 

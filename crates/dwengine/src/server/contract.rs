@@ -22,11 +22,17 @@ use dwpolicy::series::{
 use dwpolicy::LimitKind;
 use serde::Serialize;
 
+use crate::external_payloads::ExternalPayloadSettings;
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
+use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::config::{config_key_variable, ServerConfig};
-use crate::server::schedules::ScheduleSweep;
+use crate::server::schedules::{
+    ScheduleSweep, HISTORY_PAGE_MAX, MAX_JITTER_SECONDS, MAX_NOTE_CHARS, MAX_SCHEDULE_ID_CHARS,
+};
 use crate::server::timeouts::TimeoutSweep;
+use crate::service_boundary::ServiceBoundaryBudgets;
+use crate::store::{DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES};
 
 /// Which family a limit belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,6 +46,13 @@ pub enum Group {
     ScanLimit,
     /// Metric label sets (series caps, hard-clamped).
     SeriesLimit,
+    /// The query-task broker (`server.query_tasks.*`): wait, retention,
+    /// lease and the pending cap per task queue.
+    QueryTasks,
+    /// The runtime external payload transport and its namespace quota.
+    ExternalPayload,
+    /// Service-call budgets (`server.service_boundary.*`).
+    ServiceBoundary,
 }
 
 impl Group {
@@ -50,6 +63,9 @@ impl Group {
             Group::Structural => "structural",
             Group::ScanLimit => "scan_limit",
             Group::SeriesLimit => "series_limit",
+            Group::QueryTasks => "query_tasks",
+            Group::ExternalPayload => "external_payload",
+            Group::ServiceBoundary => "service_boundary",
         }
     }
 
@@ -59,6 +75,9 @@ impl Group {
             Group::Structural => "Structural limits",
             Group::ScanLimit => "Scan limits",
             Group::SeriesLimit => "Series limits",
+            Group::QueryTasks => "Query tasks",
+            Group::ExternalPayload => "External payload transport",
+            Group::ServiceBoundary => "Service-call budgets",
         }
     }
 }
@@ -78,9 +97,10 @@ pub struct Limit {
     pub default: u64,
     /// The value the configuration resolves to.
     pub current: u64,
-    /// `bytes`, `characters`, `count`, `percent` or `rows`.
+    /// `bytes`, `characters`, `count`, `percent`, `rows` or `seconds`.
     pub unit: &'static str,
-    /// What `0` means for it (`disables`, `default`, or `-` when fixed).
+    /// What `0` means for it (`disables`, `default`, `clamped`,
+    /// `no wait`, or `-` when fixed).
     pub zero: &'static str,
     /// What it limits.
     pub limits: &'static str,
@@ -207,6 +227,85 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             limits,
         });
     }
+    let sweep = &config.schedule_sweep;
+    let schedules = [
+        (
+            "schedule_id",
+            MAX_SCHEDULE_ID_CHARS as u64,
+            MAX_SCHEDULE_ID_CHARS as u64,
+            "characters",
+            "a schedule's id (its fires' workflow ids append a suffix)",
+        ),
+        (
+            "note",
+            MAX_NOTE_CHARS as u64,
+            MAX_NOTE_CHARS as u64,
+            "characters",
+            "the note of a schedule create, update, pause or resume",
+        ),
+        (
+            "jitter_seconds",
+            MAX_JITTER_SECONDS.unsigned_abs(),
+            MAX_JITTER_SECONDS.unsigned_abs(),
+            "seconds",
+            "the delay of each scheduled fire (always before the next spec time)",
+        ),
+        (
+            "buffered_fires",
+            ScheduleSweep::MAX_BUFFERED_FIRES as u64,
+            sweep.max_buffered_fires as u64,
+            "count",
+            "fires a buffer_all schedule holds while its run is open (buffer_one holds 1)",
+        ),
+        (
+            "backfill_fires",
+            ScheduleSweep::MAX_BACKFILL_FIRES as u64,
+            sweep.max_backfill_fires as u64,
+            "count",
+            "fires one schedule backfill starts (a larger window is refused)",
+        ),
+        (
+            "recent_actions",
+            RECENT_ACTIONS as u64,
+            RECENT_ACTIONS as u64,
+            "count",
+            "actions a schedule keeps for describe (the oldest drops out)",
+        ),
+        (
+            "schedule_audit_entries",
+            SCHEDULE_AUDIT_ENTRIES as u64,
+            SCHEDULE_AUDIT_ENTRIES as u64,
+            "count",
+            "entries a schedule's audit history keeps (the append deletes the oldest)",
+        ),
+        (
+            "deleted_schedule_audit_retention",
+            DELETED_SCHEDULE_AUDIT_RETENTION_MS.unsigned_abs() / 1000,
+            DELETED_SCHEDULE_AUDIT_RETENTION_MS.unsigned_abs() / 1000,
+            "seconds",
+            "how long a deleted schedule's audit history stays readable (then the sweep prunes it)",
+        ),
+        (
+            "schedule_history_page",
+            HISTORY_PAGE_MAX as u64,
+            HISTORY_PAGE_MAX as u64,
+            "count",
+            "audit entries one history page returns (a larger limit is clamped; default 100)",
+        ),
+    ];
+    for (name, default, current, unit, limits) in schedules {
+        out.push(Limit {
+            name: name.to_owned(),
+            group: Group::RequestBoundary,
+            config_key: None,
+            env: None,
+            default,
+            current,
+            unit,
+            zero: "-",
+            limits,
+        });
+    }
     let structural = &config.store.limits;
     for kind in LimitKind::ALL {
         out.push(Limit {
@@ -301,7 +400,7 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         ScheduleSweep::SCAN_LIMIT_KEY,
         ScheduleSweep::DEFAULT_SCAN_LIMIT,
         config.schedule_sweep.due_schedule_scan_limit,
-        "due schedules fired per schedule sweep",
+        "due schedules fired, and buffered schedules drained, per schedule sweep",
     );
     for (spec, current, limits) in [
         (
@@ -343,7 +442,133 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             limits,
         });
     }
+    query_task_limits(config, &mut out);
+    let payloads = &config.external_payloads;
+    let defaults = ExternalPayloadSettings::default();
+    for (key, default, current, zero, limits) in [
+        (
+            ExternalPayloadSettings::THRESHOLD_KEY,
+            defaults.threshold_bytes,
+            payloads.threshold_bytes,
+            "disables",
+            "encoded payloads longer than this go through POST /api/external-payloads/v1 (0: the transport is off)",
+        ),
+        (
+            ExternalPayloadSettings::MAX_PAYLOAD_KEY,
+            defaults.max_payload_bytes,
+            payloads.max_payload_bytes,
+            "default",
+            "one uploaded payload (larger: 413 external_payload_oversized)",
+        ),
+        (
+            ExternalPayloadSettings::MAX_BYTES_KEY,
+            defaults.max_bytes_per_namespace,
+            payloads.max_bytes_per_namespace,
+            "disables",
+            "stored payload bytes per namespace (DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS overrides per namespace)",
+        ),
+        (
+            ExternalPayloadSettings::MAX_OBJECTS_KEY,
+            defaults.max_objects_per_namespace,
+            payloads.max_objects_per_namespace,
+            "disables",
+            "stored payloads per namespace (DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS overrides per namespace)",
+        ),
+    ] {
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+            group: Group::ExternalPayload,
+            config_key: Some(key.to_owned()),
+            env: Some(config_key_variable(key)),
+            default,
+            current,
+            unit: if key.ends_with("objects_per_namespace") { "count" } else { "bytes" },
+            zero,
+            limits,
+        });
+    }
+    let budgets = &config.service_boundary;
+    for (key, current, limits) in [
+        (
+            ServiceBoundaryBudgets::PER_NAMESPACE_KEY,
+            budgets.per_namespace,
+            "service calls one caller namespace makes per minute over every boundary; past it 429 service_call_rate_limited",
+        ),
+        (
+            ServiceBoundaryBudgets::PER_BOUNDARY_KEY,
+            budgets.per_boundary,
+            "service calls one caller namespace makes per minute into one endpoint/service/operation (an operation's boundary_policy.rate_limit may narrow it)",
+        ),
+    ] {
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+            group: Group::ServiceBoundary,
+            config_key: Some(key.to_owned()),
+            env: Some(config_key_variable(key)),
+            default: 0,
+            current: current.unwrap_or(0),
+            unit: "count",
+            zero: "disables",
+            limits,
+        });
+    }
     out
+}
+
+/// `server.query_tasks.*`, resolved as the engine resolves them (the
+/// derived timeout from the node's poll wait).
+fn query_task_limits(config: &ServerConfig, out: &mut Vec<Limit>) {
+    let defaults = QueryTaskSettings::default();
+    let mut current = config.query_tasks;
+    current.polling_timeout_seconds = config.max_poll_wait.as_secs();
+    let resolved_cap = |s: &QueryTaskSettings| s.max_pending_per_queue() as u64;
+    let entries: [(&str, u64, u64, &'static str, &'static str, &'static str); 4] = [
+        (
+            QueryTaskSettings::TIMEOUT_KEY,
+            defaults.timeout_seconds(),
+            current.timeout_seconds(),
+            "seconds",
+            "no wait",
+            "how long a control-plane query waits for a worker's answer; unset: min(max(polling wait + 15, 40), 55); a negative value counts as 0",
+        ),
+        (
+            QueryTaskSettings::TTL_KEY,
+            defaults.ttl_seconds,
+            current.ttl_seconds,
+            "seconds",
+            "clamped",
+            "least life of query-task, queue and leased-index keys; they live max(60, this, timeout + max(1, lease_timeout) + 60)",
+        ),
+        (
+            QueryTaskSettings::LEASE_TIMEOUT_KEY,
+            defaults.lease_timeout_seconds,
+            current.lease_timeout_seconds,
+            "seconds",
+            "clamped",
+            "how long a worker holds a claimed query task (at least 1, never past the query's deadline)",
+        ),
+        (
+            QueryTaskSettings::MAX_PENDING_KEY,
+            resolved_cap(&defaults),
+            resolved_cap(&current),
+            "count",
+            "clamped",
+            "pending query tasks per (namespace, task queue); past it a query is refused with 429 query_task_queue_full (clamped to 1..=10000)",
+        ),
+    ];
+    for (key, default, current, unit, zero, limits) in entries {
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+            group: Group::QueryTasks,
+            config_key: Some(key.to_owned()),
+            env: Some(config_key_variable(key)),
+            default,
+            current,
+            unit,
+            zero,
+            limits,
+        });
+    }
 }
 
 fn structural_key(name: &str) -> String {
@@ -429,12 +654,13 @@ pub fn to_markdown(limits: &[Limit]) -> String {
          Every limit dwserver enforces, with the environment variable and the\n\
          config-file key that set it. A config file (`--config FILE` or\n\
          `DW_CONFIG`) is TOML with these dotted keys as tables; an environment\n\
-         variable overrides the file. Values are non-negative integers; anything\n\
-         else stops start-up with exit 2, every bad value named with its source.\n\
+         variable overrides the file. Values are non-negative integers (the\n\
+         query timeout alone may be negative, counting as 0); anything else\n\
+         stops start-up with exit 2, every bad value named with its source.\n\
          `dwserver contract` prints the current values (`--format json` for\n\
          machines). \"0\" says what 0 means: `disables` the check, uses the\n\
-         `default`, or is `clamped` to the metric's minimum; `-` marks a fixed\n\
-         controller validator.\n",
+         `default`, is `clamped` to the setting's minimum, or (the query\n\
+         timeout) `no wait`; `-` marks a fixed controller validator.\n",
     );
     let mut group = None;
     for l in limits {

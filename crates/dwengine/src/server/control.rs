@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
 use crate::durable_state::{DurableRejection, DurableResource, NamespaceDurableStateQuota};
 use crate::server::error::finish_with;
+use crate::server::schedules::ScheduleStart;
 use crate::server::wire::{
     self, Checks, HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody, UpdateBody,
     MAX_DURATION_SECONDS,
@@ -36,6 +37,8 @@ enum Begun {
     Open(RunId, RunStatus),
     /// The namespace's durable-state quota refused a new run.
     Refused(DurableRejection),
+    /// A schedule fire's gate did not pass: nothing was written.
+    Gated,
 }
 
 /// What a new run adds to its namespace's durable state.
@@ -104,6 +107,18 @@ impl Engine {
         namespace: &str,
         body: StartWorkflow,
     ) -> Result<(u16, Value), ApiError> {
+        self.start_workflow_as(namespace, body, None)?
+            .ok_or_else(|| ApiError::Internal("an ungated start was gated".into()))
+    }
+
+    /// A start, and for a schedule fire its gate and record, which commit
+    /// in the start's transaction; `None` when the gate did not pass.
+    pub(crate) fn start_workflow_as(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+        schedule: Option<ScheduleStart>,
+    ) -> Result<Option<(u16, Value)>, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.workflow_id(&body.workflow_id)
             .workflow_type(&body.workflow_type)
@@ -155,6 +170,7 @@ impl Engine {
             ],
             &checks.problems,
         )?;
+        self.verify_payload_references(namespace, &[("input", &body.input)])?;
         let _slot = self.admit_namespace(namespace)?;
         let codec = wire::codec(&body.input);
         let start = StartRun {
@@ -177,6 +193,11 @@ impl Engine {
         // so two racing starts of one id cannot both open a run.
         let quota = self.durable_state.limits(namespace);
         let started = self.write(move |s| {
+            if let Some(fire) = &schedule {
+                if !s.pass_fire_gate(&fire.namespace, &fire.schedule_id, &fire.gate)? {
+                    return Ok(Begun::Gated);
+                }
+            }
             if let Some(id) = &request_id {
                 if let Some(run) = s.run_started_by(&start.namespace, &start.workflow_id, id)? {
                     return Ok(Begun::Retried(run));
@@ -191,8 +212,12 @@ impl Engine {
             }) {
                 return Ok(Begun::Refused(refused));
             }
+            let workflow_id = start.workflow_id.clone();
             let started = s.start_workflow(start, request_id.as_deref())?;
             s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
+            if let Some(fire) = &schedule {
+                fire.record(s, &workflow_id, started.run)?;
+            }
             Ok(Begun::Started(started.run))
         })?;
         let (run, status, duplicate) = match started {
@@ -200,10 +225,11 @@ impl Engine {
                 self.durable_state.record(namespace, &refused);
                 return Err(ApiError::DurableState(refused));
             }
+            Begun::Gated => return Ok(None),
             Begun::Started(run) => (run, 201, false),
             Begun::Retried(run) => (run, 200, true),
             Begun::Open(open, status) if use_existing => {
-                return Ok((
+                return Ok(Some((
                     200,
                     json!({
                         "workflow_id": body.workflow_id, "run_id": wire::run_id(open),
@@ -211,7 +237,7 @@ impl Engine {
                         "task_queue": body.task_queue, "status": status.as_str(),
                         "payload_codec": codec, "outcome": "returned_existing_run",
                     }),
-                ));
+                )));
             }
             Begun::Open(open, _) => {
                 return Err(ApiError::AlreadyStarted {
@@ -221,7 +247,7 @@ impl Engine {
             }
         };
         self.wake(namespace, &body.task_queue, TaskKind::Workflow.as_str())?;
-        Ok((
+        Ok(Some((
             status,
             json!({
                 "workflow_id": body.workflow_id, "run_id": wire::run_id(run),
@@ -229,7 +255,7 @@ impl Engine {
                 "task_queue": body.task_queue, "status": "running",
                 "payload_codec": codec, "outcome": "started_new", "duplicate": duplicate,
             }),
-        ))
+        )))
     }
 
     /// The run's flat description (the newest run unless `run_id` is given).
@@ -466,6 +492,7 @@ impl Engine {
         let mut checks = Checks::default();
         checks.inline_payload("input", &input);
         finish_with(v, &[], &checks.problems)?;
+        self.verify_payload_references(namespace, &[("input", &input)])?;
         let _slot = self.admit_namespace(namespace)?;
         let run = self.target(namespace, workflow_id, run_id)?;
         let request = SignalRequest {

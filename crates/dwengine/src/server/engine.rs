@@ -13,6 +13,7 @@ use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
 use crate::diagnostics::WorkerPollDiagnostics;
 use crate::durable_state::NamespaceDurableStateQuota;
+use crate::external_payloads::RuntimeExternalPayloadQuota;
 use crate::metrics::activities::ActivityExecutionMetrics;
 use crate::metrics::task_queues::TaskQueueRuntimeMetrics;
 use crate::metrics::WorkflowRunMetrics;
@@ -25,8 +26,9 @@ use crate::projections::DriftCache;
 use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
 use crate::registry::WorkerCompatibilityHeartbeatRecorder;
-use crate::retention::HistoryRetentionEnforcer;
+use crate::retention::{HistoryRetentionEnforcer, WorkflowStreamRetention};
 use crate::server::{ApiError, ServerConfig};
+use crate::service_boundary::SharedServiceBoundaryPolicy;
 use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
 use crate::wait_slots::WaitSlotPool;
 use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
@@ -44,6 +46,8 @@ pub struct Engine {
     pub(crate) namespaces: NamespaceRequestAdmission,
     pub(crate) diagnostics: WorkerPollDiagnostics,
     pub(crate) retention: HistoryRetentionEnforcer,
+    pub(crate) stream_retention: WorkflowStreamRetention,
+    pub(crate) stream_waits: crate::server::streams::StreamWaits,
     pub(crate) readiness: ReadinessProbe,
     pub(crate) workflow_waits: WaitSlotPool,
     pub(crate) activity_waits: WaitSlotPool,
@@ -57,7 +61,9 @@ pub struct Engine {
     pub(crate) task_failures: WorkflowTaskFailureMetrics,
     pub(crate) drift: DriftCache,
     pub(crate) durable_state: NamespaceDurableStateQuota,
+    pub(crate) external_payloads: RuntimeExternalPayloadQuota,
     pub(crate) unknown_polls: UnknownWorkerPollBudget,
+    pub(crate) service_boundary: SharedServiceBoundaryPolicy,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
 }
@@ -152,6 +158,11 @@ impl Engine {
                 config.history_retention,
                 config.retention_throttle,
             ),
+            stream_waits: crate::server::streams::StreamWaits::new(config.stream_max_waits),
+            stream_retention: WorkflowStreamRetention::new(
+                cache.clone(),
+                config.stream_retention_throttle,
+            ),
             readiness: ReadinessProbe::new(cache.clone(), &node),
             workflow_waits: pool(TaskKind::Workflow.as_str())?,
             activity_waits: pool(TaskKind::Activity.as_str())?,
@@ -189,7 +200,15 @@ impl Engine {
                 cache.clone(),
                 config.durable_state_limits.clone(),
             ),
+            external_payloads: RuntimeExternalPayloadQuota::new(
+                cache.clone(),
+                config.external_payloads.clone(),
+            ),
             known_namespaces: RwLock::new(HashSet::new()),
+            service_boundary: SharedServiceBoundaryPolicy::new(
+                cache.clone(),
+                config.service_boundary,
+            ),
             cache,
             config,
         })

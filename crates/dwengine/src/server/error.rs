@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 use crate::admission::NamespaceRejection;
 use crate::cache::CacheError;
 use crate::query_tasks::BrokerError;
+use crate::service_boundary::{
+    BoundaryRefusal, ServiceBoundaryBudgets, SharedServiceBoundaryPolicy,
+};
 use crate::store::{Error as StoreError, Rejection};
 use crate::wait_slots::{WaitRefusal, WaitSlotError};
 
@@ -35,9 +38,15 @@ pub enum ApiError {
     /// The namespace's durable-state quota refused the mutation.
     #[error("durable-state quota: {}", .0.reason())]
     DurableState(crate::durable_state::DurableRejection),
+    /// The external payload transport refused an upload or a fetch.
+    #[error("external payload: {0}")]
+    ExternalPayload(#[from] crate::external_payloads::PayloadError),
     /// The node holds its cap of long-poll waits.
     #[error("long-poll capacity: {0:?}")]
     WaitCapacity(WaitRefusal),
+    /// The node holds its cap of waiting stream reads.
+    #[error("this node already holds {0} waiting stream reads (DW_WORKFLOW_STREAM_MAX_WAITS)")]
+    StreamWaitCapacity(usize),
     /// No such workflow (or run).
     #[error("workflow {0} not found")]
     WorkflowNotFound(String),
@@ -111,9 +120,39 @@ pub enum ApiError {
     /// No such custom search attribute in the namespace.
     #[error("custom search attribute {0:?} is not registered in this namespace")]
     SearchAttributeNotFound(String),
+    /// A service-catalog refusal: an entry not found, already existing or
+    /// still in use.
+    #[error("{message}")]
+    ServiceCatalog {
+        /// 404 or 409.
+        status: u16,
+        /// `endpoint_not_found`, `service_already_exists`, …
+        reason: &'static str,
+        /// A sentence.
+        message: String,
+        /// The names involved (merged into the body).
+        details: Value,
+    },
+    /// A configured service-call budget refused the call (nothing recorded).
+    #[error("service-call budget: {refusal:?}")]
+    ServiceBoundary {
+        /// Which budget, and how far over.
+        refusal: BoundaryRefusal,
+        /// The call's names (merged into the body).
+        details: Value,
+    },
     /// A worker thread failed.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+impl From<crate::durable_state::MetricError> for ApiError {
+    fn from(e: crate::durable_state::MetricError) -> Self {
+        match e {
+            crate::durable_state::MetricError::Disclosure(e) => ApiError::from(e),
+            crate::durable_state::MetricError::Cache(e) => ApiError::Cache(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -126,7 +165,10 @@ impl ApiError {
             ApiError::NamespaceLimited(NamespaceRejection::Unavailable)
             | ApiError::DurableState(crate::durable_state::DurableRejection::Unavailable) => 503,
             ApiError::DurableState(_) => 429,
-            ApiError::NamespaceLimited(_) | ApiError::WaitCapacity(_) => 429,
+            ApiError::ExternalPayload(e) => e.status(),
+            ApiError::NamespaceLimited(_)
+            | ApiError::WaitCapacity(_)
+            | ApiError::StreamWaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
             | ApiError::WorkerNotFound(_)
@@ -145,8 +187,18 @@ impl ApiError {
                 BrokerError::QueueLockBusy | BrokerError::Cache(_) => 503,
             },
             ApiError::UpdateFailed(..) => 422,
+            ApiError::ServiceCatalog { status, .. } => *status,
+            ApiError::ServiceBoundary {
+                refusal: BoundaryRefusal::RateLimited { .. },
+                ..
+            } => 429,
+            ApiError::ServiceBoundary { .. } => 503,
             ApiError::Store(e) => match e {
-                StoreError::RunNotFound(_) | StoreError::ItemNotFound { .. } => 404,
+                StoreError::RunNotFound(_)
+                | StoreError::ItemNotFound { .. }
+                | StoreError::StreamNotFound { .. } => 404,
+                StoreError::StreamClosed { .. } | StoreError::StreamCountLimit { .. } => 409,
+                StoreError::StreamBackpressure { .. } => 429,
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
                 | StoreError::StaleTask { .. }
@@ -160,6 +212,34 @@ impl ApiError {
             },
             ApiError::Cache(_) => 503,
             ApiError::WaitSlots(_) | ApiError::Disclosure(_) | ApiError::Internal(_) => 500,
+        }
+    }
+
+    /// Seconds the client should wait before retrying (the `Retry-After`
+    /// header), for refusals that clear by themselves. A refusal whose body
+    /// carries `retry_after_seconds` takes it from the same method, so the
+    /// header and the body always agree.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            // The queue lock is held for one broker call (its TTL, 10 s,
+            // only covers a holder that died): a second is plenty.
+            ApiError::QueryTask(BrokerError::QueueLockBusy) => Some(1),
+            ApiError::ServiceBoundary {
+                refusal:
+                    BoundaryRefusal::RateLimited {
+                        retry_after_seconds,
+                        ..
+                    },
+                ..
+            } => Some(*retry_after_seconds),
+            ApiError::ServiceBoundary { .. } => Some(1),
+            ApiError::DurableState(rejection) => rejection.retry_after_seconds(),
+            ApiError::ExternalPayload(e) => e.retry_after_seconds(),
+            // Rate and concurrency budgets, long-poll caps, full query
+            // queues, stream backpressure and stream wait caps clear within a
+            // second or so.
+            _ if self.status() == 429 => Some(1),
+            _ => None,
         }
     }
 
@@ -198,11 +278,17 @@ impl ApiError {
                 "message": self.to_string(),
             }),
             ApiError::DurableState(rejection) => rejection.body(),
+            ApiError::ExternalPayload(e) => e.body(),
             ApiError::NamespaceLimited(reason) => {
                 json!({ "reason": "namespace_request_limited", "limit": reason,
                         "rejection_reason": reason.metric_reason(), "retryable": true,
                         "message": self.to_string() })
             }
+            ApiError::StreamWaitCapacity(cap) => json!({
+                "reason": "stream_wait_capacity", "max_waiting_reads": cap, "retryable": true,
+                "message": self.to_string(),
+                "hint": "retry after Retry-After seconds, or read without wait_seconds",
+            }),
             ApiError::WaitCapacity(refusal) => {
                 json!({ "reason": "long_poll_capacity", "cap": refusal, "message": self.to_string() })
             }
@@ -254,6 +340,55 @@ impl ApiError {
                 "config_key": crate::query_tasks::QueryTaskSettings::MAX_PENDING_KEY,
                 "message": self.to_string(),
                 "hint": "retry once pending queries are answered or time out, or raise the cap (at most 10000)",
+            }),
+            ApiError::ServiceCatalog {
+                reason,
+                message,
+                details,
+                ..
+            } => {
+                let mut body = json!({ "reason": reason, "message": message });
+                merge(&mut body, details);
+                body
+            }
+            ApiError::ServiceBoundary { refusal, details } => {
+                let mut body = match refusal {
+                    BoundaryRefusal::RateLimited {
+                        scope,
+                        limit,
+                        observed,
+                        retry_after_seconds,
+                    } => json!({
+                        "reason": "service_call_rate_limited",
+                        "outcome": "rejected_throttled",
+                        "admission_scope": scope,
+                        "requests_per_minute": limit,
+                        "observed_window_count": observed,
+                        "retry_after_seconds": retry_after_seconds,
+                        "retryable": true,
+                        "config_key": match scope {
+                            crate::service_boundary::BudgetScope::CallerNamespace => ServiceBoundaryBudgets::PER_NAMESPACE_KEY,
+                            crate::service_boundary::BudgetScope::Boundary => ServiceBoundaryBudgets::PER_BOUNDARY_KEY,
+                        },
+                        "message": "The shared service-call budget of this window is spent; retry after retry_after_seconds.",
+                    }),
+                    BoundaryRefusal::Unavailable => json!({
+                        "reason": "service_boundary_admission_unavailable",
+                        "outcome": "rejected_throttled",
+                        "retry_after_seconds": 1,
+                        "retryable": true,
+                        "message": "A service-call budget is configured but the cache holding it cannot be reached.",
+                    }),
+                };
+                body["policy_name"] = SharedServiceBoundaryPolicy::POLICY_NAME.into();
+                merge(&mut body, details);
+                body
+            }
+            ApiError::QueryTask(BrokerError::QueueLockBusy) => json!({
+                "reason": "query_task_queue_busy", "retryable": true,
+                "retry_after_seconds": self.retry_after_seconds(),
+                "message": self.to_string(),
+                "hint": "the task queue's query-task lock is held by another call; retry after Retry-After seconds",
             }),
             ApiError::QueryTask(BrokerError::NotFound(task)) => json!({
                 "reason": "query_task_not_found", "query_task_id": task, "message": self.to_string(),
@@ -314,6 +449,35 @@ impl ApiError {
             ApiError::SearchAttributeNotFound(name) => json!({
                 "reason": "search_attribute_not_found", "name": name, "message": self.to_string(),
             }),
+            ApiError::Store(StoreError::StreamNotFound { run, name }) => json!({
+                "reason": "workflow_stream_not_found", "run_id": run.to_string(),
+                "stream_name": name, "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::StreamClosed { run, name, status }) => json!({
+                "reason": "workflow_stream_closed", "run_id": run.to_string(),
+                "stream_name": name, "status": status, "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::StreamBackpressure {
+                name,
+                pending_items,
+                requested,
+                max_pending_items,
+            }) => json!({
+                "reason": "workflow_stream_backpressure", "stream_name": name,
+                "pending_items": pending_items, "requested_items": requested,
+                "max_pending_items": max_pending_items, "retryable": true,
+                "message": self.to_string(),
+                "hint": "read the stream (a read from offset n acknowledges every item before n), then retry",
+            }),
+            ApiError::Store(StoreError::StreamCountLimit {
+                run,
+                streams,
+                limit,
+            }) => json!({
+                "reason": "workflow_stream_limit_exceeded", "run_id": run.to_string(),
+                "streams": streams, "max_streams_per_run": limit,
+                "config_key": "DW_WORKFLOW_STREAMS_PER_RUN", "message": self.to_string(),
+            }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),
                 "validation_errors": { "update_id": [format!("Update {id:?} is not an accepted update of this run.")] },
@@ -328,6 +492,15 @@ impl ApiError {
                 };
                 json!({ "reason": reason, "message": other.to_string() })
             }
+        }
+    }
+}
+
+/// Adds `extra`'s fields to `body` where `body` has none of that name.
+fn merge(body: &mut Value, extra: &Value) {
+    if let (Value::Object(body), Value::Object(extra)) = (body, extra) {
+        for (k, v) in extra {
+            body.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
 }

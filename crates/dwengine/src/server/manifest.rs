@@ -16,12 +16,17 @@ use crate::store::SUPPORTED_COMMANDS;
 
 /// The control-plane request contract's schema name.
 pub const REQUEST_CONTRACT_SCHEMA: &str = "durable-workflow.v2.control-plane-request.contract";
+/// The worker protocol that first carries message streams (the SDK's
+/// `_MESSAGE_STREAMS_MINIMUM_WORKER_PROTOCOL`).
+pub const MESSAGE_STREAMS_MINIMUM_PROTOCOL: &str = "1.15";
 /// The auth-composition contract's schema name.
 pub const AUTH_COMPOSITION_SCHEMA: &str = "durable-workflow.v2.auth-composition.contract";
 
 impl Engine {
-    /// The whole discovery document.
-    pub fn cluster_info(&self) -> Value {
+    /// The whole discovery document, with `namespace`'s external payload
+    /// storage policy (the SDK reads `namespace.external_payload_storage`).
+    pub fn cluster_info(&self, namespace: &str) -> Value {
+        let payloads = self.external_payloads.settings();
         let limits = self
             .config
             .request_limits
@@ -33,6 +38,10 @@ impl Engine {
             "server": "dwserver",
             "cache_backend": self.cache.backend(),
             "limits": limits,
+            "namespace": {
+                "name": namespace,
+                "external_payload_storage": payloads.discovery(namespace),
+            },
             "control_plane": {
                 "version": CONTROL_PLANE_VERSION,
                 "header": CONTROL_PLANE_HEADER,
@@ -59,6 +68,21 @@ impl Engine {
                     "activity_retry_policy": true,
                     "activity_heartbeats": true,
                     "query_tasks": true,
+                    "message_streams": {
+                        "supported": true,
+                        "minimum_protocol_version": MESSAGE_STREAMS_MINIMUM_PROTOCOL,
+                        "run_scoped_output_streams": true,
+                        "workflow_stream_directives": ["append", "close", "error"],
+                        "input_message_streams": false,
+                        "max_append_items": crate::server::streams::MAX_APPEND_ITEMS,
+                        "max_page_items": crate::server::streams::MAX_PAGE_ITEMS,
+                        "max_wait_seconds": crate::server::streams::MAX_WAIT_SECONDS,
+                        "max_retention_seconds": crate::server::streams::MAX_RETENTION_SECONDS,
+                        "default_retention_seconds": self.config.store.streams.default_retention_seconds,
+                        "max_streams_per_run": self.config.store.streams.max_streams_per_run,
+                        "max_waiting_reads": self.config.stream_max_waits,
+                        "delivery": "at_least_once",
+                    },
                     "workflow_updates": true,
                     "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
                     "query_task_authority": false,
@@ -67,7 +91,7 @@ impl Engine {
                     "update_validation_tasks": false,
                     "sticky_execution": { "supported": false, "reason": "not_implemented" },
                     "workflow_memo_updates": { "supported": false },
-                    "runtime_external_payload_transport": false,
+                    "runtime_external_payload_transport": payloads.enabled(),
                     "child_workflows": false,
                 },
             },

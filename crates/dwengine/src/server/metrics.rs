@@ -126,16 +126,18 @@ impl Engine {
             ProjectionDriftMetrics::render(guard, &self.projection_drift()?)?;
         disclosures.insert(ProjectionDriftMetrics::METRIC.into(), drift_disclosure);
         let usage = self.read(|s| s.durable_usage(namespace)).ok();
-        let (durable, durable_disclosure) = self
-            .durable_state
-            .render(guard, namespace, usage)
-            .map_err(|e| match e {
-                crate::durable_state::MetricError::Disclosure(e) => ApiError::from(e),
-                crate::durable_state::MetricError::Cache(e) => ApiError::Cache(e),
-            })?;
+        let (durable, durable_disclosure) = self.durable_state.render(guard, namespace, usage)?;
         disclosures.insert(
             crate::durable_state::NamespaceDurableStateQuota::METRIC.into(),
             durable_disclosure,
+        );
+        let payload_usage = self.read(|s| s.external_payload_usage(namespace)).ok();
+        let (payloads, payload_disclosure) =
+            self.external_payloads
+                .render(guard, namespace, payload_usage)?;
+        disclosures.insert(
+            crate::external_payloads::RuntimeExternalPayloadQuota::METRIC.into(),
+            payload_disclosure,
         );
         let (admission, admission_disclosure) =
             NamespaceAdmissionMetrics::render(guard, &self.namespaces.counts(namespace)?)?;
@@ -150,6 +152,7 @@ impl Engine {
                 (ProjectionDriftMetrics::METRIC): drift,
                 (NamespaceAdmissionMetrics::METRIC): admission,
                 (crate::durable_state::NamespaceDurableStateQuota::METRIC): durable,
+                (crate::external_payloads::RuntimeExternalPayloadQuota::METRIC): payloads,
             },
             "series": series,
             "cardinality": { "series_limits": series_limits, "metrics": disclosures },

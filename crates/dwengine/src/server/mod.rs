@@ -6,7 +6,8 @@
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
 //! [`auth`] the token roles, [`imports`], [`archive`] and
 //! [`search_attributes`] the v1 import, archive and search-attribute
-//! registration, [`schedules`] the schedules and their due sweep, [`contract`] and [`config_file`] the configuration
+//! registration, [`streams`] the runs' output streams, [`schedules`] the schedules and their due sweep, [`services`] the
+//! service catalog and Nexus service calls, [`contract`] and [`config_file`] the configuration
 //! contract, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
 //! the integration tests start it.
@@ -19,6 +20,7 @@ pub mod contract;
 pub mod control;
 pub mod engine;
 pub mod error;
+pub mod external_payloads;
 pub mod http;
 pub mod imports;
 pub mod manifest;
@@ -28,6 +30,8 @@ pub mod projections;
 pub mod queries;
 pub mod schedules;
 pub mod search_attributes;
+pub mod services;
+pub mod streams;
 pub mod timeouts;
 pub mod wire;
 pub mod worker;

@@ -9,6 +9,16 @@
 //! validation envelope says. A start whose `search_attributes` name an
 //! unregistered attribute, or a value of the wrong type, is refused the
 //! same way, so the cap bounds the attribute names runs can carry.
+//!
+//! Workflow code upserts attributes with the `upsert_search_attributes`
+//! command of a workflow-task completion. The completion is checked before
+//! anything is written, as a start is: registered names of the right type,
+//! key and value sizes, and at most `max_search_attributes` attributes on
+//! the run once merged. A refused completion answers the same 422; the SDK
+//! then fails the workflow task, which comes back after a backoff (the run
+//! stays open, so registering the attribute lets the retry through). The
+//! merged set's encoded size is the structural `search_attribute_size_bytes`,
+//! checked by the store, which fails the run past it.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +27,7 @@ use serde_json::{json, Map, Value};
 
 use crate::server::error::finish_with;
 use crate::server::{ApiError, Engine};
-use crate::store::Registration;
+use crate::store::{Registration, WorkflowCommand};
 
 /// Attributes every run has; they cannot be registered, removed or set.
 pub const SYSTEM_ATTRIBUTES: [(&str, &str); 8] = [
@@ -174,6 +184,53 @@ impl Engine {
             return Err(ApiError::SearchAttributeNotFound(name.to_owned()));
         }
         Ok(json!({ "name": name, "outcome": "deleted" }))
+    }
+
+    /// The boundary checks of a completion's `upsert_search_attributes`
+    /// commands against the run's `current` attributes: `validation_failed`
+    /// under `search_attributes`, as at start.
+    pub(crate) fn check_upserts(
+        &self,
+        namespace: &str,
+        current: &Map<String, Value>,
+        commands: &[WorkflowCommand],
+    ) -> Result<(), ApiError> {
+        let mut v = self.config.request_limits.validator();
+        let mut problems = Vec::new();
+        let mut merged = current.clone();
+        for (i, command) in commands.iter().enumerate() {
+            let WorkflowCommand::UpsertSearchAttributes { attributes } = command else {
+                continue;
+            };
+            let set: Map<String, Value> = attributes
+                .iter()
+                .filter(|(_, value)| !value.is_null())
+                .map(|(k, value)| (k.clone(), value.clone()))
+                .collect();
+            v.search_attributes(&set);
+            for (field, problem) in self.unregistered_search_attributes(namespace, &set)? {
+                problems.push((field, format!("commands.{i}: {problem}")));
+            }
+            for (key, value) in attributes {
+                if value.is_null() {
+                    merged.remove(key);
+                } else {
+                    merged.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let limit = self.config.request_limits.max_search_attributes;
+        let carried = u64::try_from(merged.len()).unwrap_or(u64::MAX);
+        if limit != 0 && carried > limit {
+            problems.push((
+                "search_attributes".to_owned(),
+                format!(
+                    "The run would carry {carried} custom search attributes; the limit is {limit} (server.limits.max_search_attributes)."
+                ),
+            ));
+        }
+        finish_with(v, &[], &problems)?;
+        Ok(())
     }
 
     /// Problems (for `search_attributes`) with attributes a run would carry:

@@ -303,21 +303,15 @@ impl Checks {
         self
     }
 
-    /// `payload` must be carried inline: a runtime external payload
-    /// reference (`{codec, external_payload}`) is refused, since this
-    /// server stores no payloads outside history and advertises
-    /// `runtime_external_payload_transport: false`. (A client-side
-    /// `external_storage` reference is an opaque envelope like any other.)
+    /// `payload`, when it is a runtime external payload reference
+    /// (`{codec, external_payload}`), must be a well-formed one; whether it
+    /// names a stored payload is checked by
+    /// [`Engine::verify_payload_references`](crate::server::Engine::verify_payload_references).
+    /// (A client-side `external_storage` reference is an opaque envelope
+    /// like any other.)
     pub fn inline_payload(&mut self, field: &str, payload: &Value) -> &mut Self {
-        if payload.get("external_payload").is_some() {
-            self.problem(
-                &format!("{field}.external_payload"),
-                format!(
-                    "Runtime external payload references are not supported (cluster info \
-                     advertises runtime_external_payload_transport: false); send {field} \
-                     inline as {{codec, blob}}."
-                ),
-            );
+        if let Err(problem) = crate::external_payloads::reference_of(payload) {
+            self.problem(&format!("{field}.external_payload"), problem);
         }
         self
     }

@@ -190,12 +190,14 @@ impl Engine {
             return Err(ApiError::DurableState(refused));
         }
         let pruned = self.prune_on_heartbeat(namespace)?;
+        let reclaimed = self.reclaim_streams_on_heartbeat(namespace)?;
         Ok(json!({
             "worker_id": body.worker_id, "namespace": namespace, "task_queue": body.task_queue,
             "registered": true, "runtime": body.runtime, "sdk_version": body.sdk_version,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
             "pruned_run_id": pruned.map(wire::run_id),
+            "stream_retention": reclaimed,
         }))
     }
 
@@ -230,12 +232,14 @@ impl Engine {
             return Err(ApiError::WorkerNotFound(body.worker_id));
         }
         let pruned = self.prune_on_heartbeat(namespace)?;
+        let reclaimed = self.reclaim_streams_on_heartbeat(namespace)?;
         Ok(json!({
             "worker_id": body.worker_id, "heartbeat_recorded": true,
             "registration_refreshed": refreshed,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
             "pruned_run_id": pruned.map(wire::run_id),
+            "stream_retention": reclaimed,
         }))
     }
 
@@ -255,6 +259,28 @@ impl Engine {
             self.drift.invalidate();
         }
         Ok(pruned)
+    }
+
+    /// The namespace's elected heartbeat reclaims at most 10 expired
+    /// workflow streams and 500 of their items: `{streams, items}` when
+    /// this heartbeat was elected, `null` otherwise.
+    fn reclaim_streams_on_heartbeat(&self, namespace: &str) -> Result<Value, ApiError> {
+        let ns = namespace.to_owned();
+        let reclaimed = self
+            .stream_retention
+            .on_heartbeat(namespace, |now, max_streams, max_items| {
+                self.write(move |store| {
+                    store.reclaim_expired_streams(&ns, now, max_streams, max_items)
+                })
+            })
+            .map_err(|e| match e {
+                crate::retention::RetentionError::Cache(e) => ApiError::Cache(e),
+                crate::retention::RetentionError::Store(e) => ApiError::Store(e),
+            })?;
+        Ok(match reclaimed {
+            Some(r) => json!({ "streams": r.streams, "items": r.items }),
+            None => Value::Null,
+        })
     }
 
     /// `DELETE /api/worker/registrations/{id}`.
@@ -611,8 +637,30 @@ impl Engine {
         body: WorkflowTaskLease,
     ) -> Result<Value, ApiError> {
         let (task, attempt) = workflow_fence(task_id, &body)?;
-        let commands = parse_commands(&body.commands)?;
+        let commands = parse_commands(&self.config.request_limits, &body.commands)?;
+        let fields: Vec<String> = (0..body.commands.len())
+            .map(|i| format!("commands.{i}"))
+            .collect();
+        let payloads: Vec<(&str, &Value)> = fields
+            .iter()
+            .map(String::as_str)
+            .zip(&body.commands)
+            .collect();
+        self.verify_task_payload_references(task, &payloads)?;
         let owner = body.lease_owner;
+        let upserts = commands
+            .iter()
+            .any(|c| matches!(c, WorkflowCommand::UpsertSearchAttributes { .. }));
+        if upserts {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            let run = self.read(|s| s.run(s.fenced_workflow_run(task, fence)?))?;
+            if run.status == crate::store::RunStatus::Running {
+                self.check_upserts(&run.namespace, &run.search_attributes, &commands)?;
+            }
+        }
         let (completion, ns, queue) = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
@@ -695,6 +743,7 @@ impl Engine {
         let (task, attempt) = workflow_fence(task_id, &body)?;
         let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
         let owner = body.lease_owner;
+        let owner_echo = owner.clone();
         let until = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
@@ -702,8 +751,11 @@ impl Engine {
             };
             store.heartbeat_workflow_task(task, fence, lease_ms)
         })?;
+        // `renewed` with the fence echoed is what the SDK's payload
+        // observer confirms before it hydrates externally stored payloads.
         Ok(json!({
-            "task_id": task_id, "heartbeat_recorded": true,
+            "task_id": task_id, "heartbeat_recorded": true, "renewed": true,
+            "lease_owner": owner_echo, "workflow_task_attempt": attempt,
             "lease_expires_at": wire::timestamp(until),
         }))
     }
@@ -746,6 +798,7 @@ impl Engine {
         body: ActivityReport,
     ) -> Result<Value, ApiError> {
         let task = activity_task(&self.config, task_id, &body)?;
+        self.verify_task_payload_references(task, &[("result", &body.result)])?;
         let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
         let (failure, result) = (body.failure, body.result);
         let (outcome, ns, queue) = self.write(move |store| {
@@ -898,7 +951,10 @@ pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
 /// The commands of a completion, each checked: a known type, integers in
 /// range, the shape its type needs. Every problem is named
 /// `commands.<index>.<field>` in one 422.
-fn parse_commands(raw: &[Value]) -> Result<Vec<WorkflowCommand>, ApiError> {
+fn parse_commands(
+    limits: &dwpolicy::boundary::RequestLimits,
+    raw: &[Value],
+) -> Result<Vec<WorkflowCommand>, ApiError> {
     let mut checks = Checks::default();
     let mut commands = Vec::with_capacity(raw.len());
     let max = wire::MAX_DURATION_SECONDS;
@@ -954,6 +1010,14 @@ fn parse_commands(raw: &[Value]) -> Result<Vec<WorkflowCommand>, ApiError> {
             if let Some(value) = command.get(payload) {
                 checks.inline_payload(&field(payload), value);
             }
+        }
+        if let Some(directive) = command.get("workflow_stream").filter(|d| !d.is_null()) {
+            crate::server::streams::check_directive(
+                limits,
+                &mut checks,
+                &field("workflow_stream"),
+                directive,
+            );
         }
         let before = checks.problems.len();
         for (name, value) in [

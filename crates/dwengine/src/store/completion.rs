@@ -232,6 +232,8 @@ pub(crate) fn finish_run(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
     )?
     .execute(params![head.id.0, status.as_str(), now_ms()])?;
+    // Its open streams end with it, so their readers reach the end.
+    crate::store::streams::close_open_streams_of_run(conn, head.id, status)?;
     // A closed run has no work left for workers, and no deadlines.
     conn.prepare_cached(
         "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \

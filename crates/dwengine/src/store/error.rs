@@ -132,6 +132,49 @@ pub enum Error {
     /// A completion named an update the run never accepted.
     #[error("update {0:?} was not accepted by this run")]
     UnknownUpdate(String),
+    /// The run has no live stream of that name (never opened, or expired).
+    #[error("run {run} has no stream {name:?}")]
+    StreamNotFound {
+        /// The run.
+        run: RunId,
+        /// The stream.
+        name: String,
+    },
+    /// An append to a stream that was closed or errored.
+    #[error("stream {name:?} of run {run} is {status} and takes no more items")]
+    StreamClosed {
+        /// The run.
+        run: RunId,
+        /// The stream.
+        name: String,
+        /// `closed` or `errored`.
+        status: String,
+    },
+    /// An append that would leave more unacknowledged items than it allows.
+    #[error(
+        "stream {name:?} holds {pending_items} unacknowledged items; {requested} more would \
+         pass max_pending_items = {max_pending_items}"
+    )]
+    StreamBackpressure {
+        /// The stream.
+        name: String,
+        /// Items not yet acknowledged by a read.
+        pending_items: u64,
+        /// New items the append carried.
+        requested: u64,
+        /// The append's ceiling.
+        max_pending_items: u64,
+    },
+    /// A new stream past the run's stream cap.
+    #[error("run {run} already has {streams} streams, the most one run may open ({limit})")]
+    StreamCountLimit {
+        /// The run.
+        run: RunId,
+        /// Its streams.
+        streams: u64,
+        /// The cap.
+        limit: u64,
+    },
 }
 
 impl From<HistoryBudgetError> for Error {

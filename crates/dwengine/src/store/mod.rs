@@ -21,6 +21,7 @@ pub mod dispatch;
 pub mod durable_state;
 mod error;
 pub mod executor;
+pub mod external_payloads;
 pub mod history;
 pub mod import;
 pub mod metrics;
@@ -32,7 +33,9 @@ mod rows;
 pub mod schedules;
 pub mod schema;
 pub mod search_attributes;
+pub mod service_catalog;
 pub mod shared;
+pub mod streams;
 pub mod task;
 pub mod timeouts;
 pub mod timers;
@@ -66,9 +69,17 @@ pub use model::{
     RunStatus, StartRun, TimerId,
 };
 pub use namespaces::Namespace;
-pub use schedules::{FireRecord, ScheduleRow};
+pub use schedules::{
+    AuditEvent, AuditRow, DueSchedule, FireGate, FireRecord, NextFire, ScheduleRow,
+    DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES,
+};
 pub use search_attributes::Registration;
+pub use service_catalog::{CatalogDelete, CatalogEntry, CatalogLevel, ServiceCallRow};
 pub use shared::SharedStore;
+pub use streams::{
+    Appended, NewStreamItem, Reclaimed, StreamAppend, StreamItem, StreamOrigin, StreamPolicy,
+    StreamState,
+};
 pub use task::Task;
 pub use timeouts::{ActivityTimeout, RunTimeouts, TIMEOUT_CATEGORY};
 pub use workflow_commands::{
@@ -110,6 +121,8 @@ pub struct StoreConfig {
     /// Bytes of unprocessed signal and update payloads one run may hold
     /// (0: unlimited). Admission refuses the message that would pass it.
     pub max_pending_payload_bytes: u64,
+    /// Workflow stream retention and the per-run stream cap.
+    pub streams: StreamPolicy,
 }
 
 /// The default per-run budget of unprocessed message payload bytes: 64 MiB,
@@ -126,6 +139,7 @@ impl Default for StoreConfig {
             durability: Durability::Full,
             history_page: HistoryPageLimit::default(),
             max_pending_payload_bytes: DEFAULT_MAX_PENDING_PAYLOAD_BYTES,
+            streams: StreamPolicy::default(),
         }
     }
 }

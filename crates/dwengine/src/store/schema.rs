@@ -25,6 +25,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_drop_query_tasks.sql"),
     include_str!("migrations/0012_schedules.sql"),
     include_str!("migrations/0013_timer_cohorts.sql"),
+    include_str!("migrations/0014_schedule_buffers.sql"),
+    include_str!("migrations/0015_workflow_streams.sql"),
+    include_str!("migrations/0016_external_payloads.sql"),
+    include_str!("migrations/0017_schedule_audit.sql"),
+    include_str!("migrations/0018_service_catalog.sql"),
 ];
 
 /// The schema version this engine writes.

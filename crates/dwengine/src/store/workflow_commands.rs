@@ -18,7 +18,8 @@ use serde_json::{json, Map, Value};
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
+use crate::store::rows::{append_event, bump, decode_map, load_head, now_ms, Pending, RunHead};
+use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
 use crate::store::timers::{self, CONDITION_TIMEOUT};
 use crate::store::tx::WriteTx;
 use crate::store::{check_size, Error, EventType, Store};
@@ -135,6 +136,16 @@ pub enum WorkflowCommand {
         /// The value (an opaque payload).
         #[serde(default)]
         result: Value,
+        /// A workflow stream append or close applied with it.
+        #[serde(default)]
+        workflow_stream: Option<StreamDirective>,
+    },
+    /// Merge attributes into the run's search attributes (`null` removes
+    /// one). The server checked names, types and sizes at the boundary; the
+    /// merged set is checked against `search_attribute_size_bytes` here.
+    UpsertSearchAttributes {
+        /// The attributes to set or (with `null`) remove.
+        attributes: Map<String, Value>,
     },
     /// Complete the run.
     CompleteWorkflow {
@@ -180,11 +191,12 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 8] = [
+pub const SUPPORTED_COMMANDS: [&str; 9] = [
     "schedule_activity",
     "start_timer",
     "open_condition_wait",
     "record_side_effect",
+    "upsert_search_attributes",
     "complete_workflow",
     "fail_workflow",
     "complete_update",
@@ -239,7 +251,9 @@ impl Store {
                 structural_limit: None,
             });
         }
+        let streams = self.config.streams;
         let mut writer = CommandWriter::new(&tx, &limits, head)?;
+        writer.streams = streams;
         match writer.apply_all(commands) {
             Ok(()) => {}
             Err(Error::StructuralLimit(exceeded)) => {
@@ -458,6 +472,7 @@ struct OpenWait {
 struct CommandWriter<'a> {
     tx: &'a Connection,
     limits: &'a StructuralLimits,
+    streams: StreamPolicy,
     head: RunHead,
     run_label: String,
     namespace: String,
@@ -490,6 +505,7 @@ impl<'a> CommandWriter<'a> {
         Ok(CommandWriter {
             tx,
             limits,
+            streams: StreamPolicy::default(),
             run_label: head.id.to_string(),
             head,
             namespace,
@@ -724,15 +740,51 @@ impl<'a> CommandWriter<'a> {
                     true,
                 )?;
             }
-            WorkflowCommand::RecordSideEffect { result } => {
+            WorkflowCommand::RecordSideEffect {
+                result,
+                workflow_stream,
+            } => {
                 self.check_payload(result)?;
                 let sequence = self.take_sequence();
-                let payload = json!({
+                let mut payload = json!({
                     "sequence": sequence,
                     "result": result,
                     "payload_codec": codec_of(result),
                 });
+                if let Some(directive) = workflow_stream {
+                    payload["workflow_stream"] = self.apply_stream(directive)?;
+                }
                 self.event(EventType::SideEffectRecorded, &payload, true)?;
+            }
+            WorkflowCommand::UpsertSearchAttributes { attributes } => {
+                let current: String = self
+                    .tx
+                    .prepare_cached("SELECT search_attributes FROM runs WHERE id = ?1")?
+                    .query_row([self.head.id.0], |r| r.get(0))?;
+                let mut merged = decode_map(&current)?;
+                for (key, value) in attributes {
+                    if value.is_null() {
+                        merged.remove(key);
+                    } else {
+                        merged.insert(key.clone(), value.clone());
+                    }
+                }
+                let text = serde_json::to_string(&merged)?;
+                // Checked before anything is written: a hit fails the run.
+                self.check(
+                    LimitKind::SearchAttributeSizeBytes,
+                    u64::try_from(text.len()).unwrap_or(u64::MAX),
+                )?;
+                let sequence = self.take_sequence();
+                self.tx
+                    .prepare_cached("UPDATE runs SET search_attributes = ?2 WHERE id = ?1")?
+                    .execute(params![self.head.id.0, text])?;
+                let payload = json!({
+                    "sequence": sequence,
+                    "attributes": attributes,
+                    "merged": merged,
+                });
+                self.event(EventType::SearchAttributesUpserted, &payload, true)?;
             }
             WorkflowCommand::CompleteWorkflow { result } => {
                 self.check_payload(result)?;
@@ -874,6 +926,52 @@ impl<'a> CommandWriter<'a> {
         self.check(pending.limit_kind(), pending.get(&self.head.pending))
     }
 
+    /// Applies a workflow stream directive in this completion's
+    /// transaction; what it did goes into the side effect's event.
+    fn apply_stream(&self, directive: &StreamDirective) -> Result<Value, Error> {
+        let name = directive.stream_name.as_str();
+        let reference = match (&directive.command_identity, directive.command_ordinal) {
+            (Some(identity), Some(ordinal)) => Some(format!("{identity}:{ordinal}")),
+            (Some(identity), None) => Some(identity.clone()),
+            _ => None,
+        };
+        if directive.operation == "append" {
+            let appended = streams::append_in(
+                self.tx,
+                &self.head,
+                self.limits,
+                &self.streams,
+                StreamAppend {
+                    name,
+                    items: &directive.items,
+                    origin: StreamOrigin::Workflow,
+                    origin_reference: reference.as_deref(),
+                    max_pending_items: directive.max_pending_items,
+                },
+            )?;
+            return Ok(json!({
+                "operation": "append", "stream_name": name,
+                "accepted_offsets": appended.offsets, "accepted": appended.accepted,
+                "deduped": appended.deduplicated,
+            }));
+        }
+        let error_reason = match directive.operation.as_str() {
+            "error" => Some(directive.error_reason.as_deref().unwrap_or("error")),
+            _ => None,
+        };
+        let closed = streams::close_in(
+            self.tx,
+            &self.head,
+            &self.streams,
+            name,
+            error_reason,
+            directive.retention_seconds,
+        )?;
+        Ok(json!({
+            "operation": directive.operation, "stream_name": name, "status": closed.status,
+        }))
+    }
+
     fn check_payload(&self, payload: &Value) -> Result<(), Error> {
         let run = RunRef {
             workflow_run_id: &self.run_label,
@@ -944,6 +1042,7 @@ impl WorkflowCommand {
             WorkflowCommand::ScheduleActivity { .. }
                 | WorkflowCommand::StartTimer { .. }
                 | WorkflowCommand::RecordSideEffect { .. }
+                | WorkflowCommand::UpsertSearchAttributes { .. }
         )
     }
 }

@@ -67,6 +67,28 @@ impl TestServer {
         )
     }
 
+    /// `POST path` in namespace `ns`, also returning response header `header`.
+    pub fn post_ns_header(
+        &self,
+        ns: &str,
+        path: &str,
+        body: Value,
+        header: &str,
+    ) -> (u16, Value, Option<String>) {
+        let response = match self
+            .agent
+            .post(&format!("{}{path}", self.base))
+            .set("x-namespace", ns)
+            .send_json(body)
+        {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let value = response.header(header).map(str::to_owned);
+        let status = response.status();
+        (status, response.into_json().unwrap_or(Value::Null), value)
+    }
+
     /// `POST path` with raw bytes.
     pub fn post_raw(&self, path: &str, body: &[u8]) -> (u16, Value) {
         answer(
@@ -108,6 +130,16 @@ impl TestServer {
                 .delete(&format!("{}{path}", self.base))
                 .set("x-namespace", ns)
                 .call(),
+        )
+    }
+
+    /// `PUT path` with a JSON body in namespace `default`.
+    pub fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        answer(
+            self.agent
+                .put(&format!("{}{path}", self.base))
+                .set("x-namespace", "default")
+                .send_json(body),
         )
     }
 

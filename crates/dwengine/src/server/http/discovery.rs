@@ -26,8 +26,14 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/namespaces/{name}", get(describe_namespace))
 }
 
-async fn cluster_info(State(engine): Shared) -> Response {
-    reply(Ok(engine.cluster_info()))
+async fn cluster_info(State(engine): Shared, headers: HeaderMap) -> Response {
+    let namespace = headers
+        .get(crate::server::wire::NAMESPACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .unwrap_or("default");
+    reply(Ok(engine.cluster_info(namespace)))
 }
 
 async fn health(State(engine): Shared) -> Response {

@@ -9,8 +9,11 @@
 //! decisions live in the engine modules. One module per resource.
 
 mod discovery;
+mod external_payloads;
 mod schedules;
 mod search_attributes;
+mod services;
+mod streams;
 mod system;
 mod worker_tasks;
 mod workflows;
@@ -48,9 +51,12 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(discovery::routes())
         .merge(system::routes())
         .merge(workflows::routes())
+        .merge(streams::routes())
         .merge(search_attributes::routes())
         .merge(schedules::routes())
+        .merge(services::routes())
         .merge(worker_tasks::routes())
+        .merge(external_payloads::routes())
         .fallback(|| async {
             refuse_with(
                 StatusCode::NOT_FOUND,
@@ -98,7 +104,8 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
             }
         }
     }
-    if has_body(headers) && !is_json(headers) {
+    // Payload uploads are raw bytes (application/octet-stream).
+    if has_body(headers) && !is_json(headers) && plane != Plane::Payload {
         return refuse_with(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             json!({ "reason": "unsupported_media_type",
@@ -109,7 +116,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         Ok(echo) => echo,
         Err(refusal) => return *refusal,
     };
-    if is_control_plane(&path) || path.starts_with("/api/worker/") {
+    if is_control_plane(&path) || path.starts_with("/api/worker/") || plane == Plane::Payload {
         let namespace = headers
             .get(NAMESPACE_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -232,9 +239,14 @@ fn version_of(
 
 /// Control-plane routes: versioned and namespace-scoped (`X-Namespace`).
 fn is_control_plane(path: &str) -> bool {
-    ["/api/workflows", "/api/search-attributes", "/api/schedules"]
-        .iter()
-        .any(|prefix| path.starts_with(prefix))
+    [
+        "/api/workflows",
+        "/api/search-attributes",
+        "/api/schedules",
+        "/api/service-endpoints",
+    ]
+    .iter()
+    .any(|prefix| path.starts_with(prefix))
 }
 
 fn with_echo(mut response: Response, echo: Option<(&'static str, String)>) -> Response {
@@ -260,10 +272,10 @@ fn reply_with(status: StatusCode, result: Result<Value, ApiError>) -> Response {
 fn refuse(e: ApiError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, Json(e.body())).into_response();
-    if status == StatusCode::TOO_MANY_REQUESTS {
+    if let Some(seconds) = e.retry_after_seconds() {
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }

@@ -1,4 +1,5 @@
-//! `/api/schedules`: create, list, describe, pause, resume, trigger, delete.
+//! `/api/schedules`: create, list, describe, update, pause, resume,
+//! trigger, backfill, delete, and the audit history.
 
 use std::sync::Arc;
 
@@ -14,13 +15,19 @@ use serde_json::Value;
 
 use super::workflows::chosen_status;
 use super::{blocking, refuse, with_body_status, Scope, Shared};
-use crate::server::schedules::{NoteBody, ScheduleListQuery, TriggerBody};
+use crate::server::schedules::{
+    BackfillBody, NoteBody, ScheduleHistoryQuery, ScheduleListQuery, TriggerBody, UpdateSchedule,
+};
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/api/schedules", post(create).get(list))
-        .route("/api/schedules/{id}", get(describe).delete(remove))
+        .route(
+            "/api/schedules/{id}",
+            get(describe).delete(remove).put(update),
+        )
+        .route("/api/schedules/{id}/history", get(history))
         .route(
             "/api/schedules/{id}/pause",
             command(|e, ns, id, b: NoteBody| e.pause_schedule(ns, id, true, b)),
@@ -32,6 +39,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route(
             "/api/schedules/{id}/trigger",
             command(|e, ns, id, b: TriggerBody| e.trigger_schedule(ns, id, b)),
+        )
+        .route(
+            "/api/schedules/{id}/backfill",
+            command(|e, ns, id, b: BackfillBody| e.backfill_schedule(ns, id, b)),
         )
 }
 
@@ -61,6 +72,40 @@ async fn describe(
     Path(id): Path<String>,
 ) -> Response {
     blocking(engine, move |e| e.describe_schedule(&scope.namespace, &id)).await
+}
+
+async fn history(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+    query: Result<Query<ScheduleHistoryQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(q)) => {
+            blocking(engine, move |e| {
+                e.schedule_history(&scope.namespace, &id, q)
+            })
+            .await
+        }
+        Err(e) => refuse(ApiError::Malformed(e.body_text())),
+    }
+}
+
+async fn update(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    with_body_status(
+        StatusCode::OK,
+        engine,
+        headers,
+        body,
+        move |e, b: UpdateSchedule| e.update_schedule(&scope.namespace, &id, b),
+    )
+    .await
 }
 
 async fn remove(

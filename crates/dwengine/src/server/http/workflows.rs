@@ -40,7 +40,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     });
     Router::new()
         .route("/api/workflows", post(start).get(list))
-        .route("/api/workflows/import", post(import))
+        // The import's static path shadows `{wf}` for a workflow called
+        // `import`; its describe is served here (the import takes only POST,
+        // a describe only GET). Deeper paths fall through to `{wf}` routes.
+        .route("/api/workflows/import", post(import).get(describe_import))
         .route("/api/workflows/{wf}", get(describe))
         .route("/api/workflows/{wf}/runs", get(runs))
         .route("/api/workflows/{wf}/runs/{run}", get(describe))
@@ -167,6 +170,13 @@ async fn describe(
             &target.workflow_id,
             target.run_id.as_deref(),
         )
+    })
+    .await
+}
+
+async fn describe_import(State(engine): Shared, Extension(scope): Extension<Scope>) -> Response {
+    blocking(engine, move |e| {
+        e.describe(&scope.namespace, "import", None)
     })
     .await
 }

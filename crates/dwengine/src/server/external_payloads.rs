@@ -1,0 +1,276 @@
+//! The runtime external payload transport's operations: upload, fetch and
+//! the admission check that every reference a request carries names a
+//! stored payload.
+//!
+//! Upload verifies the declared size and SHA-256 against the bytes, then
+//! stores them in one write transaction that first looks for the same
+//! bytes (a retry gets the same reference and is not charged again) and
+//! reads the namespace's usage for the quota. Fetch answers the bytes with
+//! the integrity headers the SDK checks. Quota refusals are counted in the
+//! cache family of [`RuntimeExternalPayloadQuota`].
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::external_payloads::{
+    is_reference_id, is_sha256, reference, reference_of, PayloadError, RuntimeExternalPayloadQuota,
+    CODEC, UPLOAD_SCHEMA,
+};
+use crate::server::wire::Checks;
+use crate::server::{ApiError, Engine};
+use crate::store::external_payloads::{PayloadRecord, Stored};
+
+/// What an upload declares in its headers.
+#[derive(Debug, Clone, Default)]
+pub struct UploadHeaders {
+    /// `X-Durable-Workflow-Payload-Codec`.
+    pub codec: Option<String>,
+    /// `X-Durable-Workflow-Payload-Size`.
+    pub size: Option<String>,
+    /// `X-Durable-Workflow-Payload-SHA256`.
+    pub sha256: Option<String>,
+}
+
+/// The outcome of a stored upload.
+enum Upload {
+    Stored(Stored),
+    Refused(PayloadError),
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Engine {
+    /// Refuses an upload whose declared length is over the transport's
+    /// limit before its body is read.
+    pub fn check_payload_length(&self, length: u64) -> Result<(), ApiError> {
+        let limit = self.external_payloads.settings().max_payload_bytes;
+        if length > limit {
+            return Err(PayloadError::Oversized {
+                size: length,
+                limit,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// `POST /api/external-payloads/v1`: stores `data` for `namespace`.
+    /// 201 with the reference; 200 when the same bytes were already stored.
+    pub fn upload_external_payload(
+        &self,
+        namespace: &str,
+        headers: UploadHeaders,
+        data: Vec<u8>,
+    ) -> Result<(u16, Value), ApiError> {
+        let settings = self.external_payloads.settings();
+        if !settings.enabled() {
+            return Err(PayloadError::Disabled.into());
+        }
+        let codec = headers.codec.as_deref().map(str::trim).unwrap_or_default();
+        if codec != CODEC {
+            return Err(PayloadError::Unsupported(format!(
+                "X-Durable-Workflow-Payload-Codec must be {CODEC}; got {codec:?}"
+            ))
+            .into());
+        }
+        self.check_payload_length(data.len() as u64)?;
+        let declared = headers.size.as_deref().map(str::trim);
+        if declared != Some(data.len().to_string().as_str()) {
+            return Err(PayloadError::IntegrityMismatch(format!(
+                "X-Durable-Workflow-Payload-Size {declared:?} does not match the {} uploaded bytes",
+                data.len()
+            ))
+            .into());
+        }
+        let sha256 = headers.sha256.as_deref().map(str::trim).unwrap_or_default();
+        let actual = hex(&Sha256::digest(&data));
+        if !is_sha256(sha256) || sha256 != actual {
+            return Err(PayloadError::IntegrityMismatch(
+                "X-Durable-Workflow-Payload-SHA256 must be the lowercase hex SHA-256 of the uploaded bytes".into(),
+            )
+            .into());
+        }
+        let limits = settings.limits(namespace);
+        let ns = namespace.to_owned();
+        let upload = self.write(move |store| {
+            if let Some(existing) =
+                store.find_external_payload(&ns, CODEC, &actual, data.len() as u64)?
+            {
+                return Ok(Upload::Stored(Stored::Existing(existing)));
+            }
+            // Counted in this transaction, so racing uploads cannot overshoot.
+            let size = data.len() as u64;
+            if let Err(refused) = RuntimeExternalPayloadQuota::check(limits, size, || {
+                store.external_payload_usage(&ns).ok()
+            }) {
+                return Ok(Upload::Refused(refused));
+            }
+            let record = store.insert_external_payload(&ns, CODEC, &actual, &data)?;
+            Ok(Upload::Stored(Stored::Created(record)))
+        })?;
+        let stored = match upload {
+            Upload::Stored(stored) => stored,
+            Upload::Refused(refused) => {
+                if let PayloadError::Quota { reason, .. } = &refused {
+                    self.external_payloads.record(namespace, *reason);
+                }
+                return Err(refused.into());
+            }
+        };
+        let status = if matches!(stored, Stored::Created(_)) {
+            201
+        } else {
+            200
+        };
+        Ok((
+            status,
+            json!({
+                "schema": UPLOAD_SCHEMA,
+                "transport_version": 1,
+                "reference": reference(stored.record()),
+                "deduplicated": status == 200,
+            }),
+        ))
+    }
+
+    /// `GET /api/external-payloads/v1/{referenceId}`: the stored bytes of
+    /// `namespace`'s payload. Declared integrity headers, when sent, must
+    /// match the stored reference.
+    pub fn fetch_external_payload(
+        &self,
+        namespace: &str,
+        reference_id: &str,
+        expected: UploadHeaders,
+    ) -> Result<(PayloadRecord, Vec<u8>), ApiError> {
+        if !is_reference_id(reference_id) {
+            return Err(PayloadError::NotFound(reference_id.to_owned()).into());
+        }
+        let (ns, id) = (namespace.to_owned(), reference_id.to_owned());
+        let found = self.read(|store| store.external_payload(&ns, &id))?;
+        let Some((record, data)) = found else {
+            return Err(PayloadError::NotFound(reference_id.to_owned()).into());
+        };
+        let size = record.size_bytes.to_string();
+        for (header, stored) in [
+            (&expected.codec, &record.codec),
+            (&expected.size, &size),
+            (&expected.sha256, &record.sha256),
+        ] {
+            if header.as_deref().is_some_and(|sent| sent.trim() != stored) {
+                return Err(PayloadError::IntegrityMismatch(
+                    "the declared payload metadata does not match the stored reference".into(),
+                )
+                .into());
+            }
+        }
+        Ok((record, data))
+    }
+
+    /// Every runtime external payload reference inside `payloads` must
+    /// name a payload stored in this namespace with the same codec, size
+    /// and hash: history then never holds a reference nobody can fetch.
+    /// One primary-key read per reference; a 422 names each bad one.
+    pub fn verify_payload_references(
+        &self,
+        namespace: &str,
+        payloads: &[(&str, &Value)],
+    ) -> Result<(), ApiError> {
+        self.verify_references_in(|| Ok(namespace.to_owned()), payloads)
+    }
+
+    /// As [`Engine::verify_payload_references`] for the payloads of a
+    /// worker's report on `task`, whose namespace is read only when a
+    /// reference is present.
+    pub fn verify_task_payload_references(
+        &self,
+        task: i64,
+        payloads: &[(&str, &Value)],
+    ) -> Result<(), ApiError> {
+        self.verify_references_in(
+            || Ok(self.read(|store| store.task_queue_of(task))?.0),
+            payloads,
+        )
+    }
+
+    fn verify_references_in(
+        &self,
+        namespace: impl FnOnce() -> Result<String, ApiError>,
+        payloads: &[(&str, &Value)],
+    ) -> Result<(), ApiError> {
+        let mut found = Vec::new();
+        let mut checks = Checks::default();
+        for (field, value) in payloads {
+            collect(field, value, &mut found, &mut checks);
+        }
+        if found.is_empty() && checks.problems.is_empty() {
+            return Ok(());
+        }
+        let ns = namespace()?;
+        let stored = self.read(|store| {
+            found
+                .into_iter()
+                .map(|(field, claimed)| {
+                    let row = store.external_payload_record(&ns, &claimed.reference_id)?;
+                    Ok((field, claimed, row))
+                })
+                .collect::<Result<Vec<_>, crate::store::Error>>()
+        })?;
+        for (field, claimed, row) in stored {
+            match row {
+                Some(row) if row == claimed => {}
+                Some(_) => {
+                    checks.problem(
+                        &format!("{field}.external_payload"),
+                        "The reference's codec, size_bytes or sha256 differs from the stored payload.",
+                    );
+                }
+                None => {
+                    checks.problem(
+                        &format!("{field}.external_payload"),
+                        format!(
+                            "No stored external payload {} in this namespace: upload it to POST {} first.",
+                            claimed.reference_id,
+                            crate::external_payloads::UPLOAD_PATH
+                        ),
+                    );
+                }
+            }
+        }
+        if checks.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::server::worker::validation(checks).into())
+        }
+    }
+}
+
+/// Every `{codec, external_payload}` envelope in `value`, by field path.
+fn collect(
+    field: &str,
+    value: &Value,
+    found: &mut Vec<(String, PayloadRecord)>,
+    checks: &mut Checks,
+) {
+    match value {
+        Value::Object(map) if map.contains_key("external_payload") => match reference_of(value) {
+            Ok(Some(record)) => found.push((field.to_owned(), record)),
+            Ok(None) => {}
+            Err(problem) => {
+                checks.problem(&format!("{field}.external_payload"), problem);
+            }
+        },
+        Value::Object(map) => {
+            for (key, item) in map {
+                collect(&format!("{field}.{key}"), item, found, checks);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect(&format!("{field}.{i}"), item, found, checks);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,126 @@
+//! `/api/workflows/{id}/runs/{run}/streams`: a run's output streams —
+//! list, describe, append, read pages (with a bounded wait) and close.
+//!
+//! A page read that finds nothing waits without holding a thread: it
+//! re-reads the store on the blocking pool every [`RECHECK`] and sleeps
+//! on the async runtime in between, until an item arrives, the stream
+//! ends, or `wait_seconds` pass. A node holds at most
+//! `DW_WORKFLOW_STREAM_MAX_WAITS` such waits (429 past it).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+
+use super::{blocking, refuse, reply, run_blocking, with_body, Scope, Shared};
+use crate::server::streams::{AppendStreamBody, CloseStreamBody, StreamPageQuery};
+use crate::server::{ApiError, Engine};
+
+/// How often a waiting page read looks again.
+const RECHECK: Duration = Duration::from_millis(100);
+
+pub(super) fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/api/workflows/{wf}/runs/{run}/streams", get(list))
+        .route(
+            "/api/workflows/{wf}/runs/{run}/streams/{name}",
+            get(describe),
+        )
+        .route(
+            "/api/workflows/{wf}/runs/{run}/streams/{name}/items",
+            get(page).post(append),
+        )
+        .route(
+            "/api/workflows/{wf}/runs/{run}/streams/{name}/close",
+            post(close),
+        )
+}
+
+async fn list(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run)): Path<(String, String)>,
+) -> Response {
+    blocking(engine, move |e| e.list_streams(&scope.namespace, &wf, &run)).await
+}
+
+async fn describe(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run, name)): Path<(String, String, String)>,
+) -> Response {
+    blocking(engine, move |e| {
+        e.describe_stream(&scope.namespace, &wf, &run, &name)
+    })
+    .await
+}
+
+async fn append(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    with_body(engine, headers, body, move |e, b: AppendStreamBody| {
+        e.append_stream(&scope.namespace, &wf, &run, &name, b)
+    })
+    .await
+}
+
+async fn close(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    with_body(engine, headers, body, move |e, b: CloseStreamBody| {
+        e.close_stream(&scope.namespace, &wf, &run, &name, b)
+    })
+    .await
+}
+
+async fn page(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run, name)): Path<(String, String, String)>,
+    query: Result<Query<StreamPageQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return refuse(ApiError::Malformed(e.body_text())),
+    };
+    let (w, n) = (wf.clone(), name.clone());
+    let spec = match run_blocking(engine.clone(), move |e| {
+        e.stream_page_spec(&scope.namespace, &w, &run, &n, &query)
+    })
+    .await
+    {
+        Ok(spec) => spec,
+        Err(e) => return refuse(e),
+    };
+    let deadline = Instant::now() + Duration::from_secs(spec.wait_seconds);
+    let mut held = None;
+    loop {
+        let (w, n) = (wf.clone(), name.clone());
+        let read = run_blocking(engine.clone(), move |e| e.stream_page(&w, &n, spec)).await;
+        match read {
+            Ok((page, ready)) if ready || Instant::now() >= deadline => return reply(Ok(page)),
+            Ok(_) if held.is_none() => match engine.stream_waits.hold() {
+                Ok(wait) => held = Some(wait),
+                Err(e) => return refuse(e),
+            },
+            Ok(_) => {}
+            Err(e) => return refuse(e),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(RECHECK.min(left)).await;
+    }
+}

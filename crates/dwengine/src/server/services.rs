@@ -1,0 +1,1106 @@
+//! The service catalog and Nexus service calls (`/api/service-endpoints`).
+//!
+//! The published SDK executes a Nexus operation with one request,
+//! `POST /api/service-endpoints/{endpoint}/services/{service}/operations/{operation}/execute`
+//! (`Client.execute_nexus_operation`), in the namespace that holds the
+//! catalog (`X-Namespace`, the SDK's `target_namespace`); the caller's own
+//! namespace travels in the body. Operators register what may be called:
+//! endpoints per namespace, services under an endpoint, operations under a
+//! service, each operation bound to its handler. This server serves the
+//! `start_workflow` binding: an accepted call starts the bound workflow type
+//! in the catalog's namespace (through [`Engine::start_workflow`], the
+//! same path and checks as `POST /api/workflows`), and a `wait_for:
+//! completed` call waits for that run to close and answers with its output.
+//!
+//! Before a new call is recorded, [`SharedServiceBoundaryPolicy`] spends
+//! the configured service-call budgets; an idempotent replay (the same
+//! caller namespace and `idempotency_key` on the same operation) answers
+//! the call already made and spends nothing.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::server::error::finish_with;
+use crate::server::wire::{self, Checks, StartWorkflow};
+use crate::server::{ApiError, Engine};
+use crate::service_boundary::{Boundary, SharedServiceBoundaryPolicy};
+use crate::store::{CatalogDelete, CatalogEntry, CatalogLevel, RunStatus, ServiceCallRow};
+
+/// Longest endpoint and service name (as the reference server).
+pub const MAX_CATALOG_NAME_CHARS: usize = 191;
+/// Longest description.
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+/// Longest idempotency key and caller-supplied identifier.
+pub const MAX_CALL_FIELD_CHARS: usize = 191;
+/// Longest `wait_timeout_seconds`.
+pub const MAX_WAIT_TIMEOUT_SECONDS: i64 = 86_400;
+/// The handler bindings this server executes.
+pub const SERVED_BINDINGS: [&str; 1] = ["start_workflow"];
+/// The bindings the protocol names (others are refused as unknown).
+pub const KNOWN_BINDINGS: [&str; 6] = [
+    "start_workflow",
+    "signal_workflow",
+    "update_workflow",
+    "query_workflow",
+    "activity_execution",
+    "invocable_http",
+];
+const ANSWER_CHECK: Duration = Duration::from_millis(20);
+
+/// `POST /api/service-endpoints` and `…/services`: a named entry.
+#[derive(Debug, Deserialize, Default)]
+pub struct CreateEntry {
+    /// The endpoint's name (endpoints).
+    #[serde(default)]
+    pub endpoint_name: Option<String>,
+    /// The service's name (services).
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Free-form JSON object.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// `POST …/operations`.
+#[derive(Debug, Deserialize, Default)]
+pub struct CreateOperation {
+    /// The operation's name.
+    #[serde(default)]
+    pub operation_name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `sync` or `async`.
+    #[serde(default)]
+    pub operation_mode: String,
+    /// What handles a call (`start_workflow` is served).
+    #[serde(default)]
+    pub handler_binding_kind: String,
+    /// The bound workflow type (or `handler_binding.workflow_type`).
+    #[serde(default)]
+    pub handler_target_reference: Option<String>,
+    /// `{workflow_type, task_queue}`.
+    #[serde(default)]
+    pub handler_binding: Option<Map<String, Value>>,
+    /// Recorded.
+    #[serde(default)]
+    pub deadline_policy: Option<Value>,
+    /// Recorded.
+    #[serde(default)]
+    pub idempotency_policy: Option<Value>,
+    /// Recorded.
+    #[serde(default)]
+    pub cancellation_policy: Option<Value>,
+    /// Recorded.
+    #[serde(default)]
+    pub retry_policy: Option<Value>,
+    /// `{"rate_limit": {"requests_per_minute": N}}` narrows the boundary budget.
+    #[serde(default)]
+    pub boundary_policy: Option<Value>,
+    /// Free-form JSON object.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// `POST …/execute`: the SDK's `nexus_request_payload`.
+#[derive(Debug, Deserialize, Default, serde::Serialize)]
+pub struct ExecuteOperation {
+    /// The encoded arguments (a blob string, or an envelope).
+    #[serde(default)]
+    pub arguments: Value,
+    /// Their codec (default `avro`).
+    #[serde(default)]
+    pub payload_codec: Option<String>,
+    /// `sync` or `async`, over the operation's mode.
+    #[serde(default)]
+    pub mode_override: Option<String>,
+    /// `accepted` or `completed`.
+    #[serde(default)]
+    pub wait_for: Option<String>,
+    /// How long a `completed` wait lasts (capped by `DW_MAX_UPDATE_WAIT_MS`).
+    #[serde(default)]
+    pub wait_timeout_seconds: Option<i64>,
+    /// One call per (operation, caller namespace, key).
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// The caller's namespace (default: the request's).
+    #[serde(default)]
+    pub caller_namespace: Option<String>,
+    /// The calling workflow.
+    #[serde(default)]
+    pub caller_workflow_instance_id: Option<String>,
+    /// The calling run.
+    #[serde(default)]
+    pub caller_workflow_run_id: Option<String>,
+    /// The workflow id to start (default `service-call-<id>`).
+    #[serde(default)]
+    pub target_workflow_instance_id: Option<String>,
+    /// Recorded.
+    #[serde(default)]
+    pub target_workflow_run_id: Option<String>,
+    /// Recorded.
+    #[serde(default)]
+    pub connection: Option<String>,
+    /// The task queue, over the binding's.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// The started run's business key.
+    #[serde(default)]
+    pub business_key: Option<String>,
+    /// Recorded.
+    #[serde(default)]
+    pub labels: Option<Value>,
+    /// The started run's memo.
+    #[serde(default)]
+    pub memo: Option<Map<String, Value>>,
+    /// The started run's search attributes.
+    #[serde(default)]
+    pub search_attributes: Option<Map<String, Value>>,
+    /// `reject_duplicate` (default) or `return_existing_active`.
+    #[serde(default)]
+    pub duplicate_start_policy: Option<String>,
+}
+
+/// Lower-cased name, or a validation problem.
+/// The ids and names of the entries above an entry, shown beside it.
+fn parent_context(endpoint: &CatalogEntry, service: Option<&CatalogEntry>) -> Value {
+    let mut context =
+        json!({ "endpoint_id": endpoint.id.to_string(), "endpoint_name": endpoint.name });
+    if let Some(service) = service {
+        context["service_id"] = service.id.to_string().into();
+        context["service_name"] = service.name.clone().into();
+    }
+    context
+}
+
+fn catalog_name(checks: &mut Checks, field: &str, name: &str, max: usize) -> String {
+    let valid = !name.is_empty()
+        && name.chars().count() <= max
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !valid {
+        checks.problem(
+            field,
+            format!(
+                "The {field} field must be 1 to {max} characters of letters, digits, '.', '_' or '-'."
+            ),
+        );
+    }
+    name.to_ascii_lowercase()
+}
+
+fn text(checks: &mut Checks, field: &str, value: Option<&str>, max: usize) {
+    if let Some(v) = value {
+        if v.chars().count() > max {
+            checks.problem(
+                field,
+                format!("The {field} field must be at most {max} characters."),
+            );
+        }
+    }
+}
+
+fn object(checks: &mut Checks, field: &str, value: Option<&Value>) {
+    if let Some(v) = value {
+        if !v.is_object() && !v.is_null() {
+            checks.problem(field, format!("The {field} field must be an object."));
+        }
+    }
+}
+
+fn not_found(reason: &'static str, message: String, details: Value) -> ApiError {
+    ApiError::ServiceCatalog {
+        status: 404,
+        reason,
+        message,
+        details,
+    }
+}
+
+fn conflict(reason: &'static str, message: String, details: Value) -> ApiError {
+    ApiError::ServiceCatalog {
+        status: 409,
+        reason,
+        message,
+        details,
+    }
+}
+
+fn entry_json(entry: &CatalogEntry) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("id".into(), entry.id.to_string().into());
+    out.insert("namespace".into(), entry.namespace.clone().into());
+    if let Value::Object(document) = &entry.document {
+        for (k, v) in document {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    out.insert(
+        "created_at".into(),
+        wire::timestamp(entry.created_at_ms).into(),
+    );
+    out.insert(
+        "updated_at".into(),
+        wire::timestamp(entry.updated_at_ms).into(),
+    );
+    out
+}
+
+/// The catalog path of an operation, resolved.
+struct Resolved {
+    endpoint: CatalogEntry,
+    service: CatalogEntry,
+    operation: CatalogEntry,
+}
+
+impl Resolved {
+    fn operation_limit(&self) -> Option<u64> {
+        self.operation.document["boundary_policy"]["rate_limit"]["requests_per_minute"].as_u64()
+    }
+
+    fn mode(&self) -> &str {
+        self.operation.document["operation_mode"]
+            .as_str()
+            .unwrap_or("sync")
+    }
+
+    fn workflow_type(&self) -> String {
+        let document = &self.operation.document;
+        document["handler_binding"]["workflow_type"]
+            .as_str()
+            .or_else(|| document["handler_target_reference"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn task_queue(&self) -> String {
+        self.operation.document["handler_binding"]["task_queue"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned()
+    }
+}
+
+impl Engine {
+    fn endpoint(&self, namespace: &str, name: &str) -> Result<CatalogEntry, ApiError> {
+        let normalized = name.to_ascii_lowercase();
+        let ns = namespace.to_owned();
+        let found = self.read(|s| s.catalog_entry(&ns, CatalogLevel::Endpoint, 0, &normalized))?;
+        found.ok_or_else(|| {
+            not_found(
+                "endpoint_not_found",
+                format!("Service endpoint [{normalized}] not found in namespace [{namespace}]."),
+                json!({ "accepted": false, "namespace": namespace, "endpoint_name": normalized }),
+            )
+        })
+    }
+
+    fn service(&self, endpoint: &CatalogEntry, name: &str) -> Result<CatalogEntry, ApiError> {
+        let normalized = name.to_ascii_lowercase();
+        let found = self.read(|s| {
+            s.catalog_entry(
+                &endpoint.namespace,
+                CatalogLevel::Service,
+                endpoint.id,
+                &normalized,
+            )
+        })?;
+        found.ok_or_else(|| {
+            not_found(
+                "service_not_found",
+                format!(
+                    "Service [{normalized}] not found under endpoint [{}] in namespace [{}].",
+                    endpoint.name, endpoint.namespace
+                ),
+                json!({ "accepted": false, "namespace": endpoint.namespace,
+                        "endpoint_name": endpoint.name, "service_name": normalized }),
+            )
+        })
+    }
+
+    fn resolve(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: &str,
+        operation: &str,
+    ) -> Result<Resolved, ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let service = self.service(&endpoint, service)?;
+        let normalized = operation.to_ascii_lowercase();
+        let found = self.read(|s| {
+            s.catalog_entry(
+                &service.namespace,
+                CatalogLevel::Operation,
+                service.id,
+                &normalized,
+            )
+        })?;
+        let Some(operation) = found else {
+            return Err(not_found(
+                "operation_not_found",
+                format!(
+                    "Operation [{normalized}] not found under service [{}] at endpoint [{}] in namespace [{}].",
+                    service.name, endpoint.name, namespace
+                ),
+                json!({ "accepted": false, "namespace": namespace, "endpoint_name": endpoint.name,
+                        "service_name": service.name, "operation_name": normalized }),
+            ));
+        };
+        Ok(Resolved {
+            endpoint,
+            service,
+            operation,
+        })
+    }
+
+    fn create_entry(
+        &self,
+        namespace: &str,
+        level: CatalogLevel,
+        parent_id: i64,
+        name: String,
+        document: Value,
+        context: Value,
+    ) -> Result<(u16, Value), ApiError> {
+        let ns = namespace.to_owned();
+        let stored = name.clone();
+        let created =
+            self.write(move |s| s.create_catalog_entry(&ns, level, parent_id, &stored, &document))?;
+        match created {
+            Some(entry) => Ok((201, Value::Object(self.with_context(&entry, context)))),
+            None => {
+                let kind = level.as_str();
+                let reason = match level {
+                    CatalogLevel::Endpoint => "endpoint_already_exists",
+                    CatalogLevel::Service => "service_already_exists",
+                    CatalogLevel::Operation => "operation_already_exists",
+                };
+                let mut details = context;
+                details[format!("{kind}_name")] = name.clone().into();
+                Err(conflict(
+                    reason,
+                    format!("A {kind} [{name}] already exists here in namespace [{namespace}]."),
+                    details,
+                ))
+            }
+        }
+    }
+
+    fn with_context(&self, entry: &CatalogEntry, context: Value) -> Map<String, Value> {
+        let mut out = entry_json(entry);
+        if let Value::Object(context) = context {
+            for (k, v) in context {
+                out.entry(k).or_insert(v);
+            }
+        }
+        out
+    }
+
+    /// An endpoint's or service's name (under `field`), description and
+    /// metadata, checked together: the normalised name and the document kept.
+    fn checked_entry(
+        &self,
+        field: &str,
+        raw: &str,
+        body: CreateEntry,
+    ) -> Result<(String, Value), ApiError> {
+        let mut checks = Checks::default();
+        let name = catalog_name(&mut checks, field, raw, MAX_CATALOG_NAME_CHARS);
+        text(
+            &mut checks,
+            "description",
+            body.description.as_deref(),
+            MAX_DESCRIPTION_CHARS,
+        );
+        object(&mut checks, "metadata", body.metadata.as_ref());
+        finish_with(
+            self.config.request_limits.validator(),
+            &[],
+            &checks.problems,
+        )?;
+        let mut document = json!({ "description": body.description, "metadata": body.metadata });
+        document[field] = name.clone().into();
+        Ok((name, document))
+    }
+
+    /// `POST /api/service-endpoints`: `(201, endpoint)`.
+    pub fn create_service_endpoint(
+        &self,
+        namespace: &str,
+        body: CreateEntry,
+    ) -> Result<(u16, Value), ApiError> {
+        let raw = body.endpoint_name.clone().unwrap_or_default();
+        let (name, document) = self.checked_entry("endpoint_name", &raw, body)?;
+        self.create_entry(
+            namespace,
+            CatalogLevel::Endpoint,
+            0,
+            name,
+            document,
+            json!({}),
+        )
+    }
+
+    /// `GET /api/service-endpoints`.
+    pub fn list_service_endpoints(&self, namespace: &str) -> Result<Value, ApiError> {
+        let ns = namespace.to_owned();
+        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Endpoint, 0))?;
+        let list: Vec<Value> = entries
+            .iter()
+            .map(|e| Value::Object(entry_json(e)))
+            .collect();
+        Ok(json!({ "service_endpoints": list }))
+    }
+
+    /// `GET /api/service-endpoints/{endpoint}`.
+    pub fn describe_service_endpoint(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+    ) -> Result<Value, ApiError> {
+        Ok(Value::Object(entry_json(
+            &self.endpoint(namespace, endpoint)?,
+        )))
+    }
+
+    /// `POST /api/service-endpoints/{endpoint}/services`: `(201, service)`.
+    pub fn create_service(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        body: CreateEntry,
+    ) -> Result<(u16, Value), ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let raw = body.service_name.clone().unwrap_or_default();
+        let (name, document) = self.checked_entry("service_name", &raw, body)?;
+        let context = parent_context(&endpoint, None);
+        self.create_entry(
+            namespace,
+            CatalogLevel::Service,
+            endpoint.id,
+            name,
+            document,
+            context,
+        )
+    }
+
+    /// `GET /api/service-endpoints/{endpoint}/services`.
+    pub fn list_services(&self, namespace: &str, endpoint: &str) -> Result<Value, ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let ns = namespace.to_owned();
+        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Service, endpoint.id))?;
+        let context = parent_context(&endpoint, None);
+        let list: Vec<Value> = entries
+            .iter()
+            .map(|e| Value::Object(self.with_context(e, context.clone())))
+            .collect();
+        Ok(json!({ "services": list }))
+    }
+
+    /// `GET /api/service-endpoints/{endpoint}/services/{service}`.
+    pub fn describe_service(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: &str,
+    ) -> Result<Value, ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let service = self.service(&endpoint, service)?;
+        let context = parent_context(&endpoint, None);
+        Ok(Value::Object(self.with_context(&service, context)))
+    }
+
+    /// `POST …/services/{service}/operations`: `(201, operation)`.
+    pub fn create_service_operation(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: &str,
+        body: CreateOperation,
+    ) -> Result<(u16, Value), ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let service = self.service(&endpoint, service)?;
+        let mut checks = Checks::default();
+        let max_name = usize::try_from(self.config.request_limits.max_operation_name_length)
+            .unwrap_or(usize::MAX)
+            .clamp(1, MAX_CATALOG_NAME_CHARS);
+        let name = catalog_name(
+            &mut checks,
+            "operation_name",
+            &body.operation_name,
+            max_name,
+        );
+        text(
+            &mut checks,
+            "description",
+            body.description.as_deref(),
+            MAX_DESCRIPTION_CHARS,
+        );
+        if !matches!(body.operation_mode.as_str(), "sync" | "async") {
+            checks.problem(
+                "operation_mode",
+                "The operation_mode field must be \"sync\" or \"async\".",
+            );
+        }
+        let kind = body.handler_binding_kind.as_str();
+        if !KNOWN_BINDINGS.contains(&kind) {
+            checks.problem(
+                "handler_binding_kind",
+                format!(
+                    "The handler_binding_kind field must be one of {}.",
+                    KNOWN_BINDINGS.join(", ")
+                ),
+            );
+        } else if !SERVED_BINDINGS.contains(&kind) {
+            checks.problem(
+                "handler_binding_kind",
+                format!(
+                    "The {kind} binding is not served by this server; bind the operation with start_workflow."
+                ),
+            );
+        }
+        let binding = body.handler_binding.clone().unwrap_or_default();
+        let workflow_type = binding
+            .get("workflow_type")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| body.handler_target_reference.clone())
+            .unwrap_or_default();
+        let task_queue = binding
+            .get("task_queue")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let mut v = self.config.request_limits.validator();
+        v.workflow_type(&workflow_type).task_queue(&task_queue);
+        text(
+            &mut checks,
+            "handler_target_reference",
+            body.handler_target_reference.as_deref(),
+            MAX_CATALOG_NAME_CHARS,
+        );
+        if workflow_type.trim().is_empty() {
+            checks.problem(
+                "handler_target_reference",
+                "Provide handler_target_reference or handler_binding.workflow_type: the workflow type a call starts.",
+            );
+        }
+        for (field, value) in [
+            ("deadline_policy", &body.deadline_policy),
+            ("idempotency_policy", &body.idempotency_policy),
+            ("cancellation_policy", &body.cancellation_policy),
+            ("retry_policy", &body.retry_policy),
+            ("boundary_policy", &body.boundary_policy),
+            ("metadata", &body.metadata),
+        ] {
+            object(&mut checks, field, value.as_ref());
+        }
+        if let Some(rate) = body
+            .boundary_policy
+            .as_ref()
+            .and_then(|p| p.get("rate_limit"))
+        {
+            checks.integer_field(
+                rate,
+                "requests_per_minute",
+                "boundary_policy.rate_limit.requests_per_minute",
+                1,
+                i64::MAX,
+            );
+        }
+        finish_with(v, &[], &checks.problems)?;
+        let document = json!({
+            "operation_name": name, "description": body.description,
+            "operation_mode": body.operation_mode, "handler_binding_kind": kind,
+            "handler_target_reference": body.handler_target_reference.unwrap_or_else(|| workflow_type.clone()),
+            "handler_binding": { "workflow_type": workflow_type, "task_queue": task_queue },
+            "deadline_policy": body.deadline_policy, "idempotency_policy": body.idempotency_policy,
+            "cancellation_policy": body.cancellation_policy, "retry_policy": body.retry_policy,
+            "boundary_policy": body.boundary_policy, "metadata": body.metadata,
+        });
+        let context = parent_context(&endpoint, Some(&service));
+        self.create_entry(
+            namespace,
+            CatalogLevel::Operation,
+            service.id,
+            name,
+            document,
+            context,
+        )
+    }
+
+    /// `GET …/services/{service}/operations`.
+    pub fn list_service_operations(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: &str,
+    ) -> Result<Value, ApiError> {
+        let endpoint = self.endpoint(namespace, endpoint)?;
+        let service = self.service(&endpoint, service)?;
+        let ns = namespace.to_owned();
+        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Operation, service.id))?;
+        let context = parent_context(&endpoint, Some(&service));
+        let list: Vec<Value> = entries
+            .iter()
+            .map(|e| Value::Object(self.with_context(e, context.clone())))
+            .collect();
+        Ok(json!({ "operations": list }))
+    }
+
+    /// `GET …/operations/{operation}`.
+    pub fn describe_service_operation(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: &str,
+        operation: &str,
+    ) -> Result<Value, ApiError> {
+        let resolved = self.resolve(namespace, endpoint, service, operation)?;
+        let context = parent_context(&resolved.endpoint, Some(&resolved.service));
+        Ok(Value::Object(
+            self.with_context(&resolved.operation, context),
+        ))
+    }
+
+    /// `DELETE` of an endpoint (`service`, `operation` `None`), a service
+    /// or an operation: refused while it has entries below it or calls.
+    pub fn delete_catalog_entry(
+        &self,
+        namespace: &str,
+        endpoint: &str,
+        service: Option<&str>,
+        operation: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let endpoint_row = self.endpoint(namespace, endpoint)?;
+        let (level, parent, name, mut out) = match (service, operation) {
+            (None, _) => (
+                CatalogLevel::Endpoint,
+                0,
+                endpoint_row.name.clone(),
+                json!({ "namespace": namespace, "endpoint_name": endpoint_row.name }),
+            ),
+            (Some(service), None) => {
+                let row = self.service(&endpoint_row, service)?;
+                (
+                    CatalogLevel::Service,
+                    endpoint_row.id,
+                    row.name.clone(),
+                    json!({ "namespace": namespace, "endpoint_name": endpoint_row.name,
+                            "service_name": row.name }),
+                )
+            }
+            (Some(service), Some(operation)) => {
+                let resolved = self.resolve(namespace, endpoint, service, operation)?;
+                (
+                    CatalogLevel::Operation,
+                    resolved.service.id,
+                    resolved.operation.name.clone(),
+                    json!({ "namespace": namespace, "endpoint_name": resolved.endpoint.name,
+                            "service_name": resolved.service.name,
+                            "operation_name": resolved.operation.name }),
+                )
+            }
+        };
+        let ns = namespace.to_owned();
+        let stored = name.clone();
+        let outcome = self.write(move |s| s.delete_catalog_entry(&ns, level, parent, &stored))?;
+        let kind = level.as_str();
+        match outcome {
+            CatalogDelete::Deleted => {
+                out["outcome"] = "deleted".into();
+                Ok(out)
+            }
+            CatalogDelete::Missing => Err(not_found(
+                match level {
+                    CatalogLevel::Endpoint => "endpoint_not_found",
+                    CatalogLevel::Service => "service_not_found",
+                    CatalogLevel::Operation => "operation_not_found",
+                },
+                format!("The {kind} [{name}] no longer exists in namespace [{namespace}]."),
+                out,
+            )),
+            CatalogDelete::HasChildren => Err(conflict(
+                match level {
+                    CatalogLevel::Endpoint => "endpoint_has_services",
+                    _ => "service_has_operations",
+                },
+                format!(
+                    "The {kind} [{name}] in namespace [{namespace}] still has registered {}s.",
+                    level.child().map_or("entrie", CatalogLevel::as_str)
+                ),
+                out,
+            )),
+            CatalogDelete::HasCalls => Err(conflict(
+                "operation_has_service_calls",
+                format!(
+                    "Operation [{name}] in namespace [{namespace}] still has recorded service calls."
+                ),
+                out,
+            )),
+        }
+    }
+
+    /// `POST …/operations/{operation}/execute`: `(200, service call)`.
+    pub fn execute_service_operation(
+        &self,
+        namespace: &str,
+        path: (&str, &str, &str),
+        body: ExecuteOperation,
+    ) -> Result<(u16, Value), ApiError> {
+        let (endpoint, service, operation) = path;
+        let mut checks = Checks::default();
+        if let Some(mode) = &body.mode_override {
+            if !matches!(mode.as_str(), "sync" | "async") {
+                checks.problem(
+                    "mode_override",
+                    "The mode_override field must be \"sync\" or \"async\".",
+                );
+            }
+        }
+        if let Some(wait) = &body.wait_for {
+            if !matches!(wait.as_str(), "accepted" | "completed") {
+                checks.problem(
+                    "wait_for",
+                    "The wait_for field must be \"accepted\" or \"completed\".",
+                );
+            }
+        }
+        if let Some(policy) = &body.duplicate_start_policy {
+            if !matches!(
+                policy.as_str(),
+                "reject_duplicate" | "return_existing_active"
+            ) {
+                checks.problem(
+                    "duplicate_start_policy",
+                    "The duplicate_start_policy field must be \"reject_duplicate\" or \"return_existing_active\".",
+                );
+            }
+        }
+        checks.range(
+            "wait_timeout_seconds",
+            body.wait_timeout_seconds,
+            0,
+            MAX_WAIT_TIMEOUT_SECONDS,
+        );
+        for (field, value, max) in [
+            ("payload_codec", &body.payload_codec, MAX_CALL_FIELD_CHARS),
+            (
+                "idempotency_key",
+                &body.idempotency_key,
+                MAX_CALL_FIELD_CHARS,
+            ),
+            ("caller_namespace", &body.caller_namespace, 255),
+            (
+                "caller_workflow_instance_id",
+                &body.caller_workflow_instance_id,
+                MAX_CALL_FIELD_CHARS,
+            ),
+            (
+                "caller_workflow_run_id",
+                &body.caller_workflow_run_id,
+                MAX_CALL_FIELD_CHARS,
+            ),
+            (
+                "target_workflow_run_id",
+                &body.target_workflow_run_id,
+                MAX_CALL_FIELD_CHARS,
+            ),
+            ("connection", &body.connection, MAX_CALL_FIELD_CHARS),
+        ] {
+            text(&mut checks, field, value.as_deref(), max);
+        }
+        object(&mut checks, "labels", body.labels.as_ref());
+        if body.arguments.is_object() {
+            checks.inline_payload("arguments", &body.arguments);
+        } else if !matches!(body.arguments, Value::String(_) | Value::Null) {
+            checks.problem(
+                "arguments",
+                "The arguments field must be an encoded payload string or a {codec, blob} envelope.",
+            );
+        }
+        let mut v = self.config.request_limits.validator();
+        v.operation_name("operation_name", operation);
+        finish_with(v, &[], &checks.problems)?;
+        let resolved = self.resolve(namespace, endpoint, service, operation)?;
+        let caller_namespace = body
+            .caller_namespace
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| namespace.to_owned());
+        let key = body
+            .idempotency_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned);
+        // An idempotent replay answers the call already made; it spends no budget.
+        if let Some(key) = &key {
+            let (op, caller, k) = (resolved.operation.id, caller_namespace.clone(), key.clone());
+            if let Some(call) = self.read(move |s| s.service_call_by_key(op, &caller, &k))? {
+                return self.answer_call(&resolved, call, true);
+            }
+        }
+        let admitted = self.service_boundary.admit(
+            &Boundary {
+                caller_namespace: &caller_namespace,
+                target_namespace: namespace,
+                endpoint: &resolved.endpoint.name,
+                service: &resolved.service.name,
+                operation: &resolved.operation.name,
+            },
+            resolved.operation_limit(),
+        );
+        if let Err(refusal) = admitted {
+            return Err(ApiError::ServiceBoundary {
+                refusal,
+                details: json!({
+                    "accepted": false, "namespace": namespace,
+                    "caller_namespace": caller_namespace,
+                    "endpoint_name": resolved.endpoint.name,
+                    "service_name": resolved.service.name,
+                    "operation_name": resolved.operation.name,
+                }),
+            });
+        }
+        let request = serde_json::to_value(&body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let (op, ns, caller) = (
+            resolved.operation.id,
+            namespace.to_owned(),
+            caller_namespace,
+        );
+        let (call, created) =
+            self.write(move |s| s.record_service_call(op, &ns, &caller, key.as_deref(), &request))?;
+        self.answer_call(&resolved, call, !created)
+    }
+
+    /// Starts the call's workflow if it has none yet, waits when asked,
+    /// and answers with the call's surface.
+    fn answer_call(
+        &self,
+        resolved: &Resolved,
+        mut call: ServiceCallRow,
+        replay: bool,
+    ) -> Result<(u16, Value), ApiError> {
+        let request: ExecuteOperation =
+            serde_json::from_value(call.request.clone()).unwrap_or_default();
+        if call.linked_run.is_none() {
+            let workflow_id = request
+                .target_workflow_instance_id
+                .clone()
+                .filter(|w| !w.trim().is_empty())
+                .unwrap_or_else(|| format!("service-call-{}", call.id));
+            let codec = request
+                .payload_codec
+                .clone()
+                .unwrap_or_else(|| "avro".into());
+            let input = match &request.arguments {
+                Value::Object(_) => request.arguments.clone(),
+                Value::Null => json!({ "codec": codec, "blob": "" }),
+                blob => json!({ "codec": codec, "blob": blob }),
+            };
+            let start = StartWorkflow {
+                workflow_id: workflow_id.clone(),
+                workflow_type: resolved.workflow_type(),
+                task_queue: request
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| resolved.task_queue()),
+                input,
+                duplicate_policy: Some(
+                    match request.duplicate_start_policy.as_deref() {
+                        Some("return_existing_active") => "use-existing",
+                        _ => "fail",
+                    }
+                    .into(),
+                ),
+                memo: request.memo.clone(),
+                search_attributes: request.search_attributes.clone(),
+                business_key: request.business_key.clone(),
+                request_id: Some(format!("service-call:{}", call.id)),
+                execution_timeout_seconds: None,
+                run_timeout_seconds: None,
+                priority: None,
+            };
+            let (_, started) = self.start_workflow(&call.namespace, start)?;
+            let run = started["run_id"]
+                .as_str()
+                .and_then(wire::parse_run_id)
+                .ok_or_else(|| ApiError::Internal(format!("start answered {started}")))?;
+            let id = call.id;
+            let linked = workflow_id.clone();
+            self.write(move |s| s.link_service_call(id, &linked, run))?;
+            call.linked_workflow_id = Some(workflow_id);
+            call.linked_run = Some(run);
+        }
+        let mode = request
+            .mode_override
+            .clone()
+            .unwrap_or_else(|| resolved.mode().to_owned());
+        let wait_for = request.wait_for.clone().unwrap_or_else(|| {
+            if mode == "sync" {
+                "completed"
+            } else {
+                "accepted"
+            }
+            .to_owned()
+        });
+        let mut out = self.call_json(resolved, &call, &request, &mode, &wait_for)?;
+        out["idempotent_replay"] = replay.into();
+        if wait_for == "completed" && out["status"] == "started" {
+            let limit = self.config.max_update_wait;
+            let wait = request
+                .wait_timeout_seconds
+                .map_or(limit, |s| Duration::from_secs(s.unsigned_abs()))
+                .min(limit);
+            let deadline = Instant::now() + wait;
+            while Instant::now() < deadline {
+                std::thread::sleep(ANSWER_CHECK);
+                out = self.call_json(resolved, &call, &request, &mode, &wait_for)?;
+                out["idempotent_replay"] = replay.into();
+                if out["status"] != "started" {
+                    return Ok((200, out));
+                }
+            }
+            out["wait_timed_out"] = true.into();
+        }
+        Ok((200, out))
+    }
+
+    /// The call's surface, with its linked run's state and outcome.
+    fn call_json(
+        &self,
+        resolved: &Resolved,
+        call: &ServiceCallRow,
+        request: &ExecuteOperation,
+        mode: &str,
+        wait_for: &str,
+    ) -> Result<Value, ApiError> {
+        let mut out = json!({
+            "accepted": true,
+            "service_call_id": call.id.to_string(),
+            "id": call.id.to_string(),
+            "namespace": call.namespace,
+            "target_namespace": call.namespace,
+            "endpoint_id": resolved.endpoint.id.to_string(),
+            "endpoint_name": resolved.endpoint.name,
+            "service_id": resolved.service.id.to_string(),
+            "service_name": resolved.service.name,
+            "operation_id": resolved.operation.id.to_string(),
+            "operation_name": resolved.operation.name,
+            "operation_mode": mode,
+            "wait_for": wait_for,
+            "caller_namespace": call.caller_namespace,
+            "caller_workflow_instance_id": request.caller_workflow_instance_id,
+            "caller_workflow_run_id": request.caller_workflow_run_id,
+            "idempotency_key": call.idempotency_key,
+            "payload_codec": request.payload_codec.clone().unwrap_or_else(|| "avro".into()),
+            "resolved_binding_kind": "start_workflow",
+            "resolved_target_reference": resolved.workflow_type(),
+            "linked_workflow_instance_id": call.linked_workflow_id,
+            "linked_workflow_run_id": call.linked_run.map(wire::run_id),
+            "linked_workflow_update_id": null,
+            "policy_name": SharedServiceBoundaryPolicy::POLICY_NAME,
+            "accepted_at": wire::timestamp(call.created_at_ms),
+            "status": "accepted",
+            "outcome": "accepted",
+            "result": null,
+        });
+        let Some(run) = call.linked_run else {
+            return Ok(out);
+        };
+        let (stored, io) = match self.read(|s| Ok((s.run(run)?, s.run_io(run)?))) {
+            Ok(found) => found,
+            // A pruned or archived run no longer answers; the call stands.
+            Err(crate::store::Error::RunNotFound(_)) => return Ok(out),
+            Err(e) => return Err(e.into()),
+        };
+        let terminal = io.1.unwrap_or(Value::Null);
+        let message = terminal
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let (status, outcome) = match stored.status {
+            RunStatus::Running => ("started", "started"),
+            RunStatus::Completed => ("completed", "completed"),
+            RunStatus::Failed => ("failed", "handler_failed"),
+            RunStatus::Cancelled => ("cancelled", "cancelled"),
+            RunStatus::Terminated => ("failed", "handler_terminated"),
+        };
+        out["status"] = status.into();
+        out["outcome"] = outcome.into();
+        out["linked_workflow_status"] = stored.status.as_str().into();
+        match stored.status {
+            RunStatus::Running => {}
+            RunStatus::Completed => {
+                let output = terminal.get("output").cloned().unwrap_or(Value::Null);
+                out["result"] = output.clone();
+                out["result_envelope"] = output.clone();
+                out["response_payload"] = output;
+            }
+            _ => {
+                out["message"] = message
+                    .unwrap_or_else(|| {
+                        format!("the linked workflow run is {}", stored.status.as_str())
+                    })
+                    .into();
+                out["failure"] = terminal;
+                out["reason"] = outcome.into();
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GET …/operations/{operation}/service-calls/{id}`.
+    pub fn describe_service_call(
+        &self,
+        namespace: &str,
+        path: (&str, &str, &str),
+        call_id: &str,
+    ) -> Result<Value, ApiError> {
+        let (endpoint, service, operation) = path;
+        let resolved = self.resolve(namespace, endpoint, service, operation)?;
+        let missing = || {
+            not_found(
+                "service_call_not_found",
+                format!(
+                    "Service call [{call_id}] not found under operation [{}] in namespace [{namespace}].",
+                    resolved.operation.name
+                ),
+                json!({ "namespace": namespace, "operation_name": resolved.operation.name,
+                        "service_call_id": call_id }),
+            )
+        };
+        let Ok(id) = call_id.trim().parse::<i64>() else {
+            return Err(missing());
+        };
+        let call = self
+            .read(|s| s.service_call(id))?
+            .filter(|c| c.operation_id == resolved.operation.id && c.namespace == namespace)
+            .ok_or_else(missing)?;
+        let request: ExecuteOperation =
+            serde_json::from_value(call.request.clone()).unwrap_or_default();
+        let mode = request
+            .mode_override
+            .clone()
+            .unwrap_or_else(|| resolved.mode().to_owned());
+        let wait_for = request.wait_for.clone().unwrap_or_else(|| {
+            if mode == "sync" {
+                "completed"
+            } else {
+                "accepted"
+            }
+            .to_owned()
+        });
+        let mut out = self.call_json(&resolved, &call, &request, &mode, &wait_for)?;
+        out["found"] = true.into();
+        Ok(out)
+    }
+}

@@ -1,0 +1,265 @@
+//! Runtime external payload rows and their per-namespace usage, the
+//! authority of the external-payload quota.
+//!
+//! A payload is stored once per (namespace, codec, sha256, size): a retried
+//! or repeated upload of the same bytes finds the existing row and returns
+//! its reference without counting twice. The namespace's byte and object
+//! totals live in `external_payload_usage`, kept by triggers (migration
+//! 0016) in the row's own transaction, so admission reads one row in the
+//! same write transaction as the insert it admits and racing uploads cannot
+//! overshoot a quota.
+
+use rusqlite::{params, OptionalExtension};
+
+use crate::store::rows::{now_ms, to_u64};
+use crate::store::{Error, Store};
+
+/// A namespace's external payload usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PayloadUsage {
+    /// Stored bytes.
+    pub bytes: u64,
+    /// Stored payloads.
+    pub objects: u64,
+}
+
+/// A stored payload's identity (everything but its bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadRecord {
+    /// `ep_` and 26 Crockford base32 characters.
+    pub reference_id: String,
+    /// The payload codec (`avro`).
+    pub codec: String,
+    /// Its length in bytes.
+    pub size_bytes: u64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+/// Whether an upload stored new bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// A new row.
+    Created(PayloadRecord),
+    /// The same bytes were already stored in the namespace.
+    Existing(PayloadRecord),
+}
+
+impl Stored {
+    /// The stored payload's identity.
+    pub fn record(&self) -> &PayloadRecord {
+        match self {
+            Stored::Created(r) | Stored::Existing(r) => r,
+        }
+    }
+}
+
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// `ep_` + a ULID: 48 bits of milliseconds and 80 random bits, in
+/// Crockford base32 (the SDK's `ep_[0-9A-HJKMNP-TV-Z]{26}`).
+fn reference_id(ms: i64, random: &[u8]) -> String {
+    let mut value: u128 = u128::from(u64::try_from(ms).unwrap_or(0) & 0xFFFF_FFFF_FFFF) << 80;
+    for (i, byte) in random.iter().take(10).enumerate() {
+        value |= u128::from(*byte) << (72 - 8 * i);
+    }
+    let mut id = String::with_capacity(29);
+    id.push_str("ep_");
+    for i in (0..26).rev() {
+        let index = ((value >> (5 * i)) & 0x1F) as usize;
+        id.push(char::from(CROCKFORD[index]));
+    }
+    id
+}
+
+impl Store {
+    /// `namespace`'s stored bytes and payloads.
+    pub fn external_payload_usage(&self, namespace: &str) -> Result<PayloadUsage, Error> {
+        let usage = self
+            .conn
+            .prepare_cached(
+                "SELECT bytes, objects FROM external_payload_usage WHERE namespace = ?1",
+            )?
+            .query_row([namespace], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .optional()?;
+        Ok(
+            usage.map_or(PayloadUsage::default(), |(bytes, objects)| PayloadUsage {
+                bytes: to_u64(bytes),
+                objects: to_u64(objects),
+            }),
+        )
+    }
+
+    /// The stored payload with the same bytes in `namespace`, if any.
+    pub fn find_external_payload(
+        &self,
+        namespace: &str,
+        codec: &str,
+        sha256: &str,
+        size_bytes: u64,
+    ) -> Result<Option<PayloadRecord>, Error> {
+        let size = i64::try_from(size_bytes).unwrap_or(i64::MAX);
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT reference_id FROM external_payloads \
+                 WHERE namespace = ?1 AND codec = ?2 AND sha256 = ?3 AND size_bytes = ?4",
+            )?
+            .query_row(params![namespace, codec, sha256, size], |r| r.get(0))
+            .optional()?
+            .map(|reference_id| PayloadRecord {
+                reference_id,
+                codec: codec.to_owned(),
+                size_bytes,
+                sha256: sha256.to_owned(),
+            }))
+    }
+
+    /// Stores `data` in `namespace` under a new reference (call after
+    /// [`Store::find_external_payload`] found none, in the same transaction).
+    pub fn insert_external_payload(
+        &self,
+        namespace: &str,
+        codec: &str,
+        sha256: &str,
+        data: &[u8],
+    ) -> Result<PayloadRecord, Error> {
+        let now = now_ms();
+        let random: Vec<u8> = self
+            .conn
+            .prepare_cached("SELECT randomblob(10)")?
+            .query_row([], |r| r.get(0))?;
+        let record = PayloadRecord {
+            reference_id: reference_id(now, &random),
+            codec: codec.to_owned(),
+            size_bytes: data.len() as u64,
+            sha256: sha256.to_owned(),
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT INTO external_payloads \
+                 (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                record.reference_id,
+                namespace,
+                codec,
+                i64::try_from(data.len()).unwrap_or(i64::MAX),
+                sha256,
+                data,
+                now
+            ])?;
+        Ok(record)
+    }
+
+    /// The payload `reference_id` of `namespace` with its bytes; `None`
+    /// when no such reference exists in that namespace.
+    pub fn external_payload(
+        &self,
+        namespace: &str,
+        reference_id: &str,
+    ) -> Result<Option<(PayloadRecord, Vec<u8>)>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT codec, size_bytes, sha256, data FROM external_payloads \
+                 WHERE reference_id = ?1 AND namespace = ?2",
+            )?
+            .query_row([reference_id, namespace], |r| {
+                Ok((
+                    PayloadRecord {
+                        reference_id: reference_id.to_owned(),
+                        codec: r.get(0)?,
+                        size_bytes: to_u64(r.get(1)?),
+                        sha256: r.get(2)?,
+                    },
+                    r.get(3)?,
+                ))
+            })
+            .optional()?)
+    }
+
+    /// The identity of payload `reference_id` of `namespace`, without reading its bytes.
+    pub fn external_payload_record(
+        &self,
+        namespace: &str,
+        reference_id: &str,
+    ) -> Result<Option<PayloadRecord>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT codec, size_bytes, sha256 FROM external_payloads \
+                 WHERE reference_id = ?1 AND namespace = ?2",
+            )?
+            .query_row([reference_id, namespace], |r| {
+                Ok(PayloadRecord {
+                    reference_id: reference_id.to_owned(),
+                    codec: r.get(0)?,
+                    size_bytes: to_u64(r.get(1)?),
+                    sha256: r.get(2)?,
+                })
+            })
+            .optional()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_ids_match_the_sdk_pattern() {
+        let id = reference_id(1_764_000_000_000, &[0xFF; 10]);
+        assert_eq!(id.len(), 29);
+        assert!(id.starts_with("ep_"));
+        assert!(id[3..]
+            .bytes()
+            .all(|b| CROCKFORD.contains(&b) && !b"ILOU".contains(&b)));
+        assert_ne!(id, reference_id(1_764_000_000_000, &[0xFE; 10]));
+        assert!(reference_id(1, &[0; 10]) < reference_id(2, &[0; 10]));
+    }
+
+    #[test]
+    fn usage_follows_rows_and_the_same_bytes_are_stored_once() {
+        let store = Store::open_in_memory(crate::store::StoreConfig::default()).unwrap();
+        assert_eq!(
+            store.external_payload_usage("a").unwrap(),
+            PayloadUsage::default()
+        );
+        let first = store
+            .insert_external_payload("a", "avro", "ab", b"12345")
+            .unwrap();
+        store
+            .insert_external_payload("a", "avro", "cd", b"123")
+            .unwrap();
+        store
+            .insert_external_payload("b", "avro", "ab", b"12345")
+            .unwrap();
+        assert_eq!(
+            store.external_payload_usage("a").unwrap(),
+            PayloadUsage {
+                bytes: 8,
+                objects: 2
+            }
+        );
+        assert_eq!(
+            store.find_external_payload("a", "avro", "ab", 5).unwrap(),
+            Some(first.clone())
+        );
+        assert!(store
+            .insert_external_payload("a", "avro", "ab", b"12345")
+            .is_err());
+        let (record, data) = store
+            .external_payload("a", &first.reference_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!((record, data), (first.clone(), b"12345".to_vec()));
+        assert!(store
+            .external_payload("b", &first.reference_id)
+            .unwrap()
+            .is_none());
+    }
+}

@@ -1,0 +1,482 @@
+//! The runtime external payload transport over loopback HTTP: discovery,
+//! upload and fetch with their integrity headers, the per-namespace quota
+//! at its edges (at the limit passes, one over is refused with its fixed
+//! reason), references admitted into history only when they name a stored
+//! payload, `dw_runtime_external_payload_namespace_usage`, and the
+//! `server:external-payload-quota:` family's bound under refusal churn on
+//! the in-process cache and on Redis.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dwengine::cache::{Cache, MemoryCache};
+use dwengine::external_payloads::{parse_namespace_limits, RuntimeExternalPayloadQuota};
+use dwengine::server::ServerConfig;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::{backends, TestServer};
+
+const UPLOAD: &str = "/api/external-payloads/v1";
+
+fn enabled(c: &mut ServerConfig) {
+    c.external_payloads.threshold_bytes = 64;
+    c.external_payloads.max_payload_bytes = 1024;
+}
+
+fn server(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        enabled(c);
+        tweak(c);
+    })
+}
+
+fn sha(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build()
+}
+
+fn answer(result: Result<ureq::Response, ureq::Error>) -> ureq::Response {
+    match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+/// Uploads `data` declaring `codec`, `size` and `sha256`: (status, body).
+fn upload_as(
+    s: &TestServer,
+    ns: &str,
+    data: &[u8],
+    codec: &str,
+    size: &str,
+    sha256: &str,
+) -> (u16, Value) {
+    let (status, body, _) = upload_as_with_retry_after(s, ns, data, codec, size, sha256);
+    (status, body)
+}
+
+/// As [`upload_as`], also returning the `Retry-After` header.
+fn upload_as_with_retry_after(
+    s: &TestServer,
+    ns: &str,
+    data: &[u8],
+    codec: &str,
+    size: &str,
+    sha256: &str,
+) -> (u16, Value, Option<String>) {
+    let response = answer(
+        agent()
+            .post(&format!("{}{UPLOAD}", s.base))
+            .set("x-namespace", ns)
+            .set("content-type", "application/octet-stream")
+            .set("x-durable-workflow-payload-codec", codec)
+            .set("x-durable-workflow-payload-size", size)
+            .set("x-durable-workflow-payload-sha256", sha256)
+            .send_bytes(data),
+    );
+    let retry_after = response.header("retry-after").map(str::to_owned);
+    (
+        response.status(),
+        response.into_json().unwrap_or(Value::Null),
+        retry_after,
+    )
+}
+
+fn upload(s: &TestServer, ns: &str, data: &[u8]) -> (u16, Value) {
+    upload_as(s, ns, data, "avro", &data.len().to_string(), &sha(data))
+}
+
+/// Uploads `data` expecting a quota refusal whose `Retry-After` header is
+/// the body's `retry_after_seconds`; returns the body.
+fn refused_upload(s: &TestServer, ns: &str, data: &[u8]) -> Value {
+    let (status, body, retry_after) =
+        upload_as_with_retry_after(s, ns, data, "avro", &data.len().to_string(), &sha(data));
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["retry_after_seconds"], 60, "{body}");
+    assert_eq!(retry_after.as_deref(), Some("60"), "{body}");
+    body
+}
+
+/// Fetches `id` in `ns`: (status, integrity headers, body bytes).
+fn fetch(s: &TestServer, ns: &str, id: &str) -> (u16, [String; 3], Vec<u8>) {
+    let response = answer(
+        agent()
+            .get(&format!("{}{UPLOAD}/{id}", s.base))
+            .set("x-namespace", ns)
+            .call(),
+    );
+    let header = |name| response.header(name).unwrap_or("").to_owned();
+    let headers = [
+        header("x-durable-workflow-payload-codec"),
+        header("x-durable-workflow-payload-size"),
+        header("x-durable-workflow-payload-sha256"),
+    ];
+    let status = response.status();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut response.into_reader(), &mut bytes).unwrap();
+    (status, headers, bytes)
+}
+
+fn usage(s: &TestServer, ns: &str) -> Value {
+    let (status, body) = s.get(&format!("/api/system/metrics?namespace={ns}"));
+    assert_eq!(status, 200, "{body}");
+    let disclosed = &body["cardinality"]["metrics"]["dw_runtime_external_payload_namespace_usage"];
+    assert_eq!(
+        disclosed["namespace"]["cardinality"],
+        "request_scope_not_label"
+    );
+    assert_eq!(
+        disclosed["reason"]["cardinality"],
+        "finite_three_reason_inventory"
+    );
+    body["metrics"]["dw_runtime_external_payload_namespace_usage"].clone()
+}
+
+#[test]
+fn discovery_advertises_the_transport_only_when_it_is_on() {
+    let off = TestServer::start(Arc::new(MemoryCache::default()), |_| {});
+    let (_, info) = off.get("/api/cluster/info");
+    assert_eq!(
+        info["worker_protocol"]["server_capabilities"]["runtime_external_payload_transport"],
+        false
+    );
+    assert_eq!(
+        info["namespace"]["external_payload_storage"]["enabled"],
+        false
+    );
+    let (status, refused) = upload(&off, "default", b"payload");
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(refused["reason"], "external_payload_unavailable");
+
+    let on = server(|_| {});
+    let (_, info) = on.get("/api/cluster/info");
+    assert_eq!(
+        info["worker_protocol"]["server_capabilities"]["runtime_external_payload_transport"],
+        true
+    );
+    let policy = &info["namespace"]["external_payload_storage"];
+    assert_eq!(policy["status"], "available");
+    assert_eq!(policy["threshold_bytes"], 64);
+    let transport = &policy["transport"];
+    assert_eq!(
+        transport["schema"],
+        "durable-workflow.v2.runtime-external-payload-transport.v1"
+    );
+    assert_eq!(transport["version"], 1);
+    assert_eq!(transport["mode"], "authenticated_namespace_runtime");
+    assert_eq!(
+        transport["reference_schema"],
+        "durable-workflow.v2.runtime-external-payload-reference.v1"
+    );
+    assert_eq!(
+        transport["upload"],
+        json!({ "method": "POST", "path": "/api/external-payloads/v1",
+                "content_type": "application/octet-stream" })
+    );
+    assert_eq!(
+        transport["fetch"]["path_template"],
+        "/api/external-payloads/v1/{referenceId}"
+    );
+    assert_eq!(transport["limits"]["max_payload_bytes"], 1024);
+}
+
+#[test]
+fn upload_and_fetch_round_trip_with_integrity_headers() {
+    let s = server(|_| {});
+    s.namespace("other");
+    let data = vec![b'x'; 300];
+    let (status, body) = upload(&s, "default", &data);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["schema"],
+        "durable-workflow.v2.runtime-external-payload-upload.v1"
+    );
+    assert_eq!(body["transport_version"], 1);
+    let reference = body["reference"].clone();
+    assert_eq!(reference.as_object().unwrap().len(), 5, "{reference}");
+    assert_eq!(
+        reference["schema"],
+        "durable-workflow.v2.runtime-external-payload-reference.v1"
+    );
+    assert_eq!(reference["codec"], "avro");
+    assert_eq!(reference["size_bytes"], 300);
+    assert_eq!(reference["sha256"], sha(&data));
+    let id = reference["reference_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("ep_") && id.len() == 29, "{id}");
+
+    // The same bytes again: the same reference, not a second row.
+    let (status, again) = upload(&s, "default", &data);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["reference"], reference);
+    assert_eq!(again["deduplicated"], true);
+
+    let (status, headers, bytes) = fetch(&s, "default", &id);
+    assert_eq!(status, 200);
+    assert_eq!(bytes, data);
+    assert_eq!(headers, ["avro".to_owned(), "300".to_owned(), sha(&data)]);
+    // Namespaces do not see each other's payloads.
+    let (status, _, body) = fetch(&s, "other", &id);
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["reason"], "external_payload_not_found");
+    assert_eq!(fetch(&s, "default", "ep_nonsense").0, 404);
+
+    // Bad declarations are refused with the SDK's reasons and store nothing.
+    let size = data.len().to_string();
+    for (codec, size, sha256, reason) in [
+        (
+            "avro",
+            "299",
+            sha(&data),
+            "external_payload_integrity_mismatch",
+        ),
+        (
+            "avro",
+            size.as_str(),
+            sha(b"other"),
+            "external_payload_integrity_mismatch",
+        ),
+        (
+            "avro",
+            size.as_str(),
+            sha(&data).to_uppercase(),
+            "external_payload_integrity_mismatch",
+        ),
+        (
+            "json",
+            size.as_str(),
+            sha(&data),
+            "external_payload_unsupported",
+        ),
+    ] {
+        let (status, refused) = upload_as(&s, "other", &data, codec, size, &sha256);
+        assert_eq!(status, 422, "{refused}");
+        assert_eq!(refused["reason"], reason, "{refused}");
+    }
+    assert_eq!(usage(&s, "other")["used_objects"], 0);
+
+    // max_payload_bytes: at the limit passes, one byte over is a 413.
+    assert_eq!(upload(&s, "default", &vec![b'y'; 1024]).0, 201);
+    let (status, refused) = upload(&s, "default", &vec![b'y'; 1025]);
+    assert_eq!(status, 413, "{refused}");
+    assert_eq!(refused["reason"], "external_payload_oversized");
+    assert_eq!(refused["max_payload_bytes"], 1024);
+    let m = usage(&s, "default");
+    assert_eq!(
+        (&m["used_objects"], &m["used_bytes"]),
+        (&json!(2), &json!(1324))
+    );
+}
+
+#[test]
+fn the_quota_passes_at_its_limit_and_refuses_one_over_with_a_fixed_reason() {
+    let s = server(|c| {
+        c.external_payloads.namespace_limits =
+            parse_namespace_limits("bytes:max_bytes=100,objects:max_objects=2").unwrap();
+    });
+    for ns in ["bytes", "objects", "free"] {
+        s.namespace(ns);
+    }
+    assert_eq!(upload(&s, "bytes", &[1; 40]).0, 201);
+    assert_eq!(upload(&s, "bytes", &[2; 60]).0, 201, "exactly at 100 bytes");
+    let refused = refused_upload(&s, "bytes", &[3; 1]);
+    assert_eq!(
+        refused["reason"],
+        "external_payload_namespace_bytes_exhausted"
+    );
+    assert_eq!(refused["resource"], "bytes");
+    assert_eq!(
+        (&refused["current_value"], &refused["configured_limit"]),
+        (&json!(100), &json!(100))
+    );
+    assert_eq!(refused["retryable"], true);
+    // Stored bytes are not charged twice: a repeat upload still answers.
+    assert_eq!(upload(&s, "bytes", &[1; 40]).0, 200);
+
+    assert_eq!(upload(&s, "objects", &[1; 10]).0, 201);
+    assert_eq!(upload(&s, "objects", &[2; 10]).0, 201);
+    let refused = refused_upload(&s, "objects", &[3; 10]);
+    assert_eq!(
+        refused["reason"],
+        "external_payload_namespace_objects_exhausted"
+    );
+
+    let m = usage(&s, "bytes");
+    assert_eq!(m["configured"], true);
+    assert_eq!(
+        (&m["max_bytes"], &m["max_objects"]),
+        (&json!(100), &Value::Null)
+    );
+    assert_eq!(
+        (&m["used_bytes"], &m["used_objects"]),
+        (&json!(100), &json!(2))
+    );
+    assert_eq!(m["remaining_bytes"], 0);
+    assert_eq!(m["measurement_status"], "available");
+    let reasons = m["rejections_by_reason"].as_object().unwrap();
+    assert_eq!(
+        reasons.keys().collect::<Vec<_>>(),
+        [
+            "external_payload_namespace_bytes_exhausted",
+            "external_payload_namespace_objects_exhausted",
+            "external_payload_namespace_quota_unavailable"
+        ]
+    );
+    // One refusal; a minute boundary can only move it out of this minute.
+    assert!(m["rejections_this_minute"].as_u64().unwrap() <= 1, "{m}");
+    assert_eq!(reasons["external_payload_namespace_objects_exhausted"], 0);
+
+    let free = usage(&s, "free");
+    assert_eq!(free["configured"], false);
+    assert!(free["max_bytes"].is_null() && free["remaining_bytes"].is_null());
+    assert_eq!(free["used_objects"], 0);
+}
+
+#[test]
+fn history_admits_only_references_to_stored_payloads() {
+    let s = server(|_| {});
+    let data = vec![b'z'; 200];
+    let (_, stored) = upload(&s, "default", &data);
+    let envelope = json!({ "codec": "avro", "external_payload": stored["reference"] });
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "big", "workflow_type": "t", "task_queue": "q",
+                "input": envelope }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let run = body["run_id"].as_str().unwrap();
+    let (_, history) = s.get(&format!("/api/workflows/big/runs/{run}/history"));
+    let text = history.to_string();
+    assert!(
+        text.contains(stored["reference"]["reference_id"].as_str().unwrap()),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&"z".repeat(200)),
+        "history holds the reference, not the bytes"
+    );
+
+    // Unknown, conflicting or other-namespace references are 422s naming the field.
+    let mut unknown = envelope.clone();
+    unknown["external_payload"]["reference_id"] = "ep_01ARZ3NDEKTSV4RRFFQ69G5FAV".into();
+    let mut conflicting = envelope.clone();
+    conflicting["external_payload"]["size_bytes"] = 199.into();
+    for bad in [unknown, conflicting] {
+        let (status, body) = s.post("/api/workflows/big/signal/go", json!({ "input": bad }));
+        assert_eq!(status, 422, "{body}");
+        assert!(
+            body["validation_errors"]["input.external_payload"].is_array(),
+            "{body}"
+        );
+    }
+    s.namespace("other");
+    let (status, body) = s.post_ns(
+        "other",
+        "/api/workflows",
+        json!({ "workflow_id": "w", "workflow_type": "t", "task_queue": "q", "input": envelope }),
+    );
+    assert_eq!(status, 422, "{body}");
+
+    // A worker's result reference is checked in the task's namespace.
+    let (_, polled) = s.poll("workflow", "default", "q", "p1", 2000);
+    let (status, body) = s.complete(
+        &polled["task"],
+        json!([{ "type": "complete_workflow", "result": { "codec": "avro",
+            "external_payload": { "schema": "durable-workflow.v2.runtime-external-payload-reference.v1",
+              "reference_id": "ep_01ARZ3NDEKTSV4RRFFQ69G5FAV", "codec": "avro", "size_bytes": 1,
+              "sha256": "0".repeat(64) } } }]),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["validation_errors"]["commands.0.result.external_payload"].is_array(),
+        "{body}"
+    );
+    let (status, body) = s.complete(
+        &polled["task"],
+        json!([{ "type": "complete_workflow", "result": envelope }]),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Refusal churn writes at most one counter and one log key per
+/// (namespace, reason, minute), however many refusals; namespaces without
+/// a quota write none. Over HTTP, on memory and on Redis.
+#[test]
+fn refusal_churn_is_bounded_per_namespace_reason_and_minute() {
+    const NAMESPACES: usize = 50;
+    const REFUSALS: usize = 20;
+    for (backend, cache) in backends(8) {
+        let s = TestServer::start(cache.clone(), |c| {
+            enabled(c);
+            c.external_payloads.max_objects_per_namespace = 1;
+            c.external_payloads.namespace_limits =
+                parse_namespace_limits("tight:max_bytes=10").unwrap();
+        });
+        s.namespace("tight");
+        for i in 0..REFUSALS {
+            let (status, body) = upload(&s, "tight", &[i as u8; 11]);
+            assert_eq!(status, 429, "[{backend}] {body}");
+            assert_eq!(body["reason"], "external_payload_namespace_bytes_exhausted");
+        }
+        for n in 0..NAMESPACES {
+            let ns = format!("tenant-{n}");
+            s.namespace(&ns);
+            assert_eq!(upload(&s, &ns, &[1; 8]).0, 201, "[{backend}]");
+            for i in 0..REFUSALS {
+                let (status, body) = upload(&s, &ns, &[2, i as u8]);
+                assert_eq!(status, 429, "[{backend}] {body}");
+                assert_eq!(
+                    body["reason"],
+                    "external_payload_namespace_objects_exhausted"
+                );
+            }
+        }
+        let keys = s.keys(RuntimeExternalPayloadQuota::PREFIX);
+        // (NAMESPACES + 1) scopes × one reason × (counter + log key) × at
+        // most two minute buckets, against 21 × 20 refusals.
+        let bound = (NAMESPACES + 1) * 2 * 2;
+        assert!(
+            (2 * (NAMESPACES + 1)..=bound).contains(&keys),
+            "[{backend}] {keys} keys for {} refusals",
+            (NAMESPACES + 1) * REFUSALS
+        );
+        let m = usage(&s, "tenant-0");
+        let counted = m["rejections_by_reason"]["external_payload_namespace_objects_exhausted"]
+            .as_u64()
+            .unwrap();
+        assert!(counted <= REFUSALS as u64, "[{backend}] {m}");
+        let per_policy = s.running.engine().cache_keys_by_policy().unwrap();
+        assert!(
+            per_policy["runtime_external_payload_quota_rejections"] >= 2 * (NAMESPACES + 1),
+            "[{backend}] {per_policy:?}"
+        );
+        drop(s);
+        drop(cache);
+    }
+
+    // Without a quota nothing is counted and no key is written.
+    let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+    let s = TestServer::start(cache, enabled);
+    for n in 0..200 {
+        let ns = format!("open-{n}");
+        s.namespace(&ns);
+        assert_eq!(upload(&s, &ns, &[n as u8; 4]).0, 201);
+        assert_eq!(
+            upload(&s, &ns, &vec![0; 2000]).0,
+            413,
+            "oversized is not a quota reason"
+        );
+    }
+    assert_eq!(s.keys(RuntimeExternalPayloadQuota::PREFIX), 0);
+}
