@@ -1,16 +1,28 @@
 //! The per-namespace durable-state quota and `dw_namespace_durable_state_usage`.
 //!
-//! A configured namespace may hold at most so many runs, open runs and
-//! worker registrations. SQL rows are the authority: the usage is counted in
-//! the same write transaction as the start or registration it admits (see
+//! A namespace may hold at most so many of each resource of the fixed
+//! inventory ([`DurableResource::ALL`]): runs, open runs, worker
+//! registrations, schedules, workflow streams and their items, and
+//! service-catalog entries. A server-wide default per resource
+//! (`server.namespace_durable_state.limits.max_<resource>`, 0 = none) applies
+//! to every namespace; `DW_NAMESPACE_DURABLE_STATE_LIMITS` overrides it per
+//! namespace. SQL rows are the authority: the usage is counted in the same
+//! write transaction as the mutation it admits (see
 //! [`crate::store::durable_state`]), so the quota holds under concurrency.
-//! The cache only carries telemetry: one two-minute rejection counter and
-//! one log-suppression key per namespace, fixed reason and minute, under
+//! A start or a registration adds exactly one and is checked before it
+//! writes ([`NamespaceDurableStateQuota::check`]); a mutation whose effect
+//! is known only once it ran (an append that may open a stream and store
+//! some items, a create that may be a duplicate) is measured before and
+//! after and undone when it raised a resource past its limit
+//! ([`NamespaceDurableStateQuota::guard`]). The cache only carries
+//! telemetry: one two-minute rejection counter and one log-suppression key
+//! per namespace, fixed reason and minute, under
 //! `server:namespace-durable-state:`. A namespace without a quota writes no
 //! key and pays no count.
 //!
 //! Only a mutation that would raise a resource past its limit is refused:
-//! an over-limit namespace may still close runs or refresh a registration.
+//! an over-limit namespace may still close runs, refresh a registration,
+//! close streams or delete schedules and entries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,56 +34,52 @@ use serde_json::{json, Map, Value};
 use crate::cache::{
     hash_dimensions, minute_bucket, read_counter, tally_rejection, Cache, CacheError, RejectionLog,
 };
-use crate::store::durable_state::DurableUsage;
-
-/// A durable resource of the fixed inventory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DurableResource {
-    /// Run rows of the namespace.
-    WorkflowRuns,
-    /// Runs not yet closed.
-    OpenWorkflowRuns,
-    /// Worker registrations.
-    WorkerRegistrations,
-}
+pub use crate::store::durable_state::{DurableResource, DurableUsage, DURABLE_RESOURCES};
+use crate::store::{Error as StoreError, Store};
 
 impl DurableResource {
-    /// The fixed inventory, in report order.
-    pub const ALL: [DurableResource; 3] = [
-        DurableResource::WorkflowRuns,
-        DurableResource::OpenWorkflowRuns,
-        DurableResource::WorkerRegistrations,
-    ];
-
-    /// The resource's name in configuration and payloads.
-    pub fn name(self) -> &'static str {
-        match self {
-            DurableResource::WorkflowRuns => "workflow_runs",
-            DurableResource::OpenWorkflowRuns => "open_workflow_runs",
-            DurableResource::WorkerRegistrations => "worker_registrations",
-        }
-    }
-
     /// The rejection reason when the resource is exhausted.
     pub fn reason(self) -> &'static str {
         match self {
             DurableResource::WorkflowRuns => "namespace_workflow_runs_exhausted",
             DurableResource::OpenWorkflowRuns => "namespace_open_workflow_runs_exhausted",
             DurableResource::WorkerRegistrations => "namespace_worker_registrations_exhausted",
+            DurableResource::Schedules => "namespace_schedules_exhausted",
+            DurableResource::WorkflowStreams => "namespace_workflow_streams_exhausted",
+            DurableResource::WorkflowStreamItems => "namespace_workflow_stream_items_exhausted",
+            DurableResource::ServiceCatalogEntries => "namespace_service_catalog_entries_exhausted",
         }
     }
 
-    /// Whether waiting can help: open runs close and idle registrations are
-    /// swept, but run rows are retained (retention keeps every root row).
+    /// Whether waiting can help: open runs close, idle registrations are
+    /// swept and ended streams expire and are reclaimed; run rows are
+    /// retained, and schedules and catalog entries stay until someone
+    /// deletes them.
     pub fn retryable(self) -> bool {
-        !matches!(self, DurableResource::WorkflowRuns)
+        matches!(
+            self,
+            DurableResource::OpenWorkflowRuns
+                | DurableResource::WorkerRegistrations
+                | DurableResource::WorkflowStreams
+                | DurableResource::WorkflowStreamItems
+        )
     }
 
-    fn used(self, usage: &DurableUsage) -> u64 {
+    /// The config key of the server-wide default limit.
+    pub fn config_key(self) -> String {
+        format!("server.namespace_durable_state.limits.max_{}", self.name())
+    }
+
+    /// What the limit caps (for the configuration contract).
+    pub fn what(self) -> &'static str {
         match self {
-            DurableResource::WorkflowRuns => usage.workflow_runs,
-            DurableResource::OpenWorkflowRuns => usage.open_workflow_runs,
-            DurableResource::WorkerRegistrations => usage.worker_registrations,
+            DurableResource::WorkflowRuns => "run rows per namespace, retained ones included (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_workflow_runs_exhausted",
+            DurableResource::OpenWorkflowRuns => "runs not yet closed per namespace (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_open_workflow_runs_exhausted",
+            DurableResource::WorkerRegistrations => "worker registrations per namespace (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_worker_registrations_exhausted",
+            DurableResource::Schedules => "schedules per namespace (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_schedules_exhausted",
+            DurableResource::WorkflowStreams => "workflow output streams per namespace until reclaimed (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_workflow_streams_exhausted",
+            DurableResource::WorkflowStreamItems => "items of those streams per namespace (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_workflow_stream_items_exhausted",
+            DurableResource::ServiceCatalogEntries => "service-catalog endpoints, services and operations per namespace (DW_NAMESPACE_DURABLE_STATE_LIMITS overrides it per namespace); past it 429 namespace_service_catalog_entries_exhausted",
         }
     }
 
@@ -83,21 +91,38 @@ impl DurableResource {
 /// The reason recorded when the quota could not be evaluated.
 pub const UNAVAILABLE_REASON: &str = "namespace_durable_state_quota_unavailable";
 
+/// The override variable: `namespace:resource=limit` items.
+pub const NAMESPACE_LIMITS_ENV: &str = "DW_NAMESPACE_DURABLE_STATE_LIMITS";
+
 /// One namespace's limits, per resource of the inventory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DurableLimits([Option<u64>; 3]);
+pub struct DurableLimits([Option<u64>; DURABLE_RESOURCES]);
 
 impl DurableLimits {
     /// The limit of `resource`, if any.
     pub fn get(&self, resource: DurableResource) -> Option<u64> {
-        self.0[Self::index(resource)]
+        self.0[resource.index()]
     }
 
-    fn index(resource: DurableResource) -> usize {
-        DurableResource::ALL
-            .iter()
-            .position(|r| *r == resource)
-            .unwrap_or(0)
+    /// Sets the limit of `resource`.
+    pub fn set(&mut self, resource: DurableResource, limit: Option<u64>) {
+        self.0[resource.index()] = limit;
+    }
+
+    /// Whether no resource is limited.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    /// `self` where it sets a limit, `defaults` elsewhere.
+    fn over(self, defaults: DurableLimits) -> DurableLimits {
+        let mut merged = defaults;
+        for (slot, own) in merged.0.iter_mut().zip(self.0) {
+            if own.is_some() {
+                *slot = own;
+            }
+        }
+        merged
     }
 }
 
@@ -187,8 +212,10 @@ pub fn parse_limits(spec: &str) -> Result<HashMap<String, DurableLimits>, String
         if namespace.is_empty() {
             return Err(format!("{item:?}: the namespace is empty"));
         }
-        limits.entry(namespace.to_owned()).or_default().0[DurableLimits::index(resource)] =
-            Some(limit);
+        limits
+            .entry(namespace.to_owned())
+            .or_default()
+            .set(resource, Some(limit));
     }
     Ok(limits)
 }
@@ -198,6 +225,7 @@ pub fn parse_limits(spec: &str) -> Result<HashMap<String, DurableLimits>, String
 pub struct NamespaceDurableStateQuota {
     cache: Arc<dyn Cache>,
     limits: Arc<HashMap<String, DurableLimits>>,
+    defaults: DurableLimits,
 }
 
 impl NamespaceDurableStateQuota {
@@ -208,39 +236,50 @@ impl NamespaceDurableStateQuota {
     /// The metric this type reports.
     pub const METRIC: &'static str = "dw_namespace_durable_state_usage";
 
-    /// A quota over `limits` (namespaces absent from it are unconstrained).
+    /// A quota over per-namespace `limits` (namespaces absent from it are
+    /// unconstrained unless [`NamespaceDurableStateQuota::with_defaults`]
+    /// sets server-wide limits).
     pub fn new(cache: Arc<dyn Cache>, limits: HashMap<String, DurableLimits>) -> Self {
         NamespaceDurableStateQuota {
             cache,
             limits: Arc::new(limits),
+            defaults: DurableLimits::default(),
         }
     }
 
-    /// `namespace`'s limits, if it has any.
+    /// Applies `defaults` to every namespace where its own limits are silent.
+    pub fn with_defaults(mut self, defaults: DurableLimits) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// `namespace`'s limits (its overrides over the defaults), if any.
     pub fn limits(&self, namespace: &str) -> Option<DurableLimits> {
-        self.limits.get(namespace).copied()
+        let own = self.limits.get(namespace).copied().unwrap_or_default();
+        let merged = own.over(self.defaults);
+        (!merged.is_empty()).then_some(merged)
     }
 
     /// Whether adding one of each of `resources` fits `namespace`'s quota,
-    /// given its `usage` (read in the mutation's own transaction).
+    /// given its `usage` of the limited ones (read in the mutation's own
+    /// transaction; never read when none is limited).
     pub fn check(
         limits: Option<DurableLimits>,
         resources: &[DurableResource],
-        usage: impl FnOnce() -> Option<DurableUsage>,
+        usage: impl FnOnce(&[DurableResource]) -> Option<DurableUsage>,
     ) -> Result<(), DurableRejection> {
-        let Some(limits) = limits else {
+        let limited = limited(limits, resources);
+        let Some(limits) = limits.filter(|_| !limited.is_empty()) else {
             return Ok(());
         };
-        if resources.iter().all(|r| limits.get(*r).is_none()) {
-            return Ok(());
-        }
-        let usage = usage().ok_or(DurableRejection::Unavailable)?;
-        for resource in resources {
-            if let Some(limit) = limits.get(*resource) {
-                let attempted = resource.used(&usage).saturating_add(1);
+        let usage = usage(&limited).ok_or(DurableRejection::Unavailable)?;
+        for resource in limited {
+            if let Some(limit) = limits.get(resource) {
+                let used = usage.get(resource).ok_or(DurableRejection::Unavailable)?;
+                let attempted = used.saturating_add(1);
                 if attempted > limit {
                     return Err(DurableRejection::Exhausted {
-                        resource: *resource,
+                        resource,
                         attempted,
                         limit,
                     });
@@ -248,6 +287,51 @@ impl NamespaceDurableStateQuota {
             }
         }
         Ok(())
+    }
+
+    /// Runs `mutation` inside `store`'s write transaction under `limits`:
+    /// the limited ones of `resources` are counted before and after it, and
+    /// its writes are undone (and the refusal returned) when it raised one
+    /// of them past its limit. A mutation that holds or lowers a count, or
+    /// a namespace without a limit on `resources`, is never refused and,
+    /// without a limit, pays no count.
+    pub fn guard<R>(
+        limits: Option<DurableLimits>,
+        store: &Store,
+        namespace: &str,
+        resources: &[DurableResource],
+        mutation: impl FnOnce(&Store) -> Result<R, StoreError>,
+    ) -> Result<Result<R, DurableRejection>, StoreError> {
+        let limited = limited(limits, resources);
+        let Some(limits) = limits.filter(|_| !limited.is_empty()) else {
+            return mutation(store).map(Ok);
+        };
+        let Ok(before) = store.durable_usage(namespace, &limited) else {
+            return Ok(Err(DurableRejection::Unavailable));
+        };
+        store.undoable(|s| {
+            let done = mutation(s)?;
+            let Ok(after) = s.durable_usage(namespace, &limited) else {
+                return Ok(Err(DurableRejection::Unavailable));
+            };
+            for resource in limited {
+                let (Some(limit), Some(was), Some(now)) = (
+                    limits.get(resource),
+                    before.get(resource),
+                    after.get(resource),
+                ) else {
+                    return Ok(Err(DurableRejection::Unavailable));
+                };
+                if now > was && now > limit {
+                    return Ok(Err(DurableRejection::Exhausted {
+                        resource,
+                        attempted: now,
+                        limit,
+                    }));
+                }
+            }
+            Ok(Ok(done))
+        })
     }
 
     /// Counts a refusal in its minute bucket and logs it once per
@@ -300,7 +384,7 @@ impl NamespaceDurableStateQuota {
         let (mut limit_map, mut usage_map, mut remaining) = (Map::new(), Map::new(), Map::new());
         for resource in DurableResource::ALL {
             let limit = limits.and_then(|l| l.get(resource));
-            let used = usage.map(|u| resource.used(&u));
+            let used = usage.and_then(|u| u.get(resource));
             limit_map.insert(resource.name().into(), json!(limit));
             usage_map.insert(resource.name().into(), json!(used));
             let left = limit.zip(used).map(|(l, u)| l.saturating_sub(u));
@@ -333,6 +417,15 @@ impl NamespaceDurableStateQuota {
             serde_json::to_value(&disclosure).unwrap_or(Value::Null),
         ))
     }
+}
+
+/// The ones of `resources` that `limits` caps.
+fn limited(limits: Option<DurableLimits>, resources: &[DurableResource]) -> Vec<DurableResource> {
+    resources
+        .iter()
+        .copied()
+        .filter(|r| limits.and_then(|l| l.get(*r)).is_some())
+        .collect()
 }
 
 /// Why the metric could not be rendered.
@@ -375,21 +468,26 @@ mod tests {
     #[test]
     fn only_a_mutation_past_the_limit_is_refused() {
         let limits = parse_limits("a:open_workflow_runs=2").unwrap();
-        let usage = |open| DurableUsage {
-            workflow_runs: 100,
-            open_workflow_runs: open,
-            worker_registrations: 0,
+        let usage = |open| {
+            let mut usage = DurableUsage::default();
+            usage.set(DurableResource::WorkflowRuns, 100);
+            usage.set(DurableResource::OpenWorkflowRuns, open);
+            usage
         };
         let start = [
             DurableResource::WorkflowRuns,
             DurableResource::OpenWorkflowRuns,
         ];
         assert!(
-            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || Some(usage(1)))
-                .is_ok()
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, |asked| {
+                // Only the limited resource is read.
+                assert_eq!(asked, [DurableResource::OpenWorkflowRuns]);
+                Some(usage(1))
+            })
+            .is_ok()
         );
         assert_eq!(
-            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || Some(usage(2))),
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, |_| Some(usage(2))),
             Err(DurableRejection::Exhausted {
                 resource: DurableResource::OpenWorkflowRuns,
                 attempted: 3,
@@ -397,11 +495,48 @@ mod tests {
             })
         );
         assert_eq!(
-            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, || None),
+            NamespaceDurableStateQuota::check(limits.get("a").copied(), &start, |_| None),
             Err(DurableRejection::Unavailable)
         );
         // No quota: the usage is never read.
-        assert!(NamespaceDurableStateQuota::check(None, &start, || panic!("read")).is_ok());
+        assert!(NamespaceDurableStateQuota::check(None, &start, |_| panic!("read")).is_ok());
+    }
+
+    #[test]
+    fn defaults_apply_where_a_namespace_sets_nothing() {
+        let mut defaults = DurableLimits::default();
+        defaults.set(DurableResource::Schedules, Some(5));
+        defaults.set(DurableResource::WorkflowStreams, Some(7));
+        let quota = NamespaceDurableStateQuota::new(
+            Arc::new(MemoryCache::default()),
+            parse_limits("a:schedules=2,a:service_catalog_entries=0").unwrap(),
+        )
+        .with_defaults(defaults);
+        let a = quota.limits("a").unwrap();
+        assert_eq!(
+            a.get(DurableResource::Schedules),
+            Some(2),
+            "the override wins"
+        );
+        assert_eq!(a.get(DurableResource::WorkflowStreams), Some(7));
+        assert_eq!(a.get(DurableResource::ServiceCatalogEntries), Some(0));
+        let other = quota.limits("other").unwrap();
+        assert_eq!(other.get(DurableResource::Schedules), Some(5));
+        assert_eq!(other.get(DurableResource::WorkflowRuns), None);
+        let plain =
+            NamespaceDurableStateQuota::new(Arc::new(MemoryCache::default()), HashMap::new());
+        assert_eq!(plain.limits("other"), None);
+    }
+
+    #[test]
+    fn reasons_are_fixed_per_resource() {
+        for resource in DurableResource::ALL {
+            assert_eq!(
+                resource.reason(),
+                format!("namespace_{}_exhausted", resource.name())
+            );
+            assert_eq!(DurableResource::ALL[resource.index()], resource);
+        }
     }
 
     #[test]
@@ -429,7 +564,7 @@ mod tests {
         assert!((1..=5).contains(&counted));
         assert_eq!(
             payload["rejections_by_reason"].as_object().unwrap().len(),
-            4
+            DurableResource::ALL.len() + 1
         );
         assert_eq!(payload["measurement_status"], "unavailable");
         assert_eq!(

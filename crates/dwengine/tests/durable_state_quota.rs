@@ -7,9 +7,12 @@ mod support;
 use std::sync::Arc;
 
 use dwengine::cache::MemoryCache;
-use dwengine::durable_state::{parse_limits, NamespaceDurableStateQuota};
+use dwengine::durable_state::{parse_limits, DurableResource, NamespaceDurableStateQuota};
 use serde_json::{json, Value};
 use support::TestServer;
+
+/// Resources of the fixed inventory.
+const INVENTORY: usize = 7;
 
 fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |c| {
@@ -123,15 +126,23 @@ fn open_runs_runs_and_registrations_are_capped_by_sql_counts() {
 
     let m = metric(&s, "tenant");
     assert_eq!(m["configured"], true);
-    assert_eq!(
-        m["usage"],
-        json!({ "workflow_runs": 3, "open_workflow_runs": 2, "worker_registrations": 1 })
-    );
+    for (resource, used) in [
+        ("workflow_runs", 3),
+        ("open_workflow_runs", 2),
+        ("worker_registrations", 1),
+        ("schedules", 0),
+        ("workflow_streams", 0),
+        ("workflow_stream_items", 0),
+        ("service_catalog_entries", 0),
+    ] {
+        assert_eq!(m["usage"][resource], used, "{resource}: {m}");
+    }
+    assert_eq!(m["usage"].as_object().unwrap().len(), INVENTORY);
     assert_eq!(m["limits"]["open_workflow_runs"], 2);
     assert_eq!(m["remaining"]["workflow_runs"], 0);
     assert_eq!(m["measurement_status"], "available");
     let reasons = m["rejections_by_reason"].as_object().unwrap();
-    assert_eq!(reasons.len(), 4);
+    assert_eq!(reasons.len(), INVENTORY + 1);
     assert_eq!(
         m["rejections_by_reason"]["namespace_durable_state_quota_unavailable"],
         0
@@ -154,7 +165,10 @@ fn namespaces_without_a_quota_report_the_inventory_and_write_no_keys() {
             assert_eq!(m["configured"], false);
             assert_eq!(m["usage"]["open_workflow_runs"], 1);
             assert!(m["limits"]["open_workflow_runs"].is_null());
-            assert_eq!(m["rejections_by_reason"].as_object().unwrap().len(), 4);
+            assert_eq!(
+                m["rejections_by_reason"].as_object().unwrap().len(),
+                INVENTORY + 1
+            );
         }
     }
     assert_eq!(s.keys(NamespaceDurableStateQuota::PREFIX), 0);
@@ -220,4 +234,240 @@ fn a_schedule_fire_is_refused_by_the_durable_state_quota() {
         .as_u64()
         .unwrap();
     assert!((1..=2).contains(&counted), "{m}");
+}
+
+/// Asserts a 429 refusal of `resource` at `limit` (attempted `current`).
+fn assert_exhausted(status: u16, body: &Value, resource: &str, current: u64, limit: u64) {
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(
+        body["reason"],
+        format!("namespace_{resource}_exhausted"),
+        "{body}"
+    );
+    assert_eq!(body["resource"], resource);
+    assert_eq!(
+        (&body["current_value"], &body["configured_limit"]),
+        (&json!(current), &json!(limit)),
+        "{body}"
+    );
+}
+
+fn schedule(s: &TestServer, ns: &str, id: &str) -> (u16, Value, Option<String>) {
+    s.post_ns_header(
+        ns,
+        "/api/schedules",
+        json!({
+            "schedule_id": id,
+            "spec": { "intervals": [{ "every": "PT1H" }] },
+            "action": { "workflow_type": "report", "task_queue": "reports" },
+        }),
+        "retry-after",
+    )
+}
+
+/// Refusals of `reasons` this minute, each at most `most` (a minute
+/// boundary between a refusal and the read can only lower a count).
+fn counted(m: &Value, reasons: &[&str], most: u64) -> u64 {
+    reasons
+        .iter()
+        .map(|r| {
+            let n = m["rejections_by_reason"][*r].as_u64().unwrap();
+            assert!(n <= most, "{r}: {m}");
+            n
+        })
+        .sum()
+}
+
+#[test]
+fn schedules_and_service_catalog_entries_are_capped_at_their_edge() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.durable_state_limits =
+            parse_limits("tenant:schedules=2,tenant:service_catalog_entries=2").unwrap();
+    });
+    s.namespace("tenant");
+    assert_eq!(schedule(&s, "tenant", "s1").0, 201);
+    assert_eq!(schedule(&s, "tenant", "s2").0, 201, "at the quota passes");
+    let (status, refused, retry_after) = schedule(&s, "tenant", "s3");
+    assert_exhausted(status, &refused, "schedules", 3, 2);
+    // Schedules stay until deleted: waiting cannot help, so no hint.
+    assert_eq!(refused["retryable"], false);
+    assert!(refused["retry_after_seconds"].is_null(), "{refused}");
+    assert!(retry_after.is_none());
+    // The refused create left no row, and a duplicate at the quota is a
+    // conflict, not a quota refusal.
+    let (status, _) = s.get_ns("tenant", "/api/schedules/s3");
+    assert_eq!(status, 404);
+    assert_eq!(schedule(&s, "tenant", "s1").0, 409);
+    // Deleting one frees its slot; another namespace is not limited.
+    let (status, body) = s.delete_ns("tenant", "/api/schedules/s1");
+    assert!(status < 300, "{body}");
+    assert_eq!(schedule(&s, "tenant", "s3").0, 201);
+    assert_eq!(schedule(&s, "default", "free").0, 201);
+
+    let create = |path: &str, body: Value| s.post_ns("tenant", path, body);
+    assert_eq!(
+        create(
+            "/api/service-endpoints",
+            json!({ "endpoint_name": "billing" })
+        )
+        .0,
+        201
+    );
+    assert_eq!(
+        create(
+            "/api/service-endpoints/billing/services",
+            json!({ "service_name": "invoices" })
+        )
+        .0,
+        201,
+        "at the quota passes"
+    );
+    let operation = json!({ "operation_name": "charge", "operation_mode": "sync",
+        "handler_binding_kind": "start_workflow",
+        "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } });
+    let (status, refused) = create(
+        "/api/service-endpoints/billing/services/invoices/operations",
+        operation.clone(),
+    );
+    assert_exhausted(status, &refused, "service_catalog_entries", 3, 2);
+    assert_eq!(refused["retryable"], false);
+    let (status, body) = create(
+        "/api/service-endpoints",
+        json!({ "endpoint_name": "billing" }),
+    );
+    assert_eq!(status, 409, "a duplicate is a conflict: {body}");
+    let (status, listed) = s.get_ns(
+        "tenant",
+        "/api/service-endpoints/billing/services/invoices/operations",
+    );
+    assert_eq!(status, 200, "{listed}");
+    assert!(
+        !listed.to_string().contains("charge"),
+        "the refused entry was undone: {listed}"
+    );
+
+    let m = metric(&s, "tenant");
+    assert_eq!(m["usage"]["schedules"], 2);
+    assert_eq!(m["usage"]["service_catalog_entries"], 2);
+    assert_eq!(m["limits"]["schedules"], 2);
+    assert_eq!(m["remaining"]["service_catalog_entries"], 0);
+    let refusals = counted(
+        &m,
+        &[
+            "namespace_schedules_exhausted",
+            "namespace_service_catalog_entries_exhausted",
+        ],
+        1,
+    );
+    assert!((1..=2).contains(&refusals), "{m}");
+    assert_eq!(metric(&s, "default")["usage"]["schedules"], 1);
+}
+
+#[test]
+fn streams_and_their_items_are_capped_at_their_edge_from_clients_and_workflow_code() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.durable_state_limits =
+            parse_limits("tenant:workflow_streams=2,tenant:workflow_stream_items=5").unwrap();
+    });
+    let started = s.start_workflow("tenant", "producer", "q");
+    let path = format!(
+        "/api/workflows/producer/runs/{}/streams",
+        started["run_id"].as_str().unwrap()
+    );
+    let item = |n: u64| {
+        json!({ "payload": { "codec": "json", "blob": n.to_string() },
+                               "idempotency_key": format!("k{n}") })
+    };
+    let append = |name: &str, items: Vec<Value>| {
+        s.post_ns_header(
+            "tenant",
+            &format!("{path}/{name}/items"),
+            json!({ "items": items }),
+            "retry-after",
+        )
+    };
+    let (status, body, _) = append("a", vec![item(0), item(1), item(2)]);
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = append("b", vec![item(3), item(4)]);
+    assert_eq!(
+        status, 200,
+        "two streams and five items: at the quota passes: {body}"
+    );
+
+    let (status, refused, retry_after) = append("a", vec![item(5)]);
+    assert_exhausted(status, &refused, "workflow_stream_items", 6, 5);
+    // Ended streams expire and are reclaimed: waiting can help.
+    assert_eq!(refused["retryable"], true);
+    assert_eq!(refused["retry_after_seconds"], 60);
+    assert_eq!(retry_after.as_deref(), Some("60"));
+    // A retry of stored items adds nothing and passes at the quota.
+    let (status, body, _) = append("a", vec![item(0), item(1)]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["deduped"], 2);
+    // A third stream, even an empty one a close would create, is refused.
+    let (status, refused, _) = append("c", vec![]);
+    assert_eq!(status, 422, "an empty append is invalid: {refused}");
+    let (status, refused) = s.post_ns("tenant", &format!("{path}/c/close"), json!({}));
+    assert_exhausted(status, &refused, "workflow_streams", 3, 2);
+    // The refused writes were undone.
+    let (_, a) = s.get_ns("tenant", &format!("{path}/a"));
+    assert_eq!(a["stream"]["total_items"], 3, "{a}");
+    let (status, _) = s.get_ns("tenant", &format!("{path}/c"));
+    assert_eq!(status, 404);
+
+    // Workflow code's appends count too: the completion is refused whole.
+    let (_, polled) = s.poll("workflow", "tenant", "q", "p1", 1000);
+    let directive = json!({ "type": "record_side_effect",
+        "result": { "codec": "json", "blob": "null" },
+        "workflow_stream": { "operation": "append", "stream_name": "b",
+                             "items": [item(9)] } });
+    let (status, refused) = s.complete(&polled["task"], json!([directive]));
+    assert_exhausted(status, &refused, "workflow_stream_items", 6, 5);
+    let (_, b) = s.get_ns("tenant", &format!("{path}/b"));
+    assert_eq!(b["stream"]["total_items"], 2, "{b}");
+    // A completion that closes a stream raises nothing and passes.
+    let close = json!({ "type": "record_side_effect",
+        "result": { "codec": "json", "blob": "null" },
+        "workflow_stream": { "operation": "close", "stream_name": "b" } });
+    let (status, body) = s.complete(&polled["task"], json!([close]));
+    assert_eq!(status, 200, "{body}");
+
+    let m = metric(&s, "tenant");
+    assert_eq!(m["usage"]["workflow_streams"], 2);
+    assert_eq!(m["usage"]["workflow_stream_items"], 5);
+    assert_eq!(m["remaining"]["workflow_stream_items"], 0);
+    let refusals = counted(
+        &m,
+        &[
+            "namespace_workflow_streams_exhausted",
+            "namespace_workflow_stream_items_exhausted",
+        ],
+        2,
+    );
+    assert!((1..=3).contains(&refusals), "{m}");
+}
+
+#[test]
+fn server_wide_defaults_cap_every_namespace_and_overrides_win() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.durable_state_defaults
+            .set(DurableResource::Schedules, Some(1));
+        c.durable_state_limits = parse_limits("big:schedules=2").unwrap();
+    });
+    for ns in ["a", "b", "big"] {
+        s.namespace(ns);
+    }
+    for ns in ["a", "b"] {
+        assert_eq!(schedule(&s, ns, "one").0, 201);
+        let (status, refused, _) = schedule(&s, ns, "two");
+        assert_exhausted(status, &refused, "schedules", 2, 1);
+    }
+    assert_eq!(schedule(&s, "big", "one").0, 201);
+    assert_eq!(schedule(&s, "big", "two").0, 201);
+    let (status, refused, _) = schedule(&s, "big", "three");
+    assert_exhausted(status, &refused, "schedules", 3, 2);
+    let m = metric(&s, "a");
+    assert_eq!(m["configured"], true);
+    assert_eq!(m["limits"]["schedules"], 1);
+    assert!(m["limits"]["workflow_runs"].is_null());
 }

@@ -149,6 +149,9 @@ pub struct ServerConfig {
     pub namespace_limits: HashMap<String, NamespaceLimit>,
     /// Durable-state quotas per namespace (`DW_NAMESPACE_DURABLE_STATE_LIMITS`).
     pub durable_state_limits: HashMap<String, crate::durable_state::DurableLimits>,
+    /// Durable-state limits of every namespace where its own are silent
+    /// (`server.namespace_durable_state.limits.max_<resource>`; 0 = none).
+    pub durable_state_defaults: crate::durable_state::DurableLimits,
     /// The runtime external payload transport and its per-namespace quota
     /// (`server.external_payload_transport.*`, `DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS`).
     pub external_payloads: crate::external_payloads::ExternalPayloadSettings,
@@ -233,6 +236,7 @@ impl ServerConfig {
             dispatches_per_minute: None,
             namespace_limits: HashMap::new(),
             durable_state_limits: HashMap::new(),
+            durable_state_defaults: crate::durable_state::DurableLimits::default(),
             external_payloads: crate::external_payloads::ExternalPayloadSettings::default(),
             history_retention: Duration::from_secs(7 * 24 * 3600),
             retention_throttle: Duration::from_secs(60),
@@ -547,11 +551,17 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         }
         config.dispatches_per_minute =
             parse("DW_TASK_QUEUE_DISPATCHES_PER_MINUTE").filter(|n| *n > 0);
-        if let Some(spec) = lookup("DW_NAMESPACE_DURABLE_STATE_LIMITS") {
+        if let Some(spec) = lookup(crate::durable_state::NAMESPACE_LIMITS_ENV) {
             match crate::durable_state::parse_limits(&spec) {
                 Ok(limits) => config.durable_state_limits = limits,
-                Err(problem) => self.invalid("DW_NAMESPACE_DURABLE_STATE_LIMITS", &spec, problem),
+                Err(problem) => {
+                    self.invalid(crate::durable_state::NAMESPACE_LIMITS_ENV, &spec, problem)
+                }
             }
+        }
+        for resource in crate::durable_state::DurableResource::ALL {
+            let limit = parse(&config_key_variable(&resource.config_key())).filter(|n| *n > 0);
+            config.durable_state_defaults.set(resource, limit);
         }
         config.external_payloads = self.external_payload_settings();
         if let Some(spec) = lookup("DW_NAMESPACE_REQUEST_LIMITS") {
@@ -909,6 +919,55 @@ mod tests {
         assert_eq!(config.store.history_budget.max_bytes, 0);
         assert_eq!(config.store.history_budget.max_events, 5000);
         assert_eq!(config.poller.due_timer_recovery_scan_limit, 9);
+    }
+
+    #[test]
+    fn durable_state_defaults_come_from_the_file_and_the_environment() {
+        use crate::durable_state::DurableResource;
+        let (_dir, path) = file(
+            "[server.namespace_durable_state.limits]\nmax_schedules = 50\nmax_workflow_streams = 0\n",
+        );
+        let config = ServerConfig::load(
+            env(&[
+                (
+                    "DW_SERVER_NAMESPACE_DURABLE_STATE_LIMITS_MAX_WORKFLOW_STREAM_ITEMS",
+                    "900",
+                ),
+                ("DW_NAMESPACE_DURABLE_STATE_LIMITS", "t:schedules=3"),
+            ]),
+            Some(&path),
+            false,
+        )
+        .unwrap();
+        let defaults = config.durable_state_defaults;
+        assert_eq!(defaults.get(DurableResource::Schedules), Some(50));
+        assert_eq!(
+            defaults.get(DurableResource::WorkflowStreams),
+            None,
+            "0 disables"
+        );
+        assert_eq!(
+            defaults.get(DurableResource::WorkflowStreamItems),
+            Some(900)
+        );
+        assert_eq!(
+            config.durable_state_limits["t"].get(DurableResource::Schedules),
+            Some(3)
+        );
+        let err = ServerConfig::load(
+            env(&[(
+                "DW_SERVER_NAMESPACE_DURABLE_STATE_LIMITS_MAX_SCHEDULES",
+                "many",
+            )]),
+            None,
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("DW_SERVER_NAMESPACE_DURABLE_STATE_LIMITS_MAX_SCHEDULES"),
+            "{err}"
+        );
     }
 
     #[test]

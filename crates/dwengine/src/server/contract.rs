@@ -53,6 +53,9 @@ pub enum Group {
     ExternalPayload,
     /// Service-call budgets (`server.service_boundary.*`).
     ServiceBoundary,
+    /// The namespace durable-state quota's server-wide defaults
+    /// (`server.namespace_durable_state.limits.*`).
+    DurableState,
 }
 
 impl Group {
@@ -66,6 +69,7 @@ impl Group {
             Group::QueryTasks => "query_tasks",
             Group::ExternalPayload => "external_payload",
             Group::ServiceBoundary => "service_boundary",
+            Group::DurableState => "durable_state",
         }
     }
 
@@ -78,6 +82,7 @@ impl Group {
             Group::QueryTasks => "Query tasks",
             Group::ExternalPayload => "External payload transport",
             Group::ServiceBoundary => "Service-call budgets",
+            Group::DurableState => "Namespace durable-state quota",
         }
     }
 }
@@ -510,6 +515,20 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             unit: "count",
             zero: "disables",
             limits,
+        });
+    }
+    for resource in crate::durable_state::DurableResource::ALL {
+        let key = resource.config_key();
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(&key).to_owned(),
+            group: Group::DurableState,
+            env: Some(config_key_variable(&key)),
+            config_key: Some(key),
+            default: 0,
+            current: config.durable_state_defaults.get(resource).unwrap_or(0),
+            unit: "count",
+            zero: "disables",
+            limits: resource.what(),
         });
     }
     out

@@ -207,9 +207,11 @@ impl Engine {
                 return Ok(Begun::Open(open, s.run(open)?.status));
             }
             // Counted in this transaction, so racing starts cannot overshoot.
-            if let Err(refused) = NamespaceDurableStateQuota::check(quota, &START_RESOURCES, || {
-                s.durable_usage(&start.namespace).ok()
-            }) {
+            if let Err(refused) =
+                NamespaceDurableStateQuota::check(quota, &START_RESOURCES, |asked| {
+                    s.durable_usage(&start.namespace, asked).ok()
+                })
+            {
                 return Ok(Begun::Refused(refused));
             }
             let workflow_id = start.workflow_id.clone();

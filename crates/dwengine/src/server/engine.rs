@@ -199,7 +199,8 @@ impl Engine {
             durable_state: NamespaceDurableStateQuota::new(
                 cache.clone(),
                 config.durable_state_limits.clone(),
-            ),
+            )
+            .with_defaults(config.durable_state_defaults),
             external_payloads: RuntimeExternalPayloadQuota::new(
                 cache.clone(),
                 config.external_payloads.clone(),
@@ -231,6 +232,34 @@ impl Engine {
         F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
     {
         self.store.write(transition)
+    }
+
+    /// Runs `mutation` in one write under `namespace`'s durable-state quota
+    /// over `resources` ([`NamespaceDurableStateQuota::guard`]): a refusal
+    /// undoes the mutation, is counted and comes back as the outer error;
+    /// the mutation's own store error is the inner one.
+    pub(crate) fn write_within_quota<R, F>(
+        &self,
+        namespace: &str,
+        resources: &'static [crate::durable_state::DurableResource],
+        mutation: F,
+    ) -> Result<Result<R, StoreError>, ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
+    {
+        let limits = self.durable_state.limits(namespace);
+        let ns = namespace.to_owned();
+        let outcome = self
+            .write(move |s| NamespaceDurableStateQuota::guard(limits, s, &ns, resources, mutation));
+        match outcome {
+            Ok(Ok(done)) => Ok(Ok(done)),
+            Ok(Err(refused)) => {
+                self.durable_state.record(namespace, &refused);
+                Err(ApiError::DurableState(refused))
+            }
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     /// Runs `read` on one committed snapshot.

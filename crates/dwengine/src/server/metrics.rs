@@ -125,7 +125,9 @@ impl Engine {
         let (drift, drift_disclosure) =
             ProjectionDriftMetrics::render(guard, &self.projection_drift()?)?;
         disclosures.insert(ProjectionDriftMetrics::METRIC.into(), drift_disclosure);
-        let usage = self.read(|s| s.durable_usage(namespace)).ok();
+        let usage = self
+            .read(|s| s.durable_usage(namespace, &crate::durable_state::DurableResource::ALL))
+            .ok();
         let (durable, durable_disclosure) = self.durable_state.render(guard, namespace, usage)?;
         disclosures.insert(
             crate::durable_state::NamespaceDurableStateQuota::METRIC.into(),

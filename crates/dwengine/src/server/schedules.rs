@@ -34,6 +34,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::durable_state::DurableResource;
 use crate::schedule_spec::{parse_zone, Cron, Interval, Spec};
 use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks, StartWorkflow, MAX_DURATION_SECONDS};
@@ -618,8 +619,11 @@ impl Engine {
             body.paused,
             body.max_runs,
         );
+        // Counted in the create's transaction; a duplicate adds nothing.
         let created =
-            self.write(move |s| s.create_schedule(&ns, &id, &document, paused, next, max_runs))?;
+            self.write_within_quota(namespace, &[DurableResource::Schedules], move |s| {
+                s.create_schedule(&ns, &id, &document, paused, next, max_runs)
+            })??;
         if !created {
             return Err(ApiError::ScheduleExists(schedule_id));
         }

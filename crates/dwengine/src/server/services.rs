@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::durable_state::DurableResource;
 use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks, StartWorkflow};
 use crate::server::{ApiError, Engine};
@@ -371,8 +372,12 @@ impl Engine {
     ) -> Result<(u16, Value), ApiError> {
         let ns = namespace.to_owned();
         let stored = name.clone();
-        let created =
-            self.write(move |s| s.create_catalog_entry(&ns, level, parent_id, &stored, &document))?;
+        // Counted in the create's transaction; a duplicate adds nothing.
+        let created = self.write_within_quota(
+            namespace,
+            &[DurableResource::ServiceCatalogEntries],
+            move |s| s.create_catalog_entry(&ns, level, parent_id, &stored, &document),
+        )??;
         match created {
             Some(entry) => Ok((201, Value::Object(self.with_context(&entry, context)))),
             None => {

@@ -16,6 +16,7 @@ use dwpolicy::boundary::{
     RequestValidator, MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_REQUEST_ID_CHARS,
 };
 
+use crate::durable_state::DurableResource;
 use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks};
 use crate::server::{ApiError, Engine};
@@ -25,6 +26,11 @@ use crate::store::{
     StreamState,
 };
 
+/// The durable-state resources a stream append or close may raise.
+pub(crate) const STREAM_RESOURCES: [DurableResource; 2] = [
+    DurableResource::WorkflowStreams,
+    DurableResource::WorkflowStreamItems,
+];
 /// Items one append may carry.
 pub const MAX_APPEND_ITEMS: usize = 500;
 /// Items one page may return (`max_items`), as the SDK checks.
@@ -419,7 +425,7 @@ impl Engine {
         let stream_name = name.to_owned();
         let max_pending = body.max_pending_items.map(|n| n.unsigned_abs());
         let appended = self
-            .write(move |s| {
+            .write_within_quota(namespace, &STREAM_RESOURCES, move |s| {
                 s.append_stream(
                     run,
                     StreamAppend {
@@ -430,7 +436,7 @@ impl Engine {
                         max_pending_items: max_pending,
                     },
                 )
-            })
+            })?
             .map_err(|e| refused(e, "stream_append", run))?;
         Ok(json!({
             "workflow_id": workflow_id, "workflow_run_id": wire::run_id(run),
@@ -466,10 +472,11 @@ impl Engine {
         let run = self.target(namespace, workflow_id, Some(run_id))?;
         let stream_name = name.to_owned();
         let retention = body.retention_seconds.map(|n| n.unsigned_abs());
+        // Closing a stream the run never opened creates it (already ended).
         let closed = self
-            .write(move |s| {
+            .write_within_quota(namespace, &STREAM_RESOURCES, move |s| {
                 s.close_stream(run, &stream_name, body.error_reason.as_deref(), retention)
-            })
+            })?
             .map_err(|e| refused(e, "stream_close", run))?;
         Ok(json!({
             "workflow_id": workflow_id, "workflow_run_id": wire::run_id(run),

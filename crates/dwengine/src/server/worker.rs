@@ -175,7 +175,7 @@ impl Engine {
                 let check = NamespaceDurableStateQuota::check(
                     quota,
                     &[DurableResource::WorkerRegistrations],
-                    || store.durable_usage(&ns).ok(),
+                    |asked| store.durable_usage(&ns, asked).ok(),
                 );
                 if let Err(refused) = check {
                     return Ok(Err(refused));
@@ -661,26 +661,42 @@ impl Engine {
                 self.check_upserts(&run.namespace, &run.search_attributes, &commands)?;
             }
         }
+        // Stream directives of workflow code count against the namespace's
+        // stream quota like client appends: a refused completion is undone
+        // and the task stays with its worker (429), to be retried later.
+        let streams = commands.iter().any(|c| {
+            matches!(
+                c,
+                WorkflowCommand::RecordSideEffect {
+                    workflow_stream: Some(_),
+                    ..
+                }
+            )
+        });
+        let quota = self.durable_state.clone();
         let (completion, ns, queue) = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
             };
             let (ns, queue) = store.task_queue_of(task)?;
-            let completion = if commands.is_empty() {
-                let queued = store.release_waiting_workflow_task(task, fence)?;
-                crate::store::WorkflowTaskCompletion {
-                    run_status: crate::store::RunStatus::Running,
-                    new_events: 0,
-                    activity_queues: Vec::new(),
-                    workflow_task_queued: queued,
-                    structural_limit: None,
-                }
-            } else {
-                store.complete_workflow_task(task, fence, &commands)?
-            };
+            let limits = quota.limits(&ns).filter(|_| streams);
+            let completion = NamespaceDurableStateQuota::guard(
+                limits,
+                store,
+                &ns,
+                &crate::server::streams::STREAM_RESOURCES,
+                |store| complete(store, task, fence, &commands),
+            )?;
             Ok((completion, ns, queue))
         })?;
+        let completion = match completion {
+            Ok(completion) => completion,
+            Err(refused) => {
+                self.durable_state.record(&ns, &refused);
+                return Err(ApiError::DurableState(refused));
+            }
+        };
         for activity_queue in &completion.activity_queues {
             self.wake(&ns, activity_queue, TaskKind::Activity.as_str())?;
         }
@@ -878,6 +894,26 @@ impl Engine {
 }
 
 /// The task id and attempt of a workflow-task report, checked.
+/// Applies a workflow task's commands (none: the task goes back to wait).
+fn complete(
+    store: &crate::store::Store,
+    task: i64,
+    fence: WorkflowTaskFence<'_>,
+    commands: &[WorkflowCommand],
+) -> Result<crate::store::WorkflowTaskCompletion, crate::store::Error> {
+    if commands.is_empty() {
+        let queued = store.release_waiting_workflow_task(task, fence)?;
+        return Ok(crate::store::WorkflowTaskCompletion {
+            run_status: crate::store::RunStatus::Running,
+            new_events: 0,
+            activity_queues: Vec::new(),
+            workflow_task_queued: queued,
+            structural_limit: None,
+        });
+    }
+    store.complete_workflow_task(task, fence, commands)
+}
+
 fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64), ApiError> {
     let mut checks = Checks::default();
     let task = task_id.parse::<i64>().ok();

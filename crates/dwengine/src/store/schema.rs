@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0016_external_payloads.sql"),
     include_str!("migrations/0017_schedule_audit.sql"),
     include_str!("migrations/0018_service_catalog.sql"),
+    include_str!("migrations/0019_durable_state_counts.sql"),
 ];
 
 /// The schema version this engine writes.
