@@ -480,3 +480,213 @@ fn refusal_churn_is_bounded_per_namespace_reason_and_minute() {
     }
     assert_eq!(s.keys(RuntimeExternalPayloadQuota::PREFIX), 0);
 }
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A server whose sweeps run only when a test asks, with `grace`.
+fn lifecycle_server(grace: Duration, tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    server(|c| {
+        c.external_payload_sweep.interval = Duration::from_secs(3600);
+        c.schedule_sweep.interval = Duration::from_secs(3600);
+        c.store.external_payload_orphan_grace = grace;
+        c.history_retention = Duration::ZERO;
+        c.retention_throttle = Duration::from_millis(1);
+        tweak(c);
+    })
+}
+
+/// Uploads `data` and answers its `{codec, external_payload}` envelope.
+fn stored(s: &TestServer, ns: &str, data: &[u8]) -> Value {
+    let (status, body) = upload(s, ns, data);
+    assert!(status == 201 || status == 200, "{body}");
+    json!({ "codec": "avro", "external_payload": body["reference"] })
+}
+
+fn id_of(envelope: &Value) -> String {
+    envelope["external_payload"]["reference_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn objects(s: &TestServer) -> (u64, u64) {
+    let m = usage(s, "default");
+    (
+        m["used_objects"].as_u64().unwrap(),
+        m["used_bytes"].as_u64().unwrap(),
+    )
+}
+
+/// The elected heartbeat's pruned run (registering the worker first).
+fn prune_one(s: &TestServer) -> Value {
+    std::thread::sleep(Duration::from_millis(5));
+    let (status, beat) = s.post(
+        "/api/worker/register",
+        json!({ "worker_id": "w", "task_queue": "q" }),
+    );
+    assert_eq!(status, 200, "{beat}");
+    beat["pruned_run_id"].clone()
+}
+
+/// Retention releases what a pruned run held: a payload only it named is
+/// deleted in the prune's transaction (its fetch is a 404 and the quota
+/// usage drops, so a refused upload now fits), one another run still
+/// names stays until that run is pruned too.
+#[test]
+fn retention_deletes_the_payloads_only_a_pruned_run_held_and_the_quota_drops() {
+    let s = lifecycle_server(Duration::ZERO, |c| {
+        c.external_payloads.max_objects_per_namespace = 2;
+    });
+    let shared = stored(&s, "default", &[b'a'; 100]);
+    let own = stored(&s, "default", &[b'b'; 200]);
+    // A signal's payload is held by its run like the history's.
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "one", "workflow_type": "t", "task_queue": "q1",
+                "input": shared }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.post("/api/workflows/one/signal/go", json!({ "input": own }));
+    assert!(status < 300, "{body}");
+    let (_, polled) = s.poll("workflow", "default", "q1", "p-one", 2000);
+    let (status, done) = s.complete(
+        &polled["task"],
+        json!([{ "type": "complete_workflow", "result": { "codec": "avro", "blob": "1" } }]),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(objects(&s), (2, 300));
+    let refused = refused_upload(&s, "default", &[b'c'; 10]);
+    assert_eq!(
+        refused["reason"],
+        "external_payload_namespace_objects_exhausted"
+    );
+    // The second run names the shared payload; it is still running.
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "two", "workflow_type": "t", "task_queue": "q2",
+                "input": shared }),
+    );
+    assert_eq!(status, 201, "{body}");
+
+    assert!(prune_one(&s).is_string(), "run one is pruned");
+    assert_eq!(objects(&s), (1, 100), "run one's own payload is gone");
+    assert_eq!(fetch(&s, "default", &id_of(&own)).0, 404);
+    assert_eq!(fetch(&s, "default", &id_of(&shared)).0, 200);
+    // The freed capacity admits the upload refused before.
+    let extra = stored(&s, "default", &[b'c'; 10]);
+
+    let (_, polled) = s.poll("workflow", "default", "q2", "p-two", 2000);
+    let (status, _) = s.complete(
+        &polled["task"],
+        json!([{ "type": "complete_workflow", "result": { "codec": "avro", "blob": "1" } }]),
+    );
+    assert_eq!(status, 200);
+    assert!(prune_one(&s).is_string(), "run two is pruned");
+    assert_eq!(fetch(&s, "default", &id_of(&shared)).0, 404);
+    // The unheld upload is the orphan sweep's, not retention's.
+    assert_eq!(objects(&s), (1, 10));
+    assert_eq!(fetch(&s, "default", &id_of(&extra)).0, 200);
+    assert!(prune_one(&s).is_null(), "nothing left to prune");
+}
+
+/// The orphan sweep deletes uploads nothing holds once their grace has
+/// passed, at most its scan limit per pass, oldest first; what a run, a
+/// signal or a schedule names stays, a repeated upload restarts the grace,
+/// and a deleted schedule lets go of its input.
+#[test]
+fn the_orphan_sweep_expires_unheld_uploads_after_the_grace_under_its_scan_limit() {
+    let grace = Duration::from_secs(60);
+    let s = lifecycle_server(grace, |c| {
+        c.external_payload_sweep.orphan_sweep_scan_limit = 2;
+    });
+    let grace_ms = grace.as_millis() as i64;
+    let started = stored(&s, "default", &[b's'; 70]);
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "held", "workflow_type": "t", "task_queue": "q",
+                "input": started }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let signalled = stored(&s, "default", &[b'g'; 71]);
+    let (status, body) = s.post(
+        "/api/workflows/held/signal/go",
+        json!({ "input": signalled }),
+    );
+    assert!(status < 300, "{body}");
+    let scheduled = stored(&s, "default", &[b'h'; 72]);
+    let (status, body) = s.post(
+        "/api/schedules",
+        json!({ "schedule_id": "nightly", "spec": { "intervals": [{ "every": "PT1H" }] },
+                "action": { "workflow_type": "report", "task_queue": "reports",
+                            "input": scheduled } }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let orphans: Vec<Value> = (0..5u8).map(|i| stored(&s, "default", &[i; 80])).collect();
+    assert_eq!(objects(&s), (8, 70 + 71 + 72 + 400));
+
+    // Within the grace nothing goes.
+    let engine = s.running.engine();
+    assert_eq!(engine.expire_orphan_payloads(now_ms()).unwrap(), 0);
+    // Past it, the scan limit per pass: 2, 2, 1, then nothing.
+    let later = now_ms() + grace_ms + 1;
+    let mut passes = Vec::new();
+    loop {
+        let n = engine.expire_orphan_payloads(later).unwrap();
+        passes.push(n);
+        if n == 0 {
+            break;
+        }
+        assert!(passes.len() < 10, "{passes:?}");
+    }
+    assert_eq!(passes, [2, 2, 1, 0]);
+    assert_eq!(objects(&s), (3, 70 + 71 + 72), "the quota usage drops");
+    for orphan in &orphans {
+        assert_eq!(fetch(&s, "default", &id_of(orphan)).0, 404);
+    }
+    for held in [&started, &signalled, &scheduled] {
+        assert_eq!(fetch(&s, "default", &id_of(held)).0, 200);
+    }
+
+    // A deleted schedule releases its input to the sweep.
+    let (status, body) = s.delete_ns("default", "/api/schedules/nightly");
+    assert!(status < 300, "{body}");
+    assert_eq!(engine.expire_orphan_payloads(later).unwrap(), 1);
+    assert_eq!(fetch(&s, "default", &id_of(&scheduled)).0, 404);
+
+    // Uploading the same bytes again restarts their grace.
+    let repeated = stored(&s, "default", &[b'r'; 90]);
+    let first_upload_done = now_ms();
+    std::thread::sleep(Duration::from_millis(20));
+    let (status, again) = upload(&s, "default", &[b'r'; 90]);
+    assert_eq!(status, 200, "{again}");
+    // Past the first upload's grace, within the second's.
+    let between = first_upload_done + grace_ms + 1;
+    assert_eq!(engine.expire_orphan_payloads(between).unwrap(), 0);
+    assert_eq!(fetch(&s, "default", &id_of(&repeated)).0, 200);
+    assert_eq!(engine.expire_orphan_payloads(later + 3_600_000).unwrap(), 1);
+    assert_eq!(fetch(&s, "default", &id_of(&repeated)).0, 404);
+}
+
+/// On its own timer, the node's sweep takes an abandoned upload off the
+/// namespace's quota once its grace has passed.
+#[test]
+fn the_background_sweep_frees_the_quota_of_abandoned_uploads() {
+    let s = lifecycle_server(Duration::from_millis(300), |c| {
+        c.external_payload_sweep.interval = Duration::from_millis(50);
+        c.external_payloads.max_objects_per_namespace = 1;
+    });
+    let abandoned = stored(&s, "default", &[b'x'; 100]);
+    refused_upload(&s, "default", &[b'y'; 100]);
+    assert!(
+        support::eventually(Duration::from_secs(20), || objects(&s) == (0, 0)),
+        "{}",
+        usage(&s, "default")
+    );
+    assert_eq!(fetch(&s, "default", &id_of(&abandoned)).0, 404);
+    assert_eq!(upload(&s, "default", &[b'y'; 100]).0, 201);
+}

@@ -30,6 +30,7 @@ use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
+use crate::server::external_payloads::ExternalPayloadSweep;
 use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
@@ -175,6 +176,9 @@ pub struct ServerConfig {
     pub timeout_sweep: TimeoutSweep,
     /// The due-schedule sweep's period and scan cap.
     pub schedule_sweep: ScheduleSweep,
+    /// The external payload orphan sweep's period and scan cap (the
+    /// grace is the store's `external_payload_orphan_grace`).
+    pub external_payload_sweep: ExternalPayloadSweep,
     /// Read connections of a file store at most.
     pub store_readers: usize,
     /// Polls of unregistered workers that may write poll keys per replay-TTL window.
@@ -248,6 +252,7 @@ impl ServerConfig {
             worker_sweep: IdleWorkerSweep::default(),
             timeout_sweep: TimeoutSweep::default(),
             schedule_sweep: ScheduleSweep::default(),
+            external_payload_sweep: ExternalPayloadSweep::default(),
             store_readers: crate::store::shared::DEFAULT_READERS,
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
@@ -598,6 +603,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
             TimeoutSweep::RUN_SCAN_LIMIT_KEY,
             ScheduleSweep::SCAN_LIMIT_KEY,
+            ExternalPayloadSweep::SCAN_LIMIT_KEY,
         ]
         .into_iter()
         .filter_map(|key| {
@@ -617,6 +623,15 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let schedules_every =
             parse("DW_SCHEDULE_SWEEP_INTERVAL_MS").map_or(ScheduleSweep::DEFAULT_INTERVAL, ms);
         config.schedule_sweep = ScheduleSweep::from_config(scan, schedules_every);
+        let payloads_every = parse(ExternalPayloadSweep::INTERVAL_ENV)
+            .map_or(ExternalPayloadSweep::DEFAULT_INTERVAL, ms);
+        config.external_payload_sweep = ExternalPayloadSweep::from_config(scan, payloads_every);
+        // 0, like absence, keeps the default grace.
+        if let Some(n) =
+            parse(&config_key_variable(ExternalPayloadSweep::GRACE_KEY)).filter(|n| *n > 0)
+        {
+            config.store.external_payload_orphan_grace = Duration::from_secs(n);
+        }
         if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS") {
             config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }

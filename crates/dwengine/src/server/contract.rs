@@ -27,11 +27,13 @@ use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::config::{config_key_variable, ServerConfig};
+use crate::server::external_payloads::ExternalPayloadSweep;
 use crate::server::schedules::{
     ScheduleSweep, HISTORY_PAGE_MAX, MAX_JITTER_SECONDS, MAX_NOTE_CHARS, MAX_SCHEDULE_ID_CHARS,
 };
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
+use crate::store::DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE;
 use crate::store::{DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES};
 
 /// Which family a limit belongs to.
@@ -407,6 +409,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         config.schedule_sweep.due_schedule_scan_limit,
         "due schedules fired, and buffered schedules drained, per schedule sweep",
     );
+    scan(
+        ExternalPayloadSweep::SCAN_LIMIT_KEY,
+        ExternalPayloadSweep::DEFAULT_SCAN_LIMIT,
+        config.external_payload_sweep.orphan_sweep_scan_limit,
+        "unheld external payloads past their orphan grace deleted per orphan sweep",
+    );
     for (spec, current, limits) in [
         (
             PROMETHEUS_WORKFLOW_SERIES,
@@ -479,6 +487,13 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             "disables",
             "stored payloads per namespace (DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS overrides per namespace)",
         ),
+        (
+            ExternalPayloadSweep::GRACE_KEY,
+            DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE.as_secs(),
+            config.store.external_payload_orphan_grace.as_secs(),
+            "default",
+            "how long an uploaded payload nothing holds (no run, stream or schedule names it) is kept before the orphan sweep or retention deletes it",
+        ),
     ] {
         out.push(Limit {
             name: key.rsplit('.').next().unwrap_or(key).to_owned(),
@@ -487,7 +502,13 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             env: Some(config_key_variable(key)),
             default,
             current,
-            unit: if key.ends_with("objects_per_namespace") { "count" } else { "bytes" },
+            unit: if key.ends_with("objects_per_namespace") {
+                "count"
+            } else if key.ends_with("_seconds") {
+                "seconds"
+            } else {
+                "bytes"
+            },
             zero,
             limits,
         });

@@ -9,6 +9,9 @@
 //! the integrity headers the SDK checks. Quota refusals are counted in the
 //! cache family of [`RuntimeExternalPayloadQuota`].
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -31,6 +34,62 @@ pub struct UploadHeaders {
     pub sha256: Option<String>,
 }
 
+/// The orphan sweep's period and per-pass cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExternalPayloadSweep {
+    /// Unheld payloads past their grace deleted per pass at most.
+    pub orphan_sweep_scan_limit: usize,
+    /// Time between passes.
+    pub interval: Duration,
+}
+
+impl ExternalPayloadSweep {
+    /// The configuration key of the per-pass cap.
+    pub const SCAN_LIMIT_KEY: &'static str =
+        "server.external_payload_transport.orphan_sweep_scan_limit";
+    /// The cap's default.
+    pub const DEFAULT_SCAN_LIMIT: usize = 100;
+    /// The configuration key of the orphan grace (seconds).
+    pub const GRACE_KEY: &'static str = "server.external_payload_transport.orphan_grace_seconds";
+    /// The variable of the period, in milliseconds.
+    pub const INTERVAL_ENV: &'static str = "DW_EXTERNAL_PAYLOAD_SWEEP_INTERVAL_MS";
+    /// The default period: a minute (the grace is a day).
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+    /// The cap read from `lookup` (0 or absent: the default), with `interval`.
+    pub fn from_config(lookup: impl Fn(&str) -> Option<usize>, interval: Duration) -> Self {
+        ExternalPayloadSweep {
+            orphan_sweep_scan_limit: lookup(Self::SCAN_LIMIT_KEY)
+                .filter(|n| *n > 0)
+                .unwrap_or(Self::DEFAULT_SCAN_LIMIT),
+            interval: interval.max(Duration::from_millis(10)),
+        }
+    }
+}
+
+impl Default for ExternalPayloadSweep {
+    fn default() -> Self {
+        Self::from_config(|_| None, Self::DEFAULT_INTERVAL)
+    }
+}
+
+/// Runs [`Engine::expire_orphan_payloads`] every interval until the runtime stops.
+pub(crate) async fn expire_forever(engine: Arc<Engine>) {
+    let mut ticks = tokio::time::interval(engine.config.external_payload_sweep.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let node = engine.clone();
+        match tokio::task::spawn_blocking(move || node.expire_orphan_payloads(crate::unix_ms()))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "external payload orphan sweep failed"),
+            Err(error) => tracing::warn!(%error, "external payload orphan sweep task failed"),
+        }
+    }
+}
+
 /// The outcome of a stored upload.
 enum Upload {
     Stored(Stored),
@@ -42,6 +101,14 @@ fn hex(digest: &[u8]) -> String {
 }
 
 impl Engine {
+    /// One orphan sweep pass at `now_ms`: deletes at most the scan limit of
+    /// payloads nothing holds whose last upload is older than the orphan
+    /// grace, oldest first; returns how many.
+    pub fn expire_orphan_payloads(&self, now_ms: i64) -> Result<usize, ApiError> {
+        let limit = self.config.external_payload_sweep.orphan_sweep_scan_limit;
+        Ok(self.write(move |store| store.expire_unreferenced_payloads(now_ms, limit))?)
+    }
+
     /// Refuses an upload whose declared length is over the transport's
     /// limit before its body is read.
     pub fn check_payload_length(&self, length: u64) -> Result<(), ApiError> {
@@ -98,6 +165,9 @@ impl Engine {
             if let Some(existing) =
                 store.find_external_payload(&ns, CODEC, &actual, data.len() as u64)?
             {
+                // A fresh upload restarts the grace: the reference it
+                // answers must outlive the request that names it.
+                store.touch_external_payload(&existing.reference_id)?;
                 return Ok(Upload::Stored(Stored::Existing(existing)));
             }
             // Counted in this transaction, so racing uploads cannot overshoot.

@@ -65,6 +65,7 @@ impl Running {
         let app = http::router(engine.clone());
         runtime.spawn(timeouts::sweep_forever(engine.clone()));
         runtime.spawn(schedules::fire_forever(engine.clone()));
+        runtime.spawn(external_payloads::expire_forever(engine.clone()));
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
                 axum::serve(listener, app)

@@ -8,10 +8,19 @@
 //! 0016) in the row's own transaction, so admission reads one row in the
 //! same write transaction as the insert it admits and racing uploads cannot
 //! overshoot a quota.
+//!
+//! Rows are bounded by their holders (migration 0020): triggers record in
+//! `external_payload_refs` which run, workflow stream or schedule names
+//! which payload, and keep each payload's `ref_count`. A payload nothing
+//! holds and not uploaded again within the store's orphan grace is deleted:
+//! at once when retention prunes the last run that held it
+//! ([`release_run_payloads`]), else by the orphan sweep
+//! ([`Store::expire_unreferenced_payloads`]), a bounded index walk.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::store::rows::{now_ms, to_u64};
+use crate::store::rows::{now_ms, to_i64, to_u64};
+use crate::store::tx::WriteTx;
 use crate::store::{Error, Store};
 
 /// A namespace's external payload usage.
@@ -140,8 +149,8 @@ impl Store {
         self.conn
             .prepare_cached(
                 "INSERT INTO external_payloads \
-                 (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, \
+                  last_uploaded_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             )?
             .execute(params![
                 record.reference_id,
@@ -153,6 +162,59 @@ impl Store {
                 now
             ])?;
         Ok(record)
+    }
+
+    /// Marks payload `reference_id` as uploaded now: an upload that found
+    /// the same bytes already stored restarts their orphan grace, so the
+    /// reference it answers outlives the request that will name it.
+    pub fn touch_external_payload(&self, reference_id: &str) -> Result<(), Error> {
+        self.conn
+            .prepare_cached(
+                "UPDATE external_payloads SET last_uploaded_at_ms = ?2 WHERE reference_id = ?1",
+            )?
+            .execute(params![reference_id, now_ms()])?;
+        Ok(())
+    }
+
+    /// Deletes at most `limit` payloads that nothing holds and whose last
+    /// upload is older than the orphan grace before `now_ms`, oldest
+    /// upload first (a walk of the partial `external_payloads_unreferenced`
+    /// index), in one transaction; returns how many it deleted.
+    pub fn expire_unreferenced_payloads(&self, now_ms: i64, limit: usize) -> Result<usize, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let deleted = tx
+            .prepare_cached(
+                "DELETE FROM external_payloads WHERE reference_id IN \
+                 (SELECT reference_id FROM external_payloads \
+                  WHERE ref_count = 0 AND last_uploaded_at_ms < ?1 \
+                  ORDER BY last_uploaded_at_ms LIMIT ?2)",
+            )?
+            .execute(params![self.orphan_cutoff(now_ms), to_i64(limit)])?;
+        tx.commit()?;
+        Ok(deleted)
+    }
+
+    /// Uploads before this instant are past their orphan grace.
+    pub(crate) fn orphan_cutoff(&self, now_ms: i64) -> i64 {
+        let grace = to_i64(self.config.external_payload_orphan_grace.as_millis());
+        now_ms.saturating_sub(grace)
+    }
+
+    /// How many holders (runs, streams, schedules) hold payload
+    /// `reference_id` of `namespace`; `None` when it is not stored.
+    pub fn external_payload_holders(
+        &self,
+        namespace: &str,
+        reference_id: &str,
+    ) -> Result<Option<u64>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT ref_count FROM external_payloads WHERE reference_id = ?1 AND namespace = ?2",
+            )?
+            .query_row([reference_id, namespace], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(to_u64))
     }
 
     /// The payload `reference_id` of `namespace` with its bytes; `None`
@@ -204,6 +266,34 @@ impl Store {
             })
             .optional()?)
     }
+}
+
+/// Releases every payload run `run` holds (retention pruned its history)
+/// and deletes those nothing else holds whose last upload is before
+/// `uploaded_before_ms`; the rest wait for the orphan sweep. Call inside
+/// the prune's transaction. Returns how many payloads it deleted.
+pub(crate) fn release_run_payloads(
+    conn: &Connection,
+    run: i64,
+    uploaded_before_ms: i64,
+) -> Result<usize, Error> {
+    let released: Vec<String> = conn
+        .prepare_cached(
+            "DELETE FROM external_payload_refs WHERE holder = 'run' AND holder_id = ?1 \
+             RETURNING reference_id",
+        )?
+        .query_map([run], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut deleted = 0;
+    for reference_id in released {
+        deleted += conn
+            .prepare_cached(
+                "DELETE FROM external_payloads WHERE reference_id = ?1 \
+                 AND ref_count = 0 AND last_uploaded_at_ms < ?2",
+            )?
+            .execute(params![reference_id, uploaded_before_ms])?;
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -123,7 +123,16 @@ pub struct StoreConfig {
     pub max_pending_payload_bytes: u64,
     /// Workflow stream retention and the per-run stream cap.
     pub streams: StreamPolicy,
+    /// How long an uploaded external payload that nothing holds is kept
+    /// (`server.external_payload_transport.orphan_grace_seconds`): time
+    /// for the request that names it to arrive. Only payloads nothing
+    /// holds and not uploaded again within it are deleted.
+    pub external_payload_orphan_grace: Duration,
 }
+
+/// The default orphan grace of an uploaded external payload: one day
+/// (docs/bounded-growth.md says why).
+pub const DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The default per-run budget of unprocessed message payload bytes: 64 MiB,
 /// so 32 signals at the 2 MiB payload limit, not 5,000 of them.
@@ -140,6 +149,7 @@ impl Default for StoreConfig {
             history_page: HistoryPageLimit::default(),
             max_pending_payload_bytes: DEFAULT_MAX_PENDING_PAYLOAD_BYTES,
             streams: StreamPolicy::default(),
+            external_payload_orphan_grace: DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE,
         }
     }
 }

@@ -196,7 +196,8 @@ impl Store {
     /// Prunes the history of at most one run of `namespace` that closed
     /// before `closed_before_ms`: commits the `details_pruned_at` marker and
     /// deletes its history, its dispatch rows and every projection of it in
-    /// the same transaction. The root row stays.
+    /// the same transaction, and releases the external payloads it holds
+    /// (deleting those nothing else holds). The root row stays.
     pub fn prune_one_expired_run(
         &self,
         namespace: &str,
@@ -227,6 +228,10 @@ impl Store {
         ] {
             tx.prepare_cached(sql)?.execute([run])?;
         }
+        // The run's external payloads go with its history, unless another
+        // holder still names them or they were uploaded again lately.
+        let uploaded_before = self.orphan_cutoff(now_ms());
+        crate::store::external_payloads::release_run_payloads(&tx, run, uploaded_before)?;
         tx.commit()?;
         Ok(Some(RunId(run)))
     }

@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0017_schedule_audit.sql"),
     include_str!("migrations/0018_service_catalog.sql"),
     include_str!("migrations/0019_durable_state_counts.sql"),
+    include_str!("migrations/0020_external_payload_lifecycle.sql"),
 ];
 
 /// The schema version this engine writes.
