@@ -541,3 +541,76 @@ fn began_bucket(window: Duration) -> u64 {
         .as_secs()
         / window.as_secs()
 }
+
+/// Service-call rows do not grow forever: the sweep's retention pass
+/// deletes calls older than the retention, at most its scan limit a pass,
+/// oldest first, and keeps a call whose run is still open.
+#[test]
+fn expired_service_calls_are_pruned_a_scan_limit_at_a_time_and_open_runs_keep_theirs() {
+    let (_, cache) = backends(8).remove(0);
+    let s = TestServer::start(cache, |c| {
+        c.service_call_retention.service_call_prune_scan_limit = 2;
+        // The background sweep stays out of the way; the test prunes explicitly.
+        c.schedule_sweep.interval = Duration::from_secs(3600);
+    });
+    s.namespace("payments");
+    catalog(&s, "payments", Value::Null);
+    for n in 1..=4 {
+        let mut body = call("default", Some(&format!("k{n}")), "accepted");
+        body["target_workflow_instance_id"] = format!("charge-{n}").into();
+        let (status, answer) = execute(&s, "payments", body);
+        assert_eq!(status, 200, "{answer}");
+    }
+    for n in 1..=3 {
+        let (status, body) = s.post_ns(
+            "payments",
+            &format!("/api/workflows/charge-{n}/terminate"),
+            json!({ "reason": "done" }),
+        );
+        assert!(status < 300, "{body}");
+    }
+    let engine = s.running.engine();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert_eq!(
+        engine.prune_service_calls(now).unwrap(),
+        0,
+        "nothing is old yet"
+    );
+    let later = now + dwengine::store::SERVICE_CALL_RETENTION_MS + 1;
+    assert_eq!(
+        engine.prune_service_calls(later).unwrap(),
+        2,
+        "the scan limit"
+    );
+    assert_eq!(engine.prune_service_calls(later).unwrap(), 1);
+    assert_eq!(
+        engine.prune_service_calls(later).unwrap(),
+        0,
+        "charge-4's run is open: its call stays"
+    );
+    let (status, again) = execute(&s, "payments", call("default", Some("k4"), "accepted"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["idempotent_replay"], true, "{again}");
+    let (status, body) = s.delete_ns("payments", OPERATION);
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("operation_has_service_calls"))
+    );
+    // Once its run closes, the last call goes and the operation can be deleted.
+    let (status, body) = s.post_ns(
+        "payments",
+        "/api/workflows/charge-4/terminate",
+        json!({ "reason": "done" }),
+    );
+    assert!(status < 300, "{body}");
+    assert_eq!(engine.prune_service_calls(later).unwrap(), 1);
+    let (status, body) = s.delete_ns("payments", OPERATION);
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("deleted")),
+        "{body}"
+    );
+}

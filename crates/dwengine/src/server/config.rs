@@ -179,6 +179,8 @@ pub struct ServerConfig {
     /// The external payload orphan sweep's period and scan cap (the
     /// grace is the store's `external_payload_orphan_grace`).
     pub external_payload_sweep: ExternalPayloadSweep,
+    /// The per-pass cap of the service-call retention pass.
+    pub service_call_retention: crate::server::services::ServiceCallRetention,
     /// Read connections of a file store at most.
     pub store_readers: usize,
     /// Polls of unregistered workers that may write poll keys per replay-TTL window.
@@ -253,6 +255,7 @@ impl ServerConfig {
             timeout_sweep: TimeoutSweep::default(),
             schedule_sweep: ScheduleSweep::default(),
             external_payload_sweep: ExternalPayloadSweep::default(),
+            service_call_retention: crate::server::services::ServiceCallRetention::default(),
             store_readers: crate::store::shared::DEFAULT_READERS,
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
@@ -604,6 +607,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             TimeoutSweep::RUN_SCAN_LIMIT_KEY,
             ScheduleSweep::SCAN_LIMIT_KEY,
             ExternalPayloadSweep::SCAN_LIMIT_KEY,
+            crate::server::services::ServiceCallRetention::SCAN_LIMIT_KEY,
         ]
         .into_iter()
         .filter_map(|key| {
@@ -632,6 +636,8 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         {
             config.store.external_payload_orphan_grace = Duration::from_secs(n);
         }
+        config.service_call_retention =
+            crate::server::services::ServiceCallRetention::from_config(scan);
         if let Some(n) = parse("DW_HISTORY_PAGE_EVENTS") {
             config.store.history_page.max_events = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }

@@ -31,10 +31,14 @@ use crate::server::external_payloads::ExternalPayloadSweep;
 use crate::server::schedules::{
     ScheduleSweep, HISTORY_PAGE_MAX, MAX_JITTER_SECONDS, MAX_NOTE_CHARS, MAX_SCHEDULE_ID_CHARS,
 };
+use crate::server::services::ServiceCallRetention;
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
 use crate::store::DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE;
-use crate::store::{DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES};
+use crate::store::{
+    DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES,
+    SERVICE_CALL_RETENTION_MS,
+};
 
 /// Which family a limit belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -293,6 +297,13 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             "how long a deleted schedule's audit history stays readable (then the sweep prunes it)",
         ),
         (
+            "service_call_retention",
+            SERVICE_CALL_RETENTION_MS.unsigned_abs() / 1000,
+            SERVICE_CALL_RETENTION_MS.unsigned_abs() / 1000,
+            "seconds",
+            "how long a service call answers its idempotent replay (then the sweep prunes it)",
+        ),
+        (
             "schedule_history_page",
             HISTORY_PAGE_MAX as u64,
             HISTORY_PAGE_MAX as u64,
@@ -414,6 +425,14 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         ExternalPayloadSweep::DEFAULT_SCAN_LIMIT,
         config.external_payload_sweep.orphan_sweep_scan_limit,
         "unheld external payloads past their orphan grace deleted per orphan sweep",
+    );
+    scan(
+        ServiceCallRetention::SCAN_LIMIT_KEY,
+        ServiceCallRetention::DEFAULT_SCAN_LIMIT,
+        config
+            .service_call_retention
+            .service_call_prune_scan_limit,
+        "service calls older than service_call_retention deleted per sweep pass (a call whose run is open stays)",
     );
     for (spec, current, limits) in [
         (

@@ -1408,14 +1408,21 @@ fn schedule_json(row: &ScheduleRow) -> Value {
     })
 }
 
-/// Runs [`Engine::fire_due_schedules`] every interval until the runtime stops.
+/// Runs [`Engine::fire_due_schedules`] and [`Engine::prune_service_calls`]
+/// every interval until the runtime stops.
 pub(crate) async fn fire_forever(engine: Arc<Engine>) {
     let mut ticks = tokio::time::interval(engine.config.schedule_sweep.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let node = engine.clone();
-        match tokio::task::spawn_blocking(move || node.fire_due_schedules(crate::unix_ms())).await {
+        // The same pass expires old service calls (a bounded delete).
+        let pass = move || {
+            let now = crate::unix_ms();
+            node.fire_due_schedules(now)?;
+            node.prune_service_calls(now)
+        };
+        match tokio::task::spawn_blocking(pass).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "schedule sweep failed"),
             Err(error) => tracing::warn!(%error, "schedule sweep task failed"),

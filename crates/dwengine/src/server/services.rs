@@ -12,6 +12,12 @@
 //! same path and checks as `POST /api/workflows`), and a `wait_for:
 //! completed` call waits for that run to close and answers with its output.
 //!
+//! Call rows are kept [`SERVICE_CALL_RETENTION_MS`] (seven days) after they
+//! were recorded; the maintenance sweep ([`Engine::prune_service_calls`],
+//! beside the schedule sweep) deletes expired ones, at most
+//! `server.services.service_call_prune_scan_limit` a pass, keeping any whose
+//! run is still open. A replay of a pruned call's key makes a new call.
+//!
 //! Before a new call is recorded, [`SharedServiceBoundaryPolicy`] spends
 //! the configured service-call budgets; an idempotent replay (the same
 //! caller namespace and `idempotency_key` on the same operation) answers
@@ -27,7 +33,9 @@ use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks, StartWorkflow};
 use crate::server::{ApiError, Engine};
 use crate::service_boundary::{Boundary, SharedServiceBoundaryPolicy};
-use crate::store::{CatalogDelete, CatalogEntry, CatalogLevel, RunStatus, ServiceCallRow};
+use crate::store::{
+    CatalogDelete, CatalogEntry, CatalogLevel, RunStatus, ServiceCallRow, SERVICE_CALL_RETENTION_MS,
+};
 
 /// Longest endpoint and service name (as the reference server).
 pub const MAX_CATALOG_NAME_CHARS: usize = 191;
@@ -49,6 +57,36 @@ pub const KNOWN_BINDINGS: [&str; 6] = [
     "invocable_http",
 ];
 const ANSWER_CHECK: Duration = Duration::from_millis(20);
+
+/// The service-call retention pass of the maintenance sweep: how many
+/// expired calls one pass deletes at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceCallRetention {
+    /// Expired service calls deleted per sweep pass at most.
+    pub service_call_prune_scan_limit: usize,
+}
+
+impl ServiceCallRetention {
+    /// The configuration key of the per-pass cap.
+    pub const SCAN_LIMIT_KEY: &'static str = "server.services.service_call_prune_scan_limit";
+    /// The cap's default.
+    pub const DEFAULT_SCAN_LIMIT: usize = 100;
+
+    /// The cap read from `lookup` (0 or absent: the default).
+    pub fn from_config(lookup: impl Fn(&str) -> Option<usize>) -> Self {
+        ServiceCallRetention {
+            service_call_prune_scan_limit: lookup(Self::SCAN_LIMIT_KEY)
+                .filter(|n| *n > 0)
+                .unwrap_or(Self::DEFAULT_SCAN_LIMIT),
+        }
+    }
+}
+
+impl Default for ServiceCallRetention {
+    fn default() -> Self {
+        Self::from_config(|_| None)
+    }
+}
 
 /// `POST /api/service-endpoints` and `…/services`: a named entry.
 #[derive(Debug, Deserialize, Default)]
@@ -359,6 +397,19 @@ impl Engine {
             service,
             operation,
         })
+    }
+
+    /// One retention pass at `now_ms`: deletes at most the declared scan
+    /// limit of service calls recorded more than
+    /// [`SERVICE_CALL_RETENTION_MS`] before, oldest first (a call whose run
+    /// is still open stays); returns how many went.
+    pub fn prune_service_calls(&self, now_ms: i64) -> Result<usize, ApiError> {
+        let limit = self
+            .config
+            .service_call_retention
+            .service_call_prune_scan_limit;
+        let cutoff = now_ms.saturating_sub(SERVICE_CALL_RETENTION_MS);
+        Ok(self.write(move |s| s.prune_service_calls(cutoff, limit))?)
     }
 
     fn create_entry(

@@ -74,7 +74,9 @@ pub use schedules::{
     DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES,
 };
 pub use search_attributes::Registration;
-pub use service_catalog::{CatalogDelete, CatalogEntry, CatalogLevel, ServiceCallRow};
+pub use service_catalog::{
+    CatalogDelete, CatalogEntry, CatalogLevel, ServiceCallRow, SERVICE_CALL_RETENTION_MS,
+};
 pub use shared::SharedStore;
 pub use streams::{
     Appended, NewStreamItem, Reclaimed, StreamAppend, StreamItem, StreamOrigin, StreamPolicy,

@@ -10,7 +10,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::store::rows::now_ms;
+use crate::store::rows::{now_ms, to_i64};
 use crate::store::{Error, RunId, Store};
 
 /// A catalog level.
@@ -149,7 +149,28 @@ fn with_request((mut row, text): (ServiceCallRow, String)) -> Result<ServiceCall
     Ok(row)
 }
 
+/// How long a service call is kept after it was recorded: seven days, well
+/// past the longest `wait_timeout_seconds` (one day). Until then an
+/// idempotent replay answers it; after it, the same key makes a new call.
+pub const SERVICE_CALL_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+
 impl Store {
+    /// Deletes at most `limit` service calls recorded at or before
+    /// `cutoff_ms`, oldest first, keeping any whose started run is still
+    /// open; returns how many went.
+    pub fn prune_service_calls(&self, cutoff_ms: i64, limit: usize) -> Result<usize, Error> {
+        let deleted = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM service_calls WHERE id IN (SELECT c.id FROM service_calls c \
+                 WHERE c.created_at_ms <= ?1 AND NOT EXISTS (SELECT 1 FROM runs r \
+                 WHERE r.id = c.linked_run_id AND r.status = 'running') \
+                 ORDER BY c.created_at_ms LIMIT ?2)",
+            )?
+            .execute(params![cutoff_ms, to_i64(limit)])?;
+        Ok(deleted)
+    }
+
     /// Adds an entry; `None` when its parent already has one of that name.
     pub fn create_catalog_entry(
         &self,
