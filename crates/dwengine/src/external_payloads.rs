@@ -5,9 +5,12 @@
 //! the structural-limit contract's way out is external storage — the SDK
 //! uploads an encoded payload over the namespace's threshold to
 //! `POST /api/external-payloads/v1`, the engine keeps the bytes in SQLite,
-//! and history carries only the hashed reference envelope
+//! and requests carry only the hashed reference envelope
 //! (`durable-workflow.v2.runtime-external-payload-reference.v1`: reference
 //! id, codec, size and SHA-256), which is what the size limit then sees.
+//! History records it as the contract's
+//! `durable-workflow.v2.external-payload-reference.v1` envelope and reads
+//! it back in the SDK's form (see [`crate::store::external_payloads`]).
 //! Readers fetch the bytes from `GET /api/external-payloads/v1/{id}` and
 //! verify the hash themselves.
 //!
@@ -38,7 +41,7 @@ pub const TRANSPORT_SCHEMA: &str = "durable-workflow.v2.runtime-external-payload
 /// The upload answer's schema.
 pub const UPLOAD_SCHEMA: &str = "durable-workflow.v2.runtime-external-payload-upload.v1";
 /// The reference envelope history carries instead of the bytes.
-pub const REFERENCE_SCHEMA: &str = "durable-workflow.v2.runtime-external-payload-reference.v1";
+pub const REFERENCE_SCHEMA: &str = crate::store::external_payloads::RUNTIME_REFERENCE_SCHEMA;
 /// The upload route.
 pub const UPLOAD_PATH: &str = "/api/external-payloads/v1";
 /// The fetch route as the manifest advertises it.

@@ -690,3 +690,71 @@ fn the_background_sweep_frees_the_quota_of_abandoned_uploads() {
     assert_eq!(fetch(&s, "default", &id_of(&abandoned)).0, 404);
     assert_eq!(upload(&s, "default", &[b'y'; 100]).0, 201);
 }
+
+/// History stores the structural-limit contract's envelope,
+/// `durable-workflow.v2.external-payload-reference.v1` with the hash and a
+/// `dw-runtime://external-payloads/v1/<id>` uri, while every answer (the
+/// history API, a worker's task) carries the SDK's runtime envelope as it
+/// was sent.
+#[test]
+fn history_stores_the_contract_envelope_and_answers_the_sdks() {
+    let s = server(|c| c.database = Some(c.polling_cache_path.join("store.sqlite")));
+    let input = stored(&s, "default", &[b'i'; 150]);
+    let result = stored(&s, "default", &[b'o'; 160]);
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "contract", "workflow_type": "t", "task_queue": "q",
+                "input": input }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let (_, polled) = s.poll("workflow", "default", "q", "p-contract", 2000);
+    let task_text = polled.to_string();
+    assert!(task_text.contains(&input.to_string()), "{task_text}");
+    assert!(
+        !task_text.contains("dw-runtime://"),
+        "a worker sees the SDK's envelope"
+    );
+    let (status, done) = s.complete(
+        &polled["task"],
+        json!([{ "type": "complete_workflow", "result": result }]),
+    );
+    assert_eq!(status, 200, "{done}");
+
+    let (_, history) = s.get(&format!("/api/workflows/contract/runs/{run}/history"));
+    let answered = history.to_string();
+    for envelope in [&input, &result] {
+        assert!(answered.contains(&envelope.to_string()), "{answered}");
+    }
+    assert!(!answered.contains("external-payload-reference.v1\",\"uri"));
+
+    let db = rusqlite::Connection::open(s.dir.path().join("store.sqlite")).unwrap();
+    let stored_history: Vec<String> = db
+        .prepare(
+            "SELECT payload FROM history_events WHERE run_id = \
+             (SELECT id FROM runs WHERE workflow_id = 'contract') ORDER BY sequence",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let text = stored_history.join("\n");
+    assert!(
+        !text.contains("durable-workflow.v2.runtime-external-payload-reference.v1"),
+        "{text}"
+    );
+    for (envelope, bytes) in [(&input, 150), (&result, 160)] {
+        let expected = json!({ "codec": "avro", "external_storage": {
+            "schema": "durable-workflow.v2.external-payload-reference.v1",
+            "uri": format!("dw-runtime://external-payloads/v1/{}", id_of(envelope)),
+            "sha256": envelope["external_payload"]["sha256"],
+            "size_bytes": bytes, "codec": "avro" } });
+        assert!(
+            stored_history
+                .iter()
+                .any(|p| p.contains(&expected.to_string())),
+            "{expected} not in {text}"
+        );
+    }
+}

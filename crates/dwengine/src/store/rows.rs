@@ -221,7 +221,8 @@ pub(crate) fn append_event(
     payload: &Value,
     command: bool,
 ) -> Result<u64, Error> {
-    let text = serde_json::to_string(payload)?;
+    // External payload references in the structural-limit contract's form.
+    let text = crate::store::external_payloads::history_text(payload)?;
     // The canonical byte metric: compact JSON with `/` and Unicode unescaped,
     // which is serde_json's output, plus the type name.
     let size = event_type.as_str().len() + text.len();

@@ -377,7 +377,9 @@ impl<'a> Task<'a> {
             });
         }
         self.cursor += 1;
-        Ok(Some(serde_json::from_str(&payload)?))
+        Ok(Some(crate::store::external_payloads::history_payload(
+            &payload,
+        )?))
     }
 
     fn expect_same(&self, recorded: &Value, field: &str, issued: &str) -> Result<(), Error> {
