@@ -761,3 +761,65 @@ fn stream_retention_keys_stay_one_per_namespace_and_drain() {
         }
     });
 }
+
+/// A stream holds at most `max_items_per_stream` items however long its run
+/// appends: the append that would pass the cap is refused whole, from a
+/// client or from workflow code, and a retry of stored items still passes.
+#[test]
+fn a_stream_holds_at_most_its_item_cap() {
+    let s = server(|c| c.store.streams.max_items_per_stream = 5);
+    let path = run_streams(&s, "default", "capped");
+    let keyed = |range: std::ops::Range<usize>| -> Vec<Value> {
+        range
+            .map(|n| json!({ "payload": value(n), "idempotency_key": format!("k{n}") }))
+            .collect()
+    };
+    let a = format!("{path}/a");
+    let (status, body) = append(&s, "default", &a, json!({ "items": keyed(0..3) }));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = append(&s, "default", &a, json!({ "items": keyed(3..5) }));
+    assert_eq!(status, 200, "at the cap passes: {body}");
+    let (status, body) = append(&s, "default", &a, json!({ "items": keyed(4..6) }));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "workflow_stream_item_limit_exceeded");
+    assert_eq!(
+        (
+            &body["items"],
+            &body["requested_items"],
+            &body["max_items_per_stream"]
+        ),
+        (&json!(5), &json!(1), &json!(5)),
+        "{body}"
+    );
+    assert_eq!(body["stream_name"], "a");
+    let (status, body) = append(&s, "default", &a, json!({ "items": keyed(0..5) }));
+    assert_eq!(status, 200, "a retry of stored items: {body}");
+    assert_eq!(body["deduped"], 5);
+    let (_, described) = s.get(&a);
+    assert_eq!(described["stream"]["total_items"], 5, "{described}");
+    // The cap is per stream: another stream of the run has its own.
+    let (status, body) = append(
+        &s,
+        "default",
+        &format!("{path}/b"),
+        json!({ "items": keyed(0..5) }),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    // Workflow code past the cap: the completion is refused and applies nothing.
+    let (_, polled) = s.poll("workflow", "default", "q", "p1", 0);
+    let directive = json!({ "type": "record_side_effect",
+        "result": { "codec": "json", "blob": "null" },
+        "workflow_stream": { "operation": "append", "stream_name": "b",
+                             "items": [{ "payload": value(9) }] } });
+    let (status, body) = s.complete(&polled["task"], json!([directive]));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "workflow_stream_item_limit_exceeded");
+    let (_, described) = s.get(&format!("{path}/b"));
+    assert_eq!(described["stream"]["total_items"], 5, "{described}");
+    let (_, manifest) = s.get("/api/cluster/info");
+    assert!(
+        manifest.to_string().contains("\"max_items_per_stream\":5"),
+        "the cap is discoverable: {manifest}"
+    );
+}

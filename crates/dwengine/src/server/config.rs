@@ -596,6 +596,9 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if let Some(n) = parse("DW_WORKFLOW_STREAMS_PER_RUN") {
             config.store.streams.max_streams_per_run = n;
         }
+        if let Some(n) = parse("DW_WORKFLOW_STREAM_MAX_ITEMS") {
+            config.store.streams.max_items_per_stream = n;
+        }
         // Scan caps are read as strictly as the limits: a typo is refused,
         // not silently replaced by the default cap.
         let scan_caps: HashMap<String, usize> = [

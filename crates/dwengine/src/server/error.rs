@@ -197,7 +197,9 @@ impl ApiError {
                 StoreError::RunNotFound(_)
                 | StoreError::ItemNotFound { .. }
                 | StoreError::StreamNotFound { .. } => 404,
-                StoreError::StreamClosed { .. } | StoreError::StreamCountLimit { .. } => 409,
+                StoreError::StreamClosed { .. }
+                | StoreError::StreamCountLimit { .. }
+                | StoreError::StreamItemLimit { .. } => 409,
                 StoreError::StreamBackpressure { .. } => 429,
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
@@ -477,6 +479,18 @@ impl ApiError {
                 "reason": "workflow_stream_limit_exceeded", "run_id": run.to_string(),
                 "streams": streams, "max_streams_per_run": limit,
                 "config_key": "DW_WORKFLOW_STREAMS_PER_RUN", "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::StreamItemLimit {
+                run,
+                name,
+                items,
+                requested,
+                limit,
+            }) => json!({
+                "reason": "workflow_stream_item_limit_exceeded", "run_id": run.to_string(),
+                "stream_name": name, "items": items, "requested_items": requested,
+                "max_items_per_stream": limit,
+                "config_key": "DW_WORKFLOW_STREAM_MAX_ITEMS", "message": self.to_string(),
             }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),

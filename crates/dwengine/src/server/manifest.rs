@@ -80,6 +80,7 @@ impl Engine {
                         "max_retention_seconds": crate::server::streams::MAX_RETENTION_SECONDS,
                         "default_retention_seconds": self.config.store.streams.default_retention_seconds,
                         "max_streams_per_run": self.config.store.streams.max_streams_per_run,
+                        "max_items_per_stream": self.config.store.streams.max_items_per_stream,
                         "max_waiting_reads": self.config.stream_max_waits,
                         "delivery": "at_least_once",
                     },

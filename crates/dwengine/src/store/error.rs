@@ -165,6 +165,23 @@ pub enum Error {
         /// The append's ceiling.
         max_pending_items: u64,
     },
+    /// An append past the stream's item cap.
+    #[error(
+        "stream {name:?} of run {run} holds {items} items; {requested} more would pass \
+         max_items_per_stream = {limit}"
+    )]
+    StreamItemLimit {
+        /// The run.
+        run: RunId,
+        /// The stream.
+        name: String,
+        /// Items it holds.
+        items: u64,
+        /// New items the append carried.
+        requested: u64,
+        /// The cap.
+        limit: u64,
+    },
     /// A new stream past the run's stream cap.
     #[error("run {run} already has {streams} streams, the most one run may open ({limit})")]
     StreamCountLimit {

@@ -32,18 +32,26 @@ pub struct StreamPolicy {
     pub default_retention_seconds: u64,
     /// Streams one run may open.
     pub max_streams_per_run: u64,
+    /// Items one stream may hold (0: no cap).
+    pub max_items_per_stream: u64,
 }
 
 /// The default retention window: one day after the stream ends.
 pub const DEFAULT_STREAM_RETENTION_SECONDS: u64 = 24 * 3600;
 /// The default number of streams one run may open.
 pub const DEFAULT_MAX_STREAMS_PER_RUN: u64 = 100;
+/// The default number of items one stream may hold. An open stream of a
+/// long-lived run is never reclaimed, so without a cap its items would grow
+/// as long as the run appends; with it a run holds at most
+/// `max_streams_per_run × max_items_per_stream` items (1,000,000 by default).
+pub const DEFAULT_MAX_ITEMS_PER_STREAM: u64 = 10_000;
 
 impl Default for StreamPolicy {
     fn default() -> Self {
         StreamPolicy {
             default_retention_seconds: DEFAULT_STREAM_RETENTION_SECONDS,
             max_streams_per_run: DEFAULT_MAX_STREAMS_PER_RUN,
+            max_items_per_stream: DEFAULT_MAX_ITEMS_PER_STREAM,
         }
     }
 }
@@ -392,6 +400,18 @@ pub(crate) fn append_in(
                 max_pending_items: max,
             });
         }
+    }
+    // The whole append is refused when its new items would pass the cap;
+    // a retry of stored items (no new ones) was answered above.
+    let cap = policy.max_items_per_stream;
+    if cap > 0 && stream.total_items.saturating_add(new_items) > cap {
+        return Err(Error::StreamItemLimit {
+            run: head.id,
+            name: append.name.to_owned(),
+            items: stream.total_items,
+            requested: new_items,
+            limit: cap,
+        });
     }
     let run_label = head.id.to_string();
     let run_ref = RunRef {
