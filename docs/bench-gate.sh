@@ -1,70 +1,145 @@
 #!/bin/sh
 # Reruns the gate's side-by-side timings in docs/performance.md:
-#   sparse  this repository plus four large public Rust projects, sources
-#           widened to **/*.rs: `dwlint check` beside ripgrep searching the
-#           same files for `server:` and `dw_`;
+#   sparse  this repository plus four large public Rust projects at pinned
+#           commits, sources widened to **/*.rs: `dwlint check` beside
+#           ripgrep searching the same files for `server:` and `dw_`, in one
+#           hyperfine run, then the peak memory of each;
 #   dense   2,201 files that all build cache keys: `dwlint check` beside a
 #           naive single-threaded syn parse of the same files, then the
 #           Rust extractors alone;
-#   big     one 200 MB Rust file: skipped by default, read with
-#           --max-file-size 1G.
+#   big     one 200 MB Rust file ending in one cache key: skipped with a
+#           warning by default, read with --max-file-size 1G.
 # Needs git, hyperfine, ripgrep and GNU time (`apt-get install hyperfine
-# ripgrep time`). Usage: docs/bench-gate.sh [WORKDIR] (default /tmp/dw-bench).
+# ripgrep time`).
+#
+# Usage: docs/bench-gate.sh [WORKDIR [PART...]]
+#   WORKDIR  where the trees are built (default /tmp/dw-bench); a tree
+#            already there is reused, delete it to rebuild;
+#   PART     sparse, dense or big (default: all three).
+# The sparse tree's four projects are fetched from GitHub at the commits
+# below. Without network, point DW_BENCH_MIRRORS at a directory holding a
+# clone (bare or not) of each as <owner>+<name> or <owner>+<name>/repo that
+# contains the commit; its tree is taken from there with `git archive`.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/tmp/dw-bench}
+[ $# -gt 0 ] && shift
+parts=${*:-sparse dense big}
 mkdir -p "$work"
 cd "$repo"
-cargo build --release --bin dwlint --example synthetic_tree --example naive_parse
+case " $parts " in
+*" dense "*) cargo build --release --bin dwlint --example synthetic_tree --example naive_parse ;;
+*) cargo build --release --bin dwlint ;;
+esac
 dwlint=$repo/target/release/dwlint
 naive=$repo/target/release/examples/naive_parse
-
 sparse=$work/sparse
-if [ ! -d "$sparse" ]; then
-    mkdir -p "$sparse"
-    git -C "$repo" archive HEAD | tar -x -C "$sparse"
-    for spec in \
-        rust-lang/cargo@af373f761aa4e42b093c2e453078fd73c8ce54dd \
-        tokio-rs/tokio@ea91b33ca57ff0581b38e735cc108f831bccbdaa \
-        BurntSushi/ripgrep@3fce3b5bb0236da2df6d99672afb8a719642eca7 \
-        rust-lang/rust-analyzer@d2e55da49132fa70a13dfbdc99122432b02cf464; do
-        name=${spec%@*}
-        dir=$sparse/$(echo "$name" | tr / +)
+# The projects of the sparse tree, at the commits measured in
+# docs/performance.md, and how many Rust files each holds there.
+projects="
+rust-lang/cargo@af373f761aa4e42b093c2e453078fd73c8ce54dd:1373
+tokio-rs/tokio@ea91b33ca57ff0581b38e735cc108f831bccbdaa:793
+BurntSushi/ripgrep@3fce3b5bb0236da2df6d99672afb8a719642eca7:110
+rust-lang/rust-analyzer@d2e55da49132fa70a13dfbdc99122432b02cf464:1480
+"
+
+# Extracts <owner>/<name> at <commit> into <dir>: from a local clone under
+# $DW_BENCH_MIRRORS if there is one, otherwise from GitHub.
+project_tree() {
+    name=$1 commit=$2 dir=$3
+    mirror=
+    for candidate in "${DW_BENCH_MIRRORS:-/nonexistent}/$(echo "$name" | tr / +)"/repo \
+        "${DW_BENCH_MIRRORS:-/nonexistent}/$(echo "$name" | tr / +)"; do
+        if git --git-dir="$candidate" cat-file -e "$commit^{commit}" 2>/dev/null ||
+            git -C "$candidate" cat-file -e "$commit^{commit}" 2>/dev/null; then
+            mirror=$candidate
+            break
+        fi
+    done
+    mkdir -p "$dir"
+    if [ -n "$mirror" ]; then
+        { git --git-dir="$mirror" archive "$commit" 2>/dev/null ||
+            git -C "$mirror" archive "$commit"; } | tar -x -C "$dir"
+    else
         git init -q "$dir"
-        git -C "$dir" fetch -q --depth 1 "https://github.com/$name" "${spec#*@}"
+        git -C "$dir" fetch -q --depth 1 "https://github.com/$name" "$commit"
         git -C "$dir" checkout -q FETCH_HEAD
         rm -rf "$dir/.git"
+    fi
+}
+
+run_sparse() {
+    if [ ! -d "$sparse" ]; then
+        mkdir -p "$sparse.partial"
+        git -C "$repo" archive HEAD | tar -x -C "$sparse.partial"
+        for entry in $projects; do
+            spec=${entry%:*}
+            name=${spec%@*}
+            dir=$sparse.partial/$(echo "$name" | tr / +)
+            project_tree "$name" "${spec#*@}" "$dir"
+            found=$(find "$dir" -name '*.rs' | wc -l)
+            [ "$found" -eq "${entry##*:}" ] ||
+                echo "warning: $name holds $found Rust files, not ${entry##*:}" >&2
+        done
+        sed -i 's|^cache = .*|cache = ["**/*.rs"]|; s|^metrics = .*|metrics = ["**/*.rs"]|' \
+            "$sparse.partial/policy/dw-bounded-growth.toml"
+        mv "$sparse.partial" "$sparse"
+    fi
+    echo "sparse: $(find "$sparse" -name '*.rs' | wc -l) Rust files," \
+        "$(find "$sparse" -name '*.rs' -path '*/*+*/*' | wc -l) of them in the four projects"
+    (cd "$sparse" && hyperfine -N -i --warmup 3 --runs 20 \
+        "$dwlint check --format short" \
+        "rg -c -g *.rs -e server: -e dw_ .")
+    echo "dwlint check --format short:"
+    (cd "$sparse" && /usr/bin/time -v "$dwlint" check --format short 2>&1 >/dev/null |
+        grep -E 'Maximum resident|Elapsed|User time|System time')
+    echo "rg -c -g '*.rs' -e server: -e dw_ .:"
+    (cd "$sparse" && /usr/bin/time -v rg -c -g '*.rs' -e server: -e dw_ . 2>&1 >/dev/null |
+        grep -E 'Maximum resident|Elapsed|User time|System time')
+}
+
+run_dense() {
+    dense=$work/dense
+    [ -d "$dense" ] || "$repo/target/release/examples/synthetic_tree" "$dense" 2201 dense
+    (cd "$dense" && hyperfine -N -i --warmup 2 --runs 10 "$dwlint check" "$naive .")
+    (cd "$dense" && /usr/bin/time -v "$dwlint" check 2>&1 >/dev/null |
+        grep -E 'Maximum resident|Elapsed')
+    # The Rust extractors alone (parser-free and the syn one it replaced),
+    # and whether they agree on every file.
+    cargo run -q --release --features syn-oracle --example rust_differential -- "$dense" | tail -2
+}
+
+run_big() {
+    big=$work/big
+    mkdir -p "$big/src" "$big/policy"
+    cp "$repo/fixtures/clean/policy/dw-bounded-growth.toml" "$big/policy/"
+    sed -i 's|^cache = .*|cache = ["src/**/*.rs"]|; s|^metrics = .*|metrics = ["src/**/*.rs"]|' \
+        "$big/policy/dw-bounded-growth.toml"
+    # Any Rust source will do; cargo's is used when the sparse tree exists.
+    seed=$sparse/rust-lang+cargo/src/workspace/features.rs
+    [ -f "$seed" ] || seed=$repo/src/scan.rs
+    : >"$big/src/huge.rs"
+    while [ "$(stat -c %s "$big/src/huge.rs")" -lt 209715200 ]; do
+        cat "$seed" >>"$big/src/huge.rs"
     done
-    sed -i 's|^cache = .*|cache = ["**/*.rs"]|; s|^metrics = .*|metrics = ["**/*.rs"]|' \
-        "$sparse/policy/dw-bounded-growth.toml"
-fi
-echo "sparse: $(find "$sparse" -name '*.rs' | wc -l) Rust files"
-(cd "$sparse" && hyperfine -N -i --warmup 3 --runs 20 \
-    "$dwlint check --format short" \
-    "rg -c -g *.rs -e server: -e dw_ .")
-(cd "$sparse" && /usr/bin/time -v "$dwlint" check --format short 2>&1 >/dev/null |
-    grep -E 'Maximum resident|Elapsed')
+    # One key at the very end, so the whole file is lexed and extracted.
+    printf '\nfn signal_key(id: u64) -> String {\n    format!("server:signal:{id}")\n}\n' \
+        >>"$big/src/huge.rs"
+    for limit in 16M 1G; do
+        (cd "$big" && /usr/bin/time -v "$dwlint" check --format short --max-file-size "$limit" 2>&1 |
+            grep -E 'huge.rs|Maximum resident|Elapsed|User time|System time')
+    done
+    rm -f "$big/src/huge.rs"
+}
 
-dense=$work/dense
-[ -d "$dense" ] || "$repo/target/release/examples/synthetic_tree" "$dense" 2201 dense
-(cd "$dense" && hyperfine -N -i --warmup 2 --runs 10 "$dwlint check" "$naive .")
-(cd "$dense" && /usr/bin/time -v "$dwlint" check 2>&1 >/dev/null | grep -E 'Maximum resident|Elapsed')
-# The Rust extractors alone (parser-free and the syn one it replaced), and
-# whether they agree on every file.
-cargo run -q --release --features syn-oracle --example rust_differential -- "$dense" | tail -2
-
-big=$work/big
-mkdir -p "$big/src" "$big/policy"
-cp "$repo/fixtures/clean/policy/dw-bounded-growth.toml" "$big/policy/"
-sed -i 's|^cache = .*|cache = ["src/**/*.rs"]|; s|^metrics = .*|metrics = ["src/**/*.rs"]|' \
-    "$big/policy/dw-bounded-growth.toml"
-seed=$sparse/rust-lang+cargo/src/workspace/features.rs
-: > "$big/src/huge.rs"
-while [ "$(stat -c %s "$big/src/huge.rs")" -lt 209715200 ]; do
-    cat "$seed" >> "$big/src/huge.rs"
+for part in $parts; do
+    case $part in
+    sparse) run_sparse ;;
+    dense) run_dense ;;
+    big) run_big ;;
+    *)
+        echo "unknown part \`$part\`: sparse, dense or big" >&2
+        exit 2
+        ;;
+    esac
 done
-for limit in 16M 1G; do
-    (cd "$big" && /usr/bin/time -v "$dwlint" check --format short --max-file-size "$limit" 2>&1 |
-        grep -E 'huge.rs|Maximum resident|Elapsed')
-done
-rm -f "$big/src/huge.rs"
