@@ -758,3 +758,89 @@ fn history_stores_the_contract_envelope_and_answers_the_sdks() {
         );
     }
 }
+
+/// A workflow stream holds the payloads its items name on its own: they
+/// outlive the pruned run, and go once the expired stream is reclaimed.
+#[test]
+fn a_stream_holds_its_items_payloads_until_it_is_reclaimed() {
+    let s = lifecycle_server(Duration::from_secs(60), |c| {
+        c.stream_retention_throttle = Duration::from_millis(1);
+    });
+    let item = stored(&s, "default", &[b'm'; 120]);
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "streamer", "workflow_type": "t", "task_queue": "q",
+                "input": { "codec": "avro", "blob": "1" } }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_owned();
+    let stream = format!("/api/workflows/streamer/runs/{run}/streams/out");
+    let (status, body) = s.post(
+        &format!("{stream}/items"),
+        json!({ "items": [{ "payload": item }] }),
+    );
+    assert!(status < 300, "{body}");
+    let (status, body) = s.post(
+        &format!("{stream}/close"),
+        json!({ "retention_seconds": 1 }),
+    );
+    assert!(status < 300, "{body}");
+    let (status, body) = s.post(
+        "/api/workflows/streamer/terminate",
+        json!({ "reason": "t" }),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(prune_one(&s).is_string(), "the run is pruned");
+    let later = now_ms() + 61_000;
+    let engine = s.running.engine();
+    assert_eq!(
+        engine.expire_orphan_payloads(later).unwrap(),
+        0,
+        "the stream holds it"
+    );
+    assert_eq!(fetch(&s, "default", &id_of(&item)).0, 200);
+
+    // Past the stream's retention an elected heartbeat reclaims it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, beat) = s.post("/api/worker/heartbeat", json!({ "worker_id": "w" }));
+    assert_eq!(beat["stream_retention"]["streams"], 1, "{beat}");
+    assert_eq!(engine.expire_orphan_payloads(later).unwrap(), 1);
+    assert_eq!(fetch(&s, "default", &id_of(&item)).0, 404);
+    assert_eq!(objects(&s), (0, 0));
+}
+
+/// A request may name a stored payload in the contract's form too; it is
+/// checked like the SDK's envelope, so a forged `dw-runtime:` uri is a 422.
+#[test]
+fn contract_form_references_in_requests_must_name_stored_payloads() {
+    let s = server(|_| {});
+    let runtime = stored(&s, "default", &[b'k'; 130]);
+    let contract = |id: &str| {
+        json!({ "codec": "avro", "external_storage": {
+            "schema": "durable-workflow.v2.external-payload-reference.v1",
+            "uri": format!("dw-runtime://external-payloads/v1/{id}"),
+            "sha256": runtime["external_payload"]["sha256"], "size_bytes": 130, "codec": "avro" } })
+    };
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "forged", "workflow_type": "t", "task_queue": "q",
+                "input": contract("ep_01ARZ3NDEKTSV4RRFFQ69G5FAV") }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["validation_errors"]["input.external_payload"].is_array(),
+        "{body}"
+    );
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "named", "workflow_type": "t", "task_queue": "q",
+                "input": contract(&id_of(&runtime)) }),
+    );
+    assert_eq!(status, 201, "{body}");
+    let run = body["run_id"].as_str().unwrap();
+    let (_, history) = s.get(&format!("/api/workflows/named/runs/{run}/history"));
+    assert!(
+        history.to_string().contains(&runtime.to_string()),
+        "answered in the SDK's form: {history}"
+    );
+}

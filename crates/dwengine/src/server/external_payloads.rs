@@ -323,6 +323,11 @@ fn collect(
     found: &mut Vec<(String, PayloadRecord)>,
     checks: &mut Checks,
 ) {
+    // A request may also name a stored payload in the contract's form
+    // (`external_storage` with a `dw-runtime:` uri): checked the same way.
+    if let Some(runtime) = crate::store::external_payloads::runtime_envelope(value) {
+        return collect(field, &runtime, found, checks);
+    }
     match value {
         Value::Object(map) if map.contains_key("external_payload") => match reference_of(value) {
             Ok(Some(record)) => found.push((field.to_owned(), record)),

@@ -161,7 +161,9 @@ fn stored_envelope(value: &Value) -> Option<Value> {
     }))
 }
 
-fn runtime_envelope(value: &Value) -> Option<Value> {
+/// The SDK's runtime envelope of a stored-form envelope naming a payload
+/// of this store (`dw-runtime:` uri); `None` for anything else.
+pub fn runtime_envelope(value: &Value) -> Option<Value> {
     let (codec, (id, inner_codec, size, sha)) = envelope(value, "external_storage", |r| {
         (r.len() == 5 && r.get("schema")?.as_str()? == STORED_REFERENCE_SCHEMA).then_some(())?;
         let id = r.get("uri")?.as_str()?.strip_prefix(RUNTIME_URI_PREFIX)?;
