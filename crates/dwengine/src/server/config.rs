@@ -946,6 +946,22 @@ mod tests {
     }
 
     #[test]
+    fn stream_bounds_come_from_the_file_and_the_environment() {
+        let (_dir, path) =
+            file("[server.streams]\nmax_items_per_stream = 7\nmax_streams_per_run = 9\n");
+        let config = ServerConfig::load(
+            env(&[("DW_WORKFLOW_STREAMS_PER_RUN", "3")]),
+            Some(&path),
+            false,
+        )
+        .unwrap();
+        assert_eq!(config.store.streams.max_items_per_stream, 7, "file");
+        assert_eq!(config.store.streams.max_streams_per_run, 3, "env wins");
+        let defaults = ServerConfig::load(env(&[]), None, false).unwrap();
+        assert_eq!(defaults.store.streams.max_items_per_stream, 10_000);
+    }
+
+    #[test]
     fn durable_state_defaults_come_from_the_file_and_the_environment() {
         use crate::durable_state::DurableResource;
         let (_dir, path) = file(

@@ -34,6 +34,7 @@ use crate::server::schedules::{
 use crate::server::services::ServiceCallRetention;
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
+use crate::store::streams::{DEFAULT_MAX_ITEMS_PER_STREAM, DEFAULT_MAX_STREAMS_PER_RUN};
 use crate::store::DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE;
 use crate::store::{
     DELETED_SCHEDULE_AUDIT_RETENTION_MS, RECENT_ACTIONS, SCHEDULE_AUDIT_ENTRIES,
@@ -62,6 +63,9 @@ pub enum Group {
     /// The namespace durable-state quota's server-wide defaults
     /// (`server.namespace_durable_state.limits.*`).
     DurableState,
+    /// Per-run and per-stream bounds of workflow output streams
+    /// (`server.streams.*`).
+    WorkflowStreams,
 }
 
 impl Group {
@@ -76,6 +80,7 @@ impl Group {
             Group::ExternalPayload => "external_payload",
             Group::ServiceBoundary => "service_boundary",
             Group::DurableState => "durable_state",
+            Group::WorkflowStreams => "workflow_streams",
         }
     }
 
@@ -89,6 +94,7 @@ impl Group {
             Group::ExternalPayload => "External payload transport",
             Group::ServiceBoundary => "Service-call budgets",
             Group::DurableState => "Namespace durable-state quota",
+            Group::WorkflowStreams => "Workflow streams",
         }
     }
 }
@@ -552,6 +558,35 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             env: Some(config_key_variable(key)),
             default: 0,
             current: current.unwrap_or(0),
+            unit: "count",
+            zero: "disables",
+            limits,
+        });
+    }
+    let streams = &config.store.streams;
+    for (name, env, default, current, limits) in [
+        (
+            "max_streams_per_run",
+            "DW_WORKFLOW_STREAMS_PER_RUN",
+            DEFAULT_MAX_STREAMS_PER_RUN,
+            streams.max_streams_per_run,
+            "output streams one run may open; past it 409 workflow_stream_limit_exceeded",
+        ),
+        (
+            "max_items_per_stream",
+            "DW_WORKFLOW_STREAM_MAX_ITEMS",
+            DEFAULT_MAX_ITEMS_PER_STREAM,
+            streams.max_items_per_stream,
+            "items one stream may hold; an append past it is refused whole with 409 workflow_stream_item_limit_exceeded",
+        ),
+    ] {
+        out.push(Limit {
+            name: name.to_owned(),
+            group: Group::WorkflowStreams,
+            config_key: Some(format!("server.streams.{name}")),
+            env: Some(env.to_owned()),
+            default,
+            current,
             unit: "count",
             zero: "disables",
             limits,
