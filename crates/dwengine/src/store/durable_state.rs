@@ -4,12 +4,14 @@
 //! Each count is read from SQL in the same write transaction as the
 //! mutation it admits, so two racing creates cannot both pass a quota of
 //! one. Runs come from the per-series aggregates (one row per task queue and
-//! workflow type, not per run); registrations, schedules and service-catalog
-//! entries from their tables' namespace-leading keys; streams and their
-//! items from the `workflow_streams_namespace` index, items as the streams'
-//! `total_items` (an expired stream counts whole until the reclaim deletes
-//! its row). Only the resources asked for are counted, so a quota over one
-//! resource pays one count.
+//! workflow type, not per run); registrations from the workers table's
+//! namespace range (idle ones are swept); schedules, service-catalog
+//! entries, streams and stream items from `namespace_durable_counts`, one
+//! row per (namespace, resource) that triggers keep in the transaction of
+//! every insert, delete and append, so their read costs the same for ten
+//! rows or ten million. Items are the streams' `total_items`: an expired
+//! stream counts whole until the reclaim deletes its row. Only the
+//! resources asked for are read.
 
 use crate::store::rows::to_u64;
 use crate::store::tx::WriteTx;
@@ -108,38 +110,38 @@ impl Store {
                 to_u64(started.saturating_sub(closed)),
             );
         }
-        if wants(DurableResource::WorkflowStreams) || wants(DurableResource::WorkflowStreamItems) {
-            let (streams, items): (i64, i64) = self
+        // Kept by triggers (migration 0022): one row per resource in use.
+        let kept = [
+            DurableResource::Schedules,
+            DurableResource::WorkflowStreams,
+            DurableResource::WorkflowStreamItems,
+            DurableResource::ServiceCatalogEntries,
+        ];
+        if kept.iter().any(|r| wants(*r)) {
+            for resource in kept.into_iter().filter(|r| wants(*r)) {
+                usage.set(resource, 0);
+            }
+            let rows = self
                 .conn
                 .prepare_cached(
-                    "SELECT COUNT(*), COALESCE(SUM(total_items), 0) \
-                     FROM workflow_streams WHERE namespace = ?1",
+                    "SELECT resource, count FROM namespace_durable_counts WHERE namespace = ?1",
                 )?
-                .query_row([namespace], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            usage.set(DurableResource::WorkflowStreams, to_u64(streams));
-            usage.set(DurableResource::WorkflowStreamItems, to_u64(items));
-        }
-        for (resource, sql) in [
-            (
-                DurableResource::WorkerRegistrations,
-                "SELECT COUNT(*) FROM workers WHERE namespace = ?1",
-            ),
-            (
-                DurableResource::Schedules,
-                "SELECT COUNT(*) FROM schedules WHERE namespace = ?1",
-            ),
-            (
-                DurableResource::ServiceCatalogEntries,
-                "SELECT COUNT(*) FROM service_catalog WHERE namespace = ?1",
-            ),
-        ] {
-            if wants(resource) {
-                let n: i64 = self
-                    .conn
-                    .prepare_cached(sql)?
-                    .query_row([namespace], |r| r.get(0))?;
-                usage.set(resource, to_u64(n));
+                .query_map([namespace], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            for (name, count) in rows {
+                if let Some(resource) = kept.into_iter().find(|r| r.name() == name && wants(*r)) {
+                    usage.set(resource, to_u64(count));
+                }
             }
+        }
+        if wants(DurableResource::WorkerRegistrations) {
+            let n: i64 = self
+                .conn
+                .prepare_cached("SELECT COUNT(*) FROM workers WHERE namespace = ?1")?
+                .query_row([namespace], |r| r.get(0))?;
+            usage.set(DurableResource::WorkerRegistrations, to_u64(n));
         }
         Ok(usage)
     }
@@ -158,5 +160,105 @@ impl Store {
             tx.commit()?;
         }
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::schedules::AuditEvent;
+    use crate::store::streams::{NewStreamItem, StreamAppend, StreamOrigin};
+    use crate::store::{CatalogLevel, StartRun, StoreConfig};
+
+    fn counts(store: &Store, namespace: &str) -> [u64; 4] {
+        let usage = store
+            .durable_usage(namespace, &DurableResource::ALL)
+            .unwrap();
+        [
+            DurableResource::Schedules,
+            DurableResource::WorkflowStreams,
+            DurableResource::WorkflowStreamItems,
+            DurableResource::ServiceCatalogEntries,
+        ]
+        .map(|r| usage.get(r).unwrap())
+    }
+
+    fn leftover_rows(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("SELECT COUNT(*) FROM namespace_durable_counts", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    }
+
+    /// The trigger-kept counts follow every insert, append, delete and
+    /// reclaim, and a namespace whose rows are all gone leaves no count row.
+    #[test]
+    fn kept_counts_follow_every_write_and_vanish_at_zero() {
+        let store = Store::open_in_memory(StoreConfig::default()).unwrap();
+        let doc = serde_json::json!({});
+        assert!(store
+            .create_schedule("a", "s1", &doc, true, None, None)
+            .unwrap());
+        assert!(store
+            .create_schedule("a", "s2", &doc, true, None, None)
+            .unwrap());
+        assert!(!store
+            .create_schedule("a", "s1", &doc, true, None, None)
+            .unwrap());
+        store
+            .create_catalog_entry("a", CatalogLevel::Endpoint, 0, "billing", &doc)
+            .unwrap()
+            .unwrap();
+        let run = store
+            .start_run(StartRun {
+                workflow_id: "w".into(),
+                workflow_type: "T".into(),
+                namespace: "a".into(),
+                task_queue: "q".into(),
+                arguments: serde_json::Value::Null,
+                memo: Default::default(),
+                search_attributes: Default::default(),
+            })
+            .unwrap();
+        let items = vec![NewStreamItem::default(); 3];
+        for name in ["x", "y"] {
+            store
+                .append_stream(
+                    run,
+                    StreamAppend {
+                        name,
+                        items: &items,
+                        origin: StreamOrigin::Client,
+                        origin_reference: None,
+                        max_pending_items: None,
+                    },
+                )
+                .unwrap();
+        }
+        assert_eq!(counts(&store, "a"), [2, 2, 6, 1]);
+        assert_eq!(counts(&store, "b"), [0, 0, 0, 0]);
+
+        let audit = AuditEvent {
+            event_type: "ScheduleDeleted",
+            payload: serde_json::json!({}),
+        };
+        assert!(store.delete_schedule("a", "s1", &audit).unwrap());
+        // Closing both streams and reclaiming them item by item: a stream
+        // counts whole until its row goes.
+        store.close_stream(run, "x", None, Some(1)).unwrap();
+        store.close_stream(run, "y", None, Some(1)).unwrap();
+        let later = crate::store::rows::now_ms() + 10_000;
+        store.reclaim_expired_streams("a", later, 10, 4).unwrap();
+        assert_eq!(counts(&store, "a"), [1, 1, 3, 1]);
+        store.reclaim_expired_streams("a", later, 10, 4).unwrap();
+        assert_eq!(counts(&store, "a"), [1, 0, 0, 1]);
+        assert!(store.delete_schedule("a", "s2", &audit).unwrap());
+        store
+            .delete_catalog_entry("a", CatalogLevel::Endpoint, 0, "billing")
+            .unwrap();
+        assert_eq!(counts(&store, "a"), [0, 0, 0, 0]);
+        assert_eq!(leftover_rows(&store), 0);
     }
 }
