@@ -71,6 +71,76 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// The external payload lifecycle migration finds the references rows
+    /// written before it (a history event, a signal) and leaves an upload
+    /// nothing names unheld.
+    #[test]
+    fn the_payload_lifecycle_migration_backfills_existing_references() {
+        let lifecycle = MIGRATIONS
+            .iter()
+            .position(|m| m.contains("CREATE TABLE external_payload_refs"))
+            .unwrap();
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..lifecycle] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", lifecycle as i64)
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+             memo, search_attributes, created_at_ms) \
+             VALUES ('w', 't', 'default', 'q', 'running', 'v2', '{}', '{}', 0);",
+        )
+        .unwrap();
+        let ids = [
+            "ep_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "ep_01ARZ3NDEKTSV4RRFFQ69G5FAW",
+            "ep_01ARZ3NDEKTSV4RRFFQ69G5FAX",
+        ];
+        for id in ids {
+            conn.execute(
+                "INSERT INTO external_payloads \
+                 (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms) \
+                 VALUES (?1, 'default', 'avro', 1, ?1, x'00', 5)",
+                [id],
+            )
+            .unwrap();
+        }
+        let envelope = |id: &str| {
+            serde_json::json!({ "codec": "avro", "external_payload": {
+                "schema": "durable-workflow.v2.runtime-external-payload-reference.v1",
+                "reference_id": id, "codec": "avro", "size_bytes": 1, "sha256": "a".repeat(64) } })
+            .to_string()
+        };
+        conn.execute(
+            "INSERT INTO history_events (run_id, sequence, event_type, payload) \
+             VALUES (1, 0, 'WorkflowStarted', ?1)",
+            [format!("{{\"input\":{}}}", envelope(ids[0]))],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO signals (run_id, name, payload, status) VALUES (1, 's', ?1, 'received')",
+            [envelope(ids[1])],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let held: Vec<(String, i64, i64)> = conn
+            .prepare("SELECT reference_id, ref_count, last_uploaded_at_ms FROM external_payloads ORDER BY reference_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            held,
+            [
+                (ids[0].to_owned(), 1, 5),
+                (ids[1].to_owned(), 1, 5),
+                (ids[2].to_owned(), 0, 5)
+            ]
+        );
+    }
+
     #[test]
     fn migrating_twice_is_a_no_op_and_newer_files_are_refused() {
         let mut conn = Connection::open_in_memory().unwrap();
