@@ -199,27 +199,37 @@ pub fn covers(declared: &str, source: &str) -> bool {
 }
 
 /// Declared prefixes, indexed so that whether any covers a source prefix
-/// takes one lookup per leading part of it: comparing every declared
+/// takes one lookup per declared prefix length: comparing every declared
 /// prefix with every source prefix was quadratic on a policy with
-/// thousands of entries.
+/// thousands of entries, and looking up every leading part of the source
+/// hashed each of them (a policy's prefixes come in a few lengths).
 #[derive(Debug, Default)]
 pub struct Declared<'a> {
     prefixes: std::collections::HashSet<&'a str>,
+    /// The distinct byte lengths of `prefixes`, ascending.
+    lengths: Vec<usize>,
 }
 
 impl<'a> Declared<'a> {
     /// Indexes `prefixes`.
     pub fn new(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
-        Declared {
-            prefixes: prefixes.into_iter().collect(),
-        }
+        let prefixes: std::collections::HashSet<&'a str> = prefixes.into_iter().collect();
+        let mut lengths: Vec<usize> = prefixes.iter().map(|p| p.len()).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        Declared { prefixes, lengths }
     }
 
     /// Whether some declared prefix [`covers`] `source`.
     pub fn cover(&self, source: &str) -> bool {
-        std::iter::once(0)
-            .chain(source.char_indices().map(|(i, c)| i + c.len_utf8()))
-            .any(|end| self.prefixes.contains(&source[..end]))
+        self.lengths
+            .iter()
+            .take_while(|&&len| len <= source.len())
+            .any(|&len| {
+                source
+                    .get(..len)
+                    .is_some_and(|head| self.prefixes.contains(head))
+            })
     }
 }
 
