@@ -75,7 +75,7 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
     }
 }
 
-fn is_ident_byte(c: u8) -> bool {
+const fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
 }
 
@@ -180,6 +180,14 @@ pub(crate) fn any_in_string(text: &str, offsets: &[usize]) -> bool {
 
 /// Why the file should not be handed to a recursive parser, and where.
 pub(crate) fn too_complex(text: &str) -> Option<(String, usize)> {
+    if !may_be_too_complex(text.as_bytes()) {
+        return None;
+    }
+    too_complex_lexed(text)
+}
+
+/// [`too_complex`] without the byte-count shortcut.
+fn too_complex_lexed(text: &str) -> Option<(String, usize)> {
     let mut depth = 0usize;
     let mut run = 0usize;
     let mut found = None;
@@ -214,6 +222,42 @@ pub(crate) fn too_complex(text: &str) -> Option<(String, usize)> {
         found.is_none()
     });
     found
+}
+
+/// Whether `b` holds more opening brackets than [`MAX_NESTING`] or more
+/// operator bytes than [`MAX_OPERATOR_RUN`], counted anywhere (comments and
+/// literals included): the lexer reports an `Open` or `Operator` only at
+/// such a byte, so a file with fewer can pass neither limit and need not be
+/// lexed for them. Most files are far below both; the count is a table
+/// lookup per byte, a fraction of lexing.
+fn may_be_too_complex(b: &[u8]) -> bool {
+    const OPEN: u8 = 1;
+    const OPERATOR: u8 = 2;
+    const CLASS: [u8; 256] = {
+        let mut class = [0u8; 256];
+        let mut c = 0;
+        while c < 256 {
+            let byte = c as u8;
+            class[c] = match byte {
+                b'(' | b'[' | b'{' => OPEN,
+                b')' | b']' | b'}' | b',' | b';' | b'"' | b'\'' => 0,
+                _ if is_ident_byte(byte) || byte.is_ascii_whitespace() => 0,
+                _ => OPERATOR,
+            };
+            c += 1;
+        }
+        class
+    };
+    if b.len() <= MAX_NESTING.min(MAX_OPERATOR_RUN) {
+        return false;
+    }
+    let (mut opens, mut operators) = (0usize, 0usize);
+    for &c in b {
+        let class = CLASS[usize::from(c)];
+        opens += usize::from(class == OPEN);
+        operators += usize::from(class == OPERATOR);
+    }
+    opens > MAX_NESTING || operators > MAX_OPERATOR_RUN
 }
 
 /// Feeds every string literal of `text` to `collector` as
@@ -559,5 +603,30 @@ mod tests {
             "[".repeat(300)
         );
         assert_eq!(too_complex(&quoted), None);
+    }
+
+    #[test]
+    fn the_byte_count_shortcut_never_changes_the_verdict() {
+        let head = "fn f() {";
+        let mut cases = vec![String::new(), "(".repeat(300)];
+        for extra in [254, 255, 256, 257] {
+            // Nesting right at the limit, in code and inside a literal.
+            cases.push(format!("{head}{}1{} }}", "(".repeat(extra), ")".repeat(extra)));
+            cases.push(format!("{head} \"{}\" }}", "[".repeat(extra + 1)));
+        }
+        for run in [1023, 1024, 1025, 1026] {
+            cases.push(format!("{head} let x = {}1; }}", "!".repeat(run)));
+            cases.push(format!("{head} let x = {}1; }}", "-/".repeat(run / 2)));
+            cases.push(format!("{head} // {}\n}}", "*".repeat(run)));
+            cases.push(format!("{head} a{}b }}", "+é".repeat(run / 2)));
+        }
+        for text in &cases {
+            assert_eq!(too_complex(text), too_complex_lexed(text), "{text}");
+        }
+        assert!(cases.iter().any(|t| too_complex(t).is_some()));
+        assert!(cases.iter().any(|t| !may_be_too_complex(t.as_bytes())));
+        assert!(cases
+            .iter()
+            .any(|t| may_be_too_complex(t.as_bytes()) && too_complex(t).is_none()));
     }
 }
