@@ -93,14 +93,23 @@ impl<'t> Src<'t> {
 
     /// The top-level tokens of `from..to`.
     pub fn level_in(&self, from: u32, to: u32) -> Vec<u32> {
-        let mut out = Vec::new();
+        let next = |i: u32| match self.toks[i as usize].kind {
+            Kind::Open(_) => self.toks[i as usize].close + 1,
+            _ => i + 1,
+        };
+        // Counted first, so the level is one allocation of its exact size:
+        // growing it token by token was most of the walk's allocating.
+        let mut len = 0;
+        let mut i = from;
+        while i < to {
+            len += 1;
+            i = next(i);
+        }
+        let mut out = Vec::with_capacity(len);
         let mut i = from;
         while i < to {
             out.push(i);
-            i = match self.toks[i as usize].kind {
-                Kind::Open(_) => self.toks[i as usize].close + 1,
-                _ => i + 1,
-            };
+            i = next(i);
         }
         out
     }
