@@ -98,7 +98,6 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
 /// construction cost a dense policy's run more than the search, holds only
 /// the needles that need it.
 fn mentioned<'t>(texts: impl Iterator<Item = &'t str> + Clone, needles: &[&str]) -> Vec<bool> {
-    let ident_byte = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     let mut found = vec![false; needles.len()];
     let (words, others): (Vec<usize>, Vec<usize>) = (0..needles.len())
         .partition(|&i| !needles[i].is_empty() && needles[i].bytes().all(|b| ident_byte(&b)));
@@ -118,7 +117,21 @@ fn mentioned<'t>(texts: impl Iterator<Item = &'t str> + Clone, needles: &[&str])
         return found;
     }
     let patterns: Vec<&str> = others.iter().map(|&i| needles[i]).collect();
-    let Ok(automaton) = AhoCorasick::new(&patterns) else {
+    let hits = match StartIndex::new(&patterns) {
+        Some(index) if index.cheaper_than_automaton(texts.clone()) => index.mentions(texts),
+        _ => automaton_mentions(&patterns, texts),
+    };
+    for (p, hit) in hits.into_iter().enumerate() {
+        found[others[p]] |= hit;
+    }
+    found
+}
+
+/// For each pattern, whether some text mentions it, found with one
+/// overlapping automaton pass per text.
+fn automaton_mentions<'t>(patterns: &[&str], texts: impl Iterator<Item = &'t str>) -> Vec<bool> {
+    let mut found = vec![false; patterns.len()];
+    let Ok(automaton) = AhoCorasick::new(patterns) else {
         return found;
     };
     let is_ident = |b: Option<&u8>| b.is_some_and(ident_byte);
@@ -129,11 +142,113 @@ fn mentioned<'t>(texts: impl Iterator<Item = &'t str> + Clone, needles: &[&str])
             let before = m.start().checked_sub(1).and_then(|i| bytes.get(i));
             let ends_open = needle.last().is_some_and(ident_byte);
             if !is_ident(before) && (!ends_open || !is_ident(bytes.get(m.end()))) {
-                found[others[m.pattern().as_usize()]] = true;
+                found[m.pattern().as_usize()] = true;
             }
         }
     }
     found
+}
+
+fn ident_byte(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || *b == b'_'
+}
+
+/// The needles that are not identifiers, looked up where a mention can
+/// start: at each byte of the texts that no identifier byte precedes and
+/// that starts some needle, one map lookup per needle length. That finds
+/// exactly the occurrences the automaton's overlapping search keeps, and
+/// costs less than building the automaton when the needles come in few
+/// lengths and few places qualify (a dense policy's thousands of
+/// `server:family-N:` prefixes: four lengths, one start per table row;
+/// the automaton's construction was half the rule's cost).
+struct StartIndex<'n> {
+    /// Needle bytes → index into the needles.
+    needles: std::collections::HashMap<&'n [u8], usize>,
+    /// Distinct needle lengths, ascending.
+    lengths: Vec<usize>,
+    /// Whether a needle starts with the byte.
+    first: [bool; 256],
+    /// For each needle, the first needle equal to it.
+    first_equal: Vec<usize>,
+}
+
+impl<'n> StartIndex<'n> {
+    /// The index of `needles`; `None` when one is empty.
+    fn new(needles: &[&'n str]) -> Option<Self> {
+        let mut first = [false; 256];
+        let mut lengths = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        let mut first_equal = Vec::with_capacity(needles.len());
+        for (i, needle) in needles.iter().enumerate() {
+            let bytes = needle.as_bytes();
+            first[usize::from(*bytes.first()?)] = true;
+            lengths.push(bytes.len());
+            first_equal.push(*index.entry(bytes).or_insert(i));
+        }
+        lengths.sort_unstable();
+        lengths.dedup();
+        Some(StartIndex {
+            needles: index,
+            lengths,
+            first,
+            first_equal,
+        })
+    }
+
+    /// Whether the lookups in `texts` (qualifying starts × lengths) are
+    /// fewer than the needles' bytes, which building the automaton costs in
+    /// proportion to.
+    fn cheaper_than_automaton<'t>(&self, texts: impl Iterator<Item = &'t str>) -> bool {
+        let budget: usize = self
+            .first_equal
+            .iter()
+            .enumerate()
+            .filter(|&(i, &first)| i == first)
+            .count()
+            .saturating_mul(16);
+        let mut lookups = 0usize;
+        for text in texts {
+            let starts = mention_starts(text.as_bytes(), &self.first).count();
+            lookups = lookups.saturating_add(starts.saturating_mul(self.lengths.len()));
+            if lookups > budget {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// For each needle, whether some text mentions it.
+    fn mentions<'t>(&self, texts: impl Iterator<Item = &'t str>) -> Vec<bool> {
+        let mut hit = vec![false; self.first_equal.len()];
+        for text in texts {
+            let bytes = text.as_bytes();
+            for at in mention_starts(bytes, &self.first) {
+                let rest = &bytes[at..];
+                for &len in self.lengths.iter().take_while(|&&len| len <= rest.len()) {
+                    let Some(&i) = self.needles.get(&rest[..len]) else {
+                        continue;
+                    };
+                    let ends_open = ident_byte(&rest[len - 1]);
+                    if !(ends_open && rest.get(len).is_some_and(ident_byte)) {
+                        hit[i] = true;
+                    }
+                }
+            }
+        }
+        // Equal needles share their first one's entry.
+        self.first_equal.iter().map(|&first| hit[first]).collect()
+    }
+}
+
+/// Offsets in `bytes` where a mention may start: a byte some needle starts
+/// with, not preceded by an identifier byte.
+fn mention_starts<'b>(
+    bytes: &'b [u8],
+    first: &'b [bool; 256],
+) -> impl Iterator<Item = usize> + 'b {
+    (0..bytes.len()).filter(move |&at| {
+        first[usize::from(bytes[at])] && !(at > 0 && ident_byte(&bytes[at - 1]))
+    })
 }
 
 #[cfg(test)]
@@ -157,5 +272,30 @@ mod tests {
         assert!(!mentions("dw_x_total", "dw_x"));
         assert!(!mentions("my_dw_x", "dw_x"));
         assert!(mentions("server:a:b", "server:a:"));
+    }
+
+    #[test]
+    fn start_lookups_find_what_the_automaton_finds() {
+        let texts = [
+            "| a | `server:a:` | server:ab: x-y server:a:b:c :b é:b",
+            "server:a:server:b: _server:c: (server:c:)x-y.z x-yz",
+            "x-y",
+        ];
+        let needle_sets: [&[&str]; 5] = [
+            &["server:a:", "server:b:", "server:c:", "server:a:b:"],
+            &[":b", "r:b", "server:ab", "server:ab:", "server:a:"],
+            &["x-y", "x-y.z", "x-y", "é:b", "y"],
+            &["server:zz:", "nowhere-"],
+            &["server:a:", "server:a:"],
+        ];
+        for needles in needle_sets {
+            for n in 0..=texts.len() {
+                let index = super::StartIndex::new(needles).unwrap();
+                let by_index = index.mentions(texts[..n].iter().copied());
+                let by_automaton = super::automaton_mentions(needles, texts[..n].iter().copied());
+                assert_eq!(by_index, by_automaton, "{needles:?} in {:?}", &texts[..n]);
+            }
+        }
+        assert!(super::StartIndex::new(&["a", ""]).is_none());
     }
 }
