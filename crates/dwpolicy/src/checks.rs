@@ -285,22 +285,27 @@ pub fn overlapping_cache_prefixes(policy: &Policy) -> Vec<PolicyFinding> {
     // Where each prefix is first declared: a covering prefix is looked up
     // by each leading part of a prefix, not compared with every other one
     // (thousands of entries made that quadratic).
+    // Only a leading part as long as some prefix can be one, so the
+    // lookups go by the prefixes' distinct lengths, longest first.
     let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut lengths = Vec::new();
     for (j, (_, prefix)) in prefixes.iter().enumerate() {
         first.entry(prefix.value.as_str()).or_insert(j);
+        lengths.push(prefix.value.len());
     }
+    lengths.sort_unstable_by(|a, b| b.cmp(a));
+    lengths.dedup();
     let mut out = Vec::new();
     for (i, (entry, prefix)) in prefixes.iter().enumerate() {
         // One finding per shadowed entry, against the nearest covering prefix
         // (the longest; the first declared among equals): reporting every
         // pair grows quadratically with nested or repeated prefixes.
         let value = prefix.value.as_str();
-        let nearest = value
-            .char_indices()
-            .map(|(k, c)| k + c.len_utf8())
-            .rev()
-            .find_map(|k| {
-                let j = *first.get(&value[..k])?;
+        let nearest = lengths
+            .iter()
+            .skip_while(|&&k| k > value.len())
+            .find_map(|&k| {
+                let j = *first.get(value.get(..k)?)?;
                 (j != i && (k < value.len() || j < i)).then(|| &prefixes[j])
             });
         if let Some((other, other_prefix)) = nearest {

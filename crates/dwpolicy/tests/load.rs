@@ -62,3 +62,34 @@ fn structural_errors_are_all_collected_with_spans() {
         .any(|m| m.contains("`metrics.dw_x.dimensions` must be a table")));
     assert!(errors.iter().all(|e| e.span.is_some()));
 }
+
+#[test]
+fn an_overlapping_prefix_is_reported_against_its_nearest_cover() {
+    let mut text = String::from("schema_version = 1\n");
+    for (id, prefix) in [
+        ("a", "server:a:"),
+        ("ab", "server:a:b:"),
+        ("abc", "server:a:b:c:"),
+        ("ab_again", "server:a:b:"),
+        ("e", "server:é:"),
+        ("ex", "server:é:x:"),
+        ("other", "server:b:"),
+        ("empty", ""),
+    ] {
+        text.push_str(&format!("[cache_keys.{id}]\nprefix = \"{prefix}\"\n"));
+    }
+    let policy = load(&text).expect("loads");
+    let pairs: Vec<String> = dwpolicy::checks::overlapping_cache_prefixes(&policy)
+        .into_iter()
+        .map(|f| f.message)
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            "prefix `server:a:b:` of `ab` is covered by `server:a:` of `a`, so key ownership is ambiguous",
+            "prefix `server:a:b:c:` of `abc` is covered by `server:a:b:` of `ab`, so key ownership is ambiguous",
+            "prefix `server:a:b:` of `ab_again` is covered by `server:a:b:` of `ab`, so key ownership is ambiguous",
+            "prefix `server:é:x:` of `ex` is covered by `server:é:` of `e`, so key ownership is ambiguous",
+        ]
+    );
+}
