@@ -611,7 +611,11 @@ mod tests {
         let mut cases = vec![String::new(), "(".repeat(300)];
         for extra in [254, 255, 256, 257] {
             // Nesting right at the limit, in code and inside a literal.
-            cases.push(format!("{head}{}1{} }}", "(".repeat(extra), ")".repeat(extra)));
+            cases.push(format!(
+                "{head}{}1{} }}",
+                "(".repeat(extra),
+                ")".repeat(extra)
+            ));
             cases.push(format!("{head} \"{}\" }}", "[".repeat(extra + 1)));
         }
         for run in [1023, 1024, 1025, 1026] {

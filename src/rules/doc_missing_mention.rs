@@ -242,13 +242,9 @@ impl<'n> StartIndex<'n> {
 
 /// Offsets in `bytes` where a mention may start: a byte some needle starts
 /// with, not preceded by an identifier byte.
-fn mention_starts<'b>(
-    bytes: &'b [u8],
-    first: &'b [bool; 256],
-) -> impl Iterator<Item = usize> + 'b {
-    (0..bytes.len()).filter(move |&at| {
-        first[usize::from(bytes[at])] && !(at > 0 && ident_byte(&bytes[at - 1]))
-    })
+fn mention_starts<'b>(bytes: &'b [u8], first: &'b [bool; 256]) -> impl Iterator<Item = usize> + 'b {
+    (0..bytes.len())
+        .filter(move |&at| first[usize::from(bytes[at])] && !(at > 0 && ident_byte(&bytes[at - 1])))
 }
 
 #[cfg(test)]
