@@ -14,6 +14,9 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // The process ends with the run: its policy and inventory need not be
+    // freed first.
+    dwlint::check::keep_until_exit();
     match cli::run(cli) {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Findings) => ExitCode::from(1),
