@@ -137,13 +137,17 @@ impl Prefilter {
     /// Whether the file at `rel` with `bytes` must go to its extractor.
     pub fn wants(&self, rel: &str, bytes: &[u8]) -> bool {
         let in_strings = self.key_candidates(bytes);
-        let keys = !in_strings.is_empty()
-            && (!rel.ends_with(".rs")
-                // Invalid UTF-8 is the extractor's (warning) business.
-                || std::str::from_utf8(bytes)
-                    .map_or(true, |text| lexical::any_in_string(text, &in_strings)));
-        // An owner makes the file wanted whatever else it holds.
-        keys || self.has_owner(bytes)
+        if in_strings.is_empty() || !rel.ends_with(".rs") {
+            return !in_strings.is_empty() || self.has_owner(bytes);
+        }
+        // An owner makes the file wanted whatever else it holds, and
+        // searching for one costs less than lexing the file to see whether
+        // a candidate sits in a string (on a tree where every file holds
+        // both, that lexing was 2 % of the run).
+        self.has_owner(bytes)
+            // Invalid UTF-8 is the extractor's (warning) business.
+            || std::str::from_utf8(bytes)
+                .map_or(true, |text| lexical::any_in_string(text, &in_strings))
     }
 }
 
