@@ -26,14 +26,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use dwpolicy::{DisclosureError, MetricGuard};
 use serde_json::{json, Map, Value};
 
-use crate::cache::{
-    hash_dimensions, minute_bucket, read_counter, tally_rejection, Cache, CacheError, RejectionLog,
-};
+use crate::cache::{Cache, CacheError, NamespaceRejections, RejectionLog};
 pub use crate::store::durable_state::{DurableResource, DurableUsage, DURABLE_RESOURCES};
 use crate::store::{Error as StoreError, Store};
 
@@ -233,6 +231,11 @@ impl NamespaceDurableStateQuota {
     pub const PREFIX: &'static str = "server:namespace-durable-state:";
     /// Counters and log keys live two minutes, so the current minute is whole.
     pub const BUCKET_TTL: Duration = Duration::from_secs(120);
+    /// Its refusal counters and log-suppression keys.
+    const REJECTIONS: NamespaceRejections = NamespaceRejections {
+        prefix: Self::PREFIX,
+        ttl: Self::BUCKET_TTL,
+    };
     /// The metric this type reports.
     pub const METRIC: &'static str = "dw_namespace_durable_state_usage";
 
@@ -337,16 +340,8 @@ impl NamespaceDurableStateQuota {
     /// Counts a refusal in its minute bucket and logs it once per
     /// (namespace, reason, minute); telemetry never fails the refusal.
     pub fn record(&self, namespace: &str, rejection: &DurableRejection) {
-        let ns = hash_dimensions(&[namespace]);
-        let minute = minute_bucket(SystemTime::now());
         let reason = rejection.reason();
-        let log_key = format!("{}rejection-log:{ns}:{minute}:{reason}", Self::PREFIX);
-        let logged = tally_rejection(
-            self.cache.as_ref(),
-            &Self::counter_key(&ns, minute, reason),
-            &log_key,
-            Self::BUCKET_TTL,
-        );
+        let logged = Self::REJECTIONS.record(self.cache.as_ref(), namespace, reason);
         if logged == RejectionLog::Elected {
             tracing::warn!(
                 namespace,
@@ -354,10 +349,6 @@ impl NamespaceDurableStateQuota {
                 "Namespace durable-state quota rejected a mutation."
             );
         }
-    }
-
-    fn counter_key(ns: &str, minute: u64, reason: &str) -> String {
-        format!("{}rejections:{ns}:{minute}:{reason}", Self::PREFIX)
     }
 
     /// The metric payload and its disclosure: limits, usage and remaining
@@ -390,19 +381,12 @@ impl NamespaceDurableStateQuota {
             let left = limit.zip(used).map(|(l, u)| l.saturating_sub(u));
             remaining.insert(resource.name().into(), json!(left));
         }
-        let ns = hash_dimensions(&[namespace]);
-        let minute = minute_bucket(SystemTime::now());
-        let mut by_reason = Map::new();
-        let mut total = 0;
-        for reason in &reasons {
-            let n = if limits.is_some() {
-                read_counter(self.cache.as_ref(), &Self::counter_key(&ns, minute, reason))?
-            } else {
-                0
-            };
-            total += n;
-            by_reason.insert((*reason).into(), n.into());
-        }
+        let (by_reason, total) = Self::REJECTIONS.this_minute(
+            self.cache.as_ref(),
+            namespace,
+            &reasons,
+            limits.is_some(),
+        )?;
         let payload = json!({
             "configured": limits.is_some(),
             "limits": limit_map,

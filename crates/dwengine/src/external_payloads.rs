@@ -25,14 +25,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use dwpolicy::MetricGuard;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::cache::{
-    hash_dimensions, minute_bucket, read_counter, tally_rejection, Cache, RejectionLog,
-};
+use crate::cache::{Cache, NamespaceRejections, RejectionLog};
 use crate::durable_state::MetricError;
 use crate::store::external_payloads::{PayloadRecord, PayloadUsage};
 
@@ -446,6 +444,11 @@ impl RuntimeExternalPayloadQuota {
     pub const PREFIX: &'static str = "server:external-payload-quota:";
     /// Counters and log keys live two minutes, so the current minute is whole.
     pub const BUCKET_TTL: Duration = Duration::from_secs(120);
+    /// Its refusal counters and log-suppression keys.
+    const REJECTIONS: NamespaceRejections = NamespaceRejections {
+        prefix: Self::PREFIX,
+        ttl: Self::BUCKET_TTL,
+    };
     /// The metric this type reports.
     pub const METRIC: &'static str = "dw_runtime_external_payload_namespace_usage";
 
@@ -508,16 +511,8 @@ impl RuntimeExternalPayloadQuota {
     /// Counts a refusal in its minute bucket and logs it once per
     /// (namespace, reason, minute); telemetry never fails the refusal.
     pub fn record(&self, namespace: &str, reason: QuotaReason) {
-        let ns = hash_dimensions(&[namespace]);
-        let minute = minute_bucket(SystemTime::now());
         let reason = reason.as_str();
-        let log_key = format!("{}rejection-log:{ns}:{minute}:{reason}", Self::PREFIX);
-        let logged = tally_rejection(
-            self.cache.as_ref(),
-            &Self::counter_key(&ns, minute, reason),
-            &log_key,
-            Self::BUCKET_TTL,
-        );
+        let logged = Self::REJECTIONS.record(self.cache.as_ref(), namespace, reason);
         if logged == RejectionLog::Elected {
             tracing::warn!(
                 namespace,
@@ -525,10 +520,6 @@ impl RuntimeExternalPayloadQuota {
                 "Runtime external payload namespace quota rejected an object."
             );
         }
-    }
-
-    fn counter_key(ns: &str, minute: u64, reason: &str) -> String {
-        format!("{}rejections:{ns}:{minute}:{reason}", Self::PREFIX)
     }
 
     /// The metric payload and its disclosure: limits, SQL usage, remaining
@@ -552,19 +543,12 @@ impl RuntimeExternalPayloadQuota {
             limit.zip(used).map(|(l, u)| l.saturating_sub(u))
         };
         let (used_bytes, used_objects) = (usage.map(|u| u.bytes), usage.map(|u| u.objects));
-        let ns = hash_dimensions(&[namespace]);
-        let minute = minute_bucket(SystemTime::now());
-        let mut by_reason = Map::new();
-        let mut total = 0;
-        for reason in &reasons {
-            let n = if limits.configured() {
-                read_counter(self.cache.as_ref(), &Self::counter_key(&ns, minute, reason))?
-            } else {
-                0
-            };
-            total += n;
-            by_reason.insert((*reason).into(), n.into());
-        }
+        let (by_reason, total) = Self::REJECTIONS.this_minute(
+            self.cache.as_ref(),
+            namespace,
+            &reasons,
+            limits.configured(),
+        )?;
         let payload = json!({
             "enabled": self.settings.enabled(),
             "configured": limits.configured(),

@@ -120,6 +120,64 @@ pub fn tally_rejection(
     }
 }
 
+/// A quota's per-namespace refusal telemetry: one counter and one
+/// log-suppression key per (namespace, fixed reason, minute) under the
+/// owner's `prefix`, both living `ttl`. The durable-state and the external
+/// payload quotas share it so their keys keep one shape.
+#[derive(Debug, Clone, Copy)]
+pub struct NamespaceRejections {
+    /// The owner's key prefix (`server:…:`).
+    pub prefix: &'static str,
+    /// How long a counter and its log key live.
+    pub ttl: Duration,
+}
+
+impl NamespaceRejections {
+    /// Counts one refusal of `reason` in `namespace`'s current minute and
+    /// elects its single log line (see [`tally_rejection`]).
+    pub fn record(&self, cache: &dyn Cache, namespace: &str, reason: &str) -> RejectionLog {
+        let ns = hash_dimensions(&[namespace]);
+        let minute = minute_bucket(std::time::SystemTime::now());
+        let log_key = format!("{}rejection-log:{ns}:{minute}:{reason}", self.prefix);
+        tally_rejection(
+            cache,
+            &self.counter_key(&ns, minute, reason),
+            &log_key,
+            self.ttl,
+        )
+    }
+
+    /// This minute's refusals in `namespace` per reason, and their total.
+    /// A namespace without a quota writes no key, so with `configured`
+    /// false every reason is 0 and the cache is not read.
+    pub fn this_minute(
+        &self,
+        cache: &dyn Cache,
+        namespace: &str,
+        reasons: &[&str],
+        configured: bool,
+    ) -> Result<(serde_json::Map<String, serde_json::Value>, u64), CacheError> {
+        let ns = hash_dimensions(&[namespace]);
+        let minute = minute_bucket(std::time::SystemTime::now());
+        let mut by_reason = serde_json::Map::new();
+        let mut total = 0;
+        for reason in reasons {
+            let n = if configured {
+                read_counter(cache, &self.counter_key(&ns, minute, reason))?
+            } else {
+                0
+            };
+            total += n;
+            by_reason.insert((*reason).into(), n.into());
+        }
+        Ok((by_reason, total))
+    }
+
+    fn counter_key(&self, ns: &str, minute: u64, reason: &str) -> String {
+        format!("{}rejections:{ns}:{minute}:{reason}", self.prefix)
+    }
+}
+
 /// The whole-minute bucket a budget counter belongs to.
 pub fn minute_bucket(now: std::time::SystemTime) -> u64 {
     now.duration_since(std::time::UNIX_EPOCH)
