@@ -449,6 +449,27 @@ impl Engine {
         }
     }
 
+    /// One catalog level's entries under `parent`, each with its parents'
+    /// context, as `{ key: [...] }`.
+    fn list_level(
+        &self,
+        namespace: &str,
+        level: CatalogLevel,
+        parent: i64,
+        context: Value,
+        key: &str,
+    ) -> Result<Value, ApiError> {
+        let ns = namespace.to_owned();
+        let entries = self.read(|s| s.catalog_entries(&ns, level, parent))?;
+        let list: Vec<Value> = entries
+            .iter()
+            .map(|e| Value::Object(self.with_context(e, context.clone())))
+            .collect();
+        let mut out = Map::new();
+        out.insert(key.to_owned(), Value::Array(list));
+        Ok(Value::Object(out))
+    }
+
     fn with_context(&self, entry: &CatalogEntry, context: Value) -> Map<String, Value> {
         let mut out = entry_json(entry);
         if let Value::Object(context) = context {
@@ -506,13 +527,13 @@ impl Engine {
 
     /// `GET /api/service-endpoints`.
     pub fn list_service_endpoints(&self, namespace: &str) -> Result<Value, ApiError> {
-        let ns = namespace.to_owned();
-        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Endpoint, 0))?;
-        let list: Vec<Value> = entries
-            .iter()
-            .map(|e| Value::Object(entry_json(e)))
-            .collect();
-        Ok(json!({ "service_endpoints": list }))
+        self.list_level(
+            namespace,
+            CatalogLevel::Endpoint,
+            0,
+            json!({}),
+            "service_endpoints",
+        )
     }
 
     /// `GET /api/service-endpoints/{endpoint}`.
@@ -550,14 +571,14 @@ impl Engine {
     /// `GET /api/service-endpoints/{endpoint}/services`.
     pub fn list_services(&self, namespace: &str, endpoint: &str) -> Result<Value, ApiError> {
         let endpoint = self.endpoint(namespace, endpoint)?;
-        let ns = namespace.to_owned();
-        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Service, endpoint.id))?;
         let context = parent_context(&endpoint, None);
-        let list: Vec<Value> = entries
-            .iter()
-            .map(|e| Value::Object(self.with_context(e, context.clone())))
-            .collect();
-        Ok(json!({ "services": list }))
+        self.list_level(
+            namespace,
+            CatalogLevel::Service,
+            endpoint.id,
+            context,
+            "services",
+        )
     }
 
     /// `GET /api/service-endpoints/{endpoint}/services/{service}`.
@@ -701,14 +722,14 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let endpoint = self.endpoint(namespace, endpoint)?;
         let service = self.service(&endpoint, service)?;
-        let ns = namespace.to_owned();
-        let entries = self.read(|s| s.catalog_entries(&ns, CatalogLevel::Operation, service.id))?;
         let context = parent_context(&endpoint, Some(&service));
-        let list: Vec<Value> = entries
-            .iter()
-            .map(|e| Value::Object(self.with_context(e, context.clone())))
-            .collect();
-        Ok(json!({ "operations": list }))
+        self.list_level(
+            namespace,
+            CatalogLevel::Operation,
+            service.id,
+            context,
+            "operations",
+        )
     }
 
     /// `GET …/operations/{operation}`.
