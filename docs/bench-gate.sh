@@ -7,6 +7,13 @@
 #   dense   2,201 files that all build cache keys: `dwlint check` beside a
 #           naive single-threaded syn parse of the same files, then the
 #           Rust extractors alone;
+#   dense-real  2,201 real Rust files from the sparse tree's four projects
+#           (picked evenly from the sorted paths, skipping files syn cannot
+#           parse and files that already hold `server:` or `dw_`), each with
+#           the dense tree's key-and-metric block appended, and the same
+#           policy: `dwlint check` beside the naive parse, then the CPU time
+#           and peak memory of each (the dense files are 250 bytes; these
+#           show the per-byte costs);
 #   big     one 200 MB Rust file ending in one cache key: skipped with a
 #           warning by default, read with --max-file-size 1G.
 # Needs git, hyperfine, ripgrep and GNU time (`apt-get install hyperfine
@@ -15,20 +22,20 @@
 # Usage: docs/bench-gate.sh [WORKDIR [PART...]]
 #   WORKDIR  where the trees are built (default /tmp/dw-bench); a tree
 #            already there is reused, delete it to rebuild;
-#   PART     sparse, dense or big (default: all three).
-# The sparse tree's four projects are fetched from GitHub at the commits
-# below. Without network, point DW_BENCH_MIRRORS at a directory holding a
+#   PART     sparse, dense, dense-real or big (default: all four).
+# The four projects of the sparse tree (and of the dense-real one) are
+# fetched from GitHub at the commits below. Without network, point DW_BENCH_MIRRORS at a directory holding a
 # clone (bare or not) of each as <owner>+<name> or <owner>+<name>/repo that
 # contains the commit; its tree is taken from there with `git archive`.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/tmp/dw-bench}
 [ $# -gt 0 ] && shift
-parts=${*:-sparse dense big}
+parts=${*:-sparse dense dense-real big}
 mkdir -p "$work"
 cd "$repo"
 case " $parts " in
-*" dense "*) cargo build --release --bin dwlint --example synthetic_tree --example naive_parse ;;
+*" dense "* | *" dense-real "*) cargo build --release --bin dwlint --example synthetic_tree --example naive_parse ;;
 *) cargo build --release --bin dwlint ;;
 esac
 dwlint=$repo/target/release/dwlint
@@ -68,7 +75,8 @@ project_tree() {
     fi
 }
 
-run_sparse() {
+# Builds the sparse tree unless it is there.
+sparse_tree() {
     if [ ! -d "$sparse" ]; then
         mkdir -p "$sparse.partial"
         git -C "$repo" archive HEAD | tar -x -C "$sparse.partial"
@@ -85,6 +93,10 @@ run_sparse() {
             "$sparse.partial/policy/dw-bounded-growth.toml"
         mv "$sparse.partial" "$sparse"
     fi
+}
+
+run_sparse() {
+    sparse_tree
     echo "sparse: $(find "$sparse" -name '*.rs' | wc -l) Rust files," \
         "$(find "$sparse" -name '*.rs' -path '*/*+*/*' | wc -l) of them in the four projects"
     (cd "$sparse" && hyperfine -N -i --warmup 3 --runs 20 \
@@ -107,6 +119,34 @@ run_dense() {
     # The Rust extractors alone (parser-free and the syn one it replaced),
     # and whether they agree on every file.
     cargo run -q --release --features syn-oracle --example rust_differential -- "$dense" | tail -2
+}
+
+run_dense_real() {
+    real=$work/dense-real
+    if [ ! -d "$real" ]; then
+        # The real files come from the sparse tree's four projects.
+        sparse_tree
+        sources=
+        for entry in $projects; do
+            spec=${entry%:*}
+            sources="$sources $sparse/$(echo "${spec%@*}" | tr / +)"
+        done
+        # shellcheck disable=SC2086 # one argument per project
+        "$repo/target/release/examples/synthetic_tree" "$real.partial" 2201 dense-real $sources
+        mv "$real.partial" "$real"
+    fi
+    echo "dense-real: $(find "$real" -name '*.rs' | wc -l) Rust files," \
+        "$(cat "$real"/crates/engine/src/*.rs | wc -c) bytes"
+    (cd "$real" && "$dwlint" check --format json | grep -c '"code"' || true) |
+        sed 's/^/findings (want 0): /'
+    (cd "$real" && "$naive" .)
+    (cd "$real" && hyperfine -N -i --warmup 2 --runs 10 "$dwlint check" "$naive .")
+    echo "dwlint check:"
+    (cd "$real" && /usr/bin/time -v "$dwlint" check 2>&1 >/dev/null |
+        grep -E 'Maximum resident|Elapsed|User time|System time')
+    echo "naive_parse .:"
+    (cd "$real" && /usr/bin/time -v "$naive" . 2>&1 >/dev/null |
+        grep -E 'Maximum resident|Elapsed|User time|System time')
 }
 
 run_big() {
@@ -136,9 +176,10 @@ for part in $parts; do
     case $part in
     sparse) run_sparse ;;
     dense) run_dense ;;
+    dense-real) run_dense_real ;;
     big) run_big ;;
     *)
-        echo "unknown part \`$part\`: sparse, dense or big" >&2
+        echo "unknown part \`$part\`: sparse, dense, dense-real or big" >&2
         exit 2
         ;;
     esac
