@@ -1,6 +1,6 @@
 //! `dwlint check`: policy → tree walk → extraction → inventory → rules.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::changed::{self, ChangedFiles, Mode, Selection};
@@ -122,10 +122,8 @@ pub fn keep_until_exit() {
 pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     let located = discover::locate(&options.root, options.policy.as_deref())?;
     let root = located.root.as_path();
-    let policy_file = PolicyFile::load(root, Some(&located.policy))?;
-    let (mode, changed) = changed::resolve(root, &options.selection)?;
+    let (policy_file, mode, changed, selected) = load_and_walk(root, &located, options)?;
     let policy = &policy_file.policy;
-    let selected = walk::select_files(root, &policy_file)?;
     let files = selected.files;
     let notes = selected
         .unmatched
@@ -188,6 +186,48 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         severities,
         notes,
         inputs,
+    })
+}
+
+/// What a changed-files run compares against, as [`changed::resolve`]
+/// returns it.
+type Changed = (Mode, Option<ChangedFiles>);
+
+/// Loads the policy while a second thread walks the tree: the walk needs
+/// no policy, and on a large policy the two take about as long. The walk
+/// is told to stop when the policy (or the changed-files mode) fails, since
+/// nothing will read what it finds.
+fn load_and_walk(
+    root: &Path,
+    located: &discover::Discovered,
+    options: &CheckOptions,
+) -> Result<(PolicyFile, Mode, Option<ChangedFiles>, walk::Selected), RunError> {
+    let cancel = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let walker = std::thread::Builder::new()
+            .name("dwlint-walk".into())
+            .spawn_scoped(scope, || walk::find_files(root, &cancel));
+        let loaded = (|| -> Result<(PolicyFile, Changed, walk::Sources), RunError> {
+            let policy_file = PolicyFile::load(root, Some(&located.policy))?;
+            let changed = changed::resolve(root, &options.selection)?;
+            let sources = walk::Sources::compile(&policy_file)?;
+            Ok((policy_file, changed, sources))
+        })();
+        if loaded.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        let (policy_file, (mode, changed), sources) = loaded?;
+        let found = match walker {
+            // A walker that panicked found nothing reliable: walk again here
+            // rather than check an empty tree.
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| walk::find_files(root, &cancel)),
+            // No second thread to be had: walk on this one.
+            Err(_) => walk::find_files(root, &cancel),
+        };
+        let selected = sources.select(found);
+        Ok((policy_file, mode, changed, selected))
     })
 }
 

@@ -1,9 +1,11 @@
 //! Finding the files a policy's `[sources]` globs select.
 //!
 //! One parallel walk of the root (honouring `.gitignore`, even outside a git
-//! repository) tags every file with the roles its path matches: cache source,
-//! metric source, doc, remote-write config. Excluded and untagged files are
-//! dropped before anything reads them.
+//! repository) lists every file; the policy's globs then tag each with the
+//! roles its path matches: cache source, metric source, doc, remote-write
+//! config. Excluded and untagged files are dropped before anything reads
+//! them. The walk needs no policy, so `check` runs it while the policy is
+//! being loaded ([`find_files`], then [`Sources::select`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -161,33 +163,36 @@ fn glob_set(globs: &[Spanned<String>], errors: &mut Vec<LoadError>) -> GlobSet {
     builder.build().unwrap_or_else(|_| GlobSet::empty())
 }
 
-/// Every file under `root` that the policy's sources select, sorted by path.
-pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Selected, RunError> {
-    let sources = &policy_file.policy.sources;
-    let mut errors = Vec::new();
-    let globs = Globs {
-        cache: Role::new("cache", &sources.cache, &mut errors),
-        metrics: Role::new("metrics", &sources.metrics, &mut errors),
-        docs: Role::new("docs", &sources.docs, &mut errors),
-        remote_write: Role::new("remote_write", &sources.remote_write, &mut errors),
-        exclude: glob_set(&sources.exclude, &mut errors),
-    };
-    if !errors.is_empty() {
-        return Err(RunError::PolicyInvalid {
-            path: policy_file.display_path.clone(),
-            text: policy_file.text.clone(),
-            errors,
-        });
-    }
-    let selected = Mutex::new(Vec::new());
+/// A file the walk found, before any glob looked at it.
+#[derive(Debug, Clone)]
+pub struct FoundFile {
+    /// Path relative to the root, `/`-separated.
+    pub rel: String,
+    /// Path on disk.
+    pub path: PathBuf,
+}
+
+/// Every file under `root` that `.gitignore` (and the other ignore files
+/// the `ignore` crate honours) leaves in, in no particular order. Stops
+/// early, with what it has, once `cancel` is set (the policy turned out to
+/// be unusable, so nothing will read the list).
+pub fn find_files(root: &Path, cancel: &AtomicBool) -> Vec<FoundFile> {
+    let found = Mutex::new(Vec::new());
     WalkBuilder::new(root)
         .require_git(false)
         .build_parallel()
         .run(|| {
-            let globs = &globs;
-            let selected = &selected;
-            let mut scratch = Vec::new();
+            let found = &found;
+            // Each walker thread collects its own files and hands them over
+            // once, when it finishes.
+            let mut mine = Collected {
+                files: Vec::new(),
+                into: found,
+            };
             Box::new(move |entry| {
+                if cancel.load(Ordering::Relaxed) {
+                    return WalkState::Quit;
+                }
                 let Ok(entry) = entry else {
                     return WalkState::Continue;
                 };
@@ -198,26 +203,85 @@ pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Selected, R
                     return WalkState::Continue;
                 };
                 let rel = rel.to_string_lossy().replace('\\', "/");
-                let roles = globs.roles(&rel, &mut scratch);
-                if roles.any() {
-                    let file = SelectedFile {
-                        rel,
-                        path: entry.into_path(),
-                        roles,
-                    };
-                    selected
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(file);
-                }
+                mine.files.push(FoundFile {
+                    rel,
+                    path: entry.into_path(),
+                });
                 WalkState::Continue
             })
         });
-    let mut files = selected.into_inner().unwrap_or_else(|e| e.into_inner());
-    files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    let unmatched = [&globs.cache, &globs.metrics, &globs.remote_write]
-        .into_iter()
-        .flat_map(Role::missed)
-        .collect();
-    Ok(Selected { files, unmatched })
+    found.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One walker thread's files, moved into the shared list when the thread's
+/// visitor is dropped (the walk is over for it).
+struct Collected<'a> {
+    files: Vec<FoundFile>,
+    into: &'a Mutex<Vec<FoundFile>>,
+}
+
+impl Drop for Collected<'_> {
+    fn drop(&mut self) {
+        let mut all = self.into.lock().unwrap_or_else(|e| e.into_inner());
+        all.append(&mut self.files);
+    }
+}
+
+/// A policy's `[sources]` globs, compiled.
+pub struct Sources {
+    globs: Globs,
+}
+
+impl Sources {
+    /// Compiles the policy's globs; a glob that does not compile (or is too
+    /// long) makes the policy invalid.
+    pub fn compile(policy_file: &PolicyFile) -> Result<Sources, RunError> {
+        let sources = &policy_file.policy.sources;
+        let mut errors = Vec::new();
+        let globs = Globs {
+            cache: Role::new("cache", &sources.cache, &mut errors),
+            metrics: Role::new("metrics", &sources.metrics, &mut errors),
+            docs: Role::new("docs", &sources.docs, &mut errors),
+            remote_write: Role::new("remote_write", &sources.remote_write, &mut errors),
+            exclude: glob_set(&sources.exclude, &mut errors),
+        };
+        if !errors.is_empty() {
+            return Err(RunError::PolicyInvalid {
+                path: policy_file.display_path.clone(),
+                text: policy_file.text.clone(),
+                errors,
+            });
+        }
+        Ok(Sources { globs })
+    }
+
+    /// The found files the globs select, sorted by path, and the source
+    /// globs that selected none.
+    pub fn select(&self, found: Vec<FoundFile>) -> Selected {
+        let globs = &self.globs;
+        let mut scratch = Vec::new();
+        let mut files: Vec<SelectedFile> = found
+            .into_iter()
+            .filter_map(|file| {
+                let roles = globs.roles(&file.rel, &mut scratch);
+                roles.any().then_some(SelectedFile {
+                    rel: file.rel,
+                    path: file.path,
+                    roles,
+                })
+            })
+            .collect();
+        files.sort_by(|a, b| a.rel.cmp(&b.rel));
+        let unmatched = [&globs.cache, &globs.metrics, &globs.remote_write]
+            .into_iter()
+            .flat_map(Role::missed)
+            .collect();
+        Selected { files, unmatched }
+    }
+}
+
+/// Every file under `root` that the policy's sources select, sorted by path.
+pub fn select_files(root: &Path, policy_file: &PolicyFile) -> Result<Selected, RunError> {
+    let sources = Sources::compile(policy_file)?;
+    Ok(sources.select(find_files(root, &AtomicBool::new(false))))
 }
