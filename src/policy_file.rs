@@ -2,6 +2,7 @@
 //! findings can point into it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use dwpolicy::{LoadError, Policy, Span};
 
@@ -22,7 +23,9 @@ pub struct PolicyFile {
     pub text: String,
     /// The validated model.
     pub policy: Policy,
-    lines: LineIndex,
+    /// Behind a lock because the index remembers its last position (a
+    /// `Cell`) and the rules, which anchor findings here, run on two threads.
+    lines: Mutex<LineIndex>,
 }
 
 impl PolicyFile {
@@ -64,7 +67,7 @@ impl PolicyFile {
         }
         Ok(PolicyFile {
             display_path,
-            lines: LineIndex::new(&text),
+            lines: Mutex::new(LineIndex::new(&text)),
             text,
             policy,
         })
@@ -72,11 +75,12 @@ impl PolicyFile {
 
     /// An anchor on `span` of the policy file.
     pub fn anchor(&self, span: Span, label: impl Into<String>) -> Anchor {
-        Anchor::labeled(
-            self.display_path.clone(),
-            self.lines.range(&self.text, span.start, span.end),
-            label,
-        )
+        let range = self
+            .lines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .range(&self.text, span.start, span.end);
+        Anchor::labeled(self.display_path.clone(), range, label)
     }
 }
 

@@ -6,6 +6,7 @@
 //! which is embedded at compile time, so docs and code cannot drift.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use dwpolicy::{Policy, PolicyFinding, Span};
 
@@ -225,20 +226,63 @@ impl<'a> Context<'a> {
 }
 
 /// Runs `rules` and returns their findings with severities applied, sorted.
+///
+/// The rules only read the context, so they run on two threads: this one
+/// takes rules from the front of [`RULES`], a second one from the back,
+/// until they meet (the slowest rules on a large policy, the doc checks and
+/// owner resolution, sit at opposite ends). Findings are put back in
+/// [`RULES`] order before the sort, so the report is the same as from one
+/// thread.
 pub fn run(ctx: &Context, severity_of: impl Fn(&Rule) -> Option<Severity>) -> Vec<Diagnostic> {
-    let mut all = Vec::new();
-    for rule in RULES {
-        let Some(severity) = severity_of(rule) else {
-            continue;
-        };
-        let mut found = Vec::new();
-        (rule.check)(ctx, &mut found);
-        for mut diagnostic in found {
-            debug_assert_eq!(diagnostic.code, rule.code);
-            diagnostic.severity = severity;
-            all.push(diagnostic);
+    let enabled: Vec<(&Rule, Severity)> = RULES
+        .iter()
+        .filter_map(|rule| Some((rule, severity_of(rule)?)))
+        .collect();
+    // The next rule from the front, and one past the next from the back.
+    let ends = Mutex::new((0, enabled.len()));
+    let take = |from_front: bool| {
+        let mut ends = ends.lock().unwrap_or_else(|e| e.into_inner());
+        let (front, back) = &mut *ends;
+        if front == back {
+            return None;
         }
-    }
+        if from_front {
+            *front += 1;
+            Some(*front - 1)
+        } else {
+            *back -= 1;
+            Some(*back)
+        }
+    };
+    let run_from = |from_front: bool| {
+        let mut done = Vec::new();
+        while let Some(i) = take(from_front) {
+            let (rule, severity) = enabled[i];
+            let mut found = Vec::new();
+            (rule.check)(ctx, &mut found);
+            for diagnostic in &mut found {
+                debug_assert_eq!(diagnostic.code, rule.code);
+                diagnostic.severity = severity;
+            }
+            done.push((i, found));
+        }
+        done
+    };
+    let mut done = std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("dwlint-rules".into())
+            .spawn_scoped(scope, || run_from(false));
+        let mut done = run_from(true);
+        if let Ok(helper) = helper {
+            match helper.join() {
+                Ok(theirs) => done.extend(theirs),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        done
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let mut all: Vec<Diagnostic> = done.into_iter().flat_map(|(_, found)| found).collect();
     all.sort_by_cached_key(|d| d.sort_key());
     all
 }
