@@ -90,10 +90,7 @@ pub fn scan(
             .map(|_| {
                 let worker = || {
                     let mut out = Vec::new();
-                    let mut reader = Reader {
-                        buffer: Vec::new(),
-                        max_file_bytes,
-                    };
+                    let mut reader = Reader::new(max_file_bytes);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(file) = files.get(i) else { break };
@@ -147,30 +144,112 @@ fn warning(code: &'static str, rel: &str, message: String, help: &str) -> Outcom
     )
 }
 
-/// One worker's read buffer, reused for every file it reads.
+/// One worker's read buffer, reused for every file it reads, and the
+/// directory of the last file it opened.
+///
+/// Most selected files are small and sit next to the previous one (the
+/// files are sorted by path), so the fixed cost of a file is its system
+/// calls: it is opened by name inside its open directory rather than by its
+/// whole path from the root, and read with one call of its size plus one
+/// byte instead of reading on until a read returns nothing. On a tree of
+/// 2,201 small files in one directory that is four calls a file instead of
+/// five, and the kernel looks up one name instead of five.
 struct Reader {
     buffer: Vec<u8>,
     max_file_bytes: u64,
+    #[cfg(unix)]
+    dir: Option<(std::path::PathBuf, std::os::fd::OwnedFd)>,
 }
 
 impl Reader {
-    /// Reads `path` into the buffer; `Ok(Err(size))` when it is over the limit.
+    fn new(max_file_bytes: u64) -> Reader {
+        Reader {
+            buffer: Vec::new(),
+            max_file_bytes,
+            #[cfg(unix)]
+            dir: None,
+        }
+    }
+
+    /// Reads `path` into the buffer; `Ok(Err(size))` when it is over the
+    /// limit (a file over the limit when opened is not read at all).
     fn read(&mut self, path: &Path) -> std::io::Result<Result<&[u8], u64>> {
-        let mut file = std::fs::File::open(path)?;
+        let mut file = self.open(path)?;
         let size = file.metadata()?.len();
         if size > self.max_file_bytes {
             return Ok(Err(size));
         }
         self.buffer.clear();
-        // A file growing while it is read is cut at the limit (plus one
-        // byte, to notice).
-        (&mut file)
-            .take(self.max_file_bytes + 1)
-            .read_to_end(&mut self.buffer)?;
+        // `size` fits: it is at most the limit, and the limit is memory.
+        let size = usize::try_from(size).unwrap_or(usize::MAX - 1);
+        // One byte more than the file holds, to notice that it grew.
+        self.buffer.resize(size + 1, 0);
+        let mut filled = 0;
+        loop {
+            match file.read(&mut self.buffer[filled..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    filled += n;
+                    if filled >= size {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.buffer.truncate(filled);
+        if filled == size {
+            // All of it as it was when opened: a regular file's read stops
+            // short only at its end, so no read is spent to see nothing.
+            return Ok(Ok(&self.buffer));
+        }
+        // It changed size while being read (or is not what its size says,
+        // like a file under /proc): read on to the end, cut at the limit
+        // (plus one byte, to notice).
+        let rest = (self.max_file_bytes + 1).saturating_sub(filled as u64);
+        (&mut file).take(rest).read_to_end(&mut self.buffer)?;
         if self.buffer.len() as u64 > self.max_file_bytes {
             return Ok(Err(self.buffer.len() as u64));
         }
         Ok(Ok(&self.buffer))
+    }
+
+    /// Opens `path` by name inside its directory, which stays open for the
+    /// next file; by its whole path when the directory cannot be opened.
+    #[cfg(unix)]
+    fn open(&mut self, path: &Path) -> std::io::Result<std::fs::File> {
+        use rustix::fs::{Mode, OFlags};
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return std::fs::File::open(path);
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        if self.dir.as_ref().is_none_or(|(open, _)| open != parent) {
+            self.dir = rustix::fs::open(
+                parent,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+            .map(|fd| (parent.to_path_buf(), fd));
+        }
+        match &self.dir {
+            Some((_, dir)) => {
+                let fd =
+                    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+                Ok(std::fs::File::from(fd))
+            }
+            None => std::fs::File::open(path),
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn open(&mut self, path: &Path) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(path)
     }
 
     /// Gives back the memory a large file made the buffer take, so that it
@@ -270,4 +349,77 @@ fn scan_one(
         roles: file.roles,
         facts,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(reader: &mut Reader, path: &Path) -> Result<Vec<u8>, u64> {
+        reader.read(path).unwrap().map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn files_up_to_the_limit_are_read_and_larger_ones_report_their_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reader = Reader::new(10);
+        for (name, text) in [
+            ("empty.rs", ""),
+            ("nine.rs", "012345678"),
+            ("ten.rs", "0123456789"),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            assert_eq!(
+                read(&mut reader, &path),
+                Ok(text.as_bytes().to_vec()),
+                "{name}"
+            );
+        }
+        let eleven = dir.path().join("eleven.rs");
+        std::fs::write(&eleven, "0123456789A").unwrap();
+        assert_eq!(read(&mut reader, &eleven), Err(11));
+        // The buffer is reused: a shorter file after a longer one is not
+        // padded with the longer one's bytes.
+        std::fs::write(dir.path().join("one.rs"), "x").unwrap();
+        assert_eq!(
+            read(&mut reader, &dir.path().join("one.rs")),
+            Ok(b"x".to_vec())
+        );
+    }
+
+    #[test]
+    fn files_in_other_directories_are_opened_in_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reader = Reader::new(100);
+        for sub in ["a", "b", "a/c", "b"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+            let path = dir.path().join(sub).join("same-name.rs");
+            std::fs::write(&path, sub).unwrap();
+            assert_eq!(
+                read(&mut reader, &path),
+                Ok(sub.as_bytes().to_vec()),
+                "{sub}"
+            );
+        }
+        let missing = reader.read(&dir.path().join("a/missing.rs")).unwrap_err();
+        let by_path = std::fs::File::open(dir.path().join("a/missing.rs")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(missing.to_string(), by_path.to_string());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_longer_than_its_size_is_read_to_its_end_and_held_to_the_limit() {
+        // Files under /proc say they are empty and are not.
+        let status = Path::new("/proc/self/status");
+        let whole = std::fs::read(status).unwrap();
+        assert!(whole.len() > 100);
+        let mut reader = Reader::new(1 << 20);
+        let read_back = read(&mut reader, status).unwrap();
+        assert!(read_back.starts_with(b"Name:"), "{read_back:?}");
+        assert!(read_back.len() > 100);
+        let mut small = Reader::new(50);
+        assert_eq!(read(&mut small, status), Err(51));
+    }
 }
