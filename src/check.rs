@@ -122,7 +122,7 @@ pub fn keep_until_exit() {
 pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     let located = discover::locate(&options.root, options.policy.as_deref())?;
     let root = located.root.as_path();
-    let (policy_file, mode, changed, selected) = load_and_walk(root, &located, options)?;
+    let (policy_file, mode, changed, selected, preread) = load_and_walk(root, &located, options)?;
     let policy = &policy_file.policy;
     let files = selected.files;
     let notes = selected
@@ -142,9 +142,10 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         cache_namespace: policy.settings.cache_namespace.clone(),
         metric_prefix: policy.settings.metric_prefix.clone(),
     };
-    let output = scan::scan(
+    let output = scan::scan_with(
         root,
         &files,
+        &preread,
         &config,
         &owner_names(&policy_file),
         options.max_file_bytes,
@@ -174,6 +175,7 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     if KEEP_UNTIL_EXIT.load(Ordering::Relaxed) {
         std::mem::forget(inventory);
         std::mem::forget(policy_file);
+        std::mem::forget(preread);
     }
     Ok(CheckReport {
         diagnostics,
@@ -193,41 +195,60 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
 /// returns it.
 type Changed = (Mode, Option<ChangedFiles>);
 
-/// Loads the policy while a second thread walks the tree: the walk needs
-/// no policy, and on a large policy the two take about as long. The walk
-/// is told to stop when the policy (or the changed-files mode) fails, since
-/// nothing will read what it finds.
+/// The policy, the changed-files mode, the selected files and the files
+/// read while the policy loaded.
+type Loaded = (
+    PolicyFile,
+    Mode,
+    Option<ChangedFiles>,
+    walk::Selected,
+    scan::Preread,
+);
+
+/// Loads the policy while a second thread walks the tree and then, until
+/// the policy is loaded, reads files ahead ([`scan::Preread`]): the walk
+/// needs no policy, and a large policy takes longer to load than the walk.
+/// The walk is told to stop when the policy (or the changed-files mode)
+/// fails, since nothing will read what it finds.
 fn load_and_walk(
     root: &Path,
     located: &discover::Discovered,
     options: &CheckOptions,
-) -> Result<(PolicyFile, Mode, Option<ChangedFiles>, walk::Selected), RunError> {
+) -> Result<Loaded, RunError> {
     let cancel = AtomicBool::new(false);
+    let policy_loaded = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let walker = std::thread::Builder::new()
             .name("dwlint-walk".into())
-            .spawn_scoped(scope, || walk::find_files(root, &cancel));
+            .spawn_scoped(scope, || {
+                let found = walk::find_files(root, &cancel);
+                let preread =
+                    scan::Preread::read_until(&found, options.max_file_bytes, &policy_loaded);
+                (found, preread)
+            });
         let loaded = (|| -> Result<(PolicyFile, Changed, walk::Sources), RunError> {
             let policy_file = PolicyFile::load(root, Some(&located.policy))?;
+            policy_loaded.store(true, Ordering::Relaxed);
             let changed = changed::resolve(root, &options.selection)?;
             let sources = walk::Sources::compile(&policy_file)?;
             Ok((policy_file, changed, sources))
         })();
+        policy_loaded.store(true, Ordering::Relaxed);
         if loaded.is_err() {
             cancel.store(true, Ordering::Relaxed);
         }
         let (policy_file, (mode, changed), sources) = loaded?;
-        let found = match walker {
+        let (found, preread) = match walker {
             // A walker that panicked found nothing reliable: walk again here
             // rather than check an empty tree.
             Ok(handle) => handle
                 .join()
-                .unwrap_or_else(|_| walk::find_files(root, &cancel)),
+                .unwrap_or_else(|_| (walk::find_files(root, &cancel), scan::Preread::default())),
             // No second thread to be had: walk on this one.
-            Err(_) => walk::find_files(root, &cancel),
+            Err(_) => (walk::find_files(root, &cancel), scan::Preread::default()),
         };
         let selected = sources.select(found);
-        Ok((policy_file, mode, changed, selected))
+        Ok((policy_file, mode, changed, selected, preread))
     })
 }
 

@@ -6,18 +6,21 @@
 //! mention the cache namespace, the metric prefix, a scan limit or an owner
 //! where it could matter, and those are counted but not parsed. A file over
 //! the size limit is not read at all, so memory stays a small multiple of
-//! the largest file read. Which extractor reads a file is
-//! `extract::extract_file`'s decision.
+//! the largest file read (plus at most [`PREREAD_BYTES`] read ahead, see
+//! [`Preread`]). Which extractor reads a file is `extract::extract_file`'s
+//! decision.
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::{self, ExtractConfig, FileFacts, TextRange};
 use crate::owners::ModulePaths;
 use crate::prefilter::Prefilter;
-use crate::walk::{Roles, SelectedFile};
+use crate::walk::{FoundFile, Roles, SelectedFile};
 
 /// Files larger than this are skipped with a warning unless the command
 /// line says otherwise (`--max-file-size`).
@@ -68,11 +71,92 @@ enum Outcome {
     Skipped,
 }
 
+/// The most bytes [`Preread::read_until`] holds.
+pub const PREREAD_BYTES: usize = 8 << 20;
+
+/// Files read before the policy said which ones matter.
+///
+/// On a large policy, loading it takes longer than walking the tree, and
+/// the second core has nothing to do once the walk is over. It reads files
+/// then, while the policy loads: the scan takes their bytes from here
+/// instead of opening them again, so less of the reading is left for after
+/// the policy. A file that cannot be read, or is over the size limit, is
+/// left out: the scan reads it again and reports it exactly as before.
+#[derive(Debug, Default)]
+pub struct Preread {
+    bytes: Vec<u8>,
+    files: HashMap<String, Range<usize>>,
+}
+
+impl Preread {
+    /// Reads `found` files (each at most `max_file_bytes`) until `stop` is
+    /// set or [`PREREAD_BYTES`] are held. Reads nothing on one core, where
+    /// it would only slow the policy load down.
+    pub fn read_until(found: &[FoundFile], max_file_bytes: u64, stop: &AtomicBool) -> Preread {
+        let mut preread = Preread::default();
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return preread;
+        }
+        let mut reader = Reader::new(max_file_bytes);
+        for file in found {
+            if stop.load(Ordering::Relaxed) || preread.bytes.len() >= PREREAD_BYTES {
+                break;
+            }
+            if let Ok(Ok(bytes)) = reader.read(&file.path) {
+                if preread.bytes.len() + bytes.len() <= PREREAD_BYTES {
+                    let start = preread.bytes.len();
+                    preread.bytes.extend_from_slice(bytes);
+                    preread
+                        .files
+                        .insert(file.rel.clone(), start..preread.bytes.len());
+                }
+            }
+            reader.shrink();
+        }
+        preread
+    }
+
+    /// The bytes read for the file at `rel`, if it was read.
+    fn get(&self, rel: &str) -> Option<&[u8]> {
+        self.files.get(rel).map(|range| &self.bytes[range.clone()])
+    }
+
+    /// How many files were read ahead.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no file was read ahead.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
 /// Scans `files` on one worker thread per core; files over
 /// `max_file_bytes` are skipped with a warning.
 pub fn scan(
     root: &Path,
     files: &[SelectedFile],
+    config: &ExtractConfig,
+    owner_names: &[String],
+    max_file_bytes: u64,
+) -> ScanOutput {
+    let nothing_read = Preread::default();
+    scan_with(
+        root,
+        files,
+        &nothing_read,
+        config,
+        owner_names,
+        max_file_bytes,
+    )
+}
+
+/// [`scan`], taking the bytes of the files in `preread` from there.
+pub fn scan_with(
+    root: &Path,
+    files: &[SelectedFile],
+    preread: &Preread,
     config: &ExtractConfig,
     owner_names: &[String],
     max_file_bytes: u64,
@@ -97,6 +181,7 @@ pub fn scan(
                         let outcome = scan_one(
                             root,
                             file,
+                            preread,
                             config,
                             prefilter.as_ref(),
                             &modules,
@@ -277,14 +362,19 @@ pub fn human_size(bytes: u64) -> String {
 fn scan_one(
     root: &Path,
     file: &SelectedFile,
+    preread: &Preread,
     config: &ExtractConfig,
     prefilter: Option<&Prefilter>,
     modules: &ModulePaths,
     reader: &mut Reader,
 ) -> Outcome {
     let limit = reader.max_file_bytes;
+    let read = match preread.get(&file.rel) {
+        Some(bytes) => Ok(Ok(bytes)),
+        None => reader.read(&file.path),
+    };
     let bytes =
-        match reader.read(&file.path) {
+        match read {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(size)) => return warning(
                 "unreadable-file",
