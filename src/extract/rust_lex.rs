@@ -297,11 +297,14 @@ fn leaf(text: &str, i: usize) -> Option<(Kind, usize)> {
 
 fn ident(text: &str, i: usize) -> Option<usize> {
     let rest = &text[i..];
-    let literal_prefix = [
-        "r\"", "r#\"", "r##", "b\"", "b'", "br\"", "br#", "c\"", "cr\"", "cr#",
-    ]
-    .iter()
-    .any(|p| rest.starts_with(p));
+    // Every literal prefix starts with `r`, `b` or `c`; testing that byte
+    // first spares the ten comparisons for nearly every identifier.
+    let literal_prefix = matches!(rest.as_bytes().first(), Some(b'r' | b'b' | b'c'))
+        && [
+            "r\"", "r#\"", "r##", "b\"", "b'", "br\"", "br#", "c\"", "cr\"", "cr#",
+        ]
+        .iter()
+        .any(|p| rest.starts_with(p));
     if literal_prefix {
         return None;
     }
@@ -320,6 +323,40 @@ fn ident_any(text: &str, i: usize) -> Option<usize> {
 }
 
 fn ident_not_raw(text: &str, i: usize) -> Option<usize> {
+    // Nearly every identifier is ASCII: its bytes are checked one by one,
+    // and only a non-ASCII byte sends the rest to the `char` path below.
+    let b = text.as_bytes();
+    if let Some(&first) = b.get(i).filter(|c| c.is_ascii()) {
+        if !(first == b'_' || first.is_ascii_alphabetic()) {
+            return None;
+        }
+        let mut end = i + 1;
+        while let Some(&c) = b.get(end) {
+            if c == b'_' || c.is_ascii_alphanumeric() {
+                end += 1;
+            } else if c.is_ascii() {
+                return Some(end);
+            } else {
+                return Some(ident_continue_end(text, end));
+            }
+        }
+        return Some(end);
+    }
+    ident_not_raw_chars(text, i)
+}
+
+/// Where the identifier characters from `i` on (none needed) end.
+fn ident_continue_end(text: &str, i: usize) -> usize {
+    text[i..]
+        .char_indices()
+        .find(|&(_, c)| !is_ident_continue(c))
+        .map_or(text.len(), |(at, _)| i + at)
+}
+
+/// [`ident_not_raw`] by `char`s: the path for an identifier that starts
+/// with a non-ASCII character, and the reference its ASCII path is tested
+/// against.
+fn ident_not_raw_chars(text: &str, i: usize) -> Option<usize> {
     let mut chars = text.get(i..)?.char_indices();
     match chars.next() {
         Some((_, c)) if is_ident_start(c) => {}
@@ -750,6 +787,47 @@ fn int(text: &str, i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Identifiers of every shape, ASCII and not, next to literal prefixes
+    /// and punctuation, so every offset starts something different.
+    const IDENT_MIX: &str = "fn _x9(a_b: Ünï, 名前: r#type) -> café_2 { b\"x\" r#\"y\"# br##\"z\"## c\"w\" cr#\"v\"# b'q' r#a ba cr cx_é ß\u{200d}x _ __ x\u{301}y; 9a }";
+
+    #[test]
+    fn the_ascii_identifier_path_ends_where_the_char_path_does() {
+        for (i, _) in IDENT_MIX.char_indices().chain([(IDENT_MIX.len(), ' ')]) {
+            assert_eq!(
+                ident_not_raw(IDENT_MIX, i),
+                ident_not_raw_chars(IDENT_MIX, i),
+                "at {i}: {:?}",
+                &IDENT_MIX[i..]
+            );
+        }
+        // Ends of text and non-ASCII continuations after an ASCII start.
+        for text in ["a", "ab", "aé", "aé ", "a\u{301}", "_", "a-b", "é"] {
+            assert_eq!(
+                ident_not_raw(text, 0),
+                ident_not_raw_chars(text, 0),
+                "{text:?}"
+            );
+        }
+        assert_eq!(ident_not_raw("xé+", 0), Some(3));
+        assert_eq!(ident_not_raw("9", 0), None);
+    }
+
+    #[test]
+    fn the_first_byte_test_keeps_every_literal_prefix_out_of_identifiers() {
+        let prefixes = [
+            "r\"", "r#\"", "r##", "b\"", "b'", "br\"", "br#", "c\"", "cr\"", "cr#",
+        ];
+        for (i, _) in IDENT_MIX.char_indices() {
+            let rest = &IDENT_MIX[i..];
+            let reference = match prefixes.iter().any(|p| rest.starts_with(p)) {
+                true => None,
+                false => ident_any(IDENT_MIX, i),
+            };
+            assert_eq!(ident(IDENT_MIX, i), reference, "at {i}: {rest:?}");
+        }
+    }
 
     fn kinds(text: &str) -> Vec<(&str, Kind)> {
         tokenize(text, 0)
