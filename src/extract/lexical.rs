@@ -23,6 +23,7 @@ pub(crate) const MAX_NESTING: usize = 256;
 /// generics recurse without brackets.
 pub(crate) const MAX_OPERATOR_RUN: usize = 1024;
 
+#[cfg_attr(test, derive(Debug, PartialEq, Eq))]
 enum Lexeme {
     /// A string-like literal (`"…"`, `r#"…"#`, `b"…"`, `c"…"`), byte range.
     Str(Range<usize>),
@@ -33,37 +34,84 @@ enum Lexeme {
     Operator,
 }
 
+/// What a byte starts, for [`lex`]: one table lookup instead of a chain
+/// of tests per byte (the lexer runs over every Rust file the extractor
+/// reads, for the nesting precheck, and most bytes are indentation and
+/// identifiers).
+mod class {
+    pub(super) const SPACE: u8 = 0;
+    pub(super) const IDENT: u8 = 1;
+    pub(super) const OPEN: u8 = 2;
+    pub(super) const CLOSE: u8 = 3;
+    pub(super) const SEPARATOR: u8 = 4;
+    pub(super) const QUOTE: u8 = 5;
+    pub(super) const APOSTROPHE: u8 = 6;
+    pub(super) const SLASH: u8 = 7;
+    pub(super) const OPERATOR: u8 = 8;
+}
+
+const BYTE_CLASS: [u8; 256] = {
+    let mut table = [class::OPERATOR; 256];
+    let mut c = 0;
+    while c < 256 {
+        let byte = c as u8;
+        table[c] = match byte {
+            b'/' => class::SLASH,
+            b'"' => class::QUOTE,
+            b'\'' => class::APOSTROPHE,
+            b'(' | b'[' | b'{' => class::OPEN,
+            b')' | b']' | b'}' => class::CLOSE,
+            b',' | b';' => class::SEPARATOR,
+            _ if is_ident_byte(byte) => class::IDENT,
+            _ if byte.is_ascii_whitespace() => class::SPACE,
+            _ => class::OPERATOR,
+        };
+        c += 1;
+    }
+    table
+};
+
 /// Runs the lexer over `text`; `sink` returns `false` to stop early.
 fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
     let b = text.as_bytes();
+    let class_at = |i: usize| BYTE_CLASS[usize::from(b[i])];
     let mut i = 0;
     while i < b.len() {
-        let c = b[i];
-        let (lexeme, next) = match c {
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                let end = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |n| i + n);
-                (None, end)
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
-            b'"' => {
-                let end = skip_quoted(b, i + 1);
-                (Some(Lexeme::Str(i..end)), end)
-            }
-            b'\'' => (None, skip_char_or_lifetime(text, i)),
-            b'(' | b'[' | b'{' => (Some(Lexeme::Open), i + 1),
-            b')' | b']' | b'}' => (Some(Lexeme::Close), i + 1),
-            b',' | b';' => (Some(Lexeme::Separator), i + 1),
-            c if is_ident_byte(c) => {
-                let mut end = i;
-                while end < b.len() && is_ident_byte(b[end]) {
+        let (lexeme, next) = match class_at(i) {
+            class::SPACE => {
+                // A run of whitespace at once: nothing in it is a lexeme.
+                let mut end = i + 1;
+                while end < b.len() && class_at(end) == class::SPACE {
                     end += 1;
                 }
-                match prefixed_string(b, i, end) {
+                (None, end)
+            }
+            class::IDENT => {
+                let mut end = i + 1;
+                while end < b.len() && class_at(end) == class::IDENT {
+                    end += 1;
+                }
+                // Only `r`, `b`, `c`, `br` and `cr` before `"` or `#` can
+                // start a string (see `prefixed_string`).
+                let may_prefix = end - i <= 2 && matches!(b.get(end), Some(b'"' | b'#'));
+                match may_prefix.then(|| prefixed_string(b, i, end)).flatten() {
                     Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
                     None => (None, end),
                 }
             }
-            c if c.is_ascii_whitespace() => (None, i + 1),
+            class::SLASH if b.get(i + 1) == Some(&b'/') => {
+                let end = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |n| i + n);
+                (None, end)
+            }
+            class::SLASH if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
+            class::QUOTE => {
+                let end = skip_quoted(b, i + 1);
+                (Some(Lexeme::Str(i..end)), end)
+            }
+            class::APOSTROPHE => (None, skip_char_or_lifetime(text, i)),
+            class::OPEN => (Some(Lexeme::Open), i + 1),
+            class::CLOSE => (Some(Lexeme::Close), i + 1),
+            class::SEPARATOR => (Some(Lexeme::Separator), i + 1),
             _ => (Some(Lexeme::Operator), i + 1),
         };
         if let Some(lexeme) = lexeme {
@@ -509,6 +557,107 @@ pub(crate) fn unescape_with_runs(content: &str) -> (String, Vec<Run>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lexer as it was before its byte table: a chain of tests per
+    /// byte, one byte of whitespace at a time, every word offered to
+    /// `prefixed_string`. The table-driven [`lex`] must agree with it.
+    fn lex_bytewise(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
+        let b = text.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            let (lexeme, next) = match c {
+                b'/' if b.get(i + 1) == Some(&b'/') => {
+                    let end = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |n| i + n);
+                    (None, end)
+                }
+                b'/' if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
+                b'"' => {
+                    let end = skip_quoted(b, i + 1);
+                    (Some(Lexeme::Str(i..end)), end)
+                }
+                b'\'' => (None, skip_char_or_lifetime(text, i)),
+                b'(' | b'[' | b'{' => (Some(Lexeme::Open), i + 1),
+                b')' | b']' | b'}' => (Some(Lexeme::Close), i + 1),
+                b',' | b';' => (Some(Lexeme::Separator), i + 1),
+                c if is_ident_byte(c) => {
+                    let mut end = i;
+                    while end < b.len() && is_ident_byte(b[end]) {
+                        end += 1;
+                    }
+                    match prefixed_string(b, i, end) {
+                        Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
+                        None => (None, end),
+                    }
+                }
+                c if c.is_ascii_whitespace() => (None, i + 1),
+                _ => (Some(Lexeme::Operator), i + 1),
+            };
+            if let Some(lexeme) = lexeme {
+                if !sink(lexeme, i) {
+                    return;
+                }
+            }
+            i = next.max(i + 1);
+        }
+    }
+
+    fn lexemes(
+        lexer: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool),
+        text: &str,
+    ) -> Vec<(Lexeme, usize)> {
+        let mut out = Vec::new();
+        lexer(text, &mut |lexeme, at| {
+            out.push((lexeme, at));
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn the_table_driven_lexer_agrees_with_the_bytewise_one() {
+        let table: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex(t, s);
+        let bytewise: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex_bytewise(t, s);
+        let mut texts: Vec<String> = [
+            "",
+            " ",
+            "r",
+            "br",
+            "r#",
+            "b\"",
+            "fn f() { let x = r#\"a\"b\"#; let y = br##\"q\"##; c\"z\"; cr#\"w\"#; }",
+            "rb\"x\" bc\"y\" rr#\"z\"# r#ident b'x' '\\n' 'a 'label: loop {}",
+            "x\t\n\r\x0b\x0c y // line ( [\n /* block /* nested ( */ */ ) ]",
+            "a /b *c /",
+            "ünï \"é\" 名前 = [1, 2; 3] <<>>== .. ?",
+            "\"unterminated",
+            "/* unterminated",
+            "r##\"unterminated\"#",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        // Real source: this crate's own Rust files.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/extract");
+        for entry in std::fs::read_dir(src).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                texts.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+        assert!(texts.len() > 20);
+        for text in &texts {
+            let reference = lexemes(bytewise, text);
+            assert_eq!(lexemes(table, text), reference, "{text:?}");
+            // Stopping early stops both at the same lexeme.
+            let mut seen = 0;
+            lex(text, |_, _| {
+                seen += 1;
+                seen < 3
+            });
+            assert_eq!(seen, reference.len().min(3));
+        }
+    }
 
     #[test]
     fn escaped_literals_map_value_offsets_back_to_the_source() {
