@@ -141,28 +141,30 @@ pub fn scan(
     owner_names: &[String],
     max_file_bytes: u64,
 ) -> ScanOutput {
+    // Building can only fail on absurd pattern sets; then every file is parsed.
+    let prefilter = Prefilter::new(config, owner_names);
     let nothing_read = Preread::default();
     scan_with(
         root,
         files,
         &nothing_read,
         config,
-        owner_names,
+        prefilter.as_ref(),
         max_file_bytes,
     )
 }
 
-/// [`scan`], taking the bytes of the files in `preread` from there.
+/// [`scan`] with a prefilter built by the caller (`None`: every file is
+/// read by its extractor), taking the bytes of the files in `preread` from
+/// there.
 pub fn scan_with(
     root: &Path,
     files: &[SelectedFile],
     preread: &Preread,
     config: &ExtractConfig,
-    owner_names: &[String],
+    prefilter: Option<&Prefilter>,
     max_file_bytes: u64,
 ) -> ScanOutput {
-    // Building can only fail on absurd pattern sets; then every file is parsed.
-    let prefilter = Prefilter::new(config, owner_names);
     let modules = ModulePaths::default();
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
@@ -183,7 +185,7 @@ pub fn scan_with(
                             file,
                             preread,
                             config,
-                            prefilter.as_ref(),
+                            prefilter,
                             &modules,
                             &mut reader,
                         );
