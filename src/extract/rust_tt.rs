@@ -4,7 +4,8 @@
 //! (`[Ident, Punct('!'), Group]`, comma-separated arguments), so this module
 //! gives the flat token list that view: a level of a tree is the list of
 //! token indices at one nesting depth, a group standing for all it holds.
-//! Everything here is a query; nothing allocates but [`Src::level`].
+//! Everything here is a query; nothing allocates but [`Src::level`] (and
+//! [`Src::level_into`] when the buffer it is given must grow).
 
 use std::ops::Range;
 
@@ -89,6 +90,24 @@ impl<'t> Src<'t> {
             return Vec::new();
         }
         self.level_in(open + 1, t.close)
+    }
+
+    /// [`Src::level`] written into `out` (cleared first): a walker that
+    /// reuses its buffers allocates once per nesting depth, not per group.
+    pub fn level_into(&self, open: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let t = &self.toks[open as usize];
+        if !matches!(t.kind, Kind::Open(_)) {
+            return;
+        }
+        let mut i = open + 1;
+        while i < t.close {
+            out.push(i);
+            i = match self.toks[i as usize].kind {
+                Kind::Open(_) => self.toks[i as usize].close + 1,
+                _ => i + 1,
+            };
+        }
     }
 
     /// The top-level tokens of `from..to`.
@@ -234,4 +253,39 @@ pub(crate) fn number_text(repr: &str) -> Option<String> {
     u128::from_str_radix(&body[..end], radix)
         .ok()
         .map(|n| n.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::rust_lex::tokenize;
+
+    #[test]
+    fn a_level_written_into_a_reused_buffer_is_the_allocated_level() {
+        let mut texts = vec![
+            "fn f() { g(a, [1, 2], { h!(x) }); } /// doc\nstruct S;".to_owned(),
+            "()".to_owned(),
+            "x".to_owned(),
+        ];
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/extract");
+        for entry in std::fs::read_dir(src).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                texts.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+        // One buffer for every call, so a stale token would show.
+        let mut buffer = vec![u32::MAX; 3];
+        let mut groups = 0;
+        for text in &texts {
+            let toks = tokenize(text, 0).unwrap();
+            let src = Src { text, toks: &toks };
+            for open in 0..toks.len() as u32 {
+                src.level_into(open, &mut buffer);
+                assert_eq!(buffer, src.level(open), "token {open} of {text:?}");
+                groups += usize::from(!buffer.is_empty());
+            }
+        }
+        assert!(groups > 1_000, "{groups}");
+    }
 }

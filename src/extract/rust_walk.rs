@@ -34,6 +34,7 @@ pub(crate) fn walk(src: Src<'_>, config: &ExtractConfig, module_path: &[String])
         context: Vec::new(),
         items: Vec::new(),
         path: module_path.to_vec(),
+        spare_levels: Vec::new(),
     };
     let top = src.level_in(0, src.toks.len() as u32);
     walker.code(&top, Level::Items { collect: true });
@@ -109,6 +110,9 @@ pub(super) struct Walker<'t> {
     items: Vec<String>,
     /// The module path of the items being collected.
     path: Vec<String>,
+    /// Level buffers of groups already walked, for the next groups to
+    /// reuse (one allocation per nesting depth instead of one per group).
+    spare_levels: Vec<Vec<u32>>,
 }
 
 /// `r#type` is the item `type`.
@@ -240,13 +244,15 @@ impl<'t> Walker<'t> {
                     i += 1;
                 }
                 Kind::Open(delim) => {
-                    let inner = src.level(k);
+                    let mut inner = self.spare_levels.pop().unwrap_or_default();
+                    src.level_into(k, &mut inner);
                     let level = if delim == Delim::Brace {
                         Level::Items { collect: false }
                     } else {
                         Level::Expr
                     };
                     self.code(&inner, level);
+                    self.spare_levels.push(inner);
                     stmt_start = statements && delim == Delim::Brace;
                     i += 1;
                 }
