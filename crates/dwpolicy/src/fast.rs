@@ -63,6 +63,32 @@ struct Seen {
     fields: u32,
 }
 
+/// The bytes that end a run of plain characters in a basic string: the
+/// closing quote, a backslash, and the control characters TOML forbids
+/// there (tab is allowed). A table, because a large policy's tens of
+/// thousands of strings are scanned byte by byte.
+static ENDS_BASIC_RUN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'"' | b'\\' | 0..=0x08 | 0x0a..=0x1f | 0x7f);
+        b += 1;
+    }
+    table
+};
+
+/// The bytes of a bare key: ASCII letters and digits, `_` and `-`.
+static IN_BARE_KEY: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-';
+        b += 1;
+    }
+    table
+};
+
 struct Reader<'t> {
     text: &'t str,
     bytes: &'t [u8],
@@ -146,12 +172,11 @@ impl<'t> Reader<'t> {
             b'"' => self.basic_string()?,
             b'\'' => self.literal_string()?,
             _ => {
-                while self
-                    .peek()
-                    .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                {
-                    self.at += 1;
-                }
+                let rest = &self.bytes[start..];
+                self.at += rest
+                    .iter()
+                    .position(|b| !IN_BARE_KEY[usize::from(*b)])
+                    .unwrap_or(rest.len());
                 if self.at == start {
                     return None;
                 }
@@ -170,7 +195,7 @@ impl<'t> Reader<'t> {
         if self.peek() == Some(b'"') && self.bytes.get(self.at + 1) == Some(&b'"') {
             return None; // multi-line
         }
-        let special = |b: &u8| matches!(b, b'"' | b'\\' | 0..=0x08 | 0x0a..=0x1f | 0x7f);
+        let special = |b: &u8| ENDS_BASIC_RUN[usize::from(*b)];
         let start = self.at;
         let run = self.bytes[start..].iter().position(special)?;
         self.at += run;
