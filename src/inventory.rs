@@ -5,7 +5,7 @@
 //! sources, scan-limit keys, scrape labels in remote-write sources, the items
 //! owners may name, and the docs.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use dwpolicy::{MetricPolicy, Policy};

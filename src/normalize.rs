@@ -205,7 +205,7 @@ pub fn covers(declared: &str, source: &str) -> bool {
 /// hashed each of them (a policy's prefixes come in a few lengths).
 #[derive(Debug, Default)]
 pub struct Declared<'a> {
-    prefixes: std::collections::HashSet<&'a str>,
+    prefixes: foldhash::HashSet<&'a str>,
     /// The distinct byte lengths of `prefixes`, ascending.
     lengths: Vec<usize>,
 }
@@ -213,7 +213,7 @@ pub struct Declared<'a> {
 impl<'a> Declared<'a> {
     /// Indexes `prefixes`.
     pub fn new(prefixes: impl IntoIterator<Item = &'a str>) -> Self {
-        let prefixes: std::collections::HashSet<&'a str> = prefixes.into_iter().collect();
+        let prefixes: foldhash::HashSet<&'a str> = prefixes.into_iter().collect();
         let mut lengths: Vec<usize> = prefixes.iter().map(|p| p.len()).collect();
         lengths.sort_unstable();
         lengths.dedup();

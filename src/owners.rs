@@ -4,7 +4,7 @@
 //! by the path a user would `use`. The crate name comes from the nearest
 //! `Cargo.toml` and the module path from where the file sits under `src/`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 

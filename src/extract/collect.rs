@@ -7,8 +7,8 @@
 //! "exactly one site per name and literal position, the richest one" hold no
 //! matter which path found it first.
 
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::ops::Range;
 
 use super::exposition::metric_sites_in;
@@ -98,7 +98,7 @@ impl<'t> Collector<'t> {
             index: None,
             literals: Vec::new(),
             metrics: Vec::new(),
-            site_slots: HashMap::new(),
+            site_slots: HashMap::default(),
         }
     }
 

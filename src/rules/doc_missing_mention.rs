@@ -102,7 +102,7 @@ fn mentioned<'t>(texts: impl Iterator<Item = &'t str> + Clone, needles: &[&str])
     let (words, others): (Vec<usize>, Vec<usize>) = (0..needles.len())
         .partition(|&i| !needles[i].is_empty() && needles[i].bytes().all(|b| ident_byte(&b)));
     if !words.is_empty() {
-        let mut runs = std::collections::HashSet::new();
+        let mut runs = foldhash::HashSet::default();
         for text in texts.clone() {
             runs.extend(
                 text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -163,7 +163,7 @@ fn ident_byte(b: &u8) -> bool {
 /// the automaton's construction was half the rule's cost).
 struct StartIndex<'n> {
     /// Needle bytes → index into the needles.
-    needles: std::collections::HashMap<&'n [u8], usize>,
+    needles: foldhash::HashMap<&'n [u8], usize>,
     /// Distinct needle lengths, ascending.
     lengths: Vec<usize>,
     /// Whether a needle starts with the byte.
@@ -177,7 +177,7 @@ impl<'n> StartIndex<'n> {
     fn new(needles: &[&'n str]) -> Option<Self> {
         let mut first = [false; 256];
         let mut lengths = Vec::new();
-        let mut index = std::collections::HashMap::new();
+        let mut index = foldhash::HashMap::default();
         let mut first_equal = Vec::with_capacity(needles.len());
         for (i, needle) in needles.iter().enumerate() {
             let bytes = needle.as_bytes();

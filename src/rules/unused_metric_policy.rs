@@ -13,7 +13,7 @@
 //! ```
 //! Rename the entry together with the code, or remove it.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use super::Context;
 use crate::diagnostic::Diagnostic;
