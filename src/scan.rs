@@ -120,16 +120,6 @@ impl Preread {
     fn get(&self, rel: &str) -> Option<&[u8]> {
         self.files.get(rel).map(|range| &self.bytes[range.clone()])
     }
-
-    /// How many files were read ahead.
-    pub fn len(&self) -> usize {
-        self.files.len()
-    }
-
-    /// Whether no file was read ahead.
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
-    }
 }
 
 /// Scans `files` on one worker thread per core; files over
@@ -513,5 +503,43 @@ mod tests {
         assert!(read_back.len() > 100);
         let mut small = Reader::new(50);
         assert_eq!(read(&mut small, status), Err(51));
+    }
+    #[test]
+    fn read_ahead_holds_what_a_read_would_give_and_leaves_out_the_rest() {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return; // one core: nothing is read ahead, by design
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut found = Vec::new();
+        for (rel, text) in [
+            ("a.rs", "fn a() {}\n"),
+            ("sub/b.rs", "const K: &str = \"server:x:\";\n"),
+            ("big.rs", "0123456789abcdef0123456789abcdef0"),
+        ] {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            found.push(FoundFile {
+                rel: rel.into(),
+                path,
+            });
+        }
+        found.push(FoundFile {
+            rel: "missing.rs".into(),
+            path: dir.path().join("missing.rs"),
+        });
+        let go_on = AtomicBool::new(false);
+        let preread = Preread::read_until(&found, 32, &go_on);
+        assert_eq!(preread.get("a.rs"), Some(&b"fn a() {}\n"[..]));
+        assert_eq!(
+            preread.get("sub/b.rs").map(<[u8]>::to_vec),
+            Some(std::fs::read(dir.path().join("sub/b.rs")).unwrap())
+        );
+        // Over the size limit, or unreadable: left for the scan to report.
+        assert_eq!(preread.get("big.rs"), None);
+        assert_eq!(preread.get("missing.rs"), None);
+        // Once the policy is loaded, nothing more is read.
+        let stop = AtomicBool::new(true);
+        assert_eq!(Preread::read_until(&found, 32, &stop).get("a.rs"), None);
     }
 }
