@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::changed::{self, ChangedFiles, Mode, Selection};
 use crate::diagnostic::{Diagnostic, Severity};
@@ -15,6 +16,7 @@ use crate::prefilter::Prefilter;
 use crate::rules::{self, Context, Rule, Scope};
 use crate::scan;
 use crate::severity::{Level, Overrides};
+use crate::timings::{Stopwatch, Timings};
 use crate::walk;
 
 /// What to check.
@@ -70,6 +72,8 @@ pub struct CheckReport {
     pub notes: Vec<String>,
     /// The files the run read, which no report may overwrite.
     pub inputs: Inputs,
+    /// How long each phase took (printed by `check --timings`).
+    pub timings: Timings,
 }
 
 impl std::fmt::Debug for CheckReport {
@@ -122,16 +126,19 @@ pub fn keep_until_exit() {
 
 /// Runs the gate.
 pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
+    let mut watch = Stopwatch::start();
     let located = discover::locate(&options.root, options.policy.as_deref())?;
     let root = located.root.as_path();
+    watch.mark("locate the policy");
     let (policy_file, mode, changed, sources, found, preread) =
-        load_and_walk(root, &located, options)?;
+        load_and_walk(root, &located, options, &mut watch)?;
     let policy = &policy_file.policy;
     let config = ExtractConfig {
         cache_namespace: policy.settings.cache_namespace.clone(),
         metric_prefix: policy.settings.metric_prefix.clone(),
     };
     let (selected, prefilter) = select_and_build_prefilter(&sources, found, &config, &policy_file);
+    watch.mark("select files, build the prefilter");
     let files = selected.files;
     let notes = selected
         .unmatched
@@ -154,7 +161,9 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         prefilter.as_ref(),
         options.max_file_bytes,
     );
+    watch.mark("read and extract");
     let inventory = Inventory::build(output, policy);
+    watch.mark("build the inventory");
     let ctx = Context::new(root, &policy_file, &inventory);
     let severities: Vec<(&'static Rule, Option<Severity>)> = rules::RULES
         .iter()
@@ -174,6 +183,7 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     if let Some(changed) = &changed {
         diagnostics.retain(|d| reported_in(d, changed));
     }
+    watch.mark("run the rules");
     let files_scanned = inventory.files_scanned;
     let policy_path = policy_file.display_path.clone();
     if KEEP_UNTIL_EXIT.load(Ordering::Relaxed) {
@@ -194,6 +204,7 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
         severities,
         notes,
         inputs,
+        timings: watch.finish(),
     })
 }
 
@@ -246,6 +257,7 @@ fn load_and_walk(
     root: &Path,
     located: &discover::Discovered,
     options: &CheckOptions,
+    watch: &mut Stopwatch,
 ) -> Result<Loaded, RunError> {
     let cancel = AtomicBool::new(false);
     let policy_loaded = AtomicBool::new(false);
@@ -253,14 +265,18 @@ fn load_and_walk(
         let walker = std::thread::Builder::new()
             .name("dwlint-walk".into())
             .spawn_scoped(scope, || {
+                let started = Instant::now();
                 let found = walk::find_files(root, &cancel);
+                let walked = Instant::now();
                 let preread =
                     scan::Preread::read_until(&found, options.max_file_bytes, &policy_loaded);
-                (found, preread)
+                let took = [walked - started, walked.elapsed()];
+                (found, preread, took)
             });
         let loaded = (|| -> Result<(PolicyFile, Changed, walk::Sources), RunError> {
             let policy_file = PolicyFile::load(root, Some(&located.policy))?;
             policy_loaded.store(true, Ordering::Relaxed);
+            watch.mark("load the policy");
             let changed = changed::resolve(root, &options.selection)?;
             let sources = walk::Sources::compile(&policy_file)?;
             Ok((policy_file, changed, sources))
@@ -270,15 +286,25 @@ fn load_and_walk(
             cancel.store(true, Ordering::Relaxed);
         }
         let (policy_file, (mode, changed), sources) = loaded?;
-        let (found, preread) = match walker {
+        let walk_here = || {
+            let started = Instant::now();
+            let found = walk::find_files(root, &cancel);
+            (
+                found,
+                scan::Preread::default(),
+                [started.elapsed(), Duration::ZERO],
+            )
+        };
+        let (found, preread, [walked, read_ahead]) = match walker {
             // A walker that panicked found nothing reliable: walk again here
             // rather than check an empty tree.
-            Ok(handle) => handle
-                .join()
-                .unwrap_or_else(|_| (walk::find_files(root, &cancel), scan::Preread::default())),
+            Ok(handle) => handle.join().unwrap_or_else(|_| walk_here()),
             // No second thread to be had: walk on this one.
-            Err(_) => (walk::find_files(root, &cancel), scan::Preread::default()),
+            Err(_) => walk_here(),
         };
+        watch.mark("compile [sources] and changed files, join the walk");
+        watch.beside("load the policy", "walk the tree", walked);
+        watch.beside("load the policy", "read files ahead", read_ahead);
         Ok((policy_file, mode, changed, sources, found, preread))
     })
 }

@@ -114,6 +114,9 @@ struct CheckArgs {
     /// or with a K, M or G suffix (powers of 1024).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     max_file_size: u64,
+    /// Print how long each phase of the run took to standard error.
+    #[arg(long)]
+    timings: bool,
     /// `-A/-W/-D` in command-line order, filled from the raw matches
     /// because the last flag for a code wins.
     #[arg(skip)]
@@ -382,6 +385,9 @@ fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
     let mut stderr = std::io::stderr().lock();
     for note in notes {
         let _ = writeln!(stderr, "warning: {note}");
+    }
+    if args.timings {
+        let _ = stderr.write_all(report.timings.render().as_bytes());
     }
     Ok(if report.has_errors() {
         Outcome::Findings

@@ -255,6 +255,7 @@ pub fn report(format: Format, data: &[u8]) {
             .collect(),
         notes: Vec::new(),
         inputs: Default::default(),
+        timings: Default::default(),
     };
     let mut out = Vec::new();
     let written = report::write(format, &report, style(data), &mut out);

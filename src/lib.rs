@@ -34,4 +34,5 @@ pub mod rules;
 pub mod scan;
 pub mod severity;
 pub mod single_report;
+pub mod timings;
 pub mod walk;

@@ -36,6 +36,7 @@ pub fn findings(
         severities: rules.iter().map(|r| (r, Some(Severity::Error))).collect(),
         notes: Vec::new(),
         inputs: Default::default(),
+        timings: Default::default(),
     }
 }
 

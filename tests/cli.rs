@@ -317,3 +317,32 @@ fn nested_and_repeated_prefixes_report_each_shadowed_entry_once() {
         .iter()
         .any(|l| l.contains("of `k5_0` is covered by `server:") && l.contains("of `k4_0`")));
 }
+
+#[test]
+fn timings_go_to_standard_error_and_leave_the_report_alone() {
+    let plain = dwlint(&["check", &fixture("label-mismatch")], None);
+    let timed = dwlint(&["check", "--timings", &fixture("label-mismatch")], None);
+    assert_eq!(timed.status.code(), plain.status.code());
+    assert_eq!(text(&timed.stdout), text(&plain.stdout));
+    assert!(!text(&plain.stderr).contains("timings"));
+    let stderr = text(&timed.stderr);
+    let phases = [
+        "locate the policy",
+        "load the policy",
+        "beside it: walk the tree",
+        "beside it: read files ahead",
+        "select files, build the prefilter",
+        "read and extract",
+        "build the inventory",
+        "run the rules",
+        "check",
+    ];
+    let mut from = stderr.find("timings (wall clock):").expect(&stderr);
+    for phase in phases {
+        let at = stderr[from..]
+            .find(&format!(" ms {phase}"))
+            .or_else(|| stderr[from..].find(&format!(" ms   {phase}")))
+            .unwrap_or_else(|| panic!("{phase} missing or out of order in:\n{stderr}"));
+        from += at + 1;
+    }
+}

@@ -531,6 +531,7 @@ mod tests {
                 .collect(),
             notes: Vec::new(),
             inputs: Default::default(),
+            timings: Default::default(),
         }
     }
 
