@@ -5,10 +5,11 @@
 //! every file. The [`Prefilter`] runs before any parsing: most files never
 //! mention the cache namespace, the metric prefix, a scan limit or an owner
 //! where it could matter, and those are counted but not parsed. A file over
-//! the size limit is not read at all, so memory stays a small multiple of
-//! the largest file read (plus at most [`PREREAD_BYTES`] read ahead, see
-//! [`Preread`]). Which extractor reads a file is `extract::extract_file`'s
-//! decision.
+//! the size limit is read no further than its first [`PROBE_BYTES`] (the
+//! one read that, for most files, is all a file costs: see [`Reader`]), so
+//! memory stays a small multiple of the largest file read (plus at most
+//! [`PREREAD_BYTES`] read ahead, see [`Preread`]). Which extractor reads a
+//! file is `extract::extract_file`'s decision.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -221,21 +222,47 @@ fn warning(code: &'static str, rel: &str, message: String, help: &str) -> Outcom
     )
 }
 
+/// How many bytes the first read of a file asks for. Most source files
+/// are smaller: for them that one read is the whole file, and the size is
+/// never asked for (see [`Reader`]).
+const PROBE_BYTES: usize = 64 << 10;
+
 /// One worker's read buffer, reused for every file it reads, and the
 /// directory of the last file it opened.
 ///
 /// Most selected files are small and sit next to the previous one (the
 /// files are sorted by path), so the fixed cost of a file is its system
 /// calls: it is opened by name inside its open directory rather than by its
-/// whole path from the root, and read with one call of its size plus one
-/// byte instead of reading on until a read returns nothing. On a tree of
-/// 2,201 small files in one directory that is four calls a file instead of
-/// five, and the kernel looks up one name instead of five.
+/// whole path from the root, and read first with one call of up to
+/// [`PROBE_BYTES`] (one byte over the size limit, if the limit is lower).
+/// A regular file on a file system that fills every read until the file's
+/// end (ext4, xfs, btrfs, tmpfs, overlayfs and the like) is whole when that
+/// read comes back short, so a small file costs three calls (open, read,
+/// close) and its size is never asked for. Only when the first read fills
+/// is the size looked up and the limit applied, so a file over the limit is
+/// not read past [`PROBE_BYTES`]. Elsewhere (procfs, sysfs, FUSE, network
+/// file systems, whose reads may stop short before the end and whose sizes
+/// may lie) the size is looked up first and reading goes on to the end, as
+/// it always did. On a tree of 2,201 small files in one directory that is
+/// three calls a file, and the kernel looks up one name instead of five.
 struct Reader {
+    /// The last file's bytes are its first part (see [`Reader::read`]);
+    /// the rest is already initialized space, kept so that a read does not
+    /// zero it again.
     buffer: Vec<u8>,
     max_file_bytes: u64,
     #[cfg(unix)]
-    dir: Option<(std::path::PathBuf, std::os::fd::OwnedFd)>,
+    dir: Option<OpenDir>,
+}
+
+/// The directory of the last file a [`Reader`] opened.
+#[cfg(unix)]
+struct OpenDir {
+    path: std::path::PathBuf,
+    fd: std::os::fd::OwnedFd,
+    /// Whether its file system fills every read of a regular file until the
+    /// file's end, so that a short read means the whole file was read.
+    whole_reads: bool,
 }
 
 impl Reader {
@@ -249,42 +276,60 @@ impl Reader {
     }
 
     /// Reads `path` into the buffer; `Ok(Err(size))` when it is over the
-    /// limit (a file over the limit when opened is not read at all).
+    /// limit (such a file is read no further than its first
+    /// [`PROBE_BYTES`], or not at all when its size is looked up first).
     fn read(&mut self, path: &Path) -> std::io::Result<Result<&[u8], u64>> {
-        let mut file = self.open(path)?;
+        let (mut file, whole_reads) = self.open(path)?;
+        let mut filled = 0;
+        if whole_reads {
+            // One byte over the limit is enough to see that a file is over.
+            let probe = usize::try_from(self.max_file_bytes.saturating_add(1))
+                .map_or(PROBE_BYTES, |over| over.min(PROBE_BYTES));
+            if self.buffer.len() < probe {
+                self.buffer.resize(probe, 0);
+            }
+            filled = read_some(&mut file, &mut self.buffer[..probe])?;
+            if filled < probe {
+                return Ok(Ok(&self.buffer[..filled]));
+            }
+        }
         let size = file.metadata()?.len();
         if size > self.max_file_bytes {
             return Ok(Err(size));
         }
-        self.buffer.clear();
         // `size` fits: it is at most the limit, and the limit is memory.
         let size = usize::try_from(size).unwrap_or(usize::MAX - 1);
-        // One byte more than the file holds, to notice that it grew.
-        self.buffer.resize(size + 1, 0);
-        let mut filled = 0;
-        loop {
-            match file.read(&mut self.buffer[filled..]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    filled += n;
-                    if filled >= size {
-                        break;
-                    }
+        // Read unless the first read already holds all of it (a file whose
+        // size says it is empty is read too: under /proc it is not).
+        if filled < size || filled == 0 {
+            // One byte more than the file holds, to notice that it grew.
+            if self.buffer.len() < size + 1 {
+                self.buffer.resize(size + 1, 0);
+            }
+            loop {
+                match read_some(&mut file, &mut self.buffer[filled..=size])? {
+                    0 => break,
+                    n => filled += n,
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                if filled >= size {
+                    break;
+                }
             }
         }
-        self.buffer.truncate(filled);
         if filled == size {
-            // All of it as it was when opened: a regular file's read stops
-            // short only at its end, so no read is spent to see nothing.
-            return Ok(Ok(&self.buffer));
+            // All of it as it was when its size was looked up: a regular
+            // file's read stops short only at its end, so no read is spent
+            // to see nothing.
+            return Ok(Ok(&self.buffer[..filled]));
         }
         // It changed size while being read (or is not what its size says,
         // like a file under /proc): read on to the end, cut at the limit
         // (plus one byte, to notice).
-        let rest = (self.max_file_bytes + 1).saturating_sub(filled as u64);
+        self.buffer.truncate(filled);
+        let rest = self
+            .max_file_bytes
+            .saturating_add(1)
+            .saturating_sub(filled as u64);
         (&mut file).take(rest).read_to_end(&mut self.buffer)?;
         if self.buffer.len() as u64 > self.max_file_bytes {
             return Ok(Err(self.buffer.len() as u64));
@@ -294,39 +339,48 @@ impl Reader {
 
     /// Opens `path` by name inside its directory, which stays open for the
     /// next file; by its whole path when the directory cannot be opened.
+    /// Also says whether a short read of it means its end was reached.
     #[cfg(unix)]
-    fn open(&mut self, path: &Path) -> std::io::Result<std::fs::File> {
+    fn open(&mut self, path: &Path) -> std::io::Result<(std::fs::File, bool)> {
         use rustix::fs::{Mode, OFlags};
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return std::fs::File::open(path);
+            return Ok((std::fs::File::open(path)?, false));
         };
         let parent = if parent.as_os_str().is_empty() {
             Path::new(".")
         } else {
             parent
         };
-        if self.dir.as_ref().is_none_or(|(open, _)| open != parent) {
+        if self.dir.as_ref().is_none_or(|open| open.path != parent) {
             self.dir = rustix::fs::open(
                 parent,
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .ok()
-            .map(|fd| (parent.to_path_buf(), fd));
+            .map(|fd| OpenDir {
+                path: parent.to_path_buf(),
+                whole_reads: fills_whole_reads(&fd),
+                fd,
+            });
         }
         match &self.dir {
-            Some((_, dir)) => {
-                let fd =
-                    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-                Ok(std::fs::File::from(fd))
+            Some(dir) => {
+                let fd = rustix::fs::openat(
+                    &dir.fd,
+                    name,
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                Ok((std::fs::File::from(fd), dir.whole_reads))
             }
-            None => std::fs::File::open(path),
+            None => Ok((std::fs::File::open(path)?, false)),
         }
     }
 
     #[cfg(not(unix))]
-    fn open(&mut self, path: &Path) -> std::io::Result<std::fs::File> {
-        std::fs::File::open(path)
+    fn open(&mut self, path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+        Ok((std::fs::File::open(path)?, false))
     }
 
     /// Gives back the memory a large file made the buffer take, so that it
@@ -337,6 +391,46 @@ impl Reader {
             self.buffer = Vec::new();
         }
     }
+}
+
+/// One read into `buf`, tried again when a signal interrupts it.
+fn read_some(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            done => return done,
+        }
+    }
+}
+
+/// Whether the file system holding `dir` is one whose reads of a regular
+/// file return less than asked only at the file's end: the local disk file
+/// systems, tmpfs and overlayfs (whose reads are its lower file system's).
+/// Not procfs or sysfs (a read of a large file under /proc returns one page),
+/// nor FUSE or network file systems, whose servers decide; nor any file
+/// system not named here. Costs one call per directory opened.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn fills_whole_reads(dir: &std::os::fd::OwnedFd) -> bool {
+    // Magic numbers from linux/magic.h (ZFS's from its own headers).
+    const WHOLE_READS: [u32; 8] = [
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0x794C_7630, // overlayfs
+        0xF2F5_2010, // f2fs
+        0x2FC1_2FC1, // zfs
+        0xCA45_1A4E, // bcachefs
+    ];
+    // `f_type` is signed on some targets and 32 bits wide on others; every
+    // magic number fits in 32 bits.
+    rustix::fs::fstatfs(dir).is_ok_and(|fs| WHOLE_READS.contains(&(fs.f_type as u32)))
+}
+
+/// Elsewhere the file system is not known: the size is looked up first.
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+fn fills_whole_reads(_dir: &std::os::fd::OwnedFd) -> bool {
+    false
 }
 
 /// `bytes` as `16 MiB`, `512 KiB` or `100 bytes`.
@@ -504,6 +598,99 @@ mod tests {
         let mut small = Reader::new(50);
         assert_eq!(read(&mut small, status), Err(51));
     }
+    /// `len` bytes that differ from one position to the next, so that a
+    /// piece read twice or left out shows.
+    fn numbered(len: usize) -> Vec<u8> {
+        (0..len).map(|i| b'a' + (i % 23) as u8).collect()
+    }
+
+    #[test]
+    fn files_around_the_first_read_are_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reader = Reader::new(1 << 20);
+        for len in [
+            PROBE_BYTES - 1,
+            PROBE_BYTES,
+            PROBE_BYTES + 1,
+            2 * PROBE_BYTES + 3,
+            5,
+            PROBE_BYTES,
+            0,
+        ] {
+            let path = dir.path().join(format!("{len}.rs"));
+            std::fs::write(&path, numbered(len)).unwrap();
+            assert_eq!(read(&mut reader, &path), Ok(numbered(len)), "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn limits_below_and_around_the_first_read_are_applied_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        for limit in [0, 1, 100, PROBE_BYTES - 1, PROBE_BYTES, PROBE_BYTES + 1] {
+            let mut reader = Reader::new(limit as u64);
+            for len in [
+                limit.saturating_sub(1),
+                limit,
+                limit + 1,
+                limit + 2,
+                3 * PROBE_BYTES,
+            ] {
+                let path = dir.path().join(format!("{limit}-{len}.rs"));
+                std::fs::write(&path, numbered(len)).unwrap();
+                let expected = if len <= limit {
+                    Ok(numbered(len))
+                } else {
+                    Err(len as u64)
+                };
+                assert_eq!(
+                    read(&mut reader, &path),
+                    expected,
+                    "{len} bytes, limit {limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_not_read_past_the_first_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.rs");
+        std::fs::write(&path, numbered(64 * PROBE_BYTES)).unwrap();
+        let mut reader = Reader::new(8 * PROBE_BYTES as u64);
+        assert_eq!(read(&mut reader, &path), Err(64 * PROBE_BYTES as u64));
+        assert!(
+            reader.buffer.len() <= PROBE_BYTES,
+            "{}",
+            reader.buffer.len()
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_proc_file_of_several_pages_is_read_to_its_end() {
+        // A read of /proc/self/smaps returns about a page at a time, so a
+        // short read there is not its end. The last mapping (the highest
+        // address, which does not move) is in what is read back.
+        let smaps = Path::new("/proc/self/smaps");
+        assert!(std::fs::read(smaps).unwrap().len() > 2 * 4096);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let last_range = maps.lines().last().unwrap().split(' ').next().unwrap();
+        let mut reader = Reader::new(64 << 20);
+        let read_back = read(&mut reader, smaps).unwrap();
+        let read_back = String::from_utf8(read_back).unwrap();
+        assert!(
+            read_back.contains(last_range),
+            "{last_range} not in {read_back}"
+        );
+        let proc_dir = rustix::fs::open(
+            "/proc/self",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        assert!(!fills_whole_reads(&proc_dir));
+    }
+
     #[test]
     fn read_ahead_holds_what_a_read_would_give_and_leaves_out_the_rest() {
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
