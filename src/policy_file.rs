@@ -2,7 +2,7 @@
 //! findings can point into it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use dwpolicy::{LoadError, Policy, Span};
 
@@ -23,9 +23,12 @@ pub struct PolicyFile {
     pub text: String,
     /// The validated model.
     pub policy: Policy,
-    /// Behind a lock because the index remembers its last position (a
-    /// `Cell`) and the rules, which anchor findings here, run on two threads.
-    lines: Mutex<LineIndex>,
+    /// Built at the first anchor: a clean run anchors nothing here, and
+    /// indexing a megabyte policy's lines cost 1 % of such a run, on the
+    /// thread every other phase waits for. Behind a lock because the index
+    /// remembers its last position (a `Cell`) and the rules, which anchor
+    /// findings here, run on two threads.
+    lines: OnceLock<Mutex<LineIndex>>,
 }
 
 impl PolicyFile {
@@ -67,7 +70,7 @@ impl PolicyFile {
         }
         Ok(PolicyFile {
             display_path,
-            lines: Mutex::new(LineIndex::new(&text)),
+            lines: OnceLock::new(),
             text,
             policy,
         })
@@ -77,6 +80,7 @@ impl PolicyFile {
     pub fn anchor(&self, span: Span, label: impl Into<String>) -> Anchor {
         let range = self
             .lines
+            .get_or_init(|| Mutex::new(LineIndex::new(&self.text)))
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .range(&self.text, span.start, span.end);
