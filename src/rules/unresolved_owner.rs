@@ -57,16 +57,26 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
 
 fn resolves(ctx: &Context, owner: &Spanned<String>) -> bool {
     let owner = owner.value.trim();
-    let as_path = owner
-        .trim_start_matches("crate::")
-        .trim_start_matches("::")
-        .trim_start_matches('\\');
+    let as_path = strip_all(strip_all(owner, "crate::"), "::").trim_start_matches('\\');
     ctx.inventory.items.contains(as_path)
         || is_tree_file(ctx, owner)
         || psr4_file(ctx, as_path).is_some_and(|file| is_tree_file(ctx, &file))
         || python_module_file(as_path)
             .iter()
             .any(|file| is_tree_file(ctx, file))
+}
+
+/// `text` without any leading repeats of `prefix`: what
+/// `trim_start_matches(prefix)` returns, without building a substring
+/// searcher for each of a large policy's thousands of owners.
+fn strip_all<'t>(mut text: &'t str, prefix: &str) -> &'t str {
+    if prefix.is_empty() {
+        return text;
+    }
+    while let Some(rest) = text.strip_prefix(prefix) {
+        text = rest;
+    }
+    text
 }
 
 fn is_tree_file(ctx: &Context, owner: &str) -> bool {
@@ -127,4 +137,32 @@ fn python_module_file(owner: &str) -> Vec<String> {
     }
     let path = owner.replace('.', "/");
     vec![format!("{path}.py"), format!("{path}/__init__.py")]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strip_all_trims_like_trim_start_matches() {
+        let texts = [
+            "",
+            "crate::",
+            "crate::crate::a::B",
+            "::a",
+            ":::a",
+            "crate:a",
+            "crate::::x",
+            "a::crate::b",
+        ];
+        for text in texts {
+            for prefix in ["crate::", "::"] {
+                assert_eq!(
+                    super::strip_all(text, prefix),
+                    text.trim_start_matches(prefix),
+                    "{text:?} {prefix:?}"
+                );
+            }
+        }
+        assert_eq!(super::strip_all("crate::crate::a", "crate::"), "a");
+        assert_eq!(super::strip_all("a", ""), "a");
+    }
 }
