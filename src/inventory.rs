@@ -150,6 +150,7 @@ struct Regrouped {
 impl Regrouped {
     fn of(files: Vec<ScannedFile>, namespace: &str) -> Regrouped {
         let mut out = Regrouped::default();
+        let cache_namespace = normalize::Namespace::new(namespace);
         for file in files {
             let facts = file.facts;
             if let Some((message, range)) = facts.fallback {
@@ -169,7 +170,7 @@ impl Regrouped {
             }
             for literal in &facts.literals {
                 if file.roles.cache {
-                    for key in normalize::cache_keys(&literal.value, namespace) {
+                    for key in normalize::cache_keys_in(&literal.value, &cache_namespace) {
                         let prefix = match key {
                             CacheKey::Family(prefix) => prefix,
                             CacheKey::ComputedFamily => namespace.to_owned(),

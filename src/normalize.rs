@@ -66,6 +66,24 @@ pub const KEY_BUILDING_WORDS: &[&str] = &[
     "zrem",
 ];
 
+/// A cache namespace and its substring searcher, built once per run:
+/// building a searcher for every literal and every docs line (`str`'s
+/// `match_indices`) cost more than the searches on a dense tree.
+pub struct Namespace<'n> {
+    text: &'n str,
+    finder: memchr::memmem::Finder<'n>,
+}
+
+impl<'n> Namespace<'n> {
+    /// The namespace `text`, e.g. `server:`.
+    pub fn new(text: &'n str) -> Self {
+        Namespace {
+            text,
+            finder: memchr::memmem::Finder::new(text),
+        }
+    }
+}
+
 /// The cache keys a source literal builds.
 ///
 /// A key is recognised by shape and place, never by the namespace merely
@@ -77,18 +95,29 @@ pub const KEY_BUILDING_WORDS: &[&str] = &[
 /// keys. A namespace directly followed by a placeholder is a key whose
 /// family is computed.
 pub fn cache_keys(value: &str, namespace: &str) -> Vec<CacheKey> {
+    cache_keys_in(value, &Namespace::new(namespace))
+}
+
+/// [`cache_keys`] with the namespace's searcher built once by the caller.
+pub fn cache_keys_in(value: &str, namespace: &Namespace) -> Vec<CacheKey> {
     occurrences(value, namespace)
         .filter(|&start| {
             let before = &value[..start];
             before.trim_start().is_empty() || follows_key_building_word(before)
         })
-        .filter_map(|start| key_at(&value[start..], namespace.len()))
+        .filter_map(|start| {
+            let key = &value[start..];
+            Some(match key_shape(key.as_bytes(), namespace.text.len())? {
+                KeyShape::Family(len) => CacheKey::Family(key[..len].to_owned()),
+                KeyShape::ComputedFamily => CacheKey::ComputedFamily,
+            })
+        })
         .collect()
 }
 
 /// The family prefixes named anywhere in prose (operator docs), at a word
 /// boundary: `server:long-poll-signal:` in a sentence or a table.
-pub fn cache_prefixes_in_text(text: &str, namespace: &str) -> Vec<String> {
+pub fn cache_prefixes_in_text<'t>(text: &'t str, namespace: &Namespace) -> Vec<&'t str> {
     let mut out = Vec::new();
     let mut skip_to = 0;
     for start in occurrences(text, namespace) {
@@ -96,9 +125,10 @@ pub fn cache_prefixes_in_text(text: &str, namespace: &str) -> Vec<String> {
             // A namespace occurrence inside a key is part of that key.
             continue;
         }
-        if let Some(CacheKey::Family(prefix)) = key_at(&text[start..], namespace.len()) {
-            skip_to = start + prefix.len();
-            out.push(prefix);
+        let key = &text[start..];
+        if let Some(KeyShape::Family(len)) = key_shape(key.as_bytes(), namespace.text.len()) {
+            skip_to = start + len;
+            out.push(&key[..len]);
         }
     }
     out
@@ -106,16 +136,16 @@ pub fn cache_prefixes_in_text(text: &str, namespace: &str) -> Vec<String> {
 
 /// Starts of the namespace at a word boundary: not inside a longer word
 /// (`observer:`), a path or image reference (`org/server:`), a URL host
-/// (`//server:`) or another key (`x:server:`).
-fn occurrences<'v>(value: &'v str, namespace: &'v str) -> impl Iterator<Item = usize> + 'v {
+/// (`//server:`) or another key (`x:server:`). Non-overlapping, left to
+/// right, as `str::match_indices` finds them.
+fn occurrences<'v>(value: &'v str, namespace: &'v Namespace) -> impl Iterator<Item = usize> + 'v {
     let bytes = value.as_bytes();
-    let usable = !namespace.is_empty();
-    value
-        .match_indices(namespace)
-        .map(|(at, _)| at)
-        .filter(move |&at| {
-            usable && (at == 0 || !(is_key_byte(bytes[at - 1]) || b"/:@".contains(&bytes[at - 1])))
-        })
+    // An empty namespace names no key (and would match everywhere).
+    let usable = !namespace.text.is_empty();
+    let searched = if usable { bytes } else { &[][..] };
+    namespace.finder.find_iter(searched).filter(move |&at| {
+        usable && (at == 0 || !(is_key_byte(bytes[at - 1]) || b"/:@".contains(&bytes[at - 1])))
+    })
 }
 
 /// Whether the text before a namespace occurrence ends with a key-building
@@ -135,20 +165,31 @@ fn follows_key_building_word(before: &str) -> bool {
         .any(|w| w.eq_ignore_ascii_case(word))
 }
 
+/// The shape of a key found at a namespace occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyShape {
+    /// The family prefix is the key's first `usize` bytes.
+    Family(usize),
+    /// A placeholder stands where the family would.
+    ComputedFamily,
+}
+
 /// The key starting at `key[0]` (the namespace), if it has the shape of
 /// one: a family segment ending in `:`, or a placeholder right after the
-/// namespace or inside the family segment.
-fn key_at(key: &str, namespace_len: usize) -> Option<CacheKey> {
+/// namespace or inside the family segment. Bytes, not chars: every byte a
+/// key may hold is ASCII, so the first other byte ends it wherever a char
+/// would.
+fn key_shape(key: &[u8], namespace_len: usize) -> Option<KeyShape> {
     let rest = &key[namespace_len..];
-    let family_len = rest.bytes().take_while(|&b| is_key_byte(b)).count();
+    let family_len = rest.iter().take_while(|&&b| is_key_byte(b)).count();
     let after = &rest[family_len..];
     if placeholder_len(after).is_some() {
-        return Some(CacheKey::ComputedFamily);
+        return Some(KeyShape::ComputedFamily);
     }
-    if family_len == 0 || !after.starts_with(':') {
+    if family_len == 0 || after.first() != Some(&b':') {
         return None;
     }
-    Some(CacheKey::Family(normalize_from(key, namespace_len)))
+    Some(KeyShape::Family(family_prefix_len(key, namespace_len)))
 }
 
 fn is_key_byte(b: u8) -> bool {
@@ -156,8 +197,8 @@ fn is_key_byte(b: u8) -> bool {
 }
 
 /// Length of the placeholder at the start of `rest`, if one starts there.
-fn placeholder_len(rest: &str) -> Option<usize> {
-    let b = rest.as_bytes();
+fn placeholder_len(rest: &[u8]) -> Option<usize> {
+    let b = rest;
     match b.first()? {
         b'{' => Some(1),
         b'$' if b
@@ -176,21 +217,21 @@ fn placeholder_len(rest: &str) -> Option<usize> {
     }
 }
 
-/// Cuts `key` (starting with the namespace) at its first placeholder after
-/// the namespace and keeps everything through the last `:`.
-fn normalize_from(key: &str, namespace_len: usize) -> String {
-    let mut end = key.len();
-    for (i, c) in key.char_indices().skip_while(|(i, _)| *i < namespace_len) {
-        if placeholder_len(&key[i..]).is_some()
-            || !(c.is_ascii() && (is_key_byte(c as u8) || c == ':'))
-        {
-            end = i;
-            break;
-        }
-    }
-    let cut = &key[..end];
-    let last_colon = cut.rfind(':').map_or(namespace_len, |i| i + 1);
-    cut[..last_colon.max(namespace_len)].to_owned()
+/// How much of `key` (starting with the namespace) is its family prefix:
+/// cut at the first placeholder or non-key byte after the namespace, then
+/// kept through the last `:`.
+fn family_prefix_len(key: &[u8], namespace_len: usize) -> usize {
+    let end = (namespace_len..key.len())
+        .find(|&i| {
+            let b = key[i];
+            placeholder_len(&key[i..]).is_some() || !(is_key_byte(b) || b == b':')
+        })
+        .unwrap_or(key.len());
+    let last_colon = key[..end]
+        .iter()
+        .rposition(|&b| b == b':')
+        .map_or(namespace_len, |i| i + 1);
+    last_colon.max(namespace_len)
 }
 
 /// Whether a source prefix is covered by a declared prefix.
@@ -362,18 +403,19 @@ mod tests {
 
     #[test]
     fn prose_names_prefixes_anywhere_at_a_word_boundary() {
+        let server = Namespace::new("server:");
         assert_eq!(
-            cache_prefixes_in_text("keys `server:a:` and server:b:{}", "server:"),
+            cache_prefixes_in_text("keys `server:a:` and server:b:{}", &server),
             vec!["server:a:", "server:b:"]
         );
         assert_eq!(
             cache_prefixes_in_text(
                 "pull durableworkflow/server:0.2, call http://server:8080, run server:bootstrap",
-                "server:"
+                &server
             ),
-            Vec::<String>::new()
+            Vec::<&str>::new()
         );
-        assert!(cache_prefixes_in_text("the server:* namespace", "server:").is_empty());
+        assert!(cache_prefixes_in_text("the server:* namespace", &server).is_empty());
     }
 
     #[test]
@@ -384,7 +426,120 @@ mod tests {
         assert_eq!(one("server:a:server:b:"), "server:a:server:b:");
         let long = "server:a:".repeat(20_000);
         assert_eq!(one(&long), long);
-        assert_eq!(cache_prefixes_in_text(&long, "server:"), vec![long.clone()]);
+        assert_eq!(
+            cache_prefixes_in_text(&long, &Namespace::new("server:")),
+            vec![long.as_str()]
+        );
+    }
+
+    /// `cache_keys` and `cache_prefixes_in_text` as they were written
+    /// before they searched with a prebuilt searcher and cut keys by bytes:
+    /// `str::match_indices` and a cut by chars.
+    mod by_chars {
+        use super::super::{follows_key_building_word, is_key_byte, CacheKey};
+
+        fn placeholder(rest: &str) -> bool {
+            super::super::placeholder_len(rest.as_bytes()).is_some()
+        }
+
+        fn occurrences<'v>(value: &'v str, ns: &'v str) -> impl Iterator<Item = usize> + 'v {
+            let bytes = value.as_bytes();
+            value
+                .match_indices(ns)
+                .map(|(at, _)| at)
+                .filter(move |&at| {
+                    !ns.is_empty()
+                        && (at == 0
+                            || !(is_key_byte(bytes[at - 1]) || b"/:@".contains(&bytes[at - 1])))
+                })
+        }
+
+        fn key_at(key: &str, ns_len: usize) -> Option<CacheKey> {
+            let rest = &key[ns_len..];
+            let family_len = rest.bytes().take_while(|&b| is_key_byte(b)).count();
+            let after = &rest[family_len..];
+            if placeholder(after) {
+                return Some(CacheKey::ComputedFamily);
+            }
+            if family_len == 0 || !after.starts_with(':') {
+                return None;
+            }
+            let mut end = key.len();
+            for (i, c) in key.char_indices().skip_while(|(i, _)| *i < ns_len) {
+                if placeholder(&key[i..]) || !(c.is_ascii() && (is_key_byte(c as u8) || c == ':')) {
+                    end = i;
+                    break;
+                }
+            }
+            let cut = &key[..end];
+            let last_colon = cut.rfind(':').map_or(ns_len, |i| i + 1);
+            Some(CacheKey::Family(cut[..last_colon.max(ns_len)].to_owned()))
+        }
+
+        pub fn cache_keys(value: &str, ns: &str) -> Vec<CacheKey> {
+            occurrences(value, ns)
+                .filter(|&start| {
+                    let before = &value[..start];
+                    before.trim_start().is_empty() || follows_key_building_word(before)
+                })
+                .filter_map(|start| key_at(&value[start..], ns.len()))
+                .collect()
+        }
+
+        pub fn prefixes(text: &str, ns: &str) -> Vec<String> {
+            let mut out = Vec::new();
+            let mut skip_to = 0;
+            for start in occurrences(text, ns) {
+                if start < skip_to {
+                    continue;
+                }
+                if let Some(CacheKey::Family(prefix)) = key_at(&text[start..], ns.len()) {
+                    skip_to = start + prefix.len();
+                    out.push(prefix);
+                }
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn byte_cut_and_prebuilt_searcher_agree_with_the_char_cut() {
+        // Every string of up to five pieces over pieces that exercise the
+        // namespace, separators, placeholders and non-ASCII characters.
+        let pieces = [
+            "server:", "ss", "a", ":", "-", ".", "{", "%s", "%", "$x", "$", "é", "ї:", " ", "get ",
+            "/", "\n", "\"",
+        ];
+        let namespaces = ["server:", "s", "ss", "é", ""];
+        let mut texts = vec![String::new()];
+        let mut layer = vec![String::new()];
+        for _ in 0..4 {
+            let next: Vec<String> = layer
+                .iter()
+                .flat_map(|t| pieces.iter().map(move |p| format!("{t}{p}")))
+                .collect();
+            texts.extend(next.iter().cloned());
+            layer = next;
+        }
+        for ns_text in namespaces {
+            let ns = Namespace::new(ns_text);
+            for text in &texts {
+                assert_eq!(
+                    cache_keys_in(text, &ns),
+                    by_chars::cache_keys(text, ns_text),
+                    "{text:?} in {ns_text:?}"
+                );
+                let prefixes: Vec<String> = cache_prefixes_in_text(text, &ns)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                assert_eq!(
+                    prefixes,
+                    by_chars::prefixes(text, ns_text),
+                    "{text:?} in {ns_text:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use super::Context;
 use crate::diagnostic::{Anchor, Diagnostic};
 use crate::extract::LineIndex;
-use crate::normalize::{cache_prefixes_in_text, Declared};
+use crate::normalize::{cache_prefixes_in_text, Declared, Namespace};
 
 pub(super) const CODE: &str = "doc-stale-mention";
 
@@ -31,7 +31,7 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
             .iter()
             .filter_map(|c| c.prefix.as_ref().map(|p| p.value.as_str())),
     );
-    let namespace = &policy.settings.cache_namespace;
+    let namespace = Namespace::new(&policy.settings.cache_namespace);
     for doc in &ctx.inventory.docs {
         let lines = LineIndex::new(&doc.text);
         let mut stale = |at: usize, len: usize, subject: String, message: String| {
@@ -49,13 +49,13 @@ pub(super) fn check(ctx: &Context, out: &mut Vec<Diagnostic>) {
         };
         let mut offset = 0;
         for line in doc.text.split_inclusive('\n') {
-            for prefix in cache_prefixes_in_text(line, namespace) {
-                if !declared.cover(&prefix) {
-                    let at = offset + line.find(prefix.as_str()).unwrap_or(0);
+            for prefix in cache_prefixes_in_text(line, &namespace) {
+                if !declared.cover(prefix) {
+                    let at = offset + line.find(prefix).unwrap_or(0);
                     let message = format!(
                         "the doc names cache prefix `{prefix}`, which the policy does not declare"
                     );
-                    stale(at, prefix.len(), prefix, message);
+                    stale(at, prefix.len(), prefix.to_owned(), message);
                 }
             }
             offset += line.len();
