@@ -151,6 +151,7 @@ impl Regrouped {
     fn of(files: Vec<ScannedFile>, namespace: &str) -> Regrouped {
         let mut out = Regrouped::default();
         let cache_namespace = normalize::Namespace::new(namespace);
+        let scan_limit_suffix = memchr::memmem::Finder::new(SCAN_LIMIT_SUFFIX);
         for file in files {
             let facts = file.facts;
             if let Some((message, range)) = facts.fallback {
@@ -168,25 +169,12 @@ impl Regrouped {
                         label,
                     }));
             }
-            for literal in &facts.literals {
-                if file.roles.cache {
-                    for key in normalize::cache_keys_in(&literal.value, &cache_namespace) {
-                        let prefix = match key {
-                            CacheKey::Family(prefix) => prefix,
-                            CacheKey::ComputedFamily => namespace.to_owned(),
-                        };
-                        out.cache_uses.push(CacheUse {
-                            prefix,
-                            value: literal.value.clone(),
-                            anchor: Anchor::labeled(
-                                file.rel.clone(),
-                                literal.range,
-                                "cache key built here",
-                            ),
-                        });
-                    }
-                }
-                if file.roles.cache || file.roles.metrics {
+            for mut literal in facts.literals {
+                // Scan-limit keys end with the suffix, so a literal without
+                // it (nearly all) is not split into words.
+                if (file.roles.cache || file.roles.metrics)
+                    && scan_limit_suffix.find(literal.value.as_bytes()).is_some()
+                {
                     for key in scan_limit_keys(&literal.value) {
                         out.scan_keys.push(ScanKeyUse {
                             key: key.to_owned(),
@@ -194,6 +182,31 @@ impl Regrouped {
                                 file.rel.clone(),
                                 literal.range,
                                 "scan limit read here",
+                            ),
+                        });
+                    }
+                }
+                if file.roles.cache {
+                    let keys = normalize::cache_keys_in(&literal.value, &cache_namespace);
+                    let last = keys.len().saturating_sub(1);
+                    for (i, key) in keys.into_iter().enumerate() {
+                        let prefix = match key {
+                            CacheKey::Family(prefix) => prefix,
+                            CacheKey::ComputedFamily => namespace.to_owned(),
+                        };
+                        // The literal is not used after its last key: moved, not copied.
+                        let value = if i == last {
+                            std::mem::take(&mut literal.value)
+                        } else {
+                            literal.value.clone()
+                        };
+                        out.cache_uses.push(CacheUse {
+                            prefix,
+                            value,
+                            anchor: Anchor::labeled(
+                                file.rel.clone(),
+                                literal.range,
+                                "cache key built here",
                             ),
                         });
                     }
