@@ -151,3 +151,34 @@ fn mutations_are_read_as_the_parser_reads_them_or_left_to_it() {
     // sentence), so the comparison is not only of refusals.
     assert!(fast > seeds.len() * cases / 10, "{fast} fast reads");
 }
+
+/// A field given twice in an entry is left to the parser, which reports
+/// it; so is one an entry does not have.
+#[test]
+fn a_repeated_or_unknown_entry_field_is_left_to_the_parser() {
+    let tables: [(&str, &[&str]); 3] = [
+        ("cache_keys.a", dwpolicy::load::CACHE_KEYS),
+        ("scan_limits.a", dwpolicy::load::SCAN_KEYS),
+        ("metrics.dw_a", dwpolicy::load::METRIC_KEYS),
+    ];
+    for (table, fields) in tables {
+        for field in fields.iter().chain(&["unknown", "id", "name"]) {
+            let value = match *field {
+                "default" => "5",
+                "dimensions" if table.starts_with("metrics") => "{ a = \"bounded_x\" }",
+                "dimensions" => "[\"a\"]",
+                _ => "\"x\"",
+            };
+            let once = format!("schema_version = 1\n[{table}]\n{field} = {value}\n");
+            let twice = format!("{once}{field} = {value}\n");
+            assert!(
+                fast_path_agrees(&once) && fast_path_agrees(&twice),
+                "{field} in {table}"
+            );
+            let known = fields.contains(field);
+            assert_eq!(fast_path_reads(&once), known, "{field} in {table}");
+            assert!(!fast_path_reads(&twice), "{field} twice in {table}");
+            assert!(load(&twice).is_err(), "{field} twice in {table}");
+        }
+    }
+}
