@@ -152,6 +152,35 @@ fn mutations_are_read_as_the_parser_reads_them_or_left_to_it() {
     assert!(fast > seeds.len() * cases / 10, "{fast} fast reads");
 }
 
+/// Strings whose special bytes (quote, backslash, control characters, tab,
+/// DEL, escapes, non-ASCII) sit at every offset of the string: the fast
+/// path scans a string's plain run for them before it decodes anything.
+#[test]
+fn strings_are_read_alike_wherever_their_special_bytes_sit() {
+    let specials = [
+        "\\\"", "\\\\", "\\t", "\\u00e9", "\t", "\u{1}", "\u{1f}", "\u{7f}", "\r", "é", "ї", " ",
+        "~", "\"", "\\",
+    ];
+    let mut cases = 0;
+    for len in 0..20 {
+        for at in 0..=len {
+            for special in specials {
+                let plain = "abcdefghijklmnopqrstuvwxyz";
+                let value = format!("{}{special}{}", &plain[..at], &plain[at..len]);
+                for field in ["ttl", "owner"] {
+                    let text = format!(
+                        "schema_version = 1\n[cache_keys.a]\n{field} = \"{value}\"\nprefix = 'p'\n"
+                    );
+                    assert!(fast_path_agrees(&text), "differs on:\n{text}");
+                    cases += usize::from(fast_path_reads(&text));
+                }
+            }
+        }
+    }
+    // Most of them are valid strings the fast path reads.
+    assert!(cases > 3000, "{cases} fast reads");
+}
+
 /// A field given twice in an entry is left to the parser, which reports
 /// it; so is one an entry does not have.
 #[test]
