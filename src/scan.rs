@@ -11,7 +11,6 @@
 //! [`PREREAD_BYTES`] read ahead, see [`Preread`]). Which extractor reads a
 //! file is `extract::extract_file`'s decision.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::ops::Range;
 use std::path::Path;
@@ -83,10 +82,17 @@ pub const PREREAD_BYTES: usize = 8 << 20;
 /// instead of opening them again, so less of the reading is left for after
 /// the policy. A file that cannot be read, or is over the size limit, is
 /// left out: the scan reads it again and reports it exactly as before.
+///
+/// Files are known by their place in the walk's list
+/// ([`SelectedFile::found_index`]), so keeping one costs no copy of its
+/// path and no hashing, and all bytes go into one buffer whose room is
+/// reserved at the start: the pages are only touched as files fill them,
+/// and nothing is copied to grow it.
 #[derive(Debug, Default)]
 pub struct Preread {
     bytes: Vec<u8>,
-    files: HashMap<String, Range<usize>>,
+    /// The bytes of the walk's `i`-th file, for the files read.
+    files: Vec<Option<Range<usize>>>,
 }
 
 impl Preread {
@@ -99,27 +105,30 @@ impl Preread {
             return preread;
         }
         let mut reader = Reader::new(max_file_bytes);
+        preread.bytes.reserve_exact(PREREAD_BYTES);
+        preread.files.reserve_exact(found.len());
         for file in found {
             if stop.load(Ordering::Relaxed) || preread.bytes.len() >= PREREAD_BYTES {
                 break;
             }
+            let mut kept = None;
             if let Ok(Ok(bytes)) = reader.read(&file.path) {
                 if preread.bytes.len() + bytes.len() <= PREREAD_BYTES {
                     let start = preread.bytes.len();
                     preread.bytes.extend_from_slice(bytes);
-                    preread
-                        .files
-                        .insert(file.rel.clone(), start..preread.bytes.len());
+                    kept = Some(start..preread.bytes.len());
                 }
             }
+            preread.files.push(kept);
             reader.shrink();
         }
         preread
     }
 
-    /// The bytes read for the file at `rel`, if it was read.
-    fn get(&self, rel: &str) -> Option<&[u8]> {
-        self.files.get(rel).map(|range| &self.bytes[range.clone()])
+    /// The bytes read for the walk's `found_index`-th file, if it was read.
+    fn get(&self, found_index: usize) -> Option<&[u8]> {
+        let range = self.files.get(found_index)?.as_ref()?;
+        Some(&self.bytes[range.clone()])
     }
 }
 
@@ -147,7 +156,8 @@ pub fn scan(
 
 /// [`scan`] with a prefilter built by the caller (`None`: every file is
 /// read by its extractor), taking the bytes of the files in `preread` from
-/// there.
+/// there (`preread` must have read the list that `files` were selected
+/// from: it knows files by their place in it).
 pub fn scan_with(
     root: &Path,
     files: &[SelectedFile],
@@ -455,7 +465,7 @@ fn scan_one(
     reader: &mut Reader,
 ) -> Outcome {
     let limit = reader.max_file_bytes;
-    let read = match preread.get(&file.rel) {
+    let read = match preread.get(file.found_index) {
         Some(bytes) => Ok(Ok(bytes)),
         None => reader.read(&file.path),
     };
@@ -717,16 +727,17 @@ mod tests {
         });
         let go_on = AtomicBool::new(false);
         let preread = Preread::read_until(&found, 32, &go_on);
-        assert_eq!(preread.get("a.rs"), Some(&b"fn a() {}\n"[..]));
+        assert_eq!(preread.get(0), Some(&b"fn a() {}\n"[..]));
         assert_eq!(
-            preread.get("sub/b.rs").map(<[u8]>::to_vec),
+            preread.get(1).map(<[u8]>::to_vec),
             Some(std::fs::read(dir.path().join("sub/b.rs")).unwrap())
         );
         // Over the size limit, or unreadable: left for the scan to report.
-        assert_eq!(preread.get("big.rs"), None);
-        assert_eq!(preread.get("missing.rs"), None);
+        assert_eq!(preread.get(2), None);
+        assert_eq!(preread.get(3), None);
+        assert_eq!(preread.get(4), None, "past the walk's files");
         // Once the policy is loaded, nothing more is read.
         let stop = AtomicBool::new(true);
-        assert_eq!(Preread::read_until(&found, 32, &stop).get("a.rs"), None);
+        assert_eq!(Preread::read_until(&found, 32, &stop).get(0), None);
     }
 }

@@ -51,6 +51,9 @@ pub struct SelectedFile {
     pub path: PathBuf,
     /// What the file is searched for.
     pub roles: Roles,
+    /// Its place in the walk's list ([`find_files`]), which is how the
+    /// files read ahead are known (`scan::Preread`).
+    pub found_index: usize,
 }
 
 /// The longest glob compiled. Compiling is quadratic in a glob's length
@@ -262,12 +265,14 @@ impl Sources {
         let mut scratch = Vec::new();
         let mut files: Vec<SelectedFile> = found
             .into_iter()
-            .filter_map(|file| {
+            .enumerate()
+            .filter_map(|(found_index, file)| {
                 let roles = globs.roles(&file.rel, &mut scratch);
                 roles.any().then_some(SelectedFile {
                     rel: file.rel,
                     path: file.path,
                     roles,
+                    found_index,
                 })
             })
             .collect();
