@@ -125,8 +125,11 @@ impl<'t> Collector<'t> {
     pub fn literal(&mut self, lit: &LitInfo<'_>, context: Option<&str>) {
         let value: &str = &lit.value;
         let namespace = self.config.cache_namespace.as_str();
-        let keep = (!namespace.is_empty() && value.contains(namespace))
-            || value.contains(SCAN_LIMIT_SUFFIX);
+        // `memmem::find` rather than `str::contains`, which builds a
+        // searcher for every call (see `exposition::metric_sites_in`).
+        let holds =
+            |needle: &str| memchr::memmem::find(value.as_bytes(), needle.as_bytes()).is_some();
+        let keep = (!namespace.is_empty() && holds(namespace)) || holds(SCAN_LIMIT_SUFFIX);
         if keep {
             let range = self.range(lit.span.clone());
             self.literals.push(Literal {

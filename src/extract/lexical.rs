@@ -429,7 +429,8 @@ pub(crate) fn decode_literal(repr: &str) -> Option<Decoded<'_>> {
         } else {
             Cow::Borrowed(content)
         }
-    } else if content.contains(['\\', '\r']) {
+    } else if memchr::memchr2(b'\\', b'\r', content.as_bytes()).is_some() {
+        // (Tested with `memchr2`: a `[char; 2]` pattern decodes every char.)
         let (value, content_runs) = unescape_with_runs(content);
         runs = content_runs
             .into_iter()
