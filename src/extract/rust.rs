@@ -40,10 +40,65 @@ pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) 
         return facts;
     }
     let base = code_start(text);
-    match rust_lex::tokenize(text, base) {
-        Ok(toks) => rust_walk::walk(Src { text, toks: &toks }, config, module_path),
-        Err(error) => fallback(text, config, UNTOKENIZABLE.to_owned(), error.at..error.at),
+    SCRATCH.with(|scratch| {
+        // Never borrowed twice (an extraction does not extract), but a
+        // fresh scratch costs only allocations, a panic much more.
+        let mut fresh = Scratch::default();
+        let mut held = scratch.try_borrow_mut();
+        let scratch = match held.as_deref_mut() {
+            Ok(scratch) => scratch,
+            Err(_) => &mut fresh,
+        };
+        let facts = match rust_lex::tokenize_into(text, base, &mut scratch.toks, &mut scratch.open)
+        {
+            Ok(()) => {
+                let src = Src {
+                    text,
+                    toks: &scratch.toks,
+                };
+                rust_walk::walk(src, config, module_path, &mut scratch.levels)
+            }
+            Err(error) => fallback(text, config, UNTOKENIZABLE.to_owned(), error.at..error.at),
+        };
+        scratch.trim();
+        facts
+    })
+}
+
+/// Buffers every Rust extraction needs, kept by each thread from one file
+/// to the next: on a tree of small files, allocating and freeing them for
+/// every file cost more than tokenizing it.
+#[derive(Default)]
+struct Scratch {
+    toks: Vec<rust_lex::Token>,
+    /// The lexer's open groups.
+    open: Vec<(usize, rust_lex::Delim)>,
+    /// Level buffers, one per nesting depth walked.
+    levels: Vec<Vec<u32>>,
+}
+
+/// What a thread keeps between files at most: tokens of a ~250 KiB file.
+/// A larger file's buffers are dropped after it, so a worker holds no more
+/// than this once past its largest file.
+const SCRATCH_TOKENS_KEPT: usize = 1 << 16;
+
+impl Scratch {
+    fn trim(&mut self) {
+        if self.toks.capacity() > SCRATCH_TOKENS_KEPT {
+            self.toks = Vec::new();
+        }
+        if self.open.capacity() > SCRATCH_TOKENS_KEPT / 16 {
+            self.open = Vec::new();
+        }
+        let held: usize = self.levels.iter().map(Vec::capacity).sum();
+        if held > SCRATCH_TOKENS_KEPT {
+            self.levels = Vec::new();
+        }
     }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
 /// The size and nesting limits every Rust extraction starts with: the

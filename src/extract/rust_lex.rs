@@ -64,9 +64,25 @@ pub(crate) struct LexError {
 
 /// Tokens of `text[from..]` (offsets are into `text`).
 pub(crate) fn tokenize(text: &str, from: usize) -> Result<Vec<Token>, LexError> {
+    let mut toks = Vec::new();
+    tokenize_into(text, from, &mut toks, &mut Vec::new())?;
+    Ok(toks)
+}
+
+/// [`tokenize`] into `toks` (cleared first), with `stack` for the open
+/// groups: a caller that tokenizes file after file reuses both buffers
+/// instead of allocating them for every file. On an error `toks` holds
+/// what was read up to it.
+pub(crate) fn tokenize_into(
+    text: &str,
+    from: usize,
+    toks: &mut Vec<Token>,
+    stack: &mut Vec<(usize, Delim)>,
+) -> Result<(), LexError> {
     let b = text.as_bytes();
-    let mut toks: Vec<Token> = Vec::with_capacity(text.len() / 4);
-    let mut stack: Vec<(usize, Delim)> = Vec::new();
+    toks.clear();
+    stack.clear();
+    toks.reserve(text.len() / 4);
     let mut i = from;
     loop {
         i = skip_whitespace(text, i);
@@ -96,7 +112,7 @@ pub(crate) fn tokenize(text: &str, from: usize) -> Result<Vec<Token>, LexError> 
         }
         let Some(&first) = b.get(i) else {
             return match stack.last() {
-                None => Ok(toks),
+                None => Ok(()),
                 Some(&(open, _)) => Err(LexError {
                     at: toks[open].start as usize,
                 }),

@@ -562,3 +562,44 @@ fn files_over_the_parse_limit_are_scanned_lexically() {
     let (message, _) = f.fallback.unwrap();
     assert!(message.contains("over 2 MiB"), "{message}");
 }
+
+#[test]
+fn buffers_reused_from_file_to_file_give_what_fresh_ones_give() {
+    // One thread extracts every file in turn, reusing its scratch buffers:
+    // after deeper and shallower files, after one that fails to tokenize
+    // half-way (its tokens left behind) and after one too large for its
+    // buffers to be kept. Each file's facts must be what a thread that
+    // never extracted anything gets.
+    let mut texts: Vec<String> = vec![
+        "fn f() { g(a, [1, 2], { h!(x, \"server:deep:{}\") }); } /// doc\nstruct S;".to_owned(),
+        "impl S { fn k() { format!(\"server:a:{}\", unclosed( }".to_owned(),
+        "const K: &str = \"server:short\";".to_owned(),
+        format!(
+            "mod big {{ {} }}",
+            "fn f() { metrics::counter!(\"dw_big_total\", \"q\" => x).increment(1); }\n"
+                .repeat(6_000)
+        ),
+        "#![doc = \"inner\"] #[path(\"server:attr\")] fn g() {}".to_owned(),
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/extract");
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    names.sort();
+    for path in names {
+        texts.push(std::fs::read_to_string(path).unwrap());
+    }
+    texts.extend(texts.clone().into_iter().rev());
+    let reused: Vec<FileFacts> = texts.iter().map(|t| facts(t)).collect();
+    let mut kept = 0;
+    for (text, reused) in texts.iter().zip(&reused) {
+        let text = text.clone();
+        let fresh = std::thread::spawn(move || facts(&text)).join().unwrap();
+        assert_eq!(&fresh, reused);
+        kept += reused.literals.len() + reused.metrics.len();
+    }
+    assert!(kept > 6_000, "{kept}");
+    assert!(reused[1].fallback.is_some() && reused[3].fallback.is_none());
+}

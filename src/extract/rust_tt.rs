@@ -100,8 +100,14 @@ impl<'t> Src<'t> {
         if !matches!(t.kind, Kind::Open(_)) {
             return;
         }
-        let mut i = open + 1;
-        while i < t.close {
+        self.level_in_into(open + 1, t.close, out);
+    }
+
+    /// [`Src::level_in`] written into `out` (cleared first).
+    pub fn level_in_into(&self, from: u32, to: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let mut i = from;
+        while i < to {
             out.push(i);
             i = match self.toks[i as usize].kind {
                 Kind::Open(_) => self.toks[i as usize].close + 1,

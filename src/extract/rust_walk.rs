@@ -26,19 +26,28 @@ use super::rust_prom::METRICS_EMITTERS;
 use super::rust_tt::{concat_piece, Src};
 use super::{lexical, ExtractConfig, FileFacts, Label, LiteralKind, TextRange};
 
-/// The facts of a tokenized file.
-pub(crate) fn walk(src: Src<'_>, config: &ExtractConfig, module_path: &[String]) -> FileFacts {
+/// The facts of a tokenized file. `levels` are level buffers to walk with
+/// (see [`Walker::with_level`]), left there for the next file.
+pub(crate) fn walk(
+    src: Src<'_>,
+    config: &ExtractConfig,
+    module_path: &[String],
+    levels: &mut Vec<Vec<u32>>,
+) -> FileFacts {
     let mut walker = Walker {
         src,
         collector: Collector::new(src.text, config),
         context: Vec::new(),
         items: Vec::new(),
         path: module_path.to_vec(),
-        spare_levels: Vec::new(),
+        spare_levels: std::mem::take(levels),
     };
-    let top = src.level_in(0, src.toks.len() as u32);
+    let mut top = walker.spare_levels.pop().unwrap_or_default();
+    src.level_in_into(0, src.toks.len() as u32, &mut top);
     walker.code(&top, Level::Items { collect: true });
+    walker.spare_levels.push(top);
     let items = std::mem::take(&mut walker.items);
+    *levels = std::mem::take(&mut walker.spare_levels);
     walker.collector.finish(items, None)
 }
 
@@ -175,6 +184,18 @@ fn is_reserved(word: &str) -> bool {
 }
 
 impl<'t> Walker<'t> {
+    /// Runs `f` on the level inside group `open` (a doc comment's: empty),
+    /// held in a spare buffer: one allocation per nesting depth for the
+    /// whole walk (and, through [`walk`]'s caller, for every file a worker
+    /// walks) instead of one per group.
+    fn with_level<R>(&mut self, open: u32, f: impl FnOnce(&mut Self, &[u32]) -> R) -> R {
+        let mut level = self.spare_levels.pop().unwrap_or_default();
+        self.src.level_into(open, &mut level);
+        let out = f(self, &level);
+        self.spare_levels.push(level);
+        out
+    }
+
     // ----- code --------------------------------------------------------
 
     fn code(&mut self, t: &[u32], level: Level) {
@@ -244,15 +265,12 @@ impl<'t> Walker<'t> {
                     i += 1;
                 }
                 Kind::Open(delim) => {
-                    let mut inner = self.spare_levels.pop().unwrap_or_default();
-                    src.level_into(k, &mut inner);
                     let level = if delim == Delim::Brace {
                         Level::Items { collect: false }
                     } else {
                         Level::Expr
                     };
-                    self.code(&inner, level);
-                    self.spare_levels.push(inner);
+                    self.with_level(k, |walker, inner| walker.code(inner, level));
                     stmt_start = statements && delim == Delim::Brace;
                     i += 1;
                 }
@@ -277,8 +295,9 @@ impl<'t> Walker<'t> {
             first -= 2;
         }
         let whole = src.start(t[first])..src.end(group);
-        let body = src.level(group);
-        self.macro_invocation(src.text_of(t[i]), whole, &body);
+        self.with_level(group, |walker, body| {
+            walker.macro_invocation(src.text_of(t[i]), whole, body);
+        });
     }
 
     /// The attributes in `t[range]`, read as `syn` reads them.
@@ -295,34 +314,38 @@ impl<'t> Walker<'t> {
             if src.kind(g) == Kind::Doc {
                 continue;
             }
-            let inner = src.level(g);
-            // The path: `a::b`, `::a`, then a group, `= expr` or nothing.
-            let mut p = usize::from(src.is_punct(inner.first(), b':'));
-            p += usize::from(p == 1 && src.is_punct(inner.get(1), b':'));
-            let path_from = p;
-            while src.ident(inner.get(p)).is_some() {
-                p += 1;
-                if src.is_punct(inner.get(p), b':') && src.is_punct(inner.get(p + 1), b':') {
-                    p += 2;
-                } else {
-                    break;
-                }
+            self.with_level(g, |walker, inner| walker.attribute(inner));
+        }
+    }
+
+    /// One attribute's tokens, inside its brackets.
+    fn attribute(&mut self, inner: &[u32]) {
+        let src = self.src;
+        // The path: `a::b`, `::a`, then a group, `= expr` or nothing.
+        let mut p = usize::from(src.is_punct(inner.first(), b':'));
+        p += usize::from(p == 1 && src.is_punct(inner.get(1), b':'));
+        let path_from = p;
+        while src.ident(inner.get(p)).is_some() {
+            p += 1;
+            if src.is_punct(inner.get(p), b':') && src.is_punct(inner.get(p + 1), b':') {
+                p += 2;
+            } else {
+                break;
             }
-            if p == path_from + 1 && path_from == 0 && src.is_ident(inner.first(), "doc") {
-                continue;
+        }
+        if p == path_from + 1 && path_from == 0 && src.is_ident(inner.first(), "doc") {
+            return;
+        }
+        match inner.get(p) {
+            Some(&g) if src.group(Some(&g)).is_some() && p + 1 == inner.len() => {
+                self.with_level(g, |walker, tokens| walker.walk_tokens(tokens, true));
             }
-            match inner.get(p) {
-                Some(&g) if src.group(Some(&g)).is_some() && p + 1 == inner.len() => {
-                    let tokens = src.level(g);
-                    self.walk_tokens(&tokens, true);
-                }
-                Some(eq) if src.is_punct(Some(eq), b'=') => {
-                    self.code(&inner[p + 1..], Level::Expr);
-                }
-                None => {}
-                // Not a meta `syn` would accept; its tokens are still code.
-                Some(_) => self.walk_tokens(&inner, true),
+            Some(eq) if src.is_punct(Some(eq), b'=') => {
+                self.code(&inner[p + 1..], Level::Expr);
             }
+            None => {}
+            // Not a meta `syn` would accept; its tokens are still code.
+            Some(_) => self.walk_tokens(inner, true),
         }
     }
 
@@ -389,14 +412,14 @@ impl<'t> Walker<'t> {
         if item.kind == ItemKind::MacroRules {
             let group = t[item.keyword + 3];
             let whole = src.start(t[item.keyword])..src.end(group);
-            let body = src.level(group);
-            self.macro_invocation(src.text_of(t[item.keyword]), whole, &body);
+            self.with_level(group, |walker, body| {
+                walker.macro_invocation(src.text_of(t[item.keyword]), whole, body);
+            });
         } else {
             // Visibility and qualifiers included: `extern "C"` is a literal.
             let header_end = item.body.unwrap_or(item.end);
             self.code(&t[attrs.end..header_end], Level::Expr);
             if let Some(body) = item.body {
-                let inner = src.level(t[body]);
                 let body_level = match item.kind {
                     ItemKind::Impl => Level::Impl,
                     ItemKind::Trait => Level::Trait,
@@ -406,10 +429,10 @@ impl<'t> Walker<'t> {
                 };
                 if item.kind == ItemKind::Mod && collect {
                     self.path.push(name.clone().unwrap_or_default());
-                    self.code(&inner, body_level);
+                    self.with_level(t[body], |walker, inner| walker.code(inner, body_level));
                     self.path.pop();
                 } else {
-                    self.code(&inner, body_level);
+                    self.with_level(t[body], |walker, inner| walker.code(inner, body_level));
                 }
                 self.code(&t[body + 1..item.end], Level::Expr);
             }
@@ -452,16 +475,18 @@ impl<'t> Walker<'t> {
                     if src.is_punct(t.get(i + 1), b'!') {
                         if let Some(&g) = t.get(i + 2).filter(|g| src.group(Some(g)).is_some()) {
                             let start = src.start(t[src.path_start(t, i)]);
-                            let body = src.level(g);
-                            self.macro_invocation(src.text_of(k), start..src.end(g), &body);
+                            self.with_level(g, |walker, body| {
+                                walker.macro_invocation(src.text_of(k), start..src.end(g), body);
+                            });
                             i += 3;
                             continue;
                         }
                     }
                     if let Some(args) = src.path_call(t, i, &["new", "with_opts"]) {
                         let method = src.text_of(t[i + 3]);
-                        let args = src.level(args);
-                        self.token_constructor(src.text_of(k), method, &args);
+                        self.with_level(args, |walker, args| {
+                            walker.token_constructor(src.text_of(k), method, args);
+                        });
                     }
                     i += 1;
                 }
@@ -470,8 +495,7 @@ impl<'t> Walker<'t> {
                     i += 1;
                 }
                 Kind::Open(_) => {
-                    let inner = src.level(k);
-                    self.walk_tokens(&inner, in_attribute);
+                    self.with_level(k, |walker, inner| walker.walk_tokens(inner, in_attribute));
                     i += 1;
                 }
                 _ => i += 1,
