@@ -19,6 +19,8 @@
 //!
 //! Recursion follows group nesting, which the caller bounds before walking.
 
+use std::borrow::Cow;
+
 use super::collect::{Collector, LitInfo};
 use super::exposition::metric_sites_in;
 use super::rust_lex::{Delim, Kind};
@@ -28,10 +30,10 @@ use super::{lexical, ExtractConfig, FileFacts, Label, LiteralKind, TextRange};
 
 /// The facts of a tokenized file. `levels` are level buffers to walk with
 /// (see [`Walker::with_level`]), left there for the next file.
-pub(crate) fn walk(
-    src: Src<'_>,
-    config: &ExtractConfig,
-    module_path: &[String],
+pub(crate) fn walk<'t>(
+    src: Src<'t>,
+    config: &'t ExtractConfig,
+    module_path: &'t [String],
     levels: &mut Vec<Vec<u32>>,
 ) -> FileFacts {
     let mut walker = Walker {
@@ -39,7 +41,7 @@ pub(crate) fn walk(
         collector: Collector::new(src.text, config),
         context: Vec::new(),
         items: Vec::new(),
-        path: module_path.to_vec(),
+        path: module_path.iter().map(String::as_str).collect(),
         spare_levels: std::mem::take(levels),
     };
     let mut top = walker.spare_levels.pop().unwrap_or_default();
@@ -114,19 +116,20 @@ pub(super) struct Walker<'t> {
     pub(super) src: Src<'t>,
     pub(super) collector: Collector<'t>,
     /// Enclosing named items, innermost last.
-    context: Vec<String>,
+    /// (Names as written borrow the file; only `Type::fn` is built.)
+    context: Vec<Cow<'t, str>>,
     /// Module items found so far (fully qualified).
     items: Vec<String>,
     /// The module path of the items being collected.
-    path: Vec<String>,
+    path: Vec<&'t str>,
     /// Level buffers of groups already walked, for the next groups to
     /// reuse (one allocation per nesting depth instead of one per group).
     spare_levels: Vec<Vec<u32>>,
 }
 
 /// `r#type` is the item `type`.
-fn ident_name(raw: &str) -> String {
-    raw.strip_prefix("r#").unwrap_or(raw).to_owned()
+fn ident_name(raw: &str) -> &str {
+    raw.strip_prefix("r#").unwrap_or(raw)
 }
 
 /// Keywords that cannot name a path segment (so `if !(x)` is no macro).
@@ -355,16 +358,24 @@ impl<'t> Walker<'t> {
         let name = item.name.map(|n| ident_name(src.text_of(t[n])));
         let context = match (item.kind, level) {
             (ItemKind::Fn | ItemKind::Const, Level::Impl | Level::Trait) => {
-                let name = name.clone().unwrap_or_default();
+                let name = name.unwrap_or_default();
                 Some(match self.context.last() {
-                    Some(owner) => format!("{owner}::{name}"),
-                    None => name,
+                    Some(owner) => {
+                        let mut path = String::with_capacity(owner.len() + 2 + name.len());
+                        path.push_str(owner);
+                        path.push_str("::");
+                        path.push_str(name);
+                        Cow::Owned(path)
+                    }
+                    None => Cow::Borrowed(name),
                 })
             }
             (ItemKind::Type, Level::Impl | Level::Trait) => None,
             (ItemKind::Impl, _) => {
                 let header_end = item.body.unwrap_or(item.end);
-                self.src.self_type_name(&t[item.keyword + 1..header_end])
+                self.src
+                    .self_type_name(&t[item.keyword + 1..header_end])
+                    .map(Cow::Borrowed)
             }
             (
                 ItemKind::Fn
@@ -375,12 +386,12 @@ impl<'t> Walker<'t> {
                 | ItemKind::Type
                 | ItemKind::Mod,
                 _,
-            ) => name.clone(),
+            ) => name.map(Cow::Borrowed),
             _ => None,
         };
         let collect = matches!(level, Level::Items { collect: true });
         if collect && item.kind != ItemKind::Impl {
-            if let Some(name) = name.as_ref().filter(|n| *n != "_") {
+            if let Some(name) = name.filter(|n| *n != "_") {
                 let collected = matches!(
                     item.kind,
                     ItemKind::Fn
@@ -394,9 +405,15 @@ impl<'t> Walker<'t> {
                         | ItemKind::MacroRules
                 );
                 if collected {
-                    self.path.push(name.clone());
-                    self.items.push(self.path.join("::"));
-                    self.path.pop();
+                    // `path::name`, built in place rather than joined.
+                    let len = self.path.iter().map(|p| p.len() + 2).sum::<usize>() + name.len();
+                    let mut path = String::with_capacity(len);
+                    for part in &self.path {
+                        path.push_str(part);
+                        path.push_str("::");
+                    }
+                    path.push_str(name);
+                    self.items.push(path);
                 }
             }
         }
@@ -428,7 +445,7 @@ impl<'t> Walker<'t> {
                     _ => Level::Items { collect: false },
                 };
                 if item.kind == ItemKind::Mod && collect {
-                    self.path.push(name.clone().unwrap_or_default());
+                    self.path.push(name.unwrap_or_default());
                     self.with_level(t[body], |walker, inner| walker.code(inner, body_level));
                     self.path.pop();
                 } else {
@@ -514,7 +531,7 @@ impl<'t> Walker<'t> {
                     verbatim_at: None,
                     runs: &[],
                 };
-                let context = self.context.last().map(String::as_str);
+                let context = self.context.last().map(|c| &**c);
                 self.collector.literal(&lit, context);
                 return;
             }
@@ -567,7 +584,7 @@ impl<'t> Walker<'t> {
     }
 
     fn literal_at(&mut self, lit: u32) {
-        let context = self.context.last().map(String::as_str);
+        let context = self.context.last().map(|c| &**c);
         lexical::collect_token_literal(&mut self.collector, self.src.span(lit), context, None);
     }
 
@@ -645,7 +662,7 @@ impl<'t> Walker<'t> {
 }
 
 /// Item headers and attributes, read from tokens alone.
-impl Src<'_> {
+impl<'t> Src<'t> {
     /// Just past the attribute (`#[…]`, `#![…]`, a doc comment) at `t[i]`.
     fn inner_attribute_end(&self, t: &[u32], i: usize) -> Option<usize> {
         if !self.is_punct(t.get(i + 1), b'!') {
@@ -820,7 +837,7 @@ impl Src<'_> {
 
     /// The type an `impl` header is for (`<T> Trait for &Foo<T> where …`
     /// → `Foo`), as `syn` names it.
-    fn self_type_name(&self, header: &[u32]) -> Option<String> {
+    fn self_type_name(&self, header: &[u32]) -> Option<&'t str> {
         let src = *self;
         let mut at = 0;
         // Generic parameters right after `impl`.
@@ -882,7 +899,7 @@ impl Src<'_> {
     }
 
     /// The last path segment of a type, through references and parentheses.
-    fn type_name(&self, ty: &[u32]) -> Option<String> {
+    fn type_name(&self, ty: &[u32]) -> Option<&'t str> {
         let src = *self;
         let mut at = 0;
         // References: `&`, `&&`, `&'a`, `&mut`.
@@ -972,10 +989,14 @@ pub(crate) fn enclosing_item(text: &str, offset: usize) -> Option<String> {
     let mut level = src.level_in(0, toks.len() as u32);
     loop {
         let item = module_item_at(src, &level, offset)?;
-        let name = item.name.map(|n| ident_name(src.text_of(level[n])));
+        let name = item
+            .name
+            .map(|n| ident_name(src.text_of(level[n])).to_owned());
         match item.kind {
             ItemKind::Impl => {
-                return src.self_type_name(&level[item.keyword + 1..item.body.unwrap_or(item.end)])
+                return src
+                    .self_type_name(&level[item.keyword + 1..item.body.unwrap_or(item.end)])
+                    .map(str::to_owned)
             }
             ItemKind::Mod => {
                 let inner = item.body.map(|b| src.level(level[b]));
