@@ -327,15 +327,17 @@ pub(crate) fn scan_literals(collector: &mut Collector<'_>) {
 
 /// The string-like literal token at file bytes `span`, decoded (its value
 /// pointed at verbatim when it is written verbatim); `None` for any other
-/// token.
-pub(crate) fn token_lit_info(text: &str, span: Range<usize>) -> Option<LitInfo<'static>> {
+/// token. The value borrows `text` when it is written verbatim: a caller is done
+/// with most literals it reads before the file is, and copying each was an
+/// allocation per literal.
+pub(crate) fn token_lit_info(text: &str, span: Range<usize>) -> Option<LitInfo<'_>> {
     let decoded = decode_literal(text.get(span.clone())?)?;
     Some(LitInfo {
         verbatim_at: decoded
             .verbatim
             .then_some(span.start + decoded.content.start),
         runs: &[],
-        value: decoded.value.into_owned().into(),
+        value: decoded.value,
         kind: decoded.kind,
         span,
     })

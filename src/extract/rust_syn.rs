@@ -140,7 +140,14 @@ impl Walker<'_> {
     /// A string-like literal token at `span`: decoded from the source text.
     pub(super) fn lit_info(&self, span: Span) -> Option<LitInfo<'static>> {
         let bytes = self.bytes(span);
-        lexical::token_lit_info(self.collector.text(), bytes)
+        let lit = lexical::token_lit_info(self.collector.text(), bytes)?;
+        Some(LitInfo {
+            value: lit.value.into_owned().into(),
+            kind: lit.kind,
+            span: lit.span,
+            verbatim_at: lit.verbatim_at,
+            runs: &[],
+        })
     }
 
     pub(super) fn literal_at(&mut self, span: Span) {

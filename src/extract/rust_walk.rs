@@ -579,7 +579,7 @@ impl<'t> Walker<'t> {
     // ----- literals --------------------------------------------------------
 
     /// A string-like literal token: decoded from the source text.
-    pub(super) fn lit_info(&self, lit: u32) -> Option<LitInfo<'static>> {
+    pub(super) fn lit_info(&self, lit: u32) -> Option<LitInfo<'t>> {
         lexical::token_lit_info(self.src.text, self.src.span(lit))
     }
 
@@ -596,7 +596,7 @@ impl<'t> Walker<'t> {
 
     /// An argument written as one string literal or `concat!`, whatever its
     /// value (a name part such as a namespace need not be a metric name).
-    pub(super) fn token_string(&self, arg: &[u32]) -> Option<LitInfo<'static>> {
+    pub(super) fn token_string(&self, arg: &[u32]) -> Option<LitInfo<'t>> {
         let src = self.src;
         match arg {
             [lit] if src.is_literal(Some(lit)) => self.lit_info(*lit),
