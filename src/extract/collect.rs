@@ -86,9 +86,17 @@ pub(crate) struct Collector<'t> {
     index: Option<LineIndex>,
     literals: Vec<Literal>,
     metrics: Vec<MetricSite>,
-    /// (name, start, end) → index into `metrics`.
+    /// (name, start, end) → index into `metrics`, built once `metrics`
+    /// holds more than `scan_up_to` sites; until then `metrics` is searched
+    /// in turn (a file has a few sites, and hashing a copy of each name
+    /// into a fresh table cost more than comparing them).
     site_slots: HashMap<(String, usize, usize), usize>,
+    scan_up_to: usize,
 }
+
+/// How many sites [`Collector::site`] compares one by one before it indexes
+/// them.
+const SITES_SCANNED: usize = 16;
 
 impl<'t> Collector<'t> {
     pub fn new(text: &'t str, config: &'t ExtractConfig) -> Self {
@@ -99,6 +107,7 @@ impl<'t> Collector<'t> {
             literals: Vec::new(),
             metrics: Vec::new(),
             site_slots: HashMap::default(),
+            scan_up_to: SITES_SCANNED,
         }
     }
 
@@ -169,17 +178,31 @@ impl<'t> Collector<'t> {
             labels,
             via,
         };
-        let key = (site.name.clone(), range.start, range.end);
-        match self.site_slots.get(&key) {
-            Some(&slot) => {
+        let slot = if self.metrics.len() <= self.scan_up_to {
+            self.metrics.iter().position(|m| {
+                (m.range.start, m.range.end) == (range.start, range.end) && m.name == site.name
+            })
+        } else {
+            if self.site_slots.is_empty() {
+                for (slot, m) in self.metrics.iter().enumerate() {
+                    self.site_slots
+                        .insert((m.name.clone(), m.range.start, m.range.end), slot);
+                }
+            }
+            let key = (site.name.clone(), range.start, range.end);
+            let slot = self.site_slots.get(&key).copied();
+            if slot.is_none() {
+                self.site_slots.insert(key, self.metrics.len());
+            }
+            slot
+        };
+        match slot {
+            Some(slot) => {
                 if richness(&site) > richness(&self.metrics[slot]) {
                     self.metrics[slot] = site;
                 }
             }
-            None => {
-                self.site_slots.insert(key, self.metrics.len());
-                self.metrics.push(site);
-            }
+            None => self.metrics.push(site),
         }
     }
 
@@ -217,4 +240,77 @@ fn richness(site: &MetricSite) -> (bool, usize, u8) {
         site.labels.as_ref().map_or(0, Vec::len),
         via,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sites of `calls` recorded by a collector that indexes them once
+    /// it holds more than `scan_up_to` (0: from the first, as it always
+    /// did before the one-by-one search).
+    fn recorded(
+        calls: &[(String, TextRange, Option<Vec<Label>>, MetricVia)],
+        scan_up_to: usize,
+    ) -> FileFacts {
+        let config = ExtractConfig {
+            cache_namespace: "server:".to_owned(),
+            metric_prefix: "dw_".to_owned(),
+        };
+        let mut collector = Collector::new("", &config);
+        collector.scan_up_to = scan_up_to;
+        for (name, range, labels, via) in calls.iter().cloned() {
+            collector.site(name, range, labels, via);
+        }
+        collector.finish(Vec::new(), None)
+    }
+
+    #[test]
+    fn sites_searched_one_by_one_keep_what_the_index_keeps() {
+        // The same few names at the same few places, over and over, each
+        // time richer or poorer: every call either adds a site or competes
+        // with the one already there.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n) as usize
+        };
+        let vias = [
+            MetricVia::Mention,
+            MetricVia::Exposition,
+            MetricVia::MetricsMacro,
+            MetricVia::PrometheusVec,
+        ];
+        let mut calls = Vec::new();
+        for _ in 0..400 {
+            let start = next(12);
+            let range = TextRange {
+                start,
+                end: start + next(3),
+                ..TextRange::default()
+            };
+            let labels = match next(3) {
+                0 => None,
+                n => Some(
+                    (0..n + next(2))
+                        .map(|l| Label {
+                            name: format!("l{l}"),
+                            range,
+                        })
+                        .collect(),
+                ),
+            };
+            calls.push((format!("dw_{}", next(5)), range, labels, vias[next(4)]));
+        }
+        for len in [1, 5, SITES_SCANNED, SITES_SCANNED + 1, 40, calls.len()] {
+            let calls = &calls[..len];
+            let indexed = recorded(calls, 0);
+            assert_eq!(recorded(calls, SITES_SCANNED), indexed, "{len} calls");
+            assert_eq!(recorded(calls, usize::MAX), indexed, "{len} calls");
+        }
+        let kept = recorded(&calls, 0).metrics.len();
+        assert!(kept > 2 * SITES_SCANNED && kept < calls.len(), "{kept}");
+    }
 }
