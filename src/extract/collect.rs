@@ -11,7 +11,7 @@ use foldhash::HashMap;
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::exposition::metric_sites_in;
+use super::exposition::{find_bytes, metric_sites_in};
 use super::{
     ExtractConfig, FileFacts, Label, LineIndex, Literal, LiteralKind, MetricSite, MetricVia,
     TextRange, SCAN_LIMIT_SUFFIX,
@@ -134,10 +134,8 @@ impl<'t> Collector<'t> {
     pub fn literal(&mut self, lit: &LitInfo<'_>, context: Option<&str>) {
         let value: &str = &lit.value;
         let namespace = self.config.cache_namespace.as_str();
-        // `memmem::find` rather than `str::contains`, which builds a
-        // searcher for every call (see `exposition::metric_sites_in`).
-        let holds =
-            |needle: &str| memchr::memmem::find(value.as_bytes(), needle.as_bytes()).is_some();
+        // Not `str::contains`, which builds a searcher for every call.
+        let holds = |needle: &str| find_bytes(value.as_bytes(), needle.as_bytes()).is_some();
         let keep = (!namespace.is_empty() && holds(namespace)) || holds(SCAN_LIMIT_SUFFIX);
         if keep {
             let range = self.range(lit.span.clone());

@@ -35,11 +35,7 @@ pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
     }
     let bytes = value.as_bytes();
     let mut from = 0;
-    // `memmem::find`, not `str::find`: the latter builds a two-way searcher
-    // on every call, which cost more than the search itself on the short
-    // values this mostly sees (and `memmem` searches a value under 64 bytes
-    // without building anything).
-    while let Some(found) = memchr::memmem::find(&bytes[from..], prefix.as_bytes()) {
+    while let Some(found) = find_bytes(&bytes[from..], prefix.as_bytes()) {
         let start = from + found;
         let mut end = start + prefix.len();
         while end < bytes.len() && is_name_byte(bytes[end]) {
@@ -55,6 +51,23 @@ pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
         out.push(classify(value, start, end));
     }
     out
+}
+
+/// Where `needle` first occurs in `haystack`. `str::find` builds a two-way
+/// searcher on every call and `memmem::find` a Rabin-Karp hash of the
+/// needle, each costing more than the search on the short literal values
+/// the extractors mostly ask about; under 64 bytes the first byte is looked
+/// for and the rest compared there (at most 64 × the needle's length), a
+/// longer haystack goes to `memmem`, linear in both.
+pub(crate) fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else {
+        return Some(0);
+    };
+    if haystack.len() >= 64 {
+        return memchr::memmem::find(haystack, needle);
+    }
+    let last_start = haystack.len().checked_sub(needle.len())?;
+    (0..=last_start).find(|&at| haystack[at] == first && haystack[at + 1..].starts_with(rest))
 }
 
 /// Whether the whole of `value` is one metric name under `prefix` (what a
@@ -201,7 +214,7 @@ mod tests {
     }
 
     /// [`metric_sites_in`] as it was written before it searched with
-    /// `memmem`: `str::find` from each resume point.
+    /// [`find_bytes`]: `str::find` from each resume point.
     fn metric_sites_by_str_find(value: &str, prefix: &str) -> Vec<ValueMetric> {
         let mut out = Vec::new();
         if prefix.is_empty() {
@@ -227,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn the_memmem_search_finds_what_str_find_found() {
+    fn the_byte_search_finds_the_sites_str_find_found() {
         // Every string literal of this crate's sources, and values built to
         // put a prefix at each edge: overlapping itself, after a multi-byte
         // character, at the very end, longer than the value.
@@ -283,6 +296,28 @@ mod tests {
             "{} values, {sites} sites",
             values.len()
         );
+    }
+
+    #[test]
+    fn the_short_search_finds_what_memmem_finds() {
+        let needles = ["", "a", "ab", "aab", "server:", "_scan_limit", "ž", "bž"];
+        let mut searched = 0;
+        for len in 0..70 {
+            for fill in ["ab", "aab", "baa", "server:x:", "_scan_limit", "xž"] {
+                let hay: String = fill.chars().cycle().take(len).collect();
+                for needle in needles {
+                    let want = memchr::memmem::find(hay.as_bytes(), needle.as_bytes());
+                    assert_eq!(want, hay.find(needle), "{needle:?} in {hay:?}");
+                    assert_eq!(
+                        find_bytes(hay.as_bytes(), needle.as_bytes()),
+                        want,
+                        "{needle:?} in {hay:?}"
+                    );
+                    searched += usize::from(want.is_some());
+                }
+            }
+        }
+        assert!(searched > 1_000, "{searched}");
     }
 
     #[test]
