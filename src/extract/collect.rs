@@ -11,7 +11,7 @@ use foldhash::HashMap;
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::exposition::{find_bytes, metric_sites_in};
+use super::exposition::{find_bytes, for_each_metric_site};
 use super::{
     ExtractConfig, FileFacts, Label, LineIndex, Literal, LiteralKind, MetricSite, MetricVia,
     TextRange, SCAN_LIMIT_SUFFIX,
@@ -146,7 +146,8 @@ impl<'t> Collector<'t> {
                 context: context.map(str::to_owned),
             });
         }
-        for found in metric_sites_in(value, &self.config.metric_prefix) {
+        let config = self.config;
+        for_each_metric_site(value, &config.metric_prefix, |found| {
             let range = self.range(lit.source_range(found.name.clone()));
             let labels = found.labels.map(|labels| {
                 labels
@@ -157,8 +158,8 @@ impl<'t> Collector<'t> {
                     })
                     .collect()
             });
-            self.site(value[found.name].to_owned(), range, labels, found.via);
-        }
+            self.record_site(Cow::Borrowed(&value[found.name]), range, labels, found.via);
+        });
     }
 
     /// Records a metric site, keeping only the richest one per name and
@@ -170,15 +171,21 @@ impl<'t> Collector<'t> {
         labels: Option<Vec<Label>>,
         via: MetricVia,
     ) {
-        let site = MetricSite {
-            name,
-            range,
-            labels,
-            via,
-        };
+        self.record_site(Cow::Owned(name), range, labels, via);
+    }
+
+    /// [`Collector::site`] with the name copied only when the site is kept
+    /// (a literal's plain scan mostly finds a name a macro already gave).
+    fn record_site(
+        &mut self,
+        name: Cow<'_, str>,
+        range: TextRange,
+        labels: Option<Vec<Label>>,
+        via: MetricVia,
+    ) {
         let slot = if self.metrics.len() <= self.scan_up_to {
             self.metrics.iter().position(|m| {
-                (m.range.start, m.range.end) == (range.start, range.end) && m.name == site.name
+                (m.range.start, m.range.end) == (range.start, range.end) && *m.name == *name
             })
         } else {
             if self.site_slots.is_empty() {
@@ -187,19 +194,28 @@ impl<'t> Collector<'t> {
                         .insert((m.name.clone(), m.range.start, m.range.end), slot);
                 }
             }
-            let key = (site.name.clone(), range.start, range.end);
+            let key = (name.to_string(), range.start, range.end);
             let slot = self.site_slots.get(&key).copied();
             if slot.is_none() {
                 self.site_slots.insert(key, self.metrics.len());
             }
             slot
         };
+        let richer = slot.is_none_or(|slot| {
+            let kept = &self.metrics[slot];
+            richness(&labels, via) > richness(&kept.labels, kept.via)
+        });
+        if !richer {
+            return;
+        }
+        let site = MetricSite {
+            name: name.into_owned(),
+            range,
+            labels,
+            via,
+        };
         match slot {
-            Some(slot) => {
-                if richness(&site) > richness(&self.metrics[slot]) {
-                    self.metrics[slot] = site;
-                }
-            }
+            Some(slot) => self.metrics[slot] = site,
             None => self.metrics.push(site),
         }
     }
@@ -227,17 +243,13 @@ impl<'t> Collector<'t> {
 
 /// Known labels beat unknown ones, more labels beat fewer, and a site that
 /// understood the emitting API beats a plain literal scan.
-fn richness(site: &MetricSite) -> (bool, usize, u8) {
-    let via = match site.via {
+fn richness(labels: &Option<Vec<Label>>, via: MetricVia) -> (bool, usize, u8) {
+    let via = match via {
         MetricVia::Mention => 0,
         MetricVia::Exposition => 1,
         MetricVia::MetricsMacro | MetricVia::PrometheusVec => 2,
     };
-    (
-        site.labels.is_some(),
-        site.labels.as_ref().map_or(0, Vec::len),
-        via,
-    )
+    (labels.is_some(), labels.as_ref().map_or(0, Vec::len), via)
 }
 
 #[cfg(test)]

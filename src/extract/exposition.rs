@@ -30,8 +30,15 @@ pub struct ValueMetric {
 /// `dw_x`). Matching is case-sensitive. An empty prefix matches nothing.
 pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
     let mut out = Vec::new();
+    for_each_metric_site(value, prefix, |site| out.push(site));
+    out
+}
+
+/// [`metric_sites_in`] handing each site to `each` in turn: most values
+/// hold none or one, and a vector for them was an allocation per value.
+pub(crate) fn for_each_metric_site(value: &str, prefix: &str, mut each: impl FnMut(ValueMetric)) {
     if prefix.is_empty() {
-        return out;
+        return;
     }
     let bytes = value.as_bytes();
     let mut from = 0;
@@ -48,9 +55,8 @@ pub fn metric_sites_in(value: &str, prefix: &str) -> Vec<ValueMetric> {
             continue;
         }
         from = end;
-        out.push(classify(value, start, end));
+        each(classify(value, start, end));
     }
-    out
 }
 
 /// Where `needle` first occurs in `haystack`. `str::find` builds a two-way
@@ -73,9 +79,9 @@ pub(crate) fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// Whether the whole of `value` is one metric name under `prefix` (what a
 /// client library's name argument must be for the gate to track it).
 pub fn is_metric_name(value: &str, prefix: &str) -> bool {
-    metric_sites_in(value, prefix)
-        .iter()
-        .any(|s| s.name == (0..value.len()))
+    let mut whole = false;
+    for_each_metric_site(value, prefix, |s| whole |= s.name == (0..value.len()));
+    whole
 }
 
 /// The full name a Prometheus client library registers for `namespace`,

@@ -22,7 +22,7 @@
 use std::borrow::Cow;
 
 use super::collect::{Collector, LitInfo};
-use super::exposition::metric_sites_in;
+use super::exposition::is_metric_name;
 use super::rust_lex::{Delim, Kind};
 use super::rust_prom::METRICS_EMITTERS;
 use super::rust_tt::{concat_piece, Src};
@@ -633,9 +633,10 @@ impl<'t> Walker<'t> {
     }
 
     fn name_site(&mut self, lit: &LitInfo<'_>) -> Option<NameSite> {
-        let found = metric_sites_in(&lit.value, &self.collector.config().metric_prefix);
+        if !is_metric_name(&lit.value, &self.collector.config().metric_prefix) {
+            return None;
+        }
         let whole = 0..lit.value.len();
-        found.iter().find(|s| s.name == whole)?;
         Some(NameSite {
             name: lit.value.clone().into_owned(),
             range: self.collector.range(lit.source_range(whole)),
