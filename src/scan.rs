@@ -83,6 +83,12 @@ pub const PREREAD_BYTES: usize = 8 << 20;
 /// the policy. A file that cannot be read, or is over the size limit, is
 /// left out: the scan reads it again and reports it exactly as before.
 ///
+/// Only files under [`PROBE_BYTES`] are kept, the ones a single read
+/// takes whole: the files read ahead are every file found, selected or
+/// not, and a large one (the policy itself, often a megabyte) cost the
+/// thread more time, zeroing, copying and page faults than hundreds of
+/// small sources; the scan reads it if it is selected.
+///
 /// Files are known by their place in the walk's list
 /// ([`SelectedFile::found_index`]), so keeping one costs no copy of its
 /// path and no hashing, and all bytes go into one buffer whose room is
@@ -96,15 +102,16 @@ pub struct Preread {
 }
 
 impl Preread {
-    /// Reads `found` files (each at most `max_file_bytes`) until `stop` is
-    /// set or [`PREREAD_BYTES`] are held. Reads nothing on one core, where
+    /// Reads `found` files (each at most `max_file_bytes`, and under
+    /// [`PROBE_BYTES`]) until `stop` is set or [`PREREAD_BYTES`] are held. Reads nothing on one core, where
     /// it would only slow the policy load down.
     pub fn read_until(found: &[FoundFile], max_file_bytes: u64, stop: &AtomicBool) -> Preread {
         let mut preread = Preread::default();
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
             return preread;
         }
-        let mut reader = Reader::new(max_file_bytes);
+        // One byte under the first read: a file that fills it is left out.
+        let mut reader = Reader::new(max_file_bytes.min(PROBE_BYTES as u64 - 1));
         preread.bytes.reserve_exact(PREREAD_BYTES);
         preread.files.reserve_exact(found.len());
         for file in found {
@@ -739,5 +746,22 @@ mod tests {
         // Once the policy is loaded, nothing more is read.
         let stop = AtomicBool::new(true);
         assert_eq!(Preread::read_until(&found, 32, &stop).get(0), None);
+        // Under the size limit but not under one first read: left out.
+        let mut around = Vec::new();
+        for len in [PROBE_BYTES - 1, PROBE_BYTES, 3 * PROBE_BYTES] {
+            let path = dir.path().join(format!("{len}.rs"));
+            std::fs::write(&path, numbered(len)).unwrap();
+            around.push(FoundFile {
+                rel: format!("{len}.rs"),
+                path,
+            });
+        }
+        let preread = Preread::read_until(&around, 1 << 20, &go_on);
+        assert_eq!(
+            preread.get(0).map(<[u8]>::to_vec),
+            Some(numbered(PROBE_BYTES - 1))
+        );
+        assert_eq!(preread.get(1), None);
+        assert_eq!(preread.get(2), None);
     }
 }
