@@ -183,7 +183,10 @@ pub fn scan_with(
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let worker = || {
-                    let mut out = Vec::new();
+                    // Room for a fair share, reserved (not touched) at once:
+                    // an outcome is a few hundred bytes, and growing the
+                    // list copied it into new pages each time it doubled.
+                    let mut out = Vec::with_capacity(files.len().div_ceil(threads));
                     let mut reader = Reader::new(max_file_bytes);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -198,7 +201,9 @@ pub fn scan_with(
                             &mut reader,
                         );
                         reader.shrink();
-                        out.push((i, outcome));
+                        if !matches!(outcome, Outcome::Skipped) {
+                            out.push((i, outcome));
+                        }
                     }
                     out
                 };
@@ -214,13 +219,33 @@ pub fn scan_with(
             }
         }
     });
-    let mut merged: Vec<(usize, Outcome)> = outcomes.into_iter().flatten().collect();
-    merged.sort_by_key(|(i, _)| *i);
+    // Each worker's list is in file order (it takes files in order), so
+    // merging them gives every outcome in file order without a combined
+    // list and a sort, which moved each outcome twice more.
+    let sources = outcomes
+        .iter()
+        .flatten()
+        .filter(|(_, outcome)| matches!(outcome, Outcome::Source(_)))
+        .count();
     let mut output = ScanOutput {
+        sources: Vec::with_capacity(sources),
         files_scanned: files.len(),
         ..ScanOutput::default()
     };
-    for (_, outcome) in merged {
+    let mut lists: Vec<_> = outcomes
+        .into_iter()
+        .map(|list| list.into_iter().peekable())
+        .collect();
+    loop {
+        let first = lists
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(k, list)| list.peek().map(|(i, _)| (*i, k)))
+            .min();
+        let Some((_, k)) = first else { break };
+        let Some((_, outcome)) = lists[k].next() else {
+            break;
+        };
         match outcome {
             Outcome::Source(f) => output.sources.push(f),
             Outcome::Doc(d) => output.docs.push(d),
