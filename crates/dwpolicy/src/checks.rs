@@ -287,7 +287,8 @@ pub fn overlapping_cache_prefixes(policy: &Policy) -> Vec<PolicyFinding> {
     // (thousands of entries made that quadratic).
     // Only a leading part as long as some prefix can be one, so the
     // lookups go by the prefixes' distinct lengths, longest first.
-    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut first: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+    first.reserve(prefixes.len());
     let mut lengths = Vec::new();
     for (j, (_, prefix)) in prefixes.iter().enumerate() {
         first.entry(prefix.value.as_str()).or_insert(j);
