@@ -211,3 +211,36 @@ fn a_repeated_or_unknown_entry_field_is_left_to_the_parser() {
         }
     }
 }
+
+/// Two entries with one ID (or two overrides of one rule) are left to the
+/// parser, which reports them; distinct ones are read.
+#[test]
+fn a_repeated_id_name_or_rule_code_is_left_to_the_parser() {
+    let tables = ["cache_keys", "scan_limits", "metrics"];
+    for table in tables {
+        let entries = |names: &[&str]| {
+            let mut text = String::from("schema_version = 1\n");
+            for name in names {
+                text.push_str(&format!("[{table}.{name}]\nowner = \"x\"\n"));
+            }
+            text
+        };
+        let distinct = entries(&["a", "b", "ab", "ba"]);
+        assert!(
+            fast_path_reads(&distinct) && fast_path_agrees(&distinct),
+            "{table}"
+        );
+        for repeated in [&["a", "a"][..], &["a", "b", "c", "b"], &["a", "\"a\""]] {
+            let text = entries(repeated);
+            assert!(!fast_path_reads(&text), "{table} {repeated:?}");
+            assert!(
+                fast_path_agrees(&text) && load(&text).is_err(),
+                "{table} {repeated:?}"
+            );
+        }
+    }
+    let rules = "schema_version = 1\n[rules]\nunresolved-owner = \"warn\"\n";
+    assert!(fast_path_reads(rules) && fast_path_agrees(rules));
+    let twice = format!("{rules}\"unresolved-owner\" = \"allow\"\n");
+    assert!(!fast_path_reads(&twice) && fast_path_agrees(&twice) && load(&twice).is_err());
+}
