@@ -345,7 +345,7 @@ fn leaf(text: &str, i: usize) -> Option<(Kind, usize)> {
             ident_not_raw(text, i).map(|end| (Kind::Ident, end))
         }
         Some(&c) if c != b'\'' && PUNCT_BYTE[usize::from(c)] && punct_char(text, i).is_some() => {
-            punct(text, i)
+            punct_spacing(text, i, c)
         }
         _ => leaf_in_turn(text, i),
     }
@@ -450,6 +450,12 @@ fn ident_not_raw_chars(text: &str, i: usize) -> Option<usize> {
 /// A punctuation character at `i`, with its spacing.
 fn punct(text: &str, i: usize) -> Option<(Kind, usize)> {
     let ch = punct_char(text, i)?;
+    punct_spacing(text, i, ch)
+}
+
+/// [`punct`] for the punctuation character `ch` at `i` (its caller has
+/// already checked it is one, as [`leaf`] has).
+fn punct_spacing(text: &str, i: usize, ch: u8) -> Option<(Kind, usize)> {
     let next = i + 1;
     if ch == b'\'' {
         let after = ident_any(text, next)?;
