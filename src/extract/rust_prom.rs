@@ -125,8 +125,7 @@ impl Walker<'_> {
     /// `metrics` crate: `counter!(target: …, "dw_x", "k" => v, …)`.
     pub(super) fn metrics_macro(&mut self, tokens: &[u32], value_args: usize) {
         let src = self.src;
-        let args = src.split_args(tokens);
-        let mut args = args.into_iter().skip_while(|a| src.is_named_arg(a));
+        let mut args = src.args(tokens).skip_while(|a| src.is_named_arg(a));
         let Some(name) = args.next().and_then(|a| self.token_name(a)) else {
             return;
         };

@@ -209,11 +209,22 @@ impl<'t> Src<'t> {
 
     /// Top-level comma-separated arguments; a trailing comma adds nothing.
     pub fn split_args<'a>(&self, tokens: &'a [u32]) -> Vec<&'a [u32]> {
-        let mut out: Vec<&[u32]> = tokens.split(|t| self.is_punct(Some(t), b',')).collect();
-        if out.last().is_some_and(|a| a.is_empty()) {
-            out.pop();
-        }
-        out
+        self.args(tokens).collect()
+    }
+
+    /// [`Src::split_args`] one argument at a time, for a caller that reads
+    /// them in order once (a vector of them was an allocation per macro).
+    pub fn args<'a>(&self, tokens: &'a [u32]) -> impl Iterator<Item = &'a [u32]> + use<'a, 't> {
+        let src = *self;
+        let mut pieces = tokens
+            .split(move |t| src.is_punct(Some(t), b','))
+            .peekable();
+        std::iter::from_fn(move || {
+            let piece = pieces.next()?;
+            // Only the last piece can be dropped: what a trailing comma
+            // (or no tokens at all) leaves.
+            (!piece.is_empty() || pieces.peek().is_some()).then_some(piece)
+        })
     }
 }
 
@@ -265,6 +276,42 @@ pub(crate) fn number_text(repr: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::extract::rust_lex::tokenize;
+
+    #[test]
+    fn arguments_read_one_by_one_are_the_split_and_popped_ones() {
+        let mut texts = vec![
+            "f!(a, b,, c,)".to_owned(),
+            "f!(,)".to_owned(),
+            "f!()".to_owned(),
+        ];
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/extract");
+        for entry in std::fs::read_dir(src).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                texts.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+        let mut trailing = 0;
+        for text in &texts {
+            let toks = tokenize(text, 0).unwrap();
+            let src = Src { text, toks: &toks };
+            for open in 0..toks.len() as u32 {
+                let level = src.level(open);
+                // What `split_args` was: every piece, then a last empty one popped.
+                let mut split: Vec<&[u32]> = level.split(|t| src.is_punct(Some(t), b',')).collect();
+                if split.last().is_some_and(|a| a.is_empty()) {
+                    split.pop();
+                    trailing += usize::from(!level.is_empty());
+                }
+                assert_eq!(
+                    src.args(&level).collect::<Vec<_>>(),
+                    split,
+                    "group {open} of {text:?}"
+                );
+            }
+        }
+        assert!(trailing > 50, "{trailing}");
+    }
 
     #[test]
     fn a_level_written_into_a_reused_buffer_is_the_allocated_level() {
