@@ -183,10 +183,7 @@ pub fn scan_with(
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let worker = || {
-                    // Room for a fair share, reserved (not touched) at once:
-                    // an outcome is a few hundred bytes, and growing the
-                    // list copied it into new pages each time it doubled.
-                    let mut out = Vec::with_capacity(files.len().div_ceil(threads));
+                    let mut out = Vec::new();
                     let mut reader = Reader::new(max_file_bytes);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
