@@ -103,8 +103,9 @@ pub struct Preread {
 
 impl Preread {
     /// Reads `found` files (each at most `max_file_bytes`, and under
-    /// [`PROBE_BYTES`]) until `stop` is set or [`PREREAD_BYTES`] are held. Reads nothing on one core, where
-    /// it would only slow the policy load down.
+    /// [`PROBE_BYTES`]) until `stop` is set or [`PREREAD_BYTES`] are held.
+    /// Reads nothing on one core, where it would only slow the policy load
+    /// down.
     pub fn read_until(found: &[FoundFile], max_file_bytes: u64, stop: &AtomicBool) -> Preread {
         let mut preread = Preread::default();
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
