@@ -10,13 +10,14 @@
 //! It is only a shortcut: it returns `None` as soon as it meets anything
 //! outside that part of TOML (multi-line or escaped-unicode strings, dotted
 //! keys, arrays of tables, floats, a key it does not know, a duplicate, a
-//! wrong type, any value the loader would refuse), and [`crate::load::load`]
-//! then parses the text with `toml` and reports every problem with its
-//! span. When it returns a policy, that policy is equal to the one the
-//! full loader builds, spans included; `crate::load::tests` and the
-//! `policy` fuzz target hold it to that.
+//! wrong type, any value the loader would refuse), and the full loader
+//! (`load::load`, which tries this module first) then parses the text
+//! with `toml` and reports every problem with its span. When it returns a
+//! policy, that policy is equal to the one the full loader builds, spans
+//! included; the loader's tests and the `policy` fuzz target hold it to
+//! that. The key lists both readers check come from [`crate::keys`].
 
-use crate::load::{SETTING_KEYS, SEVERITY_LEVELS, SOURCE_KEYS};
+use crate::keys::{SETTING_KEYS, SEVERITY_LEVELS, SOURCE_KEYS};
 use crate::model::*;
 use crate::span::{Span, Spanned};
 

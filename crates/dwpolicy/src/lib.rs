@@ -6,10 +6,19 @@
 //! that reviews a change and the engine that runs it cannot drift apart.
 //! This crate deliberately depends on nothing heavier than `toml` and `serde`:
 //! the engine links it at run time.
+//!
+//! The modules form layers, each using only those below it: `span`, `keys`
+//! (the valid key lists) and `env` at the bottom; `model` (the policy) and
+//! `checks` (its review) above them; `fast` (the one-pass reader) over the
+//! model; `load` on top of the policy half, trying `fast` first and falling
+//! back to `toml`. The run-time guards (`limits`, `history`, `boundary`,
+//! `series`, `disclosure`) sit beside the policy half: most read their
+//! settings through `env`, and `disclosure` reads the policy through `load`.
 #![deny(missing_docs)]
 
 pub mod checks;
 mod fast;
+mod keys;
 pub mod load;
 pub mod model;
 pub mod span;

@@ -12,6 +12,8 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned as TomlSpanned;
 
 use crate::checks::{self, PolicyFinding};
+use crate::keys::SEVERITY_LEVELS;
+pub use crate::keys::{CACHE_KEYS, METRIC_KEYS, SCAN_KEYS, SETTING_KEYS, SOURCE_KEYS, TOP_KEYS};
 use crate::model::*;
 use crate::span::{Span, Spanned};
 
@@ -152,48 +154,6 @@ type Entry<'a, 'i> = (
     &'a TomlSpanned<std::borrow::Cow<'i, str>>,
     &'a TomlSpanned<DeValue<'i>>,
 );
-
-/// Keys valid at the top level of a policy.
-pub const TOP_KEYS: &[&str] = &[
-    "schema_version",
-    "sources",
-    "settings",
-    "cache_keys",
-    "scan_limits",
-    "metrics",
-    "rules",
-];
-/// Keys valid in `[sources]`.
-pub const SOURCE_KEYS: &[&str] = &["cache", "metrics", "docs", "remote_write", "exclude"];
-/// Keys valid in `[settings]`.
-pub const SETTING_KEYS: &[&str] = &[
-    "cache_namespace",
-    "metric_prefix",
-    "user_controlled_dimensions",
-    "per_run_labels",
-];
-/// Fields valid in a `[cache_keys.<id>]` entry.
-pub const CACHE_KEYS: &[&str] = &[
-    "owner",
-    "prefix",
-    "dimensions",
-    "ttl",
-    "bound",
-    "admission",
-    "eviction",
-];
-/// Fields valid in a `[scan_limits.<id>]` entry.
-pub const SCAN_KEYS: &[&str] = &["owner", "config_key", "default", "bound"];
-/// Fields valid in a `[metrics.<name>]` entry.
-pub const METRIC_KEYS: &[&str] = &[
-    "owner",
-    "surface",
-    "dimensions",
-    "cardinality",
-    "selection",
-    "suppression",
-];
-pub(crate) const SEVERITY_LEVELS: &[&str] = &["allow", "warn", "error"];
 
 /// Where a value sits in the policy (`metrics.dw_x.owner`), spelled out
 /// only when a problem is reported: a policy with thousands of entries
