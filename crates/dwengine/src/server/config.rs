@@ -7,11 +7,16 @@
 //! strict readers, and every bad value is reported at once with its origin. Every node needs its
 //! own `DW_SERVER_ID`: wait-slot files and readiness keys are per node, and
 //! two nodes sharing an id would count each other's waits.
+//!
+//! The result is a [`ServerConfig`] (defined in
+//! [`node_config`](crate::server::node_config), below this reader); the keys
+//! a file may hold and what `0` means for each come from the
+//! [`contract`](crate::server::contract), which describes a configuration
+//! without knowing how it was read.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,18 +29,17 @@ use dwpolicy::series::{
 
 use crate::admission::NamespaceLimit;
 use crate::external_payloads::ExternalPayloadSettings;
-use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
 use crate::server::external_payloads::ExternalPayloadSweep;
+use crate::server::node_config::{config_key_variable, ServerConfig};
 use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
 use crate::store::StoreConfig;
-use crate::wait_slots::WaitCaps;
 
 /// One reason the configuration is unusable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,160 +123,7 @@ impl ConfigError {
     }
 }
 
-/// Everything a node needs to start.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// This node's unique id.
-    pub server_id: String,
-    /// The listen address (loopback by default).
-    pub bind: SocketAddr,
-    /// The SQLite file; `None` keeps the store in memory.
-    pub database: Option<PathBuf>,
-    /// Local storage for wait-slot lock files.
-    pub polling_cache_path: PathBuf,
-    /// A Redis URL selects the shared cache; otherwise in-process.
-    pub redis_url: Option<String>,
-    /// Request-boundary limits.
-    pub request_limits: RequestLimits,
-    /// The run store's configuration.
-    pub store: StoreConfig,
-    /// Poll bookkeeping TTLs.
-    pub poll_ttls: PollRequestTtls,
-    /// How long a leased task stays with its worker.
-    pub task_lease: Duration,
-    /// The longest wait a poll may ask for.
-    pub max_poll_wait: Duration,
-    /// Wait-slot caps per pool.
-    pub wait_caps: WaitCaps,
-    /// Per task queue and kind dispatch budget per minute (`None`: uncapped).
-    pub dispatches_per_minute: Option<u64>,
-    /// Namespaces with request caps.
-    pub namespace_limits: HashMap<String, NamespaceLimit>,
-    /// Durable-state quotas per namespace (`DW_NAMESPACE_DURABLE_STATE_LIMITS`).
-    pub durable_state_limits: HashMap<String, crate::durable_state::DurableLimits>,
-    /// Durable-state limits of every namespace where its own are silent
-    /// (`server.namespace_durable_state.limits.max_<resource>`; 0 = none).
-    pub durable_state_defaults: crate::durable_state::DurableLimits,
-    /// The runtime external payload transport and its per-namespace quota
-    /// (`server.external_payload_transport.*`, `DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS`).
-    pub external_payloads: crate::external_payloads::ExternalPayloadSettings,
-    /// How long closed runs keep their history.
-    pub history_retention: Duration,
-    /// One retention pass per namespace per this window.
-    pub retention_throttle: Duration,
-    /// One stream-reclaiming heartbeat per namespace per this window.
-    pub stream_retention_throttle: Duration,
-    /// Stream page reads one node lets wait at once.
-    pub stream_max_waits: usize,
-    /// TTL of duplicate-recovery suppression keys.
-    pub recovery_suppression: Duration,
-    /// Poll-pass scan caps.
-    pub poller: WorkflowTaskPoller,
-    /// The activity poll pass's expired-lease scan cap.
-    pub activity_poller: ActivityTaskPoller,
-    /// The heartbeat's idle-registration sweep.
-    pub worker_sweep: IdleWorkerSweep,
-    /// The activity and run timeout sweep.
-    pub timeout_sweep: TimeoutSweep,
-    /// The due-schedule sweep's period and scan cap.
-    pub schedule_sweep: ScheduleSweep,
-    /// The external payload orphan sweep's period and scan cap (the
-    /// grace is the store's `external_payload_orphan_grace`).
-    pub external_payload_sweep: ExternalPayloadSweep,
-    /// The per-pass cap of the service-call retention pass.
-    pub service_call_retention: crate::server::services::ServiceCallRetention,
-    /// Read connections of a file store at most.
-    pub store_readers: usize,
-    /// Polls of unregistered workers that may write poll keys per replay-TTL window.
-    pub unknown_worker_poll_keys: u64,
-    /// TTL of wake signals.
-    pub signal_ttl: Duration,
-    /// `server.metrics.prometheus_workflow_series_limit` as configured
-    /// (`None`: the default 100); the metric clamps it to 1..=500.
-    pub prometheus_workflow_series_limit: Option<u64>,
-    /// `server.metrics.prometheus_activity_series_limit` as configured
-    /// (`None`: the default 100); the metric clamps it to 1..=500.
-    pub prometheus_activity_series_limit: Option<u64>,
-    /// `server.metrics.prometheus_task_queue_series_limit` as configured
-    /// (`None`: the default 100); the metric clamps it to 1..=500.
-    pub prometheus_task_queue_series_limit: Option<u64>,
-    /// How long the projection drift report is reused (recomputed sooner
-    /// after a prune or a rebuild); tests set zero.
-    pub drift_report_ttl: Duration,
-    /// `server.metrics.workflow_task_failure_type_limit` as configured
-    /// (`None`: the default 20); the metric clamps it to 1..=100.
-    pub workflow_task_failure_type_limit: Option<u64>,
-    /// Bearer tokens by role; `None` serves without authentication.
-    pub auth: Option<Tokens>,
-    /// Accepted `Host` header names (any port); empty accepts any host.
-    pub allowed_hosts: Vec<String>,
-    /// `server.query_tasks.*`: query timeout, retention, lease and pending
-    /// cap (`server.polling.timeout` is taken from `max_poll_wait` at start).
-    pub query_tasks: QueryTaskSettings,
-    /// Whether SQLite worker poll claims pass the cache-lock gate
-    /// (`DW_SQLITE_WORKER_POLL_CLAIM_GATE=on|off`); `None`: on with a shared
-    /// (Redis) cache, off in process, where the store's single writer
-    /// already serialises claims.
-    pub sqlite_poll_claim_gate: Option<bool>,
-    /// The longest `wait_for=completed` an update may ask for.
-    pub max_update_wait: Duration,
-    /// `server.service_boundary.*`: service-call budgets per caller
-    /// namespace and per invoked boundary (uncapped by default).
-    pub service_boundary: ServiceBoundaryBudgets,
-}
-
 impl ServerConfig {
-    /// Defaults for a node called `server_id`, in memory, for tests and `--dev`.
-    pub fn for_node(server_id: &str, polling_cache_path: PathBuf) -> Self {
-        ServerConfig {
-            server_id: server_id.to_owned(),
-            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            database: None,
-            polling_cache_path,
-            redis_url: None,
-            request_limits: RequestLimits::default(),
-            store: StoreConfig::default(),
-            poll_ttls: PollRequestTtls::default(),
-            task_lease: Duration::from_secs(30),
-            max_poll_wait: Duration::from_secs(60),
-            wait_caps: WaitCaps {
-                global: 64,
-                per_namespace: 16,
-            },
-            dispatches_per_minute: None,
-            namespace_limits: HashMap::new(),
-            durable_state_limits: HashMap::new(),
-            durable_state_defaults: crate::durable_state::DurableLimits::default(),
-            external_payloads: crate::external_payloads::ExternalPayloadSettings::default(),
-            history_retention: Duration::from_secs(7 * 24 * 3600),
-            retention_throttle: Duration::from_secs(60),
-            stream_retention_throttle: crate::retention::WorkflowStreamRetention::DEFAULT_THROTTLE,
-            stream_max_waits: crate::server::streams::DEFAULT_MAX_WAITS,
-            recovery_suppression: Duration::from_secs(60),
-            poller: WorkflowTaskPoller::default(),
-            activity_poller: ActivityTaskPoller::default(),
-            worker_sweep: IdleWorkerSweep::default(),
-            timeout_sweep: TimeoutSweep::default(),
-            schedule_sweep: ScheduleSweep::default(),
-            external_payload_sweep: ExternalPayloadSweep::default(),
-            service_call_retention: crate::server::services::ServiceCallRetention::default(),
-            store_readers: crate::store::shared::DEFAULT_READERS,
-            unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
-            signal_ttl: Duration::from_secs(60),
-            prometheus_workflow_series_limit: None,
-            prometheus_activity_series_limit: None,
-            prometheus_task_queue_series_limit: None,
-            workflow_task_failure_type_limit: None,
-            drift_report_ttl: crate::projections::DriftCache::DEFAULT_TTL,
-            auth: None,
-            allowed_hosts: Vec::new(),
-            query_tasks: QueryTaskSettings::default(),
-            sqlite_poll_claim_gate: None,
-            max_update_wait: Duration::from_secs(60),
-            service_boundary: ServiceBoundaryBudgets::default(),
-        }
-    }
-
     /// Reads the configuration through `lookup`; `dev` generates a node id.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
@@ -731,12 +582,6 @@ pub fn default_data_dir(lookup: impl Fn(&str) -> Option<String>) -> Option<PathB
         Some(home) if home.is_absolute() => Some(home.join(".local/share/dwserver")),
         _ => None,
     }
-}
-
-/// The variable of a dotted config key: `server.metrics.x_limit` is
-/// `DW_SERVER_METRICS_X_LIMIT`, so the documented key names its variable.
-pub fn config_key_variable(key: &str) -> String {
-    format!("DW_{}", key.to_ascii_uppercase().replace('.', "_"))
 }
 
 /// `tenant-a=4/600,tenant-b=2/0`: max concurrent / per minute (0: no rate cap).

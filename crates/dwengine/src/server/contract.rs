@@ -26,8 +26,8 @@ use crate::external_payloads::ExternalPayloadSettings;
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
 use crate::registry::IdleWorkerSweep;
-use crate::server::config::{config_key_variable, ServerConfig};
 use crate::server::external_payloads::ExternalPayloadSweep;
+use crate::server::node_config::{config_key_variable, ServerConfig};
 use crate::server::schedules::{
     ScheduleSweep, HISTORY_PAGE_MAX, MAX_JITTER_SECONDS, MAX_NOTE_CHARS, MAX_SCHEDULE_ID_CHARS,
 };

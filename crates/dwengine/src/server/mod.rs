@@ -1,6 +1,7 @@
 //! The standalone server (`dwserver`): HTTP control and worker planes.
 //!
-//! [`config`] reads the node's settings, [`engine`] owns the store and the
+//! [`config`] reads the node's settings into a [`ServerConfig`]
+//! ([`node_config`]), [`engine`] owns the store and the
 //! cache surfaces, [`control`], [`worker`], [`queries`] and [`namespaces`]
 //! hold the operations, [`timeouts`] the deadline sweep, [`metrics`] the per-namespace metric surfaces, [`projections`] projection drift and rebuild,
 //! [`wire`] the protocol's shapes, [`manifest`] the discovery document,
@@ -11,7 +12,15 @@
 //! contract, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
 //! the integration tests start it.
-
+//!
+//! This layer sits on the engine's library modules and the store and may
+//! use any of them; nothing below it imports the server. Inside it the
+//! configuration is three floors: [`node_config`] (the settings as plain
+//! data, and how a key names its variable) at the bottom, [`contract`]
+//! (every limit with its key, variable, default and current value) on it,
+//! and [`config`] (reading a file and the environment, checking keys and
+//! wording problems from the contract) on top, with [`config_file`] (the
+//! TOML syntax) below it. The contract never imports the reader.
 pub mod archive;
 pub mod auth;
 pub mod config;
@@ -26,6 +35,7 @@ pub mod imports;
 pub mod manifest;
 pub mod metrics;
 pub mod namespaces;
+pub mod node_config;
 pub mod projections;
 pub mod queries;
 pub mod schedules;
@@ -39,9 +49,10 @@ pub mod worker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use config::{ConfigError, Problem, ServerConfig};
+pub use config::{ConfigError, Problem};
 pub use engine::{Engine, StartError};
 pub use error::ApiError;
+pub use node_config::ServerConfig;
 
 /// A server running on its own runtime; dropping it shuts it down.
 pub struct Running {
