@@ -86,7 +86,7 @@ pub(crate) fn read_page(
         events.push(HistoryEvent {
             sequence,
             event_type: kind,
-            payload: crate::store::external_payloads::history_payload(&payload)?,
+            payload: crate::store::payload_references::history_payload(&payload)?,
             recorded_at_ms: row.get(3)?,
         });
     }

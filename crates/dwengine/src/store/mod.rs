@@ -27,6 +27,7 @@ pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod namespaces;
+mod payload_references;
 pub mod projections;
 pub mod readers;
 mod rows;

@@ -222,7 +222,7 @@ pub(crate) fn append_event(
     command: bool,
 ) -> Result<u64, Error> {
     // External payload references in the structural-limit contract's form.
-    let text = crate::store::external_payloads::history_text(payload)?;
+    let text = crate::store::payload_references::history_text(payload)?;
     // The canonical byte metric: compact JSON with `/` and Unicode unescaped,
     // which is serde_json's output, plus the type name.
     let size = event_type.as_str().len() + text.len();

@@ -377,7 +377,7 @@ impl<'a> Task<'a> {
             });
         }
         self.cursor += 1;
-        Ok(Some(crate::store::external_payloads::history_payload(
+        Ok(Some(crate::store::payload_references::history_payload(
             &payload,
         )?))
     }
