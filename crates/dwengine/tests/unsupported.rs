@@ -56,6 +56,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "schedule_activity",
             "start_timer",
             "open_condition_wait",
+            "open_signal_wait",
             "record_side_effect",
             "upsert_search_attributes",
             "complete_workflow",

@@ -208,6 +208,10 @@ impl Store {
             }),
         };
         append_event(&tx, run, intake.event, &event, false)?;
+        if intake.pending == Pending::Signal {
+            // A workflow blocked in `wait_signal` for this name takes it now.
+            crate::store::signal_waits::apply_arrived(&tx, run, id, &request.name, &payload_text)?;
+        }
         tx.commit()?;
         Ok(Admission::Accepted {
             id,

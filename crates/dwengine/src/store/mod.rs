@@ -36,6 +36,7 @@ pub mod schema;
 pub mod search_attributes;
 pub mod service_catalog;
 pub mod shared;
+pub mod signal_waits;
 pub mod streams;
 pub mod task;
 pub mod timeouts;

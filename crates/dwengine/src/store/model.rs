@@ -146,10 +146,14 @@ pub enum EventType {
     WorkflowTimedOut,
     /// A workflow task attempt failed (recorded once per streak of failures).
     WorkflowTaskFailed,
+    /// Protocol command: the workflow waits for a signal of one name.
+    SignalWaitOpened,
+    /// A signal was applied to the workflow's open signal wait.
+    SignalApplied,
 }
 
 impl EventType {
-    const ALL: [EventType; 30] = [
+    const ALL: [EventType; 32] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -180,6 +184,8 @@ impl EventType {
         EventType::ActivityTimedOut,
         EventType::WorkflowTimedOut,
         EventType::WorkflowTaskFailed,
+        EventType::SignalWaitOpened,
+        EventType::SignalApplied,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -215,6 +221,8 @@ impl EventType {
             EventType::ActivityTimedOut => "ActivityTimedOut",
             EventType::WorkflowTimedOut => "WorkflowTimedOut",
             EventType::WorkflowTaskFailed => "WorkflowTaskFailed",
+            EventType::SignalWaitOpened => "SignalWaitOpened",
+            EventType::SignalApplied => "SignalApplied",
         }
     }
 

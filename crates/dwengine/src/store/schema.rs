@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0020_external_payload_lifecycle.sql"),
     include_str!("migrations/0021_service_call_retention.sql"),
     include_str!("migrations/0022_namespace_durable_counts.sql"),
+    include_str!("migrations/0023_signal_waits.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -3,8 +3,11 @@
 //! A protocol timer carries the workflow `sequence` of the command that
 //! started it and its kind: an ordinary `timer`, or the `condition_timeout`
 //! of a condition wait. Its `TimerFired` event names both, which is how the
-//! SDK's replay tells a workflow sleep from a wait that timed out. Both
-//! functions run inside the caller's transaction.
+//! SDK's replay tells a workflow sleep from a wait that timed out. Its
+//! `timer_id` and `delay_seconds` repeat the `TimerScheduled` event's: the
+//! Rust SDK's replay checks the pair and stops with
+//! `timer_history_field_missing` when either is absent. Every function runs
+//! inside the caller's transaction.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Map, Value};
@@ -29,6 +32,7 @@ pub(crate) fn fire(conn: &Connection, run: RunId, timer: i64) -> Result<(), Erro
     }
     let mut payload = Map::new();
     payload.insert("timer_id".into(), timer.to_string().into());
+    payload.insert("delay_seconds".into(), (row.delay_ms / 1000).into());
     if let Some(sequence) = row.sequence {
         payload.insert("sequence".into(), sequence.into());
     }
@@ -110,6 +114,7 @@ pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64,
 }
 
 struct TimerRow {
+    delay_ms: i64,
     sequence: Option<i64>,
     kind: Option<String>,
     condition_wait_id: Option<String>,
@@ -122,16 +127,17 @@ fn close(conn: &Connection, timer: i64, status: &str) -> Result<Option<TimerRow>
     let row = conn
         .prepare_cached(
             "UPDATE timers SET status = ?2 WHERE id = ?1 AND status = 'pending' \
-             RETURNING run_id, sequence, timer_kind, condition_wait_id, parallel_group",
+             RETURNING run_id, delay_ms, sequence, timer_kind, condition_wait_id, parallel_group",
         )?
         .query_row(params![timer, status], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 TimerRow {
-                    sequence: r.get(1)?,
-                    kind: r.get(2)?,
-                    condition_wait_id: r.get(3)?,
-                    group: r.get(4)?,
+                    delay_ms: r.get(1)?,
+                    sequence: r.get(2)?,
+                    kind: r.get(3)?,
+                    condition_wait_id: r.get(4)?,
+                    group: r.get(5)?,
                 },
             ))
         })

@@ -19,6 +19,7 @@ use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{append_event, bump, decode_map, load_head, now_ms, Pending, RunHead};
+use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
 use crate::store::timers::{self, CONDITION_TIMEOUT};
 use crate::store::tx::WriteTx;
@@ -121,6 +122,10 @@ pub enum WorkflowCommand {
     },
     /// Block on a workflow-evaluated condition (re-issued while it stays false).
     OpenConditionWait {
+        /// The SDK's identity of this authored wait; every `ConditionWait*`
+        /// event repeats it (the Rust SDK's replay requires it).
+        #[serde(default)]
+        condition_wait_occurrence_id: Option<String>,
         /// A stable name for the wait.
         #[serde(default)]
         condition_key: Option<String>,
@@ -130,6 +135,14 @@ pub enum WorkflowCommand {
         /// Seconds until the wait times out.
         #[serde(default)]
         timeout_seconds: Option<u64>,
+    },
+    /// Block until a signal of one name is applied (the SDKs' `wait_signal`).
+    OpenSignalWait {
+        /// The signal's name.
+        signal_name: String,
+        /// Parallel group membership.
+        #[serde(flatten)]
+        group: ParallelGroup,
     },
     /// Record a side effect's value.
     RecordSideEffect {
@@ -191,10 +204,11 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 9] = [
+pub const SUPPORTED_COMMANDS: [&str; 10] = [
     "schedule_activity",
     "start_timer",
     "open_condition_wait",
+    "open_signal_wait",
     "record_side_effect",
     "upsert_search_attributes",
     "complete_workflow",
@@ -462,6 +476,8 @@ fn has_unhandled_messages(conn: &Connection, run: RunId) -> Result<bool, Error> 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct OpenWait {
     condition_wait_id: String,
+    #[serde(default)]
+    occurrence_id: Option<String>,
     sequence: i64,
     condition_key: Option<String>,
     condition_definition_fingerprint: Option<String>,
@@ -561,12 +577,15 @@ impl<'a> CommandWriter<'a> {
             return Ok(());
         };
         if let Some(WorkflowCommand::OpenConditionWait {
+            condition_wait_occurrence_id,
             condition_key,
             condition_definition_fingerprint,
             ..
         }) = first
         {
-            if *condition_key == wait.condition_key
+            // Another occurrence of the same condition (a loop) is a new wait.
+            if *condition_wait_occurrence_id == wait.occurrence_id
+                && *condition_key == wait.condition_key
                 && *condition_definition_fingerprint == wait.condition_definition_fingerprint
             {
                 return Ok(());
@@ -576,11 +595,16 @@ impl<'a> CommandWriter<'a> {
             timers::cancel_quietly(self.tx, timer)?;
         }
         self.set_open_wait(None)?;
-        self.event(
-            EventType::ConditionWaitSatisfied,
-            &json!({ "sequence": wait.sequence, "condition_wait_id": wait.condition_wait_id }),
-            false,
-        )
+        let mut payload = json!({
+            "sequence": wait.sequence,
+            "condition_wait_id": wait.condition_wait_id,
+            "condition_key": wait.condition_key,
+            "condition_definition_fingerprint": wait.condition_definition_fingerprint,
+        });
+        if let Some(occurrence) = &wait.occurrence_id {
+            payload["condition_wait_occurrence_id"] = occurrence.clone().into();
+        }
+        self.event(EventType::ConditionWaitSatisfied, &payload, false)
     }
 
     fn set_open_wait(&mut self, wait: Option<OpenWait>) -> Result<(), Error> {
@@ -680,6 +704,7 @@ impl<'a> CommandWriter<'a> {
                 self.event(EventType::TimerScheduled, &payload, true)?;
             }
             WorkflowCommand::OpenConditionWait {
+                condition_wait_occurrence_id,
                 condition_key,
                 condition_definition_fingerprint,
                 timeout_seconds,
@@ -715,6 +740,12 @@ impl<'a> CommandWriter<'a> {
                 let mut payload = Map::new();
                 payload.insert("sequence".into(), sequence.into());
                 payload.insert("condition_wait_id".into(), wait_id.clone().into());
+                if let Some(occurrence) = condition_wait_occurrence_id {
+                    payload.insert(
+                        "condition_wait_occurrence_id".into(),
+                        occurrence.clone().into(),
+                    );
+                }
                 if let Some(key) = condition_key {
                     payload.insert("condition_key".into(), key.clone().into());
                 }
@@ -728,7 +759,8 @@ impl<'a> CommandWriter<'a> {
                     payload.insert("timeout_seconds".into(), (*seconds).into());
                 }
                 self.set_open_wait(Some(OpenWait {
-                    condition_wait_id: wait_id,
+                    condition_wait_id: wait_id.clone(),
+                    occurrence_id: condition_wait_occurrence_id.clone(),
                     sequence,
                     condition_key: condition_key.clone(),
                     condition_definition_fingerprint: condition_definition_fingerprint.clone(),
@@ -739,6 +771,29 @@ impl<'a> CommandWriter<'a> {
                     &Value::Object(payload),
                     true,
                 )?;
+                if let (Some(timer), Some(seconds)) = (timeout_timer, timeout_seconds) {
+                    // The timeout's own schedule: a replay that finds its
+                    // `TimerFired` checks it against this event.
+                    let payload = json!({
+                        "sequence": sequence,
+                        "timer_id": timer.to_string(),
+                        "delay_seconds": seconds,
+                        "timer_kind": CONDITION_TIMEOUT,
+                        "condition_wait_id": wait_id,
+                    });
+                    self.event(EventType::TimerScheduled, &payload, false)?;
+                }
+            }
+            WorkflowCommand::OpenSignalWait { signal_name, group } => {
+                let sequence = self.take_sequence();
+                let opened =
+                    signal_waits::open(self.tx, self.head.id, sequence, signal_name, group)?;
+                self.event(EventType::SignalWaitOpened, &opened, true)?;
+                if signal_waits::apply_buffered(self.tx, self.head.id, sequence)? {
+                    // The workflow sees the buffered signal in its next task.
+                    self.new_events += 1;
+                    self.follow_up = true;
+                }
             }
             WorkflowCommand::RecordSideEffect {
                 result,
@@ -1029,7 +1084,8 @@ impl WorkflowCommand {
     fn group_sequence(&self) -> Option<i64> {
         let group = match self {
             WorkflowCommand::ScheduleActivity { group, .. }
-            | WorkflowCommand::StartTimer { group, .. } => group,
+            | WorkflowCommand::StartTimer { group, .. }
+            | WorkflowCommand::OpenSignalWait { group, .. } => group,
             _ => return None,
         };
         Some(group.parallel_group_base_sequence? + group.parallel_group_index?)

@@ -1,0 +1,254 @@
+//! History events carry every field either published SDK reads on replay:
+//! over loopback HTTP, a fired timer repeats its schedule's `timer_id` and
+//! `delay_seconds`; a condition wait keeps the SDK's
+//! `condition_wait_occurrence_id` on its opened and satisfied events and
+//! schedules its timeout as an event of its own; and `open_signal_wait`
+//! pairs each wait with the oldest signal of its name no wait took, before
+//! or after the wait opened. (The Rust SDK suite, conformance/run-rust,
+//! drives the same paths through the SDK itself.)
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dwengine::cache::MemoryCache;
+use serde_json::{json, Value};
+use support::{eventually, TestServer};
+
+fn server() -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), |_| {})
+}
+
+/// Starts workflow `id` and leases its first task.
+fn start(s: &TestServer, id: &str) -> (String, Value) {
+    let started = s.start_workflow("default", id, id);
+    let run = started["run_id"].as_str().unwrap().to_owned();
+    (run, next_task(s, id))
+}
+
+/// The next workflow task of queue `queue` (waits for it).
+fn next_task(s: &TestServer, queue: &str) -> Value {
+    let mut task = Value::Null;
+    let mut n = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            n += 1;
+            let (status, answer) = s.poll("workflow", "default", queue, &format!("p-{n}"), 200);
+            assert_eq!(status, 200, "{answer}");
+            task = answer["task"].clone();
+            !task.is_null()
+        }),
+        "no workflow task on {queue}"
+    );
+    task
+}
+
+fn history(s: &TestServer, id: &str, run: &str) -> Vec<Value> {
+    let (status, page) = s.get_ns(
+        "default",
+        &format!("/api/workflows/{id}/runs/{run}/history?page_size=1000"),
+    );
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().unwrap().clone()
+}
+
+fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .collect()
+}
+
+fn complete(s: &TestServer, task: &Value, commands: Value) {
+    let (status, body) = s.complete(task, commands);
+    assert_eq!(status, 200, "{body}");
+}
+
+fn signal(s: &TestServer, id: &str, name: &str, blob: &str) {
+    let (status, body) = s.post_ns(
+        "default",
+        &format!("/api/workflows/{id}/signal/{name}"),
+        json!({ "input": { "codec": "json", "blob": blob } }),
+    );
+    assert_eq!(status, 202, "{body}");
+}
+
+#[test]
+fn a_fired_timer_repeats_its_schedules_id_and_delay() {
+    let s = server();
+    let (run, task) = start(&s, "timer-fields");
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "start_timer", "delay_seconds": 1 }]),
+    );
+    // The timer fires on a poll pass once due; the task that follows shows it.
+    let task = next_task(&s, "timer-fields");
+    assert!(task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event_type"] == "TimerFired"));
+    let events = history(&s, "timer-fields", &run);
+    let scheduled = of_type(&events, "TimerScheduled");
+    let fired = of_type(&events, "TimerFired");
+    assert_eq!((scheduled.len(), fired.len()), (1, 1), "{events:?}");
+    let (scheduled, fired) = (&scheduled[0]["payload"], &fired[0]["payload"]);
+    assert_eq!(fired["delay_seconds"], 1, "{fired}");
+    assert_eq!(fired["timer_id"], scheduled["timer_id"]);
+    assert_eq!(fired["sequence"], scheduled["sequence"]);
+    assert_eq!(fired["timer_kind"], "timer");
+}
+
+#[test]
+fn a_condition_wait_keeps_the_sdks_occurrence_id_and_schedules_its_timeout() {
+    let s = server();
+    let (run, task) = start(&s, "condition-occurrence");
+    let wait = json!({
+        "type": "open_condition_wait", "condition_wait_occurrence_id": "rust:condition-wait:0",
+        "condition_key": "approved", "condition_definition_fingerprint": "sha256:abc",
+        "timeout_seconds": 300,
+    });
+    complete(&s, &task, json!([wait]));
+    signal(&s, "condition-occurrence", "approve", "[\"alice\"]");
+    let task = next_task(&s, "condition-occurrence");
+    // The workflow got past its wait: it completes without re-issuing it.
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "1" } }]),
+    );
+    let events = history(&s, "condition-occurrence", &run);
+    let opened = &of_type(&events, "ConditionWaitOpened")[0]["payload"];
+    let satisfied = &of_type(&events, "ConditionWaitSatisfied")[0]["payload"];
+    for payload in [opened, satisfied] {
+        assert_eq!(
+            payload["condition_wait_occurrence_id"],
+            "rust:condition-wait:0"
+        );
+        assert_eq!(payload["condition_wait_id"], opened["condition_wait_id"]);
+        assert_eq!(payload["condition_key"], "approved");
+        assert_eq!(payload["condition_definition_fingerprint"], "sha256:abc");
+    }
+    let timeout = of_type(&events, "TimerScheduled");
+    assert_eq!(timeout.len(), 1, "{events:?}");
+    let timeout = &timeout[0]["payload"];
+    assert_eq!(timeout["timer_kind"], "condition_timeout");
+    assert_eq!(timeout["condition_wait_id"], opened["condition_wait_id"]);
+    assert_eq!(timeout["delay_seconds"], 300);
+    assert!(timeout["timer_id"].as_str().is_some_and(|t| !t.is_empty()));
+}
+
+#[test]
+fn a_new_occurrence_of_the_same_condition_is_a_new_wait() {
+    let s = server();
+    let (run, task) = start(&s, "condition-loop");
+    let wait = |occurrence: &str| {
+        json!({
+            "type": "open_condition_wait", "condition_wait_occurrence_id": occurrence,
+            "condition_key": "tick", "condition_definition_fingerprint": "sha256:t",
+        })
+    };
+    complete(&s, &task, json!([wait("occ-0")]));
+    signal(&s, "condition-loop", "tick", "[]");
+    let task = next_task(&s, "condition-loop");
+    // The loop's next turn waits on the same condition again.
+    complete(&s, &task, json!([wait("occ-1")]));
+    let events = history(&s, "condition-loop", &run);
+    let opened = of_type(&events, "ConditionWaitOpened");
+    let satisfied = of_type(&events, "ConditionWaitSatisfied");
+    assert_eq!((opened.len(), satisfied.len()), (2, 1), "{events:?}");
+    assert_eq!(
+        satisfied[0]["payload"]["condition_wait_occurrence_id"],
+        "occ-0"
+    );
+    assert_eq!(
+        opened[1]["payload"]["condition_wait_occurrence_id"],
+        "occ-1"
+    );
+    assert_ne!(
+        opened[0]["payload"]["sequence"],
+        opened[1]["payload"]["sequence"]
+    );
+}
+
+#[test]
+fn a_signal_wait_takes_a_signal_that_arrives_after_it_opened() {
+    let s = server();
+    let (run, task) = start(&s, "signal-after");
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
+    );
+    let events = history(&s, "signal-after", &run);
+    let opened = &of_type(&events, "SignalWaitOpened")[0]["payload"];
+    assert_eq!(opened["signal_name"], "go");
+    assert!(of_type(&events, "SignalApplied").is_empty());
+    // Another name does not satisfy it.
+    signal(&s, "signal-after", "other", "[0]");
+    assert!(of_type(&history(&s, "signal-after", &run), "SignalApplied").is_empty());
+    signal(&s, "signal-after", "go", "[7]");
+    let events = history(&s, "signal-after", &run);
+    let applied = of_type(&events, "SignalApplied");
+    assert_eq!(applied.len(), 1, "{events:?}");
+    let applied = &applied[0]["payload"];
+    assert_eq!(applied["sequence"], opened["sequence"]);
+    assert_eq!(applied["signal_wait_id"], opened["signal_wait_id"]);
+    assert_eq!(applied["value"], json!({ "codec": "json", "blob": "[7]" }));
+    assert_eq!(applied["payload_codec"], "json");
+    // The signal wakes the workflow, whose task replays the applied value.
+    let task = next_task(&s, "signal-after");
+    assert!(task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event_type"] == "SignalApplied"));
+}
+
+#[test]
+fn signal_waits_take_buffered_signals_oldest_first_each_once() {
+    let s = server();
+    let (run, task) = start(&s, "signal-buffered");
+    signal(&s, "signal-buffered", "go", "[1]");
+    signal(&s, "signal-buffered", "go", "[2]");
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
+    );
+    let task = next_task(&s, "signal-buffered");
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
+    );
+    let task = next_task(&s, "signal-buffered");
+    complete(
+        &s,
+        &task,
+        json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
+    );
+    let events = history(&s, "signal-buffered", &run);
+    let opened = of_type(&events, "SignalWaitOpened");
+    let applied = of_type(&events, "SignalApplied");
+    assert_eq!((opened.len(), applied.len()), (3, 2), "{events:?}");
+    for (i, blob) in ["[1]", "[2]"].into_iter().enumerate() {
+        assert_eq!(
+            applied[i]["payload"]["sequence"],
+            opened[i]["payload"]["sequence"]
+        );
+        assert_eq!(applied[i]["payload"]["value"]["blob"], blob);
+    }
+    // The third wait stays open until a third signal arrives.
+    signal(&s, "signal-buffered", "go", "[3]");
+    let events = history(&s, "signal-buffered", &run);
+    let applied = of_type(&events, "SignalApplied");
+    assert_eq!(applied.len(), 3);
+    assert_eq!(
+        applied[2]["payload"]["sequence"],
+        opened[2]["payload"]["sequence"]
+    );
+    assert_eq!(applied[2]["payload"]["value"]["blob"], "[3]");
+}
