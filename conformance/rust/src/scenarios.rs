@@ -1,0 +1,433 @@
+//! The scenarios: each starts one workflow of its own on a fresh task queue,
+//! serves it with an SDK worker and checks the result and the history.
+//! Scenarios named after a bug are its regression test.
+
+// The SDK's error type is large; its API returns it from every workflow call.
+#![allow(clippy::result_large_err)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use durable_workflow::{
+    json, wait_condition, ActivityOptions, ActivityRetryPolicy, ConditionWaitResult, Error,
+    ParallelOperation, ParallelResult, Value,
+};
+
+use crate::harness::{check, types, Harness, Outcome};
+
+type Run = fn(Harness) -> Pin<Box<dyn Future<Output = Outcome>>>;
+
+/// One named scenario.
+pub struct Scenario {
+    pub name: &'static str,
+    pub run: Run,
+}
+
+macro_rules! scenario {
+    ($name:literal, $f:ident) => {
+        Scenario {
+            name: $name,
+            run: |h| Box::pin($f(h)),
+        }
+    };
+}
+
+/// Every scenario, in the order the suite runs them.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        scenario!("activity", activity),
+        scenario!("timer_then_activity", timer_then_activity),
+        scenario!("join_activities_and_timer", join_activities_and_timer),
+        scenario!("condition_over_signals", condition_over_signals),
+        scenario!("condition_timeout", condition_timeout),
+        scenario!("wait_signal", wait_signal),
+        scenario!("wait_signal_buffered", wait_signal_buffered),
+        scenario!("saga_compensations", saga_compensations),
+        scenario!("side_effect", side_effect),
+    ]
+}
+
+fn no_retry() -> ActivityOptions {
+    ActivityOptions::new()
+        .retry_policy(ActivityRetryPolicy::new(1))
+        .start_to_close_timeout(Duration::from_secs(30))
+}
+
+/// One activity; its result is the workflow's.
+async fn activity(h: Harness) -> Outcome {
+    let queue = h.unique("activity");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("greet", |_ctx, args: Value| async move {
+        Ok(json!(format!(
+            "Hello, {}!",
+            args[0].as_str().unwrap_or("?")
+        )))
+    });
+    worker.register_workflow("rust.activity", |ctx, input: Value| async move {
+        ctx.activity("greet", json!([input[0].clone()])).await
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.activity", &queue, &queue, json!(["Rust"]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!("Hello, Rust!"), || {
+        format!("result {result}")
+    })
+}
+
+/// An activity after a sleep: the SDK replays the timer from `TimerFired`,
+/// which must carry the `delay_seconds` its `TimerScheduled` did
+/// (`timer_history_field_missing` otherwise).
+async fn timer_then_activity(h: Harness) -> Outcome {
+    let queue = h.unique("timer");
+    let mut worker = h.worker(&queue);
+    worker.register_activity(
+        "after",
+        |_ctx, _args: Value| async move { Ok(json!("done")) },
+    );
+    worker.register_workflow(
+        "rust.timer_then_activity",
+        |ctx, _input: Value| async move {
+            ctx.sleep(Duration::from_secs(1)).await?;
+            ctx.activity("after", json!([])).await
+        },
+    );
+    let handle = h
+        .client
+        .start_workflow("rust.timer_then_activity", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!("done"), || format!("result {result}"))?;
+    let events = h.history(&handle).await?;
+    let scheduled = events.iter().find(|e| e["event_type"] == "TimerScheduled");
+    let fired = events.iter().find(|e| e["event_type"] == "TimerFired");
+    match (scheduled, fired) {
+        (Some(s), Some(f)) => check(
+            f["payload"]["delay_seconds"] == json!(1)
+                && f["payload"]["timer_id"] == s["payload"]["timer_id"],
+            || {
+                format!(
+                    "TimerFired {} vs TimerScheduled {}",
+                    f["payload"], s["payload"]
+                )
+            },
+        ),
+        _ => Err(format!("history {:?}", types(&events))),
+    }
+}
+
+/// Two activities and a timer in one `join`, then one more activity.
+async fn join_activities_and_timer(h: Harness) -> Outcome {
+    let queue = h.unique("join");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("double", |_ctx, args: Value| async move {
+        Ok(json!(args[0].as_i64().unwrap_or(0) * 2))
+    });
+    worker.register_workflow("rust.join", |ctx, _input: Value| async move {
+        let results = ctx
+            .join(vec![
+                ParallelOperation::activity("double", json!([1])),
+                ParallelOperation::activity("double", json!([2])),
+                ParallelOperation::timer(Duration::from_secs(1)),
+            ])
+            .await?;
+        let joined: Vec<Value> = results
+            .into_iter()
+            .map(|r| match r {
+                ParallelResult::Activity(v) => v,
+                ParallelResult::Timer => json!("timer"),
+                other => json!(format!("{other:?}")),
+            })
+            .collect();
+        let last = ctx.activity("double", json!([5])).await?;
+        Ok(json!({"joined": joined, "last": last}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.join", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result["joined"][0] == json!(2)
+            && result["joined"][1] == json!(4)
+            && result["joined"][2] == json!("timer")
+            && result["last"] == json!(10),
+        || format!("result {result}"),
+    )
+}
+
+/// A condition over signals resumes once the signal arrives: the server
+/// must keep the `condition_wait_occurrence_id` the SDK sent on every
+/// `ConditionWait*` event.
+async fn condition_over_signals(h: Harness) -> Outcome {
+    let queue = h.unique("condition");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.condition", |ctx, _input: Value| async move {
+        let predicate_ctx = ctx.clone();
+        let outcome = wait_condition!(
+            ctx,
+            "approval-received",
+            timeout: Duration::from_secs(300),
+            move || Ok(!predicate_ctx.signals("approve")?.is_empty()),
+        )
+        .await?;
+        let approver = ctx.signals("approve")?.first().cloned().unwrap_or_default();
+        Ok(json!({
+            "status": match outcome {
+                ConditionWaitResult::Satisfied => "approved",
+                ConditionWaitResult::TimedOut => "timed_out",
+            },
+            "approver": approver,
+        }))
+    });
+    worker
+        .declare_workflow_signals("rust.condition", &["approve"])
+        .map_err(|e| e.to_string())?;
+    let handle = h
+        .client
+        .start_workflow("rust.condition", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let signaller = handle.clone();
+    let hh = h.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            hh.until_event(&signaller, "ConditionWaitOpened").await?;
+            signaller
+                .signal("approve", json!(["alice"]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("signal: {e}"))
+        })
+        .await?;
+    check(
+        result == json!({"status": "approved", "approver": ["alice"]}),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    for event in events.iter().filter(|e| {
+        e["event_type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("ConditionWait"))
+    }) {
+        check(
+            event["payload"]["condition_wait_occurrence_id"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty()),
+            || {
+                format!(
+                    "{} without its occurrence id: {}",
+                    event["event_type"], event["payload"]
+                )
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A condition nobody satisfies times out, and the workflow goes on: replay
+/// matches the timeout's `TimerFired` with its own `TimerScheduled`.
+async fn condition_timeout(h: Harness) -> Outcome {
+    let queue = h.unique("condition-timeout");
+    let mut worker = h.worker(&queue);
+    worker.register_activity(
+        "after",
+        |_ctx, _args: Value| async move { Ok(json!("after")) },
+    );
+    worker.register_workflow("rust.condition_timeout", |ctx, _input: Value| async move {
+        let predicate_ctx = ctx.clone();
+        let outcome = wait_condition!(
+            ctx,
+            "never",
+            timeout: Duration::from_secs(1),
+            move || Ok(!predicate_ctx.signals("never")?.is_empty()),
+        )
+        .await?;
+        let after = ctx.activity("after", json!([])).await?;
+        Ok(json!({"timed_out": outcome.is_timed_out(), "after": after}))
+    });
+    worker
+        .declare_workflow_signals("rust.condition_timeout", &["never"])
+        .map_err(|e| e.to_string())?;
+    let handle = h
+        .client
+        .start_workflow("rust.condition_timeout", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result == json!({"timed_out": true, "after": "after"}),
+        || format!("result {result}"),
+    )
+}
+
+/// `ctx.wait_signal` (the `open_signal_wait` command) returns the signal's
+/// arguments once it arrives.
+async fn wait_signal(h: Harness) -> Outcome {
+    signal_wait_scenario(h, false).await
+}
+
+/// The same with the signal sent before the workflow opens its wait.
+async fn wait_signal_buffered(h: Harness) -> Outcome {
+    signal_wait_scenario(h, true).await
+}
+
+async fn signal_wait_scenario(h: Harness, early: bool) -> Outcome {
+    let queue = h.unique("signal-wait");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("echo", |_ctx, args: Value| async move { Ok(args) });
+    worker.register_workflow("rust.wait_signal", |ctx, _input: Value| async move {
+        let first = ctx.wait_signal("go").await?;
+        let echoed = ctx.activity("echo", json!([first.clone()])).await?;
+        let second = ctx.wait_signal("go").await?;
+        Ok(json!({"first": first, "echoed": echoed, "second": second}))
+    });
+    worker
+        .declare_workflow_signals("rust.wait_signal", &["go"])
+        .map_err(|e| e.to_string())?;
+    let handle = h
+        .client
+        .start_workflow("rust.wait_signal", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    if early {
+        handle
+            .signal("go", json!([1]))
+            .await
+            .map_err(|e| format!("signal: {e}"))?;
+        handle
+            .signal("go", json!([2]))
+            .await
+            .map_err(|e| format!("signal: {e}"))?;
+    }
+    let signaller = handle.clone();
+    let hh = h.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            if early {
+                return Ok(());
+            }
+            hh.until_event(&signaller, "SignalWaitOpened").await?;
+            signaller
+                .signal("go", json!([1]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            hh.until_event(&signaller, "ActivityCompleted").await?;
+            signaller
+                .signal("go", json!([2]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("signal: {e}"))
+        })
+        .await?;
+    check(
+        result == json!({"first": [1], "echoed": [[1]], "second": [2]}),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let opened = events
+        .iter()
+        .filter(|e| e["event_type"] == "SignalWaitOpened")
+        .count();
+    let applied = events
+        .iter()
+        .filter(|e| e["event_type"] == "SignalApplied")
+        .count();
+    check(opened == 2 && applied == 2, || {
+        format!(
+            "{opened} SignalWaitOpened, {applied} SignalApplied: {:?}",
+            types(&events)
+        )
+    })
+}
+
+/// A saga whose third step fails: the compensations of the two steps that
+/// succeeded run in reverse order, each an ordinary activity.
+async fn saga_compensations(h: Harness) -> Outcome {
+    let queue = h.unique("saga");
+    let mut worker = h.worker(&queue);
+    for step in [
+        "reserve-flight",
+        "reserve-hotel",
+        "cancel-flight",
+        "cancel-hotel",
+    ] {
+        worker.register_activity(
+            step,
+            move |_ctx, _args: Value| async move { Ok(json!(step)) },
+        );
+    }
+    worker.register_activity("charge", |_ctx, _args: Value| async move {
+        Err::<Value, _>(Error::WorkerLoop("card declined".into()))
+    });
+    worker.register_workflow("rust.saga", |ctx, _input: Value| async move {
+        let mut saga = ctx.saga();
+        let outcome = async {
+            let flight = ctx.activity("reserve-flight", json!([])).await?;
+            saga.add_compensation("cancel-flight", json!([flight]))?;
+            let hotel = ctx.activity("reserve-hotel", json!([])).await?;
+            saga.add_compensation("cancel-hotel", json!([hotel]))?;
+            ctx.activity_with_options("charge", no_retry(), json!([]))
+                .await?;
+            Ok(json!("booked"))
+        }
+        .await;
+        match saga.finish(outcome).await {
+            Ok(value) => Ok(value),
+            Err(Error::ActivityFailed(failure)) => {
+                Ok(json!({"compensated": true, "failure": failure.to_string()}))
+            }
+            Err(other) => Err(other),
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.saga", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result["compensated"] == json!(true), || {
+        format!("result {result}")
+    })?;
+    let events = h.history(&handle).await?;
+    let scheduled: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ActivityScheduled")
+        .filter_map(|e| e["payload"]["activity_type"].as_str())
+        .collect();
+    check(
+        scheduled
+            == [
+                "reserve-flight",
+                "reserve-hotel",
+                "charge",
+                "cancel-hotel",
+                "cancel-flight",
+            ],
+        || format!("activities scheduled {scheduled:?}"),
+    )
+}
+
+/// A side effect's value is recorded once and replayed unchanged.
+async fn side_effect(h: Harness) -> Outcome {
+    let queue = h.unique("side-effect");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("noop", |_ctx, _args: Value| async move { Ok(json!(null)) });
+    worker.register_workflow("rust.side_effect", |ctx, _input: Value| async move {
+        let value: u64 = ctx.side_effect(|| 4242)?;
+        ctx.activity("noop", json!([])).await?;
+        Ok(json!(value))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.side_effect", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!(4242), || format!("result {result}"))
+}
