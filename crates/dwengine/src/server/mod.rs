@@ -43,6 +43,7 @@ pub mod search_attributes;
 pub mod services;
 pub mod streams;
 pub mod timeouts;
+pub mod ui;
 pub mod wire;
 pub mod worker;
 

@@ -128,6 +128,8 @@ pub struct ServerConfig {
     /// `server.service_boundary.*`: service-call budgets per caller
     /// namespace and per invoked boundary (uncapped by default).
     pub service_boundary: ServiceBoundaryBudgets,
+    /// The operator console at `/ui` (`server.ui.*`).
+    pub ui: crate::server::ui::UiSettings,
 }
 
 impl ServerConfig {
@@ -179,6 +181,7 @@ impl ServerConfig {
             sqlite_poll_claim_gate: None,
             max_update_wait: Duration::from_secs(60),
             service_boundary: ServiceBoundaryBudgets::default(),
+            ui: crate::server::ui::UiSettings::default(),
         }
     }
 }

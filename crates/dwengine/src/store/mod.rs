@@ -16,6 +16,7 @@ pub mod archive;
 pub mod cohorts;
 pub mod command;
 pub mod completion;
+pub mod console;
 pub mod control;
 pub mod dispatch;
 pub mod durable_state;

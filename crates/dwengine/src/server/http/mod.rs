@@ -57,6 +57,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(services::routes())
         .merge(worker_tasks::routes())
         .merge(external_payloads::routes())
+        .merge(crate::server::ui::routes(&engine))
         .fallback(|| async {
             refuse_with(
                 StatusCode::NOT_FOUND,
@@ -80,6 +81,10 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
     let headers = request.headers();
     if let Err(refusal) = check_host(&engine, headers) {
         return *refusal;
+    }
+    // The console authenticates by its own cookie (server/ui/session.rs).
+    if crate::server::ui::serves(&engine, &path) {
+        return next.run(request).await;
     }
     let plane = plane_of(&method, &path);
     if let Some(tokens) = &engine.config.auth {
