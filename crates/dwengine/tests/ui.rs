@@ -570,3 +570,58 @@ fn the_console_can_be_turned_off() {
     assert_eq!(page.status, 404);
     assert!(page.body.contains("route_not_found"));
 }
+
+#[test]
+fn the_console_settings_come_from_the_environment_or_the_config_file_and_the_contract_lists_them() {
+    use dwengine::server::ServerConfig;
+    let read = |pairs: &[(&str, &str)]| {
+        let env: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([("DW_DATABASE_PATH".to_owned(), ":memory:".to_owned())])
+            .collect();
+        ServerConfig::from_lookup(|k| env.get(k).cloned(), true)
+    };
+    let defaults = read(&[]).unwrap();
+    assert!(defaults.ui.enabled);
+    assert_eq!(defaults.ui.filter_scan_limit, 1_000);
+    assert_eq!(defaults.ui.chart_series_scan_limit, 24);
+    let set = read(&[
+        ("DW_SERVER_UI_ENABLED", "false"),
+        ("DW_SERVER_UI_FILTER_SCAN_LIMIT", "50"),
+        ("DW_SERVER_UI_CHART_SERIES_SCAN_LIMIT", "0"),
+    ])
+    .unwrap();
+    assert!(!set.ui.enabled);
+    assert_eq!(set.ui.filter_scan_limit, 50);
+    assert_eq!(set.ui.chart_series_scan_limit, 24);
+    let bad = read(&[("DW_SERVER_UI_ENABLED", "maybe")]).unwrap_err();
+    assert!(bad.to_string().contains("DW_SERVER_UI_ENABLED"), "{bad}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dwserver.toml");
+    std::fs::write(
+        &file,
+        "[server.ui]\nenabled = false\nfilter_scan_limit = 7\n",
+    )
+    .unwrap();
+    let from_file = ServerConfig::load(
+        |k| (k == "DW_DATABASE_PATH").then(|| ":memory:".to_owned()),
+        Some(&file),
+        true,
+    )
+    .unwrap();
+    assert!(!from_file.ui.enabled);
+    assert_eq!(from_file.ui.filter_scan_limit, 7);
+
+    let contract = dwengine::server::contract::limits(&set);
+    let enabled = contract
+        .iter()
+        .find(|l| l.config_key.as_deref() == Some("server.ui.enabled"))
+        .expect("the contract lists server.ui.enabled");
+    assert_eq!((enabled.default, enabled.current), (1, 0));
+    assert_eq!(enabled.env.as_deref(), Some("DW_SERVER_UI_ENABLED"));
+    assert!(contract.iter().any(|l| l.config_key.as_deref()
+        == Some("server.ui.filter_scan_limit")
+        && l.current == 50));
+}

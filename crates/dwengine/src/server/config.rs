@@ -555,6 +555,32 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let budget = |key: &str| parse(&config_key_variable(key)).filter(|n| *n > 0);
         config.service_boundary.per_namespace = budget(ServiceBoundaryBudgets::PER_NAMESPACE_KEY);
         config.service_boundary.per_boundary = budget(ServiceBoundaryBudgets::PER_BOUNDARY_KEY);
+        let enabled = config_key_variable(crate::server::ui::ENABLED_KEY);
+        if let Some(raw) = lookup(&enabled) {
+            match raw.trim() {
+                "on" | "1" | "true" => config.ui.enabled = true,
+                "off" | "0" | "false" => config.ui.enabled = false,
+                _ => self.invalid(
+                    &enabled,
+                    &raw,
+                    "expected true or false (on/off, 1/0)".into(),
+                ),
+            }
+        }
+        // 0, like absence, keeps a console cap's default.
+        let ui_cap = |key: &str, default: usize| {
+            parse(&config_key_variable(key))
+                .filter(|n| *n > 0)
+                .map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        config.ui.filter_scan_limit = ui_cap(
+            crate::server::ui::FILTER_SCAN_LIMIT_KEY,
+            crate::server::ui::DEFAULT_FILTER_SCAN_LIMIT,
+        );
+        config.ui.chart_series_scan_limit = ui_cap(
+            crate::server::ui::CHART_SERIES_SCAN_LIMIT_KEY,
+            crate::server::ui::DEFAULT_CHART_SERIES_SCAN_LIMIT,
+        );
         config
     }
 }

@@ -66,6 +66,8 @@ pub enum Group {
     /// Per-run and per-stream bounds of workflow output streams
     /// (`server.streams.*`).
     WorkflowStreams,
+    /// The operator console at `/ui` (`server.ui.*`): on or off, and its caps.
+    Console,
 }
 
 impl Group {
@@ -81,6 +83,7 @@ impl Group {
             Group::ServiceBoundary => "service_boundary",
             Group::DurableState => "durable_state",
             Group::WorkflowStreams => "workflow_streams",
+            Group::Console => "console",
         }
     }
 
@@ -95,6 +98,7 @@ impl Group {
             Group::ServiceBoundary => "Service-call budgets",
             Group::DurableState => "Namespace durable-state quota",
             Group::WorkflowStreams => "Workflow streams",
+            Group::Console => "Operator console (/ui)",
         }
     }
 }
@@ -604,6 +608,45 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             unit: "count",
             zero: "disables",
             limits: resource.what(),
+        });
+    }
+    let ui = &config.ui;
+    for (key, default, current, unit, zero, limits) in [
+        (
+            crate::server::ui::ENABLED_KEY,
+            1,
+            u64::from(ui.enabled),
+            "switch",
+            "turns the console off",
+            "whether dwserver serves its operator console at /ui (1 on, 0 off; also true/false, on/off)",
+        ),
+        (
+            crate::server::ui::FILTER_SCAN_LIMIT_KEY,
+            crate::server::ui::DEFAULT_FILTER_SCAN_LIMIT as u64,
+            ui.filter_scan_limit as u64,
+            "rows",
+            "default",
+            "rows one filtered console page walks (runs by search attribute, each exceptions table)",
+        ),
+        (
+            crate::server::ui::CHART_SERIES_SCAN_LIMIT_KEY,
+            crate::server::ui::DEFAULT_CHART_SERIES_SCAN_LIMIT as u64,
+            ui.chart_series_scan_limit as u64,
+            "count",
+            "default",
+            "dw_* series the console's chart ring keeps (120 samples each)",
+        ),
+    ] {
+        out.push(Limit {
+            name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+            group: Group::Console,
+            config_key: Some(key.to_owned()),
+            env: Some(config_key_variable(key)),
+            default,
+            current,
+            unit,
+            zero,
+            limits,
         });
     }
     out

@@ -7,7 +7,7 @@
 /// How the console is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UiSettings {
-    /// Serve `/ui` (`DW_UI_ENABLED`, `server.ui.enabled`; default on).
+    /// Serve `/ui` (`server.ui.enabled`, `DW_SERVER_UI_ENABLED`; default on).
     pub enabled: bool,
     /// Rows one filtered console page examines at most
     /// (`server.ui.filter_scan_limit`): a search-attribute filter on the
@@ -31,6 +31,9 @@ pub const CHART_SAMPLES: usize = 120;
 /// How often the chart sampler reads the node's metrics.
 pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The configuration key that turns the console on or off
+/// (`DW_SERVER_UI_ENABLED`).
+pub const ENABLED_KEY: &str = "server.ui.enabled";
 /// The configuration key of the filter scan cap (a `*_scan_limit` key the
 /// policy declares).
 pub const FILTER_SCAN_LIMIT_KEY: &str = "server.ui.filter_scan_limit";
