@@ -111,7 +111,7 @@ pub fn extract(rel: &str, data: &[u8]) {
 pub fn rust_tokens(data: &[u8]) {
     use crate::extract::rust_lex::{tokenize, Kind};
     let text = text(data);
-    let base = crate::extract::rust::code_start(&text);
+    let base = crate::extract::rust_lex::code_start(&text);
     match tokenize(&text, base) {
         Ok(toks) => {
             let mut last_end = base;

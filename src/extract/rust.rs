@@ -16,6 +16,7 @@
 use std::ops::Range;
 
 use super::collect::Collector;
+use super::rust_lex::code_start;
 use super::rust_tt::Src;
 use super::{lexical, rust_lex, rust_walk, ExtractConfig, FileFacts};
 
@@ -125,17 +126,6 @@ pub(crate) fn fallback(
     lexical::scan_literals(&mut collector);
     let range = collector.range(at);
     collector.finish(Vec::new(), Some((message, range)))
-}
-
-/// A BOM and a shebang line are not Rust tokens; skipping them keeps every
-/// offset a file offset.
-pub(crate) fn code_start(text: &str) -> usize {
-    let mut start = if text.starts_with('\u{feff}') { 3 } else { 0 };
-    let rest = &text[start..];
-    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
-        start += rest.find('\n').unwrap_or(rest.len());
-    }
-    start
 }
 
 #[cfg(test)]

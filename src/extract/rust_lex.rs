@@ -15,6 +15,17 @@
 //! did before. Tokens are 16 bytes and a group records where it closes, so
 //! walking a file never recurses and never allocates per token.
 
+/// A BOM and a shebang line are not Rust tokens; skipping them keeps every
+/// offset a file offset.
+pub(crate) fn code_start(text: &str) -> usize {
+    let mut start = if text.starts_with('\u{feff}') { 3 } else { 0 };
+    let rest = &text[start..];
+    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
+        start += rest.find('\n').unwrap_or(rest.len());
+    }
+    start
+}
+
 /// A delimiter of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Delim {

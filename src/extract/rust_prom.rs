@@ -28,18 +28,6 @@ use super::rust_lex::{Delim, Kind};
 use super::rust_walk::{NameSite, Walker};
 use super::{Label, MetricVia};
 
-/// `metrics` macros that emit a series, with how many positional value
-/// arguments (not labels) follow the name in their old-style forms.
-pub(crate) const METRICS_EMITTERS: &[(&str, usize)] = &[
-    ("counter", 0),
-    ("gauge", 0),
-    ("histogram", 0),
-    ("increment_counter", 0),
-    ("increment_gauge", 1),
-    ("decrement_gauge", 1),
-    ("absolute_counter", 1),
-];
-
 /// What a `prometheus` options expression says about a metric.
 pub(super) struct PromSite {
     /// The name argument as written, not necessarily a metric name on its

@@ -15,7 +15,8 @@ use proc_macro2::Span;
 use syn::visit::{self, Visit};
 
 use super::collect::{Collector, LitInfo};
-use super::rust::{code_start, fallback, prechecks};
+use super::rust::{fallback, prechecks};
+use super::rust_lex::code_start;
 use super::{lexical, ExtractConfig, FileFacts};
 
 /// [`super::extract_rust`]'s answer as `syn` gave it: the same size and

@@ -11,10 +11,9 @@ use proc_macro2::{Delimiter, Group, Spacing, TokenStream, TokenTree};
 
 use super::collect::LitInfo;
 use super::exposition::metric_sites_in;
-use super::rust_prom::METRICS_EMITTERS;
 use super::rust_syn::Walker;
 use super::rust_tt::concat_piece;
-use super::rust_walk::NameSite;
+use super::rust_walk::{NameSite, METRICS_EMITTERS};
 use super::{Label, LiteralKind};
 
 impl Walker<'_> {

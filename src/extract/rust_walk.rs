@@ -24,9 +24,21 @@ use std::borrow::Cow;
 use super::collect::{Collector, LitInfo};
 use super::exposition::is_metric_name;
 use super::rust_lex::{Delim, Kind};
-use super::rust_prom::METRICS_EMITTERS;
 use super::rust_tt::{concat_piece, Src};
 use super::{lexical, ExtractConfig, FileFacts, Label, LiteralKind, TextRange};
+
+/// `metrics` macros that emit a series (the walker dispatches them to
+/// [`super::rust_prom`], which reads their arguments), with how many positional value
+/// arguments (not labels) follow the name in their old-style forms.
+pub(crate) const METRICS_EMITTERS: &[(&str, usize)] = &[
+    ("counter", 0),
+    ("gauge", 0),
+    ("histogram", 0),
+    ("increment_counter", 0),
+    ("increment_gauge", 1),
+    ("decrement_gauge", 1),
+    ("absolute_counter", 1),
+];
 
 /// The facts of a tokenized file. `levels` are level buffers to walk with
 /// (see [`Walker::with_level`]), left there for the next file.
@@ -985,7 +997,7 @@ pub(crate) fn enclosing_item(text: &str, offset: usize) -> Option<String> {
     if lexical::too_complex(text).is_some() {
         return None;
     }
-    let toks = super::rust_lex::tokenize(text, super::rust::code_start(text)).ok()?;
+    let toks = super::rust_lex::tokenize(text, super::rust_lex::code_start(text)).ok()?;
     let src = Src { text, toks: &toks };
     let mut level = src.level_in(0, toks.len() as u32);
     loop {

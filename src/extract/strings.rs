@@ -15,6 +15,13 @@ use std::ops::Range;
 
 use super::collect::Run;
 
+/// `$`-free identifier bytes shared by the C-like languages (an
+/// interpolated `$name` ends at the first other byte; so does a word in
+/// [`super::tokens`]).
+pub(crate) fn is_ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
 /// A decoded literal value with the source position of each of its runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Value {
@@ -454,9 +461,7 @@ pub(crate) fn heredoc_close(
         let closes = match indent {
             Indent::Any => {
                 rest.starts_with(marker)
-                    && !rest
-                        .get(marker.len())
-                        .is_some_and(|c| super::tokens::is_ident_byte(*c))
+                    && !rest.get(marker.len()).is_some_and(|c| is_ident_byte(*c))
             }
             _ => rest == marker,
         };

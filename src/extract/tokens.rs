@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use super::collect::{Collector, LitInfo};
-use super::strings::Value;
+use super::strings::{is_ident_byte, Value};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// One lexeme of a non-Rust file; comments are already gone.
@@ -206,11 +206,6 @@ pub(crate) fn assign_contexts(
             s.context = current;
         }
     }
-}
-
-/// `$`-free identifier bytes shared by the C-like languages.
-pub(crate) fn is_ident_byte(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
 }
 
 /// The end of the identifier-like word starting at `i`.
