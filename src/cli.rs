@@ -11,13 +11,13 @@ use std::path::PathBuf;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::changed::Selection;
-use crate::check::{check, CheckOptions, CheckReport};
-use crate::error::RunError;
-use crate::output::{self, Destination, Sink};
+use crate::base::error::RunError;
+use crate::commands::check::output::{self, Destination, Sink};
+use crate::commands::check::{check, CheckOptions, CheckReport};
+use crate::discover::changed::Selection;
 use crate::report::{self, human::Style, Format};
 use crate::rules;
-use crate::severity::{Level, Overrides};
+use crate::rules::config::{Level, Overrides};
 
 /// The bounded-growth gate: every cache prefix and metric label must have a
 /// reviewed policy before it ships.
@@ -60,13 +60,13 @@ enum Command {
         dir: Option<PathBuf>,
     },
     #[command(flatten)]
-    Tools(crate::commands::ToolCommand),
+    Tools(crate::commands::tools::ToolCommand),
     /// Scrape running servers' metrics and check them against the policy (the run-time twin of `check`).
-    Live(crate::live::LiveArgs),
+    Live(crate::commands::live::LiveArgs),
     /// Soak evidence: verify a dwsoak artifact against the trusted_long_soak_v1 profile.
     Evidence {
         #[command(subcommand)]
-        command: crate::evidence::EvidenceCommand,
+        command: crate::commands::evidence::EvidenceCommand,
     },
 }
 
@@ -282,12 +282,12 @@ pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
         Command::Man { subcommand, dir } => {
             man(&subcommand, dir.as_deref()).map_err(|e| (e, plain))
         }
-        Command::Tools(command) => crate::commands::run(command).map_err(|e| (e, plain)),
+        Command::Tools(command) => crate::commands::tools::run(command).map_err(|e| (e, plain)),
         Command::Evidence { command } => {
-            crate::evidence::run(command, use_color(color, true)).map_err(|e| (e, plain))
+            crate::commands::evidence::run(command, use_color(color, true)).map_err(|e| (e, plain))
         }
         Command::Live(args) => {
-            crate::live::run(args, use_color(color, true)).map_err(|e| (e, plain))
+            crate::commands::live::run(args, use_color(color, true)).map_err(|e| (e, plain))
         }
     }
 }

@@ -9,12 +9,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::changed::Mode;
-use crate::check::CheckReport;
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
-use crate::error::RunError;
-use crate::extract::{self, ExtractConfig, LineIndex};
-use crate::policy_file::PolicyFile;
+use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::base::error::RunError;
+use crate::base::line_index::LineIndex;
+use crate::commands::check::CheckReport;
+use crate::discover::changed::Mode;
+use crate::extract::{self, ExtractConfig};
+use crate::policy::PolicyFile;
 use crate::report::{self, human::Style, Format};
 use crate::rules::RULES;
 

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     };
     // The process ends with the run: its policy and inventory need not be
     // freed first.
-    dwlint::check::keep_until_exit();
+    dwlint::commands::check::keep_until_exit();
     match cli::run(cli) {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Findings) => ExitCode::from(1),

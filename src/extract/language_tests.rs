@@ -304,7 +304,7 @@ fn lexing_is_linear_on_pathological_input() {
 
 #[test]
 fn cache_keys_are_recognised_by_shape_in_every_language() {
-    use crate::normalize::{cache_keys, CacheKey};
+    use crate::inventory::normalize::{cache_keys, CacheKey};
     let cases = [
         ("a.rs", "fn f(id: &str) -> [String; 4] {\n    [format!(\"server:real-key:{id}\"), \"http://server:8080\".into(), \"durableworkflow/server:0.2\".into(), \"server:bootstrap\".into()]\n}\n"),
         ("a.php", "<?php\n$k = 'server:real-key:' . $id;\n$u = \"http://server:8080\";\n$i = 'durableworkflow/server:0.2';\nArtisan::command('server:bootstrap {--force}', fn () => 0);\n"),

@@ -15,7 +15,6 @@ pub mod language;
 #[cfg(test)]
 mod language_tests;
 pub(crate) mod lexical;
-pub mod line_index;
 mod php;
 pub mod plain;
 mod python;
@@ -39,8 +38,8 @@ mod test_render;
 mod tokens;
 mod yaml;
 
+pub use crate::base::line_index::{LineIndex, TextRange};
 pub use language::{extract_file, Language};
-pub use line_index::{LineIndex, TextRange};
 pub use rust::extract_rust;
 
 /// What an extractor looks for; derived from the policy's `[settings]`.

@@ -20,10 +20,10 @@ use std::rc::Rc;
 use annotate_snippets::renderer::DecorStyle;
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 
-use crate::check::CheckReport;
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
-use crate::error::RunError;
-use crate::extract::LineIndex;
+use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::base::error::RunError;
+use crate::base::line_index::LineIndex;
+use crate::commands::check::CheckReport;
 use crate::report::{printable, shown_path};
 
 /// Width of rendered reports when nothing says otherwise, in columns.

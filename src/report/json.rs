@@ -10,9 +10,9 @@ use std::io::Write;
 use serde::ser::{Serialize, Serializer};
 use serde::Serialize as DeriveSerialize;
 
-use crate::changed::Mode;
-use crate::check::CheckReport;
-use crate::diagnostic::{Diagnostic, Severity};
+use crate::base::diagnostic::{Diagnostic, Severity};
+use crate::commands::check::CheckReport;
+use crate::discover::changed::Mode;
 
 #[derive(DeriveSerialize)]
 struct JsonReport<'a> {

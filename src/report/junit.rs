@@ -9,8 +9,8 @@
 
 use std::io::Write;
 
-use crate::check::CheckReport;
-use crate::diagnostic::Severity;
+use crate::base::diagnostic::Severity;
+use crate::commands::check::CheckReport;
 use crate::report::{location, message_with_help};
 
 /// Text safe in XML attributes and content. Control characters XML 1.0

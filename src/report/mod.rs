@@ -8,9 +8,9 @@
 
 use std::io::Write;
 
-use crate::check::CheckReport;
-use crate::diagnostic::Diagnostic;
-use crate::extract::TextRange;
+use crate::base::diagnostic::Diagnostic;
+use crate::base::line_index::TextRange;
+use crate::commands::check::CheckReport;
 
 pub mod github;
 pub mod human;

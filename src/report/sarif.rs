@@ -19,10 +19,10 @@ use std::io::Write;
 use serde::ser::{Serialize, Serializer};
 use serde::Serialize as DeriveSerialize;
 
-use crate::changed::Mode;
-use crate::check::CheckReport;
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
-use crate::extract::TextRange;
+use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::base::line_index::TextRange;
+use crate::commands::check::CheckReport;
+use crate::discover::changed::Mode;
 use crate::report::{location, message_with_help};
 use crate::rules::{Rule, Scope};
 
@@ -492,7 +492,7 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnostic::Anchor;
+    use crate::base::diagnostic::Anchor;
     use crate::rules::RULES;
 
     fn synthetic(errors: usize, warnings: usize) -> CheckReport {

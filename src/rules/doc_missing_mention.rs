@@ -20,7 +20,7 @@
 use aho_corasick::AhoCorasick;
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 use dwpolicy::Spanned;
 
 pub(super) const CODE: &str = "doc-missing-mention";

@@ -17,9 +17,9 @@
 //! while the policy declares `dw_workflow_runs_total`.
 
 use super::Context;
-use crate::diagnostic::{Anchor, Diagnostic};
-use crate::extract::LineIndex;
-use crate::normalize::{cache_prefixes_in_text, Declared, Namespace};
+use crate::base::diagnostic::{Anchor, Diagnostic};
+use crate::base::line_index::LineIndex;
+use crate::inventory::normalize::{cache_prefixes_in_text, Declared, Namespace};
 
 pub(super) const CODE: &str = "doc-stale-mention";
 

@@ -13,7 +13,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 
 pub(super) const CODE: &str = "invalid-metric-name";
 

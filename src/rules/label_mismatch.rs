@@ -29,7 +29,7 @@
 use std::collections::BTreeSet;
 
 use super::Context;
-use crate::diagnostic::{Anchor, Diagnostic};
+use crate::base::diagnostic::{Anchor, Diagnostic};
 use crate::inventory::IMPLICIT_LABELS;
 
 pub(super) const CODE: &str = "label-mismatch";

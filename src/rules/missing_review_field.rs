@@ -26,7 +26,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 
 pub(super) const CODE: &str = "missing-review-field";
 

@@ -5,14 +5,16 @@
 //! documentation: `dwlint explain CODE` prints it straight from the source,
 //! which is embedded at compile time, so docs and code cannot drift.
 
+pub mod config;
+
 use std::path::Path;
 use std::sync::Mutex;
 
 use dwpolicy::{Policy, PolicyFinding, Span};
 
-use crate::diagnostic::{Anchor, Diagnostic, Severity};
+use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::inventory::{Inventory, MetricIndex};
-use crate::policy_file::PolicyFile;
+use crate::policy::PolicyFile;
 
 mod cache_prefix_namespace;
 mod doc_missing_mention;
@@ -166,8 +168,8 @@ pub fn find(code: &str) -> Option<&'static Rule> {
 pub fn every_rule() -> impl Iterator<Item = &'static Rule> {
     RULES
         .iter()
-        .chain(crate::evidence::rules())
-        .chain(crate::live::rules())
+        .chain(crate::commands::evidence::rules())
+        .chain(crate::commands::live::rules())
 }
 
 /// The known code closest to `code`, for "did you mean" hints.

@@ -30,7 +30,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::{Anchor, Diagnostic};
+use crate::base::diagnostic::{Anchor, Diagnostic};
 
 pub(super) const CODE: &str = "per-run-remote-write-label";
 

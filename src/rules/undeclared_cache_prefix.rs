@@ -40,8 +40,8 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
-use crate::normalize::Declared;
+use crate::base::diagnostic::Diagnostic;
+use crate::inventory::normalize::Declared;
 
 pub(super) const CODE: &str = "undeclared-cache-prefix";
 

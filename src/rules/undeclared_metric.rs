@@ -24,7 +24,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::{Anchor, Diagnostic};
+use crate::base::diagnostic::{Anchor, Diagnostic};
 
 pub(super) const CODE: &str = "undeclared-metric";
 

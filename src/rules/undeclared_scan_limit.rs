@@ -22,7 +22,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 use crate::inventory::config_key_matches;
 
 pub(super) const CODE: &str = "undeclared-scan-limit";

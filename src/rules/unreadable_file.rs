@@ -16,7 +16,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 
 pub(super) const CODE: &str = "unreadable-file";
 

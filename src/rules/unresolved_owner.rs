@@ -25,7 +25,7 @@
 //! ```
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 use dwpolicy::Spanned;
 
 pub(super) const CODE: &str = "unresolved-owner";

@@ -15,8 +15,8 @@
 //! Remove the entry (and its doc mention) in the change that removes the keys.
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
-use crate::normalize::Used;
+use crate::base::diagnostic::Diagnostic;
+use crate::inventory::normalize::Used;
 
 pub(super) const CODE: &str = "unused-cache-policy";
 

@@ -16,7 +16,7 @@
 use foldhash::HashSet;
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 
 pub(super) const CODE: &str = "unused-metric-policy";
 

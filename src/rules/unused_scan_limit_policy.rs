@@ -15,7 +15,7 @@
 //! while the poller reads `due_timer_scan_limit`: rename one to match.
 
 use super::Context;
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 use crate::inventory::config_key_matches;
 
 pub(super) const CODE: &str = "unused-scan-limit-policy";

@@ -1,0 +1,118 @@
+//! The policy file as the gate sees it: the model plus its text, so that
+//! findings can point into it.
+
+pub mod draft;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use dwpolicy::{LoadError, Policy, Span};
+
+use crate::base::bounded_read;
+use crate::base::diagnostic::Anchor;
+use crate::base::error::RunError;
+use crate::base::line_index::LineIndex;
+use crate::rules;
+
+/// The default policy location, relative to the checked root.
+pub const DEFAULT_POLICY: &str = "policy/dw-bounded-growth.toml";
+
+/// A loaded policy with its source text.
+pub struct PolicyFile {
+    /// Path shown in findings: relative to the root when inside it.
+    pub display_path: String,
+    /// The policy text.
+    pub text: String,
+    /// The validated model.
+    pub policy: Policy,
+    /// Built at the first anchor: a clean run anchors nothing here, and
+    /// indexing a megabyte policy's lines cost 1 % of such a run, on the
+    /// thread every other phase waits for. Behind a lock because the index
+    /// remembers its last position (a `Cell`) and the rules, which anchor
+    /// findings here, run on two threads.
+    lines: OnceLock<Mutex<LineIndex>>,
+}
+
+impl PolicyFile {
+    /// Loads `path` (or `root/policy/dw-bounded-growth.toml`), collecting every
+    /// structural problem into one [`RunError::PolicyInvalid`].
+    pub fn load(root: &Path, path: Option<&Path>) -> Result<PolicyFile, RunError> {
+        let path: PathBuf = match path {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let default = root.join(DEFAULT_POLICY);
+                if !default.exists() {
+                    return Err(RunError::PolicyNotFound(default));
+                }
+                default
+            }
+        };
+        let text =
+            bounded_read::read_text(&path, bounded_read::MAX_POLICY_BYTES).map_err(|source| {
+                RunError::PolicyUnreadable {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        Self::from_text(display_path(root, &path), text)
+    }
+
+    /// A policy held in memory (`dwlint init` discovers with one it never
+    /// writes), validated exactly like a file.
+    pub fn from_text(display_path: String, text: String) -> Result<PolicyFile, RunError> {
+        let invalid = |errors| RunError::PolicyInvalid {
+            path: display_path.clone(),
+            text: text.clone(),
+            errors,
+        };
+        let policy = dwpolicy::load::load(&text).map_err(|e| invalid(e.errors))?;
+        let unknown_codes = unknown_rule_codes(&policy);
+        if !unknown_codes.is_empty() {
+            return Err(invalid(unknown_codes));
+        }
+        Ok(PolicyFile {
+            display_path,
+            lines: OnceLock::new(),
+            text,
+            policy,
+        })
+    }
+
+    /// An anchor on `span` of the policy file.
+    pub fn anchor(&self, span: Span, label: impl Into<String>) -> Anchor {
+        let range = self
+            .lines
+            .get_or_init(|| Mutex::new(LineIndex::new(&self.text)))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .range(&self.text, span.start, span.end);
+        Anchor::labeled(self.display_path.clone(), range, label)
+    }
+}
+
+fn unknown_rule_codes(policy: &Policy) -> Vec<LoadError> {
+    policy
+        .rules
+        .iter()
+        .filter(|(code, _)| rules::find(&code.value).is_none())
+        .map(|(code, _)| LoadError {
+            message: format!("unknown rule code `{}` in [rules]", code.value),
+            span: Some(code.span),
+            help: Some(match rules::closest_code(&code.value) {
+                Some(near) => format!("did you mean `{near}`? `dwlint rules` lists every code"),
+                None => "`dwlint rules` lists every code".into(),
+            }),
+        })
+        .collect()
+}
+
+fn display_path(root: &Path, path: &Path) -> String {
+    let shown = match (root.canonicalize(), path.canonicalize()) {
+        (Ok(root), Ok(full)) => full
+            .strip_prefix(&root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    };
+    shown.to_string_lossy().replace('\\', "/")
+}
