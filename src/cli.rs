@@ -1,9 +1,10 @@
-//! The command line: argument parsing and dispatch.
+//! The command line: argument parsing and dispatch, the top of the library.
 //!
-//! Everything here returns a [`RunError`] instead of exiting, so `main` is
+//! Everything here returns a [`Failure`] instead of exiting, so `main` is
 //! the only place that knows about exit codes. The clap definition is also
 //! the source of the shell completions and the man page, so they cannot
-//! drift from the real options.
+//! drift from the real options. It may use every layer below it; none of
+//! them uses it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, IsTerminal, Write};
@@ -13,10 +14,17 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, Value
 
 use crate::base::error::RunError;
 use crate::commands::check::output::{self, Destination, Sink};
-use crate::commands::check::{check, CheckOptions, CheckReport};
+use crate::commands::check::{check, CheckOptions};
+use crate::commands::docs::{self, DocsError, DocsOptions, Mode};
+use crate::commands::evidence::{self, EvidenceCommand, EvidenceError};
+use crate::commands::explain;
+use crate::commands::init::{self, InitError, InitOptions};
+use crate::commands::live::{self, LiveArgs, LiveError};
+use crate::commands::outcome::{self as stdout, Outcome};
+use crate::commands::policy_import::{self, ImportError, ImportOptions};
 use crate::discover::changed::Selection;
+use crate::report::model::CheckReport;
 use crate::report::{self, human::Style, Format};
-use crate::rules;
 use crate::rules::config::{Level, Overrides};
 
 /// The bounded-growth gate: every cache prefix and metric label must have a
@@ -60,13 +68,75 @@ enum Command {
         dir: Option<PathBuf>,
     },
     #[command(flatten)]
-    Tools(crate::commands::tools::ToolCommand),
+    Tools(ToolCommand),
     /// Scrape running servers' metrics and check them against the policy (the run-time twin of `check`).
-    Live(crate::commands::live::LiveArgs),
+    Live(LiveArgs),
     /// Soak evidence: verify a dwsoak artifact against the trusted_long_soak_v1 profile.
     Evidence {
         #[command(subcommand)]
-        command: crate::commands::evidence::EvidenceCommand,
+        command: EvidenceCommand,
+    },
+}
+
+/// Subcommands that write policies and docs.
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Write a starter policy from the cache prefixes, scan limits and metrics in a tree.
+    Init {
+        /// Root of the tree to scan.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Where to write the policy [default: PATH/policy/dw-bounded-growth.toml].
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Overwrite an existing policy.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Regenerate (--write) or verify (--check) the inventory tables in the operator docs.
+    Docs(DocsArgs),
+    /// Policy file conversions.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+/// `dwlint docs` arguments.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["write", "check"])))]
+pub struct DocsArgs {
+    /// Where to look for the policy (as `check` does); the docs are its [sources].docs.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    /// Policy file; PATH is then the root its globs are relative to.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Rewrite the marked tables from the policy.
+    #[arg(long)]
+    write: bool,
+    /// Exit 1 with a diff when a marked table differs from the policy.
+    #[arg(long)]
+    check: bool,
+}
+
+/// `dwlint policy …`
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Convert a reference-style PHP policy (config/dw-bounded-growth.php) to TOML.
+    Import {
+        /// The PHP file that returns the policy array.
+        file: PathBuf,
+        /// Write here instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Overwrite an existing --output file.
+        #[arg(long, requires = "output")]
+        force: bool,
+        /// The tree to scan for `*_scan_limit` reads the PHP policy does not
+        /// declare [default: ROOT for ROOT/config/FILE, else the current directory].
+        #[arg(long, value_name = "PATH")]
+        root: Option<PathBuf>,
     },
 }
 
@@ -148,7 +218,7 @@ impl clap::builder::TypedValueParser for RuleCode {
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
         let warnings = self.warnings.then_some("warnings");
-        let codes = rules::every_rule().map(|r| r.code).chain(warnings);
+        let codes = explain::every_rule().map(|r| r.code).chain(warnings);
         Some(Box::new(codes.map(clap::builder::PossibleValue::new)))
     }
 }
@@ -160,13 +230,59 @@ enum ColorChoice {
     Never,
 }
 
-/// What a successful run concluded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// No error-level finding.
-    Clean,
-    /// At least one error-level finding.
-    Findings,
+/// Why a command could not be completed: a failure of the run that every
+/// command shares, or one of a command's own. `main` maps each to its exit
+/// code.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The run itself failed (arguments, tree, policy, report output).
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// `dwlint init` could not write its policy.
+    #[error(transparent)]
+    Init(#[from] InitError),
+    /// `dwlint docs` could not sync the docs.
+    #[error(transparent)]
+    Docs(#[from] DocsError),
+    /// `dwlint policy import` could not convert the file.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// `dwlint evidence verify` could not read the artifact.
+    #[error(transparent)]
+    Evidence(#[from] EvidenceError),
+    /// `dwlint live` could not scrape a URL.
+    #[error(transparent)]
+    Live(#[from] LiveError),
+}
+
+impl Failure {
+    /// The run's own failure underneath, which the human renderer frames
+    /// (an invalid policy gets one code frame per problem).
+    fn run_error(&self) -> Option<&RunError> {
+        match self {
+            Failure::Run(e)
+            | Failure::Init(InitError::Run(e))
+            | Failure::Docs(DocsError::Run(e))
+            | Failure::Import(ImportError::Run(e) | ImportError::Init(InitError::Run(e)))
+            | Failure::Evidence(EvidenceError::Run(e))
+            | Failure::Live(LiveError::Run(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Writes the failure for a person, as every command reports one.
+    pub fn write(&self, style: Style, out: &mut dyn Write) -> std::io::Result<()> {
+        match self.run_error() {
+            Some(error) => report::human::write_run_error(error, style, out),
+            None => {
+                let help = match self {
+                    Failure::Docs(e) => e.help(),
+                    _ => None,
+                };
+                report::human::write_error(&self.to_string(), help.as_deref(), style, out)
+            }
+        }
+    }
 }
 
 /// Parses the process's arguments.
@@ -247,58 +363,62 @@ fn stderr_color(choice: ColorChoice) -> bool {
     }
 }
 
-/// Runs the parsed command line.
-pub fn run(cli: Cli) -> Result<Outcome, (RunError, Style)> {
+/// Runs the parsed command line; a failure comes with the style to write
+/// it in on standard error.
+pub fn run(cli: Cli) -> Result<Outcome, (Failure, Style)> {
     let color = cli.color;
     let plain = Style::new(stderr_color(color));
-    match cli.command {
-        Command::Check(args) => run_check(args, color).map_err(|e| (e, plain)),
-        Command::Explain { code } => {
-            let rule = rules::every_rule()
-                .find(|r| r.code == code)
-                .ok_or_else(|| {
-                    let suggestion = rules::closest_code(&code).map(str::to_owned);
-                    (RunError::UnknownRule { code, suggestion }, plain)
-                })?;
-            print(rule.explanation().as_bytes()).map_err(|e| (e, plain))
-        }
-        Command::Rules => {
-            let mut text = String::new();
-            for rule in rules::every_rule() {
-                text.push_str(&format!(
-                    "{:<30} {:<8} {}\n",
-                    rule.code,
-                    rule.default_severity.as_str(),
-                    rule.summary()
-                ));
-            }
-            print(text.as_bytes()).map_err(|e| (e, plain))
-        }
+    dispatch(cli.command, color).map_err(|failure| (failure, plain))
+}
+
+fn dispatch(command: Command, color: ColorChoice) -> Result<Outcome, Failure> {
+    Ok(match command {
+        Command::Check(args) => run_check(args, color)?,
+        Command::Explain { code } => print(explain::explain(code)?.as_bytes())?,
+        Command::Rules => print(explain::list().as_bytes())?,
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "dwlint", &mut text);
-            print(&text).map_err(|e| (e, plain))
+            print(&text)?
         }
-        Command::Man { subcommand, dir } => {
-            man(&subcommand, dir.as_deref()).map_err(|e| (e, plain))
-        }
-        Command::Tools(command) => crate::commands::tools::run(command).map_err(|e| (e, plain)),
-        Command::Evidence { command } => {
-            crate::commands::evidence::run(command, use_color(color, true)).map_err(|e| (e, plain))
-        }
-        Command::Live(args) => {
-            crate::commands::live::run(args, use_color(color, true)).map_err(|e| (e, plain))
-        }
-    }
+        Command::Man { subcommand, dir } => man(&subcommand, dir.as_deref())?,
+        Command::Tools(ToolCommand::Init {
+            path,
+            policy,
+            force,
+        }) => init::run(&InitOptions {
+            root: path,
+            policy,
+            force,
+        })?,
+        Command::Tools(ToolCommand::Docs(args)) => docs::run(&DocsOptions {
+            root: args.path,
+            policy: args.policy,
+            mode: if args.write { Mode::Write } else { Mode::Check },
+        })?,
+        Command::Tools(ToolCommand::Policy {
+            command:
+                PolicyCommand::Import {
+                    file,
+                    output,
+                    force,
+                    root,
+                },
+        }) => policy_import::run(&ImportOptions {
+            file,
+            output,
+            force,
+            root,
+        })?,
+        Command::Evidence { command } => evidence::run(command, use_color(color, true))?,
+        Command::Live(args) => live::run(args, use_color(color, true))?,
+    })
 }
 
-/// Writes to stdout; a closed pipe (`dwlint … | head`) is the reader's
-/// choice, not a failure.
+/// Writes a command's whole answer to standard output (see
+/// [`stdout::print`]).
 fn print(bytes: &[u8]) -> Result<Outcome, RunError> {
-    match std::io::stdout().lock().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(RunError::Output(e)),
-        _ => Ok(Outcome::Clean),
-    }
+    stdout::print(bytes).map(|()| Outcome::Clean)
 }
 
 fn selection(args: &CheckArgs) -> Result<(PathBuf, Selection), RunError> {

@@ -12,12 +12,11 @@ use std::path::{Path, PathBuf};
 use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::base::error::RunError;
 use crate::base::line_index::LineIndex;
-use crate::commands::check::CheckReport;
 use crate::discover::changed::Mode;
 use crate::extract::{self, ExtractConfig};
-use crate::policy::PolicyFile;
+use crate::report::model::CheckReport;
 use crate::report::{self, human::Style, Format};
-use crate::rules::RULES;
+use crate::rules::{config, RULES};
 
 /// The file name each extractor is driven through.
 pub const EXTRACTOR_FILES: &[(&str, &str)] = &[
@@ -54,7 +53,7 @@ pub fn policy(data: &[u8]) {
         dwpolicy::load::fast_path_agrees(&text),
         "the policy fast path and the toml parser disagree"
     );
-    match PolicyFile::from_text("policy.toml".into(), text) {
+    match config::policy_from_text("policy.toml".into(), text) {
         Ok(_) => {}
         Err(error) => {
             let mut out = Vec::new();

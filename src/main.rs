@@ -4,7 +4,8 @@
 
 use std::process::ExitCode;
 
-use dwlint::cli::{self, Outcome};
+use dwlint::cli::{self, Failure};
+use dwlint::commands::outcome::Outcome;
 
 fn main() -> ExitCode {
     let cli = match cli::parse() {
@@ -20,13 +21,22 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
         Ok(Outcome::Findings) => ExitCode::from(1),
-        Err((error, style)) => {
-            let _ = dwlint::report::human::write_run_error(
-                &error,
-                style,
-                &mut std::io::stderr().lock(),
-            );
-            ExitCode::from(2)
+        Err((failure, style)) => {
+            let _ = failure.write(style, &mut std::io::stderr().lock());
+            ExitCode::from(exit_code(&failure))
         }
+    }
+}
+
+/// Each command's failure is a failure of the run itself, whichever
+/// command it came from: nothing was judged.
+fn exit_code(failure: &Failure) -> u8 {
+    match failure {
+        Failure::Run(_)
+        | Failure::Init(_)
+        | Failure::Docs(_)
+        | Failure::Import(_)
+        | Failure::Evidence(_)
+        | Failure::Live(_) => 2,
     }
 }

@@ -1,8 +1,11 @@
 //! Why a run could not be completed (exit code 2).
 //!
 //! Findings are not errors: a run that finds problems succeeded. These are
-//! the failures of the run itself: bad arguments, a missing tree, an
-//! unreadable or malformed policy.
+//! the failures every stage and command shares: bad arguments, a missing
+//! tree, an unreadable or malformed policy, a report that cannot be
+//! written. A command's own failures (`init` finding a policy already
+//! there, `live` failing to scrape) are its own error type, defined with the
+//! command, which wraps this one; the binary maps each to its exit code.
 
 use std::path::PathBuf;
 
@@ -50,21 +53,6 @@ pub enum RunError {
     /// Asking git for the changed files failed.
     #[error("cannot list changed files: {0}")]
     Git(String),
-    /// `dwlint init` could not write its policy.
-    #[error(transparent)]
-    Init(#[from] crate::commands::init::InitError),
-    /// `dwlint docs` could not sync the docs.
-    #[error(transparent)]
-    Docs(#[from] crate::commands::docs::DocsError),
-    /// `dwlint policy import` could not convert the file.
-    #[error(transparent)]
-    Import(#[from] crate::commands::policy_import::ImportError),
-    /// `dwlint evidence verify` could not read the artifact.
-    #[error(transparent)]
-    Evidence(#[from] crate::commands::evidence::EvidenceError),
-    /// `dwlint live` could not scrape a URL.
-    #[error(transparent)]
-    Live(#[from] crate::commands::live::LiveError),
     /// A report file could not be written.
     #[error("cannot write the report to {}: {source}", .path.display())]
     OutputFile {

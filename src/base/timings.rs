@@ -2,8 +2,8 @@
 //!
 //! A run's phases overlap: the tree is walked and files are read ahead on a
 //! second thread while the policy loads. A profile of the whole process
-//! cannot say which phase holds up the next one, so [`crate::commands::check::check`]
-//! records each phase's wall time as it goes, the main thread's phases in
+//! cannot say which phase holds up the next one, so `check` records each
+//! phase's wall time as it goes, the main thread's phases in
 //! order and the second thread's beside them. Recording costs two clock
 //! reads a phase; the figures are printed only when asked for.
 

@@ -18,12 +18,12 @@ use dwevidence::live::{self, LiveCode, ScrapeError};
 use crate::base::diagnostic::{Anchor, Diagnostic};
 use crate::base::error::RunError;
 use crate::base::line_index::TextRange;
-use crate::cli::Outcome;
-use crate::commands::check::CheckReport;
+use crate::commands::outcome::Outcome;
 use crate::commands::single_report;
 use crate::discover;
-use crate::policy::PolicyFile;
+use crate::report::model::CheckReport;
 use crate::report::{self, Format};
+use crate::rules::config;
 use crate::rules::Rule;
 
 /// `dwlint live` arguments.
@@ -55,10 +55,17 @@ pub struct LiveArgs {
     output: Option<PathBuf>,
 }
 
-/// A scrape that failed (exit 2).
+/// Why `live` could not check the servers (exit 2).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot scrape: {0}")]
-pub struct LiveError(#[from] pub ScrapeError);
+pub enum LiveError {
+    /// A URL could not be scraped.
+    #[error("cannot scrape: {0}")]
+    Scrape(#[from] ScrapeError),
+    /// The run failed as any would: no policy, an invalid one, a report
+    /// that cannot be written.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
 
 /// The live finding codes as rules, for the reporters and `explain`.
 pub fn rules() -> &'static [Rule] {
@@ -89,12 +96,12 @@ pub fn live(
     namespaces: &[String],
     token: Option<&str>,
     policy: Option<&std::path::Path>,
-) -> Result<CheckReport, RunError> {
+) -> Result<CheckReport, LiveError> {
     let located = discover::locate(std::path::Path::new("."), policy)?;
-    let policy_file = PolicyFile::load(&located.root, Some(&located.policy))?;
+    let policy_file = config::load_policy(&located.root, Some(&located.policy))?;
     let mut scrapes = Vec::new();
     for url in urls {
-        scrapes.extend(live::scrape(url, namespaces, token).map_err(LiveError)?);
+        scrapes.extend(live::scrape(url, namespaces, token)?);
     }
     let diagnostics = live::check(&policy_file.policy, &scrapes)
         .into_iter()
@@ -133,7 +140,7 @@ fn help(code: LiveCode) -> &'static str {
 }
 
 /// Runs `dwlint live`; `color` is `--color` as resolved for standard output.
-pub fn run(args: LiveArgs, color: bool) -> Result<Outcome, RunError> {
+pub fn run(args: LiveArgs, color: bool) -> Result<Outcome, LiveError> {
     let report = live(
         &args.urls,
         &args.namespace,

@@ -5,9 +5,10 @@
 pub mod check;
 pub mod docs;
 pub mod evidence;
+pub mod explain;
 pub mod generated_file;
 pub mod init;
 pub mod live;
+pub mod outcome;
 pub mod policy_import;
 pub mod single_report;
-pub mod tools;

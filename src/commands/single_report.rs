@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use crate::base::diagnostic::{Diagnostic, Severity};
 use crate::base::error::RunError;
-use crate::commands::check::CheckReport;
 use crate::discover::changed::Mode;
 use crate::report::human::Style;
+use crate::report::model::CheckReport;
 use crate::rules::Rule;
 
 /// A report of `diagnostics`, found by `rules` (all at error severity) in

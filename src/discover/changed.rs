@@ -1,7 +1,7 @@
 //! Changed-files mode: which files a run reports file-local findings for.
 //!
 //! A pull request or a commit should be judged on what it touches, so
-//! file-local rules ([`Scope::File`](crate::rules::Scope)) report only on
+//! file-local rules (the rules layer's `Scope::File`) report only on
 //! changed files. Tree-wide rules still look at the whole tree because a
 //! change in one place (deleting the last use of a prefix) breaks them
 //! elsewhere. The whole tree is still scanned: tree-wide rules need it, and

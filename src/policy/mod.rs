@@ -1,18 +1,22 @@
-//! The policy file as the gate sees it: the model plus its text, so that
-//! findings can point into it.
+//! The policy layer: the policy file as the gate sees it, the model plus
+//! its text, so that findings can point into it; and [`draft`], the policy
+//! as `init` and `policy import` write it.
+//!
+//! It sits above only [`crate::base`]: loading checks the policy's own
+//! structure (`dwpolicy`), not which rule codes its `[rules]` table may
+//! name, which is the rules layer's to say (`rules::config::load_policy`).
 
 pub mod draft;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use dwpolicy::{LoadError, Policy, Span};
+use dwpolicy::{Policy, Span};
 
 use crate::base::bounded_read;
 use crate::base::diagnostic::Anchor;
 use crate::base::error::RunError;
 use crate::base::line_index::LineIndex;
-use crate::rules;
 
 /// The default policy location, relative to the checked root.
 pub const DEFAULT_POLICY: &str = "policy/dw-bounded-growth.toml";
@@ -35,7 +39,8 @@ pub struct PolicyFile {
 
 impl PolicyFile {
     /// Loads `path` (or `root/policy/dw-bounded-growth.toml`), collecting every
-    /// structural problem into one [`RunError::PolicyInvalid`].
+    /// structural problem into one [`RunError::PolicyInvalid`]. Its rule
+    /// codes are left to the caller to check.
     pub fn load(root: &Path, path: Option<&Path>) -> Result<PolicyFile, RunError> {
         let path: PathBuf = match path {
             Some(p) => p.to_path_buf(),
@@ -66,10 +71,6 @@ impl PolicyFile {
             errors,
         };
         let policy = dwpolicy::load::load(&text).map_err(|e| invalid(e.errors))?;
-        let unknown_codes = unknown_rule_codes(&policy);
-        if !unknown_codes.is_empty() {
-            return Err(invalid(unknown_codes));
-        }
         Ok(PolicyFile {
             display_path,
             lines: OnceLock::new(),
@@ -88,22 +89,6 @@ impl PolicyFile {
             .range(&self.text, span.start, span.end);
         Anchor::labeled(self.display_path.clone(), range, label)
     }
-}
-
-fn unknown_rule_codes(policy: &Policy) -> Vec<LoadError> {
-    policy
-        .rules
-        .iter()
-        .filter(|(code, _)| rules::find(&code.value).is_none())
-        .map(|(code, _)| LoadError {
-            message: format!("unknown rule code `{}` in [rules]", code.value),
-            span: Some(code.span),
-            help: Some(match rules::closest_code(&code.value) {
-                Some(near) => format!("did you mean `{near}`? `dwlint rules` lists every code"),
-                None => "`dwlint rules` lists every code".into(),
-            }),
-        })
-        .collect()
 }
 
 fn display_path(root: &Path, path: &Path) -> String {

@@ -8,7 +8,7 @@
 use std::io::Write;
 
 use crate::base::diagnostic::Severity;
-use crate::commands::check::CheckReport;
+use crate::report::model::CheckReport;
 use crate::report::{human, location, message_with_help};
 
 /// Command data: the runner reads `%`, CR and LF as encoded, so they must be.

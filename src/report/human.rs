@@ -23,7 +23,7 @@ use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::base::error::RunError;
 use crate::base::line_index::LineIndex;
-use crate::commands::check::CheckReport;
+use crate::report::model::CheckReport;
 use crate::report::{printable, shown_path};
 
 /// Width of rendered reports when nothing says otherwise, in columns.
@@ -508,17 +508,31 @@ pub fn write_run_error(error: &RunError, style: Style, out: &mut dyn Write) -> s
                 writeln!(out, "{rendered}\n")?;
             }
         }
-        other => {
-            let message = printable(&other.to_string()).into_owned();
-            let mut group = Group::with_title(Level::ERROR.primary_title(message.as_str()));
-            let help = run_error_help(other);
-            if let Some(help) = &help {
-                group = group.element(Level::HELP.message(help.as_str()));
-            }
-            writeln!(out, "{}\n", renderer.render(&[group]))?;
-        }
+        other => write_error(
+            &other.to_string(),
+            run_error_help(other).as_deref(),
+            style,
+            out,
+        )?,
     }
     Ok(())
+}
+
+/// Writes a failure that has no code frame: its message and, when there
+/// is one, what to do about it (a command's own failures, and the run's
+/// other than an invalid policy).
+pub fn write_error(
+    message: &str,
+    help: Option<&str>,
+    style: Style,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let message = printable(message).into_owned();
+    let mut group = Group::with_title(Level::ERROR.primary_title(message.as_str()));
+    if let Some(help) = help {
+        group = group.element(Level::HELP.message(help));
+    }
+    writeln!(out, "{}\n", style.renderer().render(&[group]))
 }
 
 fn run_error_help(error: &RunError) -> Option<String> {
@@ -534,7 +548,6 @@ fn run_error_help(error: &RunError) -> Option<String> {
             "--changed-since needs a git work tree and a revision it knows (fetch it first in a shallow CI clone)".into(),
         ),
         RunError::UnknownRule { .. } => Some("`dwlint rules` lists every code".into()),
-        RunError::Docs(e) => e.help(),
         _ => None,
     }
 }

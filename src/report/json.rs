@@ -11,8 +11,8 @@ use serde::ser::{Serialize, Serializer};
 use serde::Serialize as DeriveSerialize;
 
 use crate::base::diagnostic::{Diagnostic, Severity};
-use crate::commands::check::CheckReport;
 use crate::discover::changed::Mode;
+use crate::report::model::CheckReport;
 
 #[derive(DeriveSerialize)]
 struct JsonReport<'a> {

@@ -10,7 +10,7 @@
 use std::io::Write;
 
 use crate::base::diagnostic::Severity;
-use crate::commands::check::CheckReport;
+use crate::report::model::CheckReport;
 use crate::report::{location, message_with_help};
 
 /// Text safe in XML attributes and content. Control characters XML 1.0

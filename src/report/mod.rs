@@ -10,12 +10,13 @@ use std::io::Write;
 
 use crate::base::diagnostic::Diagnostic;
 use crate::base::line_index::TextRange;
-use crate::commands::check::CheckReport;
+use crate::report::model::CheckReport;
 
 pub mod github;
 pub mod human;
 pub mod json;
 pub mod junit;
+pub mod model;
 pub mod sarif;
 pub mod short;
 

@@ -21,8 +21,8 @@ use serde::Serialize as DeriveSerialize;
 
 use crate::base::diagnostic::{Anchor, Diagnostic, Severity};
 use crate::base::line_index::TextRange;
-use crate::commands::check::CheckReport;
 use crate::discover::changed::Mode;
+use crate::report::model::CheckReport;
 use crate::report::{location, message_with_help};
 use crate::rules::{Rule, Scope};
 

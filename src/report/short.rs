@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::commands::check::CheckReport;
+use crate::report::model::CheckReport;
 use crate::report::{location, printable, shown_path};
 
 /// `file` as reachable from the current directory.

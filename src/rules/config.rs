@@ -1,5 +1,6 @@
 //! Which severity each rule runs at: its default, then the policy's
-//! `[rules]` table, then the command line's `-A/-W/-D CODE`.
+//! `[rules]` table, then the command line's `-A/-W/-D CODE`; and which
+//! codes those may name, so a policy is loaded through [`load_policy`].
 //!
 //! The command line wins because it is the narrower, more deliberate choice
 //! (one CI job or one developer), while the policy speaks for the whole
@@ -7,8 +8,13 @@
 //! the pseudo-code `warnings` acts on whatever ends up a warning, so
 //! `-W some-rule -D warnings` still fails the run on `some-rule`.
 
+use std::path::Path;
+
+use dwpolicy::{LoadError, Policy};
+
 use crate::base::diagnostic::Severity;
 use crate::base::error::RunError;
+use crate::policy::PolicyFile;
 use crate::rules::{self, Rule};
 
 /// The pseudo-code that stands for every warning-level finding.
@@ -90,6 +96,46 @@ impl Overrides {
             (severity, _) => severity,
         }
     }
+}
+
+/// Loads the policy as [`PolicyFile::load`] does, then checks that its
+/// `[rules]` table names only known codes: every problem is one
+/// [`RunError::PolicyInvalid`], as the policy's own are.
+pub fn load_policy(root: &Path, path: Option<&Path>) -> Result<PolicyFile, RunError> {
+    known_codes_only(PolicyFile::load(root, path)?)
+}
+
+/// [`load_policy`] for a policy held in memory ([`PolicyFile::from_text`]).
+pub fn policy_from_text(display_path: String, text: String) -> Result<PolicyFile, RunError> {
+    known_codes_only(PolicyFile::from_text(display_path, text)?)
+}
+
+fn known_codes_only(policy_file: PolicyFile) -> Result<PolicyFile, RunError> {
+    let unknown_codes = unknown_rule_codes(&policy_file.policy);
+    if unknown_codes.is_empty() {
+        return Ok(policy_file);
+    }
+    Err(RunError::PolicyInvalid {
+        path: policy_file.display_path,
+        text: policy_file.text,
+        errors: unknown_codes,
+    })
+}
+
+fn unknown_rule_codes(policy: &Policy) -> Vec<LoadError> {
+    policy
+        .rules
+        .iter()
+        .filter(|(code, _)| rules::find(&code.value).is_none())
+        .map(|(code, _)| LoadError {
+            message: format!("unknown rule code `{}` in [rules]", code.value),
+            span: Some(code.span),
+            help: Some(match rules::closest_code(&code.value) {
+                Some(near) => format!("did you mean `{near}`? `dwlint rules` lists every code"),
+                None => "`dwlint rules` lists every code".into(),
+            }),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -163,15 +163,6 @@ pub fn find(code: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.code == code)
 }
 
-/// Every code dwlint reports: `check`'s rules, then `evidence verify`'s and
-/// `live`'s (for `explain`, completions and the rule docs).
-pub fn every_rule() -> impl Iterator<Item = &'static Rule> {
-    RULES
-        .iter()
-        .chain(crate::commands::evidence::rules())
-        .chain(crate::commands::live::rules())
-}
-
 /// The known code closest to `code`, for "did you mean" hints.
 pub fn closest_code(code: &str) -> Option<&'static str> {
     let codes: Vec<&'static str> = RULES.iter().map(|r| r.code).collect();

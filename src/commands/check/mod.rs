@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 
 use crate::base::diagnostic::{Diagnostic, Severity};
 use crate::base::error::RunError;
-use crate::base::timings::{Stopwatch, Timings};
-use crate::commands::check::output::Inputs;
+use crate::base::timings::Stopwatch;
 use crate::discover;
 use crate::discover::changed::{self, ChangedFiles, Mode, Selection};
 use crate::discover::walk;
 use crate::extract::ExtractConfig;
 use crate::inventory::Inventory;
 use crate::policy::PolicyFile;
-use crate::rules::config::{Level, Overrides};
+use crate::report::model::{CheckReport, Inputs};
+use crate::rules::config::{self, Level, Overrides};
 use crate::rules::{self, Context, Rule, Scope};
 use crate::scan;
 use crate::scan::prefilter::Prefilter;
@@ -47,68 +47,6 @@ impl CheckOptions {
             selection: Selection::Full,
             max_file_bytes: scan::DEFAULT_MAX_FILE_BYTES,
         }
-    }
-}
-
-/// The outcome of a completed check.
-pub struct CheckReport {
-    /// Findings in report order.
-    pub diagnostics: Vec<Diagnostic>,
-    /// How many files the policy selected.
-    pub files_scanned: usize,
-    /// The policy file, as shown in findings.
-    pub policy_path: String,
-    /// The checked root.
-    pub root: PathBuf,
-    /// Whether discovery moved the root above the path the user gave.
-    pub root_moved: bool,
-    /// Where the root sits in its git repository (`""` or `dir/`), for
-    /// consumers that resolve paths against the repository (GitHub).
-    pub repo_prefix: String,
-    /// Which mode ran.
-    pub mode: Mode,
-    /// Every rule with the severity it ran at (`None`: allowed, not run).
-    pub severities: Vec<(&'static Rule, Option<Severity>)>,
-    /// Warnings about the run rather than the tree (a source glob that
-    /// matched nothing), for standard error.
-    pub notes: Vec<String>,
-    /// The files the run read, which no report may overwrite.
-    pub inputs: Inputs,
-    /// How long each phase took (printed by `check --timings`).
-    pub timings: Timings,
-}
-
-impl std::fmt::Debug for CheckReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CheckReport")
-            .field("diagnostics", &self.diagnostics)
-            .field("files_scanned", &self.files_scanned)
-            .field("policy_path", &self.policy_path)
-            .field("root", &self.root)
-            .field("mode", &self.mode)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CheckReport {
-    /// Number of findings at `severity`.
-    pub fn count(&self, severity: Severity) -> usize {
-        self.diagnostics
-            .iter()
-            .filter(|d| d.severity == severity)
-            .count()
-    }
-
-    /// Whether the run should fail (exit 1).
-    pub fn has_errors(&self) -> bool {
-        self.diagnostics
-            .iter()
-            .any(|d| d.severity == Severity::Error)
-    }
-
-    /// The exit code this report implies (0 or 1).
-    pub fn exit_code(&self) -> i32 {
-        i32::from(self.has_errors())
     }
 }
 
@@ -276,7 +214,7 @@ fn load_and_walk(
                 (found, preread, took)
             });
         let loaded = (|| -> Result<(PolicyFile, Changed, walk::Sources), RunError> {
-            let policy_file = PolicyFile::load(root, Some(&located.policy))?;
+            let policy_file = config::load_policy(root, Some(&located.policy))?;
             policy_loaded.store(true, Ordering::Relaxed);
             watch.mark("load the policy");
             let changed = changed::resolve(root, &options.selection)?;

@@ -16,10 +16,10 @@
 //!   exactly the reports asked for.
 //! - Two reports on standard output, or two into one file, are an error.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::base::error::RunError;
+use crate::report::model::Inputs;
 use crate::report::Format;
 
 /// Where one report is written.
@@ -108,44 +108,6 @@ pub fn plan(format: Option<Format>, outputs: &[String]) -> Result<Vec<Sink>, Run
         }
     }
     Ok(sinks)
-}
-
-/// The files a run read: the policy and every selected file.
-#[derive(Debug, Clone, Default)]
-pub struct Inputs {
-    /// The checked root, canonical.
-    root: Option<PathBuf>,
-    /// Selected files, relative to the root.
-    files: HashSet<String>,
-    /// The policy, canonical.
-    policy: Option<PathBuf>,
-}
-
-impl Inputs {
-    /// The inputs of a run on `root` that read `files` (root-relative) and `policy`.
-    pub fn new<'a>(root: &Path, files: impl Iterator<Item = &'a str>, policy: &Path) -> Inputs {
-        Inputs {
-            root: root.canonicalize().ok(),
-            files: files.map(str::to_owned).collect(),
-            policy: policy.canonicalize().ok(),
-        }
-    }
-
-    /// Whether writing `path` would replace one of the inputs.
-    pub fn contains(&self, path: &Path) -> bool {
-        // A file that does not exist yet is no input.
-        let Ok(full) = path.canonicalize() else {
-            return false;
-        };
-        if self.policy.as_ref() == Some(&full) {
-            return true;
-        }
-        let Some(rel) = self.root.as_ref().and_then(|r| full.strip_prefix(r).ok()) else {
-            return false;
-        };
-        self.files
-            .contains(&rel.to_string_lossy().replace('\\', "/"))
-    }
 }
 
 /// Refuses a plan that would write a report over a file the run read.

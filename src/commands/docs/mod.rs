@@ -20,12 +20,16 @@ pub use markers::{regions, splice, MarkerError, Region};
 pub use tables::Table;
 
 use crate::base::error::RunError;
+use crate::commands::outcome::{self, Outcome};
 use crate::discover::{self, walk};
-use crate::policy::PolicyFile;
+use crate::rules::config;
 
 /// Why the docs could not be synced (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum DocsError {
+    /// The run failed as any would: no policy, an invalid one.
+    #[error(transparent)]
+    Run(#[from] RunError),
     /// `[sources].docs` selects no file.
     #[error("no operator doc matches [sources].docs ({})", .0.join(", "))]
     NoDocs(Vec<String>),
@@ -63,7 +67,7 @@ impl DocsError {
                 "wrap each inventory table in `<!-- dwlint:cache-inventory:start -->` … `<!-- dwlint:cache-inventory:end -->` (also scan-limits, metric-inventory); see docs/commands.md".into(),
             ),
             DocsError::Marker { .. } => Some("every `dwlint:<table>:start` marker needs a matching `:end` marker after it".into()),
-            DocsError::Io { .. } => None,
+            DocsError::Io { .. } | DocsError::Run(_) => None,
         }
     }
 }
@@ -150,12 +154,24 @@ pub fn regenerate(text: &str, policy: &dwpolicy::Policy) -> Result<Option<String
     Ok(Some(splice(text, &found, |table| table.render(policy))))
 }
 
+/// `dwlint docs --write|--check`: syncs the docs and prints what it did;
+/// stale tables under `--check` are findings (exit 1).
+pub fn run(options: &DocsOptions) -> Result<Outcome, DocsError> {
+    let report = sync(options)?;
+    outcome::print(report.render().as_bytes())?;
+    Ok(if report.is_stale() {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
+
 /// Syncs every doc the policy lists.
-pub fn sync(options: &DocsOptions) -> Result<DocsReport, RunError> {
+pub fn sync(options: &DocsOptions) -> Result<DocsReport, DocsError> {
     // Found the way `check` finds it, so both commands agree on the docs.
     let located = discover::locate(&options.root, options.policy.as_deref())?;
     let root = located.root.as_path();
-    let policy_file = PolicyFile::load(root, Some(&located.policy))?;
+    let policy_file = config::load_policy(root, Some(&located.policy))?;
     let policy = &policy_file.policy;
     // A policy that lists itself as a doc is never rewritten: its text is
     // the source of the tables, not a place for them.
@@ -173,7 +189,7 @@ pub fn sync(options: &DocsOptions) -> Result<DocsReport, RunError> {
             .iter()
             .map(|g| g.value.clone())
             .collect();
-        return Err(DocsError::NoDocs(globs).into());
+        return Err(DocsError::NoDocs(globs));
     }
     let mut report = DocsReport { docs: Vec::new() };
     for doc in &docs {
@@ -206,7 +222,7 @@ pub fn sync(options: &DocsOptions) -> Result<DocsReport, RunError> {
     }
     if report.docs.iter().all(|(_, s)| *s == DocStatus::NoMarkers) {
         let files = report.docs.into_iter().map(|(f, _)| f).collect();
-        return Err(DocsError::NoMarkers(files).into());
+        return Err(DocsError::NoMarkers(files));
     }
     Ok(report)
 }

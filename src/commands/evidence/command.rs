@@ -7,12 +7,11 @@ use std::sync::OnceLock;
 use clap::builder::PossibleValue;
 use clap::{Subcommand, ValueEnum};
 
-use crate::base::error::RunError;
-use crate::cli::Outcome;
+use crate::commands::outcome::Outcome;
 use crate::commands::single_report;
 use crate::report::{self, Format};
 
-use super::{verify, VerifyOptions};
+use super::{verify, EvidenceError, VerifyOptions};
 
 /// `dwlint evidence …`
 #[derive(Debug, Subcommand)]
@@ -83,7 +82,7 @@ impl ValueEnum for EvidenceFormat {
 
 /// Runs an evidence command; `color` is `--color` as resolved for standard
 /// output.
-pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, RunError> {
+pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, EvidenceError> {
     let EvidenceCommand::Verify(args) = command;
     let verified = verify(&VerifyOptions {
         summary: args.summary.clone(),

@@ -19,10 +19,10 @@ use crate::base::bounded_read::{self, ReadError};
 use crate::base::diagnostic::{Anchor, Diagnostic};
 use crate::base::error::RunError;
 use crate::base::line_index::{LineIndex, TextRange};
-use crate::commands::check::CheckReport;
 use crate::commands::single_report;
 use crate::discover;
-use crate::policy::PolicyFile;
+use crate::report::model::CheckReport;
+use crate::rules::config;
 
 mod codes;
 mod command;
@@ -46,6 +46,10 @@ pub struct VerifyOptions {
 /// Why an artifact could not be verified (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum EvidenceError {
+    /// The run failed as any would: no policy, an invalid one, a report
+    /// that cannot be written.
+    #[error(transparent)]
+    Run(#[from] RunError),
     /// The file could not be read (missing, not a regular file, too large).
     #[error("cannot read the soak artifact {}: {source}; name the summary.json the soak harness wrote", .path.display())]
     Unreadable {
@@ -94,7 +98,7 @@ pub const MAX_SAMPLES_BYTES: u64 = 256 << 20;
 /// Reads and verifies an artifact. A path that is not a regular file (a
 /// FIFO would block the open, `/dev/zero` never ends) is refused before it
 /// is opened.
-pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
+pub fn verify(options: &VerifyOptions) -> Result<Verified, EvidenceError> {
     let path = &options.summary;
     let text = bounded_read::read_text(path, MAX_SUMMARY_BYTES).map_err(|source| {
         EvidenceError::Unreadable {
@@ -107,7 +111,7 @@ pub fn verify(options: &VerifyOptions) -> Result<Verified, RunError> {
         source,
     })?;
     let located = discover::locate(&options.root, options.policy.as_deref())?;
-    let policy_file = PolicyFile::load(&located.root, Some(&located.policy))?;
+    let policy_file = config::load_policy(&located.root, Some(&located.policy))?;
     let policy_bytes =
         std::fs::read(&located.policy).map_err(|source| RunError::PolicyUnreadable {
             path: located.policy.clone(),

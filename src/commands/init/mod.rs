@@ -14,7 +14,6 @@ mod draft;
 mod found;
 mod owner;
 
-use crate::commands::generated_file::{self, GeneratedFileError};
 use std::path::{Path, PathBuf};
 
 pub(crate) use draft::scan_limit_drafts;
@@ -22,11 +21,14 @@ pub use draft::{prefix_id, PLACEHOLDER_CLASS};
 pub use found::Site;
 
 use crate::base::error::RunError;
+use crate::commands::generated_file::{self, GeneratedFileError};
+use crate::commands::outcome::{self, Outcome};
 use crate::discover::walk;
 use crate::discover::CANDIDATES;
 use crate::extract::ExtractConfig;
 use crate::policy::draft::{Draft, DraftSources};
-use crate::policy::{PolicyFile, DEFAULT_POLICY};
+use crate::policy::DEFAULT_POLICY;
+use crate::rules::config;
 use crate::scan;
 
 /// Extensions of the files `init` scans (and writes into `[sources]`).
@@ -52,6 +54,9 @@ pub const DEFAULT_DOC: &str = "docs/bounded-growth.md";
 /// Why `init` could not write a policy.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// The run failed as any would: no such tree, an unreadable file.
+    #[error(transparent)]
+    Run(#[from] RunError),
     /// The file exists, or writing it failed.
     #[error(transparent)]
     File(#[from] GeneratedFileError),
@@ -102,11 +107,18 @@ pub fn default_sources(root: &Path) -> DraftSources {
     }
 }
 
+/// `dwlint init`: writes the starter policy and says what it holds.
+pub fn run(options: &InitOptions) -> Result<Outcome, InitError> {
+    let report = init(options)?;
+    outcome::print(summary(&report).as_bytes())?;
+    Ok(Outcome::Clean)
+}
+
 /// Scans `options.root` and writes the starter policy.
-pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
+pub fn init(options: &InitOptions) -> Result<InitReport, InitError> {
     let root = options.root.as_path();
     if !root.is_dir() {
-        return Err(RunError::NoSuchPath(root.to_path_buf()));
+        return Err(RunError::NoSuchPath(root.to_path_buf()).into());
     }
     let path = options
         .policy
@@ -123,7 +135,7 @@ pub fn init(options: &InitOptions) -> Result<InitReport, RunError> {
         .find(|p| p.exists())
         .filter(|_| !options.force)
     {
-        return Err(InitError::File(GeneratedFileError::Exists(found)).into());
+        return Err(InitError::File(GeneratedFileError::Exists(found)));
     }
     let mut sources = default_sources(root);
     let survey = survey(root, &sources)?;
@@ -171,12 +183,12 @@ pub(crate) struct Survey {
 
 /// Walks and scans `root` as `check` would under `sources` (default
 /// settings), and reads the docs those sources name.
-pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, RunError> {
+pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, InitError> {
     let defaults = Draft {
         sources: sources.clone(),
         ..Draft::default()
     };
-    let policy_file = PolicyFile::from_text("(dwlint init defaults)".into(), defaults.render())?;
+    let policy_file = config::policy_from_text("(dwlint init defaults)".into(), defaults.render())?;
     let settings = policy_file.policy.settings.clone();
     let files = walk::select_files(root, &policy_file)?;
     let config = ExtractConfig {

@@ -17,17 +17,25 @@
 mod convert;
 pub mod php_array;
 
-use crate::commands::generated_file::{self, GeneratedFileError};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::base::error::RunError;
+use crate::commands::generated_file::{self, GeneratedFileError};
+use crate::commands::init::InitError;
+use crate::commands::outcome::{self, Outcome};
 use crate::inventory::config_key_matches;
 use crate::policy::draft::{Draft, DraftSources};
 
 /// Why an import failed (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// The run failed as any would: no such root.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// Surveying the tree for undeclared scan limits failed as `init`'s would.
+    #[error(transparent)]
+    Init(#[from] InitError),
     /// The PHP file could not be read.
     #[error("cannot read {}: {source}", .path.display())]
     Read {
@@ -115,7 +123,7 @@ fn render(draft: Draft) -> Result<String, ImportError> {
 /// Adds a `[scan_limits]` draft for every `*_scan_limit` key read under
 /// `root` that `draft` does not declare; returns the keys added and where
 /// each was read.
-fn draft_scan_limits(draft: &mut Draft, root: &Path) -> Result<Vec<(String, String)>, RunError> {
+fn draft_scan_limits(draft: &mut Draft, root: &Path) -> Result<Vec<(String, String)>, InitError> {
     let survey = crate::commands::init::survey(root, &draft.sources)?;
     let declared: Vec<String> = draft
         .scan_limits
@@ -177,8 +185,22 @@ pub struct ImportOptions {
     pub root: Option<PathBuf>,
 }
 
+/// `dwlint policy import`: converts the file and prints the policy (or
+/// where it went); notes on the conversion go to standard error, since
+/// standard output may be the policy itself.
+pub fn run(options: &ImportOptions) -> Result<Outcome, ImportError> {
+    let imported = import(options)?;
+    match (&imported.toml, &options.output) {
+        (Some(toml), _) => outcome::print(toml.as_bytes())?,
+        (None, Some(path)) => outcome::print(format!("wrote {}\n", path.display()).as_bytes())?,
+        (None, None) => {}
+    }
+    eprint!("{}", summary(&imported));
+    Ok(Outcome::Clean)
+}
+
 /// Converts `options.file`, with drafts for the scan limits its tree reads.
-pub fn import(options: &ImportOptions) -> Result<Imported, RunError> {
+pub fn import(options: &ImportOptions) -> Result<Imported, ImportError> {
     let limit = crate::base::bounded_read::MAX_POLICY_BYTES;
     let text = crate::base::bounded_read::read_text(&options.file, limit).map_err(|source| {
         ImportError::Read {
@@ -193,7 +215,7 @@ pub fn import(options: &ImportOptions) -> Result<Imported, RunError> {
         .clone()
         .unwrap_or_else(|| default_root(&options.file));
     if !root.is_dir() {
-        return Err(RunError::NoSuchPath(root));
+        return Err(RunError::NoSuchPath(root).into());
     }
     let drafted_scan_limits = draft_scan_limits(&mut draft, &root)?;
     let toml = render(draft)?;
@@ -206,7 +228,9 @@ pub fn import(options: &ImportOptions) -> Result<Imported, RunError> {
         return Ok(imported(Some(toml)));
     };
     if output.exists() && !options.force {
-        return Err(ImportError::File(GeneratedFileError::Exists(output.clone())).into());
+        return Err(ImportError::File(GeneratedFileError::Exists(
+            output.clone(),
+        )));
     }
     generated_file::write(output, &toml).map_err(ImportError::from)?;
     Ok(imported(None))

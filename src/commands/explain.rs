@@ -1,0 +1,42 @@
+//! `dwlint explain CODE` and `dwlint rules`: every code dwlint reports.
+//!
+//! The rules layer knows only `check`'s rules. The codes of `evidence
+//! verify` and `live` are defined with those commands and join them here,
+//! above both, so that `explain`, `rules`, the shell completions and the
+//! rule docs list every code while no rule looks up at a command.
+
+use crate::base::error::RunError;
+use crate::commands::{evidence, live};
+use crate::rules::{self, Rule};
+
+/// Every code dwlint reports: `check`'s rules, then `evidence verify`'s and
+/// `live`'s.
+pub fn every_rule() -> impl Iterator<Item = &'static Rule> {
+    rules::RULES
+        .iter()
+        .chain(evidence::rules())
+        .chain(live::rules())
+}
+
+/// What `dwlint explain CODE` prints: the rule's documentation.
+pub fn explain(code: String) -> Result<String, RunError> {
+    let rule = every_rule().find(|r| r.code == code).ok_or_else(|| {
+        let suggestion = rules::closest_code(&code).map(str::to_owned);
+        RunError::UnknownRule { code, suggestion }
+    })?;
+    Ok(rule.explanation())
+}
+
+/// What `dwlint rules` prints: each code, its default severity and summary.
+pub fn list() -> String {
+    let mut text = String::new();
+    for rule in every_rule() {
+        text.push_str(&format!(
+            "{:<30} {:<8} {}\n",
+            rule.code,
+            rule.default_severity.as_str(),
+            rule.summary()
+        ));
+    }
+    text
+}
