@@ -157,7 +157,7 @@ run_big() {
         "$big/policy/dw-bounded-growth.toml"
     # Any Rust source will do; cargo's is used when the sparse tree exists.
     seed=$sparse/rust-lang+cargo/src/workspace/features.rs
-    [ -f "$seed" ] || seed=$repo/src/scan.rs
+    [ -f "$seed" ] || seed=$repo/src/scan/mod.rs
     : >"$big/src/huge.rs"
     while [ "$(stat -c %s "$big/src/huge.rs")" -lt 209715200 ]; do
         cat "$seed" >>"$big/src/huge.rs"

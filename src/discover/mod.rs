@@ -1,3 +1,8 @@
+//! The discover layer: which files a run is about. This module finds the
+//! policy and the root; [`walk`] lists the tree's files and selects those
+//! the policy's `[sources]` name; [`changed`] says which of them changed.
+//! It uses the [`crate::policy`] and [`crate::base`] layers only.
+//!
 //! Finding the policy, and with it the root of the checked tree, when
 //! `--policy` is not given.
 //!

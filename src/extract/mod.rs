@@ -1,4 +1,6 @@
-//! Language extractors: from one file's text to the facts the rules need.
+//! The extract layer, language extractors: from one file's text to the
+//! facts the rules need. An extractor knows nothing of files on disk, the
+//! policy or the tree; it uses only [`crate::base`] (text positions).
 //!
 //! An extractor sees a single file and keeps only what the gate can use:
 //! string literals that mention the cache namespace or a scan-limit key,

@@ -1,4 +1,7 @@
-//! What the scanned tree contains, in the shape the rules ask about.
+//! The inventory layer: what the scanned tree contains, in the shape the
+//! rules ask about. It uses the [`crate::scan`] output, the
+//! [`crate::extract`] fact types and [`crate::base`]; [`normalize`] cuts
+//! cache-key literals to the prefixes a policy declares.
 //!
 //! Extractors report per-file facts; the inventory regroups them by what a
 //! rule needs: cache prefixes used in cache sources, metric sites in metric

@@ -1,6 +1,8 @@
-//! Reporters: turning a [`CheckReport`] into text for people (`human`,
-//! `short`), programs (`json`, `sarif`, `junit`) or GitHub's runner
-//! (`github`).
+//! The report layer. Reporters turn a [`CheckReport`] ([`model`]) into text
+//! for people (`human`, `short`), programs (`json`, `sarif`, `junit`) or
+//! GitHub's runner (`github`). They use the rules' metadata
+//! ([`crate::rules`]), the discover and base layers, and nothing that runs a
+//! command: whichever command filled the model, the report reads the same.
 //!
 //! Every writer streams: it formats one finding at a time straight into the
 //! writer, so a run with a hundred thousand findings never holds a second

@@ -1,3 +1,10 @@
+//! The rules layer: the rule plumbing ([`Rule`], [`Context`], the runner),
+//! the registry of `check`'s rules, and [`config`], which says which
+//! severity each runs at and which codes a policy may name. A rule reads
+//! the [`crate::inventory`] and the [`crate::policy`] (and [`crate::base`]);
+//! commands that find other things (`evidence verify`, `live`) define their
+//! codes as [`Rule::external`] above this layer, which never looks up at them.
+//!
 //! The rule registry.
 //!
 //! One file per rule. A rule file's `//!` doc comment (with `## What it

@@ -1,4 +1,7 @@
-//! Reading and extracting every selected file, in parallel.
+//! The scan layer: reading and extracting every selected file, in
+//! parallel, into the per-file facts the inventory regroups. It uses the
+//! [`crate::extract`]ors, the files [`crate::discover`] selected and
+//! [`crate::base`], nothing above.
 //!
 //! Each worker thread gets a large stack so that a pathological file cannot
 //! overflow it while being parsed, and one read buffer that it reuses for
