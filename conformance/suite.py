@@ -31,7 +31,7 @@ from durable_workflow.errors import (
     WorkflowTimedOut,
 )
 
-from workflows import ACTIVITIES, QUEUE, WORKFLOWS
+from workflows import ACTIVITIES, QUEUE, WORKFLOWS, local_runs
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
 PENDING_SIGNALS = int(os.environ.get("DW_V2_LIMIT_PENDING_SIGNALS", "10000"))
@@ -473,6 +473,20 @@ class Suite:
                 f"namespace stores {usage['used_objects']} payloads, {usage['used_bytes']} bytes"
                 + stored)
 
+    async def local_activity(self) -> str:
+        wid = new_id("local")
+        handle = await self.client.start_workflow(
+            workflow_type="local_then_timer", task_queue=QUEUE, workflow_id=wid, input=[wid]
+        )
+        result = await self.client.get_result(handle, timeout=30)
+        assert result == 42, result
+        runs = local_runs(wid)
+        assert runs == 1, f"the local activity ran {runs} times"
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        local = [e for e in history["events"] if (e.get("payload") or {}).get("execution_mode") == "local"]
+        assert [e["event_type"] for e in local] == ["ActivityScheduled", "ActivityCompleted"], local
+        return "ran once in the workflow worker, recorded as a marker, replayed after the timer"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -489,6 +503,7 @@ class Suite:
         "workflow_output_stream",
         "large_payload_through_external_storage",
         "nexus_operation",
+        "local_activity",
     ]
 
 

@@ -224,5 +224,33 @@ class Mirror:
         return {"length": len(text), "reversed": reversed_text}
 
 
-WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror]
-ACTIVITIES = [greet, flaky, noop, slow, reverse]
+_local_runs: dict[str, int] = {}
+
+
+@activity.defn(name="local_double")
+def local_double(key: str, value: int) -> int:
+    """Counts its runs per key: a local activity must run once, not on replay."""
+    with _flaky_lock:
+        _local_runs[key] = _local_runs.get(key, 0) + 1
+    return value * 2
+
+
+def local_runs(key: str) -> int:
+    with _flaky_lock:
+        return _local_runs.get(key, 0)
+
+
+@workflow.defn(name="local_then_timer")
+class LocalThenTimer:
+    """A local activity, then a timer: the timer's task replays the local
+    activity from its recorded marker instead of running it again."""
+
+    def run(self, ctx, key):
+        doubled = yield ctx.local_activity("local_double", [key, 21])
+        yield ctx.start_timer(1)
+        return doubled
+
+
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
+             LocalThenTimer]
+ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

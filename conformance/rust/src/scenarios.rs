@@ -7,11 +7,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use durable_workflow::{
     json, wait_condition, ActivityOptions, ActivityRetryPolicy, ConditionWaitResult, Error,
-    ParallelOperation, ParallelResult, Value,
+    LocalActivityOptions, ParallelOperation, ParallelResult, Value,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -44,6 +46,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("wait_signal", wait_signal),
         scenario!("wait_signal_buffered", wait_signal_buffered),
         scenario!("saga_compensations", saga_compensations),
+        scenario!("local_activity", local_activity),
         scenario!("side_effect", side_effect),
     ]
 }
@@ -410,6 +413,66 @@ async fn saga_compensations(h: Harness) -> Outcome {
                 "cancel-flight",
             ],
         || format!("activities scheduled {scheduled:?}"),
+    )
+}
+
+/// A local activity runs inline in the workflow worker (a failed first
+/// attempt retried there), is recorded as a marker, and replays from it: the
+/// sleep after it makes the workflow replay, and the activity is not run
+/// again; no activity task is ever dispatched for it.
+async fn local_activity(h: Harness) -> Outcome {
+    let queue = h.unique("local");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let mut worker = h.worker(&queue).local_activities(true);
+    worker.register_activity("local.transform", move |ctx, args: Value| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if ctx.attempt_number == 1 {
+                return Err(Error::WorkerLoop("transient".into()));
+            }
+            Ok(json!({"value": args[0], "attempt": ctx.attempt_number}))
+        }
+    });
+    worker.register_activity("remote.echo", |_ctx, args: Value| async move { Ok(args) });
+    worker.register_workflow("rust.local", |ctx, _input: Value| async move {
+        let local = ctx
+            .local_activity_with_options(
+                "local.transform",
+                LocalActivityOptions::new()
+                    .retry_policy(ActivityRetryPolicy::new(3).backoff_intervals([Duration::ZERO]))
+                    .start_to_close_timeout(Duration::from_secs(10)),
+                json!([41]),
+            )
+            .await?;
+        ctx.sleep(Duration::from_secs(1)).await?;
+        ctx.activity("remote.echo", json!([local])).await
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.local", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!([{"value": 41, "attempt": 2}]), || {
+        format!("result {result}")
+    })?;
+    check(runs.load(Ordering::SeqCst) == 2, || {
+        format!(
+            "the local activity ran {} times (2 attempts expected)",
+            runs.load(Ordering::SeqCst)
+        )
+    })?;
+    let events = h.history(&handle).await?;
+    let local: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["payload"]["execution_mode"] == "local")
+        .collect();
+    check(
+        types(&local.iter().map(|e| (*e).clone()).collect::<Vec<_>>())
+            == ["ActivityScheduled", "ActivityCompleted"]
+            && local[1]["payload"]["attempt_number"] == json!(2),
+        || format!("local activity events {local:?}"),
     )
 }
 

@@ -28,12 +28,11 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 7] = [
+const UNSUPPORTED: [&str; 6] = [
     "start_child_workflow",
     "continue_as_new",
     "upsert_memo",
     "record_version_marker",
-    "record_local_activity",
     "start_service_operation",
     "cancel_selection_operation",
 ];
@@ -54,6 +53,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
         advertised,
         [
             "schedule_activity",
+            "record_local_activity",
             "start_timer",
             "open_condition_wait",
             "open_signal_wait",

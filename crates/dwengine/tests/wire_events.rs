@@ -252,3 +252,116 @@ fn signal_waits_take_buffered_signals_oldest_first_each_once() {
     );
     assert_eq!(applied[2]["payload"]["value"]["blob"], "[3]");
 }
+
+/// `POST /api/worker/register` at protocol `version`.
+fn register(s: &TestServer, version: &str, body: Value) -> Value {
+    let response = ureq::post(&format!("{}/api/worker/register", s.base))
+        .set("x-namespace", "default")
+        .set("x-durable-workflow-protocol-version", version)
+        .send_json(body)
+        .expect("registration answers 200");
+    response.into_json().unwrap()
+}
+
+#[test]
+fn registration_acknowledges_exactly_the_asked_capabilities_it_implements() {
+    let s = server();
+    let ack = register(
+        &s,
+        "1.19",
+        json!({
+            "worker_id": "w-local", "task_queue": "q-local", "runtime": "rust",
+            "capabilities": ["condition_wait_occurrence_identity", "local_activities",
+                             "worker_sessions", "made_up"],
+            "capability_manifest": {
+                "local_activities": { "supported": true, "minimum_protocol_version": "1.18" },
+                "worker_sessions": { "supported": true },
+                "sticky_execution": { "supported": false },
+            },
+        }),
+    );
+    assert_eq!(ack["registered"], true);
+    assert_eq!(ack["worker_id"], "w-local");
+    assert_eq!(ack["namespace"], "default");
+    assert_eq!(ack["task_queue"], "q-local");
+    assert_eq!(ack["protocol_version"], "1.19");
+    assert_eq!(
+        ack["capabilities"],
+        json!(["condition_wait_occurrence_identity", "local_activities"])
+    );
+    assert_eq!(
+        ack["capability_manifest"],
+        json!({ "local_activities": { "supported": true },
+                "worker_sessions": { "supported": false } })
+    );
+    // A registration that asks for nothing is acknowledged with nothing.
+    let plain = register(&s, "1.20", json!({ "worker_id": "w2", "task_queue": "q" }));
+    assert_eq!(plain["protocol_version"], "1.20");
+    assert_eq!(plain["capabilities"], json!([]));
+    assert_eq!(plain["capability_manifest"], json!({}));
+}
+
+#[test]
+fn a_local_activity_is_recorded_as_a_marker_and_never_dispatched() {
+    let s = server();
+    let (run, task) = start(&s, "local-marker");
+    let result = json!({ "codec": "json", "blob": "42" });
+    complete(
+        &s,
+        &task,
+        json!([
+            { "type": "record_local_activity", "activity_type": "transform",
+              "arguments": { "codec": "json", "blob": "[1]" }, "execution_mode": "local",
+              "outcome": "completed", "result": result,
+              "attempts": [{ "attempt_number": 1, "outcome": "failed" },
+                           { "attempt_number": 2, "outcome": "completed" }] },
+            { "type": "record_local_activity", "activity_type": "check",
+              "arguments": { "codec": "json", "blob": "[]" }, "outcome": "failed",
+              "message": "bad input", "exception_type": "ValueError", "non_retryable": true,
+              "attempts": [{ "attempt_number": 1, "outcome": "failed" }] },
+            { "type": "start_timer", "delay_seconds": 60 },
+        ]),
+    );
+    // No activity task exists for either.
+    let (status, polled) = s.poll("activity", "default", "local-marker", "a-1", 0);
+    assert_eq!(status, 200, "{polled}");
+    assert!(polled["task"].is_null(), "{polled}");
+    let (_, described) = s.get_ns("default", "/api/workflows/local-marker");
+    assert_eq!(described["status"], "running", "{described}");
+    let events = history(&s, "local-marker", &run);
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "WorkflowStarted",
+            "ActivityScheduled",
+            "ActivityCompleted",
+            "ActivityScheduled",
+            "ActivityFailed",
+            "TimerScheduled",
+        ]
+    );
+    let (scheduled, completed) = (&events[1]["payload"], &events[2]["payload"]);
+    let (failed, timer) = (&events[4]["payload"], &events[5]["payload"]);
+    for payload in [scheduled, completed] {
+        assert_eq!(payload["sequence"], 1);
+        assert_eq!(payload["activity_type"], "transform");
+        assert_eq!(payload["execution_mode"], "local");
+        assert_eq!(payload["local_activity"], true);
+    }
+    assert_eq!(completed["result"], result);
+    assert_eq!(completed["attempt_number"], 2);
+    assert!(
+        completed.get("attempts").is_none(),
+        "attempts are counted, not copied"
+    );
+    assert_eq!(failed["sequence"], 2);
+    assert_eq!(failed["message"], "bad input");
+    assert_eq!(failed["exception_type"], "ValueError");
+    assert_eq!(failed["non_retryable"], true);
+    // The markers took workflow sequences like any command.
+    assert_eq!(timer["sequence"], 3);
+}

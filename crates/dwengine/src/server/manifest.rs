@@ -91,6 +91,7 @@ impl Engine {
                     "cooperative_cancellation": false,
                     "update_validation_tasks": false,
                     "sticky_execution": { "supported": false, "reason": "not_implemented" },
+                    "local_activities": { "supported": true, "command": "record_local_activity" },
                     "workflow_memo_updates": { "supported": false },
                     "runtime_external_payload_transport": payloads.enabled(),
                     "child_workflows": false,

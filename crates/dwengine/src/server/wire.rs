@@ -169,7 +169,25 @@ pub struct RegisterWorker {
     /// Its SDK version.
     #[serde(default)]
     pub sdk_version: Option<String>,
+    /// The capabilities it asks the server to acknowledge (names).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Its capability manifest (`local_activities`, `sticky_execution`, …:
+    /// each `{"supported": bool, …}`).
+    #[serde(default)]
+    pub capability_manifest: Value,
+    /// The worker protocol version in force (set from the request header).
+    #[serde(skip)]
+    pub protocol_version: Option<String>,
 }
+
+/// The worker capabilities this server implements, acknowledged by name
+/// when a registration asks for them.
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 2] =
+    ["condition_wait_occurrence_identity", "local_activities"];
+
+/// The capability manifest entries this server implements.
+pub const ACKNOWLEDGED_MANIFEST: [&str; 1] = ["local_activities"];
 
 /// `POST /api/worker/heartbeat`.
 #[derive(Debug, Deserialize, Default)]

@@ -191,8 +191,29 @@ impl Engine {
         }
         let pruned = self.prune_on_heartbeat(namespace)?;
         let reclaimed = self.reclaim_streams_on_heartbeat(namespace)?;
+        // Acknowledge exactly the asked capabilities this server implements.
+        let capabilities: Vec<&str> = body
+            .capabilities
+            .iter()
+            .map(String::as_str)
+            .filter(|c| wire::ACKNOWLEDGED_CAPABILITIES.contains(c))
+            .collect();
+        let mut manifest = serde_json::Map::new();
+        if let Some(asked) = body.capability_manifest.as_object() {
+            for (name, entry) in asked {
+                if entry["supported"] == true {
+                    let supported = wire::ACKNOWLEDGED_MANIFEST.contains(&name.as_str());
+                    manifest.insert(name.clone(), json!({ "supported": supported }));
+                }
+            }
+        }
+        let protocol_version = body.protocol_version.clone().unwrap_or_else(|| {
+            wire::WORKER_PROTOCOL_VERSIONS[wire::WORKER_PROTOCOL_VERSIONS.len() - 1].to_owned()
+        });
         Ok(json!({
             "worker_id": body.worker_id, "namespace": namespace, "task_queue": body.task_queue,
+            "protocol_version": protocol_version, "capabilities": capabilities,
+            "capability_manifest": manifest,
             "registered": true, "runtime": body.runtime, "sdk_version": body.sdk_version,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
@@ -760,19 +781,25 @@ impl Engine {
         let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
         let owner = body.lease_owner;
         let owner_echo = owner.clone();
-        let until = self.write(move |store| {
+        let (until, run_status) = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
             };
-            store.heartbeat_workflow_task(task, fence, lease_ms)
+            let until = store.heartbeat_workflow_task(task, fence, lease_ms)?;
+            let run = store.fenced_workflow_run(task, fence)?;
+            Ok((until, store.run(run)?.status))
         })?;
         // `renewed` with the fence echoed is what the SDK's payload
-        // observer confirms before it hydrates externally stored payloads.
+        // observer confirms before it hydrates externally stored payloads;
+        // the Rust SDK also checks the task is still leased and its run
+        // active before it runs another local activity attempt.
         Ok(json!({
             "task_id": task_id, "heartbeat_recorded": true, "renewed": true,
             "lease_owner": owner_echo, "workflow_task_attempt": attempt,
             "lease_expires_at": wire::timestamp(until),
+            "task_status": "leased", "reason": null,
+            "run_status": run_status.as_str(),
         }))
     }
 

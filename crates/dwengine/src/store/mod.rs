@@ -25,6 +25,7 @@ pub mod executor;
 pub mod external_payloads;
 pub mod history;
 pub mod import;
+pub mod local_activities;
 pub mod metrics;
 pub mod model;
 pub mod namespaces;

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
+use crate::store::local_activities::{self, LocalOutcome};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{append_event, bump, decode_map, load_head, now_ms, Pending, RunHead};
 use crate::store::signal_waits;
@@ -108,6 +109,20 @@ pub enum WorkflowCommand {
         /// Seconds an attempt may go without a heartbeat.
         #[serde(default)]
         heartbeat_timeout: Option<u64>,
+        /// Parallel group membership.
+        #[serde(flatten)]
+        group: ParallelGroup,
+    },
+    /// Record a local activity the worker ran inline (never dispatched).
+    RecordLocalActivity {
+        /// Its type.
+        activity_type: String,
+        /// Its arguments (an opaque payload envelope).
+        #[serde(default)]
+        arguments: Value,
+        /// What the worker's attempts came to.
+        #[serde(flatten)]
+        reported: LocalOutcome,
         /// Parallel group membership.
         #[serde(flatten)]
         group: ParallelGroup,
@@ -204,8 +219,9 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 10] = [
+pub const SUPPORTED_COMMANDS: [&str; 11] = [
     "schedule_activity",
+    "record_local_activity",
     "start_timer",
     "open_condition_wait",
     "open_signal_wait",
@@ -679,6 +695,20 @@ impl<'a> CommandWriter<'a> {
                 }
                 self.event(EventType::ActivityScheduled, &payload, true)?;
             }
+            WorkflowCommand::RecordLocalActivity {
+                activity_type,
+                arguments,
+                reported,
+                group,
+            } => {
+                self.check_payload(arguments)?;
+                self.check_payload(&reported.result)?;
+                let sequence = self.take_sequence();
+                let [(scheduled, marker), (terminal, outcome)] =
+                    local_activities::events(sequence, activity_type, arguments, group, reported);
+                self.event(scheduled, &marker, true)?;
+                self.event(terminal, &outcome, false)?;
+            }
             WorkflowCommand::StartTimer {
                 delay_seconds,
                 group,
@@ -1084,6 +1114,7 @@ impl WorkflowCommand {
     fn group_sequence(&self) -> Option<i64> {
         let group = match self {
             WorkflowCommand::ScheduleActivity { group, .. }
+            | WorkflowCommand::RecordLocalActivity { group, .. }
             | WorkflowCommand::StartTimer { group, .. }
             | WorkflowCommand::OpenSignalWait { group, .. } => group,
             _ => return None,
@@ -1096,6 +1127,7 @@ impl WorkflowCommand {
         matches!(
             self,
             WorkflowCommand::ScheduleActivity { .. }
+                | WorkflowCommand::RecordLocalActivity { .. }
                 | WorkflowCommand::StartTimer { .. }
                 | WorkflowCommand::RecordSideEffect { .. }
                 | WorkflowCommand::UpsertSearchAttributes { .. }

@@ -15,13 +15,13 @@ use super::{blocking, with_body, Scope, Shared};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::server::wire::PollBody;
+use crate::server::wire::{PollBody, RegisterWorker};
 use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
-        .route("/api/worker/register", scoped(Engine::register_worker))
+        .route("/api/worker/register", post(register))
         .route("/api/worker/heartbeat", scoped(Engine::worker_heartbeat))
         .route("/api/worker/registrations/{id}", delete(deregister))
         .route("/api/worker/workflow-tasks/poll", post(poll_workflow))
@@ -93,6 +93,26 @@ fn scoped<T: DeserializeOwned + Send + 'static>(
             .await
         },
     )
+}
+
+/// `POST /api/worker/register`: the acknowledgement echoes the protocol
+/// version in force (the header's, or the newest), which the SDKs check
+/// before they use a capability the registration asked for.
+async fn register(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let version = headers
+        .get(crate::server::wire::PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned());
+    with_body(engine, headers, body, move |e, mut b: RegisterWorker| {
+        b.protocol_version = version;
+        e.register_worker(&scope.namespace, b)
+    })
+    .await
 }
 
 async fn deregister(
