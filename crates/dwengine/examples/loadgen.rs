@@ -18,7 +18,7 @@
 //! hands it back) and reports the server's maximum resident set size.
 //! Request shapes come from the tests' one wire module.
 
-#[path = "../tests/support/wire.rs"]
+#[path = "../tests/engine/support/wire.rs"]
 mod wire;
 
 use std::io::Read;

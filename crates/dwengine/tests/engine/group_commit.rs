@@ -1,0 +1,134 @@
+//! The shared store: group commit for writes, a WAL read pool for reads.
+
+use crate::common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use dwengine::store::{Error, SharedStore};
+
+fn shared(dir: &tempfile::TempDir) -> SharedStore {
+    SharedStore::open(
+        Some(&dir.path().join("runs.sqlite")),
+        common::config(&[]),
+        2,
+    )
+    .unwrap()
+}
+
+#[test]
+fn concurrent_transitions_share_commits_and_each_is_answered_after_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    let threads = 32;
+    let per_thread = 10;
+    let gate = Arc::new(Barrier::new(threads));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, gate) = (store.clone(), gate.clone());
+            std::thread::spawn(move || {
+                gate.wait();
+                for i in 0..per_thread {
+                    let id = format!("wf-{t}-{i}");
+                    let run = store
+                        .write(move |s| s.start_workflow(common::start(&id), None))
+                        .unwrap()
+                        .run;
+                    // Answered only after the commit: a fresh read sees it.
+                    let found = store.read(|s| s.run(run)).unwrap();
+                    assert_eq!(found.workflow_id, format!("wf-{t}-{i}"));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let writes = (threads * per_thread) as u64;
+    let commits = store.commits();
+    assert!(
+        commits < writes,
+        "{writes} transitions took {commits} commits: none were shared"
+    );
+    let runs = store
+        .read(|s| Ok(s.find_run("default", "wf-31-9")?.is_some()))
+        .unwrap();
+    assert!(runs);
+    assert!(store.open_readers() <= 2, "the read pool stays bounded");
+}
+
+#[test]
+fn a_failing_or_panicking_transition_rolls_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    let failing = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.write(|s| {
+                s.start_workflow(common::start("doomed"), None)?;
+                Err::<(), _>(Error::Abandoned("the caller gave up".into()))
+            })
+        })
+    };
+    let panicking = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.write(|s| {
+                s.start_workflow(common::start("panicked"), None)?;
+                if s.config().busy_timeout > Duration::ZERO {
+                    panic!("a bug inside a transition");
+                }
+                Ok(())
+            })
+        })
+    };
+    let kept = store
+        .write(|s| s.start_workflow(common::start("kept"), None))
+        .unwrap();
+    assert!(matches!(failing.join().unwrap(), Err(Error::Abandoned(_))));
+    assert!(panicking.join().unwrap().is_err());
+    let found = |id: &'static str| store.read(move |s| s.find_run("default", id)).unwrap();
+    assert_eq!(found("kept"), Some(kept.run));
+    assert_eq!(found("doomed"), None);
+    assert_eq!(found("panicked"), None);
+    // The writer survived the panic.
+    store
+        .write(|s| s.start_workflow(common::start("after"), None))
+        .unwrap();
+}
+
+#[test]
+fn reads_do_not_queue_behind_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    let run = store
+        .write(|s| s.start_workflow(common::start("a"), None))
+        .unwrap()
+        .run;
+    let slow = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.write(move |s| {
+                s.cancel(run, "slow", None)?;
+                std::thread::sleep(Duration::from_millis(600));
+                Ok(())
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let began = Instant::now();
+    let described = store.read(|s| s.describe(run)).unwrap();
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_millis(300),
+        "a read waited {took:?} for the writer"
+    );
+    assert_eq!(
+        described.run.status,
+        dwengine::store::RunStatus::Running,
+        "a read sees committed state only"
+    );
+    slow.join().unwrap().unwrap();
+    let described = store.read(|s| s.describe(run)).unwrap();
+    assert_eq!(described.run.status, dwengine::store::RunStatus::Cancelled);
+}

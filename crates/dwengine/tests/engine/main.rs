@@ -1,0 +1,55 @@
+//! The engine's integration tests, in one test binary.
+//!
+//! One binary instead of one per file: each test binary links the engine
+//! and all its dependencies again (about forty links of a large crate),
+//! which cost more build time and disk on a 2-core machine than the tests
+//! take to run. Each module is one former test file; `common` (the store's
+//! set-up) and `support` (real servers on loopback) are shared. The tests
+//! of every module run as parallel threads of this one process, so none may
+//! rely on process-wide state being its own: environment variables are read,
+//! never set (a child process gets its own with `Command::env`), each Redis
+//! test leases a database of its own (`support::backends`), and a test that
+//! re-runs this binary as a child names itself by its full module path
+//! (`support::test_path`).
+
+mod common;
+mod support;
+
+mod admission;
+mod bounds;
+mod cache_counts;
+mod claim_gate;
+mod concurrency;
+mod contract;
+mod counters;
+mod crash;
+mod dispatch;
+mod durable_state_quota;
+mod evidence;
+mod external_payloads;
+mod group_commit;
+mod heartbeat_and_probe;
+mod http_archive;
+mod http_import;
+mod http_schedule_history;
+mod http_schedule_races;
+mod http_schedules;
+mod http_search_attributes;
+mod import;
+mod namespace_admission_metrics;
+mod projections;
+mod prometheus_metrics;
+mod query_tasks;
+mod server_api;
+mod server_faults;
+mod server_log;
+mod services;
+mod sigkill;
+mod streams;
+mod task_failure_metrics;
+mod tasks;
+mod timeouts;
+mod timer_cohorts;
+mod transitions;
+mod unsupported;
+mod wait_slot_processes;

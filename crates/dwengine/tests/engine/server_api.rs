@@ -1,0 +1,595 @@
+//! The wire protocol over loopback HTTP, end to end: discovery, the gate
+//! (namespace, versions, content type, auth), the control plane and the
+//! worker plane with its fences.
+
+use crate::support;
+
+use std::sync::Arc;
+
+use dwengine::cache::MemoryCache;
+use dwengine::readiness::ReadinessProbe;
+use dwengine::server::auth::{Role, Tokens};
+use serde_json::{json, Value};
+use support::TestServer;
+
+fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), tweak)
+}
+
+fn envelope(json_text: &str) -> Value {
+    json!({ "codec": "json", "blob": json_text })
+}
+
+#[test]
+fn discovery_publishes_the_manifests_and_limits_and_probes_answer() {
+    let s = server(|_| {});
+    let (status, info) = s.get("/api/cluster/info");
+    assert_eq!(status, 200);
+    assert_eq!(info["limits"]["max_payload_bytes"], 2 * 1024 * 1024);
+    assert_eq!(info["limits"]["max_pending_activities"], 2000);
+    assert_eq!(info["server_id"], "test-node");
+    assert_eq!(info["control_plane"]["version"], "2");
+    assert_eq!(
+        info["control_plane"]["request_contract"]["schema"],
+        "durable-workflow.v2.control-plane-request.contract"
+    );
+    assert_eq!(
+        info["control_plane"]["request_contract"]["operations"]["update"]["fields"]["wait_for"]
+            ["canonical_values"],
+        json!(["accepted", "completed"])
+    );
+    assert_eq!(info["worker_protocol"]["version"], "1.20");
+    assert_eq!(
+        info["worker_protocol"]["supported_versions"],
+        json!(["1.19", "1.20"])
+    );
+    assert_eq!(
+        info["worker_protocol"]["server_capabilities"]["query_tasks"],
+        true
+    );
+    assert_eq!(
+        info["auth_composition_contract"]["auth_material"]["mtls"]["status"],
+        "reserved"
+    );
+    for _ in 0..20 {
+        let (status, ready) = s.get("/api/ready");
+        assert_eq!((status, &ready["status"]), (200, &json!("ready")));
+    }
+    assert_eq!(s.keys(ReadinessProbe::PREFIX), 0);
+    let (status, health) = s.get("/api/health");
+    assert_eq!((status, &health["status"]), (200, &json!("serving")));
+    assert!(health["timestamp"].as_str().unwrap().ends_with('Z'));
+    let (status, health) = s.get("/api/system/health");
+    assert_eq!(status, 200);
+    assert_eq!(
+        health["capabilities"]["structural_limits"]["effective"]["pending_activity_count"],
+        2000
+    );
+}
+
+#[test]
+fn a_workflow_runs_through_fenced_workflow_and_activity_tasks() {
+    let s = server(|_| {});
+    let (status, ack) = s.post(
+        "/api/worker/register",
+        json!({"worker_id": "w1", "task_queue": "orders", "runtime": "python",
+               "supported_workflow_types": ["order"], "capability_manifest": {}}),
+    );
+    assert_eq!((status, &ack["registered"]), (200, &json!(true)));
+    let started = s.start_workflow("default", "order-1", "orders");
+    assert_eq!(started["status"], "running");
+    assert!(started["run_id"].is_string());
+
+    let (_, first) = s.poll("workflow", "default", "orders", "p1", 1000);
+    let task = first["task"].clone();
+    assert_eq!(task["workflow_id"], "order-1");
+    assert_eq!(task["workflow_task_attempt"], 1);
+    assert_eq!(task["history_events"][0]["event_type"], "WorkflowStarted");
+    assert_eq!(task["history_events"][0]["id"], 1);
+    assert!(task["history_events"][0]["recorded_at"].is_string());
+    assert_eq!(task["arguments"], envelope("[]"));
+
+    // A worker that does not hold the lease is fenced out.
+    let (status, body) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            task["task_id"].as_str().unwrap()
+        ),
+        json!({ "lease_owner": "intruder", "workflow_task_attempt": 1, "commands": [] }),
+    );
+    assert_eq!(
+        (status, &body["fence"]),
+        (409, &json!("lease_owner_mismatch"))
+    );
+
+    let schedule = json!([{ "type": "schedule_activity", "activity_type": "charge",
+        "arguments": envelope("[42]"),
+        "retry_policy": { "max_attempts": 2, "backoff_seconds": [0] } }]);
+    let (status, done) = s.complete(&task, schedule);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["new_events"], 1);
+
+    // The first attempt fails and is retried; the second completes.
+    let (_, attempt) = s.poll("activity", "default", "orders", "a1", 1000);
+    let activity = attempt["task"].clone();
+    assert_eq!(activity["activity_type"], "charge");
+    assert_eq!(activity["attempt_number"], 1);
+    assert_eq!(activity["arguments"], envelope("[42]"));
+    let path = |t: &Value, what: &str| {
+        format!(
+            "/api/worker/activity-tasks/{}/{what}",
+            t["task_id"].as_str().unwrap()
+        )
+    };
+    let (status, failed) = s.post(
+        &path(&activity, "fail"),
+        json!({ "activity_attempt_id": activity["activity_attempt_id"], "lease_owner": "w1",
+                "failure": { "message": "card declined", "type": "Declined" } }),
+    );
+    assert_eq!(
+        (status, &failed["outcome"]),
+        (200, &json!("retry_scheduled")),
+        "{failed}"
+    );
+    let (_, attempt) = s.poll("activity", "default", "orders", "a2", 2000);
+    let retry = attempt["task"].clone();
+    assert_eq!(retry["attempt_number"], 2);
+    let (status, stale) = s.post(
+        &path(&retry, "complete"),
+        json!({ "activity_attempt_id": activity["activity_attempt_id"], "lease_owner": "w1",
+                "result": envelope("\"ok\"") }),
+    );
+    assert_eq!(
+        (status, &stale["fence"]),
+        (409, &json!("activity_attempt_mismatch"))
+    );
+    let (status, _) = s.post(
+        &path(&retry, "complete"),
+        json!({ "activity_attempt_id": retry["activity_attempt_id"], "lease_owner": "w1",
+                "result": envelope("\"charged\"") }),
+    );
+    assert_eq!(status, 200);
+
+    let (_, second) = s.poll("workflow", "default", "orders", "p2", 1000);
+    let task = second["task"].clone();
+    let events = task["history_events"].as_array().unwrap();
+    let completed = events
+        .iter()
+        .find(|e| e["event_type"] == "ActivityCompleted")
+        .expect("the activity's result is in history");
+    assert_eq!(completed["payload"]["sequence"], 1);
+    assert_eq!(completed["payload"]["result"], envelope("\"charged\""));
+    let (status, _) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("\"done\"") }]),
+    );
+    assert_eq!(status, 200);
+    let (_, described) = s.get("/api/workflows/order-1");
+    assert_eq!(described["status"], "completed");
+    assert_eq!(described["output_envelope"], envelope("\"done\""));
+    let (status, again) = s.complete(&task, json!([]));
+    assert_eq!(
+        (status, &again["reason"]),
+        (409, &json!("stale_task_lease"))
+    );
+
+    let (status, history) = s.get(&format!(
+        "/api/workflows/order-1/runs/{}/history?page_size=2",
+        started["run_id"].as_str().unwrap()
+    ));
+    assert_eq!(status, 200);
+    assert_eq!(history["events"].as_array().unwrap().len(), 2);
+    let token = history["next_page_token"].as_str().unwrap().to_owned();
+    let (_, rest) = s.get(&format!(
+        "/api/workflows/order-1/runs/{}/history?page_size=100&next_page_token={token}",
+        started["run_id"].as_str().unwrap()
+    ));
+    assert_eq!(rest["events"][0]["id"], 3);
+    assert!(rest["next_page_token"].is_null());
+    let (status, body) = s.post("/api/workflows/order-1/terminate", json!({}));
+    assert_eq!((status, &body["reason"]), (409, &json!("run_not_active")));
+}
+
+#[test]
+fn a_repeated_poll_request_id_replays_and_never_leases_a_second_task() {
+    let s = server(|_| {});
+    s.start_workflow("ns", "a", "q");
+    s.start_workflow("ns", "b", "q");
+    let (_, first) = s.poll("workflow", "ns", "q", "same", 0);
+    let (_, repeat) = s.poll("workflow", "ns", "q", "same", 0);
+    assert_eq!(first["task"]["task_id"], repeat["task"]["task_id"]);
+    assert_eq!(repeat["replayed"], true);
+    let (_, other) = s.poll("workflow", "ns", "q", "other", 0);
+    assert_ne!(other["task"]["task_id"], first["task"]["task_id"]);
+    assert!(other["task"].is_object());
+    let (_, empty) = s.poll("workflow", "ns", "q", "third", 0);
+    assert!(empty["task"].is_null());
+}
+
+#[test]
+fn duplicate_starts_conflict_unless_the_policy_returns_the_open_run() {
+    let s = server(|_| {});
+    let first = s.start_workflow("default", "dup", "q");
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "dup", "workflow_type": "Order", "task_queue": "q" }),
+    );
+    assert_eq!(
+        (status, &body["reason"]),
+        (409, &json!("instance_already_started"))
+    );
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "dup", "workflow_type": "Order", "task_queue": "q",
+                "duplicate_policy": "use-existing" }),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body["run_id"], first["run_id"]);
+    let (status, _) = s.post("/api/workflows/dup/terminate", json!({ "reason": "done" }));
+    assert_eq!(status, 200);
+    let (_, described) = s.get("/api/workflows/dup");
+    assert_eq!(described["status"], "terminated");
+    let again = s.start_workflow("default", "dup", "q");
+    assert_ne!(
+        again["run_id"], first["run_id"],
+        "a closed id starts a new run"
+    );
+    let (_, runs) = s.get("/api/workflows/dup/runs");
+    assert_eq!(runs["run_count"], 2);
+    let (status, _) = s.post("/api/workflows/dup/cancel", json!({}));
+    assert_eq!(status, 200);
+    let (_, listed) = s.get("/api/workflows?status=cancelled");
+    assert_eq!(listed["workflows"][0]["workflow_id"], "dup");
+    let (_, listed) = s.get("/api/workflows?page_size=1");
+    assert_eq!(listed["workflows"].as_array().unwrap().len(), 1);
+    let token = listed["next_page_token"].as_str().unwrap().to_owned();
+    let (_, next) = s.get(&format!(
+        "/api/workflows?page_size=1&next_page_token={token}"
+    ));
+    assert_eq!(next["workflows"][0]["run_id"], first["run_id"]);
+}
+
+#[test]
+fn boundary_and_structural_refusals_are_machine_readable() {
+    let s = server(|c| {
+        c.request_limits.max_payload_bytes = 4096;
+        c.store.limits.pending_signal_count = 2;
+    });
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "x".repeat(200), "workflow_type": "", "task_queue": "q",
+                "execution_timeout_seconds": -5 }),
+    );
+    assert_eq!(status, 422);
+    assert_eq!(body["reason"], "validation_failed");
+    assert!(body["validation_errors"]["workflow_id"].is_array());
+    assert!(body["validation_errors"]["execution_timeout_seconds"].is_array());
+    assert_eq!(
+        body["validation_errors"]["workflow_type"][0],
+        "The workflow_type field is required."
+    );
+    let (status, body) = s.poll("workflow", "default", "q", "", 0);
+    assert_eq!(status, 422);
+    assert!(body["validation_errors"]["poll_request_id"].is_array());
+
+    let big = format!(
+        "{{\"workflow_id\":\"a\",\"input\":\"{}\"}}",
+        "x".repeat(8000)
+    );
+    let (status, body) = s.post_raw("/api/workflows", big.as_bytes());
+    assert_eq!(status, 413);
+    assert_eq!(body["reason"], "payload_too_large");
+    assert_eq!(body["limit"], 4096);
+
+    let (status, body) = s.post(
+        &format!("/api/workflows/a/signal/{}", "n".repeat(300)),
+        json!({}),
+    );
+    assert_eq!(
+        (status, &body["reason"]),
+        (422, &json!("validation_failed"))
+    );
+
+    s.start_workflow("default", "w", "q");
+    for i in 0..2 {
+        let (status, _) = s.post(
+            "/api/workflows/w/signal/go",
+            json!({ "input": envelope(&i.to_string()) }),
+        );
+        assert_eq!(status, 202);
+    }
+    let (status, body) = s.post("/api/workflows/w/signal/go", json!({}));
+    assert_eq!(status, 409);
+    assert_eq!(body["reason"], "structural_limit_exceeded");
+    assert_eq!(body["structural_limit_kind"], "pending_signal_count");
+    assert_eq!(body["structural_limit_value"], 2);
+    assert_eq!(body["structural_limit_configured"], 2);
+    let (_, described) = s.get("/api/workflows/w");
+    assert_eq!(
+        described["status"], "running",
+        "a refused signal leaves the run open"
+    );
+    let (status, body) = s.post(
+        "/api/workflows/w/update/approve",
+        json!({ "request_id": "u1" }),
+    );
+    assert_eq!(
+        (status, &body["update_status"]),
+        (200, &json!("accepted")),
+        "{body}"
+    );
+    let (status, body) = s.post("/api/workflows/missing/signal/go", json!({}));
+    assert_eq!(
+        (status, &body["reason"]),
+        (404, &json!("workflow_not_found"))
+    );
+
+    // Out-of-range command numbers are a 422 naming each field.
+    let (_, task) = s.poll("workflow", "default", "q", "range", 0);
+    let (status, body) = s.complete(
+        &task["task"],
+        json!([{ "type": "start_timer", "delay_seconds": -1 },
+               { "type": "start_child_workflow", "workflow_type": "x" },
+               { "type": "schedule_activity", "activity_type": "a", "start_to_close_timeout": 0 }]),
+    );
+    assert_eq!(status, 422, "{body}");
+    let errors = &body["validation_errors"];
+    assert!(errors["commands.0.delay_seconds"].is_array(), "{body}");
+    assert!(errors["commands.1.type"].is_array(), "{body}");
+    assert!(
+        errors["commands.2.start_to_close_timeout"].is_array(),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_fan_out_past_pending_activity_count_fails_the_run_visibly() {
+    let s = server(|c| c.store.limits.pending_activity_count = 3);
+    s.start_workflow("default", "fan", "q");
+    let (_, task) = s.poll("workflow", "default", "q", "f", 0);
+    let commands: Vec<_> = (0..5)
+        .map(|i| json!({ "type": "schedule_activity", "activity_type": "a", "arguments": envelope(&i.to_string()) }))
+        .collect();
+    let (status, done) = s.complete(&task["task"], json!(commands));
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["run_status"], "failed");
+    assert_eq!(
+        done["structural_limit"]["structural_limit_kind"],
+        "pending_activity_count"
+    );
+    let (_, described) = s.get("/api/workflows/fan");
+    assert_eq!(described["status"], "failed");
+    assert_eq!(
+        described["failures"][0]["failure_category"],
+        "structural_limit"
+    );
+    assert_eq!(
+        described["failures"][0]["structural_limit_kind"],
+        "pending_activity_count"
+    );
+    assert_eq!(
+        described["pending"]["activities"], 0,
+        "the fan-out rolled back"
+    );
+    assert_eq!(described["failure"]["structural_limit_configured"], 3);
+}
+
+#[test]
+fn the_gate_checks_namespace_versions_content_type_and_tokens() {
+    let s = server(|c| {
+        c.auth = Some(Tokens::new([
+            ("wt".to_owned(), Role::Worker),
+            ("ot".to_owned(), Role::Operator),
+            ("at".to_owned(), Role::Admin),
+        ]))
+    });
+    let call = |method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>| {
+        let mut request = ureq::request(method, &format!("{}{path}", s.base));
+        for (k, v) in headers {
+            request = request.set(k, v);
+        }
+        let result = match body {
+            Some(b) => request.send_string(b),
+            None => request.call(),
+        };
+        match result {
+            Ok(r) => (
+                r.status(),
+                r.header("x-durable-workflow-control-plane-version")
+                    .map(str::to_owned),
+                r.into_json::<Value>().unwrap_or(Value::Null),
+            ),
+            Err(ureq::Error::Status(code, r)) => {
+                (code, None, r.into_json::<Value>().unwrap_or(Value::Null))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let json_type = ("content-type", "application/json");
+    assert_eq!(
+        call("GET", "/api/health", &[], None).0,
+        200,
+        "probes need no token"
+    );
+    assert_eq!(call("GET", "/api/workflows", &[], None).0, 401);
+    assert_eq!(
+        call(
+            "GET",
+            "/api/workflows",
+            &[("authorization", "Bearer nope")],
+            None
+        )
+        .0,
+        401
+    );
+    let (status, _, body) = call(
+        "GET",
+        "/api/workflows",
+        &[("authorization", "Bearer wt")],
+        None,
+    );
+    assert_eq!((status, &body["reason"]), (403, &json!("forbidden")));
+    let (status, echoed, _) = call(
+        "GET",
+        "/api/workflows",
+        &[("authorization", "Bearer ot")],
+        None,
+    );
+    assert_eq!((status, echoed.as_deref()), (200, Some("2")));
+    let (status, _, body) = call(
+        "GET",
+        "/api/workflows",
+        &[
+            ("authorization", "Bearer ot"),
+            ("x-durable-workflow-control-plane-version", "1"),
+        ],
+        None,
+    );
+    assert_eq!((status, &body["supported_versions"]), (400, &json!(["2"])));
+    let (status, _, body) = call(
+        "POST",
+        "/api/worker/heartbeat",
+        &[
+            ("authorization", "Bearer wt"),
+            ("x-durable-workflow-protocol-version", "1.7"),
+            json_type,
+        ],
+        Some("{}"),
+    );
+    assert_eq!(
+        (status, &body["supported_versions"]),
+        (400, &json!(["1.19", "1.20"]))
+    );
+    let (status, _, body) = call(
+        "GET",
+        "/api/workflows",
+        &[("authorization", "Bearer ot"), ("x-namespace", "nowhere")],
+        None,
+    );
+    assert_eq!(
+        (status, &body["reason"]),
+        (404, &json!("namespace_not_found"))
+    );
+    let (status, _, body) = call(
+        "POST",
+        "/api/workflows",
+        &[
+            ("authorization", "Bearer ot"),
+            ("content-type", "text/plain"),
+        ],
+        Some("{}"),
+    );
+    assert_eq!(
+        (status, &body["reason"]),
+        (415, &json!("unsupported_media_type"))
+    );
+    let (status, _, _) = call(
+        "POST",
+        "/api/namespaces",
+        &[("authorization", "Bearer ot"), json_type],
+        Some(r#"{"name":"t"}"#),
+    );
+    assert_eq!(status, 403, "registering a namespace takes an admin token");
+    let (status, _, _) = call(
+        "POST",
+        "/api/namespaces",
+        &[("authorization", "Bearer at"), json_type],
+        Some(r#"{"name":"t"}"#),
+    );
+    assert_eq!(status, 201);
+    let (status, _, _) = call(
+        "GET",
+        "/api/workflows",
+        &[("authorization", "Bearer ot"), ("x-namespace", "t")],
+        None,
+    );
+    assert_eq!(status, 200);
+    let (status, _, _) = call(
+        "GET",
+        "/api/cluster/info",
+        &[("authorization", "Bearer wt")],
+        None,
+    );
+    assert_eq!(status, 200, "discovery takes any role");
+    let (status, _, body) = call(
+        "GET",
+        "/api/workflows",
+        &[("authorization", "Bearer ot"), ("host", "evil.example")],
+        None,
+    );
+    assert_eq!(
+        (status, &body["reason"]),
+        (200, &Value::Null),
+        "no host list on a test config"
+    );
+}
+
+#[test]
+fn a_long_poll_is_woken_by_new_work() {
+    let s = server(|_| {});
+    s.namespace("ns");
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        let poller = scope.spawn(|| s.poll("workflow", "ns", "late", "lp", 10_000));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        s.start_workflow("ns", "late-1", "late");
+        let (status, answer) = poller.join().unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(answer["task"]["workflow_id"], "late-1");
+    });
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn the_binary_refuses_to_start_without_a_server_id_or_tokens() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dwserver"))
+        .env_remove("DW_SERVER_ID")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DW_SERVER_ID is required"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dwserver"))
+        .env("DW_SERVER_ID", "n")
+        .env_remove("DW_AUTH")
+        .env_remove("DW_AUTH_ADMIN_TOKENS")
+        .env_remove("DW_AUTH_OPERATOR_TOKENS")
+        .env_remove("DW_AUTH_WORKER_TOKENS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DW_AUTH_WORKER_TOKENS"));
+}
+
+#[test]
+fn the_binary_keeps_its_store_in_the_data_directory_not_the_working_tree() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().unwrap();
+    let work_tree = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dwserver"))
+        .current_dir(work_tree.path())
+        .env("DW_SERVER_ID", "node-data-dir")
+        .env("DW_AUTH", "none")
+        .env("DW_BIND", "127.0.0.1:0")
+        .env("HOME", home.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("DW_DATA_DIR")
+        .env_remove("DW_DATABASE_PATH")
+        .env_remove("DW_REDIS_URL")
+        .env("DW_POLLING_CACHE_PATH", home.path().join("polling"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("listening on "), "{line:?}");
+    assert!(home
+        .path()
+        .join(".local/share/dwserver/dwserver.sqlite")
+        .is_file());
+    let left: Vec<_> = std::fs::read_dir(work_tree.path()).unwrap().collect();
+    assert!(left.is_empty(), "the working tree got {left:?}");
+}

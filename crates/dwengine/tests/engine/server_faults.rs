@@ -1,0 +1,322 @@
+//! The server under hostile repeats, vanished workers and large histories.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dwengine::cache::{hash_dimensions, MemoryCache};
+use dwengine::poll_requests::WorkflowTaskPollRequestStore;
+use dwengine::registry::IdleWorkerSweep;
+use dwengine::store::HistoryPageLimit;
+use serde_json::json;
+use support::{wire, TestServer};
+
+fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), tweak)
+}
+
+#[test]
+fn a_repeat_of_a_running_poll_needs_a_wait_slot_like_any_wait() {
+    let s = Arc::new(server(|c| {
+        c.wait_caps.global = 1;
+        c.wait_caps.per_namespace = 1;
+    }));
+    s.namespace("ns");
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    let (status, body) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500));
+    assert_eq!(
+        (status, &body["reason"]),
+        (429, &json!("long_poll_capacity")),
+        "the repeat waited without a slot: {body}"
+    );
+    assert!(began.elapsed() < Duration::from_millis(1000));
+    assert_eq!(first.join().unwrap().0, 200);
+}
+
+#[test]
+fn the_replay_key_holds_a_task_reference_never_the_task() {
+    let s = server(|_| {});
+    s.start_workflow("ns", "big", "q");
+    for i in 0..20 {
+        let (status, _) = s.send(&wire::signal(
+            "ns",
+            "big",
+            "blob",
+            json!("x".repeat(50_000)),
+            &format!("s{i}"),
+        ));
+        assert_eq!(status, 202);
+    }
+    let (_, first) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
+    let task = wire::polled_task(&first).expect("a task");
+    assert!(task["history_events"].to_string().len() > 1_000_000);
+    let key = format!(
+        "{}result:{}",
+        WorkflowTaskPollRequestStore::PREFIX,
+        hash_dimensions(&["ns", "q", "p"])
+    );
+    let stored = s.cache.get(&key).unwrap().expect("a replay key");
+    assert!(
+        stored.len() <= 32,
+        "the replay key holds {} bytes",
+        stored.len()
+    );
+    let (_, replay) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["task"]["task_id"], task["task_id"]);
+    assert_eq!(replay["task"]["history_events"], task["history_events"]);
+}
+
+fn schedule_one_activity(s: &TestServer) -> serde_json::Value {
+    s.start_workflow("ns", "wf", "q");
+    let (_, polled) = s.send(&wire::poll("workflow", "ns", "q", "w", "p1", 0));
+    let task = wire::polled_task(&polled).expect("a workflow task");
+    let (status, body) = s.send(&wire::complete_workflow(task, false));
+    assert_eq!(status, 200, "{body}");
+    let (_, polled) = s.send(&wire::poll("activity", "ns", "q", "w", "a1", 0));
+    wire::polled_task(&polled)
+        .expect("an activity task")
+        .clone()
+}
+
+#[test]
+fn a_vanished_activity_worker_s_task_comes_back_after_its_lease() {
+    let s = server(|c| c.task_lease = Duration::from_millis(300));
+    let leased = schedule_one_activity(&s);
+    let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w", "a2", 0));
+    assert!(wire::polled_task(&none).is_none(), "still leased");
+    std::thread::sleep(Duration::from_millis(400));
+    let (_, again) = s.send(&wire::poll("activity", "ns", "q", "w2", "a3", 0));
+    let again = wire::polled_task(&again).expect("the expired lease came back");
+    assert_eq!(
+        (wire::task_id(again), again["attempt_number"].as_i64()),
+        (wire::task_id(&leased), Some(2))
+    );
+    let (status, stale) = s.send(&wire::complete_activity(&leased));
+    assert_eq!(
+        (status, &stale["reason"]),
+        (409, &json!("stale_task_lease")),
+        "the first holder lost its lease"
+    );
+    let (status, _) = s.send(&wire::complete_activity(again));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn heartbeats_keep_an_activity_lease() {
+    let s = server(|c| c.task_lease = Duration::from_millis(300));
+    let leased = schedule_one_activity(&s);
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(100));
+        let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w2", "a2", 0));
+    assert!(wire::polled_task(&none).is_none(), "the heartbeats kept it");
+    let (status, _) = s.send(&wire::complete_activity(&leased));
+    assert_eq!(status, 200);
+    let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+    assert_eq!((status, &body["reason"]), (409, &json!("stale_task_lease")));
+}
+
+#[test]
+fn a_poll_carries_one_history_page_and_the_rest_is_paged() {
+    let s = server(|c| {
+        c.store.history_page = HistoryPageLimit {
+            max_events: 3,
+            max_bytes: 1 << 20,
+        }
+    });
+    s.start_workflow("ns", "wf", "q");
+    for i in 0..5 {
+        s.send(&wire::signal("ns", "wf", "go", json!(i), &format!("s{i}")));
+    }
+    let (_, polled) = s.send(&wire::poll("workflow", "ns", "q", "w", "p", 0));
+    let task = wire::polled_task(&polled).unwrap();
+    assert_eq!(task["history_events"].as_array().unwrap().len(), 3);
+    assert_eq!(task["total_history_events"], 6);
+    let token = wire::next_history(task).expect("more history");
+    let (status, page) = s.send(&wire::history_page(task, &token));
+    assert_eq!(status, 200, "{page}");
+    let sequences: Vec<_> = page["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, vec![4, 5, 6], "numbered from 1");
+    assert!(page["next_history_page_token"].is_null());
+}
+
+#[test]
+fn start_and_cancel_retries_converge_to_one_outcome() {
+    let s = server(|_| {});
+    s.namespace("ns");
+    let (_, first) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
+    let (status, retry) = s.send(&wire::start("ns", "wf", "q", Some("req-1")));
+    assert_eq!(status, 200, "{retry}");
+    assert_eq!(retry["run_id"], first["run_id"]);
+    assert_eq!(retry["duplicate"], true);
+    for i in 0..50 {
+        let (status, body) = s.send(&wire::stop("ns", "wf", false, &format!("c{}", i % 2)));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["duplicate"], i > 0);
+    }
+    let (_, described) = s.send(&wire::describe("ns", "wf"));
+    assert_eq!(
+        described["history_length"], 2,
+        "the start and one cancellation"
+    );
+    assert_eq!(described["status"], "cancelled");
+    let (status, body) = s.send(&wire::stop("ns", "wf", true, "t1"));
+    assert_eq!(
+        (status, &body["reason"]),
+        (409, &json!("run_not_active")),
+        "a cancelled run cannot be terminated"
+    );
+    s.send(&wire::start("ns", "wf2", "q", None));
+    let (status, _) = s.send(&wire::stop("ns", "wf2", true, "t1"));
+    assert_eq!(status, 200);
+    let (status, again) = s.send(&wire::stop("ns", "wf2", true, "t1"));
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)));
+    let (status, other) = s.send(&wire::stop("ns", "wf2", true, "t2"));
+    assert_eq!((status, &other["reason"]), (409, &json!("run_not_active")));
+}
+
+#[test]
+fn heartbeats_sweep_idle_worker_registrations_a_bounded_batch_at_a_time() {
+    let s = server(|c| {
+        c.worker_sweep = IdleWorkerSweep {
+            idle_worker_prune_scan_limit: 5,
+            idle_after: Duration::from_millis(200),
+        }
+    });
+    s.namespace("ns");
+    for i in 0..20 {
+        s.send(&wire::register("ns", &format!("w{i}"), "q"));
+    }
+    let workers = || {
+        s.running
+            .engine()
+            .shared_store()
+            .read(|store| store.worker_count())
+            .unwrap()
+    };
+    assert_eq!(workers(), 20);
+    std::thread::sleep(Duration::from_millis(300));
+    s.send(&wire::register("ns", "live", "q"));
+    assert_eq!(workers(), 16, "20 idle - 5 swept + the live one");
+    for _ in 0..3 {
+        s.send(&wire::register("ns", "live", "q"));
+    }
+    assert_eq!(workers(), 1);
+}
+
+#[test]
+fn a_run_s_unprocessed_payload_bytes_have_a_budget() {
+    let s = server(|c| c.store.max_pending_payload_bytes = 5_000);
+    s.start_workflow("ns", "wf", "q");
+    let blob = json!("x".repeat(3_000));
+    let (status, _) = s.send(&wire::signal("ns", "wf", "blob", blob.clone(), "s1"));
+    assert_eq!(status, 202);
+    let (status, body) = s.send(&wire::signal("ns", "wf", "blob", blob, "s2"));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "pending_payload_bytes_exceeded");
+    assert_eq!(body["limit"], 5_000);
+    assert_eq!(body["pending_bytes"], 3_002);
+}
+
+#[test]
+fn unknown_workers_create_poll_keys_only_within_their_budget() {
+    let s = server(|c| c.unknown_worker_poll_keys = 3);
+    s.namespace("ns");
+    let families = [
+        WorkflowTaskPollRequestStore::PREFIX,
+        dwengine::diagnostics::WorkerPollDiagnostics::PREFIX,
+    ];
+    let keys = || families.iter().map(|f| s.keys(f)).sum::<usize>();
+    for i in 0..20 {
+        let poll = wire::poll(
+            "workflow",
+            "ns",
+            &format!("q{i}"),
+            "stranger",
+            &format!("p{i}"),
+            0,
+        );
+        assert_eq!(s.send(&poll).0, 200);
+    }
+    assert_eq!(keys(), 6, "3 replay keys and 3 diagnostics, then none");
+    s.send(&wire::register("ns", "known", "q"));
+    for i in 0..5 {
+        let poll = wire::poll("workflow", "ns", "q", "known", &format!("k{i}"), 0);
+        assert_eq!(s.send(&poll).0, 200);
+    }
+    assert_eq!(
+        keys(),
+        6 + 5 + 1,
+        "a registered worker's polls keep their keys"
+    );
+    // Served without keys, a leased task still replays through the store.
+    s.start_workflow("ns", "wf", "q");
+    let (_, first) = s.send(&wire::poll("workflow", "ns", "q", "stranger", "x", 0));
+    let (_, repeat) = s.send(&wire::poll("workflow", "ns", "q", "stranger", "x", 0));
+    assert_eq!(
+        wire::task_id(wire::polled_task(&first).unwrap()),
+        wire::task_id(wire::polled_task(&repeat).unwrap())
+    );
+}
+
+#[test]
+fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
+    let s = Arc::new(server(|c| {
+        c.wait_caps.global = 4;
+        c.wait_caps.per_namespace = 4;
+    }));
+    s.namespace("ns");
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    let repeats: Vec<_> = (0..100)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let asked = Instant::now();
+                let (status, _) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000));
+                (status, asked.elapsed())
+            })
+        })
+        .collect();
+    // The rest of the server stays responsive meanwhile.
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    assert_eq!(s.get("/api/system/health").0, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    let answers: Vec<_> = repeats.into_iter().map(|r| r.join().unwrap()).collect();
+    let waited = answers.iter().filter(|(status, _)| *status == 200).count();
+    let refused = answers.iter().filter(|(status, _)| *status == 429).count();
+    assert_eq!(waited + refused, 100);
+    assert!(
+        waited <= 3,
+        "{waited} repeats waited beside the first poll's slot"
+    );
+    assert!(answers
+        .iter()
+        .filter(|(status, _)| *status == 429)
+        .all(|(_, took)| *took < Duration::from_secs(2)));
+    assert_eq!(first.join().unwrap().0, 200);
+    assert!(began.elapsed() < Duration::from_secs(10));
+}

@@ -1,0 +1,375 @@
+//! Starts real servers on loopback and talks to them over HTTP.
+//!
+//! Each bound test runs on the in-process cache and, when
+//! `DW_TEST_REDIS_URL` is set, again on that Redis, each test in a Redis
+//! database it leases for itself (see [`backends`]) so tests running in
+//! parallel threads never flush or count each other's keys. A set but
+//! unreachable URL fails the test: CI sets it, so Redis must run there.
+#![allow(dead_code)]
+
+pub mod wire;
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use dwengine::cache::{Cache, CacheError, MemoryCache, RedisCache};
+use dwengine::server::{Engine, Running, ServerConfig};
+use serde_json::Value;
+
+/// A running server, its engine's cache, and its temp storage.
+pub struct TestServer {
+    pub running: Running,
+    pub base: String,
+    pub cache: Arc<dyn Cache>,
+    pub dir: tempfile::TempDir,
+    agent: ureq::Agent,
+}
+
+/// A config for a test node bound to a free loopback port.
+pub fn config(dir: &std::path::Path) -> ServerConfig {
+    let mut config = ServerConfig::for_node("test-node", dir.to_owned());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+impl TestServer {
+    /// Serves a node configured by `tweak` on `cache`.
+    pub fn start(cache: Arc<dyn Cache>, tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        tweak(&mut config);
+        let engine = Engine::with_cache(config, cache.clone()).expect("engine starts");
+        let running = Running::start(engine).expect("server binds");
+        let base = format!("http://{}", running.addr());
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        TestServer {
+            running,
+            base,
+            cache,
+            dir,
+            agent,
+        }
+    }
+
+    /// `POST path` with a JSON body: (status, JSON answer).
+    pub fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_ns("default", path, body)
+    }
+
+    /// `POST path` in namespace `ns` (the `X-Namespace` header).
+    pub fn post_ns(&self, ns: &str, path: &str, body: Value) -> (u16, Value) {
+        answer(
+            self.agent
+                .post(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
+                .send_json(body),
+        )
+    }
+
+    /// `POST path` in namespace `ns`, also returning response header `header`.
+    pub fn post_ns_header(
+        &self,
+        ns: &str,
+        path: &str,
+        body: Value,
+        header: &str,
+    ) -> (u16, Value, Option<String>) {
+        let response = match self
+            .agent
+            .post(&format!("{}{path}", self.base))
+            .set("x-namespace", ns)
+            .send_json(body)
+        {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let value = response.header(header).map(str::to_owned);
+        let status = response.status();
+        (status, response.into_json().unwrap_or(Value::Null), value)
+    }
+
+    /// `POST path` with raw bytes.
+    pub fn post_raw(&self, path: &str, body: &[u8]) -> (u16, Value) {
+        answer(
+            self.agent
+                .post(&format!("{}{path}", self.base))
+                .set("content-type", "application/json")
+                .send_bytes(body),
+        )
+    }
+
+    /// Sends one request built by [`wire`].
+    pub fn send(&self, request: &wire::Request) -> (u16, Value) {
+        let ns = request.namespace.as_deref().unwrap_or("default");
+        match &request.body {
+            Some(body) => self.post_ns(ns, &request.path, body.clone()),
+            None => self.get_ns(ns, &request.path),
+        }
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.get_ns("default", path)
+    }
+
+    /// `GET path` in namespace `ns`.
+    pub fn get_ns(&self, ns: &str, path: &str) -> (u16, Value) {
+        answer(
+            self.agent
+                .get(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
+                .call(),
+        )
+    }
+
+    /// `DELETE path` in namespace `ns`.
+    pub fn delete_ns(&self, ns: &str, path: &str) -> (u16, Value) {
+        answer(
+            self.agent
+                .delete(&format!("{}{path}", self.base))
+                .set("x-namespace", ns)
+                .call(),
+        )
+    }
+
+    /// `PUT path` with a JSON body in namespace `default`.
+    pub fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        answer(
+            self.agent
+                .put(&format!("{}{path}", self.base))
+                .set("x-namespace", "default")
+                .send_json(body),
+        )
+    }
+
+    /// `GET path` read as text: (status, content type, body).
+    pub fn get_text(&self, path: &str) -> (u16, String, String) {
+        let response = match self.agent.get(&format!("{}{path}", self.base)).call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let status = response.status();
+        let content_type = response.header("content-type").unwrap_or("").to_owned();
+        (status, content_type, response.into_string().unwrap())
+    }
+
+    /// Live keys under `prefix`, by scanning the backend.
+    pub fn keys(&self, prefix: &str) -> usize {
+        self.cache.count_prefix(prefix).unwrap()
+    }
+
+    /// Registers namespace `ns` (a no-op when it exists).
+    pub fn namespace(&self, ns: &str) {
+        let (status, body) = self.post("/api/namespaces", serde_json::json!({ "name": ns }));
+        assert!(status == 200 || status == 201, "{status}: {body}");
+    }
+
+    /// Starts a workflow (registering its namespace); panics unless the
+    /// server accepted it.
+    pub fn start_workflow(&self, ns: &str, workflow_id: &str, queue: &str) -> Value {
+        if ns != "default" {
+            self.namespace(ns);
+        }
+        let (status, body) = self.post_ns(
+            ns,
+            "/api/workflows",
+            serde_json::json!({
+                "workflow_id": workflow_id, "workflow_type": "Order", "task_queue": queue,
+                "input": { "codec": "json", "blob": "[]" },
+            }),
+        );
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
+    /// One poll of `kind` (`workflow`, `activity` or `query`) by worker `w1`.
+    pub fn poll(
+        &self,
+        kind: &str,
+        ns: &str,
+        queue: &str,
+        poll_id: &str,
+        timeout_ms: u64,
+    ) -> (u16, Value) {
+        self.post_ns(
+            ns,
+            &format!("/api/worker/{kind}-tasks/poll"),
+            serde_json::json!({
+                "task_queue": queue, "worker_id": "w1",
+                "poll_request_id": poll_id, "timeout_seconds": timeout_ms as f64 / 1000.0,
+            }),
+        )
+    }
+
+    /// Completes workflow task `task` (as leased to `w1`) with `commands`.
+    pub fn complete(&self, task: &Value, commands: Value) -> (u16, Value) {
+        self.post_ns(
+            task["namespace"].as_str().unwrap_or("default"),
+            &format!(
+                "/api/worker/workflow-tasks/{}/complete",
+                task["task_id"].as_str().unwrap()
+            ),
+            serde_json::json!({
+                "lease_owner": task["lease_owner"], "commands": commands,
+                "workflow_task_attempt": task["workflow_task_attempt"],
+            }),
+        )
+    }
+}
+
+fn answer(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    match result {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+/// The backends a bound test runs on: memory always, and a Redis database
+/// leased for this test alone (flushed first) when `DW_TEST_REDIS_URL` is
+/// set. The lease ends when the test drops its last handle on the cache.
+pub fn backends() -> Vec<(&'static str, Arc<dyn Cache>)> {
+    let mut backends: Vec<(&'static str, Arc<dyn Cache>)> = vec![("memory", memory_cache())];
+    match std::env::var("DW_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => backends.push(("redis", Arc::new(LeasedRedis::lease(&url)))),
+        _ => skipped_redis_notice(),
+    }
+    backends
+}
+
+/// The in-process cache alone, for a test that is not a bound proof.
+pub fn memory_cache() -> Arc<dyn Cache> {
+    Arc::new(MemoryCache::default())
+}
+
+/// Redis's default number of logical databases (`databases 16`).
+const REDIS_DATABASES: u8 = 16;
+
+/// Which Redis databases a test of this process holds, one bit each: the
+/// tests run as threads of one binary, and two tests sharing a database
+/// would flush and count each other's keys.
+static LEASED: Mutex<u16> = Mutex::new(0);
+static RELEASED: Condvar = Condvar::new();
+
+/// A Redis database held by one test, released when dropped.
+struct LeasedRedis {
+    cache: RedisCache,
+    _lease: Release,
+}
+
+impl LeasedRedis {
+    /// Waits for a free database (16 tests at once hold them all), flushes
+    /// it and connects. A set but unusable URL fails the test: CI sets it,
+    /// so Redis must run there.
+    fn lease(url: &str) -> LeasedRedis {
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        let mut leased = LEASED.lock().unwrap_or_else(|e| e.into_inner());
+        let db = loop {
+            if let Some(db) = (0..REDIS_DATABASES).find(|db| *leased & (1 << db) == 0) {
+                *leased |= 1 << db;
+                break db;
+            }
+            let now = std::time::Instant::now();
+            assert!(
+                now < deadline,
+                "no Redis database came free in 600 s: {REDIS_DATABASES} tests hold one each"
+            );
+            leased = RELEASED
+                .wait_timeout(leased, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(leased);
+        // Held before connecting, so a failed connection still releases `db`.
+        let lease = Release(db);
+        let url = format!("{}/{db}", url.trim_end_matches('/'));
+        let cache = RedisCache::connect(&url)
+            .unwrap_or_else(|e| panic!("DW_TEST_REDIS_URL is set but {url} is unusable: {e}"));
+        cache.purge_prefix("").expect("flush the test database");
+        LeasedRedis {
+            cache,
+            _lease: lease,
+        }
+    }
+}
+
+/// Gives database `.0` back to the pool.
+struct Release(u8);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let mut leased = LEASED.lock().unwrap_or_else(|e| e.into_inner());
+        *leased &= !(1 << self.0);
+        RELEASED.notify_all();
+    }
+}
+
+impl Cache for LeasedRedis {
+    fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
+        self.cache.put(key, value, ttl)
+    }
+    fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        self.cache.add(key, value, ttl)
+    }
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
+        self.cache.get(key)
+    }
+    fn forget(&self, key: &str) -> Result<bool, CacheError> {
+        self.cache.forget(key)
+    }
+    fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
+        self.cache.increment(key, ttl)
+    }
+    fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
+        self.cache.count_prefix(prefix)
+    }
+    fn count_family(&self, prefix: &str) -> Result<usize, CacheError> {
+        self.cache.count_family(prefix)
+    }
+    fn backend(&self) -> &'static str {
+        self.cache.backend()
+    }
+}
+
+/// The name libtest knows test `name` of module `module_path` by
+/// (`module_path!()`, whose first segment is this binary's crate), for a
+/// test that re-runs this binary as a child with `--exact`.
+pub fn test_path(module_path: &str, name: &str) -> String {
+    let within = module_path.split_once("::").map_or("", |(_, rest)| rest);
+    if within.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{within}::{name}")
+    }
+}
+
+/// What `cargo test` prints when the Redis variants do not run.
+pub const REDIS_SKIPPED: &str = "NOTICE: DW_TEST_REDIS_URL is not set: the Redis variants of the engine's bound tests were SKIPPED (only the in-process cache ran); `.ci/run` starts redis-server and sets it";
+
+/// Says once per test binary, where a person sees it, that the Redis
+/// variants were skipped. libtest captures `eprintln!` (shown only for a
+/// failing test), so the notice goes to the standard error stream itself.
+fn skipped_redis_notice() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "\n{REDIS_SKIPPED}\n");
+    });
+}
+
+/// Waits until `condition` holds, up to `limit`.
+pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
