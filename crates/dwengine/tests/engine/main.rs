@@ -51,5 +51,7 @@ mod tasks;
 mod timeouts;
 mod timer_cohorts;
 mod transitions;
+mod ui;
 mod unsupported;
 mod wait_slot_processes;
+mod wire_events;

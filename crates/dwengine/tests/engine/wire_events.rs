@@ -7,7 +7,7 @@
 //! or after the wait opened. (The Rust SDK suite, conformance/run-rust,
 //! drives the same paths through the SDK itself.)
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

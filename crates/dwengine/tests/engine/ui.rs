@@ -5,7 +5,7 @@
 //! behind the operator role and a CSRF token, the operations page's charts,
 //! and the setting that turns the console off.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
