@@ -355,6 +355,7 @@ fn a_run_page_shows_limits_timeline_failures_and_pending_activities() {
         "<td class=\"kind\">pending_activity_count</td>",
         "<td class=\"bound\">5</td>",
         "id=\"failure\"",
+        "WorkflowFailed · structural_limit: pending_activity_count",
     ] {
         assert!(
             fan.body.contains(needle),

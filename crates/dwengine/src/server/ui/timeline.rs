@@ -92,6 +92,29 @@ pub struct Marker {
     pub event_type: String,
     /// When (Unix ms).
     pub at_ms: i64,
+    /// A failure's details: category, and for a structural limit its kind,
+    /// current value and configured bound.
+    pub detail: Option<String>,
+}
+
+/// `structural_limit: pending_activity_count 20 / 20`, or the category and
+/// message of another failure.
+fn failure_detail(payload: &Value) -> Option<String> {
+    let text = |k: &str| payload.get(k).and_then(key_text);
+    let category = text("failure_category");
+    match (text("structural_limit_kind"), category) {
+        (Some(kind), category) => Some(format!(
+            "{}: {kind} {} / {}",
+            category.unwrap_or_else(|| "structural_limit".into()),
+            text("structural_limit_value").unwrap_or_else(|| "?".into()),
+            text("structural_limit_configured").unwrap_or_else(|| "?".into()),
+        )),
+        (None, Some(category)) => Some(match text("message") {
+            Some(message) => format!("{category}: {}", truncate(&message, 80)),
+            None => category,
+        }),
+        (None, None) => text("message").map(|m| truncate(&m, 80)),
+    }
 }
 
 /// The spans and markers of one history page.
@@ -202,6 +225,7 @@ pub fn spans(events: &[Value]) -> Timeline {
                 event: id,
                 event_type: event_type.to_owned(),
                 at_ms: at,
+                detail: failure_detail(payload),
             });
         }
     }
@@ -226,7 +250,7 @@ pub fn render(timeline: &Timeline) -> Markup {
     };
     let spread = (end - start).max(1) as f64;
     let x = |ms: i64| LABEL_WIDTH + (ms - start) as f64 / spread * (WIDTH - LABEL_WIDTH - 10.0);
-    let rows = timeline.spans.len().max(1);
+    let rows = timeline.spans.len() + timeline.markers.len();
     let height = (rows as f64 + 2.0) * ROW;
     html! {
         svg.timeline xmlns="http://www.w3.org/2000/svg" width="100%" viewBox=(format!("0 0 {WIDTH} {height}")) role="img" aria-label="run timeline" {
@@ -250,10 +274,14 @@ pub fn render(timeline: &Timeline) -> Markup {
                     rect x=(x0) y=(y) width=(w) height=(ROW - 6.0) rx="2" {}
                 }
             }
-            @for marker in &timeline.markers {
+            @for (row, marker) in timeline.markers.iter().enumerate() {
                 @let mx = x(marker.at_ms);
-                g id=(format!("event-{}", marker.event)) {
-                    title { (marker.event_type) " (event " (marker.event) ")" }
+                @let label_y = (timeline.spans.len() + row) as f64 * ROW + 15.0;
+                g.marker id=(format!("event-{}", marker.event)) {
+                    title { (marker.event_type) " (event " (marker.event) ")"
+                        @if let Some(detail) = &marker.detail { ": " (detail) } }
+                    text.marker-label x="4" y=(label_y) { (marker.event_type)
+                        @if let Some(detail) = &marker.detail { " · " (detail) } }
                     @if marker.event_type == "WorkflowCompleted" {
                         line x1=(mx) y1="0" x2=(mx) y2=(height - ROW) stroke="#2f855a" stroke-width="2" {}
                     } @else {
@@ -325,7 +353,14 @@ mod tests {
                 "SignalReceived",
                 json!({ "signal_id": "1", "name": "go" }),
             ),
-            event(9, 6_500, "WorkflowFailed", json!({})),
+            event(
+                9,
+                6_500,
+                "WorkflowFailed",
+                json!({ "failure_category": "structural_limit",
+                "structural_limit_kind": "pending_activity_count", "structural_limit_value": 20,
+                "structural_limit_configured": 20 }),
+            ),
         ];
         let t = spans(&events);
         assert_eq!(t.window, Some((1_000, 6_500)));
@@ -354,6 +389,10 @@ mod tests {
             ]
         );
         assert_eq!(t.markers.len(), 1);
+        assert_eq!(
+            t.markers[0].detail.as_deref(),
+            Some("structural_limit: pending_activity_count 20 / 20")
+        );
         let svg = render(&t).into_string();
         assert!(svg.contains("id=\"event-2\"") && svg.contains("id=\"event-9\""));
         assert!(
@@ -361,5 +400,6 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("span activity failed"));
+        assert!(svg.contains("WorkflowFailed · structural_limit: pending_activity_count 20 / 20"));
     }
 }
