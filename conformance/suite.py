@@ -487,6 +487,18 @@ class Suite:
         assert [e["event_type"] for e in local] == ["ActivityScheduled", "ActivityCompleted"], local
         return "ran once in the workflow worker, recorded as a marker, replayed after the timer"
 
+    async def version_marker(self) -> str:
+        wid = new_id("versioned")
+        handle = await self.client.start_workflow(
+            workflow_type="versioned", task_queue=QUEUE, workflow_id=wid
+        )
+        result = await self.client.get_result(handle, timeout=30)
+        assert result == {"version": 2, "patched": True}, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        markers = [e["payload"] for e in history["events"] if e["event_type"] == "VersionMarkerRecorded"]
+        assert [(m["change_id"], m["version"]) for m in markers] == [("new-pricing", 2), ("fix-rounding", 1)], markers
+        return f"result {result}; markers {[(m['change_id'], m['version']) for m in markers]}"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -504,6 +516,7 @@ class Suite:
         "large_payload_through_external_storage",
         "nexus_operation",
         "local_activity",
+        "version_marker",
     ]
 
 

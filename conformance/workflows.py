@@ -251,6 +251,18 @@ class LocalThenTimer:
         return doubled
 
 
+@workflow.defn(name="versioned")
+class Versioned:
+    """get_version and patched record their decisions; the activity's task
+    replays them from VersionMarkerRecorded."""
+
+    def run(self, ctx):
+        version = yield ctx.get_version("new-pricing", -1, 2)
+        patched = yield ctx.patched("fix-rounding")
+        yield ctx.schedule_activity("noop", [1])
+        return {"version": version, "patched": patched}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer]
+             LocalThenTimer, Versioned]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

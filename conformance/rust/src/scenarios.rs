@@ -48,6 +48,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("saga_compensations", saga_compensations),
         scenario!("local_activity", local_activity),
         scenario!("side_effect", side_effect),
+        scenario!("version_marker", version_marker),
     ]
 }
 
@@ -493,4 +494,44 @@ async fn side_effect(h: Harness) -> Outcome {
         .map_err(|e| format!("start: {e}"))?;
     let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
     check(result == json!(4242), || format!("result {result}"))
+}
+
+/// `get_version` and `patched` record their decisions once; the replay after
+/// the activity reads them back instead of choosing again.
+async fn version_marker(h: Harness) -> Outcome {
+    let queue = h.unique("version");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("noop", |_ctx, _args: Value| async move { Ok(json!(null)) });
+    worker.register_workflow("rust.version", |ctx, _input: Value| async move {
+        let version = ctx.get_version("new-pricing", -1, 2)?;
+        let patched = ctx.patched("fix-rounding")?;
+        ctx.activity("noop", json!([])).await?;
+        // The same change id again is the same decision, not a new marker.
+        let again = ctx.get_version("new-pricing", -1, 2)?;
+        Ok(json!({"version": version, "patched": patched, "again": again}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.version", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result == json!({"version": 2, "patched": true, "again": 2}),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let markers: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "VersionMarkerRecorded")
+        .map(|e| &e["payload"])
+        .collect();
+    check(
+        markers.len() == 2
+            && markers[0]["change_id"] == "new-pricing"
+            && markers[0]["version"] == 2
+            && markers[1]["change_id"] == "fix-rounding"
+            && markers[1]["version"] == 1,
+        || format!("markers {markers:?}"),
+    )
 }

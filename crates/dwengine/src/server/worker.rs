@@ -1083,9 +1083,13 @@ fn parse_commands(
             );
         }
         let before = checks.problems.len();
+        if kind == "record_version_marker" {
+            check_version_marker(&mut checks, command, &field);
+        }
         for (name, value) in [
             ("activity_type", command.get("activity_type")),
             ("update_id", command.get("update_id")),
+            ("change_id", command.get("change_id")),
         ] {
             if let Some(Value::String(text)) = value {
                 if text.chars().count() > dwpolicy::boundary::MAX_NAME_CHARS {
@@ -1115,6 +1119,35 @@ fn parse_commands(
     } else {
         Err(validation(checks).into())
     }
+}
+
+/// A version marker's change id is a non-empty name and its version lies
+/// within `min_supported ..= max_supported` (32-bit integers, as both SDKs
+/// read them back).
+fn check_version_marker(checks: &mut Checks, command: &Value, field: &impl Fn(&str) -> String) {
+    if command["change_id"]
+        .as_str()
+        .is_none_or(|id| id.trim().is_empty())
+    {
+        checks.problem(
+            &field("change_id"),
+            "The change_id must be a non-empty string.",
+        );
+    }
+    let problem = match (
+        number_of(command, "min_supported"),
+        number_of(command, "version"),
+        number_of(command, "max_supported"),
+    ) {
+        (Some(min), Some(version), Some(max)) if min <= version && version <= max => return,
+        (Some(_), Some(_), Some(_)) => "The version must lie within min_supported..=max_supported.",
+        _ => "version, min_supported and max_supported must be 32-bit integers.",
+    };
+    checks.problem(&field("version"), problem);
+}
+
+fn number_of(command: &Value, name: &str) -> Option<i32> {
+    command[name].as_i64().and_then(|n| i32::try_from(n).ok())
 }
 
 /// What a replay key holds: which task the poll leased, if any (a few

@@ -150,10 +150,12 @@ pub enum EventType {
     SignalWaitOpened,
     /// A signal was applied to the workflow's open signal wait.
     SignalApplied,
+    /// Command: a version marker (`get_version` / `patched`) was recorded.
+    VersionMarkerRecorded,
 }
 
 impl EventType {
-    const ALL: [EventType; 32] = [
+    const ALL: [EventType; 33] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -186,6 +188,7 @@ impl EventType {
         EventType::WorkflowTaskFailed,
         EventType::SignalWaitOpened,
         EventType::SignalApplied,
+        EventType::VersionMarkerRecorded,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -223,6 +226,7 @@ impl EventType {
             EventType::WorkflowTaskFailed => "WorkflowTaskFailed",
             EventType::SignalWaitOpened => "SignalWaitOpened",
             EventType::SignalApplied => "SignalApplied",
+            EventType::VersionMarkerRecorded => "VersionMarkerRecorded",
         }
     }
 

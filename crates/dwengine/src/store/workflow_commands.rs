@@ -159,6 +159,18 @@ pub enum WorkflowCommand {
         #[serde(flatten)]
         group: ParallelGroup,
     },
+    /// Record the version a workflow chose for a change (`get_version`,
+    /// `patched`); replay answers the call from it.
+    RecordVersionMarker {
+        /// The change's stable id.
+        change_id: String,
+        /// The version chosen.
+        version: i32,
+        /// The oldest version the code still supports.
+        min_supported: i32,
+        /// The newest version the code supports.
+        max_supported: i32,
+    },
     /// Record a side effect's value.
     RecordSideEffect {
         /// The value (an opaque payload).
@@ -219,12 +231,13 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 11] = [
+pub const SUPPORTED_COMMANDS: [&str; 12] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
     "open_condition_wait",
     "open_signal_wait",
+    "record_version_marker",
     "record_side_effect",
     "upsert_search_attributes",
     "complete_workflow",
@@ -825,6 +838,22 @@ impl<'a> CommandWriter<'a> {
                     self.follow_up = true;
                 }
             }
+            WorkflowCommand::RecordVersionMarker {
+                change_id,
+                version,
+                min_supported,
+                max_supported,
+            } => {
+                let sequence = self.take_sequence();
+                let payload = json!({
+                    "sequence": sequence,
+                    "change_id": change_id,
+                    "version": version,
+                    "min_supported": min_supported,
+                    "max_supported": max_supported,
+                });
+                self.event(EventType::VersionMarkerRecorded, &payload, true)?;
+            }
             WorkflowCommand::RecordSideEffect {
                 result,
                 workflow_stream,
@@ -1130,6 +1159,7 @@ impl WorkflowCommand {
                 | WorkflowCommand::RecordLocalActivity { .. }
                 | WorkflowCommand::StartTimer { .. }
                 | WorkflowCommand::RecordSideEffect { .. }
+                | WorkflowCommand::RecordVersionMarker { .. }
                 | WorkflowCommand::UpsertSearchAttributes { .. }
         )
     }

@@ -28,11 +28,10 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 6] = [
+const UNSUPPORTED: [&str; 5] = [
     "start_child_workflow",
     "continue_as_new",
     "upsert_memo",
-    "record_version_marker",
     "start_service_operation",
     "cancel_selection_operation",
 ];
@@ -57,6 +56,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "start_timer",
             "open_condition_wait",
             "open_signal_wait",
+            "record_version_marker",
             "record_side_effect",
             "upsert_search_attributes",
             "complete_workflow",

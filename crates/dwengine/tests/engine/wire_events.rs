@@ -365,3 +365,39 @@ fn a_local_activity_is_recorded_as_a_marker_and_never_dispatched() {
     // The markers took workflow sequences like any command.
     assert_eq!(timer["sequence"], 3);
 }
+
+#[test]
+fn a_version_marker_is_recorded_at_its_sequence_and_a_bad_range_is_refused() {
+    let s = server();
+    let (run, task) = start(&s, "version-marker");
+    let (status, refused) = s.complete(
+        &task,
+        json!([{ "type": "record_version_marker", "change_id": "fix-1",
+                 "version": 3, "min_supported": -1, "max_supported": 2 }]),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["validation_errors"]["commands.0.version"].is_array(),
+        "{refused}"
+    );
+    complete(
+        &s,
+        &task,
+        json!([
+            { "type": "record_version_marker", "change_id": "fix-1",
+              "version": 2, "min_supported": -1, "max_supported": 2 },
+            { "type": "start_timer", "delay_seconds": 60 },
+        ]),
+    );
+    let events = history(&s, "version-marker", &run);
+    let marker = &of_type(&events, "VersionMarkerRecorded")[0]["payload"];
+    assert_eq!(
+        *marker,
+        json!({ "sequence": 1, "change_id": "fix-1", "version": 2,
+                "min_supported": -1, "max_supported": 2 })
+    );
+    assert_eq!(
+        of_type(&events, "TimerScheduled")[0]["payload"]["sequence"],
+        2
+    );
+}
