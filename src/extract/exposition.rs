@@ -41,21 +41,64 @@ pub(crate) fn for_each_metric_site(value: &str, prefix: &str, mut each: impl FnM
         return;
     }
     let bytes = value.as_bytes();
+    let mut lines = LineHeads::default();
     let mut from = 0;
     while let Some(found) = find_bytes(&bytes[from..], prefix.as_bytes()) {
         let start = from + found;
-        let mut end = start + prefix.len();
-        while end < bytes.len() && is_name_byte(bytes[end]) {
-            end += 1;
-        }
+        let body = start + prefix.len();
+        // The boundary and the first name byte are checked before the name
+        // is measured: a word of many mid-word prefixes (`adw_adw_…`) once
+        // measured the rest of the word at each of them, quadratic.
         let boundary = start == 0 || !is_word_byte(bytes[start - 1]);
-        if !boundary || end == start + prefix.len() {
+        if !boundary || !bytes.get(body).is_some_and(|b| is_name_byte(*b)) {
             // A prefix can overlap itself ("dw_dw_x"), so only step one char.
             from = start + value[start..].chars().next().map_or(1, char::len_utf8);
             continue;
         }
+        let mut end = body;
+        while end < bytes.len() && is_name_byte(bytes[end]) {
+            end += 1;
+        }
         from = end;
-        each(classify(value, start, end));
+        let head = lines.head_at(value, start);
+        each(classify(value, head, start, end));
+    }
+}
+
+/// Where the line holding a site starts, and its first non-blank byte,
+/// found by looking back only over the bytes since the previous site (the
+/// sites come in order): looking back to the line start at every site was
+/// quadratic on a long line of them.
+#[derive(Default)]
+struct LineHeads {
+    /// How far the value has been looked through.
+    seen: usize,
+    /// The start of the line holding `seen`.
+    line_start: usize,
+    /// The first byte on that line that is not a space or tab, once seen.
+    first_non_blank: Option<usize>,
+}
+
+impl LineHeads {
+    /// The offset of the first non-blank byte on `at`'s line, or `at`
+    /// itself when only blanks come before it.
+    fn head_at(&mut self, value: &str, at: usize) -> usize {
+        let bytes = value.as_bytes();
+        let fresh = &bytes[self.seen..at];
+        if let Some(newline) = memchr::memrchr(b'\n', fresh) {
+            self.line_start = self.seen + newline + 1;
+            self.first_non_blank = None;
+        }
+        if self.first_non_blank.is_none() {
+            let from = self.line_start.max(self.seen);
+            let blanks = &value[from..at];
+            self.first_non_blank = blanks
+                .char_indices()
+                .find(|(_, c)| !c.is_whitespace())
+                .map(|(n, _)| from + n);
+        }
+        self.seen = at;
+        self.first_non_blank.unwrap_or(at)
     }
 }
 
@@ -99,9 +142,10 @@ pub fn full_name(namespace: &str, subsystem: &str, name: &str) -> Option<String>
     Some(parts.join("_"))
 }
 
-fn classify(value: &str, start: usize, end: usize) -> ValueMetric {
-    let line_start = value[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line_head = value[line_start..start].trim_start();
+/// What the site `value[start..end]` is, given `head`, the first non-blank
+/// byte of its line (or `start` when only blanks come before it).
+fn classify(value: &str, head: usize, start: usize, end: usize) -> ValueMetric {
+    let line_head = &value[head..start];
     let mention = ValueMetric {
         name: start..end,
         labels: None,
@@ -240,7 +284,10 @@ mod tests {
                 continue;
             }
             from = end;
-            out.push(classify(value, start, end));
+            // The line head found the way classify once found it itself.
+            let line_start = value[..start].rfind('\n').map_or(0, |i| i + 1);
+            let head = start - value[line_start..start].trim_start().len();
+            out.push(classify(value, head, start, end));
         }
         out
     }

@@ -217,7 +217,7 @@ fn map_keys<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
     for j in open + 1..close {
         if let (Tok::Str(key), Some(b':')) = (&toks[j], toks.get(j + 1).and_then(|t| t.punct(text)))
         {
-            keys.push(key);
+            keys.push(&**key);
         }
     }
     Some(keys)
@@ -238,7 +238,7 @@ fn string_slice<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
     let mut out = Vec::new();
     for tok in &toks[4..] {
         match tok {
-            Tok::Str(s) => out.push(s),
+            Tok::Str(s) => out.push(&**s),
             _ if tok.punct(text) == Some(b',') => {}
             _ if tok.punct(text) == Some(b'}') => return Some(out),
             _ => return None,

@@ -11,7 +11,7 @@
 //! functions, as `pkg.mod.Class` and `pkg.mod:Class`.
 
 use super::strings::{line_end, scan_body, Escapes, Interp, Quote};
-use super::tokens::{interpolation_toks, into_facts, lex, push_string, Join, Lexer, Tok};
+use super::tokens::{interpolation_toks, into_facts, lex, push_string, Context, Join, Lexer, Tok};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one Python file at `rel`.
@@ -119,7 +119,7 @@ fn tok_start(tok: &Tok) -> usize {
 /// Top-level classes and functions; every literal gets the one it is in.
 fn declarations(text: &str, toks: &mut [Tok], module: &str) -> Vec<String> {
     let mut items = vec![module.to_owned()];
-    let mut context: Option<String> = None;
+    let mut context: Option<Context> = None;
     let mut statement_start = true;
     for i in 0..toks.len() {
         let real = !matches!(toks[i], Tok::Newline(_));
@@ -134,7 +134,7 @@ fn declarations(text: &str, toks: &mut [Tok], module: &str) -> Vec<String> {
             if let (Some("class" | "def"), Some(name)) = (keyword, name) {
                 items.push(format!("{module}.{name}"));
                 items.push(format!("{module}:{name}"));
-                context = Some(format!("{module}.{name}"));
+                context = Some(format!("{module}.{name}").into());
             }
         }
         statement_start = !real;
@@ -187,7 +187,13 @@ fn drop_docstrings(text: &str, toks: &mut Vec<Tok>) {
         i = end;
         start = end;
     }
-    for at in docstrings.into_iter().rev() {
-        toks.remove(at);
-    }
+    // One pass, not a `remove` per docstring: each of those moved the rest
+    // of the tokens, quadratic in a file of many functions.
+    let mut docstrings = docstrings.into_iter().peekable();
+    let mut at = 0;
+    toks.retain(|_| {
+        let drop = docstrings.next_if_eq(&at).is_some();
+        at += 1;
+        !drop
+    });
 }

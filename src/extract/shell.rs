@@ -83,7 +83,7 @@ impl Lexer for ShLexer {
                 Some(self.heredoc_header(text, i))
             }
             c if is_meta(c) => None,
-            _ => Some(word(text, i, toks)),
+            _ => Some(word(text, i, toks, 0)),
         }
     }
 }
@@ -163,9 +163,17 @@ impl ShLexer {
     }
 }
 
+/// How deeply defaults inside defaults (`${A:-${B:-…}}`) are read as
+/// literals of their own. Each level copies the text it holds, so without a
+/// cap a file of nested expansions cost time and memory quadratic in its
+/// size (93 KB took 1.5 GB); past the cap the inner text is still part of
+/// the enclosing literal.
+const MAX_DEFAULT_DEPTH: usize = super::tokens::MAX_INTERPOLATION_DEPTH;
+
 /// One shell word at `i`: quoted and unquoted pieces joined. Pushes the word
-/// and, before it, the default of each `${VAR:-default}` in it.
-fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
+/// and, before it, the default of each `${VAR:-default}` in it; `depth` is
+/// how many defaults this word sits in.
+fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
     let b = text.as_bytes();
     let mut value = Value::default();
     let mut kind = LiteralKind::Bare;
@@ -183,7 +191,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
                 let close = skip_balanced(b, at + 1, b.len());
                 let inner = at + 2..close.saturating_sub(1).max(at + 2);
                 if b[at + 1] == b'{' {
-                    expansion_default(text, inner, toks);
+                    expansion_default(text, inner, toks, depth);
                 } else {
                     interpolations.push(inner);
                 }
@@ -212,7 +220,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
         };
         let body = scan_body(text, at + 1, &quote);
         if quote.interp == Interp::Dollar {
-            quoted_defaults(text, at + 1..body.end, toks);
+            quoted_defaults(text, at + 1..body.end, toks, depth);
         }
         if body.interpolated {
             kind = LiteralKind::Interpolated;
@@ -224,32 +232,36 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
         at = body.end;
     }
     let end = at.max(i + 1).min(b.len());
-    toks.push(Tok::Str(StrTok {
+    toks.push(Tok::Str(Box::new(StrTok {
         span: i..end,
         value,
         kind,
         context: None,
         interpolations,
-    }));
+    })));
     end
 }
 
 /// The defaults of the `${VAR:-default}` expansions in a double-quoted
 /// string's source `range`.
-fn quoted_defaults(text: &str, range: std::ops::Range<usize>, toks: &mut Vec<Tok>) {
+fn quoted_defaults(text: &str, range: std::ops::Range<usize>, toks: &mut Vec<Tok>, depth: usize) {
     let b = text.as_bytes();
     let mut at = range.start;
     while let Some(n) = memchr::memmem::find(&b[at..range.end], b"${") {
         let open = at + n;
         let close = skip_balanced(b, open + 1, range.end);
-        expansion_default(text, open + 2..close.saturating_sub(1).max(open + 2), toks);
+        let inner = open + 2..close.saturating_sub(1).max(open + 2);
+        expansion_default(text, inner, toks, depth);
         at = close.max(open + 2);
     }
 }
 
 /// `NAME:-default`, `NAME-default`, `NAME:=default`, `NAME=default` inside
-/// `${…}`: the default is a literal too.
-fn expansion_default(text: &str, inner: std::ops::Range<usize>, toks: &mut Vec<Tok>) {
+/// `${…}`: the default is a literal too, down to [`MAX_DEFAULT_DEPTH`].
+fn expansion_default(text: &str, inner: std::ops::Range<usize>, toks: &mut Vec<Tok>, depth: usize) {
+    if depth >= MAX_DEFAULT_DEPTH {
+        return;
+    }
     let Some(inner_text) = text.get(inner.clone()) else {
         return;
     };
@@ -266,7 +278,7 @@ fn expansion_default(text: &str, inner: std::ops::Range<usize>, toks: &mut Vec<T
     };
     let start = inner.start + name_len + op.len();
     if start < inner.end {
-        word(&text[..inner.end], start, toks);
+        word(&text[..inner.end], start, toks, depth + 1);
     }
 }
 

@@ -15,9 +15,14 @@ use super::strings::{is_ident_byte, Value};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// One lexeme of a non-Rust file; comments are already gone.
+///
+/// A file is held as a vector of these, one every few bytes, so a token is
+/// kept small: a string's decoded value and positions sit behind a box
+/// (strings are a few in a hundred tokens), and the rest are offsets. Fat
+/// tokens inline made a file cost about 40 times its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Tok {
-    Str(StrTok),
+    Str(Box<StrTok>),
     /// An identifier, keyword, number or variable (`$id` in PHP).
     Word(Range<usize>),
     /// One byte of punctuation, at this offset.
@@ -33,11 +38,15 @@ pub(crate) struct StrTok {
     pub span: Range<usize>,
     pub value: Value,
     pub kind: LiteralKind,
-    /// The enclosing named declaration, once known.
-    pub context: Option<String>,
+    /// The enclosing named declaration, once known (shared by every
+    /// literal in it).
+    pub context: Option<Context>,
     /// The code inside the literal's interpolations (`${…}`, `{…}`).
     pub interpolations: Vec<Range<usize>>,
 }
+
+/// The name of a declaration literals sit in.
+pub(crate) type Context = std::rc::Rc<str>;
 
 impl Tok {
     /// The byte that this token is, if it is that punctuation.
@@ -148,14 +157,14 @@ fn feed(collector: &mut Collector<'_>, text: &str, toks: &[Tok], join: Join) {
 #[derive(Debug, Default)]
 pub(crate) struct Scopes {
     depth: usize,
-    open: Vec<(usize, String)>,
-    pending: Option<String>,
+    open: Vec<(usize, Context)>,
+    pending: Option<Context>,
 }
 
 impl Scopes {
     /// A declaration whose body is the next `{` (unless a `;` comes first).
     pub fn declare(&mut self, name: String) {
-        self.pending = Some(name);
+        self.pending = Some(name.into());
     }
 
     /// Updates the nesting for punctuation `p`.
@@ -180,7 +189,12 @@ impl Scopes {
 
     /// The innermost open declaration.
     pub fn current(&self) -> Option<&str> {
-        self.open.last().map(|(_, name)| name.as_str())
+        self.open.last().map(|(_, name)| &**name)
+    }
+
+    /// The innermost open declaration, shared.
+    fn current_shared(&self) -> Option<Context> {
+        self.open.last().map(|(_, name)| name.clone())
     }
 }
 
@@ -201,9 +215,8 @@ pub(crate) fn assign_contexts(
         if let Some(p) = toks[i].punct(text) {
             scopes.punct(p);
         }
-        let current = scopes.current().map(str::to_owned);
         if let Tok::Str(s) = &mut toks[i] {
-            s.context = current;
+            s.context = scopes.current_shared();
         }
     }
 }
@@ -292,13 +305,13 @@ pub(crate) fn push_string(
         kind
     };
     let end = body.end;
-    toks.push(Tok::Str(StrTok {
+    toks.push(Tok::Str(Box::new(StrTok {
         span: start..end,
         value: body.value,
         kind,
         context: None,
         interpolations: body.interpolations,
-    }));
+    })));
     end
 }
 

@@ -249,13 +249,13 @@ fn scalar(text: &str, at: usize, end: usize, column: usize, limit: usize) -> (Op
         return (None, end);
     }
     let tok = |span: Range<usize>, value: Value, kind| {
-        Some(Tok::Str(StrTok {
+        Some(Tok::Str(Box::new(StrTok {
             span,
             value,
             kind,
             context: None,
             interpolations: Vec::new(),
-        }))
+        })))
     };
     match b[start] {
         b'"' | b'\'' => {

@@ -153,12 +153,23 @@ impl Prefilter {
 
 /// A leftmost-first automaton over `words`: unlike an overlapping or
 /// standard search it can use the vectorised (Teddy) skip-ahead.
+///
+/// The DFA the crate picks for a few short words is built by following
+/// failure links state by state, time quadratic in a word's length (one
+/// owner of 80,000 characters took 14 s of CPU); past
+/// [`LONGEST_DFA_WORD`] the contiguous NFA, built in linear time, is used.
 fn automaton(words: &[&str]) -> Option<AhoCorasick> {
-    AhoCorasick::builder()
-        .match_kind(aho_corasick::MatchKind::LeftmostFirst)
-        .build(words)
-        .ok()
+    let mut builder = AhoCorasick::builder();
+    builder.match_kind(aho_corasick::MatchKind::LeftmostFirst);
+    if words.iter().any(|w| w.len() > LONGEST_DFA_WORD) {
+        builder.kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA));
+    }
+    builder.build(words).ok()
 }
+
+/// The longest word an automaton may be built as a DFA for (owner names,
+/// the last segment of a type path, are far shorter).
+const LONGEST_DFA_WORD: usize = 256;
 
 /// Whether a name may start at `start`: not after a name byte, unless an
 /// escape (`\n`, `\x20`, `\040`) may end right before it.
