@@ -235,7 +235,7 @@ fn a_policy_owner_of_one_long_segment() {
         std::hint::black_box(loaded.is_ok());
     });
     let prefilter = |name: &str| {
-        let built = dwlint::prefilter::Prefilter::new(&config(), &[name.to_owned()]);
+        let built = dwlint::scan::prefilter::Prefilter::new(&config(), &[name.to_owned()]);
         std::hint::black_box(built.is_some());
     };
     let what = "the prefilter of an owner name `xxx…`";
