@@ -936,6 +936,7 @@ fn complete(
             activity_queues: Vec::new(),
             workflow_task_queued: queued,
             structural_limit: None,
+            warnings: Vec::new(),
         });
     }
     store.complete_workflow_task(task, fence, commands)

@@ -10,7 +10,7 @@
 //! the executor does for in-process workflow code. Completion is fenced: only
 //! the worker holding the lease, on the attempt it was given, can complete.
 
-use dwpolicy::{LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
+use dwpolicy::{ApproachingLimit, LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -269,6 +269,9 @@ pub struct WorkflowTaskCompletion {
     pub workflow_task_queued: bool,
     /// The structural limit that failed the run, if one did.
     pub structural_limit: Option<StructuralLimitExceeded>,
+    /// The approaching-limit warnings the task wrote, at most one per kind.
+    #[serde(skip)]
+    pub warnings: Vec<ApproachingLimit>,
 }
 
 impl Store {
@@ -292,6 +295,7 @@ impl Store {
                 activity_queues: Vec::new(),
                 workflow_task_queued: false,
                 structural_limit: None,
+                warnings: Vec::new(),
             });
         }
         let streams = self.config.streams;
@@ -307,7 +311,7 @@ impl Store {
             }
             Err(e) => return Err(e),
         }
-        let (new_events, activity_queues, follow_up) = writer.finish();
+        let (new_events, activity_queues, follow_up, warnings) = writer.finish();
         process_seen_signals(&tx, run, watermark)?;
         end_task(&tx, task_id)?;
         let run_status = load_head(&tx, run)?.status;
@@ -323,6 +327,7 @@ impl Store {
             activity_queues,
             workflow_task_queued,
             structural_limit: None,
+            warnings,
         })
     }
 
@@ -429,6 +434,7 @@ impl Store {
             activity_queues: Vec::new(),
             workflow_task_queued: false,
             structural_limit: Some(exceeded),
+            warnings: Vec::new(),
         })
     }
 }
@@ -527,6 +533,8 @@ struct CommandWriter<'a> {
     activity_queues: Vec<String>,
     follow_up: bool,
     open_wait: Option<OpenWait>,
+    /// The approaching-limit warnings this task wrote, one per kind.
+    warnings: Vec<ApproachingLimit>,
 }
 
 impl<'a> CommandWriter<'a> {
@@ -560,11 +568,17 @@ impl<'a> CommandWriter<'a> {
             activity_queues: Vec::new(),
             follow_up: false,
             open_wait,
+            warnings: Vec::new(),
         })
     }
 
-    fn finish(self) -> (u64, Vec<String>, bool) {
-        (self.new_events, self.activity_queues, self.follow_up)
+    fn finish(self) -> (u64, Vec<String>, bool, Vec<ApproachingLimit>) {
+        (
+            self.new_events,
+            self.activity_queues,
+            self.follow_up,
+            self.warnings,
+        )
     }
 
     fn apply_all(&mut self, commands: &[WorkflowCommand]) -> Result<(), Error> {
@@ -586,8 +600,20 @@ impl<'a> CommandWriter<'a> {
             .iter()
             .filter(|c| c.group_sequence().is_none_or(|seq| seq >= recorded))
             .collect();
-        let leaves = fresh.iter().filter(|c| c.creates_item()).count();
-        self.check(LimitKind::CommandBatchSize, leaves as u64)?;
+        // `command_batch_size` bounds the leaf operations of one `all()`
+        // group (its outermost group, nested groups included), checked for
+        // every group before any of its members is written; commands outside
+        // a group are not a batch.
+        let mut groups: Vec<(&str, u64)> = Vec::new();
+        for id in fresh.iter().filter_map(|c| c.outer_group_id()) {
+            match groups.iter_mut().find(|(group, _)| *group == id) {
+                Some((_, leaves)) => *leaves += 1,
+                None => groups.push((id, 1)),
+            }
+        }
+        for (_, leaves) in groups {
+            self.check(LimitKind::CommandBatchSize, leaves)?;
+        }
         for command in fresh {
             // One executor iteration per command: the events this task has
             // written must stay under `history_transaction_size`.
@@ -1036,7 +1062,7 @@ impl<'a> CommandWriter<'a> {
         Ok(())
     }
 
-    fn check_pending(&self, pending: Pending) -> Result<(), Error> {
+    fn check_pending(&mut self, pending: Pending) -> Result<(), Error> {
         self.check(pending.limit_kind(), pending.get(&self.head.pending))
     }
 
@@ -1099,14 +1125,20 @@ impl<'a> CommandWriter<'a> {
         )
     }
 
-    fn check(&self, kind: LimitKind, value: u64) -> Result<(), Error> {
+    /// Checks `value` against the limit of `kind`; past the warning
+    /// threshold, the first check of each kind in this task writes the
+    /// warning (one per kind per workflow task, however many items pass it).
+    fn check(&mut self, kind: LimitKind, value: u64) -> Result<(), Error> {
         let run = RunRef {
             workflow_run_id: &self.run_label,
             workflow_type: &self.head.workflow_type,
         };
         match self.limits.check(kind, value, &run) {
             Ok(Some(warning)) => {
-                warning.emit();
+                if !self.warnings.iter().any(|w| w.limit_kind == kind) {
+                    warning.emit();
+                    self.warnings.push(warning);
+                }
                 Ok(())
             }
             Ok(None) => Ok(()),
@@ -1139,29 +1171,32 @@ impl WorkflowCommand {
         }
     }
 
-    /// A parallel group member's own sequence (the group's base plus its index).
-    fn group_sequence(&self) -> Option<i64> {
-        let group = match self {
+    /// The parallel group metadata of a command that can be a group member.
+    fn group(&self) -> Option<&ParallelGroup> {
+        match self {
             WorkflowCommand::ScheduleActivity { group, .. }
             | WorkflowCommand::RecordLocalActivity { group, .. }
             | WorkflowCommand::StartTimer { group, .. }
-            | WorkflowCommand::OpenSignalWait { group, .. } => group,
-            _ => return None,
-        };
+            | WorkflowCommand::OpenSignalWait { group, .. } => Some(group),
+            _ => None,
+        }
+    }
+
+    /// A parallel group member's own sequence (the group's base plus its index).
+    fn group_sequence(&self) -> Option<i64> {
+        let group = self.group()?;
         Some(group.parallel_group_base_sequence? + group.parallel_group_index?)
     }
 
-    /// Whether the command creates a pending item or a recorded step.
-    fn creates_item(&self) -> bool {
-        matches!(
-            self,
-            WorkflowCommand::ScheduleActivity { .. }
-                | WorkflowCommand::RecordLocalActivity { .. }
-                | WorkflowCommand::StartTimer { .. }
-                | WorkflowCommand::RecordSideEffect { .. }
-                | WorkflowCommand::RecordVersionMarker { .. }
-                | WorkflowCommand::UpsertSearchAttributes { .. }
-        )
+    /// The id of the outermost `all()` group the command is a leaf of: the
+    /// first entry of its group path, or its own group without one.
+    fn outer_group_id(&self) -> Option<&str> {
+        let group = self.group()?;
+        group
+            .parallel_group_path
+            .as_ref()
+            .and_then(|path| path.get(0)?.get("parallel_group_id")?.as_str())
+            .or(group.parallel_group_id.as_deref())
     }
 }
 

@@ -19,6 +19,7 @@ mod admission;
 mod bounds;
 mod cache_counts;
 mod claim_gate;
+mod command_batches;
 mod concurrency;
 mod contract;
 mod counters;

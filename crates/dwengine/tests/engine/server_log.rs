@@ -114,7 +114,20 @@ impl LoggingServer {
         let mut complete = wire::complete_workflow(&task, false);
         let body = complete.body.as_mut().unwrap();
         let one = body["commands"][0].clone();
-        body["commands"] = Value::Array(vec![one; leaves]);
+        // One `all()` group of `leaves` members, as the SDK sends a fan-out:
+        // `command_batch_size` counts the leaves of one group.
+        let members = (0..leaves)
+            .map(|index| {
+                let mut member = one.clone();
+                member["parallel_group_id"] = format!("activity:1:{leaves}").into();
+                member["parallel_group_kind"] = "activity".into();
+                member["parallel_group_base_sequence"] = 1.into();
+                member["parallel_group_size"] = leaves.into();
+                member["parallel_group_index"] = index.into();
+                member
+            })
+            .collect();
+        body["commands"] = Value::Array(members);
         let (status, answer) = self.send(&complete);
         (run_id, status, answer)
     }
