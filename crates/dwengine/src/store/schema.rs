@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0021_service_call_retention.sql"),
     include_str!("migrations/0022_namespace_durable_counts.sql"),
     include_str!("migrations/0023_signal_waits.sql"),
+    include_str!("migrations/0024_runs_by_namespace.sql"),
 ];
 
 /// The schema version this engine writes.
