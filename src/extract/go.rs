@@ -103,8 +103,8 @@ fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
 }
 
 fn at_line_start(text: &str, tok: &Tok) -> bool {
-    let Tok::Word(range) = tok else { return false };
-    text[..range.start]
+    let Tok::Word(span) = tok else { return false };
+    text[..span.start()]
         .bytes()
         .rev()
         .take_while(|c| *c != b'\n')

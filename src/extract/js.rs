@@ -234,7 +234,7 @@ fn object_fields<'t>(
                 fields.spread = true;
                 continue;
             }
-            Some(Tok::Word(r)) => text.get(r.clone()),
+            Some(Tok::Word(span)) => text.get(span.range()),
             Some(Tok::Str(s)) => Some(s.value.text.as_str()),
             _ => None,
         };

@@ -6,6 +6,7 @@
 //! by its `#!` line. Anything else is scanned as plain text, and its facts
 //! carry the warning that comments could not be told apart.
 
+use super::tokens::MAX_TOKENIZED;
 use super::{go, js, php, plain, python, rust, shell, yaml, ExtractConfig, FileFacts};
 
 /// A language dwlint has an extractor for.
@@ -73,7 +74,13 @@ pub fn extract_file(
     config: &ExtractConfig,
     rust_module_path: impl FnOnce() -> Vec<String>,
 ) -> FileFacts {
-    match Language::detect(rel, text) {
+    // The token extractors hold 32-bit offsets; a larger file (only with
+    // `--max-file-size` past 4G) is read as plain text.
+    let language = match Language::detect(rel, text) {
+        Some(language) if language != Language::Rust && text.len() > MAX_TOKENIZED => None,
+        language => language,
+    };
+    match language {
         Some(Language::Rust) => {
             let module_path = rust_module_path();
             let mut facts = rust::extract_rust(text, config, &module_path);

@@ -11,7 +11,9 @@
 //! functions, as `pkg.mod.Class` and `pkg.mod:Class`.
 
 use super::strings::{line_end, scan_body, Escapes, Interp, Quote};
-use super::tokens::{interpolation_toks, into_facts, lex, push_string, Context, Join, Lexer, Tok};
+use super::tokens::{
+    interpolation_toks, into_facts, lex, offset32, push_string, Context, Join, Lexer, Tok,
+};
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one Python file at `rel`.
@@ -55,7 +57,7 @@ impl Lexer for PyLexer {
             b'\\' if b[i + 1..].starts_with(b"\r\n") => return Some(i + 3),
             b'\n' => {
                 if self.depth == 0 {
-                    toks.push(Tok::Newline(i));
+                    toks.push(Tok::Newline(offset32(i)));
                 }
                 return Some(i + 1);
             }
@@ -111,8 +113,8 @@ fn at_column_zero(text: &str, at: usize) -> bool {
 fn tok_start(tok: &Tok) -> usize {
     match tok {
         Tok::Str(s) => s.span.start,
-        Tok::Word(r) => r.start,
-        Tok::Punct(at) | Tok::Newline(at) => *at,
+        Tok::Word(span) => span.start(),
+        Tok::Punct(at) | Tok::Newline(at) => *at as usize,
     }
 }
 

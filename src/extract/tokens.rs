@@ -24,11 +24,46 @@ use super::{ExtractConfig, FileFacts, LiteralKind};
 pub(crate) enum Tok {
     Str(Box<StrTok>),
     /// An identifier, keyword, number or variable (`$id` in PHP).
-    Word(Range<usize>),
+    Word(Span32),
     /// One byte of punctuation, at this offset.
-    Punct(usize),
+    Punct(u32),
     /// The end of a logical line, for languages where lines matter (Python).
-    Newline(usize),
+    Newline(u32),
+}
+
+/// A byte range of a file the token extractors read: they only read files
+/// of at most [`MAX_TOKENIZED`] bytes, so 32-bit offsets hold it in half
+/// the room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span32 {
+    start: u32,
+    end: u32,
+}
+
+/// The largest text the token extractors read; a larger file is scanned
+/// as plain text (see `language::extract_file`).
+pub(crate) const MAX_TOKENIZED: usize = u32::MAX as usize;
+
+impl Span32 {
+    pub fn new(range: Range<usize>) -> Self {
+        Span32 {
+            start: offset32(range.start),
+            end: offset32(range.end),
+        }
+    }
+
+    pub fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    pub fn start(self) -> usize {
+        self.start as usize
+    }
+}
+
+/// `at` as a 32-bit offset (saturating: never reached, see [`MAX_TOKENIZED`]).
+pub(crate) fn offset32(at: usize) -> u32 {
+    u32::try_from(at).unwrap_or(u32::MAX)
 }
 
 /// A string literal with its decoded value.
@@ -52,7 +87,7 @@ impl Tok {
     /// The byte that this token is, if it is that punctuation.
     pub fn punct(&self, text: &str) -> Option<u8> {
         match self {
-            Tok::Punct(at) => text.as_bytes().get(*at).copied(),
+            Tok::Punct(at) => text.as_bytes().get(*at as usize).copied(),
             _ => None,
         }
     }
@@ -60,7 +95,7 @@ impl Tok {
     /// The text of a word token.
     pub fn word<'t>(&self, text: &'t str) -> Option<&'t str> {
         match self {
-            Tok::Word(range) => text.get(range.clone()),
+            Tok::Word(span) => text.get(span.range()),
             _ => None,
         }
     }
@@ -276,11 +311,11 @@ pub(crate) fn lex(text: &str, range: Range<usize>, lexer: &mut impl Lexer) -> Ve
             stop
         } else if is_ident_byte(b[i]) || lexer.word_bytes().contains(&b[i]) {
             let stop = word_end(b, i, lexer.word_bytes()).min(end).max(i + 1);
-            toks.push(Tok::Word(i..stop));
+            toks.push(Tok::Word(Span32::new(i..stop)));
             stop
         } else {
             if !b[i].is_ascii_whitespace() {
-                toks.push(Tok::Punct(i));
+                toks.push(Tok::Punct(offset32(i)));
             }
             i + 1
         };
@@ -348,7 +383,7 @@ pub(crate) fn interpolation_toks<L: Lexer>(
             };
             let lexed = lex(cut, range.clone(), &mut fresh());
             inner.extend(interpolations_of(&lexed));
-            out.push(Tok::Newline(range.start));
+            out.push(Tok::Newline(offset32(range.start)));
             out.extend(lexed);
         }
         level = disjoint(inner);
@@ -390,5 +425,30 @@ impl StrTok {
             verbatim_at: None,
             runs: &self.value.runs,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_two_words_at_most() {
+        // A file is a vector of tokens, one every few bytes: a token of 16
+        // bytes keeps the extractors near the 8x-the-file memory bound
+        // (docs/performance.md), a fat one made it 40x.
+        assert!(
+            std::mem::size_of::<Tok>() <= 16,
+            "{}",
+            std::mem::size_of::<Tok>()
+        );
+    }
+
+    #[test]
+    fn offsets_round_trip_through_32_bits() {
+        let span = Span32::new(3..MAX_TOKENIZED);
+        assert_eq!(span.range(), 3..MAX_TOKENIZED);
+        assert_eq!(span.start(), 3);
+        assert_eq!(offset32(MAX_TOKENIZED), u32::MAX);
     }
 }
