@@ -11,13 +11,13 @@ use crate::server::ui::layout::{self, link, payload, run_link, time, Tab};
 use crate::server::ui::session::Viewer;
 use crate::server::wire;
 
-/// The categories the filter offers: those the engine records on a run's
-/// failure, and the two kinds of failing task.
-pub const CATEGORIES: [&str; 6] = [
+/// The categories the filter offers: the three the engine records on a
+/// run's failure row (structural limit, application failure, timeout) and
+/// the two kinds of failing task.
+pub const CATEGORIES: [&str; 5] = [
     "structural_limit",
     "application",
     "timeout",
-    "cancelled",
     "workflow_task",
     "activity",
 ];
