@@ -165,39 +165,52 @@ impl Engine {
 impl Engine {
     /// `GET /api/system/operator-metrics`: the server-wide runs, tasks and
     /// workers, the projection drift block, and the structural limits and
-    /// backend contract in force. Every count comes from an aggregate row
-    /// or the cached drift report, never a scan of runs.
+    /// backend contract in force. Every count comes from an aggregate row;
+    /// the drift block is the cached drift report, whose recomputation (once
+    /// per cache period) reads every retained run.
     pub fn operator_metrics(&self) -> Result<Value, ApiError> {
         let projections = self.projection_health()?;
         self.read(|s| {
-            let c = s.operator_counts()?;
-            let running = c.runs_started.saturating_sub(
-                c.runs_completed + c.runs_failed + c.runs_cancelled + c.runs_terminated,
-            );
-            Ok(json!({
-                "generated_at": crate::server::wire::timestamp(crate::unix_ms()),
-                "runs": {
-                    "total": c.runs_started,
-                    "running": running,
-                    "completed": c.runs_completed,
-                    "failed": c.runs_failed,
-                    "cancelled": c.runs_cancelled,
-                    "terminated": c.runs_terminated,
-                },
-                "tasks": {
-                    "workflow_ready": c.workflow_ready,
-                    "workflow_leased": c.workflow_leased,
-                    "activity_ready": c.activity_ready,
-                    "activity_leased": c.activity_leased,
-                },
-                "workers": { "registered": c.workers },
-                "projections": projections,
-                "structural_limits": s.health(),
-                "backend": s.capabilities(),
-            }))
+            let mut metrics = operator_counts(s)?;
+            metrics["projections"] = projections;
+            metrics["structural_limits"] = json!(s.health());
+            metrics["backend"] = json!(s.capabilities());
+            Ok(metrics)
         })
         .map_err(ApiError::from)
     }
+
+    /// The runs, tasks and workers blocks of the operator metrics alone:
+    /// aggregate rows only, so its cost never grows with the retained runs
+    /// (the console's operations page reads this, not the drift report).
+    pub fn operator_counts(&self) -> Result<Value, ApiError> {
+        self.read(operator_counts).map_err(ApiError::from)
+    }
+}
+
+fn operator_counts(s: &crate::store::Store) -> Result<Value, crate::store::Error> {
+    let c = s.operator_counts()?;
+    let running = c
+        .runs_started
+        .saturating_sub(c.runs_completed + c.runs_failed + c.runs_cancelled + c.runs_terminated);
+    Ok(json!({
+        "generated_at": crate::server::wire::timestamp(crate::unix_ms()),
+        "runs": {
+            "total": c.runs_started,
+            "running": running,
+            "completed": c.runs_completed,
+            "failed": c.runs_failed,
+            "cancelled": c.runs_cancelled,
+            "terminated": c.runs_terminated,
+        },
+        "tasks": {
+            "workflow_ready": c.workflow_ready,
+            "workflow_leased": c.workflow_leased,
+            "activity_ready": c.activity_ready,
+            "activity_leased": c.activity_leased,
+        },
+        "workers": { "registered": c.workers },
+    }))
 }
 
 #[cfg(test)]

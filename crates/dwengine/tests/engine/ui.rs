@@ -564,6 +564,27 @@ fn the_operations_page_charts_sampled_series_and_lists_cache_families() {
 }
 
 #[test]
+fn the_operations_page_reads_counts_not_the_drift_report() {
+    // The drift report reads every retained run when it is recomputed; the
+    // operations page must not trigger it, or its cost grows with the
+    // namespace. With a reuse window of an hour, a report the page had
+    // computed at 0 runs would still say 0 after a start.
+    let s = server(|c| c.drift_report_ttl = Duration::from_secs(3600));
+    let browser = Browser::new(&s);
+    let page = browser.get("/ui/operations");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("workers registered"), "{}", page.body);
+    s.start_workflow("default", "counted", "q");
+    let (status, operator) = s.get("/api/system/operator-metrics");
+    assert_eq!(status, 200, "{operator}");
+    assert_eq!(operator["runs"]["total"], 1, "{operator}");
+    assert_eq!(
+        operator["projections"]["retained_runs"], 1,
+        "the operations page computed (and cached) the drift report: {operator}"
+    );
+}
+
+#[test]
 fn the_console_can_be_turned_off() {
     let s = server(|c| c.ui.enabled = false);
     let browser = Browser::new(&s);

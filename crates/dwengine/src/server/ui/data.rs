@@ -385,7 +385,8 @@ pub struct Operations {
     pub cache_keys: std::collections::BTreeMap<String, usize>,
     /// The cache backend's name.
     pub cache_backend: String,
-    /// Server-wide counts (`GET /api/system/operator-metrics`).
+    /// Server-wide counts (`GET /api/system/operator-metrics` without its
+    /// drift block, which reads every retained run when it is recomputed).
     pub operator: Value,
 }
 
@@ -431,7 +432,7 @@ pub fn operations(
         schedules,
         cache_keys: engine.cache_keys_by_policy()?,
         cache_backend: engine.cache.backend().to_owned(),
-        operator: engine.operator_metrics()?,
+        operator: engine.operator_counts()?,
     })
 }
 
