@@ -14,13 +14,14 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::store::connection::Store;
+use crate::store::deadlines::{rearm_activity, schedule_to_close_end};
 use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
-use crate::store::model::{RunId, RunStatus};
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::protocol::{codec_of, ParallelGroup, RetryPolicy};
 use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
-use crate::store::timeouts::{rearm_activity, schedule_to_close_end};
 use crate::store::tx::WriteTx;
-use crate::store::workflow_commands::{codec_of, ParallelGroup, RetryPolicy};
-use crate::store::{Error, EventType, Store};
 
 /// Who may report on an activity attempt.
 #[derive(Debug, Clone, Copy)]

@@ -14,10 +14,11 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::store::model::RunId;
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, Store};
 
 /// A signal for a run.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -188,7 +189,7 @@ impl Store {
         ])?;
         // The protocol's shapes: a signal's arguments are its `value`, an
         // update's its `arguments`, and an update id is a string.
-        let codec = crate::store::workflow_commands::codec_of(&request.payload);
+        let codec = crate::store::protocol::codec_of(&request.payload);
         let event = match intake.pending {
             Pending::Update => json!({
                 intake.id_key: id.to_string(),

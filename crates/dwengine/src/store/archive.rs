@@ -10,10 +10,11 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::model::{RunId, RunOrigin, RunStatus};
 use crate::store::rows::{load_head, now_ms};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, Store};
 
 /// A run's archive mark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -8,7 +8,9 @@
 
 use rusqlite::params;
 
-use crate::store::{Error, RunId, Store};
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::RunId;
 
 impl Store {
     /// Puts `run` in cohort `build_id` unless it already has one; runs

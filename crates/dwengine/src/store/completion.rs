@@ -14,10 +14,11 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::store::model::{ActivityId, RunId, RunOrigin, RunStatus, TimerId};
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::{ActivityId, EventType, RunId, RunOrigin, RunStatus, TimerId};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, Store};
 
 /// How an update ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -11,9 +11,10 @@
 
 use rusqlite::params;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{to_i64, to_u64};
-use crate::store::{Error, Store};
 
 /// One `failures` row with the run it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

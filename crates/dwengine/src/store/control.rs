@@ -12,11 +12,12 @@ use serde_json::{json, Value};
 
 use crate::store::archive::ArchivedFilter;
 use crate::store::completion::finish_run;
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::history::read_event;
-use crate::store::model::{RunId, RunStatus};
+use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, Store};
 
 /// What a cancel or terminate did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -31,7 +32,7 @@ pub struct StopOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunDescription {
     /// The run as stored.
-    pub run: crate::store::Run,
+    pub run: crate::store::model::Run,
     /// When cancellation was requested.
     pub cancel_requested_at_ms: Option<i64>,
     /// When the run closed.
@@ -39,9 +40,9 @@ pub struct RunDescription {
     /// When retention removed its history.
     pub details_pruned_at_ms: Option<i64>,
     /// Its failure rows.
-    pub failures: Vec<crate::store::FailureRecord>,
+    pub failures: Vec<crate::store::model::FailureRecord>,
     /// Its timeouts and deadlines.
-    pub timeouts: crate::store::RunTimeouts,
+    pub timeouts: crate::store::deadlines::RunTimeouts,
     /// Why its pending workflow task last failed, while that task is open.
     pub workflow_task_failure: Option<WorkflowTaskFailure>,
 }

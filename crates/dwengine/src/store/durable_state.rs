@@ -13,9 +13,10 @@
 //! stream counts whole until the reclaim deletes its row. Only the
 //! resources asked for are read.
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::rows::to_u64;
 use crate::store::tx::WriteTx;
-use crate::store::{Error, Store};
 
 /// A durable resource of the fixed inventory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,9 +167,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::config::StoreConfig;
+    use crate::store::model::StartRun;
     use crate::store::schedules::AuditEvent;
+    use crate::store::service_catalog::CatalogLevel;
     use crate::store::streams::{NewStreamItem, StreamAppend, StreamOrigin};
-    use crate::store::{CatalogLevel, StartRun, StoreConfig};
 
     fn counts(store: &Store, namespace: &str) -> [u64; 4] {
         let usage = store

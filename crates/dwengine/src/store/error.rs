@@ -1,7 +1,7 @@
 //! The store's one error type.
 //!
 //! Workflow code returns it from task closures with `?`, so a structural limit
-//! hit deep inside a fan-out reaches [`crate::store::Store::execute_task`]
+//! hit deep inside a fan-out reaches [`crate::store::connection::Store::execute_task`]
 //! unchanged and is classified there; every other variant aborts the task
 //! and leaves the database as it was.
 

@@ -12,11 +12,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
-use crate::store::model::{RunId, RunStatus};
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::rows::load_head;
 use crate::store::task::Task;
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, Store};
 
 /// The failure category of a failure the workflow code chose.
 pub const APPLICATION_FAILURE: &str = "application";

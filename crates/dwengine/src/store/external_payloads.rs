@@ -23,13 +23,14 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 pub use crate::store::payload_references::{
     runtime_envelope, to_stored_form, to_wire_form, RUNTIME_REFERENCE_SCHEMA, RUNTIME_URI_PREFIX,
     STORED_REFERENCE_SCHEMA,
 };
 use crate::store::rows::{now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, Store};
 
 /// A namespace's external payload usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -322,7 +323,7 @@ mod tests {
 
     #[test]
     fn usage_follows_rows_and_the_same_bytes_are_stored_once() {
-        let store = Store::open_in_memory(crate::store::StoreConfig::default()).unwrap();
+        let store = Store::open_in_memory(crate::store::config::StoreConfig::default()).unwrap();
         assert_eq!(
             store.external_payload_usage("a").unwrap(),
             PayloadUsage::default()

@@ -2,7 +2,7 @@
 //!
 //! Every history read in the store goes through [`read_page`]: a worker's
 //! task, the control plane's paged history, describe's first and last
-//! event, and [`Store::history`](crate::store::Store::history) (which
+//! event, and [`Store::history`](crate::store::connection::Store::history) (which
 //! walks the pages). Rows are read one at a time in sequence order and
 //! reading stops at the page's bound, so however long a history is, one
 //! read holds one page of it in memory.
@@ -10,9 +10,9 @@
 use rusqlite::{params, Connection};
 use serde::Serialize;
 
-use crate::store::model::RunId;
+use crate::store::error::Error;
+use crate::store::model::{EventType, HistoryEvent, RunId};
 use crate::store::rows::{to_i64, to_u64};
-use crate::store::{Error, EventType, HistoryEvent};
 
 /// The most history one page carries. A page always holds at least one
 /// event, so a single event larger than `max_bytes` still gets through.

@@ -17,10 +17,11 @@ use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::store::model::{RunId, RunStatus};
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::rows::{append_event, now_ms};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, EventType, Store};
 
 /// One v1 run as exported: its start, its rows in history order, and its end.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

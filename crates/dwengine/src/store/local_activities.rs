@@ -13,8 +13,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::store::workflow_commands::{codec_of, ParallelGroup};
-use crate::store::EventType;
+use crate::store::model::EventType;
+use crate::store::protocol::{codec_of, ParallelGroup};
 
 /// A local activity's reported outcome, as the SDK sends it.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]

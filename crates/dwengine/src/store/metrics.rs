@@ -18,8 +18,9 @@ use rusqlite::{params, Row, ToSql};
 use crate::metrics::activities::ActivitySeries;
 use crate::metrics::task_queues::TaskQueueState;
 use crate::metrics::{Latency, RunSeries};
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::rows::to_u64;
-use crate::store::{Error, Store};
 use crate::workflow_task_failures::FailingWorkflowType;
 
 /// The discovery query: label sets ascending (SQLite's BINARY collation is
@@ -269,7 +270,8 @@ fn queue_state(row: &Row<'_>, minute: i64) -> rusqlite::Result<TaskQueueState> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{StartRun, StoreConfig};
+    use crate::store::config::StoreConfig;
+    use crate::store::model::StartRun;
 
     fn store_with(runs: &[(&str, &str, &str)]) -> Store {
         let store = Store::open_in_memory(StoreConfig::default()).unwrap();

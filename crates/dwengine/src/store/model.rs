@@ -311,7 +311,7 @@ pub struct Run {
     pub history_bytes: u64,
 }
 
-/// What [`crate::store::Store::start_run`] needs.
+/// What [`crate::store::connection::Store::start_run`] needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StartRun {
     /// The caller's workflow id.

@@ -7,8 +7,9 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::rows::now_ms;
-use crate::store::{Error, Store};
 
 /// One registered namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -18,9 +18,11 @@
 use rusqlite::{params, Connection};
 use serde::Serialize;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::RunId;
 use crate::store::rows::{now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, RunId, Store};
 
 /// The fixed projection inventory, in report order.
 pub const PROJECTION_TABLES: [&str; 5] = [
@@ -273,7 +275,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{ChildWorkflow, Next, StartRun, StoreConfig};
+    use crate::store::command::ChildWorkflow;
+    use crate::store::config::StoreConfig;
+    use crate::store::executor::Next;
+    use crate::store::model::StartRun;
 
     fn store() -> Store {
         Store::open_in_memory(StoreConfig::default()).unwrap()

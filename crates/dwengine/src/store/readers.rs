@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::store::{Error, Store, StoreConfig};
+use crate::store::config::StoreConfig;
+use crate::store::connection::Store;
+use crate::store::error::Error;
 
 /// How long a read waits for a free connection before it is refused.
 pub const READ_WAIT: Duration = Duration::from_secs(10);

@@ -10,8 +10,9 @@ use dwpolicy::LimitKind;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
-use crate::store::model::{PendingCounts, Run, RunId, RunOrigin, RunStatus};
-use crate::store::{Error, EventType};
+use crate::store::error::Error;
+use crate::store::model::{EventType, PendingCounts, Run, RunId, RunOrigin, RunStatus, StartRun};
+use dwpolicy::{RunRef, StructuralLimits};
 
 /// A count-limited item kind with a counter column on the run row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,4 +278,77 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| to_i64(d.as_millis()))
         .unwrap_or(0)
+}
+
+/// Checks a serialized size against a size limit (size kinds never warn).
+pub(crate) fn check_size(
+    limits: &StructuralLimits,
+    kind: LimitKind,
+    bytes: usize,
+    run: &RunRef<'_>,
+) -> Result<(), Error> {
+    limits.check(kind, u64::try_from(bytes).unwrap_or(u64::MAX), run)?;
+    Ok(())
+}
+
+/// Inserts a running v2 run and its start event, after the size checks.
+pub(crate) fn insert_run(
+    conn: &Connection,
+    limits: &StructuralLimits,
+    start: &StartRun,
+    parent: Option<RunId>,
+) -> Result<RunId, Error> {
+    let run_ref = RunRef {
+        workflow_run_id: &start.workflow_id,
+        workflow_type: &start.workflow_type,
+    };
+    let arguments = serde_json::to_string(&start.arguments)?;
+    check_size(
+        limits,
+        LimitKind::PayloadSizeBytes,
+        arguments.len(),
+        &run_ref,
+    )?;
+    let memo = serde_json::to_string(&start.memo)?;
+    check_size(limits, LimitKind::MemoSizeBytes, memo.len(), &run_ref)?;
+    let search = serde_json::to_string(&start.search_attributes)?;
+    check_size(
+        limits,
+        LimitKind::SearchAttributeSizeBytes,
+        search.len(),
+        &run_ref,
+    )?;
+    conn.prepare_cached(
+        "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+         parent_run_id, memo, search_attributes, created_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        start.workflow_id,
+        start.workflow_type,
+        start.namespace,
+        start.task_queue,
+        parent.map(|p| p.0),
+        memo,
+        search,
+        now_ms()
+    ])?;
+    let run = RunId(conn.last_insert_rowid());
+    let mut payload = Map::new();
+    payload.insert("workflow_id".into(), start.workflow_id.clone().into());
+    payload.insert("workflow_type".into(), start.workflow_type.clone().into());
+    payload.insert("namespace".into(), start.namespace.clone().into());
+    payload.insert("task_queue".into(), start.task_queue.clone().into());
+    payload.insert("arguments".into(), start.arguments.clone());
+    if let Some(parent) = parent {
+        payload.insert("parent_run_id".into(), parent.0.into());
+    }
+    append_event(
+        conn,
+        run,
+        EventType::WorkflowStarted,
+        &Value::Object(payload),
+        false,
+    )?;
+    Ok(run)
 }

@@ -20,9 +20,11 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde_json::Value;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::RunId;
 use crate::store::rows::{now_ms, to_i64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, RunId, Store};
 
 /// Actions a schedule remembers for describe (the newest last).
 pub const RECENT_ACTIONS: usize = 10;

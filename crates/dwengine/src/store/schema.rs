@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::store::Error;
+use crate::store::error::Error;
 
 /// The migrations in order; a migration's version is its position plus one.
 const MIGRATIONS: &[&str] = &[

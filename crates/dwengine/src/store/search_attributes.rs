@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension};
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::rows::{now_ms, to_u64};
 use crate::store::tx::WriteTx;
-use crate::store::{Error, Store};
 
 /// What a registration did.
 #[derive(Debug, Clone, PartialEq, Eq)]

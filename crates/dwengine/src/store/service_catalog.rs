@@ -10,8 +10,10 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde_json::Value;
 
+use crate::store::connection::Store;
+use crate::store::error::Error;
+use crate::store::model::RunId;
 use crate::store::rows::{now_ms, to_i64};
-use crate::store::{Error, RunId, Store};
 
 /// A catalog level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

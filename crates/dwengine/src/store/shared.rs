@@ -7,9 +7,11 @@
 
 use std::path::Path;
 
+use crate::store::config::StoreConfig;
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::readers::{snapshot, ReadPool};
 use crate::store::writer::GroupCommitWriter;
-use crate::store::{Error, Store, StoreConfig};
 
 /// Read connections a file store opens at most, by default.
 pub const DEFAULT_READERS: usize = 4;

@@ -12,10 +12,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
-use crate::store::model::RunId;
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId};
+use crate::store::protocol::{codec_of, ParallelGroup};
 use crate::store::rows::append_event;
-use crate::store::workflow_commands::{codec_of, ParallelGroup};
-use crate::store::{Error, EventType};
 
 /// The id every event of one wait carries.
 fn wait_id(run: RunId, sequence: i64) -> String {

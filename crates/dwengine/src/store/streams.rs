@@ -19,42 +19,16 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::store::config::{
+    StreamPolicy, DEFAULT_MAX_ITEMS_PER_STREAM, DEFAULT_MAX_STREAMS_PER_RUN,
+    DEFAULT_STREAM_RETENTION_SECONDS,
+};
+use crate::store::connection::Store;
+use crate::store::error::Error;
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{load_head, now_ms, to_i64, to_u64, RunHead};
+use crate::store::rows::{check_size, load_head, now_ms, to_i64, to_u64, RunHead};
 use crate::store::tx::WriteTx;
-use crate::store::{check_size, Error, Store};
 use dwpolicy::{LimitKind, RunRef, StructuralLimits};
-
-/// The stream settings every append and close applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamPolicy {
-    /// The retention window of a stream that names none at close.
-    pub default_retention_seconds: u64,
-    /// Streams one run may open.
-    pub max_streams_per_run: u64,
-    /// Items one stream may hold (0: no cap).
-    pub max_items_per_stream: u64,
-}
-
-/// The default retention window: one day after the stream ends.
-pub const DEFAULT_STREAM_RETENTION_SECONDS: u64 = 24 * 3600;
-/// The default number of streams one run may open.
-pub const DEFAULT_MAX_STREAMS_PER_RUN: u64 = 100;
-/// The default number of items one stream may hold. An open stream of a
-/// long-lived run is never reclaimed, so without a cap its items would grow
-/// as long as the run appends; with it a run holds at most
-/// `max_streams_per_run × max_items_per_stream` items (1,000,000 by default).
-pub const DEFAULT_MAX_ITEMS_PER_STREAM: u64 = 10_000;
-
-impl Default for StreamPolicy {
-    fn default() -> Self {
-        StreamPolicy {
-            default_retention_seconds: DEFAULT_STREAM_RETENTION_SECONDS,
-            max_streams_per_run: DEFAULT_MAX_STREAMS_PER_RUN,
-            max_items_per_stream: DEFAULT_MAX_ITEMS_PER_STREAM,
-        }
-    }
-}
 
 /// One item to append, as validated by the caller.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -442,7 +416,7 @@ pub(crate) fn append_in(
         let codec = item.payload_codec.clone().or_else(|| {
             item.payload
                 .as_ref()
-                .map(crate::store::workflow_commands::codec_of)
+                .map(crate::store::protocol::codec_of)
                 .and_then(|codec| codec.as_str().map(str::to_owned))
         });
         conn.prepare_cached(

@@ -19,9 +19,11 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::store::command::{ChildWorkflow, Command, CommandOutput};
-use crate::store::model::{ActivityId, PendingCounts, RunId, StartRun, TimerId};
-use crate::store::rows::{append_event, bump, decode_map, to_i64, to_u64, Pending, RunHead};
-use crate::store::{insert_run, Error, EventType};
+use crate::store::error::Error;
+use crate::store::model::{ActivityId, EventType, PendingCounts, RunId, StartRun, TimerId};
+use crate::store::rows::{
+    append_event, bump, decode_map, insert_run, to_i64, to_u64, Pending, RunHead,
+};
 
 /// Workflow code's view of one workflow task.
 pub struct Task<'a> {

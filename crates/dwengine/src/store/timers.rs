@@ -6,16 +6,79 @@
 //! SDK's replay tells a workflow sleep from a wait that timed out. Its
 //! `timer_id` and `delay_seconds` repeat the `TimerScheduled` event's: the
 //! Rust SDK's replay checks the pair and stops with
-//! `timer_history_field_missing` when either is absent. Every function runs
-//! inside the caller's transaction.
+//! `timer_history_field_missing` when either is absent. Arming, firing and
+//! cancelling one run inside the caller's transaction; a poll pass fires a
+//! queue's due timers ([`Store::fire_due_timers`]) in one of its own,
+//! queueing a workflow task for each run. Timers sit above the task queue
+//! ([`dispatch`](super::dispatch)), which knows nothing of them beyond
+//! their rows.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Map, Value};
 
-use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{append_event, bump, load_head, Pending};
-use crate::store::workflow_commands::ParallelGroup;
-use crate::store::{Error, EventType};
+use crate::store::connection::Store;
+use crate::store::dispatch::enqueue_workflow;
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::protocol::ParallelGroup;
+use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
+use crate::store::tx::WriteTx;
+
+impl Store {
+    /// Whether (namespace, task queue, build-id cohort) has a timer due:
+    /// the read that lets a poll pass skip the write transaction when
+    /// nothing is due. `cohort` is the polling worker's build id (`None`:
+    /// unversioned workers).
+    pub fn has_due_timers(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        cohort: Option<&str>,
+    ) -> Result<bool, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
+                 AND task_queue = ?2 AND build_id IS ?4 AND status = 'ready' AND due_at_ms <= ?3 \
+                 LIMIT 1",
+            )?
+            .query_row(params![namespace, task_queue, now_ms(), cohort], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Fires at most `limit` due timers of (namespace, task queue, build-id
+    /// cohort), earliest first, queueing a workflow task for each run;
+    /// returns how many fired.
+    pub fn fire_due_timers(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        cohort: Option<&str>,
+        limit: usize,
+    ) -> Result<usize, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let due: Vec<(i64, i64, i64)> = tx
+            .prepare_cached(
+                "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
+                 AND namespace = ?1 AND task_queue = ?2 AND build_id IS ?5 AND status = 'ready' \
+                 AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4",
+            )?
+            .query_map(
+                params![namespace, task_queue, now_ms(), to_i64(limit), cohort],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?
+            .collect::<Result<_, _>>()?;
+        for (id, run, timer) in &due {
+            fire(&tx, RunId(*run), *timer)?;
+            tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+                .execute([id])?;
+            enqueue_workflow(&tx, RunId(*run))?;
+        }
+        tx.commit()?;
+        Ok(due.len())
+    }
+}
 
 /// The timer kind of a condition wait's timeout.
 pub const CONDITION_TIMEOUT: &str = "condition_timeout";

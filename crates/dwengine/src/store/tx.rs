@@ -4,7 +4,7 @@
 //! in-process executor calls it directly) and also compose into a larger
 //! atomic unit: a start commits with its first workflow task, an activity
 //! completion with the workflow task it schedules, and the group-commit
-//! writer ([`crate::store::writer`]) runs many callers' transitions inside
+//! writer (the `writer` module) runs many callers' transitions inside
 //! one SQLite transaction. [`WriteTx`] is both: on a connection with no open
 //! transaction it is `BEGIN IMMEDIATE … COMMIT` (the write lock taken up
 //! front, so a counter read under it cannot go stale), and inside one it is
@@ -15,7 +15,7 @@ use std::ops::Deref;
 
 use rusqlite::Connection;
 
-use crate::store::Error;
+use crate::store::error::Error;
 
 /// An open write transaction or savepoint on a store connection.
 pub(crate) struct WriteTx<'c> {

@@ -16,69 +16,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
+use crate::store::connection::Store;
 use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
+use crate::store::error::Error;
 use crate::store::local_activities::{self, LocalOutcome};
-use crate::store::model::{RunId, RunStatus};
+use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::protocol::codec_of;
+pub use crate::store::protocol::{ParallelGroup, RetryPolicy};
+use crate::store::rows::check_size;
 use crate::store::rows::{append_event, bump, decode_map, load_head, now_ms, Pending, RunHead};
 use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
 use crate::store::timers::{self, CONDITION_TIMEOUT};
 use crate::store::tx::WriteTx;
-use crate::store::{check_size, Error, EventType, Store};
-
-/// An activity's retry policy, as the SDK sends it.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct RetryPolicy {
-    /// Attempts in all (1: no retry).
-    #[serde(default)]
-    pub max_attempts: Option<u64>,
-    /// The wait before each retry, in seconds; the last one repeats.
-    #[serde(default)]
-    pub backoff_seconds: Vec<u64>,
-    /// Failure types that are never retried.
-    #[serde(default)]
-    pub non_retryable_error_types: Vec<String>,
-}
-
-/// A parallel group member's metadata as the SDK sends it on each member
-/// command; the server copies it onto the member's events so replay can
-/// bind results to the group.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct ParallelGroup {
-    /// The group.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_id: Option<String>,
-    /// What the group holds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_kind: Option<String>,
-    /// The sequence of its first member.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_base_sequence: Option<i64>,
-    /// How many members it has.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_size: Option<i64>,
-    /// This member's position.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_index: Option<i64>,
-    /// Nested groups, outermost first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_group_path: Option<Value>,
-}
-
-impl ParallelGroup {
-    fn is_empty(&self) -> bool {
-        self.parallel_group_id.is_none()
-    }
-
-    /// Adds the metadata to an event payload.
-    pub(crate) fn stamp(&self, payload: &mut Value) {
-        if let (Value::Object(map), Ok(Value::Object(group))) =
-            (payload, serde_json::to_value(self))
-        {
-            map.extend(group);
-        }
-    }
-}
 
 /// One command of a workflow-task completion.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -719,7 +669,7 @@ impl<'a> CommandWriter<'a> {
                          status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5)",
                     )?
                     .execute(params![self.head.id.0, id, self.namespace, queue, now])?;
-                crate::store::timeouts::rearm_activity(self.tx, self.tx.last_insert_rowid())?;
+                crate::store::deadlines::rearm_activity(self.tx, self.tx.last_insert_rowid())?;
                 let mut payload = json!({
                     "sequence": sequence,
                     "activity_execution_id": id.to_string(),
@@ -1198,12 +1148,4 @@ impl WorkflowCommand {
             .and_then(|path| path.get(0)?.get("parallel_group_id")?.as_str())
             .or(group.parallel_group_id.as_deref())
     }
-}
-
-/// The codec an opaque payload envelope names (`avro` when it names none).
-pub(crate) fn codec_of(payload: &Value) -> Value {
-    payload
-        .get("codec")
-        .cloned()
-        .unwrap_or_else(|| Value::String("avro".into()))
 }

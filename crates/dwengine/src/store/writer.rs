@@ -18,7 +18,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::store::{Error, Store};
+use crate::store::connection::Store;
+use crate::store::error::Error;
 
 /// The most transitions one commit carries; the rest wait for the next.
 pub const MAX_BATCH: usize = 256;

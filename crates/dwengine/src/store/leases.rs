@@ -1,0 +1,231 @@
+//! Leases: a queued task handed to one poll for a while, renewed by its
+//! worker, and taken back when it expires.
+//!
+//! A lease claims the oldest ready task of a (namespace, task queue) for a
+//! poll request, so a repeated poll finds the task it already holds; a
+//! vanished worker's lease expires and its task returns to the queue. An
+//! activity's lease starts or ends an attempt, which moves the activity's
+//! deadline, so each lease change re-arms it ([`deadlines`](super::deadlines))
+//! in the same transaction. This module sits above the task queue
+//! ([`dispatch`](super::dispatch)) and the deadlines, and below the
+//! attempt reports and timeouts that end a leased task.
+
+use std::time::Duration;
+
+use rusqlite::{params, OptionalExtension};
+use serde_json::Value;
+
+use crate::store::connection::Store;
+use crate::store::deadlines::rearm_activity;
+use crate::store::dispatch::{load_task, LeasedTask, TaskKind};
+use crate::store::error::Error;
+use crate::store::model::RunId;
+use crate::store::rows::{now_ms, to_i64};
+use crate::store::tx::WriteTx;
+
+/// An activity lease whose attempt timed out by the time the lease ended:
+/// its timeout ([`crate::store::timeouts`]) ends the attempt, counted
+/// against the retry policy, instead of lease recovery re-queueing it.
+const ATTEMPT_TIMED_OUT: &str = "(kind = 'activity' AND timeout_at_ms IS NOT NULL \
+     AND timeout_at_ms <= lease_expires_at_ms)";
+
+impl Store {
+    /// Leases the oldest ready task of `kind` on (namespace, task queue) to
+    /// `poll_request_id`, for `lease`.
+    pub fn lease_task(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        owner: &str,
+        poll_request_id: &str,
+        lease: Duration,
+    ) -> Result<Option<LeasedTask>, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let now = now_ms();
+        let id: Option<i64> = tx
+            .prepare_cached(
+                // One workflow task per run at a time: two workers replaying
+                // different snapshots of one run would issue its commands twice.
+                "SELECT d.id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
+                 AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
+                 AND (d.kind != 'workflow' OR NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
+                   WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased')) \
+                 ORDER BY d.due_at_ms, d.id LIMIT 1",
+            )?
+            .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        // An activity runs for its start-to-close timeout when it has one.
+        let lease_ms = match kind {
+            TaskKind::Activity => activity_lease_ms(&tx, id)?.unwrap_or(to_i64(lease.as_millis())),
+            TaskKind::Workflow => to_i64(lease.as_millis()),
+        };
+        // The newest signal this delivery shows its worker: completing the
+        // task processes exactly those, never one that arrived after the lease.
+        tx.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
+             lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
+             signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
+             attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL \
+             WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            owner,
+            now.saturating_add(lease_ms),
+            poll_request_id,
+            now
+        ])?;
+        if kind == TaskKind::Activity {
+            rearm_activity(&tx, id)?;
+        }
+        let task = load_task(&tx, id)?;
+        tx.commit()?;
+        Ok(task)
+    }
+
+    /// The task still leased to `poll_request_id`, if any: the durable half
+    /// of poll replay, used when the cached replay result has expired.
+    pub fn leased_by_poll_request(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+    ) -> Result<Option<LeasedTask>, Error> {
+        let id: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND namespace = ?2 \
+                 AND task_queue = ?3 AND status = 'leased' AND poll_request_id = ?4 LIMIT 1",
+            )?
+            .query_row(
+                params![kind.as_str(), namespace, task_queue, poll_request_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match id {
+            Some(id) => load_task(&self.conn, id),
+            None => Ok(None),
+        }
+    }
+
+    /// Expired workflow-task leases, oldest first, at most `limit`.
+    pub fn expired_workflow_leases(&self, limit: usize) -> Result<Vec<i64>, Error> {
+        self.expired_leases(TaskKind::Workflow, limit)
+    }
+
+    /// Expired leases of `kind`, oldest first, at most `limit`: an index
+    /// walk (`dispatch_leases`) that stops after `limit` rows however large
+    /// the backlog is.
+    pub fn expired_leases(&self, kind: TaskKind, limit: usize) -> Result<Vec<i64>, Error> {
+        let ids = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
+                 AND lease_expires_at_ms < ?2 AND NOT {ATTEMPT_TIMED_OUT} \
+                 ORDER BY lease_expires_at_ms LIMIT ?3"
+            ))?
+            .query_map(params![kind.as_str(), now_ms(), to_i64(limit)], |r| {
+                r.get(0)
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+
+    /// Returns one expired lease to the queue; false if it was completed
+    /// or extended meanwhile. A workflow task whose run already has another
+    /// ready workflow task is retired instead: that task carries the newer
+    /// history, and a run never needs two.
+    pub fn recover_expired_lease(&self, task_id: i64) -> Result<bool, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let changed = tx
+            .prepare_cached(&format!(
+                "UPDATE dispatch_tasks SET status = CASE WHEN kind = 'workflow' AND EXISTS \
+                 (SELECT 1 FROM dispatch_tasks o WHERE o.run_id = dispatch_tasks.run_id \
+                 AND o.kind = 'workflow' AND o.status = 'ready') THEN 'done' ELSE 'ready' END, \
+                 lease_owner = NULL, lease_expires_at_ms = NULL, poll_request_id = NULL, \
+                 due_at_ms = CASE WHEN kind = 'activity' THEN ?2 ELSE due_at_ms END \
+                 WHERE id = ?1 AND status = 'leased' AND lease_expires_at_ms < ?2 \
+                 AND NOT {ATTEMPT_TIMED_OUT}"
+            ))?
+            .execute(params![task_id, now_ms()])?;
+        if changed == 1 {
+            rearm_activity(&tx, task_id)?;
+        }
+        tx.commit()?;
+        Ok(changed == 1)
+    }
+
+    /// A worker's heartbeat on a leased task: its lease now ends `lease`
+    /// from now. Returns the new expiry; a task that is no longer leased
+    /// (completed, or recovered after its lease expired) is refused.
+    pub fn extend_lease(&self, task_id: i64, lease: Duration) -> Result<i64, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let kind: Option<String> = tx
+            .prepare_cached("SELECT kind FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?;
+        let kind = match kind.as_deref() {
+            Some("activity") => TaskKind::Activity,
+            Some("workflow") => TaskKind::Workflow,
+            _ => {
+                return Err(Error::ItemNotFound {
+                    item: "task",
+                    id: task_id,
+                })
+            }
+        };
+        self.leased(task_id, kind)?;
+        let expires = now_ms().saturating_add(to_i64(lease.as_millis()));
+        tx.prepare_cached("UPDATE dispatch_tasks SET lease_expires_at_ms = ?2 WHERE id = ?1")?
+            .execute(params![task_id, expires])?;
+        tx.commit()?;
+        Ok(expires)
+    }
+
+    /// The run of a task leased as `kind`; refuses other states.
+    fn leased(&self, task_id: i64, kind: TaskKind) -> Result<RunId, Error> {
+        let row: Option<(String, String, i64)> = self
+            .conn
+            .prepare_cached("SELECT kind, status, run_id FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        match row {
+            Some((k, status, run)) if k == kind.as_str() && status == "leased" => Ok(RunId(run)),
+            Some((k, status, _)) if k == kind.as_str() => Err(Error::AlreadyClosed {
+                item: "task",
+                id: task_id,
+                status,
+            }),
+            _ => Err(Error::ItemNotFound {
+                item: "task",
+                id: task_id,
+            }),
+        }
+    }
+}
+
+fn activity_lease_ms(conn: &rusqlite::Connection, task_id: i64) -> Result<Option<i64>, Error> {
+    let options: Option<String> = conn
+        .prepare_cached(
+            "SELECT a.options FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
+             WHERE d.id = ?1",
+        )?
+        .query_row([task_id], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(options) = options else {
+        return Ok(None);
+    };
+    let options: Value = serde_json::from_str(&options)?;
+    Ok(options
+        .get("start_to_close_timeout")
+        .and_then(Value::as_i64)
+        .map(|seconds| seconds.saturating_mul(1000)))
+}
