@@ -1,12 +1,16 @@
-//! Work for remote workers: queued, leased to one poll, completed or failed.
+//! Work for remote workers: the task queue.
 //!
 //! The in-process executor ([`Store::execute_task`]) runs workflow code
 //! handed to it as a closure; a standalone server instead hands each task to
 //! a worker that long-polls a (namespace, task queue). This module keeps
-//! that hand-off durable: one row per workflow task, activity or timer, a
-//! lease with an expiry so a vanished worker's task comes back, and the
-//! poll request id that claimed it, so a repeated poll is answered with the
-//! task it already leased instead of a second one.
+//! that hand-off durable: one row per workflow task, activity or timer,
+//! queued here ([`enqueue_workflow`]), checked against its lease holder
+//! ([`leased_to`]) and read back as the task a worker gets ([`load_task`]).
+//!
+//! It is the store's lowest transition layer and calls nothing above it:
+//! leasing a task and taking an expired lease back (which re-arm an
+//! activity's deadline) are [`leases`](super::leases)', and firing due
+//! timers is [`timers`](super::timers)'; both call down into this module.
 
 use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
