@@ -1,5 +1,8 @@
-//! `dwlint docs`: marked tables follow the policy, prose never moves.
+//! `dwlint docs`: marked tables follow the policy, prose never moves; and
+//! the layers docs/architecture.md draws hold in the source (`layering`).
 
+#[path = "docs_sync/layering.rs"]
+mod layering;
 mod support;
 
 use support::{dwlint, text};
