@@ -15,18 +15,20 @@ use std::collections::VecDeque;
 use super::strings::{
     heredoc_close, line_end, scan_body, skip_balanced, Escapes, Indent, Interp, Quote, Value,
 };
-use super::tokens::{interpolation_toks, into_facts, lex, push_string, Join, Lexer, StrTok, Tok};
+use super::tokens::{
+    interpolation_toks, into_facts, lex, may_matter, push_string, Join, Lexer, StrTok, Tok,
+};
 use super::{yaml, ExtractConfig, FileFacts, LiteralKind};
 
 /// Facts of one shell script.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
-    let mut lexer = ShLexer::default();
+    let mut lexer = ShLexer::new(config);
     let mut toks = lex(text, 0..text.len(), &mut lexer);
-    let inner = interpolation_toks(text, &toks, ShLexer::default);
+    let inner = interpolation_toks(text, &toks, || ShLexer::new(config));
     toks.extend(inner);
     let mut labels = Vec::new();
     for body in &lexer.yaml_bodies {
-        toks.extend(yaml::scan(text, body.clone(), &mut labels));
+        toks.extend(yaml::scan(text, body.clone(), &mut labels, config));
     }
     let mut facts = into_facts(text, config, &toks, Join::NONE, Vec::new(), |_| {});
     facts.scrape_labels = yaml::resolve_labels(text, labels);
@@ -62,8 +64,9 @@ struct Pending {
     yaml_target: bool,
 }
 
-#[derive(Debug, Default)]
-struct ShLexer {
+#[derive(Debug)]
+struct ShLexer<'c> {
+    config: &'c ExtractConfig,
     pending: VecDeque<Pending>,
     yaml_bodies: Vec<std::ops::Range<usize>>,
 }
@@ -73,7 +76,7 @@ fn is_meta(c: u8) -> bool {
     c.is_ascii_whitespace() || b";&|()<>".contains(&c)
 }
 
-impl Lexer for ShLexer {
+impl Lexer for ShLexer<'_> {
     fn special(&mut self, text: &str, i: usize, toks: &mut Vec<Tok>) -> Option<usize> {
         let b = text.as_bytes();
         match b[i] {
@@ -83,12 +86,20 @@ impl Lexer for ShLexer {
                 Some(self.heredoc_header(text, i))
             }
             c if is_meta(c) => None,
-            _ => Some(word(text, i, toks, 0)),
+            _ => Some(word(text, i, toks, self.config, 0)),
         }
     }
 }
 
-impl ShLexer {
+impl<'c> ShLexer<'c> {
+    fn new(config: &'c ExtractConfig) -> Self {
+        ShLexer {
+            config,
+            pending: VecDeque::new(),
+            yaml_bodies: Vec::new(),
+        }
+    }
+
     /// `<<EOF`, `<<-EOF`, `<< 'EOF'`, `<<"EOF"`, `<<\EOF` at `i`.
     fn heredoc_header(&mut self, text: &str, i: usize) -> usize {
         let b = text.as_bytes();
@@ -173,7 +184,7 @@ const MAX_DEFAULT_DEPTH: usize = super::tokens::MAX_INTERPOLATION_DEPTH;
 /// One shell word at `i`: quoted and unquoted pieces joined. Pushes the word
 /// and, before it, the default of each `${VAR:-default}` in it; `depth` is
 /// how many defaults this word sits in.
-fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
+fn word(text: &str, i: usize, toks: &mut Vec<Tok>, config: &ExtractConfig, depth: usize) -> usize {
     let b = text.as_bytes();
     let mut value = Value::default();
     let mut kind = LiteralKind::Bare;
@@ -191,7 +202,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
                 let close = skip_balanced(b, at + 1, b.len());
                 let inner = at + 2..close.saturating_sub(1).max(at + 2);
                 if b[at + 1] == b'{' {
-                    expansion_default(text, inner, toks, depth);
+                    expansion_default(text, inner, toks, config, depth);
                 } else {
                     interpolations.push(inner);
                 }
@@ -220,7 +231,7 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
         };
         let body = scan_body(text, at + 1, &quote);
         if quote.interp == Interp::Dollar {
-            quoted_defaults(text, at + 1..body.end, toks, depth);
+            quoted_defaults(text, at + 1..body.end, toks, config, depth);
         }
         if body.interpolated {
             kind = LiteralKind::Interpolated;
@@ -232,6 +243,14 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
         at = body.end;
     }
     let end = at.max(i + 1).min(b.len());
+    // Every shell word is a string token, and a script is mostly words: one
+    // that mentions neither the namespace, the metric prefix nor a scan
+    // limit, and holds no command substitution, yields nothing (shell joins
+    // no literals), so it is not kept; keeping them all cost about 13 times
+    // the script's size.
+    if interpolations.is_empty() && !may_matter(&value.text, config) {
+        return end;
+    }
     toks.push(Tok::Str(Box::new(StrTok {
         span: i..end,
         value,
@@ -244,21 +263,33 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>, depth: usize) -> usize {
 
 /// The defaults of the `${VAR:-default}` expansions in a double-quoted
 /// string's source `range`.
-fn quoted_defaults(text: &str, range: std::ops::Range<usize>, toks: &mut Vec<Tok>, depth: usize) {
+fn quoted_defaults(
+    text: &str,
+    range: std::ops::Range<usize>,
+    toks: &mut Vec<Tok>,
+    config: &ExtractConfig,
+    depth: usize,
+) {
     let b = text.as_bytes();
     let mut at = range.start;
     while let Some(n) = memchr::memmem::find(&b[at..range.end], b"${") {
         let open = at + n;
         let close = skip_balanced(b, open + 1, range.end);
         let inner = open + 2..close.saturating_sub(1).max(open + 2);
-        expansion_default(text, inner, toks, depth);
+        expansion_default(text, inner, toks, config, depth);
         at = close.max(open + 2);
     }
 }
 
 /// `NAME:-default`, `NAME-default`, `NAME:=default`, `NAME=default` inside
 /// `${…}`: the default is a literal too, down to [`MAX_DEFAULT_DEPTH`].
-fn expansion_default(text: &str, inner: std::ops::Range<usize>, toks: &mut Vec<Tok>, depth: usize) {
+fn expansion_default(
+    text: &str,
+    inner: std::ops::Range<usize>,
+    toks: &mut Vec<Tok>,
+    config: &ExtractConfig,
+    depth: usize,
+) {
     if depth >= MAX_DEFAULT_DEPTH {
         return;
     }
@@ -278,7 +309,7 @@ fn expansion_default(text: &str, inner: std::ops::Range<usize>, toks: &mut Vec<T
     };
     let start = inner.start + name_len + op.len();
     if start < inner.end {
-        word(&text[..inner.end], start, toks, depth + 1);
+        word(&text[..inner.end], start, toks, config, depth + 1);
     }
 }
 

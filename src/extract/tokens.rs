@@ -11,8 +11,9 @@
 use std::ops::Range;
 
 use super::collect::{Collector, LitInfo};
+use super::exposition::find_bytes;
 use super::strings::{is_ident_byte, Value};
-use super::{ExtractConfig, FileFacts, LiteralKind};
+use super::{ExtractConfig, FileFacts, LiteralKind, SCAN_LIMIT_SUFFIX};
 
 /// One lexeme of a non-Rust file; comments are already gone.
 ///
@@ -254,6 +255,17 @@ pub(crate) fn assign_contexts(
             s.context = scopes.current_shared();
         }
     }
+}
+
+/// Whether a literal value could give the collector anything: a cache key,
+/// a scan-limit key or a metric name. The shell and YAML lexers, where
+/// every word or scalar is a string and nothing joins them, keep only
+/// these (and those holding code), which is most of their memory.
+pub(crate) fn may_matter(value: &str, config: &ExtractConfig) -> bool {
+    let holds = |needle: &str| {
+        !needle.is_empty() && find_bytes(value.as_bytes(), needle.as_bytes()).is_some()
+    };
+    holds(&config.cache_namespace) || holds(&config.metric_prefix) || holds(SCAN_LIMIT_SUFFIX)
 }
 
 /// The end of the identifier-like word starting at `i`.

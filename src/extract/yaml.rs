@@ -13,13 +13,13 @@
 use std::ops::Range;
 
 use super::strings::{line_end, scan_body, Quote, Value};
-use super::tokens::{into_facts, Join, StrTok, Tok};
+use super::tokens::{into_facts, may_matter, Join, StrTok, Tok};
 use super::{ExtractConfig, FileFacts, LineIndex, LiteralKind, ScrapeLabel};
 
 /// Facts of one YAML file.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut labels = Vec::new();
-    let toks = scan(text, 0..text.len(), &mut labels);
+    let toks = scan(text, 0..text.len(), &mut labels, config);
     let mut facts = into_facts(text, config, &toks, Join::NONE, Vec::new(), |_| {});
     facts.scrape_labels = resolve_labels(text, labels);
     facts
@@ -97,9 +97,16 @@ impl Relabel {
     }
 }
 
-/// Reads the YAML in `text[range]`: every scalar value becomes a string
-/// token; target labels are appended to `labels`.
-pub(crate) fn scan(text: &str, range: Range<usize>, labels: &mut Vec<RawLabel>) -> Vec<Tok> {
+/// Reads the YAML in `text[range]`: every scalar value that may matter
+/// (see [`may_matter`]) becomes a string token; target labels are appended
+/// to `labels`.
+pub(crate) fn scan(
+    text: &str,
+    range: Range<usize>,
+    labels: &mut Vec<RawLabel>,
+    config: &ExtractConfig,
+) -> Vec<Tok> {
+    let matters = |tok: &Tok| matches!(tok, Tok::Str(s) if may_matter(&s.value.text, config));
     let b = text.as_bytes();
     let end = range.end.min(b.len());
     let mut toks = Vec::new();
@@ -164,7 +171,7 @@ pub(crate) fn scan(text: &str, range: Range<usize>, labels: &mut Vec<RawLabel>) 
         let Some((key, key_at, value_start)) = key_at(text, col, content_end) else {
             // A scalar list item (or a plain scalar continued on this line).
             let (value, after) = scalar(text, col, content_end, column, end);
-            toks.extend(value);
+            toks.extend(value.filter(matters));
             line = after.max(next_line);
             continue;
         };
@@ -190,7 +197,7 @@ pub(crate) fn scan(text: &str, range: Range<usize>, labels: &mut Vec<RawLabel>) 
                 _ => {}
             }
         }
-        toks.extend(value);
+        toks.extend(value.filter(matters));
         line = after.max(next_line);
     }
     if let Some(done) = relabel {
