@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wall-clock and peak RSS of `dwlint check` on the adversarial shapes of
-# tests/scaling.rs at 1, 2 and 4 MB, and on a 50 MB file of each language
+# tests/gate/scaling.rs at 1, 2 and 4 MB, and on a 50 MB file of each language
 # (docs/performance.md, "Linear on any input"). Usage:
 #   docs/bench-scaling.sh [DWLINT_BINARY] [WORK_DIR]
 # Needs python3 and GNU time (/usr/bin/time). Prints one line per run:

@@ -1,5 +1,5 @@
 //! The entry points that fuzzing drives, shared by the cargo-fuzz targets
-//! under `fuzz/` and the property tests in `tests/properties.rs`, so that
+//! under `fuzz/` and the property tests in `tests/gate/properties.rs`, so that
 //! what the fuzzers explore for hours CI also exercises on every run.
 //!
 //! Each function takes arbitrary bytes and panics only when dwlint breaks

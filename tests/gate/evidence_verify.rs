@@ -1,0 +1,422 @@
+//! `dwlint evidence verify` as CI runs it: one trusted artifact, then each
+//! trust condition broken alone, every report format, and the artifacts
+//! that cannot be read at all.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::support::{json_codes as codes, text};
+use serde_json::{json, Value};
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/data/evidence/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn trusted() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("trusted-summary.json")).unwrap())
+        .unwrap()
+}
+
+fn verify(summary: &Path, extra: &[&str]) -> Output {
+    let policy = fixture("policy.toml");
+    let mut args = vec![
+        "evidence",
+        "verify",
+        summary.to_str().unwrap(),
+        "--policy",
+        &policy,
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(&args)
+        .env("NO_COLOR", "1")
+        .env_remove("DW_PERF_TRUSTED_REPOSITORY")
+        .output()
+        .expect("run dwlint")
+}
+
+fn write(dir: &tempfile::TempDir, summary: &Value) -> std::path::PathBuf {
+    let path = dir.path().join("summary.json");
+    std::fs::write(&path, serde_json::to_string_pretty(summary).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn the_trusted_fixture_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = verify(&write(&dir, &trusted()), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("no findings"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// Breaks one condition the way a real artifact would, recording the
+/// verdict a harness would have written, so only that condition fails.
+#[test]
+fn each_condition_failing_alone_is_its_only_finding() {
+    type Edit = fn(&mut Value);
+    let cases: &[(&str, Edit)] = &[
+        ("duration-at-least-one-hour", |s| {
+            s["run"]["load_seconds"] = json!(1800.0)
+        }),
+        ("managed-resource-sampling", |s| {
+            s["config"]["services"] = json!("external")
+        }),
+        ("self-hosted-runner", |s| {
+            s["provenance"]["runner"]["environment"] = json!("github-hosted")
+        }),
+        ("github-actions-provenance", |s| {
+            s["provenance"]["github"]
+                .as_object_mut()
+                .unwrap()
+                .remove("GITHUB_RUN_ID");
+        }),
+        ("soak-workflow-on-main", |s| {
+            s["provenance"]["github"]["GITHUB_REF"] = json!("refs/heads/feature")
+        }),
+        ("scheduled-or-dispatched", |s| {
+            s["provenance"]["github"]["GITHUB_EVENT_NAME"] = json!("pull_request")
+        }),
+        ("clean-tracked-working-tree", |s| {
+            s["provenance"]["tracked_working_tree_clean"] = json!(false)
+        }),
+        ("checkout-matches-github-sha", |s| {
+            s["provenance"]["git_sha"] = json!("ffffffffffffffffffffffffffffffffffffffff")
+        }),
+        ("policy-digest", |s| {
+            s["provenance"]["policy_sha256"] = json!("00")
+        }),
+        ("sample-coverage", |s| {
+            s["samples"]["periodic_sample_count"] = json!(280);
+            s["config"]["minimum_trusted_samples"] = json!(200);
+        }),
+        ("minimum-trusted-samples", |s| {
+            s["config"]["minimum_trusted_samples"] = json!(359)
+        }),
+        ("sampling-health", |s| {
+            s["sampling_health"]["redis_keys"]["collected"] = json!(359);
+            s["sampling_health"]["redis_keys"]["last_error"] = json!("connection refused");
+        }),
+        ("per-policy-threshold-maps", |s| {
+            s["config"]["max_final_server_cache_keys_by_policy"] = Value::Null
+        }),
+        ("per-policy-observed-maps", |s| {
+            s["max_server_cache_keys_by_policy"]
+                .as_object_mut()
+                .unwrap()
+                .remove("readiness_probe");
+        }),
+        ("memory-slope", |s| {
+            s["memory_slope"]["bytes_per_hour"] = json!(9.0e6)
+        }),
+        ("no-assertion-failures", |s| {
+            s["final_server_cache_keys_by_policy"]["long_poll_signals"] = json!(11)
+        }),
+        ("run-passed", |s| {
+            s["run"]["result"] = json!("failed");
+            s["run"]["failures"] = json!(["interrupted"]);
+        }),
+    ];
+    assert_eq!(
+        cases.len(),
+        dwevidence::profile::Condition::ALL.len(),
+        "one case per condition"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (code, edit) in cases {
+        let mut summary = trusted();
+        edit(&mut summary);
+        summary["evidence"]["trust"] = json!({
+            "profile": "trusted_long_soak_v1",
+            "eligible": false,
+            "failed_conditions": [{"condition": code.replace('-', "_"), "explanation": "recorded"}],
+        });
+        let out = verify(&write(&dir, &summary), &["--format", "json"]);
+        assert_eq!(out.status.code(), Some(1), "{code}: {}", text(&out.stderr));
+        assert_eq!(codes(&out), [format!("evidence-{code}")], "{code}");
+    }
+}
+
+#[test]
+fn a_recorded_verdict_that_disagrees_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["evidence"]["trust"]["eligible"] = json!(false);
+    summary["evidence"]["trust"]["failed_conditions"] =
+        json!([{"condition": "sample_coverage", "explanation": "made up"}]);
+    let out = verify(&write(&dir, &summary), &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(codes(&out), ["evidence-recorded-verdict"]);
+
+    // An edited artifact claiming trust for a failing run.
+    let mut summary = trusted();
+    summary["provenance"]["runner"]["environment"] = json!("github-hosted");
+    let out = verify(&write(&dir, &summary), &["--format", "json"]);
+    assert_eq!(
+        codes(&out),
+        ["evidence-self-hosted-runner", "evidence-recorded-verdict"]
+    );
+}
+
+#[test]
+fn every_format_reports_the_failed_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["config"]["duration_seconds"] = json!(60);
+    summary["samples"]["expected_periodic_samples"] = json!(6);
+    summary["samples"]["periodic_sample_count"] = json!(6);
+    summary["config"]["minimum_trusted_samples"] = json!(5);
+    summary["run"]["load_seconds"] = json!(60.0);
+    let path = write(&dir, &summary);
+    for format in ["human", "json", "sarif", "github", "junit", "short"] {
+        let out = verify(&path, &["--format", format]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("evidence-duration-at-least-one-hour"),
+            "{format}: {shown}"
+        );
+    }
+    let sarif: Value =
+        serde_json::from_slice(&verify(&path, &["--format", "sarif"]).stdout).unwrap();
+    let rule_ids: Vec<&str> = sarif["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        rule_ids.contains(&"evidence-duration-at-least-one-hour"),
+        "{rule_ids:?}"
+    );
+    // The finding points at the configured duration.
+    let short = text(&verify(&path, &["--format", "short"]).stdout);
+    let line = short
+        .lines()
+        .find(|l| l.contains("duration-at-least"))
+        .unwrap();
+    let at: usize = line.split(':').nth(1).unwrap().parse().unwrap();
+    let summary_text = std::fs::read_to_string(&path).unwrap();
+    assert!(summary_text
+        .lines()
+        .nth(at - 1)
+        .unwrap()
+        .contains("\"duration_seconds\""));
+}
+
+#[test]
+fn the_report_can_go_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &trusted());
+    let report = dir.path().join("report.json");
+    let out = verify(
+        &path,
+        &["--format", "json", "--output", report.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    assert_eq!(written["version"], 1);
+}
+
+#[test]
+fn another_trusted_repository_can_be_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &trusted());
+    let out = verify(
+        &path,
+        &["--repository", "example/dwlint", "--format", "json"],
+    );
+    assert_eq!(
+        codes(&out),
+        [
+            "evidence-soak-workflow-on-main",
+            "evidence-recorded-verdict"
+        ]
+    );
+}
+
+#[test]
+fn unreadable_artifacts_exit_2_and_say_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.json");
+    let out = verify(&missing, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot read the soak artifact"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\n  \"schema_version\": 1,\n  oops\n}").unwrap();
+    let out = verify(&broken, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 3"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let mut summary = trusted();
+    summary["samples"]
+        .as_object_mut()
+        .unwrap()
+        .remove("coverage");
+    let out = verify(&write(&dir, &summary), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("`coverage`"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let mut summary = trusted();
+    summary["schema_version"] = json!(7);
+    let out = verify(&write(&dir, &summary), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("schema_version 7"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A FIFO blocks the open and `/dev/zero` never ends: both, and a
+/// directory, must be refused before anything is read. The run gets a
+/// deadline so that a regression fails instead of hanging the suite.
+#[cfg(unix)]
+#[test]
+fn an_artifact_that_is_no_regular_file_is_refused_before_reading() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("summary.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let policy = fixture("policy.toml");
+    for artifact in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dwlint"))
+            .args(["evidence", "verify"])
+            .arg(artifact)
+            .args(["--policy", &policy])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run dwlint");
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            panic!("{} was still being read after 20 s", artifact.display());
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", artifact.display());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("cannot read the soak artifact")
+                && stderr.contains(&artifact.display().to_string())
+                && stderr.contains("not a regular file"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_html_report_shows_every_condition_and_charts_the_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut summary = trusted();
+    summary["provenance"]["runner"]["environment"] = json!("github-hosted<script>");
+    let path = write(&dir, &summary);
+    let lines: Vec<String> = (1..=6)
+        .map(|i| {
+            json!({
+                "kind": if i == 6 { "final" } else { "periodic" },
+                "elapsed_seconds": i as f64 * 10.0, "at_unix_ms": i * 10_000,
+                "server_memory_bytes": 40_000_000 + i * 1000, "redis_memory_bytes": 1_000_000,
+                "redis_db_keys": 50, "redis_polling_keys": 40, "server_cache_keys": 50,
+                "server_cache_keys_by_policy": {"long_poll_signals": 40, "readiness_probe": 0},
+                "sqlite_file_bytes": 4096, "requests_total": i * 100, "errors_total": 0,
+                "live_findings": 0, "errors": {}
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.path().join("samples.jsonl"), lines.join("\n")).unwrap();
+    let out = verify(&path, &["--format", "html"]);
+    assert_eq!(out.status.code(), Some(1));
+    let page = text(&out.stdout);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    for condition in dwevidence::profile::Condition::ALL {
+        assert!(page.contains(condition.id()), "{}", condition.id());
+    }
+    assert!(
+        page.contains("not trusted (1 of 17 conditions failed)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;") && !page.contains("<script>"),
+        "escaped"
+    );
+    assert_eq!(
+        page.matches("<svg").count(),
+        4,
+        "memory, Redis memory, totals, per policy"
+    );
+    assert!(
+        page.contains("long_poll_signals: peak 100 (limit 1000), after drain 0 (limit 10)"),
+        "the thresholds are shown: {page}"
+    );
+    assert!(
+        !page.contains("http://") || page.contains("http://www.w3.org/2000/svg"),
+        "no network references"
+    );
+
+    // Without samples the page still renders, with a note on standard error.
+    std::fs::remove_file(dir.path().join("samples.jsonl")).unwrap();
+    let out = verify(&path, &["--format", "html"]);
+    assert!(text(&out.stdout).contains("nothing to chart"));
+    assert!(
+        text(&out.stderr).contains("samples.jsonl"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_fixture_and_its_variants_hold_to_the_published_schema() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/soak-summary.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::options()
+        .build(&schema)
+        .expect("the schema compiles");
+    let errors = |instance: &Value| -> Vec<String> {
+        validator
+            .iter_errors(instance)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect()
+    };
+    let mut summary = trusted();
+    assert_eq!(errors(&summary), Vec::<String>::new());
+    summary["memory_slope"] = Value::Null;
+    summary["config"]["max_final_server_cache_keys_by_policy"] = Value::Null;
+    summary["maxima"]["redis_memory_bytes"] = Value::Null;
+    assert_eq!(
+        errors(&summary),
+        Vec::<String>::new(),
+        "nulls where nothing was measured"
+    );
+    // What the typed reader refuses, the schema refuses too.
+    summary["samples"]["surprise"] = json!(1);
+    assert!(!errors(&summary).is_empty());
+    let mut summary = trusted();
+    summary["run"]["result"] = json!("maybe");
+    assert!(!errors(&summary).is_empty());
+}

@@ -1,0 +1,149 @@
+//! What a user copies from the CI guide (docs/ci.md) works as written: the
+//! pinned `rev:` and `uses:` name this version's release tag, the pre-commit
+//! hooks install the prebuilt wheel of this version (no compile), the Actions
+//! example guards the SARIF upload for fork pull requests as this
+//! repository's own workflow does, and the other-CI command runs. The
+//! README's timing is the latest measured figure. `.ci/run` builds the
+//! wheel and runs the hook through `pre-commit try-repo` for real.
+
+use crate::support::{dwlint_in, fixture_copy, text};
+
+use std::path::Path;
+
+fn read(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The fenced blocks of `markdown` tagged `lang`.
+fn blocks<'m>(markdown: &'m str, lang: &str) -> Vec<&'m str> {
+    let fence = format!("```{lang}\n");
+    markdown
+        .split(fence.as_str())
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .collect()
+}
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[test]
+fn the_hook_installs_this_versions_wheel_and_the_ci_guide_pins_its_tag() {
+    let root = read("pyproject.toml");
+    assert!(root.contains(&format!("version = \"{VERSION}\"")), "{root}");
+    assert!(
+        root.contains(&format!("dependencies = [\"dwlint=={VERSION}\"]")),
+        "{root}"
+    );
+    let wheel = read("python/dwlint/pyproject.toml");
+    assert!(wheel.contains("build-backend = \"maturin\""), "{wheel}");
+    assert!(wheel.contains("bindings = \"bin\""), "{wheel}");
+    assert!(
+        wheel.contains("manifest-path = \"../../Cargo.toml\""),
+        "{wheel}"
+    );
+    assert!(wheel.contains("name = \"dwlint\""), "{wheel}");
+    let hooks = read(".pre-commit-hooks.yaml");
+    for id in ["dwlint", "dwlint-changed"] {
+        assert!(hooks.contains(&format!("- id: {id}\n")), "{hooks}");
+    }
+    assert_eq!(hooks.matches("language: python").count(), 2, "{hooks}");
+    assert!(!hooks.contains("language: rust"), "{hooks}");
+    let guide = read("docs/ci.md");
+    let pre_commit = blocks(&guide, "yaml")
+        .into_iter()
+        .find(|b| b.contains("repos:"))
+        .expect("a pre-commit example");
+    assert!(
+        pre_commit.contains(&format!("rev: v{VERSION}\n")),
+        "{pre_commit}"
+    );
+    for id in pre_commit
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("# ").strip_prefix("- id: "))
+    {
+        let id = id.split_whitespace().next().unwrap();
+        assert!(hooks.contains(&format!("- id: {id}\n")), "{id}");
+    }
+    let requirements = read(".ci/requirements-wheel.txt");
+    for tool in ["maturin==", "pre-commit=="] {
+        assert!(requirements.contains(tool), "{requirements}");
+    }
+    let ci = read(".ci/run");
+    assert!(
+        ci.contains("requirements-wheel.txt") && ci.contains("try-repo"),
+        "{ci}"
+    );
+}
+
+#[test]
+fn the_actions_example_guards_the_sarif_upload_like_this_repositorys_workflow() {
+    let workflow = read(".github/workflows/ci.yml");
+    let guard = workflow
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("upload-sarif: "))
+        .expect("the workflow uploads SARIF");
+    assert!(
+        guard.contains("head.repo.full_name == github.repository"),
+        "{guard}"
+    );
+    let guide = read("docs/ci.md");
+    let example = blocks(&guide, "yaml")
+        .into_iter()
+        .find(|b| b.contains("jobs:"))
+        .expect("an Actions example");
+    assert!(
+        example.contains(&format!("upload-sarif: {guard}")),
+        "{example}"
+    );
+    assert!(example.contains("security-events: write"), "{example}");
+    assert!(
+        example.contains(&format!("/dwlint@v{VERSION}")),
+        "{example}"
+    );
+}
+
+#[test]
+fn the_ci_guides_other_ci_command_runs_as_written() {
+    let guide = read("docs/ci.md");
+    let command = blocks(&guide, "sh")
+        .into_iter()
+        .flat_map(str::lines)
+        .find(|l| l.starts_with("dwlint check --format short --output junit="))
+        .expect("the other-CI example");
+    let args: Vec<&str> = command
+        .split('#')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .collect();
+    let dir = fixture_copy("undeclared-cache-prefix");
+    let out = dwlint_in(dir.path(), &args);
+    // "exit 1 fails the job": the planted violation is found.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("error[undeclared-cache-prefix]"));
+    let junit = std::fs::read_to_string(dir.path().join("dwlint.xml")).unwrap();
+    assert!(junit.contains("<testsuite"), "{junit}");
+}
+
+#[test]
+fn the_readme_timing_is_the_latest_measured_figure() {
+    let readme = read("README.md").replace('\n', " ");
+    let figure = readme
+        .split("20,000-file tree checks in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s ").next())
+        .expect("the README states the synthetic tree's time");
+    let performance = read("docs/performance.md");
+    // The first figures table is the latest measurement.
+    let latest = performance
+        .lines()
+        .find(|l| l.starts_with("| synthetic engine"))
+        .expect("a synthetic-tree row");
+    assert!(
+        latest.contains(&format!("| {figure} s")),
+        "README says {figure} s, docs/performance.md's latest row is {latest}"
+    );
+    assert!(performance.contains("cargo run --example synthetic_tree"));
+}
