@@ -63,7 +63,7 @@ enum Command {
         /// The subcommand whose page to print, e.g. `check` or `policy import`.
         #[arg(value_name = "SUBCOMMAND", conflicts_with = "dir")]
         subcommand: Vec<String>,
-        /// Write dwlint.1 and one page per subcommand (dwlint-check.1, …) into DIR.
+        /// Write dwlint.1 and one page per subcommand (dwlint-check.1, …) into DIR (created if missing).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
@@ -450,10 +450,14 @@ fn man(path: &[String], dir: Option<&std::path::Path>) -> Result<Outcome, RunErr
     let mut command = Cli::command().disable_help_subcommand(true);
     command.build();
     if let Some(dir) = dir {
-        clap_mangen::generate_to(command, dir).map_err(|source| RunError::OutputFile {
+        let failed = |source| RunError::OutputFile {
             path: dir.to_path_buf(),
             source,
-        })?;
+        };
+        // Created with its parents, as `mkdir -p` would: a packaging
+        // script's `--dir target/man/man1` need not exist yet.
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        clap_mangen::generate_to(command, dir).map_err(failed)?;
         return Ok(Outcome::Clean);
     }
     for name in path {

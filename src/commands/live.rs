@@ -7,8 +7,8 @@
 //! capped metric without its suppression report. The scraping and the
 //! checks are `dwevidence::live`, shared with the soak harness, which runs
 //! them at every sample; this module turns them into findings so every
-//! report format and exit code of `check` applies (an unreachable URL is
-//! exit 2, like an unreadable tree).
+//! report format and exit code of `check` applies (an unreachable URL, or
+//! one answering malformed exposition, is exit 2, like an unreadable tree).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -33,7 +33,8 @@ A URL without a path (http://127.0.0.1:8080) is a dwserver: its \
 /api/system/prometheus-metrics and /api/system/metrics are scraped for every \
 --namespace. A URL with a path (http://127.0.0.1:9464/metrics) is scraped as \
 one Prometheus text endpoint. Exit 0: no finding; 1: findings; 2: a URL could \
-not be scraped, or the policy could not be read.")]
+not be scraped or answered text that is not Prometheus exposition (its line \
+and column are named), or the policy could not be read.")]
 pub struct LiveArgs {
     /// Servers or metric endpoints to scrape.
     #[arg(required = true, value_name = "URL")]
@@ -61,6 +62,15 @@ pub enum LiveError {
     /// A URL could not be scraped.
     #[error("cannot scrape: {0}")]
     Scrape(#[from] ScrapeError),
+    /// A URL answered text that is not Prometheus exposition: checking the
+    /// lines that could be read would pass on garbage.
+    #[error("{url} is not Prometheus text exposition: {at}")]
+    Malformed {
+        /// The URL scraped.
+        url: String,
+        /// The first line that could not be read, and why.
+        at: live::Malformed,
+    },
     /// The run failed as any would: no policy, an invalid one, a report
     /// that cannot be written.
     #[error(transparent)]
@@ -102,6 +112,12 @@ pub fn live(
     let mut scrapes = Vec::new();
     for url in urls {
         scrapes.extend(live::scrape(url, namespaces, token)?);
+    }
+    if let Some(bad) = scrapes.iter().find(|s| s.exposition.malformed.is_some()) {
+        return Err(LiveError::Malformed {
+            url: bad.url.clone(),
+            at: bad.exposition.malformed.clone().expect("found malformed"),
+        });
     }
     let diagnostics = live::check(&policy_file.policy, &scrapes)
         .into_iter()

@@ -61,7 +61,10 @@ pub fn discover(start: &Path) -> Result<Discovered, RunError> {
         .map_err(|_| RunError::NoSuchPath(start.to_path_buf()))?;
     for (depth, dir) in absolute.ancestors().enumerate() {
         for candidate in CANDIDATES {
-            if dir.join(candidate).is_file() {
+            // Anything at a policy's name is taken for it, a FIFO or a
+            // directory included: loading it then says what it is, where
+            // passing it over said "no policy file found" beside it.
+            if dir.join(candidate).exists() {
                 let root = up(start, depth);
                 return Ok(Discovered {
                     policy: root.join(candidate),

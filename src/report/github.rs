@@ -11,11 +11,23 @@ use crate::base::diagnostic::Severity;
 use crate::report::model::CheckReport;
 use crate::report::{human, location, message_with_help};
 
-/// Command data: the runner reads `%`, CR and LF as encoded, so they must be.
+/// Command data: the runner reads `%`, CR and LF as encoded, so they must
+/// be. Every other control or format character (ESC, DEL, C1, U+2028,
+/// U+0085, bidi controls) has no encoding the runner decodes, and passed raw
+/// it would reach the log viewer: it is written as a visible escape
+/// (`\u{1b}`) instead, as the human report writes it.
 fn escape_data(text: &str) -> String {
-    text.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            c if crate::report::needs_escape(c) => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Command properties: also `:` and `,`, which delimit properties.
@@ -56,9 +68,19 @@ pub fn write(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{}", human::summary(report))
 }
 
-/// A Markdown table cell: one line, no column breaks, no HTML.
+/// A Markdown table cell: one line, no column breaks, no HTML, no
+/// invisible control or format characters.
 fn cell(text: &str) -> String {
-    text.replace('&', "&amp;")
+    let visible: String = text
+        .chars()
+        .map(|c| match c {
+            '\r' | '\n' => c.to_string(),
+            c if crate::report::needs_escape(c) => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    visible
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('|', "\\|")
@@ -103,6 +125,25 @@ mod tests {
             escape_property("50% a\r\nb: c, d"),
             "50%25 a%0D%0Ab%3A c%2C d"
         );
+    }
+
+    #[test]
+    fn control_and_format_characters_reach_the_log_as_visible_escapes() {
+        let hostile =
+            "a\u{1b}[31mred\u{7f}b\u{2028}c\u{85}d\u{202e}e\u{2066}f\u{200b}g\u{feff}h\u{9b}i";
+        let data = escape_data(hostile);
+        assert_eq!(
+            data,
+            "a\\u{1b}[31mred\\u{7f}b\\u{2028}c\\u{85}d\\u{202e}e\\u{2066}f\\u{200b}g\\u{feff}h\\u{9b}i"
+        );
+        for text in [data, escape_property(hostile), cell(hostile)] {
+            assert!(
+                !text.chars().any(crate::report::needs_escape),
+                "{text:?} still holds a control or format character"
+            );
+        }
+        // Printable non-ASCII text is left alone.
+        assert_eq!(escape_data("café ✓ 名前"), "café ✓ 名前");
     }
 
     #[test]

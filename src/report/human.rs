@@ -541,7 +541,7 @@ fn run_error_help(error: &RunError) -> Option<String> {
             Some("pass the root of the tree to check (default: the current directory)".into())
         }
         RunError::PolicyNotFound(_) => Some(format!(
-            "looked for {} in each directory up to the repository root; create one (see docs/policy.md) or pass --policy FILE",
+            "looked for {} in each directory up to the repository root; `dwlint init` writes a draft from the tree (see docs/commands.md), or pass --policy FILE",
             crate::discover::CANDIDATES.join(", ")
         )),
         RunError::Git(_) => Some(

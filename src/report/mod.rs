@@ -140,10 +140,30 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Control characters, and the Unicode line and paragraph separators that
-/// some viewers break lines at.
-fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+/// Control characters (C0, DEL, C1), the Unicode line and paragraph
+/// separators that some viewers break lines at, and the invisible format
+/// characters that reorder or hide text (bidi embeddings, overrides and
+/// isolates, zero-width characters, the byte-order mark): what a reader
+/// sees must be what the text holds.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control() || is_format_char(c)
+}
+
+/// The characters of Unicode's line/paragraph separator and format (`Cf`)
+/// classes that a terminal, a log viewer or a browser acts on invisibly.
+fn is_format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// `file` (a finding's path: relative to the checked root, or as given for

@@ -96,7 +96,9 @@ impl Inputs {
         }
     }
 
-    /// Whether writing `path` would replace one of the inputs.
+    /// Whether writing `path` would replace one of the inputs: the same
+    /// path once symbolic links are resolved, or the same file (device and
+    /// inode) under another name, as a hard link is.
     pub fn contains(&self, path: &Path) -> bool {
         // A file that does not exist yet is no input.
         let Ok(full) = path.canonicalize() else {
@@ -105,10 +107,42 @@ impl Inputs {
         if self.policy.as_ref() == Some(&full) {
             return true;
         }
-        let Some(rel) = self.root.as_ref().and_then(|r| full.strip_prefix(r).ok()) else {
+        let under_root = self.root.as_ref().and_then(|r| full.strip_prefix(r).ok());
+        if under_root.is_some_and(|rel| {
+            self.files
+                .contains(&rel.to_string_lossy().replace('\\', "/"))
+        }) {
+            return true;
+        }
+        self.hard_link_of_an_input(&full)
+    }
+
+    /// Whether `full` (canonical, existing) is a second name of an input.
+    /// Only a file with more than one link can be: the inputs are looked
+    /// at only then, so the usual case costs one `stat`.
+    #[cfg(unix)]
+    fn hard_link_of_an_input(&self, full: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::metadata(full) else {
             return false;
         };
-        self.files
-            .contains(&rel.to_string_lossy().replace('\\', "/"))
+        if meta.nlink() < 2 {
+            return false;
+        }
+        let same = |input: &Path| {
+            std::fs::metadata(input).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+        };
+        self.policy.as_deref().is_some_and(same)
+            || self
+                .root
+                .as_ref()
+                .is_some_and(|root| self.files.iter().any(|rel| same(&root.join(rel))))
+    }
+
+    /// Elsewhere a hard link cannot be told apart cheaply; the canonical
+    /// path check above is all there is.
+    #[cfg(not(unix))]
+    fn hard_link_of_an_input(&self, _full: &Path) -> bool {
+        false
     }
 }

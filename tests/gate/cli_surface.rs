@@ -60,8 +60,10 @@ fn every_rule_has_its_doc_where_sarif_help_uri_points() {
 
 #[test]
 fn every_subcommand_has_a_man_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dwlint(&["man", "--dir", dir.path().to_str().unwrap()]);
+    let base = tempfile::tempdir().unwrap();
+    // A folder that does not exist yet is created, parents included.
+    let dir = base.path().join("share/man/man1");
+    let out = dwlint(&["man", "--dir", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     for page in [
         "dwlint.1",
@@ -77,8 +79,8 @@ fn every_subcommand_has_a_man_page() {
         "dwlint-live.1",
         "dwlint-evidence-verify.1",
     ] {
-        let roff = std::fs::read_to_string(dir.path().join(page))
-            .unwrap_or_else(|e| panic!("{page}: {e}"));
+        let roff =
+            std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(roff.contains(".SH NAME"), "{page}");
     }
     let check = text(&dwlint(&["man", "check"]).stdout);
@@ -89,6 +91,12 @@ fn every_subcommand_has_a_man_page() {
     let unknown = dwlint(&["man", "nope"]);
     assert_eq!(unknown.status.code(), Some(2));
     assert!(text(&unknown.stderr).contains("no subcommand `nope`"));
+    // A file where the folder should be is an error that names it.
+    let file = base.path().join("taken");
+    std::fs::write(&file, "").unwrap();
+    let out = dwlint(&["man", "--dir", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("taken"), "{}", text(&out.stderr));
 }
 
 #[test]

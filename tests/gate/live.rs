@@ -188,6 +188,37 @@ fn an_unreachable_url_exits_2() {
 }
 
 #[test]
+fn malformed_exposition_exits_2_with_its_line_and_column() {
+    // A label set opened 100,000 times and never closed: no line of it is a
+    // sample, and passing it as "no findings" would pass on garbage.
+    let garbage: &'static str = Box::leak("dw_x_total{".repeat(100_000).into_boxed_str());
+    for (body, at) in [
+        (
+            garbage,
+            "line 1, column 22: expected `=` after the label name `dw_x_total`",
+        ),
+        (
+            "dw_workflow_runs_total{task_queue=\"a\"} 1\ndw_x{a=\"1\"\n",
+            "line 2, column 5: the label set opened here is not closed with `}`",
+        ),
+        (
+            "<html>not metrics</html>\n",
+            "line 1, column 1: expected a metric name",
+        ),
+    ] {
+        let url = endpoint(body, 1);
+        let out = dwlint(&["live", &url, "--format", "json"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("is not Prometheus text exposition") && stderr.contains(at),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    }
+}
+
+#[test]
 fn live_codes_are_explained() {
     let out = dwlint(&["explain", "live-not-a-label"]);
     assert_eq!(out.status.code(), Some(0));

@@ -178,6 +178,40 @@ fn an_unknown_output_format_is_refused() {
 }
 
 #[test]
+#[cfg(unix)]
+fn a_discovered_policy_that_is_no_regular_file_is_named_not_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("dwlint.toml"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Reading a FIFO would wait for a writer: the check must not open it.
+    let out = dwlint_in(dir.path(), &["check"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read policy file")
+            && stderr.contains("dwlint.toml")
+            && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn no_policy_found_suggests_init() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    let out = dwlint_in(dir.path(), &["check"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no policy file found") && stderr.contains("dwlint init"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_report_never_overwrites_a_checked_file_or_the_policy() {
     let dir = tree(&[]);
     for target in [
@@ -202,6 +236,39 @@ fn a_report_never_overwrites_a_checked_file_or_the_policy() {
             text(&out.stderr)
         );
         assert_eq!(std::fs::read(dir.path().join(target)).unwrap(), before);
+    }
+    // Another name for a checked file, outside the checked tree: a hard
+    // link (same device and inode) and a symbolic link.
+    #[cfg(unix)]
+    {
+        let elsewhere = tempfile::tempdir_in(dir.path().parent().unwrap()).unwrap();
+        let hard = elsewhere.path().join("hard.sarif");
+        let soft = elsewhere.path().join("soft.sarif");
+        std::fs::hard_link(dir.path().join("src/app.js"), &hard).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("policy/dw-bounded-growth.toml"), &soft)
+            .unwrap();
+        for (target, source) in [
+            (hard.to_str().unwrap(), "src/app.js"),
+            (soft.to_str().unwrap(), "policy/dw-bounded-growth.toml"),
+        ] {
+            let before = std::fs::read(dir.path().join(source)).unwrap();
+            let out = dwlint_in(
+                dir.path(),
+                &["check", "--output", &format!("sarif={target}")],
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{target}: {}",
+                text(&out.stderr)
+            );
+            assert!(
+                text(&out.stderr).contains("would overwrite"),
+                "{}",
+                text(&out.stderr)
+            );
+            assert_eq!(std::fs::read(dir.path().join(source)).unwrap(), before);
+        }
     }
     let out = dwlint_in(dir.path(), &["check", "--output", "json=report.json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 mod exposition;
 
-pub use exposition::{parse as parse_exposition, Exposition, Series};
+pub use exposition::{parse as parse_exposition, Exposition, Malformed, Series};
 
 /// The kinds of live finding; each is its own code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
