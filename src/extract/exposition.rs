@@ -42,6 +42,7 @@ pub(crate) fn for_each_metric_site(value: &str, prefix: &str, mut each: impl FnM
     }
     let bytes = value.as_bytes();
     let mut lines = LineHeads::default();
+    let mut sql = None;
     let mut from = 0;
     while let Some(found) = find_bytes(&bytes[from..], prefix.as_bytes()) {
         let start = from + found;
@@ -60,9 +61,100 @@ pub(crate) fn for_each_metric_site(value: &str, prefix: &str, mut each: impl FnM
             end += 1;
         }
         from = end;
+        if names_something_else(value, start, end, &mut sql) {
+            continue;
+        }
         let head = lines.head_at(value, start);
         each(classify(value, head, start, end));
     }
+}
+
+/// Whether the prefixed word `value[start..end]` is not a metric but a name
+/// of something else that shares the prefix:
+///
+/// - a path (`dw_defaults::limit`, as in `#[serde(default = "…")]`, or PHP's
+///   `Dw_x::class`): a name holding `::`;
+/// - a file or module name (`dw_state.sqlite`, `dw_mod.func`): a name
+///   followed by `.` and a letter or digit;
+/// - a table in SQL (`FROM dw_runs`, `CREATE TABLE dw_workflow_runs`,
+///   `INSERT INTO "dw_x"`): a name after `FROM`, `JOIN`, `INTO`, `UPDATE`,
+///   `TABLE`, `EXISTS` or `REFERENCES`, upper case, or in any case when the
+///   value holds a SQL statement (`select …`, `create …`).
+///
+/// `sql` caches whether the value holds a statement, so many sites in one
+/// value search it once.
+fn names_something_else(value: &str, start: usize, end: usize, sql: &mut Option<bool>) -> bool {
+    let bytes = value.as_bytes();
+    if find_bytes(&bytes[start..end], b"::").is_some() {
+        return true;
+    }
+    if bytes.get(end) == Some(&b'.') && bytes.get(end + 1).is_some_and(u8::is_ascii_alphanumeric) {
+        return true;
+    }
+    let Some(keyword) = word_before(bytes, start) else {
+        return false;
+    };
+    const TABLE_KEYWORDS: [&str; 7] = [
+        "FROM",
+        "JOIN",
+        "INTO",
+        "UPDATE",
+        "TABLE",
+        "EXISTS",
+        "REFERENCES",
+    ];
+    let Some(upper) = TABLE_KEYWORDS
+        .iter()
+        .find(|k| k.as_bytes().eq_ignore_ascii_case(keyword))
+    else {
+        return false;
+    };
+    if upper.as_bytes() == keyword {
+        return true;
+    }
+    *sql.get_or_insert_with(|| holds_sql_statement(bytes))
+}
+
+/// The word just before `start`, past blanks and one opening quote (`"`,
+/// `` ` ``, `[`); looked for within 32 bytes so that a long run of blanks
+/// costs nothing per site.
+fn word_before(bytes: &[u8], start: usize) -> Option<&[u8]> {
+    let window = start.saturating_sub(32);
+    let mut i = start;
+    if i > window && matches!(bytes[i - 1], b'"' | b'`' | b'[') {
+        i -= 1;
+    }
+    let word_end = i;
+    while i > window && matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'\r') {
+        i -= 1;
+    }
+    if i == word_end {
+        return None;
+    }
+    let end = i;
+    while i > window && bytes[i - 1].is_ascii_alphabetic() {
+        i -= 1;
+    }
+    let word = &bytes[i..end];
+    let bounded = i == 0 || !is_word_byte(bytes[i - 1]);
+    (!word.is_empty() && bounded).then_some(word)
+}
+
+/// Whether `bytes` holds a SQL statement verb followed by a blank, in any
+/// case (`select `, `Create `).
+fn holds_sql_statement(bytes: &[u8]) -> bool {
+    const VERBS: [&[u8]; 7] = [
+        b"select", b"insert", b"update", b"delete", b"create", b"alter", b"drop",
+    ];
+    (0..bytes.len()).any(|i| {
+        let rest = &bytes[i..];
+        (i == 0 || !is_word_byte(bytes[i - 1]))
+            && VERBS.iter().any(|verb| {
+                rest.len() > verb.len()
+                    && rest[..verb.len()].eq_ignore_ascii_case(verb)
+                    && rest[verb.len()].is_ascii_whitespace()
+            })
+    })
 }
 
 /// Where the line holding a site starts, and its first non-blank byte,
@@ -284,12 +376,46 @@ mod tests {
                 continue;
             }
             from = end;
+            if names_something_else(value, start, end, &mut None) {
+                continue;
+            }
             // The line head found the way classify once found it itself.
             let line_start = value[..start].rfind('\n').map_or(0, |i| i + 1);
             let head = start - value[line_start..start].trim_start().len();
             out.push(classify(value, head, start, end));
         }
         out
+    }
+
+    #[test]
+    fn paths_file_names_and_sql_tables_are_not_metrics() {
+        for value in [
+            "dw_defaults::limit",
+            "crate::dw_x::y",
+            "Dw_x::class",
+            "dw_state.sqlite",
+            "/var/lib/dw_state.db",
+            "SELECT id FROM dw_runs WHERE x = 1",
+            "  FROM dw_runs",
+            "CREATE TABLE IF NOT EXISTS dw_workflow_runs (id TEXT)",
+            "CREATE TABLE dw_workflow_runs (id TEXT)",
+            "insert into \"dw_runs\" values (1)",
+            "select * from `dw_runs` join dw_tasks on 1",
+            "UPDATE dw_runs SET a = 1",
+            "FOREIGN KEY (r) REFERENCES dw_runs(id)",
+        ] {
+            assert_eq!(sites(value), [], "{value}");
+            assert_eq!(
+                metric_sites_in(&value.replace("dw_", "meilisearch_"), "meilisearch_"),
+                [],
+                "{value}"
+            );
+        }
+        // Metrics still are, prose and exposition alike.
+        assert_eq!(sites("read from dw_queue_depth").len(), 1);
+        assert_eq!(sites("see dw_x. Then dw_y.").len(), 2);
+        assert_eq!(sites("dw_x{a=\"1\"} 2").len(), 1);
+        assert_eq!(sites("dw_x:rate5m").len(), 1);
     }
 
     #[test]

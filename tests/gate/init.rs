@@ -310,3 +310,35 @@ fn init_writes_only_source_globs_that_select_files() {
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("matches no file"), "{stderr}");
 }
+
+#[test]
+fn paths_file_names_and_sql_tables_are_not_proposed_as_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        "src/store.rs",
+        r#"#[derive(serde::Deserialize)]
+pub struct Limits {
+    #[serde(default = "dw_defaults::limit")]
+    pub limit: u32,
+}
+pub const DB: &str = "dw_state.sqlite";
+pub const RUNS: &str = "SELECT id FROM dw_runs WHERE status = ?";
+pub const SCHEMA: &str = "CREATE TABLE dw_workflow_runs (id TEXT PRIMARY KEY)";
+pub fn emit() {
+    metrics::counter!("dw_runs_started_total").increment(1);
+}
+"#,
+    );
+    let policy = init(root);
+    let loaded = dwpolicy::load::load(&policy).unwrap();
+    let names: Vec<_> = loaded
+        .metrics
+        .iter()
+        .map(|m| m.name.value.as_str())
+        .collect();
+    assert_eq!(names, ["dw_runs_started_total"], "{policy}");
+    let (_, codes, report) = error_codes(root);
+    assert!(!codes.contains("undeclared-metric"), "{report}");
+}
