@@ -1,10 +1,12 @@
 //! What a user copies from the CI guide (docs/ci.md) works as written: the
 //! pinned `rev:` and `uses:` name this version's release tag, the pre-commit
-//! hooks install the prebuilt wheel of this version (no compile), the Actions
-//! example guards the SARIF upload for fork pull requests as this
-//! repository's own workflow does, and the other-CI command runs. The
-//! README's timing is the latest measured figure. `.ci/run` builds the
-//! wheel and runs the hook through `pre-commit try-repo` for real.
+//! hooks install from this repository alone (a `rust` hook built with
+//! `cargo install --path .`, a `system` hook running the `dwlint` on PATH;
+//! no package-index name of ours), the Actions example guards the SARIF
+//! upload for fork pull requests as this repository's own workflow does,
+//! and the other-CI command runs. The README's timing is the latest
+//! measured figure. `.ci/run` builds the release wheel and runs every hook
+//! through `pre-commit try-repo` for real.
 
 use crate::support::{dwlint_in, fixture_copy, text};
 
@@ -27,14 +29,50 @@ fn blocks<'m>(markdown: &'m str, lang: &str) -> Vec<&'m str> {
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The `language:` of each hook in `.pre-commit-hooks.yaml`, by id.
+fn hook_languages(hooks: &str) -> Vec<(String, String)> {
+    hooks
+        .split("\n- id: ")
+        .skip(1)
+        .map(|block| {
+            let id = block.lines().next().unwrap().trim().to_owned();
+            let language = block
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("language: "))
+                .unwrap_or_else(|| panic!("hook {id} has no language"))
+                .to_owned();
+            (id, language)
+        })
+        .collect()
+}
+
 #[test]
-fn the_hook_installs_this_versions_wheel_and_the_ci_guide_pins_its_tag() {
-    let root = read("pyproject.toml");
-    assert!(root.contains(&format!("version = \"{VERSION}\"")), "{root}");
+fn the_hooks_install_from_this_repository_alone_and_the_ci_guide_pins_its_tag() {
+    // No hook environment of ours is a Python package: a `language: python`
+    // hook would install the root pyproject.toml, whose dependency on a
+    // package-index name the project does not own is what this replaced.
     assert!(
-        root.contains(&format!("dependencies = [\"dwlint=={VERSION}\"]")),
-        "{root}"
+        !Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("pyproject.toml")
+            .exists(),
+        "a root pyproject.toml makes the repository a Python hook package again"
     );
+    let hooks = read(".pre-commit-hooks.yaml");
+    assert_eq!(
+        hook_languages(&hooks),
+        [
+            ("dwlint", "rust"),
+            ("dwlint-changed", "rust"),
+            ("dwlint-system", "system"),
+            ("dwlint-changed-system", "system"),
+        ]
+        .map(|(id, language)| (id.to_owned(), language.to_owned())),
+        "{hooks}"
+    );
+    for hook in hooks.split("\n- id: ").skip(1) {
+        assert!(hook.contains("entry: dwlint check\n"), "{hook}");
+    }
+    // The release wheel is still built (a way to put dwlint on PATH).
     let wheel = read("python/dwlint/pyproject.toml");
     assert!(wheel.contains("build-backend = \"maturin\""), "{wheel}");
     assert!(wheel.contains("bindings = \"bin\""), "{wheel}");
@@ -43,12 +81,6 @@ fn the_hook_installs_this_versions_wheel_and_the_ci_guide_pins_its_tag() {
         "{wheel}"
     );
     assert!(wheel.contains("name = \"dwlint\""), "{wheel}");
-    let hooks = read(".pre-commit-hooks.yaml");
-    for id in ["dwlint", "dwlint-changed"] {
-        assert!(hooks.contains(&format!("- id: {id}\n")), "{hooks}");
-    }
-    assert_eq!(hooks.matches("language: python").count(), 2, "{hooks}");
-    assert!(!hooks.contains("language: rust"), "{hooks}");
     let guide = read("docs/ci.md");
     let pre_commit = blocks(&guide, "yaml")
         .into_iter()
@@ -69,11 +101,32 @@ fn the_hook_installs_this_versions_wheel_and_the_ci_guide_pins_its_tag() {
     for tool in ["maturin==", "pre-commit=="] {
         assert!(requirements.contains(tool), "{requirements}");
     }
+    for stale in ["dwlint==", "PIP_FIND_LINKS=", "package index"] {
+        let said = guide.lines().find(|l| l.contains(stale));
+        let said = said.filter(|l| !l.contains("no package index"));
+        assert!(said.is_none(), "docs/ci.md still says {said:?}");
+    }
     let ci = read(".ci/run");
     assert!(
         ci.contains("requirements-wheel.txt") && ci.contains("try-repo"),
         "{ci}"
     );
+    // Every hook is tried, none with a find-links of ours.
+    assert!(ci.contains("env -u PIP_FIND_LINKS"), "{ci}");
+    assert!(!ci.contains("PIP_FIND_LINKS="), "{ci}");
+    let tried = ci
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("for hook in "))
+        .and_then(|l| l.split(';').next())
+        .expect(".ci/run loops over the hooks");
+    for (id, _) in hook_languages(&hooks) {
+        assert!(
+            tried.split_whitespace().any(|t| t == id),
+            "{id} is not tried in .ci/run"
+        );
+    }
+    let ignored = read(".gitignore");
+    assert!(ignored.lines().any(|l| l == ".venv/"), "{ignored}");
 }
 
 #[test]
