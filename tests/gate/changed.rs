@@ -33,7 +33,7 @@ cardinality = "One series."
 
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
         .args([
             "-c",
             "commit.gpgsign=false",

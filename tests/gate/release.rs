@@ -200,3 +200,69 @@ fn the_readme_timing_is_the_latest_measured_figure() {
     );
     assert!(performance.contains("cargo run --example synthetic_tree"));
 }
+
+/// The files a user reads or copies from: documentation, sources,
+/// manifests, workflows and scripts, as git would list them (ignored
+/// build output left out).
+fn published_files() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for entry in ignore::WalkBuilder::new(root).hidden(false).build() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let rel = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let kept = ["md", "rs", "toml", "yml", "yaml", "json", "sh"]
+            .iter()
+            .any(|ext| rel.ends_with(&format!(".{ext}")))
+            || rel == ".ci/run";
+        if rel.starts_with(".git/") || !kept || !entry.file_type().unwrap().is_file() {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(path) {
+            files.push((rel, text));
+        }
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    files
+}
+
+#[test]
+fn the_project_has_one_home_url_and_no_placeholder_links() {
+    let home = env!("CARGO_PKG_REPOSITORY");
+    assert!(home.starts_with("https://github.com/"), "{home}");
+    let slug = home.trim_start_matches("https://github.com/");
+    // Spelled in two halves, so that this file does not match itself.
+    let placeholders = [["example", ".invalid"].concat(), ["your", "-org/"].concat()];
+    let mut wrong = Vec::new();
+    for (rel, text) in published_files() {
+        for (n, line) in text.lines().enumerate() {
+            if placeholders.iter().any(|p| line.contains(p.as_str())) {
+                wrong.push(format!("{rel}:{}: a placeholder: {line}", n + 1));
+            }
+            // Every link to a dwlint repository, and every `uses:` of the
+            // action, is this project's home.
+            for (at, _) in line.match_indices("github.com/") {
+                let url = &line[at + "github.com/".len()..];
+                let repo: String = url
+                    .split(['/', ' ', '`', ')', '"', '>', '@'])
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join("/");
+                if repo.ends_with("/dwlint") && repo != slug {
+                    wrong.push(format!("{rel}:{}: not {home}: {line}", n + 1));
+                }
+            }
+            if let Some(action) = line.trim().strip_prefix("- uses: ") {
+                let action = action.split('@').next().unwrap();
+                if action.ends_with("/dwlint") && action != slug {
+                    wrong.push(format!("{rel}:{}: not {slug}: {line}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
