@@ -32,6 +32,7 @@ mod missing_review_field;
 mod overlapping_cache_prefix;
 mod parse_fallback;
 mod per_run_remote_write_label;
+mod uncapped_user_controlled_dimension;
 mod undeclared_cache_prefix;
 mod undeclared_metric;
 mod undeclared_scan_limit;
@@ -89,6 +90,7 @@ pub static RULES: &[Rule] = &[
     rule!(cache_prefix_namespace, Error, Tree),
     rule!(invalid_metric_name, Error, Tree),
     rule!(unreviewed_cardinality_class, Error, Tree),
+    rule!(uncapped_user_controlled_dimension, Error, Tree),
     rule!(unresolved_owner, Error, Tree),
     rule!(overlapping_cache_prefix, Error, Tree),
     rule!(doc_missing_mention, Error, Tree),

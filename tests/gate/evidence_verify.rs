@@ -420,3 +420,57 @@ fn the_fixture_and_its_variants_hold_to_the_published_schema() {
     summary["run"]["result"] = json!("maybe");
     assert!(!errors(&summary).is_empty());
 }
+
+/// One `DW_PERF_*_BY_POLICY: >-` map of the soak workflow, as JSON: the
+/// folded block's lines joined by spaces, as YAML folds them.
+fn workflow_map(workflow: &str, name: &str) -> serde_json::Map<String, Value> {
+    let head = format!("{name}: >-");
+    let mut lines = workflow.lines().skip_while(|l| l.trim() != head);
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let key_indent = indent(
+        lines
+            .next()
+            .unwrap_or_else(|| panic!("{name} is not in the workflow")),
+    );
+    let folded: Vec<&str> = lines
+        .take_while(|l| !l.trim().is_empty() && indent(l) > key_indent)
+        .map(str::trim)
+        .collect();
+    serde_json::from_str(&folded.join(" ")).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The scheduled soak can produce trusted evidence only when both of its
+/// threshold maps name exactly the cache policies the repository declares:
+/// a policy added without its limits fails here, not on the next night's
+/// run.
+#[test]
+fn the_soak_workflow_gives_thresholds_for_every_declared_cache_policy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workflow = std::fs::read_to_string(root.join(".github/workflows/soak.yml")).unwrap();
+    let policy = std::fs::read_to_string(root.join("policy/dw-bounded-growth.toml")).unwrap();
+    let declared: std::collections::BTreeSet<String> = dwpolicy::load::load(&policy)
+        .unwrap()
+        .cache_keys
+        .iter()
+        .map(|c| c.id.value.clone())
+        .collect();
+    assert_eq!(declared.len(), 20, "{declared:?}");
+    let peak = workflow_map(&workflow, "DW_PERF_MAX_SERVER_CACHE_KEYS_BY_POLICY");
+    let after_drain = workflow_map(&workflow, "DW_PERF_MAX_FINAL_SERVER_CACHE_KEYS_BY_POLICY");
+    for (name, map) in [("peak", &peak), ("post-drain", &after_drain)] {
+        let named: std::collections::BTreeSet<String> = map.keys().cloned().collect();
+        let missing: Vec<_> = declared.difference(&named).collect();
+        let unknown: Vec<_> = named.difference(&declared).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "the {name} map lacks {missing:?} and names undeclared {unknown:?}"
+        );
+        assert!(map.values().all(Value::is_u64), "{name}: {map:?}");
+    }
+    for (id, limit) in &after_drain {
+        assert!(
+            limit.as_u64() <= peak[id].as_u64(),
+            "{id}: the post-drain limit is above the peak limit"
+        );
+    }
+}

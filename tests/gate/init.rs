@@ -227,7 +227,15 @@ fn a_reviewed_starter_policy_passes() {
             "e.g. GET /metrics\"\ndimensions = {}\ncardinality",
         )
         .replace("\"TODO: ", "\"Reviewed: ")
-        .replace("TODO_bounded_or_finite", "finite_reviewed")
+        // Both labels (task_queue, workflow_type) are user-controlled, so
+        // the reviewer caps them rather than calling them a fixed inventory.
+        .replace("TODO_bounded_or_finite", "bounded_reviewed")
+        // A capped label says how the kept series are chosen and where the
+        // rest are counted.
+        .replace(
+            "\ncardinality = ",
+            "\nselection = \"Reviewed: lowest values first.\"\nsuppression = \"Reviewed: counted in the payload.\"\ncardinality = ",
+        )
         .replace("\nttl = ", "\ndimensions = []\nttl = ")
         .replace(
             "\nbound = \"Reviewed: what one scan",

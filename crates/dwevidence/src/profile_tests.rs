@@ -182,6 +182,16 @@ fn a_short_run_fails_duration_alone() {
 }
 
 #[test]
+fn a_load_a_fraction_of_a_second_short_fails_duration_alone() {
+    only(Condition::DurationAtLeastOneHour, |s| {
+        s.run.load_seconds = 3599.9
+    });
+    let mut exact = trusted();
+    exact.run.load_seconds = 3600.0;
+    assert!(failed(&exact).is_empty());
+}
+
+#[test]
 fn a_short_configuration_fails_duration_alone() {
     // A 30-minute configuration with matching samples: only the duration is wrong.
     only(Condition::DurationAtLeastOneHour, |s| {
