@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::base::error::RunError;
+use crate::commands::check::baseline::{self, Baseline};
 use crate::commands::check::output::{self, Destination, Sink};
 use crate::commands::check::{check, CheckOptions};
 use crate::commands::docs::{self, DocsError, DocsOptions, Mode};
@@ -22,7 +23,7 @@ use crate::commands::init::{self, InitError, InitOptions};
 use crate::commands::live::{self, LiveArgs, LiveError};
 use crate::commands::outcome::{self as stdout, Outcome};
 use crate::commands::policy_import::{self, ImportError, ImportOptions};
-use crate::discover::changed::Selection;
+use crate::discover::changed::{Mode as ChangedMode, Selection};
 use crate::report::model::CheckReport;
 use crate::report::{self, human::Style, Format};
 use crate::rules::config::{Level, Overrides};
@@ -187,6 +188,14 @@ struct CheckArgs {
     /// Print how long each phase of the run took to standard error.
     #[arg(long)]
     timings: bool,
+    /// Leave out the findings recorded in FILE (by --write-baseline): only
+    /// new findings are reported and fail the run.
+    #[arg(long, value_name = "FILE", conflicts_with = "write_baseline")]
+    baseline: Option<PathBuf>,
+    /// Record every finding of this run in FILE and report none of them
+    /// (exit 0); later runs pass it to --baseline.
+    #[arg(long, value_name = "FILE")]
+    write_baseline: Option<PathBuf>,
     /// `-A/-W/-D` in command-line order, filled from the raw matches
     /// because the last flag for a code wins.
     #[arg(skip)]
@@ -488,9 +497,52 @@ fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
         selection,
         max_file_bytes: args.max_file_size,
     };
-    let report = check(&options)?;
+    let baseline = args.baseline.as_deref().map(Baseline::read).transpose()?;
+    let mut report = check(&options)?;
     output::refuse_overwriting(&sinks, &report.inputs)?;
     let mut notes = report.notes.clone();
+    let mut told = Vec::new();
+    if let Some(path) = &args.write_baseline {
+        if report.inputs.contains(path) {
+            return Err(RunError::Usage(format!(
+                "`--write-baseline {}` would overwrite a file this run checks; write the baseline elsewhere",
+                report::printable(&path.to_string_lossy())
+            )));
+        }
+        let recorded = baseline::write(path, &report)?;
+        report.diagnostics.clear();
+        told.push(format!(
+            "dwlint: recorded {recorded} finding(s) in the baseline {0}; `dwlint check --baseline {0}` reports only new ones",
+            report::printable(&path.to_string_lossy())
+        ));
+    }
+    if let Some(baseline) = &baseline {
+        let applied = baseline.apply(&mut report);
+        let shown = report::printable(&baseline.path().to_string_lossy()).into_owned();
+        if applied.known > 0 {
+            told.push(format!(
+                "dwlint: {} finding(s) known to the baseline {shown} not reported",
+                applied.known
+            ));
+        }
+        // Outside a whole-tree run, an entry about a file not looked at is
+        // not evidence that its finding was fixed.
+        if matches!(report.mode, ChangedMode::Full) && !applied.stale.is_empty() {
+            const SHOWN: usize = 3;
+            let more = applied.stale.len().saturating_sub(SHOWN);
+            notes.push(format!(
+                "{} baseline {} a finding (fixed?): {}{}; rewrite it with `dwlint check --write-baseline {shown}`",
+                applied.stale.len(),
+                if applied.stale.len() == 1 {
+                    "entry no longer matches"
+                } else {
+                    "entries no longer match"
+                },
+                applied.stale[..applied.stale.len().min(SHOWN)].join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() },
+            ));
+        }
+    }
     for sink in &sinks {
         notes.extend(write_sink(&report, sink, color)?);
     }
@@ -507,6 +559,9 @@ fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
         }
     }
     let mut stderr = std::io::stderr().lock();
+    for line in told {
+        let _ = writeln!(stderr, "{line}");
+    }
     for note in notes {
         let _ = writeln!(stderr, "warning: {note}");
     }

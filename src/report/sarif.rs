@@ -331,6 +331,25 @@ fn physical(report: &CheckReport, file: &str, range: TextRange) -> PhysicalLocat
     }
 }
 
+/// Every finding's fingerprint, in report order: the `dwlint/v1` value of
+/// its SARIF `partialFingerprints` (the rule, the subject, the file and the
+/// occurrence of that triple, never the line), which `--write-baseline`
+/// records and `--baseline` matches, so a finding moved by an unrelated
+/// edit stays known.
+pub fn fingerprints(report: &CheckReport) -> Vec<String> {
+    let mut seen: HashMap<(&str, &str, &str), usize> = HashMap::new();
+    report
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let (file, _) = location(d, report);
+            let occurrence = seen.entry((d.code, d.subject.as_str(), file)).or_insert(0);
+            *occurrence += 1;
+            fnv1a(&[d.code, &d.subject, file, &occurrence.to_string()])
+        })
+        .collect()
+}
+
 /// FNV-1a, 64 bits: fingerprints must be identical across versions and
 /// platforms, which std's hasher does not promise.
 fn fnv1a(parts: &[&str]) -> String {

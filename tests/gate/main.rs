@@ -15,6 +15,7 @@
 
 mod support;
 
+mod baseline;
 mod changed;
 mod cli;
 mod cli_surface;

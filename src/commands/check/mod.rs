@@ -1,5 +1,6 @@
 //! `dwlint check`: policy → tree walk → extraction → inventory → rules.
 
+pub mod baseline;
 pub mod output;
 
 use std::path::{Path, PathBuf};
