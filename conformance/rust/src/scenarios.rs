@@ -49,6 +49,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("local_activity", local_activity),
         scenario!("side_effect", side_effect),
         scenario!("version_marker", version_marker),
+        scenario!("poll_capacity_backpressure", poll_capacity_backpressure),
     ]
 }
 
@@ -534,4 +535,38 @@ async fn version_marker(h: Harness) -> Outcome {
             && markers[1]["version"] == 1,
         || format!("markers {markers:?}"),
     )
+}
+
+/// A worker with more task slots than dwserver's per-namespace long-poll cap
+/// (16 waits per kind by default; the Rust SDK holds one poll per slot): the
+/// polls beyond the cap are refused with the backpressure shape the SDK
+/// honours (`long_poll_capacity_exhausted`, `retry_after_seconds`), so the
+/// worker keeps polling through a 6 s timer — well past the SDK's ordinary
+/// retry budget (5 retries, about 3 s) that an unrecognised 429 spends — and
+/// completes the run. Regression: the refusal once lacked that shape and the
+/// worker stopped with the 429.
+async fn poll_capacity_backpressure(h: Harness) -> Outcome {
+    let queue = h.unique("backpressure");
+    let mut worker = h
+        .worker(&queue)
+        .max_concurrent_workflow_tasks(24)
+        .max_concurrent_activity_tasks(24);
+    worker.register_activity(
+        "after",
+        |_ctx, _args: Value| async move { Ok(json!("done")) },
+    );
+    worker.register_workflow(
+        "rust.poll_capacity_backpressure",
+        |ctx, _input: Value| async move {
+            ctx.sleep(Duration::from_secs(6)).await?;
+            ctx.activity("after", json!([])).await
+        },
+    );
+    let handle = h
+        .client
+        .start_workflow("rust.poll_capacity_backpressure", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!("done"), || format!("result {result}"))
 }

@@ -41,9 +41,21 @@ pub enum ApiError {
     /// The external payload transport refused an upload or a fetch.
     #[error("external payload: {0}")]
     ExternalPayload(#[from] crate::external_payloads::PayloadError),
-    /// The node holds its cap of long-poll waits.
-    #[error("long-poll capacity: {0:?}")]
-    WaitCapacity(WaitRefusal),
+    /// The node holds its cap of long-poll waits. The body is the SDKs'
+    /// poll-capacity backpressure (reason and poll status
+    /// `long_poll_capacity_exhausted`, no task, the polled kind and queue,
+    /// retryable after `retry_after_seconds`): both published SDKs wait that
+    /// long and poll again without spending their retry budget.
+    #[error("long-poll capacity: {refusal:?}")]
+    WaitCapacity {
+        /// Which cap refused the wait.
+        refusal: WaitRefusal,
+        /// The polled kind as the SDKs name it (`workflow_task`,
+        /// `activity_task`, `query_task`).
+        task_kind: &'static str,
+        /// The polled task queue.
+        task_queue: String,
+    },
     /// The node holds its cap of waiting stream reads.
     #[error("this node already holds {0} waiting stream reads (DW_WORKFLOW_STREAM_MAX_WAITS)")]
     StreamWaitCapacity(usize),
@@ -167,7 +179,7 @@ impl ApiError {
             ApiError::DurableState(_) => 429,
             ApiError::ExternalPayload(e) => e.status(),
             ApiError::NamespaceLimited(_)
-            | ApiError::WaitCapacity(_)
+            | ApiError::WaitCapacity { .. }
             | ApiError::StreamWaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
@@ -291,9 +303,21 @@ impl ApiError {
                 "message": self.to_string(),
                 "hint": "retry after Retry-After seconds, or read without wait_seconds",
             }),
-            ApiError::WaitCapacity(refusal) => {
-                json!({ "reason": "long_poll_capacity", "cap": refusal, "message": self.to_string() })
-            }
+            ApiError::WaitCapacity {
+                refusal,
+                task_kind,
+                task_queue,
+            } => json!({
+                "reason": "long_poll_capacity_exhausted",
+                "poll_status": "long_poll_capacity_exhausted",
+                "task": null,
+                "task_kind": task_kind,
+                "task_queue": task_queue,
+                "cap": refusal,
+                "retryable": true,
+                "retry_after_seconds": self.retry_after_seconds(),
+                "message": self.to_string(),
+            }),
             ApiError::Disclosure(_) => {
                 json!({ "reason": "metric_disclosure_refused", "message": self.to_string() })
             }

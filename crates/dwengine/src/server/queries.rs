@@ -102,7 +102,13 @@ impl Engine {
             PollClaim::InFlight => {
                 let _slot = match self.query_waits.admit(ns)? {
                     Ok(slot) => slot,
-                    Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+                    Err(refusal) => {
+                        return Err(ApiError::WaitCapacity {
+                            refusal,
+                            task_kind: "query_task",
+                            task_queue: queue.clone(),
+                        })
+                    }
                 };
                 let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
                 while polls.result(ns, queue, id)?.is_none() {
@@ -187,7 +193,13 @@ impl Engine {
         }
         let _slot = match self.query_waits.admit(ns)? {
             Ok(slot) => slot,
-            Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+            Err(refusal) => {
+                return Err(ApiError::WaitCapacity {
+                    refusal,
+                    task_kind: "query_task",
+                    task_queue: queue.clone(),
+                })
+            }
         };
         let deadline = Instant::now() + poll.wait;
         let mut seen = self.signals.version(ns, queue, QUERY_CHANNEL)?;

@@ -337,7 +337,13 @@ impl Engine {
                 // holds a wait slot, so repeats cannot pile up threads.
                 let _slot = match self.wait_pool(kind).admit(ns)? {
                     Ok(slot) => slot,
-                    Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+                    Err(refusal) => {
+                        return Err(ApiError::WaitCapacity {
+                            refusal,
+                            task_kind: wire_task_kind(kind),
+                            task_queue: queue.clone(),
+                        })
+                    }
                 };
                 self.await_in_flight(kind, &poll)?
             }
@@ -448,7 +454,13 @@ impl Engine {
         }
         let _slot = match self.wait_pool(kind).admit(ns)? {
             Ok(slot) => slot,
-            Err(refusal) => return Err(ApiError::WaitCapacity(refusal)),
+            Err(refusal) => {
+                return Err(ApiError::WaitCapacity {
+                    refusal,
+                    task_kind: wire_task_kind(kind),
+                    task_queue: queue.clone(),
+                })
+            }
         };
         let deadline = Instant::now() + poll.wait;
         let mut seen = self.signals.version(ns, queue, kind.as_str())?;
@@ -940,6 +952,14 @@ fn complete(
         });
     }
     store.complete_workflow_task(task, fence, commands)
+}
+
+/// A task kind as the SDKs name it in a poll-capacity refusal.
+fn wire_task_kind(kind: TaskKind) -> &'static str {
+    match kind {
+        TaskKind::Workflow => "workflow_task",
+        TaskKind::Activity => "activity_task",
+    }
 }
 
 fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64), ApiError> {

@@ -449,7 +449,7 @@ fn a_thousand_namespaces_cannot_create_more_wait_slots_than_the_cap() {
                 match status {
                     200 => {}
                     429 => {
-                        assert_eq!(body["reason"], "long_poll_capacity");
+                        assert_eq!(body["reason"], "long_poll_capacity_exhausted");
                         refused.fetch_add(1, Ordering::Relaxed);
                     }
                     other => panic!("{other}: {body}"),

@@ -32,9 +32,23 @@ fn a_repeat_of_a_running_poll_needs_a_wait_slot_like_any_wait() {
     let (status, body) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500));
     assert_eq!(
         (status, &body["reason"]),
-        (429, &json!("long_poll_capacity")),
+        (429, &json!("long_poll_capacity_exhausted")),
         "the repeat waited without a slot: {body}"
     );
+    // The shape both published SDKs honour as backpressure (they wait
+    // retry_after_seconds and poll again, outside their retry budget).
+    assert_eq!(
+        body["poll_status"], "long_poll_capacity_exhausted",
+        "{body}"
+    );
+    assert!(
+        body["task"].is_null() && body.get("task").is_some(),
+        "{body}"
+    );
+    assert_eq!(body["task_kind"], "workflow_task", "{body}");
+    assert_eq!(body["task_queue"], "q", "{body}");
+    assert_eq!(body["retryable"], true, "{body}");
+    assert_eq!(body["retry_after_seconds"], 1, "{body}");
     assert!(began.elapsed() < Duration::from_millis(1000));
     assert_eq!(first.join().unwrap().0, 200);
 }
