@@ -80,6 +80,33 @@ pub struct LogSettings {
     pub format: LogFormat,
     /// `tracing` filter directives (`RUST_LOG` syntax).
     pub filter: String,
+    /// What was wrong with the settings but did not stop the start (a
+    /// misspelt level in `RUST_LOG`): to log once the subscriber is up.
+    pub warnings: Vec<String>,
+}
+
+/// The level names a `RUST_LOG` directive may be.
+const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
+
+/// The level `directive` is a misspelling of: a bare word (no `=`, no
+/// span filter, no module path) that is no level but a letter or two from
+/// one. `tracing` reads such a word as a target name, which enables that
+/// target alone and so hides every other record.
+fn misspelt_level(directive: &str) -> Option<&'static str> {
+    let word = directive.trim();
+    if word.is_empty() || word.contains(['=', '[', ':']) {
+        return None;
+    }
+    let lower = word.to_ascii_lowercase();
+    if LEVELS.contains(&lower.as_str()) {
+        return None;
+    }
+    LEVELS
+        .iter()
+        .map(|level| (strsim::damerau_levenshtein(&lower, level), *level))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, level)| level)
 }
 
 impl LogSettings {
@@ -99,15 +126,39 @@ impl LogSettings {
                 .parse()
                 .map_err(|()| LogSetupError::UnknownFormat { origin, value })?,
         };
-        let filter = lookup(LOG_FILTER_ENV)
+        let mut warnings = Vec::new();
+        let mut filter = lookup(LOG_FILTER_ENV)
             .filter(|f| !f.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_FILTER.to_owned());
+        let misspelt: Vec<String> = filter
+            .split(',')
+            .filter_map(|d| {
+                Some(format!(
+                    "{:?} (did you mean {:?}?)",
+                    d.trim(),
+                    misspelt_level(d)?
+                ))
+            })
+            .collect();
+        if !misspelt.is_empty() {
+            warnings.push(format!(
+                "RUST_LOG={filter:?}: {} is not a level but would be read as a target name, \
+                 which shows that target's records alone and hides every other; \
+                 using the default, RUST_LOG={DEFAULT_FILTER}, instead",
+                misspelt.join(", ")
+            ));
+            filter = DEFAULT_FILTER.to_owned();
+        }
         // Parsed here so a typo is refused at start-up, not silently dropped.
         EnvFilter::try_new(&filter).map_err(|e| LogSetupError::Filter {
             value: filter.clone(),
             problem: e.to_string(),
         })?;
-        Ok(LogSettings { format, filter })
+        Ok(LogSettings {
+            format,
+            filter,
+            warnings,
+        })
     }
 
     /// Installs the process-wide subscriber writing to stderr.
@@ -187,6 +238,35 @@ mod tests {
         assert_eq!(s.filter, "warn");
         let s = LogSettings::from_lookup(None, lookup(&[("DW_LOG_FORMAT", "JSON")])).unwrap();
         assert_eq!(s.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn a_misspelt_level_is_warned_about_and_the_default_kept() {
+        let s = LogSettings::from_lookup(None, lookup(&[("RUST_LOG", "infoo")])).unwrap();
+        assert_eq!(s.filter, DEFAULT_FILTER);
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        assert!(
+            s.warnings[0].starts_with(
+                "RUST_LOG=\"infoo\": \"infoo\" (did you mean \"info\"?) is not a level"
+            ),
+            "{}",
+            s.warnings[0]
+        );
+        assert!(s.warnings[0].ends_with("using the default, RUST_LOG=info, instead"));
+        let s =
+            LogSettings::from_lookup(None, lookup(&[("RUST_LOG", "dwserver=info,wran")])).unwrap();
+        assert_eq!(s.filter, DEFAULT_FILTER);
+        assert!(s.warnings[0].contains("\"wran\" (did you mean \"warn\"?)"));
+        // Levels in any case, targets and per-target levels are no typos.
+        for good in [
+            "INFO",
+            "warn,dwserver=debug",
+            "dwserver",
+            "tower_http::trace=off",
+        ] {
+            let s = LogSettings::from_lookup(None, lookup(&[("RUST_LOG", good)])).unwrap();
+            assert_eq!((s.filter.as_str(), s.warnings.len()), (good, 0));
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dwengine::logging::{log_startup, LogSettings};
+use dwengine::logging::{log_startup, LogSettings, SERVER_TARGET};
 use dwengine::server::{contract, Engine, Running, ServerConfig};
 
 const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human|json]
@@ -199,6 +199,15 @@ fn main() -> ExitCode {
     if let Err(e) = logging.install() {
         eprintln!("dwserver: {e}");
         return ExitCode::FAILURE;
+    }
+    for warning in &logging.warnings {
+        tracing::warn!(target: SERVER_TARGET, "{warning}");
+    }
+    // A misspelt variable is otherwise ignored without a word, and its
+    // setting keeps the default.
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for warning in dwengine::server::config::unknown_variables(names) {
+        tracing::warn!(target: SERVER_TARGET, "{warning}");
     }
     let dev = args.dev;
     let config_file = args.config_file();

@@ -60,6 +60,9 @@ pub enum Problem {
         problem: String,
         /// Where it came from.
         source: Source,
+        /// The config-file key the environment's value overrides, when
+        /// both set it (`None` for a value from the file).
+        overrides: Option<Source>,
     },
     /// The config file is unreadable, not TOML, or has an unknown key.
     File(FileProblem),
@@ -71,8 +74,11 @@ impl fmt::Display for Problem {
             Problem::MissingServerId => f.write_str("DW_SERVER_ID is required: every node needs its own unique id (or start with --dev for a generated one)"),
             Problem::NoDataDir => f.write_str("no data directory: set DW_DATA_DIR (or DW_DATABASE_PATH, or HOME / XDG_DATA_HOME), or start with --dev for an in-memory store"),
             Problem::MissingTokens => f.write_str("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated), or DW_AUTH=none to serve without authentication, or start with --dev"),
-            Problem::Invalid { name, value, problem, source: source @ Source::File { .. } } => {
-                write!(f, "{source} = {value:?} ({name} in the environment overrides it): {problem}")
+            Problem::Invalid { value, problem, source: source @ Source::File { .. }, .. } => {
+                write!(f, "{source} = {value:?}: {problem}")
+            }
+            Problem::Invalid { name, value, problem, overrides: Some(file), .. } => {
+                write!(f, "{name}={value:?} (environment, which overrides {file}): {problem}")
             }
             Problem::Invalid { name, value, problem, .. } => {
                 write!(f, "{name}={value:?} (environment): {problem}")
@@ -191,6 +197,107 @@ pub fn file_keys() -> BTreeMap<String, String> {
     keys
 }
 
+/// The variables dwserver reads besides the settings' ([`file_keys`]):
+/// the config file's name, the log format, authentication, the host
+/// check, and the per-namespace override lists.
+pub const PROCESS_VARIABLES: &[&str] = &[
+    "DW_CONFIG",
+    "DW_LOG_FORMAT",
+    "DW_AUTH",
+    "DW_AUTH_WORKER_TOKENS",
+    "DW_AUTH_OPERATOR_TOKENS",
+    "DW_AUTH_ADMIN_TOKENS",
+    "DW_ALLOWED_HOSTS",
+    "DW_NAMESPACE_REQUEST_LIMITS",
+    "DW_NAMESPACE_DURABLE_STATE_LIMITS",
+    "DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS",
+    // `dwserver evidence`: the pinned server image it reports.
+    "DW_SERVER_IMAGE",
+];
+
+/// Prefixes of variables that belong to other programs of the workspace
+/// (the soak harness, the tests, the benchmarks), which may share a shell
+/// with dwserver.
+const OTHER_PROGRAMS_PREFIXES: &[&str] = &["DW_PERF_", "DW_TEST_", "DW_BENCH_"];
+
+/// Variables of the SDK clients that may share a shell with dwserver (the
+/// client profile the manifest's auth contract names).
+const CLIENT_VARIABLES: &[&str] = &["DW_ENV"];
+
+/// A warning for each `DW_*` name among `names` that dwserver does not
+/// read, with the known variable it is closest to: a misspelt variable is
+/// otherwise silently ignored and its default served.
+pub fn unknown_variables(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    // What a load reads, asked of an empty environment: every setting's
+    // variable, whatever its value.
+    let asked = RefCell::new(Vec::new());
+    let env = |name: &str| {
+        asked.borrow_mut().push(name.to_owned());
+        None
+    };
+    let _ = ServerConfig::load(env, None, true);
+    let mut known = asked.into_inner();
+    known.extend(file_keys().into_values());
+    known.extend(PROCESS_VARIABLES.iter().map(|v| (*v).to_owned()));
+    known.sort_unstable();
+    known.dedup();
+    let candidates: Vec<&str> = known.iter().map(String::as_str).collect();
+    let mut unknown: Vec<String> = names
+        .into_iter()
+        .filter(|name| name.starts_with("DW_"))
+        .filter(|name| !OTHER_PROGRAMS_PREFIXES.iter().any(|p| name.starts_with(p)))
+        .filter(|name| !CLIENT_VARIABLES.contains(&name.as_str()))
+        .filter(|name| known.binary_search(name).is_err())
+        .collect();
+    unknown.sort_unstable();
+    unknown
+        .into_iter()
+        .map(|name| match nearest_variable(&name, &candidates) {
+            Some(near) => format!("{name} is set but dwserver reads no such variable: did you mean {near}?"),
+            None => format!("{name} is set but dwserver reads no such variable (docs/dwserver.md and docs/contract.md list every one)"),
+        })
+        .collect()
+}
+
+/// `DW_BIND`: an address and port (`127.0.0.1:8080`, `[::1]:8080`), or a
+/// host name and port (`localhost:8080`) resolved once at start-up, its
+/// first IPv4 address preferred (a server bound to `::1` alone is out of
+/// reach of clients that resolve the same name to `127.0.0.1`).
+fn bind_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let what = "expected HOST:PORT, e.g. 127.0.0.1:8080, localhost:8080 or [::1]:8080 (port 0 picks a free one)";
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            let addrs: Vec<_> = (host, port.parse::<u16>().unwrap_or(0))
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {host:?}: {e}; {what}"))?
+                .collect();
+            addrs
+                .iter()
+                .find(|a| a.is_ipv4())
+                .or(addrs.first())
+                .copied()
+                .ok_or_else(|| format!("{host:?} resolves to no address; {what}"))
+        }
+        _ => Err(what.to_owned()),
+    }
+}
+
+/// The known variable closest to `name`, when it is close enough to be a
+/// typo of it (a letter or two wrong, missing, extra or swapped).
+fn nearest_variable<'c>(name: &str, candidates: &[&'c str]) -> Option<&'c str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::damerau_levenshtein(name, c), *c))
+        .filter(|(distance, c)| *distance <= 2.max(c.len() / 10))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, c)| c)
+}
+
 /// Reads settings from the environment over the file, collecting problems
 /// instead of stopping at the first, so each group is read to its end.
 struct Reader<'a, F> {
@@ -209,6 +316,12 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if (self.env)(variable).is_some() {
             return Source::Environment;
         }
+        self.file_source(variable)
+    }
+
+    /// Where the file sets `variable`'s key, whether or not the environment
+    /// overrides it.
+    fn file_source(&self, variable: &str) -> Source {
         match self.file.and_then(|f| Some((f, f.get(variable)?))) {
             Some((file, value)) => Source::File {
                 path: file.path.clone(),
@@ -224,11 +337,17 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
     }
 
     fn invalid(&self, name: &str, value: &str, problem: String) {
+        let source = self.source(name);
+        let overrides = match (&source, self.file_source(name)) {
+            (Source::Environment, file @ Source::File { .. }) => Some(file),
+            _ => None,
+        };
         self.fail(Problem::Invalid {
             name: name.to_owned(),
             value: value.to_owned(),
             problem,
-            source: self.source(name),
+            source,
+            overrides,
         });
     }
 
@@ -349,9 +468,9 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let mut config = ServerConfig::for_node(&server_id, cache_path);
         let parse = |name: &str| self.number(name);
         if let Some(bind) = lookup("DW_BIND") {
-            match bind.parse() {
+            match bind_address(&bind) {
                 Ok(addr) => config.bind = addr,
-                Err(e) => self.invalid("DW_BIND", &bind, format!("{e}")),
+                Err(problem) => self.invalid("DW_BIND", &bind, problem),
             }
         }
         config.database = match lookup("DW_DATABASE_PATH") {
@@ -987,6 +1106,133 @@ mod tests {
         assert_eq!(
             problem("DW_TASK_LEASE_MS"),
             "expected a non-negative integer"
+        );
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_named_with_the_nearest_known_one() {
+        let warnings = unknown_variables(
+            [
+                "DW_MAX_PAYLOD_BYTES",
+                "DW_MAX_PAYLOAD_BYTES",
+                "DW_AUTH_ADMIN_TOKENS",
+                "DW_PERF_DURATION_SECONDS",
+                "DW_TEST_REDIS_URL",
+                "DW_ENV",
+                "HOME",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(
+            warnings,
+            ["DW_MAX_PAYLOD_BYTES is set but dwserver reads no such variable: did you mean DW_MAX_PAYLOAD_BYTES?"]
+        );
+    }
+
+    /// Every `"DW_…"` literal in the engine's sources is a variable
+    /// `unknown_variables` knows, or one of another program's: a new
+    /// setting cannot be warned about as unknown.
+    #[test]
+    fn every_variable_the_sources_name_is_known() {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        // Read by the tests, not by dwserver, and the misspelling above.
+        let test_only = [
+            "DW_BOUNDS_CHILD",
+            "DW_SIGKILL_SEED",
+            "DW_X",
+            "DW_MAX_PAYLOD_BYTES",
+        ];
+        let mut files = Vec::new();
+        walk(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut names = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (at, _) in text.match_indices("\"DW_") {
+                let name: String = text[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.ends_with('_') && !test_only.contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+        }
+        assert!(names.len() > 50, "{names:?}");
+        let warnings = unknown_variables(names);
+        assert!(warnings.is_empty(), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_host_name_in_the_bind_address_is_resolved() {
+        let config = ServerConfig::load(env(&[("DW_BIND", "localhost:0")]), None, false).unwrap();
+        assert!(config.bind.ip().is_loopback(), "{}", config.bind);
+        assert_eq!(config.bind.port(), 0);
+        let config = ServerConfig::load(env(&[("DW_BIND", "[::1]:8080")]), None, false).unwrap();
+        assert_eq!(config.bind.to_string(), "[::1]:8080");
+        // No port, a port out of range, or no host: the message says what
+        // to write instead of a parser's "invalid socket address syntax".
+        let bad: [&'static [(&str, &str)]; 4] = [
+            &[("DW_BIND", "localhost")],
+            &[("DW_BIND", "localhost:99999")],
+            &[("DW_BIND", ":8080")],
+            &[("DW_BIND", "8080")],
+        ];
+        for bad in bad {
+            let err = ServerConfig::load(env(bad), None, false).unwrap_err();
+            assert!(
+                err.to_string().ends_with(
+                    "expected HOST:PORT, e.g. 127.0.0.1:8080, localhost:8080 or [::1]:8080 (port 0 picks a free one)"
+                ),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_environment_is_said_to_override_a_key_only_when_it_is_set() {
+        let (_dir, path) = file("[server.limits]\nmax_memo_bytes = \"128KiB\"\n");
+        // From the file, the variable unset: the file's line, and no word of
+        // an override that is not there.
+        let err = ServerConfig::load(env(&[]), Some(&path), false).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{}:2: server.limits.max_memo_bytes = \"128KiB\": expected",
+                path.display()
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("overrides"), "{text}");
+        // Set in both: the environment's value is the one refused, and the
+        // message says which file key it overrides.
+        let err = ServerConfig::load(env(&[("DW_MAX_MEMO_BYTES", "2x")]), Some(&path), false)
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "DW_MAX_MEMO_BYTES=\"2x\" (environment, which overrides {}:2: server.limits.max_memo_bytes): expected",
+                path.display()
+            )),
+            "{text}"
+        );
+        // Set in the environment alone: no file to speak of.
+        let err = ServerConfig::load(env(&[("DW_MAX_MEMO_BYTES", "2x")]), None, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("DW_MAX_MEMO_BYTES=\"2x\" (environment): expected"),
+            "{err}"
         );
     }
 

@@ -280,6 +280,26 @@ fn a_bad_log_setting_refuses_to_start_and_names_it() {
 }
 
 #[test]
+fn a_misspelt_variable_and_a_misspelt_level_are_warned_about_at_start() {
+    // `infoo` alone would enable a target of that name and hide every
+    // dwserver line, these warnings included: the default is kept instead.
+    let server = LoggingServer::spawn(&[], &[("DW_MAX_PAYLOD_BYTES", "1"), ("RUST_LOG", "infoo")]);
+    let typo = server.lines_with("DW_MAX_PAYLOD_BYTES");
+    assert!(
+        typo[0].contains("WARN")
+            && typo[0].contains("reads no such variable: did you mean DW_MAX_PAYLOAD_BYTES?"),
+        "{typo:?}"
+    );
+    let level = server.lines_with("RUST_LOG=");
+    assert!(
+        level[0].contains("\"infoo\" (did you mean \"info\"?) is not a level"),
+        "{level:?}"
+    );
+    // The start-up record shows: the default filter is in force.
+    server.lines_with("dwserver started");
+}
+
+#[test]
 fn a_fan_out_of_exactly_command_batch_size_passes_over_http_and_one_more_fails() {
     let server = LoggingServer::spawn(&[], &[("DW_V2_LIMIT_COMMAND_BATCH_SIZE", "5")]);
     // The reference's guard is `batchSize > limit`: 5 leaves pass at 5.
