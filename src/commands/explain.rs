@@ -29,10 +29,13 @@ pub fn explain(code: String) -> Result<String, RunError> {
 
 /// What `dwlint rules` prints: each code, its default severity and summary.
 pub fn list() -> String {
+    // The widest code sets the column, so the long evidence codes keep the
+    // severities and summaries aligned.
+    let width = every_rule().map(|r| r.code.len()).max().unwrap_or(0);
     let mut text = String::new();
     for rule in every_rule() {
         text.push_str(&format!(
-            "{:<30} {:<8} {}\n",
+            "{:<width$}  {:<8} {}\n",
             rule.code,
             rule.default_severity.as_str(),
             rule.summary()

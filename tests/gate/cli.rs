@@ -187,6 +187,31 @@ fn rules_lists_every_rule_with_its_severity() {
 }
 
 #[test]
+fn rules_aligns_its_columns_past_the_longest_code() {
+    let out = dwlint(&["rules"], None);
+    let stdout = text(&out.stdout);
+    // The severity column starts at the same place on every line, the long
+    // evidence codes' lines included, with at least two spaces before it.
+    let columns: std::collections::BTreeSet<usize> = stdout
+        .lines()
+        .map(|l| {
+            let code = l.split(' ').next().unwrap();
+            let severity = l[code.len()..].len() - l[code.len()..].trim_start().len();
+            assert!(severity >= 2, "{l}");
+            code.len() + severity
+        })
+        .collect();
+    assert_eq!(columns.len(), 1, "{stdout}");
+    // Two spaces after the longest code, no wider.
+    let longest = stdout
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .max_by_key(|code| code.len())
+        .unwrap();
+    assert_eq!(columns.first(), Some(&(longest.len() + 2)), "{stdout}");
+}
+
+#[test]
 fn check_defaults_to_the_current_directory() {
     let out = dwlint(&["check"], Some(Path::new(&fixture("clean"))));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -7,7 +7,7 @@
 //! inventory, the coverage fraction, the interval against the duration.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -75,13 +75,11 @@ pub struct Args {
     /// Where the artifacts go.
     #[arg(long, env = "DW_PERF_OUTPUT_DIR", default_value = "build/perf")]
     pub output: PathBuf,
-    /// The bounded-growth policy the server runs under.
-    #[arg(
-        long,
-        env = "DW_PERF_POLICY",
-        default_value = "policy/dw-bounded-growth.toml"
-    )]
-    pub policy: PathBuf,
+    /// The bounded-growth policy the server runs under [default:
+    /// policy/dw-bounded-growth.toml in the current directory or the
+    /// nearest one above it, else in the repository dwsoak was built from].
+    #[arg(long, env = "DW_PERF_POLICY", value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// Distinct namespaces the load spreads over.
     #[arg(long, env = "DW_PERF_NAMESPACES", default_value_t = 8)]
     pub namespaces: u32,
@@ -153,6 +151,8 @@ pub struct Soak {
     pub args: Args,
     /// The policy.
     pub policy: Policy,
+    /// The file it was read from.
+    pub policy_path: PathBuf,
     /// Its bytes' SHA-256.
     pub policy_sha256: String,
     /// Its cache policy IDs, in file order.
@@ -169,6 +169,27 @@ pub struct Soak {
     pub max_by_policy: Option<BTreeMap<String, u64>>,
     /// Parsed post-drain maps.
     pub max_final_by_policy: Option<BTreeMap<String, u64>>,
+}
+
+/// The policy's place in a checkout of this repository.
+pub const DEFAULT_POLICY: &str = "policy/dw-bounded-growth.toml";
+
+/// The checkout dwsoak was built from: where its policy is found when the
+/// current directory is outside any checkout.
+const BUILT_FROM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// [`DEFAULT_POLICY`] in `cwd` (as that relative path, which the artifact's
+/// provenance records), in the nearest directory above it, or in
+/// `built_from`, whichever comes first.
+pub fn find_policy(cwd: &Path, built_from: &Path) -> Option<PathBuf> {
+    if cwd.join(DEFAULT_POLICY).is_file() {
+        return Some(PathBuf::from(DEFAULT_POLICY));
+    }
+    cwd.ancestors()
+        .skip(1)
+        .chain([built_from])
+        .map(|dir| dir.join(DEFAULT_POLICY))
+        .find(|path| path.is_file())
 }
 
 /// Parses a coverage of `0.8` or `80%`.
@@ -192,17 +213,33 @@ pub fn parse_coverage(text: &str) -> Result<f64, ConfigError> {
 }
 
 impl Soak {
-    /// Validates `args` against the policy file they name.
-    pub fn new(args: Args) -> Result<Soak, ConfigError> {
-        let bytes = std::fs::read(&args.policy).map_err(|e| ConfigError::Policy {
-            path: args.policy.clone(),
+    /// Validates `args` against the policy file they name (or the one
+    /// [`find_policy`] finds).
+    pub fn new(mut args: Args) -> Result<Soak, ConfigError> {
+        let path = match &args.policy {
+            Some(path) => path.clone(),
+            None => {
+                let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+                find_policy(&cwd, Path::new(BUILT_FROM)).ok_or_else(|| ConfigError::Policy {
+                    path: PathBuf::from(DEFAULT_POLICY),
+                    message: format!(
+                        "not found in {} or any directory above it, nor in {BUILT_FROM}; \
+                         run dwsoak in the repository or give --policy FILE (DW_PERF_POLICY)",
+                        cwd.display()
+                    ),
+                })?
+            }
+        };
+        let bytes = std::fs::read(&path).map_err(|e| ConfigError::Policy {
+            path: path.clone(),
             message: e.to_string(),
         })?;
         let text = String::from_utf8_lossy(&bytes);
         let policy = Policy::from_toml_str(&text).map_err(|e| ConfigError::Policy {
-            path: args.policy.clone(),
+            path: path.clone(),
             message: e.to_string(),
         })?;
+        args.policy = Some(path);
         Soak::with_policy(args, policy, &bytes)
     }
 
@@ -259,6 +296,10 @@ impl Soak {
             .max(1);
         let warmup = Duration::from_secs(args.warmup.unwrap_or((args.duration / 10).min(300)));
         Ok(Soak {
+            policy_path: args
+                .policy
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_POLICY)),
             policy_sha256: dwevidence::digest::sha256_hex(policy_bytes),
             cache_policy_ids: ids,
             policy,
@@ -295,6 +336,30 @@ mod tests {
         let args = Args::try_parse_from(argv).unwrap();
         let (policy, text) = test_policy(&[("long_poll_signals", "server:long-poll-signal:")]);
         Soak::with_policy(args, policy, text.as_bytes())
+    }
+
+    #[test]
+    fn the_policy_is_found_from_a_subdirectory_and_from_outside_the_checkout() {
+        let checkout = tempfile::tempdir().unwrap();
+        let policy = checkout.path().join(DEFAULT_POLICY);
+        std::fs::create_dir_all(policy.parent().unwrap()).unwrap();
+        std::fs::write(&policy, "schema_version = 1\n").unwrap();
+        let deep = checkout.path().join("crates/dwsoak/src");
+        std::fs::create_dir_all(&deep).unwrap();
+        let nowhere = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        // At the root: the relative path the artifact records.
+        assert_eq!(
+            find_policy(checkout.path(), nowhere.path()),
+            Some(PathBuf::from(DEFAULT_POLICY))
+        );
+        // Below it: the checkout's file, not a path relative to nowhere.
+        assert_eq!(find_policy(&deep, nowhere.path()), Some(policy.clone()));
+        // Outside any checkout: the one dwsoak was built from.
+        assert_eq!(find_policy(elsewhere.path(), checkout.path()), Some(policy));
+        assert_eq!(find_policy(elsewhere.path(), nowhere.path()), None);
+        // The real default: this repository's policy.
+        assert!(Path::new(BUILT_FROM).join(DEFAULT_POLICY).is_file());
     }
 
     #[test]

@@ -223,7 +223,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         |k| std::env::var(k).ok(),
         &checkout,
         &services.base_url,
-        &args.policy,
+        &soak.policy_path,
         &soak.policy_sha256,
     );
     let observations = Observations {

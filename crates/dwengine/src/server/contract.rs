@@ -742,42 +742,57 @@ pub fn to_json(limits: &[Limit]) -> serde_json::Value {
     serde_json::json!({ "limits": limits })
 }
 
-/// The contract as an aligned plain-text table.
+/// The widest line [`to_table`] may print: a terminal or a CI log shows it
+/// without wrapping.
+pub const TABLE_WIDTH: usize = 100;
+
+/// The contract as a plain-text table that fits [`TABLE_WIDTH`] columns:
+/// the limits under their group, each with its default and current value,
+/// and below it the variable and the config key that set it (the two names
+/// side by side would be up to 140 columns wide).
 pub fn to_table(limits: &[Limit]) -> String {
-    let rows: Vec<[String; 6]> = limits
+    let name_width = limits
         .iter()
-        .map(|l| {
-            [
-                l.group.as_str().to_owned(),
-                l.name.clone(),
-                l.env.clone().unwrap_or_else(|| "-".into()),
-                l.config_key
-                    .clone()
-                    .unwrap_or_else(|| "(controller validator)".into()),
-                l.default.to_string(),
-                l.current.to_string(),
-            ]
-        })
-        .collect();
-    let header = ["group", "limit", "env", "config key", "default", "current"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
+        .map(|l| l.name.chars().count() + 2)
+        .chain([5])
+        .max()
+        .unwrap_or(5);
+    let default_width = limits
+        .iter()
+        .map(|l| l.default.to_string().len())
+        .chain([7])
+        .max()
+        .unwrap_or(7);
     let mut out = String::new();
-    let mut line = |cells: &[String]| {
-        let text: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", text.join("  ").trim_end());
-    };
-    line(&header.map(String::from));
-    for row in &rows {
-        line(row);
+    let _ = writeln!(
+        out,
+        "{:<name_width$}  {:<default_width$}  current",
+        "limit", "default"
+    );
+    let _ = writeln!(out, "    variable");
+    let _ = writeln!(out, "    config key");
+    let mut group = None;
+    for l in limits {
+        if group != Some(l.group) {
+            group = Some(l.group);
+            let _ = writeln!(out, "\n{}", l.group.as_str());
+        }
+        let name = format!("  {}", l.name);
+        let _ = writeln!(
+            out,
+            "{name:<name_width$}  {:<default_width$}  {}",
+            l.default.to_string(),
+            l.current
+        );
+        match (&l.env, &l.config_key) {
+            (None, None) => {
+                let _ = writeln!(out, "    (controller validator)");
+            }
+            (env, key) => {
+                let _ = writeln!(out, "    {}", env.as_deref().unwrap_or("-"));
+                let _ = writeln!(out, "    {}", key.as_deref().unwrap_or("-"));
+            }
+        }
     }
     out
 }

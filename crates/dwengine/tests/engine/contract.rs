@@ -121,11 +121,24 @@ fn dw_config_names_the_file_and_the_contract_shows_current_values() {
     ] {
         assert!(table.contains(key), "{key} missing from\n{table}");
     }
+    // Each limit's line holds its values; its variable is on the next line.
+    let lines: Vec<&str> = table.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == "DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES")
+        .unwrap_or_else(|| panic!("{table}"));
     assert!(
-        table
-            .lines()
-            .any(|l| l.contains("DW_V2_LIMIT_HISTORY_TRANSACTION_BYTES") && l.contains("16777216")),
+        lines[at - 1]
+            .trim_start()
+            .starts_with("history_transaction_bytes")
+            && lines[at - 1].contains("16777216"),
         "{table}"
+    );
+    // Narrow enough for a terminal or a CI log: no line wraps.
+    let widest = lines.iter().map(|l| l.chars().count()).max().unwrap();
+    assert!(
+        widest <= dwengine::server::contract::TABLE_WIDTH,
+        "{widest} columns:\n{table}"
     );
 }
 
