@@ -86,6 +86,8 @@ pub struct Inventory {
     pub docs: Vec<DocFile>,
     /// Files that could not be read or were parsed lexically.
     pub file_warnings: Vec<Diagnostic>,
+    /// Inline allows, in file and line order.
+    pub allows: Vec<crate::scan::allows::InlineAllow>,
 }
 
 impl Inventory {
@@ -125,6 +127,7 @@ impl Inventory {
             files_scanned: scan.files_scanned,
             docs: scan.docs,
             file_warnings: scan.warnings,
+            allows: scan.allows,
             ..Inventory::default()
         };
         inventory

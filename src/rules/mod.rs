@@ -39,6 +39,7 @@ mod undeclared_scan_limit;
 mod unreadable_file;
 mod unresolved_owner;
 mod unreviewed_cardinality_class;
+pub mod unused_allow;
 mod unused_cache_policy;
 mod unused_metric_policy;
 mod unused_scan_limit_policy;
@@ -98,6 +99,7 @@ pub static RULES: &[Rule] = &[
     rule!(per_run_remote_write_label, Error, File),
     rule!(parse_fallback, Warning, File),
     rule!(unreadable_file, Warning, File),
+    rule!(unused_allow, Warning, Tree),
 ];
 
 impl Rule {

@@ -14,6 +14,7 @@
 //! [`PREREAD_BYTES`] read ahead, see [`Preread`]). Which extractor reads a
 //! file is `extract::extract_file`'s decision.
 
+pub mod allows;
 pub mod owners;
 pub mod prefilter;
 
@@ -69,6 +70,8 @@ pub struct ScanOutput {
     pub warnings: Vec<Diagnostic>,
     /// How many selected files were looked at.
     pub files_scanned: usize,
+    /// Inline allows, in file and line order.
+    pub allows: Vec<allows::InlineAllow>,
 }
 
 enum Outcome {
@@ -187,12 +190,16 @@ pub fn scan_with(
         .map_or(2, |n| n.get())
         .min(files.len().max(1));
     let mut outcomes: Vec<Vec<(usize, Outcome)>> = Vec::new();
+    let mut inline_allows = Vec::new();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let worker = || {
                     let mut out = Vec::new();
-                    let mut reader = Reader::new(max_file_bytes);
+                    let mut worker = Worker {
+                        reader: Reader::new(max_file_bytes),
+                        allows: Vec::new(),
+                    };
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(file) = files.get(i) else { break };
@@ -203,14 +210,14 @@ pub fn scan_with(
                             config,
                             prefilter,
                             &modules,
-                            &mut reader,
+                            &mut worker,
                         );
-                        reader.shrink();
+                        worker.reader.shrink();
                         if !matches!(outcome, Outcome::Skipped) {
                             out.push((i, outcome));
                         }
                     }
-                    out
+                    (out, worker.allows)
                 };
                 std::thread::Builder::new()
                     .name("dwlint-scan".into())
@@ -219,11 +226,13 @@ pub fn scan_with(
             })
             .collect();
         for handle in handles.into_iter().flatten() {
-            if let Ok(out) = handle.join() {
+            if let Ok((out, found)) = handle.join() {
                 outcomes.push(out);
+                inline_allows.extend(found);
             }
         }
     });
+    inline_allows.sort_by(|a, b| (&a.file, a.range.start).cmp(&(&b.file, b.range.start)));
     // Each worker's list is in file order (it takes files in order), so
     // merging them gives every outcome in file order without a combined
     // list and a sort, which moved each outcome twice more.
@@ -235,6 +244,7 @@ pub fn scan_with(
     let mut output = ScanOutput {
         sources: Vec::with_capacity(sources),
         files_scanned: files.len(),
+        allows: inline_allows,
         ..ScanOutput::default()
     };
     let mut lists: Vec<_> = outcomes
@@ -492,6 +502,14 @@ pub fn human_size(bytes: u64) -> String {
     }
 }
 
+/// What one scan thread keeps from file to file.
+struct Worker {
+    /// Its read buffer.
+    reader: Reader,
+    /// The inline allows found so far.
+    allows: Vec<allows::InlineAllow>,
+}
+
 fn scan_one(
     root: &Path,
     file: &SelectedFile,
@@ -499,8 +517,12 @@ fn scan_one(
     config: &ExtractConfig,
     prefilter: Option<&Prefilter>,
     modules: &ModulePaths,
-    reader: &mut Reader,
+    worker: &mut Worker,
 ) -> Outcome {
+    let Worker {
+        reader,
+        allows: inline_allows,
+    } = worker;
     let limit = reader.max_file_bytes;
     let read = match preread.get(file.found_index) {
         Some(bytes) => Ok(Ok(bytes)),
@@ -536,6 +558,13 @@ fn scan_one(
             format!("`{}` looks binary and was skipped", file.rel),
             "exclude binary files in [sources].exclude",
         );
+    }
+    // Before the prefilter: an allow left in a file that no longer holds
+    // anything it could allow is reported as unused.
+    if memchr::memmem::find(bytes, allows::MARKER.as_bytes()).is_some() {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            inline_allows.extend(allows::find(&file.rel, text));
+        }
     }
     // A scrape config may hold nothing but per-run variables, so the
     // remote-write files (few and small) are always read.

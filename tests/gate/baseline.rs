@@ -1,6 +1,7 @@
-//! `check --write-baseline` and `check --baseline`: today's findings
-//! recorded, moved code still matched, only a new finding fails the run,
-//! and entries that match nothing any more are named.
+//! Adopting the gate one step at a time: `check --write-baseline` and
+//! `check --baseline` (today's findings recorded, moved code still
+//! matched, only a new finding fails the run, entries that match nothing
+//! any more named), and inline allows.
 
 use crate::support::{dwlint_in, fixture_copy, json_codes, text};
 
@@ -106,4 +107,27 @@ fn a_bad_baseline_is_a_run_error() {
     assert!(std::fs::read_to_string(root.join("src/lib.rs"))
         .unwrap()
         .contains("pub mod"));
+}
+
+/// Inline allows (the `unused-allow` fixture shows the whole-tree report):
+/// with FILES, the allows still accept their findings, but none is called
+/// unused, since the findings of the other files were not computed.
+#[test]
+fn allows_hold_for_some_files_and_unused_ones_wait_for_a_whole_tree_run() {
+    let dir = fixture_copy("unused-allow");
+    let root = dir.path();
+    let whole = dwlint_in(root, &["check", "--format", "json"]);
+    let codes = json_codes(&whole);
+    assert_eq!(
+        codes.iter().filter(|c| *c == "unused-allow").count(),
+        3,
+        "{codes:?}"
+    );
+    assert!(!text(&whole.stdout).contains("server:legacy-hint:"));
+    let some = dwlint_in(root, &["check", "--format", "json", "src/polling.rs"]);
+    assert_eq!(json_codes(&some), ["undeclared-cache-prefix"]);
+    assert!(!text(&some.stdout).contains("server:legacy-hint:"));
+    // -A unused-allow silences the report, not the allows.
+    let allowed = dwlint_in(root, &["check", "--format", "json", "-A", "unused-allow"]);
+    assert_eq!(json_codes(&allowed), ["undeclared-cache-prefix"]);
 }

@@ -30,6 +30,7 @@ const FIXTURES: &[(&str, i32)] = &[
     ("per-run-remote-write-label", 1),
     ("parse-fallback", 0),
     ("unreadable-file", 0),
+    ("unused-allow", 1),
 ];
 
 fn fixtures_dir() -> PathBuf {
@@ -130,6 +131,7 @@ fixture_tests! {
     per_run_remote_write_label => 17,
     parse_fallback => 18,
     unreadable_file => 19,
+    unused_allow => 20,
 }
 
 #[test]

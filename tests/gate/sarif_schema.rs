@@ -115,12 +115,13 @@ fn overrides_and_changed_files_mode_are_valid_sarif_too() {
     let invocation = &log["runs"][0]["invocations"][0];
     assert_eq!(invocation["properties"]["mode"], "files");
     assert_eq!(invocation["properties"]["changed_files"], 1);
-    // doc-stale-mention and unreadable-file promoted, parse-fallback allowed.
+    // doc-stale-mention, unreadable-file and unused-allow promoted,
+    // parse-fallback allowed.
     assert_eq!(
         invocation["ruleConfigurationOverrides"]
             .as_array()
             .map(Vec::len),
-        Some(3)
+        Some(4)
     );
     assert_eq!(invocation["exitCode"], 1);
 }

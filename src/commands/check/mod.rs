@@ -124,6 +124,16 @@ pub fn check(options: &CheckOptions) -> Result<CheckReport, RunError> {
     if let Some(changed) = &changed {
         diagnostics.retain(|d| reported_in(d, changed));
     }
+    let unused_allow = severities
+        .iter()
+        .find(|(r, _)| r.code == rules::unused_allow::CODE)
+        .and_then(|(_, severity)| *severity);
+    rules::unused_allow::apply(
+        &mut diagnostics,
+        &inventory.allows,
+        unused_allow,
+        matches!(mode, Mode::Full),
+    );
     watch.mark("run the rules");
     let files_scanned = inventory.files_scanned;
     let policy_path = policy_file.display_path.clone();
