@@ -188,6 +188,10 @@ struct CheckArgs {
     /// Print how long each phase of the run took to standard error.
     #[arg(long)]
     timings: bool,
+    /// In the human report, draw every finding (by default a rule with
+    /// more than five shows its first three and a count).
+    #[arg(long, short = 'v')]
+    verbose: bool,
     /// Leave out the findings recorded in FILE (by --write-baseline): only
     /// new findings are reported and fail the run.
     #[arg(long, value_name = "FILE", conflicts_with = "write_baseline")]
@@ -544,7 +548,7 @@ fn run_check(args: CheckArgs, color: ColorChoice) -> Result<Outcome, RunError> {
         }
     }
     for sink in &sinks {
-        notes.extend(write_sink(&report, sink, color)?);
+        notes.extend(write_sink(&report, sink, color, args.verbose)?);
     }
     if sinks.iter().any(|s| s.format == Format::Github) {
         if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
@@ -579,10 +583,14 @@ fn write_sink(
     report: &CheckReport,
     sink: &Sink,
     color: ColorChoice,
+    verbose: bool,
 ) -> Result<Vec<String>, RunError> {
     match &sink.destination {
         Destination::Stdout => {
-            let style = Style::new(use_color(color, true));
+            let style = Style {
+                verbose,
+                ..Style::new(use_color(color, true))
+            };
             let mut out = BufWriter::new(std::io::stdout().lock());
             match report::write(sink.format, report, style, &mut out) {
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Vec::new()),
@@ -591,7 +599,10 @@ fn write_sink(
             }
         }
         Destination::File(path) => {
-            let style = Style::new(use_color(color, false));
+            let style = Style {
+                verbose,
+                ..Style::new(use_color(color, false))
+            };
             let failed = |source| RunError::OutputFile {
                 path: path.clone(),
                 source,

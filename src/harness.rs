@@ -37,6 +37,7 @@ fn style(data: &[u8]) -> Style {
         color: false,
         ascii: pick & 1 == 1,
         width: if pick & 2 == 2 { 40 } else { 100 },
+        verbose: pick & 4 == 4,
     }
 }
 

@@ -48,6 +48,8 @@ pub struct Style {
     pub ascii: bool,
     /// Columns to fit.
     pub width: usize,
+    /// Draw every finding (`--verbose`), not the first few of each rule.
+    pub verbose: bool,
 }
 
 impl Style {
@@ -70,6 +72,7 @@ impl Style {
             color,
             ascii: wants_ascii(var("TERM").as_deref(), locale(&var).as_deref()),
             width,
+            verbose: false,
         }
     }
 
@@ -80,6 +83,7 @@ impl Style {
             color: false,
             ascii: true,
             width: DEFAULT_WIDTH,
+            verbose: false,
         }
     }
 
@@ -404,7 +408,19 @@ fn render(
     rendered
 }
 
-/// Writes every finding, then a one-line summary.
+/// A rule with more findings than this is grouped (unless `--verbose`):
+/// a first check of a draft policy holds dozens of findings of a few
+/// rules, and a reader needs one of each and the count.
+const GROUP_OVER: usize = 5;
+
+/// How many findings of a grouped rule are shown: the first in full, the
+/// next ones as header and location.
+const SHOWN_PER_RULE: usize = 3;
+
+/// Writes the findings, then a one-line summary. A rule with more than
+/// [`GROUP_OVER`] findings shows its first in full, the next two as header
+/// and location, and is counted in a note before the summary (unless
+/// [`Style::verbose`]).
 pub fn write(report: &CheckReport, style: Style, out: &mut dyn Write) -> std::io::Result<()> {
     let renderer = style.renderer();
     let mut sources = Sources {
@@ -412,9 +428,47 @@ pub fn write(report: &CheckReport, style: Style, out: &mut dyn Write) -> std::io
         files: HashMap::new(),
     };
     let mut shown = HashSet::new();
+    let mut per_rule: HashMap<&str, usize> = HashMap::new();
     for diagnostic in &report.diagnostics {
-        let rendered = render(diagnostic, &mut sources, &mut shown, style, &renderer);
-        writeln!(out, "{rendered}\n")?;
+        *per_rule.entry(diagnostic.code).or_insert(0) += 1;
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut hidden: Vec<(&str, usize)> = Vec::new();
+    for diagnostic in &report.diagnostics {
+        let total = per_rule[diagnostic.code];
+        let nth = seen.entry(diagnostic.code).or_insert(0);
+        *nth += 1;
+        if style.verbose || total <= GROUP_OVER || *nth == 1 {
+            let rendered = render(diagnostic, &mut sources, &mut shown, style, &renderer);
+            writeln!(out, "{rendered}\n")?;
+        } else if *nth <= SHOWN_PER_RULE {
+            let (file, range) = crate::report::location(diagnostic, report);
+            writeln!(
+                out,
+                "{}[{}]: {}\n  --> {}:{}:{}\n",
+                diagnostic.severity.as_str(),
+                diagnostic.code,
+                printable(&diagnostic.message),
+                printable(&shown_path(report, file)),
+                range.line,
+                range.column,
+            )?;
+        } else if *nth == SHOWN_PER_RULE + 1 {
+            hidden.push((diagnostic.code, total));
+        }
+    }
+    if !hidden.is_empty() {
+        let not_shown: usize = hidden.iter().map(|(_, total)| total - SHOWN_PER_RULE).sum();
+        writeln!(
+            out,
+            "note: {} not shown; the first {SHOWN_PER_RULE} of each rule are above (`--verbose` shows every one, `--format short` one per line):",
+            plural(not_shown, "more finding")
+        )?;
+        hidden.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (code, total) in hidden {
+            writeln!(out, "  {total:>6}  {code}")?;
+        }
+        writeln!(out)?;
     }
     writeln!(out, "{}", summary(report))
 }

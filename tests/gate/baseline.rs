@@ -131,3 +131,43 @@ fn allows_hold_for_some_files_and_unused_ones_wait_for_a_whole_tree_run() {
     let allowed = dwlint_in(root, &["check", "--format", "json", "-A", "unused-allow"]);
     assert_eq!(json_codes(&allowed), ["undeclared-cache-prefix"]);
 }
+
+/// `dwlint check` on a tree, human format, ASCII frames at 100 columns.
+fn human(root: &std::path::Path, extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(["check", "--color", "never"])
+        .args(extra)
+        .current_dir(root)
+        .env("LC_ALL", "C")
+        .env("COLUMNS", "100")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A first check with many findings of one rule shows the first three and
+/// counts the rest; `--verbose` shows every one.
+#[test]
+fn many_findings_of_one_rule_are_grouped_unless_verbose() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    crate::support::write(
+        root,
+        "policy/dw-bounded-growth.toml",
+        "schema_version = 1\n\n[sources]\ncache = [\"src/**/*.rs\"]\nmetrics = [\"src/**/*.rs\"]\n",
+    );
+    let mut lib: String = (0..7)
+        .map(|i| {
+            format!("pub fn k{i}(q: &str) -> String {{ format!(\"server:family{i}:{{q}}\") }}\n")
+        })
+        .collect();
+    lib.push_str("pub fn m() -> &'static str { \"dw_one_total\" }\n");
+    crate::support::write(root, "src/lib.rs", &lib);
+    let grouped = human(root, &[]);
+    insta::assert_snapshot!(grouped);
+    let every = human(root, &["--verbose"]);
+    assert_eq!(every.matches("error[undeclared-cache-prefix]").count(), 7);
+    assert_eq!(every.matches("cache key built here").count(), 7);
+    assert!(!every.contains("not shown"), "{every}");
+}
