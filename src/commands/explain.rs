@@ -16,7 +16,37 @@ pub fn every_rule() -> impl Iterator<Item = &'static Rule> {
         .iter()
         .chain(evidence::rules())
         .chain(live::rules())
+        .chain(CONFIGURATION.iter())
 }
+
+/// The codes of a run that cannot start: their reports carry a code as
+/// findings do (`error[invalid-policy]`), so `explain` knows them too.
+static CONFIGURATION: [Rule; 1] = [Rule::external("invalid-policy", INVALID_POLICY)];
+
+const INVALID_POLICY: &str = "\
+//! ## What it does
+//! Reports a policy file that cannot be loaded, one report per problem
+//! with its place in the file: TOML that does not parse, a key the schema
+//! does not know (with the closest known one), a value of the wrong type, a
+//! missing `schema_version` or one this dwlint does not read, a `[sources]`
+//! glob that does not compile, a rule code in `[rules]` that no rule has.
+//! The run stops there: `check`, `docs`, `live` and `evidence verify` exit
+//! 2 (a failed run, not a finding), in every `--format`.
+//!
+//! ## Why is this bad?
+//! Every other check reads the policy; checking a tree against a policy
+//! that was read in part would pass what the policy forbids. The keys and
+//! their types are in docs/policy.md; `dwlint init` writes a valid draft
+//! and `dwlint policy import` converts the reference PHP policy.
+//!
+//! ## Example
+//! ```toml
+//! schema_version = 1
+//!
+//! [cache_keys.signals]
+//! prefx = \"server:signal:\"   # unknown key `prefx`; did you mean `prefix`?
+//! ```
+";
 
 /// What `dwlint explain CODE` prints: the rule's documentation.
 pub fn explain(code: String) -> Result<String, RunError> {

@@ -138,3 +138,13 @@ fn every_command_takes_color() {
         assert_ne!(out.status.code(), None, "{args:?}");
     }
 }
+
+/// The code in an invalid policy's header (`error[invalid-policy]`) is
+/// explained like a rule's, and listed with them.
+#[test]
+fn the_invalid_policy_code_is_explained() {
+    let out = dwlint(&["explain", "invalid-policy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("## What it does"));
+    assert!(text(&dwlint(&["rules"]).stdout).contains("invalid-policy"));
+}
