@@ -27,6 +27,7 @@ pub mod server;
 pub mod service_boundary;
 pub mod store;
 pub mod wait_slots;
+pub mod waiters;
 pub mod workflow_task_failures;
 
 /// Wall-clock Unix milliseconds (0 before the epoch).

@@ -169,6 +169,29 @@ fn evidence_command(rest: &[String]) -> ExitCode {
     }
 }
 
+/// Resolves on SIGTERM (what orchestrators send first) or SIGINT (Ctrl-C):
+/// the server then stops accepting, ends its waits and long polls, lets
+/// in-flight requests finish within DW_SERVER_HTTP_SHUTDOWN_DEADLINE_MS and
+/// exits 0.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            let which = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::info!(signal = which, "stopping");
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -242,9 +265,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build();
             if let Ok(runtime) = runtime {
-                runtime.block_on(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                });
+                runtime.block_on(stop_signal());
                 let _ = stop.send(());
             }
         });

@@ -521,6 +521,29 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if let Some(n) = parse("DW_MAX_POLL_WAIT_MS") {
             config.max_poll_wait = ms(n);
         }
+        for kind in crate::waiters::WaitKind::ALL {
+            if let Some(n) = parse(&config_key_variable(kind.config_key())) {
+                config
+                    .call_waits
+                    .set(kind, usize::try_from(n).unwrap_or(usize::MAX));
+            }
+        }
+        {
+            use crate::server::connections::ConnectionLimits as C;
+            let http = &mut config.connections;
+            if let Some(n) = parse(&config_key_variable(C::MAX_CONNECTIONS_KEY)) {
+                http.max_connections = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+            }
+            if let Some(n) = parse(&config_key_variable(C::HEADER_READ_TIMEOUT_KEY)) {
+                http.header_read_timeout = ms(n.max(1));
+            }
+            if let Some(n) = parse(&config_key_variable(C::BODY_READ_TIMEOUT_KEY)) {
+                http.body_read_timeout = ms(n.max(1));
+            }
+            if let Some(n) = parse(&config_key_variable(C::SHUTDOWN_DEADLINE_KEY)) {
+                http.shutdown_deadline = ms(n);
+            }
+        }
         if let Some(n) = parse("DW_LONG_POLL_MAX_WAITS") {
             config.wait_caps.global = usize::try_from(n).unwrap_or(usize::MAX);
         }

@@ -68,6 +68,9 @@ pub enum Group {
     WorkflowStreams,
     /// The operator console at `/ui` (`server.ui.*`): on or off, and its caps.
     Console,
+    /// What one node serves at once: waiting calls (`server.waits.*`) and
+    /// connections and their timeouts (`server.http.*`).
+    Serving,
 }
 
 impl Group {
@@ -84,6 +87,7 @@ impl Group {
             Group::DurableState => "durable_state",
             Group::WorkflowStreams => "workflow_streams",
             Group::Console => "console",
+            Group::Serving => "serving",
         }
     }
 
@@ -99,6 +103,7 @@ impl Group {
             Group::DurableState => "Namespace durable-state quota",
             Group::WorkflowStreams => "Workflow streams",
             Group::Console => "Operator console (/ui)",
+            Group::Serving => "Waits and connections",
         }
     }
 }
@@ -595,6 +600,75 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             zero: "disables",
             limits,
         });
+    }
+    for kind in crate::waiters::WaitKind::ALL {
+        out.push(Limit {
+            name: kind
+                .config_key()
+                .rsplit('.')
+                .next()
+                .unwrap_or("")
+                .to_owned(),
+            group: Group::Serving,
+            config_key: Some(kind.config_key().to_owned()),
+            env: Some(config_key_variable(kind.config_key())),
+            default: crate::waiters::CallWaitCaps::DEFAULT as u64,
+            current: config.call_waits.get(kind) as u64,
+            unit: "count",
+            zero: "no waits",
+            limits: kind.what(),
+        });
+    }
+    {
+        use crate::server::connections::ConnectionLimits as C;
+        let (defaults, now) = (C::default(), config.connections);
+        let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        for (key, default, current, unit, zero, limits) in [
+            (
+                C::MAX_CONNECTIONS_KEY,
+                C::DEFAULT_MAX_CONNECTIONS as u64,
+                now.max_connections as u64,
+                "count",
+                "clamped",
+                "open HTTP connections served at once (lowered at start to the open-file limit minus 200); past it 503 connection_limit and the connection is closed",
+            ),
+            (
+                C::HEADER_READ_TIMEOUT_KEY,
+                millis(defaults.header_read_timeout),
+                millis(now.header_read_timeout),
+                "milliseconds",
+                "clamped",
+                "how long a request head may take to arrive, from the connection's start or its previous answer (also the idle keep-alive timeout); past it the connection is closed",
+            ),
+            (
+                C::BODY_READ_TIMEOUT_KEY,
+                millis(defaults.body_read_timeout),
+                millis(now.body_read_timeout),
+                "milliseconds",
+                "clamped",
+                "how long a request body may take to arrive whole; past it 408 request_body_timeout and the connection is closed",
+            ),
+            (
+                C::SHUTDOWN_DEADLINE_KEY,
+                millis(defaults.shutdown_deadline),
+                millis(now.shutdown_deadline),
+                "milliseconds",
+                "no wait",
+                "how long SIGTERM or SIGINT lets in-flight requests finish after accepting stops; then the process exits 0",
+            ),
+        ] {
+            out.push(Limit {
+                name: key.rsplit('.').next().unwrap_or(key).to_owned(),
+                group: Group::Serving,
+                config_key: Some(key.to_owned()),
+                env: Some(config_key_variable(key)),
+                default,
+                current,
+                unit,
+                zero,
+                limits,
+            });
+        }
     }
     for resource in crate::durable_state::DurableResource::ALL {
         let key = resource.config_key();

@@ -25,7 +25,58 @@ use crate::store::{
     TaskKind,
 };
 
-const ANSWER_CHECK: Duration = Duration::from_millis(20);
+/// An update's first answer: final (`wait_for=accepted`), or to await.
+pub enum UpdateStep {
+    /// The answer.
+    Answered(Value),
+    /// Accepted; its outcome is awaited.
+    Waiting(PendingUpdate),
+}
+
+/// An accepted update whose outcome a `wait_for=completed` call awaits.
+pub struct PendingUpdate {
+    out: Value,
+    run: RunId,
+    update: i64,
+    deadline: Instant,
+    _wait: crate::waiters::WaitPermit,
+}
+
+/// What one look at a waiting update needs.
+#[derive(Debug, Clone)]
+pub struct UpdateLook {
+    out: Value,
+    run: RunId,
+    update: i64,
+}
+
+impl PendingUpdate {
+    /// The run whose changes wake the wait.
+    pub fn run(&self) -> RunId {
+        self.run
+    }
+
+    /// When the wait ends.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// What a look needs.
+    pub fn look(&self) -> UpdateLook {
+        UpdateLook {
+            out: self.out.clone(),
+            run: self.run,
+            update: self.update,
+        }
+    }
+
+    /// The answer when the wait runs out: accepted, `wait_timed_out`.
+    pub fn timed_out(self) -> Value {
+        let mut out = self.out;
+        out["wait_timed_out"] = true.into();
+        out
+    }
+}
 
 /// What a start found or made.
 enum Begun {
@@ -67,13 +118,19 @@ impl Engine {
         }
     }
 
-    pub(crate) fn wake(
-        &self,
-        namespace: &str,
-        task_queue: &str,
-        channel: &str,
-    ) -> Result<(), ApiError> {
-        Ok(self.signals.signal(namespace, task_queue, channel)?)
+    /// Wakes the pollers of `channel` on the queue after a commit gave it
+    /// work. It cannot fail the request: a cache that cannot take the
+    /// signal is logged and counted, and the pollers find the work at
+    /// their next idle recheck.
+    pub(crate) fn wake(&self, namespace: &str, task_queue: &str, channel: &str) {
+        if let Err(e) = self.signals.signal(namespace, task_queue, channel) {
+            self.post_commit_failed("wake", &e);
+        }
+    }
+
+    /// Wakes this node's waits on `run` (updates, service calls).
+    pub(crate) fn wake_run(&self, run: RunId) {
+        self.waiters.wake(&crate::waiters::WaitKey::Run(run.0));
     }
 
     /// The run an operation targets: `run_id` when given (it must belong to
@@ -248,7 +305,7 @@ impl Engine {
                 })
             }
         };
-        self.wake(namespace, &body.task_queue, TaskKind::Workflow.as_str())?;
+        self.wake(namespace, &body.task_queue, TaskKind::Workflow.as_str());
         Ok(Some((
             status,
             json!({
@@ -524,7 +581,7 @@ impl Engine {
         match admission {
             Admission::Rejected(rejection) => Err(ApiError::Structural(rejection)),
             Admission::Accepted { id, duplicate } => {
-                self.wake(namespace, &task_queue, TaskKind::Workflow.as_str())?;
+                self.wake(namespace, &task_queue, TaskKind::Workflow.as_str());
                 Ok((run, id, duplicate))
             }
         }
@@ -557,15 +614,16 @@ impl Engine {
     }
 
     /// `POST …/update/{name}`: accepted at once, or waits for the result
-    /// with `wait_for = completed` (up to `wait_timeout_seconds`).
-    pub fn update(
+    /// with `wait_for = completed` (up to `wait_timeout_seconds`): then
+    /// the HTTP layer awaits it without a thread ([`Engine::look_update`]).
+    pub fn begin_update(
         &self,
         namespace: &str,
         workflow_id: &str,
         run_id: Option<&str>,
         name: &str,
         body: UpdateBody,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<UpdateStep, ApiError> {
         let wait_for = body.wait_for.clone().unwrap_or_else(|| "accepted".into());
         let mut checks = Checks::default();
         if !matches!(wait_for.as_str(), "accepted" | "completed") {
@@ -586,6 +644,17 @@ impl Engine {
             &[],
             &checks.problems,
         )?;
+        // A waiting update is admitted before anything is written: a
+        // refused one leaves no update behind.
+        let permit = if wait_for == "completed" {
+            Some(
+                self.waiters
+                    .admit(crate::waiters::WaitKind::Update)
+                    .map_err(ApiError::CallWaitCapacity)?,
+            )
+        } else {
+            None
+        };
         let request_id = body.request_id.clone();
         let (run, id, duplicate) = self.admit_message(
             namespace,
@@ -596,53 +665,56 @@ impl Engine {
             body.input,
             body.request_id,
         )?;
-        let mut out = json!({
+        let out = json!({
             "workflow_id": workflow_id, "run_id": wire::run_id(run), "update_name": name,
             "update_id": id.to_string(), "request_id": request_id, "retained": duplicate,
             "update_status": "accepted", "wait_for": wait_for,
         });
-        if wait_for == "accepted" {
-            return Ok(out);
-        }
+        let Some(permit) = permit else {
+            return Ok(UpdateStep::Answered(out));
+        };
         let wait = body
             .wait_timeout_seconds
             .map(|s| Duration::from_secs(s.unsigned_abs()))
             .unwrap_or(self.config.max_update_wait)
             .min(self.config.max_update_wait);
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some((status, result)) = self.read(|s| s.update_outcome(id))? {
-                match status.as_str() {
-                    "completed" => {
-                        out["update_status"] = "completed".into();
-                        out["result"] = Value::Null;
-                        out["result_envelope"] = result;
-                        return Ok(out);
-                    }
-                    _ => {
-                        let message = result
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("the workflow rejected the update")
-                            .to_owned();
-                        return Err(ApiError::UpdateFailed(message, out));
-                    }
-                }
+        Ok(UpdateStep::Waiting(PendingUpdate {
+            out,
+            run,
+            update: id,
+            deadline: Instant::now() + wait,
+            _wait: permit,
+        }))
+    }
+
+    /// One look at a waiting update: its answer once it completed (a
+    /// rejection or a closed run as the error), `None` while it waits.
+    pub fn look_update(&self, pending: &UpdateLook) -> Result<Option<Value>, ApiError> {
+        let (run, id) = (pending.run, pending.update);
+        let mut out = pending.out.clone();
+        if let Some((status, result)) = self.read(|s| s.update_outcome(id))? {
+            if status == "completed" {
+                out["update_status"] = "completed".into();
+                out["result"] = Value::Null;
+                out["result_envelope"] = result;
+                return Ok(Some(out));
             }
-            let status = self.read(|s| s.run(run))?.status;
-            if status != RunStatus::Running {
-                return Err(ApiError::RunClosed {
-                    operation: "update",
-                    run_id: wire::run_id(run),
-                    status: status.as_str().to_owned(),
-                });
-            }
-            if Instant::now() >= deadline {
-                out["wait_timed_out"] = true.into();
-                return Ok(out);
-            }
-            std::thread::sleep(ANSWER_CHECK);
+            let message = result
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the workflow rejected the update")
+                .to_owned();
+            return Err(ApiError::UpdateFailed(message, out));
         }
+        let status = self.read(|s| s.run(run))?.status;
+        if status != RunStatus::Running {
+            return Err(ApiError::RunClosed {
+                operation: "update",
+                run_id: wire::run_id(run),
+                status: status.as_str().to_owned(),
+            });
+        }
+        Ok(None)
     }
 
     /// The boundary checks of cancel, terminate and archive (`reason` at most
@@ -689,6 +761,7 @@ impl Engine {
             }
         });
         let stopped = stopped.map_err(|e| closed(e, operation, run))?;
+        self.wake_run(run);
         let outcome = if terminate { "terminated" } else { "cancelled" };
         Ok(json!({
             "workflow_id": workflow_id, "run_id": wire::run_id(run), "outcome": outcome,

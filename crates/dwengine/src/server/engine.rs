@@ -7,6 +7,7 @@
 //! atomic unit); reads go to its read pool.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
@@ -31,6 +32,7 @@ use crate::server::{ApiError, ServerConfig};
 use crate::service_boundary::SharedServiceBoundaryPolicy;
 use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
 use crate::wait_slots::WaitSlotPool;
+use crate::waiters::Waiters;
 use crate::workflow_task_failures::WorkflowTaskFailureMetrics;
 
 /// The node's state.
@@ -66,6 +68,11 @@ pub struct Engine {
     pub(crate) service_boundary: SharedServiceBoundaryPolicy,
     /// Namespaces already found registered (grows only by registration).
     pub(crate) known_namespaces: RwLock<HashSet<String>>,
+    /// Waiting queries, updates and service calls: caps and wake-ups.
+    pub(crate) waiters: Arc<Waiters>,
+    /// Post-commit steps (wake-ups, cache housekeeping) that failed after
+    /// their transaction committed (`dw_post_commit_failures_total`).
+    pub(crate) post_commit_failures: AtomicU64,
 }
 
 /// A configured series limit as the signed value dwpolicy clamps.
@@ -206,6 +213,8 @@ impl Engine {
                 config.external_payloads.clone(),
             ),
             known_namespaces: RwLock::new(HashSet::new()),
+            waiters: Waiters::new(config.call_waits),
+            post_commit_failures: AtomicU64::new(0),
             service_boundary: SharedServiceBoundaryPolicy::new(
                 cache.clone(),
                 config.service_boundary,
@@ -213,6 +222,28 @@ impl Engine {
             cache,
             config,
         })
+    }
+
+    /// A step after a committed transaction failed: the request still gets
+    /// the commit's answer; the failure is logged at WARN and counted, and
+    /// whoever waited on the step falls back to its poll interval.
+    pub(crate) fn post_commit_failed(&self, step: &'static str, error: &dyn std::fmt::Display) {
+        self.post_commit_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            step,
+            error = %error,
+            "a step after a committed write failed; the request was answered with the commit's outcome"
+        );
+    }
+
+    /// Post-commit steps that failed since start.
+    pub fn post_commit_failures(&self) -> u64 {
+        self.post_commit_failures.load(Ordering::Relaxed)
+    }
+
+    /// The waiting-call registry (caps, wake-ups).
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 
     /// The configuration in force.

@@ -56,6 +56,12 @@ pub enum ApiError {
         /// The polled task queue.
         task_queue: String,
     },
+    /// The request body did not arrive within the body-read timeout.
+    #[error("{0}")]
+    BodyTimedOut(String),
+    /// The node holds its cap of waiting queries, updates or service calls.
+    #[error("this node already holds {} waiting {} calls ({})", .0.cap, .0.kind.as_str(), crate::server::node_config::config_key_variable(.0.kind.config_key()))]
+    CallWaitCapacity(crate::waiters::WaitRefused),
     /// The node holds its cap of waiting stream reads.
     #[error("this node already holds {0} waiting stream reads (DW_WORKFLOW_STREAM_MAX_WAITS)")]
     StreamWaitCapacity(usize),
@@ -173,6 +179,7 @@ impl ApiError {
         match self {
             ApiError::Boundary(e) => e.status(),
             ApiError::Malformed(_) => 400,
+            ApiError::BodyTimedOut(_) => 408,
             ApiError::Structural(_) => 409,
             ApiError::NamespaceLimited(NamespaceRejection::Unavailable)
             | ApiError::DurableState(crate::durable_state::DurableRejection::Unavailable) => 503,
@@ -180,6 +187,7 @@ impl ApiError {
             ApiError::ExternalPayload(e) => e.status(),
             ApiError::NamespaceLimited(_)
             | ApiError::WaitCapacity { .. }
+            | ApiError::CallWaitCapacity(_)
             | ApiError::StreamWaitCapacity(_) => 429,
             ApiError::WorkflowNotFound(_)
             | ApiError::NamespaceNotFound(_)
@@ -317,6 +325,15 @@ impl ApiError {
                 "retryable": true,
                 "retry_after_seconds": self.retry_after_seconds(),
                 "message": self.to_string(),
+            }),
+            ApiError::BodyTimedOut(_) => json!({
+                "reason": "request_body_timeout", "message": self.to_string(),
+                "hint": "send the whole body within the timeout; large payloads go through /api/external-payloads",
+            }),
+            ApiError::CallWaitCapacity(refused) => json!({
+                "reason": "wait_capacity", "wait_kind": refused.kind, "max_waits": refused.cap,
+                "retryable": true, "message": self.to_string(),
+                "hint": "retry after Retry-After seconds, or ask without waiting (wait_for=accepted)",
             }),
             ApiError::Disclosure(_) => {
                 json!({ "reason": "metric_disclosure_refused", "message": self.to_string() })

@@ -38,14 +38,24 @@ pub struct PrometheusScrape {
     pub activities: Rendered,
     /// `dw_task_queue_runtime_state`.
     pub task_queues: Rendered,
+    /// `dw_post_commit_failures_total`: this node's post-commit steps that
+    /// failed since start (unlabelled; the same in every namespace's scrape).
+    pub post_commit_failures: u64,
 }
 
 impl PrometheusScrape {
     /// The exposition text of all three surfaces.
     pub fn text(&self) -> String {
-        [&self.workflows, &self.activities, &self.task_queues]
+        let mut text = [&self.workflows, &self.activities, &self.task_queues]
             .map(|r| r.text.as_str())
-            .concat()
+            .concat();
+        text.push_str(&format!(
+            "# HELP dw_post_commit_failures_total Wake-ups and cache writes that failed after their transaction committed (the request got the commit's answer).\n\
+             # TYPE dw_post_commit_failures_total counter\n\
+             dw_post_commit_failures_total {}\n",
+            self.post_commit_failures
+        ));
+        text
     }
 
     fn surfaces(&self) -> [(&'static str, &Rendered); 3] {
@@ -85,6 +95,7 @@ impl Engine {
             workflows: self.workflow_runs.render(guard, run_series)?,
             activities: self.activity_executions.render(guard, activity_series)?,
             task_queues: self.task_queue_runtime.render(guard, queue_states)?,
+            post_commit_failures: self.post_commit_failures(),
         })
     }
 
@@ -175,6 +186,8 @@ impl Engine {
             metrics["projections"] = projections;
             metrics["structural_limits"] = json!(s.health());
             metrics["backend"] = json!(s.capabilities());
+            metrics["post_commit_failures_total"] = json!(self.post_commit_failures());
+            metrics["waits"] = json!(self.waits_snapshot());
             Ok(metrics)
         })
         .map_err(ApiError::from)
@@ -211,6 +224,23 @@ fn operator_counts(s: &crate::store::Store) -> Result<Value, crate::store::Error
         },
         "workers": { "registered": c.workers },
     }))
+}
+
+impl Engine {
+    /// Per waiting-call kind: the waits held now, the cap and the refusals
+    /// since start.
+    fn waits_snapshot(&self) -> Value {
+        let waiters = self.waiters();
+        let mut kinds = serde_json::Map::new();
+        for kind in crate::waiters::WaitKind::ALL {
+            kinds.insert(
+                kind.as_str().into(),
+                json!({ "held": waiters.held(kind), "cap": waiters.caps().get(kind),
+                        "refused": waiters.refused(kind) }),
+            );
+        }
+        Value::Object(kinds)
+    }
 }
 
 #[cfg(test)]

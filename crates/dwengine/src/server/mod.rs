@@ -25,6 +25,7 @@ pub mod archive;
 pub mod auth;
 pub mod config;
 pub mod config_file;
+pub mod connections;
 pub mod contract;
 pub mod control;
 pub mod engine;
@@ -40,6 +41,7 @@ pub mod projections;
 pub mod queries;
 pub mod schedules;
 pub mod search_attributes;
+pub mod serve;
 pub mod services;
 pub mod streams;
 pub mod timeouts;
@@ -78,14 +80,33 @@ impl Running {
         runtime.spawn(timeouts::sweep_forever(engine.clone()));
         runtime.spawn(schedules::fire_forever(engine.clone()));
         runtime.spawn(external_payloads::expire_forever(engine.clone()));
+        let limits = engine.config.connections;
+        let fd_limit = connections::open_file_limit();
+        let max_connections = limits.fitted(fd_limit);
+        if max_connections < limits.max_connections {
+            tracing::warn!(
+                configured = limits.max_connections,
+                serving = max_connections,
+                open_file_limit = fd_limit,
+                "the connection cap is lowered to fit the open-file limit (raise ulimit -n to serve more)"
+            );
+        }
+        let waiters = engine.waiters().clone();
         let thread = std::thread::spawn(move || {
-            runtime.block_on(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.await;
-                    })
-                    .await
-            })
+            let served = runtime.block_on(serve::serve(
+                listener,
+                app,
+                limits,
+                max_connections,
+                waiters,
+                async move {
+                    let _ = rx.await;
+                },
+            ));
+            // Blocking work still running (a store write) gets a moment;
+            // nothing waits on a client any more.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            served
         });
         Ok(Running {
             addr,

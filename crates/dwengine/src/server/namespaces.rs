@@ -12,6 +12,20 @@ use crate::server::wire::{Checks, RegisterNamespace};
 use crate::server::{ApiError, Engine};
 
 impl Engine {
+    /// Whether `namespace` is valid and already known registered, without
+    /// touching the store (`Ok(false)`: look it up with
+    /// [`Engine::require_namespace`]).
+    pub fn namespace_known(&self, namespace: &str) -> Result<bool, ApiError> {
+        let mut v = self.config.request_limits.validator();
+        v.text("namespace", namespace, dwpolicy::boundary::MAX_NAME_CHARS);
+        v.finish()?;
+        Ok(self
+            .known_namespaces
+            .read()
+            .map(|set| set.contains(namespace))
+            .unwrap_or(false))
+    }
+
     /// Refuses a namespace nobody registered (404 `namespace_not_found`).
     pub fn require_namespace(&self, namespace: &str) -> Result<(), ApiError> {
         let mut v = self.config.request_limits.validator();

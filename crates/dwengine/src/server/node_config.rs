@@ -73,6 +73,10 @@ pub struct ServerConfig {
     pub stream_retention_throttle: Duration,
     /// Stream page reads one node lets wait at once.
     pub stream_max_waits: usize,
+    /// Queries, updates and service calls one node lets wait at once, per kind.
+    pub call_waits: crate::waiters::CallWaitCaps,
+    /// Open connections, header and body read timeouts, shutdown deadline.
+    pub connections: crate::server::connections::ConnectionLimits,
     /// TTL of duplicate-recovery suppression keys.
     pub recovery_suppression: Duration,
     /// Poll-pass scan caps.
@@ -159,6 +163,8 @@ impl ServerConfig {
             retention_throttle: Duration::from_secs(60),
             stream_retention_throttle: crate::retention::WorkflowStreamRetention::DEFAULT_THROTTLE,
             stream_max_waits: crate::server::streams::DEFAULT_MAX_WAITS,
+            call_waits: crate::waiters::CallWaitCaps::default(),
+            connections: crate::server::connections::ConnectionLimits::default(),
             recovery_suppression: Duration::from_secs(60),
             poller: WorkflowTaskPoller::default(),
             activity_poller: ActivityTaskPoller::default(),

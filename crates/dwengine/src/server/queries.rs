@@ -21,26 +21,58 @@ use crate::store::RunId;
 
 /// The channel query pollers wait on.
 pub(crate) const QUERY_CHANNEL: &str = "query";
-const ANSWER_CHECK: Duration = Duration::from_millis(20);
 const WAKE_CHECK: Duration = Duration::from_millis(25);
 const IDLE_RECHECK: Duration = Duration::from_millis(500);
 
+/// A query queued for a worker, awaiting its answer.
+pub struct PendingQuery {
+    task: QueryTask,
+    deadline: Instant,
+    workflow_id: String,
+    run: RunId,
+    name: String,
+    /// The namespace's concurrency slot, held until the query ends.
+    _slot: Option<crate::admission::NamespaceSlot>,
+    /// This node's query-wait slot, held until the query ends.
+    _wait: crate::waiters::WaitPermit,
+}
+
+impl PendingQuery {
+    /// The queued task's id (what its answer wakes).
+    pub fn task_id(&self) -> &str {
+        &self.task.id
+    }
+
+    /// When the query stops waiting.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
 impl Engine {
-    /// `POST …/query/{name}`: routed to a worker of the run's task queue
-    /// through a query task; waits up to the query timeout.
-    pub fn query(
+    /// `POST …/query/{name}`, first half: validates, admits and queues the
+    /// query task for a worker of the run's task queue and wakes its query
+    /// pollers. The HTTP layer then awaits the answer without a thread
+    /// ([`Engine::look_query`]) and ends it with [`Engine::finish_query`].
+    pub fn begin_query(
         &self,
         namespace: &str,
         workflow_id: &str,
         run_id: Option<&str>,
         name: &str,
         body: QueryBody,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<PendingQuery, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.workflow_id(workflow_id)
             .operation_name("query_name", name);
         v.finish()?;
-        let _slot = self.admit_namespace(namespace)?;
+        // The wait is admitted before anything is queued: a refused query
+        // leaves no task behind.
+        let wait = self
+            .waiters
+            .admit(crate::waiters::WaitKind::Query)
+            .map_err(ApiError::CallWaitCapacity)?;
+        let slot = self.admit_namespace(namespace)?;
         let run = self.target(namespace, workflow_id, run_id)?;
         let head = self.read(|s| s.run(run))?;
         let task = self.query_tasks.enqueue(NewQuery {
@@ -52,8 +84,37 @@ impl Engine {
             query_name: name.to_owned(),
             arguments: body.input,
         })?;
-        self.wake(namespace, &head.task_queue, QUERY_CHANNEL)?;
-        let answered = self.query_tasks.await_answer(&task, ANSWER_CHECK)?;
+        self.wake(namespace, &head.task_queue, QUERY_CHANNEL);
+        let left = Duration::from_millis(
+            u64::try_from(task.deadline_ms.saturating_sub(crate::unix_ms())).unwrap_or(0),
+        );
+        Ok(PendingQuery {
+            task,
+            deadline: Instant::now() + left,
+            _wait: wait,
+            workflow_id: workflow_id.to_owned(),
+            run,
+            name: name.to_owned(),
+            _slot: slot,
+        })
+    }
+
+    /// One look at a queued query: its answered record, once a worker answered.
+    pub fn look_query(&self, task_id: &str) -> Result<Option<QueryTask>, ApiError> {
+        Ok(self
+            .query_tasks
+            .task(task_id)?
+            .filter(|t| matches!(t.status, QueryStatus::Completed | QueryStatus::Failed)))
+    }
+
+    /// Ends a query: removes its task whatever happened, then answers with
+    /// the worker's result, its rejection, or the timeout (`answered` none).
+    pub fn finish_query(
+        &self,
+        pending: PendingQuery,
+        answered: Option<QueryTask>,
+    ) -> Result<Value, ApiError> {
+        self.query_tasks.finish(&pending.task)?;
         let Some(QueryTask {
             status,
             answer: Some(document),
@@ -73,7 +134,8 @@ impl Engine {
             return Err(ApiError::QueryRejected(message, document));
         }
         Ok(json!({
-            "workflow_id": workflow_id, "run_id": wire::run_id(run), "query_name": name,
+            "workflow_id": pending.workflow_id, "run_id": wire::run_id(pending.run),
+            "query_name": pending.name,
             "result": document.get("result").cloned().unwrap_or(Value::Null),
             "result_envelope": document.get("result_envelope").cloned().unwrap_or(Value::Null),
         }))
@@ -112,7 +174,7 @@ impl Engine {
                 };
                 let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
                 while polls.result(ns, queue, id)?.is_none() {
-                    if Instant::now() >= deadline || poll.is_abandoned() {
+                    if Instant::now() >= deadline || self.poll_over(&poll) {
                         return Ok(
                             json!({ "task": null, "poll_status": "timeout", "replayed": false }),
                         );
@@ -204,9 +266,9 @@ impl Engine {
         let deadline = Instant::now() + poll.wait;
         let mut seen = self.signals.version(ns, queue, QUERY_CHANNEL)?;
         let mut last_pass = Instant::now();
-        while Instant::now() < deadline && !poll.is_abandoned() {
+        while Instant::now() < deadline && !self.poll_over(poll) {
             std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
-            if poll.is_abandoned() {
+            if self.poll_over(poll) {
                 break;
             }
             let now = self.signals.version(ns, queue, QUERY_CHANNEL)?;
@@ -298,6 +360,10 @@ impl Engine {
             failed,
             document,
         )?;
+        // The query waiting on this node answers now; one on another node
+        // finds the answer at its next look.
+        self.waiters
+            .wake(&crate::waiters::WaitKey::QueryTask(task_id.to_owned()));
         Ok(json!({
             "query_task_id": task_id,
             "outcome": if failed { "failed" } else { "completed" },

@@ -33,6 +33,7 @@ use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks, StartWorkflow};
 use crate::server::{ApiError, Engine};
 use crate::service_boundary::{Boundary, SharedServiceBoundaryPolicy};
+use crate::store::RunId;
 use crate::store::{
     CatalogDelete, CatalogEntry, CatalogLevel, RunStatus, ServiceCallRow, SERVICE_CALL_RETENTION_MS,
 };
@@ -56,7 +57,58 @@ pub const KNOWN_BINDINGS: [&str; 6] = [
     "activity_execution",
     "invocable_http",
 ];
-const ANSWER_CHECK: Duration = Duration::from_millis(20);
+
+/// A service call's first answer: final, or to await.
+pub enum CallStep {
+    /// The call's surface (200).
+    Answered(Value),
+    /// Started; its completion is awaited.
+    Waiting(Box<PendingCall>),
+}
+
+/// A service call waiting for its run to complete.
+pub struct PendingCall {
+    look: CallLook,
+    run: RunId,
+    deadline: Instant,
+    timed_out: Value,
+    _wait: crate::waiters::WaitPermit,
+}
+
+/// What one look at a waiting service call needs.
+#[derive(Clone)]
+pub struct CallLook {
+    resolved: Resolved,
+    call: ServiceCallRow,
+    request: ExecuteOperation,
+    mode: String,
+    wait_for: String,
+    replay: bool,
+}
+
+impl PendingCall {
+    /// The linked run, whose changes wake the wait.
+    pub fn run(&self) -> RunId {
+        self.run
+    }
+
+    /// When the wait ends.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// What a look needs.
+    pub fn look(&self) -> CallLook {
+        self.look.clone()
+    }
+
+    /// The answer when the wait runs out: the started call, `wait_timed_out`.
+    pub fn timed_out(self) -> Value {
+        let mut out = self.timed_out;
+        out["wait_timed_out"] = true.into();
+        out
+    }
+}
 
 /// The service-call retention pass of the maintenance sweep: how many
 /// expired calls one pass deletes at most.
@@ -147,7 +199,7 @@ pub struct CreateOperation {
 }
 
 /// `POST …/execute`: the SDK's `nexus_request_payload`.
-#[derive(Debug, Deserialize, Default, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, Default, serde::Serialize)]
 pub struct ExecuteOperation {
     /// The encoded arguments (a blob string, or an envelope).
     #[serde(default)]
@@ -292,7 +344,8 @@ fn entry_json(entry: &CatalogEntry) -> Map<String, Value> {
 }
 
 /// The catalog path of an operation, resolved.
-struct Resolved {
+#[derive(Clone)]
+pub struct Resolved {
     endpoint: CatalogEntry,
     service: CatalogEntry,
     operation: CatalogEntry,
@@ -831,7 +884,7 @@ impl Engine {
         namespace: &str,
         path: (&str, &str, &str),
         body: ExecuteOperation,
-    ) -> Result<(u16, Value), ApiError> {
+    ) -> Result<CallStep, ApiError> {
         let (endpoint, service, operation) = path;
         let mut checks = Checks::default();
         if let Some(mode) = &body.mode_override {
@@ -907,6 +960,25 @@ impl Engine {
         v.operation_name("operation_name", operation);
         finish_with(v, &[], &checks.problems)?;
         let resolved = self.resolve(namespace, endpoint, service, operation)?;
+        // A call that may wait is admitted before anything is written.
+        let mode = body
+            .mode_override
+            .clone()
+            .unwrap_or_else(|| resolved.mode().to_owned());
+        let may_wait = body.wait_for.as_deref().unwrap_or(if mode == "sync" {
+            "completed"
+        } else {
+            "accepted"
+        }) == "completed";
+        let permit = if may_wait {
+            Some(
+                self.waiters
+                    .admit(crate::waiters::WaitKind::ServiceCall)
+                    .map_err(ApiError::CallWaitCapacity)?,
+            )
+        } else {
+            None
+        };
         let caller_namespace = body
             .caller_namespace
             .clone()
@@ -922,7 +994,7 @@ impl Engine {
         if let Some(key) = &key {
             let (op, caller, k) = (resolved.operation.id, caller_namespace.clone(), key.clone());
             if let Some(call) = self.read(move |s| s.service_call_by_key(op, &caller, &k))? {
-                return self.answer_call(&resolved, call, true);
+                return self.answer_call(&resolved, call, true, permit);
             }
         }
         let admitted = self.service_boundary.admit(
@@ -955,17 +1027,19 @@ impl Engine {
         );
         let (call, created) =
             self.write(move |s| s.record_service_call(op, &ns, &caller, key.as_deref(), &request))?;
-        self.answer_call(&resolved, call, !created)
+        self.answer_call(&resolved, call, !created, permit)
     }
 
-    /// Starts the call's workflow if it has none yet, waits when asked,
-    /// and answers with the call's surface.
+    /// Starts the call's workflow if it has none yet and answers with the
+    /// call's surface, or, when the call waits for completion, hands the
+    /// wait to the HTTP layer ([`Engine::look_service_call`]).
     fn answer_call(
         &self,
         resolved: &Resolved,
         mut call: ServiceCallRow,
         replay: bool,
-    ) -> Result<(u16, Value), ApiError> {
+        permit: Option<crate::waiters::WaitPermit>,
+    ) -> Result<CallStep, ApiError> {
         let request: ExecuteOperation =
             serde_json::from_value(call.request.clone()).unwrap_or_default();
         if call.linked_run.is_none() {
@@ -1031,24 +1105,45 @@ impl Engine {
         });
         let mut out = self.call_json(resolved, &call, &request, &mode, &wait_for)?;
         out["idempotent_replay"] = replay.into();
-        if wait_for == "completed" && out["status"] == "started" {
-            let limit = self.config.max_update_wait;
-            let wait = request
-                .wait_timeout_seconds
-                .map_or(limit, |s| Duration::from_secs(s.unsigned_abs()))
-                .min(limit);
-            let deadline = Instant::now() + wait;
-            while Instant::now() < deadline {
-                std::thread::sleep(ANSWER_CHECK);
-                out = self.call_json(resolved, &call, &request, &mode, &wait_for)?;
-                out["idempotent_replay"] = replay.into();
-                if out["status"] != "started" {
-                    return Ok((200, out));
-                }
-            }
-            out["wait_timed_out"] = true.into();
+        let (Some(permit), Some(run)) = (permit, call.linked_run) else {
+            return Ok(CallStep::Answered(out));
+        };
+        if wait_for != "completed" || out["status"] != "started" {
+            return Ok(CallStep::Answered(out));
         }
-        Ok((200, out))
+        let limit = self.config.max_update_wait;
+        let wait = request
+            .wait_timeout_seconds
+            .map_or(limit, |s| Duration::from_secs(s.unsigned_abs()))
+            .min(limit);
+        Ok(CallStep::Waiting(Box::new(PendingCall {
+            look: CallLook {
+                resolved: resolved.clone(),
+                call,
+                request,
+                mode,
+                wait_for,
+                replay,
+            },
+            run,
+            deadline: Instant::now() + wait,
+            timed_out: out,
+            _wait: permit,
+        })))
+    }
+
+    /// One look at a waiting service call: its surface once its run left
+    /// `started`, `None` while it waits.
+    pub fn look_service_call(&self, look: &CallLook) -> Result<Option<Value>, ApiError> {
+        let mut out = self.call_json(
+            &look.resolved,
+            &look.call,
+            &look.request,
+            &look.mode,
+            &look.wait_for,
+        )?;
+        out["idempotent_replay"] = look.replay.into();
+        Ok((out["status"] != "started").then_some(out))
     }
 
     /// The call's surface, with its linked run's state and outcome.

@@ -83,14 +83,14 @@ impl Engine {
                     workflow_queue,
                 } => {
                     report.activities_timed_out += 1;
-                    self.wake(&namespace, &workflow_queue, TaskKind::Workflow.as_str())?;
+                    self.wake(&namespace, &workflow_queue, TaskKind::Workflow.as_str());
                 }
                 ActivityTimeout::Retried {
                     namespace,
                     activity_queue,
                 } => {
                     report.attempts_retried += 1;
-                    self.wake(&namespace, &activity_queue, TaskKind::Activity.as_str())?;
+                    self.wake(&namespace, &activity_queue, TaskKind::Activity.as_str());
                 }
                 ActivityTimeout::NotDue => {}
             }
@@ -99,6 +99,7 @@ impl Engine {
         for run in due {
             if self.write(move |s| s.time_out_run(run))? {
                 report.runs_timed_out += 1;
+                self.wake_run(run);
             }
         }
         Ok(report)

@@ -189,8 +189,7 @@ impl Engine {
             self.durable_state.record(namespace, &refused);
             return Err(ApiError::DurableState(refused));
         }
-        let pruned = self.prune_on_heartbeat(namespace)?;
-        let reclaimed = self.reclaim_streams_on_heartbeat(namespace)?;
+        let (pruned, reclaimed) = self.heartbeat_housekeeping(namespace);
         // Acknowledge exactly the asked capabilities this server implements.
         let capabilities: Vec<&str> = body
             .capabilities
@@ -239,8 +238,16 @@ impl Engine {
         // nodes, rewrites the registration; the others only read it.
         let refreshed = self.compatibility.elect(namespace, &body.worker_id)?;
         let (ns, worker) = (namespace.to_owned(), body.worker_id.clone());
+        let sweep = self.config.worker_sweep;
         let registered = if refreshed {
-            self.write(move |s| s.touch_worker(&ns, &worker))?
+            // The elected heartbeat also sweeps idle registrations (bounded
+            // by the prune scan limit), as a registration does.
+            let idle_before = sweep.idle_before_ms(crate::unix_ms());
+            self.write(move |s| {
+                let touched = s.touch_worker(&ns, &worker)?;
+                s.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
+                Ok(touched)
+            })?
         } else {
             let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
             self.read(|s| s.worker_registered(&ns, &worker, idle_before))?
@@ -252,8 +259,7 @@ impl Engine {
             }
             return Err(ApiError::WorkerNotFound(body.worker_id));
         }
-        let pruned = self.prune_on_heartbeat(namespace)?;
-        let reclaimed = self.reclaim_streams_on_heartbeat(namespace)?;
+        let (pruned, reclaimed) = self.heartbeat_housekeeping(namespace);
         Ok(json!({
             "worker_id": body.worker_id, "heartbeat_recorded": true,
             "registration_refreshed": refreshed,
@@ -262,6 +268,24 @@ impl Engine {
             "pruned_run_id": pruned.map(wire::run_id),
             "stream_retention": reclaimed,
         }))
+    }
+
+    /// The retention work a registration or heartbeat does after its own
+    /// write committed. Its failure (the cache electing it is down) cannot
+    /// fail the request: it is logged and counted, and a later heartbeat
+    /// does the work.
+    fn heartbeat_housekeeping(&self, namespace: &str) -> (Option<RunId>, Value) {
+        let pruned = self.prune_on_heartbeat(namespace).unwrap_or_else(|e| {
+            self.post_commit_failed("heartbeat_history_retention", &e);
+            None
+        });
+        let reclaimed = self
+            .reclaim_streams_on_heartbeat(namespace)
+            .unwrap_or_else(|e| {
+                self.post_commit_failed("heartbeat_stream_retention", &e);
+                Value::Null
+            });
+        (pruned, reclaimed)
     }
 
     /// The namespace's elected heartbeat prunes at most one expired run.
@@ -314,6 +338,12 @@ impl Engine {
             "worker_id": worker_id, "outcome": "deregistered",
             "recovered_workflow_task_count": recovered,
         }))
+    }
+
+    /// Whether a waiting poll should answer now: its client went away or
+    /// the node is shutting down (long polls then answer empty).
+    pub(crate) fn poll_over(&self, poll: &PollSpec) -> bool {
+        poll.is_abandoned() || self.waiters.stopping()
     }
 
     /// Long-polls a task of `kind`.
@@ -431,7 +461,7 @@ impl Engine {
             {
                 return self.replayed(kind, poll, &bytes);
             }
-            if Instant::now() >= deadline || poll.is_abandoned() {
+            if Instant::now() >= deadline || self.poll_over(poll) {
                 return Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }));
             }
             std::thread::sleep(WAKE_CHECK);
@@ -465,9 +495,9 @@ impl Engine {
         let deadline = Instant::now() + poll.wait;
         let mut seen = self.signals.version(ns, queue, kind.as_str())?;
         let mut last_pass = Instant::now();
-        while Instant::now() < deadline && !poll.is_abandoned() {
+        while Instant::now() < deadline && !self.poll_over(poll) {
             std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
-            if poll.is_abandoned() {
+            if self.poll_over(poll) {
                 break;
             }
             let now = self.signals.version(ns, queue, kind.as_str())?;
@@ -539,7 +569,7 @@ impl Engine {
                         .write(move |s| s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit))?
                         > 0
                     {
-                        self.wake(namespace, task_queue, TaskKind::Workflow.as_str())?;
+                        self.wake(namespace, task_queue, TaskKind::Workflow.as_str());
                     }
                 }
                 limits.expired_workflow_task_recovery_scan_limit
@@ -567,7 +597,7 @@ impl Engine {
                 })
             })?;
             if let Some((ns, queue)) = recovered {
-                self.wake(&ns, &queue, kind.as_str())?;
+                self.wake(&ns, &queue, kind.as_str());
             }
         }
         Ok(())
@@ -707,12 +737,13 @@ impl Engine {
             )
         });
         let quota = self.durable_state.clone();
-        let (completion, ns, queue) = self.write(move |store| {
+        let (completion, ns, queue, run) = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
             };
             let (ns, queue) = store.task_queue_of(task)?;
+            let run = store.run_of_task(task)?;
             let limits = quota.limits(&ns).filter(|_| streams);
             let completion = NamespaceDurableStateQuota::guard(
                 limits,
@@ -721,7 +752,7 @@ impl Engine {
                 &crate::server::streams::STREAM_RESOURCES,
                 |store| complete(store, task, fence, &commands),
             )?;
-            Ok((completion, ns, queue))
+            Ok((completion, ns, queue, run))
         })?;
         let completion = match completion {
             Ok(completion) => completion,
@@ -731,11 +762,13 @@ impl Engine {
             }
         };
         for activity_queue in &completion.activity_queues {
-            self.wake(&ns, activity_queue, TaskKind::Activity.as_str())?;
+            self.wake(&ns, activity_queue, TaskKind::Activity.as_str());
         }
         if completion.workflow_task_queued {
-            self.wake(&ns, &queue, TaskKind::Workflow.as_str())?;
+            self.wake(&ns, &queue, TaskKind::Workflow.as_str());
         }
+        // Updates and service calls waiting on this run look again now.
+        self.wake_run(run);
         Ok(json!({
             "task_id": task_id, "outcome": "completed",
             "run_status": completion.run_status.as_str(),
@@ -772,7 +805,7 @@ impl Engine {
         match outcome {
             Err(queued) => {
                 if queued {
-                    self.wake(&ns, &queue, TaskKind::Workflow.as_str())?;
+                    self.wake(&ns, &queue, TaskKind::Workflow.as_str());
                 }
                 Ok(json!({ "task_id": task_id, "outcome": "released" }))
             }
@@ -883,10 +916,10 @@ impl Engine {
         })?;
         match &outcome {
             AttemptOutcome::Completed | AttemptOutcome::Failed => {
-                self.wake(&ns, &queue.1, TaskKind::Workflow.as_str())?;
+                self.wake(&ns, &queue.1, TaskKind::Workflow.as_str());
             }
             AttemptOutcome::RetryScheduled { .. } => {
-                self.wake(&ns, &queue.0, TaskKind::Activity.as_str())?;
+                self.wake(&ns, &queue.0, TaskKind::Activity.as_str());
             }
             AttemptOutcome::RunClosed => {}
         }

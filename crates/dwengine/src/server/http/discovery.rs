@@ -37,7 +37,7 @@ async fn cluster_info(State(engine): Shared, headers: HeaderMap) -> Response {
 }
 
 async fn health(State(engine): Shared) -> Response {
-    let store = run_blocking(engine, |e| {
+    let store = super::on_probe_lane(engine, |e| {
         e.read(|s| s.namespace("default"))?;
         Ok(())
     })
@@ -59,7 +59,7 @@ async fn health(State(engine): Shared) -> Response {
 }
 
 async fn ready(State(engine): Shared) -> Response {
-    let verdict = run_blocking(engine, |e| e.ready()).await;
+    let verdict = super::on_probe_lane(engine, |e| e.ready()).await;
     let now = wire::timestamp(crate::unix_ms());
     let (status, cache, message) = match verdict {
         Ok(true) => (StatusCode::OK, "ok", None),

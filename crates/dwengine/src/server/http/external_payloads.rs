@@ -56,6 +56,9 @@ async fn upload(
     let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
     let data = match to_bytes(body, cap).await {
         Ok(bytes) => bytes.to_vec(),
+        Err(e) if crate::server::serve::is_body_timeout(&e) => {
+            return refuse(ApiError::BodyTimedOut(e.to_string()));
+        }
         Err(_) => {
             return refuse(
                 engine

@@ -15,6 +15,7 @@ mod search_attributes;
 mod services;
 mod streams;
 mod system;
+mod waiting;
 mod worker_tasks;
 mod workflows;
 
@@ -129,12 +130,15 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
             .filter(|v| !v.is_empty())
             .unwrap_or("default")
             .to_owned();
-        let checked = {
-            let engine = engine.clone();
-            let namespace = namespace.clone();
-            tokio::task::spawn_blocking(move || engine.require_namespace(&namespace))
-                .await
-                .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
+        // A registered namespace is a set lookup; only a first sight reads
+        // the store, on the probe lane rather than the shared blocking pool.
+        let checked = match engine.namespace_known(&namespace) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let namespace = namespace.clone();
+                on_probe_lane(engine.clone(), move |e| e.require_namespace(&namespace)).await
+            }
+            Err(e) => Err(e),
         };
         if let Err(e) = checked {
             return with_echo(refuse(e), echo);
@@ -305,6 +309,9 @@ async fn read<T: DeserializeOwned>(
     };
     let bytes = match to_bytes(body, cap).await {
         Ok(bytes) => bytes,
+        Err(e) if crate::server::serve::is_body_timeout(&e) => {
+            return Err(ApiError::BodyTimedOut(e.to_string()));
+        }
         Err(_) => {
             limits.check_body(limits.max_payload_bytes.saturating_add(1))?;
             return Err(ApiError::Malformed("unreadable body".into()));
@@ -318,6 +325,32 @@ async fn read<T: DeserializeOwned>(
     };
     serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed(e.to_string()))
 }
+
+/// Runs `f` on the probe lane: a few threads of their own for health,
+/// readiness and the gate's first look at a namespace, so a busy shared
+/// blocking pool never delays them.
+pub(super) async fn on_probe_lane<R: Send + 'static>(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    static LANE: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    let lane = LANE.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .thread_name("dwserver-probe")
+            .max_blocking_threads(PROBE_THREADS)
+            .build()
+            .ok()
+    });
+    let task = match lane {
+        Some(lane) => lane.spawn_blocking(move || f(&engine)),
+        None => tokio::task::spawn_blocking(move || f(&engine)),
+    };
+    task.await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
+}
+
+/// Threads of the probe lane.
+const PROBE_THREADS: usize = 4;
 
 async fn run_blocking<R: Send + 'static>(
     engine: Arc<Engine>,

@@ -228,17 +228,10 @@ async fn execute(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    with_path(
-        engine,
-        scope,
-        path,
-        headers,
-        body,
-        |e, ns, (endpoint, service, operation), b: ExecuteOperation| {
-            e.execute_service_operation(ns, (endpoint, service, operation), b)
-        },
-    )
-    .await
+    match super::read::<ExecuteOperation>(&engine, &headers, body).await {
+        Ok(body) => super::waiting::execute_service(engine, scope.namespace, path, body).await,
+        Err(e) => refuse(e),
+    }
 }
 
 async fn describe_call(

@@ -16,19 +16,16 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{blocking, refuse, with_body_status, Scope, Shared};
-use crate::server::wire::{HistoryQuery, ListQuery, QueryBody, SignalBody, StopBody, UpdateBody};
+use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     let signal = targeted(StatusCode::ACCEPTED, |e, ns, t, b: SignalBody| {
         e.signal(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
     });
-    let update = targeted(StatusCode::OK, |e, ns, t, b: UpdateBody| {
-        e.update(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
-    });
-    let query = targeted(StatusCode::OK, |e, ns, t, b: QueryBody| {
-        e.query(ns, &t.workflow_id, t.run_id.as_deref(), &t.name, b)
-    });
+    // Queries and waiting updates await without a thread (`waiting`).
+    let update = post(super::waiting::update);
+    let query = post(super::waiting::query);
     let cancel = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
         e.stop(ns, &t.workflow_id, t.run_id.as_deref(), false, b)
     });
@@ -65,14 +62,14 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
 /// Which workflow (and optionally which run) a route names, with the
 /// signal, update or query name when it has one. One handler serves a
 /// route and its `/runs/{runId}/` variant.
-struct Target {
-    workflow_id: String,
-    run_id: Option<String>,
-    name: String,
+pub(super) struct Target {
+    pub(super) workflow_id: String,
+    pub(super) run_id: Option<String>,
+    pub(super) name: String,
 }
 
 impl Target {
-    fn from_path(mut params: HashMap<String, String>) -> Target {
+    pub(super) fn from_path(mut params: HashMap<String, String>) -> Target {
         Target {
             workflow_id: params.remove("wf").unwrap_or_default(),
             run_id: params.remove("run"),

@@ -1,0 +1,216 @@
+//! The accept loop: every connection capped, timed out and drained.
+//!
+//! `axum::serve` accepts without limit and never times a connection out,
+//! so idle and slow sockets piled up until the process ran out of file
+//! descriptors. Here hyper's HTTP/1 connection builder serves each
+//! connection with its header-read timeout (which also closes kept-alive
+//! connections left idle), a semaphore caps open connections (one past the
+//! cap is answered 503 `connection_limit` and closed, through a small
+//! overflow lane that itself never waits for the client), and each request
+//! body must arrive whole before the body-read deadline ([`DeadlineBody`]).
+//! On shutdown the loop stops accepting, ends every wait and long poll
+//! (they answer empty), asks each connection to finish its request and
+//! close, and returns after the shutdown deadline whatever clients do.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt;
+
+use crate::server::connections::ConnectionLimits;
+use crate::waiters::Waiters;
+
+/// Connections past the cap answered at once with a 503 and closed; past
+/// this many such answers in flight, a connection is closed unanswered.
+const OVERFLOW_ANSWERS: usize = 64;
+
+/// What a connection past the cap is told before it is closed.
+const CONNECTION_LIMIT_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 143\r\n\r\n\
+{\"reason\":\"connection_limit\",\"retryable\":true,\"message\":\"this node serves its maximum of open connections (DW_SERVER_HTTP_MAX_CONNECTIONS)\"}";
+
+/// Serves `app` on `listener` until `stop` resolves, then drains within
+/// the shutdown deadline.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    max_connections: usize,
+    waiters: Arc<Waiters>,
+    stop: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
+    let open = Arc::new(AtomicUsize::new(0));
+    let (closing, closing_rx) = watch::channel(false);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    let builder = Arc::new(builder);
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors (or a connection reset before accept):
+                // back off briefly instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let (app, builder, mut closing) =
+                    (app.clone(), builder.clone(), closing_rx.clone());
+                let open = open.clone();
+                open.fetch_add(1, Ordering::AcqRel);
+                let body_deadline = limits.body_read_timeout;
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                            let request = request
+                                .map(|body| Body::new(DeadlineBody::new(body, body_deadline)));
+                            app.clone().oneshot(request)
+                        });
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(connection);
+                    let stopping = async {
+                        while !*closing.borrow_and_update() {
+                            if closing.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = connection.as_mut() => {}
+                        () = stopping => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                    open.fetch_sub(1, Ordering::AcqRel);
+                    drop(permit);
+                });
+            }
+            Err(_) => refuse(stream, &overflow),
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        open = open.load(Ordering::Acquire),
+        "stopping: no longer accepting; ending waits and draining connections"
+    );
+    waiters.stop_all();
+    let _ = closing.send(true);
+    let drained = tokio::time::timeout(limits.shutdown_deadline, async {
+        while open.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = open.load(Ordering::Acquire),
+            deadline_ms = limits.shutdown_deadline.as_millis() as u64,
+            "shutdown deadline passed: closing the connections still open"
+        );
+    }
+    Ok(())
+}
+
+/// Answers a connection past the cap with a 503 and closes it, without
+/// reading its request; unanswered when the overflow lane is full.
+fn refuse(stream: TcpStream, overflow: &Arc<Semaphore>) {
+    let Ok(permit) = overflow.clone().try_acquire_owned() else {
+        drop(stream);
+        return;
+    };
+    tokio::spawn(async move {
+        // The answer fits a fresh socket's send buffer: one write, no waiting
+        // on a client that does not read.
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.writable()).await;
+        let _ = stream.try_write(CONNECTION_LIMIT_ANSWER);
+        drop(stream);
+        drop(permit);
+    });
+}
+
+/// A request body that must arrive whole before a deadline, counted from
+/// when the request head arrived: a client trickling its body a byte at a
+/// time cannot hold the connection longer.
+pub struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, limit: Duration) -> Self {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+/// The body did not arrive within the body-read timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} ms (DW_SERVER_HTTP_BODY_READ_TIMEOUT_MS)", .0.as_millis())]
+pub struct BodyTimedOut(pub Duration);
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.limit))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Whether `error` (from reading a body) is the body-read deadline.
+pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<BodyTimedOut>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
