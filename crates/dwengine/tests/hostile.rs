@@ -799,3 +799,108 @@ fn redis_killed_under_load_answers_every_committed_write_truthfully() {
         .contains("a step after a committed write failed"));
     drop(redis);
 }
+
+/// One request on `socket` (kept alive): the raw answer head and body.
+fn exchange(socket: &mut TcpStream, request: &str) -> String {
+    socket.write_all(request.as_bytes()).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Read up to the end of the (small, length-delimited) answer.
+    loop {
+        let n = socket.read(&mut buf).unwrap_or(0);
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).to_string();
+        if n == 0 {
+            return text;
+        }
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+    }
+}
+
+#[test]
+fn auth_doors_scheme_case_operator_health_and_early_refusals_close() {
+    let server = Server::start(&[
+        ("DW_AUTH", ""),
+        ("DW_AUTH_OPERATOR_TOKENS", "op-token"),
+        ("DW_AUTH_ADMIN_TOKENS", "admin-token-that-is-longer"),
+    ]);
+    let addr = server.addr.clone();
+    // RFC 7235: the scheme is case-insensitive.
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let auth = format!("{scheme} op-token");
+        let (status, body) = call_raw(
+            &addr,
+            "GET",
+            "/api/cluster/info",
+            &[("Authorization", &auth)],
+            None,
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{scheme}: {body}");
+    }
+    // /api/system/health is an operator surface (admin), as documented.
+    let (status, _) = call_raw(&addr, "GET", "/api/system/health", &[], None).unwrap();
+    assert_eq!(status, 401);
+    let (status, _) = call_raw(
+        &addr,
+        "GET",
+        "/api/system/health",
+        &[("Authorization", "Bearer op-token")],
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 403);
+    let (status, _) = call_raw(
+        &addr,
+        "GET",
+        "/api/system/health",
+        &[("Authorization", "Bearer admin-token-that-is-longer")],
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = call_raw(&addr, "GET", "/api/health", &[], None).unwrap();
+    assert_eq!(status, 200, "the probe needs no token");
+    // An early refusal of a request with an unread body closes the
+    // connection and says so, instead of racing the client's next request.
+    let mut failed_next = 0;
+    for i in 0..50 {
+        let mut socket = TcpStream::connect(&addr).unwrap();
+        let refused = exchange(
+            &mut socket,
+            "POST /api/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        );
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        assert!(
+            refused.to_ascii_lowercase().contains("connection: close"),
+            "#{i}: {refused}"
+        );
+        // A client that honours it reconnects; one that does not sees EOF,
+        // never a half-read stream.
+        let next = exchange(
+            &mut socket,
+            "GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        );
+        if !(next.is_empty() || next.starts_with("HTTP/1.1 200")) {
+            failed_next += 1;
+        }
+    }
+    println!("FIGURE early_refusal_keepalive refused=50 next_request_garbled={failed_next}");
+    assert_eq!(failed_next, 0);
+}

@@ -103,11 +103,14 @@ impl Tokens {
 
     /// The role of a presented bearer token.
     pub fn role_of(&self, presented: &str) -> Option<Role> {
-        // Constant-time per candidate: a timing difference would tell an
-        // attacker how much of a token they have guessed.
+        // Both sides are compared as SHA-256 digests, every configured
+        // token each time, byte by byte without an early exit: the time
+        // taken says neither how much of a token was guessed nor how long
+        // the configured tokens are.
+        let presented = digest(presented);
         let mut found = None;
         for (token, role) in &self.by_token {
-            if constant_time_eq(token.as_bytes(), presented.as_bytes()) {
+            if constant_time_eq(&digest(token), &presented) {
                 found = Some(*role);
             }
         }
@@ -115,17 +118,30 @@ impl Tokens {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token of an `Authorization` header value: the `Bearer` scheme is
+/// matched without regard to case (RFC 7235 §2.1), the token trimmed.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// The plane of `method path`.
 pub fn plane_of(method: &str, path: &str) -> Plane {
     match path {
-        "/api/health" | "/api/ready" | "/api/system/health" => Plane::Probe,
+        // `/api/system/health` is an operator surface (admin), as documented.
+        "/api/health" | "/api/ready" => Plane::Probe,
         "/api/cluster/info" => Plane::Discovery,
         _ if path.starts_with("/api/worker/") => Plane::Worker,
         _ if path.starts_with("/api/external-payloads/") => Plane::Payload,
@@ -146,6 +162,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
+
+    #[test]
+    fn tokens_of_any_length_compare_by_digest() {
+        let tokens = Tokens::new([
+            ("short".to_owned(), Role::Worker),
+            ("a-much-longer-operator-token".to_owned(), Role::Operator),
+        ]);
+        assert_eq!(tokens.role_of("short"), Some(Role::Worker));
+        assert_eq!(
+            tokens.role_of("a-much-longer-operator-token"),
+            Some(Role::Operator)
+        );
+        // Prefixes and extensions of a token are simply other tokens.
+        for wrong in ["shor", "shortx", "", "a-much-longer-operator-toke"] {
+            assert_eq!(tokens.role_of(wrong), None, "{wrong:?}");
+        }
+    }
+
+    #[test]
     fn tokens_map_to_roles_and_planes_admit_by_role() {
         let env = HashMap::from([
             ("DW_AUTH_WORKER_TOKENS", "w1, w2"),
@@ -159,6 +202,8 @@ mod tests {
         assert_eq!(tokens.role_of("w"), None);
         assert!(Tokens::from_lookup(|_| Some(" , ".into())).is_none());
 
+        assert_eq!(plane_of("GET", "/api/system/health"), Plane::Admin);
+        assert_eq!(plane_of("GET", "/api/health"), Plane::Probe);
         assert_eq!(plane_of("POST", "/api/worker/register"), Plane::Worker);
         assert_eq!(plane_of("POST", "/api/workflows"), Plane::Control);
         assert_eq!(plane_of("GET", "/api/namespaces"), Plane::Control);

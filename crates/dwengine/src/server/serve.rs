@@ -144,13 +144,38 @@ fn refuse(stream: TcpStream, overflow: &Arc<Semaphore>) {
         return;
     };
     tokio::spawn(async move {
-        // The answer fits a fresh socket's send buffer: one write, no waiting
-        // on a client that does not read.
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.writable()).await;
-        let _ = stream.try_write(CONNECTION_LIMIT_ANSWER);
-        drop(stream);
+        let _ = tokio::time::timeout(Duration::from_secs(1), answer_and_close(stream)).await;
         drop(permit);
     });
+}
+
+/// Writes the 503 (it fits a fresh socket's send buffer: one write, no
+/// waiting on a client that does not read), half-closes, and reads what the
+/// client sent until it closes too: closing with its request unread would
+/// reset the connection and lose the answer.
+async fn answer_and_close(stream: TcpStream) {
+    if stream.writable().await.is_err() || stream.try_write(CONNECTION_LIMIT_ANSWER).is_err() {
+        return;
+    }
+    let Ok(std_stream) = stream.into_std() else {
+        return;
+    };
+    let _ = std_stream.shutdown(std::net::Shutdown::Write);
+    let Ok(stream) = TcpStream::from_std(std_stream) else {
+        return;
+    };
+    let mut scratch = [0u8; 1024];
+    loop {
+        if stream.readable().await.is_err() {
+            return;
+        }
+        match stream.try_read(&mut scratch) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// A request body that must arrive whole before a deadline, counted from

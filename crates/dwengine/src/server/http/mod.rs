@@ -80,8 +80,12 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
     let path = request.uri().path().to_owned();
     let method = request.method().as_str().to_owned();
     let headers = request.headers();
+    // A refusal before the body is read ends the connection: hyper would
+    // otherwise have to discard the unread body, and a client reusing the
+    // connection meanwhile raced its close.
+    let unread = has_body(headers);
     if let Err(refusal) = check_host(&engine, headers) {
-        return *refusal;
+        return closing(*refusal, unread);
     }
     // The console authenticates by its own cookie (server/ui/session.rs).
     if crate::server::ui::serves(&engine, &path) {
@@ -93,29 +97,37 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
             let presented = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
+                .and_then(crate::server::auth::bearer_token);
             let Some(role) = presented.and_then(|t| tokens.role_of(t)) else {
-                return refuse_with(
-                    StatusCode::UNAUTHORIZED,
-                    json!({ "reason": "unauthorized", "message": "send Authorization: Bearer <token> with a configured token" }),
+                return closing(
+                    refuse_with(
+                        StatusCode::UNAUTHORIZED,
+                        json!({ "reason": "unauthorized", "message": "send Authorization: Bearer <token> with a configured token" }),
+                    ),
+                    unread,
                 );
             };
             if !plane.admits(role) {
-                return refuse_with(
-                    StatusCode::FORBIDDEN,
-                    json!({ "reason": "forbidden", "role": role.as_str(),
-                            "message": format!("a {} token cannot use {method} {path}", role.as_str()) }),
+                return closing(
+                    refuse_with(
+                        StatusCode::FORBIDDEN,
+                        json!({ "reason": "forbidden", "role": role.as_str(),
+                                "message": format!("a {} token cannot use {method} {path}", role.as_str()) }),
+                    ),
+                    unread,
                 );
             }
         }
     }
     // Payload uploads are raw bytes (application/octet-stream).
-    if has_body(headers) && !is_json(headers) && plane != Plane::Payload {
-        return refuse_with(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            json!({ "reason": "unsupported_media_type",
-                    "message": "request bodies must be sent with Content-Type: application/json" }),
+    if unread && !is_json(headers) && plane != Plane::Payload {
+        return closing(
+            refuse_with(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                json!({ "reason": "unsupported_media_type",
+                        "message": "request bodies must be sent with Content-Type: application/json" }),
+            ),
+            true,
         );
     }
     let echo = match version_of(plane, &path, headers) {
@@ -146,6 +158,16 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         request.extensions_mut().insert(Scope { namespace });
     }
     with_echo(next.run(request).await, echo)
+}
+
+/// `response` with `Connection: close` when the request's body was left unread.
+fn closing(mut response: Response, unread: bool) -> Response {
+    if unread {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn check_host(engine: &Engine, headers: &HeaderMap) -> Result<(), Box<Response>> {
