@@ -219,10 +219,10 @@ impl Waiters {
         })
     }
 
-    /// A turn to begin a call of `kind` on the blocking pool: at most
-    /// [`BEGINNING_AT_ONCE`] per kind at a time, so a burst of hundreds
-    /// queues without a thread instead of taking one each while they
-    /// contend for the same queue lock or row.
+    /// A turn on the blocking pool for a call of `kind` (its begin, one
+    /// look, its end): at most [`BEGINNING_AT_ONCE`] per kind at a time, so
+    /// a burst of hundreds queues without a thread instead of taking one
+    /// each while they contend for the same queue lock or row.
     pub async fn turn_to_begin(&self, kind: WaitKind) -> Option<SemaphorePermit<'_>> {
         self.beginning[kind.index()].acquire().await.ok()
     }

@@ -2,10 +2,11 @@
 //! clients that behave as attackers and unlucky operators do — hundreds of
 //! waiting calls, idle and slow sockets, signals mid-load. Each scenario
 //! asserts the figure the server must hold and prints it (`--nocapture`)
-//! for docs/operations.md. The heavy scenarios live here, in one binary,
-//! so CI runs them once.
-
-mod support;
+//! for docs/operations.md. The heavy scenarios live here, in a test binary
+//! of their own rather than a module of `tests/engine`: they measure
+//! latencies and thread counts, which the engine binary's hundreds of
+//! parallel tests would disturb, and cargo runs test binaries one after
+//! another. Within this binary the scenarios take turns ([`one_at_a_time`]).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -15,6 +16,33 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+/// The server under test: this build's `dwserver`, or the one
+/// `DW_HOSTILE_DWSERVER` names (to measure an older build's figures).
+fn dwserver_binary() -> String {
+    std::env::var("DW_HOSTILE_DWSERVER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_dwserver").to_owned())
+}
+
+/// Serializes the scenarios: each measures the machine it runs on.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The address a child `dwserver` announces on its first stdout line.
+fn announced_base(child: &mut Child) -> String {
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("the server's stdout is piped");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the server's first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"));
+    format!("http://{addr}")
+}
 
 /// A `dwserver` child; killed when dropped unless it already exited.
 struct Server {
@@ -37,7 +65,7 @@ impl Server {
                 let mut sh = Command::new("sh");
                 sh.arg("-c").arg(format!(
                     "ulimit -n {open_files} && exec '{}'",
-                    env!("CARGO_BIN_EXE_dwserver")
+                    dwserver_binary()
                 ));
                 sh
             },
@@ -47,7 +75,7 @@ impl Server {
     }
 
     fn start_with(env: &[(&str, &str)], tweak: impl FnOnce(&mut Command)) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dwserver"));
+        let mut command = Command::new(dwserver_binary());
         tweak(&mut command);
         Self::start_as(command, env, tempfile::tempdir().unwrap())
     }
@@ -75,7 +103,7 @@ impl Server {
                 lines.lock().unwrap().push(line);
             }
         });
-        let base = support::wire::announced_base(&mut child);
+        let base = announced_base(&mut child);
         let addr = base.trim_start_matches("http://").to_owned();
         Server {
             child,
@@ -321,6 +349,7 @@ fn tcp_connections(addr: &str) -> usize {
 
 #[test]
 fn waiting_queries_and_updates_hold_no_thread() {
+    let _turn = one_at_a_time();
     let server = Server::start(&[
         ("DW_SERVER_QUERY_TASKS_TIMEOUT", "6"),
         ("DW_MAX_UPDATE_WAIT_MS", "6000"),
@@ -385,6 +414,7 @@ const IDLE_SOCKETS: usize = 1_100;
 
 #[test]
 fn idle_sockets_past_the_descriptor_limit_leave_health_answered() {
+    let _turn = one_at_a_time();
     raise_own_file_limit(4096);
     let server = Server::start_limited(&[("DW_SERVER_HTTP_HEADER_READ_TIMEOUT_MS", "3000")], 1024);
     let addr = server.addr.clone();
@@ -440,6 +470,7 @@ fn idle_sockets_past_the_descriptor_limit_leave_health_answered() {
 
 #[test]
 fn slow_heads_and_slow_bodies_are_cut_at_their_timeouts() {
+    let _turn = one_at_a_time();
     let server = Server::start(&[
         ("DW_SERVER_HTTP_HEADER_READ_TIMEOUT_MS", "2000"),
         ("DW_SERVER_HTTP_BODY_READ_TIMEOUT_MS", "2000"),
@@ -517,6 +548,7 @@ fn slow_heads_and_slow_bodies_are_cut_at_their_timeouts() {
 
 #[test]
 fn sigterm_under_load_drains_and_exits_zero_within_the_deadline() {
+    let _turn = one_at_a_time();
     let server = Server::start(&[("DW_SERVER_HTTP_SHUTDOWN_DEADLINE_MS", "3000")]);
     let addr = server.addr.clone();
     // A long poll that would wait 30 s, and three half-sent request heads.
@@ -607,7 +639,7 @@ fn sigterm_under_load_drains_and_exits_zero_within_the_deadline() {
     // Restarted on the same database, every acknowledged start is there.
     let dir = std::mem::replace(&mut server._dir, tempfile::tempdir().unwrap());
     drop(server);
-    let restarted = Server::start_as(Command::new(env!("CARGO_BIN_EXE_dwserver")), &[], dir);
+    let restarted = Server::start_as(Command::new(dwserver_binary()), &[], dir);
     for id in &acknowledged {
         let (status, body) = call(
             &restarted.addr,
@@ -674,6 +706,7 @@ impl Drop for OwnRedis {
 /// run), none is lost, and the failed wake-ups are counted.
 #[test]
 fn redis_killed_under_load_answers_every_committed_write_truthfully() {
+    let _turn = one_at_a_time();
     let port = OwnRedis::free_port();
     let Some(redis) = OwnRedis::start(port) else {
         return;
@@ -835,6 +868,7 @@ fn exchange(socket: &mut TcpStream, request: &str) -> String {
 
 #[test]
 fn auth_doors_scheme_case_operator_health_and_early_refusals_close() {
+    let _turn = one_at_a_time();
     let server = Server::start(&[
         ("DW_AUTH", ""),
         ("DW_AUTH_OPERATOR_TOKENS", "op-token"),
@@ -903,4 +937,59 @@ fn auth_doors_scheme_case_operator_health_and_early_refusals_close() {
     }
     println!("FIGURE early_refusal_keepalive refused=50 next_request_garbled={failed_next}");
     assert_eq!(failed_next, 0);
+}
+
+#[test]
+fn deceptive_ids_namespaces_and_malformed_chunks_are_refused_cleanly() {
+    let _turn = one_at_a_time();
+    let server = Server::start(&[]);
+    let addr = server.addr.clone();
+    for id in [
+        "nul\u{0}id",
+        "ansi\u{1b}[31m",
+        "invoice\u{202E}fdp.exe",
+        "zero\u{200B}width",
+    ] {
+        for field in ["workflow_id", "workflow_type", "task_queue"] {
+            let mut body = json!({ "workflow_id": "ok", "workflow_type": "Ok", "task_queue": "ok",
+                                   "input": { "codec": "json", "blob": "[]" } });
+            body[field] = id.into();
+            let (status, answer) = call(&addr, "POST", "/api/workflows", Some(&body));
+            assert_eq!(status, 422, "{field}={id:?}: {answer}");
+            assert!(answer.to_string().contains(field), "{answer}");
+        }
+    }
+    for name in [
+        "a/b",
+        "../etc",
+        "x..y",
+        "zero\u{200B}width",
+        "rtl\u{202E}x",
+        "back\\slash",
+    ] {
+        let (status, answer) = call(
+            &addr,
+            "POST",
+            "/api/namespaces",
+            Some(&json!({ "name": name })),
+        );
+        assert_eq!(status, 422, "{name:?}: {answer}");
+    }
+    let (status, answer) = call(
+        &addr,
+        "POST",
+        "/api/namespaces",
+        Some(&json!({ "name": "tenant-ü" })),
+    );
+    assert_eq!(status, 201, "{answer}");
+    // A malformed chunk size is a malformed request (400), not a too-large one.
+    let mut socket = TcpStream::connect(&addr).unwrap();
+    socket
+        .write_all(b"POST /api/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let (status, body) = parse_answer(&answer).expect("an answer to a malformed chunk");
+    println!("FIGURE malformed_chunk status={status} body={body}");
+    assert_eq!(status, 400, "{body}");
 }

@@ -191,6 +191,22 @@ fn over(value: u64, limit: u64) -> bool {
     limit != 0 && value > limit
 }
 
+/// Whether `c` may not appear in an identifier: a control character (NUL,
+/// ESC of an ANSI sequence, …), a bidirectional mark, embedding, override or
+/// isolate (an RTL override makes `exe.txt` read `txt.exe`), or a
+/// zero-width character (two ids that look the same).
+pub fn is_deceptive_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{061C}'
+                | '\u{FEFF}'
+        )
+}
+
 /// Collects every failing field of one request.
 #[derive(Debug)]
 pub struct RequestValidator<'l> {
@@ -219,19 +235,37 @@ impl RequestValidator<'_> {
         self
     }
 
-    /// `workflow_id`: at most 128 characters.
+    /// An identifier: at most `max_chars` characters and none that
+    /// hides or rewrites what a log line or a console shows
+    /// ([`is_deceptive_char`]: control characters including NUL and ANSI
+    /// escapes, bidirectional overrides and isolates, zero-width characters).
+    pub fn identifier(&mut self, field: &str, value: &str, max_chars: usize) -> &mut Self {
+        self.text(field, value, max_chars);
+        if let Some(bad) = value.chars().find(|c| is_deceptive_char(*c)) {
+            self.fail(
+                field,
+                format!(
+                    "The {field} may not contain control, bidirectional or zero-width characters (found U+{:04X}).",
+                    u32::from(bad)
+                ),
+            );
+        }
+        self
+    }
+
+    /// `workflow_id`: at most 128 characters, no deceptive characters.
     pub fn workflow_id(&mut self, value: &str) -> &mut Self {
-        self.text("workflow_id", value, MAX_WORKFLOW_ID_CHARS)
+        self.identifier("workflow_id", value, MAX_WORKFLOW_ID_CHARS)
     }
 
-    /// `workflow_type`: at most 255 characters.
+    /// `workflow_type`: at most 255 characters, no deceptive characters.
     pub fn workflow_type(&mut self, value: &str) -> &mut Self {
-        self.text("workflow_type", value, MAX_NAME_CHARS)
+        self.identifier("workflow_type", value, MAX_NAME_CHARS)
     }
 
-    /// `task_queue`: at most 255 characters.
+    /// `task_queue`: at most 255 characters, no deceptive characters.
     pub fn task_queue(&mut self, value: &str) -> &mut Self {
-        self.text("task_queue", value, MAX_NAME_CHARS)
+        self.identifier("task_queue", value, MAX_NAME_CHARS)
     }
 
     /// `business_key`: at most 255 characters.
@@ -361,5 +395,33 @@ fn prefix_chars(text: &str, chars: usize) -> &str {
     match text.char_indices().nth(chars) {
         Some((i, _)) => &text[..i],
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod deceptive_tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_refuse_control_bidi_and_zero_width_characters() {
+        let limits = RequestLimits::default();
+        for bad in [
+            "a\0b",
+            "a\u{1b}[31mred",
+            "invoice\u{202E}fdp.exe",
+            "a\u{200B}b",
+            "a\u{2066}b",
+            "tab\tx",
+        ] {
+            let mut v = limits.validator();
+            v.workflow_id(bad).workflow_type(bad).task_queue(bad);
+            let error = v.finish().expect_err(bad);
+            assert_eq!(error.status(), 422, "{bad:?}");
+        }
+        let mut v = limits.validator();
+        v.workflow_id("order-7/ü-é")
+            .workflow_type("Order Workflow")
+            .task_queue("q.1");
+        assert!(v.finish().is_ok());
     }
 }

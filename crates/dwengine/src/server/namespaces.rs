@@ -59,9 +59,17 @@ impl Engine {
         if body
             .name
             .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
+            .any(|c| c.is_whitespace() || dwpolicy::boundary::is_deceptive_char(c))
         {
-            checks.problem("name", "The name field must not contain whitespace.");
+            checks.problem(
+                "name",
+                "The name field must not contain whitespace, control, bidirectional or zero-width characters.",
+            );
+        }
+        // A namespace name lands in paths, URLs and keys: no separators or
+        // parent references.
+        if body.name.contains('/') || body.name.contains('\\') || body.name.contains("..") {
+            checks.problem("name", "The name field must not contain '/', '\\' or '..'.");
         }
         finish_with(v, &[("name", &body.name)], &checks.problems)?;
         let (name, retention) = (body.name.clone(), body.retention_days);

@@ -32,7 +32,7 @@ use crate::waiters::Waiters;
 
 /// Connections past the cap answered at once with a 503 and closed; past
 /// this many such answers in flight, a connection is closed unanswered.
-const OVERFLOW_ANSWERS: usize = 64;
+const OVERFLOW_ANSWERS: usize = 256;
 
 /// What a connection past the cap is told before it is closed.
 const CONNECTION_LIMIT_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
@@ -144,7 +144,9 @@ fn refuse(stream: TcpStream, overflow: &Arc<Semaphore>) {
         return;
     };
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(1), answer_and_close(stream)).await;
+        // A client that sent its request gets it read (so closing does not
+        // reset the answer away); one that sends nothing is closed soon.
+        let _ = tokio::time::timeout(Duration::from_millis(200), answer_and_close(stream)).await;
         drop(permit);
     });
 }

@@ -546,7 +546,11 @@ fn the_operations_page_charts_sampled_series_and_lists_cache_families() {
     let browser = Browser::new(&s);
     assert!(support::eventually(Duration::from_secs(30), || {
         let page = browser.get("/ui/operations");
-        page.status == 200 && page.body.matches("<polyline").count() >= 1
+        // The node-wide dw_post_commit_failures_total is charted from the
+        // first sample; the run's series from the first sample after its start.
+        page.status == 200
+            && page.body.matches("<polyline").count() >= 1
+            && page.body.contains("dw_workflow_runs_total")
     }));
     let page = browser.get("/ui/operations");
     for needle in [

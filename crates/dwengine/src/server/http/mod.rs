@@ -334,10 +334,13 @@ async fn read<T: DeserializeOwned>(
         Err(e) if crate::server::serve::is_body_timeout(&e) => {
             return Err(ApiError::BodyTimedOut(e.to_string()));
         }
-        Err(_) => {
+        Err(e) if is_length_limit(&e) => {
             limits.check_body(limits.max_payload_bytes.saturating_add(1))?;
             return Err(ApiError::Malformed("unreadable body".into()));
         }
+        // A malformed chunk, a connection cut mid-body: the request is
+        // malformed (400), not too large.
+        Err(e) => return Err(ApiError::Malformed(format!("unreadable body: {e}"))),
     };
     limits.check_body(bytes.len() as u64)?;
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -373,6 +376,18 @@ pub(super) async fn on_probe_lane<R: Send + 'static>(
 
 /// Threads of the probe lane.
 const PROBE_THREADS: usize = 4;
+
+/// Whether reading a body failed because it passed the read limit.
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
 
 async fn run_blocking<R: Send + 'static>(
     engine: Arc<Engine>,

@@ -33,6 +33,7 @@ use crate::waiters::{Backoff, WaitKey, WaitKind};
 /// or the node stops (`None`).
 pub(super) async fn until<T, F>(
     engine: &Arc<Engine>,
+    kind: WaitKind,
     key: WaitKey,
     deadline: Instant,
     look: F,
@@ -51,7 +52,12 @@ where
         tokio::pin!(woken);
         woken.as_mut().enable();
         let once = look.clone();
-        if let Some(found) = run_blocking(engine.clone(), move |e| once(e)).await? {
+        // Looks take turns with the kind's other begins, looks and ends, so
+        // hundreds of waits never need hundreds of blocking threads at once.
+        let turn = waiters.turn_to_begin(kind).await;
+        let found = run_blocking(engine.clone(), move |e| once(e)).await?;
+        drop(turn);
+        if let Some(found) = found {
             return Ok(Some(found));
         }
         let now = Instant::now();
@@ -116,9 +122,13 @@ async fn query_to_answer(
         pending: Some(pending),
     };
     let look_id = task_id.clone();
-    let answered = until(&engine, WaitKey::QueryTask(task_id), deadline, move |e| {
-        e.look_query(&look_id)
-    })
+    let answered = until(
+        &engine,
+        WaitKind::Query,
+        WaitKey::QueryTask(task_id),
+        deadline,
+        move |e| e.look_query(&look_id),
+    )
     .await;
     let pending = in_flight
         .pending
@@ -188,6 +198,7 @@ pub(super) async fn update(
     let look = pending.look();
     let outcome = until(
         &engine,
+        WaitKind::Update,
         WaitKey::Run(pending.run().0),
         pending.deadline(),
         move |e| e.look_update(&look),
@@ -224,6 +235,7 @@ pub(super) async fn execute_service(
     let look = pending.look();
     let outcome = until(
         &engine,
+        WaitKind::ServiceCall,
         WaitKey::Run(pending.run().0),
         pending.deadline(),
         move |e| e.look_service_call(&look),
