@@ -72,6 +72,28 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Connections the kernel may hold accepted-but-not-yet-taken for this
+/// node (the `listen(2)` backlog; Linux caps it at `net.core.somaxconn`,
+/// 4096 by default). `tokio::net::TcpListener::bind` asks for 128: a burst
+/// of a few hundred clients connecting at once overflowed it, and with SYN
+/// cookies on, the overflow was answered with resets (206 of 600 waiting
+/// calls in the hostile suite).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (call within a runtime).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std and tokio bind: a restarted node may take its port back while
+    // the old one's connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The process's soft limit on open files (Linux: /proc/self/limits).
 pub fn open_file_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;

@@ -301,6 +301,14 @@ impl Engine {
         self.store.read(read)
     }
 
+    /// As [`Engine::read`], on the liveness probe's own store connection.
+    pub(crate) fn probe_read<R>(
+        &self,
+        read: impl FnOnce(&Store) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        self.store.probe_read(read)
+    }
+
     /// The shared store (tests inspect its read pool).
     pub fn shared_store(&self) -> &SharedStore {
         &self.store

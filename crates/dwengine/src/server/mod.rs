@@ -73,7 +73,7 @@ impl Running {
             .enable_all()
             .thread_name("dwserver")
             .build()?;
-        let listener = runtime.block_on(tokio::net::TcpListener::bind(engine.config.bind))?;
+        let listener = runtime.block_on(async { connections::listen(engine.config.bind) })?;
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(engine.clone());

@@ -84,12 +84,7 @@ pub(crate) async fn serve(
                 open.fetch_add(1, Ordering::AcqRel);
                 let body_deadline = limits.body_read_timeout;
                 tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                            let request = request
-                                .map(|body| Body::new(DeadlineBody::new(body, body_deadline)));
-                            app.clone().oneshot(request)
-                        });
+                    let service = service(app, body_deadline);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     tokio::pin!(connection);
                     let stopping = async {
@@ -110,7 +105,7 @@ pub(crate) async fn serve(
                     drop(permit);
                 });
             }
-            Err(_) => refuse(stream, &overflow),
+            Err(_) => refuse(stream, &overflow, &app, &builder, limits.body_read_timeout),
         }
     }
     drop(listener);
@@ -136,19 +131,92 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Answers a connection past the cap with a 503 and closes it, without
-/// reading its request; unanswered when the overflow lane is full.
-fn refuse(stream: TcpStream, overflow: &Arc<Semaphore>) {
+/// The router as hyper's service, each request body under the body-read
+/// deadline.
+fn service(
+    app: Router,
+    body_deadline: Duration,
+) -> impl hyper::service::Service<
+    hyper::Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let request = request.map(|body| Body::new(DeadlineBody::new(body, body_deadline)));
+        app.clone().oneshot(request)
+    })
+}
+
+/// How long the overflow lane waits for a request line, and how long it
+/// gives the 503 to be written and the connection closed.
+const OVERFLOW_LOOK: Duration = Duration::from_millis(200);
+
+/// How long a probe served past the cap may take.
+const PROBE_PAST_CAP: Duration = Duration::from_secs(5);
+
+/// A connection past the cap: a liveness or readiness probe (`GET
+/// /api/health`, `GET /api/ready`) is still served, one request and
+/// closed, so an orchestrator never restarts a node whose sockets a flood
+/// took; anything else is answered 503 and closed without its request read.
+/// Unanswered when the overflow lane is full.
+fn refuse(
+    stream: TcpStream,
+    overflow: &Arc<Semaphore>,
+    app: &Router,
+    builder: &Arc<hyper::server::conn::http1::Builder>,
+    body_deadline: Duration,
+) {
     let Ok(permit) = overflow.clone().try_acquire_owned() else {
         drop(stream);
         return;
     };
+    let (app, builder) = (app.clone(), builder.clone());
     tokio::spawn(async move {
-        // A client that sent its request gets it read (so closing does not
-        // reset the answer away); one that sends nothing is closed soon.
-        let _ = tokio::time::timeout(Duration::from_millis(200), answer_and_close(stream)).await;
+        if is_probe(&stream).await {
+            let mut one = (*builder).clone();
+            one.keep_alive(false);
+            let connection =
+                one.serve_connection(TokioIo::new(stream), service(app, body_deadline));
+            let _ = tokio::time::timeout(PROBE_PAST_CAP, connection).await;
+        } else {
+            // A client that sent its request gets it read (so closing does
+            // not reset the answer away); one that sends nothing is closed soon.
+            let _ = tokio::time::timeout(OVERFLOW_LOOK, answer_and_close(stream)).await;
+        }
         drop(permit);
     });
+}
+
+/// Whether the connection's first bytes, within [`OVERFLOW_LOOK`], are a
+/// probe's request line (peeked, not read).
+async fn is_probe(stream: &TcpStream) -> bool {
+    const PROBES: [&[u8]; 2] = [b"GET /api/health", b"GET /api/ready"];
+    let look = async {
+        let mut head = [0u8; 16];
+        loop {
+            let seen = match stream.peek(&mut head).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => &head[..n],
+            };
+            let mut undecided = false;
+            for probe in PROBES {
+                if seen.len() > probe.len() && seen.starts_with(probe) {
+                    return matches!(seen[probe.len()], b' ' | b'?');
+                }
+                let common = seen.len().min(probe.len());
+                undecided |= seen[..common] == probe[..common];
+            }
+            if !undecided {
+                return false;
+            }
+            // A prefix of a probe's line: the rest is on its way.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(OVERFLOW_LOOK, look)
+        .await
+        .unwrap_or(false)
 }
 
 /// Writes the 503 (it fits a fresh socket's send buffer: one write, no

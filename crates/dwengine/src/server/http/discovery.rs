@@ -38,7 +38,7 @@ async fn cluster_info(State(engine): Shared, headers: HeaderMap) -> Response {
 
 async fn health(State(engine): Shared) -> Response {
     let store = super::on_probe_lane(engine, |e| {
-        e.read(|s| s.namespace("default"))?;
+        e.probe_read(|s| s.namespace("default"))?;
         Ok(())
     })
     .await;

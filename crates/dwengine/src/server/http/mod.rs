@@ -359,10 +359,38 @@ pub(super) async fn on_probe_lane<R: Send + 'static>(
     f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
 ) -> Result<R, ApiError> {
     static LANE: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
-    let lane = LANE.get_or_init(|| {
+    on_lane(&LANE, "dwserver-probe", PROBE_THREADS, engine, f).await
+}
+
+/// Runs `f` on the wait lane: the blocking steps of waiting calls (begin,
+/// look, finish) on at most [`WAIT_THREADS`] threads of their own. The
+/// kinds' turns ([`crate::waiters::BEGINNING_AT_ONCE`]) keep each kind to
+/// its share; the lane's fixed size is what bounds the threads: on the
+/// shared pool a finished step's thread, not yet back among the idle ones
+/// on a loaded machine, made the next step spawn another (48 -> 107
+/// threads under 600 waits).
+pub(super) async fn on_wait_lane<R: Send + 'static>(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    static LANE: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    on_lane(&LANE, "dwserver-wait", WAIT_THREADS, engine, f).await
+}
+
+/// Runs `f` on the blocking threads of `lane` (a runtime of its own, made
+/// on first use, whose pool never grows past `threads`), or on the shared
+/// pool if that runtime cannot be made.
+async fn on_lane<R: Send + 'static>(
+    lane: &'static std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+    name: &'static str,
+    threads: usize,
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    let lane = lane.get_or_init(|| {
         tokio::runtime::Builder::new_current_thread()
-            .thread_name("dwserver-probe")
-            .max_blocking_threads(PROBE_THREADS)
+            .thread_name(name)
+            .max_blocking_threads(threads)
             .build()
             .ok()
     });
@@ -376,6 +404,9 @@ pub(super) async fn on_probe_lane<R: Send + 'static>(
 
 /// Threads of the probe lane.
 const PROBE_THREADS: usize = 4;
+
+/// Threads of the wait lane: each kind's turns at once.
+const WAIT_THREADS: usize = crate::waiters::BEGINNING_AT_ONCE * crate::waiters::WaitKind::ALL.len();
 
 /// Whether reading a body failed because it passed the read limit.
 fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {

@@ -21,7 +21,7 @@ use axum::Extension;
 use serde_json::Value;
 
 use super::workflows::Target;
-use super::{refuse, reply, run_blocking, Scope, Shared};
+use super::{on_wait_lane, refuse, reply, Scope, Shared};
 use crate::server::control::UpdateStep;
 use crate::server::queries::PendingQuery;
 use crate::server::services::{CallStep, ExecuteOperation};
@@ -55,7 +55,7 @@ where
         // Looks take turns with the kind's other begins, looks and ends, so
         // hundreds of waits never need hundreds of blocking threads at once.
         let turn = waiters.turn_to_begin(kind).await;
-        let found = run_blocking(engine.clone(), move |e| once(e)).await?;
+        let found = on_wait_lane(engine.clone(), move |e| once(e)).await?;
         drop(turn);
         if let Some(found) = found {
             return Ok(Some(found));
@@ -87,8 +87,8 @@ impl Drop for QueryInFlight {
         };
         let engine = self.engine.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn_blocking(move || {
-                let _ = engine.finish_query(pending, None);
+            runtime.spawn(async move {
+                let _ = on_wait_lane(engine, move |e| e.finish_query(pending, None)).await;
             });
         }
     }
@@ -104,7 +104,7 @@ async fn query_to_answer(
 ) -> Result<Value, ApiError> {
     let waiters = engine.waiters().clone();
     let turn = waiters.turn_to_begin(WaitKind::Query).await;
-    let pending = run_blocking(engine.clone(), move |e| {
+    let pending = on_wait_lane(engine.clone(), move |e| {
         e.begin_query(
             &namespace,
             &target.workflow_id,
@@ -139,11 +139,11 @@ async fn query_to_answer(
     let answered = match answered {
         Ok(answered) => answered,
         Err(e) => {
-            let _ = run_blocking(engine, move |e| e.finish_query(pending, None)).await;
+            let _ = on_wait_lane(engine, move |e| e.finish_query(pending, None)).await;
             return Err(e);
         }
     };
-    run_blocking(engine, move |e| e.finish_query(pending, answered)).await
+    on_wait_lane(engine, move |e| e.finish_query(pending, answered)).await
 }
 
 /// `POST …/query/{name}`.
@@ -179,7 +179,7 @@ pub(super) async fn update(
         Some("completed") => waiters.turn_to_begin(WaitKind::Update).await,
         _ => None,
     };
-    let begun = run_blocking(engine.clone(), move |e| {
+    let begun = on_wait_lane(engine.clone(), move |e| {
         e.begin_update(
             &scope.namespace,
             &target.workflow_id,
@@ -221,7 +221,7 @@ pub(super) async fn execute_service(
 ) -> Response {
     let waiters = engine.waiters().clone();
     let turn = waiters.turn_to_begin(WaitKind::ServiceCall).await;
-    let begun = run_blocking(engine.clone(), move |e| {
+    let begun = on_wait_lane(engine.clone(), move |e| {
         let (endpoint, service, operation) = &path;
         e.execute_service_operation(&namespace, (endpoint, service, operation), body)
     })
