@@ -576,6 +576,9 @@ fn the_binary_keeps_its_store_in_the_data_directory_not_the_working_tree() {
         .env_remove("DW_DATABASE_PATH")
         .env_remove("DW_REDIS_URL")
         .env("DW_POLLING_CACHE_PATH", home.path().join("polling"))
+        // The start-up record would land in the test output; a warning
+        // still shows.
+        .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -28,6 +28,8 @@ fn spawn(cache_path: &Path) -> Node {
         .env("DW_POLLING_CACHE_PATH", cache_path)
         .env("DW_LONG_POLL_MAX_WAITS", "1")
         .env_remove("DW_REDIS_URL")
+        // Warnings reach the test output; the start-up record does not.
+        .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
