@@ -19,6 +19,7 @@ mod baseline;
 mod changed;
 mod cli;
 mod cli_surface;
+mod doc_examples;
 mod docs_sync;
 mod engine_gate;
 mod evidence_verify;
