@@ -90,9 +90,17 @@ pub enum ToolCommand {
         /// Where to write the policy [default: PATH/policy/dw-bounded-growth.toml].
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
-        /// Overwrite an existing policy.
+        /// Overwrite an existing policy, keeping its [settings].
         #[arg(long)]
         force: bool,
+        /// The cache-key namespace to look for and write to [settings]
+        /// [default: server:].
+        #[arg(long, value_name = "NAMESPACE")]
+        cache_prefix: Option<String>,
+        /// The metric-name prefix to look for and write to [settings]
+        /// [default: dw_].
+        #[arg(long, value_name = "PREFIX")]
+        metric_prefix: Option<String>,
     },
     /// Regenerate (--write) or verify (--check) the inventory tables in the operator docs.
     Docs(DocsArgs),
@@ -399,10 +407,14 @@ fn dispatch(command: Command, color: ColorChoice) -> Result<Outcome, Failure> {
             path,
             policy,
             force,
+            cache_prefix,
+            metric_prefix,
         }) => init::run(&InitOptions {
             root: path,
             policy,
             force,
+            cache_namespace: cache_prefix,
+            metric_prefix,
         })?,
         Command::Tools(ToolCommand::Docs(args)) => docs::run(&DocsOptions {
             root: args.path,

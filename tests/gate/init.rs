@@ -350,3 +350,76 @@ pub fn emit() {
     let (_, codes, report) = error_codes(root);
     assert!(!codes.contains("undeclared-metric"), "{report}");
 }
+
+#[test]
+fn init_takes_other_prefixes_and_force_keeps_the_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        "src/search.rs",
+        r#"pub struct Index;
+impl Index {
+    pub fn key(uid: &str) -> String {
+        format!("cache:index-stats:{uid}")
+    }
+    pub fn count() {
+        metrics::counter!("meilisearch_requests_total").increment(1);
+    }
+}
+"#,
+    );
+    let out = dwlint(&[
+        "init",
+        root.to_str().unwrap(),
+        "--cache-prefix",
+        "cache:",
+        "--metric-prefix",
+        "meilisearch_",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let path = root.join("policy/dw-bounded-growth.toml");
+    let policy = std::fs::read_to_string(&path).unwrap();
+    let loaded = dwpolicy::load::load(&policy).unwrap();
+    assert_eq!(loaded.settings.cache_namespace, "cache:");
+    assert_eq!(loaded.settings.metric_prefix, "meilisearch_");
+    let prefixes: Vec<_> = loaded
+        .cache_keys
+        .iter()
+        .map(|c| c.prefix.as_ref().unwrap().value.as_str())
+        .collect();
+    assert_eq!(prefixes, ["cache:index-stats:"], "{policy}");
+    assert!(
+        loaded.metric("meilisearch_requests_total").is_some(),
+        "{policy}"
+    );
+
+    // A reviewer narrows the user-controlled dimensions; --force redrafts
+    // the entries and keeps every setting.
+    let reviewed = policy.replace(
+        "[settings]\n",
+        "[settings]\nuser_controlled_dimensions = [\"uid\"]\n",
+    );
+    std::fs::write(&path, reviewed).unwrap();
+    let out = dwlint(&["init", root.to_str().unwrap(), "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let redrafted = dwpolicy::load::load(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(redrafted.settings.cache_namespace, "cache:");
+    assert_eq!(redrafted.settings.metric_prefix, "meilisearch_");
+    assert_eq!(redrafted.settings.user_controlled_dimensions, ["uid"]);
+    assert_eq!(redrafted.cache_keys.len(), 1);
+}
+
+#[test]
+fn init_points_at_a_reference_php_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "config/dw-bounded-growth.php", "<?php\nreturn [];\n");
+    let out = dwlint(&["init", root.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("reference PHP policy") && stdout.contains("dwlint policy import"),
+        "{stdout}"
+    );
+}

@@ -26,7 +26,7 @@ use crate::commands::outcome::{self, Outcome};
 use crate::discover::walk;
 use crate::discover::CANDIDATES;
 use crate::extract::ExtractConfig;
-use crate::policy::draft::{Draft, DraftSources};
+use crate::policy::draft::{Draft, DraftSources, SettingValue};
 use crate::policy::DEFAULT_POLICY;
 use crate::rules::config;
 use crate::scan;
@@ -72,8 +72,14 @@ pub struct InitOptions {
     pub root: PathBuf,
     /// Where to write [default: ROOT/policy/dw-bounded-growth.toml].
     pub policy: Option<PathBuf>,
-    /// Overwrite an existing policy.
+    /// Overwrite an existing policy (its `[settings]` are kept).
     pub force: bool,
+    /// `settings.cache_namespace` to scan for and write [default: `server:`,
+    /// or the overwritten policy's].
+    pub cache_namespace: Option<String>,
+    /// `settings.metric_prefix` to scan for and write [default: `dw_`, or
+    /// the overwritten policy's].
+    pub metric_prefix: Option<String>,
 }
 
 /// What `init` wrote.
@@ -89,6 +95,63 @@ pub struct InitReport {
     pub files_scanned: usize,
     /// Surfaces found that no valid entry can declare.
     pub undeclarable: Vec<(Site, String)>,
+    /// The reference PHP policy found in the tree, which `policy import`
+    /// converts into a reviewed policy.
+    pub php_policy: Option<PathBuf>,
+}
+
+/// Where a reference server keeps its PHP policy.
+const PHP_POLICY: &str = "config/dw-bounded-growth.php";
+
+/// The `[settings]` a draft writes: the overwritten policy's (when it
+/// loads), then the command line's prefixes; only values that differ from
+/// the defaults.
+fn draft_settings(existing: Option<&Path>, options: &InitOptions) -> Vec<(String, SettingValue)> {
+    let defaults = dwpolicy::Settings::default();
+    let mut settings = existing
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| dwpolicy::load::load(&text).ok())
+        .map(|policy| policy.settings)
+        .unwrap_or_else(|| defaults.clone());
+    if let Some(namespace) = &options.cache_namespace {
+        settings.cache_namespace = namespace.clone();
+    }
+    if let Some(prefix) = &options.metric_prefix {
+        settings.metric_prefix = prefix.clone();
+    }
+    let mut out = Vec::new();
+    let mut string = |key: &str, value: &String, default: &String| {
+        if value != default {
+            out.push((key.to_owned(), SettingValue::Str(value.clone())));
+        }
+    };
+    string(
+        "cache_namespace",
+        &settings.cache_namespace,
+        &defaults.cache_namespace,
+    );
+    string(
+        "metric_prefix",
+        &settings.metric_prefix,
+        &defaults.metric_prefix,
+    );
+    for (key, value, default) in [
+        (
+            "user_controlled_dimensions",
+            &settings.user_controlled_dimensions,
+            &defaults.user_controlled_dimensions,
+        ),
+        (
+            "per_run_labels",
+            &settings.per_run_labels,
+            &defaults.per_run_labels,
+        ),
+    ] {
+        if value != default {
+            out.push((key.to_owned(), SettingValue::List(value.clone())));
+        }
+    }
+    out
 }
 
 /// The `[sources]` `init` scans with and writes.
@@ -130,15 +193,13 @@ pub fn init(options: &InitOptions) -> Result<InitReport, InitError> {
         Some(_) => vec![path.clone()],
         None => CANDIDATES.iter().map(|c| root.join(c)).collect(),
     };
-    if let Some(found) = existing
-        .into_iter()
-        .find(|p| p.exists())
-        .filter(|_| !options.force)
-    {
+    let found = existing.into_iter().find(|p| p.exists());
+    if let Some(found) = found.clone().filter(|_| !options.force) {
         return Err(InitError::File(GeneratedFileError::Exists(found)));
     }
+    let settings = draft_settings(found.as_deref(), options);
     let mut sources = default_sources(root);
-    let survey = survey(root, &sources)?;
+    let survey = survey_with(root, &sources, &settings)?;
     // Only globs that select something: a glob per extension the tree does
     // not have would be a warning on every `check`.
     for (key, list) in [
@@ -154,6 +215,7 @@ pub fn init(options: &InitOptions) -> Result<InitReport, InitError> {
         &survey.settings.cache_namespace,
         &survey.doc_ids,
     );
+    let draft = Draft { settings, ..draft };
     let text = draft.render();
     dwpolicy::load::load(&text).map_err(|e| InitError::Generated(e.to_string()))?;
     generated_file::write(&path, &text).map_err(InitError::from)?;
@@ -167,6 +229,7 @@ pub fn init(options: &InitOptions) -> Result<InitReport, InitError> {
         text,
         files_scanned: survey.files_scanned,
         undeclarable: survey.found.undeclarable,
+        php_policy: Some(root.join(PHP_POLICY)).filter(|p| p.is_file()),
     })
 }
 
@@ -184,8 +247,19 @@ pub(crate) struct Survey {
 /// Walks and scans `root` as `check` would under `sources` (default
 /// settings), and reads the docs those sources name.
 pub(crate) fn survey(root: &Path, sources: &DraftSources) -> Result<Survey, InitError> {
+    survey_with(root, sources, &[])
+}
+
+/// [`survey`] under `settings` (the cache namespace and metric prefix to
+/// look for) instead of the defaults.
+fn survey_with(
+    root: &Path,
+    sources: &DraftSources,
+    settings: &[(String, SettingValue)],
+) -> Result<Survey, InitError> {
     let defaults = Draft {
         sources: sources.clone(),
+        settings: settings.to_vec(),
         ..Draft::default()
     };
     let policy_file = config::policy_from_text("(dwlint init defaults)".into(), defaults.render())?;
@@ -242,6 +316,14 @@ pub fn summary(report: &InitReport) -> String {
             site.file, site.line
         ));
     }
-    out.push_str("next: replace every TODO with a reviewed value, then run `dwlint check`\n");
+    if let Some(php) = &report.php_policy {
+        out.push_str(&format!(
+            "note: {} is a reference PHP policy; `dwlint policy import {} --output {} --force` converts its reviewed entries instead of this draft's TODOs\n",
+            php.display(),
+            php.display(),
+            report.path.display()
+        ));
+    }
+    out.push_str("next: replace every TODO with a reviewed value, then run `dwlint check` (`dwlint check --write-baseline FILE` records what is left to fix)\n");
     out
 }
