@@ -45,7 +45,9 @@ impl Walker<'_> {
                     }
                 }
                 TokenTree::Ident(id)
-                    if in_attribute && id == "doc" && is_punct(t.get(i + 1), '=') =>
+                    if in_attribute
+                        && (id == "doc" || super::rust_walk::names_a_path(&id.to_string()))
+                        && is_punct(t.get(i + 1), '=') =>
                 {
                     i += 3;
                 }

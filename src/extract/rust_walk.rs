@@ -495,7 +495,7 @@ impl<'t> Walker<'t> {
                 }
                 Kind::Ident
                     if in_attribute
-                        && src.text_of(k) == "doc"
+                        && (src.text_of(k) == "doc" || names_a_path(src.text_of(k)))
                         && src.is_punct(t.get(i + 1), b'=') =>
                 {
                     i += 3;
@@ -1054,4 +1054,27 @@ fn module_item_at(src: Src<'_>, level: &[u32], offset: usize) -> Option<Item> {
         }
     }
     None
+}
+
+/// Attribute arguments whose string value is a path to a function, module
+/// or type, never a key or a metric: serde's `default = "…"`, `with = "…"`
+/// and their kin, and the conversions and bounds derive macros take. Both
+/// Rust walkers skip them as they skip `doc = "…"`.
+pub(super) fn names_a_path(key: &str) -> bool {
+    matches!(
+        key,
+        "default"
+            | "with"
+            | "serialize_with"
+            | "deserialize_with"
+            | "skip_serializing_if"
+            | "bound"
+            | "crate"
+            | "remote"
+            | "from"
+            | "try_from"
+            | "into"
+            | "getter"
+            | "setter"
+    )
 }

@@ -330,6 +330,8 @@ fn paths_file_names_and_sql_tables_are_not_proposed_as_metrics() {
 pub struct Limits {
     #[serde(default = "dw_defaults::limit")]
     pub limit: u32,
+    #[serde(with = "dw_duration", skip_serializing_if = "dw_is_zero")]
+    pub wait: u64,
 }
 pub const DB: &str = "dw_state.sqlite";
 pub const RUNS: &str = "SELECT id FROM dw_runs WHERE status = ?";
