@@ -74,6 +74,11 @@ pub struct ExternalPayloadSettings {
 impl ExternalPayloadSettings {
     /// The default largest upload: 16 MiB.
     pub const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 16 * 1024 * 1024;
+    /// The default byte quota of a namespace: 1 GiB. Without one, a single
+    /// client grew the database by 978 MB in 10 s. 0 turns it off.
+    pub const DEFAULT_MAX_BYTES_PER_NAMESPACE: u64 = 1024 * 1024 * 1024;
+    /// The default object quota of a namespace: 10,000 payloads.
+    pub const DEFAULT_MAX_OBJECTS_PER_NAMESPACE: u64 = 10_000;
     /// Config key of [`Self::threshold_bytes`].
     pub const THRESHOLD_KEY: &'static str = "server.external_payload_transport.threshold_bytes";
     /// Config key of [`Self::max_payload_bytes`].
@@ -143,8 +148,8 @@ impl Default for ExternalPayloadSettings {
         ExternalPayloadSettings {
             threshold_bytes: 0,
             max_payload_bytes: Self::DEFAULT_MAX_PAYLOAD_BYTES,
-            max_bytes_per_namespace: 0,
-            max_objects_per_namespace: 0,
+            max_bytes_per_namespace: Self::DEFAULT_MAX_BYTES_PER_NAMESPACE,
+            max_objects_per_namespace: Self::DEFAULT_MAX_OBJECTS_PER_NAMESPACE,
             namespace_limits: HashMap::new(),
         }
     }
@@ -592,6 +597,26 @@ mod tests {
             settings.limits("b"),
             QuotaLimits {
                 max_bytes: Some(100),
+                max_objects: Some(ExternalPayloadSettings::DEFAULT_MAX_OBJECTS_PER_NAMESPACE)
+            }
+        );
+        // Without configuration a namespace has the default quota; 0 turns it off.
+        assert_eq!(
+            ExternalPayloadSettings::default().limits("c"),
+            QuotaLimits {
+                max_bytes: Some(1024 * 1024 * 1024),
+                max_objects: Some(10_000)
+            }
+        );
+        let off = ExternalPayloadSettings {
+            max_bytes_per_namespace: 0,
+            max_objects_per_namespace: 0,
+            ..ExternalPayloadSettings::default()
+        };
+        assert_eq!(
+            off.limits("c"),
+            QuotaLimits {
+                max_bytes: None,
                 max_objects: None
             }
         );

@@ -9,6 +9,10 @@
 //! the integrity headers the SDK checks. Quota refusals are counted in the
 //! cache family of [`RuntimeExternalPayloadQuota`].
 
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +36,106 @@ pub struct UploadHeaders {
     pub size: Option<String>,
     /// `X-Durable-Workflow-Payload-SHA256`.
     pub sha256: Option<String>,
+}
+
+/// An upload's bytes as they arrived, spooled to a file of this node's
+/// upload directory with their length and SHA-256 counted on the way; the
+/// file is removed when this is dropped (stored, refused, or abandoned by
+/// a client that went away mid-body).
+#[derive(Debug)]
+pub struct SpooledUpload {
+    path: PathBuf,
+    file: File,
+    /// Bytes received.
+    pub size: u64,
+    /// Their lowercase hex SHA-256.
+    pub sha256: String,
+}
+
+impl Drop for SpooledUpload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl std::io::Read for SpooledUpload {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.file.read(buf)
+    }
+}
+
+/// A spool file being written; removed if dropped before it is finished.
+struct SpoolFile {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Writes the chunks `chunks` yields to a new file in `dir`, hashing them,
+/// until the sender closes; the async side decides whether the body was
+/// whole (a spool it drops is deleted). Runs on a blocking thread.
+pub(crate) fn spool(
+    dir: &Path,
+    mut chunks: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> std::io::Result<SpooledUpload> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!(
+        "upload-{}-{}{SPOOL_SUFFIX}",
+        crate::unix_ms(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let mut spool = SpoolFile {
+        path,
+        file: Some(file),
+    };
+    let mut digest = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = chunks.blocking_recv() {
+        digest.update(&chunk);
+        size += chunk.len() as u64;
+        spool
+            .file
+            .as_mut()
+            .expect("open until finished")
+            .write_all(&chunk)?;
+    }
+    let mut file = spool.file.take().expect("open until finished");
+    file.seek(SeekFrom::Start(0))?;
+    Ok(SpooledUpload {
+        path: std::mem::take(&mut spool.path),
+        file,
+        size,
+        sha256: hex(&digest.finalize()),
+    })
+}
+
+/// The suffix of a spool file.
+const SPOOL_SUFFIX: &str = ".part";
+
+/// Removes the spool files a previous run of this node left behind (a
+/// crash mid-upload); they belong to no request.
+pub(crate) fn clear_spool(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(SPOOL_SUFFIX))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// The orphan sweep's period and per-pass cap.
@@ -123,16 +227,19 @@ impl Engine {
         Ok(())
     }
 
-    /// `POST /api/external-payloads/v1`: stores `data` for `namespace`.
-    /// 201 with the reference; 200 when the same bytes were already stored.
-    pub fn upload_external_payload(
-        &self,
-        namespace: &str,
-        headers: UploadHeaders,
-        data: Vec<u8>,
-    ) -> Result<(u16, Value), ApiError> {
-        let settings = self.external_payloads.settings();
-        if !settings.enabled() {
+    /// The directory this node spools upload bodies to:
+    /// `<polling cache path>/payload-uploads/<node>` (local, per node).
+    pub fn upload_spool_dir(&self) -> PathBuf {
+        self.config
+            .polling_cache_path
+            .join("payload-uploads")
+            .join(crate::cache::hash_dimensions(&[&self.config.server_id]))
+    }
+
+    /// Refuses an upload before its body is read: the transport off, a
+    /// codec other than the SDK's, or a declared length over the limit.
+    pub fn precheck_upload(&self, headers: &UploadHeaders) -> Result<(), ApiError> {
+        if !self.external_payloads.settings().enabled() {
             return Err(PayloadError::Disabled.into());
         }
         let codec = headers.codec.as_deref().map(str::trim).unwrap_or_default();
@@ -142,17 +249,66 @@ impl Engine {
             ))
             .into());
         }
-        self.check_payload_length(data.len() as u64)?;
+        if let Some(declared) = headers
+            .size
+            .as_deref()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            self.check_payload_length(declared)?;
+        }
+        Ok(())
+    }
+
+    /// `POST /api/external-payloads/v1`: stores `data` for `namespace`.
+    /// 201 with the reference; 200 when the same bytes were already stored.
+    pub fn upload_external_payload(
+        &self,
+        namespace: &str,
+        headers: UploadHeaders,
+        data: Vec<u8>,
+    ) -> Result<(u16, Value), ApiError> {
+        let sha256 = hex(&Sha256::digest(&data));
+        let size = data.len() as u64;
+        self.store_upload(
+            namespace,
+            headers,
+            size,
+            sha256,
+            Box::new(std::io::Cursor::new(data)),
+        )
+    }
+
+    /// As [`Engine::upload_external_payload`] for a body spooled to disk:
+    /// copied into its row a chunk at a time, never held whole in memory.
+    pub fn upload_spooled_payload(
+        &self,
+        namespace: &str,
+        headers: UploadHeaders,
+        spooled: SpooledUpload,
+    ) -> Result<(u16, Value), ApiError> {
+        let (size, sha256) = (spooled.size, spooled.sha256.clone());
+        self.store_upload(namespace, headers, size, sha256, Box::new(spooled))
+    }
+
+    fn store_upload(
+        &self,
+        namespace: &str,
+        headers: UploadHeaders,
+        size: u64,
+        actual: String,
+        mut source: Box<dyn std::io::Read + Send>,
+    ) -> Result<(u16, Value), ApiError> {
+        let settings = self.external_payloads.settings();
+        self.precheck_upload(&headers)?;
+        self.check_payload_length(size)?;
         let declared = headers.size.as_deref().map(str::trim);
-        if declared != Some(data.len().to_string().as_str()) {
+        if declared != Some(size.to_string().as_str()) {
             return Err(PayloadError::IntegrityMismatch(format!(
-                "X-Durable-Workflow-Payload-Size {declared:?} does not match the {} uploaded bytes",
-                data.len()
+                "X-Durable-Workflow-Payload-Size {declared:?} does not match the {size} uploaded bytes"
             ))
             .into());
         }
         let sha256 = headers.sha256.as_deref().map(str::trim).unwrap_or_default();
-        let actual = hex(&Sha256::digest(&data));
         if !is_sha256(sha256) || sha256 != actual {
             return Err(PayloadError::IntegrityMismatch(
                 "X-Durable-Workflow-Payload-SHA256 must be the lowercase hex SHA-256 of the uploaded bytes".into(),
@@ -162,22 +318,20 @@ impl Engine {
         let limits = settings.limits(namespace);
         let ns = namespace.to_owned();
         let upload = self.write(move |store| {
-            if let Some(existing) =
-                store.find_external_payload(&ns, CODEC, &actual, data.len() as u64)?
-            {
+            if let Some(existing) = store.find_external_payload(&ns, CODEC, &actual, size)? {
                 // A fresh upload restarts the grace: the reference it
                 // answers must outlive the request that names it.
                 store.touch_external_payload(&existing.reference_id)?;
                 return Ok(Upload::Stored(Stored::Existing(existing)));
             }
             // Counted in this transaction, so racing uploads cannot overshoot.
-            let size = data.len() as u64;
             if let Err(refused) = RuntimeExternalPayloadQuota::check(limits, size, || {
                 store.external_payload_usage(&ns).ok()
             }) {
                 return Ok(Upload::Refused(refused));
             }
-            let record = store.insert_external_payload(&ns, CODEC, &actual, &data)?;
+            let record =
+                store.insert_external_payload_from(&ns, CODEC, &actual, size, &mut source)?;
             Ok(Upload::Stored(Stored::Created(record)))
         })?;
         let stored = match upload {

@@ -74,6 +74,15 @@ impl Running {
             .thread_name("dwserver")
             .build()?;
         let listener = runtime.block_on(async { connections::listen(engine.config.bind) })?;
+        let spool = engine.upload_spool_dir();
+        let cleared = external_payloads::clear_spool(&spool);
+        if cleared > 0 {
+            tracing::info!(
+                files = cleared,
+                dir = %spool.display(),
+                "removed upload spool files a previous run left behind"
+            );
+        }
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(engine.clone());

@@ -144,6 +144,29 @@ impl Store {
         sha256: &str,
         data: &[u8],
     ) -> Result<PayloadRecord, Error> {
+        self.insert_external_payload_from(
+            namespace,
+            codec,
+            sha256,
+            data.len() as u64,
+            &mut &data[..],
+        )
+    }
+
+    /// As [`Store::insert_external_payload`] for `size` bytes read from
+    /// `source`: the row is inserted with a zero blob of that size, then
+    /// filled through incremental blob I/O a chunk at a time, so a 16 MiB
+    /// payload never sits whole in memory (SQLite's page cache holds what
+    /// the transaction has not yet spilled to the WAL). `source` must yield
+    /// exactly `size` bytes.
+    pub fn insert_external_payload_from(
+        &self,
+        namespace: &str,
+        codec: &str,
+        sha256: &str,
+        size: u64,
+        source: &mut dyn std::io::Read,
+    ) -> Result<PayloadRecord, Error> {
         let now = now_ms();
         let random: Vec<u8> = self
             .conn
@@ -152,24 +175,36 @@ impl Store {
         let record = PayloadRecord {
             reference_id: reference_id(now, &random),
             codec: codec.to_owned(),
-            size_bytes: data.len() as u64,
+            size_bytes: size,
             sha256: sha256.to_owned(),
         };
+        let length = i64::try_from(size).unwrap_or(i64::MAX);
         self.conn
             .prepare_cached(
                 "INSERT INTO external_payloads \
                  (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, \
-                  last_uploaded_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                  last_uploaded_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, zeroblob(?4), ?6, ?6)",
             )?
             .execute(params![
                 record.reference_id,
                 namespace,
                 codec,
-                i64::try_from(data.len()).unwrap_or(i64::MAX),
+                length,
                 sha256,
-                data,
                 now
             ])?;
+        let row = self.conn.last_insert_rowid();
+        let mut blob =
+            self.conn
+                .blob_open(rusqlite::MAIN_DB, "external_payloads", "data", row, false)?;
+        let copied = std::io::copy(&mut std::io::Read::take(source, size), &mut blob)
+            .map_err(|e| Error::Commit(format!("copying an external payload into its row: {e}")))?;
+        if copied != size {
+            return Err(Error::Commit(format!(
+                "an external payload of {size} bytes gave only {copied}"
+            )));
+        }
+        blob.close()?;
         Ok(record)
     }
 

@@ -282,6 +282,9 @@ fn upload_and_fetch_round_trip_with_integrity_headers() {
 #[test]
 fn the_quota_passes_at_its_limit_and_refuses_one_over_with_a_fixed_reason() {
     let s = server(|c| {
+        // 0 turns the default quota off, so "free" has none.
+        c.external_payloads.max_bytes_per_namespace = 0;
+        c.external_payloads.max_objects_per_namespace = 0;
         c.external_payloads.namespace_limits =
             parse_namespace_limits("bytes:max_bytes=100,objects:max_objects=2").unwrap();
     });
@@ -465,9 +468,14 @@ fn refusal_churn_is_bounded_per_namespace_reason_and_minute() {
         drop(cache);
     }
 
-    // Without a quota nothing is counted and no key is written.
+    // Without a quota (the default one turned off with 0) nothing is
+    // counted and no key is written.
     let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
-    let s = TestServer::start(cache, enabled);
+    let s = TestServer::start(cache, |c| {
+        enabled(c);
+        c.external_payloads.max_bytes_per_namespace = 0;
+        c.external_payloads.max_objects_per_namespace = 0;
+    });
     for n in 0..200 {
         let ns = format!("open-{n}");
         s.namespace(&ns);
@@ -842,5 +850,79 @@ fn contract_form_references_in_requests_must_name_stored_payloads() {
     assert!(
         history.to_string().contains(&runtime.to_string()),
         "answered in the SDK's form: {history}"
+    );
+}
+
+/// Files in the node's upload spool directory.
+fn spooled(s: &TestServer) -> usize {
+    std::fs::read_dir(s.running.engine().upload_spool_dir())
+        .map(|entries| entries.count())
+        .unwrap_or(0)
+}
+
+/// An upload streams to a spool file and is stored from it; a body cut
+/// off mid-way, and a chunked body that runs past the limit (413), leave
+/// no spool file behind; the default quota is on without configuration.
+#[test]
+fn uploads_stream_through_a_spool_file_that_never_outlives_its_request() {
+    use std::io::{Read, Write};
+    let s = server(|_| {});
+    let data = vec![7u8; 900];
+    assert_eq!(upload(&s, "default", &data).0, 201);
+    assert_eq!(spooled(&s), 0, "a stored upload's spool file is removed");
+
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let head = |length: &str| {
+        format!(
+            "POST {UPLOAD} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n\
+             x-durable-workflow-payload-codec: avro\r\nx-durable-workflow-payload-size: 1000\r\n\
+             x-durable-workflow-payload-sha256: {}\r\n{length}\r\n",
+            "0".repeat(64)
+        )
+    };
+    // Half a body, then the client goes away.
+    let mut cut = std::net::TcpStream::connect(&addr).unwrap();
+    cut.write_all(head("Content-Length: 1000\r\n").as_bytes())
+        .unwrap();
+    cut.write_all(&[1u8; 500]).unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(30), || spooled(&s) == 1),
+        "the body is spooled as it arrives"
+    );
+    drop(cut);
+    assert!(
+        support::eventually(Duration::from_secs(30), || spooled(&s) == 0),
+        "an abandoned upload's spool file is removed"
+    );
+
+    // A chunked body (no declared length) past the 1,024-byte limit.
+    let mut long = std::net::TcpStream::connect(&addr).unwrap();
+    long.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    long.write_all(head("Transfer-Encoding: chunked\r\n").as_bytes())
+        .unwrap();
+    for _ in 0..3 {
+        let chunk = [2u8; 512];
+        let _ = long.write_all(format!("{:x}\r\n", chunk.len()).as_bytes());
+        let _ = long.write_all(&chunk);
+        let _ = long.write_all(b"\r\n");
+    }
+    let _ = long.write_all(b"0\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = long.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("external_payload_oversized"), "{answer}");
+    assert!(
+        support::eventually(Duration::from_secs(30), || spooled(&s) == 0),
+        "an oversized upload's spool file is removed"
+    );
+
+    let (_, info) = s.get("/api/cluster/info");
+    let quota = &info["namespace"]["external_payload_storage"]["quota"];
+    assert_eq!(
+        (&quota["max_bytes"], &quota["max_objects"]),
+        (&json!(1024u64 * 1024 * 1024), &json!(10_000)),
+        "{info}"
     );
 }

@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
-use axum::body::{to_bytes, Body};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use http_body_util::BodyExt;
 
 use super::{refuse, run_blocking, Scope, Shared};
 use crate::external_payloads::{CODEC_HEADER, SHA256_HEADER, SIZE_HEADER};
-use crate::server::external_payloads::UploadHeaders;
+use crate::server::external_payloads::{spool, UploadHeaders};
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
@@ -36,6 +37,11 @@ fn declared(headers: &HeaderMap) -> UploadHeaders {
     }
 }
 
+/// Chunks in flight between the body and the spool file: with hyper's
+/// frames of at most a few hundred KiB, an upload holds well under a MiB
+/// in memory whatever its size.
+const SPOOL_CHUNKS_IN_FLIGHT: usize = 4;
+
 async fn upload(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
@@ -43,34 +49,68 @@ async fn upload(
     body: Body,
 ) -> Response {
     // The transport's own limit, not the JSON body limit: refuse a declared
-    // length over it before reading, and never buffer more than limit + 1.
+    // length over it (and a transport that is off, a wrong codec) before
+    // reading, then stream the body to a spool file, never more than
+    // limit + 1 bytes, hashing it on the way.
+    let declared = declared(&headers);
     let limit = engine.config.external_payloads.max_payload_bytes;
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    if let Some(length) = length {
-        if let Err(e) = engine.check_payload_length(length) {
-            return refuse(e);
-        }
+    let early = engine
+        .precheck_upload(&declared)
+        .and_then(|()| match length {
+            Some(length) => engine.check_payload_length(length),
+            None => Ok(()),
+        });
+    if let Err(e) = early {
+        return refuse(e);
     }
-    let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
-    let data = match to_bytes(body, cap).await {
-        Ok(bytes) => bytes.to_vec(),
-        Err(e) if crate::server::serve::is_body_timeout(&e) => {
-            return refuse(ApiError::BodyTimedOut(e.to_string()));
-        }
-        Err(_) => {
+    let (chunks, received) = tokio::sync::mpsc::channel(SPOOL_CHUNKS_IN_FLIGHT);
+    let dir = engine.upload_spool_dir();
+    let spooling = tokio::task::spawn_blocking(move || spool(&dir, received));
+    let mut body = body;
+    let mut size = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if crate::server::serve::is_body_timeout(&e) => {
+                return refuse(ApiError::BodyTimedOut(e.to_string()));
+            }
+            Err(e) => {
+                return refuse(ApiError::Malformed(format!("unreadable payload body: {e}")));
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        size += data.len() as u64;
+        if size > limit {
+            // Dropping the sender ends the spool; its file is removed.
             return refuse(
                 engine
-                    .check_payload_length(limit.saturating_add(1))
+                    .check_payload_length(size)
                     .err()
-                    .unwrap_or(ApiError::Malformed("unreadable payload body".into())),
-            )
+                    .unwrap_or(ApiError::Malformed("oversized payload body".into())),
+            );
         }
+        if chunks.send(data).await.is_err() {
+            break;
+        }
+    }
+    drop(chunks);
+    let spooled = match spooling.await {
+        Ok(Ok(spooled)) => spooled,
+        Ok(Err(e)) => {
+            return refuse(ApiError::Internal(format!(
+                "spooling the upload to {}: {e}",
+                engine.upload_spool_dir().display()
+            )))
+        }
+        Err(e) => return refuse(ApiError::Internal(e.to_string())),
     };
-    let declared = declared(&headers);
     let answer = run_blocking(engine, move |e| {
-        e.upload_external_payload(&scope.namespace, declared, data)
+        e.upload_spooled_payload(&scope.namespace, declared, spooled)
     })
     .await;
     match answer {
