@@ -231,3 +231,35 @@ fn former_crashes_stay_fixed() {
             .expect("the fuzz input");
     harness::extract("scripts/soak.sh", &shell);
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `dwlint live`'s exposition reader, fuzzed as the extractors are: no
+    /// panic, and a malformed line it names is a line of the text, at a
+    /// column on it.
+    #[test]
+    fn the_exposition_reader_never_panics_and_points_into_the_text(data in input(&["prom"])) {
+        let text = String::from_utf8_lossy(&data);
+        let parsed = dwevidence::live::parse_exposition(&text);
+        if let Some(at) = parsed.malformed {
+            let line = text.lines().nth(at.line - 1);
+            prop_assert!(line.is_some(), "{at} is past the text's last line");
+            let width = line.unwrap_or("").chars().count();
+            prop_assert!(at.column >= 1 && at.column <= width + 1, "{at} is off its line of {width} characters");
+        }
+    }
+}
+
+/// The exposition seed is what dwserver writes, and reads clean.
+#[test]
+fn the_exposition_seed_is_well_formed() {
+    let seed = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/exposition/dwserver.prom"),
+    )
+    .unwrap();
+    let parsed = dwevidence::live::parse_exposition(&seed);
+    assert_eq!(parsed.malformed, None);
+    assert_eq!(parsed.series.len(), 8);
+    assert_eq!(parsed.reports["workflows"]["limit"], 2);
+}
