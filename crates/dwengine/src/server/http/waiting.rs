@@ -20,7 +20,6 @@ use axum::response::Response;
 use axum::Extension;
 use serde_json::Value;
 
-use super::workflows::Target;
 use super::{on_wait_lane, refuse, reply, Scope, Shared};
 use crate::server::control::UpdateStep;
 use crate::server::queries::PendingQuery;
@@ -28,6 +27,25 @@ use crate::server::services::{CallStep, ExecuteOperation};
 use crate::server::wire::{QueryBody, UpdateBody};
 use crate::server::{ApiError, Engine};
 use crate::waiters::{Backoff, WaitKey, WaitKind};
+
+/// Which workflow (and optionally which run) a route names, with the
+/// signal, update or query name when it has one. One handler serves a
+/// route and its `/runs/{runId}/` variant.
+pub(super) struct Target {
+    pub(super) workflow_id: String,
+    pub(super) run_id: Option<String>,
+    pub(super) name: String,
+}
+
+impl Target {
+    pub(super) fn from_path(mut params: HashMap<String, String>) -> Target {
+        Target {
+            workflow_id: params.remove("wf").unwrap_or_default(),
+            run_id: params.remove("run"),
+            name: params.remove("name").unwrap_or_default(),
+        }
+    }
+}
 
 /// Looks with `look` until it finds an answer (`Some`), `deadline` passes
 /// or the node stops (`None`).

@@ -15,6 +15,7 @@ use axum::{Extension, Router};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::waiting::Target;
 use super::{blocking, refuse, with_body_status, Scope, Shared};
 use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
 use crate::server::{ApiError, Engine};
@@ -57,25 +58,6 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/workflows/{wf}/runs/{run}/terminate", terminate)
         .route("/api/workflows/{wf}/archive", archive.clone())
         .route("/api/workflows/{wf}/runs/{run}/archive", archive)
-}
-
-/// Which workflow (and optionally which run) a route names, with the
-/// signal, update or query name when it has one. One handler serves a
-/// route and its `/runs/{runId}/` variant.
-pub(super) struct Target {
-    pub(super) workflow_id: String,
-    pub(super) run_id: Option<String>,
-    pub(super) name: String,
-}
-
-impl Target {
-    pub(super) fn from_path(mut params: HashMap<String, String>) -> Target {
-        Target {
-            workflow_id: params.remove("wf").unwrap_or_default(),
-            run_id: params.remove("run"),
-            name: params.remove("name").unwrap_or_default(),
-        }
-    }
 }
 
 type TargetedOp<T> = fn(&Engine, &str, &Target, T) -> Result<Value, ApiError>;
