@@ -373,7 +373,12 @@ fn query_task_keys_stay_bounded_under_churn_and_drain_after_the_marker_ttl() {
                                     late.fetch_add(1, Ordering::Relaxed);
                                     return;
                                 }
-                                assert_eq!(reported, 200);
+                                // Whatever else: say what the caller got, so a
+                                // failure under load can be told apart.
+                                assert_eq!(
+                                    reported, 200,
+                                    "query {i}: the report got {reported}, its caller {status} {answer}"
+                                );
                                 assert_eq!((status, &answer["result"]), (200, &json!(i)));
                             });
                         }
