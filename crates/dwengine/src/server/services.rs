@@ -984,6 +984,26 @@ impl Engine {
             .clone()
             .filter(|n| !n.trim().is_empty())
             .unwrap_or_else(|| namespace.to_owned());
+        // The budget is the caller namespace's, so that namespace must be
+        // one an admin registered: a value made up per call used to get a
+        // fresh budget (8 of 8 through 3 a minute) and a fresh counter key.
+        // Only an admin token registers a namespace, so the counter keys
+        // are bounded by what admins registered, not by what callers send.
+        match self.require_namespace(&caller_namespace) {
+            Ok(()) => {}
+            Err(ApiError::NamespaceNotFound(_)) => {
+                let mut checks = Checks::default();
+                checks.problem(
+                    "caller_namespace",
+                    format!(
+                        "The caller_namespace {caller_namespace:?} is not a registered namespace; \
+                         a call spends its caller namespace's budget, so it must name one."
+                    ),
+                );
+                return Err(crate::server::worker::validation(checks).into());
+            }
+            Err(e) => return Err(e),
+        }
         let key = body
             .idempotency_key
             .as_deref()

@@ -216,6 +216,7 @@ fn an_operation_starts_its_workflow_and_a_completed_wait_answers_its_result() {
         let (_, runs) = s.get_ns("payments", &format!("/api/workflows/{workflow}/runs"));
         assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
         // Another caller namespace with the same key is another call.
+        s.namespace("tenant-b");
         let (_, other) = execute(&s, "payments", call("tenant-b", Some("k-1"), "accepted"));
         assert_ne!(other["service_call_id"], answer["service_call_id"]);
         assert_eq!(other["status"], "started");
@@ -338,7 +339,9 @@ fn budgets_admit_exactly_their_limit_and_refuse_the_next_with_a_reason() {
                 window: WINDOW,
             };
         });
-        s.namespace("payments");
+        for ns in ["payments", "tenant-secret", "tenant-c"] {
+            s.namespace(ns);
+        }
         // The operation narrows the boundary budget to 3.
         catalog(
             &s,
@@ -411,6 +414,44 @@ fn budgets_admit_exactly_their_limit_and_refuse_the_next_with_a_reason() {
     }
 }
 
+/// A caller namespace made up per call used to get a fresh budget each
+/// time (8 of 8 through a 3-a-minute budget): one that is not registered
+/// is refused with 422 before any budget is counted or anything written.
+#[test]
+fn a_made_up_caller_namespace_is_refused_and_spends_no_budget() {
+    let s = TestServer::start(memory_cache(), |_| {});
+    s.namespace("payments");
+    catalog(
+        &s,
+        "payments",
+        json!({ "rate_limit": { "requests_per_minute": 3 } }),
+    );
+    let mut statuses = Vec::new();
+    for n in 0..8 {
+        let (status, body) = execute(
+            &s,
+            "payments",
+            call(&format!("made-up-{n}"), None, "accepted"),
+        );
+        if status == 422 {
+            assert!(
+                body["validation_errors"]["caller_namespace"].is_array(),
+                "{body}"
+            );
+        }
+        statuses.push(status);
+    }
+    assert_eq!(statuses, vec![422; 8], "no made-up caller gets through");
+    assert_eq!(s.keys(PREFIX), 0, "a refused call counts nothing");
+    // A registered caller spends its own budget: 3 pass, the fourth waits.
+    s.namespace("tenant-a");
+    early_in_window(Duration::from_secs(60), Duration::from_secs(15));
+    let answers: Vec<u16> = (0..4)
+        .map(|_| execute(&s, "payments", call("tenant-a", None, "accepted")).0)
+        .collect();
+    assert_eq!(answers, [200, 200, 200, 429]);
+}
+
 #[test]
 fn an_unavailable_budget_is_a_retryable_503_naming_its_reason() {
     use dwengine::service_boundary::BoundaryRefusal;
@@ -450,6 +491,17 @@ fn service_boundary_keys_stay_bounded_under_churn_and_drain_after_their_ttl() {
         });
         s.namespace("payments");
         catalog(&s, "payments", Value::Null);
+        // A call's caller namespace must be registered (an admin's act).
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in (t..CALLERS).step_by(THREADS) {
+                        s.namespace(&format!("caller-{i}"));
+                    }
+                });
+            }
+        });
         let done = AtomicBool::new(false);
         let peak = AtomicUsize::new(0);
         let (admitted, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
