@@ -48,8 +48,26 @@ pub struct Observed {
     pub unowned_keys: Vec<String>,
 }
 
-/// Keys whose prefix contains this are the polling families.
-const POLLING_MARK: &str = "poll";
+/// Families whose prefix names this are the workflow-task polling keys the
+/// seed's `dw_perf_redis_polling_keys` counts (the poll requests and their
+/// replay results), not every family whose prefix holds `poll` (activity
+/// and query polls, long-poll wake signals, poll diagnostics, claim gates).
+const POLLING_MARK: &str = "workflow-task-poll";
+
+/// The keys of the workflow-task polling families in one sample's
+/// per-policy counts.
+fn polling_keys(policy: &Policy, per_policy: &BTreeMap<String, u64>) -> u64 {
+    policy
+        .cache_keys
+        .iter()
+        .filter(|c| {
+            c.prefix
+                .as_ref()
+                .is_some_and(|p| p.value.contains(POLLING_MARK))
+        })
+        .map(|c| per_policy.get(&c.id.value).copied().unwrap_or(0))
+        .sum()
+}
 
 impl Sampler {
     /// A sampler; `redis` is `Some` exactly for the Redis backend.
@@ -138,17 +156,7 @@ impl Sampler {
                 unowned,
             }) => {
                 observed.unowned_keys = unowned;
-                let polling = self
-                    .policy
-                    .cache_keys
-                    .iter()
-                    .filter(|c| {
-                        c.prefix
-                            .as_ref()
-                            .is_some_and(|p| p.value.contains(POLLING_MARK))
-                    })
-                    .map(|c| per_policy.get(&c.id.value).copied().unwrap_or(0))
-                    .sum();
+                let polling = polling_keys(&self.policy, &per_policy);
                 (Some(total), per_policy, Some(polling))
             }
             None => (None, BTreeMap::new(), None),
@@ -327,6 +335,30 @@ mod tests {
         );
         assert_eq!(classified.total, 4);
         assert_eq!(classified.unowned, ["server:z:9"]);
+    }
+
+    #[test]
+    fn the_polling_gauge_counts_the_workflow_task_polling_families_only() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../policy/dw-bounded-growth.toml"
+        ))
+        .unwrap();
+        let policy = dwpolicy::load::load(&text).unwrap();
+        // Every declared family holds 10 keys.
+        let per_policy: BTreeMap<String, u64> = policy
+            .cache_keys
+            .iter()
+            .map(|c| (c.id.value.clone(), 10))
+            .collect();
+        let naming_poll = policy
+            .cache_keys
+            .iter()
+            .filter(|c| c.prefix.as_ref().is_some_and(|p| p.value.contains("poll")))
+            .count();
+        assert!(naming_poll > 1, "{naming_poll} families name poll");
+        // Only workflow_task_poll_requests counts.
+        assert_eq!(polling_keys(&policy, &per_policy), 10);
     }
 
     #[test]
