@@ -84,8 +84,8 @@ enum Begun {
     Started(RunId),
     /// The run an earlier attempt with the same request id started.
     Retried(RunId),
-    /// The id's run that is still open.
-    Open(RunId, RunStatus),
+    /// The id's run that is still open, with its status and workflow type.
+    Open(RunId, RunStatus, String),
     /// The namespace's durable-state quota refused a new run.
     Refused(DurableRejection),
     /// A schedule fire's gate did not pass: nothing was written.
@@ -261,7 +261,8 @@ impl Engine {
                 }
             }
             if let Some(open) = s.open_run(&start.namespace, &start.workflow_id)? {
-                return Ok(Begun::Open(open, s.run(open)?.status));
+                let run = s.run(open)?;
+                return Ok(Begun::Open(open, run.status, run.workflow_type));
             }
             // Counted in this transaction, so racing starts cannot overshoot.
             if let Err(refused) =
@@ -287,7 +288,12 @@ impl Engine {
             Begun::Gated => return Ok(None),
             Begun::Started(run) => (run, 201, false),
             Begun::Retried(run) => (run, 200, true),
-            Begun::Open(open, status) if use_existing => {
+            // Only a run of the asked type is "the existing one": a start
+            // of another type (a service call's binding, say) must not be
+            // answered with, or linked to, an unrelated workflow.
+            Begun::Open(open, status, open_type)
+                if use_existing && open_type == body.workflow_type =>
+            {
                 return Ok(Some((
                     200,
                     json!({
@@ -298,10 +304,11 @@ impl Engine {
                     }),
                 )));
             }
-            Begun::Open(open, _) => {
+            Begun::Open(open, _, open_type) => {
                 return Err(ApiError::AlreadyStarted {
                     workflow_id: body.workflow_id,
                     run_id: wire::run_id(open),
+                    workflow_type: open_type,
                 })
             }
         };

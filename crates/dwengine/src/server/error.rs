@@ -78,6 +78,8 @@ pub enum ApiError {
         workflow_id: String,
         /// The open run.
         run_id: String,
+        /// The open run's workflow type.
+        workflow_type: String,
     },
     /// An operation on a run that has closed.
     #[error("run {run_id} is {status}")]
@@ -348,9 +350,10 @@ impl ApiError {
             ApiError::AlreadyStarted {
                 workflow_id,
                 run_id,
+                workflow_type,
             } => json!({
                 "reason": "instance_already_started", "workflow_id": workflow_id,
-                "run_id": run_id, "message": self.to_string(),
+                "run_id": run_id, "workflow_type": workflow_type, "message": self.to_string(),
             }),
             ApiError::RunClosed {
                 operation,

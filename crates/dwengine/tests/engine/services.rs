@@ -452,6 +452,44 @@ fn a_made_up_caller_namespace_is_refused_and_spends_no_budget() {
     assert_eq!(answers, [200, 200, 200, 429]);
 }
 
+/// `return_existing_active` answers with an open run of the id only when
+/// it is of the operation's workflow type; one of another type is a 409
+/// naming it, never linked to the call.
+#[test]
+fn return_existing_active_links_only_a_run_of_the_bound_type() {
+    let s = TestServer::start(memory_cache(), |_| {});
+    s.namespace("payments");
+    catalog(&s, "payments", Value::Null);
+    let start = |workflow_id: &str, workflow_type: &str| {
+        let (status, body) = s.post_ns(
+            "payments",
+            "/api/workflows",
+            json!({ "workflow_id": workflow_id, "workflow_type": workflow_type,
+                    "task_queue": "payments", "input": { "codec": "json", "blob": "[]" } }),
+        );
+        assert_eq!(status, 201, "{body}");
+        body["run_id"].as_str().unwrap().to_owned()
+    };
+    let existing = |target: &str, key: &str| {
+        let mut body = call("payments", Some(key), "accepted");
+        body["target_workflow_instance_id"] = target.into();
+        body["duplicate_start_policy"] = "return_existing_active".into();
+        execute(&s, "payments", body)
+    };
+    let other = start("taken-by-other", "Unrelated");
+    let (status, body) = existing("taken-by-other", "k-other");
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "instance_already_started");
+    assert_eq!(
+        (&body["run_id"], &body["workflow_type"]),
+        (&json!(other), &json!("Unrelated"))
+    );
+    let same = start("taken-by-charge", "Charge");
+    let (status, body) = existing("taken-by-charge", "k-same");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["linked_workflow_run_id"], same, "{body}");
+}
+
 #[test]
 fn an_unavailable_budget_is_a_retryable_503_naming_its_reason() {
     use dwengine::service_boundary::BoundaryRefusal;
