@@ -184,7 +184,9 @@ impl Engine {
         self.read(|s| {
             let mut metrics = operator_counts(s)?;
             metrics["projections"] = projections;
-            metrics["structural_limits"] = json!(s.health());
+            // The seed's snapshot, `{"structural_limits": {…}}`, as this
+            // document's `structural_limits` member (not nested twice).
+            metrics["structural_limits"] = json!(s.health().structural_limits);
             metrics["backend"] = json!(s.capabilities());
             metrics["post_commit_failures_total"] = json!(self.post_commit_failures());
             metrics["waits"] = json!(self.waits_snapshot());

@@ -65,6 +65,33 @@ fn discovery_publishes_the_manifests_and_limits_and_probes_answer() {
         health["capabilities"]["structural_limits"]["effective"]["pending_activity_count"],
         2000
     );
+    // The seed's v2 health snapshot, key for key and value for value.
+    let seed = json!({
+        "structural_limits": {
+            "pending_activity_count": 2000,
+            "pending_child_count": 1000,
+            "pending_timer_count": 2000,
+            "pending_signal_count": 5000,
+            "pending_update_count": 500,
+            "command_batch_size": 1000,
+            "payload_size_bytes": 2097152,
+            "memo_size_bytes": 262144,
+            "search_attribute_size_bytes": 40960,
+            "history_transaction_size": 5000,
+            "warning_threshold_percent": 80
+        }
+    });
+    assert_eq!(
+        health["structural_limits"], seed["structural_limits"],
+        "{health}"
+    );
+    assert!(health.get("health").is_none(), "no extra nesting: {health}");
+    let (status, operator) = s.get("/api/system/operator-metrics");
+    assert_eq!(status, 200);
+    assert_eq!(
+        operator["structural_limits"], seed["structural_limits"],
+        "operator metrics carry the same snapshot, not nested twice: {operator}"
+    );
 }
 
 #[test]

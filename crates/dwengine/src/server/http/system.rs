@@ -31,9 +31,12 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
 async fn health(State(engine): Shared) -> Response {
     blocking(engine, |e| {
         let projections = e.projection_health()?;
+        // The v2 health snapshot exactly as the seed shows it,
+        // `{"structural_limits": {…}}`, with the backend contract and the
+        // projection drift beside it.
         Ok(e.read(|store| {
             Ok(json!({
-                "health": store.health(),
+                "structural_limits": store.health().structural_limits,
                 "capabilities": { "structural_limits": store.capabilities() },
                 "projections": projections,
             }))
