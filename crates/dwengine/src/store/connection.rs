@@ -21,6 +21,13 @@ use crate::store::schema;
 /// The database driver name this store reports in its backend contract.
 pub const DATABASE_DRIVER: &str = "sqlite";
 
+/// Statements each connection keeps compiled. The store prepares about 230
+/// distinct statements through `prepare_cached` (a test below counts them);
+/// rusqlite's default of 16 made most of them miss, so a busy server spent
+/// a fifth of its CPU compiling SQL (and the triggers each update of `runs`
+/// compiles in). A fixed number: the cache cannot grow past it.
+pub(crate) const STATEMENT_CACHE_CAPACITY: usize = 512;
+
 /// One connection to a run store.
 ///
 /// Open one store per thread or process: SQLite serializes the writers, and
@@ -42,6 +49,7 @@ impl Store {
     /// (the read pool's connections).
     pub fn open_reader(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open(path)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         conn.busy_timeout(config.busy_timeout)?;
         conn.pragma_update(None, "query_only", true)?;
         Ok(Store { conn, config })
@@ -53,6 +61,7 @@ impl Store {
     }
 
     fn setup(mut conn: Connection, config: StoreConfig) -> Result<Store, Error> {
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         conn.busy_timeout(config.busy_timeout)?;
         // journal_mode answers with the mode in force; memory databases keep "memory".
         let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
@@ -85,5 +94,33 @@ impl Store {
                 database_driver: DATABASE_DRIVER,
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::STATEMENT_CACHE_CAPACITY;
+
+    /// Every statement the store prepares through the cache stays compiled:
+    /// the capacity keeps room for twice the call sites (a statement built
+    /// with `format!` has a few variants, one per table or column it names).
+    #[test]
+    fn the_statement_cache_holds_every_statement_the_store_prepares() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store");
+        let mut sites = 0;
+        for entry in std::fs::read_dir(dir).expect("the store's sources") {
+            let path = entry.expect("a directory entry").path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                sites += text.matches(".prepare_cached(").count();
+                sites += text.matches("execute_cached(conn").count();
+            }
+        }
+        assert!(sites > 100, "counted only {sites} call sites in {dir}");
+        assert!(
+            2 * sites <= STATEMENT_CACHE_CAPACITY,
+            "{sites} prepare_cached call sites: raise STATEMENT_CACHE_CAPACITY \
+             ({STATEMENT_CACHE_CAPACITY}) so every statement stays compiled"
+        );
     }
 }

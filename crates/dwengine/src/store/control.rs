@@ -232,11 +232,13 @@ impl Store {
     /// The run with its control-plane fields.
     pub fn describe(&self, run: RunId) -> Result<RunDescription, Error> {
         let stored = self.run(run)?;
-        let (cancel, closed, pruned) = self.conn.query_row(
-            "SELECT cancel_requested_at_ms, closed_at_ms, details_pruned_at FROM runs WHERE id = ?1",
-            [run.0],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
+        let (cancel, closed, pruned) = self
+            .conn
+            .prepare_cached(
+                "SELECT cancel_requested_at_ms, closed_at_ms, details_pruned_at FROM runs \
+                 WHERE id = ?1",
+            )?
+            .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(RunDescription {
             run: stored,
             cancel_requested_at_ms: cancel,

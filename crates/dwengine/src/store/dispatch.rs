@@ -286,12 +286,12 @@ pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Resul
     if head.status != RunStatus::Running {
         return Ok(false);
     }
-    let waiting: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
-         AND status = 'ready'",
-        [run.0],
-        |r| r.get(0),
-    )?;
+    let waiting: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
+             AND status = 'ready'",
+        )?
+        .query_row([run.0], |r| r.get(0))?;
     if waiting > 0 {
         return Ok(false);
     }

@@ -170,11 +170,12 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
         String,
         i64,
         i64,
-    ) = conn.query_row(
-        "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes \
+    ) = conn
+        .prepare_cached(
+            "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes \
              FROM runs WHERE id = ?1",
-        [run.0],
-        |row| {
+        )?
+        .query_row([run.0], |row| {
             Ok((
                 row.get(0)?,
                 row.get(1)?,
@@ -183,8 +184,7 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
                 row.get(4)?,
                 row.get(5)?,
             ))
-        },
-    )?;
+        })?;
     Ok(Run {
         id: head.id,
         workflow_id: head.workflow_id,

@@ -24,15 +24,28 @@ pub(crate) struct WriteTx<'c> {
     open: bool,
 }
 
+/// Runs one statement that takes no parameters and returns no rows through
+/// the connection's statement cache: the transaction-control statements
+/// every write runs several times (`BEGIN`, `SAVEPOINT`, `RELEASE`,
+/// `COMMIT`) are compiled once per connection, not once per use as
+/// `execute_batch` compiles them.
+pub(crate) fn execute_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 impl<'c> WriteTx<'c> {
     /// Opens a transaction, or a savepoint when one is already open.
     pub(crate) fn begin(conn: &'c Connection) -> Result<WriteTx<'c>, Error> {
         let nested = !conn.is_autocommit();
-        conn.execute_batch(if nested {
-            "SAVEPOINT store_write"
-        } else {
-            "BEGIN IMMEDIATE"
-        })?;
+        execute_cached(
+            conn,
+            if nested {
+                "SAVEPOINT store_write"
+            } else {
+                "BEGIN IMMEDIATE"
+            },
+        )?;
         Ok(WriteTx {
             conn,
             nested,
@@ -42,11 +55,14 @@ impl<'c> WriteTx<'c> {
 
     /// Commits (or releases into the enclosing transaction).
     pub(crate) fn commit(mut self) -> Result<(), Error> {
-        self.conn.execute_batch(if self.nested {
-            "RELEASE store_write"
-        } else {
-            "COMMIT"
-        })?;
+        execute_cached(
+            self.conn,
+            if self.nested {
+                "RELEASE store_write"
+            } else {
+                "COMMIT"
+            },
+        )?;
         self.open = false;
         Ok(())
     }

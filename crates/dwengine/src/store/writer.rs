@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
+use crate::store::tx::execute_cached;
 
 /// The most transitions one commit carries; the rest wait for the next.
 pub const MAX_BATCH: usize = 256;
@@ -145,7 +146,7 @@ fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
 /// drops the transaction; answers every job it ran. Whether it committed.
 fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
     let conn = &store.conn;
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = execute_cached(conn, "BEGIN IMMEDIATE") {
         let message = e.to_string();
         for job in batch.drain(..) {
             refuse(job, &message);
@@ -155,7 +156,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut lost = None;
     while let Some(job) = batch.pop_front() {
-        if let Err(e) = conn.execute_batch("SAVEPOINT group_commit_job") {
+        if let Err(e) = execute_cached(conn, "SAVEPOINT group_commit_job") {
             lost = Some(e.to_string());
             batch.push_front(job);
             break;
@@ -163,7 +164,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
         let Job { transition, .. } = job;
         match catch_unwind(AssertUnwindSafe(|| transition(store))) {
             Ok((true, answer)) => {
-                let _ = conn.execute_batch("RELEASE group_commit_job");
+                let _ = execute_cached(conn, "RELEASE group_commit_job");
                 answers.push(answer);
             }
             Ok((false, answer)) => {
@@ -190,7 +191,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
             }
             Err(message)
         }
-        None => conn.execute_batch("COMMIT").map_err(|e| {
+        None => execute_cached(conn, "COMMIT").map_err(|e| {
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
