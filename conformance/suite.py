@@ -499,6 +499,43 @@ class Suite:
         assert [(m["change_id"], m["version"]) for m in markers] == [("new-pricing", 2), ("fix-rounding", 1)], markers
         return f"result {result}; markers {[(m['change_id'], m['version']) for m in markers]}"
 
+    async def continue_as_new_chain(self) -> str:
+        wid = new_id("chain")
+        handle = await self.client.start_workflow(
+            workflow_type="chain", task_queue=QUEUE, workflow_id=wid, input=[2, []]
+        )
+
+        async def last_run_closed():
+            described = await self.describe_raw(wid)
+            return described if described["status"] == "completed" else None
+
+        last = await self.wait_for("the chain's last run to complete", last_run_closed, timeout=30)
+        assert last["run_id"] != handle.run_id, last
+        assert last["continued_from_run_id"] is not None, last
+        # The workflow-level result is the last run's (the SDK's get_result
+        # reads the history of the run its handle names, so ask for the
+        # workflow's current run instead of the first one).
+        current = await self.client.get_result(self.client.get_workflow_handle(wid), timeout=30)
+        assert current == {"links": 3, "trail": [2, 1, 0]}, current
+        response = await self.http.get(f"/api/workflows/{wid}/runs")
+        response.raise_for_status()
+        runs = sorted(response.json()["runs"], key=lambda r: int(r["run_id"]))
+        assert [r["status"] for r in runs] == ["continued_as_new", "continued_as_new", "completed"], runs
+        assert runs[0]["run_id"] == handle.run_id, runs
+        for earlier, later in zip(runs, runs[1:]):
+            assert earlier["continued_to_run_id"] == later["run_id"], (earlier, later)
+            assert later["continued_from_run_id"] == earlier["run_id"], (earlier, later)
+        first = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        types = [e["event_type"] for e in first["events"]]
+        assert types[-1] == "WorkflowContinuedAsNew", types
+        closing = first["events"][-1]["payload"]
+        assert closing["continued_to_run_id"] == runs[1]["run_id"], closing
+        # Each run's history is its own: it starts over with the new input.
+        second = await self.client.get_history(wid, runs[1]["run_id"], page_size=1000)
+        assert second["events"][0]["event_type"] == "WorkflowStarted", second["events"][0]
+        assert second["events"][0]["payload"]["continued_from_run_id"] == handle.run_id, second["events"][0]
+        return f"3 runs {[r['status'] for r in runs]}; result {current}"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -517,6 +554,7 @@ class Suite:
         "nexus_operation",
         "local_activity",
         "version_marker",
+        "continue_as_new_chain",
     ]
 
 

@@ -263,6 +263,20 @@ class Versioned:
         return {"version": version, "patched": patched}
 
 
+@workflow.defn(name="chain")
+class Chain:
+    """One activity per run, then continue-as-new with one link fewer: a
+    chain of runs of one workflow id, each with fresh history, the last one
+    completing with the trail of inputs every run received."""
+
+    def run(self, ctx, remaining, trail):
+        seen = yield ctx.schedule_activity("noop", [remaining])
+        trail = [*trail, seen]
+        if remaining > 0:
+            return ctx.continue_as_new(remaining - 1, trail)
+        return {"links": len(trail), "trail": trail}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned]
+             LocalThenTimer, Versioned, Chain]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

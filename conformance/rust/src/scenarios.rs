@@ -50,6 +50,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("side_effect", side_effect),
         scenario!("version_marker", version_marker),
         scenario!("poll_capacity_backpressure", poll_capacity_backpressure),
+        scenario!("continue_as_new_chain", continue_as_new_chain),
     ]
 }
 
@@ -569,4 +570,93 @@ async fn poll_capacity_backpressure(h: Harness) -> Outcome {
         .map_err(|e| format!("start: {e}"))?;
     let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
     check(result == json!("done"), || format!("result {result}"))
+}
+
+/// A chain of three runs of one workflow id: each run runs one activity and
+/// continues as new with one link fewer; the last completes. The handle's
+/// result follows the chain; the runs list shows each run closed as
+/// `continued_as_new` and linked both ways; each run's history is its own
+/// and the first ends with `WorkflowContinuedAsNew` naming its successor.
+async fn continue_as_new_chain(h: Harness) -> Outcome {
+    let queue = h.unique("chain");
+    let mut worker = h.worker(&queue);
+    worker.register_activity(
+        "echo",
+        |_ctx, args: Value| async move { Ok(args[0].clone()) },
+    );
+    worker.register_workflow("rust.chain", |ctx, input: Value| async move {
+        let remaining = input[0].as_i64().unwrap_or(0);
+        let seen = ctx.activity("echo", json!([remaining])).await?;
+        let mut trail = input[1].as_array().cloned().unwrap_or_default();
+        trail.push(seen);
+        if remaining > 0 {
+            return ctx.continue_as_new(json!([remaining - 1, trail]));
+        }
+        Ok(json!({ "links": trail.len(), "trail": trail }))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.chain", &queue, &queue, json!([2, []]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let first_run = handle.run_id.clone().ok_or("the start named no run")?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!({ "links": 3, "trail": [2, 1, 0] }), || {
+        format!("result {result}")
+    })?;
+    let listed = h
+        .get(&format!(
+            "{}/api/workflows/{}/runs",
+            h.url, handle.workflow_id
+        ))
+        .await?;
+    let mut runs = listed["runs"].as_array().cloned().unwrap_or_default();
+    runs.sort_by_key(|r| r["run_id"].as_str().and_then(|id| id.parse::<i64>().ok()));
+    let statuses: Vec<&str> = runs.iter().filter_map(|r| r["status"].as_str()).collect();
+    check(
+        statuses == ["continued_as_new", "continued_as_new", "completed"],
+        || format!("statuses {statuses:?}"),
+    )?;
+    check(runs[0]["run_id"] == json!(first_run), || {
+        format!("first run {} vs {first_run}", runs[0]["run_id"])
+    })?;
+    for pair in runs.windows(2) {
+        check(
+            pair[0]["continued_to_run_id"] == pair[1]["run_id"]
+                && pair[1]["continued_from_run_id"] == pair[0]["run_id"],
+            || format!("lineage {} -> {}", pair[0], pair[1]),
+        )?;
+    }
+    // The closed run, described on its own: closed as continued, with
+    // neither a result nor a failure.
+    let closed = h
+        .get(&format!(
+            "{}/api/workflows/{}/runs/{first_run}",
+            h.url, handle.workflow_id
+        ))
+        .await?;
+    check(
+        closed["closed_reason"] == json!("continued") && closed.get("failure").is_none(),
+        || format!("the first run described: {closed}"),
+    )?;
+    let first = h.run_history(&handle.workflow_id, &first_run).await?;
+    let last = first.last().cloned().unwrap_or_default();
+    check(
+        last["event_type"] == json!("WorkflowContinuedAsNew")
+            && last["payload"]["continued_to_run_id"] == runs[1]["run_id"],
+        || format!("first run's history {:?}", types(&first)),
+    )?;
+    let second_run = runs[1]["run_id"].as_str().unwrap_or_default().to_owned();
+    let second = h.run_history(&handle.workflow_id, &second_run).await?;
+    check(
+        second.first().is_some_and(|e| {
+            e["event_type"] == json!("WorkflowStarted")
+                && e["payload"]["continued_from_run_id"] == json!(first_run)
+        }) && types(&second)
+            .iter()
+            .filter(|t| **t == "ActivityScheduled")
+            .count()
+            == 1,
+        || format!("second run's history {:?}", types(&second)),
+    )
 }

@@ -57,6 +57,8 @@ pub struct RunSeries {
     pub cancelled: u64,
     /// Runs closed as terminated.
     pub terminated: u64,
+    /// Runs closed as continued (a new run of the workflow took over).
+    pub continued_as_new: u64,
     /// Start-to-close latency of the closed runs.
     pub latency: Latency,
 }
@@ -64,8 +66,9 @@ pub struct RunSeries {
 impl RunSeries {
     /// Runs still running (a run closes once and never reopens).
     pub fn running(&self) -> u64 {
-        self.runs
-            .saturating_sub(self.completed + self.failed + self.cancelled + self.terminated)
+        self.runs.saturating_sub(
+            self.completed + self.failed + self.cancelled + self.terminated + self.continued_as_new,
+        )
     }
 }
 
@@ -238,6 +241,7 @@ impl WorkflowRunMetrics {
                     "failed_total": s.failed,
                     "cancelled_total": s.cancelled,
                     "terminated_total": s.terminated,
+                    "continued_as_new_total": s.continued_as_new,
                     "running": s.running(),
                     "latency_seconds": s.latency.json(),
                 })

@@ -365,6 +365,8 @@ impl Engine {
             "archived": archive.is_some(),
             "archived_at": archive.as_ref().map(|a| wire::timestamp(a.archived_at_ms)),
             "archive_reason": archive.and_then(|a| a.reason),
+            "continued_from_run_id": stored.continued_from.map(wire::run_id),
+            "continued_to_run_id": stored.continued_to.map(wire::run_id),
         });
         if let Some(failed) = &described.workflow_task_failure {
             out["workflow_task_failure"] = json!({
@@ -384,6 +386,10 @@ impl Engine {
                     "output_envelope".into(),
                     terminal.get("output").cloned().unwrap_or(Value::Null),
                 );
+            } else if stored.status == RunStatus::ContinuedAsNew {
+                // No result and no failure: the run handed over to the next
+                // (continued_to_run_id); the workflow's result is the chain's
+                // last run's.
             } else {
                 map.insert("failure".into(), terminal.clone());
             }
@@ -432,7 +438,8 @@ impl Engine {
                 None => {
                     checks.problem(
                         "status",
-                        "The status field must be running, completed, failed, cancelled or terminated.",
+                        "The status field must be running, completed, failed, cancelled, \
+                         terminated or continued_as_new.",
                     );
                     None
                 }

@@ -205,9 +205,13 @@ impl Engine {
 
 fn operator_counts(s: &crate::store::Store) -> Result<Value, crate::store::Error> {
     let c = s.operator_counts()?;
-    let running = c
-        .runs_started
-        .saturating_sub(c.runs_completed + c.runs_failed + c.runs_cancelled + c.runs_terminated);
+    let running = c.runs_started.saturating_sub(
+        c.runs_completed
+            + c.runs_failed
+            + c.runs_cancelled
+            + c.runs_terminated
+            + c.runs_continued_as_new,
+    );
     Ok(json!({
         "generated_at": crate::server::wire::timestamp(crate::unix_ms()),
         "runs": {
@@ -217,6 +221,7 @@ fn operator_counts(s: &crate::store::Store) -> Result<Value, crate::store::Error
             "failed": c.runs_failed,
             "cancelled": c.runs_cancelled,
             "terminated": c.runs_terminated,
+            "continued_as_new": c.runs_continued_as_new,
         },
         "tasks": {
             "workflow_ready": c.workflow_ready,

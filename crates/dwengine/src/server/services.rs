@@ -38,6 +38,10 @@ use crate::store::{
     CatalogDelete, CatalogEntry, CatalogLevel, RunStatus, ServiceCallRow, SERVICE_CALL_RETENTION_MS,
 };
 
+/// How many continue-as-new links a service call's linked run is followed
+/// through when the call is described (each link is one run read).
+const CHAIN_HOPS: usize = 64;
+
 /// Longest endpoint and service name (as the reference server).
 pub const MAX_CATALOG_NAME_CHARS: usize = 191;
 /// Longest description.
@@ -1208,7 +1212,23 @@ impl Engine {
         let Some(run) = call.linked_run else {
             return Ok(out);
         };
-        let (stored, io) = match self.read(|s| Ok((s.run(run)?, s.run_io(run)?))) {
+        // A linked run that continued as new answers through its chain: the
+        // newest run reached within CHAIN_HOPS links (past that the call
+        // reads as still started).
+        let (stored, io) = match self.read(|s| {
+            let mut run = run;
+            let mut stored = s.run(run)?;
+            for _ in 0..CHAIN_HOPS {
+                match stored.continued_to {
+                    Some(next) if stored.status == RunStatus::ContinuedAsNew => {
+                        run = next;
+                        stored = s.run(run)?;
+                    }
+                    _ => break,
+                }
+            }
+            Ok((stored, s.run_io(run)?))
+        }) {
             Ok(found) => found,
             // A pruned or archived run no longer answers; the call stands.
             Err(crate::store::Error::RunNotFound(_)) => return Ok(out),
@@ -1225,6 +1245,7 @@ impl Engine {
             RunStatus::Failed => ("failed", "handler_failed"),
             RunStatus::Cancelled => ("cancelled", "cancelled"),
             RunStatus::Terminated => ("failed", "handler_terminated"),
+            RunStatus::ContinuedAsNew => ("started", "started"),
         };
         out["status"] = status.into();
         out["outcome"] = outcome.into();

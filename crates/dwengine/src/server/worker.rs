@@ -1140,10 +1140,25 @@ fn parse_commands(
         if kind == "record_version_marker" {
             check_version_marker(&mut checks, command, &field);
         }
+        if kind == "continue_as_new" {
+            // Absent means "the run's own"; present must name something.
+            for name in ["workflow_type", "queue"] {
+                if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+                    if value.as_str().is_none_or(|text| text.trim().is_empty()) {
+                        checks.problem(
+                            &field(name),
+                            format!("The {name} field must be a non-empty string when present."),
+                        );
+                    }
+                }
+            }
+        }
         for (name, value) in [
             ("activity_type", command.get("activity_type")),
             ("update_id", command.get("update_id")),
             ("change_id", command.get("change_id")),
+            ("workflow_type", command.get("workflow_type")),
+            ("queue", command.get("queue")),
         ] {
             if let Some(Value::String(text)) = value {
                 if text.chars().count() > dwpolicy::boundary::MAX_NAME_CHARS {

@@ -224,6 +224,7 @@ impl Store {
                     | EventType::WorkflowCancelled
                     | EventType::WorkflowTerminated
                     | EventType::WorkflowTimedOut
+                    | EventType::WorkflowContinuedAsNew
             )
         });
         Ok((input, terminal.map(|e| e.payload)))

@@ -225,23 +225,28 @@ impl Store {
 
     /// A run's timeouts and deadlines.
     pub fn run_timeouts(&self, run: RunId) -> Result<RunTimeouts, Error> {
-        let row: Option<(i64, Option<i64>, Option<i64>)> = self
-            .conn
-            .prepare_cached(
-                "SELECT created_at_ms, execution_timeout_seconds, run_timeout_seconds \
-                 FROM runs WHERE id = ?1",
-            )?
-            .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        let (created, execution, run_timeout) = row.ok_or(Error::RunNotFound(run))?;
-        let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
-        Ok(RunTimeouts {
-            execution_timeout_seconds: seconds(execution),
-            run_timeout_seconds: seconds(run_timeout),
-            execution_deadline_at_ms: after(created, seconds(execution)),
-            run_deadline_at_ms: after(created, seconds(run_timeout)),
-        })
+        run_timeouts(&self.conn, run)
     }
+}
+
+/// A run's timeouts and deadlines, on any connection (a transition reads
+/// them inside its transaction).
+pub(crate) fn run_timeouts(conn: &Connection, run: RunId) -> Result<RunTimeouts, Error> {
+    let row: Option<(i64, Option<i64>, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT created_at_ms, execution_timeout_seconds, run_timeout_seconds \
+             FROM runs WHERE id = ?1",
+        )?
+        .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let (created, execution, run_timeout) = row.ok_or(Error::RunNotFound(run))?;
+    let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
+    Ok(RunTimeouts {
+        execution_timeout_seconds: seconds(execution),
+        run_timeout_seconds: seconds(run_timeout),
+        execution_deadline_at_ms: after(created, seconds(execution)),
+        run_deadline_at_ms: after(created, seconds(run_timeout)),
+    })
 }
 
 #[cfg(test)]

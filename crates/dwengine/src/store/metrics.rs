@@ -26,8 +26,8 @@ use crate::workflow_task_failures::FailingWorkflowType;
 /// The discovery query: label sets ascending (SQLite's BINARY collation is
 /// byte order, the same order as Rust's `String`), at most `?2` of them.
 const RUN_SERIES: &str = "SELECT task_queue, workflow_type, started, completed, failed, \
-     cancelled, terminated, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, \
-     le_10, le_30, le_60, le_300, le_900 FROM workflow_run_series WHERE namespace = ?1 \
+     cancelled, terminated, continued_as_new, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, \
+     le_2_5, le_5, le_10, le_30, le_60, le_300, le_900 FROM workflow_run_series WHERE namespace = ?1 \
      ORDER BY task_queue, workflow_type LIMIT ?2";
 
 /// Activity label sets ascending, at most `?2` of them.
@@ -102,7 +102,8 @@ impl Store {
                 failed: to_u64(row.get(4)?),
                 cancelled: to_u64(row.get(5)?),
                 terminated: to_u64(row.get(6)?),
-                latency: latency(row, 7)?,
+                continued_as_new: to_u64(row.get(7)?),
+                latency: latency(row, 8)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -176,6 +177,8 @@ pub struct OperatorCounts {
     pub runs_cancelled: u64,
     /// Runs closed as terminated.
     pub runs_terminated: u64,
+    /// Runs closed as continued (a new run of the workflow took over).
+    pub runs_continued_as_new: u64,
     /// Workflow tasks waiting for a worker.
     pub workflow_ready: u64,
     /// Workflow tasks a worker holds.
@@ -195,7 +198,8 @@ impl Store {
         self.conn.query_row(
             "SELECT COALESCE(SUM(started), 0), COALESCE(SUM(completed), 0), \
              COALESCE(SUM(failed), 0), COALESCE(SUM(cancelled), 0), \
-             COALESCE(SUM(terminated), 0) FROM workflow_run_series",
+             COALESCE(SUM(terminated), 0), COALESCE(SUM(continued_as_new), 0) \
+             FROM workflow_run_series",
             [],
             |r| {
                 counts.runs_started = to_u64(r.get(0)?);
@@ -203,6 +207,7 @@ impl Store {
                 counts.runs_failed = to_u64(r.get(2)?);
                 counts.runs_cancelled = to_u64(r.get(3)?);
                 counts.runs_terminated = to_u64(r.get(4)?);
+                counts.runs_continued_as_new = to_u64(r.get(5)?);
                 Ok(())
             },
         )?;

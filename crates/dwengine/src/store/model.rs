@@ -44,6 +44,9 @@ pub enum RunStatus {
     Cancelled,
     /// Closed by an operator's terminate.
     Terminated,
+    /// Closed by the workflow's `continue_as_new`: a new run of the same
+    /// workflow id took over in the same transaction.
+    ContinuedAsNew,
 }
 
 impl RunStatus {
@@ -55,16 +58,18 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Terminated => "terminated",
+            RunStatus::ContinuedAsNew => "continued_as_new",
         }
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 5] = [
+    pub const ALL: [RunStatus; 6] = [
         RunStatus::Running,
         RunStatus::Completed,
         RunStatus::Failed,
         RunStatus::Cancelled,
         RunStatus::Terminated,
+        RunStatus::ContinuedAsNew,
     ];
 
     /// The status stored (and sent on the wire) as `text`.
@@ -152,10 +157,13 @@ pub enum EventType {
     SignalApplied,
     /// Command: a version marker (`get_version` / `patched`) was recorded.
     VersionMarkerRecorded,
+    /// Command: the run continued as new (its last event; names the run
+    /// that took over).
+    WorkflowContinuedAsNew,
 }
 
 impl EventType {
-    const ALL: [EventType; 33] = [
+    const ALL: [EventType; 34] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -189,6 +197,7 @@ impl EventType {
         EventType::SignalWaitOpened,
         EventType::SignalApplied,
         EventType::VersionMarkerRecorded,
+        EventType::WorkflowContinuedAsNew,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -227,6 +236,7 @@ impl EventType {
             EventType::SignalWaitOpened => "SignalWaitOpened",
             EventType::SignalApplied => "SignalApplied",
             EventType::VersionMarkerRecorded => "VersionMarkerRecorded",
+            EventType::WorkflowContinuedAsNew => "WorkflowContinuedAsNew",
         }
     }
 
@@ -309,6 +319,10 @@ pub struct Run {
     pub history_length: u64,
     /// Canonical byte metric summed over the history.
     pub history_bytes: u64,
+    /// The run this one continued (continue-as-new), if any.
+    pub continued_from: Option<RunId>,
+    /// The run that continued this one, if it continued as new.
+    pub continued_to: Option<RunId>,
 }
 
 /// What [`crate::store::connection::Store::start_run`] needs.

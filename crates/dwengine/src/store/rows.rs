@@ -163,17 +163,20 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
 /// The whole run, with its metadata decoded.
 pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
     let head = load_head(conn, run)?;
-    let (namespace, task_queue, memo, search, length, bytes): (
+    #[allow(clippy::type_complexity)]
+    let (namespace, task_queue, memo, search, length, bytes, from, to): (
         String,
         String,
         String,
         String,
         i64,
         i64,
+        Option<i64>,
+        Option<i64>,
     ) = conn
         .prepare_cached(
-            "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes \
-             FROM runs WHERE id = ?1",
+            "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes, \
+             continued_from_run_id, continued_to_run_id FROM runs WHERE id = ?1",
         )?
         .query_row([run.0], |row| {
             Ok((
@@ -183,6 +186,8 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
                 row.get(3)?,
                 row.get(4)?,
                 row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
             ))
         })?;
     Ok(Run {
@@ -199,6 +204,8 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
         pending: head.pending,
         history_length: to_u64(length),
         history_bytes: to_u64(bytes),
+        continued_from: from.map(RunId),
+        continued_to: to.map(RunId),
     })
 }
 
@@ -291,12 +298,15 @@ pub(crate) fn check_size(
     Ok(())
 }
 
-/// Inserts a running v2 run and its start event, after the size checks.
+/// Inserts a running v2 run and its start event, after the size checks: a
+/// child names its `parent`; a run that continues another (continue-as-new)
+/// names it as `continued_from`, in its row and its `WorkflowStarted`.
 pub(crate) fn insert_run(
     conn: &Connection,
     limits: &StructuralLimits,
     start: &StartRun,
     parent: Option<RunId>,
+    continued_from: Option<RunId>,
 ) -> Result<RunId, Error> {
     let run_ref = RunRef {
         workflow_run_id: &start.workflow_id,
@@ -320,8 +330,8 @@ pub(crate) fn insert_run(
     )?;
     conn.prepare_cached(
         "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
-         parent_run_id, memo, search_attributes, created_at_ms) \
-         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8)",
+         parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id) \
+         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         start.workflow_id,
@@ -331,7 +341,8 @@ pub(crate) fn insert_run(
         parent.map(|p| p.0),
         memo,
         search,
-        now_ms()
+        now_ms(),
+        continued_from.map(|r| r.0)
     ])?;
     let run = RunId(conn.last_insert_rowid());
     let mut payload = Map::new();
@@ -342,6 +353,13 @@ pub(crate) fn insert_run(
     payload.insert("arguments".into(), start.arguments.clone());
     if let Some(parent) = parent {
         payload.insert("parent_run_id".into(), parent.0.into());
+    }
+    if let Some(previous) = continued_from {
+        // As the wire names runs (a string), so the SDKs compare it as-is.
+        payload.insert(
+            "continued_from_run_id".into(),
+            previous.0.to_string().into(),
+        );
     }
     append_event(
         conn,

@@ -20,7 +20,7 @@ impl Store {
     /// Starts a run; arguments, memo and search attributes must fit their size limits.
     pub fn start_run(&self, start: StartRun) -> Result<RunId, Error> {
         let tx = WriteTx::begin(&self.conn)?;
-        let run = insert_run(&tx, &self.config.limits, &start, None)?;
+        let run = insert_run(&tx, &self.config.limits, &start, None, None)?;
         tx.commit()?;
         Ok(run)
     }
@@ -46,7 +46,7 @@ impl Store {
                 });
             }
         }
-        let run = insert_run(&tx, &self.config.limits, &start, None)?;
+        let run = insert_run(&tx, &self.config.limits, &start, None, None)?;
         if let Some(request_id) = request_id {
             tx.prepare_cached("UPDATE runs SET start_request_id = ?2 WHERE id = ?1")?
                 .execute(params![run.0, request_id])?;

@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0022_namespace_durable_counts.sql"),
     include_str!("migrations/0023_signal_waits.sql"),
     include_str!("migrations/0024_runs_by_namespace.sql"),
+    include_str!("migrations/0025_continue_as_new.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -501,7 +501,8 @@ pub(crate) fn close_open_streams_of_run(
     status: RunStatus,
 ) -> Result<(), Error> {
     let (ended, reason) = match status {
-        RunStatus::Completed => ("closed", None),
+        // A run that continued as new handed over normally: its streams end.
+        RunStatus::Completed | RunStatus::ContinuedAsNew => ("closed", None),
         other => ("errored", Some(format!("run_{}", other.as_str()))),
     };
     conn.prepare_cached(

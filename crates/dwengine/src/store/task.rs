@@ -249,7 +249,7 @@ impl<'a> Task<'a> {
             arguments: child.arguments.clone(),
             ..StartRun::default()
         };
-        let child_run = insert_run(self.conn, self.limits, &start, Some(self.head.id))?;
+        let child_run = insert_run(self.conn, self.limits, &start, Some(self.head.id), None)?;
         self.conn
             .prepare_cached(
                 "INSERT INTO children (parent_run_id, child_run_id, status) VALUES (?1, ?2, 'open')",

@@ -17,14 +17,17 @@ use serde_json::{json, Map, Value};
 
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::connection::Store;
+use crate::store::deadlines;
 use crate::store::dispatch::{enqueue_workflow, has_ready_workflow_task, leased_to, TaskKind};
 use crate::store::error::Error;
 use crate::store::local_activities::{self, LocalOutcome};
-use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::model::{EventType, RunId, RunStatus, StartRun};
 use crate::store::protocol::codec_of;
 pub use crate::store::protocol::{ParallelGroup, RetryPolicy};
 use crate::store::rows::check_size;
-use crate::store::rows::{append_event, bump, decode_map, load_head, now_ms, Pending, RunHead};
+use crate::store::rows::{
+    append_event, bump, decode_map, insert_run, load_head, load_run, now_ms, Pending, RunHead,
+};
 use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
 use crate::store::timers::{self, CONDITION_TIMEOUT};
@@ -137,6 +140,20 @@ pub enum WorkflowCommand {
         /// The attributes to set or (with `null`) remove.
         attributes: Map<String, Value>,
     },
+    /// Close the run as continued and start a new run of the same workflow
+    /// id, with fresh history, in the same transaction (the SDKs'
+    /// `continue_as_new`).
+    ContinueAsNew {
+        /// The new run's arguments (an opaque payload envelope).
+        #[serde(default)]
+        arguments: Value,
+        /// The new run's workflow type (this run's when absent).
+        #[serde(default)]
+        workflow_type: Option<String>,
+        /// The new run's task queue (this run's when absent).
+        #[serde(default)]
+        queue: Option<String>,
+    },
     /// Complete the run.
     CompleteWorkflow {
         /// The result (an opaque payload envelope).
@@ -181,7 +198,7 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 12] = [
+pub const SUPPORTED_COMMANDS: [&str; 13] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
@@ -190,6 +207,7 @@ pub const SUPPORTED_COMMANDS: [&str; 12] = [
     "record_version_marker",
     "record_side_effect",
     "upsert_search_attributes",
+    "continue_as_new",
     "complete_workflow",
     "fail_workflow",
     "complete_update",
@@ -455,6 +473,71 @@ fn has_unhandled_messages(conn: &Connection, run: RunId) -> Result<bool, Error> 
         )?
         .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(signals > 0 || updates > 0)
+}
+
+/// Closes `head` as continued and starts its successor: a new run of the
+/// same workflow id (and namespace) with `arguments`, the workflow type and
+/// task queue the command names or the closing run's, and the closing run's
+/// memo, search attributes, run timeout and what is left of its execution
+/// timeout (the execution timeout covers the whole chain). The successor
+/// starts with fresh history and zeroed structural counters, its first
+/// workflow task queued; the two rows name each other, the successor's
+/// `WorkflowStarted` names the closing run and the closing run's last
+/// event, `WorkflowContinuedAsNew` at the command's `sequence`, names the
+/// successor. One transaction: a failure leaves neither.
+fn continue_as_new(
+    tx: &Connection,
+    limits: &StructuralLimits,
+    head: &RunHead,
+    sequence: i64,
+    arguments: &Value,
+    workflow_type: Option<&str>,
+    queue: Option<&str>,
+) -> Result<RunId, Error> {
+    let closing = load_run(tx, head.id)?;
+    let timeouts = deadlines::run_timeouts(tx, head.id)?;
+    let start = StartRun {
+        workflow_id: closing.workflow_id.clone(),
+        workflow_type: workflow_type.unwrap_or(&closing.workflow_type).to_owned(),
+        namespace: closing.namespace.clone(),
+        task_queue: queue.unwrap_or(&closing.task_queue).to_owned(),
+        arguments: arguments.clone(),
+        memo: closing.memo.clone(),
+        search_attributes: closing.search_attributes.clone(),
+    };
+    let next = insert_run(tx, limits, &start, None, Some(head.id))?;
+    let now = now_ms();
+    let execution_left = timeouts.execution_deadline_at_ms.map(|deadline| {
+        // Whole seconds, rounded up, at least one: an execution timeout
+        // already past still times the successor out at its first sweep.
+        u64::try_from((deadline - now).max(1_000))
+            .unwrap_or(1_000)
+            .div_ceil(1_000)
+    });
+    if execution_left.is_some() || timeouts.run_timeout_seconds.is_some() {
+        deadlines::arm_run(tx, next, execution_left, timeouts.run_timeout_seconds)?;
+    }
+    tx.prepare_cached("UPDATE runs SET continued_to_run_id = ?2 WHERE id = ?1")?
+        .execute(params![head.id.0, next.0])?;
+    let payload = json!({
+        "sequence": sequence,
+        "continued_to_run_id": next.0.to_string(),
+        "workflow_type": start.workflow_type,
+        "task_queue": start.task_queue,
+        "arguments": arguments,
+        "payload_codec": codec_of(arguments),
+        "closed_reason": "continued",
+    });
+    finish_run(
+        tx,
+        head,
+        RunStatus::ContinuedAsNew,
+        EventType::WorkflowContinuedAsNew,
+        &payload,
+        None,
+    )?;
+    enqueue_workflow(tx, next)?;
+    Ok(next)
 }
 
 /// The condition wait a run is blocked on.
@@ -875,6 +958,25 @@ impl<'a> CommandWriter<'a> {
                     "merged": merged,
                 });
                 self.event(EventType::SearchAttributesUpserted, &payload, true)?;
+            }
+            WorkflowCommand::ContinueAsNew {
+                arguments,
+                workflow_type,
+                queue,
+            } => {
+                self.check_payload(arguments)?;
+                let sequence = self.take_sequence();
+                continue_as_new(
+                    self.tx,
+                    self.limits,
+                    &self.head,
+                    sequence,
+                    arguments,
+                    workflow_type.as_deref(),
+                    queue.as_deref(),
+                )?;
+                self.new_events += 1;
+                return Ok(true);
             }
             WorkflowCommand::CompleteWorkflow { result } => {
                 self.check_payload(result)?;

@@ -21,6 +21,7 @@ mod cache_counts;
 mod claim_gate;
 mod command_batches;
 mod concurrency;
+mod continue_as_new;
 mod contract;
 mod counters;
 mod crash;

@@ -28,9 +28,8 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 5] = [
+const UNSUPPORTED: [&str; 4] = [
     "start_child_workflow",
-    "continue_as_new",
     "upsert_memo",
     "start_service_operation",
     "cancel_selection_operation",
@@ -59,6 +58,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "record_version_marker",
             "record_side_effect",
             "upsert_search_attributes",
+            "continue_as_new",
             "complete_workflow",
             "fail_workflow",
             "complete_update",
@@ -105,7 +105,8 @@ fn each_unsupported_command_is_a_422_naming_it_and_writes_nothing() {
     let (status, body) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 5 },
-               { "type": "continue_as_new", "arguments": envelope("[]") }]),
+               { "type": "start_child_workflow", "workflow_type": "child",
+                 "arguments": envelope("[]") }]),
     );
     assert_eq!(status, 422, "{body}");
     assert!(body["validation_errors"]["commands.1.type"].is_array());

@@ -135,7 +135,8 @@ pub fn runs_page(engine: &Engine, query: &RunsQuery) -> Result<RunsPage, ApiErro
             None => None,
             Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
                 ApiError::Malformed(format!(
-                    "status {text:?}: use running, completed, failed, cancelled or terminated"
+                    "status {text:?}: use running, completed, failed, cancelled, terminated or \
+                     continued_as_new"
                 ))
             })?),
         };
