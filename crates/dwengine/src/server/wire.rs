@@ -374,19 +374,92 @@ pub fn page_size(checks: &mut Checks, raw: Option<&str>, default: i64) -> usize 
     }
 }
 
-/// An opaque page token for a position.
-pub fn page_token(position: u64) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(position.to_string())
+/// The variable holding the page-token key (any text; nodes that serve
+/// one client's pages in turn must share it). Without it each process
+/// draws a key of its own at start.
+pub const PAGE_TOKEN_KEY_ENV: &str = "DW_PAGE_TOKEN_KEY";
+
+/// The key page tokens are authenticated with: SHA-256 of
+/// `DW_PAGE_TOKEN_KEY`, or of OS randomness drawn once per process.
+fn page_token_key() -> &'static [u8; 32] {
+    use sha2::{Digest, Sha256};
+    use std::hash::{BuildHasher, Hasher};
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut digest = Sha256::new();
+        match std::env::var(PAGE_TOKEN_KEY_ENV) {
+            Ok(secret) if !secret.is_empty() => digest.update(secret.as_bytes()),
+            _ => {
+                // std's RandomState is seeded from the OS generator.
+                for salt in 0u64..4 {
+                    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                    h.write_u64(salt);
+                    digest.update(h.finish().to_le_bytes());
+                }
+                digest.update(std::process::id().to_le_bytes());
+                digest.update(crate::unix_ms().to_le_bytes());
+            }
+        }
+        digest.finalize().into()
+    })
 }
 
-/// The position a page token names.
+/// HMAC-SHA256 of `message` under the page-token key, first 16 bytes in hex.
+fn page_token_mac(message: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let key = page_token_key();
+    let pad = |byte: u8| -> Vec<u8> {
+        let mut block = vec![byte; 64];
+        for (b, k) in block.iter_mut().zip(key.iter()) {
+            *b ^= k;
+        }
+        block
+    };
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    let outer = Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize();
+    outer[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An opaque page token for a position: base64 of `position.mac`, the MAC
+/// an HMAC-SHA256 under this server's key, so a client cannot forge or
+/// alter one (a plain base64 integer used to be accepted as any position).
+pub fn page_token(position: u64) -> String {
+    use base64::Engine;
+    let text = position.to_string();
+    let mac = page_token_mac(text.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(format!("{text}.{mac}"))
+}
+
+/// The position a page token names; `None` for a token this server did
+/// not issue (or one altered). The first page's token, base64 `0` (which
+/// the SDK sends for the first history page), is the one token accepted
+/// unsigned: it names the start, which anyone may read.
 pub fn parse_page_token(token: &str) -> Option<u64> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(token)
         .ok()?;
-    std::str::from_utf8(&bytes).ok()?.parse().ok()
+    let text = std::str::from_utf8(&bytes).ok()?;
+    if text == "0" {
+        return Some(0);
+    }
+    let (position, mac) = text.split_once('.')?;
+    let expected = page_token_mac(position.as_bytes());
+    // Compared as digests, so the time taken tells nothing of the MAC.
+    let digest = |s: &str| -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(s.as_bytes()).into()
+    };
+    if digest(mac) != digest(&expected) {
+        return None;
+    }
+    position.parse().ok()
 }
 
 /// Unix milliseconds as RFC 3339 UTC with microseconds (`…T12:00:00.000000Z`).
@@ -450,10 +523,31 @@ mod tests {
 
     #[test]
     fn page_tokens_round_trip_and_reject_garbage() {
-        assert_eq!(page_token(0), "MA==");
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         assert_eq!(parse_page_token(&page_token(1234)), Some(1234));
+        assert_eq!(parse_page_token(&page_token(0)), Some(0));
+        assert_eq!(
+            parse_page_token("MA=="),
+            Some(0),
+            "the SDK's first-page token"
+        );
         assert_eq!(parse_page_token("not base64!"), None);
         assert_eq!(parse_page_token("eA=="), None, "base64 of a non-number");
+        // A plain base64 integer, the old form, is no longer a position.
+        assert_eq!(parse_page_token(&b64("1234")), None);
+        // Altering the position or the MAC is refused.
+        let token = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(page_token(1234))
+                .unwrap(),
+        )
+        .unwrap();
+        let (_, mac) = token.split_once('.').unwrap();
+        assert_eq!(parse_page_token(&b64(&format!("1235.{mac}"))), None);
+        let mut flipped = mac.to_owned();
+        flipped.replace_range(0..1, if mac.starts_with('0') { "1" } else { "0" });
+        assert_eq!(parse_page_token(&b64(&format!("1234.{flipped}"))), None);
     }
 
     #[test]
