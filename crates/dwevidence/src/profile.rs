@@ -488,6 +488,17 @@ pub fn threshold_breaches(s: &Summary) -> Vec<AssertionFailure> {
             }
         }
     }
+    if let (Some(limit), Some(seen)) = (s.config.max_server_cache_keys, s.maxima.server_cache_keys)
+    {
+        if seen > limit {
+            breaches.push(AssertionFailure {
+                assertion: "max_server_cache_keys".into(),
+                message: format!(
+                    "{seen} server keys at the peak, above the aggregate ceiling of {limit}"
+                ),
+            });
+        }
+    }
     breaches
 }
 

@@ -66,6 +66,7 @@ fn trusted() -> Summary {
             services: ServiceMode::Managed,
             max_server_cache_keys_by_policy: Some(per_policy(1000)),
             max_final_server_cache_keys_by_policy: Some(per_policy(10)),
+            max_server_cache_keys: Some(1000),
             workload: Workload {
                 namespaces: 8,
                 task_queues: 4,
@@ -334,6 +335,36 @@ fn an_incomplete_threshold_map_fails_alone() {
         if let Some(map) = s.config.max_server_cache_keys_by_policy.as_mut() {
             map.remove("readiness_probe");
         }
+    });
+}
+
+#[test]
+fn an_incomplete_map_is_ineligible_even_when_the_aggregate_ceiling_passes() {
+    // The trusted fixture peaks at 120 server keys under a ceiling of 1000.
+    only(Condition::PerPolicyThresholdMaps, |s| {
+        s.config.max_server_cache_keys = Some(1_000_000);
+        if let Some(map) = s.config.max_final_server_cache_keys_by_policy.as_mut() {
+            map.remove("long_poll_signals");
+        }
+    });
+}
+
+#[test]
+fn a_peak_above_the_aggregate_ceiling_is_a_breach() {
+    let mut s = trusted();
+    assert!(threshold_breaches(&s).is_empty());
+    s.config.max_server_cache_keys = Some(119);
+    let breaches = threshold_breaches(&s);
+    assert_eq!(breaches.len(), 1);
+    assert_eq!(breaches[0].assertion, "max_server_cache_keys");
+    assert_eq!(
+        breaches[0].message,
+        "120 server keys at the peak, above the aggregate ceiling of 119"
+    );
+    // Unrecorded in the artifact, it fails the no-assertion-failures
+    // condition alone.
+    only(Condition::NoAssertionFailures, |s| {
+        s.config.max_server_cache_keys = Some(119)
     });
 }
 

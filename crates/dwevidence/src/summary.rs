@@ -127,6 +127,12 @@ pub struct RunConfig {
     pub max_server_cache_keys_by_policy: Option<BTreeMap<String, u64>>,
     /// `DW_PERF_MAX_FINAL_SERVER_CACHE_KEYS_BY_POLICY`, if given.
     pub max_final_server_cache_keys_by_policy: Option<BTreeMap<String, u64>>,
+    /// `DW_PERF_MAX_SERVER_CACHE_KEYS`: the aggregate ceiling on `server:*`
+    /// keys during the load, if given. It is a check of its own, never a
+    /// stand-in for the per-policy maps: a run whose maps are incomplete is
+    /// ineligible even when the aggregate passes.
+    #[serde(default)]
+    pub max_server_cache_keys: Option<u64>,
     /// The load mix.
     pub workload: Workload,
 }
@@ -171,7 +177,8 @@ pub struct Maxima {
     pub redis_memory_bytes: Option<u64>,
     /// Keys in the Redis database (Redis backend only).
     pub redis_db_keys: Option<u64>,
-    /// Keys of the polling families (prefixes naming `poll`).
+    /// Keys of the workflow-task polling families (prefixes naming
+    /// `workflow-task-poll`).
     pub redis_polling_keys: Option<u64>,
     /// Keys under the server-owned cache namespace (`server:*`).
     pub server_cache_keys: Option<u64>,

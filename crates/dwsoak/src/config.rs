@@ -48,6 +48,10 @@ pub struct Args {
     /// JSON map: cache policy ID → largest allowed key count after the drain.
     #[arg(long, env = MAX_FINAL_VAR, value_name = "JSON")]
     pub max_final_server_cache_keys_by_policy: Option<String>,
+    /// Largest allowed count of all `server:*` keys during the load (an
+    /// aggregate ceiling beside the per-policy maps, never instead of them).
+    #[arg(long, env = "DW_PERF_MAX_SERVER_CACHE_KEYS", value_name = "COUNT")]
+    pub max_server_cache_keys: Option<u64>,
     /// The server's cache backend (with --base-url: what that server uses).
     #[arg(long, value_enum, env = "DW_PERF_CACHE", default_value_t = Backend::Memory)]
     pub cache: Backend,

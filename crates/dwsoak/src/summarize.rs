@@ -112,6 +112,7 @@ pub fn summarize(soak: &Soak, obs: &Observations, provenance: Provenance) -> Sum
         services: obs.services,
         max_server_cache_keys_by_policy: soak.max_by_policy.clone(),
         max_final_server_cache_keys_by_policy: soak.max_final_by_policy.clone(),
+        max_server_cache_keys: args.max_server_cache_keys,
         workload: Workload {
             namespaces: args.namespaces,
             task_queues: args.task_queues,
