@@ -213,6 +213,8 @@ pub const PROCESS_VARIABLES: &[&str] = &[
     "DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS",
     // `dwserver evidence`: the pinned server image it reports.
     "DW_SERVER_IMAGE",
+    // The page-token key (server::wire), read when the first token is made.
+    crate::server::wire::PAGE_TOKEN_KEY_ENV,
 ];
 
 /// Prefixes of variables that belong to other programs of the workspace
