@@ -28,6 +28,7 @@ use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
 use crate::registry::WorkerCompatibilityHeartbeatRecorder;
 use crate::retention::{HistoryRetentionEnforcer, WorkflowStreamRetention};
+use crate::server::error::STORAGE_FULL_RETRY_AFTER_SECONDS;
 use crate::server::{ApiError, ServerConfig};
 use crate::service_boundary::SharedServiceBoundaryPolicy;
 use crate::store::{Error as StoreError, SharedStore, Store, TaskKind};
@@ -73,6 +74,11 @@ pub struct Engine {
     /// Post-commit steps (wake-ups, cache housekeeping) that failed after
     /// their transaction committed (`dw_post_commit_failures_total`).
     pub(crate) post_commit_failures: AtomicU64,
+    /// When a write last failed because the store's disk is full (unix ms;
+    /// 0: never): readiness answers 503 for a while after it.
+    storage_full_at: std::sync::atomic::AtomicI64,
+    /// When that was last logged at WARN (unix ms).
+    storage_full_warned_at: std::sync::atomic::AtomicI64,
 }
 
 /// A configured series limit as the signed value dwpolicy clamps.
@@ -215,6 +221,8 @@ impl Engine {
             known_namespaces: RwLock::new(HashSet::new()),
             waiters: Waiters::new(config.call_waits),
             post_commit_failures: AtomicU64::new(0),
+            storage_full_at: std::sync::atomic::AtomicI64::new(0),
+            storage_full_warned_at: std::sync::atomic::AtomicI64::new(0),
             service_boundary: SharedServiceBoundaryPolicy::new(
                 cache.clone(),
                 config.service_boundary,
@@ -262,7 +270,43 @@ impl Engine {
         R: Send + 'static,
         F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
     {
-        self.store.write(transition)
+        let written = self.store.write(transition);
+        if let Err(e) = &written {
+            if e.is_disk_full() {
+                self.note_storage_full(e);
+            }
+        }
+        written
+    }
+
+    /// A write failed on a full disk: readiness answers 503 until
+    /// [`STORAGE_FULL_RETRY_AFTER_SECONDS`] pass without another such
+    /// failure (a write that adds nothing still succeeds on a full disk, so
+    /// a success does not prove there is room), and a WARN says so at most
+    /// every 10 s while it lasts.
+    fn note_storage_full(&self, error: &StoreError) {
+        let now = crate::unix_ms();
+        self.storage_full_at.store(now, Ordering::Release);
+        let warned = self.storage_full_warned_at.load(Ordering::Acquire);
+        if now - warned >= 10_000
+            && self
+                .storage_full_warned_at
+                .compare_exchange(warned, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                %error,
+                "the store's disk is full: writes are refused with 507 storage_full and /api/ready answers 503 until space is freed"
+            );
+        }
+    }
+
+    /// Whether a write failed on a full disk within the last
+    /// [`STORAGE_FULL_RETRY_AFTER_SECONDS`].
+    pub fn storage_full(&self) -> bool {
+        let at = self.storage_full_at.load(Ordering::Acquire);
+        let window = i64::try_from(STORAGE_FULL_RETRY_AFTER_SECONDS * 1000).unwrap_or(i64::MAX);
+        at != 0 && crate::unix_ms() - at < window
     }
 
     /// Runs `mutation` in one write under `namespace`'s durable-state quota

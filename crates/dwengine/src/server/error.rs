@@ -18,6 +18,9 @@ use crate::service_boundary::{
     BoundaryRefusal, ServiceBoundaryBudgets, SharedServiceBoundaryPolicy,
 };
 use crate::store::{Error as StoreError, Rejection};
+
+/// `Retry-After` of a write refused because the store's disk is full.
+pub const STORAGE_FULL_RETRY_AFTER_SECONDS: u64 = 30;
 use crate::wait_slots::{WaitRefusal, WaitSlotError};
 
 /// Why a request failed.
@@ -215,6 +218,7 @@ impl ApiError {
                 ..
             } => 429,
             ApiError::ServiceBoundary { .. } => 503,
+            ApiError::Store(e) if e.is_disk_full() => 507,
             ApiError::Store(e) => match e {
                 StoreError::RunNotFound(_)
                 | StoreError::ItemNotFound { .. }
@@ -248,6 +252,8 @@ impl ApiError {
             // The queue lock is held for one broker call (its TTL, 10 s,
             // only covers a holder that died): a second is plenty.
             ApiError::QueryTask(BrokerError::QueueLockBusy) => Some(1),
+            // Space is freed by an operator or by retention, not at once.
+            ApiError::Store(e) if e.is_disk_full() => Some(STORAGE_FULL_RETRY_AFTER_SECONDS),
             ApiError::ServiceBoundary {
                 refusal:
                     BoundaryRefusal::RateLimited {
@@ -346,6 +352,11 @@ impl ApiError {
             ApiError::NamespaceNotFound(ns) => json!({
                 "reason": "namespace_not_found", "namespace": ns, "message": self.to_string(),
                 "hint": "register it with POST /api/namespaces (admin) or send X-Namespace: default",
+            }),
+            ApiError::Store(e) if e.is_disk_full() => json!({
+                "reason": "storage_full", "retryable": true,
+                "retry_after_seconds": STORAGE_FULL_RETRY_AFTER_SECONDS,
+                "message": format!("the store cannot write: its disk is full ({e}); nothing was written"),
             }),
             ApiError::AlreadyStarted {
                 workflow_id,

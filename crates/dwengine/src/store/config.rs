@@ -48,6 +48,11 @@ pub struct StoreConfig {
     /// for the request that names it to arrive. Only payloads nothing
     /// holds and not uploaded again within it are deleted.
     pub external_payload_orphan_grace: Duration,
+    /// SQLite's `max_page_count` for the writer connection (`None`: SQLite's
+    /// own, effectively the disk). A store at it fails writes exactly as a
+    /// full disk does (SQLITE_FULL), which is how the full-disk answers are
+    /// tested without filling a disk.
+    pub max_page_count: Option<u64>,
 }
 
 /// The default orphan grace of an uploaded external payload: one day
@@ -70,6 +75,7 @@ impl Default for StoreConfig {
             max_pending_payload_bytes: DEFAULT_MAX_PENDING_PAYLOAD_BYTES,
             streams: StreamPolicy::default(),
             external_payload_orphan_grace: DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE,
+            max_page_count: None,
         }
     }
 }

@@ -72,6 +72,12 @@ impl Store {
         conn.pragma_update(None, "synchronous", synchronous)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn)?;
+        if let Some(pages) = config.max_page_count {
+            let _set: i64 =
+                conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                    row.get(0)
+                })?;
+        }
         Ok(Store { conn, config })
     }
 

@@ -202,3 +202,15 @@ impl From<HistoryBudgetError> for Error {
         }
     }
 }
+
+impl Error {
+    /// Whether the store could not write because its disk (or its
+    /// `max_page_count`) is full: SQLITE_FULL, however it was wrapped.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Sqlite(e) => e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            Error::Commit(message) => message.contains("disk is full"),
+            _ => false,
+        }
+    }
+}

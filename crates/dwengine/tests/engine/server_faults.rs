@@ -334,3 +334,45 @@ fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
     assert_eq!(first.join().unwrap().0, 200);
     assert!(began.elapsed() < Duration::from_secs(10));
 }
+
+/// A full disk (the store at its `max_page_count`, which fails writes with
+/// SQLITE_FULL exactly as a full disk does): a write is answered `507
+/// storage_full` with `Retry-After`, nothing of it is stored, readiness
+/// turns 503 while liveness and reads still answer.
+#[test]
+fn a_full_disk_answers_507_with_retry_after_and_turns_readiness_503() {
+    let s = server(|c| c.store.max_page_count = Some(1));
+    let (status, ready) = s.get("/api/ready");
+    assert_eq!(status, 200, "{ready}");
+    let mut full = None;
+    for n in 0..2_000 {
+        let id = format!("fill-{n}");
+        let (status, body, retry_after) = s.post_ns_header(
+            "default",
+            "/api/workflows",
+            json!({ "workflow_id": id, "workflow_type": "Fill", "task_queue": "q",
+                    "input": { "codec": "json", "blob": format!("[\"{}\"]", "x".repeat(2_000)) } }),
+            "retry-after",
+        );
+        match status {
+            201 => continue,
+            507 => {
+                full = Some((id, body, retry_after));
+                break;
+            }
+            other => panic!("start {n}: {other} {body}"),
+        }
+    }
+    let (id, body, retry_after) = full.expect("the store filled up within 2,000 starts");
+    assert_eq!(body["reason"], "storage_full", "{body}");
+    assert_eq!(body["retryable"], true);
+    assert_eq!(retry_after.as_deref(), Some("30"));
+    assert_eq!(body["retry_after_seconds"], 30);
+    let (status, _) = s.get(&format!("/api/workflows/{id}"));
+    assert_eq!(status, 404, "the refused start stored nothing");
+    let (status, ready) = s.get("/api/ready");
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!(ready["checks"]["store"], "full");
+    assert_eq!(s.get("/api/health").0, 200, "liveness still answers");
+    assert_eq!(s.get("/api/namespaces").0, 200, "reads still answer");
+}

@@ -59,6 +59,17 @@ async fn health(State(engine): Shared) -> Response {
 }
 
 async fn ready(State(engine): Shared) -> Response {
+    if engine.storage_full() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "not_ready", "timestamp": wire::timestamp(crate::unix_ms()),
+                "checks": { "store": "full" },
+                "message": "the store's disk is full: writes are refused (507 storage_full) until space is freed",
+            })),
+        )
+            .into_response();
+    }
     let verdict = super::on_probe_lane(engine, |e| e.ready()).await;
     let now = wire::timestamp(crate::unix_ms());
     let (status, cache, message) = match verdict {
