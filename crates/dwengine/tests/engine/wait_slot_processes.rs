@@ -112,3 +112,35 @@ fn killing_a_holder_releases_its_slot_and_the_next_admission_reuses_it() {
         "the idle slot file was reused, not duplicated"
     );
 }
+
+/// A wait-slot directory that cannot be created (here under a regular
+/// file; a read-only mount fails the same way) refuses the start: the
+/// process exits non-zero at once, naming the path, before it listens.
+#[test]
+fn an_unwritable_wait_slot_directory_refuses_the_start_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, b"a file").unwrap();
+    let unwritable = file.join("polling");
+    let output = Command::new(env!("CARGO_BIN_EXE_dwserver"))
+        .env("DW_SERVER_ID", "node-unwritable")
+        .env("DW_AUTH", "none")
+        .env("DW_BIND", "127.0.0.1:0")
+        .env("DW_DATABASE_PATH", ":memory:")
+        .env("DW_POLLING_CACHE_PATH", &unwritable)
+        .env_remove("DW_REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("dwserver runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("listening on"),
+        "it never listened: {stdout}"
+    );
+    assert!(
+        stderr.contains("wait slot storage") && stderr.contains("not-a-directory"),
+        "the error names the storage and its path: {stderr}"
+    );
+}
