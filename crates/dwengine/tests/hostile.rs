@@ -1128,17 +1128,77 @@ fn concurrent_large_uploads_stream_in_bounded_memory() {
         })
         .collect();
     let mut statuses = Vec::new();
+    let mut references = Vec::new();
     for upload in uploads {
         match upload.join().unwrap() {
             Ok((status, body)) => {
                 assert_eq!(status, 201, "an upload: {body}");
                 statuses.push(status);
+                references.push(
+                    body["reference"]["reference_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                );
             }
             Err(e) => panic!("an upload failed on the wire: {e}"),
         }
     }
     let took = began.elapsed();
     let peak_mib = server.peak_rss_mib();
+    // The 64 payloads fetched back at once: streamed a chunk at a time,
+    // each byte checked against what was sent (hashed as it arrives).
+    let fetches: Vec<_> = references
+        .into_iter()
+        .enumerate()
+        .map(|(i, reference)| {
+            let addr = addr.clone();
+            client(move || -> std::io::Result<bool> {
+                let mut want = Sha256::new();
+                for block in upload_blocks(i) {
+                    want.update(&block);
+                }
+                let mut stream = TcpStream::connect(&addr)?;
+                stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+                stream.write_all(
+                    format!(
+                        "GET /api/external-payloads/v1/{reference} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )?;
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                reader.read_line(&mut line)?;
+                let ok = line.contains(" 200 ");
+                loop {
+                    line.clear();
+                    reader.read_line(&mut line)?;
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                }
+                let mut got = Sha256::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut total = 0usize;
+                loop {
+                    let n = reader.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    got.update(&buf[..n]);
+                    total += n;
+                }
+                Ok(ok && total == UPLOAD_BYTES && got.finalize() == want.finalize())
+            })
+        })
+        .collect();
+    for fetch in fetches {
+        assert!(
+            fetch.join().unwrap().expect("a fetch on the wire"),
+            "a fetched payload is the uploaded one"
+        );
+    }
+    let fetch_peak_mib = server.peak_rss_mib();
     let spool = server._dir.path().join("polling").join("payload-uploads");
     let left: usize = std::fs::read_dir(&spool)
         .into_iter()
@@ -1150,12 +1210,17 @@ fn concurrent_large_uploads_stream_in_bounded_memory() {
     let used = &usage["metrics"]["dw_runtime_external_payload_namespace_usage"];
     println!(
         "FIGURE uploads concurrent={UPLOADS} bytes_each={UPLOAD_BYTES} answers={:?} took={took:?} \
-         server_peak_rss_mib={peak_mib} (before: {baseline_mib}) spool_files_left={left} usage={used}",
+         server_peak_rss_mib={peak_mib} (before: {baseline_mib}; after 64 concurrent fetches: \
+         {fetch_peak_mib}) spool_files_left={left} usage={used}",
         tally(&statuses)
     );
     assert!(
         peak_mib < 200,
         "the server peaked at {peak_mib} MiB resident with {UPLOADS} uploads of 16 MiB"
+    );
+    assert!(
+        fetch_peak_mib < 200,
+        "the server peaked at {fetch_peak_mib} MiB resident with {UPLOADS} fetches of 16 MiB"
     );
     assert_eq!(left, 0, "no spool file outlives its upload");
     assert_eq!(used["used_objects"], UPLOADS, "{used}");

@@ -367,13 +367,13 @@ impl Engine {
         namespace: &str,
         reference_id: &str,
         expected: UploadHeaders,
-    ) -> Result<(PayloadRecord, Vec<u8>), ApiError> {
+    ) -> Result<PayloadRecord, ApiError> {
         if !is_reference_id(reference_id) {
             return Err(PayloadError::NotFound(reference_id.to_owned()).into());
         }
         let (ns, id) = (namespace.to_owned(), reference_id.to_owned());
-        let found = self.read(|store| store.external_payload(&ns, &id))?;
-        let Some((record, data)) = found else {
+        let found = self.read(|store| store.external_payload_record(&ns, &id))?;
+        let Some(record) = found else {
             return Err(PayloadError::NotFound(reference_id.to_owned()).into());
         };
         let size = record.size_bytes.to_string();
@@ -389,7 +389,7 @@ impl Engine {
                 .into());
             }
         }
-        Ok((record, data))
+        Ok(record)
     }
 
     /// Every runtime external payload reference inside `payloads` must

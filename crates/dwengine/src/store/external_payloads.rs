@@ -261,6 +261,37 @@ impl Store {
             .map(to_u64))
     }
 
+    /// Up to `len` bytes of payload `reference_id`'s data from `offset`
+    /// (incremental blob I/O: only those bytes are read); `None` when the
+    /// payload is gone, empty at or past its end.
+    pub fn external_payload_chunk(
+        &self,
+        reference_id: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let row: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT rowid FROM external_payloads WHERE reference_id = ?1")?
+            .query_row([reference_id], |r| r.get(0))
+            .optional()?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut blob =
+            self.conn
+                .blob_open(rusqlite::MAIN_DB, "external_payloads", "data", row, true)?;
+        let io = |e: std::io::Error| Error::Commit(format!("reading an external payload: {e}"));
+        blob.seek(SeekFrom::Start(offset)).map_err(io)?;
+        let mut chunk = Vec::with_capacity(len);
+        (&mut blob)
+            .take(len as u64)
+            .read_to_end(&mut chunk)
+            .map_err(io)?;
+        Ok(Some(chunk))
+    }
+
     /// The payload `reference_id` of `namespace` with its bytes; `None`
     /// when no such reference exists in that namespace.
     pub fn external_payload(

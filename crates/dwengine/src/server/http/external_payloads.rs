@@ -130,15 +130,47 @@ async fn fetch(
     headers: HeaderMap,
 ) -> Response {
     let expected = declared(&headers);
-    let found = run_blocking(engine, move |e| {
+    let found = run_blocking(engine.clone(), move |e| {
         e.fetch_external_payload(&scope.namespace, &reference, expected)
     })
     .await;
-    let (record, data) = match found {
+    let record = match found {
         Ok(found) => found,
         Err(e) => return refuse(e),
     };
-    let mut response = (StatusCode::OK, data).into_response();
+    // The bytes follow a chunk at a time, each read on the blocking pool
+    // through a read connection, never the whole payload in memory.
+    let (chunks, body) = tokio::sync::mpsc::channel(2);
+    let (id, size) = (record.reference_id.clone(), record.size_bytes);
+    tokio::task::spawn_blocking(move || {
+        let mut offset = 0u64;
+        while offset < size {
+            let read = engine.read(|store| store.external_payload_chunk(&id, offset, FETCH_CHUNK));
+            let chunk = match read {
+                Ok(Some(chunk)) if !chunk.is_empty() => chunk,
+                // Gone (or cut short) mid-read: the body ends in an error,
+                // so the client sees a short answer, never a wrong one.
+                Ok(_) => {
+                    let gone = std::io::Error::other("the payload was deleted while it was read");
+                    let _ = chunks.blocking_send(Err(gone));
+                    return;
+                }
+                Err(e) => {
+                    let _ = chunks.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            offset += chunk.len() as u64;
+            if chunks.blocking_send(Ok(bytes::Bytes::from(chunk))).is_err() {
+                return;
+            }
+        }
+    });
+    let mut response = (StatusCode::OK, Body::new(ChunkBody(body))).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from_str(&size.to_string()).unwrap_or(HeaderValue::from_static("0")),
+    );
     let out = response.headers_mut();
     out.insert(
         header::CONTENT_TYPE,
@@ -154,4 +186,24 @@ async fn fetch(
         }
     }
     response
+}
+
+/// Bytes of a payload read at once when it is fetched.
+const FETCH_CHUNK: usize = 256 * 1024;
+
+/// A response body fed a chunk at a time from a blocking reader.
+struct ChunkBody(tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>);
+
+impl hyper::body::Body for ChunkBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| c.map(hyper::body::Frame::data)))
+    }
 }
