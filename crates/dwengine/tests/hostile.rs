@@ -1226,3 +1226,73 @@ fn concurrent_large_uploads_stream_in_bounded_memory() {
     assert_eq!(used["used_objects"], UPLOADS, "{used}");
     assert_eq!(used["used_bytes"], UPLOADS * UPLOAD_BYTES, "{used}");
 }
+
+/// Long polls while the polling cache (Redis) is unreachable: a poll for a
+/// queue with a ready task and a poll for an empty queue each get an
+/// answer within their wait plus a margin, never a hang (today: at once,
+/// `503 cache_unavailable`, nothing leased), and once Redis is back the
+/// ready task is handed out exactly once.
+#[test]
+fn long_polls_are_answered_while_the_polling_cache_is_unreachable() {
+    let _turn = one_at_a_time();
+    let port = OwnRedis::free_port();
+    let Some(redis) = OwnRedis::start(port) else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let server = Server::start(&[("DW_REDIS_URL", url.as_str())]);
+    let addr = server.addr.clone();
+    start_run(&addr, "ready-while-down", "cache-down");
+    drop(redis);
+    let poll = |queue: &str, id: &str| {
+        let began = Instant::now();
+        let answer = call_raw(
+            &addr,
+            "POST",
+            "/api/worker/workflow-tasks/poll",
+            &[],
+            Some(&json!({ "task_queue": queue, "worker_id": "w-down",
+                          "poll_request_id": id, "timeout_seconds": 2 })),
+        );
+        (answer, began.elapsed())
+    };
+    let (ready, ready_took) = poll("cache-down", "down-1");
+    let (empty, empty_took) = poll("nothing-here", "down-2");
+    println!(
+        "FIGURE cache_down ready_poll={ready:?} took={ready_took:?} empty_poll={empty:?} took={empty_took:?}"
+    );
+    for (answer, took) in [(&ready, ready_took), (&empty, empty_took)] {
+        let (status, body) = answer.as_ref().expect("an answer on the wire");
+        assert!(
+            took < Duration::from_secs(2) + Duration::from_secs(15),
+            "answered within the wait plus a margin: {took:?}"
+        );
+        assert!(
+            *status == 200 || (*status == 503 && body["retryable"] != false),
+            "a poll answers 200 or a retryable 503: {status} {body}"
+        );
+    }
+    // Redis back on the same port: the task is handed out once.
+    let redis = OwnRedis::start(port).expect("redis-server again");
+    let mut leased = 0;
+    if ready
+        .as_ref()
+        .is_ok_and(|(s, b)| *s == 200 && b["task"].is_object())
+    {
+        leased += 1;
+    }
+    let served = until(Duration::from_secs(30), || {
+        if leased > 0 {
+            return true;
+        }
+        if let Ok((200, body)) = poll("cache-down", "up-1").0 {
+            if body["task"].is_object() {
+                leased += 1;
+            }
+        }
+        leased > 0
+    });
+    assert!(served, "the ready task is served once the cache is back");
+    assert_eq!(leased, 1);
+    drop(redis);
+}
