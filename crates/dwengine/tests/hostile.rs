@@ -1218,9 +1218,17 @@ fn concurrent_large_uploads_stream_in_bounded_memory() {
         peak_mib < 200,
         "the server peaked at {peak_mib} MiB resident with {UPLOADS} uploads of 16 MiB"
     );
+    // The issue bounds the uploads (above). A fetch streams 256 KiB chunks,
+    // at most a few in flight each, so the 64 fetches never hold the 1 GiB
+    // they send; what the process keeps beyond the chunks is the allocator's
+    // per-thread arenas, which vary with how many fetches run at once:
+    // measured 156 MiB on a loaded machine and 234 MiB on an idle one. The
+    // bound is half of what buffering the payloads would take, so a fetch
+    // that holds its payload whole fails it.
     assert!(
-        fetch_peak_mib < 200,
-        "the server peaked at {fetch_peak_mib} MiB resident with {UPLOADS} fetches of 16 MiB"
+        fetch_peak_mib < 512,
+        "the server peaked at {fetch_peak_mib} MiB resident with {UPLOADS} fetches of 16 MiB \
+         (half of the 1 GiB they send)"
     );
     assert_eq!(left, 0, "no spool file outlives its upload");
     assert_eq!(used["used_objects"], UPLOADS, "{used}");
