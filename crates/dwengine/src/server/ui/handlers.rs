@@ -264,11 +264,15 @@ pub struct RunQuery {
 
 impl RunQuery {
     fn ns(&self) -> String {
-        self.ns
-            .clone()
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| "default".into())
+        namespace_or_default(self.ns.as_deref())
     }
+}
+
+/// The namespace a page or form names, `default` when it names none.
+fn namespace_or_default(ns: Option<&str>) -> String {
+    ns.filter(|n| !n.trim().is_empty())
+        .unwrap_or("default")
+        .to_owned()
 }
 
 /// What a finished action says on the run's page (never user text).
@@ -425,11 +429,7 @@ pub async fn act(
         Ok(f) => f,
         Err(e) => return malformed(&viewer, "default", e),
     };
-    let ns = parsed
-        .ns
-        .clone()
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| "default".into());
+    let ns = namespace_or_default(parsed.ns.as_deref());
     if !session::csrf_matches(&viewer, &parsed.csrf) || !session::same_origin(&headers) {
         return html(
             StatusCode::FORBIDDEN,
@@ -531,10 +531,7 @@ pub async fn exceptions(
     let Ok(Query(q)) = query else {
         return malformed(&viewer, "default", "unreadable query string".into());
     };
-    let ns =
-        q.ns.clone()
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| "default".into());
+    let ns = namespace_or_default(q.ns.as_deref());
     let category = q.category.clone().filter(|c| !c.trim().is_empty());
     let position = |token: &Option<String>| -> Result<Option<i64>, ApiError> {
         match token.as_deref().filter(|t| !t.is_empty()) {
@@ -608,10 +605,7 @@ pub async fn operations(
     let Ok(Query(q)) = query else {
         return malformed(&viewer, "default", "unreadable query string".into());
     };
-    let ns =
-        q.ns.clone()
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| "default".into());
+    let ns = namespace_or_default(q.ns.as_deref());
     if !viewer.may_operate() {
         return html(
             StatusCode::FORBIDDEN,
