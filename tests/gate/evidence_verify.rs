@@ -31,6 +31,7 @@ fn verify(summary: &Path, extra: &[&str]) -> Output {
         .args(&args)
         .env("NO_COLOR", "1")
         .env_remove("DW_PERF_TRUSTED_REPOSITORY")
+        .env_remove("DW_SERVER_IMAGE")
         .output()
         .expect("run dwlint")
 }
@@ -118,6 +119,9 @@ fn each_condition_failing_alone_is_its_only_finding() {
         ("run-passed", |s| {
             s["run"]["result"] = json!("failed");
             s["run"]["failures"] = json!(["interrupted"]);
+        }),
+        ("server-image-matches-pin", |s| {
+            s["provenance"]["server_image"]["executable_sha256"] = json!("0".repeat(64))
         }),
     ];
     assert_eq!(
@@ -236,6 +240,161 @@ fn another_trusted_repository_can_be_named() {
             "evidence-recorded-verdict"
         ]
     );
+}
+
+/// The image the checker pins (`--server-image`, or `DW_SERVER_IMAGE` as
+/// the soak workflow exports it) must be the artifact's pin; the reported
+/// image and the executable that ran are matched against that pin.
+#[test]
+fn the_server_image_must_be_the_pinned_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = trusted();
+    let pinned = summary["provenance"]["server_image"]["pinned"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = write(&dir, &summary);
+    let out = verify(&path, &["--server-image", &pinned, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let other = format!("dwserver:0.1.0@sha256:{}", "e".repeat(64));
+    let out = verify(&path, &["--server-image", &other, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        codes(&out),
+        [
+            "evidence-server-image-matches-pin",
+            "evidence-recorded-verdict"
+        ]
+    );
+    assert!(text(&out.stdout).contains(&other), "{}", text(&out.stdout));
+    // The variable the soak workflow exports is read the same way.
+    let out = Command::new(env!("CARGO_BIN_EXE_dwlint"))
+        .args(["evidence", "verify", path.to_str().unwrap(), "--policy"])
+        .arg(fixture("policy.toml"))
+        .args(["--format", "short"])
+        .env("NO_COLOR", "1")
+        .env_remove("DW_PERF_TRUSTED_REPOSITORY")
+        .env("DW_SERVER_IMAGE", &other)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("evidence-server-image-matches-pin"),
+        "{}",
+        text(&out.stdout)
+    );
+    // An artifact from a harness that recorded no image is not trusted.
+    let mut old = trusted();
+    old["provenance"]
+        .as_object_mut()
+        .unwrap()
+        .remove("server_image");
+    old["evidence"]["trust"] = json!({
+        "profile": "trusted_long_soak_v1",
+        "eligible": false,
+        "failed_conditions": [{"condition": "server_image_matches_pin", "explanation": "recorded"}],
+    });
+    let out = verify(&write(&dir, &old), &["--format", "json"]);
+    assert_eq!(codes(&out), ["evidence-server-image-matches-pin"]);
+    assert!(
+        text(&out.stdout).contains("records no server image"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// The soak workflow's `pin the server image` step, run as GitHub runs it
+/// (`bash -e`) beside a stand-in dwserver: it exports the build's digest
+/// reference, and refuses evidence that names another digest.
+#[test]
+fn the_soak_workflow_pins_the_server_image_it_built() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workflow = std::fs::read_to_string(root.join(".github/workflows/soak.yml")).unwrap();
+    let mut lines = workflow
+        .lines()
+        .skip_while(|l| l.trim() != "- name: pin the server image")
+        .skip(1)
+        .skip_while(|l| l.trim() != "run: |")
+        .skip(1)
+        .peekable();
+    let indent = lines
+        .peek()
+        .map(|l| l.len() - l.trim_start().len())
+        .expect("the pin step has a run block");
+    let script: String = lines
+        .take_while(|l| l.len() - l.trim_start().len() >= indent || l.trim().is_empty())
+        .map(|l| format!("{}\n", l.get(indent..).unwrap_or("")))
+        .collect();
+    assert!(script.contains("GITHUB_ENV"), "{script}");
+    let soak = workflow.find("- name: soak").unwrap();
+    let pin = workflow.find("- name: pin the server image").unwrap();
+    assert!(pin < soak, "the pin is exported before the soak starts");
+    let run = |digest_expression: &str| -> (Output, String) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("target/release")).unwrap();
+        let bin = dir.path().join("target/release/dwserver");
+        // What `dwserver evidence` prints (pretty JSON) about itself.
+        std::fs::write(
+            &bin,
+            format!(
+                r#"#!/bin/sh
+[ "$1" = evidence ] || exit 2
+[ -z "$DW_SERVER_IMAGE" ] || exit 3
+d={digest_expression}
+cat <<JSON
+{{
+  "published_artifact_worker_execution": [
+    {{
+      "build": {{
+        "executable_sha256": "$d",
+        "image": "dwserver:0.1.0@sha256:$d",
+        "name": "dwserver",
+        "version": "0.1.0"
+      }},
+      "dw_server_image": "dwserver:0.1.0@sha256:$d",
+      "image_source": "build"
+    }}
+  ]
+}}
+JSON
+"#
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.path().join("pin.sh"), &script).unwrap();
+        let env_file = dir.path().join("github-env");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = Command::new("bash")
+                .args(["-e", "pin.sh"])
+                .current_dir(dir.path())
+                .env("GITHUB_ENV", &env_file)
+                .env("DW_SERVER_IMAGE", "a stale pin the step must not read")
+                .output()
+                .unwrap();
+            // Another test's fork may still hold the fresh script open.
+            if text(&out.stderr).contains("Text file busy") && std::time::Instant::now() < deadline
+            {
+                continue;
+            }
+            let exported = std::fs::read_to_string(&env_file).unwrap_or_default();
+            let digest = dwevidence::digest::sha256_hex(&std::fs::read(&bin).unwrap());
+            return (out, exported.replace(&digest, "<DIGEST>"));
+        }
+    };
+    let (out, exported) = run(r#"$(sha256sum "$0" | cut -d' ' -f1)"#);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(exported, "DW_SERVER_IMAGE=dwserver:0.1.0@sha256:<DIGEST>\n");
+    let (out, exported) = run(&"0".repeat(64));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stdout).contains("::error::"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(exported, "", "nothing is pinned when the digests differ");
 }
 
 #[test]
@@ -357,7 +516,7 @@ fn the_html_report_shows_every_condition_and_charts_the_samples() {
         assert!(page.contains(condition.id()), "{}", condition.id());
     }
     assert!(
-        page.contains("not trusted (1 of 17 conditions failed)"),
+        page.contains("not trusted (1 of 18 conditions failed)"),
         "{page}"
     );
     assert!(

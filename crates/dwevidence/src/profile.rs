@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use crate::summary::{
-    AssertionFailure, FailedCondition, ResourceHealth, RunResult, ServiceMode, Summary, Trust,
-    PROFILE,
+    AssertionFailure, FailedCondition, ResourceHealth, RunResult, ServerImage, ServiceMode,
+    Summary, Trust, PROFILE,
 };
 use crate::thresholds;
 
@@ -59,6 +59,10 @@ pub struct Reference<'a> {
     pub policy_sha256: &'a str,
     /// `owner/name` a trusted soak must come from.
     pub repository: &'a str,
+    /// The pinned server image the checker knows independently of the
+    /// artifact (`dwlint evidence verify --server-image`), if it knows one:
+    /// the artifact's pin must then be exactly this reference.
+    pub server_image: Option<&'a str>,
 }
 
 /// A condition of the profile.
@@ -98,11 +102,13 @@ pub enum Condition {
     NoAssertionFailures,
     /// The run itself passed.
     RunPassed,
+    /// The server that ran is the pinned server image.
+    ServerImageMatchesPin,
 }
 
 impl Condition {
     /// Every condition, in report order.
-    pub const ALL: [Condition; 17] = [
+    pub const ALL: [Condition; 18] = [
         Condition::DurationAtLeastOneHour,
         Condition::ManagedResourceSampling,
         Condition::SelfHostedRunner,
@@ -120,6 +126,7 @@ impl Condition {
         Condition::MemorySlope,
         Condition::NoAssertionFailures,
         Condition::RunPassed,
+        Condition::ServerImageMatchesPin,
     ];
 
     /// The id recorded in `failed_conditions`.
@@ -142,6 +149,7 @@ impl Condition {
             Condition::MemorySlope => "memory_slope",
             Condition::NoAssertionFailures => "no_assertion_failures",
             Condition::RunPassed => "run_passed",
+            Condition::ServerImageMatchesPin => "server_image_matches_pin",
         }
     }
 
@@ -170,6 +178,7 @@ impl Condition {
             Condition::MemorySlope => "For runs of at least 10 minutes with a slope limit, the post-warmup memory slope is recorded and within the limit.",
             Condition::NoAssertionFailures => "No bounded-growth assertion failed: every per-policy maximum and post-drain count is within its threshold and every live check was clean.",
             Condition::RunPassed => "The harness marked the run passed.",
+            Condition::ServerImageMatchesPin => "The run pins its server image by digest (DW_SERVER_IMAGE=<name>[:<tag>]@sha256:<digest>, the dwserver the soak workflow built from the checked-out commit), the dw_server_image reported by the started server's conformance evidence is that reference, and the executable the harness started has that SHA-256 (and, when the verifier is given --server-image, the pin is that reference).",
         }
     }
 }
@@ -346,6 +355,53 @@ fn check(condition: Condition, s: &Summary, r: &Reference) -> Outcome {
             let why = if s.run.failures.is_empty() { "no reason recorded".to_owned() } else { s.run.failures.join("; ") };
             ("run.result", format!("the harness marked the run failed: {why}"))
         }),
+        Condition::ServerImageMatchesPin => server_image(s.provenance.server_image.as_ref(), r.server_image),
+    }
+}
+
+/// The reported `dw_server_image` against the pinned server image, and the
+/// pin against the executable that ran.
+fn server_image(image: Option<&ServerImage>, expected: Option<&str>) -> Outcome {
+    const FIELD: &str = "provenance.server_image";
+    let Some(image) = image else {
+        return fail(FIELD, "the artifact records no server image, so the server that ran cannot be matched against the pinned image".into());
+    };
+    let Some(pinned) = image.pinned.as_deref().filter(|p| !p.is_empty()) else {
+        return fail("provenance.server_image.pinned", "DW_SERVER_IMAGE was not set: the run pinned no server image (the soak workflow pins the dwserver it builds)".into());
+    };
+    if let Some(expected) = expected.filter(|e| *e != pinned) {
+        return fail(
+            "provenance.server_image.pinned",
+            format!(
+                "the run pinned `{pinned}`, not the server image the checker trusts (`{expected}`)"
+            ),
+        );
+    }
+    let Some(digest) = ServerImage::pinned_digest(pinned) else {
+        return fail("provenance.server_image.pinned", format!("the pin `{pinned}` names no digest (`<name>[:<tag>]@sha256:<64 lower-case hex>`); a tag can move, so it pins nothing"));
+    };
+    if let Some(error) = &image.error {
+        return fail(
+            FIELD,
+            format!("the server image could not be read: {error}"),
+        );
+    }
+    match image.dw_server_image.as_deref() {
+        Some(reported) if reported == pinned => {}
+        reported => {
+            return fail(
+                "provenance.server_image.dw_server_image",
+                format!(
+                    "the started server reported dw_server_image {}, not the pinned `{pinned}`",
+                    shown(reported)
+                ),
+            )
+        }
+    }
+    match image.executable_sha256.as_deref() {
+        Some(ran) if ran == digest => None,
+        Some(ran) => fail("provenance.server_image.executable_sha256", format!("the executable the harness started has SHA-256 {ran}, not the pinned digest {digest}")),
+        None => fail("provenance.server_image.executable_sha256", "the harness did not start the server, so no executable digest ties the server that ran to the pin".into()),
     }
 }
 

@@ -7,6 +7,12 @@ use crate::summary::*;
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 const DIGEST: &str = "aa";
+/// SHA-256 of the soak's dwserver executable in the fixture.
+const EXE: &str = "5f0c2b8e7d3a41f6b9c08e1d2a7f4b3c6e5d9a0b1c2d3e4f5a6b7c8d9e0f1a2b";
+
+fn pin() -> String {
+    format!("dwserver:0.1.0@sha256:{EXE}")
+}
 
 fn ids() -> Vec<String> {
     vec!["long_poll_signals".into(), "readiness_probe".into()]
@@ -128,6 +134,12 @@ fn trusted() -> Summary {
             tracked_working_tree_clean: Some(true),
             policy_path: "policy/dw-bounded-growth.toml".into(),
             policy_sha256: DIGEST.into(),
+            server_image: Some(ServerImage {
+                pinned: Some(pin()),
+                dw_server_image: Some(pin()),
+                executable_sha256: Some(EXE.into()),
+                error: None,
+            }),
         },
         evidence: Evidence {
             trust: Trust {
@@ -145,6 +157,7 @@ fn failed(summary: &Summary) -> Vec<Condition> {
         cache_policy_ids: &ids,
         policy_sha256: DIGEST,
         repository: DEFAULT_REPOSITORY,
+        server_image: None,
     };
     evaluate(summary, &reference)
         .into_iter()
@@ -427,6 +440,7 @@ fn a_breach_recorded_and_recomputed_is_reported_once() {
         cache_policy_ids: &ids,
         policy_sha256: DIGEST,
         repository: DEFAULT_REPOSITORY,
+        server_image: None,
     };
     let failures = evaluate(&s, &reference);
     assert_eq!(failures.len(), 1);
@@ -444,6 +458,90 @@ fn a_failed_run_fails_alone() {
     });
 }
 
+fn image(s: &mut Summary) -> &mut ServerImage {
+    s.provenance.server_image.as_mut().unwrap()
+}
+
+#[test]
+fn a_server_image_other_than_the_pin_fails_alone() {
+    // The server reported another image than the one pinned.
+    only(Condition::ServerImageMatchesPin, |s| {
+        image(s).dw_server_image = Some(format!("dwserver:0.1.0@sha256:{}", "0".repeat(64)));
+    });
+    // The executable that ran is not the pinned one.
+    only(Condition::ServerImageMatchesPin, |s| {
+        image(s).executable_sha256 = Some("1".repeat(64));
+    });
+    // A server the harness did not start: nothing ties it to the pin.
+    only(Condition::ServerImageMatchesPin, |s| {
+        image(s).executable_sha256 = None;
+    });
+    // No pin, a tag-only pin, a pin with a short digest.
+    for pinned in [
+        None,
+        Some("dwserver:0.1.0".to_owned()),
+        Some("dwserver@sha256:abc".to_owned()),
+    ] {
+        only(Condition::ServerImageMatchesPin, |s| {
+            image(s).pinned = pinned;
+        });
+    }
+    // The evidence could not be read.
+    only(Condition::ServerImageMatchesPin, |s| {
+        image(s).error = Some("dwserver evidence exited 1".into());
+    });
+    // An artifact from before the image was recorded.
+    only(Condition::ServerImageMatchesPin, |s| {
+        s.provenance.server_image = None;
+    });
+}
+
+#[test]
+fn a_pin_the_checker_knows_must_be_the_artifacts_pin() {
+    let ids = ids();
+    let trusted_pin = pin();
+    let other_pin = format!("dwserver:0.1.0@sha256:{}", "2".repeat(64));
+    let failed_with = |known: &str| -> Vec<ConditionFailure> {
+        let reference = Reference {
+            cache_policy_ids: &ids,
+            policy_sha256: DIGEST,
+            repository: DEFAULT_REPOSITORY,
+            server_image: Some(known),
+        };
+        evaluate(&trusted(), &reference)
+    };
+    assert!(failed_with(&trusted_pin).is_empty());
+    let failures = failed_with(&other_pin);
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].condition, Condition::ServerImageMatchesPin);
+    assert!(
+        failures[0].explanation.contains(&other_pin),
+        "{}",
+        failures[0].explanation
+    );
+}
+
+#[test]
+fn only_a_digest_reference_pins() {
+    assert_eq!(ServerImage::pinned_digest(&pin()), Some(EXE));
+    assert_eq!(
+        ServerImage::pinned_digest(&format!("ghcr.io/durable-workflow/server@sha256:{EXE}")),
+        Some(EXE)
+    );
+    assert_eq!(
+        ServerImage::pinned_digest("durableworkflow/server:0.2"),
+        None
+    );
+    assert_eq!(
+        ServerImage::pinned_digest(&format!("x@sha256:{}", EXE.to_uppercase())),
+        None
+    );
+    assert_eq!(
+        ServerImage::pinned_digest(&format!("x@sha256:{EXE}0")),
+        None
+    );
+}
+
 #[test]
 fn the_verdict_lists_failures_in_order() {
     let mut s = trusted();
@@ -454,6 +552,7 @@ fn the_verdict_lists_failures_in_order() {
         cache_policy_ids: &ids,
         policy_sha256: DIGEST,
         repository: DEFAULT_REPOSITORY,
+        server_image: None,
     };
     let trust = verdict(&evaluate(&s, &reference));
     assert!(!trust.eligible);

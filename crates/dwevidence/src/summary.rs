@@ -283,6 +283,46 @@ pub struct Provenance {
     pub policy_path: String,
     /// SHA-256 (lower-case hex) of the policy file's bytes.
     pub policy_sha256: String,
+    /// The server image the run loaded, beside the image the run pinned;
+    /// `null` in artifacts written before the harness recorded it.
+    #[serde(default)]
+    pub server_image: Option<ServerImage>,
+}
+
+/// Which server ran the soak, beside the image the run pinned.
+///
+/// For this repository the pinned server image is a digest reference
+/// `<name>[:<tag>]@sha256:<64 hex>` in `DW_SERVER_IMAGE`: the soak workflow
+/// sets it to the reference of the dwserver executable it builds from the
+/// checked-out commit. The harness records the pin, the `dw_server_image`
+/// of the conformance evidence (`dwserver evidence`) of the executable it
+/// starts, and its own SHA-256 of that executable, so a verifier can match
+/// the reported image against the pin and the pin against what ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerImage {
+    /// `DW_SERVER_IMAGE` as the harness saw it, if set.
+    pub pinned: Option<String>,
+    /// `dw_server_image` of the started server's conformance evidence.
+    pub dw_server_image: Option<String>,
+    /// SHA-256 (lower-case hex) of the executable the harness started;
+    /// `null` when it drove a server it did not start.
+    pub executable_sha256: Option<String>,
+    /// Why the evidence or the digest could not be read, if so.
+    pub error: Option<String>,
+}
+
+impl ServerImage {
+    /// The digest a reference pins (`…@sha256:<64 lower-case hex>`), if it
+    /// pins one: a tag alone can move, so it pins nothing.
+    pub fn pinned_digest(reference: &str) -> Option<&str> {
+        let (_, digest) = reference.rsplit_once("@sha256:")?;
+        (digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then_some(digest)
+    }
 }
 
 /// Runner provenance.

@@ -1,5 +1,5 @@
 //! Where a run came from: GitHub and runner variables, the checkout, the
-//! policy digest.
+//! policy digest, and the server image beside the image the run pinned.
 //!
 //! Per-run values (run id, runner name, commit) belong here, in the
 //! artifact, and never in a Prometheus label: a label that changes every run
@@ -10,15 +10,20 @@ use std::path::Path;
 use std::process::Command;
 
 use dwevidence::profile::GITHUB_VARS;
-use dwevidence::summary::{Provenance, Runner};
+use dwevidence::summary::{Provenance, Runner, ServerImage};
 
-/// Provenance from `lookup` (the environment) and `git` run in `checkout`.
+/// The variable that pins the server image (`<name>[:<tag>]@sha256:<hex>`).
+pub const PIN_VAR: &str = "DW_SERVER_IMAGE";
+
+/// Provenance from `lookup` (the environment), `git` run in `checkout` and,
+/// when the harness started the server, that server's executable.
 pub fn collect(
     lookup: impl Fn(&str) -> Option<String>,
     checkout: &Path,
     base_url: &str,
     policy_path: &Path,
     policy_sha256: &str,
+    server_bin: Option<&Path>,
 ) -> Provenance {
     let set = |name: &str| lookup(name).filter(|v| !v.is_empty());
     let github: BTreeMap<String, String> = GITHUB_VARS
@@ -43,7 +48,62 @@ pub fn collect(
         .map(|s| s.trim().is_empty()),
         policy_path: policy_path.to_string_lossy().into_owned(),
         policy_sha256: policy_sha256.to_owned(),
+        server_image: Some(server_image(
+            set(PIN_VAR).map(|p| p.trim().to_owned()),
+            server_bin,
+        )),
     }
+}
+
+/// The pin, the `dw_server_image` that `bin evidence` reports under that
+/// pin (the conformance evidence of the executable the harness started),
+/// and the harness's own SHA-256 of `bin`. Without `bin` (a server somebody
+/// else started) only the pin is known.
+pub fn server_image(pinned: Option<String>, bin: Option<&Path>) -> ServerImage {
+    let mut image = ServerImage {
+        pinned,
+        dw_server_image: None,
+        executable_sha256: None,
+        error: None,
+    };
+    let Some(bin) = bin else { return image };
+    match std::fs::read(bin) {
+        Ok(bytes) => image.executable_sha256 = Some(dwevidence::digest::sha256_hex(&bytes)),
+        Err(e) => {
+            image.error = Some(format!("cannot read {}: {e}", bin.display()));
+            return image;
+        }
+    }
+    let mut command = Command::new(bin);
+    command.arg("evidence");
+    match &image.pinned {
+        Some(pin) => command.env(PIN_VAR, pin),
+        None => command.env_remove(PIN_VAR),
+    };
+    match reported_image(&mut command) {
+        Ok(reported) => image.dw_server_image = Some(reported),
+        Err(e) => image.error = Some(format!("`{} evidence`: {e}", bin.display())),
+    }
+    image
+}
+
+/// `dw_server_image` of the first `published_artifact_worker_execution`
+/// entry that `command` prints.
+fn reported_image(command: &mut Command) -> Result<String, String> {
+    let out = command.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{} ({})", out.status, stderr.trim()));
+    }
+    let payload: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("the evidence is not JSON: {e}"))?;
+    payload["published_artifact_worker_execution"][0]["dw_server_image"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            "the evidence names no published_artifact_worker_execution[0].dw_server_image"
+                .to_owned()
+        })
 }
 
 /// Output of a successful git command; `None` outside a checkout.
@@ -72,7 +132,7 @@ mod tests {
             _ => None,
         };
         let dir = tempfile::tempdir().unwrap();
-        let p = collect(env, dir.path(), "http://x", Path::new("p.toml"), "00");
+        let p = collect(env, dir.path(), "http://x", Path::new("p.toml"), "00", None);
         assert_eq!(
             p.github,
             BTreeMap::from([("GITHUB_SHA".into(), "abc".into())])
@@ -87,8 +147,84 @@ mod tests {
             "http://x",
             Path::new("p.toml"),
             "00",
+            None,
         );
         assert_eq!(p.git_sha.map(|s| s.len()), Some(40));
         assert!(p.tracked_working_tree_clean.is_some());
+        let image = p.server_image.unwrap();
+        assert_eq!((image.pinned, image.executable_sha256), (None, None));
+    }
+
+    /// A stand-in dwserver: `evidence` prints the payload shape with
+    /// `DW_SERVER_IMAGE` as its image, or fails when asked to.
+    fn fake_server(dir: &Path, script: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("dwserver");
+        std::fs::write(&bin, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    /// `server_image`, again while another thread's fork still holds the
+    /// freshly written script open (ETXTBSY); a generous deadline, no sleep.
+    fn image_of(pinned: Option<String>, bin: &Path) -> ServerImage {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let image = server_image(pinned.clone(), Some(bin));
+            let busy = image
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("os error 26"));
+            if !busy || std::time::Instant::now() > deadline {
+                return image;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn the_started_servers_image_is_read_beside_the_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = fake_server(
+            dir.path(),
+            r#"[ "$1" = evidence ] || exit 2
+printf '{"published_artifact_worker_execution":[{"dw_server_image":"%s"}]}' "${DW_SERVER_IMAGE:-unpinned}""#,
+        );
+        let digest = dwevidence::digest::sha256_hex(&std::fs::read(&bin).unwrap());
+        let pin = format!("dwserver:0.1.0@sha256:{digest}");
+        let image = image_of(Some(pin.clone()), &bin);
+        assert_eq!(image.pinned.as_deref(), Some(pin.as_str()));
+        assert_eq!(image.dw_server_image.as_deref(), Some(pin.as_str()));
+        assert_eq!(image.executable_sha256.as_deref(), Some(digest.as_str()));
+        assert_eq!(image.error, None);
+        assert_eq!(ServerImage::pinned_digest(&pin), Some(digest.as_str()));
+        // Unpinned: the server reports what it reports, and nothing is pinned.
+        let image = image_of(None, &bin);
+        assert_eq!(image.dw_server_image.as_deref(), Some("unpinned"));
+        // An external server: only the pin is known.
+        let image = server_image(Some(pin.clone()), None);
+        assert_eq!(
+            (image.dw_server_image, image.executable_sha256),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_server_that_cannot_give_its_evidence_is_an_error_not_an_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = fake_server(dir.path(), "echo 'no policy' >&2; exit 1");
+        let image = image_of(Some("x@sha256:00".into()), &bin);
+        assert_eq!(image.dw_server_image, None);
+        let error = image.error.unwrap();
+        assert!(
+            error.contains("evidence") && error.contains("no policy"),
+            "{error}"
+        );
+        let bin = fake_server(dir.path(), "echo '{}'");
+        let error = image_of(None, &bin).error.unwrap();
+        assert!(error.contains("names no"), "{error}");
+        let missing = dir.path().join("absent");
+        let error = server_image(None, Some(&missing)).error.unwrap();
+        assert!(error.contains("cannot read"), "{error}");
     }
 }

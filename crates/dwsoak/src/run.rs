@@ -64,6 +64,8 @@ struct Services {
     database_path: Option<PathBuf>,
     redis_url: Option<String>,
     mode: ServiceMode,
+    /// The dwserver executable the harness started, if it started one.
+    server_bin: Option<PathBuf>,
 }
 
 fn services(soak: &Soak) -> Result<Services, RunError> {
@@ -85,6 +87,7 @@ fn services(soak: &Soak) -> Result<Services, RunError> {
                 .clone()
                 .filter(|_| args.cache == Backend::Redis),
             mode: ServiceMode::External,
+            server_bin: None,
         });
     }
     let (redis, redis_url, mode) = match (args.cache, &args.redis_url) {
@@ -109,6 +112,7 @@ fn services(soak: &Soak) -> Result<Services, RunError> {
         _redis: redis,
         redis_url,
         mode,
+        server_bin: Some(bin),
     })
 }
 
@@ -225,6 +229,7 @@ pub fn run(soak: &Soak) -> Result<Summary, RunError> {
         &services.base_url,
         &soak.policy_path,
         &soak.policy_sha256,
+        services.server_bin.as_deref(),
     );
     let observations = Observations {
         samples: recorder.samples,
@@ -351,6 +356,7 @@ fn write_artifacts(
         cache_policy_ids: &soak.cache_policy_ids,
         policy_sha256: &soak.policy_sha256,
         repository: &args.repository,
+        server_image: None,
     };
     let failures = profile::evaluate(summary, &reference);
     let report = html::render(

@@ -191,6 +191,7 @@ pub fn summarize(soak: &Soak, obs: &Observations, provenance: Provenance) -> Sum
         cache_policy_ids: &soak.cache_policy_ids,
         policy_sha256: &soak.policy_sha256,
         repository: &args.repository,
+        server_image: None,
     };
     summary.evidence.trust = profile::verdict(&profile::evaluate(&summary, &reference));
     summary

@@ -118,6 +118,7 @@ fn provenance() -> Provenance {
         tracked_working_tree_clean: None,
         policy_path: "p".into(),
         policy_sha256: dwevidence::digest::sha256_hex(policy().1.as_bytes()),
+        server_image: None,
     }
 }
 

@@ -78,6 +78,12 @@ fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
     declared.sort();
     assert_eq!(ids, declared, "the per-policy map mirrors the inventory");
     assert_eq!(summary.config.services, ServiceMode::External);
+    // A server the harness did not start: no executable ties it to a pin.
+    let image = summary.provenance.server_image.as_ref().unwrap();
+    assert_eq!(
+        (&image.dw_server_image, &image.executable_sha256),
+        (&None, &None)
+    );
 
     // The artifacts, as written; the summary also holds to the published schema.
     let written_text = std::fs::read_to_string(out.join("summary.json")).unwrap();
@@ -127,6 +133,7 @@ fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
         Condition::DurationAtLeastOneHour,
         Condition::ManagedResourceSampling,
         Condition::PerPolicyThresholdMaps,
+        Condition::ServerImageMatchesPin,
     ] {
         assert!(failed.contains(&condition.id()), "{failed:?}");
     }
@@ -135,6 +142,7 @@ fn a_short_soak_writes_a_passing_well_formed_and_ineligible_artifact() {
         cache_policy_ids: &soak.cache_policy_ids,
         policy_sha256: &soak.policy_sha256,
         repository: profile::DEFAULT_REPOSITORY,
+        server_image: None,
     };
     assert_eq!(
         profile::verdict(&profile::evaluate(&written, &reference)),

@@ -41,6 +41,11 @@ pub struct VerifyArgs {
         default_value = dwevidence::profile::DEFAULT_REPOSITORY
     )]
     repository: String,
+    /// The pinned server image (`<name>[:<tag>]@sha256:<digest>`) the artifact
+    /// must have run; without it the artifact's own pin is matched against
+    /// the server it reports.
+    #[arg(long, value_name = "REFERENCE", env = "DW_SERVER_IMAGE")]
+    server_image: Option<String>,
     /// Report format.
     #[arg(long, value_enum, default_value_t = EvidenceFormat::Report(Format::Human))]
     format: EvidenceFormat,
@@ -89,6 +94,7 @@ pub fn run(command: EvidenceCommand, color: bool) -> Result<Outcome, EvidenceErr
         root: PathBuf::from("."),
         policy: args.policy.clone(),
         repository: args.repository.clone(),
+        server_image: args.server_image.clone().filter(|s| !s.trim().is_empty()),
     })?;
     let notes = single_report::write_to(args.output.as_ref(), color, |style, out| {
         match args.format {

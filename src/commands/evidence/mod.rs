@@ -41,6 +41,8 @@ pub struct VerifyOptions {
     pub policy: Option<PathBuf>,
     /// The repository a trusted soak must come from.
     pub repository: String,
+    /// The pinned server image reference, when the checker knows it.
+    pub server_image: Option<String>,
 }
 
 /// Why an artifact could not be verified (exit 2).
@@ -128,6 +130,7 @@ pub fn verify(options: &VerifyOptions) -> Result<Verified, EvidenceError> {
         cache_policy_ids: &ids,
         policy_sha256: &digest,
         repository: &options.repository,
+        server_image: options.server_image.as_deref(),
     };
     let failures = profile::evaluate(&summary, &reference);
     let shown = path.to_string_lossy().replace('\\', "/");
