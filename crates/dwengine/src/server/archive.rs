@@ -27,6 +27,8 @@ impl Engine {
             ArchiveOutcome::Archived(mark) => (mark, "archived"),
             ArchiveOutcome::AlreadyArchived(mark) => (mark, "already_archived"),
         };
+        // Archiving an imported v1 run that never ended also closed it.
+        self.wake_run(run);
         Ok(json!({
             "workflow_id": workflow_id, "run_id": wire::run_id(run), "outcome": outcome,
             "archived": true, "archived_at": wire::timestamp(mark.archived_at_ms),

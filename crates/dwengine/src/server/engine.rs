@@ -74,6 +74,9 @@ pub struct Engine {
     /// Post-commit steps (wake-ups, cache housekeeping) that failed after
     /// their transaction committed (`dw_post_commit_failures_total`).
     pub(crate) post_commit_failures: AtomicU64,
+    /// Malformed rows left out of the v1 projections this node imported
+    /// (`dw_v1_projection_malformed_rows_total`).
+    pub(crate) v1_malformed_rows: AtomicU64,
     /// When a write last failed because the store's disk is full (unix ms;
     /// 0: never): readiness answers 503 for a while after it.
     storage_full_at: std::sync::atomic::AtomicI64,
@@ -221,6 +224,7 @@ impl Engine {
             known_namespaces: RwLock::new(HashSet::new()),
             waiters: Waiters::new(config.call_waits),
             post_commit_failures: AtomicU64::new(0),
+            v1_malformed_rows: AtomicU64::new(0),
             storage_full_at: std::sync::atomic::AtomicI64::new(0),
             storage_full_warned_at: std::sync::atomic::AtomicI64::new(0),
             service_boundary: SharedServiceBoundaryPolicy::new(
@@ -247,6 +251,11 @@ impl Engine {
     /// Post-commit steps that failed since start.
     pub fn post_commit_failures(&self) -> u64 {
         self.post_commit_failures.load(Ordering::Relaxed)
+    }
+
+    /// Malformed rows left out of the v1 projections imported since start.
+    pub fn v1_malformed_rows(&self) -> u64 {
+        self.v1_malformed_rows.load(Ordering::Relaxed)
     }
 
     /// The waiting-call registry (caps, wake-ups).

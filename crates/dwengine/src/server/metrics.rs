@@ -41,6 +41,10 @@ pub struct PrometheusScrape {
     /// `dw_post_commit_failures_total`: this node's post-commit steps that
     /// failed since start (unlabelled; the same in every namespace's scrape).
     pub post_commit_failures: u64,
+    /// `dw_v1_projection_malformed_rows_total`: malformed source rows left
+    /// out of the v1 projections this node imported since start
+    /// (unlabelled; the same in every namespace's scrape).
+    pub v1_malformed_rows: u64,
 }
 
 impl PrometheusScrape {
@@ -54,6 +58,12 @@ impl PrometheusScrape {
              # TYPE dw_post_commit_failures_total counter\n\
              dw_post_commit_failures_total {}\n",
             self.post_commit_failures
+        ));
+        text.push_str(&format!(
+            "# HELP dw_v1_projection_malformed_rows_total Malformed source rows left out of imported v1 projections (each import reports its own).\n\
+             # TYPE dw_v1_projection_malformed_rows_total counter\n\
+             dw_v1_projection_malformed_rows_total {}\n",
+            self.v1_malformed_rows
         ));
         text
     }
@@ -96,6 +106,7 @@ impl Engine {
             activities: self.activity_executions.render(guard, activity_series)?,
             task_queues: self.task_queue_runtime.render(guard, queue_states)?,
             post_commit_failures: self.post_commit_failures(),
+            v1_malformed_rows: self.v1_malformed_rows(),
         })
     }
 
@@ -189,6 +200,7 @@ impl Engine {
             metrics["structural_limits"] = json!(s.health().structural_limits);
             metrics["backend"] = json!(s.capabilities());
             metrics["post_commit_failures_total"] = json!(self.post_commit_failures());
+            metrics["v1_projection_malformed_rows_total"] = json!(self.v1_malformed_rows());
             metrics["waits"] = json!(self.waits_snapshot());
             Ok(metrics)
         })

@@ -3,16 +3,20 @@
 //! Archive moves a closed run out of the default listing without deleting
 //! it: the run keeps its history and stays readable by id, and the mark
 //! (when and why) lives on its row, so an archived run costs no extra rows.
-//! Only closed v2 runs are archived; an open run has to close first and an
-//! imported v1 projection stays read-only. Archiving twice keeps the first
-//! mark, so a retried request converges.
+//! Only closed runs are archived; an open v2 run has to close first. An
+//! imported v1 projection that never ended (no terminal event) is closed as
+//! terminated by its archive, in the same transaction, since no workflow
+//! code will ever close it. Archiving twice keeps the first mark, so a
+//! retried request converges.
 
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
+use serde_json::json;
 
+use crate::store::completion::finish_run;
 use crate::store::connection::Store;
 use crate::store::error::Error;
-use crate::store::model::{RunId, RunOrigin, RunStatus};
+use crate::store::model::{EventType, RunId, RunOrigin, RunStatus};
 use crate::store::rows::{load_head, now_ms};
 use crate::store::tx::WriteTx;
 
@@ -71,13 +75,24 @@ impl Store {
     pub fn archive_run(&self, run: RunId, reason: Option<&str>) -> Result<ArchiveOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
-        if head.origin == RunOrigin::V1Projection {
-            return Err(Error::ReadOnlyProjection(run));
-        }
         if head.status == RunStatus::Running {
-            return Err(Error::RunNotClosed(run));
-        }
-        if let Some(mark) = self.archive_mark(run)? {
+            if head.origin != RunOrigin::V1Projection {
+                return Err(Error::RunNotClosed(run));
+            }
+            // An imported v1 run that never ended has no workflow code to
+            // close it: archiving closes it as terminated first (a
+            // `WorkflowTerminated` event naming the archive), which frees
+            // its workflow id.
+            let payload = json!({ "reason": reason, "request_id": null, "closed_by": "archive" });
+            finish_run(
+                &tx,
+                &head,
+                RunStatus::Terminated,
+                EventType::WorkflowTerminated,
+                &payload,
+                None,
+            )?;
+        } else if let Some(mark) = self.archive_mark(run)? {
             return Ok(ArchiveOutcome::AlreadyArchived(mark));
         }
         let mark = ArchiveMark {

@@ -128,7 +128,15 @@ impl Store {
                 });
             }
         }
-        head.ensure_writable()?;
+        // Not `ensure_writable`: an imported v1 projection takes no workflow
+        // traffic, but one that never ended (no terminal event) is closed by
+        // an operator here, or it would hold its workflow id for good.
+        if head.status != RunStatus::Running {
+            return Err(Error::RunNotActive {
+                run,
+                status: head.status,
+            });
+        }
         tx.prepare_cached(&format!("UPDATE runs SET {column} = ?2 WHERE id = ?1"))?
             .execute(params![run.0, request_id])?;
         let payload = json!({ "reason": reason, "request_id": request_id });

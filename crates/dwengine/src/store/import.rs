@@ -40,6 +40,11 @@ pub struct V1Projection {
     pub rows: Vec<V1Row>,
     /// How the run ended, if it did.
     pub terminal: Option<V1Terminal>,
+    /// Source rows that were malformed and left out of `rows` (the import
+    /// records their count on the start event, so the projection says it
+    /// is incomplete).
+    #[serde(default)]
+    pub malformed_rows: u64,
 }
 
 /// One v1 history row.
@@ -111,14 +116,18 @@ impl V1Projection {
     }
 
     fn start_payload(&self) -> Value {
-        json!({
+        let mut start = json!({
             "workflow_id": self.workflow_id,
             "workflow_type": self.workflow_type,
             "namespace": self.namespace,
             "task_queue": self.task_queue,
             "arguments": self.arguments,
             "origin": "v1_projection",
-        })
+        });
+        if self.malformed_rows > 0 {
+            start["malformed_rows"] = self.malformed_rows.into();
+        }
+        start
     }
 }
 

@@ -107,7 +107,7 @@ fn a_reason_one_character_over_the_limit_archives_nothing() {
 }
 
 #[test]
-fn imported_projections_are_not_archived() {
+fn imported_projections_are_archived_and_one_that_never_ended_is_closed_by_it() {
     let s = server();
     let (status, _) = s.post(
         "/api/workflows/import",
@@ -115,9 +115,62 @@ fn imported_projections_are_not_archived() {
                 "terminal": { "status": "completed", "result": 1 } }),
     );
     assert_eq!(status, 201);
-    let (status, refused) = s.post("/api/workflows/v1/archive", json!({}));
+    let (status, archived) = s.post("/api/workflows/v1/archive", json!({}));
+    assert_eq!(
+        (status, &archived["outcome"]),
+        (200, &json!("archived")),
+        "{archived}"
+    );
+    assert_eq!(s.get("/api/workflows/v1").1["status"], "completed");
+
+    let (status, imported) = s.post(
+        "/api/workflows/import",
+        json!({ "workflow_id": "v1-open", "workflow_type": "T", "task_queue": "q" }),
+    );
+    assert_eq!(status, 201);
+    let run = imported["run_id"].as_str().unwrap().to_owned();
+    let (status, archived) = s.post(
+        "/api/workflows/v1-open/archive",
+        json!({ "reason": "legacy, never finished" }),
+    );
+    assert_eq!(
+        (status, &archived["outcome"]),
+        (200, &json!("archived")),
+        "{archived}"
+    );
+    let described = s.get("/api/workflows/v1-open").1;
+    assert_eq!(described["status"], "terminated", "{described}");
+    let history = s
+        .get(&format!("/api/workflows/v1-open/runs/{run}/history"))
+        .1;
+    assert_eq!(history["total_events"], 2, "{history}");
+    assert_eq!(history["events"][1]["event_type"], "WorkflowTerminated");
+    assert_eq!(history["events"][1]["payload"]["closed_by"], "archive");
+    assert_eq!(
+        history["events"][1]["payload"]["reason"],
+        "legacy, never finished"
+    );
+    // A retry converges on the first mark and appends nothing.
+    let (status, again) = s.post("/api/workflows/v1-open/archive", json!({}));
+    assert_eq!(
+        (status, &again["outcome"]),
+        (200, &json!("already_archived"))
+    );
+    let history = s
+        .get(&format!("/api/workflows/v1-open/runs/{run}/history"))
+        .1;
+    assert_eq!(history["total_events"], 2);
+    assert_eq!(listed(&s, "?archived=only"), ["v1-open", "v1"]);
+    // The workflow id is free.
+    let (status, started) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "v1-open", "workflow_type": "T", "task_queue": "q" }),
+    );
+    assert_eq!(status, 201, "{started}");
+    // An open v2 run is still refused.
+    let (status, refused) = s.post("/api/workflows/v1-open/archive", json!({}));
     assert_eq!(
         (status, &refused["reason"]),
-        (409, &json!("v1_projection_read_only"))
+        (409, &json!("run_not_closed"))
     );
 }

@@ -1,6 +1,7 @@
 //! `POST /api/workflows/import` over loopback HTTP: dry runs, both budget
 //! dimensions at their edges, 0 disabling each, the 409 coming before any
-//! existing row is read, and imported runs staying read-only.
+//! existing row is read, imported runs staying read-only but closable by an
+//! operator when they never ended, and malformed rows counted.
 
 use crate::support;
 
@@ -188,7 +189,7 @@ fn an_oversized_import_is_refused_before_existing_rows_are_read() {
 }
 
 #[test]
-fn imported_runs_take_no_signals_updates_or_stops() {
+fn imported_runs_take_no_signals_or_updates() {
     let s = server(100, 0);
     let (status, imported) = s.post(IMPORT, projection("ro", 1, None));
     assert_eq!(status, 201);
@@ -197,8 +198,6 @@ fn imported_runs_take_no_signals_updates_or_stops() {
         "/api/workflows/ro/signal/approve".to_owned(),
         format!("/api/workflows/ro/runs/{run_id}/signal/approve"),
         "/api/workflows/ro/update/approve".to_owned(),
-        "/api/workflows/ro/cancel".to_owned(),
-        "/api/workflows/ro/terminate".to_owned(),
     ] {
         let (status, refused) = s.post(&path, json!({ "input": null, "reason": "x" }));
         assert_eq!(
@@ -210,6 +209,208 @@ fn imported_runs_take_no_signals_updates_or_stops() {
     let history = s.get(&format!("/api/workflows/ro/runs/{run_id}/history")).1;
     assert_eq!(history["total_events"], 4, "nothing was appended");
     assert_eq!(s.get("/api/workflows/ro").1["status"], "running");
+}
+
+/// The workflow id is free again: a start is admitted and becomes the id's run.
+fn start_is_admitted(s: &TestServer, workflow_id: &str, projection_run: &str) {
+    let (status, started) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": workflow_id, "workflow_type": "V2Workflow", "task_queue": "q" }),
+    );
+    assert_eq!(status, 201, "{started}");
+    assert_ne!(started["run_id"].as_str(), Some(projection_run));
+    let described = s.get(&format!("/api/workflows/{workflow_id}")).1;
+    assert_eq!(
+        (&described["status"], &described["origin"]),
+        (&json!("running"), &json!("v2")),
+        "{described}"
+    );
+}
+
+#[test]
+fn an_imported_run_without_an_end_is_terminated_or_cancelled_and_frees_its_workflow_id() {
+    let s = server(100, 0);
+    for (workflow_id, operation, status, event) in [
+        ("open-t", "terminate", "terminated", "WorkflowTerminated"),
+        ("open-c", "cancel", "cancelled", "WorkflowCancelled"),
+    ] {
+        let (code, imported) = s.post(IMPORT, projection(workflow_id, 1, None));
+        assert_eq!(code, 201, "{imported}");
+        let run_id = imported["run_id"].as_str().unwrap().to_owned();
+        // While the projection is open, its workflow id is taken.
+        let (code, refused) = s.post(
+            "/api/workflows",
+            json!({ "workflow_id": workflow_id, "workflow_type": "V2Workflow", "task_queue": "q" }),
+        );
+        assert_eq!(
+            (code, &refused["reason"]),
+            (409, &json!("instance_already_started")),
+            "{refused}"
+        );
+        let path = format!("/api/workflows/{workflow_id}/{operation}");
+        let (code, closed) = s.post(&path, json!({ "reason": "legacy run abandoned" }));
+        assert_eq!(code, 200, "{operation}: {closed}");
+        assert_eq!(closed["outcome"], status);
+        let described = s
+            .get(&format!("/api/workflows/{workflow_id}/runs/{run_id}"))
+            .1;
+        assert_eq!(described["status"], status, "{described}");
+        let history = s
+            .get(&format!(
+                "/api/workflows/{workflow_id}/runs/{run_id}/history"
+            ))
+            .1;
+        assert_eq!(history["total_events"], 5, "{history}");
+        let last = &history["events"][4];
+        assert_eq!(last["event_type"], event);
+        assert_eq!(last["payload"]["reason"], "legacy run abandoned");
+        // Closed once: the second stop of the closed projection is refused
+        // (a cancel repeat converges, as for any run).
+        let (code, again) = s.post(
+            &format!("/api/workflows/{workflow_id}/runs/{run_id}/terminate"),
+            json!({}),
+        );
+        assert_eq!(
+            (code, &again["reason"]),
+            (409, &json!("run_not_active")),
+            "{again}"
+        );
+        start_is_admitted(&s, workflow_id, &run_id);
+        // The projection is still read-only and stays readable by run id.
+        let (code, refused) = s.post(
+            &format!("/api/workflows/{workflow_id}/runs/{run_id}/signal/approve"),
+            json!({}),
+        );
+        assert_eq!(code, 409, "{refused}");
+        // …and a second import of the same workflow is still refused.
+        let (code, again) = s.post(IMPORT, projection(workflow_id, 1, None));
+        assert_eq!(
+            (code, &again["reason"]),
+            (409, &json!("v1_projection_already_imported"))
+        );
+    }
+}
+
+#[test]
+fn malformed_rows_are_left_out_counted_reported_and_metered() {
+    let s = server(100, 0);
+    let metric = |s: &TestServer| -> u64 {
+        let (status, _, text) = s.get_text("/api/system/prometheus-metrics?namespace=default");
+        assert_eq!(status, 200, "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("dw_v1_projection_malformed_rows_total "))
+            .unwrap_or_else(|| panic!("no malformed-rows counter in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(metric(&s), 0);
+    let mut body = projection("messy", 1, None);
+    let rows = body["rows"].as_array_mut().unwrap();
+    // rows 0..3 are good (a log, a signal, an exception); then six bad ones.
+    rows.push(json!({ "kind": "nope" }));
+    rows.push(json!("not an object"));
+    rows.push(json!({ "kind": "signal", "arguments": [] }));
+    rows.push(json!({ "kind": "signal", "name": " ", "arguments": [] }));
+    rows.push(json!({ "kind": "exception", "class": "", "message": "m" }));
+    rows.push(json!({ "kind": "log" }));
+    rows.push(json!({ "kind": "log", "result": "after the bad ones" }));
+    // A dry run reports them and counts nothing.
+    let (status, measured) = s.post(IMPORT, dry(body.clone()));
+    assert_eq!(status, 200, "{measured}");
+    assert_eq!(measured["malformed_rows"], 6);
+    assert_eq!(metric(&s), 0, "a dry run adds nothing to the metric");
+    let (status, imported) = s.post(IMPORT, body.clone());
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["malformed_rows"], 6);
+    let indexes: Vec<u64> = imported["malformed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [3, 4, 5, 6, 7, 8]);
+    assert!(
+        imported["malformed"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nope"),
+        "{imported}"
+    );
+    assert!(
+        imported["malformed"][3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("name"),
+        "{imported}"
+    );
+    // 1 start + 4 good rows; nothing of the bad ones.
+    assert_eq!(imported["events"], 5);
+    let run_id = imported["run_id"].as_str().unwrap();
+    let history = s
+        .get(&format!("/api/workflows/messy/runs/{run_id}/history"))
+        .1;
+    assert_eq!(history["total_events"], 5);
+    assert_eq!(history["events"][0]["payload"]["malformed_rows"], 6);
+    assert_eq!(
+        history["events"][4]["payload"]["result"],
+        "after the bad ones"
+    );
+    assert_eq!(metric(&s), 6);
+    let operator = s.get("/api/system/operator-metrics").1;
+    assert_eq!(operator["v1_projection_malformed_rows_total"], 6);
+    // A clean import says so and records nothing on its start event.
+    let (status, clean) = s.post(IMPORT, projection("clean", 1, None));
+    assert_eq!(status, 201);
+    assert_eq!(
+        (&clean["malformed_rows"], &clean["malformed"]),
+        (&json!(0), &json!([]))
+    );
+    let run_id = clean["run_id"].as_str().unwrap();
+    let history = s
+        .get(&format!("/api/workflows/clean/runs/{run_id}/history"))
+        .1;
+    assert_eq!(history["events"][0]["payload"].get("malformed_rows"), None);
+    // The answer lists at most 20; the count stays exact.
+    let mut many = projection("many", 0, None);
+    many["rows"] = json!((0..50).map(|_| json!({ "kind": 7 })).collect::<Vec<_>>());
+    let (status, imported) = s.post(IMPORT, many);
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["malformed_rows"], 50);
+    assert_eq!(imported["malformed"].as_array().unwrap().len(), 20);
+    assert_eq!(metric(&s), 56);
+}
+
+#[test]
+fn on_malformed_reject_refuses_the_import_naming_each_row() {
+    let s = server(100, 0);
+    let mut body = projection("strict", 1, None);
+    body["rows"]
+        .as_array_mut()
+        .unwrap()
+        .extend([json!({ "kind": "nope" }), json!({ "kind": "signal" })]);
+    body["on_malformed"] = "reject".into();
+    let (status, refused) = s.post(IMPORT, body.clone());
+    assert_eq!(
+        (status, &refused["reason"]),
+        (422, &json!("validation_failed")),
+        "{refused}"
+    );
+    let fields: Vec<&String> = refused["validation_errors"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(fields, ["rows.3", "rows.4"]);
+    assert_eq!(s.get("/api/workflows/strict").0, 404, "nothing was written");
+    body["on_malformed"] = "ignore".into();
+    let (status, refused) = s.post(IMPORT, body.clone());
+    assert_eq!(status, 422);
+    assert!(
+        refused["validation_errors"]["on_malformed"].is_array(),
+        "{refused}"
+    );
+    body["on_malformed"] = "count".into();
+    assert_eq!(s.post(IMPORT, body).0, 201);
 }
 
 #[test]
@@ -232,9 +433,10 @@ fn import_fields_are_checked_at_the_boundary() {
         .keys()
         .collect();
     assert_eq!(fields, ["task_queue", "workflow_id", "workflow_type"]);
+    // A malformed body is a 400; a malformed row alone is counted (see below).
     let (status, _) = s.post(
         IMPORT,
-        json!({ "workflow_id": "x", "rows": [{ "kind": "nope" }] }),
+        json!({ "workflow_id": "x", "rows": [], "terminal": { "status": "nope" } }),
     );
     assert_eq!(status, 400);
 }

@@ -42,6 +42,7 @@ fn projection(workflow_id: &str, logs: usize, terminal: Option<V1Terminal>) -> V
         arguments: json!({ "x": 1 }),
         rows,
         terminal,
+        malformed_rows: 0,
     }
 }
 

@@ -400,8 +400,9 @@ fn thousands_of_queues_and_activity_types_never_grow_a_scrape_past_its_caps() {
         "fan sorts before q…"
     );
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
-    // … plus the node's one unlabelled dw_post_commit_failures_total.
-    assert_eq!(samples, 10 + 110 + 20 + 10 + 110 + 20 + 60 + 1, "{text}");
+    // … plus the node's unlabelled dw_post_commit_failures_total and
+    // dw_v1_projection_malformed_rows_total.
+    assert_eq!(samples, 10 + 110 + 20 + 10 + 110 + 20 + 60 + 2, "{text}");
 
     let (_, body) = s.get("/api/system/metrics?namespace=churn");
     for key in ["workflows", "activities", "task_queues"] {
