@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod cluster;
 pub mod conformance;
 pub mod diagnostics;
 pub mod durable_state;

@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
+use crate::cluster::{StoreLock, StoreLockError};
 use crate::diagnostics::WorkerPollDiagnostics;
 use crate::durable_state::NamespaceDurableStateQuota;
 use crate::external_payloads::RuntimeExternalPayloadQuota;
@@ -82,6 +83,9 @@ pub struct Engine {
     storage_full_at: std::sync::atomic::AtomicI64,
     /// When that was last logged at WARN (unix ms).
     storage_full_warned_at: std::sync::atomic::AtomicI64,
+    /// This process's lock on the SQLite file (none in memory). The last
+    /// field, so it is released only after the store has closed.
+    _store_lock: Option<StoreLock>,
 }
 
 /// A configured series limit as the signed value dwpolicy clamps.
@@ -109,6 +113,9 @@ pub enum StartError {
     /// The wait-slot directory is unusable.
     #[error(transparent)]
     WaitSlots(#[from] crate::wait_slots::WaitSlotError),
+    /// Another process serves the SQLite file, or its lock file is unusable.
+    #[error(transparent)]
+    StoreLock(#[from] StoreLockError),
 }
 
 impl Engine {
@@ -142,6 +149,13 @@ impl Engine {
                 source,
             })?;
         }
+        // Before the store is opened (and long before the node listens): a
+        // second process on the same file stops here.
+        let store_lock = config
+            .database
+            .as_deref()
+            .map(|db| StoreLock::acquire(db, &config.server_id))
+            .transpose()?;
         let store = SharedStore::open(
             config.database.as_deref(),
             config.store.clone(),
@@ -233,6 +247,7 @@ impl Engine {
             ),
             cache,
             config,
+            _store_lock: store_lock,
         })
     }
 

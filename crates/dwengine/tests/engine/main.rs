@@ -19,6 +19,7 @@ mod admission;
 mod bounds;
 mod cache_counts;
 mod claim_gate;
+mod cluster;
 mod command_batches;
 mod concurrency;
 mod continue_as_new;
