@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod model;
 pub mod namespaces;
 mod payload_references;
+pub mod pg_schema;
 pub mod projections;
 pub mod protocol;
 pub mod readers;

@@ -1,0 +1,262 @@
+//! The PostgreSQL schema: the store's migrations for a PostgreSQL database,
+//! applied when a node opens one.
+//!
+//! Why a module of its own beside [`crate::store::schema`]: the SQLite
+//! migrations lean on what only SQLite has (`user_version`, `WITHOUT ROWID`,
+//! rewriting stored schema text, triggers written as SQL statements, the
+//! `json_tree` and `julianday` functions), so PostgreSQL gets twins of them,
+//! `migrations/postgres/NNNN_name.sql`, numbered like the SQLite files: the
+//! same tables, columns, indexes and triggers (the triggers as PL/pgSQL
+//! functions with the SQLite triggers' semantics), and `0000_functions.sql`,
+//! the SQLite functions the store's portable statements call
+//! (`json_extract`, `json_set`, `randomblob`, `zeroblob`) and the helpers the
+//! triggers share. The engine's schema-parity test holds the two sets to
+//! each other, so a SQLite migration without its twin fails it.
+//!
+//! PostgreSQL has no `user_version`: the applied versions are rows of
+//! `schema_migrations` (one per migration, with its file name and when it
+//! was applied). Several nodes share one database and may start at once,
+//! so every step runs in its own transaction holding a transaction-scoped
+//! advisory lock: the first node applies a migration, the others wait and
+//! then find it applied. A database migrated by a newer dwserver (a version
+//! this binary does not know) is refused before anything is touched, as the
+//! SQLite store refuses a newer file: an older binary must not write rows
+//! whose meaning a newer schema changed.
+
+use postgres::Client;
+
+/// `0000_functions.sql`: applied with migration 1, in its transaction.
+const FUNCTIONS: &str = include_str!("migrations/postgres/0000_functions.sql");
+
+/// The migrations in order, with their file names; a migration's version is
+/// its position plus one, as in [`crate::store::schema`].
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_runs",
+        include_str!("migrations/postgres/0001_runs.sql"),
+    ),
+    (
+        "0002_dispatch",
+        include_str!("migrations/postgres/0002_dispatch.sql"),
+    ),
+    (
+        "0003_run_series",
+        include_str!("migrations/postgres/0003_run_series.sql"),
+    ),
+    (
+        "0004_idempotency",
+        include_str!("migrations/postgres/0004_idempotency.sql"),
+    ),
+    (
+        "0005_pending_payload_bytes",
+        include_str!("migrations/postgres/0005_pending_payload_bytes.sql"),
+    ),
+    (
+        "0006_protocol",
+        include_str!("migrations/postgres/0006_protocol.sql"),
+    ),
+    (
+        "0007_timeouts",
+        include_str!("migrations/postgres/0007_timeouts.sql"),
+    ),
+    (
+        "0008_metric_series",
+        include_str!("migrations/postgres/0008_metric_series.sql"),
+    ),
+    (
+        "0009_projections",
+        include_str!("migrations/postgres/0009_projections.sql"),
+    ),
+    (
+        "0010_archive_search_attributes",
+        include_str!("migrations/postgres/0010_archive_search_attributes.sql"),
+    ),
+    (
+        "0011_drop_query_tasks",
+        include_str!("migrations/postgres/0011_drop_query_tasks.sql"),
+    ),
+    (
+        "0012_schedules",
+        include_str!("migrations/postgres/0012_schedules.sql"),
+    ),
+    (
+        "0013_timer_cohorts",
+        include_str!("migrations/postgres/0013_timer_cohorts.sql"),
+    ),
+    (
+        "0014_schedule_buffers",
+        include_str!("migrations/postgres/0014_schedule_buffers.sql"),
+    ),
+    (
+        "0015_workflow_streams",
+        include_str!("migrations/postgres/0015_workflow_streams.sql"),
+    ),
+    (
+        "0016_external_payloads",
+        include_str!("migrations/postgres/0016_external_payloads.sql"),
+    ),
+    (
+        "0017_schedule_audit",
+        include_str!("migrations/postgres/0017_schedule_audit.sql"),
+    ),
+    (
+        "0018_service_catalog",
+        include_str!("migrations/postgres/0018_service_catalog.sql"),
+    ),
+    (
+        "0019_durable_state_counts",
+        include_str!("migrations/postgres/0019_durable_state_counts.sql"),
+    ),
+    (
+        "0020_external_payload_lifecycle",
+        include_str!("migrations/postgres/0020_external_payload_lifecycle.sql"),
+    ),
+    (
+        "0021_service_call_retention",
+        include_str!("migrations/postgres/0021_service_call_retention.sql"),
+    ),
+    (
+        "0022_namespace_durable_counts",
+        include_str!("migrations/postgres/0022_namespace_durable_counts.sql"),
+    ),
+    (
+        "0023_signal_waits",
+        include_str!("migrations/postgres/0023_signal_waits.sql"),
+    ),
+    (
+        "0024_runs_by_namespace",
+        include_str!("migrations/postgres/0024_runs_by_namespace.sql"),
+    ),
+    (
+        "0025_continue_as_new",
+        include_str!("migrations/postgres/0025_continue_as_new.sql"),
+    ),
+];
+
+/// The PostgreSQL schema version this engine writes; equal to the SQLite
+/// [`crate::store::schema::SCHEMA_VERSION`] (a unit test holds them together).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The advisory lock key every migrating node takes (transaction-scoped):
+/// the bytes of "dwschema". Other users of advisory locks on the same
+/// database must not use it.
+pub const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"dwschema");
+
+/// The table of applied versions (no `dw_` prefix: it is the schema's own).
+const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version BIGINT PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at_ms BIGINT NOT NULL
+)";
+
+/// Why a PostgreSQL database could not be brought to [`SCHEMA_VERSION`].
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// The database was migrated by a newer dwserver.
+    #[error(
+        "the PostgreSQL database's schema is at version {found}, newer than this dwserver knows \
+         ({supported}): a newer dwserver migrated it; run that release or a later one against it \
+         (this one refuses to write rows a newer schema may read differently)"
+    )]
+    TooNew {
+        /// The newest version `schema_migrations` records.
+        found: i64,
+        /// The newest this binary knows.
+        supported: i64,
+    },
+    /// A migration's SQL failed; nothing of it was applied.
+    #[error("PostgreSQL migration {name} (version {version}) failed: {source}")]
+    Migration {
+        /// The migration's file name, without `.sql`.
+        name: &'static str,
+        /// Its version.
+        version: i64,
+        /// What PostgreSQL said.
+        #[source]
+        source: postgres::Error,
+    },
+    /// Reading or recording the version failed (the connection, the lock).
+    #[error("PostgreSQL schema version: {0}")]
+    Postgres(#[from] postgres::Error),
+}
+
+/// Brings the database `client` is connected to (its current schema, as
+/// `search_path` names it) to [`SCHEMA_VERSION`], one migration per
+/// transaction; returns how many it applied (0 when it already was there).
+/// Refuses a database at a newer version with [`MigrateError::TooNew`].
+/// Safe to run from several processes at once: each step holds
+/// [`MIGRATION_LOCK`], so each migration is applied exactly once.
+pub fn migrate(client: &mut Client) -> Result<usize, MigrateError> {
+    let mut applied = 0;
+    loop {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        tx.batch_execute(VERSION_TABLE)?;
+        let found: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                &[],
+            )?
+            .get(0);
+        if found > SCHEMA_VERSION {
+            return Err(MigrateError::TooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let Some(&(name, sql)) = usize::try_from(found)
+            .ok()
+            .and_then(|index| MIGRATIONS.get(index))
+        else {
+            tx.commit()?;
+            return Ok(applied);
+        };
+        let version = found + 1;
+        let failed = |source| MigrateError::Migration {
+            name,
+            version,
+            source,
+        };
+        if found == 0 {
+            tx.batch_execute(FUNCTIONS).map_err(failed)?;
+        }
+        tx.batch_execute(sql).map_err(failed)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at_ms) \
+             VALUES ($1, $2, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
+            &[&version, &name],
+        )?;
+        tx.commit()?;
+        applied += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every SQLite migration has its PostgreSQL twin, in the same order
+    /// under the same name (the engine's parity test then compares what
+    /// they build).
+    #[test]
+    fn each_sqlite_migration_has_a_postgres_twin_of_the_same_name() {
+        assert_eq!(SCHEMA_VERSION, crate::store::schema::SCHEMA_VERSION);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/migrations");
+        let mut sqlite: Vec<String> = std::fs::read_dir(&dir)
+            .expect("read the SQLite migrations")
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".sql").map(str::to_owned)
+            })
+            .collect();
+        sqlite.sort();
+        let postgres: Vec<&str> = MIGRATIONS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(sqlite, postgres);
+        for (name, _) in MIGRATIONS {
+            assert!(
+                dir.join("postgres").join(format!("{name}.sql")).is_file(),
+                "{name}.sql is missing from migrations/postgres"
+            );
+        }
+    }
+}

@@ -1,0 +1,826 @@
+//! The PostgreSQL schema (`dwengine::store::pg_schema`) against the SQLite
+//! one, on a real PostgreSQL server named by `DW_TEST_POSTGRES_URL` (`.ci/run`
+//! starts one and sets it), each test on a database of its own:
+//!
+//! - parity: after both migrations, the same tables with the same columns
+//!   in the same order (types mapped INTEGER → bigint, TEXT → text, BLOB →
+//!   bytea, REAL → double precision; the same NOT NULL), the same primary
+//!   keys and unique constraints, the same indexes (name, table, columns,
+//!   unique, partial), the same views, and the same triggers (name, table,
+//!   BEFORE/AFTER, event, `UPDATE OF` columns);
+//! - trigger semantics: one script of row operations (runs started and
+//!   closed, tasks queued, leased, finished and deleted, activities, timers,
+//!   children, signals and updates naming stored payloads, schedules,
+//!   streams, catalog entries, retention's marker) run on both leaves the
+//!   same rows in every table the triggers write, and both refuse the same
+//!   writes to history;
+//! - a database whose schema is newer than the binary is refused, and a
+//!   re-run applies nothing;
+//! - nodes migrating one database at once each succeed and apply every
+//!   migration exactly once between them.
+//!
+//! Without `DW_TEST_POSTGRES_URL` the SQLite half of each test still runs
+//! and the PostgreSQL half is skipped with one NOTICE; under CI (`CI` set)
+//! a missing URL fails instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Barrier};
+
+use dwengine::store::pg_schema::{self, MigrateError};
+use dwengine::store::{Store, StoreConfig};
+use postgres::{Client, NoTls};
+
+/// What `cargo test` prints when the PostgreSQL halves do not run.
+const POSTGRES_SKIPPED: &str = "NOTICE: DW_TEST_POSTGRES_URL is not set: the PostgreSQL halves of the engine's pg_schema tests were SKIPPED (only SQLite ran); `.ci/run` starts a PostgreSQL cluster and sets it";
+
+/// The server's URL, or `None` (after one NOTICE) when the tests may skip
+/// it. Under CI a missing URL is a failure: CI installs PostgreSQL.
+fn postgres_url() -> Option<String> {
+    match std::env::var("DW_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but DW_TEST_POSTGRES_URL is not: the PostgreSQL schema tests must run in CI \
+                 (.ci/run starts a cluster and exports it)"
+            );
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr().lock(), "\n{POSTGRES_SKIPPED}\n");
+            });
+            None
+        }
+    }
+}
+
+/// A database made for one test, dropped (with its connections) when the
+/// test ends, pass or fail.
+struct FreshDatabase {
+    admin: postgres::Config,
+    config: postgres::Config,
+    name: String,
+}
+
+impl FreshDatabase {
+    fn create(url: &str) -> FreshDatabase {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let admin: postgres::Config = url
+            .parse()
+            .unwrap_or_else(|e| panic!("DW_TEST_POSTGRES_URL={url} is not a PostgreSQL URL: {e}"));
+        let name = format!(
+            "dw_pg_schema_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut client = admin
+            .connect(NoTls)
+            .unwrap_or_else(|e| panic!("DW_TEST_POSTGRES_URL is set but {url} is unusable: {e}"));
+        // One statement each: neither may run in a transaction block,
+        // which a multi-statement query is.
+        client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .expect("drop a leftover test database");
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the test database");
+        let mut config = admin.clone();
+        config.dbname(&name);
+        FreshDatabase {
+            admin,
+            config,
+            name,
+        }
+    }
+
+    fn connect(&self) -> Client {
+        self.config
+            .connect(NoTls)
+            .expect("connect to the test database")
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut client) = self.admin.connect(NoTls) {
+            let _ = client.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// A file store migrated by the store's own migration (as `Store::open`
+/// does), opened again as a plain connection to read what it holds.
+fn sqlite_database() -> (tempfile::TempDir, rusqlite::Connection) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    drop(Store::open(&path, StoreConfig::default()).expect("open and migrate the SQLite store"));
+    let conn = rusqlite::Connection::open(&path).expect("reopen the store file");
+    conn.pragma_update(None, "foreign_keys", true)
+        .expect("foreign keys on, as the store has them");
+    (dir, conn)
+}
+
+/// One table: its columns in order (name, type as PostgreSQL names it, not
+/// null), its primary key and its unique constraints.
+#[derive(Debug, PartialEq, Eq)]
+struct Table {
+    columns: Vec<(String, String, bool)>,
+    primary_key: Vec<String>,
+    unique: BTreeSet<Vec<String>>,
+}
+
+/// What a schema holds, in the terms both databases share.
+#[derive(Debug, PartialEq, Eq)]
+struct Schema {
+    tables: BTreeMap<String, Table>,
+    /// name → (table, unique, columns, partial)
+    indexes: BTreeMap<String, (String, bool, Vec<String>, bool)>,
+    views: BTreeSet<String>,
+    /// name → (table, timing, event, UPDATE OF columns)
+    triggers: BTreeMap<String, (String, String, String, Vec<String>)>,
+}
+
+/// The PostgreSQL name of a SQLite declared type, as the migrations map them.
+fn mapped_type(sqlite: &str) -> String {
+    match sqlite.to_ascii_uppercase().as_str() {
+        "INTEGER" => "bigint",
+        "TEXT" => "text",
+        "BLOB" => "bytea",
+        "REAL" => "double precision",
+        other => panic!(
+            "the SQLite schema declares a type the PostgreSQL twin has no mapping for: {other}"
+        ),
+    }
+    .to_owned()
+}
+
+fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
+    let names = |sql: &str| -> Vec<(String, String, Option<String>)> {
+        let mut stmt = conn.prepare(sql).unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let mut tables = BTreeMap::new();
+    for (table, _, _) in names(
+        "SELECT name, tbl_name, sql FROM sqlite_schema WHERE type = 'table' \
+         AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    ) {
+        let mut stmt = conn
+            .prepare("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid")
+            .unwrap();
+        let rows: Vec<(String, String, bool, i64)> = stmt
+            .query_map([&table], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut pk: Vec<(i64, String)> = rows
+            .iter()
+            .filter(|row| row.3 > 0)
+            .map(|row| (row.3, row.0.clone()))
+            .collect();
+        pk.sort();
+        let columns = rows
+            .iter()
+            // A primary key column is never NULL on PostgreSQL; on SQLite
+            // an INTEGER PRIMARY KEY is the rowid (never NULL either).
+            .map(|(name, ty, not_null, pk)| (name.clone(), mapped_type(ty), *not_null || *pk > 0))
+            .collect();
+        let mut unique = BTreeSet::new();
+        let mut stmt = conn
+            .prepare("SELECT name FROM pragma_index_list(?1) WHERE origin = 'u'")
+            .unwrap();
+        let constraint_indexes: Vec<String> = stmt
+            .query_map([&table], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for index in constraint_indexes {
+            unique.insert(sqlite_index_columns(conn, &index));
+        }
+        tables.insert(
+            table,
+            Table {
+                columns,
+                primary_key: pk.into_iter().map(|(_, name)| name).collect(),
+                unique,
+            },
+        );
+    }
+    let mut indexes = BTreeMap::new();
+    for (name, table, sql) in names(
+        "SELECT name, tbl_name, sql FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL",
+    ) {
+        let sql = sql.unwrap_or_default();
+        let unique = sql.to_ascii_uppercase().starts_with("CREATE UNIQUE");
+        let partial = sql.to_ascii_uppercase().contains(" WHERE ");
+        let columns = sqlite_index_columns(conn, &name);
+        indexes.insert(name, (table, unique, columns, partial));
+    }
+    let views = names("SELECT name, tbl_name, sql FROM sqlite_schema WHERE type = 'view'")
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
+    let mut triggers = BTreeMap::new();
+    for (name, table, sql) in
+        names("SELECT name, tbl_name, sql FROM sqlite_schema WHERE type = 'trigger'")
+    {
+        let sql = sql.unwrap_or_default().replace(['\n', '\t'], " ");
+        let upper = sql.to_ascii_uppercase();
+        let head = &upper[..upper.find(" ON ").expect("a trigger names its table")];
+        let timing = if head.contains(" BEFORE ") {
+            "BEFORE"
+        } else {
+            "AFTER"
+        };
+        let event = ["INSERT", "UPDATE", "DELETE"]
+            .into_iter()
+            .find(|event| head.contains(&format!(" {event}")))
+            .expect("a trigger names its event");
+        let of = head
+            .split_once(" UPDATE OF ")
+            .map(|(_, columns)| {
+                let mut columns: Vec<String> = columns
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect();
+                columns.sort();
+                columns
+            })
+            .unwrap_or_default();
+        triggers.insert(name, (table, timing.to_owned(), event.to_owned(), of));
+    }
+    Schema {
+        tables,
+        indexes,
+        views,
+        triggers,
+    }
+}
+
+fn sqlite_index_columns(conn: &rusqlite::Connection, index: &str) -> Vec<String> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_index_info(?1) ORDER BY seqno")
+        .unwrap();
+    stmt.query_map([index], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn postgres_schema(client: &mut Client) -> Schema {
+    let mut tables = BTreeMap::new();
+    let table_names: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+             AND table_name <> 'schema_migrations' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for table in table_names {
+        let columns = client
+            .query(
+                "SELECT column_name::text, data_type::text, is_nullable = 'NO' \
+                 FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        let constraint = |kind: &str, client: &mut Client| -> Vec<Vec<String>> {
+            client
+                .query(
+                    "SELECT ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(n, i) \
+                         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i) \
+                     FROM pg_constraint c \
+                     WHERE c.conrelid = (quote_ident(current_schema()) || '.' || quote_ident($1))::regclass \
+                       AND c.contype = $2::text::\"char\"",
+                    &[&table, &kind],
+                )
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect()
+        };
+        let primary_key = constraint("p", client).pop().unwrap_or_default();
+        let unique = constraint("u", client).into_iter().collect();
+        tables.insert(
+            table,
+            Table {
+                columns,
+                primary_key,
+                unique,
+            },
+        );
+    }
+    // Indexes of their own (not those behind a primary key or UNIQUE constraint).
+    let indexes = client
+        .query(
+            "SELECT i.relname::text, t.relname::text, x.indisunique, \
+                ARRAY(SELECT a.attname::text FROM unnest(x.indkey::int2[]) WITH ORDINALITY k(n, o) \
+                    JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.n ORDER BY k.o), \
+                x.indpred IS NOT NULL \
+             FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid \
+             WHERE t.relnamespace = to_regnamespace(current_schema()) \
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid) \
+               AND t.relname <> 'schema_migrations'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row.get::<_, String>(0),
+                (row.get(1), row.get(2), row.get(3), row.get(4)),
+            )
+        })
+        .collect();
+    let views = client
+        .query(
+            "SELECT table_name::text FROM information_schema.views WHERE table_schema = current_schema()",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let triggers = client
+        .query(
+            "SELECT t.tgname::text, c.relname::text, \
+                CASE WHEN t.tgtype & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END, \
+                CASE WHEN t.tgtype & 4 <> 0 THEN 'INSERT' WHEN t.tgtype & 8 <> 0 THEN 'DELETE' ELSE 'UPDATE' END, \
+                ARRAY(SELECT a.attname::text FROM unnest(t.tgattr::int2[]) k(n) \
+                    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.n ORDER BY 1), \
+                t.tgtype & 1 <> 0 \
+             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+             WHERE NOT t.tgisinternal AND c.relnamespace = to_regnamespace(current_schema())",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let name: String = row.get(0);
+            // SQLite has row triggers only.
+            assert!(row.get::<_, bool>(5), "trigger {name} is not FOR EACH ROW");
+            (name, (row.get(1), row.get(2), row.get(3), row.get(4)))
+        })
+        .collect();
+    Schema {
+        tables,
+        indexes,
+        views,
+        triggers,
+    }
+}
+
+/// Names each difference between two maps, so a failure says what to fix.
+fn differences<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+    what: &str,
+    sqlite: &BTreeMap<K, V>,
+    postgres: &BTreeMap<K, V>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, value) in sqlite {
+        match postgres.get(key) {
+            None => out.push(format!("{what} {key:?} is missing on PostgreSQL")),
+            Some(other) if other != value => out.push(format!(
+                "{what} {key:?} differs:\n  SQLite:     {value:?}\n  PostgreSQL: {other:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for key in postgres.keys().filter(|key| !sqlite.contains_key(key)) {
+        out.push(format!("{what} {key:?} is on PostgreSQL only"));
+    }
+    out
+}
+
+#[test]
+fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers() {
+    let (_dir, conn) = sqlite_database();
+    let sqlite = sqlite_schema(&conn);
+    // The SQLite half holds what the comparison needs, whatever the server.
+    assert!(
+        sqlite.tables.contains_key("runs"),
+        "{:?}",
+        sqlite.tables.keys()
+    );
+    assert!(sqlite.triggers.len() >= 40, "{:?}", sqlite.triggers.keys());
+    let Some(url) = postgres_url() else { return };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    let applied = pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    assert_eq!(applied, pg_schema::SCHEMA_VERSION as usize);
+    let postgres = postgres_schema(&mut client);
+
+    let mut problems = differences("table", &sqlite.tables, &postgres.tables);
+    problems.extend(differences("index", &sqlite.indexes, &postgres.indexes));
+    problems.extend(differences("trigger", &sqlite.triggers, &postgres.triggers));
+    if sqlite.views != postgres.views {
+        problems.push(format!(
+            "views differ: SQLite {:?}, PostgreSQL {:?}",
+            sqlite.views, postgres.views
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "the PostgreSQL migrations (crates/dwengine/src/store/migrations/postgres) do not build \
+         the SQLite schema:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Row operations that fire every kind of trigger the schema has, in a
+/// form both databases run as written (ids are assigned 1, 2, … on both).
+const SCRIPT: &[&str] = &[
+    "INSERT INTO namespaces (name, created_at_ms) VALUES ('other', 5)",
+    "INSERT INTO external_payloads (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, last_uploaded_at_ms) \
+     VALUES ('ep_one', 'default', 'json', 3, 'aa', zeroblob(3), 10, 10)",
+    "INSERT INTO external_payloads (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, last_uploaded_at_ms) \
+     VALUES ('ep_two', 'default', 'json', 5, 'bb', zeroblob(5), 11, 11)",
+    "INSERT INTO external_payloads (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, last_uploaded_at_ms) \
+     VALUES ('ep_elsewhere', 'other', 'json', 7, 'cc', zeroblob(7), 12, 12)",
+    // Runs: 1 and 2 in one series, 2 a child of 1, 3 in another namespace.
+    "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, memo, search_attributes, created_at_ms, build_id) \
+     VALUES ('order-1', 'Order', 'default', 'orders', 'running', 'v2', '{}', '{}', 1000, 'build-a')",
+    "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, memo, search_attributes, created_at_ms, parent_run_id) \
+     VALUES ('order-2', 'Order', 'default', 'orders', 'running', 'v2', '{}', '{}', 2000, 1)",
+    "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, memo, search_attributes, created_at_ms) \
+     VALUES ('ship-1', 'Ship', 'other', 'ships', 'running', 'v2', '{}', '{}', 3000)",
+    "INSERT INTO children (parent_run_id, child_run_id, status) VALUES (1, 2, 'open')",
+    // History naming payloads in both envelope forms, one of another namespace.
+    "INSERT INTO history_events (run_id, sequence, event_type, payload, recorded_at_ms) \
+     VALUES (1, 1, 'WorkflowStarted', '{\"input\":{\"codec\":\"durable-workflow.v2.runtime-external-payload-reference.v1\",\"reference_id\":\"ep_one\"}}', 1000)",
+    "INSERT INTO history_events (run_id, sequence, event_type, payload, recorded_at_ms) \
+     VALUES (1, 2, 'ActivityScheduled', '[{\"kind\":\"durable-workflow.v2.external-payload-reference.v1\",\"uri\":\"dw-runtime://external-payloads/v1/ep_two\"},{\"reference_id\":\"ep_elsewhere\"}]', 1001)",
+    "INSERT INTO history_events (run_id, sequence, event_type, payload) VALUES (2, 1, 'WorkflowStarted', 'not json external-payload-reference.v1')",
+    "INSERT INTO history_events (run_id, sequence, event_type, payload) VALUES (3, 1, 'WorkflowStarted', '{\"reference_id\":\"ep_elsewhere\",\"m\":\"external-payload-reference.v1\"}')",
+    // Activities and their tasks; the tasks' created_at_ms is in the
+    // future, so each closing latency is 0 (every bucket) on both clocks.
+    "INSERT INTO activities (run_id, activity_type, arguments, status) VALUES (1, 'Charge', '{\"reference_id\":\"ep_two\",\"m\":\"external-payload-reference.v1\"}', 'scheduled')",
+    "INSERT INTO activities (run_id, activity_type, arguments, status) VALUES (1, 'Email', '[]', 'scheduled')",
+    "INSERT INTO activities (run_id, activity_type, arguments, status) VALUES (3, 'Load', '[]', 'scheduled')",
+    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+     VALUES ('workflow', 1, NULL, 'default', 'orders', 'ready', 0, 1000)",
+    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+     VALUES ('activity', 1, 1, 'default', 'charges', 'ready', 0, 99999999999999)",
+    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+     VALUES ('activity', 1, 2, 'default', 'orders', 'ready', 0, 99999999999999)",
+    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+     VALUES ('activity', 3, 3, 'other', 'ships', 'ready', 0, 99999999999999)",
+    "INSERT INTO timers (run_id, delay_ms, status) VALUES (1, 500, 'pending')",
+    "INSERT INTO timers (run_id, delay_ms, status) VALUES (2, 700, 'pending')",
+    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+     VALUES ('timer', 1, 1, 'default', 'orders', 'ready', 1500, 1000)",
+    // Leases, completions, a failure, a requeue, a task deleted while ready.
+    "UPDATE dispatch_tasks SET status = 'leased', lease_owner = 'w1' WHERE id = 1",
+    "UPDATE dispatch_tasks SET status = 'done' WHERE id = 1",
+    "UPDATE dispatch_tasks SET status = 'leased' WHERE id IN (2, 3, 4)",
+    "UPDATE dispatch_tasks SET status = 'ready' WHERE id = 4",
+    "UPDATE activities SET status = 'completed', result = '{\"reference_id\":\"ep_one\",\"m\":\"external-payload-reference.v1\"}' WHERE id = 1",
+    "UPDATE dispatch_tasks SET status = 'done' WHERE id = 2",
+    "UPDATE activities SET status = 'failed' WHERE id = 2",
+    "UPDATE dispatch_tasks SET status = 'done' WHERE id = 3",
+    "DELETE FROM dispatch_tasks WHERE id = 4",
+    "UPDATE timers SET status = 'fired' WHERE id = 1",
+    "UPDATE dispatch_tasks SET status = 'done' WHERE id = 5",
+    "UPDATE timers SET status = 'cancelled' WHERE id = 2",
+    // Signals and updates naming payloads.
+    "INSERT INTO signals (run_id, name, payload, status) VALUES (1, 'go', '{\"reference_id\":\"ep_two\",\"m\":\"external-payload-reference.v1\"}', 'received')",
+    "INSERT INTO updates (run_id, name, payload, status) VALUES (2, 'set', '{\"reference_id\":\"ep_one\",\"m\":\"external-payload-reference.v1\"}', 'accepted')",
+    "UPDATE updates SET status = 'completed', result = '{\"uri\":\"dw-runtime://external-payloads/v1/ep_two\",\"m\":\"external-payload-reference.v1\"}' WHERE id = 1",
+    // Runs close: completed after 1.5 s, failed after 50 ms, continued
+    // without a closing time, and one never closing.
+    "UPDATE children SET status = 'closed', closed_status = 'failed' WHERE id = 1",
+    "UPDATE runs SET status = 'failed', closed_at_ms = 2050 WHERE id = 2",
+    "UPDATE runs SET status = 'completed', closed_at_ms = 2500, history_length = 2 WHERE id = 1",
+    "UPDATE runs SET status = 'continued_as_new' WHERE id = 3",
+    "UPDATE runs SET status = 'completed' WHERE id = 3",
+    "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, memo, search_attributes, created_at_ms, continued_from_run_id) \
+     VALUES ('ship-1', 'Ship', 'other', 'ships', 'running', 'v2', '{}', '{}', 4000, 3)",
+    // Schedules, catalog entries and streams: the durable counts and the
+    // references a definition or a stream item holds.
+    "INSERT INTO schedules (namespace, schedule_id, definition, status, created_at_ms, updated_at_ms) \
+     VALUES ('default', 's1', '{\"input\":{\"reference_id\":\"ep_one\"},\"m\":\"external-payload-reference.v1\"}', 'active', 1, 1)",
+    "INSERT INTO schedules (namespace, schedule_id, definition, status, created_at_ms, updated_at_ms) \
+     VALUES ('default', 's2', '{}', 'paused', 1, 1)",
+    "UPDATE schedules SET definition = '{\"input\":{\"reference_id\":\"ep_two\"},\"m\":\"external-payload-reference.v1\"}' WHERE id = 1",
+    "UPDATE schedules SET definition = '{}' WHERE id = 2",
+    "DELETE FROM schedules WHERE id = 2",
+    "INSERT INTO service_catalog (namespace, level, parent_id, name, document, created_at_ms, updated_at_ms) \
+     VALUES ('default', 'endpoint', 0, 'billing', '{}', 1, 1)",
+    "INSERT INTO service_catalog (namespace, level, parent_id, name, document, created_at_ms, updated_at_ms) \
+     VALUES ('other', 'endpoint', 0, 'shipping', '{}', 1, 1)",
+    "DELETE FROM service_catalog WHERE id = 2",
+    "INSERT INTO workflow_streams (run_id, namespace, workflow_id, name, status, retention_seconds, opened_at_ms) \
+     VALUES (1, 'default', 'order-1', 'progress', 'open', 60, 1)",
+    "INSERT INTO workflow_streams (run_id, namespace, workflow_id, name, status, retention_seconds, opened_at_ms, total_items) \
+     VALUES (2, 'default', 'order-2', 'progress', 'open', 60, 1, 4)",
+    "INSERT INTO workflow_stream_items (stream_id, item_offset, payload, origin, emitted_at_ms) \
+     VALUES (1, 0, '{\"reference_id\":\"ep_one\",\"m\":\"external-payload-reference.v1\"}', 'workflow', 1)",
+    "UPDATE workflow_streams SET total_items = 1 WHERE id = 1",
+    "UPDATE workflow_streams SET total_items = 3, status = 'closed' WHERE id = 1",
+    "UPDATE workflow_streams SET total_items = 3 WHERE id = 1",
+    "DELETE FROM workflow_streams WHERE id = 2",
+    // SQLite hands a new row the largest id plus one (2 here, the id just
+    // deleted), PostgreSQL's identity the next never used (3): rows made
+    // after a delete are named by their keys, not their ids.
+    "INSERT INTO workflow_streams (run_id, namespace, workflow_id, name, status, retention_seconds, opened_at_ms) \
+     VALUES (3, 'other', 'ship-1', 'progress', 'open', 60, 1)",
+    "DELETE FROM workflow_streams WHERE run_id = 3 AND name = 'progress'",
+    // An upload nothing names is deleted (usage falls), a reference released.
+    "INSERT INTO external_payloads (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, last_uploaded_at_ms) \
+     VALUES ('ep_orphan', 'default', 'json', 11, 'dd', zeroblob(11), 13, 13)",
+    "DELETE FROM external_payloads WHERE reference_id = 'ep_orphan'",
+    "DELETE FROM workflow_stream_items WHERE stream_id = 1",
+    "DELETE FROM workflow_streams WHERE id = 1",
+    // Retention marks run 2; its history may then go, and no projection
+    // of it is written again.
+    "UPDATE runs SET details_pruned_at = 9000 WHERE id = 2",
+    "DELETE FROM history_events WHERE run_id = 2",
+    "INSERT INTO timers (run_id, delay_ms, status) VALUES (2, 900, 'pending')",
+    "INSERT INTO history_events (run_id, sequence, event_type, payload) VALUES (2, 2, 'TimerStarted', '{}')",
+    "UPDATE runs SET history_length = 5 WHERE id = 2",
+];
+
+/// Writes history refuses on both (the append-only guard): run 1 is never
+/// marked by retention.
+const REFUSED: &[&str] = &[
+    "UPDATE history_events SET event_type = 'Changed' WHERE run_id = 1 AND sequence = 1",
+    "DELETE FROM history_events WHERE run_id = 1",
+];
+
+/// Every table a trigger writes (or guards), ordered by its key; blobs left
+/// out (external_payloads is compared without its data).
+const COMPARED: &[(&str, &str, &str)] = &[
+    ("workflow_run_series", "*", "namespace, task_queue, workflow_type"),
+    ("activity_execution_series", "*", "namespace, task_queue, workflow_type, activity_type"),
+    // The minute buckets follow the wall clock, which a minute boundary
+    // between the two runs could move: compared below for sameness of form.
+    (
+        "task_queue_state",
+        "namespace, task_queue, workflow_ready, workflow_leased, activity_ready, activity_leased, added_recent + added_before, dispatched_recent + dispatched_before",
+        "namespace, task_queue",
+    ),
+    ("run_summaries", "*", "run_id"),
+    ("run_timeline_entries", "*", "run_id, sequence"),
+    ("run_timer_entries", "*", "timer_id"),
+    ("run_waits", "*", "run_id, kind, item_id"),
+    ("run_lineage_entries", "*", "run_id"),
+    ("history_events", "*", "run_id, sequence"),
+    ("dispatch_tasks", "id, kind, status, build_id", "id"),
+    ("external_payload_usage", "*", "namespace"),
+    ("external_payloads", "reference_id, namespace, size_bytes, ref_count, last_uploaded_at_ms", "reference_id"),
+    ("external_payload_refs", "*", "holder, holder_id, reference_id"),
+    ("namespace_durable_counts", "*", "namespace, resource"),
+    ("runs", "id, status, closed_at_ms, continued_from_run_id, details_pruned_at", "id"),
+];
+
+/// `SELECT` of `columns` (or every column) of `table`, each cast to text,
+/// ordered by `order`: the same statement on both databases.
+fn text_select(columns: &[String], table: &str, order: &str) -> String {
+    let list: Vec<String> = columns
+        .iter()
+        .map(|c| format!("CAST({c} AS TEXT)"))
+        .collect();
+    format!("SELECT {} FROM {table} ORDER BY {order}", list.join(", "))
+}
+
+fn sqlite_columns(conn: &rusqlite::Connection, table: &str) -> Vec<String> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+        .unwrap();
+    stmt.query_map([table], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn columns_of(conn: &rusqlite::Connection, table: &str, columns: &str) -> Vec<String> {
+    if columns == "*" {
+        sqlite_columns(conn, table)
+    } else {
+        columns.split(", ").map(str::to_owned).collect()
+    }
+}
+
+type Rows = Vec<Vec<Option<String>>>;
+
+fn sqlite_rows(conn: &rusqlite::Connection, sql: &str) -> Rows {
+    let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let n = stmt.column_count();
+    stmt.query_map([], |row| (0..n).map(|i| row.get(i)).collect())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn postgres_rows(client: &mut Client, sql: &str) -> Rows {
+    client
+        .query(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|row| (0..row.len()).map(|i| row.get(i)).collect())
+        .collect()
+}
+
+#[test]
+fn the_same_row_operations_leave_the_same_counters_and_projections_on_both() {
+    let (_dir, conn) = sqlite_database();
+    for sql in SCRIPT {
+        conn.execute_batch(sql)
+            .unwrap_or_else(|e| panic!("SQLite refused {sql}: {e}"));
+    }
+    for refused in REFUSED {
+        let error = conn.execute_batch(refused).expect_err(refused);
+        assert!(
+            error.to_string().contains("history is append-only"),
+            "{error}"
+        );
+    }
+    let sqlite: Vec<Rows> = COMPARED
+        .iter()
+        .map(|(table, columns, order)| {
+            sqlite_rows(
+                &conn,
+                &text_select(&columns_of(&conn, table, columns), table, order),
+            )
+        })
+        .collect();
+    // The script reaches what it is for on SQLite already: a series closed
+    // three ways, references held and counted, durable counts kept.
+    let series = &sqlite[0];
+    assert_eq!(series.len(), 2, "{series:?}");
+    let tables: Vec<&str> = COMPARED.iter().map(|(table, _, _)| *table).collect();
+    let refs = &sqlite[tables
+        .iter()
+        .position(|t| *t == "external_payload_refs")
+        .unwrap()];
+    assert!(refs.len() >= 3, "{refs:?}");
+    let Some(url) = postgres_url() else { return };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    for sql in SCRIPT {
+        client
+            .batch_execute(sql)
+            .unwrap_or_else(|e| panic!("PostgreSQL refused {sql}: {e}"));
+    }
+    for refused in REFUSED {
+        let error = client.batch_execute(refused).expect_err(refused);
+        let message = error
+            .as_db_error()
+            .map(|e| e.message().to_owned())
+            .unwrap_or_else(|| error.to_string());
+        assert!(message.contains("history is append-only"), "{message}");
+    }
+    let mut problems = Vec::new();
+    for ((table, columns, order), sqlite) in COMPARED.iter().zip(&sqlite) {
+        let postgres = postgres_rows(
+            &mut client,
+            &text_select(&columns_of(&conn, table, columns), table, order),
+        );
+        if postgres != *sqlite {
+            problems.push(format!(
+                "{table}:\n  SQLite:     {sqlite:?}\n  PostgreSQL: {postgres:?}"
+            ));
+        }
+    }
+    // The minute buckets: each queue's newest bucket is the current minute
+    // on both (the two runs are seconds apart, a boundary at most between).
+    let minute = "SELECT namespace, task_queue, recent_minute FROM task_queue_state ORDER BY 1, 2";
+    let now_minute = |rows: &Rows| -> Vec<i64> {
+        rows.iter()
+            .map(|row| row[2].as_deref().unwrap().parse().unwrap())
+            .collect()
+    };
+    let sqlite_minutes = now_minute(&sqlite_rows(
+        &conn,
+        "SELECT namespace, task_queue, CAST(recent_minute AS TEXT) FROM task_queue_state ORDER BY 1, 2",
+    ));
+    let postgres_minutes = now_minute(&postgres_rows(
+        &mut client,
+        &minute.replace("recent_minute", "CAST(recent_minute AS TEXT)"),
+    ));
+    for (s, p) in sqlite_minutes.iter().zip(&postgres_minutes) {
+        assert!(
+            (p - s).abs() <= 1,
+            "minute buckets {s} (SQLite) and {p} (PostgreSQL)"
+        );
+    }
+    assert!(
+        problems.is_empty(),
+        "the PostgreSQL triggers left other rows than SQLite's:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn a_database_migrated_by_a_newer_binary_is_refused_and_a_rerun_applies_nothing() {
+    let Some(url) = postgres_url() else { return };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    assert_eq!(
+        pg_schema::migrate(&mut client).expect("first migration"),
+        pg_schema::SCHEMA_VERSION as usize
+    );
+    assert_eq!(pg_schema::migrate(&mut client).expect("a re-run"), 0);
+    let versions: i64 = client
+        .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(versions, pg_schema::SCHEMA_VERSION);
+
+    let newer = pg_schema::SCHEMA_VERSION + 1;
+    client
+        .execute(
+            "INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES ($1, 'from_the_future', 0)",
+            &[&newer],
+        )
+        .unwrap();
+    let error = pg_schema::migrate(&mut client).expect_err("a newer schema is refused");
+    assert!(
+        matches!(error, MigrateError::TooNew { found, supported }
+            if found == newer && supported == pg_schema::SCHEMA_VERSION),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!(
+            "version {newer}, newer than this dwserver knows ({})",
+            pg_schema::SCHEMA_VERSION
+        )),
+        "{message}"
+    );
+    // Refused without a trace: the connection is usable and nothing moved.
+    let count: i64 = client
+        .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(count, pg_schema::SCHEMA_VERSION + 1);
+}
+
+#[test]
+fn nodes_migrating_one_database_at_once_apply_each_migration_once() {
+    let Some(url) = postgres_url() else { return };
+    let db = FreshDatabase::create(&url);
+    const NODES: usize = 4;
+    let barrier = Arc::new(Barrier::new(NODES));
+    let handles: Vec<_> = (0..NODES)
+        .map(|_| {
+            let mut client = db.connect();
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                pg_schema::migrate(&mut client)
+            })
+        })
+        .collect();
+    let applied: Vec<usize> = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .expect("a migrating node panicked")
+                .expect("a node's migration failed")
+        })
+        .collect();
+    assert_eq!(
+        applied.iter().sum::<usize>(),
+        pg_schema::SCHEMA_VERSION as usize,
+        "{applied:?}"
+    );
+    let mut client = db.connect();
+    let rows = client
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .unwrap();
+    let versions: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(
+        versions,
+        (1..=pg_schema::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    // The schema is whole: the default namespace once, the triggers there.
+    let defaults: i64 = client
+        .query_one(
+            "SELECT COUNT(*) FROM namespaces WHERE name = 'default'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(defaults, 1);
+}
