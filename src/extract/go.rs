@@ -15,20 +15,30 @@
 //! rune literals and comments are skipped. Items are `package.Type`,
 //! `package.Func` and `package.Type.Method`.
 
+use std::borrow::Cow;
+
 use super::clike::{comment_end, comment_or_string};
 use super::collect::Collector;
 use super::exposition::{full_name, is_metric_name};
 use super::strings::{line_end, scan_body, Quote};
-use super::tokens::{assign_contexts, find_punct, into_facts, lex, Join, Lexer, StrTok, Tok};
+use super::tokens::{
+    assign_contexts, find_punct, into_facts, lex, Contexts, Join, Lexer, StrTok, Tok,
+};
 use super::{ExtractConfig, FileFacts, Label, LiteralKind, MetricVia};
 
 /// Facts of one Go file.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
-    let mut toks = lex(text, 0..text.len(), &mut GoLexer);
-    let items = declarations(text, &mut toks);
-    into_facts(text, config, &toks, Join::PLUS, items, |collector| {
-        constructors(collector, text, &toks)
-    })
+    let toks = lex(text, 0..text.len(), &mut GoLexer);
+    let (items, contexts) = declarations(text, &toks);
+    into_facts(
+        text,
+        config,
+        &toks,
+        &contexts,
+        Join::PLUS,
+        items,
+        |collector| constructors(collector, text, &toks),
+    )
 }
 
 struct GoLexer;
@@ -51,7 +61,7 @@ impl Lexer for GoLexer {
 
 /// `package.Type`, `package.Func`, `package.Type.Method`; literals get the
 /// function or type they sit in.
-fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
+fn declarations(text: &str, toks: &[Tok]) -> (Vec<String>, Contexts) {
     let package = toks
         .windows(2)
         .find_map(|w| {
@@ -65,7 +75,7 @@ fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
     // Depth of the bracket that opened a `type ( … )` group, if inside one.
     let mut depth = 0usize;
     let mut group: Option<usize> = None;
-    assign_contexts(text, toks, |toks, i, _| {
+    let contexts = assign_contexts(text, toks, |toks, i, _| {
         match toks[i].punct(text) {
             Some(b'(' | b'[' | b'{') => depth += 1,
             Some(b')' | b']' | b'}') => {
@@ -99,7 +109,7 @@ fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
         items.push(qualified.clone());
         Some(qualified)
     });
-    items
+    (items, contexts)
 }
 
 fn at_line_start(text: &str, tok: &Tok) -> bool {
@@ -139,13 +149,13 @@ fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
             continue;
         };
         let part = |field_name| match field(text, opts, field_name) {
-            None => Some(""),
-            Some(value) => value.map(|s| s.value.text.as_str()),
+            None => Some(String::new()),
+            Some(value) => value.map(|s| s.into_owned().value.text),
         };
         let (Some(namespace), Some(subsystem)) = (part("Namespace"), part("Subsystem")) else {
             continue;
         };
-        let Some(full) = full_name(namespace, subsystem, &name.value.text) else {
+        let Some(full) = full_name(&namespace, &subsystem, &name.value.text) else {
             continue;
         };
         if !is_metric_name(&full, &collector.config().metric_prefix) {
@@ -191,20 +201,17 @@ fn field_at(text: &str, opts: &[Tok], field: &str) -> Option<usize> {
 /// What is assigned to `Field:` among `opts`: `None` when the field is not
 /// set, `Some(None)` when it is set to anything but one string literal
 /// (`"a" + b`, a constant), whose value is then unknown.
-fn field<'t>(text: &str, opts: &'t [Tok], name: &str) -> Option<Option<&'t StrTok>> {
+fn field<'t>(text: &str, opts: &'t [Tok], name: &str) -> Option<Option<Cow<'t, StrTok>>> {
     let at = field_at(text, opts, name)?;
     let ends = opts
         .get(at + 1)
         .is_none_or(|t| matches!(t.punct(text), Some(b',' | b'}')));
-    Some(match opts.get(at) {
-        Some(Tok::Str(s)) if ends => Some(s),
-        _ => None,
-    })
+    Some(opts.get(at).filter(|_| ends).and_then(|t| t.string(text)))
 }
 
 /// The string keys of the composite literal `Type{"k": v, …}` at the start
 /// of `toks`; `None` unless it is one.
-fn map_keys<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
+fn map_keys<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<Cow<'t, StrTok>>> {
     let open = toks.iter().position(|t| t.punct(text) == Some(b'{'))?;
     if toks[..open]
         .iter()
@@ -215,16 +222,18 @@ fn map_keys<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
     let close = open + 1 + find_punct(text, &toks[open + 1..], 0, b'}')?;
     let mut keys = Vec::new();
     for j in open + 1..close {
-        if let (Tok::Str(key), Some(b':')) = (&toks[j], toks.get(j + 1).and_then(|t| t.punct(text)))
-        {
-            keys.push(&**key);
+        if let (Some(key), Some(b':')) = (
+            toks[j].string(text),
+            toks.get(j + 1).and_then(|t| t.punct(text)),
+        ) {
+            keys.push(key);
         }
     }
     Some(keys)
 }
 
 /// `[]string{"a", "b"}` at the start of `toks`.
-fn string_slice<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
+fn string_slice<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<Cow<'t, StrTok>>> {
     let shape = [b'[', b']'];
     if toks.len() < 4
         || toks[0].punct(text) != Some(shape[0])
@@ -237,8 +246,11 @@ fn string_slice<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
     }
     let mut out = Vec::new();
     for tok in &toks[4..] {
+        if let Some(s) = tok.string(text) {
+            out.push(s);
+            continue;
+        }
         match tok {
-            Tok::Str(s) => out.push(&**s),
             _ if tok.punct(text) == Some(b',') => {}
             _ if tok.punct(text) == Some(b'}') => return Some(out),
             _ => return None,

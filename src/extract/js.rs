@@ -17,19 +17,21 @@
 //! literals (or a spread could supply it). A name that is not one plain
 //! literal yields no site beyond what the literal scan finds.
 
+use std::borrow::Cow;
+
 use super::clike::{comment_end, comment_or_string};
 use super::collect::Collector;
 use super::exposition::is_metric_name;
 use super::strings::{line_end, Escapes, Interp, Quote};
 use super::tokens::{
-    assign_contexts, interpolation_toks, into_facts, lex, Join, Lexer, StrTok, Tok,
+    assign_contexts, interpolation_toks, into_facts, lex, offset32, Join, Lexer, StrTok, Tok,
 };
 use super::{ExtractConfig, FileFacts, Label, LiteralKind, MetricVia};
 
 /// Facts of one JavaScript or TypeScript file.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut toks = lex(text, 0..text.len(), &mut JsLexer);
-    assign_contexts(text, &mut toks, |toks, i, _| {
+    let contexts = assign_contexts(text, &toks, |toks, i, _| {
         let word = toks[i].word(text)?;
         matches!(word, "class" | "function")
             .then(|| toks.get(i + 1)?.word(text).map(str::to_owned))
@@ -37,9 +39,15 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     });
     let inner = interpolation_toks(text, &toks, || JsLexer);
     toks.extend(inner);
-    into_facts(text, config, &toks, Join::PLUS, Vec::new(), |collector| {
-        constructors(collector, text, &toks)
-    })
+    into_facts(
+        text,
+        config,
+        &toks,
+        &contexts,
+        Join::PLUS,
+        Vec::new(),
+        |collector| constructors(collector, text, &toks),
+    )
 }
 
 /// The `prom-client` metric classes.
@@ -49,7 +57,8 @@ const METRIC_CLASSES: &[&str] = &["Counter", "Gauge", "Histogram", "Summary"];
 fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
     let punct = |j: usize| toks.get(j).and_then(|t| t.punct(text));
     let word = |j: usize| toks.get(j).and_then(|t| t.word(text));
-    let closers = closers(text, toks);
+    // Built at the first constructor site: most files have none.
+    let mut closers: Option<Closers> = None;
     for i in 0..toks.len() {
         if word(i) != Some("new") {
             continue;
@@ -71,10 +80,11 @@ fn constructors(collector: &mut Collector<'_>, text: &str, toks: &[Tok]) {
         if punct(j) != Some(b'(') || punct(j + 1) != Some(b'{') {
             continue;
         }
-        let Some(fields) = object_fields(text, toks, &closers, j + 1) else {
+        let closers = closers.get_or_insert_with(|| Closers::new(text, toks));
+        let Some(fields) = object_fields(text, toks, closers, j + 1) else {
             continue;
         };
-        let Some(Some(name)) = fields.literal("name") else {
+        let Some(Some(name)) = fields.literal("name", text) else {
             continue;
         };
         if !is_metric_name(&name.value.text, &collector.config().metric_prefix) {
@@ -138,9 +148,9 @@ impl<'t> Fields<'t> {
     /// `Some(Some(lit))` when `key` is set to one plain string literal,
     /// `Some(None)` when set to anything else; the last entry wins, as in
     /// JavaScript.
-    fn literal(&self, key: &str) -> Option<Option<&'t StrTok>> {
+    fn literal(&self, key: &str, text: &'t str) -> Option<Option<Cow<'t, StrTok>>> {
         Some(match self.value(key)? {
-            [Tok::Str(s)] => plain(s),
+            [tok] => tok.string(text).and_then(plain),
             _ => None,
         })
     }
@@ -153,13 +163,13 @@ impl<'t> Fields<'t> {
 }
 
 /// A string literal without interpolation.
-fn plain(s: &StrTok) -> Option<&StrTok> {
+fn plain(s: Cow<'_, StrTok>) -> Option<Cow<'_, StrTok>> {
     (s.kind == LiteralKind::Str).then_some(s)
 }
 
 /// `['a', "b"]`, exactly; `None` for anything else (a variable, a spread,
 /// an interpolated template, a computed element).
-fn string_array<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
+fn string_array<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<Cow<'t, StrTok>>> {
     // TypeScript's `[…] as const` is the same array.
     let toks = match toks {
         [array @ .., as_, const_]
@@ -178,7 +188,7 @@ fn string_array<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
     let mut expect_string = true;
     for tok in inner {
         match tok {
-            Tok::Str(s) if expect_string => out.push(plain(s)?),
+            _ if expect_string && tok.is_string() => out.push(plain(tok.string(text)?)?),
             _ if !expect_string && tok.punct(text) == Some(b',') => {}
             _ => return None,
         }
@@ -188,32 +198,48 @@ fn string_array<'t>(text: &str, toks: &'t [Tok]) -> Option<Vec<&'t StrTok>> {
 }
 
 /// For each opening bracket, the index of its closing one, computed once so
-/// that reading nested objects stays linear however deep they nest.
-fn closers(text: &str, toks: &[Tok]) -> Vec<Option<usize>> {
-    let mut out = vec![None; toks.len()];
-    let mut open = Vec::new();
-    for (j, tok) in toks.iter().enumerate() {
-        match tok.punct(text) {
-            Some(b'(' | b'[' | b'{') => open.push(j),
-            Some(b')' | b']' | b'}') => {
-                if let Some(o) = open.pop() {
-                    out[o] = Some(j);
+/// that reading nested objects stays linear however deep they nest. Held as
+/// (opener, closer) pairs sorted by the opener: a slot per token cost as
+/// much memory as the tokens themselves.
+struct Closers(Vec<(u32, u32)>);
+
+impl Closers {
+    fn new(text: &str, toks: &[Tok]) -> Closers {
+        let mut pairs = Vec::new();
+        let mut open = Vec::new();
+        for (j, tok) in toks.iter().enumerate() {
+            match tok.punct(text) {
+                Some(b'(' | b'[' | b'{') => open.push(offset32(j)),
+                Some(b')' | b']' | b'}') => {
+                    if let Some(o) = open.pop() {
+                        pairs.push((o, offset32(j)));
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
+        pairs.sort_unstable();
+        Closers(pairs)
     }
-    out
+
+    /// The closing bracket of the opening one at `open`.
+    fn get(&self, open: usize) -> Option<usize> {
+        let k = self
+            .0
+            .binary_search_by_key(&offset32(open), |&(o, _)| o)
+            .ok()?;
+        Some(self.0[k].1 as usize)
+    }
 }
 
 /// The entries of the object literal opened by the `{` at `brace`.
 fn object_fields<'t>(
     text: &'t str,
     toks: &'t [Tok],
-    closers: &[Option<usize>],
+    closers: &Closers,
     brace: usize,
 ) -> Option<Fields<'t>> {
-    let close = (*closers.get(brace)?)?;
+    let close = closers.get(brace)?;
     let mut fields = Fields {
         entries: Vec::new(),
         spread: false,
@@ -224,7 +250,7 @@ fn object_fields<'t>(
         // are skipped whole.
         let mut end = at;
         while end < close && toks[end].punct(text) != Some(b',') {
-            end = closers[end].map_or(end + 1, |c| c + 1);
+            end = closers.get(end).map_or(end + 1, |c| c + 1);
         }
         let end = end.min(close);
         let entry = &toks[at..end];
@@ -235,7 +261,7 @@ fn object_fields<'t>(
                 continue;
             }
             Some(Tok::Word(span)) => text.get(span.range()),
-            Some(Tok::Str(s)) => Some(s.value.text.as_str()),
+            Some(tok) if tok.is_string() => tok.str_value(text),
             _ => None,
         };
         if entry.is_empty() {
@@ -305,7 +331,7 @@ impl Lexer for JsLexer {
 fn regex_allowed(text: &str, toks: &[Tok]) -> bool {
     match toks.last() {
         None => true,
-        Some(Tok::Str(_)) => false,
+        Some(Tok::Str(_) | Tok::Plain(_)) => false,
         Some(tok @ Tok::Word(_)) => tok.word(text).is_some_and(|w| BEFORE_REGEX.contains(&w)),
         Some(tok) => !matches!(tok.punct(text), Some(b')' | b']' | b'}')),
     }

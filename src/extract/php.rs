@@ -12,7 +12,7 @@
 
 use super::strings::{heredoc_close, line_end, past, scan_body, Escapes, Indent, Interp, Quote};
 use super::tokens::{
-    assign_contexts, interpolation_toks, into_facts, lex, push_string, Join, Lexer, Tok,
+    assign_contexts, interpolation_toks, into_facts, lex, push_string, Contexts, Join, Lexer, Tok,
 };
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
@@ -22,14 +22,14 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
         in_php: !text.contains("<?"),
     };
     let mut toks = lex(text, 0..text.len(), &mut lexer);
-    let items = declarations(text, &mut toks);
+    let (items, contexts) = declarations(text, &toks);
     let inner = interpolation_toks(text, &toks, || PhpLexer { in_php: true });
     toks.extend(inner);
     let join = Join {
         op: Some(b'.'),
         adjacent: false,
     };
-    into_facts(text, config, &toks, join, items, |_| {})
+    into_facts(text, config, &toks, &contexts, join, items, |_| {})
 }
 
 struct PhpLexer {
@@ -122,10 +122,10 @@ fn heredoc(text: &str, i: usize, toks: &mut Vec<Tok>) -> usize {
 
 /// Qualified names of the file's classes, interfaces, traits, enums and
 /// functions; each literal gets the class (or function) it sits in.
-fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
+fn declarations(text: &str, toks: &[Tok]) -> (Vec<String>, Contexts) {
     let mut namespace = String::new();
     let mut items = Vec::new();
-    assign_contexts(text, toks, |toks, i, open| {
+    let contexts = assign_contexts(text, toks, |toks, i, open| {
         let word = toks[i].word(text)?;
         let name = toks.get(i + 1)?.word(text)?;
         let after_colons = i >= 2
@@ -152,7 +152,7 @@ fn declarations(text: &str, toks: &mut [Tok]) -> Vec<String> {
             _ => None,
         }
     });
-    items
+    (items, contexts)
 }
 
 fn qualify(namespace: &str, name: &str) -> String {

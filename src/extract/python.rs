@@ -12,7 +12,7 @@
 
 use super::strings::{line_end, scan_body, Escapes, Interp, Quote};
 use super::tokens::{
-    interpolation_toks, into_facts, lex, offset32, push_string, Context, Join, Lexer, Tok,
+    interpolation_toks, into_facts, lex, offset32, push_string, Context, Contexts, Join, Lexer, Tok,
 };
 use super::{ExtractConfig, FileFacts, LiteralKind};
 
@@ -20,8 +20,9 @@ use super::{ExtractConfig, FileFacts, LiteralKind};
 pub(crate) fn extract(text: &str, config: &ExtractConfig, rel: &str) -> FileFacts {
     let mut toks = lex(text, 0..text.len(), &mut PyLexer { depth: 0 });
     let module = module_path(rel);
-    let items = declarations(text, &mut toks, &module);
+    // Docstrings first: the declarations' contexts are by token index.
     drop_docstrings(text, &mut toks);
+    let (items, contexts) = declarations(text, &toks, &module);
     let inner = interpolation_toks(text, &toks, || PyLexer { depth: 0 });
     toks.extend(inner);
     // Adjacent literals are one: `("server:" "x:")`.
@@ -29,7 +30,7 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig, rel: &str) -> FileFact
         op: Some(b'+'),
         adjacent: true,
     };
-    into_facts(text, config, &toks, join, items, |_| {})
+    into_facts(text, config, &toks, &contexts, join, items, |_| {})
 }
 
 /// `scripts/perf/harness.py` → `scripts.perf.harness`; a package's
@@ -113,14 +114,16 @@ fn at_column_zero(text: &str, at: usize) -> bool {
 fn tok_start(tok: &Tok) -> usize {
     match tok {
         Tok::Str(s) => s.span.start,
+        Tok::Plain(p) => p.span().start,
         Tok::Word(span) => span.start(),
         Tok::Punct(at) | Tok::Newline(at) => *at as usize,
     }
 }
 
 /// Top-level classes and functions; every literal gets the one it is in.
-fn declarations(text: &str, toks: &mut [Tok], module: &str) -> Vec<String> {
+fn declarations(text: &str, toks: &[Tok], module: &str) -> (Vec<String>, Contexts) {
     let mut items = vec![module.to_owned()];
+    let mut contexts = Contexts::default();
     let mut context: Option<Context> = None;
     let mut statement_start = true;
     for i in 0..toks.len() {
@@ -140,11 +143,11 @@ fn declarations(text: &str, toks: &mut [Tok], module: &str) -> Vec<String> {
             }
         }
         statement_start = !real;
-        if let Tok::Str(s) = &mut toks[i] {
-            s.context.clone_from(&context);
+        if toks[i].is_string() {
+            contexts.set(i, context.as_ref());
         }
     }
-    items
+    (items, contexts)
 }
 
 /// Removes docstrings: a string that is a whole statement and the first
@@ -165,7 +168,7 @@ fn drop_docstrings(text: &str, toks: &mut Vec<Tok>) {
             .iter()
             .position(|t| matches!(t, Tok::Newline(_)))
             .map_or(toks.len(), |n| i + n);
-        let lone_string = end == start + 1 && matches!(toks[start], Tok::Str(_));
+        let lone_string = end == start + 1 && toks[start].is_string();
         let opens_body = previous.is_some_and(|p| {
             let mut words = toks[p..start].iter().filter_map(|t| t.word(text));
             let first = words.next();

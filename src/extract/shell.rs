@@ -16,7 +16,8 @@ use super::strings::{
     heredoc_close, line_end, scan_body, skip_balanced, Escapes, Indent, Interp, Quote, Value,
 };
 use super::tokens::{
-    interpolation_toks, into_facts, lex, may_matter, push_string, Join, Lexer, StrTok, Tok,
+    interpolation_toks, into_facts, lex, may_matter, push_string, Contexts, Join, Lexer, StrTok,
+    Tok,
 };
 use super::{yaml, ExtractConfig, FileFacts, LiteralKind};
 
@@ -30,7 +31,16 @@ pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     for body in &lexer.yaml_bodies {
         toks.extend(yaml::scan(text, body.clone(), &mut labels, config));
     }
-    let mut facts = into_facts(text, config, &toks, Join::NONE, Vec::new(), |_| {});
+    let contexts = Contexts::default();
+    let mut facts = into_facts(
+        text,
+        config,
+        &toks,
+        &contexts,
+        Join::NONE,
+        Vec::new(),
+        |_| {},
+    );
     facts.scrape_labels = yaml::resolve_labels(text, labels);
     facts
 }
@@ -255,7 +265,6 @@ fn word(text: &str, i: usize, toks: &mut Vec<Tok>, config: &ExtractConfig, depth
         span: i..end,
         value,
         kind,
-        context: None,
         interpolations,
     })));
     end

@@ -61,12 +61,18 @@ impl Value {
 
     /// Appends another value (a joined concatenation).
     pub fn append(&mut self, other: &Value) {
+        self.append_lit(&other.text, &other.runs);
+    }
+
+    /// Appends another value, `text` with its `runs` (a joined
+    /// concatenation).
+    pub fn append_lit(&mut self, text: &str, runs: &[Run]) {
         let base = self.text.len();
-        self.runs.extend(other.runs.iter().map(|r| Run {
+        self.runs.extend(runs.iter().map(|r| Run {
             value_at: base + r.value_at,
             ..*r
         }));
-        self.text.push_str(&other.text);
+        self.text.push_str(text);
     }
 }
 

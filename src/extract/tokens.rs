@@ -8,9 +8,10 @@
 //! brace-delimited declaration a literal sits in are then shared, so no two
 //! languages carry their own copy of those loops.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
-use super::collect::{Collector, LitInfo};
+use super::collect::{Collector, LitInfo, Run};
 use super::exposition::find_bytes;
 use super::strings::{is_ident_byte, Value};
 use super::{ExtractConfig, FileFacts, LiteralKind, SCAN_LIMIT_SUFFIX};
@@ -18,12 +19,17 @@ use super::{ExtractConfig, FileFacts, LiteralKind, SCAN_LIMIT_SUFFIX};
 /// One lexeme of a non-Rust file; comments are already gone.
 ///
 /// A file is held as a vector of these, one every few bytes, so a token is
-/// kept small: a string's decoded value and positions sit behind a box
-/// (strings are a few in a hundred tokens), and the rest are offsets. Fat
-/// tokens inline made a file cost about 40 times its size.
+/// kept small: a string whose value is its source as written is a position
+/// only ([`PlainStr`], its value read back from the source on demand), the
+/// decoded value and positions of any other string sit behind a box, and
+/// the rest are offsets. Fat tokens inline made a file cost about 40 times
+/// its size; a box per string, about 10 times.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Tok {
     Str(Box<StrTok>),
+    /// A string literal whose value is exactly its source between the
+    /// delimiters (no escape, no interpolation).
+    Plain(PlainStr),
     /// An identifier, keyword, number or variable (`$id` in PHP).
     Word(Span32),
     /// One byte of punctuation, at this offset.
@@ -74,15 +80,111 @@ pub(crate) struct StrTok {
     pub span: Range<usize>,
     pub value: Value,
     pub kind: LiteralKind,
-    /// The enclosing named declaration, once known (shared by every
-    /// literal in it).
-    pub context: Option<Context>,
     /// The code inside the literal's interpolations (`${…}`, `{…}`).
     pub interpolations: Vec<Range<usize>>,
 }
 
+/// A string literal whose value is `text[span.start + open..span.end -
+/// close]`, as written: most literals of real code, kept in 12 bytes
+/// instead of a boxed [`StrTok`] and read back from the source when a join
+/// or a call shape needs the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlainStr {
+    span: Span32,
+    open: u8,
+    close: u8,
+    kind: LiteralKind,
+}
+
+impl PlainStr {
+    /// The plain form of a scanned literal spanning `span`, if its value is
+    /// one non-empty run copied verbatim from the source within it.
+    fn of(span: Range<usize>, value: &Value, kind: LiteralKind) -> Option<PlainStr> {
+        let [run] = value.runs.as_slice() else {
+            return None;
+        };
+        let body_end = run.source_at.checked_add(value.text.len())?;
+        if !run.verbatim || run.value_at != 0 || run.source_at < span.start || body_end > span.end {
+            return None;
+        }
+        Some(PlainStr {
+            open: u8::try_from(run.source_at - span.start).ok()?,
+            close: u8::try_from(span.end - body_end).ok()?,
+            span: Span32::new(span),
+            kind,
+        })
+    }
+
+    /// The whole token.
+    pub fn span(self) -> Range<usize> {
+        self.span.range()
+    }
+
+    /// The value, read from the source.
+    pub fn value(self, text: &str) -> &str {
+        let span = self.span();
+        text.get(span.start + usize::from(self.open)..span.end - usize::from(self.close))
+            .unwrap_or_default()
+    }
+
+    /// The one run of the value.
+    fn run(self) -> Run {
+        Run {
+            value_at: 0,
+            source_at: self.span.start() + usize::from(self.open),
+            verbatim: true,
+        }
+    }
+
+    /// The literal as a [`StrTok`] (allocates: only for the few literals a
+    /// call shape reads).
+    fn to_str_tok(self, text: &str) -> StrTok {
+        StrTok {
+            span: self.span(),
+            value: Value {
+                text: self.value(text).to_owned(),
+                runs: vec![self.run()],
+            },
+            kind: self.kind,
+            interpolations: Vec::new(),
+        }
+    }
+}
+
 /// The name of a declaration literals sit in.
 pub(crate) type Context = std::rc::Rc<str>;
+
+/// The declaration each string token sits in, by token index: the points
+/// where it changes, so that a plain token needs no room for it. Tokens at
+/// or past `end` (the interpolations' tokens, appended later) sit in none.
+#[derive(Debug, Default)]
+pub(crate) struct Contexts {
+    changes: Vec<(usize, Option<Context>)>,
+    end: usize,
+}
+
+impl Contexts {
+    /// Records that the token at `at` (not before the last recorded one)
+    /// sits in `context`.
+    pub fn set(&mut self, at: usize, context: Option<&Context>) {
+        if self.changes.last().map(|(_, c)| c.as_ref()) != Some(context) {
+            self.changes.push((at, context.cloned()));
+        }
+        self.end = self.end.max(at + 1);
+    }
+
+    /// The declaration the token at `at` sits in.
+    pub fn at(&self, at: usize) -> Option<&str> {
+        if at >= self.end {
+            return None;
+        }
+        let slot = self
+            .changes
+            .partition_point(|(k, _)| *k <= at)
+            .checked_sub(1)?;
+        self.changes[slot].1.as_deref()
+    }
+}
 
 impl Tok {
     /// The byte that this token is, if it is that punctuation.
@@ -97,6 +199,49 @@ impl Tok {
     pub fn word<'t>(&self, text: &'t str) -> Option<&'t str> {
         match self {
             Tok::Word(span) => text.get(span.range()),
+            _ => None,
+        }
+    }
+
+    /// Whether this token is a string literal.
+    pub fn is_string(&self) -> bool {
+        matches!(self, Tok::Str(_) | Tok::Plain(_))
+    }
+
+    /// The value of a string token.
+    pub fn str_value<'t>(&'t self, text: &'t str) -> Option<&'t str> {
+        match self {
+            Tok::Str(s) => Some(&s.value.text),
+            Tok::Plain(p) => Some(p.value(text)),
+            _ => None,
+        }
+    }
+
+    /// The string literal this token is; a plain one is built from the
+    /// source.
+    pub fn string(&self, text: &str) -> Option<Cow<'_, StrTok>> {
+        match self {
+            Tok::Str(s) => Some(Cow::Borrowed(&**s)),
+            Tok::Plain(p) => Some(Cow::Owned(p.to_str_tok(text))),
+            _ => None,
+        }
+    }
+
+    /// Calls `f` with the literal of a string token as the collector sees
+    /// it (a plain token's value borrowed from the source).
+    fn with_lit<R>(&self, text: &str, f: impl FnOnce(&LitInfo<'_>) -> R) -> Option<R> {
+        match self {
+            Tok::Str(s) => Some(f(&s.lit())),
+            Tok::Plain(p) => {
+                let run = p.run();
+                Some(f(&LitInfo {
+                    value: p.value(text).into(),
+                    kind: p.kind,
+                    span: p.span(),
+                    verbatim_at: None,
+                    runs: std::slice::from_ref(&run),
+                }))
+            }
             _ => None,
         }
     }
@@ -124,18 +269,20 @@ impl Join {
     };
 }
 
-/// The facts of a lexed file: its literals (joined per `join`), whatever
-/// `sites` adds from language-specific call shapes, and its items.
+/// The facts of a lexed file: its literals (joined per `join`, each in the
+/// declaration `contexts` gives it), whatever `sites` adds from
+/// language-specific call shapes, and its items.
 pub(crate) fn into_facts(
     text: &str,
     config: &ExtractConfig,
     toks: &[Tok],
+    contexts: &Contexts,
     join: Join,
     items: Vec<String>,
     sites: impl FnOnce(&mut Collector<'_>),
 ) -> FileFacts {
     let mut collector = Collector::new(text, config);
-    feed(&mut collector, text, toks, join);
+    feed(&mut collector, text, toks, contexts, join);
     sites(&mut collector);
     collector.finish(items, None)
 }
@@ -143,23 +290,24 @@ pub(crate) fn into_facts(
 /// Feeds every string literal to the collector, joining literal-only
 /// concatenations into one `Concat` literal (the pieces alone are not
 /// reported: `'server:'` is not a key, `'server:' . 'x:'` is).
-fn feed(collector: &mut Collector<'_>, text: &str, toks: &[Tok], join: Join) {
+fn feed(collector: &mut Collector<'_>, text: &str, toks: &[Tok], contexts: &Contexts, join: Join) {
     let mut i = 0;
     while i < toks.len() {
-        let Tok::Str(first) = &toks[i] else {
+        if !toks[i].is_string() {
             i += 1;
             continue;
-        };
-        let mut pieces = vec![first];
+        }
+        let first = i;
+        let mut pieces = vec![&toks[i]];
         let mut j = i + 1;
         loop {
             match (toks.get(j), toks.get(j + 1)) {
-                (Some(Tok::Str(next)), _) if join.adjacent => {
+                (Some(next), _) if join.adjacent && next.is_string() => {
                     pieces.push(next);
                     j += 1;
                 }
-                (Some(op), Some(Tok::Str(next)))
-                    if join.op.is_some() && op.punct(text) == join.op =>
+                (Some(op), Some(next))
+                    if join.op.is_some() && op.punct(text) == join.op && next.is_string() =>
                 {
                     pieces.push(next);
                     j += 2;
@@ -168,23 +316,28 @@ fn feed(collector: &mut Collector<'_>, text: &str, toks: &[Tok], join: Join) {
             }
         }
         i = j;
+        let context = contexts.at(first);
         if let [only] = pieces.as_slice() {
-            collector.literal(&only.lit(), only.context.as_deref());
+            only.with_lit(text, |lit| collector.literal(lit, context));
             continue;
         }
         let mut value = Value::default();
+        let mut span: Option<Range<usize>> = None;
         for piece in &pieces {
-            value.append(&piece.value);
+            piece.with_lit(text, |lit| {
+                value.append_lit(&lit.value, lit.runs);
+                let start = span.as_ref().map_or(lit.span.start, |s| s.start);
+                span = Some(start..lit.span.end);
+            });
         }
-        let last = pieces.last().map_or(first.span.end, |p| p.span.end);
         let lit = LitInfo {
             value: value.text.as_str().into(),
             kind: LiteralKind::Concat,
-            span: first.span.start..last,
+            span: span.unwrap_or_default(),
             verbatim_at: None,
             runs: &value.runs,
         };
-        collector.literal(&lit, first.context.as_deref());
+        collector.literal(&lit, context);
     }
 }
 
@@ -229,21 +382,22 @@ impl Scopes {
     }
 
     /// The innermost open declaration, shared.
-    fn current_shared(&self) -> Option<Context> {
-        self.open.last().map(|(_, name)| name.clone())
+    fn current_context(&self) -> Option<&Context> {
+        self.open.last().map(|(_, name)| name)
     }
 }
 
-/// Gives each literal the innermost declaration it sits in, as computed by
+/// The innermost declaration each literal sits in, as computed by
 /// `declared` (the language's rule for what a declaration looks like, given
 /// the token index and the declaration already open there; it returns the
 /// name to open).
 pub(crate) fn assign_contexts(
     text: &str,
-    toks: &mut [Tok],
+    toks: &[Tok],
     mut declared: impl FnMut(&[Tok], usize, Option<&str>) -> Option<String>,
-) {
+) -> Contexts {
     let mut scopes = Scopes::default();
+    let mut contexts = Contexts::default();
     for i in 0..toks.len() {
         if let Some(name) = declared(toks, i, scopes.current()) {
             scopes.declare(name);
@@ -251,10 +405,11 @@ pub(crate) fn assign_contexts(
         if let Some(p) = toks[i].punct(text) {
             scopes.punct(p);
         }
-        if let Tok::Str(s) = &mut toks[i] {
-            s.context = scopes.current_shared();
+        if toks[i].is_string() {
+            contexts.set(i, scopes.current_context());
         }
     }
+    contexts
 }
 
 /// Whether a literal value could give the collector anything: a cache key,
@@ -352,13 +507,18 @@ pub(crate) fn push_string(
         kind
     };
     let end = body.end;
-    toks.push(Tok::Str(Box::new(StrTok {
-        span: start..end,
-        value: body.value,
-        kind,
-        context: None,
-        interpolations: body.interpolations,
-    })));
+    let plain = (body.interpolations.is_empty())
+        .then(|| PlainStr::of(start..end, &body.value, kind))
+        .flatten();
+    toks.push(match plain {
+        Some(plain) => Tok::Plain(plain),
+        None => Tok::Str(Box::new(StrTok {
+            span: start..end,
+            value: body.value,
+            kind,
+            interpolations: body.interpolations,
+        })),
+    });
     end
 }
 
@@ -453,6 +613,82 @@ mod tests {
             std::mem::size_of::<Tok>() <= 16,
             "{}",
             std::mem::size_of::<Tok>()
+        );
+    }
+
+    /// A lexer of `"…"` strings with C escapes only.
+    struct Quotes;
+
+    impl Lexer for Quotes {
+        fn special(&mut self, text: &str, i: usize, toks: &mut Vec<Tok>) -> Option<usize> {
+            super::super::clike::comment_or_string(text, i, toks, |open| {
+                (open == b'"').then(|| {
+                    (
+                        super::super::strings::Quote::c_line(b"\""),
+                        LiteralKind::Str,
+                    )
+                })
+            })
+        }
+    }
+
+    #[test]
+    fn a_literal_written_as_its_value_is_a_position_only() {
+        let text = r#"x = "server:x:" + "a\nb" + "" + "unterminated"#;
+        let toks = lex(text, 0..text.len(), &mut Quotes);
+        let strings: Vec<&Tok> = toks.iter().filter(|t| t.is_string()).collect();
+        assert!(matches!(strings[0], Tok::Plain(_)), "{:?}", strings[0]);
+        assert!(
+            matches!(strings[1], Tok::Str(_)),
+            "an escape: {:?}",
+            strings[1]
+        );
+        assert!(matches!(strings[2], Tok::Str(_)), "empty: {:?}", strings[2]);
+        assert!(matches!(strings[3], Tok::Plain(_)), "{:?}", strings[3]);
+        let values: Vec<&str> = strings.iter().filter_map(|t| t.str_value(text)).collect();
+        assert_eq!(values, ["server:x:", "a\nb", "", "unterminated"]);
+        // Read back, a plain literal is what the scanner decoded.
+        let Tok::Plain(plain) = strings[0] else {
+            unreachable!()
+        };
+        let built = strings[0].string(text).unwrap();
+        assert_eq!(built.span, plain.span());
+        assert_eq!(built.span, 4..15);
+        assert_eq!(built.value.text, "server:x:");
+        assert_eq!(
+            built.value.runs,
+            [Run {
+                value_at: 0,
+                source_at: 5,
+                verbatim: true
+            }]
+        );
+        let lit = strings[3].with_lit(text, |lit| (lit.span.clone(), lit.runs[0].source_at));
+        assert_eq!(lit, Some((text.len() - 13..text.len(), text.len() - 12)));
+    }
+
+    #[test]
+    fn contexts_are_looked_up_by_token_index() {
+        let a: Context = "A".into();
+        let mut contexts = Contexts::default();
+        contexts.set(2, Some(&a));
+        contexts.set(3, Some(&a));
+        contexts.set(5, None);
+        contexts.set(7, Some(&a));
+        let seen: Vec<Option<&str>> = (0..9).map(|i| contexts.at(i)).collect();
+        assert_eq!(
+            seen,
+            [
+                None,
+                None,
+                Some("A"),
+                Some("A"),
+                Some("A"),
+                None,
+                None,
+                Some("A"),
+                None
+            ]
         );
     }
 

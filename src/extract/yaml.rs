@@ -13,14 +13,23 @@
 use std::ops::Range;
 
 use super::strings::{line_end, scan_body, Quote, Value};
-use super::tokens::{into_facts, may_matter, Join, StrTok, Tok};
+use super::tokens::{into_facts, may_matter, Contexts, Join, StrTok, Tok};
 use super::{ExtractConfig, FileFacts, LineIndex, LiteralKind, ScrapeLabel};
 
 /// Facts of one YAML file.
 pub(crate) fn extract(text: &str, config: &ExtractConfig) -> FileFacts {
     let mut labels = Vec::new();
     let toks = scan(text, 0..text.len(), &mut labels, config);
-    let mut facts = into_facts(text, config, &toks, Join::NONE, Vec::new(), |_| {});
+    let contexts = Contexts::default();
+    let mut facts = into_facts(
+        text,
+        config,
+        &toks,
+        &contexts,
+        Join::NONE,
+        Vec::new(),
+        |_| {},
+    );
     facts.scrape_labels = resolve_labels(text, labels);
     facts
 }
@@ -260,7 +269,6 @@ fn scalar(text: &str, at: usize, end: usize, column: usize, limit: usize) -> (Op
             span,
             value,
             kind,
-            context: None,
             interpolations: Vec::new(),
         })))
     };
