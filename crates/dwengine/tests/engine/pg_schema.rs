@@ -5,23 +5,25 @@
 //! - parity: after both migrations, the same tables with the same columns
 //!   in the same order (types mapped INTEGER → bigint, TEXT → text, BLOB →
 //!   bytea, REAL → double precision; the same NOT NULL), the same primary
-//!   keys and unique constraints, the same indexes (name, table, columns,
-//!   unique, partial), the same views, and the same triggers (name, table,
-//!   BEFORE/AFTER, event, `UPDATE OF` columns);
+//!   keys, unique constraints and foreign keys, the same indexes (name,
+//!   table, columns, unique, partial), the same views, and the same
+//!   triggers (name, table, BEFORE/AFTER, event, `UPDATE OF` columns);
 //! - trigger semantics: one script of row operations (runs started and
 //!   closed, tasks queued, leased, finished and deleted, activities, timers,
 //!   children, signals and updates naming stored payloads, schedules,
 //!   streams, catalog entries, retention's marker) run on both leaves the
-//!   same rows in every table the triggers write, and both refuse the same
-//!   writes to history;
+//!   same rows in every table the triggers write, fires every trigger the
+//!   PostgreSQL schema has, and both refuse the same writes to history;
+//! - the SQLite functions `0000_functions.sql` defines (`json_extract`,
+//!   `json_set`, `randomblob`, `zeroblob`) answer as SQLite's do;
 //! - a database whose schema is newer than the binary is refused, and a
 //!   re-run applies nothing;
 //! - nodes migrating one database at once each succeed and apply every
 //!   migration exactly once between them.
 //!
 //! Without `DW_TEST_POSTGRES_URL` the SQLite half of each test still runs
-//! and the PostgreSQL half is skipped with one NOTICE; under CI (`CI` set)
-//! a missing URL fails instead.
+//! (and checks what it can alone) and the PostgreSQL half is skipped with
+//! one NOTICE; under CI (`CI` set) a missing URL fails instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -125,12 +127,14 @@ fn sqlite_database() -> (tempfile::TempDir, rusqlite::Connection) {
 }
 
 /// One table: its columns in order (name, type as PostgreSQL names it, not
-/// null), its primary key and its unique constraints.
+/// null), its primary key, its unique constraints and its foreign keys
+/// (columns, referenced table, referenced columns).
 #[derive(Debug, PartialEq, Eq)]
 struct Table {
     columns: Vec<(String, String, bool)>,
     primary_key: Vec<String>,
     unique: BTreeSet<Vec<String>>,
+    foreign_keys: BTreeSet<(Vec<String>, String, Vec<String>)>,
 }
 
 /// What a schema holds, in the terms both databases share.
@@ -205,12 +209,35 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
         for index in constraint_indexes {
             unique.insert(sqlite_index_columns(conn, &index));
         }
+        let mut stmt = conn
+            .prepare("SELECT id, \"from\", \"table\", \"to\" FROM pragma_foreign_key_list(?1) ORDER BY id, seq")
+            .unwrap();
+        let mut keys: BTreeMap<i64, (Vec<String>, String, Vec<String>)> = BTreeMap::new();
+        for row in stmt
+            .query_map([&table], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .unwrap()
+        {
+            let (id, from, to_table, to) = row.unwrap();
+            let key = keys
+                .entry(id)
+                .or_insert_with(|| (Vec::new(), to_table, Vec::new()));
+            key.0.push(from);
+            key.2.push(to);
+        }
         tables.insert(
             table,
             Table {
                 columns,
                 primary_key: pk.into_iter().map(|(_, name)| name).collect(),
                 unique,
+                foreign_keys: keys.into_values().collect(),
             },
         );
     }
@@ -317,12 +344,29 @@ fn postgres_schema(client: &mut Client) -> Schema {
         };
         let primary_key = constraint("p", client).pop().unwrap_or_default();
         let unique = constraint("u", client).into_iter().collect();
+        let foreign_keys = client
+            .query(
+                "SELECT ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(n, i) \
+                     JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i), \
+                   r.relname::text, \
+                   ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(n, i) \
+                     JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n ORDER BY k.i) \
+                 FROM pg_constraint c JOIN pg_class r ON r.oid = c.confrelid \
+                 WHERE c.conrelid = (quote_ident(current_schema()) || '.' || quote_ident($1))::regclass \
+                   AND c.contype = 'f'",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
         tables.insert(
             table,
             Table {
                 columns,
                 primary_key,
                 unique,
+                foreign_keys,
             },
         );
     }
@@ -851,4 +895,96 @@ fn nodes_migrating_one_database_at_once_apply_each_migration_once() {
         .unwrap()
         .get(0);
     assert_eq!(defaults, 1);
+}
+
+/// The functions `0000_functions.sql` defines answer as SQLite's built-ins
+/// do, for the documents and paths the store uses and the edges around them.
+#[test]
+fn the_sqlite_functions_postgres_defines_answer_as_sqlite_does() {
+    let (_dir, conn) = sqlite_database();
+    let doc = r#"{"condition_wait_id":"w-1","action":{"workflow_type":"Order","n":3,"x":1.5},"t":true,"f":false,"z":null,"a":[10,{"b":"c"}],"sp ace":"y","\u00e9":"accent","q":"say \"hi\""}"#;
+    let paths = [
+        "$.condition_wait_id",
+        "$.action.workflow_type",
+        "$.action.n",
+        "$.action.x",
+        "$.t",
+        "$.f",
+        "$.z",
+        "$.missing",
+        "$.action.missing.deeper",
+        "$.a[0]",
+        "$.a[1].b",
+        "$.a[5]",
+        "$.\"sp ace\"",
+        "$.\"é\"",
+        "$.q",
+    ];
+    let extract = |path: &str| {
+        format!(
+            "SELECT CAST(json_extract('{}', '{}') AS TEXT)",
+            doc.replace('\'', "''"),
+            path
+        )
+    };
+    let sets = [
+        ("{\"a\":1}", "$.note", Some("hello")),
+        (
+            "{\"a\":1,\"note\":\"old\"}",
+            "$.note",
+            Some("new \"quoted\""),
+        ),
+        ("{\"a\":1}", "$.x.y", Some("nowhere")),
+        ("{\"a\":1}", "$.note", None),
+        ("{\"a\":1}", "$.a.b", Some("through a number")),
+        ("{\"a\":[1]}", "$.a[0]", Some("replaced")),
+        ("{\"a\":[1]}", "$.a[3]", Some("past the end")),
+        ("{\"a\":[{}]}", "$.a[0].k.j", Some("deep")),
+    ];
+    let set = |(doc, path, value): &(&str, &str, Option<&str>)| {
+        let value = value.map_or("NULL".to_owned(), |v| {
+            format!("'{}'", v.replace('\'', "''"))
+        });
+        // Compared as parsed JSON (PostgreSQL's jsonb spaces its text).
+        format!("SELECT json_extract(json_set('{doc}', '{path}', {value}), '$')")
+    };
+    let mut statements: Vec<String> = paths.iter().map(|p| extract(p)).collect();
+    statements.extend(sets.iter().map(set));
+    statements.push("SELECT CAST(length(randomblob(10)) AS TEXT)".to_owned());
+    statements.push("SELECT CAST(length(zeroblob(4)) AS TEXT)".to_owned());
+    let sqlite: Vec<Option<String>> = statements
+        .iter()
+        .map(|sql| {
+            conn.query_row(sql, [], |r| r.get(0))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        })
+        .collect();
+    // SQLite's own answers, so a change of SQLite's is seen here first.
+    assert_eq!(sqlite[0].as_deref(), Some("w-1"));
+    assert_eq!(sqlite[4].as_deref(), Some("1"));
+    let Some(url) = postgres_url() else { return };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    let mut problems = Vec::new();
+    for (sql, sqlite) in statements.iter().zip(&sqlite) {
+        let postgres: Option<String> = client
+            .query_one(sql.as_str(), &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0);
+        let same = match (sqlite, &postgres) {
+            // Objects and arrays: the same JSON, however it is spaced.
+            (Some(s), Some(p)) if s.starts_with('{') || s.starts_with('[') => {
+                serde_json::from_str::<serde_json::Value>(s).ok()
+                    == serde_json::from_str::<serde_json::Value>(p).ok()
+            }
+            _ => *sqlite == postgres,
+        };
+        if !same {
+            problems.push(format!(
+                "{sql}\n  SQLite:     {sqlite:?}\n  PostgreSQL: {postgres:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

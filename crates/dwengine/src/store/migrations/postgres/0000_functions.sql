@@ -1,7 +1,10 @@
 -- Functions the store's portable SQL calls by their SQLite names (see
 -- crates/dwengine/src/store/pg_schema.rs), and the helpers the trigger
--- functions of the later migrations share. Applied before 0001; it has no
--- SQLite twin, as SQLite has these built in.
+-- functions of the later migrations share. Applied before 0001, in its
+-- transaction; it has no SQLite twin, as SQLite has these built in. Once a
+-- release has shipped it, a changed or new function is a new numbered
+-- migration (CREATE OR REPLACE FUNCTION): a database migrated before keeps
+-- what this file said then.
 
 -- The keys of a SQLite JSON path ('$', '$.a.b', '$."a b"', '$.a[0]') as a
 -- PostgreSQL path array for #> and jsonb_set. A malformed path is an error,
@@ -56,13 +59,45 @@ END;
 $$;
 
 -- SQLite's json_set(json, path, value) for one text value (stored as a JSON
--- string; NULL as JSON null): replaces or adds the last key of the path,
--- leaves the document alone when a parent is missing.
+-- string; NULL as JSON null): replaces or adds the path's last member,
+-- making the missing objects on the way as SQLite does; a path through a
+-- number, string, true, false or null, or past an array's end, leaves the
+-- document as it was.
 CREATE FUNCTION json_set(doc text, path text, value text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN doc IS NULL OR path IS NULL THEN NULL ELSE
-        jsonb_set(doc::jsonb, sqlite_json_path(path), COALESCE(to_jsonb(value), 'null'::jsonb), true)::text
-    END
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    keys text[];
+    j jsonb;
+    v jsonb;
+BEGIN
+    IF doc IS NULL OR path IS NULL THEN
+        RETURN NULL;
+    END IF;
+    keys := sqlite_json_path(path);
+    j := doc::jsonb;
+    v := COALESCE(to_jsonb(value), 'null'::jsonb);
+    IF cardinality(keys) = 0 THEN
+        RETURN v::text;
+    END IF;
+    FOR i IN 1 .. cardinality(keys) LOOP
+        -- The container the i-th key is looked up in: an object gets a
+        -- missing member, an array no element past its end.
+        CASE jsonb_typeof(j #> keys[1:i - 1])
+            WHEN 'object' THEN
+                IF i < cardinality(keys) AND j #> keys[1:i] IS NULL THEN
+                    j := jsonb_set(j, keys[1:i], '{}'::jsonb, true);
+                END IF;
+            WHEN 'array' THEN
+                IF keys[i] !~ '^[0-9]+$'
+                    OR keys[i]::bigint >= jsonb_array_length(j #> keys[1:i - 1]) THEN
+                    RETURN j::text;
+                END IF;
+            ELSE
+                RETURN j::text;
+        END CASE;
+    END LOOP;
+    RETURN jsonb_set(j, keys, v, true)::text;
+END;
 $$;
 
 -- SQLite's randomblob(n): n bytes from the server's strong random source
