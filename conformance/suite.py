@@ -536,6 +536,32 @@ class Suite:
         assert second["events"][0]["payload"]["continued_from_run_id"] == handle.run_id, second["events"][0]
         return f"3 runs {[r['status'] for r in runs]}; result {current}"
 
+    async def child_workflows(self) -> str:
+        wid = new_id("family")
+        handle = await self.client.start_workflow(
+            workflow_type="family", task_queue=QUEUE, workflow_id=wid, input=["kid"]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result["greeting"] == "hello, kid", result
+        failed = result["failed"]
+        assert failed is not None and "the kid refused" in failed["message"], result
+        assert failed["child_workflow_type"] == "kid", result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        scheduled = [e["payload"] for e in events if e["event_type"] == "ChildWorkflowScheduled"]
+        completed = [e["payload"] for e in events if e["event_type"] == "ChildRunCompleted"]
+        failures = [e["payload"] for e in events if e["event_type"] == "ChildRunFailed"]
+        assert len(scheduled) == 2 and len(completed) == 1 and len(failures) == 1, [e["event_type"] for e in events]
+        assert scheduled[0]["parent_close_policy"] == "terminate", scheduled[0]
+        assert completed[0]["sequence"] == scheduled[0]["sequence"], (completed, scheduled)
+        assert failures[0]["sequence"] == scheduled[1]["sequence"], (failures, scheduled)
+        assert failures[0]["child_workflow_run_id"] == failed["child_workflow_run_id"], (failures, failed)
+        child = await self.describe_raw(scheduled[0]["child_workflow_instance_id"])
+        assert child["status"] == "completed", child
+        assert child["parent_run_id"] == handle.run_id, child
+        return (f"child returned {result['greeting']!r}; the failing child raised ChildWorkflowFailed "
+                f"({failed['message']!r}); parent history {len(events)} events")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -555,6 +581,7 @@ class Suite:
         "local_activity",
         "version_marker",
         "continue_as_new_chain",
+        "child_workflows",
     ]
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from durable_workflow import WorkflowStreamAppendItem, activity, workflow
-from durable_workflow.errors import ActivityFailed
+from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
@@ -277,6 +277,35 @@ class Chain:
         return {"links": len(trail), "trail": trail}
 
 
+@workflow.defn(name="kid")
+class Kid:
+    """A child: greets through an activity, or fails when asked to."""
+
+    def run(self, ctx, name):
+        if name == "fail":
+            raise ValueError("the kid refused")
+        greeting = yield ctx.schedule_activity("greet", [name])
+        return greeting
+
+
+@workflow.defn(name="family")
+class Family:
+    """Starts a child and awaits its result, then a child that fails and
+    catches its ChildWorkflowFailed."""
+
+    def run(self, ctx, name):
+        greeting = yield ctx.start_child_workflow(
+            "kid", [name], task_queue=QUEUE, parent_close_policy="terminate"
+        )
+        try:
+            yield ctx.start_child_workflow("kid", ["fail"], task_queue=QUEUE)
+            failed = None
+        except ChildWorkflowFailed as exc:
+            failed = {"message": str(exc), "child_workflow_type": exc.child_workflow_type,
+                      "child_workflow_run_id": exc.child_workflow_run_id}
+        return {"greeting": greeting, "failed": failed}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned, Chain]
+             LocalThenTimer, Versioned, Chain, Kid, Family]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

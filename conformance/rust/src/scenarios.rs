@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_workflow::{
-    json, wait_condition, ActivityOptions, ActivityRetryPolicy, ConditionWaitResult, Error,
-    LocalActivityOptions, ParallelOperation, ParallelResult, Value,
+    json, wait_condition, ActivityOptions, ActivityRetryPolicy, ChildWorkflowOptions,
+    ConditionWaitResult, Error, LocalActivityOptions, ParallelOperation, ParallelResult,
+    ParentClosePolicy, Value,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -51,6 +52,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("version_marker", version_marker),
         scenario!("poll_capacity_backpressure", poll_capacity_backpressure),
         scenario!("continue_as_new_chain", continue_as_new_chain),
+        scenario!("child_workflows", child_workflows),
     ]
 }
 
@@ -658,5 +660,116 @@ async fn continue_as_new_chain(h: Harness) -> Outcome {
             .count()
             == 1,
         || format!("second run's history {:?}", types(&second)),
+    )
+}
+
+/// Child workflows: the parent starts a child on its own queue (its own
+/// worker), awaits its result (the child ran an activity), then starts a
+/// child whose activity fails and gets `ChildWorkflowFailed` with the
+/// child's identity; the parent's history holds one `ChildWorkflowScheduled`
+/// per child, `ChildRunStarted`, then `ChildRunCompleted` / `ChildRunFailed`
+/// at the same sequence, each naming the child's run, which names its parent.
+async fn child_workflows(h: Harness) -> Outcome {
+    let queue = h.unique("parent");
+    let child_queue = h.unique("child");
+    let mut worker = h.worker(&queue);
+    let mut children = h.worker(&child_queue);
+    children.register_activity("child.greet", |_ctx, args: Value| async move {
+        Ok(json!(format!(
+            "hello from {}",
+            args[0].as_str().unwrap_or("?")
+        )))
+    });
+    children.register_activity("child.charge", |_ctx, _args: Value| async move {
+        Err::<Value, _>(Error::WorkerLoop("card declined".into()))
+    });
+    children.register_workflow("rust.kid", |ctx, input: Value| async move {
+        if input[0] == json!("fail") {
+            return ctx
+                .activity_with_options("child.charge", no_retry(), json!([]))
+                .await;
+        }
+        ctx.activity("child.greet", json!([input[0].clone()])).await
+    });
+    let options = ChildWorkflowOptions::new(child_queue.clone())
+        .parent_close_policy(ParentClosePolicy::Terminate);
+    worker.register_workflow("rust.parent", move |ctx, _input: Value| {
+        let options = options.clone();
+        async move {
+            let ok = ctx
+                .start_child_workflow("rust.kid", options.clone(), json!(["kid"]))
+                .await?;
+            let failed = match ctx
+                .start_child_workflow("rust.kid", options, json!(["fail"]))
+                .await
+            {
+                Err(Error::ChildWorkflowFailed(failure)) => json!({
+                    "reason": failure.reason,
+                    "child_workflow_id": failure.child_workflow_id,
+                    "child_workflow_type": failure.child_workflow_type,
+                    "exception_type": failure.exception_type,
+                }),
+                Ok(result) => return Ok(json!({"unexpected": result.result})),
+                Err(other) => return Err(other),
+            };
+            Ok(json!({
+                "result": ok.result,
+                "child_workflow_id": ok.child.workflow_id,
+                "child_run_id": ok.child.run_id,
+                "child_workflow_type": ok.child_workflow_type,
+                "failed": failed,
+            }))
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.parent", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let child_worker = children.run();
+    tokio::pin!(child_worker);
+    let result = tokio::select! {
+        result = h.drive(&worker, &handle, async { Ok(()) }) => result?,
+        stopped = &mut child_worker => return Err(format!("the child worker stopped: {stopped:?}")),
+    };
+    check(
+        result["result"] == json!("hello from kid")
+            && result["child_workflow_type"] == json!("rust.kid")
+            && result["failed"]["reason"] == json!("child_workflow")
+            && result["failed"]["child_workflow_type"] == json!("rust.kid")
+            && result["failed"]["child_workflow_id"].is_string(),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let of = |kind: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["event_type"] == kind)
+            .map(|e| &e["payload"])
+            .collect()
+    };
+    let scheduled = of("ChildWorkflowScheduled");
+    let completed = of("ChildRunCompleted");
+    let failed = of("ChildRunFailed");
+    check(
+        scheduled.len() == 2
+            && of("ChildRunStarted").len() == 2
+            && completed.len() == 1
+            && failed.len() == 1
+            && completed[0]["sequence"] == scheduled[0]["sequence"]
+            && failed[0]["sequence"] == scheduled[1]["sequence"]
+            && scheduled[0]["parent_close_policy"] == json!("terminate")
+            && completed[0]["child_workflow_run_id"] == result["child_run_id"],
+        || format!("parent's history {:?}", types(&events)),
+    )?;
+    let child_id = result["child_workflow_id"].as_str().unwrap_or_default();
+    let child = h
+        .get(&format!("{}/api/workflows/{child_id}", h.url))
+        .await?;
+    check(
+        child["status"] == json!("completed")
+            && child["task_queue"] == json!(child_queue)
+            && child["parent_run_id"] == json!(handle.run_id),
+        || format!("the child described: {child}"),
     )
 }

@@ -367,6 +367,7 @@ impl Engine {
             "archive_reason": archive.and_then(|a| a.reason),
             "continued_from_run_id": stored.continued_from.map(wire::run_id),
             "continued_to_run_id": stored.continued_to.map(wire::run_id),
+            "parent_run_id": stored.parent.map(wire::run_id),
         });
         if let Some(failed) = &described.workflow_task_failure {
             out["workflow_task_failure"] = json!({

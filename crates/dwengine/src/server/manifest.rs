@@ -94,7 +94,7 @@ impl Engine {
                     "local_activities": { "supported": true, "command": "record_local_activity" },
                     "workflow_memo_updates": { "supported": false },
                     "runtime_external_payload_transport": payloads.enabled(),
-                    "child_workflows": false,
+                    "child_workflows": true,
                 },
             },
             "auth_composition_contract": {

@@ -767,6 +767,10 @@ impl Engine {
         if completion.workflow_task_queued {
             self.wake(&ns, &queue, TaskKind::Workflow.as_str());
         }
+        // Children started, and a parent this run's end resumed.
+        for workflow_queue in &completion.workflow_queues {
+            self.wake(&ns, workflow_queue, TaskKind::Workflow.as_str());
+        }
         // Updates and service calls waiting on this run look again now.
         self.wake_run(run);
         Ok(json!({
@@ -980,6 +984,7 @@ fn complete(
             new_events: 0,
             activity_queues: Vec::new(),
             workflow_task_queued: queued,
+            workflow_queues: Vec::new(),
             structural_limit: None,
             warnings: Vec::new(),
         });
@@ -1140,6 +1145,9 @@ fn parse_commands(
         if kind == "record_version_marker" {
             check_version_marker(&mut checks, command, &field);
         }
+        if kind == "start_child_workflow" {
+            check_child_command(&mut checks, command, &field);
+        }
         if kind == "continue_as_new" {
             // Absent means "the run's own"; present must name something.
             for name in ["workflow_type", "queue"] {
@@ -1187,6 +1195,50 @@ fn parse_commands(
         Ok(commands)
     } else {
         Err(validation(checks).into())
+    }
+}
+
+/// A child's type is a non-empty name, its queue too when present, its
+/// policies are ones both SDKs send, its timeouts at least a second.
+fn check_child_command(checks: &mut Checks, command: &Value, field: &impl Fn(&str) -> String) {
+    if command["workflow_type"]
+        .as_str()
+        .is_none_or(|name| name.trim().is_empty())
+    {
+        checks.problem(
+            &field("workflow_type"),
+            "The workflow_type must be a non-empty string.",
+        );
+    }
+    if let Some(queue) = command.get("queue").filter(|v| !v.is_null()) {
+        if queue.as_str().is_none_or(|text| text.trim().is_empty()) {
+            checks.problem(
+                &field("queue"),
+                "The queue field must be a non-empty string when present.",
+            );
+        }
+    }
+    for (name, allowed) in [
+        (
+            "parent_close_policy",
+            &crate::store::children::PARENT_CLOSE_POLICIES[..],
+        ),
+        (
+            "cancellation_policy",
+            &crate::store::children::CANCELLATION_POLICIES[..],
+        ),
+    ] {
+        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+            if !value.as_str().is_some_and(|text| allowed.contains(&text)) {
+                checks.problem(
+                    &field(name),
+                    format!("The {name} must be one of {}.", allowed.join(", ")),
+                );
+            }
+        }
+    }
+    for name in ["execution_timeout_seconds", "run_timeout_seconds"] {
+        checks.integer_field(command, name, &field(name), 1, wire::MAX_DURATION_SECONDS);
     }
 }
 

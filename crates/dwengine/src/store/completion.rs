@@ -14,7 +14,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::store::children;
 use crate::store::connection::Store;
+use crate::store::dispatch::enqueue_workflow;
 use crate::store::error::Error;
 use crate::store::model::{ActivityId, EventType, RunId, RunOrigin, RunStatus, TimerId};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
@@ -220,6 +222,12 @@ pub(crate) struct FailureRow<'a> {
 
 /// Ends `head`'s run: terminal event, status, optional failure row, and the
 /// parent's child link closed (releasing the parent's pending child count).
+/// A child started by workflow code over the wire gives its running parent
+/// the matching `ChildRun*` event and a workflow task: the parent's task
+/// queue is returned so the caller can wake its pollers. Children of this
+/// run still open meet their parent-close policy: `terminate` ends them as
+/// terminated, `request_cancel` / `request_cancellation` as cancelled
+/// (cancellation here ends a run at once), `abandon` leaves them running.
 pub(crate) fn finish_run(
     conn: &Connection,
     head: &RunHead,
@@ -227,7 +235,7 @@ pub(crate) fn finish_run(
     event: EventType,
     payload: &Value,
     failure: Option<FailureRow<'_>>,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     append_event(conn, head.id, event, payload, false)?;
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
@@ -258,40 +266,73 @@ pub(crate) fn finish_run(
             now_ms()
         ])?;
     }
-    let Some(parent) = head.parent else {
-        return Ok(());
+    close_children_by_policy(conn, head)?;
+    let Some(link) = children::open_link(conn, head.id)? else {
+        return Ok(None);
     };
-    let closed = conn
-        .prepare_cached(
-            "UPDATE children SET status = 'closed', closed_status = ?2 \
-             WHERE child_run_id = ?1 AND status = 'open'",
-        )?
-        .execute(params![head.id.0, status.as_str()])?;
-    if closed == 1 {
-        bump(conn, parent, Pending::Child, -1)?;
-        let parent_head = load_head(conn, parent)?;
-        if parent_head.status == RunStatus::Running && parent_head.origin == RunOrigin::V2 {
-            let payload = json!({ "child_run_id": head.id.0, "status": status });
-            append_event(
-                conn,
-                parent,
-                EventType::ChildWorkflowClosed,
-                &payload,
-                false,
-            )?;
+    if status == RunStatus::Failed && children::retry(conn, head.id, &link, payload)? {
+        // The parent waits on the retry's run (its queue wakes at its due time).
+        return Ok(None);
+    }
+    children::close_link(conn, &link, status)?;
+    let parent = link.parent;
+    bump(conn, parent, Pending::Child, -1)?;
+    let parent_head = load_head(conn, parent)?;
+    if parent_head.status != RunStatus::Running || parent_head.origin != RunOrigin::V2 {
+        return Ok(None);
+    }
+    let Some(fields) = link.event_fields else {
+        let payload = json!({ "child_run_id": head.id.0, "status": status });
+        append_event(
+            conn,
+            parent,
+            EventType::ChildWorkflowClosed,
+            &payload,
+            false,
+        )?;
+        return Ok(None);
+    };
+    let Some((event, outcome)) = children::outcome_event(&fields, head.id, status, payload) else {
+        return Ok(None);
+    };
+    append_event(conn, parent, event, &outcome, false)?;
+    enqueue_workflow(conn, parent)?;
+    Ok(Some(children::queue_of(conn, parent)?))
+}
+
+/// Applies the parent-close policy of `head`'s open children (see
+/// [`finish_run`]); each child's own children follow theirs in turn.
+fn close_children_by_policy(conn: &Connection, head: &RunHead) -> Result<(), Error> {
+    for (child, policy) in children::children_to_close(conn, head.id)? {
+        let child_head = load_head(conn, child)?;
+        if child_head.status != RunStatus::Running {
+            continue;
         }
+        let (status, event) = if policy == "terminate" {
+            (RunStatus::Terminated, EventType::WorkflowTerminated)
+        } else {
+            (RunStatus::Cancelled, EventType::WorkflowCancelled)
+        };
+        let payload = json!({
+            "reason": format!("parent run {} closed ({} {})", head.id, "parent_close_policy", policy),
+            "request_id": null,
+            "parent_close_policy": policy,
+            "parent_run_id": head.id.0.to_string(),
+        });
+        finish_run(conn, &child_head, status, event, &payload, None)?;
     }
     Ok(())
 }
 
 /// Fails `head`'s run for a structural limit, as the contract classifies it:
 /// a `structural_limit` failure row and a `WorkflowFailed` event carrying
-/// the kind, value and configured limit.
+/// the kind, value and configured limit. Returns the task queue of a wire
+/// parent the failure resumed, as [`finish_run`] does.
 pub(crate) fn fail_structural(
     conn: &Connection,
     head: &RunHead,
     exceeded: StructuralLimitExceeded,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let message = exceeded.to_string();
     let mut payload = serde_json::to_value(exceeded)?;
     if let Value::Object(map) = &mut payload {

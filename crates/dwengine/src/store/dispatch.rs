@@ -282,6 +282,16 @@ pub(crate) fn has_ready_workflow_task(
 }
 
 pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Result<bool, Error> {
+    enqueue_workflow_at(conn, run, now_ms())
+}
+
+/// Queues a workflow task for `run` that becomes leasable at `due_at_ms`
+/// (a child's retry after its backoff), unless one is already queued.
+pub(crate) fn enqueue_workflow_at(
+    conn: &rusqlite::Connection,
+    run: RunId,
+    due_at_ms: i64,
+) -> Result<bool, Error> {
     let head = load_head(conn, run)?;
     if head.status != RunStatus::Running {
         return Ok(false);
@@ -295,12 +305,11 @@ pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Resul
     if waiting > 0 {
         return Ok(false);
     }
-    let now = now_ms();
     conn.prepare_cached(
         "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
-         SELECT 'workflow', id, namespace, task_queue, 'ready', ?2, ?2 FROM runs WHERE id = ?1",
+         SELECT 'workflow', id, namespace, task_queue, 'ready', ?2, ?3 FROM runs WHERE id = ?1",
     )?
-    .execute(params![run.0, now])?;
+    .execute(params![run.0, due_at_ms, now_ms()])?;
     Ok(true)
 }
 

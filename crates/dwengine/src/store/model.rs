@@ -160,10 +160,22 @@ pub enum EventType {
     /// Command: the run continued as new (its last event; names the run
     /// that took over).
     WorkflowContinuedAsNew,
+    /// Protocol command: a child workflow was scheduled (`start_child_workflow`).
+    ChildWorkflowScheduled,
+    /// A scheduled child's run started (written with its schedule).
+    ChildRunStarted,
+    /// A child run completed; carries its result.
+    ChildRunCompleted,
+    /// A child run failed (or timed out).
+    ChildRunFailed,
+    /// A child run was cancelled.
+    ChildRunCancelled,
+    /// A child run was terminated.
+    ChildRunTerminated,
 }
 
 impl EventType {
-    const ALL: [EventType; 34] = [
+    const ALL: [EventType; 40] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -198,6 +210,12 @@ impl EventType {
         EventType::SignalApplied,
         EventType::VersionMarkerRecorded,
         EventType::WorkflowContinuedAsNew,
+        EventType::ChildWorkflowScheduled,
+        EventType::ChildRunStarted,
+        EventType::ChildRunCompleted,
+        EventType::ChildRunFailed,
+        EventType::ChildRunCancelled,
+        EventType::ChildRunTerminated,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -237,6 +255,12 @@ impl EventType {
             EventType::SignalApplied => "SignalApplied",
             EventType::VersionMarkerRecorded => "VersionMarkerRecorded",
             EventType::WorkflowContinuedAsNew => "WorkflowContinuedAsNew",
+            EventType::ChildWorkflowScheduled => "ChildWorkflowScheduled",
+            EventType::ChildRunStarted => "ChildRunStarted",
+            EventType::ChildRunCompleted => "ChildRunCompleted",
+            EventType::ChildRunFailed => "ChildRunFailed",
+            EventType::ChildRunCancelled => "ChildRunCancelled",
+            EventType::ChildRunTerminated => "ChildRunTerminated",
         }
     }
 

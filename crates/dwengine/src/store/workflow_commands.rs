@@ -15,6 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::store::children;
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::connection::Store;
 use crate::store::deadlines;
@@ -154,6 +155,37 @@ pub enum WorkflowCommand {
         #[serde(default)]
         queue: Option<String>,
     },
+    /// Start a child workflow: a run of its own, linked to this one, whose
+    /// outcome comes back as a `ChildRun*` event and a workflow task.
+    StartChildWorkflow {
+        /// The child's workflow type.
+        workflow_type: String,
+        /// Its arguments (an opaque payload envelope).
+        #[serde(default)]
+        arguments: Value,
+        /// The task queue its workers poll (this run's when absent).
+        #[serde(default)]
+        queue: Option<String>,
+        /// What happens to the child when this run closes first
+        /// (`abandon` when absent).
+        #[serde(default)]
+        parent_close_policy: Option<String>,
+        /// Recorded for replay (cancellation scopes are not applied).
+        #[serde(default)]
+        cancellation_policy: Option<String>,
+        /// Retries of a failed child run.
+        #[serde(default)]
+        retry_policy: Option<RetryPolicy>,
+        /// Seconds the child's whole execution may take.
+        #[serde(default)]
+        execution_timeout_seconds: Option<u64>,
+        /// Seconds one run of the child may take.
+        #[serde(default)]
+        run_timeout_seconds: Option<u64>,
+        /// Parallel group membership.
+        #[serde(flatten)]
+        group: ParallelGroup,
+    },
     /// Complete the run.
     CompleteWorkflow {
         /// The result (an opaque payload envelope).
@@ -198,7 +230,7 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 13] = [
+pub const SUPPORTED_COMMANDS: [&str; 14] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
@@ -207,6 +239,7 @@ pub const SUPPORTED_COMMANDS: [&str; 13] = [
     "record_version_marker",
     "record_side_effect",
     "upsert_search_attributes",
+    "start_child_workflow",
     "continue_as_new",
     "complete_workflow",
     "fail_workflow",
@@ -235,6 +268,10 @@ pub struct WorkflowTaskCompletion {
     pub activity_queues: Vec<String>,
     /// Whether another workflow task was queued.
     pub workflow_task_queued: bool,
+    /// Other task queues (of the run's namespace) that got a workflow task:
+    /// started children's, and a parent's this run's end resumed.
+    #[serde(skip)]
+    pub workflow_queues: Vec<String>,
     /// The structural limit that failed the run, if one did.
     pub structural_limit: Option<StructuralLimitExceeded>,
     /// The approaching-limit warnings the task wrote, at most one per kind.
@@ -262,6 +299,7 @@ impl Store {
                 new_events: 0,
                 activity_queues: Vec::new(),
                 workflow_task_queued: false,
+                workflow_queues: Vec::new(),
                 structural_limit: None,
                 warnings: Vec::new(),
             });
@@ -279,7 +317,7 @@ impl Store {
             }
             Err(e) => return Err(e),
         }
-        let (new_events, activity_queues, follow_up, warnings) = writer.finish();
+        let (new_events, activity_queues, workflow_queues, follow_up, warnings) = writer.finish();
         process_seen_signals(&tx, run, watermark)?;
         end_task(&tx, task_id)?;
         let run_status = load_head(&tx, run)?.status;
@@ -294,6 +332,7 @@ impl Store {
             new_events,
             activity_queues,
             workflow_task_queued,
+            workflow_queues,
             structural_limit: None,
             warnings,
         })
@@ -393,7 +432,7 @@ impl Store {
     ) -> Result<WorkflowTaskCompletion, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
-        fail_structural(&tx, &head, exceeded)?;
+        let resumed = fail_structural(&tx, &head, exceeded)?;
         end_task(&tx, task_id)?;
         tx.commit()?;
         Ok(WorkflowTaskCompletion {
@@ -401,6 +440,7 @@ impl Store {
             new_events: 1,
             activity_queues: Vec::new(),
             workflow_task_queued: false,
+            workflow_queues: resumed.into_iter().collect(),
             structural_limit: Some(exceeded),
             warnings: Vec::new(),
         })
@@ -505,7 +545,9 @@ fn continue_as_new(
         memo: closing.memo.clone(),
         search_attributes: closing.search_attributes.clone(),
     };
-    let next = insert_run(tx, limits, &start, None, Some(head.id))?;
+    let next = insert_run(tx, limits, &start, head.parent, Some(head.id))?;
+    // A child that continues stays its parent's child: the link moves on.
+    children::follow_continue(tx, head.id, next)?;
     let now = now_ms();
     let execution_left = timeouts.execution_deadline_at_ms.map(|deadline| {
         // Whole seconds, rounded up, at least one: an execution timeout
@@ -564,6 +606,7 @@ struct CommandWriter<'a> {
     next_sequence: i64,
     new_events: u64,
     activity_queues: Vec<String>,
+    workflow_queues: Vec<String>,
     follow_up: bool,
     open_wait: Option<OpenWait>,
     /// The approaching-limit warnings this task wrote, one per kind.
@@ -599,16 +642,18 @@ impl<'a> CommandWriter<'a> {
             next_sequence: command_count + 1,
             new_events: 0,
             activity_queues: Vec::new(),
+            workflow_queues: Vec::new(),
             follow_up: false,
             open_wait,
             warnings: Vec::new(),
         })
     }
 
-    fn finish(self) -> (u64, Vec<String>, bool, Vec<ApproachingLimit>) {
+    fn finish(self) -> (u64, Vec<String>, Vec<String>, bool, Vec<ApproachingLimit>) {
         (
             self.new_events,
             self.activity_queues,
+            self.workflow_queues,
             self.follow_up,
             self.warnings,
         )
@@ -959,6 +1004,49 @@ impl<'a> CommandWriter<'a> {
                 });
                 self.event(EventType::SearchAttributesUpserted, &payload, true)?;
             }
+            WorkflowCommand::StartChildWorkflow {
+                workflow_type,
+                arguments,
+                queue,
+                parent_close_policy,
+                cancellation_policy,
+                retry_policy,
+                execution_timeout_seconds,
+                run_timeout_seconds,
+                group,
+            } => {
+                // The contract's order: the pending count, then the
+                // arguments' size, both before any row of the child exists.
+                self.check_pending(Pending::Child)?;
+                self.check_payload(arguments)?;
+                let sequence = self.take_sequence();
+                let queue = queue.clone().unwrap_or_else(|| self.task_queue.clone());
+                let started = children::start(
+                    self.tx,
+                    self.limits,
+                    &self.head,
+                    &children::ChildStart {
+                        sequence,
+                        workflow_type,
+                        arguments,
+                        queue: &queue,
+                        namespace: &self.namespace,
+                        parent_close_policy: parent_close_policy.as_deref().unwrap_or("abandon"),
+                        cancellation_policy: cancellation_policy.as_deref().unwrap_or("abandon"),
+                        retry_policy: retry_policy.as_ref(),
+                        execution_timeout_seconds: *execution_timeout_seconds,
+                        run_timeout_seconds: *run_timeout_seconds,
+                        group,
+                    },
+                )?;
+                bump(self.tx, self.head.id, Pending::Child, 1)?;
+                self.head.pending.children += 1;
+                if !self.workflow_queues.contains(&queue) {
+                    self.workflow_queues.push(queue);
+                }
+                self.event(EventType::ChildWorkflowScheduled, &started.scheduled, true)?;
+                self.event(EventType::ChildRunStarted, &started.started, false)?;
+            }
             WorkflowCommand::ContinueAsNew {
                 arguments,
                 workflow_type,
@@ -981,7 +1069,7 @@ impl<'a> CommandWriter<'a> {
             WorkflowCommand::CompleteWorkflow { result } => {
                 self.check_payload(result)?;
                 let payload = json!({ "output": result, "payload_codec": codec_of(result) });
-                finish_run(
+                let resumed = finish_run(
                     self.tx,
                     &self.head,
                     RunStatus::Completed,
@@ -989,6 +1077,7 @@ impl<'a> CommandWriter<'a> {
                     &payload,
                     None,
                 )?;
+                self.workflow_queues.extend(resumed);
                 self.new_events += 1;
                 return Ok(true);
             }
@@ -1007,7 +1096,7 @@ impl<'a> CommandWriter<'a> {
                     "non_retryable": non_retryable,
                     "failure_category": "application",
                 });
-                finish_run(
+                let resumed = finish_run(
                     self.tx,
                     &self.head,
                     RunStatus::Failed,
@@ -1019,6 +1108,7 @@ impl<'a> CommandWriter<'a> {
                         limit: None,
                     }),
                 )?;
+                self.workflow_queues.extend(resumed);
                 self.new_events += 1;
                 return Ok(true);
             }
@@ -1229,6 +1319,7 @@ impl WorkflowCommand {
             WorkflowCommand::ScheduleActivity { group, .. }
             | WorkflowCommand::RecordLocalActivity { group, .. }
             | WorkflowCommand::StartTimer { group, .. }
+            | WorkflowCommand::StartChildWorkflow { group, .. }
             | WorkflowCommand::OpenSignalWait { group, .. } => Some(group),
             _ => None,
         }

@@ -356,13 +356,13 @@ fn boundary_and_structural_refusals_are_machine_readable() {
     let (status, body) = s.complete(
         &task["task"],
         json!([{ "type": "start_timer", "delay_seconds": -1 },
-               { "type": "start_child_workflow", "workflow_type": "x" },
+               { "type": "start_child_workflow", "workflow_type": "x", "run_timeout_seconds": 0 },
                { "type": "schedule_activity", "activity_type": "a", "start_to_close_timeout": 0 }]),
     );
     assert_eq!(status, 422, "{body}");
     let errors = &body["validation_errors"];
     assert!(errors["commands.0.delay_seconds"].is_array(), "{body}");
-    assert!(errors["commands.1.type"].is_array(), "{body}");
+    assert!(errors["commands.1.run_timeout_seconds"].is_array(), "{body}");
     assert!(
         errors["commands.2.start_to_close_timeout"].is_array(),
         "{body}"

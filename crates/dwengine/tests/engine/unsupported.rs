@@ -28,8 +28,7 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 4] = [
-    "start_child_workflow",
+const UNSUPPORTED: [&str; 3] = [
     "upsert_memo",
     "start_service_operation",
     "cancel_selection_operation",
@@ -58,6 +57,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "record_version_marker",
             "record_side_effect",
             "upsert_search_attributes",
+            "start_child_workflow",
             "continue_as_new",
             "complete_workflow",
             "fail_workflow",
@@ -68,8 +68,8 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
     for unsupported in UNSUPPORTED {
         assert!(!advertised.contains(&unsupported), "{unsupported}");
     }
+    assert_eq!(capabilities["child_workflows"], true);
     for missing in [
-        "child_workflows",
         "runtime_external_payload_transport",
         "query_task_authority",
         "cooperative_cancellation",
@@ -105,8 +105,7 @@ fn each_unsupported_command_is_a_422_naming_it_and_writes_nothing() {
     let (status, body) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 5 },
-               { "type": "start_child_workflow", "workflow_type": "child",
-                 "arguments": envelope("[]") }]),
+               { "type": "upsert_memo", "entries": envelope("{}") }]),
     );
     assert_eq!(status, 422, "{body}");
     assert!(body["validation_errors"]["commands.1.type"].is_array());

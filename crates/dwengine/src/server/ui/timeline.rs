@@ -44,7 +44,7 @@ impl Lane {
             "TimerScheduled" | "TimerStarted" => (Lane::Timer, &["timer_id"]),
             "SignalReceived" => (Lane::Signal, &["signal_id"]),
             "UpdateAccepted" => (Lane::Update, &["update_id"]),
-            "ChildWorkflowStarted" => (Lane::Child, &["child_run_id", "child_workflow_id"]),
+            "ChildWorkflowStarted" | "ChildWorkflowScheduled" => (Lane::Child, CHILD_KEYS),
             _ => return None,
         })
     }
@@ -58,11 +58,20 @@ impl Lane {
             "SignalProcessed" => (Lane::Signal, false),
             "UpdateApplied" | "UpdateCompleted" => (Lane::Update, false),
             "UpdateRejected" => (Lane::Update, true),
-            "ChildWorkflowClosed" => (Lane::Child, false),
+            "ChildWorkflowClosed" | "ChildRunCompleted" => (Lane::Child, false),
+            "ChildRunFailed" | "ChildRunCancelled" | "ChildRunTerminated" => (Lane::Child, true),
             _ => return None,
         })
     }
 }
+
+/// The payload keys naming a child: the in-process executor's run id, or
+/// the instance id a wire child keeps across its retries and continues.
+const CHILD_KEYS: &[&str] = &[
+    "child_run_id",
+    "child_workflow_instance_id",
+    "child_workflow_id",
+];
 
 /// One span of the timeline.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,7 +206,7 @@ pub fn spans(events: &[Value]) -> Timeline {
                 Lane::Timer => &["timer_id"],
                 Lane::Signal => &["signal_id"],
                 Lane::Update => &["update_id"],
-                Lane::Child => &["child_run_id", "child_workflow_id"],
+                Lane::Child => CHILD_KEYS,
             };
             let found = keys.iter().find_map(|k| {
                 let key = payload.get(*k).and_then(key_text)?;
