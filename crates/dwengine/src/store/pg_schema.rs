@@ -131,6 +131,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0025_continue_as_new",
         include_str!("migrations/postgres/0025_continue_as_new.sql"),
     ),
+    (
+        "0026_child_workflows",
+        include_str!("migrations/postgres/0026_child_workflows.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -362,7 +362,10 @@ fn boundary_and_structural_refusals_are_machine_readable() {
     assert_eq!(status, 422, "{body}");
     let errors = &body["validation_errors"];
     assert!(errors["commands.0.delay_seconds"].is_array(), "{body}");
-    assert!(errors["commands.1.run_timeout_seconds"].is_array(), "{body}");
+    assert!(
+        errors["commands.1.run_timeout_seconds"].is_array(),
+        "{body}"
+    );
     assert!(
         errors["commands.2.start_to_close_timeout"].is_array(),
         "{body}"
