@@ -2,9 +2,9 @@
 
 A worker and a client of the published Python SDK (``durable-workflow``,
 pinned in conformance/requirements.txt) in one process: the worker runs
-the ``greeter`` workflow, which calls the ``greet`` activity and then
-sleeps on a durable timer; the client starts it, waits for its result and
-prints its history.
+the ``greeter`` workflow, which calls the ``greet`` activity, sleeps on a
+durable timer and then waits for an ``approve`` signal; the client starts
+it, signals it once it waits, waits for its result and prints its history.
 
     python docs/quickstart/first_workflow.py http://127.0.0.1:8080
 
@@ -32,12 +32,35 @@ def greet(name: str) -> str:
 
 @workflow.defn(name="greeter")
 class Greeter:
+    def __init__(self) -> None:
+        self.approved_by: str | None = None
+
+    @workflow.signal("approve")
+    def approve(self, who: str) -> None:
+        self.approved_by = who
+
     def run(self, ctx, name):
         # Each `yield` is a durable step: the server records it in the
         # workflow's history, and a restarted worker replays from there.
         greeting = yield ctx.schedule_activity("greet", [name])
         yield ctx.start_timer(2)  # a durable timer, in seconds
-        return greeting
+        # Sleeps until the `approve` signal has set `approved_by`.
+        yield ctx.wait_condition(lambda: self.approved_by is not None, key="approved")
+        return f"{greeting}, approved by {self.approved_by}"
+
+
+async def history_types(client: Client, workflow_id: str, run_id: str) -> list[str]:
+    history = await client.get_history(workflow_id, run_id, page_size=100)
+    return [event["event_type"] for event in history["events"]]
+
+
+async def waits_for_a_signal(client: Client, workflow_id: str, run_id: str) -> bool:
+    """Whether the run opens its condition wait within a minute."""
+    for _ in range(600):
+        if "ConditionWaitOpened" in await history_types(client, workflow_id, run_id):
+            return True
+        await asyncio.sleep(0.1)
+    return False
 
 
 async def main(base_url: str) -> int:
@@ -65,16 +88,21 @@ async def main(base_url: str) -> int:
             workflow_id=workflow_id,
             input=["world"],
         )
+        # The signal could be sent at once (the server keeps it until the
+        # workflow reads it); waiting shows the run parked on its condition.
+        if not await waits_for_a_signal(client, workflow_id, handle.run_id):
+            print("the workflow never waited for its signal", file=sys.stderr)
+            return 1
+        await client.signal_workflow(workflow_id, "approve", args=["alice"])
         result = await client.get_result(handle, timeout=60)
         print(f"{workflow_id} returned {result!r}")
-        history = await client.get_history(workflow_id, handle.run_id, page_size=100)
-        types = [event["event_type"] for event in history["events"]]
+        types = await history_types(client, workflow_id, handle.run_id)
         print("history:", ", ".join(types))
-        for expected in ("ActivityCompleted", "TimerFired", "WorkflowCompleted"):
+        for expected in ("ActivityCompleted", "TimerFired", "SignalReceived", "WorkflowCompleted"):
             if expected not in types:
                 print(f"no {expected} in the history", file=sys.stderr)
                 return 1
-        return 0 if result == "hello, world" else 1
+        return 0 if result == "hello, world, approved by alice" else 1
     finally:
         await worker.stop()
         running.cancel()

@@ -266,3 +266,42 @@ fn the_project_has_one_home_url_and_no_placeholder_links() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// A version tag publishes what docs/install.md offers: the workflow first
+/// checks that the tag names the packages' version (the check itself runs
+/// here, both ways), then builds both binaries and the wheel from the
+/// lock file and the pinned tools, and attaches them to the tag's release.
+#[test]
+fn a_version_tag_builds_and_publishes_the_binaries_and_the_wheel() {
+    let workflow = read(".github/workflows/release.yml");
+    for needed in [
+        "tags: [\"v*\"]",
+        ".ci/release-version \"$GITHUB_REF_NAME\"",
+        "cargo build --release --locked --target ${{ matrix.target }} --bin dwlint",
+        "cargo build --release --locked --target ${{ matrix.target }} -p dwengine --bin dwserver",
+        ".ci/requirements-wheel.txt",
+        "cd python/dwlint && ../../.venv/bin/maturin build --release --locked",
+        "sha256sum",
+        "gh release create \"$GITHUB_REF_NAME\" dist/*",
+    ] {
+        assert!(workflow.contains(needed), "release.yml lacks {needed:?}");
+    }
+    let check = |tag: &str| {
+        std::process::Command::new(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/release-version"),
+        )
+        .arg(tag)
+        .output()
+        .expect(".ci/release-version runs")
+    };
+    let right = check(&format!("v{VERSION}"));
+    assert!(right.status.success(), "{right:?}");
+    let wrong = check(&format!("v{VERSION}.1"));
+    assert_eq!(wrong.status.code(), Some(1), "{wrong:?}");
+    assert!(
+        text(&wrong.stderr).contains(&format!(
+            "does not name the version in Cargo.toml ({VERSION})"
+        )),
+        "{wrong:?}"
+    );
+}

@@ -13,98 +13,99 @@ use std::time::{Duration, Instant};
 
 use dwengine::polling::WorkerPollClaimGate;
 use serde_json::json;
-use support::{backends, TestServer};
+use support::{cache_variants, SharedCache, TestServer};
 
 const TASKS: usize = 400;
 const POLLERS: usize = 8;
 
-#[test]
-fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate() {
-    for (backend, cache) in backends() {
-        for gate in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let db = dir.path().join("claims.sqlite");
-            let s = TestServer::start(cache.clone(), move |c| {
-                c.sqlite_poll_claim_gate = Some(gate);
-                c.database = Some(db);
-            });
-            for i in 0..TASKS {
-                s.start_workflow("default", &format!("wf-{i}"), "claims");
-            }
-            let leased = AtomicUsize::new(0);
-            let done = AtomicBool::new(false);
-            let peak_keys = AtomicUsize::new(0);
-            let latencies = Mutex::new(Vec::new());
-            let seen = Mutex::new(std::collections::HashSet::new());
-            let began = Instant::now();
-            std::thread::scope(|scope| {
-                scope.spawn(|| {
-                    while !done.load(Ordering::Relaxed) {
-                        let keys = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
-                        peak_keys.fetch_max(keys, Ordering::Relaxed);
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                });
-                let pollers: Vec<_> = (0..POLLERS)
-                    .map(|p| {
-                        let (s, leased, latencies, seen) = (&s, &leased, &latencies, &seen);
-                        scope.spawn(move || {
-                            let mut n = 0;
-                            while leased.load(Ordering::Relaxed) < TASKS {
-                                n += 1;
-                                let t = Instant::now();
-                                let (status, body) = s.post(
-                                    "/api/worker/workflow-tasks/poll",
-                                    json!({ "task_queue": "claims", "worker_id": format!("w{p}"),
-                                            "poll_request_id": format!("{gate}-p{p}-{n}"), "timeout_seconds": 0.2 }),
-                                );
-                                latencies.lock().unwrap().push(t.elapsed());
-                                assert_eq!(status, 200, "{body}");
-                                if let Some(id) = body["task"]["task_id"].as_str() {
-                                    assert!(
-                                        seen.lock().unwrap().insert(id.to_owned()),
-                                        "task {id} leased twice"
-                                    );
-                                    leased.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        })
-                    })
-                    .collect();
-                for p in pollers {
-                    p.join().unwrap();
+fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    for gate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("claims.sqlite");
+        let s = TestServer::start(cache.clone(), move |c| {
+            c.sqlite_poll_claim_gate = Some(gate);
+            c.database = Some(db);
+        });
+        for i in 0..TASKS {
+            s.start_workflow("default", &format!("wf-{i}"), "claims");
+        }
+        let leased = AtomicUsize::new(0);
+        let done = AtomicBool::new(false);
+        let peak_keys = AtomicUsize::new(0);
+        let latencies = Mutex::new(Vec::new());
+        let seen = Mutex::new(std::collections::HashSet::new());
+        let began = Instant::now();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    let keys = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
+                    peak_keys.fetch_max(keys, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(5));
                 }
-                done.store(true, Ordering::Relaxed);
             });
-            let drain = began.elapsed();
-            let stats = s.running.engine().claim_gate().stats();
-            let mut latencies = latencies.into_inner().unwrap();
-            latencies.sort();
-            let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-            let peak = peak_keys.load(Ordering::Relaxed);
-            let after = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
-            eprintln!(
-                "[{backend}] gate {}: {TASKS} tasks by {POLLERS} pollers in {drain:?}; claim probes {} ({} empty), passes that skipped {}, most claims in flight {}; polls {} p50 {:?} p99 {:?}; gate keys peak {peak} final {after}",
-                if gate { "on " } else { "off" },
-                stats.probes,
-                stats.empty_probes,
-                stats.skipped,
-                stats.max_in_flight,
-                latencies.len(),
-                at(0.5),
-                at(0.99),
-            );
-            assert_eq!(leased.load(Ordering::Relaxed), TASKS);
-            assert_eq!(
-                after, 0,
-                "[{backend}] the gate key is deleted by its holder"
-            );
-            if gate {
-                assert_eq!(stats.max_in_flight, 1, "[{backend}] one claim at a time");
-                assert!(peak <= 1, "[{backend}] {peak}");
-            } else {
-                assert_eq!(peak, 0, "[{backend}] no key without the gate");
+            let pollers: Vec<_> = (0..POLLERS)
+                .map(|p| {
+                    let (s, leased, latencies, seen) = (&s, &leased, &latencies, &seen);
+                    scope.spawn(move || {
+                        let mut n = 0;
+                        while leased.load(Ordering::Relaxed) < TASKS {
+                            n += 1;
+                            let t = Instant::now();
+                            let (status, body) = s.post(
+                                "/api/worker/workflow-tasks/poll",
+                                json!({ "task_queue": "claims", "worker_id": format!("w{p}"),
+                                        "poll_request_id": format!("{gate}-p{p}-{n}"), "timeout_seconds": 0.2 }),
+                            );
+                            latencies.lock().unwrap().push(t.elapsed());
+                            assert_eq!(status, 200, "{body}");
+                            if let Some(id) = body["task"]["task_id"].as_str() {
+                                assert!(
+                                    seen.lock().unwrap().insert(id.to_owned()),
+                                    "task {id} leased twice"
+                                );
+                                leased.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for p in pollers {
+                p.join().unwrap();
             }
+            done.store(true, Ordering::Relaxed);
+        });
+        let drain = began.elapsed();
+        let stats = s.running.engine().claim_gate().stats();
+        let mut latencies = latencies.into_inner().unwrap();
+        latencies.sort();
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+        let peak = peak_keys.load(Ordering::Relaxed);
+        let after = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
+        eprintln!(
+            "[{backend}] gate {}: {TASKS} tasks by {POLLERS} pollers in {drain:?}; claim probes {} ({} empty), passes that skipped {}, most claims in flight {}; polls {} p50 {:?} p99 {:?}; gate keys peak {peak} final {after}",
+            if gate { "on " } else { "off" },
+            stats.probes,
+            stats.empty_probes,
+            stats.skipped,
+            stats.max_in_flight,
+            latencies.len(),
+            at(0.5),
+            at(0.99),
+        );
+        assert_eq!(leased.load(Ordering::Relaxed), TASKS);
+        assert_eq!(
+            after, 0,
+            "[{backend}] the gate key is deleted by its holder"
+        );
+        if gate {
+            assert_eq!(stats.max_in_flight, 1, "[{backend}] one claim at a time");
+            assert!(peak <= 1, "[{backend}] {peak}");
+        } else {
+            assert_eq!(peak, 0, "[{backend}] no key without the gate");
         }
     }
 }
+cache_variants!(eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate);

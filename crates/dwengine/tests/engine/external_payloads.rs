@@ -16,7 +16,7 @@ use dwengine::external_payloads::{parse_namespace_limits, RuntimeExternalPayload
 use dwengine::server::ServerConfig;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use support::{backends, TestServer};
+use support::{cache_variants, SharedCache, TestServer};
 
 const UPLOAD: &str = "/api/external-payloads/v1";
 
@@ -415,61 +415,65 @@ fn history_admits_only_references_to_stored_payloads() {
 /// Refusal churn writes at most one counter and one log key per
 /// (namespace, reason, minute), however many refusals; namespaces without
 /// a quota write none. Over HTTP, on memory and on Redis.
-#[test]
-fn refusal_churn_is_bounded_per_namespace_reason_and_minute() {
+fn refusal_churn_is_bounded_per_namespace_reason_and_minute(
+    backend: &'static str,
+    cache: SharedCache,
+) {
     const NAMESPACES: usize = 50;
     const REFUSALS: usize = 20;
-    for (backend, cache) in backends() {
-        let s = TestServer::start(cache.clone(), |c| {
-            enabled(c);
-            c.external_payloads.max_objects_per_namespace = 1;
-            c.external_payloads.namespace_limits =
-                parse_namespace_limits("tight:max_bytes=10").unwrap();
-        });
-        s.namespace("tight");
-        for i in 0..REFUSALS {
-            let (status, body) = upload(&s, "tight", &[i as u8; 11]);
-            assert_eq!(status, 429, "[{backend}] {body}");
-            assert_eq!(body["reason"], "external_payload_namespace_bytes_exhausted");
-        }
-        for n in 0..NAMESPACES {
-            let ns = format!("tenant-{n}");
-            s.namespace(&ns);
-            assert_eq!(upload(&s, &ns, &[1; 8]).0, 201, "[{backend}]");
-            for i in 0..REFUSALS {
-                let (status, body) = upload(&s, &ns, &[2, i as u8]);
-                assert_eq!(status, 429, "[{backend}] {body}");
-                assert_eq!(
-                    body["reason"],
-                    "external_payload_namespace_objects_exhausted"
-                );
-            }
-        }
-        let keys = s.keys(RuntimeExternalPayloadQuota::PREFIX);
-        // (NAMESPACES + 1) scopes × one reason × (counter + log key) × at
-        // most two minute buckets, against 21 × 20 refusals.
-        let bound = (NAMESPACES + 1) * 2 * 2;
-        assert!(
-            (2 * (NAMESPACES + 1)..=bound).contains(&keys),
-            "[{backend}] {keys} keys for {} refusals",
-            (NAMESPACES + 1) * REFUSALS
-        );
-        let m = usage(&s, "tenant-0");
-        let counted = m["rejections_by_reason"]["external_payload_namespace_objects_exhausted"]
-            .as_u64()
-            .unwrap();
-        assert!(counted <= REFUSALS as u64, "[{backend}] {m}");
-        let per_policy = s.running.engine().cache_keys_by_policy().unwrap();
-        assert!(
-            per_policy["runtime_external_payload_quota_rejections"] >= 2 * (NAMESPACES + 1),
-            "[{backend}] {per_policy:?}"
-        );
-        drop(s);
-        drop(cache);
+    let s = TestServer::start(cache.clone(), |c| {
+        enabled(c);
+        c.external_payloads.max_objects_per_namespace = 1;
+        c.external_payloads.namespace_limits =
+            parse_namespace_limits("tight:max_bytes=10").unwrap();
+    });
+    s.namespace("tight");
+    for i in 0..REFUSALS {
+        let (status, body) = upload(&s, "tight", &[i as u8; 11]);
+        assert_eq!(status, 429, "[{backend}] {body}");
+        assert_eq!(body["reason"], "external_payload_namespace_bytes_exhausted");
     }
+    for n in 0..NAMESPACES {
+        let ns = format!("tenant-{n}");
+        s.namespace(&ns);
+        assert_eq!(upload(&s, &ns, &[1; 8]).0, 201, "[{backend}]");
+        for i in 0..REFUSALS {
+            let (status, body) = upload(&s, &ns, &[2, i as u8]);
+            assert_eq!(status, 429, "[{backend}] {body}");
+            assert_eq!(
+                body["reason"],
+                "external_payload_namespace_objects_exhausted"
+            );
+        }
+    }
+    let keys = s.keys(RuntimeExternalPayloadQuota::PREFIX);
+    // (NAMESPACES + 1) scopes × one reason × (counter + log key) × at
+    // most two minute buckets, against 21 × 20 refusals.
+    let bound = (NAMESPACES + 1) * 2 * 2;
+    assert!(
+        (2 * (NAMESPACES + 1)..=bound).contains(&keys),
+        "[{backend}] {keys} keys for {} refusals",
+        (NAMESPACES + 1) * REFUSALS
+    );
+    let m = usage(&s, "tenant-0");
+    let counted = m["rejections_by_reason"]["external_payload_namespace_objects_exhausted"]
+        .as_u64()
+        .unwrap();
+    assert!(counted <= REFUSALS as u64, "[{backend}] {m}");
+    let per_policy = s.running.engine().cache_keys_by_policy().unwrap();
+    assert!(
+        per_policy["runtime_external_payload_quota_rejections"] >= 2 * (NAMESPACES + 1),
+        "[{backend}] {per_policy:?}"
+    );
+    drop(s);
+    drop(cache);
+}
+cache_variants!(refusal_churn_is_bounded_per_namespace_reason_and_minute);
 
-    // Without a quota (the default one turned off with 0) nothing is
-    // counted and no key is written.
+/// Without a quota (the default one turned off with 0) nothing is counted
+/// and no key is written.
+#[test]
+fn without_a_quota_no_refusal_is_counted_and_no_key_written() {
     let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
     let s = TestServer::start(cache, |c| {
         enabled(c);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dwengine::polling::ServerPollingCache;
 use dwengine::registry::WorkerCompatibilityHeartbeatRecorder;
 use serde_json::json;
-use support::{backends, eventually, TestServer};
+use support::{cache_variants, eventually, SharedCache, TestServer};
 
 const WORKERS: usize = 2_000;
 const NAMESPACES: usize = 50;
@@ -124,18 +124,12 @@ fn drained(backend: &str, s: &TestServer) {
     assert_eq!(body["registration_refreshed"], true);
 }
 
-#[test]
-fn heartbeat_elections_stay_one_per_worker_and_drain_and_the_probe_writes_nothing() {
-    let servers: Vec<_> = backends()
-        .into_iter()
-        .map(|(backend, cache)| (backend, TestServer::start(cache, |_| {})))
-        .collect();
-    std::thread::scope(|scope| {
-        for (backend, s) in &servers {
-            scope.spawn(move || {
-                churn(backend, s);
-                drained(backend, s);
-            });
-        }
-    });
+fn heartbeat_elections_stay_one_per_worker_and_drain_and_the_probe_writes_nothing(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    let s = TestServer::start(cache, |_| {});
+    churn(backend, &s);
+    drained(backend, &s);
 }
+cache_variants!(heartbeat_elections_stay_one_per_worker_and_drain_and_the_probe_writes_nothing);

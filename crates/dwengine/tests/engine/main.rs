@@ -8,7 +8,7 @@
 //! of every module run as parallel threads of this one process, so none may
 //! rely on process-wide state being its own: environment variables are read,
 //! never set (a child process gets its own with `Command::env`), each Redis
-//! test leases a database of its own (`support::backends`), and a test that
+//! test leases a database of its own (`support::cache_for`), and a test that
 //! re-runs this binary as a child names itself by its full module path
 //! (`support::test_path`).
 

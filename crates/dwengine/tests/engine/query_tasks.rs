@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dwengine::query_tasks::WorkflowQueryTaskBroker;
 use serde_json::{json, Value};
-use support::{backends, eventually, memory_cache, TestServer};
+use support::{cache_variants, eventually, memory_cache, SharedCache, TestServer};
 
 const PREFIX: &str = WorkflowQueryTaskBroker::PREFIX;
 
@@ -278,156 +278,151 @@ fn a_busy_queue_lock_is_a_503_with_its_own_reason_and_a_retry_after() {
 /// registered worker answering one query (one in 50 left to time out).
 /// The family holds at most one marker per polling worker plus a few keys
 /// per query in flight, and drains once the markers' TTL has passed.
-#[test]
-fn query_task_keys_stay_bounded_under_churn_and_drain_after_the_marker_ttl() {
+fn query_task_keys_stay_bounded_under_churn_and_drain_after_the_marker_ttl(
+    backend: &'static str,
+    cache: SharedCache,
+) {
     const QUEUES: usize = 2_000;
     const THREADS: usize = 8;
     const NAMESPACES: usize = 20;
-    for (backend, cache) in backends() {
-        let s = TestServer::start(cache.clone(), |c| {
-            c.query_tasks.timeout_seconds = Some(1);
-            c.wait_caps.global = 256;
-            c.wait_caps.per_namespace = 256;
-        });
-        for n in 0..NAMESPACES {
-            s.namespace(&format!("tenant-{n}"));
-        }
-        let ns = |i: usize| format!("tenant-{}", i % NAMESPACES);
-        for i in 0..QUEUES {
-            let ns = ns(i);
-            let (status, body) = s.post_ns(
-                &ns,
-                "/api/workflows",
-                json!({ "workflow_id": format!("wf-{i}"), "workflow_type": "Order",
-                        "task_queue": format!("queue-{i}"), "input": { "codec": "json", "blob": "[]" } }),
-            );
-            assert_eq!(status, 201, "{body}");
-            register(&s, &ns, &format!("worker-{i}"), &format!("queue-{i}"));
-        }
-        let done = AtomicBool::new(false);
-        let peak = AtomicUsize::new(0);
-        // Queries whose 1 s timeout passed before their worker answered.
-        let late = AtomicUsize::new(0);
-        let began = Instant::now();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !done.load(Ordering::Relaxed) {
-                    peak.fetch_max(cache.count_family(PREFIX).unwrap(), Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            });
-            // Stops the sampler even when a worker thread panics.
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::Relaxed);
-                }
-            }
-            let _done = Done(&done);
-            let workers: Vec<_> = (0..THREADS)
-                .map(|t| {
-                    let (s, ns, late) = (&s, &ns, &late);
-                    scope.spawn(move || {
-                        for i in (t..QUEUES).step_by(THREADS) {
-                            let (ns, queue, worker) =
-                                (ns(i), format!("queue-{i}"), format!("worker-{i}"));
-                            std::thread::scope(|inner| {
-                                let caller =
-                                    inner.spawn(|| query(s, &ns, &format!("wf-{i}"), "stage"));
-                                if i % 50 == 0 {
-                                    let (status, _) = caller.join().unwrap();
-                                    assert_eq!(status, 504);
-                                    return;
-                                }
-                                // On a loaded machine the query's 1 s can pass
-                                // before its worker leases or answers it: the
-                                // caller then gets 504 and the task is withdrawn
-                                // (the report gets 404 or 409). That is the timeout
-                                // working, counted below, not a lost answer.
-                                let poll = format!("poll-{i}");
-                                let task = loop {
-                                    let answer = poll_query(s, &ns, &queue, &worker, &poll, 1.0);
-                                    if answer["task"].is_object() || caller.is_finished() {
-                                        break answer;
-                                    }
-                                };
-                                if !task["task"].is_object() {
-                                    let (status, body) = caller.join().unwrap();
-                                    assert_eq!(status, 504, "query {i} ended unleased: {body}");
-                                    late.fetch_add(1, Ordering::Relaxed);
-                                    return;
-                                }
-                                let (reported, _) = report(
-                                    s,
-                                    &ns,
-                                    &task["task"],
-                                    "complete",
-                                    json!({ "result": i }),
-                                );
-                                let (status, answer) = caller.join().unwrap();
-                                // Reported after the query's deadline: the task
-                                // is withdrawn (404) or, before its caller
-                                // withdrew it, its lease is past (409 stale).
-                                if reported == 404 || (reported == 409 && status == 504) {
-                                    assert_eq!(status, 504, "query {i}'s task vanished: {answer}");
-                                    late.fetch_add(1, Ordering::Relaxed);
-                                    return;
-                                }
-                                // Whatever else: say what the caller got, so a
-                                // failure under load can be told apart.
-                                assert_eq!(
-                                    reported, 200,
-                                    "query {i}: the report got {reported}, its caller {status} {answer}"
-                                );
-                                assert_eq!((status, &answer["result"]), (200, &json!(i)));
-                            });
-                        }
-                    })
-                })
-                .collect();
-            for w in workers {
-                w.join().unwrap();
-            }
-        });
-        let churned = began.elapsed();
-        let peak = peak.load(Ordering::Relaxed);
-        let late = late.load(Ordering::Relaxed);
-        let answerable = QUEUES - QUEUES.div_ceil(50);
-        assert!(
-            late * 4 <= answerable,
-            "[{backend}] {late} of {answerable} queries timed out before their worker answered"
-        );
-        let after = cache.count_family(PREFIX).unwrap();
-        // One marker per polling worker (those left to time out never
-        // polled), plus task, lease, queue, lock and index per query in flight.
-        let markers = QUEUES - QUEUES.div_ceil(50);
-        let bound = markers + 5 * THREADS;
-        eprintln!(
-            "[{backend}] workflow_query_tasks: {QUEUES} queries over {QUEUES} queues in {NAMESPACES} namespaces in {churned:?} ({late} timed out first); peak {peak} keys (bound {bound}), {after} right after"
-        );
-        assert!(peak <= bound, "[{backend}] peak {peak} > {bound}");
-        assert!(after <= markers, "[{backend}] {after} keys besides markers");
-        assert_eq!(
-            s.keys(&format!("{PREFIX}task:")) + s.keys(&format!("{PREFIX}queue:")),
-            0,
-            "[{backend}] answered and timed-out queries leave no task or queue key"
-        );
-        // Markers live the poll's timeout (1 s) plus 5 s.
-        let drain = Instant::now();
-        assert!(
-            eventually(Duration::from_secs(10), || cache
-                .count_family(PREFIX)
-                .unwrap()
-                == 0),
-            "[{backend}] {} keys left after the marker TTL",
-            cache.count_family(PREFIX).unwrap()
-        );
-        eprintln!(
-            "[{backend}] workflow_query_tasks: final 0 keys, {:?} after the churn",
-            drain.elapsed()
-        );
+    let s = TestServer::start(cache.clone(), |c| {
+        c.query_tasks.timeout_seconds = Some(1);
+        c.wait_caps.global = 256;
+        c.wait_caps.per_namespace = 256;
+    });
+    for n in 0..NAMESPACES {
+        s.namespace(&format!("tenant-{n}"));
     }
+    let ns = |i: usize| format!("tenant-{}", i % NAMESPACES);
+    for i in 0..QUEUES {
+        let ns = ns(i);
+        let (status, body) = s.post_ns(
+            &ns,
+            "/api/workflows",
+            json!({ "workflow_id": format!("wf-{i}"), "workflow_type": "Order",
+                    "task_queue": format!("queue-{i}"), "input": { "codec": "json", "blob": "[]" } }),
+        );
+        assert_eq!(status, 201, "{body}");
+        register(&s, &ns, &format!("worker-{i}"), &format!("queue-{i}"));
+    }
+    let done = AtomicBool::new(false);
+    let peak = AtomicUsize::new(0);
+    // Queries whose 1 s timeout passed before their worker answered.
+    let late = AtomicUsize::new(0);
+    let began = Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(cache.count_family(PREFIX).unwrap(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        // Stops the sampler even when a worker thread panics.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _done = Done(&done);
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (s, ns, late) = (&s, &ns, &late);
+                scope.spawn(move || {
+                    for i in (t..QUEUES).step_by(THREADS) {
+                        let (ns, queue, worker) =
+                            (ns(i), format!("queue-{i}"), format!("worker-{i}"));
+                        std::thread::scope(|inner| {
+                            let caller = inner.spawn(|| query(s, &ns, &format!("wf-{i}"), "stage"));
+                            if i % 50 == 0 {
+                                let (status, _) = caller.join().unwrap();
+                                assert_eq!(status, 504);
+                                return;
+                            }
+                            // On a loaded machine the query's 1 s can pass
+                            // before its worker leases or answers it: the
+                            // caller then gets 504 and the task is withdrawn
+                            // (the report gets 404 or 409). That is the timeout
+                            // working, counted below, not a lost answer.
+                            let poll = format!("poll-{i}");
+                            let task = loop {
+                                let answer = poll_query(s, &ns, &queue, &worker, &poll, 1.0);
+                                if answer["task"].is_object() || caller.is_finished() {
+                                    break answer;
+                                }
+                            };
+                            if !task["task"].is_object() {
+                                let (status, body) = caller.join().unwrap();
+                                assert_eq!(status, 504, "query {i} ended unleased: {body}");
+                                late.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
+                            let (reported, _) =
+                                report(s, &ns, &task["task"], "complete", json!({ "result": i }));
+                            let (status, answer) = caller.join().unwrap();
+                            // Reported after the query's deadline: the task
+                            // is withdrawn (404) or, before its caller
+                            // withdrew it, its lease is past (409 stale).
+                            if reported == 404 || (reported == 409 && status == 504) {
+                                assert_eq!(status, 504, "query {i}'s task vanished: {answer}");
+                                late.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
+                            // Whatever else: say what the caller got, so a
+                            // failure under load can be told apart.
+                            assert_eq!(
+                                reported, 200,
+                                "query {i}: the report got {reported}, its caller {status} {answer}"
+                            );
+                            assert_eq!((status, &answer["result"]), (200, &json!(i)));
+                        });
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    let churned = began.elapsed();
+    let peak = peak.load(Ordering::Relaxed);
+    let late = late.load(Ordering::Relaxed);
+    let answerable = QUEUES - QUEUES.div_ceil(50);
+    assert!(
+        late * 4 <= answerable,
+        "[{backend}] {late} of {answerable} queries timed out before their worker answered"
+    );
+    let after = cache.count_family(PREFIX).unwrap();
+    // One marker per polling worker (those left to time out never
+    // polled), plus task, lease, queue, lock and index per query in flight.
+    let markers = QUEUES - QUEUES.div_ceil(50);
+    let bound = markers + 5 * THREADS;
+    eprintln!(
+        "[{backend}] workflow_query_tasks: {QUEUES} queries over {QUEUES} queues in {NAMESPACES} namespaces in {churned:?} ({late} timed out first); peak {peak} keys (bound {bound}), {after} right after"
+    );
+    assert!(peak <= bound, "[{backend}] peak {peak} > {bound}");
+    assert!(after <= markers, "[{backend}] {after} keys besides markers");
+    assert_eq!(
+        s.keys(&format!("{PREFIX}task:")) + s.keys(&format!("{PREFIX}queue:")),
+        0,
+        "[{backend}] answered and timed-out queries leave no task or queue key"
+    );
+    // Markers live the poll's timeout (1 s) plus 5 s.
+    let drain = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || cache
+            .count_family(PREFIX)
+            .unwrap()
+            == 0),
+        "[{backend}] {} keys left after the marker TTL",
+        cache.count_family(PREFIX).unwrap()
+    );
+    eprintln!(
+        "[{backend}] workflow_query_tasks: final 0 keys, {:?} after the churn",
+        drain.elapsed()
+    );
 }
+cache_variants!(query_task_keys_stay_bounded_under_churn_and_drain_after_the_marker_ttl);
 
 #[test]
 fn a_newer_query_poll_supersedes_the_older_one_of_the_same_worker_and_queue() {
@@ -457,73 +452,74 @@ fn a_newer_query_poll_supersedes_the_older_one_of_the_same_worker_and_queue() {
 /// Thousands of distinct poll request ids from many workers and queues:
 /// two keys per poll at most, one current-marker per worker and queue, and
 /// nothing once the replay TTL has passed.
-#[test]
-fn query_poll_request_keys_stay_bounded_and_drain_after_their_ttl() {
+fn query_poll_request_keys_stay_bounded_and_drain_after_their_ttl(
+    backend: &'static str,
+    cache: SharedCache,
+) {
     use dwengine::poll_requests::QueryTaskPollRequestStore;
     const POLLS: usize = 4_000;
     const WORKERS: usize = 400;
-    for (backend, cache) in backends() {
-        let s = TestServer::start(cache.clone(), |c| {
-            c.poll_ttls.result = Duration::from_secs(4);
-            c.poll_ttls.pending_slack = Duration::from_millis(500);
-        });
-        s.namespace("tenant");
-        for w in 0..WORKERS {
-            register(&s, "tenant", &format!("w{w}"), &format!("q{}", w % 40));
+    let s = TestServer::start(cache.clone(), |c| {
+        c.poll_ttls.result = Duration::from_secs(4);
+        c.poll_ttls.pending_slack = Duration::from_millis(500);
+    });
+    s.namespace("tenant");
+    for w in 0..WORKERS {
+        register(&s, "tenant", &format!("w{w}"), &format!("q{}", w % 40));
+    }
+    let began = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let s = &s;
+            scope.spawn(move || {
+                for i in (t..POLLS).step_by(4) {
+                    let w = i % WORKERS;
+                    let body = poll_query(
+                        s,
+                        "tenant",
+                        &format!("q{}", w % 40),
+                        &format!("w{w}"),
+                        &format!("poll-{i}"),
+                        0.0,
+                    );
+                    assert!(body["task"].is_null());
+                }
+            });
         }
-        let began = Instant::now();
-        std::thread::scope(|scope| {
-            for t in 0..4 {
-                let s = &s;
-                scope.spawn(move || {
-                    for i in (t..POLLS).step_by(4) {
-                        let w = i % WORKERS;
-                        let body = poll_query(
-                            s,
-                            "tenant",
-                            &format!("q{}", w % 40),
-                            &format!("w{w}"),
-                            &format!("poll-{i}"),
-                            0.0,
-                        );
-                        assert!(body["task"].is_null());
-                    }
-                });
-            }
-        });
-        // An id again: a replay, not a new poll.
-        let replay = poll_query(
-            &s,
-            "tenant",
-            "q39",
-            "w399",
-            &format!("poll-{}", POLLS - 1),
-            0.0,
-        );
-        assert_eq!(replay["replayed"], true, "{replay}");
-        let peak = s.keys(QueryTaskPollRequestStore::PREFIX);
-        let counted = cache
-            .count_family(QueryTaskPollRequestStore::PREFIX)
-            .unwrap();
-        eprintln!(
-            "[{backend}] query_task_poll_requests: {POLLS} polls by {WORKERS} workers in {:?}; {peak} keys after (bound {}), counted {counted}",
-            began.elapsed(),
-            POLLS + WORKERS
-        );
-        // One replay-result per poll id, one current-marker per worker/queue.
-        assert!(peak <= POLLS + WORKERS, "[{backend}] {peak}");
-        assert!(
-            eventually(Duration::from_secs(10), || {
-                cache
-                    .count_family(QueryTaskPollRequestStore::PREFIX)
-                    .unwrap()
-                    == 0
-            }),
-            "[{backend}] {} keys outlived their TTL",
+    });
+    // An id again: a replay, not a new poll.
+    let replay = poll_query(
+        &s,
+        "tenant",
+        "q39",
+        "w399",
+        &format!("poll-{}", POLLS - 1),
+        0.0,
+    );
+    assert_eq!(replay["replayed"], true, "{replay}");
+    let peak = s.keys(QueryTaskPollRequestStore::PREFIX);
+    let counted = cache
+        .count_family(QueryTaskPollRequestStore::PREFIX)
+        .unwrap();
+    eprintln!(
+        "[{backend}] query_task_poll_requests: {POLLS} polls by {WORKERS} workers in {:?}; {peak} keys after (bound {}), counted {counted}",
+        began.elapsed(),
+        POLLS + WORKERS
+    );
+    // One replay-result per poll id, one current-marker per worker/queue.
+    assert!(peak <= POLLS + WORKERS, "[{backend}] {peak}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
             cache
                 .count_family(QueryTaskPollRequestStore::PREFIX)
                 .unwrap()
-        );
-        eprintln!("[{backend}] query_task_poll_requests: final 0 keys");
-    }
+                == 0
+        }),
+        "[{backend}] {} keys outlived their TTL",
+        cache
+            .count_family(QueryTaskPollRequestStore::PREFIX)
+            .unwrap()
+    );
+    eprintln!("[{backend}] query_task_poll_requests: final 0 keys");
 }
+cache_variants!(query_poll_request_keys_stay_bounded_and_drain_after_their_ttl);

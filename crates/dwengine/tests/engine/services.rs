@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use dwengine::cache::hash_dimensions;
 use dwengine::service_boundary::{ServiceBoundaryBudgets, SharedServiceBoundaryPolicy};
 use serde_json::{json, Value};
-use support::{backends, eventually, memory_cache, TestServer};
+use support::{cache_variants, eventually, memory_cache, SharedCache, TestServer};
 
 const PREFIX: &str = SharedServiceBoundaryPolicy::PREFIX;
 const OPERATION: &str = "/api/service-endpoints/billing/services/invoices/operations/charge";
@@ -328,91 +328,91 @@ fn early_in_window(window: Duration, margin: Duration) {
     }
 }
 
-#[test]
-fn budgets_admit_exactly_their_limit_and_refuse_the_next_with_a_reason() {
+fn budgets_admit_exactly_their_limit_and_refuse_the_next_with_a_reason(
+    backend: &'static str,
+    cache: SharedCache,
+) {
     const WINDOW: Duration = Duration::from_secs(600);
-    for (backend, cache) in backends() {
-        let s = TestServer::start(cache.clone(), |c| {
-            c.service_boundary = ServiceBoundaryBudgets {
-                per_namespace: Some(5),
-                per_boundary: Some(50),
-                window: WINDOW,
-            };
-        });
-        for ns in ["payments", "tenant-secret", "tenant-c"] {
-            s.namespace(ns);
-        }
-        // The operation narrows the boundary budget to 3.
-        catalog(
-            &s,
-            "payments",
-            json!({ "rate_limit": { "requests_per_minute": 3 } }),
-        );
-        early_in_window(WINDOW, Duration::from_secs(30));
-        for n in 0..3 {
-            let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
-            assert_eq!(status, 200, "[{backend}] call {n}: {body}");
-        }
-        let (status, body, retry_after) = s.post_ns_header(
-            "payments",
-            &format!("{OPERATION}/execute"),
-            call("tenant-secret", None, "accepted"),
-            "retry-after",
-        );
-        assert_eq!(status, 429, "[{backend}] {body}");
-        assert_eq!(body["reason"], "service_call_rate_limited");
-        assert_eq!(body["accepted"], false);
-        assert_eq!(body["admission_scope"], "boundary");
-        assert_eq!(body["requests_per_minute"], 3);
-        assert_eq!(body["observed_window_count"], 4);
-        assert_eq!(body["policy_name"], "server.shared-service-boundary");
-        assert_eq!(body["caller_namespace"], "tenant-secret");
-        let seconds: u64 = retry_after.unwrap().parse().unwrap();
-        assert!((1..=600).contains(&seconds), "{seconds}");
-        assert_eq!(body["retry_after_seconds"], seconds);
-        // A replay of an earlier call spends nothing and is still answered.
-        // (None of the calls above had a key; give one now on another caller.)
-        let (status, first) = execute(&s, "payments", call("tenant-c", Some("once"), "accepted"));
-        assert_eq!(status, 200, "{first}");
-        for _ in 0..10 {
-            let (status, again) =
-                execute(&s, "payments", call("tenant-c", Some("once"), "accepted"));
-            assert_eq!((status, &again["idempotent_replay"]), (200, &json!(true)));
-        }
-        // The caller's namespace budget (5, refusals included): the fifth
-        // call still passes it (and meets the boundary's), the sixth does not.
-        let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
-        assert_eq!(
-            (status, &body["admission_scope"]),
-            (429, &json!("boundary")),
-            "{body}"
-        );
-        let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
-        assert_eq!(status, 429);
-        assert_eq!(
-            body["admission_scope"], "caller_namespace",
-            "[{backend}] {body}"
-        );
-        assert_eq!(body["requests_per_minute"], 5);
-        assert_eq!(
-            body["config_key"],
-            "server.service_boundary.max_requests_per_minute_per_namespace"
-        );
-        // Keys are hashed: the raw names never reach the cache.
-        let ns_hash = hash_dimensions(&["tenant-secret"]);
-        assert_eq!(
-            s.keys(&format!("{PREFIX}namespace-rate:{ns_hash}:")),
-            1,
-            "[{backend}]"
-        );
-        for raw in ["tenant", "payments", "billing", "invoices", "charge"] {
-            assert_eq!(s.keys(&format!("{PREFIX}namespace-rate:{raw}")), 0);
-            assert_eq!(s.keys(&format!("{PREFIX}rate:{raw}")), 0);
-        }
-        // tenant-secret and tenant-c: one namespace and one boundary counter each.
-        assert_eq!(s.keys(PREFIX), 4, "[{backend}]");
+    let s = TestServer::start(cache.clone(), |c| {
+        c.service_boundary = ServiceBoundaryBudgets {
+            per_namespace: Some(5),
+            per_boundary: Some(50),
+            window: WINDOW,
+        };
+    });
+    for ns in ["payments", "tenant-secret", "tenant-c"] {
+        s.namespace(ns);
     }
+    // The operation narrows the boundary budget to 3.
+    catalog(
+        &s,
+        "payments",
+        json!({ "rate_limit": { "requests_per_minute": 3 } }),
+    );
+    early_in_window(WINDOW, Duration::from_secs(30));
+    for n in 0..3 {
+        let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
+        assert_eq!(status, 200, "[{backend}] call {n}: {body}");
+    }
+    let (status, body, retry_after) = s.post_ns_header(
+        "payments",
+        &format!("{OPERATION}/execute"),
+        call("tenant-secret", None, "accepted"),
+        "retry-after",
+    );
+    assert_eq!(status, 429, "[{backend}] {body}");
+    assert_eq!(body["reason"], "service_call_rate_limited");
+    assert_eq!(body["accepted"], false);
+    assert_eq!(body["admission_scope"], "boundary");
+    assert_eq!(body["requests_per_minute"], 3);
+    assert_eq!(body["observed_window_count"], 4);
+    assert_eq!(body["policy_name"], "server.shared-service-boundary");
+    assert_eq!(body["caller_namespace"], "tenant-secret");
+    let seconds: u64 = retry_after.unwrap().parse().unwrap();
+    assert!((1..=600).contains(&seconds), "{seconds}");
+    assert_eq!(body["retry_after_seconds"], seconds);
+    // A replay of an earlier call spends nothing and is still answered.
+    // (None of the calls above had a key; give one now on another caller.)
+    let (status, first) = execute(&s, "payments", call("tenant-c", Some("once"), "accepted"));
+    assert_eq!(status, 200, "{first}");
+    for _ in 0..10 {
+        let (status, again) = execute(&s, "payments", call("tenant-c", Some("once"), "accepted"));
+        assert_eq!((status, &again["idempotent_replay"]), (200, &json!(true)));
+    }
+    // The caller's namespace budget (5, refusals included): the fifth
+    // call still passes it (and meets the boundary's), the sixth does not.
+    let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
+    assert_eq!(
+        (status, &body["admission_scope"]),
+        (429, &json!("boundary")),
+        "{body}"
+    );
+    let (status, body) = execute(&s, "payments", call("tenant-secret", None, "accepted"));
+    assert_eq!(status, 429);
+    assert_eq!(
+        body["admission_scope"], "caller_namespace",
+        "[{backend}] {body}"
+    );
+    assert_eq!(body["requests_per_minute"], 5);
+    assert_eq!(
+        body["config_key"],
+        "server.service_boundary.max_requests_per_minute_per_namespace"
+    );
+    // Keys are hashed: the raw names never reach the cache.
+    let ns_hash = hash_dimensions(&["tenant-secret"]);
+    assert_eq!(
+        s.keys(&format!("{PREFIX}namespace-rate:{ns_hash}:")),
+        1,
+        "[{backend}]"
+    );
+    for raw in ["tenant", "payments", "billing", "invoices", "charge"] {
+        assert_eq!(s.keys(&format!("{PREFIX}namespace-rate:{raw}")), 0);
+        assert_eq!(s.keys(&format!("{PREFIX}rate:{raw}")), 0);
+    }
+    // tenant-secret and tenant-c: one namespace and one boundary counter each.
+    assert_eq!(s.keys(PREFIX), 4, "[{backend}]");
 }
+cache_variants!(budgets_admit_exactly_their_limit_and_refuse_the_next_with_a_reason);
 
 /// A caller namespace made up per call used to get a fresh budget each
 /// time (8 of 8 through a 3-a-minute budget): one that is not registered
@@ -513,116 +513,117 @@ fn an_unavailable_budget_is_a_retryable_503_naming_its_reason() {
 /// workflow and two are refused, and every call counts): the family holds
 /// one namespace and one boundary counter per caller per window, never a
 /// key per call, and drains once the two-window TTL has passed.
-#[test]
-fn service_boundary_keys_stay_bounded_under_churn_and_drain_after_their_ttl() {
+fn service_boundary_keys_stay_bounded_under_churn_and_drain_after_their_ttl(
+    backend: &'static str,
+    cache: SharedCache,
+) {
     const CALLERS: usize = 2_000;
     const CALLS_EACH: usize = 3;
     const THREADS: usize = 8;
     const WINDOW: Duration = Duration::from_secs(4);
-    for (backend, cache) in backends() {
-        let s = TestServer::start(cache.clone(), |c| {
-            c.service_boundary = ServiceBoundaryBudgets {
-                per_namespace: Some(1_000),
-                per_boundary: Some(1),
-                window: WINDOW,
-            };
-        });
-        s.namespace("payments");
-        catalog(&s, "payments", Value::Null);
-        // A call's caller namespace must be registered (an admin's act).
-        std::thread::scope(|scope| {
-            for t in 0..THREADS {
-                let s = &s;
-                scope.spawn(move || {
-                    for i in (t..CALLERS).step_by(THREADS) {
-                        s.namespace(&format!("caller-{i}"));
-                    }
-                });
-            }
-        });
-        let done = AtomicBool::new(false);
-        let peak = AtomicUsize::new(0);
-        let (admitted, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let began = Instant::now();
-        let first_bucket = began_bucket(WINDOW);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !done.load(Ordering::Relaxed) {
-                    peak.fetch_max(cache.count_family(PREFIX).unwrap(), Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(100));
+    let s = TestServer::start(cache.clone(), |c| {
+        c.service_boundary = ServiceBoundaryBudgets {
+            per_namespace: Some(1_000),
+            per_boundary: Some(1),
+            window: WINDOW,
+        };
+    });
+    s.namespace("payments");
+    catalog(&s, "payments", Value::Null);
+    // A call's caller namespace must be registered (an admin's act).
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let s = &s;
+            scope.spawn(move || {
+                for i in (t..CALLERS).step_by(THREADS) {
+                    s.namespace(&format!("caller-{i}"));
                 }
             });
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::Relaxed);
-                }
-            }
-            let _done = Done(&done);
-            let workers: Vec<_> = (0..THREADS)
-                .map(|t| {
-                    let (s, admitted, refused) = (&s, &admitted, &refused);
-                    scope.spawn(move || {
-                        for i in (t..CALLERS).step_by(THREADS) {
-                            for _ in 0..CALLS_EACH {
-                                let (status, body) = execute(
-                                    s,
-                                    "payments",
-                                    call(&format!("caller-{i}"), None, "accepted"),
-                                );
-                                match status {
-                                    200 => admitted.fetch_add(1, Ordering::Relaxed),
-                                    429 => refused.fetch_add(1, Ordering::Relaxed),
-                                    _ => panic!("{status}: {body}"),
-                                };
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for w in workers {
-                w.join().unwrap();
+        }
+    });
+    let done = AtomicBool::new(false);
+    let peak = AtomicUsize::new(0);
+    let (admitted, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let began = Instant::now();
+    let first_bucket = began_bucket(WINDOW);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(cache.count_family(PREFIX).unwrap(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let churned = began.elapsed();
-        let windows = began_bucket(WINDOW) - first_bucket + 1;
-        let peak = peak
-            .load(Ordering::Relaxed)
-            .max(cache.count_family(PREFIX).unwrap());
-        let calls = CALLERS * CALLS_EACH;
-        // Two counters per caller per window; a counter lives two windows,
-        // so at most three windows' counters coexist.
-        let bound = 2 * CALLERS * windows.min(3) as usize;
-        eprintln!(
-            "[{backend}] shared_service_boundary_admission: {calls} calls by {CALLERS} caller namespaces in {churned:?} ({windows} windows of {WINDOW:?}): {} admitted, {} refused; peak {peak} keys (bound {bound}, {} if keyed per call)",
-            admitted.load(Ordering::Relaxed),
-            refused.load(Ordering::Relaxed),
-            2 * calls
-        );
-        assert!(peak <= bound, "[{backend}] peak {peak} > {bound}");
-        assert!(
-            peak < 2 * calls,
-            "[{backend}] counters are per caller, not per call"
-        );
-        assert!(
-            admitted.load(Ordering::Relaxed) >= CALLERS,
-            "each caller's first call in a window passes"
-        );
-        let drain = Instant::now();
-        assert!(
-            eventually(WINDOW * 2 + Duration::from_secs(5), || cache
-                .count_family(PREFIX)
-                .unwrap()
-                == 0),
-            "[{backend}] {} keys outlived the two-window TTL",
-            cache.count_family(PREFIX).unwrap()
-        );
-        eprintln!(
-            "[{backend}] shared_service_boundary_admission: final 0 keys, {:?} after the churn",
-            drain.elapsed()
-        );
-    }
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _done = Done(&done);
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (s, admitted, refused) = (&s, &admitted, &refused);
+                scope.spawn(move || {
+                    for i in (t..CALLERS).step_by(THREADS) {
+                        for _ in 0..CALLS_EACH {
+                            let (status, body) = execute(
+                                s,
+                                "payments",
+                                call(&format!("caller-{i}"), None, "accepted"),
+                            );
+                            match status {
+                                200 => admitted.fetch_add(1, Ordering::Relaxed),
+                                429 => refused.fetch_add(1, Ordering::Relaxed),
+                                _ => panic!("{status}: {body}"),
+                            };
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    let churned = began.elapsed();
+    let windows = began_bucket(WINDOW) - first_bucket + 1;
+    let peak = peak
+        .load(Ordering::Relaxed)
+        .max(cache.count_family(PREFIX).unwrap());
+    let calls = CALLERS * CALLS_EACH;
+    // Two counters per caller per window; a counter lives two windows,
+    // so at most three windows' counters coexist.
+    let bound = 2 * CALLERS * windows.min(3) as usize;
+    eprintln!(
+        "[{backend}] shared_service_boundary_admission: {calls} calls by {CALLERS} caller namespaces in {churned:?} ({windows} windows of {WINDOW:?}): {} admitted, {} refused; peak {peak} keys (bound {bound}, {} if keyed per call)",
+        admitted.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        2 * calls
+    );
+    assert!(peak <= bound, "[{backend}] peak {peak} > {bound}");
+    assert!(
+        peak < 2 * calls,
+        "[{backend}] counters are per caller, not per call"
+    );
+    assert!(
+        admitted.load(Ordering::Relaxed) >= CALLERS,
+        "each caller's first call in a window passes"
+    );
+    let drain = Instant::now();
+    assert!(
+        eventually(WINDOW * 2 + Duration::from_secs(5), || cache
+            .count_family(PREFIX)
+            .unwrap()
+            == 0),
+        "[{backend}] {} keys outlived the two-window TTL",
+        cache.count_family(PREFIX).unwrap()
+    );
+    eprintln!(
+        "[{backend}] shared_service_boundary_admission: final 0 keys, {:?} after the churn",
+        drain.elapsed()
+    );
 }
+cache_variants!(service_boundary_keys_stay_bounded_under_churn_and_drain_after_their_ttl);
 
 fn began_bucket(window: Duration) -> u64 {
     std::time::SystemTime::now()

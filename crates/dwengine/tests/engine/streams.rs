@@ -13,7 +13,7 @@ use dwengine::cache::MemoryCache;
 use dwengine::retention::WorkflowStreamRetention;
 use dwpolicy::LimitKind;
 use serde_json::{json, Value};
-use support::{backends, eventually, TestServer};
+use support::{cache_variants, eventually, SharedCache, TestServer};
 
 fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer {
     TestServer::start(std::sync::Arc::new(MemoryCache::default()), tweak)
@@ -741,26 +741,15 @@ fn drained(backend: &str, s: &TestServer) {
     assert!(body["stream_retention"].is_object(), "{body}");
 }
 
-#[test]
-fn stream_retention_keys_stay_one_per_namespace_and_drain() {
-    let servers: Vec<_> = backends()
-        .into_iter()
-        .map(|(backend, cache)| {
-            (
-                backend,
-                TestServer::start(cache, |c| c.stream_retention_throttle = THROTTLE),
-            )
-        })
-        .collect();
-    std::thread::scope(|scope| {
-        for (backend, s) in &servers {
-            scope.spawn(move || {
-                churn(backend, s);
-                drained(backend, s);
-            });
-        }
-    });
+fn stream_retention_keys_stay_one_per_namespace_and_drain(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    let s = TestServer::start(cache, |c| c.stream_retention_throttle = THROTTLE);
+    churn(backend, &s);
+    drained(backend, &s);
 }
+cache_variants!(stream_retention_keys_stay_one_per_namespace_and_drain);
 
 /// A stream holds at most `max_items_per_stream` items however long its run
 /// appends: the append that would pass the cap is refused whole, from a

@@ -1,8 +1,8 @@
 //! Starts real servers on loopback and talks to them over HTTP.
 //!
-//! Each bound test runs on the in-process cache and, when
-//! `DW_TEST_REDIS_URL` is set, again on that Redis, each test in a Redis
-//! database it leases for itself (see [`backends`]) so tests running in
+//! Each bound test runs twice (see [`cache_variants`]): on the in-process
+//! cache and on the Redis of `DW_TEST_REDIS_URL`, each Redis test in a
+//! database it leases for itself (see [`cache_for`]) so tests running in
 //! parallel threads never flush or count each other's keys. A set but
 //! unreachable URL fails the test: CI sets it, so Redis must run there.
 #![allow(dead_code)]
@@ -228,17 +228,56 @@ fn answer(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
     }
 }
 
-/// The backends a bound test runs on: memory always, and a Redis database
-/// leased for this test alone (flushed first) when `DW_TEST_REDIS_URL` is
-/// set. The lease ends when the test drops its last handle on the cache.
-pub fn backends() -> Vec<(&'static str, Arc<dyn Cache>)> {
-    let mut backends: Vec<(&'static str, Arc<dyn Cache>)> = vec![("memory", memory_cache())];
-    match std::env::var("DW_TEST_REDIS_URL") {
-        Ok(url) if !url.is_empty() => backends.push(("redis", Arc::new(LeasedRedis::lease(&url)))),
-        _ => skipped_redis_notice(),
+/// A cache as the engine holds it, shared with the test that reads its keys.
+pub type SharedCache = Arc<dyn Cache>;
+
+/// A fresh cache of `backend` for one bound test: the in-process cache, or
+/// a Redis database leased for this test alone (flushed first) from
+/// `DW_TEST_REDIS_URL`. The lease ends when the test drops its last handle
+/// on the cache.
+pub fn cache_for(backend: &str) -> SharedCache {
+    match backend {
+        "memory" => memory_cache(),
+        "redis" => match std::env::var("DW_TEST_REDIS_URL") {
+            Ok(url) if !url.is_empty() => Arc::new(LeasedRedis::lease(&url)),
+            _ => panic!(
+                "the Redis variants were built to run (DW_TEST_REDIS_URL was set when this \
+                 test binary was compiled) but DW_TEST_REDIS_URL is not set now"
+            ),
+        },
+        other => panic!("no cache backend {other:?}"),
     }
-    backends
 }
+
+/// Declares the two tests of a bound proof `fn NAME(backend, cache)`:
+/// `NAME::memory` on the in-process cache and `NAME::redis` on Redis.
+///
+/// The Redis variant is compiled as ignored, with the reason, when
+/// `DW_TEST_REDIS_URL` was not set at build time (dwengine's build script
+/// sets the `dw_test_redis` cfg from it), so `cargo test` counts it as
+/// ignored, not as passed, and says why. `.ci/run` starts redis-server and
+/// sets the variable, and there a build without it fails
+/// (`bounds::ci_runs_the_redis_variants`).
+macro_rules! cache_variants {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn memory() {
+                super::$name("memory", $crate::support::cache_for("memory"));
+            }
+
+            #[test]
+            #[cfg_attr(
+                not(dw_test_redis),
+                ignore = "needs Redis: DW_TEST_REDIS_URL was not set when this test binary was built"
+            )]
+            fn redis() {
+                super::$name("redis", $crate::support::cache_for("redis"));
+            }
+        }
+    };
+}
+pub(crate) use cache_variants;
 
 /// The in-process cache alone, for a test that is not a bound proof.
 pub fn memory_cache() -> Arc<dyn Cache> {
@@ -344,20 +383,6 @@ pub fn test_path(module_path: &str, name: &str) -> String {
     } else {
         format!("{within}::{name}")
     }
-}
-
-/// What `cargo test` prints when the Redis variants do not run.
-pub const REDIS_SKIPPED: &str = "NOTICE: DW_TEST_REDIS_URL is not set: the Redis variants of the engine's bound tests were SKIPPED (only the in-process cache ran); `.ci/run` starts redis-server and sets it";
-
-/// Says once per test binary, where a person sees it, that the Redis
-/// variants were skipped. libtest captures `eprintln!` (shown only for a
-/// failing test), so the notice goes to the standard error stream itself.
-fn skipped_redis_notice() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr().lock(), "\n{REDIS_SKIPPED}\n");
-    });
 }
 
 /// Waits until `condition` holds, up to `limit`.
