@@ -168,6 +168,31 @@ impl Cache for MemoryCache {
         Ok(count)
     }
 
+    fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        let result =
+            self.family(key)
+                .entry(key.to_owned())
+                .and_compute_with(|current| match current {
+                    Some(held) if held.value().bytes != value => Op::Nop,
+                    _ => Op::Put(entry(value, ttl, false)),
+                });
+        Ok(matches!(
+            result,
+            CompResult::Inserted(_) | CompResult::ReplacedWith(_)
+        ))
+    }
+
+    fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
+        let result =
+            self.family(key)
+                .entry(key.to_owned())
+                .and_compute_with(|current| match current {
+                    Some(held) if held.value().bytes == value => Op::Remove,
+                    _ => Op::Nop,
+                });
+        Ok(matches!(result, CompResult::Removed(_)))
+    }
+
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
         let mut live = 0;
         for (name, family) in self.read_families().iter() {
@@ -243,6 +268,30 @@ mod tests {
             None,
             "increments never extend the bucket"
         );
+    }
+
+    #[test]
+    fn a_claim_takes_or_renews_its_own_value_and_a_release_removes_only_its_own() {
+        let cache = MemoryCache::default();
+        let ttl = Duration::from_millis(200);
+        assert!(cache.claim(KEY, b"a", ttl).unwrap(), "absent: taken");
+        assert!(!cache.claim(KEY, b"b", ttl).unwrap(), "held by a");
+        assert!(cache.claim(KEY, b"a", ttl).unwrap(), "renewed by a");
+        assert!(!cache.release(KEY, b"b").unwrap(), "b cannot release a's");
+        assert_eq!(cache.get(KEY).unwrap(), Some(b"a".to_vec()));
+        assert!(cache.release(KEY, b"a").unwrap());
+        assert!(!cache.release(KEY, b"a").unwrap());
+        assert!(
+            cache.claim(KEY, b"b", ttl).unwrap(),
+            "free again: b takes it"
+        );
+        // Not renewed, it expires and another takes it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cache.claim(KEY, b"c", ttl).unwrap() {
+            assert!(Instant::now() < deadline, "b's claim never expired");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(cache.get(KEY).unwrap(), Some(b"c".to_vec()));
     }
 
     #[test]

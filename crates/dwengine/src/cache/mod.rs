@@ -38,6 +38,14 @@ pub trait Cache: Send + Sync {
     /// bucket lives exactly `ttl` however busy it is. The value is stored as
     /// decimal text on every backend (see [`read_counter`]).
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError>;
+    /// Makes `key` hold `value` for `ttl` from now if it holds nothing live
+    /// or already holds `value` (a lease taken or renewed), in one atomic
+    /// step; whether `key` now holds `value`. Another live value is left
+    /// alone (false).
+    fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError>;
+    /// Removes `key` only if it holds `value` (a lease given back by its
+    /// holder, never someone else's); whether it did.
+    fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError>;
     /// Live keys starting with `prefix` (a full scan: evidence and tests only).
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError>;
     /// Keys of the family `prefix` (`server:<family>:`) as the backend
@@ -205,6 +213,12 @@ impl Cache for UnreachableCache {
         Err(CacheError::Backend("down".into()))
     }
     fn increment(&self, _: &str, _: Duration) -> Result<u64, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn claim(&self, _: &str, _: &[u8], _: Duration) -> Result<bool, CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn release(&self, _: &str, _: &[u8]) -> Result<bool, CacheError> {
         Err(CacheError::Backend("down".into()))
     }
     fn count_prefix(&self, _: &str) -> Result<usize, CacheError> {

@@ -76,6 +76,25 @@ const FORGET: &str = "local old = expiry_of(KEYS[1], tonumber(ARGV[1])) \
      local removed = redis.call('DEL', KEYS[1]) \
      if removed == 1 and old > 0 then count_out(old) end \
      return removed";
+// ARGV: value, ttl ms, now ms. 1 when KEYS[1] now holds the value.
+const CLAIM: &str = "local held = redis.call('GET', KEYS[1]) \
+     if held == false then \
+       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+       count_in(expiry_of(KEYS[1], tonumber(ARGV[3]))) return 1 \
+     end \
+     if held ~= ARGV[1] then return 0 end \
+     local now = tonumber(ARGV[3]) \
+     local old = expiry_of(KEYS[1], now) \
+     redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+     if old > 0 then count_out(old) end \
+     count_in(expiry_of(KEYS[1], now)) return 1";
+
+// ARGV: value, now ms.
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
+     local old = expiry_of(KEYS[1], tonumber(ARGV[2])) \
+     redis.call('DEL', KEYS[1]) \
+     if old > 0 then count_out(old) end return 1";
+
 const POOL_SIZE: usize = 16;
 
 /// A Redis-backed cache.
@@ -232,6 +251,20 @@ impl Cache for RedisCache {
         let (ttl, now) = (millis(ttl), now_ms());
         let count: i64 = self.with(|conn| counted(INCREMENT, key).arg(ttl).arg(now).query(conn))?;
         Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        let (ttl, now) = (millis(ttl), now_ms());
+        let held: i64 =
+            self.with(|conn| counted(CLAIM, key).arg(value).arg(ttl).arg(now).query(conn))?;
+        Ok(held == 1)
+    }
+
+    fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
+        let now = now_ms();
+        let removed: i64 =
+            self.with(|conn| counted(RELEASE, key).arg(value).arg(now).query(conn))?;
+        Ok(removed == 1)
     }
 
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {

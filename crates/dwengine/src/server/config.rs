@@ -692,6 +692,10 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
                 ),
             }
         }
+        config.sweep_scope = lookup("DW_SWEEP_SCOPE").filter(|v| !v.trim().is_empty());
+        if let Some(n) = parse("DW_NODE_LEASE_MS") {
+            config.node_lease = ms(n).max(crate::cluster::node::MIN_NODE_LEASE);
+        }
         if let Some(n) = parse("DW_MAX_UPDATE_WAIT_MS") {
             config.max_update_wait = ms(n);
         }

@@ -12,7 +12,9 @@ use std::sync::{Arc, RwLock};
 
 use crate::admission::{NamespaceRequestAdmission, TaskQueueAdmission};
 use crate::cache::{Cache, MemoryCache, RedisCache};
-use crate::cluster::{StoreLock, StoreLockError};
+use crate::cluster::{
+    NodeIdError, NodeIdentity, NodeToken, StoreLock, StoreLockError, SweepLeases,
+};
 use crate::diagnostics::WorkerPollDiagnostics;
 use crate::durable_state::NamespaceDurableStateQuota;
 use crate::external_payloads::RuntimeExternalPayloadQuota;
@@ -83,6 +85,10 @@ pub struct Engine {
     storage_full_at: std::sync::atomic::AtomicI64,
     /// When that was last logged at WARN (unix ms).
     storage_full_warned_at: std::sync::atomic::AtomicI64,
+    /// This node's id, registered on the cache and renewed by a heartbeat.
+    pub(crate) node_id: NodeIdentity,
+    /// This node's leases on the periodic sweeps.
+    pub(crate) sweep_leases: SweepLeases,
     /// This process's lock on the SQLite file (none in memory). The last
     /// field, so it is released only after the store has closed.
     _store_lock: Option<StoreLock>,
@@ -116,6 +122,32 @@ pub enum StartError {
     /// Another process serves the SQLite file, or its lock file is unusable.
     #[error(transparent)]
     StoreLock(#[from] StoreLockError),
+    /// Another live node holds this node's id on the shared cache.
+    #[error(transparent)]
+    NodeId(#[from] NodeIdError),
+}
+
+/// The nodes among which this node's sweeps are elected: those serving
+/// the same store. `DW_SWEEP_SCOPE` when set; else a SQLite file on its
+/// host (one process per file, so a SQLite node elects only itself), or
+/// this process alone for an in-memory store.
+fn sweep_scope(config: &ServerConfig, token: &NodeToken, lock: Option<&StoreLock>) -> String {
+    // Every store is private to its node until a shared database backend
+    // lands: a SQLite file (locked) or memory.
+    let private_store = lock.is_some() || config.database.is_none();
+    if let Some(scope) = &config.sweep_scope {
+        if private_store && config.redis_url.is_some() {
+            tracing::warn!(
+                scope = %scope,
+                "DW_SWEEP_SCOPE is set on a node whose store is its own: the nodes sharing this scope run each sweep on one of them, so only that node's store is swept; set it only on nodes that serve one shared database"
+            );
+        }
+        return scope.clone();
+    }
+    match lock {
+        Some(lock) => format!("sqlite:{}:{}", token.host(), lock.path().display()),
+        None => format!("memory:{}", token.instance()),
+    }
 }
 
 impl Engine {
@@ -156,6 +188,11 @@ impl Engine {
             .as_deref()
             .map(|db| StoreLock::acquire(db, &config.server_id))
             .transpose()?;
+        // Then the id, on the cache every node of the deployment shares.
+        let token = NodeToken::new(&config.server_id);
+        let node_id = NodeIdentity::register(cache.clone(), token.clone(), config.node_lease)?;
+        let scope = sweep_scope(&config, &token, store_lock.as_ref());
+        let sweep_leases = SweepLeases::new(cache.clone(), token, config.node_lease, &scope);
         let store = SharedStore::open(
             config.database.as_deref(),
             config.store.clone(),
@@ -247,6 +284,8 @@ impl Engine {
             ),
             cache,
             config,
+            node_id,
+            sweep_leases,
             _store_lock: store_lock,
         })
     }
@@ -271,6 +310,37 @@ impl Engine {
     /// Malformed rows left out of the v1 projections imported since start.
     pub fn v1_malformed_rows(&self) -> u64 {
         self.v1_malformed_rows.load(Ordering::Relaxed)
+    }
+
+    /// The heartbeat of this node's id and sweep leases: renews them (the
+    /// caller repeats it every [`SweepLeases::renew_every`]).
+    pub fn cluster_heartbeat(&self) {
+        if let Err(error) = self.node_id.renew() {
+            tracing::warn!(%error, "cannot renew this node's id registration on the cache");
+        }
+        self.sweep_leases.renew();
+    }
+
+    /// Whether this node runs `sweep`'s passes now (it holds its lease).
+    pub fn elected(&self, sweep: crate::cluster::Sweep) -> bool {
+        self.sweep_leases.elected(sweep)
+    }
+
+    /// Gives back this node's id and sweep leases (a clean stop), so other
+    /// nodes take the sweeps over at once and the id is free to reuse.
+    pub fn leave_cluster(&self) {
+        self.sweep_leases.leave();
+        self.node_id.leave();
+    }
+
+    /// The cluster block of the operator metrics: this node's id
+    /// registration and, per sweep, who runs it.
+    pub fn cluster_snapshot(&self) -> serde_json::Value {
+        serde_json::json!({
+            "node": self.node_id.snapshot(),
+            "cache_backend": self.cache.backend(),
+            "sweeps": self.sweep_leases.snapshot(),
+        })
     }
 
     /// The waiting-call registry (caps, wake-ups).

@@ -177,16 +177,23 @@ impl Default for ExternalPayloadSweep {
     }
 }
 
-/// Runs [`Engine::expire_orphan_payloads`] every interval until the runtime stops.
+/// Runs [`Engine::expire_orphan_payloads`] every interval while this node
+/// holds the sweep's lease, until the runtime stops.
 pub(crate) async fn expire_forever(engine: Arc<Engine>) {
     let mut ticks = tokio::time::interval(engine.config.external_payload_sweep.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        let sweep = crate::cluster::Sweep::ExternalPayloadOrphans;
+        if !engine.elected(sweep) {
+            continue;
+        }
         let node = engine.clone();
-        match tokio::task::spawn_blocking(move || node.expire_orphan_payloads(crate::unix_ms()))
-            .await
-        {
+        let pass = move || {
+            node.sweep_leases.record_pass(sweep);
+            node.expire_orphan_payloads(crate::unix_ms())
+        };
+        match tokio::task::spawn_blocking(pass).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "external payload orphan sweep failed"),
             Err(error) => tracing::warn!(%error, "external payload orphan sweep task failed"),

@@ -202,6 +202,7 @@ impl Engine {
             metrics["post_commit_failures_total"] = json!(self.post_commit_failures());
             metrics["v1_projection_malformed_rows_total"] = json!(self.v1_malformed_rows());
             metrics["waits"] = json!(self.waits_snapshot());
+            metrics["cluster"] = self.cluster_snapshot();
             Ok(metrics)
         })
         .map_err(ApiError::from)

@@ -86,6 +86,10 @@ impl Running {
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(engine.clone());
+        // Take the free sweep leases before the sweeps' first ticks, then
+        // renew them (and the id) every third of their TTL.
+        engine.cluster_heartbeat();
+        runtime.spawn(heartbeat_forever(engine.clone()));
         runtime.spawn(timeouts::sweep_forever(engine.clone()));
         runtime.spawn(schedules::fire_forever(engine.clone()));
         runtime.spawn(external_payloads::expire_forever(engine.clone()));
@@ -135,14 +139,17 @@ impl Running {
         &self.engine
     }
 
-    /// Serves until the process is asked to stop (Ctrl-C) or the server fails.
+    /// Serves until the process is asked to stop (Ctrl-C) or the server
+    /// fails; then gives back the node's id and sweep leases.
     pub fn wait(mut self) -> std::io::Result<()> {
-        match self.thread.take() {
+        let served = match self.thread.take() {
             Some(thread) => thread
                 .join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
-        }
+        };
+        self.engine.leave_cluster();
+        served
     }
 
     /// A handle that stops the server (from a signal handler).
@@ -158,6 +165,23 @@ impl Drop for Running {
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        self.engine.leave_cluster();
+    }
+}
+
+/// Renews the node's id registration and sweep leases every third of their
+/// TTL until the runtime stops.
+async fn heartbeat_forever(engine: Arc<Engine>) {
+    let mut ticks = tokio::time::interval(engine.sweep_leases.renew_every());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is now: Running::start has just renewed.
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let node = engine.clone();
+        if let Err(error) = tokio::task::spawn_blocking(move || node.cluster_heartbeat()).await {
+            tracing::warn!(%error, "cluster heartbeat task failed");
         }
     }
 }

@@ -134,6 +134,12 @@ pub struct ServerConfig {
     pub service_boundary: ServiceBoundaryBudgets,
     /// The operator console at `/ui` (`server.ui.*`).
     pub ui: crate::server::ui::UiSettings,
+    /// How long this node's id registration and sweep leases live without
+    /// a heartbeat (`DW_NODE_LEASE_MS`); renewed every third of it.
+    pub node_lease: Duration,
+    /// The nodes among which each periodic sweep runs on one at a time
+    /// (`DW_SWEEP_SCOPE`); `None` derives it from the store.
+    pub sweep_scope: Option<String>,
 }
 
 impl ServerConfig {
@@ -188,6 +194,8 @@ impl ServerConfig {
             max_update_wait: Duration::from_secs(60),
             service_boundary: ServiceBoundaryBudgets::default(),
             ui: crate::server::ui::UiSettings::default(),
+            node_lease: crate::cluster::node::DEFAULT_NODE_LEASE,
+            sweep_scope: None,
         }
     }
 }

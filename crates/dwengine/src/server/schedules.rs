@@ -1409,16 +1409,22 @@ fn schedule_json(row: &ScheduleRow) -> Value {
 }
 
 /// Runs [`Engine::fire_due_schedules`] and [`Engine::prune_service_calls`]
-/// every interval until the runtime stops.
+/// every interval while this node holds the sweep's lease
+/// ([`crate::cluster::Sweep::Schedules`]), until the runtime stops.
 pub(crate) async fn fire_forever(engine: Arc<Engine>) {
     let mut ticks = tokio::time::interval(engine.config.schedule_sweep.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        if !engine.elected(crate::cluster::Sweep::Schedules) {
+            continue;
+        }
         let node = engine.clone();
         // The same pass expires old service calls (a bounded delete).
         let pass = move || {
             let now = crate::unix_ms();
+            node.sweep_leases
+                .record_pass(crate::cluster::Sweep::Schedules);
             node.fire_due_schedules(now)?;
             node.prune_service_calls(now)
         };

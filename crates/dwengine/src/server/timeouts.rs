@@ -6,13 +6,16 @@
 //! sweep every [`TimeoutSweep::interval`] instead of piggy-backing on
 //! polls. A pass reads at most the two declared scan limits of due
 //! deadlines (index walks, earliest first) and ends each in its own
-//! transaction; what is left over waits for the next pass. Every node may
-//! sweep the same store: an expiry re-checks its row inside its
-//! transaction, so a deadline that another node already enforced is a no-op.
+//! transaction; what is left over waits for the next pass. Of the nodes
+//! sharing a cache, only the holder of the sweep's lease runs passes
+//! ([`crate::cluster::node`]); should two ever overlap (a holder stalled
+//! past its lease), an expiry re-checks its row inside its transaction, so
+//! a deadline that another node already enforced is a no-op.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::Sweep;
 use crate::server::{ApiError, Engine};
 use crate::store::{ActivityTimeout, TaskKind};
 
@@ -106,15 +109,24 @@ impl Engine {
     }
 }
 
-/// Runs [`Engine::sweep_timeouts`] every interval until the runtime stops;
-/// a failed pass is logged and the next one tries again.
+/// Runs [`Engine::sweep_timeouts`] every interval while this node holds
+/// the sweep's lease ([`Sweep::Timeouts`]), until the runtime stops; a
+/// failed pass is logged and the next one tries again.
 pub(crate) async fn sweep_forever(engine: Arc<Engine>) {
     let mut ticks = tokio::time::interval(engine.config.timeout_sweep.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        if !engine.elected(Sweep::Timeouts) {
+            continue;
+        }
         let node = engine.clone();
-        match tokio::task::spawn_blocking(move || node.sweep_timeouts()).await {
+        let pass = move || {
+            let report = node.sweep_timeouts();
+            node.sweep_leases.record_pass(Sweep::Timeouts);
+            report
+        };
+        match tokio::task::spawn_blocking(pass).await {
             Ok(Ok(report)) if report != SweepReport::default() => {
                 tracing::debug!(?report, "timeout sweep");
             }

@@ -175,3 +175,310 @@ fn in_memory_stores_take_no_lock() {
         .to_string_lossy()
         .ends_with(".lock")));
 }
+
+/// The `cluster` block of a node's operator metrics.
+fn cluster_view(node: &Node) -> serde_json::Value {
+    let (status, body) = get(&node.base, "/api/system/operator-metrics");
+    assert_eq!(status, 200, "{body}");
+    body["cluster"].clone()
+}
+
+/// A node `id` with its own SQLite file under `dir`, on the shared Redis
+/// `redis`, its id and leases living `lease_ms`, sweeping timeouts often.
+fn clustered(dir: &Path, id: &str, redis: &str, lease_ms: u64) -> Command {
+    let mut command = command(dir, id, &dir.join(format!("{id}.sqlite")));
+    command
+        .env("DW_REDIS_URL", redis)
+        .env("DW_NODE_LEASE_MS", lease_ms.to_string())
+        .env("DW_TIMEOUT_SWEEP_INTERVAL_MS", "50")
+        .env("DW_SCHEDULE_SWEEP_INTERVAL_MS", "50")
+        .env("DW_EXTERNAL_PAYLOAD_SWEEP_INTERVAL_MS", "50");
+    command
+}
+
+/// Waits (generously) for `condition`, panicking with `what` if it never holds.
+fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !condition() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const SWEEPS: [&str; 3] = ["timeouts", "schedules", "external_payload_orphans"];
+
+#[test]
+fn a_second_live_node_with_the_same_id_is_refused_and_a_killed_nodes_id_frees_when_its_heartbeat_expires(
+) {
+    let Some(redis) = crate::support::redis_database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = dwengine::cluster::NodeIdentity::key("twin");
+    let twin = start(clustered(dir.path(), "twin", &redis.url, 1_500));
+    let (status, _) = get(&twin.base, "/api/health");
+    assert_eq!(status, 200);
+    // Its heartbeat keeps the registration alive well past one TTL.
+    let first = cluster_view(&twin)["node"]["heartbeats"].as_u64().unwrap();
+    wait_for("three more heartbeats", || {
+        cluster_view(&twin)["node"]["heartbeats"].as_u64().unwrap() >= first + 3
+    });
+    assert_eq!(cluster_view(&twin)["node"]["registered"], true);
+
+    // Another process with the same id (its own SQLite file, its own
+    // wait-slot directory): refused before it listens, told who holds it.
+    let mut duplicate = command(dir.path(), "twin", &dir.path().join("other.sqlite"));
+    duplicate
+        .env("DW_REDIS_URL", &redis.url)
+        .env("DW_NODE_LEASE_MS", "1500");
+    let refused = run_refused(duplicate);
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("listening on"), "{stdout}");
+    for expected in [
+        "DW_SERVER_ID \"twin\" is already registered by another live node",
+        &format!("pid {}", twin.pid()),
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "the error says {expected:?}: {stderr}"
+        );
+    }
+    // A node with an id of its own joins the same cache.
+    let other = start(clustered(dir.path(), "other", &redis.url, 1_500));
+    assert_eq!(cluster_view(&other)["node"]["registered"], true);
+
+    // SIGKILL: no goodbye; the id comes free when the heartbeat expires,
+    // and a new node with that id then starts.
+    let killed_pid = twin.pid();
+    twin.sigkill();
+    let mut attempts = 0;
+    let restarted = loop {
+        attempts += 1;
+        assert!(attempts < 600, "the killed node's id never came free");
+        let mut child = clustered(dir.path(), "twin", &redis.url, 1_500)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Listening (first stdout line) or refused (exit 1).
+        use std::io::BufRead;
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        if let Some(addr) = line.trim().strip_prefix("listening on ") {
+            break Node {
+                child,
+                base: format!("http://{addr}"),
+            };
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("pid {killed_pid}")),
+            "refused only because the killed node still held the id: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(cluster_view(&restarted)["node"]["registered"], true);
+
+    // A clean stop gives the id back at once.
+    restarted.stop();
+    assert_eq!(
+        redis_get(&redis, &key),
+        None,
+        "the stopped node's id is free"
+    );
+    drop(other);
+}
+
+fn redis_get(redis: &crate::support::RedisDatabase, key: &str) -> Option<Vec<u8>> {
+    use dwengine::cache::Cache;
+    redis.cache.get(key).unwrap()
+}
+
+#[test]
+fn each_sweep_runs_on_one_of_two_nodes_and_moves_to_the_other_when_its_holder_is_killed() {
+    let Some(redis) = crate::support::redis_database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // One sweep scope stands for the database the nodes would share (each
+    // has its own SQLite file: one process per file).
+    let node = |id: &str| {
+        let mut command = clustered(dir.path(), id, &redis.url, 3_000);
+        command.env("DW_SWEEP_SCOPE", "one-shared-store");
+        start(command)
+    };
+    // A, started first, takes every lease before it listens.
+    let a = node("node-a");
+    let b = node("node-b");
+    assert_eq!(cluster_view(&b)["sweeps"]["scope"], "one-shared-store");
+
+    // A runs passes, B none; both name A as the holder. Sampled a while:
+    // at no sample do both claim a sweep.
+    let passes = |node: &Node, sweep: &str| {
+        cluster_view(node)["sweeps"]["leases"][sweep]["passes"]
+            .as_u64()
+            .unwrap()
+    };
+    let a_before = passes(&a, "timeouts");
+    wait_for("node-a runs more timeout passes", || {
+        passes(&a, "timeouts") >= a_before + 10
+    });
+    for _ in 0..20 {
+        let (va, vb) = (cluster_view(&a), cluster_view(&b));
+        for sweep in SWEEPS {
+            let (ea, eb) = (
+                &va["sweeps"]["leases"][sweep],
+                &vb["sweeps"]["leases"][sweep],
+            );
+            assert!(
+                !(ea["elected"] == true && eb["elected"] == true),
+                "both nodes run {sweep}: {va} {vb}"
+            );
+            if eb["elections"] == 0 {
+                assert_eq!(
+                    eb["passes"], 0,
+                    "node-b never elected ran no {sweep} pass: {vb}"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let vb = cluster_view(&b);
+    for sweep in SWEEPS {
+        assert_eq!(vb["sweeps"]["leases"][sweep]["holder"], "node-a", "{vb}");
+        assert_eq!(vb["sweeps"]["leases"][sweep]["elected"], false, "{vb}");
+        assert_eq!(vb["sweeps"]["leases"][sweep]["passes"], 0, "{vb}");
+    }
+    let va = cluster_view(&a);
+    for sweep in SWEEPS {
+        assert_eq!(va["sweeps"]["leases"][sweep]["holder"], "node-a", "{va}");
+        assert_eq!(va["sweeps"]["leases"][sweep]["elected"], true, "{va}");
+        assert!(
+            va["sweeps"]["leases"][sweep]["passes"].as_u64().unwrap() > 0,
+            "{va}"
+        );
+    }
+
+    // SIGKILL the holder: its leases expire and B takes every sweep over.
+    a.sigkill();
+    wait_for("node-b holds every sweep and runs passes", || {
+        let vb = cluster_view(&b);
+        SWEEPS.iter().all(|sweep| {
+            let s = &vb["sweeps"]["leases"][sweep];
+            s["elected"] == true && s["holder"] == "node-b" && s["passes"].as_u64().unwrap() > 0
+        })
+    });
+
+    // A third node finds B holding them and waits its turn; when B stops
+    // cleanly it hands them over at once.
+    let c = node("node-c");
+    let vc = cluster_view(&c);
+    for sweep in SWEEPS {
+        assert_eq!(vc["sweeps"]["leases"][sweep]["holder"], "node-b", "{vc}");
+        assert_eq!(vc["sweeps"]["leases"][sweep]["elected"], false, "{vc}");
+    }
+    b.stop();
+    for sweep in dwengine::cluster::Sweep::ALL {
+        let key = dwengine::cluster::SweepLeases::key_in("one-shared-store", sweep);
+        let held = redis_get(&redis, &key);
+        assert!(
+            held.as_deref()
+                .is_none_or(|v| String::from_utf8_lossy(v).contains("node-c")),
+            "node-b gave its lease on {} back",
+            sweep.name()
+        );
+    }
+    wait_for("node-c takes every sweep", || {
+        let vc = cluster_view(&c);
+        SWEEPS.iter().all(|sweep| {
+            let s = &vc["sweeps"]["leases"][sweep];
+            s["elected"] == true && s["holder"] == "node-c"
+        })
+    });
+}
+
+/// A sweep works on its node's store: nodes on one Redis with stores of
+/// their own (SQLite files) must each sweep their own, never elect one
+/// sweeper between them.
+#[test]
+fn nodes_on_one_cache_with_stores_of_their_own_each_run_every_sweep() {
+    let Some(redis) = crate::support::redis_database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(clustered(dir.path(), "own-a", &redis.url, 3_000));
+    let b = start(clustered(dir.path(), "own-b", &redis.url, 3_000));
+    for (node, id) in [(&a, "own-a"), (&b, "own-b")] {
+        wait_for("each node runs every sweep of its own store", || {
+            let view = cluster_view(node);
+            SWEEPS.iter().all(|sweep| {
+                let s = &view["sweeps"]["leases"][sweep];
+                s["elected"] == true && s["holder"] == id && s["passes"].as_u64().unwrap() > 0
+            })
+        });
+        let scope = cluster_view(node)["sweeps"]["scope"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            scope.starts_with("sqlite:") && scope.contains(&format!("{id}.sqlite")),
+            "{scope}"
+        );
+    }
+}
+
+#[test]
+fn with_the_in_process_cache_a_lone_node_runs_every_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lone = command(dir.path(), "lone", Path::new(":memory:"));
+    lone.env("DW_TIMEOUT_SWEEP_INTERVAL_MS", "50")
+        .env("DW_SCHEDULE_SWEEP_INTERVAL_MS", "50")
+        .env("DW_EXTERNAL_PAYLOAD_SWEEP_INTERVAL_MS", "50");
+    let lone = start(lone);
+    wait_for("every sweep runs passes on the lone node", || {
+        let view = cluster_view(&lone);
+        view["cache_backend"] == "memory"
+            && SWEEPS.iter().all(|sweep| {
+                let s = &view["sweeps"]["leases"][sweep];
+                s["elected"] == true && s["holder"] == "lone" && s["passes"].as_u64().unwrap() > 0
+            })
+    });
+    assert_eq!(cluster_view(&lone)["node"]["registered"], true);
+}
+
+/// The lease primitive on both backends: a claim takes a free key or
+/// renews the caller's own, never another's; a release removes only the
+/// caller's own; the family's key count follows (Redis counts on write).
+#[test]
+fn claims_and_releases_hold_leases_apart_on_every_backend() {
+    for (backend, cache) in crate::support::backends() {
+        let key = "server:sweep-lease:test-claims";
+        let family = "server:sweep-lease:";
+        let ttl = Duration::from_secs(30);
+        assert!(
+            cache.claim(key, b"a", ttl).unwrap(),
+            "[{backend}] free: taken"
+        );
+        assert!(!cache.claim(key, b"b", ttl).unwrap(), "[{backend}] a's");
+        assert!(cache.claim(key, b"a", ttl).unwrap(), "[{backend}] renewed");
+        assert_eq!(cache.count_family(family).unwrap(), 1, "[{backend}]");
+        assert!(!cache.release(key, b"b").unwrap(), "[{backend}] not b's");
+        assert_eq!(cache.get(key).unwrap().as_deref(), Some(&b"a"[..]));
+        assert!(cache.release(key, b"a").unwrap(), "[{backend}]");
+        assert!(!cache.release(key, b"a").unwrap(), "[{backend}] gone");
+        assert_eq!(cache.count_family(family).unwrap(), 0, "[{backend}]");
+        // A lapsed lease is free for the next claimant.
+        assert!(cache.claim(key, b"b", Duration::from_millis(100)).unwrap());
+        wait_for("b's short lease lapses and c takes it", || {
+            cache.claim(key, b"c", ttl).unwrap()
+        });
+        assert_eq!(cache.get(key).unwrap().as_deref(), Some(&b"c"[..]));
+        assert!(cache.release(key, b"c").unwrap());
+    }
+}

@@ -335,6 +335,36 @@ impl LeasedRedis {
     }
 }
 
+/// A Redis database of this test alone, for child processes to share: its
+/// URL (`redis://…/<db>`), flushed when leased, given back when dropped.
+pub struct RedisDatabase {
+    /// The database's URL.
+    pub url: String,
+    /// A client of the same database, for the test's own reads.
+    pub cache: RedisCache,
+    _lease: Release,
+}
+
+/// A leased Redis database when `DW_TEST_REDIS_URL` is set (else the
+/// skipped-Redis notice and `None`).
+pub fn redis_database() -> Option<RedisDatabase> {
+    match std::env::var("DW_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => {
+            let leased = LeasedRedis::lease(&url);
+            let db = leased._lease.0;
+            Some(RedisDatabase {
+                url: format!("{}/{db}", url.trim_end_matches('/')),
+                cache: leased.cache,
+                _lease: leased._lease,
+            })
+        }
+        _ => {
+            skipped_redis_notice();
+            None
+        }
+    }
+}
+
 /// Gives database `.0` back to the pool.
 struct Release(u8);
 
@@ -361,6 +391,12 @@ impl Cache for LeasedRedis {
     }
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
         self.cache.increment(key, ttl)
+    }
+    fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        self.cache.claim(key, value, ttl)
+    }
+    fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
+        self.cache.release(key, value)
     }
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
         self.cache.count_prefix(prefix)
