@@ -5,9 +5,17 @@
 //! in the library reads the cfg. Changing the variable rebuilds the crate.
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(dw_test_redis)");
-    println!("cargo::rerun-if-env-changed=DW_TEST_REDIS_URL");
-    if std::env::var_os("DW_TEST_REDIS_URL").is_some_and(|url| !url.is_empty()) {
-        println!("cargo::rustc-cfg=dw_test_redis");
+    // DW_TEST_POSTGRES_URL turns on `dw_test_postgres` the same way: the
+    // engine's PostgreSQL schema tests (`tests/engine/pg_schema.rs`) are
+    // compiled as ignored without it.
+    for (variable, cfg) in [
+        ("DW_TEST_REDIS_URL", "dw_test_redis"),
+        ("DW_TEST_POSTGRES_URL", "dw_test_postgres"),
+    ] {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        println!("cargo::rerun-if-env-changed={variable}");
+        if std::env::var_os(variable).is_some_and(|url| !url.is_empty()) {
+            println!("cargo::rustc-cfg={cfg}");
+        }
     }
 }

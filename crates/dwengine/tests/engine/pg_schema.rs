@@ -21,9 +21,12 @@
 //! - nodes migrating one database at once each succeed and apply every
 //!   migration exactly once between them.
 //!
-//! Without `DW_TEST_POSTGRES_URL` the SQLite half of each test still runs
-//! (and checks what it can alone) and the PostgreSQL half is skipped with
-//! one NOTICE; under CI (`CI` set) a missing URL fails instead.
+//! The PostgreSQL tests are compiled as ignored ("needs PostgreSQL") when
+//! `DW_TEST_POSTGRES_URL` was not set at build time (dwengine's build
+//! script turns on `dw_test_postgres`), so `cargo test` lists them as
+//! ignored rather than passed; the SQLite halves still run
+//! (`the_sqlite_halves_run_without_postgres`), and a CI build without the
+//! variable fails (`ci_runs_the_postgres_tests`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,15 +36,29 @@ use dwengine::store::pg_schema::{self, MigrateError};
 use dwengine::store::{Store, StoreConfig};
 use postgres::{Client, NoTls};
 
-/// What `cargo test` prints when the PostgreSQL halves do not run.
+/// What a PostgreSQL test prints when it is run (`--ignored`) without a
+/// server to run against.
 const POSTGRES_SKIPPED: &str = "NOTICE: DW_TEST_POSTGRES_URL is not set: the PostgreSQL halves of the engine's pg_schema tests were SKIPPED (only SQLite ran); `.ci/run` starts a PostgreSQL cluster and sets it";
 
-/// The server's URL, or `None` (after one NOTICE) when the tests may skip
-/// it. Under CI a missing URL is a failure: CI installs PostgreSQL.
-fn postgres_url() -> Option<String> {
+/// The server's URL for a test's PostgreSQL half, or `None` when it does
+/// not run: `with_postgres` false (the SQLite halves alone, see
+/// [`the_sqlite_halves_run_without_postgres`]), or the variable unset in a
+/// binary built without it (a test run with `--ignored`; one NOTICE). A
+/// binary built with the variable (`dw_test_postgres`, dwengine's build
+/// script) needs it at run time too, and CI needs it always.
+fn postgres_url(with_postgres: bool) -> Option<String> {
+    if !with_postgres {
+        return None;
+    }
     match std::env::var("DW_TEST_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
+            if cfg!(dw_test_postgres) {
+                panic!(
+                    "the PostgreSQL tests were built to run (DW_TEST_POSTGRES_URL was set when this \
+                     test binary was compiled) but DW_TEST_POSTGRES_URL is not set now"
+                );
+            }
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI is set but DW_TEST_POSTGRES_URL is not: the PostgreSQL schema tests must run in CI \
@@ -453,7 +470,17 @@ fn differences<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
 }
 
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers() {
+    postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers_on(true);
+}
+
+fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers_on(
+    with_postgres: bool,
+) {
     let (_dir, conn) = sqlite_database();
     let sqlite = sqlite_schema(&conn);
     // The SQLite half holds what the comparison needs, whatever the server.
@@ -463,7 +490,9 @@ fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers() 
         sqlite.tables.keys()
     );
     assert!(sqlite.triggers.len() >= 40, "{:?}", sqlite.triggers.keys());
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(with_postgres) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     let applied = pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
@@ -682,7 +711,15 @@ fn postgres_rows(client: &mut Client, sql: &str) -> Rows {
 }
 
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn the_same_row_operations_leave_the_same_counters_and_projections_on_both() {
+    the_same_row_operations_leave_the_same_counters_and_projections_on_both_on(true);
+}
+
+fn the_same_row_operations_leave_the_same_counters_and_projections_on_both_on(with_postgres: bool) {
     let (_dir, conn) = sqlite_database();
     for sql in SCRIPT {
         conn.execute_batch(sql)
@@ -714,7 +751,9 @@ fn the_same_row_operations_leave_the_same_counters_and_projections_on_both() {
         .position(|t| *t == "external_payload_refs")
         .unwrap()];
     assert!(refs.len() >= 3, "{refs:?}");
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(with_postgres) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
@@ -801,8 +840,14 @@ fn the_same_row_operations_leave_the_same_counters_and_projections_on_both() {
 }
 
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn a_database_migrated_by_a_newer_binary_is_refused_and_a_rerun_applies_nothing() {
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     assert_eq!(
@@ -846,8 +891,14 @@ fn a_database_migrated_by_a_newer_binary_is_refused_and_a_rerun_applies_nothing(
 }
 
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn nodes_migrating_one_database_at_once_apply_each_migration_once() {
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     const NODES: usize = 4;
     let barrier = Arc::new(Barrier::new(NODES));
@@ -900,7 +951,15 @@ fn nodes_migrating_one_database_at_once_apply_each_migration_once() {
 /// The functions `0000_functions.sql` defines answer as SQLite's built-ins
 /// do, for the documents and paths the store uses and the edges around them.
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn the_sqlite_functions_postgres_defines_answer_as_sqlite_does() {
+    the_sqlite_functions_postgres_defines_answer_as_sqlite_does_on(true);
+}
+
+fn the_sqlite_functions_postgres_defines_answer_as_sqlite_does_on(with_postgres: bool) {
     let (_dir, conn) = sqlite_database();
     let doc = r#"{"condition_wait_id":"w-1","action":{"workflow_type":"Order","n":3,"x":1.5},"t":true,"f":false,"z":null,"a":[10,{"b":"c"}],"sp ace":"y","\u00e9":"accent","q":"say \"hi\""}"#;
     let paths = [
@@ -962,7 +1021,9 @@ fn the_sqlite_functions_postgres_defines_answer_as_sqlite_does() {
     // SQLite's own answers, so a change of SQLite's is seen here first.
     assert_eq!(sqlite[0].as_deref(), Some("w-1"));
     assert_eq!(sqlite[4].as_deref(), Some("1"));
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(with_postgres) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
@@ -1108,14 +1169,24 @@ const NOT_YET_PORTABLE: &[&str] = &[
 /// cannot infer without the caller's value is not a failure here: the
 /// seam binds typed values.
 #[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
 fn the_stores_statements_parse_on_the_postgres_schema() {
+    the_stores_statements_parse_on_the_postgres_schema_on(true);
+}
+
+fn the_stores_statements_parse_on_the_postgres_schema_on(with_postgres: bool) {
     let statements = store_statements();
     assert!(
         statements.len() > 150,
         "found {} statements",
         statements.len()
     );
-    let Some(url) = postgres_url() else { return };
+    let Some(url) = postgres_url(with_postgres) else {
+        return;
+    };
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
@@ -1176,4 +1247,46 @@ fn the_stores_statements_parse_on_the_postgres_schema() {
         "{} store statements checked on PostgreSQL; {known_failing} still in SQLite's dialect (NOT_YET_PORTABLE)",
         statements.len()
     );
+}
+
+/// The SQLite half of each comparison runs in every build, so the script,
+/// the schema reading, the function table and the statement scan stay
+/// valid for SQLite where no PostgreSQL runs (the PostgreSQL tests are
+/// then listed as ignored, not passed).
+#[test]
+fn the_sqlite_halves_run_without_postgres() {
+    postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers_on(false);
+    the_same_row_operations_leave_the_same_counters_and_projections_on_both_on(false);
+    the_sqlite_functions_postgres_defines_answer_as_sqlite_does_on(false);
+    the_stores_statements_parse_on_the_postgres_schema_on(false);
+}
+
+/// CI runs the PostgreSQL tests: a test binary built there without
+/// `DW_TEST_POSTGRES_URL` (which would compile them as ignored) fails here,
+/// and one built with it leaves none of them ignored. Elsewhere `cargo
+/// test` lists them as ignored, with the reason.
+#[test]
+fn ci_runs_the_postgres_tests() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--list", "--ignored", "--format", "terse"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let ignored: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|name| name.starts_with("pg_schema::"))
+        .collect();
+    if cfg!(dw_test_postgres) {
+        assert!(ignored.is_empty(), "{ignored:?}");
+    } else {
+        assert!(
+            option_env!("CI").is_none(),
+            "CI built the engine's tests without DW_TEST_POSTGRES_URL: the {} PostgreSQL schema \
+             tests would only be reported as ignored; start PostgreSQL and set it (.ci/run does)",
+            ignored.len()
+        );
+        assert_eq!(ignored.len(), 6, "{ignored:?}");
+    }
 }
