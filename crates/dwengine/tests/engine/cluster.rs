@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::wire;
+use crate::support::{cache_variants, wire, SharedCache};
 
 /// A dwserver child; killed (SIGKILL) on drop if still running.
 struct Node {
@@ -208,11 +208,13 @@ fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 const SWEEPS: [&str; 3] = ["timeouts", "schedules", "external_payload_orphans"];
 
 #[test]
+#[cfg_attr(
+    not(dw_test_redis),
+    ignore = "needs Redis: DW_TEST_REDIS_URL was not set when this test binary was built"
+)]
 fn a_second_live_node_with_the_same_id_is_refused_and_a_killed_nodes_id_frees_when_its_heartbeat_expires(
 ) {
-    let Some(redis) = crate::support::redis_database() else {
-        return;
-    };
+    let redis = crate::support::redis_database();
     let dir = tempfile::tempdir().unwrap();
     let key = dwengine::cluster::NodeIdentity::key("twin");
     let twin = start(clustered(dir.path(), "twin", &redis.url, 1_500));
@@ -301,10 +303,12 @@ fn redis_get(redis: &crate::support::RedisDatabase, key: &str) -> Option<Vec<u8>
 }
 
 #[test]
+#[cfg_attr(
+    not(dw_test_redis),
+    ignore = "needs Redis: DW_TEST_REDIS_URL was not set when this test binary was built"
+)]
 fn each_sweep_runs_on_one_of_two_nodes_and_moves_to_the_other_when_its_holder_is_killed() {
-    let Some(redis) = crate::support::redis_database() else {
-        return;
-    };
+    let redis = crate::support::redis_database();
     let dir = tempfile::tempdir().unwrap();
     // One sweep scope stands for the database the nodes would share (each
     // has its own SQLite file: one process per file).
@@ -407,10 +411,12 @@ fn each_sweep_runs_on_one_of_two_nodes_and_moves_to_the_other_when_its_holder_is
 /// their own (SQLite files) must each sweep their own, never elect one
 /// sweeper between them.
 #[test]
+#[cfg_attr(
+    not(dw_test_redis),
+    ignore = "needs Redis: DW_TEST_REDIS_URL was not set when this test binary was built"
+)]
 fn nodes_on_one_cache_with_stores_of_their_own_each_run_every_sweep() {
-    let Some(redis) = crate::support::redis_database() else {
-        return;
-    };
+    let redis = crate::support::redis_database();
     let dir = tempfile::tempdir().unwrap();
     let a = start(clustered(dir.path(), "own-a", &redis.url, 3_000));
     let b = start(clustered(dir.path(), "own-b", &redis.url, 3_000));
@@ -455,9 +461,8 @@ fn with_the_in_process_cache_a_lone_node_runs_every_sweep() {
 /// The lease primitive on both backends: a claim takes a free key or
 /// renews the caller's own, never another's; a release removes only the
 /// caller's own; the family's key count follows (Redis counts on write).
-#[test]
-fn claims_and_releases_hold_leases_apart_on_every_backend() {
-    for (backend, cache) in crate::support::backends() {
+fn claims_and_releases_hold_leases_apart(backend: &'static str, cache: SharedCache) {
+    {
         let key = "server:sweep-lease:test-claims";
         let family = "server:sweep-lease:";
         let ttl = Duration::from_secs(30);
@@ -482,3 +487,5 @@ fn claims_and_releases_hold_leases_apart_on_every_backend() {
         assert!(cache.release(key, b"c").unwrap());
     }
 }
+
+cache_variants!(claims_and_releases_hold_leases_apart);

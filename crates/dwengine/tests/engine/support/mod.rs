@@ -345,23 +345,26 @@ pub struct RedisDatabase {
     _lease: Release,
 }
 
-/// A leased Redis database when `DW_TEST_REDIS_URL` is set (else the
-/// skipped-Redis notice and `None`).
-pub fn redis_database() -> Option<RedisDatabase> {
+/// A leased Redis database of `DW_TEST_REDIS_URL`, for a test that
+/// needs Redis itself (several processes sharing it): such a test is
+/// compiled as ignored without the `dw_test_redis` cfg, as the Redis
+/// variants of [`cache_variants`] are, so reaching this without the
+/// variable is a mistake and fails.
+pub fn redis_database() -> RedisDatabase {
     match std::env::var("DW_TEST_REDIS_URL") {
         Ok(url) if !url.is_empty() => {
             let leased = LeasedRedis::lease(&url);
             let db = leased._lease.0;
-            Some(RedisDatabase {
+            RedisDatabase {
                 url: format!("{}/{db}", url.trim_end_matches('/')),
                 cache: leased.cache,
                 _lease: leased._lease,
-            })
+            }
         }
-        _ => {
-            skipped_redis_notice();
-            None
-        }
+        _ => panic!(
+            "this test was built to run on Redis (DW_TEST_REDIS_URL was set when this test \
+             binary was compiled) but DW_TEST_REDIS_URL is not set now"
+        ),
     }
 }
 
