@@ -551,7 +551,7 @@ fn scan_one(
                 )
             }
         };
-    if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+    if memchr::memchr(0, &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)]).is_some() {
         return warning(
             "unreadable-file",
             &file.rel,

@@ -1,12 +1,15 @@
 //! Which files are worth parsing, decided from their bytes.
 //!
 //! Almost every file in a large tree holds nothing the gate looks for, and
-//! parsing is what costs. One Aho-Corasick pass over a file's bytes finds
-//! every occurrence of the cache namespace, the metric prefix and the
-//! scan-limit suffix, and a second one looks for any of the policy's owner
-//! names (two small automata search about twice as fast as one holding
-//! every word: past 32 words the vectorised search halves its stride). Of
-//! the first pass's hits only those that could matter are kept:
+//! parsing is what costs. One Aho-Corasick pass over a file's bytes looks
+//! for the policy's owner names and every occurrence of the cache
+//! namespace, the metric prefix and the scan-limit suffix, and stops as
+//! soon as the answer is known (an owner name, or in a file other than
+//! Rust a key that could matter). On a sparse tree, where most files hold
+//! none of them, this one pass replaced two (one for the keys, one for the
+//! owners; the owners' automaton alone cost as much as both together,
+//! since past 32 words the vectorised search halves its stride anyway). Of
+//! the key hits only those that could matter are kept:
 //!
 //! - the namespace not followed by `:` (`lsp_server::Connection` holds
 //!   `server:`, but a namespace with an empty family segment is no key);
@@ -40,6 +43,11 @@ pub struct Prefilter {
     patterns: Vec<Pattern>,
     /// The owners' names, when the policy has any.
     owners: Option<AhoCorasick>,
+    /// The owners' names first, then the words of `keys`: what [`Self::wants`]
+    /// searches in one pass (an owner starting where a key does wins).
+    all: AhoCorasick,
+    /// How many of `all`'s patterns are owner names.
+    owner_count: usize,
     /// The namespace ends in `:`, so a following `:` leaves its family empty.
     namespace_colon: bool,
 }
@@ -87,12 +95,25 @@ impl Prefilter {
             true => None,
             false => Some(automaton(&owner_names)?),
         };
+        let all: Vec<&str> = owner_names.iter().chain(&words).copied().collect();
         Some(Prefilter {
             keys: automaton(&words)?,
             patterns,
             owners,
+            all: automaton(&all)?,
+            owner_count: owner_names.len(),
             namespace_colon: config.cache_namespace.ends_with(':'),
         })
+    }
+
+    /// Whether the key `pattern` matched at `start..end` of `bytes` could
+    /// be part of a key, name or config key.
+    fn keeps(&self, pattern: Pattern, bytes: &[u8], start: usize, end: usize) -> bool {
+        match pattern {
+            Pattern::Namespace => !(self.namespace_colon && bytes.get(end) == Some(&b':')),
+            Pattern::MetricPrefix => starts_name(bytes, start),
+            Pattern::ScanLimit => true,
+        }
     }
 
     /// Every occurrence in `bytes` that could matter.
@@ -122,31 +143,42 @@ impl Prefilter {
         {
             let (start, end) = (hit.start(), hit.end());
             from = start + 1;
-            let keep = match self.patterns[hit.pattern().as_usize()] {
-                Pattern::Namespace => !(self.namespace_colon && bytes.get(end) == Some(&b':')),
-                Pattern::MetricPrefix => starts_name(bytes, start),
-                Pattern::ScanLimit => true,
-            };
-            if keep {
+            if self.keeps(self.patterns[hit.pattern().as_usize()], bytes, start, end) {
                 found.push(start);
             }
         }
         found
     }
 
-    /// Whether the file at `rel` with `bytes` must go to its extractor.
+    /// Whether the file at `rel` with `bytes` must go to its extractor:
+    /// an owner name occurs, or a key candidate does (in a Rust file, one
+    /// inside a string literal). The same answer as [`Self::candidates`]
+    /// gives, from one pass that stops once it is known.
     pub fn wants(&self, rel: &str, bytes: &[u8]) -> bool {
-        let in_strings = self.key_candidates(bytes);
-        if in_strings.is_empty() || !rel.ends_with(".rs") {
-            return !in_strings.is_empty() || self.has_owner(bytes);
+        let rust = rel.ends_with(".rs");
+        let mut in_strings = Vec::new();
+        let mut from = 0;
+        // Leftmost-first, resumed one byte after each match's start (see
+        // `key_candidates`); an owner listed first wins where a key starts
+        // at the same byte, and makes the file wanted whatever else it
+        // holds (searching for one costs less than lexing the file to see
+        // whether a candidate sits in a string).
+        while let Some(hit) = self.all.find(aho_corasick::Input::new(bytes).range(from..)) {
+            let Some(key) = hit.pattern().as_usize().checked_sub(self.owner_count) else {
+                return true;
+            };
+            let (start, end) = (hit.start(), hit.end());
+            from = start + 1;
+            if self.keeps(self.patterns[key], bytes, start, end) {
+                if !rust {
+                    return true;
+                }
+                in_strings.push(start);
+            }
         }
-        // An owner makes the file wanted whatever else it holds, and
-        // searching for one costs less than lexing the file to see whether
-        // a candidate sits in a string (on a tree where every file holds
-        // both, that lexing was 2 % of the run).
-        self.has_owner(bytes)
+        !in_strings.is_empty()
             // Invalid UTF-8 is the extractor's (warning) business.
-            || std::str::from_utf8(bytes)
+            && std::str::from_utf8(bytes)
                 .map_or(true, |text| lexical::any_in_string(text, &in_strings))
     }
 }
@@ -225,5 +257,64 @@ mod tests {
         // Other languages are not lexed here: their extractors are cheap.
         assert!(p.wants("a.py", b"# server:x:\n"));
         assert!(!p.wants("a.py", b"nothing here\n"));
+    }
+
+    /// The one-pass answer is the two-pass one (`candidates`, then a lex
+    /// of a Rust file's candidates) on files pieced together from
+    /// fragments that put owners, keys, strings and comments next to and
+    /// inside each other.
+    #[test]
+    fn one_pass_wants_what_the_candidates_want() {
+        const PIECES: &[&str] = &[
+            "\"",
+            "// ",
+            "\n",
+            "server:",
+            "server::",
+            "dw_",
+            "kdw_",
+            "\\n",
+            "_scan_limit",
+            "Store",
+            "dw_registry",
+            "Stor",
+            "x",
+            " ",
+            "r#\"",
+            "\"#",
+            "'",
+            "/*",
+            "*/",
+            "server:Store",
+            "dw_Store",
+        ];
+        let two_pass = |p: &Prefilter, rel: &str, bytes: &[u8]| {
+            let found = p.candidates(bytes);
+            found.owner
+                || (!found.in_strings.is_empty()
+                    && (!rel.ends_with(".rs")
+                        || std::str::from_utf8(bytes)
+                            .map_or(true, |text| lexical::any_in_string(text, &found.in_strings))))
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for owners in [&[][..], &["Store", "dw_registry"][..]] {
+            let p = prefilter(owners);
+            for _ in 0..3000 {
+                let text: String = (0..next(12)).map(|_| PIECES[next(PIECES.len())]).collect();
+                for rel in ["a.rs", "a.py"] {
+                    assert_eq!(
+                        p.wants(rel, text.as_bytes()),
+                        two_pass(&p, rel, text.as_bytes()),
+                        "{rel} {text:?} (owners {owners:?})"
+                    );
+                }
+            }
+        }
     }
 }
