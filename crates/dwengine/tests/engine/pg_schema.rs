@@ -152,6 +152,9 @@ struct Table {
     primary_key: Vec<String>,
     unique: BTreeSet<Vec<String>>,
     foreign_keys: BTreeSet<(Vec<String>, String, Vec<String>)>,
+    /// Each CHECK constraint as the columns it names and the string
+    /// literals it holds (the allowed statuses), both sorted.
+    checks: BTreeSet<(Vec<String>, Vec<String>)>,
 }
 
 /// What a schema holds, in the terms both databases share.
@@ -163,6 +166,75 @@ struct Schema {
     views: BTreeSet<String>,
     /// name → (table, timing, event, UPDATE OF columns)
     triggers: BTreeMap<String, (String, String, String, Vec<String>)>,
+}
+
+/// The string literals of an SQL expression, sorted ('it''s' as it's).
+fn quoted_literals(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            continue;
+        }
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            if c == '\'' {
+                if chars.peek() == Some(&'\'') {
+                    chars.next();
+                    literal.push('\'');
+                    continue;
+                }
+                break;
+            }
+            literal.push(c);
+        }
+        out.push(literal);
+    }
+    out.sort();
+    out
+}
+
+/// The CHECK constraints of a SQLite table's stored definition: for each,
+/// the table's columns it names (whole words) and its string literals.
+fn sqlite_checks(
+    table_sql: &str,
+    columns: &[(String, String, bool, i64)],
+) -> BTreeSet<(Vec<String>, Vec<String>)> {
+    let mut checks = BTreeSet::new();
+    let upper = table_sql.to_ascii_uppercase();
+    let mut from = 0;
+    while let Some(at) = upper[from..].find("CHECK") {
+        let open = from + at + upper[from + at..].find('(').expect("CHECK (");
+        let mut depth = 0;
+        let mut close = open;
+        for (i, c) in table_sql[open..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let expression = &table_sql[open + 1..close];
+        let literals = quoted_literals(expression);
+        let words: BTreeSet<&str> = expression
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        let mut named: Vec<String> = columns
+            .iter()
+            .map(|(name, ..)| name.clone())
+            .filter(|name| words.contains(name.as_str()))
+            .collect();
+        named.sort();
+        checks.insert((named, literals));
+        from = close;
+    }
+    checks
 }
 
 /// The PostgreSQL name of a SQLite declared type, as the migrations map them.
@@ -188,7 +260,7 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
             .unwrap()
     };
     let mut tables = BTreeMap::new();
-    for (table, _, _) in names(
+    for (table, _, table_sql) in names(
         "SELECT name, tbl_name, sql FROM sqlite_schema WHERE type = 'table' \
          AND name NOT LIKE 'sqlite_%' ORDER BY name",
     ) {
@@ -255,6 +327,7 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
                 primary_key: pk.into_iter().map(|(_, name)| name).collect(),
                 unique,
                 foreign_keys: keys.into_values().collect(),
+                checks: sqlite_checks(&table_sql.unwrap_or_default(), &rows),
             },
         );
     }
@@ -359,6 +432,20 @@ fn postgres_schema(client: &mut Client) -> Schema {
                 .map(|row| row.get(0))
                 .collect()
         };
+        let checks = client
+            .query(
+                "SELECT ARRAY(SELECT a.attname::text FROM unnest(c.conkey) k(n) \
+                     JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY 1), \
+                   pg_get_constraintdef(c.oid) \
+                 FROM pg_constraint c \
+                 WHERE c.conrelid = (quote_ident(current_schema()) || '.' || quote_ident($1))::regclass \
+                   AND c.contype = 'c'",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), quoted_literals(row.get(1))))
+            .collect();
         let primary_key = constraint("p", client).pop().unwrap_or_default();
         let unique = constraint("u", client).into_iter().collect();
         let foreign_keys = client
@@ -384,6 +471,7 @@ fn postgres_schema(client: &mut Client) -> Schema {
                 primary_key,
                 unique,
                 foreign_keys,
+                checks,
             },
         );
     }
@@ -490,6 +578,14 @@ fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers_on
         sqlite.tables.keys()
     );
     assert!(sqlite.triggers.len() >= 40, "{:?}", sqlite.triggers.keys());
+    let run_checks = &sqlite.tables["runs"].checks;
+    assert!(
+        run_checks
+            .iter()
+            .any(|(columns, literals)| columns == &["status"]
+                && literals.iter().any(|l| l == "continued_as_new")),
+        "{run_checks:?}"
+    );
     let Some(url) = postgres_url(with_postgres) else {
         return;
     };
