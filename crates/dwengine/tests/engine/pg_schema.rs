@@ -4,7 +4,7 @@
 //!
 //! - parity: after both migrations, the same tables with the same columns
 //!   in the same order (types mapped INTEGER → bigint, TEXT → text, BLOB →
-//!   bytea, REAL → double precision; the same NOT NULL), the same primary
+//!   bytea, REAL → double precision; the same NOT NULL and defaults), the same primary
 //!   keys, unique constraints and foreign keys, the same indexes (name,
 //!   table, columns, unique, partial), the same views, and the same
 //!   triggers (name, table, BEFORE/AFTER, event, `UPDATE OF` columns);
@@ -144,11 +144,11 @@ fn sqlite_database() -> (tempfile::TempDir, rusqlite::Connection) {
 }
 
 /// One table: its columns in order (name, type as PostgreSQL names it, not
-/// null), its primary key, its unique constraints and its foreign keys
+/// null, default as written), its primary key, its unique constraints and its foreign keys
 /// (columns, referenced table, referenced columns).
 #[derive(Debug, PartialEq, Eq)]
 struct Table {
-    columns: Vec<(String, String, bool)>,
+    columns: Vec<(String, String, bool, Option<String>)>,
     primary_key: Vec<String>,
     unique: BTreeSet<Vec<String>>,
     foreign_keys: BTreeSet<(Vec<String>, String, Vec<String>)>,
@@ -280,11 +280,22 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
             .map(|row| (row.3, row.0.clone()))
             .collect();
         pk.sort();
+        let mut stmt = conn
+            .prepare("SELECT dflt_value FROM pragma_table_info(?1) ORDER BY cid")
+            .unwrap();
+        let defaults: Vec<Option<String>> = stmt
+            .query_map([&table], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         let columns = rows
             .iter()
+            .zip(defaults)
             // A primary key column is never NULL on PostgreSQL; on SQLite
             // an INTEGER PRIMARY KEY is the rowid (never NULL either).
-            .map(|(name, ty, not_null, pk)| (name.clone(), mapped_type(ty), *not_null || *pk > 0))
+            .map(|((name, ty, not_null, pk), default)| {
+                (name.clone(), mapped_type(ty), *not_null || *pk > 0, default)
+            })
             .collect();
         let mut unique = BTreeSet::new();
         let mut stmt = conn
@@ -408,14 +419,23 @@ fn postgres_schema(client: &mut Client) -> Schema {
     for table in table_names {
         let columns = client
             .query(
-                "SELECT column_name::text, data_type::text, is_nullable = 'NO' \
+                "SELECT column_name::text, data_type::text, is_nullable = 'NO', column_default::text \
                  FROM information_schema.columns \
                  WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
                 &[&table],
             )
             .unwrap()
             .iter()
-            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .map(|row| {
+                // '[]'::text as SQLite writes it, '[]' (the type is the column's).
+                let default: Option<String> = row.get(3);
+                let default = default.map(|d| {
+                    d.trim_end_matches("::text")
+                        .trim_end_matches("::bigint")
+                        .to_owned()
+                });
+                (row.get(0), row.get(1), row.get(2), default)
+            })
             .collect();
         let constraint = |kind: &str, client: &mut Client| -> Vec<Vec<String>> {
             client
