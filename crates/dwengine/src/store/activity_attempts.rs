@@ -10,7 +10,7 @@
 //! activity row, the run's counter, the history event and the run's next
 //! workflow task move together.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 

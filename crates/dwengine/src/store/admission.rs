@@ -8,9 +8,9 @@
 //! read under SQLite's write lock (an immediate transaction), so concurrent
 //! admissions from several connections can never overshoot the limit.
 
+use crate::store::db::{params, OptionalExtension};
 use dwpolicy::limits::REJECTION_REASON;
 use dwpolicy::{LimitKind, RunRef, StructuralLimitExceeded};
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -173,12 +173,16 @@ impl Store {
                 });
             }
         }
-        tx.prepare_cached(&format!(
-            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5)",
+        let id: i64 = tx
+            .prepare_cached(&format!(
+            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5) \
+             RETURNING id",
             intake.table
         ))?
-        .execute(params![run.0, request.name, payload_text, request.request_id, intake.status])?;
-        let id = tx.last_insert_rowid();
+        .query_row(
+            params![run.0, request.name, payload_text, request.request_id, intake.status],
+            |r| r.get::<_, i64>(0),
+        )?;
         bump(&tx, run, intake.pending, 1)?;
         tx.prepare_cached(
             "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",

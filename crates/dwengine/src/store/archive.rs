@@ -9,7 +9,7 @@
 //! code will ever close it. Archiving twice keeps the first mark, so a
 //! retried request converges.
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 //! already armed), so due-timer recovery is scoped to the polling worker's
 //! cohort: a build's pollers fire only their own runs' timers.
 
-use rusqlite::params;
+use crate::store::db::params;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;

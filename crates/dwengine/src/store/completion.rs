@@ -8,9 +8,9 @@
 //! has already finished still releases the count (the counters must keep
 //! matching the rows) but gets no further history.
 
+use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::limits::FAILURE_CATEGORY;
 use dwpolicy::StructuralLimitExceeded;
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
+use crate::store::db::{Connection, SqliteSettings};
 use dwpolicy::{BackendCapabilities, BackendProfile, HealthSnapshot};
-use rusqlite::Connection;
 
 use crate::store::config::{Durability, StoreConfig};
 use crate::store::error::Error;
@@ -21,12 +21,13 @@ use crate::store::schema;
 /// The database driver name this store reports in its backend contract.
 pub const DATABASE_DRIVER: &str = "sqlite";
 
-/// Statements each connection keeps compiled. The store prepares about 230
-/// distinct statements through `prepare_cached` (a test below counts them);
-/// rusqlite's default of 16 made most of them miss, so a busy server spent
-/// a fifth of its CPU compiling SQL (and the triggers each update of `runs`
-/// compiles in). A fixed number: the cache cannot grow past it.
-pub(crate) const STATEMENT_CACHE_CAPACITY: usize = 512;
+/// How the configuration opens an SQLite connection.
+fn sqlite_settings(config: &StoreConfig) -> SqliteSettings {
+    SqliteSettings {
+        busy_timeout: config.busy_timeout,
+        synchronous_full: matches!(config.durability, Durability::Full),
+    }
+}
 
 /// One connection to a run store.
 ///
@@ -41,42 +42,27 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the store at `path`, in WAL mode, migrated.
     pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
-        let conn = Connection::open(path)?;
+        let conn = Connection::open_sqlite(path, sqlite_settings(&config))?;
         Store::setup(conn, config)
     }
 
     /// A read-only connection to a store another connection migrated
     /// (the read pool's connections).
     pub fn open_reader(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
-        let conn = Connection::open(path)?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-        conn.busy_timeout(config.busy_timeout)?;
-        conn.pragma_update(None, "query_only", true)?;
+        let conn = Connection::open_sqlite_reader(path, sqlite_settings(&config))?;
         Ok(Store { conn, config })
     }
 
     /// A private in-memory store (no WAL: there is no file to share).
     pub fn open_in_memory(config: StoreConfig) -> Result<Store, Error> {
-        Store::setup(Connection::open_in_memory()?, config)
+        let conn = Connection::open_sqlite_in_memory(sqlite_settings(&config))?;
+        Store::setup(conn, config)
     }
 
     fn setup(mut conn: Connection, config: StoreConfig) -> Result<Store, Error> {
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-        conn.busy_timeout(config.busy_timeout)?;
-        // journal_mode answers with the mode in force; memory databases keep "memory".
-        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
-        let synchronous = match config.durability {
-            Durability::Full => "FULL",
-            Durability::Normal => "NORMAL",
-        };
-        conn.pragma_update(None, "synchronous", synchronous)?;
-        conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn)?;
         if let Some(pages) = config.max_page_count {
-            let _set: i64 =
-                conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
-                    row.get(0)
-                })?;
+            conn.set_max_page_count(pages)?;
         }
         Ok(Store { conn, config })
     }
@@ -97,7 +83,7 @@ impl Store {
             self.config.limits,
             BackendProfile {
                 queue_driver: &self.config.queue_driver,
-                database_driver: DATABASE_DRIVER,
+                database_driver: self.conn.engine().driver_name(),
             },
         )
     }
@@ -105,7 +91,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::STATEMENT_CACHE_CAPACITY;
+    use crate::store::db::STATEMENT_CACHE_CAPACITY;
 
     /// Every statement the store prepares through the cache stays compiled:
     /// the capacity keeps room for twice the call sites (a statement built
@@ -114,12 +100,20 @@ mod tests {
     fn the_statement_cache_holds_every_statement_the_store_prepares() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store");
         let mut sites = 0;
-        for entry in std::fs::read_dir(dir).expect("the store's sources") {
-            let path = entry.expect("a directory entry").path();
-            if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).expect("a source file");
-                sites += text.matches(".prepare_cached(").count();
-                sites += text.matches("execute_cached(conn").count();
+        let mut folders = vec![std::path::PathBuf::from(dir)];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).expect("the store's sources") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("a source file");
+                    sites += text.matches(".prepare_cached(").count();
+                    // Transaction control: begin, commit, savepoints.
+                    sites += text.matches(".begin_write()").count();
+                    sites += text.matches(".savepoint(").count();
+                    sites += text.matches(".release(").count();
+                }
             }
         }
         assert!(sites > 100, "counted only {sites} call sites in {dir}");

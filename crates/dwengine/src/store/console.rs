@@ -9,7 +9,7 @@
 //! order whose last position is handed back, so the caller can continue
 //! and no page costs more than `scan` rows however many the store holds.
 
-use rusqlite::params;
+use crate::store::db::params;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;

@@ -6,7 +6,7 @@
 //! both share the store's transactions and the run row's control columns
 //! added by migration 0002.
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 use serde::Serialize;
 use serde_json::{json, Value};
 

@@ -15,7 +15,7 @@
 //! heartbeat, a retry, a schedule) re-arms it here, so this module sits
 //! below them all and uses only the row helpers and the connection.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use crate::store::connection::Store;

@@ -12,7 +12,7 @@
 //! activity's deadline) are [`leases`](super::leases)', and firing due
 //! timers is [`timers`](super::timers)'; both call down into this module.
 
-use rusqlite::{params, OptionalExtension, Row};
+use crate::store::db::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -111,7 +111,7 @@ struct TaskRow {
     history_length: i64,
 }
 
-fn task_row(row: &Row<'_>) -> rusqlite::Result<TaskRow> {
+fn task_row(row: &Row<'_>) -> crate::store::db::Result<TaskRow> {
     let kind: String = row.get(1)?;
     Ok(TaskRow {
         id: row.get(0)?,
@@ -211,7 +211,7 @@ pub(crate) struct LeaseRow {
 /// The dispatch row `task_id` of `kind`, if it is leased to `owner`:
 /// a report from anyone else is refused as stale (named `item` in errors).
 pub(crate) fn leased_to(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::db::Connection,
     task_id: i64,
     kind: TaskKind,
     item: &'static str,
@@ -269,7 +269,7 @@ pub(crate) fn leased_to(
 
 /// Whether `run` has a workflow task waiting for a worker.
 pub(crate) fn has_ready_workflow_task(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::db::Connection,
     run: RunId,
 ) -> Result<bool, Error> {
     let ready: i64 = conn
@@ -281,14 +281,14 @@ pub(crate) fn has_ready_workflow_task(
     Ok(ready > 0)
 }
 
-pub(crate) fn enqueue_workflow(conn: &rusqlite::Connection, run: RunId) -> Result<bool, Error> {
+pub(crate) fn enqueue_workflow(conn: &crate::store::db::Connection, run: RunId) -> Result<bool, Error> {
     enqueue_workflow_at(conn, run, now_ms())
 }
 
 /// Queues a workflow task for `run` that becomes leasable at `due_at_ms`
 /// (a child's retry after its backoff), unless one is already queued.
 pub(crate) fn enqueue_workflow_at(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::db::Connection,
     run: RunId,
     due_at_ms: i64,
 ) -> Result<bool, Error> {
@@ -313,7 +313,10 @@ pub(crate) fn enqueue_workflow_at(
     Ok(true)
 }
 
-pub(crate) fn load_task(conn: &rusqlite::Connection, id: i64) -> Result<Option<LeasedTask>, Error> {
+pub(crate) fn load_task(
+    conn: &crate::store::db::Connection,
+    id: i64,
+) -> Result<Option<LeasedTask>, Error> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"

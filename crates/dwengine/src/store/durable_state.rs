@@ -100,8 +100,8 @@ impl Store {
             let (started, closed): (i64, i64) = self
                 .conn
                 .prepare_cached(
-                    "SELECT COALESCE(SUM(started), 0), \
-                     COALESCE(SUM(completed + failed + cancelled + terminated), 0) \
+                    "SELECT COALESCE(CAST(SUM(started) AS BIGINT), 0), \
+                     COALESCE(CAST(SUM(completed + failed + cancelled + terminated) AS BIGINT), 0) \
                      FROM workflow_run_series WHERE namespace = ?1",
                 )?
                 .query_row([namespace], |r| Ok((r.get(0)?, r.get(1)?)))?;

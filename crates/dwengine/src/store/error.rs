@@ -13,9 +13,9 @@ use crate::store::model::{RunId, RunStatus};
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// SQLite refused or failed an operation.
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The database refused or failed an operation.
+    #[error("{0}")]
+    Database(#[from] crate::store::db::Error),
     /// A payload could not be encoded or a stored one decoded.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
@@ -203,12 +203,18 @@ impl From<HistoryBudgetError> for Error {
     }
 }
 
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Database(e.into())
+    }
+}
+
 impl Error {
     /// Whether the store could not write because its disk (or its
     /// `max_page_count`) is full: SQLITE_FULL, however it was wrapped.
     pub fn is_disk_full(&self) -> bool {
         match self {
-            Error::Sqlite(e) => e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            Error::Database(e) => e.is_disk_full(),
             Error::Commit(message) => message.contains("disk is full"),
             _ => false,
         }

@@ -66,9 +66,8 @@ pub struct TaskReport {
     pub warnings: Vec<ApproachingLimit>,
 }
 
-const SAVEPOINT: &str = "SAVEPOINT workflow_task";
-const ROLLBACK: &str = "ROLLBACK TO workflow_task; RELEASE workflow_task";
-const RELEASE: &str = "RELEASE workflow_task";
+/// The savepoint a task's own writes sit in (a structural limit discards them).
+const SAVEPOINT: &str = "workflow_task";
 
 impl Store {
     /// Runs one workflow task for `run`: `workflow` re-executes from the start,
@@ -81,7 +80,7 @@ impl Store {
         let tx = WriteTx::begin(&self.conn)?;
         let head = load_head(&tx, run)?;
         head.ensure_writable()?;
-        tx.execute_batch(SAVEPOINT)?;
+        tx.savepoint(SAVEPOINT)?;
         let mut task = Task::new(&tx, &self.config.limits, head)?;
         let decided = match workflow(&mut task) {
             // The terminal event is one more iteration of the main loop.
@@ -95,7 +94,7 @@ impl Store {
         });
         let parts = task.into_parts();
         if let Some(exceeded) = failure {
-            tx.execute_batch(ROLLBACK)?;
+            tx.rollback_to(SAVEPOINT)?;
             // Reloaded: the task's in-memory counters included its discarded writes.
             let head = load_head(&tx, run)?;
             fail_structural(&tx, &head, exceeded)?;
@@ -144,7 +143,7 @@ impl Store {
                 TaskOutcome::Failed { message }
             }
         };
-        tx.execute_batch(RELEASE)?;
+        tx.release(SAVEPOINT)?;
         tx.commit()?;
         Ok(TaskReport {
             run,

@@ -21,7 +21,7 @@
 //! [`payload_references`](super::payload_references)' (re-exported here);
 //! this module holds the rows, and sits above the row helpers it uses.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{self, params, BlobColumn, Connection, OptionalExtension, ZeroBlob};
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
@@ -71,6 +71,13 @@ impl Stored {
         }
     }
 }
+
+/// Where a payload's bytes live.
+const PAYLOAD_DATA: BlobColumn<'static> = BlobColumn {
+    table: "external_payloads",
+    column: "data",
+    key_column: "reference_id",
+};
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -179,11 +186,16 @@ impl Store {
             sha256: sha256.to_owned(),
         };
         let length = i64::try_from(size).unwrap_or(i64::MAX);
+        let zeroes = ZeroBlob(i32::try_from(size).map_err(|_| {
+            Error::Commit(format!(
+                "an external payload of {size} bytes is too large to store"
+            ))
+        })?);
         self.conn
             .prepare_cached(
                 "INSERT INTO external_payloads \
                  (reference_id, namespace, codec, size_bytes, sha256, data, created_at_ms, \
-                  last_uploaded_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, zeroblob(?4), ?6, ?6)",
+                  last_uploaded_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             )?
             .execute(params![
                 record.reference_id,
@@ -191,20 +203,23 @@ impl Store {
                 codec,
                 length,
                 sha256,
+                zeroes,
                 now
             ])?;
-        let row = self.conn.last_insert_rowid();
-        let mut blob =
-            self.conn
-                .blob_open(rusqlite::MAIN_DB, "external_payloads", "data", row, false)?;
-        let copied = std::io::copy(&mut std::io::Read::take(source, size), &mut blob)
-            .map_err(|e| Error::Commit(format!("copying an external payload into its row: {e}")))?;
+        let copied = self
+            .conn
+            .write_blob(PAYLOAD_DATA, &record.reference_id, source, size)
+            .map_err(|e| match e {
+                db::Error::Io(e) => {
+                    Error::Commit(format!("copying an external payload into its row: {e}"))
+                }
+                e => Error::Database(e),
+            })?;
         if copied != size {
             return Err(Error::Commit(format!(
                 "an external payload of {size} bytes gave only {copied}"
             )));
         }
-        blob.close()?;
         Ok(record)
     }
 
@@ -270,26 +285,12 @@ impl Store {
         offset: u64,
         len: usize,
     ) -> Result<Option<Vec<u8>>, Error> {
-        use std::io::{Read, Seek, SeekFrom};
-        let row: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT rowid FROM external_payloads WHERE reference_id = ?1")?
-            .query_row([reference_id], |r| r.get(0))
-            .optional()?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let mut blob =
-            self.conn
-                .blob_open(rusqlite::MAIN_DB, "external_payloads", "data", row, true)?;
-        let io = |e: std::io::Error| Error::Commit(format!("reading an external payload: {e}"));
-        blob.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut chunk = Vec::with_capacity(len);
-        (&mut blob)
-            .take(len as u64)
-            .read_to_end(&mut chunk)
-            .map_err(io)?;
-        Ok(Some(chunk))
+        self.conn
+            .read_blob_chunk(PAYLOAD_DATA, reference_id, offset, len)
+            .map_err(|e| match e {
+                db::Error::Io(e) => Error::Commit(format!("reading an external payload: {e}")),
+                e => Error::Database(e),
+            })
     }
 
     /// The payload `reference_id` of `namespace` with its bytes; `None`

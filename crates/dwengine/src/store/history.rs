@@ -7,7 +7,7 @@
 //! reading stops at the page's bound, so however long a history is, one
 //! read holds one page of it in memory.
 
-use rusqlite::{params, Connection};
+use crate::store::db::{params, Connection};
 use serde::Serialize;
 
 use crate::store::error::Error;

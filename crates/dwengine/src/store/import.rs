@@ -11,9 +11,9 @@
 //! ([`V1Projection::measure`]), so the server runs them before it hands the
 //! write to the group-commit writer, whose transaction is already open.
 
+use crate::store::db::{params, OptionalExtension};
 use dwpolicy::history::HistoryUsage;
 use dwpolicy::HistoryBudget;
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -259,10 +259,10 @@ impl Store {
                 run: RunId(run),
             });
         }
-        tx.execute(
+        let run = RunId(tx.query_row(
             "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
              memo, search_attributes, created_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, 'v1_projection', '{}', '{}', ?6)",
+             VALUES (?1, ?2, ?3, ?4, ?5, 'v1_projection', '{}', '{}', ?6) RETURNING id",
             params![
                 measured.workflow_id,
                 measured.workflow_type,
@@ -271,8 +271,8 @@ impl Store {
                 measured.status.as_str(),
                 now_ms()
             ],
-        )?;
-        let run = RunId(tx.last_insert_rowid());
+            |r| r.get(0),
+        )?);
         for (event_type, payload) in &measured.events {
             append_event(&tx, run, *event_type, payload, false)?;
         }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 use serde_json::Value;
 
 use crate::store::connection::Store;
@@ -211,7 +211,10 @@ impl Store {
     }
 }
 
-fn activity_lease_ms(conn: &rusqlite::Connection, task_id: i64) -> Result<Option<i64>, Error> {
+fn activity_lease_ms(
+    conn: &crate::store::db::Connection,
+    task_id: i64,
+) -> Result<Option<i64>, Error> {
     let options: Option<String> = conn
         .prepare_cached(
             "SELECT a.options FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \

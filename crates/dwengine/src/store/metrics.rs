@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::store::db::{params, Row, ToSql};
 use dwpolicy::SeriesLimit;
-use rusqlite::{params, Row, ToSql};
 
 use crate::metrics::activities::ActivitySeries;
 use crate::metrics::task_queues::TaskQueueState;
@@ -57,7 +57,7 @@ const RECENT_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased,
 /// namespace's open workflow tasks through `dispatch_ready`; it is bounded by
 /// the backlog of failing tasks, not by the namespace's runs.
 const FAILING_WORKFLOW_TYPES: &str = "SELECT r.workflow_type, COUNT(*), \
-     MAX(d.attempt - (d.status = 'leased')) FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id \
+     MAX(d.attempt - CASE WHEN d.status = 'leased' THEN 1 ELSE 0 END) FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id \
      WHERE d.kind = 'workflow' AND d.namespace = ?1 AND d.status IN ('ready', 'leased') \
      AND d.last_error IS NOT NULL GROUP BY r.workflow_type";
 
@@ -196,9 +196,9 @@ impl Store {
     pub fn operator_counts(&self) -> Result<OperatorCounts, Error> {
         let mut counts = OperatorCounts::default();
         self.conn.query_row(
-            "SELECT COALESCE(SUM(started), 0), COALESCE(SUM(completed), 0), \
-             COALESCE(SUM(failed), 0), COALESCE(SUM(cancelled), 0), \
-             COALESCE(SUM(terminated), 0), COALESCE(SUM(continued_as_new), 0) \
+            "SELECT COALESCE(CAST(SUM(started) AS BIGINT), 0), COALESCE(CAST(SUM(completed) AS BIGINT), 0), \
+             COALESCE(CAST(SUM(failed) AS BIGINT), 0), COALESCE(CAST(SUM(cancelled) AS BIGINT), 0), \
+             COALESCE(CAST(SUM(terminated) AS BIGINT), 0), COALESCE(CAST(SUM(continued_as_new) AS BIGINT), 0) \
              FROM workflow_run_series",
             [],
             |r| {
@@ -212,8 +212,8 @@ impl Store {
             },
         )?;
         self.conn.query_row(
-            "SELECT COALESCE(SUM(workflow_ready), 0), COALESCE(SUM(workflow_leased), 0), \
-             COALESCE(SUM(activity_ready), 0), COALESCE(SUM(activity_leased), 0) \
+            "SELECT COALESCE(CAST(SUM(workflow_ready) AS BIGINT), 0), COALESCE(CAST(SUM(workflow_leased) AS BIGINT), 0), \
+             COALESCE(CAST(SUM(activity_ready) AS BIGINT), 0), COALESCE(CAST(SUM(activity_leased) AS BIGINT), 0) \
              FROM task_queue_state",
             [],
             |r| {
@@ -234,7 +234,7 @@ fn probe(limit: SeriesLimit) -> i64 {
 }
 
 /// The latency columns starting at `at`: count, sum, then ten buckets.
-fn latency(row: &Row<'_>, at: usize) -> rusqlite::Result<Latency> {
+fn latency(row: &Row<'_>, at: usize) -> crate::store::db::Result<Latency> {
     let mut buckets = [0u64; 10];
     for (i, bucket) in buckets.iter_mut().enumerate() {
         *bucket = to_u64(row.get(at + 2 + i)?);
@@ -249,7 +249,7 @@ fn latency(row: &Row<'_>, at: usize) -> rusqlite::Result<Latency> {
 /// A queue row seen in minute bucket `minute`: its "last minute" counts are
 /// the current and previous bucket's, which the row holds only while its
 /// latest bucket is one of those two.
-fn queue_state(row: &Row<'_>, minute: i64) -> rusqlite::Result<TaskQueueState> {
+fn queue_state(row: &Row<'_>, minute: i64) -> crate::store::db::Result<TaskQueueState> {
     let recent_minute: i64 = row.get(5)?;
     let (recent_added, before_added) = (to_u64(row.get(6)?), to_u64(row.get(7)?));
     let (recent_dispatched, before_dispatched) = (to_u64(row.get(8)?), to_u64(row.get(9)?));
@@ -355,7 +355,7 @@ mod tests {
                 })
                 .collect();
             let plan: Vec<String> = stmt
-                .query_map(rusqlite::params_from_iter(args.iter()), |row| {
+                .query_map(crate::store::db::params_from_iter(args.iter()), |row| {
                     row.get::<_, String>(3)
                 })
                 .unwrap()

@@ -41,6 +41,7 @@ pub mod config;
 pub mod connection;
 pub mod console;
 pub mod control;
+pub mod db;
 pub mod deadlines;
 pub mod dispatch;
 pub mod durable_state;

@@ -4,7 +4,7 @@
 //! an admin. A namespace is a small row (name, description, retention), so
 //! looking one up on every request is one primary-key read.
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use crate::store::connection::Store;
@@ -71,8 +71,8 @@ impl Store {
         let inserted = self
             .conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO namespaces (name, description, retention_days, created_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO namespaces (name, description, retention_days, created_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             )?
             .execute(params![name, description, retention_days, now_ms()])?;
         Ok(inserted == 1)

@@ -15,7 +15,7 @@
 //! still counts it as a retained run row. An unmarked run is always judged
 //! by its rows: an empty history alone does not prove intentional pruning.
 
-use rusqlite::{params, Connection};
+use crate::store::db::{params, Connection};
 use serde::Serialize;
 
 use crate::store::connection::Store;
@@ -110,16 +110,16 @@ fn drift_report_sql() -> String {
         "({summary} OR {WAITS_DRIFT} OR {TIMELINE_DRIFT} OR {TIMERS_DRIFT} OR {LINEAGE_DRIFT})"
     );
     format!(
-        "SELECT COUNT(*), COALESCE(SUM(NOT {UNMARKED}), 0), \
-         COALESCE(SUM({UNMARKED} AND {SUMMARY_MISSING}), 0), \
-         COALESCE(SUM({UNMARKED} AND {SUMMARY_STALE}), 0), \
-         COALESCE(SUM({UNMARKED} AND {any}), 0), \
+        "SELECT COUNT(*), COALESCE(CAST(SUM(CASE WHEN NOT {UNMARKED} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {SUMMARY_MISSING} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {SUMMARY_STALE} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {any} THEN 1 ELSE 0 END) AS BIGINT), 0), \
          MIN(CASE WHEN {UNMARKED} AND {SUMMARY_MISSING} THEN r.created_at_ms END), \
-         COALESCE(SUM({UNMARKED} AND {summary}), 0), \
-         COALESCE(SUM({UNMARKED} AND {WAITS_DRIFT}), 0), \
-         COALESCE(SUM({UNMARKED} AND {TIMELINE_DRIFT}), 0), \
-         COALESCE(SUM({UNMARKED} AND {TIMERS_DRIFT}), 0), \
-         COALESCE(SUM({UNMARKED} AND {LINEAGE_DRIFT}), 0) \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {summary} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {WAITS_DRIFT} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {TIMELINE_DRIFT} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {TIMERS_DRIFT} THEN 1 ELSE 0 END) AS BIGINT), 0), \
+         COALESCE(CAST(SUM(CASE WHEN {UNMARKED} AND {LINEAGE_DRIFT} THEN 1 ELSE 0 END) AS BIGINT), 0) \
          FROM runs r"
     )
 }
@@ -206,7 +206,7 @@ impl Store {
         closed_before_ms: i64,
     ) -> Result<Option<RunId>, Error> {
         let tx = WriteTx::begin(&self.conn)?;
-        let run: Option<i64> = rusqlite::OptionalExtension::optional(
+        let run: Option<i64> = crate::store::db::OptionalExtension::optional(
             tx.prepare_cached(
                 "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
                  AND closed_at_ms < ?2 AND details_pruned_at IS NULL \
@@ -242,9 +242,16 @@ impl Store {
 /// Replaces every projection row of `run` with what its source rows say.
 fn rebuild_run(conn: &Connection, run: RunId) -> Result<(), Error> {
     for sql in [
-        "INSERT OR REPLACE INTO run_summaries SELECT id, namespace, workflow_id, workflow_type, \
+        "INSERT INTO run_summaries (run_id, namespace, workflow_id, workflow_type, task_queue, \
+         status, history_length, created_at_ms, closed_at_ms) \
+         SELECT id, namespace, workflow_id, workflow_type, \
          task_queue, status, history_length, created_at_ms, closed_at_ms FROM runs \
-         WHERE id = ?1 AND details_pruned_at IS NULL",
+         WHERE id = ?1 AND details_pruned_at IS NULL \
+         ON CONFLICT (run_id) DO UPDATE SET namespace = excluded.namespace, \
+         workflow_id = excluded.workflow_id, workflow_type = excluded.workflow_type, \
+         task_queue = excluded.task_queue, status = excluded.status, \
+         history_length = excluded.history_length, created_at_ms = excluded.created_at_ms, \
+         closed_at_ms = excluded.closed_at_ms",
         "DELETE FROM run_timeline_entries WHERE run_id = ?1",
         "INSERT INTO run_timeline_entries SELECT run_id, sequence, event_type, recorded_at_ms \
          FROM history_events WHERE run_id = ?1",
@@ -258,8 +265,9 @@ fn rebuild_run(conn: &Connection, run: RunId) -> Result<(), Error> {
          WHERE run_id = ?1 AND status = 'pending'",
         "INSERT INTO run_waits SELECT parent_run_id, 'child', id FROM children \
          WHERE parent_run_id = ?1 AND status = 'open'",
-        "INSERT OR REPLACE INTO run_lineage_entries SELECT id, parent_run_id FROM runs \
-         WHERE id = ?1 AND parent_run_id IS NOT NULL",
+        "INSERT INTO run_lineage_entries (run_id, parent_run_id) SELECT id, parent_run_id \
+         FROM runs WHERE id = ?1 AND parent_run_id IS NOT NULL \
+         ON CONFLICT (run_id) DO UPDATE SET parent_run_id = excluded.parent_run_id",
     ] {
         conn.prepare_cached(sql)?.execute([run.0])?;
     }
@@ -442,16 +450,18 @@ mod tests {
         let store = store();
         // A run row written before projections existed: no summary, no
         // history, no marker (as an old engine or a hand-made import leaves it).
-        store
+        let legacy = store
             .conn
-            .execute(
+            .query_row(
                 "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, \
                  origin, memo, search_attributes, created_at_ms, closed_at_ms) \
-                 VALUES ('legacy', 'Order', 'ns', 'q', 'completed', 'v2', '{}', '{}', ?1, ?1)",
+                 VALUES ('legacy', 'Order', 'ns', 'q', 'completed', 'v2', '{}', '{}', ?1, ?1) \
+                 RETURNING id",
                 [now_ms() - 120_000],
+                |r| r.get(0),
             )
+            .map(RunId)
             .unwrap();
-        let legacy = RunId(store.conn.last_insert_rowid());
         store
             .conn
             .execute("DELETE FROM run_summaries WHERE run_id = ?1", [legacy.0])

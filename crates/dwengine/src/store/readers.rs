@@ -107,9 +107,9 @@ pub(crate) fn snapshot<R>(
     store: &Store,
     read: impl FnOnce(&Store) -> Result<R, Error>,
 ) -> Result<R, Error> {
-    store.conn.execute_batch("BEGIN")?;
+    store.conn.begin_read()?;
     let result = read(store);
-    let end = store.conn.execute_batch("COMMIT");
+    let end = store.conn.commit();
     let value = result?;
     end?;
     Ok(value)

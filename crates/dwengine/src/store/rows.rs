@@ -6,8 +6,8 @@
 //! in the same transaction, and every event goes through [`append_event`],
 //! which also maintains the run's history length and canonical byte total.
 
+use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::LimitKind;
-use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{Map, Value};
 
 use crate::store::error::Error;
@@ -328,23 +328,27 @@ pub(crate) fn insert_run(
         search.len(),
         &run_ref,
     )?;
-    conn.prepare_cached(
-        "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
-         parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id) \
-         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
-        start.workflow_id,
-        start.workflow_type,
-        start.namespace,
-        start.task_queue,
-        parent.map(|p| p.0),
-        memo,
-        search,
-        now_ms(),
-        continued_from.map(|r| r.0)
-    ])?;
-    let run = RunId(conn.last_insert_rowid());
+    let run = RunId(
+        conn.prepare_cached(
+            "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+             parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id) \
+             VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9) RETURNING id",
+        )?
+        .query_row(
+            params![
+                start.workflow_id,
+                start.workflow_type,
+                start.namespace,
+                start.task_queue,
+                parent.map(|p| p.0),
+                memo,
+                search,
+                now_ms(),
+                continued_from.map(|r| r.0)
+            ],
+            |r| r.get(0),
+        )?,
+    );
     let mut payload = Map::new();
     payload.insert("workflow_id".into(), start.workflow_id.clone().into());
     payload.insert("workflow_type".into(), start.workflow_type.clone().into());

@@ -6,7 +6,7 @@
 //! ([`dispatch`](super::dispatch)); the reads use the row helpers and the
 //! history reader.
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 
 use crate::store::connection::Store;
 use crate::store::dispatch;

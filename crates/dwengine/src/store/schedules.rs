@@ -17,7 +17,7 @@
 //! `schedules_buffered`. The buffer's capacity is the caller's: the store
 //! refuses a fire past it in the same statement that counts.
 
-use rusqlite::{params, OptionalExtension, Row};
+use crate::store::db::{params, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::store::connection::Store;
@@ -137,7 +137,7 @@ const COLUMNS: &str = "id, namespace, schedule_id, definition, status, next_fire
 /// A row and its JSON columns, decoded after the statement.
 type Raw = (ScheduleRow, [String; 3]);
 
-fn decode(row: &Row<'_>) -> rusqlite::Result<Raw> {
+fn decode(row: &Row<'_>) -> crate::store::db::Result<Raw> {
     let status: String = row.get(4)?;
     Ok((
         ScheduleRow {
@@ -225,9 +225,10 @@ impl Store {
         let tx = WriteTx::begin(&self.conn)?;
         let inserted = tx
             .prepare_cached(
-                "INSERT OR IGNORE INTO schedules (namespace, schedule_id, definition, status, \
+                "INSERT INTO schedules (namespace, schedule_id, definition, status, \
                  next_fire_at_ms, nominal_fire_at_ms, remaining_actions, paused_at_ms, \
-                 created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                 created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) \
+                 ON CONFLICT DO NOTHING",
             )?
             .execute(params![
                 namespace,
@@ -601,7 +602,7 @@ impl Store {
                 "UPDATE schedules SET fires_count = fires_count + 1, last_fired_at_ms = ?3, \
                  latest_workflow_id = ?4, latest_run_id = ?5, updated_at_ms = ?3, \
                  remaining_actions = CASE WHEN remaining_actions IS NULL THEN NULL \
-                   ELSE MAX(remaining_actions - 1, 0) END, \
+                   WHEN remaining_actions > 1 THEN remaining_actions - 1 ELSE 0 END, \
                  next_fire_at_ms = CASE WHEN remaining_actions = 1 THEN NULL ELSE next_fire_at_ms END, \
                  nominal_fire_at_ms = CASE WHEN remaining_actions = 1 THEN NULL ELSE nominal_fire_at_ms END \
                  WHERE namespace = ?1 AND schedule_id = ?2",

@@ -8,6 +8,7 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::store::db;
 use crate::store::error::Error;
 
 /// The migrations in order; a migration's version is its position plus one.
@@ -43,8 +44,18 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this engine writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Brings `conn` to [`SCHEMA_VERSION`]; refuses a file written by a newer engine.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Error> {
+/// Brings the store's database to its engine's newest schema; refuses a
+/// database written by a newer engine.
+pub(crate) fn migrate(conn: &mut db::Connection) -> Result<(), Error> {
+    match conn.sqlite_mut() {
+        Some(sqlite) => migrate_sqlite(sqlite),
+        None => unreachable!("every engine of the seam has its migrations"),
+    }
+}
+
+/// Brings an SQLite `conn` to [`SCHEMA_VERSION`]; refuses a file written by
+/// a newer engine.
+fn migrate_sqlite(conn: &mut Connection) -> Result<(), Error> {
     loop {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -127,7 +138,7 @@ mod tests {
             [envelope(ids[1])],
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrate_sqlite(&mut conn).unwrap();
         let held: Vec<(String, i64, i64)> = conn
             .prepare("SELECT reference_id, ref_count, last_uploaded_at_ms FROM external_payloads ORDER BY reference_id")
             .unwrap()
@@ -148,8 +159,8 @@ mod tests {
     #[test]
     fn migrating_twice_is_a_no_op_and_newer_files_are_refused() {
         let mut conn = Connection::open_in_memory().unwrap();
-        migrate(&mut conn).unwrap();
-        migrate(&mut conn).unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        migrate_sqlite(&mut conn).unwrap();
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .unwrap();
@@ -157,7 +168,7 @@ mod tests {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
         assert!(matches!(
-            migrate(&mut conn),
+            migrate_sqlite(&mut conn),
             Err(Error::SchemaTooNew { found, .. }) if found == SCHEMA_VERSION + 1
         ));
     }

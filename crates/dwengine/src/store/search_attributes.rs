@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension};
 
 use crate::store::connection::Store;
 use crate::store::error::Error;

@@ -7,7 +7,7 @@
 //! for an operation, recorded calls) and keeps one call per caller
 //! idempotency key, so a retried execute converges on the call it made.
 
-use rusqlite::{params, OptionalExtension, Row};
+use crate::store::db::{params, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::store::connection::Store;
@@ -108,7 +108,7 @@ const ENTRY_COLUMNS: &str =
 const CALL_COLUMNS: &str = "id, operation_id, namespace, caller_namespace, idempotency_key, \
     request, linked_workflow_id, linked_run_id, created_at_ms, updated_at_ms";
 
-fn entry(row: &Row<'_>) -> rusqlite::Result<(CatalogEntry, String)> {
+fn entry(row: &Row<'_>) -> crate::store::db::Result<(CatalogEntry, String)> {
     Ok((
         CatalogEntry {
             id: row.get(0)?,
@@ -128,7 +128,7 @@ fn with_document((mut entry, text): (CatalogEntry, String)) -> Result<CatalogEnt
     Ok(entry)
 }
 
-fn call(row: &Row<'_>) -> rusqlite::Result<(ServiceCallRow, String)> {
+fn call(row: &Row<'_>) -> crate::store::db::Result<(ServiceCallRow, String)> {
     Ok((
         ServiceCallRow {
             id: row.get(0)?,
@@ -186,8 +186,9 @@ impl Store {
         let inserted = self
             .conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO service_catalog (namespace, level, parent_id, name, \
-                 document, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                "INSERT INTO service_catalog (namespace, level, parent_id, name, \
+                 document, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) \
+                 ON CONFLICT DO NOTHING",
             )?
             .execute(params![
                 namespace,
@@ -294,21 +295,24 @@ impl Store {
             }
         }
         let now = now_ms();
-        self.conn
+        let id: i64 = self
+            .conn
             .prepare_cached(
                 "INSERT INTO service_calls (operation_id, namespace, caller_namespace, \
                  idempotency_key, request, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) RETURNING id",
             )?
-            .execute(params![
-                operation_id,
-                namespace,
-                caller_namespace,
-                idempotency_key,
-                serde_json::to_string(request)?,
-                now
-            ])?;
-        let id = self.conn.last_insert_rowid();
+            .query_row(
+                params![
+                    operation_id,
+                    namespace,
+                    caller_namespace,
+                    idempotency_key,
+                    serde_json::to_string(request)?,
+                    now
+                ],
+                |r| r.get(0),
+            )?;
         let created = self.service_call(id)?.ok_or_else(|| {
             Error::Corrupt(format!("service call {id} vanished after its insert"))
         })?;

@@ -9,7 +9,7 @@
 //! signal's value: replay reads the value from history, never from the
 //! signal row. Every function runs inside the caller's transaction.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
 use crate::store::error::Error;

@@ -15,7 +15,7 @@
 //! expired stream reads as gone, and [`Store::reclaim_expired_streams`]
 //! deletes expired streams and their items a bounded batch at a time.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::db::{params, Connection, OptionalExtension, Row};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -214,7 +214,7 @@ const COLUMNS: &str = "run_id, namespace, workflow_id, name, status, error_reaso
      acknowledged_offset, retention_seconds, opened_at_ms, last_appended_at_ms, closed_at_ms, \
      expires_at_ms, id";
 
-fn decode(row: &Row<'_>) -> rusqlite::Result<(StreamState, i64)> {
+fn decode(row: &Row<'_>) -> crate::store::db::Result<(StreamState, i64)> {
     Ok((
         StreamState {
             run: RunId(row.get(0)?),
@@ -621,8 +621,10 @@ impl Store {
     pub fn acknowledge_stream(&self, run: RunId, name: &str, offset: u64) -> Result<(), Error> {
         self.conn
             .prepare_cached(
-                "UPDATE workflow_streams SET acknowledged_offset = MIN(?3, total_items) \
-                 WHERE run_id = ?1 AND name = ?2 AND acknowledged_offset < MIN(?3, total_items)",
+                "UPDATE workflow_streams SET acknowledged_offset = \
+                 CASE WHEN ?3 < total_items THEN ?3 ELSE total_items END \
+                 WHERE run_id = ?1 AND name = ?2 \
+                 AND acknowledged_offset < CASE WHEN ?3 < total_items THEN ?3 ELSE total_items END",
             )?
             .execute(params![run.0, name, to_i64(offset)])?;
         Ok(())

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::{ApproachingLimit, LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -194,13 +194,13 @@ impl<'a> Task<'a> {
         self.check_pending(Pending::Activity)?;
         let text = serde_json::to_string(arguments)?;
         self.check(LimitKind::PayloadSizeBytes, len_u64(text.len()))?;
-        self.conn
+        let id: i64 = self
+            .conn
             .prepare_cached(
                 "INSERT INTO activities (run_id, activity_type, arguments, status) \
-                 VALUES (?1, ?2, ?3, 'scheduled')",
+                 VALUES (?1, ?2, ?3, 'scheduled') RETURNING id",
             )?
-            .execute(params![self.head.id.0, activity_type, text])?;
-        let id = self.conn.last_insert_rowid();
+            .query_row(params![self.head.id.0, activity_type, text], |r| r.get(0))?;
         self.add_pending(Pending::Activity)?;
         let event =
             json!({ "activity_id": id, "activity_type": activity_type, "arguments": arguments });
@@ -214,12 +214,13 @@ impl<'a> Task<'a> {
         }
         self.check_pending(Pending::Timer)?;
         let delay_ms = to_i64(delay.as_millis());
-        self.conn
+        let id: i64 = self
+            .conn
             .prepare_cached(
-                "INSERT INTO timers (run_id, delay_ms, status) VALUES (?1, ?2, 'pending')",
+                "INSERT INTO timers (run_id, delay_ms, status) VALUES (?1, ?2, 'pending') \
+                 RETURNING id",
             )?
-            .execute(params![self.head.id.0, delay_ms])?;
-        let id = self.conn.last_insert_rowid();
+            .query_row(params![self.head.id.0, delay_ms], |r| r.get(0))?;
         self.add_pending(Pending::Timer)?;
         self.write_command(
             EventType::TimerStarted,

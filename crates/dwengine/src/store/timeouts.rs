@@ -17,7 +17,7 @@
 //! This module is a top-layer transition: it uses the attempts, completion,
 //! the task queue and the deadlines, and nothing imports it but the facade.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde_json::json;
 
 use crate::store::activity_attempts::{

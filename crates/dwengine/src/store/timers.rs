@@ -13,7 +13,7 @@
 //! ([`dispatch`](super::dispatch)), which knows nothing of them beyond
 //! their rows.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde_json::{json, Map, Value};
 
 use crate::store::connection::Store;
@@ -146,19 +146,18 @@ pub(crate) struct Arm<'a> {
 pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64, Error> {
     let delay_ms = crate::store::rows::to_i64(timer.delay_seconds.saturating_mul(1000));
     let group = timer.group.map(serde_json::to_string).transpose()?;
-    conn.prepare_cached(
+    let id: i64 = conn.prepare_cached(
         "INSERT INTO timers (run_id, delay_ms, status, sequence, timer_kind, condition_wait_id, \
-         parallel_group) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
+         parallel_group) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6) RETURNING id",
     )?
-    .execute(params![
+    .query_row(params![
         run.0,
         delay_ms,
         timer.sequence,
         timer.kind,
         timer.condition_wait_id,
         group
-    ])?;
-    let id = conn.last_insert_rowid();
+    ], |r| r.get(0))?;
     bump(conn, run, Pending::Timer, 1)?;
     let now = crate::store::rows::now_ms();
     conn.prepare_cached(

@@ -5,17 +5,20 @@
 //! atomic unit: a start commits with its first workflow task, an activity
 //! completion with the workflow task it schedules, and the group-commit
 //! writer (the `writer` module) runs many callers' transitions inside
-//! one SQLite transaction. [`WriteTx`] is both: on a connection with no open
-//! transaction it is `BEGIN IMMEDIATE … COMMIT` (the write lock taken up
-//! front, so a counter read under it cannot go stale), and inside one it is
+//! one database transaction. [`WriteTx`] is both: on a connection with no
+//! open transaction it is a write transaction with the write lock taken up
+//! front (`Connection::begin_write`; on SQLite `BEGIN IMMEDIATE`), so a
+//! counter read under it cannot go stale, and inside one it is
 //! a savepoint that releases into the enclosing transaction. Dropped
 //! without [`WriteTx::commit`], it rolls back exactly its own writes.
 
 use std::ops::Deref;
 
-use rusqlite::Connection;
-
+use crate::store::db::Connection;
 use crate::store::error::Error;
+
+/// The savepoint a nested write opens.
+const SAVEPOINT: &str = "store_write";
 
 /// An open write transaction or savepoint on a store connection.
 pub(crate) struct WriteTx<'c> {
@@ -24,28 +27,15 @@ pub(crate) struct WriteTx<'c> {
     open: bool,
 }
 
-/// Runs one statement that takes no parameters and returns no rows through
-/// the connection's statement cache: the transaction-control statements
-/// every write runs several times (`BEGIN`, `SAVEPOINT`, `RELEASE`,
-/// `COMMIT`) are compiled once per connection, not once per use as
-/// `execute_batch` compiles them.
-pub(crate) fn execute_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
 impl<'c> WriteTx<'c> {
     /// Opens a transaction, or a savepoint when one is already open.
     pub(crate) fn begin(conn: &'c Connection) -> Result<WriteTx<'c>, Error> {
         let nested = !conn.is_autocommit();
-        execute_cached(
-            conn,
-            if nested {
-                "SAVEPOINT store_write"
-            } else {
-                "BEGIN IMMEDIATE"
-            },
-        )?;
+        if nested {
+            conn.savepoint(SAVEPOINT)?;
+        } else {
+            conn.begin_write()?;
+        }
         Ok(WriteTx {
             conn,
             nested,
@@ -55,14 +45,11 @@ impl<'c> WriteTx<'c> {
 
     /// Commits (or releases into the enclosing transaction).
     pub(crate) fn commit(mut self) -> Result<(), Error> {
-        execute_cached(
-            self.conn,
-            if self.nested {
-                "RELEASE store_write"
-            } else {
-                "COMMIT"
-            },
-        )?;
+        if self.nested {
+            self.conn.release(SAVEPOINT)?;
+        } else {
+            self.conn.commit()?;
+        }
         self.open = false;
         Ok(())
     }
@@ -81,13 +68,14 @@ impl Drop for WriteTx<'_> {
         if !self.open {
             return;
         }
-        // A failed rollback means SQLite already rolled the transaction back
-        // (an I/O error does that); there is nothing left to undo.
-        let _ = self.conn.execute_batch(if self.nested {
-            "ROLLBACK TO store_write; RELEASE store_write"
+        // A failed rollback means the database already rolled the
+        // transaction back (an I/O error does that on SQLite); there is
+        // nothing left to undo.
+        let _ = if self.nested {
+            self.conn.rollback_to(SAVEPOINT)
         } else {
-            "ROLLBACK"
-        });
+            self.conn.rollback()
+        };
     }
 }
 
@@ -102,7 +90,7 @@ mod tests {
 
     #[test]
     fn a_nested_write_rolls_back_alone_and_commits_with_its_parent() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = Connection::from_sqlite(rusqlite::Connection::open_in_memory().unwrap());
         conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
         let outer = WriteTx::begin(&conn).unwrap();
         outer.execute("INSERT INTO t VALUES (1)", []).unwrap();

@@ -10,8 +10,8 @@
 //! the executor does for in-process workflow code. Completion is fenced: only
 //! the worker holding the lease, on the attempt it was given, can complete.
 
+use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::{ApproachingLimit, LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -489,7 +489,7 @@ fn process_seen_signals(
     // Their payloads leave the run's pending-payload budget with them.
     conn.prepare_cached(
         "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
-         (SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM signals \
+         (SELECT COALESCE(CAST(SUM(octet_length(payload)) AS BIGINT), 0) FROM signals \
           WHERE run_id = ?1 AND status = 'received' AND id <= ?2) WHERE id = ?1",
     )?
     .execute(params![run.0, watermark])?;
@@ -775,29 +775,29 @@ impl<'a> CommandWriter<'a> {
                     "heartbeat_timeout": heartbeat_timeout,
                     "parallel_group": (!group.is_empty()).then_some(group),
                 });
-                self.tx
+                let id: i64 = self.tx
                     .prepare_cached(
                         "INSERT INTO activities (run_id, activity_type, arguments, status, sequence, options) \
-                         VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5)",
+                         VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5) RETURNING id",
                     )?
-                    .execute(params![
+                    .query_row(params![
                         self.head.id.0,
                         activity_type,
                         serde_json::to_string(arguments)?,
                         sequence,
                         serde_json::to_string(&options)?
-                    ])?;
-                let id = self.tx.last_insert_rowid();
+                    ], |r| r.get(0))?;
                 bump(self.tx, self.head.id, Pending::Activity, 1)?;
                 self.head.pending.activities += 1;
                 let now = now_ms();
-                self.tx
+                let task: i64 = self.tx
                     .prepare_cached(
                         "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                         status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5)",
+                         status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5) \
+                         RETURNING id",
                     )?
-                    .execute(params![self.head.id.0, id, self.namespace, queue, now])?;
-                crate::store::deadlines::rearm_activity(self.tx, self.tx.last_insert_rowid())?;
+                    .query_row(params![self.head.id.0, id, self.namespace, queue, now], |r| r.get(0))?;
+                crate::store::deadlines::rearm_activity(self.tx, task)?;
                 let mut payload = json!({
                     "sequence": sequence,
                     "activity_execution_id": id.to_string(),

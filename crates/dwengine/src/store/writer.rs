@@ -20,7 +20,9 @@ use std::thread::JoinHandle;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
-use crate::store::tx::execute_cached;
+
+/// The savepoint around each job of a group commit.
+const JOB_SAVEPOINT: &str = "group_commit_job";
 
 /// The most transitions one commit carries; the rest wait for the next.
 pub const MAX_BATCH: usize = 256;
@@ -146,7 +148,7 @@ fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
 /// drops the transaction; answers every job it ran. Whether it committed.
 fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
     let conn = &store.conn;
-    if let Err(e) = execute_cached(conn, "BEGIN IMMEDIATE") {
+    if let Err(e) = conn.begin_write() {
         let message = e.to_string();
         for job in batch.drain(..) {
             refuse(job, &message);
@@ -156,7 +158,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut lost = None;
     while let Some(job) = batch.pop_front() {
-        if let Err(e) = execute_cached(conn, "SAVEPOINT group_commit_job") {
+        if let Err(e) = conn.savepoint(JOB_SAVEPOINT) {
             lost = Some(e.to_string());
             batch.push_front(job);
             break;
@@ -164,17 +166,15 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
         let Job { transition, .. } = job;
         match catch_unwind(AssertUnwindSafe(|| transition(store))) {
             Ok((true, answer)) => {
-                let _ = execute_cached(conn, "RELEASE group_commit_job");
+                let _ = conn.release(JOB_SAVEPOINT);
                 answers.push(answer);
             }
             Ok((false, answer)) => {
-                let _ =
-                    conn.execute_batch("ROLLBACK TO group_commit_job; RELEASE group_commit_job");
+                let _ = conn.rollback_to(JOB_SAVEPOINT);
                 answers.push(answer);
             }
             Err(_) => {
-                let _ =
-                    conn.execute_batch("ROLLBACK TO group_commit_job; RELEASE group_commit_job");
+                let _ = conn.rollback_to(JOB_SAVEPOINT);
             }
         }
         if conn.is_autocommit() {
@@ -187,13 +187,13 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
     let outcome = match lost {
         Some(message) => {
             if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = conn.rollback();
             }
             Err(message)
         }
-        None => execute_cached(conn, "COMMIT").map_err(|e| {
+        None => conn.commit().map_err(|e| {
             if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = conn.rollback();
             }
             e.to_string()
         }),

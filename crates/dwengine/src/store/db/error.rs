@@ -1,0 +1,59 @@
+//! The seam's error type: what a database refused or failed, whichever
+//! backend answered, and the `optional()` reading of "no row".
+
+use rusqlite::types::FromSqlError;
+
+/// Why a database call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused or failed an operation.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A `query_row` found no row (`optional()` turns it into `None`).
+    #[error("the query returned no rows")]
+    NoRows,
+    /// A column's value could not be read as the type asked for.
+    #[error("column {column}: {source}")]
+    Conversion {
+        /// The column's index in the row.
+        column: usize,
+        /// What did not fit.
+        source: FromSqlError,
+    },
+    /// Reading or writing a blob's bytes failed on the Rust side (the
+    /// source of an upload, a seek past the end).
+    #[error("blob I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A database call's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `query_row(…).optional()`: no row is `Ok(None)`, not an error.
+pub trait OptionalExtension<T> {
+    /// The row's value, `None` when the query returned no row.
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(value) => Ok(Some(value)),
+            Err(Error::NoRows) | Err(Error::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Error {
+    /// Whether the database could not write because its disk (or its
+    /// configured size cap) is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Sqlite(e) => e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            _ => false,
+        }
+    }
+}

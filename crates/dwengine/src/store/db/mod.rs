@@ -1,0 +1,446 @@
+//! The store's database seam: one connection type the whole store talks
+//! through, so the same transitions, limit checks and counters run on more
+//! than one database engine.
+//!
+//! It exists because the store was written against rusqlite directly (some
+//! 30 files, 400 call sites), and a second backend (PostgreSQL, for several
+//! nodes on one database) must not mean a second copy of the store. The API
+//! mirrors the part of rusqlite the store uses — [`Connection`] with
+//! `prepare_cached`, `execute`, `query_row`; [`Statement`] with `execute`,
+//! `query_row`, `query_map`, `query`, `exists`; [`Row::get`]; [`params!`];
+//! [`OptionalExtension`]; [`params_from_iter`] — so store code changed in
+//! its `use` lines, not in its logic. What differs between engines lives
+//! here and nowhere else: opening and tuning a connection (SQLite's
+//! pragmas, in `sqlite`), transaction control (`BEGIN IMMEDIATE` on
+//! SQLite), incremental blob I/O for external payloads, and the value
+//! model (SQLite's five storage classes; see `params`).
+//!
+//! Statements the store hands to the seam are written in the portable
+//! dialect both engines accept (`ON CONFLICT`, `RETURNING`, `?N`
+//! placeholders, `CAST(SUM(..) AS BIGINT)`, no scalar `MAX`/`MIN`).
+
+mod error;
+mod params;
+mod sqlite;
+
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+pub use error::{Error, OptionalExtension, Result};
+pub use params::{
+    params_from_iter, FromSql, FromSqlError, Params, ParamsFromIter, ToSql, ToSqlOutput, Value,
+    ValueRef,
+};
+/// A blob parameter of `n` zero bytes (space an incremental write fills).
+pub use rusqlite::blob::ZeroBlob;
+/// The parameters of a statement as one slice: `params![a, b]`.
+pub use rusqlite::params;
+
+/// How an SQLite connection is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteSettings {
+    /// How long a statement waits for another connection's lock.
+    pub busy_timeout: Duration,
+    /// `synchronous = FULL` (every commit fsynced) rather than `NORMAL`.
+    pub synchronous_full: bool,
+}
+
+/// One connection to the store's database.
+pub struct Connection {
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(rusqlite::Connection),
+}
+
+/// Which engine a connection talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// SQLite (a file or memory), through rusqlite.
+    Sqlite,
+}
+
+impl Engine {
+    /// The name the backend contract reports as `database_driver`.
+    pub fn driver_name(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+        }
+    }
+}
+
+impl Connection {
+    /// A read-write SQLite connection to the file at `path` (created if
+    /// needed), in WAL mode with foreign keys on.
+    pub fn open_sqlite(path: impl AsRef<Path>, settings: SqliteSettings) -> Result<Connection> {
+        let conn = rusqlite::Connection::open(path)?;
+        sqlite::configure_writer(&conn, settings)?;
+        Ok(Connection::from_sqlite(conn))
+    }
+
+    /// A private in-memory SQLite database.
+    pub fn open_sqlite_in_memory(settings: SqliteSettings) -> Result<Connection> {
+        let conn = rusqlite::Connection::open_in_memory()?;
+        sqlite::configure_writer(&conn, settings)?;
+        Ok(Connection::from_sqlite(conn))
+    }
+
+    /// A read-only SQLite connection to a file another connection migrated.
+    pub fn open_sqlite_reader(
+        path: impl AsRef<Path>,
+        settings: SqliteSettings,
+    ) -> Result<Connection> {
+        let conn = rusqlite::Connection::open(path)?;
+        sqlite::configure_reader(&conn, settings)?;
+        Ok(Connection::from_sqlite(conn))
+    }
+
+    /// Wraps an open rusqlite connection as it is (tests, tools).
+    pub fn from_sqlite(conn: rusqlite::Connection) -> Connection {
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        Connection {
+            backend: Backend::Sqlite(conn),
+        }
+    }
+
+    /// The engine behind this connection.
+    pub fn engine(&self) -> Engine {
+        match &self.backend {
+            Backend::Sqlite(_) => Engine::Sqlite,
+        }
+    }
+
+    /// The SQLite connection underneath, for SQLite-only code (its
+    /// migrations).
+    pub(crate) fn sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
+        match &mut self.backend {
+            Backend::Sqlite(conn) => Some(conn),
+        }
+    }
+
+    /// Caps an SQLite database at `pages` pages (a write past it fails as
+    /// a full disk does).
+    pub fn set_max_page_count(&self, pages: u64) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::set_max_page_count(conn, pages),
+        }
+    }
+
+    /// A statement compiled once per connection and kept (up to
+    /// [`STATEMENT_CACHE_CAPACITY`] of them).
+    pub fn prepare_cached(&self, sql: &str) -> Result<Statement<'_>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => Ok(Statement {
+                inner: StatementInner::SqliteCached(conn.prepare_cached(sql)?),
+            }),
+        }
+    }
+
+    /// A statement compiled for one use (SQL that varies per call).
+    pub fn prepare(&self, sql: &str) -> Result<Statement<'_>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => Ok(Statement {
+                inner: StatementInner::Sqlite(conn.prepare(sql)?),
+            }),
+        }
+    }
+
+    /// Runs one statement; the number of rows it changed.
+    pub fn execute<P: Params>(&self, sql: &str, params: P) -> Result<usize> {
+        self.prepare(sql)?.execute(params)
+    }
+
+    /// The first row of one statement, through `map`; [`Error::NoRows`]
+    /// when there is none.
+    pub fn query_row<T, P, F>(&self, sql: &str, params: P, map: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        self.prepare(sql)?.query_row(params, map)
+    }
+
+    /// Runs statements with no parameters, separated by `;` (schema text).
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
+        }
+    }
+
+    /// Whether no transaction is open.
+    pub fn is_autocommit(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(conn) => conn.is_autocommit(),
+        }
+    }
+
+    /// Rows the last statement changed.
+    pub fn changes(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(conn) => conn.changes(),
+        }
+    }
+
+    /// Opens a write transaction with the write lock taken up front, so a
+    /// counter read under it cannot go stale before the write that
+    /// depends on it (SQLite: `BEGIN IMMEDIATE`).
+    pub fn begin_write(&self) -> Result<()> {
+        self.control("BEGIN IMMEDIATE")
+    }
+
+    /// Opens a read transaction: every read until [`Connection::commit`]
+    /// sees one snapshot.
+    pub fn begin_read(&self) -> Result<()> {
+        self.control("BEGIN")
+    }
+
+    /// Commits the open transaction.
+    pub fn commit(&self) -> Result<()> {
+        self.control("COMMIT")
+    }
+
+    /// Rolls the open transaction back.
+    pub fn rollback(&self) -> Result<()> {
+        self.control("ROLLBACK")
+    }
+
+    /// Opens savepoint `name` inside the open transaction.
+    pub fn savepoint(&self, name: &str) -> Result<()> {
+        self.control(&format!("SAVEPOINT {name}"))
+    }
+
+    /// Releases savepoint `name` into the enclosing transaction.
+    pub fn release(&self, name: &str) -> Result<()> {
+        self.control(&format!("RELEASE {name}"))
+    }
+
+    /// Undoes everything since savepoint `name` and closes it.
+    pub fn rollback_to(&self, name: &str) -> Result<()> {
+        self.control(&format!("ROLLBACK TO {name}"))?;
+        self.release(name)
+    }
+
+    /// Transaction control through the statement cache: the statements
+    /// every write runs several times are compiled once per connection.
+    fn control(&self, sql: &str) -> Result<()> {
+        self.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
+    /// Fills the blob in `column` of the `table` row whose `key_column` is
+    /// `key` from `source`, `size` bytes, a chunk at a time (the row was
+    /// inserted with a [`ZeroBlob`] of that size); the bytes copied.
+    pub fn write_blob(
+        &self,
+        blob: BlobColumn<'_>,
+        key: &str,
+        source: &mut dyn Read,
+        size: u64,
+    ) -> Result<u64> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::write_blob(conn, blob, key, source, size),
+        }
+    }
+
+    /// Up to `len` bytes of the blob from `offset` (only those bytes are
+    /// read); `None` when no row has `key`, empty at or past its end.
+    pub fn read_blob_chunk(
+        &self,
+        blob: BlobColumn<'_>,
+        key: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::read_blob_chunk(conn, blob, key, offset, len),
+        }
+    }
+}
+
+/// Where a blob lives: its table, its column, and the unique text column
+/// that names its row.
+#[derive(Debug, Clone, Copy)]
+pub struct BlobColumn<'a> {
+    /// The table.
+    pub table: &'a str,
+    /// The blob column.
+    pub column: &'a str,
+    /// The unique key column a row is found by.
+    pub key_column: &'a str,
+}
+
+/// Statements each connection keeps compiled. The store prepares about 230
+/// distinct statements through `prepare_cached` (a test in the store's
+/// `connection` module counts them); rusqlite's default of 16 made most of
+/// them miss, so a busy server spent a fifth of its CPU compiling SQL (and
+/// the triggers each update of `runs` compiles in). A fixed number: the
+/// cache cannot grow past it.
+pub const STATEMENT_CACHE_CAPACITY: usize = 512;
+
+/// A compiled statement.
+pub struct Statement<'c> {
+    inner: StatementInner<'c>,
+}
+
+enum StatementInner<'c> {
+    SqliteCached(rusqlite::CachedStatement<'c>),
+    Sqlite(rusqlite::Statement<'c>),
+}
+
+impl<'c> Statement<'c> {
+    fn sqlite(&mut self) -> &mut rusqlite::Statement<'c> {
+        match &mut self.inner {
+            StatementInner::SqliteCached(statement) => statement,
+            StatementInner::Sqlite(statement) => statement,
+        }
+    }
+
+    /// How many parameters the statement takes.
+    pub fn parameter_count(&self) -> usize {
+        match &self.inner {
+            StatementInner::SqliteCached(statement) => statement.parameter_count(),
+            StatementInner::Sqlite(statement) => statement.parameter_count(),
+        }
+    }
+
+    /// Runs the statement; the number of rows it changed.
+    pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
+        let statement = self.sqlite();
+        Ok(params.with_values(|values| statement.execute(values))?)
+    }
+
+    /// The rows the statement returns, one at a time.
+    pub fn query<P: Params>(&mut self, params: P) -> Result<Rows<'_>> {
+        let statement = self.sqlite();
+        let rows = params.with_values(|values| statement.query(values))?;
+        Ok(Rows {
+            inner: RowsInner::Sqlite(rows),
+        })
+    }
+
+    /// The first row through `map`; [`Error::NoRows`] when there is none.
+    pub fn query_row<T, P, F>(&mut self, params: P, map: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> Result<T>,
+    {
+        let mut rows = self.query(params)?;
+        match rows.next()? {
+            Some(row) => map(&row),
+            None => Err(Error::NoRows),
+        }
+    }
+
+    /// Every row through `map`, lazily.
+    pub fn query_map<T, P, F>(&mut self, params: P, map: F) -> Result<MappedRows<'_, F>>
+    where
+        P: Params,
+        F: FnMut(&Row<'_>) -> Result<T>,
+    {
+        Ok(MappedRows {
+            rows: self.query(params)?,
+            map,
+        })
+    }
+
+    /// Whether the statement returns at least one row.
+    pub fn exists<P: Params>(&mut self, params: P) -> Result<bool> {
+        Ok(self.query(params)?.next()?.is_some())
+    }
+}
+
+/// The rows of a running statement.
+pub struct Rows<'s> {
+    inner: RowsInner<'s>,
+}
+
+enum RowsInner<'s> {
+    Sqlite(rusqlite::Rows<'s>),
+}
+
+impl Rows<'_> {
+    /// The next row, `None` past the last.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Row<'_>>> {
+        match &mut self.inner {
+            RowsInner::Sqlite(rows) => Ok(rows.next()?.map(|row| Row {
+                inner: RowInner::Sqlite(row),
+            })),
+        }
+    }
+}
+
+/// Rows through a mapping function: an iterator of its results.
+pub struct MappedRows<'s, F> {
+    rows: Rows<'s>,
+    map: F,
+}
+
+impl<T, F> Iterator for MappedRows<'_, F>
+where
+    F: FnMut(&Row<'_>) -> Result<T>,
+{
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        match self.rows.next() {
+            Ok(Some(row)) => Some((self.map)(&row)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// One row of a result.
+pub struct Row<'r> {
+    inner: RowInner<'r>,
+}
+
+enum RowInner<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+}
+
+/// A column's position in a row.
+pub trait RowIndex {
+    /// The zero-based index.
+    fn index(self) -> usize;
+}
+
+impl RowIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+impl Row<'_> {
+    /// Column `idx` converted to `T`.
+    pub fn get<I: RowIndex, T: FromSql>(&self, idx: I) -> Result<T> {
+        match &self.inner {
+            RowInner::Sqlite(row) => Ok(row.get(idx.index())?),
+        }
+    }
+}
+
+/// `Raw::try_from(row)`: a whole row as a tuple, column by column.
+macro_rules! tuple_from_row {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: FromSql),+> TryFrom<&Row<'_>> for ($($name,)+) {
+            type Error = Error;
+
+            fn try_from(row: &Row<'_>) -> Result<Self> {
+                Ok(($(row.get::<usize, $name>($idx)?,)+))
+            }
+        }
+    };
+}
+
+tuple_from_row!(A 0);
+tuple_from_row!(A 0, B 1);
+tuple_from_row!(A 0, B 1, C 2);
+tuple_from_row!(A 0, B 1, C 2, D 3);
+tuple_from_row!(A 0, B 1, C 2, D 3, E 4);
+tuple_from_row!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_from_row!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_from_row!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
