@@ -90,7 +90,11 @@ mod tests {
 
     #[test]
     fn a_nested_write_rolls_back_alone_and_commits_with_its_parent() {
-        let conn = Connection::from_sqlite(rusqlite::Connection::open_in_memory().unwrap());
+        let settings = crate::store::db::SqliteSettings {
+            busy_timeout: std::time::Duration::from_secs(5),
+            synchronous_full: true,
+        };
+        let conn = Connection::open_sqlite_in_memory(settings).unwrap();
         conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
         let outer = WriteTx::begin(&conn).unwrap();
         outer.execute("INSERT INTO t VALUES (1)", []).unwrap();
