@@ -12,7 +12,7 @@
 //! outcome; when the parent ends first, the parent-close policy decides
 //! what happens to the children still open.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde_json::{json, Map, Value};
 
 use crate::store::deadlines;

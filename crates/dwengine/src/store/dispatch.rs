@@ -281,7 +281,10 @@ pub(crate) fn has_ready_workflow_task(
     Ok(ready > 0)
 }
 
-pub(crate) fn enqueue_workflow(conn: &crate::store::db::Connection, run: RunId) -> Result<bool, Error> {
+pub(crate) fn enqueue_workflow(
+    conn: &crate::store::db::Connection,
+    run: RunId,
+) -> Result<bool, Error> {
     enqueue_workflow_at(conn, run, now_ms())
 }
 
