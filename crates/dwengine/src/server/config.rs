@@ -585,6 +585,9 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if let Some(n) = parse("DW_WORKFLOW_STREAM_RETENTION_SECONDS") {
             config.store.streams.default_retention_seconds = n.max(1);
         }
+        if let Some(n) = parse(crate::server::namespaces::MAX_NAMESPACES_ENV) {
+            config.max_namespaces = n;
+        }
         if let Some(n) = parse("DW_WORKFLOW_STREAM_MAX_WAITS") {
             config.stream_max_waits = usize::try_from(n).unwrap_or(usize::MAX);
         }

@@ -684,6 +684,17 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             limits: resource.what(),
         });
     }
+    out.push(Limit {
+        name: "max_namespaces".to_owned(),
+        group: Group::DurableState,
+        config_key: Some(crate::server::namespaces::MAX_NAMESPACES_KEY.to_owned()),
+        env: Some(crate::server::namespaces::MAX_NAMESPACES_ENV.to_owned()),
+        default: crate::server::namespaces::DEFAULT_MAX_NAMESPACES,
+        current: config.max_namespaces,
+        unit: "count",
+        zero: "disables",
+        limits: "namespaces the server registers, default included; past it POST /api/namespaces is 409 namespace_limit_exceeded",
+    });
     let ui = &config.ui;
     for (key, default, current, unit, zero, limits) in [
         (

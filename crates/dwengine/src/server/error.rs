@@ -74,6 +74,26 @@ pub enum ApiError {
     /// `X-Namespace` names a namespace nobody registered.
     #[error("namespace {0:?} is not registered")]
     NamespaceNotFound(String),
+    /// A registration past `DW_MAX_NAMESPACES`.
+    #[error("{count} namespaces are registered, the most this server takes (DW_MAX_NAMESPACES = {limit})")]
+    NamespaceCountLimit {
+        /// Registered now.
+        count: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// A delete of a namespace that still holds rows, or of `default`.
+    #[error("namespace {namespace:?} cannot be deleted: {why}")]
+    NamespaceNotDeletable {
+        /// The namespace.
+        namespace: String,
+        /// `namespace_not_empty` or `namespace_protected`.
+        reason: &'static str,
+        /// What it still holds.
+        holds: Vec<&'static str>,
+        /// Why, in words.
+        why: String,
+    },
     /// A start for a workflow id whose run is still open.
     #[error("workflow {workflow_id} already has an open run ({run_id})")]
     AlreadyStarted {
@@ -200,6 +220,7 @@ impl ApiError {
             | ApiError::SearchAttributeNotFound(_)
             | ApiError::ScheduleNotFound(_) => 404,
             ApiError::SearchAttributeConflict { .. } | ApiError::ScheduleExists(_) => 409,
+            ApiError::NamespaceCountLimit { .. } | ApiError::NamespaceNotDeletable { .. } => 409,
             ApiError::AlreadyStarted { .. }
             | ApiError::RunClosed { .. }
             | ApiError::QueryRejected(..) => 409,
@@ -349,6 +370,20 @@ impl ApiError {
             ApiError::WorkflowNotFound(_) => {
                 json!({ "reason": "workflow_not_found", "message": self.to_string() })
             }
+            ApiError::NamespaceCountLimit { count, limit } => json!({
+                "reason": "namespace_limit_exceeded", "namespaces": count, "limit": limit,
+                "config_key": "DW_MAX_NAMESPACES", "message": self.to_string(),
+                "hint": "delete an unused namespace (DELETE /api/namespaces/{name}) or raise DW_MAX_NAMESPACES",
+            }),
+            ApiError::NamespaceNotDeletable {
+                namespace,
+                reason,
+                holds,
+                ..
+            } => json!({
+                "reason": reason, "namespace": namespace, "holds": holds,
+                "message": self.to_string(),
+            }),
             ApiError::NamespaceNotFound(ns) => json!({
                 "reason": "namespace_not_found", "namespace": ns, "message": self.to_string(),
                 "hint": "register it with POST /api/namespaces (admin) or send X-Namespace: default",

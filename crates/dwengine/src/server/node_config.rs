@@ -73,6 +73,9 @@ pub struct ServerConfig {
     pub stream_retention_throttle: Duration,
     /// Stream page reads one node lets wait at once.
     pub stream_max_waits: usize,
+    /// Namespaces the server registers at most, `default` included
+    /// (`DW_MAX_NAMESPACES`; 0 disables the cap).
+    pub max_namespaces: u64,
     /// Queries, updates and service calls one node lets wait at once, per kind.
     pub call_waits: crate::waiters::CallWaitCaps,
     /// Open connections, header and body read timeouts, shutdown deadline.
@@ -169,6 +172,7 @@ impl ServerConfig {
             retention_throttle: Duration::from_secs(60),
             stream_retention_throttle: crate::retention::WorkflowStreamRetention::DEFAULT_THROTTLE,
             stream_max_waits: crate::server::streams::DEFAULT_MAX_WAITS,
+            max_namespaces: crate::server::namespaces::DEFAULT_MAX_NAMESPACES,
             call_waits: crate::waiters::CallWaitCaps::default(),
             connections: crate::server::connections::ConnectionLimits::default(),
             recovery_suppression: Duration::from_secs(60),

@@ -462,6 +462,31 @@ pub fn parse_page_token(token: &str) -> Option<u64> {
     position.parse().ok()
 }
 
+/// An opaque token naming the position after `name` in a listing ordered
+/// by name: base64 of `n:<mac>:<name>`, the MAC as for [`page_token`].
+pub fn name_page_token(name: &str) -> String {
+    use base64::Engine;
+    let mac = page_token_mac(format!("n:{name}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(format!("n:{mac}:{name}"))
+}
+
+/// The name a [`name_page_token`] carries; `None` for a token this server
+/// did not issue (or one altered).
+pub fn parse_name_page_token(token: &str) -> Option<String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let (mac, name) = text.strip_prefix("n:")?.split_once(':')?;
+    let expected = page_token_mac(format!("n:{name}").as_bytes());
+    let digest = |s: &str| -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(s.as_bytes()).into()
+    };
+    (digest(mac) == digest(&expected)).then(|| name.to_owned())
+}
+
 /// Unix milliseconds as RFC 3339 UTC with microseconds (`…T12:00:00.000000Z`).
 pub fn timestamp(unix_ms: i64) -> String {
     let secs = unix_ms.div_euclid(1000);

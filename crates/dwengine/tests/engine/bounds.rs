@@ -117,6 +117,8 @@ fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_
     cache: SharedCache,
 ) {
     let s = TestServer::start(cache, |c| {
+        // Churns past the default namespace cap on purpose.
+        c.max_namespaces = 0;
         c.namespace_limits.insert(
             "rated".into(),
             NamespaceLimit {
@@ -419,6 +421,8 @@ fn a_thousand_namespaces_cannot_create_more_wait_slots_than_the_cap() {
     let s = TestServer::start(
         std::sync::Arc::new(dwengine::cache::MemoryCache::default()),
         |c| {
+            // A thousand namespaces besides `default`: past the default cap.
+            c.max_namespaces = 0;
             c.wait_caps = dwengine::wait_slots::WaitCaps {
                 global: 8,
                 per_namespace: 2,

@@ -16,6 +16,8 @@ const INVENTORY: usize = 7;
 
 fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        // One test churns a thousand namespaces: past the default cap.
+        c.max_namespaces = 0;
         c.durable_state_limits = parse_limits(
             "tenant:open_workflow_runs=2,tenant:workflow_runs=3,tenant:worker_registrations=1",
         )

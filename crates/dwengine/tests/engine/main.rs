@@ -41,6 +41,7 @@ mod http_schedules;
 mod http_search_attributes;
 mod import;
 mod namespace_admission_metrics;
+mod namespaces;
 mod pg_schema;
 mod projections;
 mod prometheus_metrics;

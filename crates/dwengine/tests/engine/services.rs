@@ -522,6 +522,8 @@ fn service_boundary_keys_stay_bounded_under_churn_and_drain_after_their_ttl(
     const THREADS: usize = 8;
     const WINDOW: Duration = Duration::from_secs(4);
     let s = TestServer::start(cache.clone(), |c| {
+        // 2,000 caller namespaces: past the default namespace cap.
+        c.max_namespaces = 0;
         c.service_boundary = ServiceBoundaryBudgets {
             per_namespace: Some(1_000),
             per_boundary: Some(1),

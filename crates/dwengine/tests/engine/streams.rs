@@ -745,7 +745,11 @@ fn stream_retention_keys_stay_one_per_namespace_and_drain(
     backend: &'static str,
     cache: SharedCache,
 ) {
-    let s = TestServer::start(cache, |c| c.stream_retention_throttle = THROTTLE);
+    let s = TestServer::start(cache, |c| {
+        c.stream_retention_throttle = THROTTLE;
+        // Namespace churn past the default namespace cap.
+        c.max_namespaces = 0;
+    });
     churn(backend, &s);
     drained(backend, &s);
 }

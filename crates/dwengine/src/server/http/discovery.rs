@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -23,7 +23,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
             "/api/namespaces",
             get(list_namespaces).post(register_namespace),
         )
-        .route("/api/namespaces/{name}", get(describe_namespace))
+        .route(
+            "/api/namespaces/{name}",
+            get(describe_namespace).delete(delete_namespace),
+        )
 }
 
 async fn cluster_info(State(engine): Shared, headers: HeaderMap) -> Response {
@@ -98,12 +101,22 @@ async fn ready(State(engine): Shared) -> Response {
         .into_response()
 }
 
-async fn list_namespaces(State(engine): Shared) -> Response {
-    blocking(engine, |e| {
-        let namespaces = e.read(|s| s.namespaces())?;
-        Ok(json!({ "namespaces": namespaces }))
+/// `?page_size=N&next_page_token=T` of `GET /api/namespaces`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct NamespacePage {
+    page_size: Option<String>,
+    next_page_token: Option<String>,
+}
+
+async fn list_namespaces(State(engine): Shared, Query(page): Query<NamespacePage>) -> Response {
+    blocking(engine, move |e| {
+        e.list_namespaces(page.page_size.as_deref(), page.next_page_token.as_deref())
     })
     .await
+}
+
+async fn delete_namespace(State(engine): Shared, Path(name): Path<String>) -> Response {
+    blocking(engine, move |e| e.delete_namespace(&name)).await
 }
 
 async fn describe_namespace(State(engine): Shared, Path(name): Path<String>) -> Response {
