@@ -613,7 +613,7 @@ fn the_soak_workflow_gives_thresholds_for_every_declared_cache_policy() {
         .iter()
         .map(|c| c.id.value.clone())
         .collect();
-    assert_eq!(declared.len(), 20, "{declared:?}");
+    assert!(declared.len() >= 20, "{declared:?}");
     let peak = workflow_map(&workflow, "DW_PERF_MAX_SERVER_CACHE_KEYS_BY_POLICY");
     let after_drain = workflow_map(&workflow, "DW_PERF_MAX_FINAL_SERVER_CACHE_KEYS_BY_POLICY");
     for (name, map) in [("peak", &peak), ("post-drain", &after_drain)] {
