@@ -425,3 +425,36 @@ fn init_points_at_a_reference_php_policy() {
         "{stdout}"
     );
 }
+
+/// A scan limit read with a default beside its key (`config('…', 5)`, as
+/// the reference server does) gets that default in the draft; a key read
+/// without one keeps the TODO.
+#[test]
+fn init_takes_a_scan_limits_default_from_the_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        "app/Support/WorkflowTaskPoller.php",
+        "<?php\nnamespace App\\Support;\n\nclass WorkflowTaskPoller\n{\n    public function recover(): int\n    {\n        return max(1, (int) config('server.polling.expired_workflow_task_recovery_scan_limit', 5));\n    }\n\n    public function timers(): int\n    {\n        return (int) config('server.polling.due_timer_recovery_scan_limit');\n    }\n}\n",
+    );
+    let policy = init(root);
+    let entry = |id: &str| -> String {
+        let head = format!("[scan_limits.{id}]");
+        let start = policy
+            .find(&head)
+            .unwrap_or_else(|| panic!("{head}: {policy}"));
+        let rest = &policy[start..];
+        rest[..rest[1..].find("\n[").map_or(rest.len(), |n| n + 1)].to_owned()
+    };
+    let expired = entry("expired_workflow_task_recovery");
+    assert!(expired.contains("\ndefault = 5\n"), "{expired}");
+    assert!(
+        expired.contains("# default 5: the value the code passes"),
+        "{expired}"
+    );
+    assert!(!expired.contains("TODO: add `default"), "{expired}");
+    let timers = entry("due_timer_recovery");
+    assert!(!timers.contains("\ndefault ="), "{timers}");
+    assert!(timers.contains("TODO: add `default = N`"), "{timers}");
+}

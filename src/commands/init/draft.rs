@@ -108,16 +108,19 @@ pub(crate) fn scan_limit_drafts(
             str::to_owned,
         );
         let id = unique(&mut taken, id);
+        let default_note = match s.default {
+            Some(n) => {
+                format!("default {n}: the value the code passes beside the key there; confirm it")
+            }
+            None => "TODO: add `default = N`, the cap the code uses when the key is not configured"
+                .into(),
+        };
         out.push(DraftScanLimit {
             id,
-            notes: vec![
-                format!("found in {}", at(&s.site)),
-                "TODO: add `default = N`, the cap the code uses when the key is not configured"
-                    .into(),
-            ],
+            notes: vec![format!("found in {}", at(&s.site)), default_note],
             owner: Some(s.site.owner.clone()),
             config_key: Some(s.key.clone()),
-            default: None,
+            default: s.default,
             bound: todo("what one scan touches at most"),
         });
     }

@@ -47,6 +47,9 @@ pub struct FoundScanLimit {
     pub key: String,
     /// Where.
     pub site: Site,
+    /// The default the code passes beside the key there
+    /// (`config('…_scan_limit', 5)`), if it passes a number.
+    pub default: Option<i64>,
 }
 
 /// A metric to declare.
@@ -168,9 +171,13 @@ pub fn collect(root: &Path, scan: &ScanOutput, settings: &Settings) -> Found {
         }
     }
     for (key, at) in longest_keys(keys) {
+        let default = texts
+            .text(&at.file.rel)
+            .and_then(|text| default_beside(text, at.offset, &key));
         found.scan_limits.push(FoundScanLimit {
             key,
             site: texts.site(at),
+            default,
         });
     }
     for (name, (labels, at)) in metrics {
@@ -261,18 +268,19 @@ struct Texts<'r> {
 }
 
 impl Texts<'_> {
+    /// The text of the file at `rel`, read once.
+    fn text(&mut self, rel: &str) -> Option<&str> {
+        let root = self.root;
+        self.cache
+            .entry(rel.to_owned())
+            .or_insert_with(|| std::fs::read_to_string(root.join(rel)).ok())
+            .as_deref()
+    }
+
     fn site(&mut self, at: At) -> Site {
         let rel = &at.file.rel;
         let needs_text = at.context.is_none() && rel.ends_with(".rs");
-        let text = if needs_text {
-            let root = self.root;
-            self.cache
-                .entry(rel.clone())
-                .or_insert_with(|| std::fs::read_to_string(root.join(rel)).ok())
-                .as_deref()
-        } else {
-            None
-        };
+        let text = if needs_text { self.text(rel) } else { None };
         Site {
             file: rel.clone(),
             line: at.line,
@@ -281,9 +289,47 @@ impl Texts<'_> {
     }
 }
 
+/// The number the code passes right after the literal `key` that starts
+/// near `offset`: `config('k_scan_limit', 5)`, `env_or("k_scan_limit", 25)`
+/// (the literal closed, a comma, digits, then `)`). Anything else (a
+/// constant, an expression, a second argument that is not the last) is no
+/// default.
+fn default_beside(text: &str, offset: usize, key: &str) -> Option<i64> {
+    let from = offset.min(text.len());
+    let window = text.get(from..(from + key.len() + 8).min(text.len()))?;
+    let after = from + window.find(key)? + key.len();
+    let rest = text.get(after..)?;
+    let rest = rest.strip_prefix(['"', '\'', '`'])?.trim_start();
+    let rest = rest.strip_prefix(',')?.trim_start();
+    let digits = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .unwrap_or(rest.len());
+    let (number, rest) = rest.split_at(digits);
+    if number.is_empty() || !rest.trim_start().starts_with(')') {
+        return None;
+    }
+    number.replace('_', "").parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_is_the_number_passed_beside_the_key() {
+        let key = "server.polling.x_scan_limit";
+        let at =
+            |text: &str| default_beside(text, text.find('\'').or(text.find('"')).unwrap(), key);
+        assert_eq!(at("config('server.polling.x_scan_limit', 5);"), Some(5));
+        assert_eq!(
+            at("env_or(\"server.polling.x_scan_limit\" , 1_000 )"),
+            Some(1000)
+        );
+        assert_eq!(at("config('server.polling.x_scan_limit', LIMIT);"), None);
+        assert_eq!(at("config('server.polling.x_scan_limit', 5 * 2);"), None);
+        assert_eq!(at("get('server.polling.x_scan_limit', 5, true);"), None);
+        assert_eq!(at("const K = 'server.polling.x_scan_limit';"), None);
+    }
 
     fn kept(prefixes: &[&str]) -> Vec<String> {
         let found: BTreeMap<String, ()> = prefixes.iter().map(|p| (p.to_string(), ())).collect();
