@@ -5,7 +5,12 @@
 //! cargo build --release -p dwengine --bin dwserver --example loadgen
 //! target/release/examples/loadgen starts --server target/release/dwserver --seconds 10 --connections 32
 //! target/release/examples/loadgen signals --server target/release/dwserver --count 100
+//! target/release/examples/loadgen raw --seconds 5 --dir /tmp/bench
 //! ```
+//!
+//! `raw` runs only the raw SQLite loop (below) in `--dir` and prints its
+//! commits per second: `docs/bench-starts.sh` runs it around wrk, whose
+//! client costs the two cores less than this example's threads.
 //!
 //! `starts` spawns the server on a fresh SQLite file, drives `POST …/workflows`
 //! from N keep-alive connections for the given time and reports starts per
@@ -33,7 +38,8 @@ use serde_json::{json, Value};
 fn usage() -> ! {
     eprintln!(
         "usage: loadgen starts --server PATH [--seconds N] [--connections N]\n       \
-         loadgen signals --server PATH [--count N] [--bytes N]"
+         loadgen signals --server PATH [--count N] [--bytes N]\n       \
+         loadgen raw --dir DIR [--seconds N]"
     );
     std::process::exit(2)
 }
@@ -45,6 +51,7 @@ struct Args {
     connections: usize,
     count: usize,
     bytes: usize,
+    dir: String,
 }
 
 fn args() -> Args {
@@ -57,6 +64,7 @@ fn args() -> Args {
         connections: 32,
         count: 100,
         bytes: 2 * 1024 * 1024 - 256,
+        dir: String::new(),
     };
     while let Some(flag) = raw.next() {
         let value = raw.next().unwrap_or_else(|| usage());
@@ -67,10 +75,15 @@ fn args() -> Args {
             "--connections" => args.connections = number() as usize,
             "--count" => args.count = number() as usize,
             "--bytes" => args.bytes = number() as usize,
+            "--dir" => args.dir = value.clone(),
             _ => usage(),
         }
     }
-    if args.server.is_empty() {
+    if args.mode == "raw" {
+        if args.dir.is_empty() {
+            usage()
+        }
+    } else if args.server.is_empty() {
         usage()
     }
     args
@@ -81,6 +94,11 @@ fn main() {
     match args.mode.as_str() {
         "starts" => starts(&args),
         "signals" => signals(&args),
+        "raw" => {
+            let path = Path::new(&args.dir).join("raw.sqlite");
+            let rate = raw_sqlite(&path, Duration::from_secs(args.seconds));
+            println!("{rate:.0}");
+        }
         _ => usage(),
     }
 }
