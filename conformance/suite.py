@@ -536,6 +536,25 @@ class Suite:
         assert second["events"][0]["payload"]["continued_from_run_id"] == handle.run_id, second["events"][0]
         return f"3 runs {[r['status'] for r in runs]}; result {current}"
 
+    async def memo_upserts(self) -> str:
+        wid = new_id("memo")
+        handle = await self.client.start_workflow(
+            workflow_type="memo_keeper", task_queue=QUEUE, workflow_id=wid, input=["ada"],
+            memo={"origin": "conformance"},
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result == "hello, ada", result
+        described = await self.describe_raw(wid)
+        assert described["memo"] == {"origin": "conformance", "stage": "greeted"}, described["memo"]
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        upserts = [e["payload"] for e in history["events"] if e["event_type"] == "MemoUpserted"]
+        assert len(upserts) == 2, [e["event_type"] for e in history["events"]]
+        first_merged = serializer.decode_envelope(upserts[0]["merged"])
+        assert first_merged == {"origin": "conformance", "stage": "started", "customer": "ada"}, first_merged
+        failed = [e for e in history["events"] if e["event_type"] == "WorkflowTaskFailed"]
+        assert not failed, failed
+        return f"memo {described['memo']}; 2 MemoUpserted events replayed, merged {first_merged}"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -582,6 +601,7 @@ class Suite:
         "version_marker",
         "continue_as_new_chain",
         "child_workflows",
+        "memo_upserts",
     ]
 
 

@@ -148,16 +148,17 @@ _shaky_attempts: dict[str, int] = {}
 
 @workflow.defn(name="shaky")
 class Shaky:
-    """Its first workflow task asks for a memo upsert, which dwserver does
-    not advertise, so the worker fails that task; the retry takes the
-    supported path and replays over the recorded task failure."""
+    """Its first workflow task schedules an activity with a cancellation
+    policy, which needs cooperative cancellation that dwserver does not
+    advertise, so the worker fails that task; the retry takes the supported
+    path and replays over the recorded task failure."""
 
     def run(self, ctx, key):
         with _flaky_lock:
             _shaky_attempts[key] = _shaky_attempts.get(key, 0) + 1
             attempt = _shaky_attempts[key]
         if attempt == 1:
-            yield ctx.upsert_memo({"attempt": attempt})
+            return (yield ctx.schedule_activity("greet", [key], cancellation_policy="try_cancel"))
         return (yield ctx.schedule_activity("greet", [key]))
 
 
@@ -306,6 +307,18 @@ class Family:
         return {"greeting": greeting, "failed": failed}
 
 
+@workflow.defn(name="memo_keeper")
+class MemoKeeper:
+    """Upserts its memo around an activity: sets two entries, then changes
+    one and removes the other (the activity's task replays the first)."""
+
+    def run(self, ctx, name):
+        yield ctx.upsert_memo({"stage": "started", "customer": name})
+        greeting = yield ctx.schedule_activity("greet", [name])
+        yield ctx.upsert_memo({"stage": "greeted", "customer": None})
+        return greeting
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned, Chain, Kid, Family]
+             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -53,6 +53,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("poll_capacity_backpressure", poll_capacity_backpressure),
         scenario!("continue_as_new_chain", continue_as_new_chain),
         scenario!("child_workflows", child_workflows),
+        scenario!("memo_upserts", memo_upserts),
     ]
 }
 
@@ -771,5 +772,47 @@ async fn child_workflows(h: Harness) -> Outcome {
             && child["task_queue"] == json!(child_queue)
             && child["parent_run_id"] == json!(handle.run_id),
         || format!("the child described: {child}"),
+    )
+}
+
+/// Memo upserts: the workflow sets two memo entries, runs an activity (its
+/// task replays the first `MemoUpserted`), then changes one and removes the
+/// other; describe shows the merged memo, and history records both upserts with their patch and merged memo.
+async fn memo_upserts(h: Harness) -> Outcome {
+    let queue = h.unique("memo");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("greet", |_ctx, args: Value| async move {
+        Ok(json!(format!("hello, {}", args[0].as_str().unwrap_or("?"))))
+    });
+    worker.register_workflow("rust.memo", |ctx, input: Value| async move {
+        ctx.upsert_memo(json!({"stage": "started", "customer": input[0].clone()}))?;
+        let greeting = ctx.activity("greet", json!([input[0].clone()])).await?;
+        ctx.upsert_memo(json!({"stage": "greeted", "customer": null}))?;
+        Ok(greeting)
+    });
+    // The Rust client starts without a memo: the upserts make all of it.
+    let handle = h
+        .client
+        .start_workflow("rust.memo", &queue, &queue, json!(["ada"]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result == json!("hello, ada"), || format!("result {result}"))?;
+    let described = h.get(&format!("{}/api/workflows/{queue}", h.url)).await?;
+    check(described["memo"] == json!({"stage": "greeted"}), || {
+        format!("memo {}", described["memo"])
+    })?;
+    let events = h.history(&handle).await?;
+    let upserts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "MemoUpserted")
+        .map(|e| &e["payload"])
+        .collect();
+    check(
+        upserts.len() == 2
+            && upserts.iter().all(|u| {
+                u["entries"]["codec"] == json!("avro") && u["merged"]["codec"] == json!("avro")
+            }),
+        || format!("history {:?}", types(&events)),
     )
 }

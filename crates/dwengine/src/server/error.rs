@@ -255,7 +255,7 @@ impl ApiError {
                 | StoreError::ProjectionTooLarge(_)
                 | StoreError::RunNotClosed(_)
                 | StoreError::AlreadyImported { .. } => 409,
-                StoreError::UnknownUpdate(_) => 422,
+                StoreError::UnknownUpdate(_) | StoreError::InvalidMemo(_) => 422,
                 StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
                 _ => 500,
             },
@@ -581,6 +581,10 @@ impl ApiError {
                 "stream_name": name, "items": items, "requested_items": requested,
                 "max_items_per_stream": limit,
                 "config_key": "DW_WORKFLOW_STREAM_MAX_ITEMS", "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::InvalidMemo(problem)) => json!({
+                "reason": "validation_failed", "message": self.to_string(),
+                "validation_errors": { "entries": [problem] },
             }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),

@@ -92,7 +92,7 @@ impl Engine {
                     "update_validation_tasks": false,
                     "sticky_execution": { "supported": false, "reason": "not_implemented" },
                     "local_activities": { "supported": true, "command": "record_local_activity" },
-                    "workflow_memo_updates": { "supported": false },
+                    "workflow_memo_updates": crate::server::worker::memo_updates(),
                     "runtime_external_payload_transport": payloads.enabled(),
                     "child_workflows": true,
                 },

@@ -422,11 +422,15 @@ impl Engine {
         replayed: bool,
     ) -> Result<Value, ApiError> {
         let status = if task.is_some() { "leased" } else { "timeout" };
+        let workflow = task.as_ref().is_some_and(|t| t.kind == TaskKind::Workflow);
         let task = match task {
             Some(task) => self.render_task(task, page_size)?,
             None => Value::Null,
         };
         let mut answer = json!({ "task": task, "poll_status": status });
+        if workflow {
+            answer["server_capabilities"] = workflow_task_capabilities();
+        }
         if replayed {
             answer["replayed"] = true.into();
         }
@@ -1058,6 +1062,27 @@ fn activity_task(
     Ok(task.unwrap_or_default())
 }
 
+/// The memo-update capability both SDKs check (with `upsert_memo` among
+/// the supported commands) before they send a memo upsert.
+pub(crate) fn memo_updates() -> Value {
+    json!({
+        "supported": true,
+        "command": "upsert_memo",
+        "codec": crate::store::avro_value::CODEC,
+        "merged_limit": "memo_size_bytes",
+    })
+}
+
+/// What a leased workflow task's poll answer carries as
+/// `server_capabilities` (the Rust SDK reads the memo-update capability
+/// there, not from discovery).
+pub(crate) fn workflow_task_capabilities() -> Value {
+    json!({
+        "supported_workflow_task_commands": SUPPORTED_COMMANDS,
+        "workflow_memo_updates": memo_updates(),
+    })
+}
+
 /// A 422 of collected problems.
 pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
     let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
@@ -1147,6 +1172,15 @@ fn parse_commands(
         }
         if kind == "start_child_workflow" {
             check_child_command(&mut checks, command, &field);
+        }
+        if kind == "upsert_memo" {
+            if let Err(refused) = crate::store::workflow_commands::memo_patch(&command["entries"]) {
+                let problem = match refused {
+                    crate::store::Error::InvalidMemo(problem) => problem,
+                    other => other.to_string(),
+                };
+                checks.problem(&field("entries"), problem);
+            }
         }
         if kind == "continue_as_new" {
             // Absent means "the run's own"; present must name something.

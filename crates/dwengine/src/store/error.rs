@@ -132,6 +132,9 @@ pub enum Error {
     /// A completion named an update the run never accepted.
     #[error("update {0:?} was not accepted by this run")]
     UnknownUpdate(String),
+    /// A memo upsert whose entries are not a memo patch.
+    #[error("invalid memo entries: {0}")]
+    InvalidMemo(String),
     /// The run has no live stream of that name (never opened, or expired).
     #[error("run {run} has no stream {name:?}")]
     StreamNotFound {

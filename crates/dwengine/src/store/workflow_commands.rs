@@ -15,6 +15,7 @@ use dwpolicy::{ApproachingLimit, LimitKind, RunRef, StructuralLimitExceeded, Str
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::store::avro_value;
 use crate::store::children;
 use crate::store::completion::{fail_structural, finish_run, FailureRow};
 use crate::store::connection::Store;
@@ -155,6 +156,13 @@ pub enum WorkflowCommand {
         #[serde(default)]
         queue: Option<String>,
     },
+    /// Merge entries into the run's memo (`null` removes one): both SDKs
+    /// send the patch as an Avro payload envelope; the merged memo is
+    /// checked against `memo_size_bytes` before it is stored.
+    UpsertMemo {
+        /// The patch, an Avro payload envelope of a string-keyed map.
+        entries: Value,
+    },
     /// Start a child workflow: a run of its own, linked to this one, whose
     /// outcome comes back as a `ChildRun*` event and a workflow task.
     StartChildWorkflow {
@@ -230,7 +238,7 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 14] = [
+pub const SUPPORTED_COMMANDS: [&str; 15] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
@@ -239,6 +247,7 @@ pub const SUPPORTED_COMMANDS: [&str; 14] = [
     "record_version_marker",
     "record_side_effect",
     "upsert_search_attributes",
+    "upsert_memo",
     "start_child_workflow",
     "continue_as_new",
     "complete_workflow",
@@ -580,6 +589,38 @@ fn continue_as_new(
     )?;
     enqueue_workflow(tx, next)?;
     Ok(next)
+}
+
+/// A memo key both SDKs accept: 1 to 64 of `A-Za-z0-9_.:-`, not an integer.
+pub fn valid_memo_key(key: &str) -> bool {
+    let digits = key.strip_prefix('-').unwrap_or(key);
+    let integer = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+        && !integer
+}
+
+/// The memo patch an `upsert_memo` command carries: its Avro envelope
+/// decoded to a non-empty map of keys both SDKs accept.
+pub fn memo_patch(entries: &Value) -> Result<Map<String, Value>, Error> {
+    let decoded =
+        avro_value::decode_envelope(entries).map_err(|e| Error::InvalidMemo(e.to_string()))?;
+    let Value::Object(patch) = decoded else {
+        return Err(Error::InvalidMemo(
+            "the entries must decode to a string-keyed map".into(),
+        ));
+    };
+    if patch.is_empty() {
+        return Err(Error::InvalidMemo("at least one entry is required".into()));
+    }
+    if let Some(key) = patch.keys().find(|k| !valid_memo_key(k)) {
+        return Err(Error::InvalidMemo(format!(
+            "the key {key:?} must match ^(?!-?[0-9]+$)[A-Za-z0-9_.:-]{{1,64}}$"
+        )));
+    }
+    Ok(patch)
 }
 
 /// The condition wait a run is blocked on.
@@ -1004,6 +1045,42 @@ impl<'a> CommandWriter<'a> {
                 });
                 self.event(EventType::SearchAttributesUpserted, &payload, true)?;
             }
+            WorkflowCommand::UpsertMemo { entries } => {
+                let patch = memo_patch(entries)?;
+                let current: String = self
+                    .tx
+                    .prepare_cached("SELECT memo FROM runs WHERE id = ?1")?
+                    .query_row([self.head.id.0], |r| r.get(0))?;
+                let mut merged = decode_map(&current)?;
+                for (key, value) in patch {
+                    if value.is_null() {
+                        merged.remove(&key);
+                    } else {
+                        merged.insert(key, value);
+                    }
+                }
+                // The contract's measure: the merged memo as JSON, checked
+                // before it is stored (a hit fails the run, nothing stays).
+                let text = serde_json::to_string(&merged)?;
+                self.check(
+                    LimitKind::MemoSizeBytes,
+                    u64::try_from(text.len()).unwrap_or(u64::MAX),
+                )?;
+                let merged_envelope = avro_value::encode_envelope(&Value::Object(merged))
+                    .map_err(|e| Error::InvalidMemo(format!("the merged memo: {e}")))?;
+                let sequence = self.take_sequence();
+                self.tx
+                    .prepare_cached("UPDATE runs SET memo = ?2 WHERE id = ?1")?
+                    .execute(params![self.head.id.0, text])?;
+                // Both SDKs replay from the patch as sent and the merged
+                // memo, each an Avro payload envelope.
+                let payload = json!({
+                    "sequence": sequence,
+                    "entries": entries,
+                    "merged": merged_envelope,
+                });
+                self.event(EventType::MemoUpserted, &payload, true)?;
+            }
             WorkflowCommand::StartChildWorkflow {
                 workflow_type,
                 arguments,
@@ -1340,5 +1417,20 @@ impl WorkflowCommand {
             .as_ref()
             .and_then(|path| path.get(0)?.get("parallel_group_id")?.as_str())
             .or(group.parallel_group_id.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_memo_key;
+
+    #[test]
+    fn memo_keys_follow_the_sdks_pattern() {
+        for key in ["stage", "a.b:c-d_e", "-", "1a", "-1a", &"k".repeat(64)] {
+            assert!(valid_memo_key(key), "{key:?}");
+        }
+        for key in ["", "12", "-12", "a b", "é", &"k".repeat(65)] {
+            assert!(!valid_memo_key(key), "{key:?}");
+        }
     }
 }

@@ -40,6 +40,7 @@ mod http_schedule_races;
 mod http_schedules;
 mod http_search_attributes;
 mod import;
+mod memo_upserts;
 mod namespace_admission_metrics;
 mod namespaces;
 mod pg_schema;

@@ -28,11 +28,7 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 3] = [
-    "upsert_memo",
-    "start_service_operation",
-    "cancel_selection_operation",
-];
+const UNSUPPORTED: [&str; 2] = ["start_service_operation", "cancel_selection_operation"];
 
 #[test]
 fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capability() {
@@ -57,6 +53,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "record_version_marker",
             "record_side_effect",
             "upsert_search_attributes",
+            "upsert_memo",
             "start_child_workflow",
             "continue_as_new",
             "complete_workflow",
@@ -69,6 +66,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
         assert!(!advertised.contains(&unsupported), "{unsupported}");
     }
     assert_eq!(capabilities["child_workflows"], true);
+    assert_eq!(capabilities["workflow_memo_updates"]["supported"], true);
     for missing in [
         "runtime_external_payload_transport",
         "query_task_authority",
@@ -105,7 +103,8 @@ fn each_unsupported_command_is_a_422_naming_it_and_writes_nothing() {
     let (status, body) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 5 },
-               { "type": "upsert_memo", "entries": envelope("{}") }]),
+               { "type": "start_service_operation", "workflow_type": "child",
+                 "arguments": envelope("[]") }]),
     );
     assert_eq!(status, 422, "{body}");
     assert!(body["validation_errors"]["commands.1.type"].is_array());
