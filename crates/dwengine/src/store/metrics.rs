@@ -10,9 +10,7 @@
 //! [`dwpolicy::series::SeriesLimit::discover`], which consumes it). A scrape
 //! over a million runs reads the same few hundred rows as one over a hundred.
 
-use std::collections::BTreeMap;
-
-use crate::store::db::{params, Row, ToSql};
+use crate::store::db::{params, Row};
 use dwpolicy::SeriesLimit;
 
 use crate::metrics::activities::ActivitySeries;
@@ -36,19 +34,29 @@ const ACTIVITY_SERIES: &str = "SELECT task_queue, workflow_type, activity_type, 
      le_10, le_30, le_60, le_300, le_900 FROM activity_execution_series WHERE namespace = ?1 \
      ORDER BY task_queue, workflow_type, activity_type LIMIT ?2";
 
-/// Queues with ready or leased tasks, through the partial index that holds
-/// only those (the planner would otherwise walk every queue of the namespace).
-const ACTIVE_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
+/// The busy queues of namespace `?1` in name order, at most `?2`: one
+/// compound statement of three disjoint arms, each an index range already
+/// in name order — queues with ready or leased tasks (the partial index
+/// that holds only those), and queues with none whose latest added or
+/// dispatched task fell in minute bucket `?3` or `?3 - 1`. SQLite merges
+/// the arms as co-routines (no sort), and `LIMIT` stops the merge, so the
+/// statement hands back at most `?2` label sets in all (it used to be three
+/// reads of `?2` rows each, up to three times the probe).
+const BUSY_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
      activity_ready, activity_leased, recent_minute, added_recent, added_before, \
      dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_active \
      WHERE namespace = ?1 AND workflow_ready + workflow_leased + activity_ready + activity_leased > 0 \
-     ORDER BY task_queue LIMIT ?2";
-
-/// Queues whose latest added or dispatched task fell in minute bucket `?3`.
-const RECENT_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
+     UNION ALL SELECT task_queue, workflow_ready, workflow_leased, \
      activity_ready, activity_leased, recent_minute, added_recent, added_before, \
      dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_recent \
-     WHERE namespace = ?1 AND recent_minute = ?3 ORDER BY task_queue LIMIT ?2";
+     WHERE namespace = ?1 AND recent_minute = ?3 \
+     AND workflow_ready + workflow_leased + activity_ready + activity_leased = 0 \
+     UNION ALL SELECT task_queue, workflow_ready, workflow_leased, \
+     activity_ready, activity_leased, recent_minute, added_recent, added_before, \
+     dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_recent \
+     WHERE namespace = ?1 AND recent_minute = ?3 - 1 \
+     AND workflow_ready + workflow_leased + activity_ready + activity_leased = 0 \
+     ORDER BY task_queue LIMIT ?2";
 
 /// Failing workflow tasks per workflow type: tasks not yet done whose last
 /// attempt failed (`last_error` is set by a failure and the row is done once
@@ -133,33 +141,35 @@ impl Store {
 
     /// The smallest `limit + 1` busy queues of `namespace` at `now_ms`:
     /// queues with ready or leased tasks, or with tasks added or dispatched
-    /// in the current or previous minute bucket.
-    ///
-    /// Three index reads of at most `limit + 1` rows each (active queues,
-    /// queues last busy this minute, queues last busy the minute before);
-    /// the smallest `limit + 1` names of their union are always among them.
+    /// in the current or previous minute bucket, read by one statement that
+    /// hands back at most `limit + 1` label sets ([`BUSY_QUEUES`]).
     pub fn task_queue_states(
         &self,
         namespace: &str,
         limit: SeriesLimit,
         now_ms: i64,
     ) -> Result<Vec<TaskQueueState>, Error> {
+        Ok(self.task_queue_discovery(namespace, limit, now_ms)?.0)
+    }
+
+    /// [`Store::task_queue_states`] with the number of rows the statement
+    /// handed back (every row counted as it is read), which the bound is
+    /// about.
+    pub fn task_queue_discovery(
+        &self,
+        namespace: &str,
+        limit: SeriesLimit,
+        now_ms: i64,
+    ) -> Result<(Vec<TaskQueueState>, u64), Error> {
         let minute = now_ms.div_euclid(60_000);
-        let mut busy = BTreeMap::new();
-        let mut read = |sql: &str, params: &[&dyn ToSql]| -> Result<(), Error> {
-            let mut stmt = self.conn.prepare_cached(sql)?;
-            let rows = stmt.query_map(params, |row| queue_state(row, minute))?;
-            for state in rows {
-                let state = state?;
-                busy.insert(state.task_queue.clone(), state);
-            }
-            Ok(())
-        };
-        let probe = probe(limit);
-        read(ACTIVE_QUEUES, params![namespace, probe])?;
-        read(RECENT_QUEUES, params![namespace, probe, minute])?;
-        read(RECENT_QUEUES, params![namespace, probe, minute - 1])?;
-        Ok(busy.into_values().take(limit.probe_size()).collect())
+        let mut stmt = self.conn.prepare_cached(BUSY_QUEUES)?;
+        let mut rows = stmt.query(params![namespace, probe(limit), minute])?;
+        let (mut states, mut read) = (Vec::new(), 0u64);
+        while let Some(row) = rows.next()? {
+            read += 1;
+            states.push(queue_state(&row, minute)?);
+        }
+        Ok((states, read))
     }
 }
 
@@ -276,6 +286,7 @@ fn queue_state(row: &Row<'_>, minute: i64) -> crate::store::db::Result<TaskQueue
 mod tests {
     use super::*;
     use crate::store::config::StoreConfig;
+    use crate::store::db::ToSql;
     use crate::store::model::StartRun;
 
     fn store_with(runs: &[(&str, &str, &str)]) -> Store {
@@ -337,8 +348,8 @@ mod tests {
         for (sql, index) in [
             (RUN_SERIES, "workflow_run_series"),
             (ACTIVITY_SERIES, "activity_execution_series"),
-            (ACTIVE_QUEUES, "task_queue_state_active"),
-            (RECENT_QUEUES, "task_queue_state_recent"),
+            (BUSY_QUEUES, "task_queue_state_active"),
+            (BUSY_QUEUES, "task_queue_state_recent"),
         ] {
             let mut stmt = store
                 .conn
@@ -367,6 +378,68 @@ mod tests {
             // A temp B-tree would mean every row is read before LIMIT applies.
             assert!(!plan.contains("TEMP B-TREE"), "{plan}");
         }
+    }
+
+    #[test]
+    fn queue_discovery_reads_at_most_limit_plus_one_label_sets_in_all() {
+        let store = store_with(&[]);
+        let now = crate::unix_ms();
+        let minute = now.div_euclid(60_000);
+        // 400 queues in turn: active (and recent, as an active queue is),
+        // idle but busy this minute, idle but busy the minute before, idle
+        // for five minutes (not a series).
+        let mut expected = Vec::new();
+        for i in 0..400 {
+            let name = format!("q{i:03}");
+            let (ready, recent) = match i % 4 {
+                0 => (1, minute),
+                1 => (0, minute),
+                2 => (0, minute - 1),
+                _ => (0, minute - 5),
+            };
+            if i % 4 != 3 {
+                expected.push(name.clone());
+            }
+            store
+                .conn
+                .execute(
+                    "INSERT INTO task_queue_state (namespace, task_queue, workflow_ready, \
+                     recent_minute, added_recent) VALUES ('ns', ?1, ?2, ?3, 1)",
+                    params![name, ready, recent],
+                )
+                .unwrap();
+        }
+        for limit in [1, 10, 100] {
+            let (states, read) = store
+                .task_queue_discovery("ns", SeriesLimit::new(limit), now)
+                .unwrap();
+            let names: Vec<&str> = states.iter().map(|s| s.task_queue.as_str()).collect();
+            assert_eq!(
+                names,
+                expected[..=limit],
+                "the smallest limit + 1 busy queues"
+            );
+            // Three reads of limit + 1 (the old discovery) handed back up to
+            // 3 × (limit + 1) rows here, an active queue twice (it is recent too).
+            assert_eq!(read, limit as u64 + 1, "limit {limit}");
+        }
+        // Fewer busy queues than the probe: each read once.
+        let (states, read) = store
+            .task_queue_discovery("ns", SeriesLimit::new(400), now)
+            .unwrap();
+        assert_eq!((states.len(), read), (300, 300));
+        // The merge needs no sort: LIMIT stops it after the rows it hands back.
+        let plan: Vec<String> = store
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {BUSY_QUEUES}"))
+            .unwrap()
+            .query_map(params!["ns", 11, minute], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("MERGE"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 
     #[test]
