@@ -21,6 +21,9 @@ use crate::store::{Error as StoreError, Rejection};
 
 /// `Retry-After` of a write refused because the store's disk is full.
 pub const STORAGE_FULL_RETRY_AFTER_SECONDS: u64 = 30;
+
+/// `Retry-After` of a request refused because the cache is unreachable.
+pub const CACHE_UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 1;
 use crate::wait_slots::{WaitRefusal, WaitSlotError};
 
 /// Why a request failed.
@@ -286,6 +289,10 @@ impl ApiError {
             ApiError::ServiceBoundary { .. } => Some(1),
             ApiError::DurableState(rejection) => rejection.retry_after_seconds(),
             ApiError::ExternalPayload(e) => e.retry_after_seconds(),
+            // The polling cache (Redis) unreachable: a long poll or a write
+            // that needs it first is refused before anything is written and
+            // succeeds once the cache answers again.
+            ApiError::Cache(_) => Some(CACHE_UNAVAILABLE_RETRY_AFTER_SECONDS),
             // Rate and concurrency budgets, long-poll caps, full query
             // queues, stream backpressure and stream wait caps clear within a
             // second or so.
@@ -590,6 +597,11 @@ impl ApiError {
                 "reason": "validation_failed", "message": self.to_string(),
                 "validation_errors": { "update_id": [format!("Update {id:?} is not an accepted update of this run.")] },
             }),
+            ApiError::Cache(_) => json!({
+                "reason": "cache_unavailable", "retryable": true,
+                "retry_after_seconds": CACHE_UNAVAILABLE_RETRY_AFTER_SECONDS,
+                "message": self.to_string(),
+            }),
             other => {
                 let reason = match other.status() {
                     400 => "malformed_request",
@@ -661,4 +673,23 @@ pub fn finish_with(
         ),
         validation_errors: errors,
     })
+}
+
+#[cfg(test)]
+mod cache_refusal_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_for_an_unreachable_cache_says_when_to_retry() {
+        let refused = ApiError::Cache(CacheError::Backend("connection refused".into()));
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.retry_after_seconds(), Some(1));
+        let body = refused.body();
+        assert_eq!(body["reason"], "cache_unavailable");
+        assert_eq!(body["retryable"], true);
+        assert_eq!(
+            body["retry_after_seconds"], 1,
+            "the header and the body agree"
+        );
+    }
 }
