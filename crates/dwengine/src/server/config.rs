@@ -475,18 +475,28 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
                 Err(problem) => self.invalid("DW_BIND", &bind, problem),
             }
         }
-        config.database = match lookup("DW_DATABASE_PATH") {
-            Some(path) if path == ":memory:" => None,
-            Some(path) => Some(PathBuf::from(path)),
-            None if dev => None,
-            None => match default_data_dir(lookup) {
-                Some(dir) => Some(dir.join(DATABASE_FILE_NAME)),
-                None => {
-                    self.fail(Problem::NoDataDir);
-                    None
+        if let Some(url) = lookup("DW_DATABASE_URL").filter(|v| !v.is_empty()) {
+            match database_url(&url) {
+                Ok(()) => {
+                    config.database_url = Some(url);
                 }
-            },
-        };
+                Err(problem) => self.invalid("DW_DATABASE_URL", &url, problem),
+            }
+        }
+        if config.database_url.is_none() {
+            config.database = match lookup("DW_DATABASE_PATH") {
+                Some(path) if path == ":memory:" => None,
+                Some(path) => Some(PathBuf::from(path)),
+                None if dev => None,
+                None => match default_data_dir(lookup) {
+                    Some(dir) => Some(dir.join(DATABASE_FILE_NAME)),
+                    None => {
+                        self.fail(Problem::NoDataDir);
+                        None
+                    }
+                },
+            };
+        }
         config.redis_url = lookup("DW_REDIS_URL").filter(|v| !v.is_empty());
         config.request_limits = self.limits(
             RequestLimits::from_env_with(lookup),
@@ -738,6 +748,22 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
 
 /// The SQLite file's name inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "dwserver.sqlite";
+
+/// Checks a `DW_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL
+/// the PostgreSQL client can parse. Whether the server answers is checked
+/// when the node opens the store.
+fn database_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(
+            "not a PostgreSQL URL: expected postgres://user:password@host:port/database \
+             (leave DW_DATABASE_URL unset for the SQLite file of DW_DATABASE_PATH)"
+                .to_owned(),
+        );
+    }
+    url.parse::<postgres::Config>()
+        .map(|_| ())
+        .map_err(|e| format!("not a usable PostgreSQL URL: {e}"))
+}
 
 /// Where a node keeps its data when `DW_DATABASE_PATH` is not set:
 /// `DW_DATA_DIR`, else `$XDG_DATA_HOME/dwserver`, else

@@ -138,6 +138,7 @@ pub const NODE_SETTINGS: &[(&str, &str)] = &[
     ("server.bind", "DW_BIND"),
     ("server.data_dir", "DW_DATA_DIR"),
     ("server.database_path", "DW_DATABASE_PATH"),
+    ("server.database_url", "DW_DATABASE_URL"),
     ("server.polling_cache_path", "DW_POLLING_CACHE_PATH"),
     ("server.redis_url", "DW_REDIS_URL"),
 ];

@@ -105,6 +105,14 @@ pub enum StartError {
     /// The store could not be opened.
     #[error("store: {0}")]
     Store(#[from] crate::store::Error),
+    /// The PostgreSQL database of `DW_DATABASE_URL` could not be opened.
+    #[error("the PostgreSQL database of DW_DATABASE_URL ({url}) cannot be opened: {source}")]
+    Database {
+        /// The URL with its password left out.
+        url: String,
+        /// What the store said.
+        source: crate::store::Error,
+    },
     /// The cache backend is unreachable.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
@@ -134,7 +142,8 @@ pub enum StartError {
 fn sweep_scope(config: &ServerConfig, token: &NodeToken, lock: Option<&StoreLock>) -> String {
     // Every store is private to its node until a shared database backend
     // lands: a SQLite file (locked) or memory.
-    let private_store = lock.is_some() || config.database.is_none();
+    let private_store =
+        config.database_url.is_none() && (lock.is_some() || config.database.is_none());
     if let Some(scope) = &config.sweep_scope {
         if private_store && config.redis_url.is_some() {
             tracing::warn!(
@@ -144,9 +153,28 @@ fn sweep_scope(config: &ServerConfig, token: &NodeToken, lock: Option<&StoreLock
         }
         return scope.clone();
     }
+    if let Some(url) = &config.database_url {
+        // Every node on one PostgreSQL database shares its sweeps; the
+        // URL is hashed so its password never reaches a cache key.
+        return format!("postgres:{}", crate::cache::hash_dimensions(&[url]));
+    }
     match lock {
         Some(lock) => format!("sqlite:{}:{}", token.host(), lock.path().display()),
         None => format!("memory:{}", token.instance()),
+    }
+}
+
+/// `url` with the password of its user part replaced by `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 
@@ -170,9 +198,11 @@ impl Engine {
         config.query_tasks.polling_timeout_seconds = config.max_poll_wait.as_secs();
         config.query_tasks.worker_stale_after_seconds =
             crate::server::worker::HEARTBEAT_INTERVAL_SECONDS * 3;
+        let sqlite = config.database_url.is_none();
         if let Some(dir) = config
             .database
             .as_deref()
+            .filter(|_| sqlite)
             .and_then(|path| path.parent())
             .filter(|d| !d.as_os_str().is_empty())
         {
@@ -186,6 +216,7 @@ impl Engine {
         let store_lock = config
             .database
             .as_deref()
+            .filter(|_| sqlite)
             .map(|db| StoreLock::acquire(db, &config.server_id))
             .transpose()?;
         // Then the id, on the cache every node of the deployment shares.
@@ -193,11 +224,20 @@ impl Engine {
         let node_id = NodeIdentity::register(cache.clone(), token.clone(), config.node_lease)?;
         let scope = sweep_scope(&config, &token, store_lock.as_ref());
         let sweep_leases = SweepLeases::new(cache.clone(), token, config.node_lease, &scope);
-        let store = SharedStore::open(
-            config.database.as_deref(),
-            config.store.clone(),
-            config.store_readers,
-        )?;
+        let store = match &config.database_url {
+            Some(url) => {
+                SharedStore::open_postgres(url, config.store.clone(), config.store_readers)
+                    .map_err(|source| StartError::Database {
+                        url: without_password(url),
+                        source,
+                    })?
+            }
+            None => SharedStore::open(
+                config.database.as_deref(),
+                config.store.clone(),
+                config.store_readers,
+            )?,
+        };
         let node = crate::cache::hash_dimensions(&[&config.server_id]);
         let pool = |name| {
             WaitSlotPool::open(

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// The SQLite file; `None` keeps the store in memory.
     pub database: Option<PathBuf>,
+    /// A PostgreSQL database (`DW_DATABASE_URL`, `postgres://…`): when set,
+    /// the store lives there and `database` is not used.
+    pub database_url: Option<String>,
     /// Local storage for wait-slot lock files.
     pub polling_cache_path: PathBuf,
     /// A Redis URL selects the shared cache; otherwise in-process.
@@ -154,6 +157,7 @@ impl ServerConfig {
             database: None,
             polling_cache_path,
             redis_url: None,
+            database_url: None,
             request_limits: RequestLimits::default(),
             store: StoreConfig::default(),
             poll_ttls: PollRequestTtls::default(),

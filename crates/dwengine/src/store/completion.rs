@@ -200,7 +200,7 @@ impl Store {
         if matches!(table.pending, Pending::Signal | Pending::Update) {
             tx.prepare_cached(&format!(
                 "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
-                 (SELECT length(CAST(payload AS BLOB)) FROM {} WHERE id = ?2) WHERE id = ?1",
+                 (SELECT octet_length(payload) FROM {} WHERE id = ?2) WHERE id = ?1",
                 table.table
             ))?
             .execute(params![run.0, id])?;

@@ -53,6 +53,20 @@ impl Store {
         Ok(Store { conn, config })
     }
 
+    /// Opens the store on the PostgreSQL database `url` names
+    /// (`postgres://user:password@host:port/database`), migrating it.
+    pub fn open_postgres(url: &str, config: StoreConfig) -> Result<Store, Error> {
+        let conn = Connection::open_postgres(url)?;
+        Store::setup(conn, config)
+    }
+
+    /// A session on a PostgreSQL store another session migrated (the read
+    /// pool's).
+    pub fn open_postgres_reader(url: &str, config: StoreConfig) -> Result<Store, Error> {
+        let conn = Connection::open_postgres(url)?;
+        Ok(Store { conn, config })
+    }
+
     /// A private in-memory store (no WAL: there is no file to share).
     pub fn open_in_memory(config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open_sqlite_in_memory(sqlite_settings(&config))?;

@@ -151,7 +151,7 @@ impl Store {
                  f.structural_limit_configured, f.created_at_ms \
                  FROM (SELECT * FROM failures WHERE id < ?1 ORDER BY id DESC LIMIT ?2) AS f \
                  JOIN runs r ON r.id = f.run_id \
-                 WHERE r.namespace = ?3 AND (?4 IS NULL OR f.failure_category = ?4) \
+                 WHERE r.namespace = ?3 AND (f.failure_category = ?4 OR ?4 IS NULL) \
                  ORDER BY f.id DESC LIMIT ?5",
             )?
             .query_map(
@@ -194,7 +194,7 @@ impl Store {
                  FROM (SELECT * FROM dispatch_tasks WHERE id < ?1 ORDER BY id DESC LIMIT ?2) AS d \
                  JOIN runs r ON r.id = d.run_id \
                  WHERE d.namespace = ?3 AND d.status != 'done' AND d.last_error IS NOT NULL \
-                 AND d.kind IN ('workflow', 'activity') AND (?4 IS NULL OR d.kind = ?4) \
+                 AND d.kind IN ('workflow', 'activity') AND (d.kind = ?4 OR ?4 IS NULL) \
                  ORDER BY d.id DESC LIMIT ?5",
             )?
             .query_map(
@@ -231,9 +231,9 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT id FROM (SELECT id, workflow_type, status, search_attributes, archived_at_ms \
-                 FROM runs WHERE namespace = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3) \
-                 WHERE archived_at_ms IS NULL AND (?4 IS NULL OR workflow_type = ?4) \
-                 AND (?5 IS NULL OR status = ?5) \
+                 FROM runs WHERE namespace = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3) AS page \
+                 WHERE archived_at_ms IS NULL AND (workflow_type = ?4 OR ?4 IS NULL) \
+                 AND (status = ?5 OR ?5 IS NULL) \
                  AND CAST(json_extract(search_attributes, ?6) AS TEXT) = ?7 \
                  ORDER BY id DESC LIMIT ?8",
             )?
@@ -256,7 +256,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT COUNT(*), MIN(id) FROM (SELECT id FROM runs WHERE namespace = ?1 \
-                 AND id < ?2 ORDER BY id DESC LIMIT ?3)",
+                 AND id < ?2 ORDER BY id DESC LIMIT ?3) AS page",
             )?
             .query_row(params![namespace, below, to_i64(scan)], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -381,11 +381,11 @@ impl Store {
         let sql = match table {
             "failures" => {
                 "SELECT COUNT(*), MIN(id) FROM (SELECT id FROM failures WHERE id < ?1 \
-                 ORDER BY id DESC LIMIT ?2)"
+                 ORDER BY id DESC LIMIT ?2) AS page"
             }
             _ => {
                 "SELECT COUNT(*), MIN(id) FROM (SELECT id FROM dispatch_tasks WHERE id < ?1 \
-                 ORDER BY id DESC LIMIT ?2)"
+                 ORDER BY id DESC LIMIT ?2) AS page"
             }
         };
         let (examined, lowest): (i64, Option<i64>) = self

@@ -196,7 +196,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT id FROM runs WHERE namespace = ?1 AND id < ?2 \
-                 AND (?3 IS NULL OR workflow_type = ?3) AND (?4 IS NULL OR status = ?4) \
+                 AND (workflow_type = ?3 OR ?3 IS NULL) AND (status = ?4 OR ?4 IS NULL) \
                  AND (?6 = 'include' OR (?6 = 'only') = (archived_at_ms IS NOT NULL)) \
                  ORDER BY id DESC LIMIT ?5",
             )?

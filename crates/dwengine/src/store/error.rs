@@ -19,6 +19,10 @@ pub enum Error {
     /// A payload could not be encoded or a stored one decoded.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The database's migrations failed (PostgreSQL; SQLite's fail as
+    /// [`Error::Database`]).
+    #[error("migrating the database: {0}")]
+    Migration(String),
     /// The file was migrated by a newer engine.
     #[error("database schema version {found} is newer than this engine's {supported}")]
     SchemaTooNew {

@@ -91,7 +91,7 @@ const UNMARKED: &str = "r.details_pruned_at IS NULL";
 const SUMMARY_MISSING: &str = "NOT EXISTS (SELECT 1 FROM run_summaries s WHERE s.run_id = r.id)";
 const SUMMARY_STALE: &str = "EXISTS (SELECT 1 FROM run_summaries s WHERE s.run_id = r.id \
      AND (s.status != r.status OR s.history_length != r.history_length \
-     OR s.closed_at_ms IS NOT r.closed_at_ms))";
+     OR s.closed_at_ms IS DISTINCT FROM r.closed_at_ms))";
 const WAITS_DRIFT: &str =
     "((SELECT COUNT(*) FROM activities a WHERE a.run_id = r.id AND a.status = 'scheduled') \
      + (SELECT COUNT(*) FROM timers t WHERE t.run_id = r.id AND t.status = 'pending') \

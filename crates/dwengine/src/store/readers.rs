@@ -18,9 +18,18 @@ use crate::store::error::Error;
 /// How long a read waits for a free connection before it is refused.
 pub const READ_WAIT: Duration = Duration::from_secs(10);
 
-/// A bounded pool of read-only connections to one store file.
+/// Where a pool's connections go.
+#[derive(Debug, Clone)]
+enum Source {
+    File(PathBuf),
+    Postgres(String),
+}
+
+/// A bounded pool of read-only connections to one store file (or one
+/// PostgreSQL database, whose read transactions are REPEATABLE READ
+/// snapshots).
 pub struct ReadPool {
-    path: PathBuf,
+    source: Source,
     config: StoreConfig,
     max: usize,
     state: Mutex<PoolState>,
@@ -35,8 +44,18 @@ struct PoolState {
 impl ReadPool {
     /// A pool of at most `max` (at least 1) connections to `path`.
     pub fn new(path: &Path, config: StoreConfig, max: usize) -> ReadPool {
+        ReadPool::with_source(Source::File(path.to_owned()), config, max)
+    }
+
+    /// A pool of at most `max` (at least 1) sessions on the PostgreSQL
+    /// database `url` names.
+    pub fn postgres(url: &str, config: StoreConfig, max: usize) -> ReadPool {
+        ReadPool::with_source(Source::Postgres(url.to_owned()), config, max)
+    }
+
+    fn with_source(source: Source, config: StoreConfig, max: usize) -> ReadPool {
         ReadPool {
-            path: path.to_owned(),
+            source,
             config,
             max: max.max(1),
             state: Mutex::new(PoolState {
@@ -77,7 +96,11 @@ impl ReadPool {
             if state.open < self.max {
                 state.open += 1;
                 drop(state);
-                return match Store::open_reader(&self.path, self.config.clone()) {
+                let opened = match &self.source {
+                    Source::File(path) => Store::open_reader(path, self.config.clone()),
+                    Source::Postgres(url) => Store::open_postgres_reader(url, self.config.clone()),
+                };
+                return match opened {
                     Ok(store) => Ok(store),
                     Err(e) => {
                         self.lock().open -= 1;

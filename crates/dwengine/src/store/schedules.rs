@@ -282,8 +282,8 @@ impl Store {
     ) -> Result<Vec<ScheduleRow>, Error> {
         let sql = format!(
             "SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 AND id > ?2 \
-             AND (?3 IS NULL OR status = ?3) \
-             AND (?5 IS NULL OR json_extract(definition, '$.action.workflow_type') = ?5) \
+             AND (status = ?3 OR ?3 IS NULL) \
+             AND (json_extract(definition, '$.action.workflow_type') = ?5 OR ?5 IS NULL) \
              ORDER BY id LIMIT ?4"
         );
         let status = paused.map(|p| if p { "paused" } else { "active" });
@@ -316,7 +316,7 @@ impl Store {
             .prepare_cached(
                 "UPDATE schedules SET status = ?3, paused_at_ms = ?4, next_fire_at_ms = ?5, \
                  nominal_fire_at_ms = ?6, updated_at_ms = ?7, \
-                 definition = CASE WHEN ?8 IS NULL THEN definition \
+                 definition = CASE WHEN CAST(?8 AS TEXT) IS NULL THEN definition \
                    ELSE json_set(definition, '$.note', ?8) END \
                  WHERE namespace = ?1 AND schedule_id = ?2",
             )?
@@ -359,8 +359,8 @@ impl Store {
         let changed = tx
             .prepare_cached(
                 "UPDATE schedules SET definition = ?3, remaining_actions = ?6, updated_at_ms = ?7, \
-                 next_fire_at_ms = CASE WHEN status = 'active' THEN ?4 ELSE NULL END, \
-                 nominal_fire_at_ms = CASE WHEN status = 'active' THEN ?5 ELSE NULL END \
+                 next_fire_at_ms = CASE WHEN status = 'active' THEN CAST(?4 AS BIGINT) ELSE NULL END, \
+                 nominal_fire_at_ms = CASE WHEN status = 'active' THEN CAST(?5 AS BIGINT) ELSE NULL END \
                  WHERE namespace = ?1 AND schedule_id = ?2",
             )?
             .execute(params![

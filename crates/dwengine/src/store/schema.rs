@@ -10,6 +10,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use crate::store::db;
 use crate::store::error::Error;
+use crate::store::pg_schema::MigrateError;
 
 /// The migrations in order; a migration's version is its position plus one.
 const MIGRATIONS: &[&str] = &[
@@ -47,9 +48,20 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Brings the store's database to its engine's newest schema; refuses a
 /// database written by a newer engine.
 pub(crate) fn migrate(conn: &mut db::Connection) -> Result<(), Error> {
-    match conn.sqlite_mut() {
-        Some(sqlite) => migrate_sqlite(sqlite),
-        None => unreachable!("every engine of the seam has its migrations"),
+    if let Some(sqlite) = conn.sqlite_mut() {
+        return migrate_sqlite(sqlite);
+    }
+    match conn.postgres_mut() {
+        Some(client) => match crate::store::pg_schema::migrate(client) {
+            Ok(_) => Ok(()),
+            Err(MigrateError::TooNew { found, supported }) => {
+                Err(Error::SchemaTooNew { found, supported })
+            }
+            Err(e) => Err(Error::Migration(e.to_string())),
+        },
+        None => Err(Error::Migration(
+            "the database engine has no migrations".to_owned(),
+        )),
     }
 }
 

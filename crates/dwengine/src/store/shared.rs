@@ -52,6 +52,25 @@ impl SharedStore {
         })
     }
 
+    /// Opens the PostgreSQL database `url` names (migrating it): the
+    /// group-commit writer's session, at most `readers` read sessions and
+    /// the liveness probe's own, so a node holds `readers + 2` sessions.
+    pub fn open_postgres(
+        url: &str,
+        config: StoreConfig,
+        readers: usize,
+    ) -> Result<SharedStore, Error> {
+        let store = Store::open_postgres(url, config.clone())?;
+        let writer = GroupCommitWriter::start(store)
+            .map_err(|e| Error::Commit(format!("cannot start the writer thread: {e}")))?;
+        Ok(SharedStore {
+            writer,
+            readers: Some(ReadPool::postgres(url, config.clone(), readers)),
+            probe: Some(ReadPool::postgres(url, config.clone(), 1)),
+            config,
+        })
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &StoreConfig {
         &self.config

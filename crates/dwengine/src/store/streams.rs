@@ -277,7 +277,8 @@ fn open(
     conn.prepare_cached(
         "INSERT INTO workflow_streams (run_id, namespace, workflow_id, name, status, \
          retention_seconds, opened_at_ms) \
-         SELECT id, namespace, workflow_id, ?2, 'open', ?3, ?4 FROM runs WHERE id = ?1",
+         SELECT id, namespace, workflow_id, CAST(?2 AS TEXT), 'open', CAST(?3 AS BIGINT), \
+         CAST(?4 AS BIGINT) FROM runs WHERE id = ?1",
     )?
     .execute(params![
         head.id.0,
@@ -474,7 +475,8 @@ pub(crate) fn close_in(
     let retention = retention_seconds.unwrap_or(stream.retention_seconds).max(1);
     conn.prepare_cached(
         "UPDATE workflow_streams SET status = ?2, error_reason = ?3, closed_at_ms = ?4, \
-         retention_seconds = ?5, expires_at_ms = ?4 + ?5 * 1000 WHERE id = ?1",
+         retention_seconds = ?5, expires_at_ms = CAST(?4 AS BIGINT) + CAST(?5 AS BIGINT) * 1000 \
+         WHERE id = ?1",
     )?
     .execute(params![
         id,
@@ -507,7 +509,8 @@ pub(crate) fn close_open_streams_of_run(
     };
     conn.prepare_cached(
         "UPDATE workflow_streams SET status = ?2, error_reason = ?3, closed_at_ms = ?4, \
-         expires_at_ms = ?4 + retention_seconds * 1000 WHERE run_id = ?1 AND status = 'open'",
+         expires_at_ms = CAST(?4 AS BIGINT) + retention_seconds * 1000 \
+         WHERE run_id = ?1 AND status = 'open'",
     )?
     .execute(params![run.0, ended, reason, now_ms()])?;
     Ok(())

@@ -39,7 +39,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
-                 AND task_queue = ?2 AND build_id IS ?4 AND status = 'ready' AND due_at_ms <= ?3 \
+                 AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?4 AND status = 'ready' AND due_at_ms <= ?3 \
                  LIMIT 1",
             )?
             .query_row(params![namespace, task_queue, now_ms(), cohort], |_| Ok(()))
@@ -61,7 +61,7 @@ impl Store {
         let due: Vec<(i64, i64, i64)> = tx
             .prepare_cached(
                 "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
-                 AND namespace = ?1 AND task_queue = ?2 AND build_id IS ?5 AND status = 'ready' \
+                 AND namespace = ?1 AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?5 AND status = 'ready' \
                  AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4",
             )?
             .query_map(

@@ -1257,7 +1257,7 @@ impl<'a> CommandWriter<'a> {
         self.tx
             .prepare_cached(
                 "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
-                 (SELECT length(CAST(payload AS BLOB)) FROM updates WHERE id = ?2) WHERE id = ?1",
+                 (SELECT octet_length(payload) FROM updates WHERE id = ?2) WHERE id = ?1",
             )?
             .execute(params![self.head.id.0, id])?;
         self.tx

@@ -172,6 +172,17 @@ fn health_and_capabilities_publish_the_limits_and_sqlite_contract() {
     assert_eq!(health["structural_limits"]["pending_activity_count"], 2000);
     assert_eq!(health["structural_limits"]["warning_threshold_percent"], 80);
     let capabilities = serde_json::to_value(store.capabilities()).unwrap();
+    assert_eq!(capabilities["effective"]["pending_signal_count"], 7);
+    assert_eq!(capabilities["configured"]["pending_signal_count"], 7);
+    if common::postgres() {
+        // PostgreSQL serializes writers across nodes: no SQLite adjustment.
+        assert_eq!(capabilities["backend_adjustments"], json!({}));
+        assert_ne!(
+            capabilities["effective"]["concurrent_write_safety"],
+            "limited"
+        );
+        return;
+    }
     assert_eq!(
         capabilities["backend_adjustments"],
         json!({ "concurrent_write_safety": "limited" })
@@ -180,8 +191,6 @@ fn health_and_capabilities_publish_the_limits_and_sqlite_contract() {
         capabilities["effective"]["concurrent_write_safety"],
         "limited"
     );
-    assert_eq!(capabilities["effective"]["pending_signal_count"], 7);
-    assert_eq!(capabilities["configured"]["pending_signal_count"], 7);
     assert_eq!(
         capabilities["issues"][0]["code"],
         "database_concurrent_write_constraint"

@@ -9,6 +9,12 @@ pub enum Error {
     /// SQLite refused or failed an operation.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL refused or failed an operation (or the connection).
+    #[error("postgres: {0}")]
+    Postgres(#[from] postgres::Error),
+    /// A database setting that cannot be used (a malformed URL).
+    #[error("{0}")]
+    Config(String),
     /// A `query_row` found no row (`optional()` turns it into `None`).
     #[error("the query returned no rows")]
     NoRows,

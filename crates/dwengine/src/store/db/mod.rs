@@ -21,6 +21,7 @@
 
 mod error;
 mod params;
+mod postgres;
 mod sqlite;
 
 use std::io::Read;
@@ -53,6 +54,9 @@ pub struct Connection {
 
 enum Backend {
     Sqlite(rusqlite::Connection),
+    /// Boxed: a session's client and statement cache are several times
+    /// an SQLite handle's size.
+    Postgres(Box<postgres::PgConnection>),
 }
 
 /// Which engine a connection talks to.
@@ -60,6 +64,8 @@ enum Backend {
 pub enum Engine {
     /// SQLite (a file or memory), through rusqlite.
     Sqlite,
+    /// PostgreSQL, through the sync `postgres` client.
+    Postgres,
 }
 
 impl Engine {
@@ -67,6 +73,7 @@ impl Engine {
     pub fn driver_name(self) -> &'static str {
         match self {
             Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
         }
     }
 }
@@ -97,6 +104,14 @@ impl Connection {
         Ok(Connection::from_sqlite(conn))
     }
 
+    /// A PostgreSQL session on the database `url` names
+    /// (`postgres://user:password@host:port/database?options=…`).
+    pub fn open_postgres(url: &str) -> Result<Connection> {
+        Ok(Connection {
+            backend: Backend::Postgres(Box::new(postgres::PgConnection::connect(url)?)),
+        })
+    }
+
     /// Wraps an open rusqlite connection as it is (tests, tools).
     pub fn from_sqlite(conn: rusqlite::Connection) -> Connection {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
@@ -109,6 +124,7 @@ impl Connection {
     pub fn engine(&self) -> Engine {
         match &self.backend {
             Backend::Sqlite(_) => Engine::Sqlite,
+            Backend::Postgres(_) => Engine::Postgres,
         }
     }
 
@@ -117,6 +133,16 @@ impl Connection {
     pub(crate) fn sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
         match &mut self.backend {
             Backend::Sqlite(conn) => Some(conn),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL client underneath, for PostgreSQL-only code (its
+    /// migrations).
+    pub(crate) fn postgres_mut(&mut self) -> Option<&mut ::postgres::Client> {
+        match &mut self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(conn) => Some(conn.client_mut()),
         }
     }
 
@@ -125,6 +151,8 @@ impl Connection {
     pub fn set_max_page_count(&self, pages: u64) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(conn) => sqlite::set_max_page_count(conn, pages),
+            // A PostgreSQL database is sized by its server, not per session.
+            Backend::Postgres(_) => Ok(()),
         }
     }
 
@@ -135,6 +163,9 @@ impl Connection {
             Backend::Sqlite(conn) => Ok(Statement {
                 inner: StatementInner::SqliteCached(conn.prepare_cached(sql)?),
             }),
+            Backend::Postgres(conn) => Ok(Statement {
+                inner: StatementInner::Postgres(conn, conn.prepare_cached(sql)?),
+            }),
         }
     }
 
@@ -143,6 +174,9 @@ impl Connection {
         match &self.backend {
             Backend::Sqlite(conn) => Ok(Statement {
                 inner: StatementInner::Sqlite(conn.prepare(sql)?),
+            }),
+            Backend::Postgres(conn) => Ok(Statement {
+                inner: StatementInner::Postgres(conn, conn.prepare(sql)?),
             }),
         }
     }
@@ -166,6 +200,7 @@ impl Connection {
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
+            Backend::Postgres(conn) => conn.batch(sql),
         }
     }
 
@@ -173,6 +208,7 @@ impl Connection {
     pub fn is_autocommit(&self) -> bool {
         match &self.backend {
             Backend::Sqlite(conn) => conn.is_autocommit(),
+            Backend::Postgres(conn) => conn.is_autocommit(),
         }
     }
 
@@ -180,30 +216,59 @@ impl Connection {
     pub fn changes(&self) -> u64 {
         match &self.backend {
             Backend::Sqlite(conn) => conn.changes(),
+            Backend::Postgres(conn) => conn.changes(),
         }
     }
 
     /// Opens a write transaction with the write lock taken up front, so a
     /// counter read under it cannot go stale before the write that
-    /// depends on it (SQLite: `BEGIN IMMEDIATE`).
+    /// depends on it.
+    ///
+    /// SQLite: `BEGIN IMMEDIATE`. PostgreSQL: `BEGIN` (READ COMMITTED)
+    /// and `pg_advisory_xact_lock` on [`WRITE_LOCK`] in the same round
+    /// trip: every write transaction of every node sharing the database
+    /// takes the one lock, so writes are serialized across connections and
+    /// nodes exactly as SQLite serializes them in one file, and each
+    /// statement after the lock sees every write committed before it
+    /// (READ COMMITTED takes a snapshot per statement; a REPEATABLE READ
+    /// snapshot would predate the wait for the lock). The cost: write
+    /// transactions do not run in parallel, so the database's write rate
+    /// is that of one session (group commit amortizes it over many
+    /// callers); reads never take the lock.
     pub fn begin_write(&self) -> Result<()> {
-        self.control("BEGIN IMMEDIATE")
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
+            Backend::Postgres(conn) => conn.begin(&format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+            )),
+        }
     }
 
     /// Opens a read transaction: every read until [`Connection::commit`]
     /// sees one snapshot.
     pub fn begin_read(&self) -> Result<()> {
-        self.control("BEGIN")
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("BEGIN"),
+            Backend::Postgres(conn) => {
+                conn.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            }
+        }
     }
 
     /// Commits the open transaction.
     pub fn commit(&self) -> Result<()> {
-        self.control("COMMIT")
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("COMMIT"),
+            Backend::Postgres(conn) => conn.end("COMMIT"),
+        }
     }
 
     /// Rolls the open transaction back.
     pub fn rollback(&self) -> Result<()> {
-        self.control("ROLLBACK")
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("ROLLBACK"),
+            Backend::Postgres(conn) => conn.end("ROLLBACK"),
+        }
     }
 
     /// Opens savepoint `name` inside the open transaction.
@@ -213,20 +278,26 @@ impl Connection {
 
     /// Releases savepoint `name` into the enclosing transaction.
     pub fn release(&self, name: &str) -> Result<()> {
-        self.control(&format!("RELEASE {name}"))
+        self.control(&format!("RELEASE SAVEPOINT {name}"))
     }
 
     /// Undoes everything since savepoint `name` and closes it.
     pub fn rollback_to(&self, name: &str) -> Result<()> {
-        self.control(&format!("ROLLBACK TO {name}"))?;
+        self.control(&format!("ROLLBACK TO SAVEPOINT {name}"))?;
         self.release(name)
     }
 
-    /// Transaction control through the statement cache: the statements
-    /// every write runs several times are compiled once per connection.
+    /// Transaction control: through the statement cache on SQLite (the
+    /// statements every write runs several times are compiled once per
+    /// connection), as a simple query on PostgreSQL.
     fn control(&self, sql: &str) -> Result<()> {
-        self.prepare_cached(sql)?.execute([])?;
-        Ok(())
+        match &self.backend {
+            Backend::Sqlite(_) => {
+                self.prepare_cached(sql)?.execute([])?;
+                Ok(())
+            }
+            Backend::Postgres(conn) => conn.batch(sql),
+        }
     }
 
     /// Fills the blob in `column` of the `table` row whose `key_column` is
@@ -241,6 +312,9 @@ impl Connection {
     ) -> Result<u64> {
         match &self.backend {
             Backend::Sqlite(conn) => sqlite::write_blob(conn, blob, key, source, size),
+            Backend::Postgres(conn) => {
+                conn.write_blob(blob.table, blob.column, blob.key_column, key, source, size)
+            }
         }
     }
 
@@ -255,9 +329,17 @@ impl Connection {
     ) -> Result<Option<Vec<u8>>> {
         match &self.backend {
             Backend::Sqlite(conn) => sqlite::read_blob_chunk(conn, blob, key, offset, len),
+            Backend::Postgres(conn) => {
+                conn.read_blob_chunk(blob.table, blob.column, blob.key_column, key, offset, len)
+            }
         }
     }
 }
+
+/// The advisory lock every PostgreSQL write transaction holds (see
+/// [`Connection::begin_write`]); an arbitrary constant of this program's,
+/// distinct from the migrations' lock.
+pub const WRITE_LOCK: i64 = 0x6477_7374_6f72_6501;
 
 /// Where a blob lives: its table, its column, and the unique text column
 /// that names its row.
@@ -287,37 +369,49 @@ pub struct Statement<'c> {
 enum StatementInner<'c> {
     SqliteCached(rusqlite::CachedStatement<'c>),
     Sqlite(rusqlite::Statement<'c>),
+    Postgres(&'c postgres::PgConnection, ::postgres::Statement),
 }
 
 impl<'c> Statement<'c> {
-    fn sqlite(&mut self) -> &mut rusqlite::Statement<'c> {
-        match &mut self.inner {
-            StatementInner::SqliteCached(statement) => statement,
-            StatementInner::Sqlite(statement) => statement,
-        }
-    }
-
     /// How many parameters the statement takes.
     pub fn parameter_count(&self) -> usize {
         match &self.inner {
             StatementInner::SqliteCached(statement) => statement.parameter_count(),
             StatementInner::Sqlite(statement) => statement.parameter_count(),
+            StatementInner::Postgres(_, statement) => statement.params().len(),
         }
     }
 
     /// Runs the statement; the number of rows it changed.
     pub fn execute<P: Params>(&mut self, params: P) -> Result<usize> {
-        let statement = self.sqlite();
-        Ok(params.with_values(|values| statement.execute(values))?)
+        match &mut self.inner {
+            StatementInner::SqliteCached(statement) => {
+                Ok(params.with_values(|values| statement.execute(values))?)
+            }
+            StatementInner::Sqlite(statement) => {
+                Ok(params.with_values(|values| statement.execute(values))?)
+            }
+            StatementInner::Postgres(conn, statement) => {
+                params.with_values(|values| conn.execute(statement, values))
+            }
+        }
     }
 
     /// The rows the statement returns, one at a time.
     pub fn query<P: Params>(&mut self, params: P) -> Result<Rows<'_>> {
-        let statement = self.sqlite();
-        let rows = params.with_values(|values| statement.query(values))?;
-        Ok(Rows {
-            inner: RowsInner::Sqlite(rows),
-        })
+        let inner = match &mut self.inner {
+            StatementInner::SqliteCached(statement) => {
+                RowsInner::Sqlite(params.with_values(|values| statement.query(values))?)
+            }
+            StatementInner::Sqlite(statement) => {
+                RowsInner::Sqlite(params.with_values(|values| statement.query(values))?)
+            }
+            StatementInner::Postgres(conn, statement) => RowsInner::Postgres {
+                rows: params.with_values(|values| conn.query(statement, values))?,
+                next: 0,
+            },
+        };
+        Ok(Rows { inner })
     }
 
     /// The first row through `map`; [`Error::NoRows`] when there is none.
@@ -358,6 +452,11 @@ pub struct Rows<'s> {
 
 enum RowsInner<'s> {
     Sqlite(rusqlite::Rows<'s>),
+    /// PostgreSQL answers a query whole.
+    Postgres {
+        rows: Vec<::postgres::Row>,
+        next: usize,
+    },
 }
 
 impl Rows<'_> {
@@ -368,6 +467,13 @@ impl Rows<'_> {
             RowsInner::Sqlite(rows) => Ok(rows.next()?.map(|row| Row {
                 inner: RowInner::Sqlite(row),
             })),
+            RowsInner::Postgres { rows, next } => {
+                let row = rows.get(*next);
+                *next += 1;
+                Ok(row.map(|row| Row {
+                    inner: RowInner::Postgres(row),
+                }))
+            }
         }
     }
 }
@@ -400,6 +506,7 @@ pub struct Row<'r> {
 
 enum RowInner<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
+    Postgres(&'r ::postgres::Row),
 }
 
 /// A column's position in a row.
@@ -419,6 +526,12 @@ impl Row<'_> {
     pub fn get<I: RowIndex, T: FromSql>(&self, idx: I) -> Result<T> {
         match &self.inner {
             RowInner::Sqlite(row) => Ok(row.get(idx.index())?),
+            RowInner::Postgres(row) => {
+                let column = idx.index();
+                let value = postgres::value(row, column)?;
+                T::column_result(ValueRef::from(&value))
+                    .map_err(|source| Error::Conversion { column, source })
+            }
         }
     }
 }

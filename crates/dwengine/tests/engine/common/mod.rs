@@ -20,9 +20,53 @@ pub fn config(overrides: &[(LimitKind, u64)]) -> StoreConfig {
     }
 }
 
-/// An in-memory store with the given limit overrides.
+/// A fresh store with the given limit overrides: in memory (SQLite), or
+/// with `DW_TEST_BACKEND=postgres` on a schema of its own in the database
+/// `DW_TEST_POSTGRES_URL` names (the same tests on both backends).
 pub fn memory_store(overrides: &[(LimitKind, u64)]) -> Store {
-    Store::open_in_memory(config(overrides)).expect("open in-memory store")
+    match std::env::var("DW_TEST_BACKEND").as_deref() {
+        Ok("postgres") => postgres_store(config(overrides)),
+        Ok("sqlite") | Err(_) => {
+            Store::open_in_memory(config(overrides)).expect("open in-memory store")
+        }
+        Ok(other) => panic!("DW_TEST_BACKEND={other}: expected sqlite or postgres"),
+    }
+}
+
+/// Whether the store tests run on PostgreSQL (`DW_TEST_BACKEND=postgres`).
+pub fn postgres() -> bool {
+    std::env::var("DW_TEST_BACKEND").as_deref() == Ok("postgres")
+}
+
+/// The URL of a new schema (`dw_store_test_<pid>_<n>`, dropped first if a
+/// run of the same pid left it) of the `DW_TEST_POSTGRES_URL` database: a
+/// database of one test's own. The schema outlives the test: the test
+/// cluster is thrown away with it.
+pub fn postgres_schema_url() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let url = std::env::var("DW_TEST_POSTGRES_URL")
+        .expect("DW_TEST_BACKEND=postgres needs DW_TEST_POSTGRES_URL (postgres://…)");
+    let schema = format!(
+        "dw_store_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("DW_TEST_POSTGRES_URL={url} is unusable: {e}"));
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .expect("create the test's schema");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+/// A store on a schema of its own (see [`postgres_schema_url`]).
+fn postgres_store(config: StoreConfig) -> Store {
+    Store::open_postgres(&postgres_schema_url(), config)
+        .expect("open and migrate a PostgreSQL store")
 }
 
 pub fn start(workflow_id: &str) -> StartRun {

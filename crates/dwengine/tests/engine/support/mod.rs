@@ -38,6 +38,16 @@ impl TestServer {
         let dir = tempfile::tempdir().unwrap();
         let mut config = config(dir.path());
         tweak(&mut config);
+        // DW_TEST_BACKEND=postgres: a node whose store the test left in
+        // memory gets a PostgreSQL schema of its own instead (not one that
+        // caps SQLite's pages to fill its disk: that test is SQLite's).
+        if crate::common::postgres()
+            && config.database.is_none()
+            && config.database_url.is_none()
+            && config.store.max_page_count.is_none()
+        {
+            config.database_url = Some(crate::common::postgres_schema_url());
+        }
         let engine = Engine::with_cache(config, cache.clone()).expect("engine starts");
         let running = Running::start(engine).expect("server binds");
         let base = format!("http://{}", running.addr());

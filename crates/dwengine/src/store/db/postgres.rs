@@ -1,0 +1,513 @@
+//! PostgreSQL behind the seam, through the sync `postgres` client.
+//!
+//! What this file does so the store's SQLite-shaped statements run
+//! unchanged:
+//! - placeholders: `?N` becomes `$N` (outside string literals and quoted
+//!   names), once per statement: the translated text is prepared once per
+//!   connection and kept (a per-connection prepared-statement cache keyed
+//!   by the store's SQL, bounded like SQLite's);
+//! - values: SQLite's dynamic values. A column is read by its PostgreSQL
+//!   type into an integer, real, text, blob or null ([`Value`]) and
+//!   converted on `get` by the same `FromSql` the SQLite rows use; a
+//!   parameter is bound by the prepared statement's parameter type (an
+//!   integer binds an `int2/int4/int8/bool/float`, a text binds text-like
+//!   types or is parsed for a number, …);
+//! - transactions: `BEGIN` / `SAVEPOINT` / `RELEASE` / `ROLLBACK TO` as
+//!   simple queries, with the open-transaction state kept here (the client
+//!   does not report it).
+//!
+//! The sync client blocks on its own runtime: it must never be called on an
+//! async task (tokio panics on a nested `block_on`). The store runs on the
+//! group-commit writer's thread and on `spawn_blocking` threads only.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::io::Read;
+
+use bytes::BytesMut;
+use postgres::types::{FromSql as PgFromSql, IsNull, ToSql as PgToSql, Type};
+use postgres::{Client, NoTls};
+
+use super::error::{Error, Result};
+use super::params::{FromSqlError, ToSql, ToSqlOutput, Value};
+
+/// Statements each connection keeps prepared (as SQLite's cache).
+const STATEMENT_CACHE_CAPACITY: usize = 512;
+
+/// Bytes one blob append writes (an external payload is written in chunks
+/// of this size, each an `UPDATE … SET data = data || chunk`).
+pub(super) const BLOB_WRITE_CHUNK: usize = 4 << 20;
+
+/// One PostgreSQL session.
+pub(super) struct PgConnection {
+    client: RefCell<Client>,
+    statements: RefCell<HashMap<String, postgres::Statement>>,
+    in_transaction: Cell<bool>,
+    changes: Cell<u64>,
+}
+
+impl PgConnection {
+    /// Connects to `url` (a `postgres://` URL or a key=value string).
+    pub(super) fn connect(url: &str) -> Result<PgConnection> {
+        let config: postgres::Config = url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+        let client = config.connect(NoTls)?;
+        Ok(PgConnection {
+            client: RefCell::new(client),
+            statements: RefCell::new(HashMap::new()),
+            in_transaction: Cell::new(false),
+            changes: Cell::new(0),
+        })
+    }
+
+    pub(super) fn client_mut(&mut self) -> &mut Client {
+        self.client.get_mut()
+    }
+
+    /// The statement prepared for `sql` (translated), from the cache.
+    pub(super) fn prepare_cached(&self, sql: &str) -> Result<postgres::Statement> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.prepare(sql)?;
+        let mut cache = self.statements.borrow_mut();
+        if cache.len() >= STATEMENT_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// `sql` translated and prepared, not kept.
+    pub(super) fn prepare(&self, sql: &str) -> Result<postgres::Statement> {
+        Ok(self.client.borrow_mut().prepare(&translate(sql))?)
+    }
+
+    pub(super) fn execute(
+        &self,
+        statement: &postgres::Statement,
+        values: &[&dyn ToSql],
+    ) -> Result<usize> {
+        let bound = bind(values)?;
+        let refs: Vec<&(dyn PgToSql + Sync)> =
+            bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
+        let changed = self.client.borrow_mut().execute(statement, &refs)?;
+        self.changes.set(changed);
+        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    pub(super) fn query(
+        &self,
+        statement: &postgres::Statement,
+        values: &[&dyn ToSql],
+    ) -> Result<Vec<postgres::Row>> {
+        let bound = bind(values)?;
+        let refs: Vec<&(dyn PgToSql + Sync)> =
+            bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
+        Ok(self.client.borrow_mut().query(statement, &refs)?)
+    }
+
+    /// Runs `sql` (no parameters, `;`-separated) as one simple query.
+    pub(super) fn batch(&self, sql: &str) -> Result<()> {
+        Ok(self.client.borrow_mut().batch_execute(sql)?)
+    }
+
+    pub(super) fn is_autocommit(&self) -> bool {
+        !self.in_transaction.get()
+    }
+
+    pub(super) fn changes(&self) -> u64 {
+        self.changes.get()
+    }
+
+    /// Opens a transaction with `begin` (which may take locks after it).
+    pub(super) fn begin(&self, begin: &str) -> Result<()> {
+        self.batch(begin)?;
+        self.in_transaction.set(true);
+        Ok(())
+    }
+
+    /// Ends the open transaction with `end` (`COMMIT` or `ROLLBACK`); it
+    /// is over whether or not `end` succeeded (a failed commit rolls back).
+    pub(super) fn end(&self, end: &str) -> Result<()> {
+        let result = self.batch(end);
+        self.in_transaction.set(false);
+        result
+    }
+
+    pub(super) fn write_blob(
+        &self,
+        table: &str,
+        column: &str,
+        key_column: &str,
+        key: &str,
+        source: &mut dyn Read,
+        size: u64,
+    ) -> Result<u64> {
+        let sql = format!("UPDATE {table} SET {column} = {column} || ?2 WHERE {key_column} = ?1");
+        let statement = self.prepare_cached(&sql)?;
+        let mut source = source.take(size);
+        let mut copied = 0u64;
+        let mut chunk = Vec::with_capacity(BLOB_WRITE_CHUNK.min(size as usize));
+        loop {
+            chunk.clear();
+            let read = (&mut source)
+                .take(BLOB_WRITE_CHUNK as u64)
+                .read_to_end(&mut chunk)?;
+            if read == 0 {
+                return Ok(copied);
+            }
+            let changed = self.execute(&statement, &[&key, &chunk])?;
+            if changed == 0 {
+                return Err(Error::NoRows);
+            }
+            copied += read as u64;
+        }
+    }
+
+    pub(super) fn read_blob_chunk(
+        &self,
+        table: &str,
+        column: &str,
+        key_column: &str,
+        key: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>> {
+        let sql = format!(
+            "SELECT substring({column} FROM ?2 FOR ?3) FROM {table} WHERE {key_column} = ?1"
+        );
+        let statement = self.prepare_cached(&sql)?;
+        let from = i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1);
+        let count = i64::try_from(len).unwrap_or(i64::MAX);
+        let rows = self.query(&statement, &[&key, &from, &count])?;
+        match rows.first() {
+            None => Ok(None),
+            Some(row) => match value(row, 0)? {
+                Value::Blob(bytes) => Ok(Some(bytes)),
+                Value::Null => Ok(Some(Vec::new())),
+                other => Err(Error::Conversion {
+                    column: 0,
+                    source: FromSqlError::Other(
+                        format!("a blob chunk read as {:?}", other.data_type()).into(),
+                    ),
+                }),
+            },
+        }
+    }
+}
+
+/// `?N` → `$N`, and a bare `?` → the next number, outside string literals,
+/// quoted names and comments; SQLite's index hint `INDEXED BY name` left
+/// out (PostgreSQL's planner picks the partial index by itself).
+pub(super) fn translate(sql: &str) -> String {
+    let sql = strip_index_hints(sql);
+    let sql = sql.as_str();
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut next = 0u32;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '?' => {
+                out.push('$');
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                if digits.is_empty() {
+                    next += 1;
+                    out.push_str(&next.to_string());
+                } else {
+                    next = digits.parse().unwrap_or(next);
+                    out.push_str(&digits);
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `sql` without its `INDEXED BY name` clauses.
+fn strip_index_hints(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find("INDEXED BY ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "INDEXED BY ".len()..];
+        let name_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        rest = &after[name_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Column `idx` of `row` as one of SQLite's dynamic values, read by its
+/// PostgreSQL type.
+pub(super) fn value(row: &postgres::Row, idx: usize) -> Result<Value> {
+    let ty = row
+        .columns()
+        .get(idx)
+        .ok_or(Error::Conversion {
+            column: idx,
+            source: FromSqlError::OutOfRange(idx as i64),
+        })?
+        .type_()
+        .clone();
+    let got = match ty {
+        Type::INT8 => row.try_get::<_, Option<i64>>(idx)?.map(Value::Integer),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(idx)?
+            .map(|v| Value::Integer(v.into())),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(idx)?
+            .map(|v| Value::Integer(v.into())),
+        Type::OID => row
+            .try_get::<_, Option<u32>>(idx)?
+            .map(|v| Value::Integer(v.into())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(idx)?
+            .map(|v| Value::Integer(v.into())),
+        Type::FLOAT8 => row.try_get::<_, Option<f64>>(idx)?.map(Value::Real),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(idx)?
+            .map(|v| Value::Real(v.into())),
+        Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(idx)?.map(Value::Blob),
+        _ => match row.try_get::<_, Option<Raw>>(idx)? {
+            None => None,
+            Some(Raw(bytes)) => Some(decode_raw(&ty, bytes).map_err(|e| Error::Conversion {
+                column: idx,
+                source: FromSqlError::Other(e),
+            })?),
+        },
+    };
+    Ok(got.unwrap_or(Value::Null))
+}
+
+/// A column's bytes as the server sent them (binary format).
+struct Raw<'a>(&'a [u8]);
+
+impl<'a> PgFromSql<'a> for Raw<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn StdError + Sync + Send>> {
+        Ok(Raw(raw))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+type BoxError = Box<dyn StdError + Sync + Send>;
+
+fn decode_raw(ty: &Type, bytes: &[u8]) -> std::result::Result<Value, BoxError> {
+    match *ty {
+        Type::NUMERIC => numeric(bytes),
+        // jsonb's binary form is a version byte, then the text.
+        Type::JSONB => Ok(Value::Text(
+            std::str::from_utf8(bytes.get(1..).unwrap_or_default())?.to_owned(),
+        )),
+        // text, varchar, bpchar, name, json, unknown: UTF-8 text.
+        _ => match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(Value::Text(text.to_owned())),
+            Err(_) => Err(format!("a column of type {ty} that is not text").into()),
+        },
+    }
+}
+
+/// A binary NUMERIC as an integer when it has no fraction and fits, else
+/// a real (SUM and AVG of integers answer NUMERIC on PostgreSQL).
+fn numeric(bytes: &[u8]) -> std::result::Result<Value, BoxError> {
+    let word = |i: usize| -> std::result::Result<i16, BoxError> {
+        let b = bytes.get(i * 2..i * 2 + 2).ok_or("a short numeric")?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    };
+    let ndigits = usize::try_from(word(0)?).map_err(|_| "a negative digit count")?;
+    let weight = i32::from(word(1)?);
+    let sign = word(2)? as u16;
+    if sign == 0xC000 {
+        return Ok(Value::Real(f64::NAN));
+    }
+    let mut integer: Option<i128> = Some(0);
+    let mut real = 0f64;
+    let mut fraction = false;
+    for i in 0..ndigits {
+        let digit = i128::from(word(4 + i)?);
+        let power = weight - i as i32;
+        real += digit as f64 * 10000f64.powi(power);
+        if power < 0 {
+            fraction |= digit != 0;
+        } else {
+            integer = integer.and_then(|n| {
+                10000i128
+                    .checked_pow(power as u32)
+                    .and_then(|p| digit.checked_mul(p))
+                    .and_then(|d| n.checked_add(d))
+            });
+        }
+    }
+    let negative = sign == 0x4000;
+    match integer.and_then(|n| i64::try_from(n).ok()) {
+        Some(n) if !fraction => Ok(Value::Integer(if negative { -n } else { n })),
+        _ => Ok(Value::Real(if negative { -real } else { real })),
+    }
+}
+
+/// The parameters as owned dynamic values, ready to bind by type.
+fn bind(values: &[&dyn ToSql]) -> Result<Vec<Param>> {
+    values
+        .iter()
+        .map(|v| {
+            let value = match v.to_sql()? {
+                ToSqlOutput::Borrowed(r) => Value::from(r),
+                ToSqlOutput::Owned(v) => v,
+                // A zero blob reserves space an incremental write fills;
+                // here the write appends, so the row starts empty.
+                ToSqlOutput::ZeroBlob(_) => Value::Blob(Vec::new()),
+                _ => {
+                    return Err(Error::Conversion {
+                        column: 0,
+                        source: FromSqlError::Other("an unsupported parameter form".into()),
+                    })
+                }
+            };
+            Ok(Param(value))
+        })
+        .collect()
+}
+
+/// One parameter: a dynamic value bound as the prepared statement's type.
+#[derive(Debug)]
+struct Param(Value);
+
+impl PgToSql for Param {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+        match &self.0 {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Integer(n) => integer(*n, ty, out),
+            Value::Real(x) => match *ty {
+                Type::FLOAT8 => PgToSql::to_sql(&x, ty, out),
+                Type::FLOAT4 => PgToSql::to_sql(&(*x as f32), ty, out),
+                Type::INT8 | Type::INT4 | Type::INT2 if x.fract() == 0.0 => {
+                    integer(*x as i64, ty, out)
+                }
+                _ if text_like(ty) => PgToSql::to_sql(&x.to_string().as_str(), &Type::TEXT, out),
+                _ => Err(format!("a real number cannot bind a parameter of type {ty}").into()),
+            },
+            Value::Text(s) => match *ty {
+                Type::INT8 | Type::INT4 | Type::INT2 | Type::BOOL => {
+                    let n: i64 = s
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("text {s:?} bound to a parameter of type {ty}"))?;
+                    integer(n, ty, out)
+                }
+                Type::FLOAT8 | Type::FLOAT4 => {
+                    let x: f64 = s
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("text {s:?} bound to a parameter of type {ty}"))?;
+                    Param(Value::Real(x)).to_sql(ty, out)
+                }
+                Type::BYTEA => PgToSql::to_sql(&s.as_bytes(), ty, out),
+                Type::JSONB => {
+                    out.extend_from_slice(&[1]);
+                    out.extend_from_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+                _ => {
+                    out.extend_from_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+            },
+            Value::Blob(b) => match *ty {
+                Type::BYTEA => PgToSql::to_sql(&b.as_slice(), ty, out),
+                _ if text_like(ty) => PgToSql::to_sql(&std::str::from_utf8(b)?, &Type::TEXT, out),
+                _ => Err(format!("a blob cannot bind a parameter of type {ty}").into()),
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+fn text_like(ty: &Type) -> bool {
+    matches!(
+        *ty,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON
+    )
+}
+
+fn integer(n: i64, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+    match *ty {
+        Type::INT8 => PgToSql::to_sql(&n, ty, out),
+        Type::INT4 => PgToSql::to_sql(&i32::try_from(n)?, ty, out),
+        Type::INT2 => PgToSql::to_sql(&i16::try_from(n)?, ty, out),
+        Type::OID => PgToSql::to_sql(&u32::try_from(n)?, ty, out),
+        Type::BOOL => PgToSql::to_sql(&(n != 0), ty, out),
+        Type::FLOAT8 => PgToSql::to_sql(&(n as f64), ty, out),
+        Type::FLOAT4 => PgToSql::to_sql(&(n as f32), ty, out),
+        _ if text_like(ty) => PgToSql::to_sql(&n.to_string().as_str(), &Type::TEXT, out),
+        _ => Err(format!("an integer cannot bind a parameter of type {ty}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollar_numbers_outside_literals() {
+        assert_eq!(
+            translate("SELECT a FROM t WHERE b = ?1 AND c = '?2' AND d = ?12 -- ?3\n AND e = ?"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND d = $12 -- ?3\n AND e = $13"
+        );
+        assert_eq!(translate("SELECT \"?x\", ?"), "SELECT \"?x\", $1");
+        assert_eq!(
+            translate("SELECT a FROM t INDEXED BY t_live WHERE b = ?1"),
+            "SELECT a FROM t  WHERE b = $1"
+        );
+    }
+
+    #[test]
+    fn numerics_decode_to_integers_when_whole() {
+        // 12345678: weight 1, digits [1234, 5678].
+        let bytes = [0, 2, 0, 1, 0, 0, 0, 0, 0x04, 0xD2, 0x16, 0x2E];
+        assert_eq!(numeric(&bytes).unwrap(), Value::Integer(12_345_678));
+        // -2.5: weight 0, digits [2, 5000], dscale 1.
+        let bytes = [0, 2, 0, 0, 0x40, 0, 0, 1, 0, 2, 0x13, 0x88];
+        assert_eq!(numeric(&bytes).unwrap(), Value::Real(-2.5));
+        // 0: no digits.
+        assert_eq!(
+            numeric(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap(),
+            Value::Integer(0)
+        );
+    }
+}
