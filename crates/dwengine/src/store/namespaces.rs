@@ -54,7 +54,7 @@ impl Store {
     ) -> Result<Vec<Namespace>, Error> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT name, description, retention_days, created_at_ms FROM namespaces \
-             WHERE ?1 IS NULL OR name > ?1 ORDER BY name LIMIT ?2",
+             WHERE name > ?1 OR ?1 IS NULL ORDER BY name LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![after, to_i64(limit)], |r| {
             Ok(Namespace {
