@@ -17,27 +17,10 @@ use dwengine::cache::MemoryCache;
 use dwengine::store::{RunStatus, Store, TaskKind, WorkflowCommand, WorkflowTaskFence};
 use dwpolicy::LimitKind;
 use serde_json::{json, Value};
-use support::{eventually, TestServer};
+use support::{next_workflow_task as next_task, TestServer};
 
 fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |_| {})
-}
-
-/// The next workflow task of queue `queue` (waits for it).
-fn next_task(s: &TestServer, queue: &str) -> Value {
-    let mut task = Value::Null;
-    let mut n = 0;
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            n += 1;
-            let (status, answer) = s.poll("workflow", "default", queue, &format!("p-{n}"), 200);
-            assert_eq!(status, 200, "{answer}");
-            task = answer["task"].clone();
-            !task.is_null()
-        }),
-        "no workflow task on {queue}"
-    );
-    task
 }
 
 /// The history of workflow `id`'s newest run.

@@ -434,6 +434,24 @@ pub fn test_path(module_path: &str, name: &str) -> String {
     }
 }
 
+/// The next workflow task of `queue` in the default namespace, polled
+/// until one is there (up to 30 s).
+pub fn next_workflow_task(s: &TestServer, queue: &str) -> Value {
+    let mut task = Value::Null;
+    let mut n = 0;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            n += 1;
+            let (status, answer) = s.poll("workflow", "default", queue, &format!("p-{n}"), 200);
+            assert_eq!(status, 200, "{answer}");
+            task = answer["task"].clone();
+            !task.is_null()
+        }),
+        "no workflow task on {queue}"
+    );
+    task
+}
+
 /// Waits until `condition` holds, up to `limit`.
 pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
