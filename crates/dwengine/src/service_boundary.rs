@@ -57,8 +57,10 @@ impl ServiceBoundaryBudgets {
 /// The invoked boundary of one call, as configured names (never keys).
 #[derive(Debug, Clone, Copy)]
 pub struct Boundary<'a> {
-    /// The caller's namespace (whose budget is spent).
-    pub caller_namespace: &'a str,
+    /// The authenticated caller whose budget is spent: the token's id (and
+    /// the namespace a bound token calls as), or, without authentication,
+    /// the registered caller namespace the body names.
+    pub caller: &'a str,
     /// The catalog's namespace.
     pub target_namespace: &'a str,
     /// The endpoint.
@@ -134,12 +136,12 @@ impl SharedServiceBoundaryPolicy {
         self.budgets.window * 2
     }
 
-    /// The caller-namespace counter of window `bucket`.
-    pub fn namespace_key(caller_namespace: &str, bucket: u64) -> String {
+    /// The caller's counter over every boundary, of window `bucket`.
+    pub fn namespace_key(caller: &str, bucket: u64) -> String {
         format!(
             "{}namespace-rate:{}:{bucket}",
             Self::PREFIX,
-            hash_dimensions(&[caller_namespace])
+            hash_dimensions(&[caller])
         )
     }
 
@@ -149,7 +151,7 @@ impl SharedServiceBoundaryPolicy {
             "{}rate:{}:{bucket}",
             Self::PREFIX,
             hash_dimensions(&[
-                boundary.caller_namespace,
+                boundary.caller,
                 boundary.target_namespace,
                 boundary.endpoint,
                 boundary.service,
@@ -202,7 +204,7 @@ impl SharedServiceBoundaryPolicy {
             (
                 BudgetScope::CallerNamespace,
                 self.budgets.per_namespace,
-                Self::namespace_key(boundary.caller_namespace, bucket),
+                Self::namespace_key(boundary.caller, bucket),
             ),
             (
                 BudgetScope::Boundary,
@@ -232,7 +234,7 @@ mod tests {
     use crate::cache::{MemoryCache, UnreachableCache};
 
     const CALL: Boundary<'static> = Boundary {
-        caller_namespace: "tenant-secret",
+        caller: "tenant-secret",
         target_namespace: "payments-secret",
         endpoint: "billing-endpoint",
         service: "invoices-service",
@@ -257,7 +259,7 @@ mod tests {
     #[test]
     fn keys_carry_hashes_never_the_names() {
         let keys = [
-            SharedServiceBoundaryPolicy::namespace_key(CALL.caller_namespace, 7),
+            SharedServiceBoundaryPolicy::namespace_key(CALL.caller, 7),
             SharedServiceBoundaryPolicy::boundary_key(&CALL, 7),
         ];
         for key in &keys {
@@ -279,7 +281,7 @@ mod tests {
             keys[1]
         );
         other = CALL;
-        other.caller_namespace = "tenant-b";
+        other.caller = "tenant-b";
         assert_ne!(
             SharedServiceBoundaryPolicy::boundary_key(&other, 7),
             keys[1]

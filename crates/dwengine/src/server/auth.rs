@@ -5,6 +5,15 @@
 //! the operator surfaces under `/api/system`). Cluster discovery accepts any
 //! role; health and readiness probes need none. `--dev` runs without auth.
 //! Tokens are compared in constant time and never echoed.
+//!
+//! A token may be bound to namespaces (`token@namespace` or
+//! `token@a|b` in its role's variable): a bound token acts only in those
+//! namespaces on the namespace-scoped routes, and its service calls are
+//! made as one of them (a body `caller_namespace` outside them is refused).
+//! An unbound token acts in any namespace, as before: the single-tenant
+//! form. Service-call budgets are keyed by the authenticated caller, the
+//! token's [`Caller::token_id`] (and, for a bound token, the namespace it
+//! calls as), never by what a request body claims.
 
 use std::collections::HashMap;
 
@@ -57,13 +66,16 @@ pub enum Plane {
     Admin,
     /// `/api/external-payloads/*`: clients and workers both move payloads.
     Payload,
+    /// `/api/bridge-adapters/webhook/*`: no bearer token; each delivery is
+    /// signed with its webhook's secret (`server::webhooks`).
+    Webhook,
 }
 
 impl Plane {
     /// Whether `role` may use this plane.
     pub fn admits(self, role: Role) -> bool {
         match self {
-            Plane::Probe | Plane::Discovery => true,
+            Plane::Probe | Plane::Discovery | Plane::Webhook => true,
             Plane::Worker => matches!(role, Role::Worker | Role::Admin),
             Plane::Control => matches!(role, Role::Operator | Role::Admin),
             Plane::Admin => role == Role::Admin,
@@ -72,50 +84,180 @@ impl Plane {
     }
 }
 
+/// The separator of a token's namespace binding (`token@namespace`).
+pub const BINDING_SEPARATOR: char = '@';
+/// The separator of a binding's namespaces (`token@a|b`).
+pub const NAMESPACE_SEPARATOR: char = '|';
+
+/// Who a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's role.
+    pub role: Role,
+    /// A stable name of the token that is not the token: the first 16 hex
+    /// digits of its SHA-256. Budgets are keyed by it; it is never echoed.
+    pub token_id: String,
+    /// The namespaces the token is bound to (`None`: unbound, any namespace).
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl Caller {
+    /// Whether the caller may act in `namespace`.
+    pub fn admits_namespace(&self, namespace: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|bound| bound.iter().any(|n| n == namespace))
+    }
+}
+
+/// A token's grant: its role and the namespaces it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Grant {
+    role: Role,
+    token_id: String,
+    namespaces: Option<Vec<String>>,
+}
+
+/// A token entry that cannot be read; the token itself is never quoted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenProblem {
+    /// The role's variable.
+    pub variable: &'static str,
+    /// The entry's position in the variable's list (1-based).
+    pub entry: usize,
+    /// What is wrong and what to write instead.
+    pub problem: String,
+}
+
 /// The configured tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
-    by_token: HashMap<String, Role>,
+    by_token: HashMap<String, Grant>,
 }
 
 impl Tokens {
-    /// Reads each role's comma-separated tokens through `lookup`; `None`
-    /// when no role has one.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Option<Tokens> {
-        let mut by_token = HashMap::new();
+    /// Reads each role's comma-separated tokens through `lookup`:
+    /// `token` (unbound) or `token@namespace[|namespace…]` (bound; split
+    /// at the last `@`). `Ok(None)` when no role has one; every malformed
+    /// entry is an error naming its variable and position.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Tokens>, Vec<TokenProblem>> {
+        let mut tokens = Tokens::default();
+        let mut problems = Vec::new();
         for role in Role::ALL {
-            for token in lookup(role.variable()).unwrap_or_default().split(',') {
-                let token = token.trim();
-                if !token.is_empty() {
-                    by_token.insert(token.to_owned(), role);
+            let list = lookup(role.variable()).unwrap_or_default();
+            let entries = list.split(',').map(str::trim).filter(|e| !e.is_empty());
+            for (n, entry) in entries.enumerate() {
+                match parse_entry(entry) {
+                    Ok((token, namespaces)) => tokens.insert(token, role, namespaces),
+                    Err(problem) => problems.push(TokenProblem {
+                        variable: role.variable(),
+                        entry: n + 1,
+                        problem,
+                    }),
                 }
             }
         }
-        (!by_token.is_empty()).then_some(Tokens { by_token })
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok((!tokens.by_token.is_empty()).then_some(tokens))
     }
 
-    /// Tokens given directly (tests).
+    /// Unbound tokens given directly (tests).
     pub fn new(tokens: impl IntoIterator<Item = (String, Role)>) -> Tokens {
-        Tokens {
-            by_token: tokens.into_iter().collect(),
+        let mut out = Tokens::default();
+        for (token, role) in tokens {
+            out.insert(token, role, None);
         }
+        out
+    }
+
+    /// These tokens and `token` bound to `namespaces` (tests).
+    pub fn with_bound(mut self, token: &str, role: Role, namespaces: &[&str]) -> Tokens {
+        let bound = namespaces.iter().map(|n| (*n).to_owned()).collect();
+        self.insert(token.to_owned(), role, Some(bound));
+        self
+    }
+
+    fn insert(&mut self, token: String, role: Role, namespaces: Option<Vec<String>>) {
+        let token_id = token_id(&token);
+        self.by_token.insert(
+            token,
+            Grant {
+                role,
+                token_id,
+                namespaces,
+            },
+        );
     }
 
     /// The role of a presented bearer token.
     pub fn role_of(&self, presented: &str) -> Option<Role> {
+        self.caller_of(presented).map(|c| c.role)
+    }
+
+    /// Who a presented bearer token authenticates, if anyone.
+    pub fn caller_of(&self, presented: &str) -> Option<Caller> {
         // Both sides are compared as SHA-256 digests, every configured
         // token each time, byte by byte without an early exit: the time
         // taken says neither how much of a token was guessed nor how long
         // the configured tokens are.
         let presented = digest(presented);
         let mut found = None;
-        for (token, role) in &self.by_token {
+        for (token, grant) in &self.by_token {
             if constant_time_eq(&digest(token), &presented) {
-                found = Some(*role);
+                found = Some(grant);
             }
         }
-        found
+        found.map(|grant| Caller {
+            role: grant.role,
+            token_id: grant.token_id.clone(),
+            namespaces: grant.namespaces.clone(),
+        })
     }
+}
+
+/// One entry of a role's list: the token and its binding.
+fn parse_entry(entry: &str) -> Result<(String, Option<Vec<String>>), String> {
+    let Some((token, bound)) = entry.rsplit_once(BINDING_SEPARATOR) else {
+        return Ok((entry.to_owned(), None));
+    };
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(format!(
+            "the entry has a namespace binding but no token: write token{BINDING_SEPARATOR}namespace"
+        ));
+    }
+    let mut namespaces = Vec::new();
+    for namespace in bound.split(NAMESPACE_SEPARATOR).map(str::trim) {
+        if namespace.is_empty() {
+            return Err(format!(
+                "the token's binding names an empty namespace: write token{BINDING_SEPARATOR}namespace or token{BINDING_SEPARATOR}a{NAMESPACE_SEPARATOR}b, or leave the token unbound without {BINDING_SEPARATOR}"
+            ));
+        }
+        if namespace
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(
+                "a bound namespace must not contain whitespace or control characters".into(),
+            );
+        }
+        if !namespaces.iter().any(|n| n == namespace) {
+            namespaces.push(namespace.to_owned());
+        }
+    }
+    Ok((token.to_owned(), Some(namespaces)))
+}
+
+/// The token's stable name: the first 16 hex digits of its SHA-256.
+fn token_id(token: &str) -> String {
+    digest(token)[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -143,6 +285,7 @@ pub fn plane_of(method: &str, path: &str) -> Plane {
         // `/api/system/health` is an operator surface (admin), as documented.
         "/api/health" | "/api/ready" => Plane::Probe,
         "/api/cluster/info" => Plane::Discovery,
+        _ if path.starts_with("/api/bridge-adapters/webhook/") => Plane::Webhook,
         _ if path.starts_with("/api/worker/") => Plane::Worker,
         _ if path.starts_with("/api/external-payloads/") => Plane::Payload,
         _ if path == "/api/namespaces" || path.starts_with("/api/namespaces/") => {
@@ -195,12 +338,16 @@ mod tests {
             ("DW_AUTH_OPERATOR_TOKENS", "o1"),
             ("DW_AUTH_ADMIN_TOKENS", "a1"),
         ]);
-        let tokens = Tokens::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        let tokens = Tokens::from_lookup(|k| env.get(k).map(|v| v.to_string()))
+            .unwrap()
+            .unwrap();
         assert_eq!(tokens.role_of("w2"), Some(Role::Worker));
         assert_eq!(tokens.role_of("o1"), Some(Role::Operator));
         assert_eq!(tokens.role_of("a1"), Some(Role::Admin));
         assert_eq!(tokens.role_of("w"), None);
-        assert!(Tokens::from_lookup(|_| Some(" , ".into())).is_none());
+        assert!(Tokens::from_lookup(|_| Some(" , ".into()))
+            .unwrap()
+            .is_none());
 
         assert_eq!(plane_of("GET", "/api/system/health"), Plane::Admin);
         assert_eq!(plane_of("GET", "/api/health"), Plane::Probe);
@@ -220,5 +367,63 @@ mod tests {
             Plane::Payload
         );
         assert!(Plane::Payload.admits(Role::Worker) && Plane::Payload.admits(Role::Operator));
+        assert_eq!(
+            plane_of("POST", "/api/bridge-adapters/webhook/stripe"),
+            Plane::Webhook
+        );
+    }
+
+    #[test]
+    fn tokens_bind_to_namespaces_and_unbound_tokens_stay_unbound() {
+        let env = HashMap::from([
+            (
+                "DW_AUTH_OPERATOR_TOKENS",
+                "plain, t@nt@tenant-a, multi@a|b|a",
+            ),
+            ("DW_AUTH_WORKER_TOKENS", "w@tenant-a"),
+        ]);
+        let tokens = Tokens::from_lookup(|k| env.get(k).map(|v| v.to_string()))
+            .unwrap()
+            .unwrap();
+        let plain = tokens.caller_of("plain").unwrap();
+        assert_eq!((plain.role, &plain.namespaces), (Role::Operator, &None));
+        assert!(plain.admits_namespace("anything"));
+        // Split at the last '@': the token may hold one.
+        let bound = tokens.caller_of("t@nt").unwrap();
+        assert_eq!(bound.namespaces, Some(vec!["tenant-a".to_owned()]));
+        assert!(bound.admits_namespace("tenant-a") && !bound.admits_namespace("tenant-b"));
+        assert_eq!(
+            tokens.caller_of("t@nt@tenant-a"),
+            None,
+            "the binding is not the token"
+        );
+        let multi = tokens.caller_of("multi").unwrap();
+        assert_eq!(multi.namespaces, Some(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(tokens.role_of("w"), Some(Role::Worker));
+        // The id names the token without being it, and differs per token.
+        assert_eq!(plain.token_id.len(), 16);
+        assert!(!plain.token_id.contains("plain"));
+        assert_ne!(plain.token_id, bound.token_id);
+        assert_eq!(tokens.caller_of("plain").unwrap().token_id, plain.token_id);
+    }
+
+    #[test]
+    fn malformed_bindings_are_refused_naming_variable_and_entry_not_token() {
+        let env = HashMap::from([(
+            "DW_AUTH_ADMIN_TOKENS",
+            "ok, secret-one@, @tenant, secret-two@a||b",
+        )]);
+        let problems = Tokens::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        let entries: Vec<usize> = problems.iter().map(|p| p.entry).collect();
+        assert_eq!(entries, [2, 3, 4]);
+        for p in &problems {
+            assert_eq!(p.variable, "DW_AUTH_ADMIN_TOKENS");
+            assert!(!p.problem.contains("secret"), "{}", p.problem);
+        }
+        assert!(
+            problems[1].problem.contains("no token"),
+            "{}",
+            problems[1].problem
+        );
     }
 }

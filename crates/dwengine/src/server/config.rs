@@ -73,7 +73,7 @@ impl fmt::Display for Problem {
         match self {
             Problem::MissingServerId => f.write_str("DW_SERVER_ID is required: every node needs its own unique id (or start with --dev for a generated one)"),
             Problem::NoDataDir => f.write_str("no data directory: set DW_DATA_DIR (or DW_DATABASE_PATH, or HOME / XDG_DATA_HOME), or start with --dev for an in-memory store"),
-            Problem::MissingTokens => f.write_str("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated), or DW_AUTH=none to serve without authentication, or start with --dev"),
+            Problem::MissingTokens => f.write_str("no API tokens: set DW_AUTH_WORKER_TOKENS, DW_AUTH_OPERATOR_TOKENS and/or DW_AUTH_ADMIN_TOKENS (comma-separated, each token optionally bound to namespaces as token@namespace or token@a|b), or DW_AUTH=none to serve without authentication, or start with --dev"),
             Problem::Invalid { value, problem, source: source @ Source::File { .. }, .. } => {
                 write!(f, "{source} = {value:?}: {problem}")
             }
@@ -208,6 +208,7 @@ pub const PROCESS_VARIABLES: &[&str] = &[
     "DW_AUTH_OPERATOR_TOKENS",
     "DW_AUTH_ADMIN_TOKENS",
     "DW_ALLOWED_HOSTS",
+    crate::server::webhooks::WEBHOOKS_ENV,
     "DW_NAMESPACE_REQUEST_LIMITS",
     "DW_NAMESPACE_DURABLE_STATE_LIMITS",
     "DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS",
@@ -673,11 +674,59 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         ));
         config.workflow_task_failure_type_limit =
             parse(&config_key_variable(WORKFLOW_TASK_FAILURE_TYPES.config_key));
-        config.auth = Tokens::from_lookup(lookup);
+        let mut tokens_refused = false;
+        config.auth = match Tokens::from_lookup(lookup) {
+            Ok(tokens) => tokens,
+            Err(problems) => {
+                tokens_refused = true;
+                // The value is a list of secrets: the problem names the
+                // entry by its position, never by its text.
+                for p in problems {
+                    self.invalid(
+                        p.variable,
+                        &format!("(entry {} of the list)", p.entry),
+                        p.problem,
+                    );
+                }
+                None
+            }
+        };
+        {
+            use crate::server::webhooks::{
+                Webhooks, MAX_REPLAY_WINDOW_SECONDS, REPLAY_WINDOW_KEY, WEBHOOKS_ENV,
+            };
+            if let Some(list) = lookup(WEBHOOKS_ENV) {
+                match Webhooks::parse(&list) {
+                    Ok(hooks) => config.webhooks = hooks,
+                    Err(problems) => {
+                        // Entries hold secrets: named by position only.
+                        for (entry, problem) in problems {
+                            self.invalid(
+                                WEBHOOKS_ENV,
+                                &format!("(entry {entry} of the list)"),
+                                problem,
+                            );
+                        }
+                    }
+                }
+            }
+            let variable = config_key_variable(REPLAY_WINDOW_KEY);
+            if let Some(n) = parse(&variable).filter(|n| *n > 0) {
+                if n > MAX_REPLAY_WINDOW_SECONDS {
+                    self.invalid(
+                        &variable,
+                        &n.to_string(),
+                        format!("at most {MAX_REPLAY_WINDOW_SECONDS} seconds (a longer window keeps captured deliveries valid longer)"),
+                    );
+                } else {
+                    config.webhooks.replay_window = Duration::from_secs(n);
+                }
+            }
+        }
         let auth_off = lookup("DW_AUTH").is_some_and(|v| v.trim() == "none");
         if dev || auth_off {
             config.auth = None;
-        } else if config.auth.is_none() {
+        } else if config.auth.is_none() && !tokens_refused {
             self.fail(Problem::MissingTokens);
         }
         config.allowed_hosts = match lookup("DW_ALLOWED_HOSTS") {
@@ -909,6 +958,22 @@ mod tests {
             false,
         );
         assert_eq!(no_tokens.unwrap_err().problems, [Problem::MissingTokens]);
+        // A malformed binding is refused naming the variable and the
+        // entry's position; the secret is never printed.
+        let bad_binding = ServerConfig::from_lookup(
+            |k| match k {
+                "DW_SERVER_ID" => Some("n".into()),
+                "DW_DATABASE_PATH" => Some(":memory:".into()),
+                "DW_AUTH_OPERATOR_TOKENS" => Some("good@tenant-a, hush-hush@".into()),
+                _ => None,
+            },
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(bad_binding.invalid_names(), ["DW_AUTH_OPERATOR_TOKENS"]);
+        let text = bad_binding.to_string();
+        assert!(text.contains("entry 2"), "{text}");
+        assert!(!text.contains("hush") && !text.contains("good"), "{text}");
         let with_token = ServerConfig::from_lookup(
             |k| match k {
                 "DW_SERVER_ID" => Some("n".into()),

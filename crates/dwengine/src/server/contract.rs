@@ -68,6 +68,8 @@ pub enum Group {
     WorkflowStreams,
     /// The operator console at `/ui` (`server.ui.*`): on or off, and its caps.
     Console,
+    /// Webhook intake (`DW_WEBHOOKS`, `server.webhooks.*`).
+    Webhooks,
     /// What one node serves at once: waiting calls (`server.waits.*`) and
     /// connections and their timeouts (`server.http.*`).
     Serving,
@@ -87,6 +89,7 @@ impl Group {
             Group::DurableState => "durable_state",
             Group::WorkflowStreams => "workflow_streams",
             Group::Console => "console",
+            Group::Webhooks => "webhooks",
             Group::Serving => "serving",
         }
     }
@@ -103,6 +106,7 @@ impl Group {
             Group::DurableState => "Namespace durable-state quota",
             Group::WorkflowStreams => "Workflow streams",
             Group::Console => "Operator console (/ui)",
+            Group::Webhooks => "Webhook intake",
             Group::Serving => "Waits and connections",
         }
     }
@@ -553,12 +557,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         (
             ServiceBoundaryBudgets::PER_NAMESPACE_KEY,
             budgets.per_namespace,
-            "service calls one caller namespace makes per minute over every boundary; past it 429 service_call_rate_limited",
+            "service calls one authenticated caller (a token; a bound token per namespace) makes per minute over every boundary; past it 429 service_call_rate_limited",
         ),
         (
             ServiceBoundaryBudgets::PER_BOUNDARY_KEY,
             budgets.per_boundary,
-            "service calls one caller namespace makes per minute into one endpoint/service/operation (an operation's boundary_policy.rate_limit may narrow it)",
+            "service calls one authenticated caller makes per minute into one endpoint/service/operation (an operation's boundary_policy.rate_limit may narrow it)",
         ),
     ] {
         out.push(Limit {
@@ -572,6 +576,49 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             zero: "disables",
             limits,
         });
+    }
+    {
+        use crate::server::webhooks::{
+            DEFAULT_REPLAY_WINDOW_SECONDS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_WEBHOOKS,
+            REPLAY_WINDOW_KEY,
+        };
+        out.push(Limit {
+            name: "replay_window_seconds".into(),
+            group: Group::Webhooks,
+            config_key: Some(REPLAY_WINDOW_KEY.into()),
+            env: Some(config_key_variable(REPLAY_WINDOW_KEY)),
+            default: DEFAULT_REPLAY_WINDOW_SECONDS,
+            current: config.webhooks.replay_window.as_secs(),
+            unit: "seconds",
+            zero: "default",
+            limits: "how far a delivery's signed timestamp may be from the server's clock (401 webhook_timestamp_out_of_window past it), and how long its signature is kept as a replay key (twice this; at most 450)",
+        });
+        for (name, value, unit, limits) in [
+            (
+                "max_webhooks",
+                MAX_WEBHOOKS as u64,
+                "count",
+                "webhooks DW_WEBHOOKS may register (more stops the start)",
+            ),
+            (
+                "idempotency_key",
+                MAX_IDEMPOTENCY_KEY_CHARS as u64,
+                "characters",
+                "a delivery's idempotency_key (422 malformed_payload past it)",
+            ),
+        ] {
+            out.push(Limit {
+                name: name.to_owned(),
+                group: Group::Webhooks,
+                config_key: None,
+                env: None,
+                default: value,
+                current: value,
+                unit,
+                zero: "-",
+                limits,
+            });
+        }
     }
     let streams = &config.store.streams;
     for (name, env, default, current, limits) in [

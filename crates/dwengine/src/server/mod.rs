@@ -8,7 +8,8 @@
 //! [`auth`] the token roles, [`imports`], [`archive`] and
 //! [`search_attributes`] the v1 import, archive and search-attribute
 //! registration, [`streams`] the runs' output streams, [`schedules`] the schedules and their due sweep, [`services`] the
-//! service catalog and Nexus service calls, [`contract`] and [`config_file`] the configuration
+//! service catalog and Nexus service calls, [`webhooks`] and
+//! [`webhook_intake`] the signed webhook intake, [`contract`] and [`config_file`] the configuration
 //! contract, and [`http`] adapts them to axum. [`Running`]
 //! serves an engine on a background runtime, which is how the binary and
 //! the integration tests start it.
@@ -46,6 +47,8 @@ pub mod services;
 pub mod streams;
 pub mod timeouts;
 pub mod ui;
+pub mod webhook_intake;
+pub mod webhooks;
 pub mod wire;
 pub mod worker;
 

@@ -24,6 +24,7 @@ use crate::server::auth::Tokens;
 use crate::server::external_payloads::ExternalPayloadSweep;
 use crate::server::schedules::ScheduleSweep;
 use crate::server::timeouts::TimeoutSweep;
+use crate::server::webhooks::Webhooks;
 use crate::service_boundary::ServiceBoundaryBudgets;
 use crate::store::StoreConfig;
 use crate::wait_slots::WaitCaps;
@@ -123,6 +124,8 @@ pub struct ServerConfig {
     pub workflow_task_failure_type_limit: Option<u64>,
     /// Bearer tokens by role; `None` serves without authentication.
     pub auth: Option<Tokens>,
+    /// The registered webhooks (`DW_WEBHOOKS`) and their replay window.
+    pub webhooks: Webhooks,
     /// Accepted `Host` header names (any port); empty accepts any host.
     pub allowed_hosts: Vec<String>,
     /// `server.query_tasks.*`: query timeout, retention, lease and pending
@@ -196,6 +199,7 @@ impl ServerConfig {
             workflow_task_failure_type_limit: None,
             drift_report_ttl: crate::projections::DriftCache::DEFAULT_TTL,
             auth: None,
+            webhooks: Webhooks::default(),
             allowed_hosts: Vec::new(),
             query_tasks: QueryTaskSettings::default(),
             sqlite_poll_claim_gate: None,

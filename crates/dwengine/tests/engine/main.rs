@@ -61,4 +61,5 @@ mod transitions;
 mod ui;
 mod unsupported;
 mod wait_slot_processes;
+mod webhooks;
 mod wire_events;

@@ -21,22 +21,24 @@ const OPERATION: &str = "/api/service-endpoints/billing/services/invoices/operat
 /// Registers billing/invoices/charge in `ns`, bound to workflow type
 /// `Charge` on task queue `payments`, with `boundary_policy`.
 fn catalog(s: &TestServer, ns: &str, boundary_policy: Value) {
-    let (status, body) = s.post_ns(
-        ns,
+    catalog_with(|path, body| s.post_ns(ns, path, body), boundary_policy);
+}
+
+/// [`catalog`] through `post` (a path and a body: the status and answer).
+fn catalog_with(post: impl Fn(&str, Value) -> (u16, Value), boundary_policy: Value) {
+    let (status, body) = post(
         "/api/service-endpoints",
         json!({ "endpoint_name": "Billing", "description": "money" }),
     );
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["endpoint_name"], "billing", "names are lower-cased");
-    let (status, body) = s.post_ns(
-        ns,
+    let (status, body) = post(
         "/api/service-endpoints/billing/services",
         json!({ "service_name": "invoices" }),
     );
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["endpoint_name"], "billing");
-    let (status, body) = s.post_ns(
-        ns,
+    let (status, body) = post(
         "/api/service-endpoints/billing/services/invoices/operations",
         json!({ "operation_name": "charge", "operation_mode": "sync",
                 "handler_binding_kind": "start_workflow",
@@ -450,6 +452,103 @@ fn a_made_up_caller_namespace_is_refused_and_spends_no_budget() {
         .map(|_| execute(&s, "payments", call("tenant-a", None, "accepted")).0)
         .collect();
     assert_eq!(answers, [200, 200, 200, 429]);
+}
+
+/// `POST path` in `ns` with `Authorization: Bearer token`.
+fn authed(s: &TestServer, token: &str, ns: &str, path: &str, body: Value) -> (u16, Value) {
+    let result = ureq::post(&format!("{}{path}", s.base))
+        .set("authorization", &format!("Bearer {token}"))
+        .set("x-namespace", ns)
+        .send_json(body);
+    match result {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+/// With tokens the budget is the authenticated caller's. A client that
+/// named a different registered caller namespace on each call used to get
+/// 8 of 8 calls through a 3-a-minute budget; with one token it now gets 3
+/// of 8. A token bound to a namespace calls only as that namespace (403
+/// `caller_namespace_mismatch` otherwise, counting nothing), has a budget
+/// of its own, and acts only in its namespaces on the other routes.
+#[test]
+fn the_service_call_budget_is_the_tokens_and_a_bound_token_calls_as_its_namespace() {
+    use dwengine::server::auth::{Role, Tokens};
+    let s = TestServer::start(memory_cache(), |c| {
+        c.auth = Some(
+            Tokens::new([
+                ("adm".to_owned(), Role::Admin),
+                ("any".to_owned(), Role::Operator),
+            ])
+            .with_bound("bound-a", Role::Operator, &["tenant-a"])
+            .with_bound("bound-b", Role::Operator, &["tenant-b"]),
+        );
+    });
+    let execute_as = |token: &str, body: Value| {
+        authed(&s, token, "payments", &format!("{OPERATION}/execute"), body)
+    };
+    let callers: Vec<String> = (0..8).map(|n| format!("caller-{n}")).collect();
+    for ns in ["payments", "tenant-a", "tenant-b"]
+        .into_iter()
+        .chain(callers.iter().map(String::as_str))
+    {
+        let (status, body) = authed(
+            &s,
+            "adm",
+            "default",
+            "/api/namespaces",
+            json!({ "name": ns }),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    catalog_with(
+        |path, body| authed(&s, "adm", "payments", path, body),
+        json!({ "rate_limit": { "requests_per_minute": 3 } }),
+    );
+    early_in_window(Duration::from_secs(60), Duration::from_secs(20));
+    // One unbound token, a different registered caller namespace each call.
+    let statuses: Vec<u16> = callers
+        .iter()
+        .map(|caller| execute_as("any", call(caller, None, "accepted")).0)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    // A bound token naming another namespace is refused before anything is
+    // counted or written.
+    for _ in 0..3 {
+        let (status, body) = execute_as("bound-a", call("tenant-b", None, "accepted"));
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(body["reason"], "caller_namespace_mismatch");
+        assert_eq!(body["token_namespaces"], json!(["tenant-a"]));
+        assert_eq!(body["accepted"], false);
+    }
+    // Its own namespace, named or left out, spends its own whole budget.
+    let mut own = call("tenant-a", None, "accepted");
+    let answers: Vec<(u16, Value)> = (0..4)
+        .map(|n| {
+            if n % 2 == 1 {
+                own.as_object_mut().unwrap().remove("caller_namespace");
+            }
+            execute_as("bound-a", own.clone())
+        })
+        .collect();
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429], "{answers:?}");
+    assert_eq!(answers[1].1["caller_namespace"], "tenant-a");
+    // Another bound token has a budget of its own.
+    let (status, body) = execute_as("bound-b", call("tenant-b", None, "accepted"));
+    assert_eq!(status, 200, "{body}");
+    // Outside service calls a bound token acts only in its namespaces.
+    let start = json!({ "workflow_id": "w", "workflow_type": "T", "task_queue": "q",
+                        "input": { "codec": "json", "blob": "[]" } });
+    let (status, body) = authed(&s, "bound-a", "tenant-b", "/api/workflows", start.clone());
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["reason"], "namespace_forbidden");
+    let (status, body) = authed(&s, "bound-a", "tenant-a", "/api/workflows", start.clone());
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = authed(&s, "any", "tenant-b", "/api/workflows", start);
+    assert_eq!(status, 201, "an unbound token acts anywhere: {body}");
 }
 
 /// `return_existing_active` answers with an open run of the id only when

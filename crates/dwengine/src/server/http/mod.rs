@@ -16,6 +16,7 @@ mod services;
 mod streams;
 mod system;
 mod waiting;
+mod webhooks;
 mod worker_tasks;
 mod workflows;
 
@@ -58,6 +59,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(services::routes())
         .merge(worker_tasks::routes())
         .merge(external_payloads::routes())
+        .merge(webhooks::routes())
         .merge(crate::server::ui::routes(&engine))
         .fallback(|| async {
             refuse_with(
@@ -92,13 +94,15 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         return next.run(request).await;
     }
     let plane = plane_of(&method, &path);
+    let mut caller = None;
     if let Some(tokens) = &engine.config.auth {
-        if plane != Plane::Probe {
+        // Webhook deliveries carry their own signature instead of a token.
+        if !matches!(plane, Plane::Probe | Plane::Webhook) {
             let presented = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::server::auth::bearer_token);
-            let Some(role) = presented.and_then(|t| tokens.role_of(t)) else {
+            let Some(found) = presented.and_then(|t| tokens.caller_of(t)) else {
                 return closing(
                     refuse_with(
                         StatusCode::UNAUTHORIZED,
@@ -107,6 +111,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
                     unread,
                 );
             };
+            let role = found.role;
             if !plane.admits(role) {
                 return closing(
                     refuse_with(
@@ -117,6 +122,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
                     unread,
                 );
             }
+            caller = Some(found);
         }
     }
     // Payload uploads are raw bytes (application/octet-stream).
@@ -155,7 +161,29 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         if let Err(e) = checked {
             return with_echo(refuse(e), echo);
         }
+        // A token bound to namespaces acts only in them; a service call
+        // crosses into another namespace's catalog by design and is made
+        // as the token's namespace (checked by the call itself).
+        if let Some(caller) = &caller {
+            if !caller.admits_namespace(&namespace) && !is_service_call(&path) {
+                return with_echo(
+                    closing(
+                        refuse_with(
+                            StatusCode::FORBIDDEN,
+                            json!({ "reason": "namespace_forbidden", "namespace": namespace,
+                                    "token_namespaces": caller.namespaces,
+                                    "message": format!("this token is bound to other namespaces than {namespace:?}; send X-Namespace with one of its namespaces, or use a token bound to {namespace:?}") }),
+                        ),
+                        unread,
+                    ),
+                    echo,
+                );
+            }
+        }
         request.extensions_mut().insert(Scope { namespace });
+    }
+    if let Some(caller) = caller {
+        request.extensions_mut().insert(caller);
     }
     with_echo(next.run(request).await, echo)
 }
@@ -268,6 +296,14 @@ fn version_of(
     }
 }
 
+/// A Nexus operation call or the look at one: the routes a bound token may
+/// use in another namespace (the catalog's).
+fn is_service_call(path: &str) -> bool {
+    path.starts_with("/api/service-endpoints/")
+        && path.contains("/operations/")
+        && (path.ends_with("/execute") || path.contains("/service-calls/"))
+}
+
 /// Control-plane routes: versioned and namespace-scoped (`X-Namespace`).
 fn is_control_plane(path: &str) -> bool {
     [
@@ -317,6 +353,21 @@ async fn read<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
+    let bytes = read_bytes(engine, headers, body).await?;
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &bytes
+    };
+    serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed(e.to_string()))
+}
+
+/// The body's bytes, at most the payload limit (`413` past it).
+async fn read_bytes(
+    engine: &Engine,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
     let limits = &engine.config.request_limits;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -343,12 +394,7 @@ async fn read<T: DeserializeOwned>(
         Err(e) => return Err(ApiError::Malformed(format!("unreadable body: {e}"))),
     };
     limits.check_body(bytes.len() as u64)?;
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        &bytes
-    };
-    serde_json::from_slice(bytes).map_err(|e| ApiError::Malformed(e.to_string()))
+    Ok(bytes)
 }
 
 /// Runs `f` on the probe lane: a few threads of their own for health,

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::workflows::chosen_status;
 use super::{blocking, refuse, run_blocking, Scope, Shared};
+use crate::server::auth::Caller;
 use crate::server::services::{CreateEntry, CreateOperation, ExecuteOperation};
 use crate::server::{ApiError, Engine};
 
@@ -224,12 +225,16 @@ async fn delete_operation(
 async fn execute(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
+    caller: Option<Extension<Caller>>,
     Path(path): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let caller = caller.map(|Extension(c)| c);
     match super::read::<ExecuteOperation>(&engine, &headers, body).await {
-        Ok(body) => super::waiting::execute_service(engine, scope.namespace, path, body).await,
+        Ok(body) => {
+            super::waiting::execute_service(engine, scope.namespace, path, body, caller).await
+        }
         Err(e) => refuse(e),
     }
 }

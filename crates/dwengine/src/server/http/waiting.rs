@@ -21,6 +21,7 @@ use axum::Extension;
 use serde_json::Value;
 
 use super::{on_wait_lane, refuse, reply, Scope, Shared};
+use crate::server::auth::Caller;
 use crate::server::control::UpdateStep;
 use crate::server::queries::PendingQuery;
 use crate::server::services::{CallStep, ExecuteOperation};
@@ -236,12 +237,18 @@ pub(super) async fn execute_service(
     namespace: String,
     path: (String, String, String),
     body: ExecuteOperation,
+    caller: Option<Caller>,
 ) -> Response {
     let waiters = engine.waiters().clone();
     let turn = waiters.turn_to_begin(WaitKind::ServiceCall).await;
     let begun = on_wait_lane(engine.clone(), move |e| {
         let (endpoint, service, operation) = &path;
-        e.execute_service_operation(&namespace, (endpoint, service, operation), body)
+        e.execute_service_operation(
+            &namespace,
+            (endpoint, service, operation),
+            body,
+            caller.as_ref(),
+        )
     })
     .await;
     drop(turn);
