@@ -1309,3 +1309,154 @@ fn long_polls_are_answered_while_the_polling_cache_is_unreachable() {
     assert_eq!(leased, 1);
     drop(redis);
 }
+
+/// Tokens bound by configuration and a registered webhook, on a real
+/// dwserver configured through its environment. One operator token naming
+/// eight registered caller namespaces used to get 8 of 8 service calls
+/// through a 3-a-minute budget: the budget is now the token's, 3 of 8. A
+/// token bound to tenant-a cannot call as tenant-b (403). A webhook
+/// delivery needs its adapter's signature: a forged one is 401, the same
+/// signed delivery again 409, a retry signed anew converges on the first
+/// signal, and only one signal is pending.
+#[test]
+fn service_budgets_follow_the_token_and_webhooks_refuse_forgeries() {
+    use dwengine::server::webhooks::sign;
+    let _turn = one_at_a_time();
+    const SECRET: &str = "whsec-hostile-0123456789";
+    let server = Server::start(&[
+        ("DW_AUTH", ""),
+        ("DW_AUTH_ADMIN_TOKENS", "adm-token"),
+        ("DW_AUTH_OPERATOR_TOKENS", "op-any,op-a@tenant-a"),
+        (
+            "DW_SERVER_SERVICE_BOUNDARY_MAX_REQUESTS_PER_MINUTE_PER_BOUNDARY",
+            "3",
+        ),
+        ("DW_WEBHOOKS", &format!("stripe@tenant-a={SECRET}")),
+    ]);
+    let addr = server.addr.clone();
+    let as_token = |token: &str, ns: &str, method: &str, path: &str, body: Option<&Value>| {
+        let auth = format!("Bearer {token}");
+        call_raw(
+            &addr,
+            method,
+            path,
+            &[("Authorization", &auth), ("X-Namespace", ns)],
+            body,
+        )
+        .unwrap()
+    };
+    let callers: Vec<String> = (0..8).map(|n| format!("caller-{n}")).collect();
+    for ns in ["payments", "tenant-a"]
+        .into_iter()
+        .chain(callers.iter().map(String::as_str))
+    {
+        let (status, body) = as_token(
+            "adm-token",
+            "default",
+            "POST",
+            "/api/namespaces",
+            Some(&json!({ "name": ns })),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let catalog = "/api/service-endpoints";
+    for (path, body) in [
+        (catalog.to_owned(), json!({ "endpoint_name": "billing" })),
+        (
+            format!("{catalog}/billing/services"),
+            json!({ "service_name": "invoices" }),
+        ),
+        (
+            format!("{catalog}/billing/services/invoices/operations"),
+            json!({ "operation_name": "charge", "operation_mode": "async",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
+        ),
+    ] {
+        let (status, answer) = as_token("adm-token", "payments", "POST", &path, Some(&body));
+        assert_eq!(status, 201, "{path}: {answer}");
+    }
+    // All eight calls in one budget minute.
+    let into_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 60;
+    if into_minute > 40 {
+        std::thread::sleep(Duration::from_secs(61 - into_minute));
+    }
+    let execute = format!("{catalog}/billing/services/invoices/operations/charge/execute");
+    let call_as = |token: &str, caller: &str| {
+        as_token(
+            token,
+            "payments",
+            "POST",
+            &execute,
+            Some(&json!({ "arguments": "W10=", "payload_codec": "json",
+                          "wait_for": "accepted", "caller_namespace": caller })),
+        )
+    };
+    let answers: Vec<u16> = callers.iter().map(|c| call_as("op-any", c).0).collect();
+    let admitted = answers.iter().filter(|s| **s == 200).count();
+    println!("FIGURE service_call_budget callers_named=8 admitted={admitted} answers={answers:?}");
+    assert_eq!(tally(&answers), [(200, 3), (429, 5)].into_iter().collect());
+    let (status, body) = call_as("op-a", "caller-0");
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["reason"], "caller_namespace_mismatch");
+    let (status, body) = as_token("op-a", "caller-0", "GET", "/api/workflows", None);
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["reason"], "namespace_forbidden");
+
+    // The webhook signals a run of its namespace.
+    let (status, body) = as_token(
+        "op-a",
+        "tenant-a",
+        "POST",
+        "/api/workflows",
+        Some(
+            &json!({ "workflow_id": "order-1", "workflow_type": "Order", "task_queue": "orders",
+                      "input": { "codec": "json", "blob": "[]" } }),
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    let event = json!({ "action": "signal_workflow", "idempotency_key": "evt-1",
+                        "target": { "workflow_id": "order-1", "signal_name": "paid" } });
+    let deliver = |timestamp: u64, secret: &str| {
+        let timestamp = timestamp.to_string();
+        let signature = sign(secret.as_bytes(), &timestamp, event.to_string().as_bytes());
+        call_raw(
+            &addr,
+            "POST",
+            "/api/bridge-adapters/webhook/stripe",
+            &[
+                ("X-Durable-Workflow-Webhook-Timestamp", &timestamp),
+                ("X-Durable-Workflow-Webhook-Signature", &signature),
+            ],
+            Some(&event),
+        )
+        .unwrap()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (status, body) = deliver(now, "forged-secret-0123456789");
+    assert_eq!(
+        (status, &body["reason"]),
+        (401, &json!("webhook_signature_invalid"))
+    );
+    let (status, first) = deliver(now, SECRET);
+    assert_eq!(status, 202, "{first}");
+    let (status, body) = deliver(now, SECRET);
+    assert_eq!(
+        (status, &body["reason"]),
+        (409, &json!("webhook_replayed")),
+        "{body}"
+    );
+    let (status, again) = deliver(now - 1, SECRET);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["signal_id"], first["signal_id"]);
+    let (_, described) = as_token("op-a", "tenant-a", "GET", "/api/workflows/order-1", None);
+    assert_eq!(described["pending"]["signals"], 1, "{described}");
+    println!("FIGURE webhook forged=401 replayed=409 retried=200 pending_signals=1");
+}

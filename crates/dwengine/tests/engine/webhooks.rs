@@ -11,7 +11,7 @@ use crate::support;
 use dwengine::server::auth::{Role, Tokens};
 use dwengine::server::webhooks::{sign, ReplayKeys, Webhooks, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use serde_json::{json, Value};
-use support::{memory_cache, TestServer};
+use support::{cache_variants, memory_cache, SharedCache, TestServer};
 
 const SECRET: &str = "whsec-0123456789abcdef";
 const ROUTE: &str = "/api/bridge-adapters/webhook/";
@@ -183,10 +183,13 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
 
 /// Deliveries that are not signed by the adapter's secret, are signed too
 /// long ago, or repeat a signature already received are refused, and none
-/// writes a replay key or a command.
-#[test]
-fn bad_signatures_stale_timestamps_and_replays_are_refused() {
-    let s = TestServer::start(memory_cache(), |c| {
+/// writes a replay key or a command; on the in-process cache and on Redis,
+/// where every node of a deployment shares the replay keys.
+fn bad_signatures_stale_timestamps_and_replays_are_refused(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    let s = TestServer::start(cache, |c| {
         c.webhooks = Webhooks::default().with("stripe", "payments", SECRET);
     });
     s.start_workflow("payments", "order-1", "orders");
@@ -314,8 +317,9 @@ fn bad_signatures_stale_timestamps_and_replays_are_refused() {
         (404, &json!("workflow_not_found")),
         "{out}"
     );
-    assert_eq!(out["outcome"], "rejected");
+    assert_eq!(out["outcome"], "rejected", "[{backend}]");
 }
+cache_variants!(bad_signatures_stale_timestamps_and_replays_are_refused);
 
 /// The run's pending-signal limit refuses the webhook's signal exactly as
 /// the control plane's (409 and the same structural metadata), the run
