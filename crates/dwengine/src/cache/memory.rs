@@ -232,14 +232,19 @@ mod tests {
     #[test]
     fn entries_expire_and_stop_being_resident() {
         let cache = MemoryCache::default();
-        cache.put(KEY, b"x", Duration::from_millis(30)).unwrap();
+        cache.put(KEY, b"x", Duration::from_secs(600)).unwrap();
         assert_eq!(cache.get(KEY).unwrap(), Some(b"x".to_vec()));
         assert_eq!(cache.count_prefix("test-only:").unwrap(), 1);
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(cache.get(KEY).unwrap(), None);
+        // A put replaces the TTL too; the entry then expires on its own.
+        cache.put(KEY, b"y", Duration::from_millis(30)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cache.get(KEY).unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the entry never expired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(cache.count_prefix("test-only:").unwrap(), 0);
         // moka's timer wheel evicts at about one-second granularity.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while cache.resident_entries() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -248,26 +253,44 @@ mod tests {
 
     #[test]
     fn add_is_exclusive_until_expiry_and_counters_keep_their_bucket() {
+        // No step here depends on how fast the machine runs: exclusivity is
+        // checked under a TTL no test run outlives, and expiry is waited for.
         let cache = MemoryCache::default();
-        assert!(cache.add(KEY, b"1", Duration::from_millis(40)).unwrap());
-        assert!(!cache.add(KEY, b"2", Duration::from_millis(40)).unwrap());
-        std::thread::sleep(Duration::from_millis(60));
-        assert!(cache.add(KEY, b"3", Duration::from_millis(40)).unwrap());
+        let long = Duration::from_secs(600);
+        assert!(cache.add(KEY, b"1", long).unwrap());
+        assert!(!cache.add(KEY, b"2", long).unwrap(), "held: add refuses");
         assert!(cache.forget(KEY).unwrap());
         assert!(!cache.forget(KEY).unwrap());
 
+        let short = Duration::from_millis(40);
+        assert!(cache.add(KEY, b"3", short).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cache.add(KEY, b"4", short).unwrap() {
+            assert!(Instant::now() < deadline, "an added key never expired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+
         let counter = "test-only:n";
         for expected in 1..=3 {
-            let n = cache.increment(counter, Duration::from_millis(50)).unwrap();
-            assert_eq!(n, expected);
-            std::thread::sleep(Duration::from_millis(10));
+            assert_eq!(cache.increment(counter, long).unwrap(), expected);
         }
-        std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(
-            cache.get(counter).unwrap(),
-            None,
-            "increments never extend the bucket"
-        );
+        // A bucket's TTL runs from its first increment: increments that keep
+        // coming faster than the TTL must still see it end and start over at
+        // 1. Were each increment to extend it, it would count up for ever.
+        let other = "test-only:m";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        assert_eq!(cache.increment(other, short).unwrap(), 1);
+        loop {
+            let n = cache.increment(other, short).unwrap();
+            if n == 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "increments extended the bucket: {n} counted over 30 s of a 40 ms bucket"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     #[test]

@@ -303,6 +303,11 @@ const REDIS_DATABASES: u8 = 16;
 static LEASED: Mutex<u16> = Mutex::new(0);
 static RELEASED: Condvar = Condvar::new();
 
+/// How long a test waits before it looks again for a database another
+/// process gave back: a release in this process wakes it at once, one in
+/// another process cannot.
+const OTHER_PROCESS_RECHECK: Duration = Duration::from_millis(250);
+
 /// A Redis database held by one test, released when dropped.
 struct LeasedRedis {
     cache: RedisCache,
@@ -310,30 +315,35 @@ struct LeasedRedis {
 }
 
 impl LeasedRedis {
-    /// Waits for a free database (16 tests at once hold them all), flushes
+    /// Waits for a free database (16 tests at once hold them all, counting
+    /// every test process on this machine that uses the same server), flushes
     /// it and connects. A set but unusable URL fails the test: CI sets it,
     /// so Redis must run there.
     fn lease(url: &str) -> LeasedRedis {
         let deadline = std::time::Instant::now() + Duration::from_secs(600);
         let mut leased = LEASED.lock().unwrap_or_else(|e| e.into_inner());
-        let db = loop {
-            if let Some(db) = (0..REDIS_DATABASES).find(|db| *leased & (1 << db) == 0) {
+        let (db, lock) = loop {
+            let free = (0..REDIS_DATABASES)
+                .filter(|db| *leased & (1 << db) == 0)
+                .find_map(|db| machine_lock(url, db).map(|lock| (db, lock)));
+            if let Some((db, lock)) = free {
                 *leased |= 1 << db;
-                break db;
+                break (db, lock);
             }
             let now = std::time::Instant::now();
             assert!(
                 now < deadline,
-                "no Redis database came free in 600 s: {REDIS_DATABASES} tests hold one each"
+                "no Redis database of {url} came free in 600 s: {REDIS_DATABASES} tests \
+                 (of this process or another on this machine) hold one each"
             );
             leased = RELEASED
-                .wait_timeout(leased, deadline - now)
+                .wait_timeout(leased, (deadline - now).min(OTHER_PROCESS_RECHECK))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         };
         drop(leased);
         // Held before connecting, so a failed connection still releases `db`.
-        let lease = Release(db);
+        let lease = Release { db, _lock: lock };
         let url = format!("{}/{db}", url.trim_end_matches('/'));
         let cache = RedisCache::connect(&url)
             .unwrap_or_else(|e| panic!("DW_TEST_REDIS_URL is set but {url} is unusable: {e}"));
@@ -343,6 +353,40 @@ impl LeasedRedis {
             _lease: lease,
         }
     }
+}
+
+/// Takes database `db` of the Redis at `url` for this process, against every
+/// other test process on this machine: an exclusive lock on a file named
+/// after the server and the database, in the temporary directory. Two
+/// engine suites run at once (a stress run beside a PostgreSQL matrix run,
+/// say) then never flush or count each other's keys. The kernel drops the
+/// lock when the process ends, however it ends, so a killed run leaves no
+/// stale lease. `None` when another process holds it.
+fn machine_lock(url: &str, db: u8) -> Option<std::fs::File> {
+    let path = lease_file(url, db);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open the Redis lease file {}: {e}", path.display()));
+    match file.try_lock() {
+        Ok(()) => Some(file),
+        Err(std::fs::TryLockError::WouldBlock) => None,
+        Err(std::fs::TryLockError::Error(e)) => {
+            panic!("lock the Redis lease file {}: {e}", path.display())
+        }
+    }
+}
+
+/// The lock file of database `db` of the Redis at `url`.
+fn lease_file(url: &str, db: u8) -> std::path::PathBuf {
+    let server: String = url
+        .trim_end_matches('/')
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir().join(format!("dwengine-test-redis-{server}-db{db}.lock"))
 }
 
 /// A Redis database of this test alone, for child processes to share: its
@@ -364,7 +408,7 @@ pub fn redis_database() -> RedisDatabase {
     match std::env::var("DW_TEST_REDIS_URL") {
         Ok(url) if !url.is_empty() => {
             let leased = LeasedRedis::lease(&url);
-            let db = leased._lease.0;
+            let db = leased._lease.db;
             RedisDatabase {
                 url: format!("{}/{db}", url.trim_end_matches('/')),
                 cache: leased.cache,
@@ -378,13 +422,17 @@ pub fn redis_database() -> RedisDatabase {
     }
 }
 
-/// Gives database `.0` back to the pool.
-struct Release(u8);
+/// Gives database `db` back to this process's pool and, by closing the lock
+/// file, to the other processes on this machine.
+struct Release {
+    db: u8,
+    _lock: std::fs::File,
+}
 
 impl Drop for Release {
     fn drop(&mut self) {
         let mut leased = LEASED.lock().unwrap_or_else(|e| e.into_inner());
-        *leased &= !(1 << self.0);
+        *leased &= !(1 << self.db);
         RELEASED.notify_all();
     }
 }
@@ -463,5 +511,22 @@ pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
             return false;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The lease's machine-wide half: while one holder keeps database `db`'s
+/// lock file open, no other open of it (another process's, or this one's
+/// through another file) takes it; closing it frees it.
+#[test]
+fn a_redis_database_leased_here_is_refused_to_every_other_lease_until_released() {
+    // A URL no test uses, so a concurrent suite's leases never meet this one.
+    let url = format!("redis://lease-test-{}.invalid:1", std::process::id());
+    let held = machine_lock(&url, 3).expect("a free database is taken");
+    assert!(machine_lock(&url, 3).is_none(), "held: refused");
+    assert!(machine_lock(&url, 4).is_some(), "another database is free");
+    drop(held);
+    assert!(machine_lock(&url, 3).is_some(), "released: taken again");
+    for db in [3, 4] {
+        let _ = std::fs::remove_file(lease_file(&url, db));
     }
 }
