@@ -20,11 +20,14 @@ fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer
 }
 
 fn with_tokens(c: &mut dwengine::server::ServerConfig) {
-    c.auth = Some(Tokens::new([
-        ("op-token".to_owned(), Role::Operator),
-        ("admin-token".to_owned(), Role::Admin),
-        ("worker-token".to_owned(), Role::Worker),
-    ]));
+    c.auth = Some(
+        Tokens::new([
+            ("op-token".to_owned(), Role::Operator),
+            ("admin-token".to_owned(), Role::Admin),
+            ("worker-token".to_owned(), Role::Worker),
+        ])
+        .with_bound("tenant-token", Role::Operator, &["tenant-a"]),
+    );
 }
 
 /// A browser's view: no redirects followed, the sign-in cookie kept.
@@ -147,6 +150,15 @@ fn an_auth_enabled_console_signs_in_by_cookie_and_checks_roles() {
             .status,
         403
     );
+    // A token bound to namespaces would see every namespace here: refused
+    // at sign-in, and its cookie (were it set by hand) on every page.
+    let bound = browser.post("/ui/sign-in", &[("token", "tenant-token")]);
+    assert_eq!(bound.status, 403);
+    assert!(bound.set_cookie.is_none());
+    assert!(bound.body.contains("bound to namespaces"), "{}", bound.body);
+    // (base64url of "tenant-token")
+    browser.cookie = Some("dwserver_console=dGVuYW50LXRva2Vu".into());
+    assert_eq!(browser.get("/ui/runs").status, 403);
     // A forged cookie is no sign-in.
     browser.cookie = Some("dwserver_console=b3AtdG9rZW4x".into());
     assert_eq!(browser.get("/ui/runs").status, 303);

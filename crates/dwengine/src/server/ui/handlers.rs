@@ -59,6 +59,10 @@ fn admit(
                 Redirect::to(&link("/ui/sign-in", &[("next", next)])).into_response(),
             ))
         }
+        Err(Refusal::Bound) => Err(Box::new(html(
+            StatusCode::FORBIDDEN,
+            layout::problem(None, "default", 403, session::BOUND_TOKEN_REFUSAL),
+        ))),
         Err(Refusal::Role(role)) => Err(Box::new(html(
             StatusCode::FORBIDDEN,
             layout::problem(
@@ -159,7 +163,14 @@ pub async fn sign_in(State(engine): Shared, headers: HeaderMap, body: Body) -> R
             layout::sign_in(&next, Some("The form came from another site.")),
         );
     }
-    match tokens.role_of(parsed.token.trim()) {
+    let caller = tokens.caller_of(parsed.token.trim());
+    if caller.as_ref().is_some_and(|c| c.namespaces.is_some()) {
+        return html(
+            StatusCode::FORBIDDEN,
+            layout::sign_in(&next, Some(session::BOUND_TOKEN_REFUSAL)),
+        );
+    }
+    match caller.map(|c| c.role) {
         Some(role) if role != crate::server::auth::Role::Worker => {
             let mut response = Redirect::to(&next).into_response();
             response.headers_mut().insert(

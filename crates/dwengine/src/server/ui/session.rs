@@ -89,7 +89,12 @@ pub enum Refusal {
     SignIn,
     /// A token whose role cannot read the console (a worker token).
     Role(Role),
+    /// A token bound to namespaces: the console shows every namespace.
+    Bound,
 }
+
+/// What the console tells a namespace-bound token.
+pub const BOUND_TOKEN_REFUSAL: &str = "A token bound to namespaces cannot use the console, which shows every namespace; sign in with an unbound operator or admin token.";
 
 /// The visitor of a request: its token cookie checked against `tokens`.
 pub fn viewer(
@@ -106,11 +111,15 @@ pub fn viewer(
     let Some(cookie) = cookie(headers, TOKEN_COOKIE) else {
         return Err(Refusal::SignIn);
     };
-    let role = decode_token(&cookie)
-        .and_then(|token| tokens.role_of(&token))
+    let caller = decode_token(&cookie)
+        .and_then(|token| tokens.caller_of(&token))
         .ok_or(Refusal::SignIn)?;
+    let role = caller.role;
     if role == Role::Worker {
         return Err(Refusal::Role(role));
+    }
+    if caller.namespaces.is_some() {
+        return Err(Refusal::Bound);
     }
     Ok(Viewer {
         role: Some(role),
