@@ -549,6 +549,34 @@ fn the_service_call_budget_is_the_tokens_and_a_bound_token_calls_as_its_namespac
     assert_eq!(status, 201, "{body}");
     let (status, body) = authed(&s, "any", "tenant-b", "/api/workflows", start);
     assert_eq!(status, 201, "an unbound token acts anywhere: {body}");
+    // It lists and reads only its own namespaces.
+    let get = |token: &str, path: &str| {
+        let result = ureq::get(&format!("{}{path}", s.base))
+            .set("authorization", &format!("Bearer {token}"))
+            .call();
+        match result {
+            Ok(r) => (r.status(), r.into_json::<Value>().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("transport error: {e}"),
+        }
+    };
+    let (status, body) = get("bound-a", "/api/namespaces");
+    assert_eq!(status, 200, "{body}");
+    let names: Vec<&str> = body["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["tenant-a"]);
+    assert_eq!(get("bound-a", "/api/namespaces/tenant-a").0, 200);
+    let (status, body) = get("bound-a", "/api/namespaces/tenant-b");
+    assert_eq!(
+        (status, &body["reason"]),
+        (403, &json!("namespace_forbidden"))
+    );
+    let (_, body) = get("any", "/api/namespaces?page_size=100");
+    assert!(body["namespaces"].as_array().unwrap().len() > 3, "{body}");
 }
 
 /// `return_existing_active` answers with an open run of the id only when

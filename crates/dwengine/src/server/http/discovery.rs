@@ -7,10 +7,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 
 use super::{blocking, refuse, reply, run_blocking, Shared};
+use crate::server::auth::Caller;
 use crate::server::wire::{self, RegisterNamespace};
 use crate::server::{ApiError, Engine};
 
@@ -108,7 +109,25 @@ struct NamespacePage {
     next_page_token: Option<String>,
 }
 
-async fn list_namespaces(State(engine): Shared, Query(page): Query<NamespacePage>) -> Response {
+async fn list_namespaces(
+    State(engine): Shared,
+    caller: Option<Extension<Caller>>,
+    Query(page): Query<NamespacePage>,
+) -> Response {
+    // A token bound to namespaces sees its own (a short list, one page).
+    if let Some(bound) = caller.and_then(|Extension(c)| c.namespaces) {
+        return blocking(engine, move |e| {
+            let mut namespaces = Vec::new();
+            for name in &bound {
+                if let Some(namespace) = e.read(|s| s.namespace(name))? {
+                    namespaces.push(namespace);
+                }
+            }
+            namespaces.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(json!({ "namespaces": namespaces, "next_page_token": null }))
+        })
+        .await;
+    }
     blocking(engine, move |e| {
         e.list_namespaces(page.page_size.as_deref(), page.next_page_token.as_deref())
     })
@@ -119,7 +138,22 @@ async fn delete_namespace(State(engine): Shared, Path(name): Path<String>) -> Re
     blocking(engine, move |e| e.delete_namespace(&name)).await
 }
 
-async fn describe_namespace(State(engine): Shared, Path(name): Path<String>) -> Response {
+async fn describe_namespace(
+    State(engine): Shared,
+    caller: Option<Extension<Caller>>,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(Extension(caller)) = caller {
+        if !caller.admits_namespace(&name) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({ "reason": "namespace_forbidden", "namespace": name,
+                             "token_namespaces": caller.namespaces,
+                             "message": format!("this token is bound to other namespaces than {name:?}") })),
+            )
+                .into_response();
+        }
+    }
     blocking(engine, move |e| {
         let namespace = e
             .read(|s| s.namespace(&name))?
