@@ -185,10 +185,11 @@ impl LogSettings {
 /// whole, in the health snapshot's shape. The Redis URL is not logged (it
 /// may hold a password); only which cache backend serves.
 pub fn log_startup(config: &ServerConfig, addr: SocketAddr) {
-    let database = config
-        .database
-        .as_ref()
-        .map_or_else(|| ":memory:".to_owned(), |p| p.display().to_string());
+    let database = match (&config.database_url, &config.database) {
+        (Some(url), _) => crate::server::engine::without_password(url),
+        (None, Some(path)) => path.display().to_string(),
+        (None, None) => ":memory:".to_owned(),
+    };
     let cache = if config.redis_url.is_some() {
         "redis"
     } else {

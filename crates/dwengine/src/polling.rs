@@ -1,16 +1,24 @@
-//! Worker long-poll coordination: wake signals and the poll-pass scan caps.
+//! Worker long-poll coordination: wake-ups and the poll-pass scan caps.
 //!
-//! A long poll that finds no task waits for a wake signal instead of
-//! re-querying the store in a tight loop; with a shared cache the signal
-//! crosses nodes, so work enqueued on one node wakes a poller held by
-//! another. The recovery scans each poll pass runs are capped here so an
-//! old backlog cannot turn every poll into a slow one.
+//! A long poll that finds no task waits for a wake-up instead of
+//! re-querying the store in a tight loop. The commit that gives a queue
+//! work wakes the polls this node holds on it at once ([`PollWakes`], an
+//! in-process board), and, when other nodes serve the same store, publishes
+//! the wake on the shared cache's pub/sub channel of that store, which
+//! every other node's relay hands to its own board: a start on node A wakes
+//! a poll held by node B as fast as one held by A. The wake also writes an
+//! expiring signal key per channel ([`LongPollSignalStore`]), which a
+//! waiting poll on a node with peers reads now and then, so a relay message
+//! lost in transit (a dropped connection) costs a later wake, never a lost
+//! task. The recovery scans each poll pass runs are capped here so an old
+//! backlog cannot turn every poll into a slow one.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
-use crate::cache::{hash_dimensions, Cache, CacheError};
+use crate::cache::{hash_dimensions, Cache, CacheError, Subscription};
 
 /// Wakes long-polling workers when work arrives on a channel.
 ///
@@ -71,6 +79,276 @@ impl LongPollSignalStore {
         channel: &str,
     ) -> Result<Option<Vec<u8>>, CacheError> {
         self.cache.get(&Self::key(namespace, task_queue, channel))
+    }
+}
+
+/// The wake channel of (namespace, task queue, channel) on the board and
+/// in relay messages: the same hash as its signal key's.
+pub fn wake_channel(namespace: &str, task_queue: &str, channel: &str) -> String {
+    hash_dimensions(&[namespace, task_queue, channel])
+}
+
+/// The long polls this node holds, by wake channel, and the relay that
+/// carries wake-ups between the nodes of one store.
+///
+/// A poll subscribes to its channel before its first look at the store and
+/// waits on the subscription between looks; [`PollWakes::wake`] bumps the
+/// channel's count and wakes its waiters. The board holds one entry per
+/// channel with a waiting poll (bounded by the wait-slot caps), removed
+/// with its last subscriber.
+pub struct PollWakes {
+    channels: Mutex<HashMap<String, Arc<WakeChannel>>>,
+    relay: Mutex<Option<Relay>>,
+    relayed_in: AtomicU64,
+    relayed_out: AtomicU64,
+    relay_losses: AtomicU64,
+}
+
+struct Relay {
+    cache: Arc<dyn Cache>,
+    channel: String,
+    /// This node's mark on its own messages (it hears them back).
+    origin: String,
+    _subscription: Subscription,
+}
+
+#[derive(Default)]
+struct WakeChannel {
+    wakes: Mutex<u64>,
+    woken: Condvar,
+    subscribers: AtomicU64,
+}
+
+/// What the relay counted since the node started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RelayStats {
+    /// Whether wake-ups cross nodes (other nodes serve this store).
+    pub relayed: bool,
+    /// Wake messages published for other nodes.
+    pub published: u64,
+    /// Wake messages received from other nodes.
+    pub received: u64,
+    /// Times the subscription was lost and re-established (every local
+    /// poll then looked again).
+    pub resubscribed: u64,
+}
+
+impl PollWakes {
+    /// The pub/sub channel family (a channel stores nothing; it is named in
+    /// the signal keys' family, whose wakes it carries).
+    pub const RELAY_PREFIX: &'static str = "server:long-poll-signal:relay:";
+
+    /// The relay channel of the nodes serving one store (`scope`, hashed).
+    pub fn relay_channel(scope: &str) -> String {
+        format!("{}{}", Self::RELAY_PREFIX, hash_dimensions(&[scope]))
+    }
+
+    /// A board for this node alone.
+    pub fn new() -> Arc<PollWakes> {
+        Arc::new(PollWakes {
+            channels: Mutex::new(HashMap::new()),
+            relay: Mutex::new(None),
+            relayed_in: AtomicU64::new(0),
+            relayed_out: AtomicU64::new(0),
+            relay_losses: AtomicU64::new(0),
+        })
+    }
+
+    /// Joins the relay of the nodes serving store `scope` on `cache`: wakes
+    /// published there by other nodes wake this board's polls. `origin`
+    /// tells this node's own messages apart. Returns once subscribed.
+    pub fn join_relay(
+        self: &Arc<Self>,
+        cache: Arc<dyn Cache>,
+        scope: &str,
+        origin: &str,
+    ) -> Result<(), CacheError> {
+        let channel = Self::relay_channel(scope);
+        let board: Weak<PollWakes> = Arc::downgrade(self);
+        let mark = format!("{origin}:");
+        let own = mark.clone();
+        let subscription = cache.subscribe(
+            &channel,
+            Arc::new(move |message: Option<&[u8]>| {
+                let Some(board) = board.upgrade() else { return };
+                match message {
+                    Some(bytes) => {
+                        let Ok(text) = std::str::from_utf8(bytes) else {
+                            return;
+                        };
+                        if text.starts_with(&own) {
+                            return;
+                        }
+                        board.relayed_in.fetch_add(1, Ordering::Relaxed);
+                        if let Some((_, wake)) = text.split_once(':') {
+                            board.wake_here(wake);
+                        }
+                    }
+                    None => {
+                        board.relay_losses.fetch_add(1, Ordering::Relaxed);
+                        board.wake_every_channel();
+                    }
+                }
+            }),
+        )?;
+        *self.relay.lock().unwrap_or_else(|e| e.into_inner()) = Some(Relay {
+            cache,
+            channel,
+            origin: mark,
+            _subscription: subscription,
+        });
+        Ok(())
+    }
+
+    /// Leaves the relay (a stopping node).
+    pub fn leave_relay(&self) {
+        let relay = self.relay.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(relay);
+    }
+
+    /// Whether wake-ups cross nodes.
+    pub fn relayed(&self) -> bool {
+        self.relay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Subscribes a poll to `channel` (from [`wake_channel`]).
+    pub fn subscribe(self: &Arc<Self>, channel: String) -> PollWake {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = channels.entry(channel.clone()).or_default().clone();
+        entry.subscribers.fetch_add(1, Ordering::AcqRel);
+        drop(channels);
+        let seen = *entry.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        PollWake {
+            board: self.clone(),
+            channel,
+            entry,
+            seen,
+        }
+    }
+
+    /// Wakes the polls of `channel` on this node and, through the relay,
+    /// on every other node of the store. A relay that cannot publish is an
+    /// error for the caller to count: the other nodes' polls then find the
+    /// work at their next look.
+    pub fn wake(&self, channel: &str) -> Result<(), CacheError> {
+        self.wake_here(channel);
+        let target = self
+            .relay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
+        if let Some((cache, name, origin)) = target {
+            cache.publish(&name, format!("{origin}{channel}").as_bytes())?;
+            self.relayed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Wakes the polls of `channel` held by this node.
+    pub fn wake_here(&self, channel: &str) {
+        let entry = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(channel)
+            .cloned();
+        if let Some(entry) = entry {
+            entry.bump();
+        }
+    }
+
+    fn wake_every_channel(&self) {
+        let entries: Vec<Arc<WakeChannel>> = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for entry in entries {
+            entry.bump();
+        }
+    }
+
+    /// Channels with a waiting poll.
+    pub fn channels(&self) -> usize {
+        self.channels.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// The relay's counts.
+    pub fn stats(&self) -> RelayStats {
+        RelayStats {
+            relayed: self.relayed(),
+            published: self.relayed_out.load(Ordering::Relaxed),
+            received: self.relayed_in.load(Ordering::Relaxed),
+            resubscribed: self.relay_losses.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl WakeChannel {
+    fn bump(&self) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        *wakes = wakes.wrapping_add(1);
+        drop(wakes);
+        self.woken.notify_all();
+    }
+}
+
+/// A poll's subscription to its wake channel; leaves the board when dropped.
+pub struct PollWake {
+    board: Arc<PollWakes>,
+    channel: String,
+    entry: Arc<WakeChannel>,
+    seen: u64,
+}
+
+impl PollWake {
+    /// Waits until a wake-up this subscription has not seen yet, or until
+    /// `until`; whether it was woken. Wake-ups between two waits are not
+    /// lost: they are counted, and the next wait returns at once.
+    pub fn wait_until(&mut self, until: Instant) -> bool {
+        let mut wakes = self.entry.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if *wakes != self.seen {
+                self.seen = *wakes;
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            wakes = self
+                .entry
+                .woken
+                .wait_timeout(wakes, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for PollWake {
+    fn drop(&mut self) {
+        let mut channels = self
+            .board
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.entry.subscribers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last subscriber (a new one would have found this entry
+            // under the same lock and counted itself first).
+            if channels
+                .get(&self.channel)
+                .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
+            {
+                channels.remove(&self.channel);
+            }
+        }
     }
 }
 
@@ -345,6 +623,63 @@ mod tests {
             .unwrap()
             .is_some());
         assert!(!LongPollSignalStore::key("tenant-a", "q", "c").contains("tenant-a"));
+    }
+
+    #[test]
+    fn a_wake_reaches_the_polls_of_its_channel_here_and_on_every_node_of_the_relay() {
+        let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+        let (a, b, elsewhere) = (PollWakes::new(), PollWakes::new(), PollWakes::new());
+        a.join_relay(cache.clone(), "one store", "node-a").unwrap();
+        b.join_relay(cache.clone(), "one store", "node-b").unwrap();
+        elsewhere
+            .join_relay(cache.clone(), "another store", "node-c")
+            .unwrap();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let channel = wake_channel("default", "orders", "workflow");
+        let mut on_a = a.subscribe(channel.clone());
+        let mut on_b = b.subscribe(channel.clone());
+        let mut other_queue = b.subscribe(wake_channel("default", "billing", "workflow"));
+        let mut other_store = elsewhere.subscribe(channel.clone());
+        assert_eq!((a.channels(), b.channels()), (1, 2));
+
+        // A wake on A reaches A's poll and, relayed, B's; not another
+        // queue's, not another store's.
+        a.wake(&channel).unwrap();
+        assert!(on_a.wait_until(far));
+        assert!(on_b.wait_until(far));
+        let now = Instant::now();
+        assert!(!other_queue.wait_until(now));
+        assert!(!other_store.wait_until(now));
+        assert_eq!(a.stats().published, 1);
+        assert_eq!(b.stats().received, 1);
+        // A does not count its own message as received.
+        assert_eq!(a.stats().received, 0);
+
+        // Seen once: the next wait waits; a wake between two waits is kept.
+        assert!(!on_b.wait_until(Instant::now()));
+        b.wake(&channel).unwrap();
+        b.wake(&channel).unwrap();
+        assert!(on_b.wait_until(far));
+        assert!(!on_b.wait_until(Instant::now()));
+        assert!(on_a.wait_until(far));
+
+        // A waiting poll is woken from another thread (whether the wake
+        // comes before or during its wait).
+        let waiter = std::thread::spawn(move || on_b.wait_until(far));
+        a.wake(&channel).unwrap();
+        assert!(waiter.join().unwrap());
+
+        // The board forgets a channel with its last poll, and a node that
+        // left the relay hears nothing more.
+        drop(other_queue);
+        assert_eq!(b.channels(), 0);
+        b.leave_relay();
+        assert!(!b.relayed());
+        let mut later = b.subscribe(channel.clone());
+        a.wake(&channel).unwrap();
+        assert!(!later.wait_until(Instant::now()));
+        drop(on_a);
+        assert_eq!(a.channels(), 0);
     }
 
     #[test]

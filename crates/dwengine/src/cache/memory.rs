@@ -11,14 +11,15 @@
 //! TTL and admission, and the tests prove those bounds far below it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use moka::ops::compute::{CompResult, Op};
 use moka::sync::Cache as Moka;
 use moka::Expiry;
 
-use super::{family_of, Cache, CacheError};
+use super::{family_of, Cache, CacheError, Deliver, Subscription};
 
 #[derive(Debug)]
 struct Entry {
@@ -57,7 +58,16 @@ type Family = Moka<String, Arc<Entry>>;
 pub struct MemoryCache {
     families: Arc<RwLock<HashMap<String, Family>>>,
     capacity_per_family: u64,
+    /// Pub/sub in process: per channel, each subscriber's number and
+    /// delivery (the engines of one process that share this cache).
+    channels: Arc<Mutex<HashMap<String, Subscribers>>>,
 }
+
+/// One channel's subscribers: each one's number and delivery.
+type Subscribers = Vec<(u64, Deliver)>;
+
+/// Numbers the in-process subscriptions.
+static SUBSCRIBERS: AtomicU64 = AtomicU64::new(0);
 
 impl Default for MemoryCache {
     fn default() -> Self {
@@ -74,6 +84,7 @@ impl MemoryCache {
         MemoryCache {
             families: Arc::new(RwLock::new(HashMap::new())),
             capacity_per_family,
+            channels: Arc::default(),
         }
     }
 
@@ -216,6 +227,43 @@ impl Cache for MemoryCache {
         };
         family.run_pending_tasks();
         Ok(usize::try_from(family.entry_count()).unwrap_or(usize::MAX))
+    }
+
+    fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError> {
+        let subscribers: Vec<Deliver> = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(channel)
+            .map(|list| list.iter().map(|(_, d)| d.clone()).collect())
+            .unwrap_or_default();
+        for deliver in subscribers {
+            deliver(Some(message));
+        }
+        Ok(())
+    }
+
+    fn subscribe(&self, channel: &str, deliver: Deliver) -> Result<Subscription, CacheError> {
+        let number = SUBSCRIBERS.fetch_add(1, Ordering::Relaxed);
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(channel.to_owned())
+            .or_default()
+            .push((number, deliver));
+        let (channels, channel) = (self.channels.clone(), channel.to_owned());
+        Ok(Subscription::new(
+            Arc::new(AtomicBool::new(false)),
+            Box::new(move || {
+                let mut channels = channels.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(list) = channels.get_mut(&channel) {
+                    list.retain(|(n, _)| *n != number);
+                    if list.is_empty() {
+                        channels.remove(&channel);
+                    }
+                }
+            }),
+        ))
     }
 
     fn backend(&self) -> &'static str {

@@ -10,6 +10,8 @@
 mod memory;
 mod redis;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use memory::MemoryCache;
@@ -56,6 +58,45 @@ pub trait Cache: Send + Sync {
     }
     /// The backend's name, for diagnostics.
     fn backend(&self) -> &'static str;
+    /// Sends `message` to every subscriber of the pub/sub `channel` (on
+    /// Redis, every node subscribed to it; in process, the subscribers of
+    /// this cache). Nothing is stored: a subscriber that is not listening
+    /// at that moment misses it.
+    fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError>;
+    /// Hands every message published on `channel` to `deliver` until the
+    /// returned subscription is dropped. `deliver(None)` says messages may
+    /// have been missed (a lost and re-established connection): the
+    /// subscriber should look for itself. Returns once it listens.
+    fn subscribe(&self, channel: &str, deliver: Deliver) -> Result<Subscription, CacheError>;
+}
+
+/// What a pub/sub subscription calls with each message (`None`: some may
+/// have been missed).
+pub type Deliver = Arc<dyn Fn(Option<&[u8]>) + Send + Sync>;
+
+/// A live pub/sub subscription; dropping it ends it.
+pub struct Subscription {
+    stop: Arc<AtomicBool>,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Subscription {
+    /// A subscription that `on_drop` ends; `stop` turns true first.
+    pub(crate) fn new(stop: Arc<AtomicBool>, on_drop: Box<dyn FnOnce() + Send>) -> Self {
+        Subscription {
+            stop,
+            on_drop: Some(on_drop),
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(end) = self.on_drop.take() {
+            end();
+        }
+    }
 }
 
 /// A key's family: through its second `:` (`server:<family>:`), or its
@@ -226,6 +267,12 @@ impl Cache for UnreachableCache {
     }
     fn backend(&self) -> &'static str {
         "down"
+    }
+    fn publish(&self, _: &str, _: &[u8]) -> Result<(), CacheError> {
+        Err(CacheError::Backend("down".into()))
+    }
+    fn subscribe(&self, _: &str, _: Deliver) -> Result<Subscription, CacheError> {
+        Err(CacheError::Backend("down".into()))
     }
 }
 

@@ -12,12 +12,19 @@
 //! [`COUNT_HORIZON_SECONDS`] seconds with one `MGET`: a fixed cost per key
 //! family however many keys it holds, where a `SCAN` would walk them all.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, RedisResult};
 
-use super::{family_of, hash_dimensions, Cache, CacheError};
+use super::{family_of, hash_dimensions, Cache, CacheError, Deliver, Subscription};
+
+/// How often a subscriber's blocking read comes back to see whether it
+/// should stop.
+const SUBSCRIBER_READ_TIMEOUT: Duration = Duration::from_millis(250);
+/// The longest pause between attempts to re-subscribe after a lost connection.
+const RESUBSCRIBE_BACKOFF: Duration = Duration::from_secs(2);
 
 /// How far ahead key counts look: keys expiring later are not counted (no
 /// key family's TTL reaches it by default; the longest is 15 minutes).
@@ -175,6 +182,92 @@ impl RedisCache {
     }
 }
 
+/// A subscriber's thread: one connection in subscribe mode, handing each
+/// message on, re-subscribing (after a pause) when the connection fails.
+struct Listener {
+    client: Client,
+    timeout: Duration,
+    channel: String,
+    deliver: Deliver,
+    stop: Arc<AtomicBool>,
+}
+
+impl Listener {
+    fn run(self, ready: std::sync::mpsc::Sender<Result<(), CacheError>>) {
+        let mut ready = Some(ready);
+        let mut pause = Duration::from_millis(50);
+        let mut failing = false;
+        while !self.stop.load(Ordering::Acquire) {
+            match self.listen(&mut ready, &mut failing, &mut pause) {
+                Ok(()) => return,
+                Err(error) => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(error));
+                        return;
+                    }
+                    if !failing {
+                        tracing::warn!(
+                            channel = %self.channel,
+                            %error,
+                            "the cache's pub/sub subscription failed; re-subscribing (wake-ups from other nodes wait for the poll interval meanwhile)"
+                        );
+                        failing = true;
+                    }
+                }
+            }
+            let until = Instant::now() + pause;
+            while Instant::now() < until && !self.stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50).min(pause));
+            }
+            pause = (pause * 2).min(RESUBSCRIBE_BACKOFF);
+        }
+    }
+
+    /// Subscribes and hands messages on until told to stop (`Ok`) or the
+    /// connection fails (`Err`).
+    fn listen(
+        &self,
+        ready: &mut Option<std::sync::mpsc::Sender<Result<(), CacheError>>>,
+        failing: &mut bool,
+        pause: &mut Duration,
+    ) -> Result<(), CacheError> {
+        let mut conn = self
+            .client
+            .get_connection_with_timeout(self.timeout)
+            .map_err(backend)?;
+        conn.set_write_timeout(Some(self.timeout))
+            .map_err(backend)?;
+        let mut pubsub = conn.as_pubsub();
+        pubsub
+            .set_read_timeout(Some(self.timeout))
+            .map_err(backend)?;
+        pubsub.subscribe(&self.channel).map_err(backend)?;
+        pubsub
+            .set_read_timeout(Some(SUBSCRIBER_READ_TIMEOUT))
+            .map_err(backend)?;
+        *failing = false;
+        *pause = Duration::from_millis(50);
+        match ready.take() {
+            Some(ready) => {
+                let _ = ready.send(Ok(()));
+            }
+            // A re-subscription: what was published meanwhile is lost.
+            None => {
+                tracing::info!(channel = %self.channel, "the cache's pub/sub subscription is back");
+                (self.deliver)(None);
+            }
+        }
+        while !self.stop.load(Ordering::Acquire) {
+            match pubsub.get_message() {
+                Ok(message) => (self.deliver)(Some(message.get_payload_bytes())),
+                Err(e) if e.is_timeout() => continue,
+                Err(e) => return Err(backend(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
 fn backend(e: impl std::fmt::Display) -> CacheError {
     CacheError::Backend(e.to_string())
 }
@@ -284,6 +377,47 @@ impl Cache for RedisCache {
             self.with(|conn| redis::cmd("MGET").arg(&keys).query(conn))?;
         let total: i64 = values.into_iter().flatten().filter(|n| *n > 0).sum();
         Ok(usize::try_from(total).unwrap_or(0))
+    }
+
+    fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError> {
+        self.with(|conn| {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query::<i64>(conn)
+        })?;
+        Ok(())
+    }
+
+    fn subscribe(&self, channel: &str, deliver: Deliver) -> Result<Subscription, CacheError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let listener = Listener {
+            client: self.client.clone(),
+            timeout: self.timeout,
+            channel: channel.to_owned(),
+            deliver,
+            stop: stop.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("dw-cache-subscriber".into())
+            .spawn(move || listener.run(ready_tx))
+            .map_err(backend)?;
+        // The first SUBSCRIBE's answer, so a caller listens when this returns.
+        let first = ready_rx
+            .recv_timeout(self.timeout * 2)
+            .unwrap_or_else(|_| Err(CacheError::Backend("SUBSCRIBE did not answer".into())));
+        let subscription = Subscription::new(
+            stop,
+            Box::new(move || {
+                // The last handle on the subscriber may drop on its own
+                // thread (inside a delivery): that thread ends by itself.
+                if thread.thread().id() != std::thread::current().id() {
+                    let _ = thread.join();
+                }
+            }),
+        );
+        first.map(|()| subscription)
     }
 
     fn backend(&self) -> &'static str {

@@ -172,6 +172,8 @@ pub struct NodeIdentity {
     held: AtomicBool,
     renewals: AtomicU64,
     left: AtomicBool,
+    /// Who held this node's id at the last renewal that found it taken.
+    taken_by: Mutex<Option<String>>,
 }
 
 impl NodeIdentity {
@@ -214,6 +216,7 @@ impl NodeIdentity {
             held: AtomicBool::new(true),
             renewals: AtomicU64::new(0),
             left: AtomicBool::new(false),
+            taken_by: Mutex::new(None),
         })
     }
 
@@ -227,8 +230,9 @@ impl NodeIdentity {
         let held = self
             .cache
             .claim(&self.key, self.token.as_bytes(), self.ttl)?;
-        self.held.store(held, Ordering::Release);
         if held {
+            *self.taken_by.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.held.store(true, Ordering::Release);
             self.renewals.fetch_add(1, Ordering::Relaxed);
         } else {
             let holder = self
@@ -237,6 +241,8 @@ impl NodeIdentity {
                 .ok()
                 .flatten()
                 .map_or_else(|| "nobody now".to_owned(), |v| describe_holder(&v));
+            *self.taken_by.lock().unwrap_or_else(|e| e.into_inner()) = Some(holder.clone());
+            self.held.store(false, Ordering::Release);
             tracing::error!(
                 server_id = self.token.server_id(),
                 holder = %holder,
@@ -244,6 +250,20 @@ impl NodeIdentity {
             );
         }
         Ok(held)
+    }
+
+    /// While another live node holds this node's id (its heartbeat lapsed
+    /// and a node with the same id registered meanwhile): who holds it.
+    /// The node should not serve then (readiness answers 503) until one
+    /// of the two stops and its next heartbeat takes the id back.
+    pub fn taken_over(&self) -> Option<String> {
+        if self.left.load(Ordering::Acquire) || self.held.load(Ordering::Acquire) {
+            return None;
+        }
+        self.taken_by
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Gives the id back (a clean stop); later renewals do nothing.
@@ -513,6 +533,33 @@ mod tests {
         let again = NodeIdentity::register(cache.clone(), NodeToken::new("n1"), ttl).unwrap();
         assert!(again.renew().unwrap());
         assert!(other.renew().unwrap());
+    }
+
+    #[test]
+    fn a_node_whose_id_another_took_while_its_heartbeat_lapsed_knows_until_it_is_back() {
+        let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+        let ttl = Duration::from_secs(30);
+        let first = NodeIdentity::register(cache.clone(), NodeToken::new("n1"), ttl).unwrap();
+        assert!(first.renew().unwrap());
+        assert_eq!(first.taken_over(), None);
+        // The registration lapses and a second process with the same id
+        // registers meanwhile.
+        assert!(cache.forget(&NodeIdentity::key("n1")).unwrap());
+        let second = NodeIdentity::register(cache.clone(), NodeToken::new("n1"), ttl).unwrap();
+        assert!(!first.renew().unwrap());
+        let holder = first.taken_over().expect("taken over");
+        assert!(
+            holder.contains(&format!("pid {}", std::process::id())),
+            "{holder}"
+        );
+        assert_eq!(first.snapshot()["registered"], false);
+        // The second stops: the first's next heartbeat takes its id back.
+        drop(second);
+        assert!(first.renew().unwrap());
+        assert_eq!(first.taken_over(), None);
+        // A node that left is not "taken over".
+        first.leave();
+        assert_eq!(first.taken_over(), None);
     }
 
     #[test]

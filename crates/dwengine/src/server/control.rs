@@ -119,10 +119,15 @@ impl Engine {
     }
 
     /// Wakes the pollers of `channel` on the queue after a commit gave it
-    /// work. It cannot fail the request: a cache that cannot take the
-    /// signal is logged and counted, and the pollers find the work at
-    /// their next idle recheck.
+    /// work: this node's at once, other nodes' through the relay, and the
+    /// channel's signal key for a poll that missed the relay. It cannot
+    /// fail the request: a cache that cannot take the wake is logged and
+    /// counted, and the pollers find the work at their next idle recheck.
     pub(crate) fn wake(&self, namespace: &str, task_queue: &str, channel: &str) {
+        let wake = crate::polling::wake_channel(namespace, task_queue, channel);
+        if let Err(e) = self.poll_wakes.wake(&wake) {
+            self.post_commit_failed("wake_relay", &e);
+        }
         if let Err(e) = self.signals.signal(namespace, task_queue, channel) {
             self.post_commit_failed("wake", &e);
         }

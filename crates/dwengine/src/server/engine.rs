@@ -25,7 +25,7 @@ use crate::poll_requests::{
     ActivityTaskPollRequestStore, PollRequests, QueryTaskPollRequestStore, UnknownWorkerPollBudget,
     WorkflowTaskPollRequestStore,
 };
-use crate::polling::{LongPollSignalStore, WorkerPollClaimGate};
+use crate::polling::{LongPollSignalStore, PollWakes, WorkerPollClaimGate};
 use crate::projections::DriftCache;
 use crate::query_tasks::WorkflowQueryTaskBroker;
 use crate::readiness::ReadinessProbe;
@@ -45,6 +45,9 @@ pub struct Engine {
     store: SharedStore,
     pub(crate) cache: Arc<dyn Cache>,
     pub(crate) signals: LongPollSignalStore,
+    /// The long polls this node holds, woken in process and, when other
+    /// nodes serve the store, through the cache's pub/sub relay.
+    pub(crate) poll_wakes: Arc<PollWakes>,
     pub(crate) workflow_polls: PollRequests,
     pub(crate) activity_polls: PollRequests,
     pub(crate) query_polls: QueryTaskPollRequestStore,
@@ -165,7 +168,7 @@ fn sweep_scope(config: &ServerConfig, token: &NodeToken, lock: Option<&StoreLock
 }
 
 /// `url` with the password of its user part replaced by `***`.
-fn without_password(url: &str) -> String {
+pub(crate) fn without_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -223,6 +226,12 @@ impl Engine {
         let token = NodeToken::new(&config.server_id);
         let node_id = NodeIdentity::register(cache.clone(), token.clone(), config.node_lease)?;
         let scope = sweep_scope(&config, &token, store_lock.as_ref());
+        // Wake-ups cross nodes only among nodes that can serve one store:
+        // a shared database, or nodes told they share one.
+        let poll_wakes = PollWakes::new();
+        if config.database_url.is_some() || config.sweep_scope.is_some() {
+            poll_wakes.join_relay(cache.clone(), &scope, token.instance())?;
+        }
         let sweep_leases = SweepLeases::new(cache.clone(), token, config.node_lease, &scope);
         let store = match &config.database_url {
             Some(url) => {
@@ -250,6 +259,7 @@ impl Engine {
         Ok(Engine {
             store,
             signals: LongPollSignalStore::with_ttl(cache.clone(), config.signal_ttl),
+            poll_wakes,
             workflow_polls: WorkflowTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             activity_polls: ActivityTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             query_polls: QueryTaskPollRequestStore::new(cache.clone(), config.poll_ttls),
@@ -369,6 +379,7 @@ impl Engine {
     /// Gives back this node's id and sweep leases (a clean stop), so other
     /// nodes take the sweeps over at once and the id is free to reuse.
     pub fn leave_cluster(&self) {
+        self.poll_wakes.leave_relay();
         self.sweep_leases.leave();
         self.node_id.leave();
     }
@@ -380,7 +391,13 @@ impl Engine {
             "node": self.node_id.snapshot(),
             "cache_backend": self.cache.backend(),
             "sweeps": self.sweep_leases.snapshot(),
+            "wake_relay": self.poll_wakes.stats(),
         })
+    }
+
+    /// The long polls this node holds and the wake relay between nodes.
+    pub fn poll_wakes(&self) -> &Arc<PollWakes> {
+        &self.poll_wakes
     }
 
     /// The waiting-call registry (caps, wake-ups).
@@ -526,6 +543,12 @@ impl Engine {
             );
         }
         available
+    }
+
+    /// Who holds this node's id while another live node took it over
+    /// (readiness then answers 503).
+    pub fn node_id_taken_over(&self) -> Option<String> {
+        self.node_id.taken_over()
     }
 
     /// The readiness probe's verdict.

@@ -107,6 +107,10 @@ pub struct ServerConfig {
     pub unknown_worker_poll_keys: u64,
     /// TTL of wake signals.
     pub signal_ttl: Duration,
+    /// How often a waiting long poll looks at the store without a wake-up
+    /// (timers coming due, expired leases; the last resort for a lost
+    /// wake): 500 ms.
+    pub poll_idle_recheck: Duration,
     /// `server.metrics.prometheus_workflow_series_limit` as configured
     /// (`None`: the default 100); the metric clamps it to 1..=500.
     pub prometheus_workflow_series_limit: Option<u64>,
@@ -193,6 +197,7 @@ impl ServerConfig {
             store_readers: crate::store::shared::DEFAULT_READERS,
             unknown_worker_poll_keys: UnknownWorkerPollBudget::DEFAULT_PER_WINDOW,
             signal_ttl: Duration::from_secs(60),
+            poll_idle_recheck: crate::server::worker::IDLE_RECHECK,
             prometheus_workflow_series_limit: None,
             prometheus_activity_series_limit: None,
             prometheus_task_queue_series_limit: None,

@@ -8,6 +8,7 @@
 //! workflow and answers. Query polls hold a wait slot of their own pool
 //! (`query`), so waiting query pollers never crowd out workflow polls.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -22,7 +23,6 @@ use crate::store::RunId;
 /// The channel query pollers wait on.
 pub(crate) const QUERY_CHANNEL: &str = "query";
 const WAKE_CHECK: Duration = Duration::from_millis(25);
-const IDLE_RECHECK: Duration = Duration::from_millis(500);
 
 /// A query queued for a worker, awaiting its answer.
 pub struct PendingQuery {
@@ -247,6 +247,10 @@ impl Engine {
                 .claim(ns, queue, &poll.worker_id, &poll.poll_request_id)
                 .map(|c| c.map(|c| c.task))
         };
+        // Subscribed before the first look (see the worker polls).
+        let mut wake =
+            self.poll_wakes
+                .subscribe(crate::polling::wake_channel(ns, queue, QUERY_CHANNEL));
         if let Some(task) = claim()? {
             return Ok(Some(task));
         }
@@ -264,17 +268,12 @@ impl Engine {
             }
         };
         let deadline = Instant::now() + poll.wait;
-        let mut seen = self.signals.version(ns, queue, QUERY_CHANNEL)?;
-        let mut last_pass = Instant::now();
-        while Instant::now() < deadline && !self.poll_over(poll) {
-            std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
-            if self.poll_over(poll) {
-                break;
-            }
-            let now = self.signals.version(ns, queue, QUERY_CHANNEL)?;
-            if now != seen || last_pass.elapsed() >= IDLE_RECHECK {
-                seen = now;
-                last_pass = Instant::now();
+        self.wait_for_work(
+            &mut wake,
+            (ns, queue, QUERY_CHANNEL),
+            deadline,
+            poll,
+            || {
                 if tracked
                     && self.query_polls.superseded(
                         ns,
@@ -283,14 +282,14 @@ impl Engine {
                         &poll.poll_request_id,
                     )?
                 {
-                    break;
+                    return Ok(ControlFlow::Break(None));
                 }
-                if let Some(task) = claim()? {
-                    return Ok(Some(task));
-                }
-            }
-        }
-        Ok(None)
+                Ok(match claim()? {
+                    Some(task) => ControlFlow::Break(Some(task)),
+                    None => ControlFlow::Continue(()),
+                })
+            },
+        )
     }
 
     fn render_query(&self, task: QueryTask) -> Result<Value, ApiError> {

@@ -8,6 +8,7 @@
 //! task names the lease it holds (`lease_owner` and the attempt); a report
 //! from a worker that lost its lease is refused with 409.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +30,18 @@ use crate::store::{
     TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
 };
 
+/// How often a waiting call looks again (replayed polls), and a waiting
+/// poll sees whether its client left or the node stops.
 const WAKE_CHECK: Duration = Duration::from_millis(25);
+const OVER_CHECK: Duration = WAKE_CHECK;
+/// How often a waiting poll on a node with peers looks at its channel's
+/// signal key, in case a relay message was lost.
+const SIGNAL_LOOK: Duration = Duration::from_millis(100);
 /// How long a pass waits for the SQLite claim gate before claiming nothing.
 const CLAIM_GATE_PATIENCE: Duration = Duration::from_millis(250);
 // Re-run a pass now and then even without a wake: a signal can expire or a
 // timer can come due with nobody enqueuing anything.
-const IDLE_RECHECK: Duration = Duration::from_millis(500);
+pub(crate) const IDLE_RECHECK: Duration = Duration::from_millis(500);
 /// Events per history page when the worker names no size.
 pub(crate) const DEFAULT_HISTORY_PAGE: usize = 100;
 /// The heartbeat cadence advertised to workers.
@@ -480,6 +487,11 @@ impl Engine {
         if bound.is_some() {
             return Ok(bound);
         }
+        // Subscribed before the first look: work committed between that
+        // look and the wait still wakes this poll.
+        let mut wake =
+            self.poll_wakes
+                .subscribe(crate::polling::wake_channel(ns, queue, kind.as_str()));
         if let Some(task) = self.pass(kind, poll)? {
             return Ok(Some(task));
         }
@@ -497,23 +509,68 @@ impl Engine {
             }
         };
         let deadline = Instant::now() + poll.wait;
-        let mut seen = self.signals.version(ns, queue, kind.as_str())?;
+        self.wait_for_work(
+            &mut wake,
+            (ns, queue, kind.as_str()),
+            deadline,
+            poll,
+            || {
+                Ok(match self.pass(kind, poll)? {
+                    Some(task) => ControlFlow::Break(Some(task)),
+                    None => ControlFlow::Continue(()),
+                })
+            },
+        )
+    }
+
+    /// A long poll's wait: runs `pass` when the poll's channel is woken
+    /// (in process, or through the relay from another node), when its
+    /// signal key changed (on a node with peers, looked at every
+    /// [`SIGNAL_LOOK`]: a relay message lost in transit), and every
+    /// `poll_idle_recheck` ([`IDLE_RECHECK`]) without either (timers coming due, expired
+    /// leases); until `pass` breaks with its answer, the deadline passes,
+    /// or the poll is over (its client left, the node stops).
+    pub(crate) fn wait_for_work<T>(
+        &self,
+        wake: &mut crate::polling::PollWake,
+        (ns, queue, channel): (&str, &str, &str),
+        deadline: Instant,
+        poll: &PollSpec,
+        mut pass: impl FnMut() -> Result<ControlFlow<Option<T>>, ApiError>,
+    ) -> Result<Option<T>, ApiError> {
+        let relayed = self.poll_wakes.relayed();
+        let version = || self.signals.version(ns, queue, channel);
+        let mut seen = if relayed { version()? } else { None };
         let mut last_pass = Instant::now();
-        while Instant::now() < deadline && !self.poll_over(poll) {
-            std::thread::sleep(WAKE_CHECK.min(deadline.saturating_duration_since(Instant::now())));
-            if self.poll_over(poll) {
-                break;
+        let mut last_look = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= deadline || self.poll_over(poll) {
+                return Ok(None);
             }
-            let now = self.signals.version(ns, queue, kind.as_str())?;
-            if now != seen || last_pass.elapsed() >= IDLE_RECHECK {
-                seen = now;
+            let until = deadline
+                .min(last_pass + self.config.poll_idle_recheck)
+                .min(now + OVER_CHECK);
+            let woken = wake.wait_until(until);
+            if self.poll_over(poll) {
+                return Ok(None);
+            }
+            let mut due = woken || last_pass.elapsed() >= self.config.poll_idle_recheck;
+            if relayed && (due || last_look.elapsed() >= SIGNAL_LOOK) {
+                // After a wake too, so the key that wake wrote does not
+                // call for a second pass.
+                last_look = Instant::now();
+                let latest = version()?;
+                due |= latest != seen;
+                seen = latest;
+            }
+            if due {
                 last_pass = Instant::now();
-                if let Some(task) = self.pass(kind, poll)? {
-                    return Ok(Some(task));
+                if let ControlFlow::Break(answer) = pass()? {
+                    return Ok(answer);
                 }
             }
         }
-        Ok(None)
     }
 
     /// One poll pass: capped recovery scans, then one lease under admission.

@@ -489,3 +489,244 @@ fn claims_and_releases_hold_leases_apart(backend: &'static str, cache: SharedCac
 }
 
 cache_variants!(claims_and_releases_hold_leases_apart);
+
+/// Two nodes serving one PostgreSQL database (a schema of this test's own)
+/// on one Redis database, each with its own id, cache connections and
+/// wait-slot directory, as two machines would be; `tweak` adjusts both.
+#[cfg(all(dw_test_redis, dw_test_postgres))]
+fn two_nodes_on_one_database(
+    redis: &crate::support::RedisDatabase,
+    tweak: impl Fn(&mut dwengine::server::ServerConfig),
+) -> (crate::support::TestServer, crate::support::TestServer) {
+    let url = crate::common::postgres_schema_url();
+    let node = |id: &str| {
+        let cache: SharedCache = std::sync::Arc::new(
+            dwengine::cache::RedisCache::connect(&redis.url).expect("the leased Redis database"),
+        );
+        crate::support::TestServer::start(cache, |config| {
+            config.server_id = id.to_owned();
+            config.database_url = Some(url.clone());
+            tweak(config);
+        })
+    };
+    (node("node-a"), node("node-b"))
+}
+
+/// A start on node A wakes a workflow poll held by node B: the wake
+/// crosses nodes through the Redis relay. B's idle recheck (the last
+/// resort, which would find the task by itself) is set past the poll's
+/// wait, so only a wake-up that crossed can answer the poll with the task.
+#[test]
+#[cfg_attr(
+    not(all(dw_test_redis, dw_test_postgres)),
+    ignore = "needs Redis and PostgreSQL: DW_TEST_REDIS_URL and DW_TEST_POSTGRES_URL were not both set when this test binary was built"
+)]
+fn a_poll_held_by_one_node_is_woken_by_a_start_on_another() {
+    #[cfg(all(dw_test_redis, dw_test_postgres))]
+    {
+        const ROUNDS: usize = 12;
+        let redis = crate::support::redis_database();
+        let (a, b) = two_nodes_on_one_database(&redis, |config| {
+            config.poll_idle_recheck = Duration::from_secs(3600);
+        });
+        let relay = |node: &crate::support::TestServer| {
+            node.running.engine().cluster_snapshot()["wake_relay"].clone()
+        };
+        assert_eq!(relay(&a)["relayed"], true);
+        assert_eq!(relay(&b)["relayed"], true);
+        let mut latencies = Vec::new();
+        for round in 0..ROUNDS {
+            let queue = format!("wake-{round}");
+            let workflow_id = format!("woken-{round}");
+            let (answer, latency) = std::thread::scope(|scope| {
+                let poll = scope.spawn(|| {
+                    let answer =
+                        b.poll("workflow", "default", &queue, &format!("p-{round}"), 60_000);
+                    (answer, Instant::now())
+                });
+                // B holds the poll (subscribed to its channel) before A starts.
+                wait_for("node-b holds the poll", || {
+                    b.running.engine().poll_wakes().channels() == 1
+                });
+                let started = Instant::now();
+                a.start_workflow("default", &workflow_id, &queue);
+                let (answer, answered) = poll.join().expect("the poll thread");
+                (answer, answered.saturating_duration_since(started))
+            });
+            let (status, body) = answer;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                body["task"]["workflow_id"], workflow_id,
+                "round {round}: the poll held by node-b returned the task started on node-a, not a timeout: {body}"
+            );
+            latencies.push(latency);
+        }
+        let (sent, received) = (relay(&a), relay(&b));
+        assert!(
+            sent["published"].as_u64().unwrap() >= ROUNDS as u64,
+            "{sent}"
+        );
+        assert!(
+            received["received"].as_u64().unwrap() >= ROUNDS as u64,
+            "{received}"
+        );
+        latencies.sort();
+        eprintln!(
+            "start on node-a -> poll answered by node-b: p50 {:?}, max {:?} over {ROUNDS} rounds",
+            latencies[ROUNDS / 2],
+            latencies[ROUNDS - 1]
+        );
+    }
+}
+
+/// Workers polling both nodes at once for many tasks: each task is leased
+/// once, to one worker, and only that lease completes it, through either
+/// node (the store's lease fencing, across nodes).
+#[test]
+#[cfg_attr(
+    not(all(dw_test_redis, dw_test_postgres)),
+    ignore = "needs Redis and PostgreSQL: DW_TEST_REDIS_URL and DW_TEST_POSTGRES_URL were not both set when this test binary was built"
+)]
+fn two_nodes_never_hand_one_task_to_two_workers() {
+    #[cfg(all(dw_test_redis, dw_test_postgres))]
+    {
+        use serde_json::{json, Value};
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+
+        const TASKS: usize = 80;
+        const POLLERS_PER_NODE: usize = 4;
+        let redis = crate::support::redis_database();
+        let (a, b) = two_nodes_on_one_database(&redis, |_| {});
+        let nodes = [&a, &b];
+        let leased: Mutex<Vec<(usize, String, Value)>> = Mutex::new(Vec::new());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for (node, server) in nodes.iter().copied().enumerate() {
+                for poller in 0..POLLERS_PER_NODE {
+                    let (leased, done) = (&leased, &done);
+                    scope.spawn(move || {
+                        let worker = format!("worker-{node}-{poller}");
+                        let mut n = 0;
+                        while !done.load(std::sync::atomic::Ordering::Acquire) {
+                            n += 1;
+                            let (status, answer) = server.post(
+                                "/api/worker/workflow-tasks/poll",
+                                json!({ "task_queue": "race", "worker_id": worker,
+                                        "poll_request_id": format!("{worker}-{n}"),
+                                        "timeout_seconds": 1 }),
+                            );
+                            assert_eq!(status, 200, "{answer}");
+                            if !answer["task"].is_null() {
+                                leased.lock().unwrap().push((
+                                    node,
+                                    worker.clone(),
+                                    answer["task"].clone(),
+                                ));
+                            }
+                        }
+                    });
+                }
+            }
+            // Starts through both nodes while the workers poll.
+            for i in 0..TASKS {
+                nodes[i % 2].start_workflow("default", &format!("race-{i}"), "race");
+            }
+            wait_for("every task leased", || {
+                leased.lock().unwrap().len() >= TASKS
+            });
+            // The workers' polls in flight end and are counted too: a task
+            // handed out a second time would be among them.
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let leased = leased.into_inner().unwrap();
+        assert_eq!(leased.len(), TASKS, "each task leased exactly once");
+        let mut by_task: HashMap<String, usize> = HashMap::new();
+        let mut workflows: HashMap<String, usize> = HashMap::new();
+        for (_, _, task) in &leased {
+            *by_task
+                .entry(task["task_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+            *workflows
+                .entry(task["workflow_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        assert!(by_task.values().all(|n| *n == 1), "{by_task:?}");
+        assert_eq!(workflows.len(), TASKS, "every workflow's task leased");
+        let per_node = [0, 1].map(|n| leased.iter().filter(|(node, _, _)| *node == n).count());
+        eprintln!("tasks leased through node-a and node-b: {per_node:?}");
+
+        // Fencing across nodes: each task completes through the node that
+        // did not lease it, only with its own lease; another worker's
+        // report and a repeat of the completion are refused.
+        for (node, worker, task) in &leased {
+            let other = nodes[1 - node];
+            let path = format!(
+                "/api/worker/workflow-tasks/{}/complete",
+                task["task_id"].as_str().unwrap()
+            );
+            let complete = |owner: &str| {
+                other.post(
+                    &path,
+                    json!({ "lease_owner": owner,
+                            "workflow_task_attempt": task["workflow_task_attempt"],
+                            "commands": [{ "type": "complete_workflow",
+                                           "result": { "codec": "json", "blob": "1" } }] }),
+                )
+            };
+            let intruder = if worker == "worker-0-0" {
+                "worker-1-1"
+            } else {
+                "worker-0-0"
+            };
+            let (status, body) = complete(intruder);
+            assert_eq!(status, 409, "{body}");
+            let (status, body) = complete(worker);
+            assert_eq!(status, 200, "{body}");
+            let (status, body) = complete(worker);
+            assert_eq!(status, 409, "a task completes once: {body}");
+        }
+    }
+}
+
+/// A node whose registration lapsed while another live node registered the
+/// same id stops answering ready (a balancer sends its traffic elsewhere)
+/// until that node goes and its heartbeat takes the id back.
+#[test]
+fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
+    use dwengine::cluster::{NodeIdentity, NodeToken};
+    let cache = crate::support::memory_cache();
+    let node = crate::support::TestServer::start(cache.clone(), |config| {
+        config.node_lease = Duration::from_millis(300);
+    });
+    assert_eq!(node.get("/api/ready").0, 200);
+    let key = NodeIdentity::key("test-node");
+    let intruder = NodeToken::new("test-node");
+    // The registration lapses and the other node's start takes the id
+    // (retried if this node's heartbeat re-took it in between).
+    wait_for("another node holds the id", || {
+        let _ = cache.forget(&key);
+        cache
+            .add(&key, intruder.as_bytes(), Duration::from_secs(600))
+            .unwrap()
+    });
+    wait_for("the node answers not ready", || {
+        let (status, body) = node.get("/api/ready");
+        status == 503 && body["checks"]["node_id"] == "taken"
+    });
+    let (_, body) = node.get("/api/ready");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("DW_SERVER_ID \"test-node\"") && message.contains("stop one of them"),
+        "{message}"
+    );
+    assert_eq!(
+        node.running.engine().cluster_snapshot()["node"]["registered"],
+        false
+    );
+    // The other node stops: the heartbeat takes the id back.
+    assert!(cache.release(&key, intruder.as_bytes()).unwrap());
+    wait_for("the node is ready again", || {
+        node.get("/api/ready").0 == 200
+    });
+}

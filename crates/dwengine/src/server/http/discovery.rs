@@ -74,6 +74,20 @@ async fn ready(State(engine): Shared) -> Response {
         )
             .into_response();
     }
+    if let Some(holder) = engine.node_id_taken_over() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "not_ready", "timestamp": wire::timestamp(crate::unix_ms()),
+                "checks": { "node_id": "taken" },
+                "message": format!(
+                    "DW_SERVER_ID {:?} is registered by another live node ({holder}) since this node's heartbeat lapsed: two nodes share one id; stop one of them (this node serves again when its heartbeat takes the id back)",
+                    engine.config().server_id
+                ),
+            })),
+        )
+            .into_response();
+    }
     let verdict = super::on_probe_lane(engine, |e| e.ready()).await;
     let now = wire::timestamp(crate::unix_ms());
     let (status, cache, message) = match verdict {

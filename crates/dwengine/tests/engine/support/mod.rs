@@ -468,6 +468,16 @@ impl Cache for LeasedRedis {
     fn backend(&self) -> &'static str {
         self.cache.backend()
     }
+    fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError> {
+        self.cache.publish(channel, message)
+    }
+    fn subscribe(
+        &self,
+        channel: &str,
+        deliver: dwengine::cache::Deliver,
+    ) -> Result<dwengine::cache::Subscription, CacheError> {
+        self.cache.subscribe(channel, deliver)
+    }
 }
 
 /// The name libtest knows test `name` of module `module_path` by
