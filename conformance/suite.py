@@ -31,7 +31,7 @@ from durable_workflow.errors import (
     WorkflowTimedOut,
 )
 
-from workflows import ACTIVITIES, QUEUE, WORKFLOWS, local_runs
+from workflows import ACTIVITIES, QUEUE, STICKY_QUEUE, WORKFLOWS, StickySteps, greet, local_runs, reverse
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
 PENDING_SIGNALS = int(os.environ.get("DW_V2_LIMIT_PENDING_SIGNALS", "10000"))
@@ -581,6 +581,43 @@ class Suite:
         return (f"child returned {result['greeting']!r}; the failing child raised ChildWorkflowFailed "
                 f"({failed['message']!r}); parent history {len(events)} events")
 
+    async def sticky_execution(self) -> str:
+        """A worker with a sticky cache: the server acknowledges it, holds each
+        next task of the run for that worker and announces a cache hit."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            self.client,
+            task_queue=STICKY_QUEUE,
+            workflows=[StickySteps],
+            activities=[greet, reverse],
+            worker_id=f"conformance-sticky-{protocol}-{os.getpid()}",
+            poll_timeout=5.0,
+            shutdown_timeout=10.0,
+            sticky_cache_capacity=16,
+            sticky_cache_ttl_seconds=60,
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            wid = new_id("sticky")
+            handle = await self.client.start_workflow(
+                workflow_type="sticky_steps", task_queue=STICKY_QUEUE, workflow_id=wid, input=["ada"]
+            )
+            result = await self.client.get_result(handle, timeout=60)
+            assert result == "ada ,olleh", result
+            if running.done():
+                raise AssertionError(f"the sticky worker stopped: {running.exception()!r}")
+            metrics = worker.sticky_cache_metrics()
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        # Four workflow tasks: the first replays cold, the other three were
+        # held for this worker and found in its cache.
+        assert metrics["hit"] >= 3 and metrics["forced_cold_replay"] == 0, metrics
+        types = await self.history_types(wid, handle.run_id)
+        assert "WorkflowTaskFailed" not in types, types
+        return f"sticky cache metrics {metrics}"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -602,6 +639,7 @@ class Suite:
         "continue_as_new_chain",
         "child_workflows",
         "memo_upserts",
+        "sticky_execution",
     ]
 
 

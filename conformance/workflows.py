@@ -319,6 +319,21 @@ class MemoKeeper:
         return greeting
 
 
+STICKY_QUEUE = "conformance-sticky"
+
+
+@workflow.defn(name="sticky_steps")
+class StickySteps:
+    """An activity, a timer, another activity: four workflow tasks, the last
+    three of which a sticky worker resumes from its cached history."""
+
+    def run(self, ctx, name):
+        greeting = yield ctx.schedule_activity("greet", [name])
+        yield ctx.start_timer(1)
+        reversed_text = yield ctx.schedule_activity("reverse", [greeting])
+        return reversed_text
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use durable_workflow::{
     json, wait_condition, ActivityOptions, ActivityRetryPolicy, ChildWorkflowOptions,
     ConditionWaitResult, Error, LocalActivityOptions, ParallelOperation, ParallelResult,
-    ParentClosePolicy, Value,
+    ParentClosePolicy, StickyCacheOptions, Value,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -54,6 +54,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("continue_as_new_chain", continue_as_new_chain),
         scenario!("child_workflows", child_workflows),
         scenario!("memo_upserts", memo_upserts),
+        scenario!("sticky_execution", sticky_execution),
     ]
 }
 
@@ -815,4 +816,80 @@ async fn memo_upserts(h: Harness) -> Outcome {
             }),
         || format!("history {:?}", types(&events)),
     )
+}
+
+/// The SDK's sticky-execution example: a worker with a sticky cache keeps
+/// the run's history between its workflow tasks. The server acknowledges
+/// the cache at registration (`sticky_registration_unconfirmed` otherwise),
+/// holds each next task of the run for that worker and tells it to expect a
+/// hit (`sticky_replay_mode`), so the SDK resumes from its cached prefix
+/// instead of replaying the whole history.
+async fn sticky_execution(h: Harness) -> Outcome {
+    let queue = h.unique("sticky");
+    let mut worker = h
+        .worker(&queue)
+        .build_id("rust-conformance-sticky-v1")
+        .sticky_cache(
+            StickyCacheOptions::new(16)
+                .max_history_bytes(4 * 1024 * 1024)
+                .ttl(Duration::from_secs(60)),
+        )
+        .map_err(|e| format!("sticky cache: {e}"))?;
+    worker.register_workflow("rust.sticky", |ctx, _input: Value| async move {
+        let value = ctx.side_effect(|| 42)?;
+        ctx.wait_signal("first").await?;
+        ctx.wait_signal("second").await?;
+        Ok(json!({"recorded_value": value}))
+    });
+    worker
+        .declare_workflow_signals("rust.sticky", &["first", "second"])
+        .map_err(|e| e.to_string())?;
+    let handle = h
+        .client
+        .start_workflow("rust.sticky", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let signaller = handle.clone();
+    let hh = h.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            hh.until_event(&signaller, "SignalWaitOpened").await?;
+            signaller
+                .signal("first", json!([]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            hh.until_event(&signaller, "SignalApplied").await?;
+            let opened = || async {
+                hh.history(&signaller).await.map(|events| {
+                    events
+                        .iter()
+                        .filter(|e| e["event_type"] == "SignalWaitOpened")
+                        .count()
+                })
+            };
+            let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+            while opened().await? < 2 {
+                if tokio::time::Instant::now() > deadline {
+                    return Err("the second signal wait never opened".into());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            signaller
+                .signal("second", json!([]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("signal: {e}"))
+        })
+        .await?;
+    check(result == json!({"recorded_value": 42}), || {
+        format!("result {result}")
+    })?;
+    let metrics = worker
+        .sticky_cache_metrics()
+        .map_err(|e| format!("metrics: {e}"))?;
+    // Three workflow tasks after the first: each was the caching worker's,
+    // announced as an expected hit, and found in its cache.
+    check(metrics.hit >= 2 && metrics.forced_cold_replay == 0, || {
+        format!("sticky cache metrics {metrics:?}")
+    })
 }

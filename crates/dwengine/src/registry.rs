@@ -48,6 +48,59 @@ impl Default for IdleWorkerSweep {
     }
 }
 
+/// Sticky execution's settings: how long a run's ready workflow task waits
+/// for the worker that caches the run, and the sweep of expired claims.
+///
+/// A claim (one `sticky_bindings` row per run) lives as long as the
+/// worker's cache entry, at most [`StickyExecution::MAX_TTL_SECONDS`];
+/// each worker heartbeat (and registration) deletes at most
+/// `sticky_binding_prune_scan_limit` expired claims, oldest expiry first
+/// through an index, in the same transaction as its idle-worker sweep.
+/// Neither SDK sends a schedule-to-start timeout of its own for sticky
+/// tasks, so the hold is the server's (`DW_STICKY_SCHEDULE_TO_START_MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StickyExecution {
+    /// Expired claims deleted per heartbeat at most.
+    pub sticky_binding_prune_scan_limit: usize,
+    /// How long a ready task waits for its run's caching worker.
+    pub schedule_to_start: Duration,
+}
+
+impl StickyExecution {
+    /// The configuration key of the per-heartbeat sweep cap.
+    pub const SCAN_LIMIT_KEY: &'static str = "server.workers.sticky_binding_prune_scan_limit";
+    /// The sweep cap's default.
+    pub const DEFAULT_SCAN_LIMIT: usize = 100;
+    /// The hold's default.
+    pub const DEFAULT_SCHEDULE_TO_START: Duration = Duration::from_secs(5);
+    /// The longest claim a worker may ask for (both SDKs' cache TTL bound).
+    pub const MAX_TTL_SECONDS: u64 = 3600;
+
+    /// The cap read from `lookup` (0 or absent: the default), with the hold.
+    pub fn from_config(
+        lookup: impl Fn(&str) -> Option<usize>,
+        schedule_to_start: Duration,
+    ) -> Self {
+        StickyExecution {
+            sticky_binding_prune_scan_limit: lookup(Self::SCAN_LIMIT_KEY)
+                .filter(|n| *n > 0)
+                .unwrap_or(Self::DEFAULT_SCAN_LIMIT),
+            schedule_to_start,
+        }
+    }
+
+    /// The hold in milliseconds.
+    pub fn hold_ms(&self) -> i64 {
+        i64::try_from(self.schedule_to_start.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl Default for StickyExecution {
+    fn default() -> Self {
+        Self::from_config(|_| None, Self::DEFAULT_SCHEDULE_TO_START)
+    }
+}
+
 /// Elects one registration refresh per worker per write interval.
 ///
 /// Every heartbeat used to rewrite its worker's registration row. Workers

@@ -615,6 +615,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             WorkflowTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
             ActivityTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
             IdleWorkerSweep::SCAN_LIMIT_KEY,
+            crate::registry::StickyExecution::SCAN_LIMIT_KEY,
             TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
             TimeoutSweep::RUN_SCAN_LIMIT_KEY,
             ScheduleSweep::SCAN_LIMIT_KEY,
@@ -633,6 +634,11 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let idle_after =
             parse("DW_WORKER_IDLE_AFTER_MS").map_or(IdleWorkerSweep::DEFAULT_IDLE_AFTER, ms);
         config.worker_sweep = IdleWorkerSweep::from_config(scan, idle_after);
+        let sticky_hold = parse("DW_STICKY_SCHEDULE_TO_START_MS").map_or(
+            crate::registry::StickyExecution::DEFAULT_SCHEDULE_TO_START,
+            ms,
+        );
+        config.sticky = crate::registry::StickyExecution::from_config(scan, sticky_hold);
         let sweep_every =
             parse("DW_TIMEOUT_SWEEP_INTERVAL_MS").map_or(TimeoutSweep::DEFAULT_INTERVAL, ms);
         config.timeout_sweep = TimeoutSweep::from_config(scan, sweep_every);

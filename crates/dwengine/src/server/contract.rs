@@ -423,6 +423,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         "idle worker registrations deleted per heartbeat",
     );
     scan(
+        crate::registry::StickyExecution::SCAN_LIMIT_KEY,
+        crate::registry::StickyExecution::DEFAULT_SCAN_LIMIT,
+        config.sticky.sticky_binding_prune_scan_limit,
+        "expired sticky-execution claims deleted per heartbeat",
+    );
+    scan(
         TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
         TimeoutSweep::DEFAULT_SCAN_LIMIT,
         config.timeout_sweep.activity_timeout_scan_limit,

@@ -90,7 +90,7 @@ impl Engine {
                     "activity_lease_renewal": false,
                     "cooperative_cancellation": false,
                     "update_validation_tasks": false,
-                    "sticky_execution": { "supported": false, "reason": "not_implemented" },
+                    "sticky_execution": self.sticky_capability(),
                     "local_activities": { "supported": true, "command": "record_local_activity" },
                     "workflow_memo_updates": crate::server::worker::memo_updates(),
                     "runtime_external_payload_transport": payloads.enabled(),

@@ -92,6 +92,9 @@ pub struct ServerConfig {
     pub activity_poller: ActivityTaskPoller,
     /// The heartbeat's idle-registration sweep.
     pub worker_sweep: IdleWorkerSweep,
+    /// Sticky execution: the hold of a run's tasks for its caching worker
+    /// and the heartbeat's sweep of expired claims.
+    pub sticky: crate::registry::StickyExecution,
     /// The activity and run timeout sweep.
     pub timeout_sweep: TimeoutSweep,
     /// The due-schedule sweep's period and scan cap.
@@ -190,6 +193,7 @@ impl ServerConfig {
             poller: WorkflowTaskPoller::default(),
             activity_poller: ActivityTaskPoller::default(),
             worker_sweep: IdleWorkerSweep::default(),
+            sticky: crate::registry::StickyExecution::default(),
             timeout_sweep: TimeoutSweep::default(),
             schedule_sweep: ScheduleSweep::default(),
             external_payload_sweep: ExternalPayloadSweep::default(),

@@ -176,6 +176,9 @@ pub struct RegisterWorker {
     /// each `{"supported": bool, …}`).
     #[serde(default)]
     pub capability_manifest: Value,
+    /// Its build id (echoed: the Rust SDK's sticky cache keys runs by it).
+    #[serde(default)]
+    pub build_id: Option<String>,
     /// The worker protocol version in force (set from the request header).
     #[serde(skip)]
     pub protocol_version: Option<String>,
@@ -183,11 +186,14 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 2] =
-    ["condition_wait_occurrence_identity", "local_activities"];
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 3] = [
+    "condition_wait_occurrence_identity",
+    "local_activities",
+    "sticky_execution",
+];
 
 /// The capability manifest entries this server implements.
-pub const ACKNOWLEDGED_MANIFEST: [&str; 1] = ["local_activities"];
+pub const ACKNOWLEDGED_MANIFEST: [&str; 2] = ["local_activities", "sticky_execution"];
 
 /// `POST /api/worker/heartbeat`.
 #[derive(Debug, Deserialize, Default)]
@@ -241,6 +247,11 @@ pub struct WorkflowTaskLease {
     /// History paging: the token of the next page.
     #[serde(default)]
     pub next_history_page_token: Option<String>,
+    /// Completion: the worker's sticky-cache claim on the run, if it keeps
+    /// the run's history (`worker_id`, `workflow_id`, `run_id`, `build_id`,
+    /// `ttl_seconds`, `metrics`).
+    #[serde(default)]
+    pub sticky_cache: Option<Value>,
 }
 
 /// The lease fields of an activity report.

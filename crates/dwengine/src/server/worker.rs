@@ -167,7 +167,19 @@ impl Engine {
             ],
             &[],
         )?;
+        let build_id = body
+            .build_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned);
+        if let Some(build) = &build_id {
+            let mut v = self.config.request_limits.validator();
+            v.text("build_id", build, dwpolicy::boundary::MAX_NAME_CHARS);
+            finish_with(v, &[("build_id", build)], &[])?;
+        }
         let sweep = self.config.worker_sweep;
+        let sticky = self.config.sticky;
         let idle_before = sweep.idle_before_ms(crate::unix_ms());
         let (ns, worker, queue) = (
             namespace.to_owned(),
@@ -190,6 +202,8 @@ impl Engine {
             }
             store.record_worker(&ns, &worker, &queue)?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
+            store
+                .prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;
             Ok(Ok(()))
         })?;
         if let Err(refused) = admitted {
@@ -219,7 +233,8 @@ impl Engine {
         Ok(json!({
             "worker_id": body.worker_id, "namespace": namespace, "task_queue": body.task_queue,
             "protocol_version": protocol_version, "capabilities": capabilities,
-            "capability_manifest": manifest,
+            "capability_manifest": manifest, "build_id": build_id,
+            "server_capabilities": self.registration_capabilities(),
             "registered": true, "runtime": body.runtime, "sdk_version": body.sdk_version,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
@@ -250,9 +265,11 @@ impl Engine {
             // The elected heartbeat also sweeps idle registrations (bounded
             // by the prune scan limit), as a registration does.
             let idle_before = sweep.idle_before_ms(crate::unix_ms());
+            let sticky = self.config.sticky;
             self.write(move |s| {
                 let touched = s.touch_worker(&ns, &worker)?;
                 s.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
+                s.prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;
                 Ok(touched)
             })?
         } else {
@@ -595,9 +612,12 @@ impl Engine {
         };
         let cohort = poll.build_id.clone();
         let task = self.write(move |s| {
-            let task = s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
-            if let Some(task) = task.as_ref().filter(|t| t.kind == TaskKind::Workflow) {
-                s.bind_run_cohort(RunId(task.run_id), cohort.as_deref())?;
+            let mut task = s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
+            if let Some(task) = task.as_mut().filter(|t| t.kind == TaskKind::Workflow) {
+                let run = RunId(task.run_id);
+                s.bind_run_cohort(run, cohort.as_deref())?;
+                let replay = s.sticky_lease(run, &owner, cohort.as_deref())?;
+                task.sticky_replay_mode = Some(replay.as_str());
             }
             Ok(task)
         })?;
@@ -676,6 +696,7 @@ impl Engine {
 
     /// A leased task in the protocol's shape.
     fn render_task(&self, task: LeasedTask, page_size: usize) -> Result<Value, ApiError> {
+        let owner = task.lease_owner.clone();
         let common = json!({
             "task_id": task.task_id.to_string(),
             "task_kind": task.kind.as_str(),
@@ -716,6 +737,12 @@ impl Engine {
                     page.next_sequence.map(wire::page_token).into(),
                 );
                 out.insert("cancel_requested".into(), task.cancel_requested.into());
+                let replay = match task.sticky_replay_mode {
+                    Some(mode) => mode,
+                    // A repeated poll: the claim as it stands now.
+                    None => self.read(|s| s.sticky_replay_of(run, &owner))?.as_str(),
+                };
+                out.insert("sticky_replay_mode".into(), replay.into());
                 if let Some(update) = task.workflow_update_id {
                     out.insert("workflow_update_id".into(), update.to_string().into());
                 }
@@ -762,6 +789,10 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let (task, attempt) = workflow_fence(task_id, &body)?;
         let commands = parse_commands(&self.config.request_limits, &body.commands)?;
+        let sticky = match body.sticky_cache.as_ref().filter(|c| !c.is_null()) {
+            Some(claim) => Some(self.sticky_claim(task, &body.lease_owner, claim)?),
+            None => None,
+        };
         let fields: Vec<String> = (0..body.commands.len())
             .map(|i| format!("commands.{i}"))
             .collect();
@@ -813,6 +844,15 @@ impl Engine {
                 &crate::server::streams::STREAM_RESOURCES,
                 |store| complete(store, task, fence, &commands),
             )?;
+            // The run stays with the worker that caches it while it runs;
+            // a completion without a claim (the worker dropped the run from
+            // its cache) or a closed run ends the claim.
+            match (&completion, &sticky) {
+                (Ok(done), Some(claim)) if done.run_status == crate::store::RunStatus::Running => {
+                    store.bind_sticky(run, &ns, claim)?
+                }
+                _ => store.unbind_sticky(run)?,
+            }
             Ok((completion, ns, queue, run))
         })?;
         let completion = match completion {
@@ -842,6 +882,118 @@ impl Engine {
         }))
     }
 
+    /// A completion's `sticky_cache` claim, checked: an object naming the
+    /// task's lease owner, its run and workflow, a build id and a TTL of 1
+    /// to 3,600 seconds; each problem is named `sticky_cache.<field>`.
+    fn sticky_claim(
+        &self,
+        task: i64,
+        lease_owner: &str,
+        claim: &Value,
+    ) -> Result<crate::store::sticky::StickyClaim, ApiError> {
+        let mut checks = Checks::default();
+        let max_ttl = crate::registry::StickyExecution::MAX_TTL_SECONDS;
+        if !claim.is_object() {
+            checks.problem(
+                "sticky_cache",
+                "The sticky_cache field must be an object (worker_id, workflow_id, run_id, build_id, ttl_seconds) or null.",
+            );
+            finish_with(
+                self.config.request_limits.validator(),
+                &[],
+                &checks.problems,
+            )?;
+        }
+        let text = |field: &str| claim.get(field).and_then(Value::as_str).map(str::to_owned);
+        let worker_id = text("worker_id").unwrap_or_default();
+        if worker_id != lease_owner {
+            checks.problem(
+                "sticky_cache.worker_id",
+                "The sticky_cache.worker_id field must name the task's lease owner (the worker completing it).",
+            );
+        }
+        let build_id = match claim.get("build_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(b))
+                if !b.trim().is_empty()
+                    && b.chars().count() <= dwpolicy::boundary::MAX_NAME_CHARS =>
+            {
+                Some(b.trim().to_owned())
+            }
+            Some(_) => {
+                checks.problem(
+                    "sticky_cache.build_id",
+                    format!("The sticky_cache.build_id field must be null or a non-empty string of at most {} characters.", dwpolicy::boundary::MAX_NAME_CHARS),
+                );
+                None
+            }
+        };
+        let ttl = claim
+            .get("ttl_seconds")
+            .and_then(Value::as_u64)
+            .filter(|t| (1..=max_ttl).contains(t));
+        if ttl.is_none() {
+            checks.problem(
+                "sticky_cache.ttl_seconds",
+                format!("The sticky_cache.ttl_seconds field must be an integer from 1 to {max_ttl} (the worker's cache TTL)."),
+            );
+        }
+        let run = self.read(|s| {
+            let run = s.run_of_task(task)?;
+            Ok((run, s.run(run)?.workflow_id))
+        });
+        // An unknown task is refused by the completion itself, with the
+        // fence's own error: only a task that exists is compared here.
+        if let Ok((run, workflow_id)) = run {
+            if text("run_id").as_deref() != Some(wire::run_id(run).as_str()) {
+                checks.problem(
+                    "sticky_cache.run_id",
+                    "The sticky_cache.run_id field must name the run of the task being completed.",
+                );
+            }
+            if text("workflow_id").as_deref() != Some(workflow_id.as_str()) {
+                checks.problem(
+                        "sticky_cache.workflow_id",
+                        "The sticky_cache.workflow_id field must name the workflow of the task being completed.",
+                    );
+            }
+        }
+        finish_with(
+            self.config.request_limits.validator(),
+            &[],
+            &checks.problems,
+        )?;
+        Ok(crate::store::sticky::StickyClaim {
+            worker_id,
+            build_id,
+            ttl_ms: i64::try_from(ttl.unwrap_or(1))
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+            hold_ms: self.config.sticky.hold_ms(),
+        })
+    }
+
+    /// What a registration acknowledgement carries as `server_capabilities`
+    /// (the Rust SDK confirms its sticky cache there).
+    fn registration_capabilities(&self) -> Value {
+        json!({
+            "sticky_execution": self.sticky_capability(),
+            "local_activities": { "supported": true, "command": "record_local_activity" },
+        })
+    }
+
+    /// The sticky-execution capability as discovery and registration
+    /// advertise it.
+    pub(crate) fn sticky_capability(&self) -> Value {
+        json!({
+            "supported": true,
+            "implementation": "run_affinity_to_caching_worker",
+            "schedule_to_start_timeout_ms": self.config.sticky.hold_ms(),
+            "max_ttl_seconds": crate::registry::StickyExecution::MAX_TTL_SECONDS,
+            "replay_modes": ["sticky_hit_expected", "forced_cold_replay", "cold_replay"],
+        })
+    }
+
     /// `POST /api/worker/workflow-tasks/{id}/fail`: a task that had nothing
     /// to do ends quietly; any other failure is recorded and the task comes
     /// back after a backoff.
@@ -863,6 +1015,8 @@ impl Engine {
             let outcome = if waiting {
                 Err(store.release_waiting_workflow_task(task, fence)?)
             } else {
+                // The SDKs drop a failed task's run from their cache.
+                store.unbind_sticky(store.run_of_task(task)?)?;
                 Ok(store.fail_workflow_task_attempt(task, fence, &failure)?)
             };
             Ok((ns, queue, outcome))
@@ -935,8 +1089,9 @@ impl Engine {
                 store.run(run)?.history_length,
             ))
         })?;
+        // The Rust SDK's sticky replay checks the page is its own attempt's.
         Ok(json!({
-            "task_id": task_id,
+            "task_id": task_id, "workflow_task_attempt": attempt,
             "history_events": page.events.iter().map(wire::event).collect::<Vec<_>>(),
             "total_history_events": total,
             "next_history_page_token": page.next_sequence.map(wire::page_token),

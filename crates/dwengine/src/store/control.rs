@@ -372,6 +372,8 @@ impl Store {
                  WHERE namespace = ?1 AND lease_owner = ?2 AND status = 'leased' AND kind = 'workflow'",
             )?
             .execute(params![namespace, worker_id])?;
+        // Its sticky claims go with it: their runs' tasks go to any poller.
+        self.release_sticky_worker(namespace, worker_id)?;
         tx.commit()?;
         Ok(Some(recovered))
     }

@@ -74,6 +74,9 @@ pub struct LeasedTask {
     pub workflow_update_id: Option<i64>,
     /// Whether cancellation was requested.
     pub cancel_requested: bool,
+    /// Workflow tasks: how the worker should replay (`sticky_replay_mode`),
+    /// set by the lease that handed it out (`None`: read it again).
+    pub sticky_replay_mode: Option<&'static str>,
 }
 
 /// The activity an activity task runs.
@@ -344,6 +347,7 @@ pub(crate) fn load_task(
         history_length: u64::try_from(row.history_length).unwrap_or(0),
         workflow_update_id: None,
         cancel_requested: row.cancel_requested,
+        sticky_replay_mode: None,
     };
     match row.kind {
         TaskKind::Activity => {

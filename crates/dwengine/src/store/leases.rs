@@ -21,6 +21,7 @@ use crate::store::dispatch::{load_task, LeasedTask, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::RunId;
 use crate::store::rows::{now_ms, to_i64};
+use crate::store::sticky::HELD_FOR_ANOTHER;
 use crate::store::tx::WriteTx;
 
 /// An activity lease whose attempt timed out by the time the lease ended:
@@ -43,19 +44,24 @@ impl Store {
     ) -> Result<Option<LeasedTask>, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let now = now_ms();
+        // One workflow task per run at a time: two workers replaying
+        // different snapshots of one run would issue its commands twice. A
+        // workflow task another live worker's sticky claim holds is skipped
+        // until its hold ends.
+        let sql = format!(
+            "SELECT d.id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
+             AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
+             AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
+               WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
+               AND NOT {HELD_FOR_ANOTHER})) \
+             ORDER BY d.due_at_ms, d.id LIMIT 1"
+        );
         let id: Option<i64> = tx
-            .prepare_cached(
-                // One workflow task per run at a time: two workers replaying
-                // different snapshots of one run would issue its commands twice.
-                "SELECT d.id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
-                 AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
-                 AND (d.kind != 'workflow' OR NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
-                   WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased')) \
-                 ORDER BY d.due_at_ms, d.id LIMIT 1",
-            )?
-            .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
-                r.get(0)
-            })
+            .prepare_cached(&sql)?
+            .query_row(
+                params![kind.as_str(), namespace, task_queue, now, owner],
+                |r| r.get(0),
+            )
             .optional()?;
         let Some(id) = id else {
             return Ok(None);

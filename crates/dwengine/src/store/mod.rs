@@ -69,6 +69,7 @@ pub mod search_attributes;
 pub mod service_catalog;
 pub mod shared;
 pub mod signal_waits;
+pub mod sticky;
 pub mod streams;
 pub mod task;
 pub mod timeouts;

@@ -135,6 +135,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0026_child_workflows",
         include_str!("migrations/postgres/0026_child_workflows.sql"),
     ),
+    (
+        "0027_sticky_bindings",
+        include_str!("migrations/postgres/0027_sticky_bindings.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -52,6 +52,7 @@ mod server_faults;
 mod server_log;
 mod services;
 mod sigkill;
+mod sticky_execution;
 mod streams;
 mod task_failure_metrics;
 mod tasks;

@@ -75,7 +75,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
     ] {
         assert_eq!(capabilities[missing], false, "{missing}");
     }
-    assert_eq!(capabilities["sticky_execution"]["supported"], false);
+    assert_eq!(capabilities["sticky_execution"]["supported"], true);
 }
 
 #[test]
