@@ -14,6 +14,9 @@ scenario passed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import json
 import os
 import sqlite3
 import sys
@@ -36,6 +39,8 @@ from workflows import ACTIVITIES, QUEUE, STICKY_QUEUE, WORKFLOWS, StickySteps, g
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
 PENDING_SIGNALS = int(os.environ.get("DW_V2_LIMIT_PENDING_SIGNALS", "10000"))
 IDLE_QUEUE = "conformance-no-worker"
+# The webhook the runner registers (DW_WEBHOOKS=conformance@default=<secret>).
+WEBHOOK_SECRET = os.environ.get("DW_CONFORMANCE_WEBHOOK_SECRET", "")
 
 
 def new_id(prefix: str) -> str:
@@ -72,6 +77,23 @@ class Suite:
         history = await self.client.get_history(workflow_id, run_id, page_size=1000)
         return [event["event_type"] for event in history["events"]]
 
+    async def webhook(self, event: dict, signed_at: int | None = None) -> tuple[int, dict]:
+        """One delivery to the `conformance` webhook, signed as documented:
+        HMAC-SHA256 of "<timestamp>.<body>" under the shared secret."""
+        body = json.dumps(event).encode()
+        timestamp = str(signed_at if signed_at is not None else int(time.time()))
+        digest = hmac.new(WEBHOOK_SECRET.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+        response = await self.http.post(
+            "/api/bridge-adapters/webhook/conformance",
+            content=body,
+            headers={
+                "Content-Type": "application/json",
+                "X-Durable-Workflow-Webhook-Timestamp": timestamp,
+                "X-Durable-Workflow-Webhook-Signature": f"sha256={digest.hexdigest()}",
+            },
+        )
+        return response.status_code, response.json()
+
     # -- scenarios -------------------------------------------------------
 
     async def activity_timer_signal_condition_query(self) -> str:
@@ -96,6 +118,51 @@ class Suite:
         described = await self.client.describe_workflow(wid)
         assert described.status == "completed", described
         return f"result {result}, {len(types)} history events"
+
+    async def webhook_start_signal_update(self) -> str:
+        """A provider's JSON, delivered through the signed webhook, reaches
+        the SDK's workflow code as its arguments: a start, a signal (and its
+        re-signed retry, answered as the first) and an update."""
+        assert WEBHOOK_SECRET, "DW_CONFORMANCE_WEBHOOK_SECRET is not set (see conformance/run)"
+        wid = new_id("webhook-journey")
+        status, started = await self.webhook({
+            "action": "start_workflow", "idempotency_key": f"{wid}-start",
+            "target": {"workflow_type": "journey", "task_queue": QUEUE, "workflow_id": wid},
+            "input": ["webhook"],
+        })
+        assert status == 202 and started["outcome"] == "accepted", (status, started)
+
+        async def waiting():
+            answer = await self.client.query_workflow(wid, "stage")
+            return answer.get("result") == "waiting_for_approval"
+
+        await self.wait_for("the webhook-started workflow to wait for approval", waiting)
+        signal = {
+            "action": "signal_workflow", "idempotency_key": f"{wid}-approve",
+            "target": {"workflow_id": wid, "signal_name": "approve"}, "input": "bob",
+        }
+        status, first = await self.webhook(signal)
+        assert status == 202, (status, first)
+        status, retried = await self.webhook(signal, signed_at=int(time.time()) - 1)
+        assert status == 200 and retried["outcome"] == "duplicate", (status, retried)
+        assert retried["signal_id"] == first["signal_id"], (first, retried)
+        handle = self.client.get_workflow_handle(wid, run_id=started["run_id"])
+        result = await self.client.get_result(handle, timeout=30)
+        assert result == {"greeting": "hello, webhook", "approved_by": "bob"}, result
+        types = await self.history_types(wid, started["run_id"])
+        assert types.count("SignalReceived") == 1, types
+
+        counter = new_id("webhook-counter")
+        await self.client.start_workflow(workflow_type="counter", task_queue=QUEUE, workflow_id=counter)
+        status, update = await self.webhook({
+            "action": "update_workflow", "idempotency_key": f"{counter}-add",
+            "target": {"workflow_id": counter, "update_name": "add"}, "input": [7],
+        })
+        assert status == 202 and update["control_plane_outcome"] == "update_accepted", (status, update)
+        await self.client.signal_workflow(counter, "close")
+        total = await self.client.get_result(self.client.get_workflow_handle(counter), timeout=30)
+        assert total == 7, total
+        return f"webhook start -> {result}; retried signal answered duplicate; update added {total}"
 
     async def update_wait_for_completed(self) -> str:
         wid = new_id("counter")
@@ -621,6 +688,7 @@ class Suite:
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
+        "webhook_start_signal_update",
         "cancel",
         "terminate",
         "activity_retry",

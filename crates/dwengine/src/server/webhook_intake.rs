@@ -124,7 +124,12 @@ impl Engine {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
-        let input = envelope(&event.input);
+        let input = envelope(&event.input).map_err(|problem| {
+            target_problem(
+                "input",
+                &format!("The input field cannot be encoded as the SDKs' payload: {problem}."),
+            )
+        })?;
         let (duplicate, control, fields) = match event.action.as_str() {
             "start_workflow" => {
                 let policy = match text("duplicate_policy").as_deref() {

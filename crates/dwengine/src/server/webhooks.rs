@@ -310,18 +310,24 @@ fn sha256_hex(text: &str, digits: usize) -> String {
     hex[..digits.min(hex.len())].to_owned()
 }
 
-/// The event's `input` as a payload envelope: an envelope as sent, an
-/// array as the JSON arguments, any other value as the one argument, none
-/// as no arguments.
-pub(crate) fn envelope(input: &Value) -> Value {
+/// The event's `input` as the payload envelope the SDKs decode: a
+/// `{codec, blob}` envelope as sent; otherwise the arguments list (a JSON
+/// array as the arguments, any other value as the one argument, none as no
+/// arguments) in the SDKs' Avro value encoding (`codec: "avro"`), as their
+/// clients send a start's or a signal's arguments. A value the encoding
+/// cannot hold is the problem's text.
+pub(crate) fn envelope(input: &Value) -> Result<Value, String> {
     let is_envelope = input.get("codec").is_some_and(Value::is_string)
         && input.get("blob").is_some_and(Value::is_string);
-    match input {
-        _ if is_envelope => input.clone(),
-        Value::Null => json!({ "codec": "json", "blob": "[]" }),
-        Value::Array(_) => json!({ "codec": "json", "blob": input.to_string() }),
-        other => json!({ "codec": "json", "blob": Value::Array(vec![other.clone()]).to_string() }),
+    if is_envelope {
+        return Ok(input.clone());
     }
+    let arguments = match input {
+        Value::Null => Value::Array(Vec::new()),
+        Value::Array(_) => input.clone(),
+        other => Value::Array(vec![other.clone()]),
+    };
+    crate::store::avro_value::encode_envelope(&arguments).map_err(|e| e.to_string())
 }
 
 /// The body's fields, or the validation errors naming each bad one.
@@ -476,12 +482,18 @@ mod tests {
     }
 
     #[test]
-    fn inputs_become_envelopes_and_ids_fit() {
-        assert_eq!(envelope(&Value::Null)["blob"], "[]");
-        assert_eq!(envelope(&json!([1, 2]))["blob"], "[1,2]");
-        assert_eq!(envelope(&json!({"a": 1}))["blob"], "[{\"a\":1}]");
+    fn inputs_become_the_sdks_avro_arguments_and_ids_fit() {
+        use crate::store::avro_value::decode_envelope;
+        let args = |input: Value| {
+            let env = envelope(&input).unwrap();
+            assert_eq!(env["codec"], "avro");
+            decode_envelope(&env).unwrap()
+        };
+        assert_eq!(args(Value::Null), json!([]));
+        assert_eq!(args(json!([1, "two"])), json!([1, "two"]));
+        assert_eq!(args(json!({"a": 1.5})), json!([{"a": 1.5}]));
         let env = json!({"codec": "avro", "blob": "AA=="});
-        assert_eq!(envelope(&env), env);
+        assert_eq!(envelope(&env).unwrap(), env);
         assert_eq!(request_id("stripe", "evt_1"), "webhook:stripe:evt_1");
         let long = "k".repeat(MAX_IDEMPOTENCY_KEY_CHARS);
         let id = request_id(&"a".repeat(MAX_ADAPTER_CHARS), &long);

@@ -136,7 +136,6 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
         None,
     );
     assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
-    // The input became the run's JSON arguments.
     let (_, described) = admin(&s, "GET", &format!("/api/workflows/{workflow_id}"), None);
     assert_eq!(described["status"], "running", "{described}");
 
@@ -172,6 +171,32 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
     let (_, described) = admin(&s, "GET", &format!("/api/workflows/{workflow_id}"), None);
     assert_eq!(described["pending"]["signals"], 1, "{described}");
     assert_eq!(described["pending"]["updates"], 1, "{described}");
+    // The provider's JSON reached history as the arguments list in the
+    // SDKs' Avro encoding (the one codec the published SDKs decode).
+    let run_id = described["run_id"].as_str().unwrap();
+    let (status, history) = admin(
+        &s,
+        "GET",
+        &format!("/api/workflows/{workflow_id}/runs/{run_id}/history"),
+        None,
+    );
+    assert_eq!(status, 200, "{history}");
+    let events = history["events"].as_array().expect("history events");
+    let payload = |event_type: &str, field: &str| {
+        let event = events
+            .iter()
+            .find(|e| e["event_type"] == event_type)
+            .unwrap_or_else(|| panic!("{event_type} in {history}"));
+        let envelope = &event["payload"][field];
+        assert_eq!(envelope["codec"], "avro", "{event}");
+        dwengine::store::avro_value::decode_envelope(envelope).unwrap()
+    };
+    assert_eq!(
+        payload("WorkflowStarted", "arguments"),
+        json!([{ "order": 1001 }])
+    );
+    assert_eq!(payload("SignalReceived", "value"), json!([{ "amount": 5 }]));
+    assert_eq!(payload("UpdateAccepted", "arguments"), json!([]));
     // The control plane still wants its token.
     let status = match ureq::get(&format!("{}/api/workflows", s.base)).call() {
         Ok(r) => r.status(),
