@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use dwpolicy::{LoadError, Spanned};
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
 use ignore::{WalkBuilder, WalkState};
 
 use crate::base::error::RunError;
@@ -94,11 +94,11 @@ impl Role {
 
     /// Whether `rel` is in the list; notes which globs matched it while
     /// some have matched nothing yet.
-    fn is_match(&self, rel: &str, scratch: &mut Vec<usize>) -> bool {
+    fn is_match(&self, rel: &Candidate, scratch: &mut Vec<usize>) -> bool {
         if self.unmatched.load(Ordering::Relaxed) == 0 {
-            return self.set.is_match(rel);
+            return self.set.is_match_candidate(rel);
         }
-        self.set.matches_into(rel, scratch);
+        self.set.matches_candidate_into(rel, scratch);
         for &i in scratch.iter() {
             if !self.matched[i].swap(true, Ordering::Relaxed) {
                 self.unmatched.fetch_sub(1, Ordering::Relaxed);
@@ -125,8 +125,12 @@ struct Globs {
 }
 
 impl Globs {
+    /// The roles of the file at `rel`, prepared once for the five glob
+    /// sets (preparing a path for a set cost as much as matching it).
     fn roles(&self, rel: &str, scratch: &mut Vec<usize>) -> Roles {
-        if self.exclude.is_match(rel) {
+        let rel = Candidate::new(rel);
+        let rel = &rel;
+        if self.exclude.is_match_candidate(rel) {
             return Roles::default();
         }
         Roles {
@@ -258,12 +262,45 @@ fn found_file(root: &Path, entry: ignore::DirEntry) -> Option<FoundFile> {
     if !entry.file_type().is_some_and(|t| t.is_file()) {
         return None;
     }
-    let rel = entry.path().strip_prefix(root).ok()?;
-    let rel = rel.to_string_lossy().replace('\\', "/");
+    let rel = relative(root, entry.path())?;
     Some(FoundFile {
         rel,
         path: entry.into_path(),
     })
+}
+
+/// `path` relative to `root`, `/`-separated, as `Path::strip_prefix`
+/// and a lossy conversion give it. The walk joins entry names to `root`,
+/// so a path is mostly `root`, a `/` and the names: that is cut off as
+/// bytes, since comparing component by component cost more than the rest
+/// of [`found_file`]; any other path goes the long way.
+fn relative(root: &Path, path: &Path) -> Option<String> {
+    let root_bytes = root.as_os_str().as_encoded_bytes();
+    let short = (!root_bytes.is_empty())
+        .then_some(path.as_os_str().as_encoded_bytes())
+        .and_then(|path| path.strip_prefix(root_bytes))
+        .and_then(|rest| rest.strip_prefix(b"/"))
+        .filter(|rest| {
+            !rest.is_empty()
+                && !rest.starts_with(b"/")
+                && !rest.starts_with(b"./")
+                && rest != b"."
+                && !rest.ends_with(b"/")
+                && !rest.ends_with(b"/.")
+                && memchr::memmem::find(rest, b"//").is_none()
+                && memchr::memmem::find(rest, b"/./").is_none()
+        })
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .filter(|rel| !rel.contains('\\'));
+    match short {
+        Some(rel) => Some(rel.to_owned()),
+        None => Some(
+            path.strip_prefix(root)
+                .ok()?
+                .to_string_lossy()
+                .replace('\\', "/"),
+        ),
+    }
 }
 
 /// [`find_files`] on this thread.
@@ -438,6 +475,36 @@ mod tests {
         }
         expected.sort();
         (dir, expected)
+    }
+
+    #[test]
+    fn relative_paths_are_what_strip_prefix_gives() {
+        let long_way = |root: &str, path: &str| {
+            Path::new(path)
+                .strip_prefix(root)
+                .ok()
+                .map(|rel| rel.to_string_lossy().replace('\\', "/"))
+        };
+        for root in [
+            "", ".", "./", "a", "a/", "a/.", "./a", "/a", "/a/", "/", "a//b",
+        ] {
+            for rest in [
+                "x.rs", "b/x.rs", "./x.rs", "b//x.rs", "b/./x.rs", "b/", ".", "", "a\\b.rs",
+                "/x.rs", "é/x.rs",
+            ] {
+                for path in [
+                    format!("{root}/{rest}"),
+                    format!("{root}{rest}"),
+                    Path::new(root).join(rest).to_string_lossy().into_owned(),
+                ] {
+                    assert_eq!(
+                        relative(Path::new(root), Path::new(&path)),
+                        long_way(root, &path),
+                        "root {root:?}, path {path:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

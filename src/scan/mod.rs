@@ -28,7 +28,7 @@ use crate::base::line_index::TextRange;
 use crate::discover::walk::{FoundFile, Roles, SelectedFile};
 use crate::extract::{self, ExtractConfig, FileFacts};
 use crate::scan::owners::ModulePaths;
-use crate::scan::prefilter::Prefilter;
+use crate::scan::prefilter::{Prefilter, Verdict};
 
 /// Files larger than this are skipped with a warning unless the command
 /// line says otherwise (`--max-file-size`).
@@ -559,17 +559,25 @@ fn scan_one(
             "exclude binary files in [sources].exclude",
         );
     }
-    // Before the prefilter: an allow left in a file that no longer holds
-    // anything it could allow is reported as unused.
-    if memchr::memmem::find(bytes, allows::MARKER.as_bytes()).is_some() {
+    // A scrape config may hold nothing but per-run variables, so the
+    // remote-write files (few and small) are always read.
+    let prefiltered = !file.roles.docs && !file.roles.remote_write;
+    let verdict = match prefilter {
+        // The prefilter's pass also looks for the allow marker.
+        Some(p) if prefiltered => p.examine(&file.rel, bytes),
+        _ => Verdict {
+            wanted: true,
+            allow_marker: memchr::memmem::find(bytes, allows::MARKER.as_bytes()).is_some(),
+        },
+    };
+    // Whether or not the file is wanted: an allow left in a file that no
+    // longer holds anything it could allow is reported as unused.
+    if verdict.allow_marker {
         if let Ok(text) = std::str::from_utf8(bytes) {
             inline_allows.extend(allows::find(&file.rel, text));
         }
     }
-    // A scrape config may hold nothing but per-run variables, so the
-    // remote-write files (few and small) are always read.
-    let prefiltered = !file.roles.docs && !file.roles.remote_write;
-    if prefiltered && prefilter.is_some_and(|p| !p.wants(&file.rel, bytes)) {
+    if !verdict.wanted {
         return Outcome::Skipped;
     }
     let text = match std::str::from_utf8(bytes) {
