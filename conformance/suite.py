@@ -159,10 +159,21 @@ class Suite:
             "target": {"workflow_id": counter, "update_name": "add"}, "input": [7],
         })
         assert status == 202 and update["control_plane_outcome"] == "update_accepted", (status, update)
+        status, waited = await self.webhook({
+            "action": "update_workflow", "idempotency_key": f"{counter}-add-and-wait",
+            "target": {"workflow_id": counter, "update_name": "add", "wait_for": "completed",
+                       "wait_timeout_seconds": 20},
+            "input": [3],
+        })
+        assert status == 202 and waited["update_status"] == "completed", (status, waited)
+        envelope = waited["result_envelope"]
+        returned = serializer.decode(envelope["blob"], envelope["codec"])
+        assert returned == 10, waited
         await self.client.signal_workflow(counter, "close")
         total = await self.client.get_result(self.client.get_workflow_handle(counter), timeout=30)
-        assert total == 7, total
-        return f"webhook start -> {result}; retried signal answered duplicate; update added {total}"
+        assert total == 10, total
+        return (f"webhook start -> {result}; retried signal answered duplicate; updates added 7 "
+                f"then 3 (the awaited one answered {returned}); total {total}")
 
     async def update_wait_for_completed(self) -> str:
         wid = new_id("counter")

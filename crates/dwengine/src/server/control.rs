@@ -70,6 +70,11 @@ impl PendingUpdate {
         }
     }
 
+    /// The answer so far: accepted, with its update id.
+    pub fn accepted(&self) -> &Value {
+        &self.out
+    }
+
     /// The answer when the wait runs out: accepted, `wait_timed_out`.
     pub fn timed_out(self) -> Value {
         let mut out = self.out;

@@ -10,7 +10,7 @@
 use hmac::Mac;
 use serde_json::{json, Value};
 
-use crate::server::control::UpdateStep;
+use crate::server::control::{PendingUpdate, UpdateStep};
 use crate::server::webhooks::{
     derived_workflow_id, envelope, mac, outcome, parse_event, refusal, request_id, unhex, Event,
     ReplayKeys, Signed, Webhook, SCHEMA, SIGNATURE_HEADER, TIMESTAMP_HEADER,
@@ -18,12 +18,80 @@ use crate::server::webhooks::{
 use crate::server::wire::{Checks, SignalBody, StartWorkflow, UpdateBody};
 use crate::server::{ApiError, Engine};
 
+/// What a delivery came to.
+pub enum Delivery {
+    /// The answer's status and body.
+    Answered(u16, Value),
+    /// An update admitted with `wait_for: completed`: the HTTP layer awaits
+    /// its outcome as the control plane's ([`Engine::look_update`]) and
+    /// answers with [`Engine::webhook_update_answer`].
+    Waiting(PendingUpdate, Value),
+}
+
+/// The fields of the control plane's answer a webhook outcome carries.
+const ANSWER_FIELDS: [&str; 9] = [
+    "workflow_id",
+    "run_id",
+    "workflow_type",
+    "signal_id",
+    "update_id",
+    "request_id",
+    "update_status",
+    "result_envelope",
+    "wait_timed_out",
+];
+
 impl Engine {
     /// One webhook delivery, from its adapter name, headers and raw body
     /// to the answer's status and body. Authentication first (unknown
     /// adapter, missing or wrong signature, a timestamp out of the window:
     /// 401; a signature seen before: 409), then the control plane's own call.
-    pub fn webhook_delivery(&self, adapter: &str, signed: Signed, body: &[u8]) -> (u16, Value) {
+    pub fn webhook_delivery(&self, adapter: &str, signed: Signed, body: &[u8]) -> Delivery {
+        match self.authenticated_delivery(adapter, signed, body) {
+            Ok(delivery) => delivery,
+            Err((status, out)) => Delivery::Answered(status, out),
+        }
+    }
+
+    /// An awaited webhook update's answer: its outcome (`Some`: the
+    /// control plane's completed update, or its refusal), or `None` when
+    /// the wait ran out (`wait_timed_out`).
+    pub fn webhook_update_answer(
+        &self,
+        pending: PendingUpdate,
+        base: Value,
+        outcome: Result<Option<Value>, ApiError>,
+    ) -> (u16, Value) {
+        let adapter = base["adapter"].as_str().unwrap_or_default().to_owned();
+        match outcome {
+            Ok(found) => {
+                let duplicate = base["outcome"] == "duplicate";
+                let answer = found.unwrap_or_else(|| pending.timed_out());
+                let mut out = base;
+                copy_answer(&mut out, &answer);
+                (if duplicate { 200 } else { 202 }, out)
+            }
+            Err(e) => {
+                let mut out = base;
+                if let (Value::Object(out), Value::Object(body)) = (&mut out, e.body()) {
+                    for (k, v) in body {
+                        out.insert(k, v);
+                    }
+                }
+                out["adapter"] = adapter.into();
+                out["accepted"] = false.into();
+                out["outcome"] = "rejected".into();
+                (e.status(), out)
+            }
+        }
+    }
+
+    fn authenticated_delivery(
+        &self,
+        adapter: &str,
+        signed: Signed,
+        body: &[u8],
+    ) -> Result<Delivery, (u16, Value)> {
         let unauthorized = |reason: &str, message: &str| {
             refusal(
                 401,
@@ -33,10 +101,10 @@ impl Engine {
         };
         let webhook = self.config.webhooks.get(adapter);
         let (Some(timestamp), Some(signature)) = (signed.timestamp, signed.signature) else {
-            return unauthorized(
+            return Err(unauthorized(
                 "webhook_signature_missing",
                 &format!("send {TIMESTAMP_HEADER} (Unix seconds) and {SIGNATURE_HEADER}: sha256=<hex HMAC-SHA256 of \"<timestamp>.<body>\">"),
-            );
+            ));
         };
         let presented = signature.trim();
         let presented = presented.strip_prefix("sha256=").unwrap_or(presented);
@@ -50,18 +118,18 @@ impl Engine {
             _ => false,
         };
         let Some(webhook) = webhook.filter(|_| verified) else {
-            return unauthorized(
+            return Err(unauthorized(
                 "webhook_signature_invalid",
                 "the signature does not match this adapter's secret over \"<timestamp>.<body>\"",
-            );
+            ));
         };
         let window = self.config.webhooks.replay_window;
         let now = crate::unix_ms() / 1000;
         let Some(sent) = timestamp.trim().parse::<i64>().ok() else {
-            return unauthorized(
+            return Err(unauthorized(
                 "webhook_timestamp_invalid",
                 &format!("{TIMESTAMP_HEADER} must be Unix seconds"),
-            );
+            ));
         };
         let skew = now.abs_diff(sent);
         if skew > window.as_secs() {
@@ -74,7 +142,7 @@ impl Engine {
             );
             out["server_time"] = now.into();
             out["replay_window_seconds"] = window.as_secs().into();
-            return (status, out);
+            return Err((status, out));
         }
         // The signature is remembered for twice the window: as long as
         // its timestamp can be accepted at all.
@@ -83,15 +151,15 @@ impl Engine {
         match self.cache.add(&key, b"1", window * 2) {
             Ok(true) => {}
             Ok(false) => {
-                return refusal(
+                return Err(refusal(
                     409,
                     "webhook_replayed",
                     "this signed delivery was already received; a retry must be signed again with its own timestamp (the same idempotency_key gets the first delivery's answer)".into(),
-                )
+                ))
             }
             // Refused before anything is written, as any request whose
             // cache is down.
-            Err(e) => return self.answer_error(webhook, None, ApiError::Cache(e)),
+            Err(e) => return Err(self.answer_error(webhook, None, ApiError::Cache(e))),
         }
         let event = match parse_event(body) {
             Ok(event) => event,
@@ -103,17 +171,15 @@ impl Engine {
                 );
                 out["validation_errors"] = problems;
                 out["adapter"] = webhook.adapter.clone().into();
-                return (status, out);
+                return Err((status, out));
             }
         };
-        match self.deliver(webhook, &event) {
-            Ok((status, out)) => (status, out),
-            Err(e) => self.answer_error(webhook, Some(&event), e),
-        }
+        self.deliver(webhook, &event)
+            .map_err(|e| self.answer_error(webhook, Some(&event), e))
     }
 
     /// The control plane's answer to an event, in the outcome shape.
-    fn deliver(&self, webhook: &Webhook, event: &Event) -> Result<(u16, Value), ApiError> {
+    fn deliver(&self, webhook: &Webhook, event: &Event) -> Result<Delivery, ApiError> {
         let namespace = webhook.namespace.as_str();
         self.require_namespace(namespace)?;
         let request_id = request_id(&webhook.adapter, &event.key);
@@ -181,12 +247,16 @@ impl Engine {
                 (duplicate, control.into(), out)
             }
             "update_workflow" => {
-                if text("wait_for").is_some_and(|w| w != "accepted") {
-                    return Err(target_problem(
-                        "target.wait_for",
-                        "A webhook update is admitted, not awaited: wait_for must be \"accepted\" (or left out); read its outcome on the control plane.",
-                    ));
-                }
+                let wait_for = text("wait_for").unwrap_or_else(|| "accepted".into());
+                let wait_timeout_seconds = match event.target.get("wait_timeout_seconds") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(v.as_i64().ok_or_else(|| {
+                        target_problem(
+                            "target.wait_timeout_seconds",
+                            "The wait_timeout_seconds field must be an integer.",
+                        )
+                    })?),
+                };
                 let step = self.begin_update(
                     namespace,
                     &text("workflow_id").unwrap_or_default(),
@@ -194,13 +264,14 @@ impl Engine {
                     &text("update_name").unwrap_or_default(),
                     UpdateBody {
                         input,
-                        wait_for: Some("accepted".into()),
-                        wait_timeout_seconds: None,
+                        wait_for: Some(wait_for),
+                        wait_timeout_seconds,
                         request_id: Some(request_id),
                     },
                 )?;
-                let UpdateStep::Answered(out) = step else {
-                    return Err(ApiError::Internal("an accepted update waited".into()));
+                let (out, pending) = match step {
+                    UpdateStep::Answered(out) => (out, None),
+                    UpdateStep::Waiting(pending) => (pending.accepted().clone(), Some(pending)),
                 };
                 let duplicate = out["retained"] == true;
                 let control = if duplicate {
@@ -208,6 +279,10 @@ impl Engine {
                 } else {
                     "update_accepted"
                 };
+                if let Some(pending) = pending {
+                    let base = finished(webhook, event, duplicate, control.into(), &out);
+                    return Ok(Delivery::Waiting(pending, base));
+                }
                 (duplicate, control.into(), out)
             }
             other => {
@@ -221,23 +296,8 @@ impl Engine {
                 })
             }
         };
-        let mut out = outcome(webhook, event);
-        out["accepted"] = (!duplicate).into();
-        out["outcome"] = if duplicate { "duplicate" } else { "accepted" }.into();
-        out["control_plane_outcome"] = control;
-        for field in [
-            "workflow_id",
-            "run_id",
-            "workflow_type",
-            "signal_id",
-            "update_id",
-            "request_id",
-        ] {
-            if let Some(value) = fields.get(field).filter(|v| !v.is_null()) {
-                out[field] = value.clone();
-            }
-        }
-        Ok((if duplicate { 200 } else { 202 }, out))
+        let out = finished(webhook, event, duplicate, control, &fields);
+        Ok(Delivery::Answered(if duplicate { 200 } else { 202 }, out))
     }
 
     /// A refusal of the control plane's, with its status and body (the
@@ -263,4 +323,29 @@ fn target_problem(field: &str, message: &str) -> ApiError {
     let mut checks = Checks::default();
     checks.problem(field, message);
     crate::server::worker::validation(checks).into()
+}
+
+/// The outcome of an admitted event: accepted or duplicate, with the
+/// control plane's outcome and the ids of its answer.
+fn finished(
+    webhook: &Webhook,
+    event: &Event,
+    duplicate: bool,
+    control: Value,
+    answer: &Value,
+) -> Value {
+    let mut out = outcome(webhook, event);
+    out["accepted"] = (!duplicate).into();
+    out["outcome"] = if duplicate { "duplicate" } else { "accepted" }.into();
+    out["control_plane_outcome"] = control;
+    copy_answer(&mut out, answer);
+    out
+}
+
+fn copy_answer(out: &mut Value, answer: &Value) {
+    for field in ANSWER_FIELDS {
+        if let Some(value) = answer.get(field).filter(|v| !v.is_null()) {
+            out[field] = value.clone();
+        }
+    }
 }

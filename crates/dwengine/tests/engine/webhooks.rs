@@ -167,10 +167,26 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
     let (status, again) = deliver(&s, -3, &update);
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["update_id"], first["update_id"]);
+    // An update may wait for its outcome as the control plane's does; with
+    // no worker here it answers accepted when its wait runs out.
+    let waiting = event(
+        "update_workflow",
+        "evt-approve-2",
+        json!({ "workflow_id": workflow_id, "update_name": "approve",
+                "wait_for": "completed", "wait_timeout_seconds": 1 }),
+        Value::Null,
+    );
+    let (status, waited) = deliver(&s, 0, &waiting);
+    assert_eq!(status, 202, "{waited}");
+    assert_eq!(
+        (&waited["update_status"], &waited["wait_timed_out"]),
+        (&json!("accepted"), &json!(true)),
+        "{waited}"
+    );
 
     let (_, described) = admin(&s, "GET", &format!("/api/workflows/{workflow_id}"), None);
     assert_eq!(described["pending"]["signals"], 1, "{described}");
-    assert_eq!(described["pending"]["updates"], 1, "{described}");
+    assert_eq!(described["pending"]["updates"], 2, "{described}");
     // The provider's JSON reached history as the arguments list in the
     // SDKs' Avro encoding (the one codec the published SDKs decode).
     let run_id = described["run_id"].as_str().unwrap();

@@ -9,9 +9,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
+use super::waiting::until;
 use super::{read_bytes, refuse, run_blocking, Shared};
+use crate::server::webhook_intake::Delivery;
 use crate::server::webhooks::{Signed, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::server::Engine;
+use crate::waiters::{WaitKey, WaitKind};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new().route("/api/bridge-adapters/webhook/{adapter}", post(deliver))
@@ -38,16 +41,31 @@ async fn deliver(
         Ok(bytes) => bytes,
         Err(e) => return refuse(e),
     };
-    let answered = run_blocking(engine, move |e| {
+    let delivered = run_blocking(engine.clone(), move |e| {
         Ok(e.webhook_delivery(&adapter, signed, &bytes))
     })
     .await;
-    match answered {
-        Ok((status, body)) => (
-            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            Json(body),
-        )
-            .into_response(),
-        Err(e) => refuse(e),
-    }
+    let (status, body) = match delivered {
+        Ok(Delivery::Answered(status, body)) => (status, body),
+        // An update with `wait_for: completed` awaits its outcome without a
+        // thread, as the control plane's does.
+        Ok(Delivery::Waiting(pending, base)) => {
+            let look = pending.look();
+            let outcome = until(
+                &engine,
+                WaitKind::Update,
+                WaitKey::Run(pending.run().0),
+                pending.deadline(),
+                move |e| e.look_update(&look),
+            )
+            .await;
+            engine.webhook_update_answer(pending, base, outcome)
+        }
+        Err(e) => return refuse(e),
+    };
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Json(body),
+    )
+        .into_response()
 }
