@@ -1310,11 +1310,15 @@ impl Engine {
     }
 
     /// `GET …/operations/{operation}/service-calls/{id}`.
+    ///
+    /// A token bound to namespaces sees only the calls made as one of them
+    /// (call ids are sequential; another tenant's call is answered as absent).
     pub fn describe_service_call(
         &self,
         namespace: &str,
         path: (&str, &str, &str),
         call_id: &str,
+        caller: Option<&Caller>,
     ) -> Result<Value, ApiError> {
         let (endpoint, service, operation) = path;
         let resolved = self.resolve(namespace, endpoint, service, operation)?;
@@ -1335,6 +1339,7 @@ impl Engine {
         let call = self
             .read(|s| s.service_call(id))?
             .filter(|c| c.operation_id == resolved.operation.id && c.namespace == namespace)
+            .filter(|c| caller.is_none_or(|who| who.admits_namespace(&c.caller_namespace)))
             .ok_or_else(missing)?;
         let request: ExecuteOperation =
             serde_json::from_value(call.request.clone()).unwrap_or_default();

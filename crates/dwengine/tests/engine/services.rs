@@ -536,9 +536,33 @@ fn the_service_call_budget_is_the_tokens_and_a_bound_token_calls_as_its_namespac
     let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
     assert_eq!(statuses, [200, 200, 200, 429], "{answers:?}");
     assert_eq!(answers[1].1["caller_namespace"], "tenant-a");
-    // Another bound token has a budget of its own.
+    // Another bound token has a budget of its own, and its calls are its
+    // own: ids are sequential, so another tenant's is answered as absent.
     let (status, body) = execute_as("bound-b", call("tenant-b", None, "accepted"));
     assert_eq!(status, 200, "{body}");
+    let described = |token: &str| {
+        let path = format!(
+            "{}{OPERATION}/service-calls/{}",
+            s.base,
+            body["service_call_id"].as_str().unwrap()
+        );
+        match ureq::get(&path)
+            .set("authorization", &format!("Bearer {token}"))
+            .set("x-namespace", "payments")
+            .call()
+        {
+            Ok(r) => (r.status(), r.into_json::<Value>().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("transport error: {e}"),
+        }
+    };
+    assert_eq!(described("bound-b").0, 200);
+    let (status, other) = described("bound-a");
+    assert_eq!(
+        (status, &other["reason"]),
+        (404, &json!("service_call_not_found"))
+    );
+    assert_eq!(described("any").0, 200, "an unbound token reads any call");
     // Outside service calls a bound token acts only in its namespaces.
     let start = json!({ "workflow_id": "w", "workflow_type": "T", "task_queue": "q",
                         "input": { "codec": "json", "blob": "[]" } });

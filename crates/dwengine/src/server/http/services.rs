@@ -242,10 +242,17 @@ async fn execute(
 async fn describe_call(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
+    caller: Option<Extension<Caller>>,
     Path((endpoint, service, operation, call)): Path<(String, String, String, String)>,
 ) -> Response {
+    let caller = caller.map(|Extension(c)| c);
     blocking(engine, move |e| {
-        e.describe_service_call(&scope.namespace, (&endpoint, &service, &operation), &call)
+        e.describe_service_call(
+            &scope.namespace,
+            (&endpoint, &service, &operation),
+            &call,
+            caller.as_ref(),
+        )
     })
     .await
 }
