@@ -6,6 +6,7 @@
 //! target/release/examples/loadgen starts --server target/release/dwserver --seconds 10 --connections 32
 //! target/release/examples/loadgen signals --server target/release/dwserver --count 100
 //! target/release/examples/loadgen raw --seconds 5 --dir /tmp/bench
+//! target/release/examples/loadgen schedules --server target/release/dwserver --count 2000 --seconds 40
 //! ```
 //!
 //! `raw` runs only the raw SQLite loop (below) in `--dir` and prints its
@@ -21,6 +22,13 @@
 //! signals of just under 2 MiB to one run, polls its workflow task four
 //! times (each poll leases it, reads every history page, replays once and
 //! hands it back) and reports the server's maximum resident set size.
+//! `schedules` creates N schedules firing every second (`--policy`, default
+//! `skip`; no worker, so each first run stays open), then for the given
+//! time samples once a second how far behind the scheduler is: now minus
+//! the earliest `next_fire_at` of the listed schedules (which every server
+//! version reports), beside `dw_schedule_lag_seconds` where the server has
+//! it; it ends with the fires the schedules counted (started, skipped or
+//! buffered) against the moments that fell due.
 //! Request shapes come from the tests' one wire module.
 
 #[path = "../tests/engine/support/wire.rs"]
@@ -39,7 +47,8 @@ fn usage() -> ! {
     eprintln!(
         "usage: loadgen starts --server PATH [--seconds N] [--connections N]\n       \
          loadgen signals --server PATH [--count N] [--bytes N]\n       \
-         loadgen raw --dir DIR [--seconds N]"
+         loadgen raw --dir DIR [--seconds N]\n       \
+         loadgen schedules --server PATH [--count N] [--seconds N] [--policy P]"
     );
     std::process::exit(2)
 }
@@ -52,6 +61,7 @@ struct Args {
     count: usize,
     bytes: usize,
     dir: String,
+    policy: String,
 }
 
 fn args() -> Args {
@@ -65,6 +75,7 @@ fn args() -> Args {
         count: 100,
         bytes: 2 * 1024 * 1024 - 256,
         dir: String::new(),
+        policy: "skip".into(),
     };
     while let Some(flag) = raw.next() {
         let value = raw.next().unwrap_or_else(|| usage());
@@ -76,6 +87,7 @@ fn args() -> Args {
             "--count" => args.count = number() as usize,
             "--bytes" => args.bytes = number() as usize,
             "--dir" => args.dir = value.clone(),
+            "--policy" => args.policy = value.clone(),
             _ => usage(),
         }
     }
@@ -94,6 +106,7 @@ fn main() {
     match args.mode.as_str() {
         "starts" => starts(&args),
         "signals" => signals(&args),
+        "schedules" => schedules(&args),
         "raw" => {
             let path = Path::new(&args.dir).join("raw.sqlite");
             let rate = raw_sqlite(&path, Duration::from_secs(args.seconds));
@@ -320,4 +333,140 @@ fn stop_timed(server: &mut Server) {
         let _ = Command::new("kill").args(["-INT", pid]).status();
     }
     let _ = server.child.wait();
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn get(agent: &ureq::Agent, url: &str) -> Option<ureq::Response> {
+    match agent.get(url).set("x-namespace", "bench").call() {
+        Ok(r) => Some(r),
+        Err(ureq::Error::Status(_, r)) => Some(r),
+        Err(_) => None,
+    }
+}
+
+/// Every schedule of the bench namespace, page by page.
+fn list_schedules(agent: &ureq::Agent, base: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/api/schedules?page_size=1000");
+        if let Some(t) = &token {
+            url.push_str(&format!("&next_page_token={t}"));
+        }
+        let Some(page) = get(agent, &url).and_then(|r| r.into_json::<Value>().ok()) else {
+            return all;
+        };
+        all.extend(page["schedules"].as_array().cloned().unwrap_or_default());
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => return all,
+        }
+    }
+}
+
+fn schedules(args: &Args) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = spawn(&args.server, dir.path(), false);
+    let base = server.base.clone();
+    send(
+        &ureq::AgentBuilder::new().build(),
+        &base,
+        &wire::namespace("bench"),
+    );
+    let began = Instant::now();
+    let makers: Vec<_> = (0..8)
+        .map(|t| {
+            let (base, count, policy) = (base.clone(), args.count, args.policy.clone());
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new().build();
+                for i in (t..count).step_by(8) {
+                    let body = json!({
+                        "schedule_id": format!("s{i:05}"),
+                        "spec": { "intervals": [{ "every": "PT1S" }] },
+                        "action": { "workflow_type": "tick", "task_queue": "q" },
+                        "overlap_policy": policy,
+                    });
+                    let request = wire::Request {
+                        path: "/api/schedules".into(),
+                        namespace: Some("bench".into()),
+                        body: Some(body),
+                    };
+                    let (status, answer) = send(&agent, &base, &request);
+                    assert_eq!(status, 201, "{answer}");
+                }
+            })
+        })
+        .collect();
+    for maker in makers {
+        maker.join().unwrap();
+    }
+    println!(
+        "{} one-second schedules ({}) created in {:.1} s",
+        args.count,
+        args.policy,
+        began.elapsed().as_secs_f64()
+    );
+    let agent = ureq::AgentBuilder::new().build();
+    let metric_url = format!("{base}/api/system/prometheus-metrics?namespace=bench");
+    let start_ms = unix_ms();
+    let created = list_schedules(&agent, &base);
+    let counted = |list: &[Value]| -> i64 {
+        list.iter()
+            .map(|s| {
+                s["fires_count"].as_i64().unwrap_or(0)
+                    + s["info"]["skipped_trigger_count"].as_i64().unwrap_or(0)
+                    + s["info"]["buffer_depth"].as_i64().unwrap_or(0)
+            })
+            .sum()
+    };
+    let counted_before = counted(&created);
+    println!("{:>4} {:>12} {:>12}", "t s", "lag s", "metric s");
+    let mut lags = Vec::new();
+    for t in 1..=args.seconds {
+        let target = began_at(start_ms, t);
+        let wait = target - unix_ms();
+        if wait > 0 {
+            std::thread::sleep(Duration::from_millis(wait as u64));
+        }
+        let listed = list_schedules(&agent, &base);
+        let now = unix_ms();
+        let earliest = listed
+            .iter()
+            .filter_map(|s| s["next_fire_at"].as_str())
+            .filter_map(|at| at.parse::<jiff::Timestamp>().ok())
+            .map(|at| at.as_millisecond())
+            .min();
+        let lag = earliest.map_or(0.0, |at| ((now - at).max(0)) as f64 / 1000.0);
+        let metric = get(&agent, &metric_url)
+            .and_then(|r| r.into_string().ok())
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("dw_schedule_lag_seconds "))
+                    .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            })
+            .map_or("-".to_owned(), |v| format!("{v:.3}"));
+        println!("{t:>4} {lag:>12.3} {metric:>12}");
+        lags.push(lag);
+    }
+    let elapsed_s = (unix_ms() - start_ms) as f64 / 1000.0;
+    let fired = counted(&list_schedules(&agent, &base)) - counted_before;
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let last = lags.last().copied().unwrap_or(0.0);
+    let max = lags.iter().copied().fold(0.0, f64::max);
+    println!(
+        "lag after {} s: {last:.1} s (max {max:.1} s); fires handled: {fired} of about {} due ({:.0}/s)",
+        args.seconds,
+        (args.count as f64 * elapsed_s) as u64,
+        fired as f64 / elapsed_s
+    );
+}
+
+fn began_at(start_ms: i64, seconds: u64) -> i64 {
+    start_ms + seconds as i64 * 1000
 }

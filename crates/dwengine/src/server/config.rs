@@ -645,6 +645,20 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         let schedules_every =
             parse("DW_SCHEDULE_SWEEP_INTERVAL_MS").map_or(ScheduleSweep::DEFAULT_INTERVAL, ms);
         config.schedule_sweep = ScheduleSweep::from_config(scan, schedules_every);
+        // 0, like absence, keeps the default window; longer than a day is refused.
+        let window = config_key_variable(ScheduleSweep::CATCHUP_WINDOW_KEY);
+        if let Some(n) = parse(&window).filter(|n| *n > 0) {
+            let max = ScheduleSweep::MAX_CATCHUP_WINDOW.as_secs();
+            if n > max {
+                self.invalid(
+                    &window,
+                    &n.to_string(),
+                    format!("the catch-up window is at most {max} seconds (a day); moments older than it are skipped, not fired late"),
+                );
+            } else {
+                config.schedule_sweep.catchup_window = Duration::from_secs(n);
+            }
+        }
         let payloads_every = parse(ExternalPayloadSweep::INTERVAL_ENV)
             .map_or(ExternalPayloadSweep::DEFAULT_INTERVAL, ms);
         config.external_payload_sweep = ExternalPayloadSweep::from_config(scan, payloads_every);
@@ -1062,6 +1076,30 @@ mod tests {
         assert_eq!(config.store.history_budget.max_bytes, 0);
         assert_eq!(config.store.history_budget.max_events, 5000);
         assert_eq!(config.poller.due_timer_recovery_scan_limit, 9);
+    }
+
+    #[test]
+    fn the_schedule_catch_up_window_is_read_and_bounded() {
+        const VAR: &str = "DW_SERVER_SCHEDULES_CATCHUP_WINDOW_SECONDS";
+        let config = ServerConfig::load(env(&[(VAR, "600")]), None, false).unwrap();
+        assert_eq!(
+            config.schedule_sweep.catchup_window,
+            Duration::from_secs(600)
+        );
+        let zero = ServerConfig::load(env(&[(VAR, "0")]), None, false).unwrap();
+        assert_eq!(
+            zero.schedule_sweep.catchup_window,
+            ScheduleSweep::DEFAULT_CATCHUP_WINDOW
+        );
+        let (_dir, path) = file("[server.schedules]\ncatchup_window_seconds = 120\n");
+        let filed = ServerConfig::load(env(&[]), Some(&path), false).unwrap();
+        assert_eq!(
+            filed.schedule_sweep.catchup_window,
+            Duration::from_secs(120)
+        );
+        let err = ServerConfig::load(env(&[(VAR, "86401")]), None, false).unwrap_err();
+        assert_eq!(err.invalid_names(), [VAR]);
+        assert!(err.to_string().contains("at most 86400 seconds"), "{err}");
     }
 
     #[test]

@@ -70,8 +70,9 @@ pub enum Group {
     Console,
     /// Webhook intake (`DW_WEBHOOKS`, `server.webhooks.*`).
     Webhooks,
-    /// What one node serves at once: waiting calls (`server.waits.*`) and
-    /// connections and their timeouts (`server.http.*`).
+    /// What one node serves at once: waiting calls (`server.waits.*`),
+    /// connections and their timeouts (`server.http.*`), and how far back
+    /// the schedule sweep catches up (`server.schedules.catchup_window_seconds`).
     Serving,
 }
 
@@ -107,7 +108,7 @@ impl Group {
             Group::WorkflowStreams => "Workflow streams",
             Group::Console => "Operator console (/ui)",
             Group::Webhooks => "Webhook intake",
-            Group::Serving => "Waits and connections",
+            Group::Serving => "Waits, connections and schedule catch-up",
         }
     }
 }
@@ -287,6 +288,13 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             sweep.max_buffered_fires as u64,
             "count",
             "fires a buffer_all schedule holds while its run is open (buffer_one holds 1)",
+        ),
+        (
+            "catchup_fires",
+            ScheduleSweep::MAX_CATCHUP_FIRES as u64,
+            sweep.max_catchup_fires as u64,
+            "count",
+            "fires an allow_all schedule makes for one catch-up (older missed moments are skipped)",
         ),
         (
             "backfill_fires",
@@ -655,6 +663,17 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             limits,
         });
     }
+    out.push(Limit {
+        name: "catchup_window_seconds".to_owned(),
+        group: Group::Serving,
+        config_key: Some(ScheduleSweep::CATCHUP_WINDOW_KEY.to_owned()),
+        env: Some(config_key_variable(ScheduleSweep::CATCHUP_WINDOW_KEY)),
+        default: ScheduleSweep::DEFAULT_CATCHUP_WINDOW.as_secs(),
+        current: config.schedule_sweep.catchup_window.as_secs(),
+        unit: "seconds",
+        zero: "default",
+        limits: "how far back a behind schedule catches up, by its overlap policy (at most 86,400); older missed moments are skipped, not fired late",
+    });
     for kind in crate::waiters::WaitKind::ALL {
         out.push(Limit {
             name: kind

@@ -45,6 +45,9 @@ pub struct PrometheusScrape {
     /// out of the v1 projections this node imported since start
     /// (unlabelled; the same in every namespace's scrape).
     pub v1_malformed_rows: u64,
+    /// `dw_schedule_lag_seconds`: how far behind the scheduler is now
+    /// (unlabelled; server-wide, the same in every namespace's scrape).
+    pub schedule_lag_seconds: f64,
 }
 
 impl PrometheusScrape {
@@ -64,6 +67,12 @@ impl PrometheusScrape {
              # TYPE dw_v1_projection_malformed_rows_total counter\n\
              dw_v1_projection_malformed_rows_total {}\n",
             self.v1_malformed_rows
+        ));
+        text.push_str(&format!(
+            "# HELP dw_schedule_lag_seconds How far behind the scheduler is: now minus the fire time of the earliest fire an active schedule still owes (0 when none is due).\n\
+             # TYPE dw_schedule_lag_seconds gauge\n\
+             dw_schedule_lag_seconds {:.3}\n",
+            self.schedule_lag_seconds
         ));
         text
     }
@@ -107,6 +116,7 @@ impl Engine {
             task_queues: self.task_queue_runtime.render(guard, queue_states)?,
             post_commit_failures: self.post_commit_failures(),
             v1_malformed_rows: self.v1_malformed_rows(),
+            schedule_lag_seconds: lag_seconds(self.schedule_lag_ms(now)?),
         })
     }
 
@@ -201,6 +211,10 @@ impl Engine {
             metrics["backend"] = json!(s.capabilities());
             metrics["post_commit_failures_total"] = json!(self.post_commit_failures());
             metrics["v1_projection_malformed_rows_total"] = json!(self.v1_malformed_rows());
+            let lag = s
+                .earliest_schedule_fire()?
+                .map_or(0, |at| (crate::unix_ms() - at).max(0));
+            metrics["schedule_lag_seconds"] = json!(lag_seconds(lag));
             metrics["waits"] = json!(self.waits_snapshot());
             metrics["cluster"] = self.cluster_snapshot();
             Ok(metrics)
@@ -214,6 +228,11 @@ impl Engine {
     pub fn operator_counts(&self) -> Result<Value, ApiError> {
         self.read(operator_counts).map_err(ApiError::from)
     }
+}
+
+/// Milliseconds of lag as the metric's seconds (millisecond precision).
+fn lag_seconds(ms: i64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 fn operator_counts(s: &crate::store::Store) -> Result<Value, crate::store::Error> {

@@ -22,12 +22,18 @@
 //! time, so jittered fires keep their order.
 //!
 //! The sweep reads at most `server.schedules.due_schedule_scan_limit` due
-//! schedules per pass (a declared scan limit) and claims each fire with a
-//! compare-and-set, so nodes sharing a store never fire one due time twice;
-//! the same pass drains at most that many schedules whose buffered fire may
-//! start because their run closed.
+//! schedules per pass (a declared scan limit), claims them all in one
+//! transaction, each with a compare-and-set, so nodes sharing a store never
+//! fire one due time twice, and fires them several at once so their starts
+//! share commits; a pass whose scan came back full is followed at once by
+//! another. A schedule that is behind (downtime, a failover, a backlog)
+//! catches up in one pass by its overlap policy, within
+//! `server.schedules.catchup_window_seconds`, instead of firing each
+//! missed moment late ([`catch_up`]); how far behind the sweep is, is
+//! `dw_schedule_lag_seconds`. The same pass drains at most the scan limit
+//! of schedules whose buffered fire may start because their run closed.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +46,8 @@ use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks, StartWorkflow, MAX_DURATION_SECONDS};
 use crate::server::{ApiError, Engine};
 use crate::store::{
-    AuditEvent, AuditRow, Error as StoreError, FireGate, FireRecord, NextFire, RunId, RunStatus,
-    ScheduleRow, Store, DELETED_SCHEDULE_AUDIT_RETENTION_MS,
+    AuditEvent, AuditRow, DueSchedule, Error as StoreError, FireGate, FireRecord, NextFire, RunId,
+    RunStatus, ScheduleRow, Store, DELETED_SCHEDULE_AUDIT_RETENTION_MS,
 };
 
 /// Longest schedule id: fired workflow ids are `<schedule id>-<suffix>`
@@ -64,16 +70,22 @@ pub const OVERLAP_POLICIES: [&str; 6] = [
 /// window gets its run (the point of a backfill), however long each runs.
 pub const BACKFILL_OVERLAP_POLICY: &str = "allow_all";
 
-/// The due-schedule sweep: its period and per-pass scan cap, and the
-/// fixed caps on buffered and backfilled fires.
+/// The due-schedule sweep: its period and per-pass scan cap, the
+/// catch-up window, and the fixed caps on buffered, caught-up and
+/// backfilled fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleSweep {
     /// Due schedules fired per pass at most (and buffered schedules drained).
     pub due_schedule_scan_limit: usize,
     /// Time between passes.
     pub interval: Duration,
+    /// How far back a behind schedule catches up: moments older than this
+    /// are skipped, not fired late.
+    pub catchup_window: Duration,
     /// Fires a `buffer_all` schedule holds at most (`buffer_one` holds one).
     pub max_buffered_fires: usize,
+    /// Fires an `allow_all` schedule makes at most for one catch-up.
+    pub max_catchup_fires: usize,
     /// Fires one backfill request may start at most.
     pub max_backfill_fires: usize,
 }
@@ -85,8 +97,18 @@ impl ScheduleSweep {
     pub const DEFAULT_SCAN_LIMIT: usize = 100;
     /// The default period.
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+    /// The configuration key of the catch-up window, in seconds.
+    pub const CATCHUP_WINDOW_KEY: &'static str = "server.schedules.catchup_window_seconds";
+    /// The catch-up window's default: an hour (a restart or a failover
+    /// shorter than that still fires what it missed, by overlap policy).
+    pub const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(3600);
+    /// The longest catch-up window: a day.
+    pub const MAX_CATCHUP_WINDOW: Duration = Duration::from_secs(86_400);
     /// The `buffer_all` cap.
     pub const MAX_BUFFERED_FIRES: usize = 100;
+    /// The `allow_all` catch-up cap (the buffer's, so no policy starts more
+    /// runs for a backlog than `buffer_all` would hold).
+    pub const MAX_CATCHUP_FIRES: usize = 100;
     /// The backfill cap (as the public server's).
     pub const MAX_BACKFILL_FIRES: usize = 1000;
 
@@ -97,7 +119,9 @@ impl ScheduleSweep {
                 .filter(|n| *n > 0)
                 .unwrap_or(Self::DEFAULT_SCAN_LIMIT),
             interval: interval.max(Duration::from_millis(10)),
+            catchup_window: Self::DEFAULT_CATCHUP_WINDOW,
             max_buffered_fires: Self::MAX_BUFFERED_FIRES,
+            max_catchup_fires: Self::MAX_CATCHUP_FIRES,
             max_backfill_fires: Self::MAX_BACKFILL_FIRES,
         }
     }
@@ -1229,47 +1253,141 @@ impl Engine {
 
     /// One sweep pass at `now_ms`: first starts the oldest buffered fire of
     /// at most the declared scan limit of schedules whose run closed, then
-    /// claims and fires at most that many due schedules; returns how many
-    /// fires it started, skipped or buffered.
+    /// claims and fires at most that many due schedules, each caught up by
+    /// its overlap policy ([`catch_up`]); returns how many fires it
+    /// started, skipped or buffered (moments a catch-up passed over are
+    /// counted on the schedule, not here).
     pub fn fire_due_schedules(&self, now_ms: i64) -> Result<usize, ApiError> {
-        let limit = self.config.schedule_sweep.due_schedule_scan_limit;
+        Ok(self.schedule_pass(now_ms, true)?.fired)
+    }
+
+    /// How far behind the scheduler is at `now_ms`, in milliseconds: now
+    /// minus the fire time of the earliest fire an active schedule still
+    /// owes (0 when none is due). Read from the store, so every node
+    /// reports the same backlog whichever holds the sweep.
+    pub fn schedule_lag_ms(&self, now_ms: i64) -> Result<i64, ApiError> {
+        let earliest = self.read(|s| s.earliest_schedule_fire())?;
+        Ok(earliest.map_or(0, |at| now_ms.saturating_sub(at).max(0)))
+    }
+
+    /// One pass; `prune` also deletes expired audit streams of deleted
+    /// schedules (once per tick: the passes that follow a full one skip it).
+    fn schedule_pass(&self, now_ms: i64, prune: bool) -> Result<Pass, ApiError> {
+        let sweep = self.config.schedule_sweep;
+        let limit = sweep.due_schedule_scan_limit;
         let mut fired = self.drain_buffers(limit)?;
-        let cutoff = now_ms.saturating_sub(DELETED_SCHEDULE_AUDIT_RETENTION_MS);
-        self.write(move |s| s.prune_deleted_schedule_audit(cutoff, limit))?;
-        let due = self.read(|s| s.due_schedules(now_ms, limit))?;
-        for due in due {
-            let Some(row) = self.read(|s| s.schedule(&due.namespace, &due.schedule_id))? else {
-                continue;
-            };
-            // An unreadable definition gets no next fire (its fire fails and is counted).
-            let next = definition(&row).ok().and_then(|d| {
-                let spec = parse_spec(&d.spec, &mut Checks::default());
-                next_fire(
-                    &row.namespace,
-                    &row.schedule_id,
-                    &spec,
-                    d.jitter_seconds,
-                    due.fire.nominal_ms.div_euclid(1000),
-                )
-            });
-            let (ns, id, at) = (
-                due.namespace.clone(),
-                due.schedule_id.clone(),
-                due.fire.at_ms,
-            );
-            if !self.write(move |s| s.claim_schedule_fire(&ns, &id, at, next))? {
-                continue;
+        if prune {
+            let cutoff = now_ms.saturating_sub(DELETED_SCHEDULE_AUDIT_RETENTION_MS);
+            self.write(move |s| s.prune_deleted_schedule_audit(cutoff, limit))?;
+        }
+        // One snapshot: the due rows (one index scan) and their schedules.
+        let due = self.read(|s| {
+            let due = s.due_schedules(now_ms, limit)?;
+            let scanned = due.len();
+            let mut rows = Vec::with_capacity(scanned);
+            for due in due {
+                if let Some(row) = s.schedule(&due.namespace, &due.schedule_id)? {
+                    rows.push((due, row));
+                }
             }
-            match self.fire(&row, &FireOf::at("scheduled", due.fire.nominal_ms), None) {
+            Ok((scanned, rows))
+        })?;
+        let (scanned, rows) = due;
+        if rows.is_empty() {
+            return Ok(Pass {
+                fired,
+                full: scanned >= limit,
+            });
+        }
+        let plans: Vec<(DueSchedule, ScheduleRow, CatchUp)> = rows
+            .into_iter()
+            .map(|(due, row)| {
+                let plan = catch_up(&row, &due, now_ms, &sweep);
+                (due, row, plan)
+            })
+            .collect();
+        // One transaction claims every fire of the pass (each a
+        // compare-and-set on its due time, so a fire is claimed once across
+        // nodes) and counts the moments each catch-up passes over.
+        let claims: Vec<Claim> = plans
+            .iter()
+            .map(|(due, _, plan)| Claim {
+                namespace: due.namespace.clone(),
+                schedule_id: due.schedule_id.clone(),
+                due_at_ms: due.fire.at_ms,
+                next: plan.next,
+                missed: plan.missed_record(due.fire.nominal_ms),
+            })
+            .collect();
+        let claimed = self.write(move |s| {
+            let mut claimed = Vec::with_capacity(claims.len());
+            for c in &claims {
+                let won =
+                    s.claim_schedule_fire(&c.namespace, &c.schedule_id, c.due_at_ms, c.next)?;
+                if won {
+                    if let Some((record, action)) = &c.missed {
+                        s.record_schedule_fire(&c.namespace, &c.schedule_id, record, action)?;
+                    }
+                }
+                claimed.push(won);
+            }
+            Ok(claimed)
+        })?;
+        let work: Vec<(ScheduleRow, Vec<i64>)> = plans
+            .into_iter()
+            .zip(claimed)
+            .filter(|(_, won)| *won)
+            .map(|((_, row, plan), _)| (row, plan.fire))
+            .collect();
+        fired += self.fire_claimed(&work);
+        Ok(Pass {
+            fired,
+            full: scanned >= limit,
+        })
+    }
+
+    /// Fires the claimed moments, [`FIRE_PARALLELISM`] schedules at once so
+    /// their starts share the writer's commits; each schedule's moments in
+    /// order, each seeing what the one before it left.
+    fn fire_claimed(&self, work: &[(ScheduleRow, Vec<i64>)]) -> usize {
+        let cursor = AtomicUsize::new(0);
+        let fired = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..FIRE_PARALLELISM.min(work.len()) {
+                scope.spawn(|| {
+                    while let Some((row, moments)) =
+                        work.get(cursor.fetch_add(1, Ordering::Relaxed))
+                    {
+                        fired.fetch_add(self.fire_moments(row, moments), Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        fired.into_inner()
+    }
+
+    fn fire_moments(&self, row: &ScheduleRow, moments: &[i64]) -> usize {
+        let mut fired = 0;
+        let mut fresh: Option<ScheduleRow> = None;
+        for (i, nominal_ms) in moments.iter().enumerate() {
+            if i > 0 {
+                // The next moment decides on what the previous one left.
+                match self.schedule_row(&row.namespace, &row.schedule_id) {
+                    Ok(current) => fresh = Some(current),
+                    Err(_) => break,
+                }
+            }
+            let current = fresh.as_ref().unwrap_or(row);
+            match self.fire(current, &FireOf::at("scheduled", *nominal_ms), None) {
                 Ok(_) => fired += 1,
                 // Counted in failures_count; the schedule moves on.
                 Err(error) => tracing::warn!(
-                    %error, namespace = %due.namespace, schedule_id = %due.schedule_id,
+                    %error, namespace = %row.namespace, schedule_id = %row.schedule_id,
                     "schedule fire failed"
                 ),
             }
         }
-        Ok(fired)
+        fired
     }
 
     /// Starts the oldest buffered fire of schedules whose run closed.
@@ -1299,6 +1417,151 @@ impl Engine {
             }
         }
         Ok(started)
+    }
+}
+
+/// Schedules one pass fires at once (their starts share commits).
+const FIRE_PARALLELISM: usize = 16;
+
+/// Moments older than the catch-up window one catch-up counts at most; a
+/// schedule missed for longer jumps to the window's start (its skipped
+/// count then says "at least"). The window itself holds at most 86,401
+/// moments (a day of one-second ones).
+const CATCHUP_SCAN_MOMENTS: i64 = 100_000;
+
+/// What one pass did.
+struct Pass {
+    fired: usize,
+    /// The due scan came back full: more may be due now.
+    full: bool,
+}
+
+/// One due schedule's claim in the pass's transaction.
+struct Claim {
+    namespace: String,
+    schedule_id: String,
+    due_at_ms: i64,
+    next: Option<NextFire>,
+    missed: Option<(FireRecord, Value)>,
+}
+
+/// What a due schedule does with the moments it owes at `now`: the
+/// moments it fires (oldest first), those it passes over and why, and its
+/// next fire (the first moment not yet due).
+#[derive(Debug, Clone, PartialEq)]
+struct CatchUp {
+    fire: Vec<i64>,
+    missed: i64,
+    reasons: Vec<String>,
+    next: Option<NextFire>,
+}
+
+impl CatchUp {
+    /// The record of the passed-over moments, if any (`first_ms`: the
+    /// earliest owed moment).
+    fn missed_record(&self, first_ms: i64) -> Option<(FireRecord, Value)> {
+        if self.missed == 0 {
+            return None;
+        }
+        let reason = self.reasons.join("; ");
+        let mut action = action_json(
+            &FireOf::at("scheduled", first_ms),
+            Some(&Fired::Skipped(reason.clone())),
+        );
+        action["missed_moments"] = self.missed.into();
+        let record = FireRecord::Missed {
+            moments: self.missed,
+            reason,
+        };
+        Some((record, action))
+    }
+}
+
+/// How many of a backlog's newest moments `policy` fires: `skip`,
+/// `cancel_other` and `terminate_other` one (the moments of a backlog are
+/// all due at once, so each would overlap or stop the one before it),
+/// `buffer_one` two (one starts, one waits), `buffer_all` one more than its
+/// buffer holds, `allow_all` up to its catch-up cap; never more than the
+/// runs `max_runs` has left.
+fn catchup_fires(policy: &str, sweep: &ScheduleSweep, remaining: Option<i64>) -> usize {
+    let fires = match policy {
+        "allow_all" => sweep.max_catchup_fires,
+        "buffer_all" => sweep.max_buffered_fires + 1,
+        "buffer_one" => 2,
+        _ => 1,
+    };
+    match remaining {
+        Some(left) => fires.min(usize::try_from(left.max(0)).unwrap_or(0)),
+        None => fires,
+    }
+}
+
+/// The catch-up of `row`, due as `due` and looked at `now_ms`: every moment
+/// owed up to now is counted once; those older than the catch-up window are
+/// passed over, the newest [`catchup_fires`] of the rest fire (oldest
+/// first) and the others are passed over, so a schedule behind by N moments
+/// costs one pass, not N late fires.
+fn catch_up(row: &ScheduleRow, due: &DueSchedule, now_ms: i64, sweep: &ScheduleSweep) -> CatchUp {
+    let Ok(d) = definition(row) else {
+        // An unreadable definition gets no next fire (its fire fails and is counted).
+        return CatchUp {
+            fire: vec![due.fire.nominal_ms],
+            missed: 0,
+            reasons: Vec::new(),
+            next: None,
+        };
+    };
+    let spec = parse_spec(&d.spec, &mut Checks::default());
+    let (ns, id) = (row.namespace.as_str(), row.schedule_id.as_str());
+    let after = |seconds: i64| next_fire(ns, id, &spec, d.jitter_seconds, seconds);
+    let window_ms = i64::try_from(sweep.catchup_window.as_millis()).unwrap_or(i64::MAX);
+    let window_start = now_ms.saturating_sub(window_ms);
+    let keep = catchup_fires(&d.overlap_policy, sweep, row.remaining_actions);
+    let mut kept: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
+    let (mut old, mut beyond, mut jumped) = (0_i64, 0_i64, false);
+    let mut cursor = Some(due.fire);
+    while let Some(at) = cursor.filter(|c| c.at_ms <= now_ms) {
+        if at.nominal_ms < window_start {
+            if old == CATCHUP_SCAN_MOMENTS {
+                // Far behind: straight to the window's first moment (the
+                // window itself holds at most a day of one-second moments).
+                jumped = true;
+                let first_second =
+                    window_start.div_euclid(1000) + i64::from(window_start.rem_euclid(1000) != 0);
+                cursor = after(first_second - 1);
+                continue;
+            }
+            old += 1;
+        } else {
+            kept.push_back(at.nominal_ms);
+            if kept.len() > keep {
+                kept.pop_front();
+                beyond += 1;
+            }
+        }
+        cursor = after(at.nominal_ms.div_euclid(1000));
+    }
+    let mut reasons = Vec::new();
+    if old > 0 {
+        let at_least = if jumped { "at least " } else { "" };
+        reasons.push(format!(
+            "{at_least}{old} moment(s) from {} older than the catch-up window of {} s",
+            wire::timestamp(due.fire.nominal_ms),
+            sweep.catchup_window.as_secs()
+        ));
+    }
+    if beyond > 0 {
+        reasons.push(format!(
+            "the scheduler was behind: overlap policy {} fires the newest {keep} of {} missed moments",
+            d.overlap_policy,
+            beyond + i64::try_from(kept.len()).unwrap_or(0)
+        ));
+    }
+    CatchUp {
+        fire: kept.into(),
+        missed: old + beyond,
+        reasons,
+        next: cursor,
     }
 }
 
@@ -1420,12 +1683,22 @@ pub(crate) async fn fire_forever(engine: Arc<Engine>) {
             continue;
         }
         let node = engine.clone();
-        // The same pass expires old service calls (a bounded delete).
+        // A full due scan may leave more due: passes follow each other
+        // until one comes back short (each scan bounded by its limit), so
+        // the sweep keeps up with a load its interval alone would not. The
+        // same pass expires old service calls (a bounded delete).
         let pass = move || {
-            let now = crate::unix_ms();
-            node.sweep_leases
-                .record_pass(crate::cluster::Sweep::Schedules);
-            node.fire_due_schedules(now)?;
+            let mut prune = true;
+            let now = loop {
+                let now = crate::unix_ms();
+                node.sweep_leases
+                    .record_pass(crate::cluster::Sweep::Schedules);
+                let pass = node.schedule_pass(now, prune)?;
+                prune = false;
+                if !pass.full || !node.elected(crate::cluster::Sweep::Schedules) {
+                    break now;
+                }
+            };
             node.prune_service_calls(now)
         };
         match tokio::task::spawn_blocking(pass).await {

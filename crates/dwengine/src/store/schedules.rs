@@ -202,6 +202,15 @@ pub enum FireRecord {
     },
     /// The overlap policy skipped it (or the buffer was full).
     Skipped(String),
+    /// Moments a catch-up passed over (older than the catch-up window, or
+    /// beyond what the overlap policy starts for a backlog): all counted as
+    /// skipped, in one audit entry.
+    Missed {
+        /// How many moments.
+        moments: i64,
+        /// Why.
+        reason: String,
+    },
     /// Buffered until the open run closes (not counted until it starts).
     Buffered,
     /// The start failed.
@@ -558,6 +567,21 @@ impl Store {
         Ok(due)
     }
 
+    /// The fire time (jitter included, Unix ms) of the earliest fire an
+    /// active schedule still owes: how far behind the scheduler is, read
+    /// through the partial `schedules_due` index (one row).
+    pub fn earliest_schedule_fire(&self) -> Result<Option<i64>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT next_fire_at_ms FROM schedules \
+                 WHERE status = 'active' AND next_fire_at_ms IS NOT NULL \
+                 ORDER BY next_fire_at_ms LIMIT 1",
+            )?
+            .query_row([], |r| r.get(0))
+            .optional()?)
+    }
+
     /// Claims the fire due at `due_at_ms`, moving the schedule on to `next`;
     /// false when another pass claimed it (or it changed).
     pub fn claim_schedule_fire(
@@ -609,10 +633,15 @@ impl Store {
             )?
             .execute(params![namespace, schedule_id, now, workflow_id, run.0])?,
             FireRecord::Skipped(reason) => tx.prepare_cached(
-                "UPDATE schedules SET skipped_count = skipped_count + 1, last_skip_reason = ?4, \
+                "UPDATE schedules SET skipped_count = skipped_count + ?5, last_skip_reason = ?4, \
                  updated_at_ms = ?3 WHERE namespace = ?1 AND schedule_id = ?2",
             )?
-            .execute(params![namespace, schedule_id, now, reason])?,
+            .execute(params![namespace, schedule_id, now, reason, 1_i64])?,
+            FireRecord::Missed { moments, reason } => tx.prepare_cached(
+                "UPDATE schedules SET skipped_count = skipped_count + ?5, last_skip_reason = ?4, \
+                 updated_at_ms = ?3 WHERE namespace = ?1 AND schedule_id = ?2",
+            )?
+            .execute(params![namespace, schedule_id, now, reason, moments])?,
             FireRecord::Buffered => tx.prepare_cached(
                 "UPDATE schedules SET updated_at_ms = ?3 WHERE namespace = ?1 AND schedule_id = ?2",
             )?
@@ -634,7 +663,9 @@ impl Store {
                 FireRecord::Started { workflow_id, run } => {
                     ("ScheduleTriggered", Some((workflow_id.as_str(), *run)))
                 }
-                FireRecord::Skipped(_) => ("ScheduleTriggerSkipped", None),
+                FireRecord::Skipped(_) | FireRecord::Missed { .. } => {
+                    ("ScheduleTriggerSkipped", None)
+                }
                 FireRecord::Buffered => ("ScheduleTriggerBuffered", None),
                 FireRecord::Failed => ("ScheduleTriggerFailed", None),
             };

@@ -115,7 +115,14 @@ fn a_trigger_racing_the_due_fire_starts_one_run() {
         let id = format!("due-{round}");
         // Due at once: an interval of a second has a spec time every second.
         create(&s, &id, "skip", "PT1S");
-        let far = 4_102_444_800_000; // 2100: every schedule is due
+        // Its own first moment, so it owes exactly one (earlier rounds'
+        // schedules owe more and catch up by skipping).
+        let far = describe(&s, &id)["next_fire_at"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond();
         let gate = Arc::new(Barrier::new(CALLERS + 1));
         let sweep = {
             let (s, gate) = (s.clone(), gate.clone());

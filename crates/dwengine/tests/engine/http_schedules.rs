@@ -114,20 +114,21 @@ fn a_schedule_is_created_described_listed_fired_through_the_start_path_and_delet
 #[test]
 fn overlap_policies_skip_allow_or_stop_the_previous_run() {
     let s = server(|_| {});
-    let start = now_ms();
     for (id, policy) in [
         ("skip", "skip"),
         ("all", "allow_all"),
         ("term", "terminate_other"),
         ("cancel", "cancel_other"),
     ] {
-        let mut body = schedule(id, "PT1M");
+        let mut body = schedule(id, "PT1H");
         body["overlap_policy"] = policy.into();
         assert_eq!(create(&s, body).0, 201);
     }
-    // Each pass fires each due schedule once; the first runs are still open.
-    assert_eq!(fire(&s, start + HOUR_MS), 4);
-    assert_eq!(fire(&s, start + HOUR_MS), 4);
+    // Each pass at a schedule's next moment fires it once; the first runs
+    // are still open at the second.
+    let first = ms_of(&describe(&s, "cancel")["next_fire_at"]);
+    assert_eq!(fire(&s, first), 4);
+    assert_eq!(fire(&s, first + HOUR_MS), 4);
     let skip = describe(&s, "skip");
     assert_eq!(
         (
@@ -257,8 +258,9 @@ fn the_due_scan_fires_at_most_its_declared_limit_per_pass() {
         2,
         "two of three per pass"
     );
-    // The next pass takes the one left behind first (earliest due time).
-    assert_eq!(fire(&s, later), 2);
+    // The next pass takes the one left behind (the other two caught up:
+    // their next moment is after `later`).
+    assert_eq!(fire(&s, later), 1);
     assert_eq!((fired("a"), fired("b"), fired("c")), (1, 1, 1));
 }
 
@@ -931,5 +933,234 @@ fn a_backfill_of_the_default_cap_starts_every_fire_and_one_more_is_refused() {
             .unwrap()
             .len(),
         10
+    );
+}
+
+/// The history entries of `id` (the first page of 500).
+fn audit(s: &TestServer, id: &str) -> Vec<Value> {
+    let (status, body) = s.get(&format!("/api/schedules/{id}/history?limit=500"));
+    assert_eq!(status, 200, "{body}");
+    body["events"].as_array().unwrap().clone()
+}
+
+/// Suffixes (spec times, unix seconds) of the runs a schedule started.
+fn started_moments(s: &TestServer, id: &str) -> Vec<i64> {
+    let mut moments: Vec<i64> = audit(s, id)
+        .iter()
+        .filter(|e| e["event_type"] == "ScheduleTriggered")
+        .map(|e| {
+            let workflow_id = e["workflow_instance_id"].as_str().unwrap();
+            workflow_id.rsplit('-').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    moments.sort_unstable();
+    moments
+}
+
+#[test]
+fn a_schedule_behind_by_ten_moments_catches_up_in_one_pass_by_its_overlap_policy() {
+    let s = server(|_| {});
+    let policies = [
+        "skip",
+        "allow_all",
+        "buffer_one",
+        "buffer_all",
+        "cancel_other",
+        "terminate_other",
+    ];
+    for policy in policies {
+        let mut body = schedule(policy, "PT1M");
+        body["overlap_policy"] = policy.into();
+        assert_eq!(create(&s, body).0, 201);
+    }
+    // Behind by ten moments: the first owed one and nine more.
+    let first = policies
+        .iter()
+        .map(|p| ms_of(&describe(&s, p)["next_fire_at"]))
+        .max()
+        .unwrap();
+    let now = first + 9 * 60_000;
+    let moment = |i: i64| (first + i * 60_000) / 1000;
+    let owed = |policy: &str| (now - ms_of(&describe(&s, policy)["next_fire_at"])) / 60_000 + 1;
+    let owed: Vec<(&str, i64)> = policies.iter().map(|p| (*p, owed(p))).collect();
+    let fired = fire(&s, now);
+    // A fire each for skip, cancel_other and terminate_other, two for
+    // buffer_one, every owed moment for allow_all and buffer_all.
+    let expected: i64 = owed
+        .iter()
+        .map(|(p, n)| match *p {
+            "allow_all" | "buffer_all" => *n,
+            "buffer_one" => 2.min(*n),
+            _ => 1,
+        })
+        .sum();
+    assert_eq!(fired as i64, expected, "{owed:?}");
+    assert_eq!(
+        fire(&s, now),
+        0,
+        "caught up: nothing is due until the next moment"
+    );
+
+    let d = |p: &str| describe(&s, p);
+    let skipped = |p: &str| d(p)["info"]["skipped_trigger_count"].as_i64().unwrap();
+    let n = |p: &str| owed.iter().find(|(q, _)| *q == p).unwrap().1;
+    // skip, cancel_other, terminate_other: the newest moment starts, the
+    // rest are passed over, counted and explained once.
+    for policy in ["skip", "cancel_other", "terminate_other"] {
+        assert_eq!(started_moments(&s, policy), [moment(9)], "{policy}");
+        assert_eq!(d(policy)["fires_count"], 1, "{policy}");
+        assert_eq!(skipped(policy), n(policy) - 1, "{policy}");
+        let missed: Vec<Value> = audit(&s, policy)
+            .into_iter()
+            .filter(|e| e["event_type"] == "ScheduleTriggerSkipped")
+            .collect();
+        assert_eq!(missed.len(), 1, "one entry for the lot: {missed:?}");
+        assert_eq!(missed[0]["payload"]["missed_moments"], n(policy) - 1);
+        let reason = missed[0]["payload"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("overlap policy {policy} fires the newest 1 of")),
+            "{reason}"
+        );
+        assert_eq!(d(policy)["info"]["last_skip_reason"].as_str(), Some(reason));
+    }
+    // allow_all: every owed moment has its run.
+    let all = started_moments(&s, "allow_all");
+    assert_eq!(all.len() as i64, n("allow_all"));
+    assert_eq!(all.last(), Some(&moment(9)));
+    assert_eq!(skipped("allow_all"), 0);
+    // buffer_one: the second newest starts, the newest waits, the rest are passed over.
+    assert_eq!(started_moments(&s, "buffer_one"), [moment(8)]);
+    let one = d("buffer_one");
+    assert_eq!(one["info"]["buffer_depth"], 1);
+    assert_eq!(
+        ms_of(&one["info"]["buffered_actions"][0]["scheduled_at"]) / 1000,
+        moment(9)
+    );
+    assert_eq!(skipped("buffer_one"), n("buffer_one") - 2);
+    // buffer_all: the oldest starts, every other owed moment waits in order.
+    let all = d("buffer_all");
+    assert_eq!(started_moments(&s, "buffer_all").len(), 1);
+    assert_eq!(
+        all["info"]["buffer_depth"].as_i64(),
+        Some(n("buffer_all") - 1)
+    );
+    assert_eq!(skipped("buffer_all"), 0);
+    // Each moved on to its first moment after now.
+    for policy in policies {
+        let next = ms_of(&d(policy)["info"]["next_nominal_fire_at"]);
+        assert_eq!(next, first + 10 * 60_000, "{policy}");
+    }
+    // cancel_other and terminate_other stopped nothing: the backlog's
+    // moments did not stop each other's runs.
+    let (_, stopped) = s.get("/api/workflows?status=terminated");
+    assert_eq!(stopped["workflows"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn moments_older_than_the_catch_up_window_are_skipped_and_allow_all_has_a_cap() {
+    let s = server(|c| c.schedule_sweep.catchup_window = Duration::from_secs(300));
+    let mut body = schedule("wide", "PT1M");
+    body["overlap_policy"] = "allow_all".into();
+    assert_eq!(create(&s, body).0, 201);
+    let first = ms_of(&describe(&s, "wide")["next_fire_at"]);
+    // An hour behind: 61 moments owed, the last six inside the window
+    // (now - 300 s, now - 240 s, … now).
+    let now = first + HOUR_MS;
+    assert_eq!(fire(&s, now), 6);
+    let d = describe(&s, "wide");
+    assert_eq!(d["fires_count"], 6);
+    assert_eq!(d["info"]["skipped_trigger_count"], 55);
+    let reason = d["info"]["last_skip_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("55 moment(s)")
+            && reason.contains("older than the catch-up window of 300 s"),
+        "{reason}"
+    );
+    let started = started_moments(&s, "wide");
+    assert_eq!(started.first(), Some(&((now - 300_000) / 1000)));
+    assert_eq!(started.last(), Some(&(now / 1000)));
+
+    // allow_all's catch-up cap: the newest moments up to the cap fire.
+    let s = server(|c| c.schedule_sweep.max_catchup_fires = 3);
+    let mut body = schedule("capped", "PT1M");
+    body["overlap_policy"] = "allow_all".into();
+    body["max_runs"] = 50.into();
+    assert_eq!(create(&s, body).0, 201);
+    let first = ms_of(&describe(&s, "capped")["next_fire_at"]);
+    assert_eq!(fire(&s, first + 9 * 60_000), 3);
+    let d = describe(&s, "capped");
+    assert_eq!(
+        (
+            d["fires_count"].as_i64(),
+            d["info"]["skipped_trigger_count"].as_i64()
+        ),
+        (Some(3), Some(7))
+    );
+    assert_eq!(
+        started_moments(&s, "capped"),
+        [7, 8, 9].map(|i| (first + i * 60_000) / 1000)
+    );
+    // max_runs bounds a catch-up too.
+    let mut body = schedule("few", "PT1M");
+    body["overlap_policy"] = "allow_all".into();
+    body["max_runs"] = 2.into();
+    assert_eq!(create(&s, body).0, 201);
+    let first = ms_of(&describe(&s, "few")["next_fire_at"]);
+    fire(&s, first + 9 * 60_000);
+    let d = describe(&s, "few");
+    assert_eq!(
+        (d["fires_count"].as_i64(), d["remaining_actions"].as_i64()),
+        (Some(2), Some(0))
+    );
+    assert!(d["next_fire_at"].is_null(), "{d}");
+}
+
+fn lag_metric(s: &TestServer) -> f64 {
+    let (status, _, text) = s.get_text("/api/system/prometheus-metrics?namespace=default");
+    assert_eq!(status, 200, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("dw_schedule_lag_seconds "))
+        .unwrap_or_else(|| panic!("no dw_schedule_lag_seconds in {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_lag_metric_reflects_a_backlog_and_returns_to_zero_once_caught_up() {
+    let s = server(|_| {});
+    assert_eq!(lag_metric(&s), 0.0, "no schedule: no lag");
+    let engine = s.running.engine();
+    assert_eq!(create(&s, schedule("hourly", "PT1H")).0, 201);
+    let due = ms_of(&describe(&s, "hourly")["next_fire_at"]);
+    // Exact at any instant: nothing owed before the due time, the time
+    // past it after, and 0 once the pass has fired it.
+    assert_eq!(engine.schedule_lag_ms(due - 1).unwrap(), 0);
+    assert_eq!(engine.schedule_lag_ms(due + 5_000).unwrap(), 5_000);
+    assert_eq!(fire(&s, due + 5_000), 1);
+    assert_eq!(engine.schedule_lag_ms(due + 5_000).unwrap(), 0);
+
+    // On the scrape, as the clock runs: a one-second schedule the sweep
+    // does not reach falls behind…
+    assert_eq!(create(&s, schedule("second", "PT1S")).0, 201);
+    assert!(
+        support::eventually(Duration::from_secs(60), || lag_metric(&s) >= 2.0),
+        "{}",
+        lag_metric(&s)
+    );
+    let (_, operator) = s.get("/api/system/operator-metrics");
+    assert!(
+        operator["schedule_lag_seconds"].as_f64().unwrap() >= 2.0,
+        "{operator}"
+    );
+    // …and a pass catches it up (one start, the rest skipped): nothing is
+    // owed at the pass's instant.
+    let at = now_ms();
+    assert_eq!(fire(&s, at), 1);
+    assert_eq!(engine.schedule_lag_ms(at).unwrap(), 0);
+    let d = describe(&s, "second");
+    assert_eq!(d["fires_count"], 1);
+    assert!(
+        d["info"]["skipped_trigger_count"].as_i64().unwrap() >= 1,
+        "{d}"
     );
 }

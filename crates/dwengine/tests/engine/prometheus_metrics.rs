@@ -401,8 +401,9 @@ fn thousands_of_queues_and_activity_types_never_grow_a_scrape_past_its_caps() {
     );
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
     // … plus the node's unlabelled dw_post_commit_failures_total and
-    // dw_v1_projection_malformed_rows_total.
-    assert_eq!(samples, 10 + 110 + 20 + 10 + 110 + 20 + 60 + 2, "{text}");
+    // dw_v1_projection_malformed_rows_total, and the server-wide
+    // dw_schedule_lag_seconds.
+    assert_eq!(samples, 10 + 110 + 20 + 10 + 110 + 20 + 60 + 3, "{text}");
 
     let (_, body) = s.get("/api/system/metrics?namespace=churn");
     for key in ["workflows", "activities", "task_queues"] {
