@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 use crate::cache::{Cache, NamespaceRejections, RejectionLog};
 use crate::durable_state::MetricError;
+use crate::server::auth::Role;
 use crate::store::external_payloads::{PayloadRecord, PayloadUsage};
 
 /// The transport manifest's schema (`namespace.external_payload_storage.transport`).
@@ -69,6 +70,9 @@ pub struct ExternalPayloadSettings {
     pub max_objects_per_namespace: u64,
     /// Per-namespace overrides (`DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS`).
     pub namespace_limits: HashMap<String, QuotaLimits>,
+    /// The token roles that may upload (`DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES`);
+    /// fetching a payload is open to every role of the namespace.
+    pub upload_roles: Vec<Role>,
 }
 
 impl ExternalPayloadSettings {
@@ -91,6 +95,22 @@ impl ExternalPayloadSettings {
         "server.external_payload_transport.max_objects_per_namespace";
     /// The per-namespace override variable.
     pub const NAMESPACE_LIMITS_ENV: &'static str = "DW_EXTERNAL_PAYLOAD_NAMESPACE_LIMITS";
+    /// Config key of [`Self::upload_roles`].
+    pub const UPLOAD_ROLES_KEY: &'static str = "server.external_payload_transport.upload_roles";
+    /// The variable of [`Self::upload_roles`].
+    pub const UPLOAD_ROLES_ENV: &'static str = "DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES";
+    /// The roles that may upload by default: all three. Both published
+    /// SDKs send any payload over the threshold through the upload, from a
+    /// client (start input, signal and update arguments: operator or admin
+    /// tokens) and from a worker (activity results, workflow commands:
+    /// worker tokens, with the completion context), so each role needs it
+    /// unless a deployment knows its payloads stay small on that side.
+    pub const DEFAULT_UPLOAD_ROLES: [Role; 3] = Role::ALL;
+
+    /// Whether a token of `role` may upload.
+    pub fn may_upload(&self, role: Role) -> bool {
+        self.upload_roles.contains(&role)
+    }
 
     /// Whether the transport is on.
     pub fn enabled(&self) -> bool {
@@ -151,6 +171,7 @@ impl Default for ExternalPayloadSettings {
             max_bytes_per_namespace: Self::DEFAULT_MAX_BYTES_PER_NAMESPACE,
             max_objects_per_namespace: Self::DEFAULT_MAX_OBJECTS_PER_NAMESPACE,
             namespace_limits: HashMap::new(),
+            upload_roles: Self::DEFAULT_UPLOAD_ROLES.to_vec(),
         }
     }
 }

@@ -49,6 +49,38 @@ impl Role {
 
     /// Every role.
     pub const ALL: [Role; 3] = [Role::Worker, Role::Operator, Role::Admin];
+
+    /// The role named `name` (as [`Role::as_str`] spells it).
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+/// Parses a comma-separated list of role names (`worker,operator`): every
+/// name known, at least one, duplicates kept once.
+pub fn parse_roles(list: &str) -> Result<Vec<Role>, String> {
+    let known = Role::ALL.map(Role::as_str).join(", ");
+    let mut roles = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        if name.is_empty() {
+            continue;
+        }
+        match Role::parse(name) {
+            Some(role) if !roles.contains(&role) => roles.push(role),
+            Some(_) => {}
+            None => {
+                return Err(format!(
+                    "unknown role {name:?}: expected a comma-separated list of {known}"
+                ))
+            }
+        }
+    }
+    if roles.is_empty() {
+        return Err(format!(
+            "no role named: expected a comma-separated list of {known} (to turn uploads off, set the threshold to 0)"
+        ));
+    }
+    Ok(roles)
 }
 
 /// Which routes a request is for, as far as auth is concerned.

@@ -445,6 +445,13 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
                 ),
             );
         }
+        let roles = ExternalPayloadSettings::UPLOAD_ROLES_ENV;
+        if let Some(list) = self.get(roles) {
+            match crate::server::auth::parse_roles(&list) {
+                Ok(parsed) => settings.upload_roles = parsed,
+                Err(problem) => self.invalid(roles, &list, problem),
+            }
+        }
         let env = ExternalPayloadSettings::NAMESPACE_LIMITS_ENV;
         if let Some(spec) = self.get(env) {
             match crate::external_payloads::parse_namespace_limits(&spec) {
@@ -1047,6 +1054,21 @@ mod tests {
         (dir, path)
     }
 
+    fn env_owned(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let base = env(&[]);
+        move |k| {
+            pairs
+                .iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| base(k))
+        }
+    }
+
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {
             [
@@ -1100,6 +1122,43 @@ mod tests {
         let err = ServerConfig::load(env(&[(VAR, "86401")]), None, false).unwrap_err();
         assert_eq!(err.invalid_names(), [VAR]);
         assert!(err.to_string().contains("at most 86400 seconds"), "{err}");
+    }
+
+    #[test]
+    fn the_upload_roles_are_read_and_an_unknown_role_stops_the_start() {
+        use crate::server::auth::Role;
+        const VAR: &str = "DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES";
+        let defaults = ServerConfig::load(env(&[]), None, false).unwrap();
+        assert_eq!(defaults.external_payloads.upload_roles, Role::ALL);
+        let config =
+            ServerConfig::load(env(&[(VAR, " worker , operator,worker")]), None, false).unwrap();
+        assert_eq!(
+            config.external_payloads.upload_roles,
+            [Role::Worker, Role::Operator]
+        );
+        let (_dir, path) =
+            file("[server.external_payload_transport]\nupload_roles = [\"worker\"]\n");
+        let filed = ServerConfig::load(env(&[]), Some(&path), false).unwrap();
+        assert_eq!(filed.external_payloads.upload_roles, [Role::Worker]);
+        let (_dir, path) =
+            file("[server.external_payload_transport]\nupload_roles = \"operator,admin\"\n");
+        let filed = ServerConfig::load(env(&[]), Some(&path), false).unwrap();
+        assert_eq!(
+            filed.external_payloads.upload_roles,
+            [Role::Operator, Role::Admin]
+        );
+        for (bad, says) in [
+            ("worker,root", "unknown role \"root\""),
+            ("Worker", "unknown role \"Worker\""),
+            ("", "no role named"),
+            (" , ", "no role named"),
+        ] {
+            let err = ServerConfig::load(env_owned(&[(VAR, bad)]), None, false).unwrap_err();
+            assert_eq!(err.invalid_names(), [VAR], "{bad:?}");
+            let text = err.to_string();
+            assert!(text.contains(VAR) && text.contains(says), "{bad:?}: {text}");
+            assert!(text.contains("worker, operator, admin"), "{text}");
+        }
     }
 
     #[test]

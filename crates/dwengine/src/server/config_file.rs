@@ -190,7 +190,18 @@ fn flatten(table: &DeTable<'_>, prefix: &str, out: &mut Vec<(String, String, usi
             DeValue::Float(float) => float.as_str().to_owned(),
             DeValue::Boolean(b) => b.to_string(),
             DeValue::Datetime(d) => d.to_string(),
-            DeValue::Array(_) => "[array]".to_owned(),
+            // A list of strings (upload_roles = ["worker", "operator"]) reads
+            // as the comma-separated value its variable takes.
+            DeValue::Array(items) => {
+                let strings: Option<Vec<String>> = items
+                    .iter()
+                    .map(|item| match item.get_ref() {
+                        DeValue::String(s) => Some(s.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                strings.map_or_else(|| "[array]".to_owned(), |s| s.join(","))
+            }
         };
         out.push((dotted, raw, offset));
     }

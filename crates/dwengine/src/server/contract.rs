@@ -146,6 +146,10 @@ pub const NODE_SETTINGS: &[(&str, &str)] = &[
     ("server.database_url", "DW_DATABASE_URL"),
     ("server.polling_cache_path", "DW_POLLING_CACHE_PATH"),
     ("server.redis_url", "DW_REDIS_URL"),
+    (
+        crate::external_payloads::ExternalPayloadSettings::UPLOAD_ROLES_KEY,
+        crate::external_payloads::ExternalPayloadSettings::UPLOAD_ROLES_ENV,
+    ),
 ];
 
 /// Every limit, with `config`'s values as `current`.

@@ -930,3 +930,85 @@ fn uploads_stream_through_a_spool_file_that_never_outlives_its_request() {
         "{info}"
     );
 }
+
+/// Uploads `data` to the default namespace with `token`: (status, body).
+fn upload_with_token(s: &TestServer, token: &str, data: &[u8]) -> (u16, Value) {
+    let response = answer(
+        agent()
+            .post(&format!("{}{UPLOAD}", s.base))
+            .set("authorization", &format!("Bearer {token}"))
+            .set("content-type", "application/octet-stream")
+            .set("x-durable-workflow-payload-codec", "avro")
+            .set("x-durable-workflow-payload-size", &data.len().to_string())
+            .set("x-durable-workflow-payload-sha256", &sha(data))
+            .send_bytes(data),
+    );
+    (
+        response.status(),
+        response.into_json().unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn uploads_are_limited_to_the_configured_roles_and_fetches_are_not() {
+    use dwengine::server::auth::{Role, Tokens};
+    let tokens = || {
+        Some(Tokens::new([
+            ("wt".to_owned(), Role::Worker),
+            ("ot".to_owned(), Role::Operator),
+            ("at".to_owned(), Role::Admin),
+        ]))
+    };
+    // The default: workers (activity results), operators and admins
+    // (start, signal and update input) all upload, as the SDKs do.
+    let s = server(|c| c.auth = tokens());
+    for token in ["wt", "ot", "at"] {
+        let data = vec![token.as_bytes()[0]; 200];
+        let (status, body) = upload_with_token(&s, token, &data);
+        assert_eq!(status, 201, "{token}: {body}");
+    }
+
+    // Narrowed to workers and operators: an admin token is refused with
+    // the reason the SDKs raise ExternalPayloadUnauthorized on.
+    let s = server(|c| {
+        c.auth = tokens();
+        c.external_payloads.upload_roles = vec![Role::Worker, Role::Operator];
+    });
+    let (status, stored) = upload_with_token(&s, "wt", &[b'w'; 200]);
+    assert_eq!(status, 201, "{stored}");
+    assert_eq!(upload_with_token(&s, "ot", &[b'o'; 200]).0, 201);
+    let (status, refused) = upload_with_token(&s, "at", &[b'a'; 200]);
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(refused["reason"], "external_payload_unauthorized");
+    assert_eq!(refused["role"], "admin");
+    assert_eq!(refused["allowed_roles"], json!(["worker", "operator"]));
+    assert_eq!(refused["retryable"], false);
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES"),
+        "{message}"
+    );
+    // Nothing was stored, and fetching stays open to every role.
+    let (status, again) = upload_with_token(&s, "wt", &[b'a'; 200]);
+    assert_eq!(
+        status, 201,
+        "not a deduplicated copy of a stored upload: {again}"
+    );
+    let id = stored["reference"]["reference_id"].as_str().unwrap();
+    let fetched = answer(
+        agent()
+            .get(&format!("{}{UPLOAD}/{id}", s.base))
+            .set("authorization", "Bearer at")
+            .call(),
+    );
+    assert_eq!(fetched.status(), 200);
+
+    // Workers only: a client's upload is refused the same way.
+    let s = server(|c| {
+        c.auth = tokens();
+        c.external_payloads.upload_roles = vec![Role::Worker];
+    });
+    let (status, refused) = upload_with_token(&s, "ot", &[b'o'; 200]);
+    assert_eq!((status, &refused["role"]), (403, &json!("operator")));
+    assert_eq!(upload_with_token(&s, "wt", &[b'w'; 200]).0, 201);
+}

@@ -122,6 +122,11 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
                     unread,
                 );
             }
+            if plane == Plane::Payload && method == "POST" {
+                if let Err(refusal) = check_upload_role(&engine, role) {
+                    return closing(*refusal, unread);
+                }
+            }
             caller = Some(found);
         }
     }
@@ -186,6 +191,33 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         request.extensions_mut().insert(caller);
     }
     with_echo(next.run(request).await, echo)
+}
+
+/// An upload by a role `DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES` leaves out: 403
+/// `external_payload_unauthorized` (the SDKs raise their
+/// `ExternalPayloadUnauthorized` on it), before a byte of the body is read.
+fn check_upload_role(
+    engine: &Engine,
+    role: crate::server::auth::Role,
+) -> Result<(), Box<Response>> {
+    let settings = &engine.config.external_payloads;
+    if settings.may_upload(role) {
+        return Ok(());
+    }
+    let allowed: Vec<&str> = settings.upload_roles.iter().map(|r| r.as_str()).collect();
+    Err(Box::new(refuse_with(
+        StatusCode::FORBIDDEN,
+        json!({
+            "reason": "external_payload_unauthorized", "role": role.as_str(),
+            "allowed_roles": allowed, "retryable": false,
+            "message": format!(
+                "a {} token may not upload external payloads: {} allows {}",
+                role.as_str(),
+                crate::external_payloads::ExternalPayloadSettings::UPLOAD_ROLES_ENV,
+                allowed.join(", ")
+            ),
+        }),
+    )))
 }
 
 /// `response` with `Connection: close` when the request's body was left unread.
