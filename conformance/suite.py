@@ -34,7 +34,10 @@ from durable_workflow.errors import (
     WorkflowTimedOut,
 )
 
-from workflows import ACTIVITIES, QUEUE, STICKY_QUEUE, WORKFLOWS, StickySteps, greet, local_runs, reverse
+from workflows import (
+    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, WORKFLOWS, SessionSteps, StickySteps, greet, local_runs,
+    reverse, session_whoami,
+)
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
 PENDING_SIGNALS = int(os.environ.get("DW_V2_LIMIT_PENDING_SIGNALS", "10000"))
@@ -696,6 +699,47 @@ class Suite:
         assert "WorkflowTaskFailed" not in types, types
         return f"sticky cache metrics {metrics}"
 
+    async def worker_session(self) -> str:
+        """Activities of one worker session run on the worker holding it: a
+        worker that names the session's requirement, never the one beside it
+        on the same queue that does not."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        holder_id = f"conformance-gpu-{protocol}-{os.getpid()}"
+        workers = [
+            Worker(
+                self.client, task_queue=SESSION_QUEUE, workflows=[SessionSteps],
+                activities=[session_whoami], worker_id=holder_id, capabilities=["gpu"],
+                poll_timeout=5.0, shutdown_timeout=10.0,
+            ),
+            Worker(
+                self.client, task_queue=SESSION_QUEUE, workflows=[SessionSteps],
+                activities=[session_whoami], worker_id=f"conformance-plain-{protocol}-{os.getpid()}",
+                poll_timeout=5.0, shutdown_timeout=10.0,
+            ),
+        ]
+        running = [asyncio.create_task(w.run()) for w in workers]
+        try:
+            wid = new_id("session")
+            handle = await self.client.start_workflow(
+                workflow_type="session_steps", task_queue=SESSION_QUEUE, workflow_id=wid, input=[wid]
+            )
+            result = await self.client.get_result(handle, timeout=60)
+            for task in running:
+                if task.done():
+                    raise AssertionError(f"a session worker stopped: {task.exception()!r}")
+        finally:
+            for w in workers:
+                await w.stop()
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        assert result == [holder_id] * 3, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        scheduled = [e["payload"] for e in history["events"] if e["event_type"] == "ActivityScheduled"]
+        assert len(scheduled) == 3, scheduled
+        assert all(p["worker_session"]["session_id"] == wid for p in scheduled), scheduled
+        return f"3 session activities ran on {holder_id}, none on the worker without the requirement"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -719,6 +763,7 @@ class Suite:
         "child_workflows",
         "memo_upserts",
         "sticky_execution",
+        "worker_session",
     ]
 
 

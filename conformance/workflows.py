@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from durable_workflow import WorkflowStreamAppendItem, activity, workflow
+from durable_workflow import WorkerSessionOptions, WorkflowStreamAppendItem, activity, workflow
 from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
@@ -317,6 +317,28 @@ class MemoKeeper:
         greeting = yield ctx.schedule_activity("greet", [name])
         yield ctx.upsert_memo({"stage": "greeted", "customer": None})
         return greeting
+
+
+SESSION_QUEUE = "conformance-sessions"
+
+
+@activity.defn(name="session_whoami")
+def session_whoami(step: int) -> str:
+    """The worker that ran this step (a session routes every step to one)."""
+    return activity.context().info.worker_id
+
+
+@workflow.defn(name="session_steps")
+class SessionSteps:
+    """Three activities in one worker session that needs a "gpu" worker."""
+
+    def run(self, ctx, session_id):
+        options = WorkerSessionOptions(session_id=session_id, requirements=("gpu",))
+        ran = []
+        for step in range(3):
+            who = yield ctx.schedule_activity("session_whoami", [step], worker_session=options)
+            ran.append(who)
+        return ran
 
 
 STICKY_QUEUE = "conformance-sticky"

@@ -101,6 +101,44 @@ impl Default for StickyExecution {
     }
 }
 
+/// The sweep of ended worker sessions.
+///
+/// A session row lives until its TTL (at most a day) plus an hour of grace
+/// (so an ended session's id is refused, not recreated, meanwhile); each
+/// worker heartbeat (and registration) deletes at most
+/// `worker_session_prune_scan_limit` rows past that, oldest TTL first
+/// through an index, in the same transaction as its idle-worker sweep. A
+/// namespace keeps at most [`crate::store::sessions::MAX_NAMESPACE_SESSIONS`]
+/// rows and a worker holds at most the sessions it offered (at most
+/// [`crate::store::sessions::MAX_WORKER_SESSIONS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerSessionSweep {
+    /// Ended sessions deleted per heartbeat at most.
+    pub worker_session_prune_scan_limit: usize,
+}
+
+impl WorkerSessionSweep {
+    /// The configuration key of the per-heartbeat sweep cap.
+    pub const SCAN_LIMIT_KEY: &'static str = "server.workers.worker_session_prune_scan_limit";
+    /// The sweep cap's default.
+    pub const DEFAULT_SCAN_LIMIT: usize = 100;
+
+    /// The cap read from `lookup` (0 or absent: the default).
+    pub fn from_config(lookup: impl Fn(&str) -> Option<usize>) -> Self {
+        WorkerSessionSweep {
+            worker_session_prune_scan_limit: lookup(Self::SCAN_LIMIT_KEY)
+                .filter(|n| *n > 0)
+                .unwrap_or(Self::DEFAULT_SCAN_LIMIT),
+        }
+    }
+}
+
+impl Default for WorkerSessionSweep {
+    fn default() -> Self {
+        Self::from_config(|_| None)
+    }
+}
+
 /// Elects one registration refresh per worker per write interval.
 ///
 /// Every heartbeat used to rewrite its worker's registration row. Workers

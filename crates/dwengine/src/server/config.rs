@@ -623,6 +623,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             ActivityTaskPoller::EXPIRED_TASK_SCAN_LIMIT_KEY,
             IdleWorkerSweep::SCAN_LIMIT_KEY,
             crate::registry::StickyExecution::SCAN_LIMIT_KEY,
+            crate::registry::WorkerSessionSweep::SCAN_LIMIT_KEY,
             TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
             TimeoutSweep::RUN_SCAN_LIMIT_KEY,
             ScheduleSweep::SCAN_LIMIT_KEY,
@@ -646,6 +647,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             ms,
         );
         config.sticky = crate::registry::StickyExecution::from_config(scan, sticky_hold);
+        config.session_sweep = crate::registry::WorkerSessionSweep::from_config(scan);
         let sweep_every =
             parse("DW_TIMEOUT_SWEEP_INTERVAL_MS").map_or(TimeoutSweep::DEFAULT_INTERVAL, ms);
         config.timeout_sweep = TimeoutSweep::from_config(scan, sweep_every);

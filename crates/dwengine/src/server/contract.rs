@@ -441,6 +441,12 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
         "expired sticky-execution claims deleted per heartbeat",
     );
     scan(
+        crate::registry::WorkerSessionSweep::SCAN_LIMIT_KEY,
+        crate::registry::WorkerSessionSweep::DEFAULT_SCAN_LIMIT,
+        config.session_sweep.worker_session_prune_scan_limit,
+        "ended worker sessions deleted per heartbeat",
+    );
+    scan(
         TimeoutSweep::ACTIVITY_SCAN_LIMIT_KEY,
         TimeoutSweep::DEFAULT_SCAN_LIMIT,
         config.timeout_sweep.activity_timeout_scan_limit,

@@ -91,6 +91,7 @@ impl Engine {
                     "cooperative_cancellation": false,
                     "update_validation_tasks": false,
                     "sticky_execution": self.sticky_capability(),
+                    "worker_sessions": crate::server::worker::worker_sessions_capability(),
                     "local_activities": { "supported": true, "command": "record_local_activity" },
                     "workflow_memo_updates": crate::server::worker::memo_updates(),
                     "runtime_external_payload_transport": payloads.enabled(),

@@ -44,6 +44,7 @@ pub mod schedules;
 pub mod search_attributes;
 pub mod serve;
 pub mod services;
+pub mod sessions;
 pub mod streams;
 pub mod timeouts;
 pub mod ui;

@@ -95,6 +95,8 @@ pub struct ServerConfig {
     /// Sticky execution: the hold of a run's tasks for its caching worker
     /// and the heartbeat's sweep of expired claims.
     pub sticky: crate::registry::StickyExecution,
+    /// The heartbeat's sweep of ended worker sessions.
+    pub session_sweep: crate::registry::WorkerSessionSweep,
     /// The activity and run timeout sweep.
     pub timeout_sweep: TimeoutSweep,
     /// The due-schedule sweep's period and scan cap.
@@ -194,6 +196,7 @@ impl ServerConfig {
             activity_poller: ActivityTaskPoller::default(),
             worker_sweep: IdleWorkerSweep::default(),
             sticky: crate::registry::StickyExecution::default(),
+            session_sweep: crate::registry::WorkerSessionSweep::default(),
             timeout_sweep: TimeoutSweep::default(),
             schedule_sweep: ScheduleSweep::default(),
             external_payload_sweep: ExternalPayloadSweep::default(),

@@ -176,6 +176,9 @@ pub struct RegisterWorker {
     /// each `{"supported": bool, …}`).
     #[serde(default)]
     pub capability_manifest: Value,
+    /// How many worker sessions it may hold at once (10 when absent).
+    #[serde(default)]
+    pub max_concurrent_worker_sessions: Option<Value>,
     /// Its build id (echoed: the Rust SDK's sticky cache keys runs by it).
     #[serde(default)]
     pub build_id: Option<String>,
@@ -186,14 +189,16 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 3] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 4] = [
     "condition_wait_occurrence_identity",
     "local_activities",
     "sticky_execution",
+    "worker_sessions",
 ];
 
 /// The capability manifest entries this server implements.
-pub const ACKNOWLEDGED_MANIFEST: [&str; 2] = ["local_activities", "sticky_execution"];
+pub const ACKNOWLEDGED_MANIFEST: [&str; 3] =
+    ["local_activities", "sticky_execution", "worker_sessions"];
 
 /// `POST /api/worker/heartbeat`.
 #[derive(Debug, Deserialize, Default)]

@@ -33,6 +33,9 @@ use crate::store::{
 /// How often a waiting call looks again (replayed polls), and a waiting
 /// poll sees whether its client left or the node stops.
 const WAKE_CHECK: Duration = Duration::from_millis(25);
+/// Activities of unusable worker sessions one poll pass fails at most
+/// before it answers (the next pass goes on).
+const SESSION_FAILURES_PER_PASS: usize = 8;
 const OVER_CHECK: Duration = WAKE_CHECK;
 /// How often a waiting poll on a node with peers looks at its channel's
 /// signal key, in case a relay message was lost.
@@ -178,8 +181,48 @@ impl Engine {
             v.text("build_id", build, dwpolicy::boundary::MAX_NAME_CHARS);
             finish_with(v, &[("build_id", build)], &[])?;
         }
+        // A worker that asks for worker sessions offers to hold some: the
+        // capabilities it names are the requirements it satisfies.
+        let asks_sessions = body.capabilities.iter().any(|c| c == "worker_sessions")
+            || body.capability_manifest["worker_sessions"]["supported"] == true;
+        let max_sessions = match &body.max_concurrent_worker_sessions {
+            None | Some(Value::Null) => Some(10),
+            Some(v) => v
+                .as_u64()
+                .filter(|n| (1..=crate::store::sessions::MAX_WORKER_SESSIONS).contains(n)),
+        };
+        let Some(max_sessions) = max_sessions else {
+            let mut checks = Checks::default();
+            checks.problem(
+                "max_concurrent_worker_sessions",
+                format!(
+                    "The max_concurrent_worker_sessions field must be an integer from 1 to {}.",
+                    crate::store::sessions::MAX_WORKER_SESSIONS
+                ),
+            );
+            finish_with(
+                self.config.request_limits.validator(),
+                &[],
+                &checks.problems,
+            )?;
+            return Err(ApiError::Internal("unreachable".into()));
+        };
+        let profile = asks_sessions.then(|| {
+            let mut capabilities: Vec<String> = body
+                .capabilities
+                .iter()
+                .map(|c| c.trim().to_owned())
+                .collect();
+            capabilities.sort();
+            capabilities.dedup();
+            crate::store::sessions::SessionProfile {
+                capabilities,
+                max_sessions: i64::try_from(max_sessions).unwrap_or(10),
+            }
+        });
         let sweep = self.config.worker_sweep;
         let sticky = self.config.sticky;
+        let sessions = self.config.session_sweep;
         let idle_before = sweep.idle_before_ms(crate::unix_ms());
         let (ns, worker, queue) = (
             namespace.to_owned(),
@@ -201,9 +244,14 @@ impl Engine {
                 }
             }
             store.record_worker(&ns, &worker, &queue)?;
+            store.set_session_profile(&ns, &worker, profile.as_ref())?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
             store
                 .prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;
+            store.prune_worker_sessions(
+                crate::unix_ms(),
+                sessions.worker_session_prune_scan_limit,
+            )?;
             Ok(Ok(()))
         })?;
         if let Err(refused) = admitted {
@@ -266,10 +314,15 @@ impl Engine {
             // by the prune scan limit), as a registration does.
             let idle_before = sweep.idle_before_ms(crate::unix_ms());
             let sticky = self.config.sticky;
+            let sessions = self.config.session_sweep;
             self.write(move |s| {
                 let touched = s.touch_worker(&ns, &worker)?;
                 s.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
                 s.prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;
+                s.prune_worker_sessions(
+                    crate::unix_ms(),
+                    sessions.worker_session_prune_scan_limit,
+                )?;
                 Ok(touched)
             })?
         } else {
@@ -611,16 +664,47 @@ impl Engine {
             return Ok(None);
         };
         let cohort = poll.build_id.clone();
-        let task = self.write(move |s| {
-            let mut task = s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
-            if let Some(task) = task.as_mut().filter(|t| t.kind == TaskKind::Workflow) {
-                let run = RunId(task.run_id);
-                s.bind_run_cohort(run, cohort.as_deref())?;
-                let replay = s.sticky_lease(run, &owner, cohort.as_deref())?;
-                task.sticky_replay_mode = Some(replay.as_str());
+        let (task, failed_runs) = self.write(move |s| {
+            // An activity whose worker session can never run it (closed,
+            // failed, expired, missing) fails here, non-retryably, and the
+            // pass leases the next task; at most a few per pass.
+            let mut failed_runs = Vec::new();
+            for _ in 0..SESSION_FAILURES_PER_PASS {
+                let mut task =
+                    s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
+                if let Some(t) = task.as_ref() {
+                    if let Some(reason) = t.session_refused {
+                        let fence = ActivityFence {
+                            lease_owner: &owner,
+                            activity_attempt_id: &attempt_id(t.task_id, t.attempt),
+                        };
+                        let failure = AttemptFailure {
+                            message: format!(
+                                "The activity's worker session cannot run it ({reason})."
+                            ),
+                            exception_type: Some(reason.to_owned()),
+                            exception_class: Some("WorkerSessionUnavailable".to_owned()),
+                            non_retryable: true,
+                            details: None,
+                        };
+                        s.fail_activity_attempt(t.task_id, fence, &failure)?;
+                        failed_runs.push(s.run(RunId(t.run_id))?.task_queue);
+                        continue;
+                    }
+                }
+                if let Some(task) = task.as_mut().filter(|t| t.kind == TaskKind::Workflow) {
+                    let run = RunId(task.run_id);
+                    s.bind_run_cohort(run, cohort.as_deref())?;
+                    let replay = s.sticky_lease(run, &owner, cohort.as_deref())?;
+                    task.sticky_replay_mode = Some(replay.as_str());
+                }
+                return Ok((task, failed_runs));
             }
-            Ok(task)
+            Ok((None, failed_runs))
         })?;
+        for run_queue in &failed_runs {
+            self.wake(ns, run_queue, TaskKind::Workflow.as_str());
+        }
         permit.claimed(task.is_some());
         drop(permit);
         if task.is_some() {
@@ -775,6 +859,15 @@ impl Engine {
                     "heartbeat_timeout",
                 ] {
                     out.insert(key.into(), options.get(key).cloned().unwrap_or(Value::Null));
+                }
+                // The session the worker holds for it (the SDKs track it).
+                let session = match task.worker_session {
+                    Some(session) => Some(session),
+                    // A repeated poll: the session as it stands now.
+                    None => self.read(|s| s.task_session(task.task_id))?,
+                };
+                if let Some(session) = session {
+                    out.insert("worker_session".into(), session_wire(&session));
                 }
             }
         }
@@ -979,6 +1072,7 @@ impl Engine {
         json!({
             "sticky_execution": self.sticky_capability(),
             "local_activities": { "supported": true, "command": "record_local_activity" },
+            "worker_sessions": worker_sessions_capability(),
         })
     }
 
@@ -1165,17 +1259,25 @@ impl Engine {
         let task = activity_task(&self.config, task_id, &body)?;
         let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
         let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
-        let running = self.write(move |store| {
+        let (running, session) = self.write(move |store| {
             let fence = ActivityFence {
                 lease_owner: &owner,
                 activity_attempt_id: &attempt_id,
             };
-            store.heartbeat_activity_attempt(task, fence, lease_ms)
+            let running = store.heartbeat_activity_attempt(task, fence, lease_ms)?;
+            // A session activity's heartbeat renews its holder's lease.
+            let session = store.renew_task_session(task, &owner)?;
+            Ok((running, session))
         })?;
-        Ok(json!({
+        let mut answer = json!({
             "task_id": task_id, "activity_attempt_id": body.activity_attempt_id,
+            "lease_owner": body.lease_owner,
             "heartbeat_recorded": true, "can_continue": running, "cancel_requested": !running,
-        }))
+        });
+        if let Some(session) = session {
+            answer["worker_session"] = session_wire(&session);
+        }
+        Ok(answer)
     }
 
     /// The last poll observed on a queue.
@@ -1370,6 +1472,16 @@ fn parse_commands(
                 checks.inline_payload(&field(payload), value);
             }
         }
+        if let Some(session) = command.get("worker_session").filter(|s| !s.is_null()) {
+            let prefix = field("worker_session");
+            if let Err(problems) =
+                crate::store::sessions::SessionOptions::from_wire(session, &prefix)
+            {
+                for (name, problem) in problems {
+                    checks.problem(&name, problem);
+                }
+            }
+        }
         if let Some(directive) = command.get("workflow_stream").filter(|d| !d.is_null()) {
             crate::server::streams::check_directive(
                 limits,
@@ -1522,4 +1634,28 @@ fn number_of(command: &Value, name: &str) -> Option<i32> {
 #[derive(Debug, Serialize, Deserialize)]
 struct ReplayRef {
     task_id: Option<i64>,
+}
+
+/// A worker session as the SDKs read it: its options (with its queue) and
+/// `status`, `namespace`, `lease_owner`, `lease_expires_at`, `ttl_expires_at`.
+pub(crate) fn session_wire(session: &crate::store::dispatch::SessionLease) -> Value {
+    let mut out = session.options.clone();
+    out["namespace"] = session.namespace.clone().into();
+    out["status"] = session.status.clone().into();
+    out["lease_owner"] = session.holder.clone().into();
+    out["lease_expires_at"] = wire::timestamp(session.lease_expires_at_ms).into();
+    out["ttl_expires_at"] = wire::timestamp(session.ttl_expires_at_ms).into();
+    out
+}
+
+/// The worker-session capability as discovery and registration advertise it.
+pub(crate) fn worker_sessions_capability() -> Value {
+    json!({
+        "supported": true,
+        "endpoints": ["POST /worker/sessions", "POST /worker/sessions/{sessionId}/heartbeat",
+                      "DELETE /worker/sessions/{sessionId}"],
+        "max_ttl_seconds": crate::store::sessions::MAX_SESSION_SECONDS,
+        "max_concurrent_activities": crate::store::sessions::MAX_SESSION_CONCURRENCY,
+        "max_worker_sessions": crate::store::sessions::MAX_WORKER_SESSIONS,
+    })
 }

@@ -374,6 +374,9 @@ impl Store {
             .execute(params![namespace, worker_id])?;
         // Its sticky claims go with it: their runs' tasks go to any poller.
         self.release_sticky_worker(namespace, worker_id)?;
+        // Its sessions' holder leases end: another worker may take them
+        // over, or they fail (by their options).
+        self.release_worker_sessions(namespace, worker_id)?;
         tx.commit()?;
         Ok(Some(recovered))
     }

@@ -77,6 +77,29 @@ pub struct LeasedTask {
     /// Workflow tasks: how the worker should replay (`sticky_replay_mode`),
     /// set by the lease that handed it out (`None`: read it again).
     pub sticky_replay_mode: Option<&'static str>,
+    /// Activity tasks of a worker session: the session the lease admitted
+    /// the worker to (set by the lease that handed it out).
+    pub worker_session: Option<SessionLease>,
+    /// Activity tasks whose session can never run them (closed, failed,
+    /// expired, missing): why; the lease's caller fails the activity.
+    pub session_refused: Option<&'static str>,
+}
+
+/// A worker session as a leased activity task carries it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionLease {
+    /// The session's canonical options (with its queue).
+    pub options: Value,
+    /// Its namespace.
+    pub namespace: String,
+    /// The worker holding it.
+    pub holder: String,
+    /// `active`, `closed` or `failed`.
+    pub status: String,
+    /// When the holder lease ends unless renewed.
+    pub lease_expires_at_ms: i64,
+    /// When the session ends.
+    pub ttl_expires_at_ms: i64,
 }
 
 /// The activity an activity task runs.
@@ -348,6 +371,8 @@ pub(crate) fn load_task(
         workflow_update_id: None,
         cancel_requested: row.cancel_requested,
         sticky_replay_mode: None,
+        worker_session: None,
+        session_refused: None,
     };
     match row.kind {
         TaskKind::Activity => {

@@ -21,7 +21,32 @@ use crate::store::dispatch::{load_task, LeasedTask, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::RunId;
 use crate::store::rows::{now_ms, to_i64};
+use crate::store::sessions::{SessionOptions, MAX_NAMESPACE_SESSIONS};
 use crate::store::sticky::HELD_FOR_ANOTHER;
+
+/// Ready tasks one lease looks at: the first that is not another worker's
+/// session task (or is this worker's to admit) is leased.
+const SESSION_CANDIDATES: usize = 8;
+
+/// The SQL condition (on a `dispatch_tasks d` row with a session, `?4` the
+/// time, `?5` the polling worker) under which its session cannot take it
+/// now: another live worker holds the session, or the session already runs
+/// as many activities as it allows.
+const SESSION_BUSY: &str = "EXISTS (SELECT 1 FROM worker_sessions s \
+     WHERE s.namespace = d.namespace AND s.session_id = d.session_id AND s.status = 'active' \
+     AND s.ttl_expires_at_ms > ?4 AND s.lease_expires_at_ms > ?4 AND (s.holder != ?5 \
+     OR (SELECT COUNT(*) FROM dispatch_tasks x WHERE x.namespace = d.namespace \
+       AND x.session_id = d.session_id AND x.status = 'leased') >= s.max_concurrent_activities))";
+
+/// What a lease decides for a session's activity task.
+enum Admission {
+    /// The worker holds the session (now): it runs the task.
+    Admitted(crate::store::dispatch::SessionLease),
+    /// The session can never run it: the task is leased to fail it.
+    Never(&'static str),
+    /// Another worker should take it (this one lacks requirements or room).
+    NotThisWorker,
+}
 use crate::store::tx::WriteTx;
 
 /// An activity lease whose attempt timed out by the time the lease ended:
@@ -47,23 +72,45 @@ impl Store {
         // One workflow task per run at a time: two workers replaying
         // different snapshots of one run would issue its commands twice. A
         // workflow task another live worker's sticky claim holds is skipped
-        // until its hold ends.
+        // until its hold ends. An activity task of a worker session another
+        // live worker holds, or that already runs as many activities as the
+        // session allows, is skipped; the others are admitted one by one
+        // (the worker must be able to create or take over the session).
         let sql = format!(
-            "SELECT d.id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
+            "SELECT d.id, d.session_id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
              AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
              AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
                WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
                AND NOT {HELD_FOR_ANOTHER})) \
-             ORDER BY d.due_at_ms, d.id LIMIT 1"
+             AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
+             ORDER BY d.due_at_ms, d.id LIMIT {SESSION_CANDIDATES}"
         );
-        let id: Option<i64> = tx
+        let candidates: Vec<(i64, Option<String>)> = tx
             .prepare_cached(&sql)?
-            .query_row(
+            .query_map(
                 params![kind.as_str(), namespace, task_queue, now, owner],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(id) = id else {
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect::<Result<_, _>>()?;
+        let mut chosen = None;
+        for (id, session) in candidates {
+            let Some(session_id) = session else {
+                chosen = Some((id, None, None));
+                break;
+            };
+            match self.admit_session_task(id, namespace, task_queue, owner, &session_id)? {
+                Admission::Admitted(lease) => {
+                    chosen = Some((id, Some(lease), None));
+                    break;
+                }
+                Admission::Never(reason) => {
+                    chosen = Some((id, None, Some(reason)));
+                    break;
+                }
+                Admission::NotThisWorker => continue,
+            }
+        }
+        let Some((id, session_lease, session_refused)) = chosen else {
             return Ok(None);
         };
         // An activity runs for its start-to-close timeout when it has one.
@@ -90,9 +137,58 @@ impl Store {
         if kind == TaskKind::Activity {
             rearm_activity(&tx, id)?;
         }
-        let task = load_task(&tx, id)?;
+        let mut task = load_task(&tx, id)?;
+        if let Some(task) = task.as_mut() {
+            task.worker_session = session_lease;
+            task.session_refused = session_refused;
+        }
         tx.commit()?;
         Ok(task)
+    }
+
+    /// Whether worker `owner` may run activity task `id` of session
+    /// `session_id`: it holds the session, or creates or takes it over now.
+    fn admit_session_task(
+        &self,
+        id: i64,
+        namespace: &str,
+        task_queue: &str,
+        owner: &str,
+        session_id: &str,
+    ) -> Result<Admission, Error> {
+        let options: Option<String> = self
+            .conn
+            .prepare_cached(
+                "SELECT a.options FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
+                 WHERE d.id = ?1",
+            )?
+            .query_row([id], |r| r.get(0))
+            .optional()?
+            .flatten();
+        let options: Value = match options {
+            Some(text) => serde_json::from_str(&text)?,
+            None => Value::Null,
+        };
+        let Ok(options) = SessionOptions::from_wire(&options["worker_session"], "worker_session")
+        else {
+            return Ok(Admission::Never("worker_session_invalid"));
+        };
+        debug_assert_eq!(options.session_id, session_id);
+        let create = options.create_if_missing;
+        Ok(
+            match self.acquire_worker_session(
+                namespace,
+                owner,
+                task_queue,
+                &options,
+                create,
+                MAX_NAMESPACE_SESSIONS,
+            )? {
+                Ok((session, _)) => Admission::Admitted(session.lease()),
+                Err(refused) if refused.is_final() => Admission::Never(refused.reason()),
+                Err(_) => Admission::NotThisWorker,
+            },
+        )
     }
 
     /// The task still leased to `poll_request_id`, if any: the durable half

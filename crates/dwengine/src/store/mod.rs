@@ -67,6 +67,7 @@ pub mod schedules;
 pub mod schema;
 pub mod search_attributes;
 pub mod service_catalog;
+pub mod sessions;
 pub mod shared;
 pub mod signal_waits;
 pub mod sticky;

@@ -139,6 +139,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0027_sticky_bindings",
         include_str!("migrations/postgres/0027_sticky_bindings.sql"),
     ),
+    (
+        "0028_worker_sessions",
+        include_str!("migrations/postgres/0028_worker_sessions.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0025_continue_as_new.sql"),
     include_str!("migrations/0026_child_workflows.sql"),
     include_str!("migrations/0027_sticky_bindings.sql"),
+    include_str!("migrations/0028_worker_sessions.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -30,6 +30,7 @@ use crate::store::rows::check_size;
 use crate::store::rows::{
     append_event, bump, decode_map, insert_run, load_head, load_run, now_ms, Pending, RunHead,
 };
+use crate::store::sessions::SessionOptions;
 use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
 use crate::store::timers::{self, CONDITION_TIMEOUT};
@@ -64,6 +65,10 @@ pub enum WorkflowCommand {
         /// Seconds an attempt may go without a heartbeat.
         #[serde(default)]
         heartbeat_timeout: Option<u64>,
+        /// The worker session it must run in (`WorkerSessionOptions` as the
+        /// SDKs send them), if any.
+        #[serde(default)]
+        worker_session: Option<Value>,
         /// Parallel group membership.
         #[serde(flatten)]
         group: ParallelGroup,
@@ -802,12 +807,18 @@ impl<'a> CommandWriter<'a> {
                 schedule_to_close_timeout,
                 schedule_to_start_timeout,
                 heartbeat_timeout,
+                worker_session,
                 group,
             } => {
                 self.check_pending(Pending::Activity)?;
                 self.check_payload(arguments)?;
                 let sequence = self.take_sequence();
                 let queue = queue.clone().unwrap_or_else(|| self.task_queue.clone());
+                // Checked when the completion was parsed; kept canonical.
+                let session = worker_session
+                    .as_ref()
+                    .filter(|s| !s.is_null())
+                    .and_then(|s| SessionOptions::from_wire(s, "worker_session").ok());
                 let options = json!({
                     "retry_policy": retry_policy,
                     "start_to_close_timeout": start_to_close_timeout,
@@ -815,6 +826,7 @@ impl<'a> CommandWriter<'a> {
                     "schedule_to_start_timeout": schedule_to_start_timeout,
                     "heartbeat_timeout": heartbeat_timeout,
                     "parallel_group": (!group.is_empty()).then_some(group),
+                    "worker_session": session.as_ref().map(SessionOptions::canonical),
                 });
                 let id: i64 = self.tx
                     .prepare_cached(
@@ -834,10 +846,20 @@ impl<'a> CommandWriter<'a> {
                 let task: i64 = self.tx
                     .prepare_cached(
                         "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                         status, due_at_ms, created_at_ms) VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5) \
-                         RETURNING id",
+                         status, due_at_ms, created_at_ms, session_id) \
+                         VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5, ?6) RETURNING id",
                     )?
-                    .query_row(params![self.head.id.0, id, self.namespace, queue, now], |r| r.get(0))?;
+                    .query_row(
+                        params![
+                            self.head.id.0,
+                            id,
+                            self.namespace,
+                            queue,
+                            now,
+                            session.as_ref().map(|s| s.session_id.clone())
+                        ],
+                        |r| r.get(0),
+                    )?;
                 crate::store::deadlines::rearm_activity(self.tx, task)?;
                 let mut payload = json!({
                     "sequence": sequence,
@@ -847,6 +869,11 @@ impl<'a> CommandWriter<'a> {
                     "payload_codec": codec_of(arguments),
                     "queue": queue,
                 });
+                if let Some(session) = &session {
+                    // The Rust SDK's replay checks the session a recorded
+                    // activity ran in against the call's.
+                    payload["worker_session"] = session.canonical();
+                }
                 group.stamp(&mut payload);
                 if !self.activity_queues.contains(&queue) {
                     self.activity_queues.push(queue);
@@ -1378,6 +1405,7 @@ impl WorkflowCommand {
             schedule_to_close_timeout: None,
             schedule_to_start_timeout: None,
             heartbeat_timeout: None,
+            worker_session: None,
             group: ParallelGroup::default(),
         }
     }

@@ -64,3 +64,4 @@ mod unsupported;
 mod wait_slot_processes;
 mod webhooks;
 mod wire_events;
+mod worker_sessions;

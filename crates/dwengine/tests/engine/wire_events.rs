@@ -287,12 +287,16 @@ fn registration_acknowledges_exactly_the_asked_capabilities_it_implements() {
     assert_eq!(ack["protocol_version"], "1.19");
     assert_eq!(
         ack["capabilities"],
-        json!(["condition_wait_occurrence_identity", "local_activities"])
+        json!([
+            "condition_wait_occurrence_identity",
+            "local_activities",
+            "worker_sessions"
+        ])
     );
     assert_eq!(
         ack["capability_manifest"],
         json!({ "local_activities": { "supported": true },
-                "worker_sessions": { "supported": false } })
+                "worker_sessions": { "supported": true } })
     );
     // A registration that asks for nothing is acknowledged with nothing.
     let plain = register(&s, "1.20", json!({ "worker_id": "w2", "task_queue": "q" }));

@@ -24,6 +24,40 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/worker/register", post(register))
         .route("/api/worker/heartbeat", scoped(Engine::worker_heartbeat))
         .route("/api/worker/registrations/{id}", delete(deregister))
+        .route(
+            "/api/worker/sessions",
+            scoped(Engine::create_worker_session),
+        )
+        .route(
+            "/api/worker/sessions/{id}/heartbeat",
+            post(
+                |State(engine): Shared,
+                 Extension(scope): Extension<Scope>,
+                 Path(id): Path<String>,
+                 headers: HeaderMap,
+                 body: Body| async move {
+                    with_body(engine, headers, body, move |e, b: Value| {
+                        e.heartbeat_worker_session(&scope.namespace, &id, b)
+                    })
+                    .await
+                },
+            ),
+        )
+        .route(
+            "/api/worker/sessions/{id}",
+            delete(
+                |State(engine): Shared,
+                 Extension(scope): Extension<Scope>,
+                 Path(id): Path<String>,
+                 headers: HeaderMap,
+                 body: Body| async move {
+                    with_body(engine, headers, body, move |e, b: Value| {
+                        e.close_worker_session(&scope.namespace, &id, b)
+                    })
+                    .await
+                },
+            ),
+        )
         .route("/api/worker/workflow-tasks/poll", post(poll_workflow))
         .route(
             "/api/worker/workflow-tasks/{id}/complete",
