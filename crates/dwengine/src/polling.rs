@@ -19,6 +19,12 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cache::{hash_dimensions, Cache, CacheError, Subscription};
+use crate::waiters::{WaitKey, Waiters};
+
+/// Relay messages that wake calls waiting on a run, or on a query task,
+/// start so (a long-poll channel's is 16 hex digits).
+const RUN_WAKE: &str = "run:";
+const QUERY_TASK_WAKE: &str = "query-task:";
 
 /// Wakes long-polling workers when work arrives on a channel.
 ///
@@ -98,6 +104,9 @@ pub fn wake_channel(namespace: &str, task_queue: &str, channel: &str) -> String 
 /// with its last subscriber.
 pub struct PollWakes {
     channels: Mutex<HashMap<String, Arc<WakeChannel>>>,
+    /// The node's waiting calls (queries, updates, service calls), woken
+    /// by relayed run and query-task wakes too.
+    waiters: Option<Arc<Waiters>>,
     relay: Mutex<Option<Relay>>,
     relayed_in: AtomicU64,
     relayed_out: AtomicU64,
@@ -145,8 +154,15 @@ impl PollWakes {
 
     /// A board for this node alone.
     pub fn new() -> Arc<PollWakes> {
+        Self::with_waiters(None)
+    }
+
+    /// A board whose relay also wakes `waiters`' calls waiting on a run
+    /// or a query task that another node moved.
+    pub fn with_waiters(waiters: Option<Arc<Waiters>>) -> Arc<PollWakes> {
         Arc::new(PollWakes {
             channels: Mutex::new(HashMap::new()),
+            waiters,
             relay: Mutex::new(None),
             relayed_in: AtomicU64::new(0),
             relayed_out: AtomicU64::new(0),
@@ -181,7 +197,7 @@ impl PollWakes {
                         }
                         board.relayed_in.fetch_add(1, Ordering::Relaxed);
                         if let Some((_, wake)) = text.split_once(':') {
-                            board.wake_here(wake);
+                            board.deliver(wake);
                         }
                     }
                     None => {
@@ -246,6 +262,42 @@ impl PollWakes {
             self.relayed_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Relays a wake of the calls waiting on `key` (this node's were
+    /// woken by the caller) to the other nodes of the store, if any.
+    pub fn relay_wait(&self, key: &WaitKey) -> Result<(), CacheError> {
+        let wake = match key {
+            WaitKey::Run(run) => format!("{RUN_WAKE}{run}"),
+            WaitKey::QueryTask(id) => format!("{QUERY_TASK_WAKE}{id}"),
+        };
+        let target = self
+            .relay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
+        if let Some((cache, name, origin)) = target {
+            cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
+            self.relayed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A relayed wake: a long-poll channel's hash, or a waited-on run or
+    /// query task.
+    fn deliver(&self, wake: &str) {
+        if let Some(run) = wake.strip_prefix(RUN_WAKE) {
+            if let (Some(waiters), Ok(run)) = (&self.waiters, run.parse()) {
+                waiters.wake(&WaitKey::Run(run));
+            }
+        } else if let Some(task) = wake.strip_prefix(QUERY_TASK_WAKE) {
+            if let Some(waiters) = &self.waiters {
+                waiters.wake(&WaitKey::QueryTask(task.to_owned()));
+            }
+        } else {
+            self.wake_here(wake);
+        }
     }
 
     /// Wakes the polls of `channel` held by this node.
@@ -605,6 +657,7 @@ impl Default for ActivityTaskPoller {
 mod tests {
     use super::*;
     use crate::cache::MemoryCache;
+    use std::future::Future;
 
     #[test]
     fn churned_channels_leave_one_key_each_and_hide_their_names() {
@@ -668,6 +721,32 @@ mod tests {
         let waiter = std::thread::spawn(move || on_b.wait_until(far));
         a.wake(&channel).unwrap();
         assert!(waiter.join().unwrap());
+
+        // Calls waiting on a run or a query task on B are woken by A's relay.
+        let (waiters_a, waiters_b) = (
+            crate::waiters::Waiters::new(Default::default()),
+            crate::waiters::Waiters::new(Default::default()),
+        );
+        let (c, d) = (
+            PollWakes::with_waiters(Some(waiters_a)),
+            PollWakes::with_waiters(Some(waiters_b.clone())),
+        );
+        c.join_relay(cache.clone(), "a third store", "node-c")
+            .unwrap();
+        d.join_relay(cache.clone(), "a third store", "node-d")
+            .unwrap();
+        let run = waiters_b.subscribe(WaitKey::Run(42));
+        let query = waiters_b.subscribe(WaitKey::QueryTask("qt-7".into()));
+        let (run_woken, query_woken) = (run.notify().notified(), query.notify().notified());
+        tokio::pin!(run_woken);
+        tokio::pin!(query_woken);
+        run_woken.as_mut().enable();
+        query_woken.as_mut().enable();
+        c.relay_wait(&WaitKey::Run(42)).unwrap();
+        c.relay_wait(&WaitKey::QueryTask("qt-7".into())).unwrap();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(run_woken.as_mut().poll(&mut cx).is_ready());
+        assert!(query_woken.as_mut().poll(&mut cx).is_ready());
 
         // The board forgets a channel with its last poll, and a node that
         // left the relay hears nothing more.

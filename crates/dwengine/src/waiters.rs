@@ -7,9 +7,10 @@
 //! took every blocking thread and health checks and worker polls queued
 //! behind them. Now each waits on the async runtime: it subscribes to a
 //! [`Notify`] keyed by what it awaits ([`WaitKey`]), which the operation
-//! that answers it fires after its commit, and looks again at a growing
-//! poll interval ([`Backoff`]) in case the answer came through another
-//! node (or a wake-up was missed). Each [`WaitKind`] has its own cap on
+//! that answers it fires after its commit (on another node of the same
+//! store, the wake arrives through the relay of [`crate::polling::PollWakes`]),
+//! and looks again at a growing poll interval ([`Backoff`]) in case a
+//! wake-up was missed. Each [`WaitKind`] has its own cap on
 //! concurrent waits; a wait past it is refused (429 `wait_capacity`) before
 //! anything is written. The registry holds one entry per awaited key with
 //! a live subscriber, so its size is bounded by the caps.

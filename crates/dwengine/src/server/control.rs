@@ -138,9 +138,15 @@ impl Engine {
         }
     }
 
-    /// Wakes this node's waits on `run` (updates, service calls).
+    /// Wakes the waits on `run` (updates, service calls): this node's at
+    /// once, other nodes' through the relay (a lost message: they look
+    /// again within their poll fallback).
     pub(crate) fn wake_run(&self, run: RunId) {
-        self.waiters.wake(&crate::waiters::WaitKey::Run(run.0));
+        let key = crate::waiters::WaitKey::Run(run.0);
+        self.waiters.wake(&key);
+        if let Err(e) = self.poll_wakes.relay_wait(&key) {
+            self.post_commit_failed("wake_relay", &e);
+        }
     }
 
     /// The run an operation targets: `run_id` when given (it must belong to

@@ -228,7 +228,8 @@ impl Engine {
         let scope = sweep_scope(&config, &token, store_lock.as_ref());
         // Wake-ups cross nodes only among nodes that can serve one store:
         // a shared database, or nodes told they share one.
-        let poll_wakes = PollWakes::new();
+        let waiters = Waiters::new(config.call_waits);
+        let poll_wakes = PollWakes::with_waiters(Some(waiters.clone()));
         if config.database_url.is_some() || config.sweep_scope.is_some() {
             poll_wakes.join_relay(cache.clone(), &scope, token.instance())?;
         }
@@ -323,7 +324,7 @@ impl Engine {
                 config.external_payloads.clone(),
             ),
             known_namespaces: RwLock::new(HashSet::new()),
-            waiters: Waiters::new(config.call_waits),
+            waiters,
             post_commit_failures: AtomicU64::new(0),
             v1_malformed_rows: AtomicU64::new(0),
             storage_full_at: std::sync::atomic::AtomicI64::new(0),

@@ -360,9 +360,12 @@ impl Engine {
             document,
         )?;
         // The query waiting on this node answers now; one on another node
-        // finds the answer at its next look.
-        self.waiters
-            .wake(&crate::waiters::WaitKey::QueryTask(task_id.to_owned()));
+        // through the relay (or at its next look).
+        let key = crate::waiters::WaitKey::QueryTask(task_id.to_owned());
+        self.waiters.wake(&key);
+        if let Err(e) = self.poll_wakes.relay_wait(&key) {
+            self.post_commit_failed("wake_relay", &e);
+        }
         Ok(json!({
             "query_task_id": task_id,
             "outcome": if failed { "failed" } else { "completed" },
