@@ -1164,3 +1164,45 @@ fn the_lag_metric_reflects_a_backlog_and_returns_to_zero_once_caught_up() {
         "{d}"
     );
 }
+
+#[test]
+fn racing_passes_claim_each_owed_moment_once() {
+    // Two nodes on one store during a sweep-lease hand-over run passes at
+    // once: the batch claim is a compare-and-set per schedule, so each owed
+    // moment still fires once.
+    let s = Arc::new(server(|_| {}));
+    let ids: Vec<String> = (0..30).map(|i| format!("race-{i:02}")).collect();
+    for id in &ids {
+        let mut body = schedule(id, "PT1M");
+        body["overlap_policy"] = "allow_all".into();
+        assert_eq!(create(&s, body).0, 201);
+    }
+    let due: Vec<i64> = ids
+        .iter()
+        .map(|id| ms_of(&describe(&s, id)["next_fire_at"]))
+        .collect();
+    let at = due.iter().max().unwrap() + 2 * 60_000;
+    let gate = Arc::new(std::sync::Barrier::new(4));
+    let passes: Vec<_> = (0..4)
+        .map(|_| {
+            let (s, gate) = (s.clone(), gate.clone());
+            std::thread::spawn(move || {
+                gate.wait();
+                fire(&s, at)
+            })
+        })
+        .collect();
+    let fired: usize = passes.into_iter().map(|p| p.join().unwrap()).sum();
+    let mut total = 0;
+    for (id, due) in ids.iter().zip(&due) {
+        let owed = (at - due) / 60_000 + 1;
+        let moments = started_moments(&s, id);
+        let mut unique = moments.clone();
+        unique.dedup();
+        assert_eq!(moments, unique, "{id}: a moment started twice");
+        assert_eq!(moments.len() as i64, owed, "{id}: {moments:?}");
+        assert_eq!(describe(&s, id)["fires_count"].as_i64(), Some(owed));
+        total += moments.len();
+    }
+    assert_eq!(fired, total, "the passes together fired each moment once");
+}
