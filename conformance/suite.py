@@ -107,9 +107,16 @@ class Suite:
 
         async def waiting():
             answer = await self.client.query_workflow(wid, "stage")
-            return answer.get("result") == "waiting_for_approval"
+            if answer.get("result") != "waiting_for_approval":
+                return False
+            # A query replays the history there is, which may already hold
+            # the TimerFired whose workflow task has not recorded the open
+            # wait yet (with DW_QUEUE_DRIVER=sqs the timer fires apart from
+            # the poll that leases that task): a signal now would satisfy
+            # the condition before it opens. Signal once the wait is open.
+            return "ConditionWaitOpened" in await self.history_types(wid, handle.run_id)
 
-        await self.wait_for("the workflow to wait for approval (query)", waiting)
+        await self.wait_for("the workflow to wait for approval (query, history)", waiting)
         receipt = await self.client.signal_workflow(wid, "approve", args=["alice"])
         assert receipt["outcome"] == "signal_received", receipt
         result = await self.client.get_result(handle, timeout=30)

@@ -11,6 +11,10 @@ fn main() {
     for (variable, cfg) in [
         ("DW_TEST_REDIS_URL", "dw_test_redis"),
         ("DW_TEST_POSTGRES_URL", "dw_test_postgres"),
+        // DW_TEST_SQS_ENDPOINT turns on `dw_test_sqs`: the SQS driver's
+        // tests (`tests/engine/sqs.rs`, built with the `sqs` feature) are
+        // compiled as ignored without it.
+        ("DW_TEST_SQS_ENDPOINT", "dw_test_sqs"),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         println!("cargo::rerun-if-env-changed={variable}");

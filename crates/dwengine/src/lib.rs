@@ -20,6 +20,7 @@ pub mod poll_requests;
 pub mod polling;
 pub mod projections;
 pub mod query_tasks;
+pub mod queue;
 pub mod readiness;
 pub mod registry;
 pub mod retention;

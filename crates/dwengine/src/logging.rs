@@ -204,6 +204,7 @@ pub fn log_startup(config: &ServerConfig, addr: SocketAddr) {
         database = %database,
         polling_cache_path = %config.polling_cache_path.display(),
         cache,
+        queue_driver = config.queue.name(),
         structural_limits = %structural,
         request_limits = %request,
         max_pending_payload_bytes_per_run = config.store.max_pending_payload_bytes,

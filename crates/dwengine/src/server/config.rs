@@ -31,6 +31,7 @@ use crate::admission::NamespaceLimit;
 use crate::external_payloads::ExternalPayloadSettings;
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
+use crate::queue::{QueueSettings, SqsSettings};
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::config_file::{ConfigFile, FileProblem, Source};
@@ -462,6 +463,90 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         settings
     }
 
+    /// The queue driver (`DW_QUEUE_DRIVER`) and, for `sqs`, where its queue
+    /// is. Every variable is read whatever the driver, so none is reported
+    /// as unknown; the SQS ones are checked only when SQS is chosen.
+    fn queue_settings(&self) -> QueueSettings {
+        let endpoint = self.get("DW_SQS_ENDPOINT").filter(|v| !v.trim().is_empty());
+        let queue_url = self
+            .get("DW_SQS_QUEUE_URL")
+            .filter(|v| !v.trim().is_empty());
+        let region = self.get("DW_SQS_REGION").filter(|v| !v.trim().is_empty());
+        let chunk = self.number("DW_SQS_TIMER_CHUNK_SECONDS");
+        let driver = self.get("DW_QUEUE_DRIVER").unwrap_or_default();
+        match driver.trim() {
+            "" | crate::queue::DATABASE => return QueueSettings::Database,
+            crate::queue::SQS => {}
+            other => {
+                self.invalid(
+                    "DW_QUEUE_DRIVER",
+                    other,
+                    "expected database (the default) or sqs".to_owned(),
+                );
+                return QueueSettings::Database;
+            }
+        }
+        if !cfg!(feature = "sqs") {
+            self.invalid(
+                "DW_QUEUE_DRIVER",
+                crate::queue::SQS,
+                "this dwserver was built without the `sqs` cargo feature; build it with \
+                 `cargo build --release -p dwengine --features sqs --bin dwserver`"
+                    .to_owned(),
+            );
+        }
+        if let Some(endpoint) = &endpoint {
+            if let Err(problem) = http_url(endpoint) {
+                self.invalid("DW_SQS_ENDPOINT", endpoint, problem);
+            }
+        }
+        let queue_url = match queue_url {
+            None => {
+                self.invalid(
+                    "DW_SQS_QUEUE_URL",
+                    "",
+                    "required with DW_QUEUE_DRIVER=sqs: the URL of a standard SQS queue \
+                     (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
+                        .to_owned(),
+                );
+                String::new()
+            }
+            Some(url) => {
+                if let Err(problem) = http_url(&url) {
+                    self.invalid("DW_SQS_QUEUE_URL", &url, problem);
+                } else if url.trim_end_matches('/').ends_with(".fifo") {
+                    self.invalid(
+                        "DW_SQS_QUEUE_URL",
+                        &url,
+                        "a FIFO queue cannot delay single messages, which is how timers \
+                         travel: use a standard queue"
+                            .to_owned(),
+                    );
+                }
+                url
+            }
+        };
+        let max = crate::queue::SQS_MAX_DELAY_SECONDS;
+        let timer_chunk_seconds = match chunk {
+            None => max,
+            Some(n) if (1..=max).contains(&n) => n,
+            Some(n) => {
+                self.invalid(
+                    "DW_SQS_TIMER_CHUNK_SECONDS",
+                    &n.to_string(),
+                    format!("expected 1 to {max}: SQS delays one message at most {max} seconds"),
+                );
+                max
+            }
+        };
+        QueueSettings::Sqs(SqsSettings {
+            endpoint,
+            queue_url,
+            region: region.unwrap_or_else(|| crate::queue::DEFAULT_SQS_REGION.to_owned()),
+            timer_chunk_seconds,
+        })
+    }
+
     fn config(&self, dev: bool) -> ServerConfig {
         let lookup = |name: &str| self.get(name);
         let server_id = match lookup("DW_SERVER_ID").filter(|v| !v.trim().is_empty()) {
@@ -527,6 +612,8 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             ),
             ..StoreConfig::default()
         };
+        config.queue = self.queue_settings();
+        config.store.queue_driver = config.queue.name().to_owned();
         config.store.history_budget.max_events = config.store.limits.history_transaction_size;
         let ms = |n: u64| Duration::from_millis(n);
         if let Some(n) = parse("DW_POLL_RESULT_TTL_MS") {
@@ -827,6 +914,19 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
 /// The SQLite file's name inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "dwserver.sqlite";
 
+/// Checks an `http://` or `https://` URL with a host (an SQS endpoint or
+/// queue URL).
+fn http_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| "expected an http:// or https:// URL".to_owned())?;
+    if rest.split('/').next().is_none_or(str::is_empty) {
+        return Err("the URL names no host".to_owned());
+    }
+    Ok(())
+}
+
 /// Checks a `DW_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL
 /// the PostgreSQL client can parse. Whether the server answers is checked
 /// when the node opens the store.
@@ -896,6 +996,134 @@ fn parse_namespace_limits(spec: &str) -> Result<HashMap<String, NamespaceLimit>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node's configuration from `pairs` (with an id, no auth).
+    fn configured(pairs: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        let pairs: Vec<(String, String)> = [("DW_SERVER_ID", "n1"), ("DW_AUTH", "none")]
+            .iter()
+            .chain(pairs)
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ServerConfig::from_lookup(
+            move |k| {
+                pairs
+                    .iter()
+                    .rev()
+                    .find(|(name, _)| name == k)
+                    .map(|(_, v)| v.clone())
+            },
+            true,
+        )
+    }
+
+    #[test]
+    fn the_queue_driver_is_the_database_unless_sqs_is_chosen() {
+        let config = configured(&[]).unwrap();
+        assert_eq!(config.queue, QueueSettings::Database);
+        assert_eq!(config.store.queue_driver, "database");
+        let config = configured(&[("DW_QUEUE_DRIVER", "database")]).unwrap();
+        assert_eq!(config.queue, QueueSettings::Database);
+        // SQS settings without the driver are read (so never reported as
+        // unknown variables) and left alone.
+        let config = configured(&[("DW_SQS_QUEUE_URL", "not a url")]).unwrap();
+        assert_eq!(config.queue, QueueSettings::Database);
+        let err = configured(&[("DW_QUEUE_DRIVER", "kafka")]).unwrap_err();
+        assert_eq!(err.invalid_names(), ["DW_QUEUE_DRIVER"], "{err}");
+        assert!(
+            err.to_string()
+                .contains("expected database (the default) or sqs"),
+            "{err}"
+        );
+        let warnings = unknown_variables(
+            [
+                "DW_QUEUE_DRIVER",
+                "DW_SQS_ENDPOINT",
+                "DW_SQS_QUEUE_URL",
+                "DW_SQS_REGION",
+                "DW_SQS_TIMER_CHUNK_SECONDS",
+            ]
+            .map(str::to_owned),
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn sqs_settings_are_checked_naming_each_setting() {
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/dw";
+        let sqs = [("DW_QUEUE_DRIVER", "sqs")];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut pairs = sqs.to_vec();
+            pairs.extend_from_slice(more);
+            configured(&pairs)
+        };
+        if cfg!(feature = "sqs") {
+            let config = with(&[
+                ("DW_SQS_QUEUE_URL", url),
+                ("DW_SQS_ENDPOINT", "http://127.0.0.1:5405"),
+                ("DW_SQS_TIMER_CHUNK_SECONDS", "2"),
+            ])
+            .unwrap();
+            assert_eq!(config.store.queue_driver, "sqs");
+            assert_eq!(
+                config.queue,
+                QueueSettings::Sqs(SqsSettings {
+                    endpoint: Some("http://127.0.0.1:5405".into()),
+                    queue_url: url.into(),
+                    region: "us-east-1".into(),
+                    timer_chunk_seconds: 2,
+                })
+            );
+            let config =
+                with(&[("DW_SQS_QUEUE_URL", url), ("DW_SQS_REGION", "eu-west-1")]).unwrap();
+            let QueueSettings::Sqs(settings) = config.queue else {
+                panic!("sqs");
+            };
+            assert_eq!(
+                (settings.region.as_str(), settings.timer_chunk_seconds),
+                ("eu-west-1", 900)
+            );
+        } else {
+            let err = with(&[("DW_SQS_QUEUE_URL", url)]).unwrap_err();
+            assert_eq!(err.invalid_names(), ["DW_QUEUE_DRIVER"], "{err}");
+            assert!(err.to_string().contains("--features sqs"), "{err}");
+        }
+        // Each bad setting is named (after the feature's refusal, if any).
+        let named = |more: &[(&'static str, &'static str)], name: &str, says: &str| {
+            let err = with(more).unwrap_err();
+            let names = err.invalid_names();
+            assert_eq!(names.last(), Some(&name), "{err}");
+            assert!(err.to_string().contains(says), "{err}");
+        };
+        named(&[], "DW_SQS_QUEUE_URL", "required with DW_QUEUE_DRIVER=sqs");
+        named(
+            &[("DW_SQS_QUEUE_URL", "sqs/queue")],
+            "DW_SQS_QUEUE_URL",
+            "http:// or https://",
+        );
+        named(
+            &[(
+                "DW_SQS_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/dw.fifo",
+            )],
+            "DW_SQS_QUEUE_URL",
+            "FIFO queue",
+        );
+        named(
+            &[
+                ("DW_SQS_QUEUE_URL", url),
+                ("DW_SQS_ENDPOINT", "localhost:5405"),
+            ],
+            "DW_SQS_ENDPOINT",
+            "http:// or https://",
+        );
+        for chunk in ["0", "901"] {
+            let pairs: [(&'static str, &'static str); 2] = [
+                ("DW_SQS_QUEUE_URL", url),
+                ("DW_SQS_TIMER_CHUNK_SECONDS", chunk),
+            ];
+            named(&pairs, "DW_SQS_TIMER_CHUNK_SECONDS", "expected 1 to 900");
+        }
+    }
 
     #[test]
     fn a_node_without_an_id_refuses_to_start_unless_dev() {

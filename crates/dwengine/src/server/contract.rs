@@ -150,6 +150,15 @@ pub const NODE_SETTINGS: &[(&str, &str)] = &[
         crate::external_payloads::ExternalPayloadSettings::UPLOAD_ROLES_KEY,
         crate::external_payloads::ExternalPayloadSettings::UPLOAD_ROLES_ENV,
     ),
+    // The queue driver (crate::queue): docs/deployment.md, "Queue drivers".
+    ("server.queue_driver", "DW_QUEUE_DRIVER"),
+    ("server.sqs.endpoint", "DW_SQS_ENDPOINT"),
+    ("server.sqs.queue_url", "DW_SQS_QUEUE_URL"),
+    ("server.sqs.region", "DW_SQS_REGION"),
+    (
+        "server.sqs.timer_chunk_seconds",
+        "DW_SQS_TIMER_CHUNK_SECONDS",
+    ),
 ];
 
 /// Every limit, with `config`'s values as `current`.

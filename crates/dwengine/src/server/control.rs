@@ -129,6 +129,17 @@ impl Engine {
     /// fail the request: a cache that cannot take the wake is logged and
     /// counted, and the pollers find the work at their next idle recheck.
     pub(crate) fn wake(&self, namespace: &str, task_queue: &str, channel: &str) {
+        // A queue driver that carries wakes (SQS) delivers this one through
+        // its queue: the node that receives it calls `signal_wake`.
+        if !self.queue.dispatch(namespace, task_queue, channel) {
+            self.signal_wake(namespace, task_queue, channel);
+        }
+    }
+
+    /// Wakes the pollers of `channel` on the queue now: this node's at
+    /// once, other nodes' through the relay, and the channel's signal key
+    /// for a poll that missed the relay.
+    pub(crate) fn signal_wake(&self, namespace: &str, task_queue: &str, channel: &str) {
         let wake = crate::polling::wake_channel(namespace, task_queue, channel);
         if let Err(e) = self.poll_wakes.wake(&wake) {
             self.post_commit_failed("wake_relay", &e);

@@ -28,6 +28,7 @@ use crate::poll_requests::{
 use crate::polling::{LongPollSignalStore, PollWakes, WorkerPollClaimGate};
 use crate::projections::DriftCache;
 use crate::query_tasks::WorkflowQueryTaskBroker;
+use crate::queue::{QueueDriver, QueueError};
 use crate::readiness::ReadinessProbe;
 use crate::registry::WorkerCompatibilityHeartbeatRecorder;
 use crate::retention::{HistoryRetentionEnforcer, WorkflowStreamRetention};
@@ -48,6 +49,8 @@ pub struct Engine {
     /// The long polls this node holds, woken in process and, when other
     /// nodes serve the store, through the cache's pub/sub relay.
     pub(crate) poll_wakes: Arc<PollWakes>,
+    /// How dispatched work and due timers travel (`DW_QUEUE_DRIVER`).
+    pub(crate) queue: Arc<dyn QueueDriver>,
     pub(crate) workflow_polls: PollRequests,
     pub(crate) activity_polls: PollRequests,
     pub(crate) query_polls: QueryTaskPollRequestStore,
@@ -136,6 +139,9 @@ pub enum StartError {
     /// Another live node holds this node's id on the shared cache.
     #[error(transparent)]
     NodeId(#[from] NodeIdError),
+    /// The queue driver cannot start (its error names the setting).
+    #[error("queue driver: {0}")]
+    Queue(#[from] QueueError),
 }
 
 /// The nodes among which this node's sweeps are elected: those serving
@@ -222,6 +228,9 @@ impl Engine {
             .filter(|_| sqlite)
             .map(|db| StoreLock::acquire(db, &config.server_id))
             .transpose()?;
+        // The queue driver answers before the node takes its id: a wrong
+        // queue URL or an unreachable endpoint stops the start here.
+        let queue = crate::queue::open(&config.queue)?;
         // Then the id, on the cache every node of the deployment shares.
         let token = NodeToken::new(&config.server_id);
         let node_id = NodeIdentity::register(cache.clone(), token.clone(), config.node_lease)?;
@@ -261,6 +270,7 @@ impl Engine {
             store,
             signals: LongPollSignalStore::with_ttl(cache.clone(), config.signal_ttl),
             poll_wakes,
+            queue,
             workflow_polls: WorkflowTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             activity_polls: ActivityTaskPollRequestStore::store(cache.clone(), config.poll_ttls),
             query_polls: QueryTaskPollRequestStore::new(cache.clone(), config.poll_ttls),

@@ -217,6 +217,7 @@ impl Engine {
             metrics["schedule_lag_seconds"] = json!(lag_seconds(lag));
             metrics["waits"] = json!(self.waits_snapshot());
             metrics["cluster"] = self.cluster_snapshot();
+            metrics["queue"] = self.queue.snapshot();
             Ok(metrics)
         })
         .map_err(ApiError::from)

@@ -97,6 +97,10 @@ impl Running {
         runtime.spawn(timeouts::sweep_forever(engine.clone()));
         runtime.spawn(schedules::fire_forever(engine.clone()));
         runtime.spawn(external_payloads::expire_forever(engine.clone()));
+        // The queue driver's sender and consumer (none on the database driver).
+        engine
+            .queue
+            .start(runtime.handle(), Arc::new(Delivered(engine.clone())));
         let limits = engine.config.connections;
         let fd_limit = connections::open_file_limit();
         let max_connections = limits.fitted(fd_limit);
@@ -171,6 +175,40 @@ impl Drop for Running {
             let _ = thread.join();
         }
         self.engine.leave_cluster();
+    }
+}
+
+/// What a queue driver's delivered messages do on this node.
+struct Delivered(Arc<Engine>);
+
+impl crate::queue::Deliveries for Delivered {
+    fn wake(&self, namespace: &str, task_queue: &str, channel: &str) {
+        self.0.signal_wake(namespace, task_queue, channel);
+    }
+
+    fn deliver_timer(&self, timer_id: i64) -> crate::queue::TimerDelivery {
+        use crate::queue::TimerDelivery;
+        let engine = &self.0;
+        match engine.read(|s| s.armed_timer_due_at(timer_id)) {
+            Err(e) => return TimerDelivery::Failed(e.to_string()),
+            Ok(None) => return TimerDelivery::Gone,
+            Ok(Some(due_at_ms)) if due_at_ms > crate::unix_ms() => {
+                return TimerDelivery::NotDue { due_at_ms }
+            }
+            Ok(Some(_)) => {}
+        }
+        match engine.write(move |s| s.fire_timer_if_due(timer_id)) {
+            Err(e) => TimerDelivery::Failed(e.to_string()),
+            Ok(None) => TimerDelivery::Gone,
+            Ok(Some((namespace, task_queue))) => {
+                self.wake(
+                    &namespace,
+                    &task_queue,
+                    crate::store::TaskKind::Workflow.as_str(),
+                );
+                TimerDelivery::Fired
+            }
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use crate::admission::NamespaceLimit;
 use crate::poll_requests::{PollRequestTtls, UnknownWorkerPollBudget};
 use crate::polling::{ActivityTaskPoller, WorkflowTaskPoller};
 use crate::query_tasks::QueryTaskSettings;
+use crate::queue::QueueSettings;
 use crate::registry::IdleWorkerSweep;
 use crate::server::auth::Tokens;
 use crate::server::external_payloads::ExternalPayloadSweep;
@@ -45,6 +46,8 @@ pub struct ServerConfig {
     pub polling_cache_path: PathBuf,
     /// A Redis URL selects the shared cache; otherwise in-process.
     pub redis_url: Option<String>,
+    /// The queue driver (`DW_QUEUE_DRIVER`): the database's by default, or SQS.
+    pub queue: QueueSettings,
     /// Request-boundary limits.
     pub request_limits: RequestLimits,
     /// The run store's configuration.
@@ -169,6 +172,7 @@ impl ServerConfig {
             database: None,
             polling_cache_path,
             redis_url: None,
+            queue: QueueSettings::Database,
             database_url: None,
             request_limits: RequestLimits::default(),
             store: StoreConfig::default(),

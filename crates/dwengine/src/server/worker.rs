@@ -726,13 +726,16 @@ impl Engine {
         let limits = self.config.poller;
         let scan_limit = match kind {
             TaskKind::Workflow => {
-                if self.read(|s| s.has_due_timers(namespace, task_queue, cohort))? {
+                // A driver that delivers timers (SQS) gets a grace first.
+                let grace =
+                    i64::try_from(self.queue.due_timer_grace().as_millis()).unwrap_or(i64::MAX);
+                if self.read(|s| s.has_due_timers(namespace, task_queue, cohort, grace))? {
                     let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
                     let cohort = cohort.map(str::to_owned);
                     let limit = limits.due_timer_recovery_scan_limit;
-                    if self
-                        .write(move |s| s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit))?
-                        > 0
+                    if self.write(move |s| {
+                        s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit, grace)
+                    })? > 0
                     {
                         self.wake(namespace, task_queue, TaskKind::Workflow.as_str());
                     }
@@ -965,6 +968,8 @@ impl Engine {
         for workflow_queue in &completion.workflow_queues {
             self.wake(&ns, workflow_queue, TaskKind::Workflow.as_str());
         }
+        // A driver that delivers timers sends the ones this task armed.
+        self.queue.timers_armed(&completion.timers);
         // Updates and service calls waiting on this run look again now.
         self.wake_run(run);
         Ok(json!({
@@ -1305,6 +1310,7 @@ fn complete(
             workflow_queues: Vec::new(),
             structural_limit: None,
             warnings: Vec::new(),
+            timers: Vec::new(),
         });
     }
     store.complete_workflow_task(task, fence, commands)

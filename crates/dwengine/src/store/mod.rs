@@ -118,6 +118,7 @@ pub use streams::{
 };
 pub use task::Task;
 pub use timeouts::{ActivityTimeout, TIMEOUT_CATEGORY};
+pub use timers::ArmedTimer;
 pub use workflow_commands::{
     WorkflowCommand, WorkflowTaskCompletion, WorkflowTaskFence, SUPPORTED_COMMANDS,
 };

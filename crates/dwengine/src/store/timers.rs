@@ -9,7 +9,10 @@
 //! `timer_history_field_missing` when either is absent. Arming, firing and
 //! cancelling one run inside the caller's transaction; a poll pass fires a
 //! queue's due timers ([`Store::fire_due_timers`]) in one of its own,
-//! queueing a workflow task for each run. Timers sit above the task queue
+//! queueing a workflow task for each run. With a queue driver that carries
+//! timers itself (SQS, `crate::queue`), the delivery of a timer's message
+//! fires it ([`Store::fire_timer_if_due`]) and the poll passes step in only
+//! for a timer overdue by the driver's grace. Timers sit above the task queue
 //! ([`dispatch`](super::dispatch)), which knows nothing of them beyond
 //! their rows.
 
@@ -29,11 +32,17 @@ impl Store {
     /// the read that lets a poll pass skip the write transaction when
     /// nothing is due. `cohort` is the polling worker's build id (`None`:
     /// unversioned workers).
+    ///
+    /// A timer due less than `grace_ms` ago is not counted: a queue driver
+    /// that delivers timers itself (SQS) fires it, and a poll pass steps in
+    /// only for a delivery that is late by more than the grace (0 on the
+    /// database driver, which delivers nothing).
     pub fn has_due_timers(
         &self,
         namespace: &str,
         task_queue: &str,
         cohort: Option<&str>,
+        grace_ms: i64,
     ) -> Result<bool, Error> {
         Ok(self
             .conn
@@ -42,20 +51,25 @@ impl Store {
                  AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?4 AND status = 'ready' AND due_at_ms <= ?3 \
                  LIMIT 1",
             )?
-            .query_row(params![namespace, task_queue, now_ms(), cohort], |_| Ok(()))
+            .query_row(
+                params![namespace, task_queue, now_ms().saturating_sub(grace_ms), cohort],
+                |_| Ok(()),
+            )
             .optional()?
             .is_some())
     }
 
     /// Fires at most `limit` due timers of (namespace, task queue, build-id
-    /// cohort), earliest first, queueing a workflow task for each run;
-    /// returns how many fired.
+    /// cohort) due at least `grace_ms` ago ([`Store::has_due_timers`]),
+    /// earliest first, queueing a workflow task for each run; returns how
+    /// many fired.
     pub fn fire_due_timers(
         &self,
         namespace: &str,
         task_queue: &str,
         cohort: Option<&str>,
         limit: usize,
+        grace_ms: i64,
     ) -> Result<usize, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let due: Vec<(i64, i64, i64)> = tx
@@ -65,7 +79,13 @@ impl Store {
                  AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4",
             )?
             .query_map(
-                params![namespace, task_queue, now_ms(), to_i64(limit), cohort],
+                params![
+                    namespace,
+                    task_queue,
+                    now_ms().saturating_sub(grace_ms),
+                    to_i64(limit),
+                    cohort
+                ],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?
             .collect::<Result<_, _>>()?;
@@ -77,6 +97,49 @@ impl Store {
         }
         tx.commit()?;
         Ok(due.len())
+    }
+
+    /// When armed timer `timer` comes due (unix ms): `None` once it fired
+    /// or was cancelled, or for a timer this store never armed. A queue
+    /// driver that carries timers asks this before each re-enqueue, so a
+    /// cancelled timer's chain of delayed messages ends at its next hop.
+    pub fn armed_timer_due_at(&self, timer: i64) -> Result<Option<i64>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT due_at_ms FROM dispatch_tasks WHERE kind = 'timer' AND item_id = ?1 \
+                 AND status = 'ready'",
+            )?
+            .query_row([timer], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Fires armed timer `timer` if it is due, exactly as a poll pass fires
+    /// a due timer (the `TimerFired` event, the dispatch row closed, a
+    /// workflow task queued for the run), whatever the cohort of its run;
+    /// returns the (namespace, task queue) of that workflow task. `None`
+    /// when it is not due yet, already fired or cancelled: a second
+    /// delivery of the same timer fires nothing.
+    pub fn fire_timer_if_due(&self, timer: i64) -> Result<Option<(String, String)>, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let row: Option<(i64, i64, String, String)> = tx
+            .prepare_cached(
+                "SELECT id, run_id, namespace, task_queue FROM dispatch_tasks WHERE kind = 'timer' \
+                 AND item_id = ?1 AND status = 'ready' AND due_at_ms <= ?2",
+            )?
+            .query_row(params![timer, now_ms()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()?;
+        let Some((id, run, namespace, task_queue)) = row else {
+            return Ok(None);
+        };
+        fire(&tx, RunId(run), timer)?;
+        tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+            .execute([id])?;
+        enqueue_workflow(&tx, RunId(run))?;
+        tx.commit()?;
+        Ok(Some((namespace, task_queue)))
     }
 }
 
@@ -142,8 +205,18 @@ pub(crate) struct Arm<'a> {
     pub group: Option<&'a ParallelGroup>,
 }
 
-/// Inserts a pending protocol timer and arms its dispatch row; returns its id.
-pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64, Error> {
+/// A timer a commit armed: its id and when it comes due. A queue driver
+/// that delivers timers itself (SQS) is handed these after the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArmedTimer {
+    /// The timer's id (`timer_id` of its history events).
+    pub timer_id: i64,
+    /// When it comes due, unix milliseconds.
+    pub due_at_ms: i64,
+}
+
+/// Inserts a pending protocol timer and arms its dispatch row.
+pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<ArmedTimer, Error> {
     let delay_ms = crate::store::rows::to_i64(timer.delay_seconds.saturating_mul(1000));
     let group = timer.group.map(serde_json::to_string).transpose()?;
     let id: i64 = conn.prepare_cached(
@@ -160,6 +233,7 @@ pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64,
     ], |r| r.get(0))?;
     bump(conn, run, Pending::Timer, 1)?;
     let now = crate::store::rows::now_ms();
+    let due_at_ms = now.saturating_add(delay_ms);
     conn.prepare_cached(
         "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, status, \
          due_at_ms, created_at_ms) VALUES ('timer', ?1, ?2, ?3, ?4, 'ready', ?5, ?6)",
@@ -169,10 +243,13 @@ pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<i64,
         id,
         timer.namespace,
         timer.task_queue,
-        now.saturating_add(delay_ms),
+        due_at_ms,
         now
     ])?;
-    Ok(id)
+    Ok(ArmedTimer {
+        timer_id: id,
+        due_at_ms,
+    })
 }
 
 struct TimerRow {

@@ -33,7 +33,7 @@ use crate::store::rows::{
 use crate::store::sessions::SessionOptions;
 use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
-use crate::store::timers::{self, CONDITION_TIMEOUT};
+use crate::store::timers::{self, ArmedTimer, CONDITION_TIMEOUT};
 use crate::store::tx::WriteTx;
 
 /// One command of a workflow-task completion.
@@ -291,6 +291,9 @@ pub struct WorkflowTaskCompletion {
     /// The approaching-limit warnings the task wrote, at most one per kind.
     #[serde(skip)]
     pub warnings: Vec<ApproachingLimit>,
+    /// The timers the task armed (for a queue driver that delivers them).
+    #[serde(skip)]
+    pub timers: Vec<ArmedTimer>,
 }
 
 impl Store {
@@ -316,6 +319,7 @@ impl Store {
                 workflow_queues: Vec::new(),
                 structural_limit: None,
                 warnings: Vec::new(),
+                timers: Vec::new(),
             });
         }
         let streams = self.config.streams;
@@ -331,6 +335,7 @@ impl Store {
             }
             Err(e) => return Err(e),
         }
+        let timers = std::mem::take(&mut writer.armed_timers);
         let (new_events, activity_queues, workflow_queues, follow_up, warnings) = writer.finish();
         process_seen_signals(&tx, run, watermark)?;
         end_task(&tx, task_id)?;
@@ -349,6 +354,7 @@ impl Store {
             workflow_queues,
             structural_limit: None,
             warnings,
+            timers,
         })
     }
 
@@ -457,6 +463,7 @@ impl Store {
             workflow_queues: resumed.into_iter().collect(),
             structural_limit: Some(exceeded),
             warnings: Vec::new(),
+            timers: Vec::new(),
         })
     }
 }
@@ -657,6 +664,8 @@ struct CommandWriter<'a> {
     open_wait: Option<OpenWait>,
     /// The approaching-limit warnings this task wrote, one per kind.
     warnings: Vec<ApproachingLimit>,
+    /// The timers this task armed.
+    armed_timers: Vec<ArmedTimer>,
 }
 
 impl<'a> CommandWriter<'a> {
@@ -692,6 +701,7 @@ impl<'a> CommandWriter<'a> {
             follow_up: false,
             open_wait,
             warnings: Vec::new(),
+            armed_timers: Vec::new(),
         })
     }
 
@@ -900,7 +910,7 @@ impl<'a> CommandWriter<'a> {
             } => {
                 self.check_pending(Pending::Timer)?;
                 let sequence = self.take_sequence();
-                let id = timers::arm(
+                let armed = timers::arm(
                     self.tx,
                     self.head.id,
                     &timers::Arm {
@@ -913,8 +923,10 @@ impl<'a> CommandWriter<'a> {
                         group: (!group.is_empty()).then_some(group),
                     },
                 )?;
+                self.armed_timers.push(armed);
                 self.head.pending.timers += 1;
-                let mut payload = timers::scheduled_payload(id, sequence, *delay_seconds);
+                let mut payload =
+                    timers::scheduled_payload(armed.timer_id, sequence, *delay_seconds);
                 group.stamp(&mut payload);
                 self.event(EventType::TimerScheduled, &payload, true)?;
             }
@@ -936,7 +948,7 @@ impl<'a> CommandWriter<'a> {
                 let timeout_timer = match timeout_seconds {
                     Some(seconds) => {
                         self.head.pending.timers += 1;
-                        Some(timers::arm(
+                        let armed = timers::arm(
                             self.tx,
                             self.head.id,
                             &timers::Arm {
@@ -948,7 +960,9 @@ impl<'a> CommandWriter<'a> {
                                 condition_wait_id: Some(&wait_id),
                                 group: None,
                             },
-                        )?)
+                        )?;
+                        self.armed_timers.push(armed);
+                        Some(armed.timer_id)
                     }
                     None => None,
                 };

@@ -88,3 +88,76 @@ fn retention_prunes_only_marked_closed_runs_and_keeps_the_root_row() {
     assert_eq!(described.run.status, RunStatus::Completed);
     assert!(described.details_pruned_at_ms.is_some());
 }
+
+/// A timer as a queue driver that carries timers (SQS) sees it: the
+/// completion hands over each armed timer with its due time; its delivery
+/// fires it once it is due, exactly once; the poll passes leave a timer
+/// due less than the driver's grace ago to the driver.
+#[test]
+fn an_armed_timer_fires_once_by_its_delivery_and_the_polls_wait_out_the_grace() {
+    let store = common::memory_store(&[]);
+    let start = common::start("sleeper");
+    let (ns, queue) = (start.namespace.clone(), start.task_queue.clone());
+    let run = store.start_run(start).unwrap();
+    assert!(store.enqueue_workflow_task(run).unwrap());
+    let lease = Duration::from_secs(30);
+    let task = store
+        .lease_task(TaskKind::Workflow, &ns, &queue, "w", "poll-1", lease)
+        .unwrap()
+        .expect("a ready task");
+    let fence = WorkflowTaskFence {
+        lease_owner: &task.lease_owner,
+        attempt: task.attempt,
+    };
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let completion = store
+        .complete_workflow_task(
+            task.task_id,
+            fence,
+            &[WorkflowCommand::timer(3600), WorkflowCommand::timer(0)],
+        )
+        .unwrap();
+    let [later, now] = completion.timers[..] else {
+        panic!("two armed timers: {:?}", completion.timers);
+    };
+    assert!(later.due_at_ms >= before + 3_600_000, "{later:?}");
+    assert!(now.due_at_ms >= before && now.due_at_ms < later.due_at_ms);
+    assert_eq!(
+        store.armed_timer_due_at(later.timer_id).unwrap(),
+        Some(later.due_at_ms)
+    );
+    // Not due: its delivery fires nothing (the driver sends the next hop).
+    assert_eq!(store.fire_timer_if_due(later.timer_id).unwrap(), None);
+    // Due now, but within a minute's grace: the polls leave it alone.
+    assert!(store.has_due_timers(&ns, &queue, None, 0).unwrap());
+    assert!(!store.has_due_timers(&ns, &queue, None, 60_000).unwrap());
+    assert_eq!(
+        store.fire_due_timers(&ns, &queue, None, 5, 60_000).unwrap(),
+        0
+    );
+    // Its delivery fires it and names the queue to wake; a second does not.
+    assert_eq!(
+        store.fire_timer_if_due(now.timer_id).unwrap(),
+        Some((ns.clone(), queue.clone()))
+    );
+    assert_eq!(store.fire_timer_if_due(now.timer_id).unwrap(), None);
+    assert_eq!(store.armed_timer_due_at(now.timer_id).unwrap(), None);
+    // Nor does a poll pass, grace or not.
+    assert_eq!(store.fire_due_timers(&ns, &queue, None, 5, 0).unwrap(), 0);
+    let fired = store
+        .history(run)
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == dwengine::store::EventType::TimerFired)
+        .count();
+    assert_eq!(fired, 1);
+    assert_eq!(store.pending_counts(run).unwrap().timers, 1);
+    // The run's next workflow task was queued by the firing.
+    assert!(store
+        .lease_task(TaskKind::Workflow, &ns, &queue, "w", "poll-2", lease)
+        .unwrap()
+        .is_some());
+}

@@ -52,6 +52,8 @@ mod server_faults;
 mod server_log;
 mod services;
 mod sigkill;
+#[cfg(feature = "sqs")]
+mod sqs;
 mod sticky_execution;
 mod streams;
 mod task_failure_metrics;

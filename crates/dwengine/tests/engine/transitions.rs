@@ -213,7 +213,9 @@ fn due_timers_fire_with_their_workflow_tasks_or_not_at_all() {
         .complete_workflow_task(task.task_id, fence(&task), &[WorkflowCommand::timer(0)])
         .unwrap();
     f.execute(NO_WORKFLOW_TASKS);
-    assert!(store.fire_due_timers("default", "orders", None, 5).is_err());
+    assert!(store
+        .fire_due_timers("default", "orders", None, 5, 0)
+        .is_err());
     assert_eq!(store.pending_counts(run).unwrap().timers, 1);
     assert_eq!(
         f.count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'timer' AND status = 'ready'"),

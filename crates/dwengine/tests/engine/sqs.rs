@@ -1,0 +1,463 @@
+//! The SQS queue driver, against an SQS-compatible server on loopback
+//! (moto's server mode from PyPI, as `.ci/run` starts it): dwserver
+//! processes built with the `sqs` feature (this module is compiled only
+//! with it: `cargo test -p dwengine --features sqs --test engine sqs::`).
+//!
+//! A 7 s timer in 1 s chunks fires once, not before it is due, after
+//! several hops through the queue; a start wakes a waiting poll through
+//! the queue; the capabilities snapshot says which driver is in use; a
+//! wrong queue URL, an unreachable endpoint or missing credentials stop
+//! the start naming the setting. Each test makes a queue of its own.
+//!
+//! Ignored ("needs an SQS endpoint") when `DW_TEST_SQS_ENDPOINT` was not
+//! set at build time (dwengine's build script turns on `dw_test_sqs`).
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::wire;
+
+/// The endpoint of the SQS-compatible server.
+fn endpoint() -> String {
+    std::env::var("DW_TEST_SQS_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .expect("DW_TEST_SQS_ENDPOINT: this binary was built with it, and needs it at run time too")
+}
+
+/// Creates a standard queue named after `test` (and this process, so runs
+/// never share one) and returns its URL. SQS's JSON protocol, unsigned:
+/// the test server routes a request by the credential scope of its
+/// `Authorization` header and checks no signature.
+fn create_queue(test: &str) -> String {
+    let name = format!("dw-{test}-{}", std::process::id());
+    let answer = ureq::post(&format!("{}/", endpoint()))
+        .set(
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/sqs/aws4_request, \
+             SignedHeaders=host, Signature=00",
+        )
+        .set("X-Amz-Target", "AmazonSQS.CreateQueue")
+        .set("Content-Type", "application/x-amz-json-1.0")
+        .timeout(Duration::from_secs(30))
+        .send_json(json!({ "QueueName": name }))
+        .unwrap_or_else(|e| panic!("CreateQueue {name} on {}: {e}", endpoint()));
+    let body: Value = answer.into_json().expect("CreateQueue answers JSON");
+    body["QueueUrl"]
+        .as_str()
+        .unwrap_or_else(|| panic!("CreateQueue answered no QueueUrl: {body}"))
+        .to_owned()
+}
+
+/// A dwserver child; killed on drop if still running.
+struct Node {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A node on the SQLite file under `dir`; on the SQS queue `queue_url`
+/// (with hops of `chunk` seconds) when one is given.
+fn command(dir: &Path, queue_url: Option<&str>, chunk: Option<u64>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dwserver"));
+    command
+        .env("DW_SERVER_ID", "sqs-node")
+        .env("DW_AUTH", "none")
+        .env("DW_BIND", "127.0.0.1:0")
+        .env("DW_DATABASE_PATH", dir.join("dw.sqlite"))
+        .env("DW_POLLING_CACHE_PATH", dir.join("polling"))
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("DW_REDIS_URL")
+        .env_remove("DW_CONFIG")
+        .env_remove("DW_QUEUE_DRIVER")
+        .env_remove("DW_SQS_ENDPOINT")
+        .env_remove("DW_SQS_QUEUE_URL")
+        .env_remove("DW_SQS_TIMER_CHUNK_SECONDS")
+        .stdin(Stdio::null());
+    if let Some(url) = queue_url {
+        command
+            .env("DW_QUEUE_DRIVER", "sqs")
+            .env("DW_SQS_ENDPOINT", endpoint())
+            .env("DW_SQS_QUEUE_URL", url);
+    }
+    if let Some(chunk) = chunk {
+        command.env("DW_SQS_TIMER_CHUNK_SECONDS", chunk.to_string());
+    }
+    command
+}
+
+fn start(mut command: Command) -> Node {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dwserver starts");
+    let base = wire::announced_base(&mut child);
+    Node { child, base }
+}
+
+/// Runs a start that must be refused to its end (the deadline only guards
+/// against a start that was not refused).
+fn refused(mut command: Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dwserver runs");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the start was not refused: {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn send(node: &Node, request: &wire::Request) -> (u16, Value) {
+    send_to(&node.base, request)
+}
+
+fn send_to(base: &str, request: &wire::Request) -> (u16, Value) {
+    let url = format!("{base}{}", request.path);
+    let mut call = match request.body {
+        Some(_) => ureq::post(&url),
+        None => ureq::get(&url),
+    }
+    .timeout(Duration::from_secs(90));
+    if let Some(ns) = &request.namespace {
+        call = call.set("X-Namespace", ns);
+    }
+    let answer = match &request.body {
+        Some(body) => call.send_json(body.clone()),
+        None => call.call(),
+    };
+    match answer {
+        Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+fn get(node: &Node, path: &str) -> Value {
+    let (status, body) = send(
+        node,
+        &wire::Request {
+            path: path.to_owned(),
+            body: None,
+            namespace: Some("default".into()),
+        },
+    );
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
+/// The operator metrics' `queue` block.
+fn queue_block(node: &Node) -> Value {
+    get(node, "/api/system/operator-metrics")["queue"].clone()
+}
+
+/// Long-polls `queue` for a workflow task until one is leased (or a
+/// generous deadline passes).
+fn next_workflow_task(node: &Node, queue: &str, tag: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut n = 0;
+    while Instant::now() < deadline {
+        n += 1;
+        let (status, answer) = send(
+            node,
+            &wire::poll(
+                "workflow",
+                "default",
+                queue,
+                "w1",
+                &format!("{tag}-{n}"),
+                20_000,
+            ),
+        );
+        assert_eq!(status, 200, "{answer}");
+        if let Some(task) = wire::polled_task(&answer) {
+            return task.clone();
+        }
+    }
+    panic!("no workflow task on {queue} within the deadline");
+}
+
+fn complete(node: &Node, task: &Value, commands: Value) {
+    let body = json!({
+        "lease_owner": task["lease_owner"], "commands": commands,
+        "workflow_task_attempt": task["workflow_task_attempt"],
+    });
+    let (status, answer) = send(
+        node,
+        &wire::Request {
+            path: format!(
+                "/api/worker/workflow-tasks/{}/complete",
+                task["task_id"].as_str().unwrap()
+            ),
+            body: Some(body),
+            namespace: Some("default".into()),
+        },
+    );
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The events of `workflow_id`'s run `run_id`, every page.
+fn history(node: &Node, workflow_id: &str, run_id: &str) -> Vec<Value> {
+    let body = get(
+        node,
+        &format!("/api/workflows/{workflow_id}/runs/{run_id}/history"),
+    );
+    body["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("history without events: {body}"))
+        .clone()
+}
+
+fn count(events: &[Value], event_type: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .count()
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_sqs),
+    ignore = "needs an SQS endpoint: DW_TEST_SQS_ENDPOINT was not set when this test binary was built"
+)]
+fn a_timer_seven_chunks_long_fires_once_not_early_after_several_hops() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = create_queue("timer");
+    // 1 s hops: SQS (and the test server, which notices a delayed message
+    // up to a second late) may deliver a hop late, which only makes the
+    // rest of the delay shorter; at least two hops fit in 7 s unless each
+    // is late by more than 2.5 s.
+    let node = start(command(dir.path(), Some(&queue), Some(1)));
+    let (status, started) = send(&node, &wire::start("default", "sleeper", "orders", None));
+    assert_eq!(status, 201, "{started}");
+    let first = next_workflow_task(&node, "orders", "first");
+    let run_id = first["run_id"].as_str().expect("run_id").to_owned();
+    // Armed after this instant: due no earlier than 7 s from it.
+    let armed_after = wire_now_ms();
+    complete(
+        &node,
+        &first,
+        json!([{ "type": "start_timer", "delay_seconds": 7 }]),
+    );
+    let due_no_earlier_than = armed_after + 7_000;
+    // The polls meanwhile fire nothing themselves: the timer is the queue's.
+    let second = next_workflow_task(&node, "orders", "second");
+    let leased_at = wire_now_ms();
+    assert!(wire::history_has(&second, "TimerFired"), "{second}");
+    assert!(
+        leased_at >= due_no_earlier_than,
+        "the timer fired {} ms early",
+        due_no_earlier_than - leased_at
+    );
+    let events = history(&node, "sleeper", &run_id);
+    assert_eq!(count(&events, "TimerScheduled"), 1, "{events:?}");
+    assert_eq!(count(&events, "TimerFired"), 1, "{events:?}");
+    let fired = events
+        .iter()
+        .find(|e| e["event_type"] == "TimerFired")
+        .unwrap();
+    let block = queue_block(&node);
+    println!(
+        "a 7 s timer in 1 s hops: {} re-enqueues, leased {} ms after it came due at the earliest (TimerFired at {})",
+        block["timer_requeues"],
+        leased_at - due_no_earlier_than,
+        fired["timestamp"]
+    );
+    // 7 s in 1 s chunks: six re-enqueues when every hop lands on time, and
+    // only the delivery on or after the due time fires it.
+    assert_eq!(block["driver"], "sqs", "{block}");
+    assert_eq!(block["timer_chunk_seconds"], 1, "{block}");
+    assert_eq!(block["timers_sent"], 1, "{block}");
+    let requeues = block["timer_requeues"].as_u64().unwrap();
+    assert!((2..=6).contains(&requeues), "{block}");
+    assert_eq!(block["timers_fired"], 1, "{block}");
+    assert_eq!(block["timers_gone"], 0, "{block}");
+    complete(
+        &node,
+        &second,
+        json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "\"done\"" } }]),
+    );
+    let events = history(&node, "sleeper", &run_id);
+    assert_eq!(count(&events, "TimerFired"), 1, "{events:?}");
+    assert_eq!(count(&events, "WorkflowCompleted"), 1, "{events:?}");
+}
+
+fn wire_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap())
+        .unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_sqs),
+    ignore = "needs an SQS endpoint: DW_TEST_SQS_ENDPOINT was not set when this test binary was built"
+)]
+fn a_starts_wake_travels_through_the_queue_to_a_waiting_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = create_queue("wake");
+    let node = start(command(dir.path(), Some(&queue), None));
+    // The poll waits (nothing is queued yet); the start's wake reaches it
+    // as a message through the queue and back. The counters tell the wake
+    // went that way: the poll itself would also look again on its own.
+    let base = node.base.clone();
+    let poller = std::thread::spawn(move || {
+        send_to(
+            &base,
+            &wire::poll("workflow", "default", "inbox", "w1", "waiting", 60_000),
+        )
+    });
+    let (status, started) = send(&node, &wire::start("default", "woken", "inbox", None));
+    assert_eq!(status, 201, "{started}");
+    let (status, answer) = poller.join().unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let task =
+        wire::polled_task(&answer).unwrap_or_else(|| panic!("the poll got no task: {answer}"));
+    assert_eq!(task["workflow_id"], "woken");
+    // The poll may have found the task on its own look before the wake
+    // came back; the wake's round trip completes all the same.
+    let through = crate::support::eventually(Duration::from_secs(60), || {
+        let block = queue_block(&node);
+        block["wakes_sent"].as_u64().unwrap() >= 1
+            && block["wakes_delivered"].as_u64().unwrap() >= 1
+    });
+    let block = queue_block(&node);
+    assert!(through, "the wake never went through the queue: {block}");
+    assert_eq!(block["wakes_signalled_directly"], 0, "{block}");
+    assert_eq!(block["send_failures"], 0, "{block}");
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_sqs),
+    ignore = "needs an SQS endpoint: DW_TEST_SQS_ENDPOINT was not set when this test binary was built"
+)]
+fn the_capabilities_snapshot_names_the_sqs_delay_cap_only_on_sqs() {
+    let capabilities =
+        |node: &Node| get(node, "/api/system/health")["capabilities"]["structural_limits"].clone();
+    let has_issue = |snapshot: &Value| {
+        snapshot["issues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["code"] == "queue_max_delay_constraint")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let queue = create_queue("capabilities");
+    // On SQS, with a 2 s chunk for tests: clients are still told 900 s.
+    let sqs = start(command(dir.path(), Some(&queue), Some(2)));
+    let snapshot = capabilities(&sqs);
+    assert_eq!(
+        snapshot["backend_adjustments"]["max_single_timer_delay_seconds"], 900,
+        "{snapshot}"
+    );
+    assert_eq!(
+        snapshot["effective"]["max_single_timer_delay_seconds"], 900,
+        "{snapshot}"
+    );
+    assert!(has_issue(&snapshot), "{snapshot}");
+    let issue = snapshot["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["code"] == "queue_max_delay_constraint")
+        .unwrap();
+    assert_eq!(issue["severity"], "info");
+    assert_eq!(
+        issue["message"],
+        "The [sqs] queue driver limits delayed dispatch to 900 seconds; timers exceeding this are chunked by the transport layer."
+    );
+    drop(sqs);
+    // The same binary on the database driver: neither.
+    let other = tempfile::tempdir().unwrap();
+    let database = start(command(other.path(), None, None));
+    let snapshot = capabilities(&database);
+    assert!(
+        snapshot["backend_adjustments"]
+            .get("max_single_timer_delay_seconds")
+            .is_none(),
+        "{snapshot}"
+    );
+    assert!(
+        snapshot["effective"]
+            .get("max_single_timer_delay_seconds")
+            .is_none(),
+        "{snapshot}"
+    );
+    assert!(!has_issue(&snapshot), "{snapshot}");
+    assert_eq!(queue_block(&database), json!({ "driver": "database" }));
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_sqs),
+    ignore = "needs an SQS endpoint: DW_TEST_SQS_ENDPOINT was not set when this test binary was built"
+)]
+fn a_wrong_queue_an_unreachable_endpoint_or_no_credentials_stop_the_start_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let assert_refused = |output: &Output, says: &[&str]| {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+        assert!(
+            !stdout.contains("listening on"),
+            "it never listened: {stdout}"
+        );
+        for expected in says {
+            assert!(
+                stderr.contains(expected),
+                "the error says {expected:?}: {stderr}"
+            );
+        }
+    };
+    // A queue the service does not have.
+    let missing = format!("{}/123456789012/dw-no-such-queue", endpoint());
+    let output = refused(command(dir.path(), Some(&missing), None));
+    assert_refused(&output, &["DW_SQS_QUEUE_URL", &missing, "no such queue"]);
+    // Nothing listening at the endpoint.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let unreachable = format!("http://127.0.0.1:{closed}");
+    let mut at_nothing = command(dir.path(), Some(&missing), None);
+    at_nothing.env("DW_SQS_ENDPOINT", &unreachable);
+    let output = refused(at_nothing);
+    assert_refused(
+        &output,
+        &[
+            "DW_SQS_ENDPOINT",
+            &unreachable,
+            "no SQS endpoint answers there",
+        ],
+    );
+    // No credentials to sign with.
+    let queue = create_queue("credentials");
+    let mut unsigned = command(dir.path(), Some(&queue), None);
+    unsigned.env_remove("AWS_ACCESS_KEY_ID");
+    let output = refused(unsigned);
+    assert_refused(&output, &["AWS_ACCESS_KEY_ID", "signs its requests"]);
+}
