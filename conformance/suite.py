@@ -151,9 +151,13 @@ class Suite:
             "action": "signal_workflow", "idempotency_key": f"{wid}-approve",
             "target": {"workflow_id": wid, "signal_name": "approve"}, "input": "bob",
         }
-        status, first = await self.webhook(signal)
+        # The retry is signed a second before the first delivery, from one
+        # reading of the clock: read twice, a tick between could give both
+        # the same timestamp, hence the same signature, a replay (409).
+        signed_at = int(time.time())
+        status, first = await self.webhook(signal, signed_at=signed_at)
         assert status == 202, (status, first)
-        status, retried = await self.webhook(signal, signed_at=int(time.time()) - 1)
+        status, retried = await self.webhook(signal, signed_at=signed_at - 1)
         assert status == 200 and retried["outcome"] == "duplicate", (status, retried)
         assert retried["signal_id"] == first["signal_id"], (first, retried)
         handle = self.client.get_workflow_handle(wid, run_id=started["run_id"])

@@ -60,8 +60,12 @@ fn send(s: &TestServer, adapter: &str, headers: &[(&str, &str)], bytes: &[u8]) -
 
 /// A delivery of stripe's, signed now (`offset` seconds from now, so a
 /// retry is a new signature of the same event).
-fn deliver(s: &TestServer, offset: i64, body: &Value) -> (u16, Value) {
-    deliver_signed(s, "stripe", SECRET, now() + offset, body)
+/// Delivers `body` signed at `timestamp`. A test takes its `now()` once and
+/// signs retries at fixed offsets from it: were each delivery to read the
+/// clock, a retry signed at "now - 1" after the clock ticked would carry the
+/// first delivery's timestamp and signature, a replay.
+fn deliver(s: &TestServer, timestamp: i64, body: &Value) -> (u16, Value) {
+    deliver_signed(s, "stripe", SECRET, timestamp, body)
 }
 
 fn event(action: &str, key: &str, target: Value, input: Value) -> Value {
@@ -91,6 +95,7 @@ fn admin(s: &TestServer, method: &str, path: &str, body: Option<Value>) -> (u16,
 /// delivery's run, signal or update back as `duplicate` and adds nothing.
 #[test]
 fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
+    let t0 = now();
     let s = TestServer::start(memory_cache(), |c| {
         c.auth = Some(Tokens::new([("adm".to_owned(), Role::Admin)]));
         c.webhooks = Webhooks::default().with("stripe", "payments", SECRET);
@@ -109,7 +114,7 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
         json!({ "workflow_type": "Order", "task_queue": "orders" }),
         json!({ "order": 1001 }),
     );
-    let (status, first) = deliver(&s, 0, &start);
+    let (status, first) = deliver(&s, t0, &start);
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["outcome"], "accepted");
     assert_eq!(first["accepted"], true);
@@ -121,7 +126,7 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
     );
     let workflow_id = first["workflow_id"].as_str().unwrap().to_owned();
     assert!(workflow_id.starts_with("bridge-stripe-"), "{workflow_id}");
-    let (status, again) = deliver(&s, -1, &start);
+    let (status, again) = deliver(&s, t0 - 1, &start);
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["outcome"], "duplicate");
     assert_eq!(again["accepted"], false);
@@ -145,11 +150,11 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
         json!({ "workflow_id": workflow_id, "signal_name": "paid" }),
         json!({ "amount": 5 }),
     );
-    let (status, first) = deliver(&s, 0, &signal);
+    let (status, first) = deliver(&s, t0, &signal);
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["control_plane_outcome"], "signal_received");
     assert_eq!(first["request_id"], "webhook:stripe:evt-paid-1");
-    let (status, again) = deliver(&s, -2, &signal);
+    let (status, again) = deliver(&s, t0 - 2, &signal);
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["outcome"], "duplicate");
     assert_eq!(again["control_plane_outcome"], "deduped_existing_command");
@@ -161,10 +166,10 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
         json!({ "workflow_id": workflow_id, "update_name": "approve" }),
         Value::Null,
     );
-    let (status, first) = deliver(&s, 0, &update);
+    let (status, first) = deliver(&s, t0, &update);
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["control_plane_outcome"], "update_accepted");
-    let (status, again) = deliver(&s, -3, &update);
+    let (status, again) = deliver(&s, t0 - 3, &update);
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["update_id"], first["update_id"]);
     // An update may wait for its outcome as the control plane's does; with
@@ -176,7 +181,7 @@ fn each_kind_is_accepted_once_and_a_retried_delivery_converges() {
                 "wait_for": "completed", "wait_timeout_seconds": 1 }),
         Value::Null,
     );
-    let (status, waited) = deliver(&s, 0, &waiting);
+    let (status, waited) = deliver(&s, t0, &waiting);
     assert_eq!(status, 202, "{waited}");
     assert_eq!(
         (&waited["update_status"], &waited["wait_timed_out"]),
@@ -230,6 +235,7 @@ fn bad_signatures_stale_timestamps_and_replays_are_refused(
     backend: &'static str,
     cache: SharedCache,
 ) {
+    let t0 = now();
     let s = TestServer::start(cache, |c| {
         c.webhooks = Webhooks::default().with("stripe", "payments", SECRET);
     });
@@ -319,7 +325,11 @@ fn bad_signatures_stale_timestamps_and_replays_are_refused(
     assert_eq!(described["pending"]["signals"], 1, "{described}");
 
     // A signed but malformed event names its fields.
-    let (status, out) = deliver(&s, 0, &json!({ "action": "signal_workflow", "target": {} }));
+    let (status, out) = deliver(
+        &s,
+        t0,
+        &json!({ "action": "signal_workflow", "target": {} }),
+    );
     assert_eq!(
         (status, &out["reason"]),
         (422, &json!("malformed_payload")),
@@ -334,7 +344,7 @@ fn bad_signatures_stale_timestamps_and_replays_are_refused(
     }
     let (status, out) = deliver(
         &s,
-        0,
+        t0,
         &event("delete_workflow", "k", json!({}), Value::Null),
     );
     assert_eq!(
@@ -345,7 +355,7 @@ fn bad_signatures_stale_timestamps_and_replays_are_refused(
     // The control plane's own refusals come through with their status.
     let (status, out) = deliver(
         &s,
-        0,
+        t0,
         &event(
             "signal_workflow",
             "evt-x",
@@ -368,6 +378,7 @@ cache_variants!(bad_signatures_stale_timestamps_and_replays_are_refused);
 /// answered as that signal.
 #[test]
 fn the_pending_signal_limit_holds_through_the_webhook_as_through_the_control_plane() {
+    let t0 = now();
     let s = TestServer::start(memory_cache(), |c| {
         c.store.limits.pending_signal_count = 2;
         c.webhooks = Webhooks::default().with("stripe", "payments", SECRET);
@@ -387,9 +398,9 @@ fn the_pending_signal_limit_holds_through_the_webhook_as_through_the_control_pla
         json!({ "request_id": "cp-1" }),
     );
     assert_eq!(status, 202);
-    let (status, accepted) = deliver(&s, 0, &signal("evt-1"));
+    let (status, accepted) = deliver(&s, t0, &signal("evt-1"));
     assert_eq!(status, 202, "{accepted}");
-    let (status, through_webhook) = deliver(&s, 0, &signal("evt-2"));
+    let (status, through_webhook) = deliver(&s, t0, &signal("evt-2"));
     let (control_status, through_control) = s.post_ns(
         "payments",
         "/api/workflows/order-2/signal/paid",
@@ -412,7 +423,7 @@ fn the_pending_signal_limit_holds_through_the_webhook_as_through_the_control_pla
     assert_eq!(through_webhook["outcome"], "rejected");
     assert_eq!(through_webhook["idempotency_key"], "evt-2");
     // A retry of the accepted delivery is its signal, not a refusal.
-    let (status, again) = deliver(&s, -1, &signal("evt-1"));
+    let (status, again) = deliver(&s, t0 - 1, &signal("evt-1"));
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["signal_id"], accepted["signal_id"]);
     let (_, described) = s.get_ns("payments", "/api/workflows/order-2");
