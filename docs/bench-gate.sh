@@ -16,7 +16,7 @@
 #           show the per-byte costs);
 #   big     one 200 MB Rust file ending in one cache key: skipped with a
 #           warning by default, read with --max-file-size 1G.
-# Needs git, hyperfine, ripgrep and GNU time (`apt-get install hyperfine
+# Needs git, hyperfine, ripgrep, python3 and GNU time (`apt-get install hyperfine
 # ripgrep time`).
 #
 # Usage: docs/bench-gate.sh [WORKDIR [PART...]]
@@ -38,8 +38,10 @@ case " $parts " in
 *" dense "* | *" dense-real "*) cargo build --release --bin dwlint --example synthetic_tree --example naive_parse ;;
 *) cargo build --release --bin dwlint ;;
 esac
-dwlint=$repo/target/release/dwlint
-naive=$repo/target/release/examples/naive_parse
+# Cargo builds into $CARGO_TARGET_DIR when it is set.
+target=${CARGO_TARGET_DIR:-$repo/target}
+dwlint=$target/release/dwlint
+naive=$target/release/examples/naive_parse
 sparse=$work/sparse
 # The projects of the sparse tree, at the commits measured in
 # docs/performance.md, and how many Rust files each holds there.
@@ -102,6 +104,11 @@ run_sparse() {
     (cd "$sparse" && hyperfine -N -i --warmup 3 --runs 20 \
         "$dwlint check --format short" \
         "rg -c -g *.rs -e server: -e dw_ .")
+    # hyperfine runs one command's runs, then the other's: under a load
+    # that changes, they meet different loads. The same pair alternating
+    # run by run, medians and their ratio:
+    (cd "$sparse" && python3 "$repo/docs/bench-alternate.py" --runs 60 \
+        "$dwlint check --format short" "rg -c -g '*.rs' -e server: -e dw_ .")
     echo "dwlint check --format short:"
     (cd "$sparse" && /usr/bin/time -v "$dwlint" check --format short 2>&1 >/dev/null |
         grep -E 'Maximum resident|Elapsed|User time|System time')
@@ -112,7 +119,7 @@ run_sparse() {
 
 run_dense() {
     dense=$work/dense
-    [ -d "$dense" ] || "$repo/target/release/examples/synthetic_tree" "$dense" 2201 dense
+    [ -d "$dense" ] || "$target/release/examples/synthetic_tree" "$dense" 2201 dense
     (cd "$dense" && hyperfine -N -i --warmup 2 --runs 10 "$dwlint check" "$naive .")
     (cd "$dense" && /usr/bin/time -v "$dwlint" check 2>&1 >/dev/null |
         grep -E 'Maximum resident|Elapsed')
@@ -132,7 +139,7 @@ run_dense_real() {
             sources="$sources $sparse/$(echo "${spec%@*}" | tr / +)"
         done
         # shellcheck disable=SC2086 # one argument per project
-        "$repo/target/release/examples/synthetic_tree" "$real.partial" 2201 dense-real $sources
+        "$target/release/examples/synthetic_tree" "$real.partial" 2201 dense-real $sources
         mv "$real.partial" "$real"
     fi
     echo "dense-real: $(find "$real" -name '*.rs' | wc -l) Rust files," \

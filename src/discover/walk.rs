@@ -287,8 +287,10 @@ fn relative(root: &Path, path: &Path) -> Option<String> {
                 && rest != b"."
                 && !rest.ends_with(b"/")
                 && !rest.ends_with(b"/.")
-                && memchr::memmem::find(rest, b"//").is_none()
-                && memchr::memmem::find(rest, b"/./").is_none()
+                && memchr::memchr_iter(b'/', rest).all(|i| {
+                    let after = &rest[i + 1..];
+                    !after.starts_with(b"/") && !after.starts_with(b"./")
+                })
         })
         .and_then(|rest| std::str::from_utf8(rest).ok())
         .filter(|rel| !rel.contains('\\'));

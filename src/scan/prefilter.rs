@@ -45,6 +45,12 @@ pub struct Prefilter {
     all: AhoCorasick,
     /// The owners' names, grouped by the key searched for them.
     owner_keys: Vec<OwnerKey>,
+    /// What each of `all`'s patterns is.
+    slots: Vec<Slot>,
+    /// For the marker (first) and each word: the owner keys that can
+    /// start at the same byte (one is a prefix of the other), which the
+    /// search hides where it reports the marker or the word.
+    shadowed: Vec<Vec<usize>>,
     /// The namespace, the metric prefix and the scan-limit suffix.
     words: Vec<(String, Pattern)>,
     /// The namespace ends in `:`, so a following `:` leaves its family empty.
@@ -99,9 +105,22 @@ const SHARED_KEY_WINDOW: usize = 48;
 /// longer one is merged into its prefix): the search reports one pattern
 /// per starting byte, and a key hidden by its prefix would be missed.
 fn owner_keys(names: &[&str], budget: usize) -> Vec<OwnerKey> {
+    if names.len() > MAX_GROUPED_OWNERS {
+        // Each name its own key: wherever one is reported, its name is
+        // there, so one hidden by another starting at the same byte is
+        // not missed, and no merging is needed (it would make a short
+        // name's key stand for thousands of longer ones).
+        return names
+            .iter()
+            .map(|&name| OwnerKey {
+                key: name.to_owned(),
+                owners: vec![(name.to_owned(), 0)],
+            })
+            .collect();
+    }
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
     let mut left: Vec<&str> = names.to_vec();
-    if names.len() > budget && names.len() <= MAX_GROUPED_OWNERS {
+    if names.len() > budget {
         let mut shared: foldhash::HashMap<&str, u64> = foldhash::HashMap::default();
         for (i, name) in names.iter().enumerate() {
             let window = &name.as_bytes()[..name.len().min(SHARED_KEY_WINDOW)];
@@ -196,6 +215,14 @@ pub struct Verdict {
     pub allow_marker: bool,
 }
 
+/// What one of the automaton's patterns is.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Marker,
+    Owner(usize),
+    Word(usize),
+}
+
 /// What starts at one byte, by precedence.
 enum Found {
     Owner,
@@ -234,9 +261,35 @@ impl Prefilter {
             .collect();
         all.sort_unstable();
         all.dedup();
+        let all = search_order(all);
+        let slots = all
+            .iter()
+            .map(|&p| {
+                if p == allows::MARKER {
+                    Slot::Marker
+                } else if let Some(w) = words.iter().position(|(w, _)| w == p) {
+                    Slot::Word(w)
+                } else {
+                    Slot::Owner(owner_keys.iter().position(|k| k.key == p).unwrap_or(0))
+                }
+            })
+            .collect();
+        let shadowed = std::iter::once(allows::MARKER)
+            .chain(words.iter().map(|(w, _)| w.as_str()))
+            .map(|p| {
+                (0..owner_keys.len())
+                    .filter(|&k| {
+                        let key = owner_keys[k].key.as_str();
+                        key.starts_with(p) || p.starts_with(key)
+                    })
+                    .collect()
+            })
+            .collect();
         Some(Prefilter {
-            all: automaton(&search_order(all))?,
+            all: automaton(&all)?,
             owner_keys,
+            slots,
+            shadowed,
             words,
             namespace_colon: config.cache_namespace.ends_with(':'),
         })
@@ -252,19 +305,23 @@ impl Prefilter {
         }
     }
 
-    /// What starts at `at`: the marker, and an owner name's key with the
-    /// name around it, else the first of the words that could matter.
-    /// Every pattern is tried here, whichever the search reported (it
-    /// reports one per byte, and their order is chosen for speed, see
-    /// [`search_order`]).
-    fn found_at(&self, bytes: &[u8], at: usize) -> (bool, Found) {
+    /// What starts at `at`, where the search reported the pattern `slot`
+    /// (one per byte; the order of the patterns, chosen for speed by
+    /// [`search_order`], says which): the marker, and an owner name around
+    /// its key, else the first of the words that could matter. Any
+    /// patterns that start at the same byte are prefixes of one another:
+    /// the marker and the words are compared here, and the owner keys that
+    /// can share a byte with the reported one are known beforehand (none,
+    /// for an owner key: see [`owner_keys`]).
+    fn found_at(&self, bytes: &[u8], at: usize, slot: Slot) -> (bool, Found) {
         let rest = &bytes[at..];
         let marker = rest.starts_with(allows::MARKER.as_bytes());
-        if self
-            .owner_keys
-            .iter()
-            .any(|k| rest.starts_with(k.key.as_bytes()) && k.verified(bytes, at))
-        {
+        let owner = match slot {
+            Slot::Owner(k) => self.owner_keys[k].verified(bytes, at),
+            Slot::Marker => self.owner_shadowed(0, bytes, at),
+            Slot::Word(w) => self.owner_shadowed(w + 1, bytes, at),
+        };
+        if owner {
             return (marker, Found::Owner);
         }
         let word = self
@@ -278,6 +335,16 @@ impl Prefilter {
             _ => Found::Nothing,
         };
         (marker, what)
+    }
+
+    /// Whether an owner name occurs around one of the owner keys that the
+    /// `i`-th of the marker and words can hide at `at`.
+    fn owner_shadowed(&self, i: usize, bytes: &[u8], at: usize) -> bool {
+        let rest = &bytes[at..];
+        self.shadowed[i].iter().any(|&k| {
+            let key = &self.owner_keys[k];
+            rest.starts_with(key.key.as_bytes()) && key.verified(bytes, at)
+        })
     }
 
     /// Every occurrence in `bytes` that could matter.
@@ -305,7 +372,8 @@ impl Prefilter {
         while let Some(hit) = self.all.find(aho_corasick::Input::new(bytes).range(from..)) {
             let at = hit.start();
             from = at + 1;
-            let (marker, what) = self.found_at(bytes, at);
+            let slot = self.slots[hit.pattern().as_usize()];
+            let (marker, what) = self.found_at(bytes, at, slot);
             if !sink(marker, at, what) {
                 return;
             }
@@ -406,8 +474,8 @@ const FINGERPRINT_BYTES: usize = 3;
 /// fingerprint's bytes of the frequency of the bytes it lets through),
 /// the most frequent fingerprints first; then the list is written so that
 /// the search makes those buckets. Only the speed depends on the order:
-/// every byte where any pattern starts is checked against all of them
-/// ([`Prefilter::found_at`]).
+/// at every byte where the search reports a pattern, the patterns it can
+/// hide there are checked too ([`Prefilter::found_at`]).
 fn search_order(patterns: Vec<&str>) -> Vec<&str> {
     let fingerprint = |p: &str| {
         let b = p.as_bytes();
@@ -609,9 +677,12 @@ mod tests {
         "perf_metrics",
     ];
 
-    /// Each name holds its key where the key says, no key is a prefix of
-    /// another, and every name has one key.
+    /// Each name holds its key where the key says, every name has one key,
+    /// and no key is a prefix of another unless each key is its one name.
     fn assert_keys_fit(names: &[&str], keys: &[OwnerKey]) {
+        let exact = keys
+            .iter()
+            .all(|k| k.owners.len() == 1 && k.owners[0] == (k.key.clone(), 0));
         let mut covered: Vec<&str> = Vec::new();
         for k in keys {
             for (name, offset) in &k.owners {
@@ -621,7 +692,7 @@ mod tests {
                 );
                 covered.push(name);
             }
-            for other in keys {
+            for other in keys.iter().filter(|_| !exact) {
                 assert!(
                     other.key == k.key || !k.key.starts_with(other.key.as_str()),
                     "{} starts with {}",
@@ -646,15 +717,14 @@ mod tests {
         assert!(keys
             .iter()
             .all(|k| k.owners[0].0 == k.key && k.owners.len() == 1));
-        // Too many to group: one key per name, prefixes merged.
+        // Too many to group: one key per name, none merged.
         let many: Vec<String> = (0..70).map(|i| format!("Store{i}")).collect();
         let mut many: Vec<&str> = many.iter().map(String::as_str).collect();
         many.sort_unstable();
         let keys = owner_keys(&many, 28);
         assert_keys_fit(&many, &keys);
-        assert!(keys
-            .iter()
-            .any(|k| k.key == "Store1" && k.owners.len() == 11));
+        assert_eq!(keys.len(), 70);
+        assert!(keys.iter().all(|k| k.owners == [(k.key.clone(), 0)]));
         // Names that are prefixes of others, and names shorter than a
         // shared key.
         let names = ["Ab", "Abc", "Abcdef", "Abcdefgh", "x", "xy"];
@@ -734,6 +804,9 @@ mod tests {
             "perf_metrics",
             "Ab",
             "cdef",
+            "Store1",
+            "Store12",
+            "Store6",
         ];
         let with_grouped: Vec<&str> = POLICY_OWNERS
             .iter()
@@ -747,7 +820,19 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
-        for owners in [&[][..], &["Store", "dw_registry"][..], &with_grouped[..]] {
+        // Too many to group: each name is its own key, some are prefixes
+        // of others, of a word or of the marker.
+        let many: Vec<String> = (0..70)
+            .map(|i| format!("Store{i}"))
+            .chain(["dw_", "dw_registry", "dwlint", "dwlint: allow(x", "server"].map(String::from))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for owners in [
+            &[][..],
+            &["Store", "dw_registry"][..],
+            &with_grouped[..],
+            &many[..],
+        ] {
             let p = prefilter(owners);
             for _ in 0..3000 {
                 let text: String = (0..next(12)).map(|_| PIECES[next(PIECES.len())]).collect();
