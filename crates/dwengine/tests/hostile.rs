@@ -297,22 +297,44 @@ fn waits_of_one_kind(
     send: impl Fn(usize) -> (String, Value),
 ) {
     let addr = server.addr.clone();
+    let waiting_calls = || tcp_connections(&addr) >= WAITS * 9 / 10;
+    waits_with(server, control, kind, 64, waiting_calls, |i| {
+        let (path, body) = send(i);
+        let addr = addr.clone();
+        Box::new(
+            move || match call_raw(&addr, "POST", &path, &[], Some(&body)) {
+                Ok((status, body)) => (status, body),
+                Err(e) => (0, json!({ "transport": e.to_string() })),
+            },
+        )
+    });
+}
+
+/// One waiting client: its final status and body (status 0: no answer).
+type Waiter = Box<dyn FnOnce() -> (u16, Value) + Send>;
+
+/// [`waits_of_one_kind`] for any client: `waiter(i)` is the i-th of the
+/// 600 clients, and `piled_up` says when they are all waiting. The process
+/// may grow by fewer than `new_threads` threads meanwhile (a thread per
+/// wait would be 600).
+fn waits_with(
+    server: &Server,
+    control: &Server,
+    kind: &str,
+    new_threads: usize,
+    piled_up: impl Fn() -> bool,
+    waiter: impl Fn(usize) -> Waiter,
+) {
+    let addr = server.addr.clone();
     let threads_before = server.threads();
     let mut calls = Vec::with_capacity(WAITS);
     for i in 0..WAITS {
-        let (path, body) = send(i);
-        let addr = addr.clone();
-        calls.push(client(move || {
-            match call_raw(&addr, "POST", &path, &[], Some(&body)) {
-                Ok((status, body)) => (status, body),
-                Err(e) => (0, json!({ "transport": e.to_string() })),
-            }
-        }));
+        calls.push(client(waiter(i)));
     }
     // Let the waits pile up before measuring.
     let pid = server.pid();
     let waiting = until(Duration::from_secs(20), || {
-        status_field(pid, "Threads:").is_some() && tcp_connections(&addr) >= WAITS * 9 / 10
+        status_field(pid, "Threads:").is_some() && piled_up()
     });
     let (mut latencies, mut noise) = health_latencies(&addr, &control.addr, 100);
     let threads_during = server.threads();
@@ -343,7 +365,7 @@ fn waits_of_one_kind(
     let p99 = p99(&mut latencies);
     let counts = tally(&statuses);
     println!(
-        "FIGURE waits kind={kind} concurrent={WAITS} connections_seen={waiting} \
+        "FIGURE waits kind={kind} concurrent={WAITS} piled_up={waiting} \
          health_p99_ms={} idle_control_p99_ms={} threads_before={threads_before} \
          threads_during={threads_during} worker_poll_ms={} answers={counts:?}",
         p99.as_millis(),
@@ -366,7 +388,7 @@ fn waits_of_one_kind(
         "{kind}: the worker poll took {poll_took:?}"
     );
     assert!(
-        threads_during < threads_before + 64,
+        threads_during < threads_before + new_threads,
         "{kind}: {threads_during} threads with {WAITS} waits (from {threads_before}): {names_during:?}"
     );
 }
@@ -438,6 +460,143 @@ fn waiting_queries_updates_and_service_calls_hold_no_thread() {
                     "wait_timeout_seconds": 6, "idempotency_key": format!("call-{i}") }),
         )
     });
+    let _ = server.log();
+}
+
+/// A waiting client on a fresh connection: `method path` with `body`.
+fn waiting_call(addr: &str, method: &'static str, path: String, body: Option<Value>) -> Waiter {
+    let addr = addr.to_owned();
+    Box::new(
+        move || match call_raw(&addr, method, &path, &[], body.as_ref()) {
+            Ok(answer) => answer,
+            Err(e) => (0, json!({ "transport": e.to_string() })),
+        },
+    )
+}
+
+/// The other waits a client can make: a stream page read waiting for
+/// items, a run's result (the SDKs' `result()`: the run described every
+/// 500 ms until it ends; the server has no result wait of its own) and a
+/// worker's long poll for a task. Stream reads wait without a thread up to
+/// their cap, raised to 600 here so every read waits; long polls keep
+/// their default caps (16 per namespace, 64 per pool), so 16 of the 600
+/// wait and the rest are refused `429 long_poll_capacity_exhausted` at once.
+#[test]
+fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
+    let _turn = one_at_a_time();
+    let server = Server::start(&[("DW_WORKFLOW_STREAM_MAX_WAITS", "600")]);
+    let control = Server::start(&[]);
+    let addr = server.addr.clone();
+    let mut runs = Vec::new();
+    for i in 0..10 {
+        let workflow_id = format!("waited-{i}");
+        let (status, body) = call(
+            &addr,
+            "POST",
+            "/api/workflows",
+            Some(
+                &json!({ "workflow_id": workflow_id, "workflow_type": "Idle",
+                          "task_queue": "nobody-serves", "input": { "codec": "json", "blob": "[]" } }),
+            ),
+        );
+        assert_eq!(status, 201, "start {workflow_id}: {body}");
+        let run_id = body["run_id"].as_str().expect("a run id").to_owned();
+        runs.push((workflow_id, run_id));
+    }
+
+    waits_with(
+        &server,
+        &control,
+        "stream",
+        64,
+        || tcp_connections(&addr) >= WAITS * 9 / 10,
+        |i| {
+            let (workflow_id, run_id) = &runs[i % runs.len()];
+            let path = format!(
+                "/api/workflows/{workflow_id}/runs/{run_id}/streams/out/items\
+                 ?from=0&max_items=10&wait_seconds=6"
+            );
+            waiting_call(&addr, "GET", path, None)
+        },
+    );
+
+    let describing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = describing.clone();
+    waits_with(
+        &server,
+        &control,
+        "result",
+        // Each describe is an ordinary request on the shared blocking
+        // pool for a moment; 600 clients at once grew it by 39-82 threads.
+        128,
+        || seen.load(std::sync::atomic::Ordering::SeqCst) >= WAITS * 9 / 10,
+        |i| {
+            let (workflow_id, _) = runs[i % runs.len()].clone();
+            let (addr, describing) = (addr.clone(), describing.clone());
+            Box::new(move || {
+                let path = format!("/api/workflows/{workflow_id}");
+                let began = Instant::now();
+                let mut first = true;
+                loop {
+                    let answer = match call_raw(&addr, "GET", &path, &[], None) {
+                        Ok(answer) => answer,
+                        Err(e) => return (0, json!({ "transport": e.to_string() })),
+                    };
+                    if first {
+                        describing.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        first = false;
+                    }
+                    let ended = matches!(
+                        answer.1["status"].as_str(),
+                        Some("completed" | "failed" | "terminated" | "canceled" | "cancelled")
+                    );
+                    if answer.0 != 200 || ended || began.elapsed() >= Duration::from_secs(6) {
+                        return answer;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            })
+        },
+    );
+
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = answered.clone();
+    waits_with(
+        &server,
+        &control,
+        "poll",
+        64,
+        || {
+            done.load(std::sync::atomic::Ordering::SeqCst) + tcp_connections(&addr)
+                >= WAITS * 9 / 10
+        },
+        |i| {
+            let body = json!({ "task_queue": "idle-queue", "worker_id": format!("w-{i}"),
+                               "poll_request_id": format!("wait-{i}"), "timeout_seconds": 6 });
+            let call = waiting_call(
+                &addr,
+                "POST",
+                "/api/worker/workflow-tasks/poll".to_owned(),
+                Some(body),
+            );
+            let answered = answered.clone();
+            Box::new(move || {
+                let answer = call();
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (status, body) = &answer;
+                // Held polls end empty at their timeout; the rest are the cap's refusal.
+                match status {
+                    200 => assert!(
+                        body["task"].is_null(),
+                        "a poll of an empty queue got {body}"
+                    ),
+                    429 => assert_eq!(body["reason"], "long_poll_capacity_exhausted", "{body}"),
+                    _ => {}
+                }
+                answer
+            })
+        },
+    );
     let _ = server.log();
 }
 

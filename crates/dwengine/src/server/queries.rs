@@ -172,6 +172,7 @@ impl Engine {
                         })
                     }
                 };
+                poll.end_turn();
                 let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
                 while polls.result(ns, queue, id)?.is_none() {
                     if Instant::now() >= deadline || self.poll_over(&poll) {

@@ -67,9 +67,21 @@ pub(crate) struct PollSpec {
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
     pub abandoned: Arc<AtomicBool>,
+    /// The poll's turn among the polls beginning at once (taken by the
+    /// HTTP layer); given back as soon as the poll starts to wait, so a
+    /// burst of polls takes at most that many blocking threads for their
+    /// first passes, and held waits never block a poll from beginning.
+    pub begin_turn: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
 }
 
 impl PollSpec {
+    /// Gives the poll's beginning turn back: it is about to wait.
+    pub(crate) fn end_turn(&self) {
+        if let Ok(mut turn) = self.begin_turn.lock() {
+            turn.take();
+        }
+    }
+
     /// Whether the poller is gone.
     pub(crate) fn is_abandoned(&self) -> bool {
         self.abandoned.load(Ordering::Relaxed)
@@ -146,6 +158,7 @@ impl Engine {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(DEFAULT_HISTORY_PAGE),
             abandoned: Arc::new(AtomicBool::new(false)),
+            begin_turn: std::sync::Mutex::new(None),
         })
     }
 
@@ -534,6 +547,7 @@ impl Engine {
     }
 
     fn await_in_flight(&self, kind: TaskKind, poll: &PollSpec) -> Result<Value, ApiError> {
+        poll.end_turn();
         let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
         let polls = self.polls(kind);
         loop {
@@ -608,6 +622,7 @@ impl Engine {
         poll: &PollSpec,
         mut pass: impl FnMut() -> Result<ControlFlow<Option<T>>, ApiError>,
     ) -> Result<Option<T>, ApiError> {
+        poll.end_turn();
         let relayed = self.poll_wakes.relayed();
         let version = || self.signals.version(ns, queue, channel);
         let mut seen = if relayed { version()? } else { None };

@@ -455,6 +455,19 @@ pub(super) async fn on_wait_lane<R: Send + 'static>(
     on_lane(&LANE, "dwserver-wait", WAIT_THREADS, engine, f).await
 }
 
+/// Runs `f` on the stream lane: the re-reads of waiting stream page reads
+/// on at most [`STREAM_THREADS`] threads of their own. On the shared pool
+/// 600 waiting reads, each re-reading every 100 ms, grew the process to
+/// 153 threads; here they queue for the lane instead (a re-read then comes
+/// a little later, never on a thread more).
+pub(super) async fn on_stream_lane<R: Send + 'static>(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    static LANE: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    on_lane(&LANE, "dwserver-stream", STREAM_THREADS, engine, f).await
+}
+
 /// Runs `f` on the blocking threads of `lane` (a runtime of its own, made
 /// on first use, whose pool never grows past `threads`), or on the shared
 /// pool if that runtime cannot be made.
@@ -482,6 +495,9 @@ async fn on_lane<R: Send + 'static>(
 
 /// Threads of the probe lane.
 const PROBE_THREADS: usize = 4;
+
+/// Threads of the stream lane.
+const STREAM_THREADS: usize = 4;
 
 /// Threads of the wait lane: each kind's turns at once.
 const WAIT_THREADS: usize = crate::waiters::BEGINNING_AT_ONCE * crate::waiters::WaitKind::ALL.len();

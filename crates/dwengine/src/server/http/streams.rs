@@ -2,8 +2,9 @@
 //! list, describe, append, read pages (with a bounded wait) and close.
 //!
 //! A page read that finds nothing waits without holding a thread: it
-//! re-reads the store on the blocking pool every [`RECHECK`] and sleeps
-//! on the async runtime in between, until an item arrives, the stream
+//! re-reads the store every [`RECHECK`] on the stream lane (a few
+//! threads of its own, [`super::on_stream_lane`]) and sleeps on the async
+//! runtime in between, until an item arrives, the stream
 //! ends, or `wait_seconds` pass. A node holds at most
 //! `DW_WORKFLOW_STREAM_MAX_WAITS` such waits (429 past it).
 
@@ -18,7 +19,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 
-use super::{blocking, refuse, reply, run_blocking, with_body, Scope, Shared};
+use super::{blocking, on_stream_lane, refuse, reply, run_blocking, with_body, Scope, Shared};
 use crate::server::streams::{AppendStreamBody, CloseStreamBody, StreamPageQuery};
 use crate::server::{ApiError, Engine};
 
@@ -98,11 +99,13 @@ async fn page(
         Err(e) => return refuse(ApiError::Malformed(e.body_text())),
     };
     let (w, n) = (wf.clone(), name.clone());
-    let spec = match run_blocking(engine.clone(), move |e| {
-        e.stream_page_spec(&scope.namespace, &w, &run, &n, &query)
-    })
-    .await
-    {
+    let may_wait = query.wait_seconds.is_some_and(|s| s > 0);
+    let resolve = move |e: &Engine| e.stream_page_spec(&scope.namespace, &w, &run, &n, &query);
+    let spec = match if may_wait {
+        on_stream_lane(engine.clone(), resolve).await
+    } else {
+        run_blocking(engine.clone(), resolve).await
+    } {
         Ok(spec) => spec,
         Err(e) => return refuse(e),
     };
@@ -110,7 +113,14 @@ async fn page(
     let mut held = None;
     loop {
         let (w, n) = (wf.clone(), name.clone());
-        let read = run_blocking(engine.clone(), move |e| e.stream_page(&w, &n, spec)).await;
+        // A read that may wait runs on the stream lane, its first look
+        // included, so waiting reads never add threads; one that does not
+        // wait on the shared pool as any request.
+        let read = if !may_wait {
+            run_blocking(engine.clone(), move |e| e.stream_page(&w, &n, spec)).await
+        } else {
+            on_stream_lane(engine.clone(), move |e| e.stream_page(&w, &n, spec)).await
+        };
         match read {
             Ok((page, ready)) if ready || Instant::now() >= deadline => return reply(Ok(page)),
             Ok(_) if held.is_none() => match engine.stream_waits.hold() {

@@ -186,14 +186,32 @@ async fn poll(
     // Dropped with this future: early when the client disconnects.
     let gone = AbandonOnDrop::default();
     let flag = gone.0.clone();
+    let turn = turn_to_begin().await;
     let answer = with_body(engine, headers, body, move |e, b: PollBody| {
         let mut spec = e.poll_spec(&scope.namespace, b)?;
         spec.abandoned = flag;
+        spec.begin_turn = std::sync::Mutex::new(turn);
         e.poll(kind, spec)
     })
     .await;
     drop(gone);
     answer
+}
+
+/// Long polls (of every kind) that begin at once: their first passes run
+/// on the shared blocking pool, and a burst of 600 polls grew it by 96
+/// threads; a poll waits for its turn here without a thread and gives it
+/// back when it starts to wait ([`crate::server::worker::PollSpec::end_turn`])
+/// or answers.
+const POLLS_BEGINNING_AT_ONCE: usize = 16;
+
+/// A turn to begin a poll (`None` only if the turns were closed, which
+/// they never are: the poll then begins without one).
+async fn turn_to_begin() -> Option<tokio::sync::OwnedSemaphorePermit> {
+    static TURNS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    let turns =
+        TURNS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(POLLS_BEGINNING_AT_ONCE)));
+    turns.clone().acquire_owned().await.ok()
 }
 
 /// Marks a poll abandoned when its request future is dropped (the client
@@ -215,9 +233,11 @@ async fn poll_query(
 ) -> Response {
     let gone = AbandonOnDrop::default();
     let flag = gone.0.clone();
+    let turn = turn_to_begin().await;
     let answer = with_body(engine, headers, body, move |e, b: PollBody| {
         let mut spec = e.poll_spec(&scope.namespace, b)?;
         spec.abandoned = flag;
+        spec.begin_turn = std::sync::Mutex::new(turn);
         e.poll_query(spec)
     })
     .await;
