@@ -420,26 +420,42 @@ fn page_token_key() -> &'static [u8; 32] {
     })
 }
 
-/// HMAC-SHA256 of `message` under the page-token key, first 16 bytes in hex.
+/// Bytes of a page token's MAC: the leftmost 16 of the HMAC-SHA256.
+const PAGE_TOKEN_MAC_BYTES: usize = 16;
+
+/// The HMAC-SHA256 of `message` under the page-token key (the `hmac` crate).
+fn page_token_hmac(message: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(page_token_key())
+        .expect("HMAC takes a key of any length");
+    mac.update(message);
+    mac
+}
+
+/// The MAC of `message` as tokens carry it: the first 16 bytes of its
+/// HMAC-SHA256 under the page-token key, in lower-case hex.
 fn page_token_mac(message: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    let key = page_token_key();
-    let pad = |byte: u8| -> Vec<u8> {
-        let mut block = vec![byte; 64];
-        for (b, k) in block.iter_mut().zip(key.iter()) {
-            *b ^= k;
-        }
-        block
-    };
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    let outer = Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize();
-    outer[..16].iter().map(|b| format!("{b:02x}")).collect()
+    use hmac::Mac;
+    let tag = page_token_hmac(message).finalize().into_bytes();
+    tag[..PAGE_TOKEN_MAC_BYTES]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether `mac` (lower-case hex, as [`page_token_mac`] writes it) is the
+/// MAC of `message`, compared in constant time by the `hmac` crate. A MAC
+/// of any other length or spelling is refused before that.
+fn page_token_mac_matches(message: &[u8], mac: &str) -> bool {
+    use hmac::Mac;
+    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if mac.len() != 2 * PAGE_TOKEN_MAC_BYTES || !mac.bytes().all(lower_hex) {
+        return false;
+    }
+    let tag: Vec<u8> = (0..PAGE_TOKEN_MAC_BYTES)
+        .filter_map(|i| u8::from_str_radix(&mac[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    page_token_hmac(message).verify_truncated_left(&tag).is_ok()
 }
 
 /// An opaque page token for a position: base64 of `position.mac`, the MAC
@@ -466,13 +482,7 @@ pub fn parse_page_token(token: &str) -> Option<u64> {
         return Some(0);
     }
     let (position, mac) = text.split_once('.')?;
-    let expected = page_token_mac(position.as_bytes());
-    // Compared as digests, so the time taken tells nothing of the MAC.
-    let digest = |s: &str| -> [u8; 32] {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(s.as_bytes()).into()
-    };
-    if digest(mac) != digest(&expected) {
+    if !page_token_mac_matches(position.as_bytes(), mac) {
         return None;
     }
     position.parse().ok()
@@ -495,12 +505,7 @@ pub fn parse_name_page_token(token: &str) -> Option<String> {
         .ok()?;
     let text = std::str::from_utf8(&bytes).ok()?;
     let (mac, name) = text.strip_prefix("n:")?.split_once(':')?;
-    let expected = page_token_mac(format!("n:{name}").as_bytes());
-    let digest = |s: &str| -> [u8; 32] {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(s.as_bytes()).into()
-    };
-    (digest(mac) == digest(&expected)).then(|| name.to_owned())
+    page_token_mac_matches(format!("n:{name}").as_bytes(), mac).then(|| name.to_owned())
 }
 
 /// Unix milliseconds as RFC 3339 UTC with microseconds (`…T12:00:00.000000Z`).
@@ -589,6 +594,67 @@ mod tests {
         let mut flipped = mac.to_owned();
         flipped.replace_range(0..1, if mac.starts_with('0') { "1" } else { "0" });
         assert_eq!(parse_page_token(&b64(&format!("1234.{flipped}"))), None);
+    }
+
+    /// The MAC as the tokens issued before the `hmac` crate computed it:
+    /// HMAC-SHA256 written out by hand (RFC 2104: the 32-byte key padded
+    /// to SHA-256's 64-byte block, inner and outer pads), first 16 bytes
+    /// in hex.
+    fn hand_written_mac(message: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        let key = page_token_key();
+        let pad = |byte: u8| -> Vec<u8> {
+            let mut block = vec![byte; 64];
+            for (b, k) in block.iter_mut().zip(key.iter()) {
+                *b ^= k;
+            }
+            block
+        };
+        let inner = Sha256::new()
+            .chain_update(pad(0x36))
+            .chain_update(message)
+            .finalize();
+        let outer = Sha256::new()
+            .chain_update(pad(0x5c))
+            .chain_update(inner)
+            .finalize();
+        outer[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn tokens_issued_before_the_hmac_crate_still_verify() {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        for position in [1u64, 77, 1_234_567] {
+            let text = position.to_string();
+            let old = b64(&format!("{text}.{}", hand_written_mac(text.as_bytes())));
+            assert_eq!(old, page_token(position), "the token format is unchanged");
+            assert_eq!(parse_page_token(&old), Some(position));
+        }
+        for name in ["billing", "a:b"] {
+            let mac = hand_written_mac(format!("n:{name}").as_bytes());
+            let old = b64(&format!("n:{mac}:{name}"));
+            assert_eq!(old, name_page_token(name));
+            assert_eq!(parse_name_page_token(&old).as_deref(), Some(name));
+        }
+        // A MAC cut short, upper-cased or padded is refused, not compared
+        // on its prefix.
+        let mac = hand_written_mac(b"42");
+        for forged in [
+            &mac[..2],
+            &mac[..31],
+            &mac.to_uppercase(),
+            &format!("{mac}00"),
+        ] {
+            if forged != mac {
+                assert_eq!(
+                    parse_page_token(&b64(&format!("42.{forged}"))),
+                    None,
+                    "{forged}"
+                );
+            }
+        }
+        assert_eq!(parse_page_token(&b64("42.")), None);
     }
 
     #[test]
