@@ -353,13 +353,13 @@ pub struct BlobColumn<'a> {
     pub key_column: &'a str,
 }
 
-/// Statements each connection keeps compiled. The store prepares about 230
+/// Statements each connection keeps compiled. The store prepares about 270
 /// distinct statements through `prepare_cached` (a test in the store's
-/// `connection` module counts them); rusqlite's default of 16 made most of
-/// them miss, so a busy server spent a fifth of its CPU compiling SQL (and
-/// the triggers each update of `runs` compiles in). A fixed number: the
-/// cache cannot grow past it.
-pub const STATEMENT_CACHE_CAPACITY: usize = 512;
+/// `connection` module counts them and keeps this at twice that or more);
+/// rusqlite's default of 16 made most of them miss, so a busy server spent
+/// a fifth of its CPU compiling SQL (and the triggers each update of `runs`
+/// compiles in). A fixed number: the cache cannot grow past it.
+pub const STATEMENT_CACHE_CAPACITY: usize = 1024;
 
 /// A compiled statement.
 pub struct Statement<'c> {

@@ -32,8 +32,8 @@ use postgres::{Client, NoTls};
 use super::error::{Error, Result};
 use super::params::{FromSqlError, ToSql, ToSqlOutput, Value};
 
-/// Statements each connection keeps prepared (as SQLite's cache).
-const STATEMENT_CACHE_CAPACITY: usize = 512;
+/// Statements each connection keeps prepared: as many as SQLite's cache.
+const STATEMENT_CACHE_CAPACITY: usize = super::STATEMENT_CACHE_CAPACITY;
 
 /// Bytes one blob append writes (an external payload is written in chunks
 /// of this size, each an `UPDATE … SET data = data || chunk`).
