@@ -1,9 +1,10 @@
 //! Inline allows: `dwlint: allow(code, …) -- reason` in a comment, which
 //! accepts a finding where it is written instead of failing the run.
 //!
-//! The marker is looked for in every selected file's bytes (before the
-//! prefilter, so an allow in a file that no longer holds anything is still
-//! seen and reported unused) and only where a comment can start on its
+//! The marker is looked for in every selected file's bytes (in the
+//! prefilter's pass, whether or not the file is then read further, so an
+//! allow in a file that no longer holds anything is still seen and
+//! reported unused) and only where a comment can start on its
 //! line: after `//`, `#`, `/*`, `*`, `--`, `;` or `<!--`, which covers
 //! Rust, Go, JavaScript, TypeScript, PHP, Python, shell, YAML, SQL and
 //! Markdown. A reason after ` -- ` is required; a closing `*/` or `-->` is

@@ -2,14 +2,16 @@
 //!
 //! Almost every file in a large tree holds nothing the gate looks for, and
 //! parsing is what costs. One Aho-Corasick pass over a file's bytes looks
-//! for the policy's owner names and every occurrence of the cache
-//! namespace, the metric prefix and the scan-limit suffix, and stops as
-//! soon as the answer is known (an owner name, or in a file other than
-//! Rust a key that could matter). On a sparse tree, where most files hold
-//! none of them, this one pass replaced two (one for the keys, one for the
-//! owners; the owners' automaton alone cost as much as both together,
-//! since past 32 words the vectorised search halves its stride anyway). Of
-//! the key hits only those that could matter are kept:
+//! for the policy's owner names, every occurrence of the cache namespace,
+//! the metric prefix and the scan-limit suffix, and the inline-allow marker
+//! ([`allows::MARKER`]), and stops as soon as the answer is known (an owner
+//! name, or in a file other than Rust a key that could matter; the rest is
+//! then searched for the marker alone). On a sparse tree, where most files
+//! hold none of them, the cost is the vectorised search itself: past 32
+//! patterns it halves its stride, so several owner names are searched
+//! through a key they share (`owner_keys`), and the patterns are ordered
+//! so that its buckets let few false candidates through (`search_order`).
+//! Of the key hits only those that could matter are kept:
 //!
 //! - the namespace not followed by `:` (`lsp_server::Connection` holds
 //!   `server:`, but a namespace with an empty family segment is no key);
