@@ -438,6 +438,8 @@ impl Engine {
                 )
             })?
             .map_err(|e| refused(e, "stream_append", run))?;
+        // Page reads waiting on this run look again now.
+        self.wake_run(run);
         Ok(json!({
             "workflow_id": workflow_id, "workflow_run_id": wire::run_id(run),
             "stream": describe(&appended.stream),
@@ -478,6 +480,7 @@ impl Engine {
                 s.close_stream(run, &stream_name, body.error_reason.as_deref(), retention)
             })?
             .map_err(|e| refused(e, "stream_close", run))?;
+        self.wake_run(run);
         Ok(json!({
             "workflow_id": workflow_id, "workflow_run_id": wire::run_id(run),
             "stream": describe(&closed),

@@ -2,10 +2,10 @@
 //! list, describe, append, read pages (with a bounded wait) and close.
 //!
 //! A page read that finds nothing waits without holding a thread: it
-//! re-reads the store every [`RECHECK`] on the stream lane (a few
-//! threads of its own, [`super::on_stream_lane`]) and sleeps on the async
-//! runtime in between, until an item arrives, the stream
-//! ends, or `wait_seconds` pass. A node holds at most
+//! sleeps on the async runtime until its run changes (a wake-up) or a
+//! growing interval passes (50 ms up to 1 s), then re-reads the store on
+//! the stream lane (a few threads of its own, [`super::on_stream_lane`]),
+//! until an item arrives, the stream ends, or `wait_seconds` pass. A node holds at most
 //! `DW_WORKFLOW_STREAM_MAX_WAITS` such waits (429 past it).
 
 use std::sync::Arc;
@@ -22,9 +22,7 @@ use axum::{Extension, Router};
 use super::{blocking, on_stream_lane, refuse, reply, run_blocking, with_body, Scope, Shared};
 use crate::server::streams::{AppendStreamBody, CloseStreamBody, StreamPageQuery};
 use crate::server::{ApiError, Engine};
-
-/// How often a waiting page read looks again.
-const RECHECK: Duration = Duration::from_millis(100);
+use crate::waiters::{Backoff, WaitKey};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
@@ -111,7 +109,20 @@ async fn page(
     };
     let deadline = Instant::now() + Duration::from_secs(spec.wait_seconds);
     let mut held = None;
+    // Woken by any change of the run (an append or close through the
+    // control plane, a workflow task's completion, the run's end), on this
+    // node at once and on others through the relay; a look at a growing
+    // interval (50 ms up to 1 s) catches a wake-up that was lost.
+    let waiters = engine.waiters().clone();
+    let subscription = may_wait.then(|| waiters.subscribe(WaitKey::Run(spec.run.0)));
+    let mut backoff = Backoff::new();
     loop {
+        let woken = subscription.as_ref().map(|s| s.notify().notified());
+        tokio::pin!(woken);
+        if let Some(woken) = woken.as_mut().as_pin_mut() {
+            // Enabled before the read, so a wake-up during it is not lost.
+            woken.enable();
+        }
         let (w, n) = (wf.clone(), name.clone());
         // A read that may wait runs on the stream lane, its first look
         // included, so waiting reads never add threads; one that does not
@@ -122,7 +133,9 @@ async fn page(
             on_stream_lane(engine.clone(), move |e| e.stream_page(&w, &n, spec)).await
         };
         match read {
-            Ok((page, ready)) if ready || Instant::now() >= deadline => return reply(Ok(page)),
+            Ok((page, ready)) if ready || Instant::now() >= deadline || waiters.stopping() => {
+                return reply(Ok(page))
+            }
             Ok(_) if held.is_none() => match engine.stream_waits.hold() {
                 Ok(wait) => held = Some(wait),
                 Err(e) => return refuse(e),
@@ -130,7 +143,16 @@ async fn page(
             Ok(_) => {}
             Err(e) => return refuse(e),
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        tokio::time::sleep(RECHECK.min(left)).await;
+        let pause = backoff
+            .step()
+            .min(deadline.saturating_duration_since(Instant::now()));
+        match woken.as_mut().as_pin_mut() {
+            Some(woken) => tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(pause) => {}
+                _ = waiters.stopped() => {}
+            },
+            None => tokio::time::sleep(pause).await,
+        }
     }
 }
