@@ -510,7 +510,10 @@ pub fn next_workflow_task(s: &TestServer, queue: &str) -> Value {
     task
 }
 
-/// Waits until `condition` holds, up to `limit`.
+/// Waits until `condition` holds, up to `limit`. A condition that reads a
+/// cache takes a failed read as "not yet" (`is_ok_and`): on a loaded
+/// machine one Redis round trip can pass the client's 2 s timeout, and the
+/// next look is what the wait is for.
 pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
     loop {
