@@ -298,30 +298,44 @@ fn waits_of_one_kind(
 ) {
     let addr = server.addr.clone();
     let waiting_calls = || tcp_connections(&addr) >= WAITS * 9 / 10;
-    waits_with(server, control, kind, 64, waiting_calls, |i| {
-        let (path, body) = send(i);
-        let addr = addr.clone();
-        Box::new(
-            move || match call_raw(&addr, "POST", &path, &[], Some(&body)) {
-                Ok((status, body)) => (status, body),
-                Err(e) => (0, json!({ "transport": e.to_string() })),
-            },
-        )
-    });
+    waits_with(
+        server,
+        control,
+        kind,
+        64,
+        WAIT_HEALTH_BOUND,
+        waiting_calls,
+        |i| {
+            let (path, body) = send(i);
+            let addr = addr.clone();
+            Box::new(
+                move || match call_raw(&addr, "POST", &path, &[], Some(&body)) {
+                    Ok((status, body)) => (status, body),
+                    Err(e) => (0, json!({ "transport": e.to_string() })),
+                },
+            )
+        },
+    );
 }
 
 /// One waiting client: its final status and body (status 0: no answer).
 type Waiter = Box<dyn FnOnce() -> (u16, Value) + Send>;
 
+/// The bound on health's p99 while 600 calls wait: waits hold
+/// nothing a probe needs, so the probe is answered as on an idle server.
+const WAIT_HEALTH_BOUND: Duration = Duration::from_millis(100);
+
 /// [`waits_of_one_kind`] for any client: `waiter(i)` is the i-th of the
 /// 600 clients, and `piled_up` says when they are all waiting. The process
 /// may grow by fewer than `new_threads` threads meanwhile (a thread per
-/// wait would be 600).
+/// wait would be 600), and health's p99 stays under `health_bound` plus
+/// twice an idle control server's at the same moments.
 fn waits_with(
     server: &Server,
     control: &Server,
     kind: &str,
     new_threads: usize,
+    health_bound: Duration,
     piled_up: impl Fn() -> bool,
     waiter: impl Fn(usize) -> Waiter,
 ) {
@@ -379,7 +393,7 @@ fn waits_with(
     // waiting server (a debug build) also needs CPU the other sessions take.
     // Before the waits held no thread, the figure was 15 s.
     assert!(
-        p99 < Duration::from_millis(100) + 2 * noise_p99,
+        p99 < health_bound + 2 * noise_p99,
         "{kind}: /api/health p99 {p99:?} with {WAITS} waits (an idle server's: {noise_p99:?})"
     );
     assert_eq!(poll_status, 200, "{kind}: the worker poll: {poll}");
@@ -509,6 +523,7 @@ fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
         &control,
         "stream",
         64,
+        WAIT_HEALTH_BOUND,
         || tcp_connections(&addr) >= WAITS * 9 / 10,
         |i| {
             let (workflow_id, run_id) = &runs[i % runs.len()];
@@ -531,6 +546,13 @@ fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
         // on a loaded 2-core machine. A thread held per waiting client
         // would be 600.
         256,
+        // No result wait holds anything on the server: the SDKs' result()
+        // is a describe every 500 ms, so 600 of them are 1,200 ordinary
+        // requests a second that a debug build on 2 cores answers while
+        // health is probed. Health then queues behind that work, not
+        // behind waits: 14-150 ms alone, 350 ms beside other builds. The
+        // bound is for being answered promptly under that load.
+        Duration::from_millis(500),
         || seen.load(std::sync::atomic::Ordering::SeqCst) >= WAITS * 9 / 10,
         |i| {
             let (workflow_id, _) = runs[i % runs.len()].clone();
@@ -568,6 +590,7 @@ fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
         &control,
         "poll",
         64,
+        WAIT_HEALTH_BOUND,
         || {
             done.load(std::sync::atomic::Ordering::SeqCst) + tcp_connections(&addr)
                 >= WAITS * 9 / 10
