@@ -6,44 +6,14 @@
 //! goes with its holder, whether it stops or is SIGKILLed.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{cache_variants, wire, SharedCache};
+use crate::support::process::{run_refused, start, Node};
+use crate::support::{cache_variants, SharedCache};
 
-/// A dwserver child; killed (SIGKILL) on drop if still running.
-struct Node {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Node {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGKILL, and wait until the process is gone.
-    fn sigkill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-    }
-
-    /// SIGTERM, and wait for the clean exit.
-    fn stop(mut self) {
-        let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let status = self.child.wait().expect("reaped");
-        assert!(status.success(), "a stopped node exits 0: {status}");
-    }
-}
+/// How long a start that must be refused may run before the test fails.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(60);
 
 /// The command of a node `id` on `database` (`DW_DATABASE_PATH`), its own
 /// wait-slot directory under `dir`.
@@ -71,40 +41,6 @@ fn get(base: &str, path: &str) -> (u16, serde_json::Value) {
         Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or_default()),
         Err(e) => panic!("GET {base}{path}: {e}"),
     }
-}
-
-/// Starts `command` and waits for its `listening on` line.
-fn start(mut command: Command) -> Node {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("dwserver starts");
-    let base = wire::announced_base(&mut child);
-    Node { child, base }
-}
-
-/// Runs `command` to its end (a refused start exits at once; the deadline
-/// only guards against a start that was not refused).
-fn run_refused(mut command: Command) -> Output {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dwserver runs");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "the second process did not exit: {}",
-                String::from_utf8_lossy(&output.stdout)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Asserts `output` is a refusal (exit 1, never listening) whose error
@@ -142,7 +78,7 @@ fn a_second_process_on_one_sqlite_file_is_refused_until_the_holder_stops_or_is_k
     let alias = dir.path().join("alias.sqlite");
     std::os::unix::fs::symlink(&db, &alias).unwrap();
     for path in [&db, &alias] {
-        let refused = run_refused(command(dir.path(), "node-b", path));
+        let refused = run_refused(command(dir.path(), "node-b", path), REFUSAL_LIMIT);
         assert_refused(&refused, "shared.sqlite", "node-a", first.pid());
     }
     // The refused process changed nothing: the first still serves.
@@ -152,7 +88,7 @@ fn a_second_process_on_one_sqlite_file_is_refused_until_the_holder_stops_or_is_k
     first.sigkill();
     let second = start(command(dir.path(), "node-b", &db));
     assert_eq!(get(&second.base, "/api/health").0, 200);
-    let refused = run_refused(command(dir.path(), "node-c", &db));
+    let refused = run_refused(command(dir.path(), "node-c", &db), REFUSAL_LIMIT);
     assert_refused(&refused, "shared.sqlite", "node-b", second.pid());
 
     // A clean stop releases it too.
@@ -233,7 +169,7 @@ fn a_second_live_node_with_the_same_id_is_refused_and_a_killed_nodes_id_frees_wh
     duplicate
         .env("DW_REDIS_URL", &redis.url)
         .env("DW_NODE_LEASE_MS", "1500");
-    let refused = run_refused(duplicate);
+    let refused = run_refused(duplicate, REFUSAL_LIMIT);
     let stdout = String::from_utf8_lossy(&refused.stdout);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stdout}\n{stderr}");

@@ -13,12 +13,16 @@
 //! set at build time (dwengine's build script turns on `dw_test_sqs`).
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::process::{run_refused, start, Node};
 use crate::support::wire;
+
+/// How long a start that must be refused may run before the test fails.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(120);
 
 /// The endpoint of the SQS-compatible server.
 fn endpoint() -> String {
@@ -52,19 +56,6 @@ fn create_queue(test: &str) -> String {
         .to_owned()
 }
 
-/// A dwserver child; killed on drop if still running.
-struct Node {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A node on the SQLite file under `dir`; on the SQS queue `queue_url`
 /// (with hops of `chunk` seconds) when one is given.
 fn command(dir: &Path, queue_url: Option<&str>, chunk: Option<u64>) -> Command {
@@ -95,39 +86,6 @@ fn command(dir: &Path, queue_url: Option<&str>, chunk: Option<u64>) -> Command {
         command.env("DW_SQS_TIMER_CHUNK_SECONDS", chunk.to_string());
     }
     command
-}
-
-fn start(mut command: Command) -> Node {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("dwserver starts");
-    let base = wire::announced_base(&mut child);
-    Node { child, base }
-}
-
-/// Runs a start that must be refused to its end (the deadline only guards
-/// against a start that was not refused).
-fn refused(mut command: Command) -> Output {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dwserver runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "the start was not refused: {}",
-                String::from_utf8_lossy(&output.stdout)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 fn send(node: &Node, request: &wire::Request) -> (u16, Value) {
@@ -435,7 +393,7 @@ fn a_wrong_queue_an_unreachable_endpoint_or_no_credentials_stop_the_start_naming
     };
     // A queue the service does not have.
     let missing = format!("{}/123456789012/dw-no-such-queue", endpoint());
-    let output = refused(command(dir.path(), Some(&missing), None));
+    let output = run_refused(command(dir.path(), Some(&missing), None), REFUSAL_LIMIT);
     assert_refused(&output, &["DW_SQS_QUEUE_URL", &missing, "no such queue"]);
     // Nothing listening at the endpoint.
     let closed = {
@@ -445,7 +403,7 @@ fn a_wrong_queue_an_unreachable_endpoint_or_no_credentials_stop_the_start_naming
     let unreachable = format!("http://127.0.0.1:{closed}");
     let mut at_nothing = command(dir.path(), Some(&missing), None);
     at_nothing.env("DW_SQS_ENDPOINT", &unreachable);
-    let output = refused(at_nothing);
+    let output = run_refused(at_nothing, REFUSAL_LIMIT);
     assert_refused(
         &output,
         &[
@@ -458,6 +416,6 @@ fn a_wrong_queue_an_unreachable_endpoint_or_no_credentials_stop_the_start_naming
     let queue = create_queue("credentials");
     let mut unsigned = command(dir.path(), Some(&queue), None);
     unsigned.env_remove("AWS_ACCESS_KEY_ID");
-    let output = refused(unsigned);
+    let output = run_refused(unsigned, REFUSAL_LIMIT);
     assert_refused(&output, &["AWS_ACCESS_KEY_ID", "signs its requests"]);
 }

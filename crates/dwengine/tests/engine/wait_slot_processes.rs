@@ -2,22 +2,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-struct Node {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::process::Node;
 
 fn spawn(cache_path: &Path) -> Node {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dwserver"))

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::{on_wait_lane, refuse, reply, Scope, Shared};
 use crate::server::auth::Caller;
-use crate::server::control::UpdateStep;
+use crate::server::control::{PendingUpdate, UpdateStep};
 use crate::server::queries::PendingQuery;
 use crate::server::services::{CallStep, ExecuteOperation};
 use crate::server::wire::{QueryBody, UpdateBody};
@@ -46,6 +46,24 @@ impl Target {
             name: params.remove("name").unwrap_or_default(),
         }
     }
+}
+
+/// Waits, without a thread, for an accepted update's outcome until its
+/// deadline: `None` when the deadline passed first. The control plane's
+/// update route and the webhook's `wait_for: completed` both answer from it.
+pub(super) async fn update_outcome(
+    engine: &Arc<Engine>,
+    pending: &PendingUpdate,
+) -> Result<Option<Value>, ApiError> {
+    let look = pending.look();
+    until(
+        engine,
+        WaitKind::Update,
+        WaitKey::Run(pending.run().0),
+        pending.deadline(),
+        move |e| e.look_update(&look),
+    )
+    .await
 }
 
 /// Looks with `look` until it finds an answer (`Some`), `deadline` passes
@@ -214,16 +232,7 @@ pub(super) async fn update(
         Ok(UpdateStep::Waiting(pending)) => pending,
         Err(e) => return refuse(e),
     };
-    let look = pending.look();
-    let outcome = until(
-        &engine,
-        WaitKind::Update,
-        WaitKey::Run(pending.run().0),
-        pending.deadline(),
-        move |e| e.look_update(&look),
-    )
-    .await;
-    match outcome {
+    match update_outcome(&engine, &pending).await {
         Ok(Some(out)) => reply(Ok(out)),
         Ok(None) => reply(Ok(pending.timed_out())),
         Err(e) => refuse(e),

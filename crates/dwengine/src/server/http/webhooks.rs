@@ -9,12 +9,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::waiting::until;
+use super::waiting::update_outcome;
 use super::{read_bytes, refuse, run_blocking, Shared};
 use crate::server::webhook_intake::Delivery;
 use crate::server::webhooks::{Signed, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::server::Engine;
-use crate::waiters::{WaitKey, WaitKind};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new().route("/api/bridge-adapters/webhook/{adapter}", post(deliver))
@@ -50,15 +49,7 @@ async fn deliver(
         // An update with `wait_for: completed` awaits its outcome without a
         // thread, as the control plane's does.
         Ok(Delivery::Waiting(pending, base)) => {
-            let look = pending.look();
-            let outcome = until(
-                &engine,
-                WaitKind::Update,
-                WaitKey::Run(pending.run().0),
-                pending.deadline(),
-                move |e| e.look_update(&look),
-            )
-            .await;
+            let outcome = update_outcome(&engine, &pending).await;
             engine.webhook_update_answer(pending, base, outcome)
         }
         Err(e) => return refuse(e),
