@@ -647,6 +647,47 @@ class Suite:
         assert not failed, failed
         return f"memo {described['memo']}; 2 MemoUpserted events replayed, merged {first_merged}"
 
+    async def message_stream(self) -> str:
+        wid = new_id("inbox")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_reader", task_queue=QUEUE, workflow_id=wid, input=[3]
+        )
+
+        # The Python SDK binds a delivery recorded after its task was leased
+        # to the wait it was recorded beside, not to the next one (like a
+        # signal and a condition, see activity_timer_signal_condition_query):
+        # append each message once the stream wait for it is open.
+        async def waiting_after(position):
+            history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+            return any(e["event_type"] == "ConditionWaitOpened"
+                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
+                       for e in history["events"])
+
+        await self.wait_for("the workflow to wait on its stream", lambda: waiting_after(0))
+        first = await handle.append_message("orders", "order-1", ["apples", 3])
+        assert first["position"] == 1 and first["retained"] is False, first
+        retried = await handle.append_message("orders", "order-1", ["apples", 3])
+        assert retried["position"] == 1 and retried["retained"] is True, retried
+        await self.wait_for("the workflow to read order-1", lambda: waiting_after(1))
+        other = await handle.append_message("audit", "note-1", ["not read"])
+        assert other["position"] == 1, other
+        await handle.append_message("orders", "order-2", ["pears", 5])
+        await self.wait_for("the workflow to read order-2", lambda: waiting_after(2))
+        await handle.append_message("orders", "order-3", ["plums", 7])
+        result = await self.client.get_result(handle, timeout=60)
+        expected = [
+            {"id": "order-1", "position": 1, "arguments": ["apples", 3]},
+            {"id": "order-2", "position": 2, "arguments": ["pears", 5]},
+            {"id": "order-3", "position": 3, "arguments": ["plums", 7]},
+        ]
+        assert result == expected, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        received = [e for e in history["events"] if e["event_type"] == "SignalReceived"]
+        assert len(received) == 4, [e["event_type"] for e in history["events"]]
+        failed = [e for e in history["events"] if e["event_type"] == "WorkflowTaskFailed"]
+        assert not failed, failed
+        return "3 messages read in order from stream 'orders' (a retried append kept position 1), 4 deliveries"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -773,6 +814,7 @@ class Suite:
         "continue_as_new_chain",
         "child_workflows",
         "memo_upserts",
+        "message_stream",
         "sticky_execution",
         "worker_session",
     ]

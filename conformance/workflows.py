@@ -319,6 +319,22 @@ class MemoKeeper:
         return greeting
 
 
+@workflow.defn(name="inbox_reader")
+class InboxReader:
+    """Reads `count` messages from its input stream "orders" in batches
+    (ctx.message_stream: each message arrives as a stream delivery); a
+    message on another stream it never reads must not disturb it."""
+
+    def run(self, ctx, count):
+        stream = ctx.message_stream("orders")
+        received = []
+        while len(received) < count:
+            batch = yield from stream.receive(10)
+            received.extend({"id": m.message_id, "position": m.position, "arguments": m.arguments}
+                            for m in batch)
+        return received
+
+
 SESSION_QUEUE = "conformance-sessions"
 
 
@@ -357,5 +373,5 @@ class StickySteps:
 
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper]
+             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

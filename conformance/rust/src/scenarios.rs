@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_workflow::{
-    json, wait_condition, ActivityOptions, ActivityRetryPolicy, ChildWorkflowOptions,
+    json, wait_condition, ActivityOptions, ActivityRetryPolicy, AvroValue, ChildWorkflowOptions,
     ConditionWaitResult, Error, LocalActivityOptions, ParallelOperation, ParallelResult,
     ParentClosePolicy, StickyCacheOptions, Value,
 };
@@ -54,6 +54,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("continue_as_new_chain", continue_as_new_chain),
         scenario!("child_workflows", child_workflows),
         scenario!("memo_upserts", memo_upserts),
+        scenario!("message_stream", message_stream),
         scenario!("sticky_execution", sticky_execution),
     ]
 }
@@ -891,5 +892,80 @@ async fn sticky_execution(h: Harness) -> Outcome {
     // announced as an expected hit, and found in its cache.
     check(metrics.hit >= 2 && metrics.forced_cold_replay == 0, || {
         format!("sticky cache metrics {metrics:?}")
+    })
+}
+
+/// `ctx.message_stream("orders")`: messages appended with
+/// `append_message` (some before the worker runs, one while it waits, one
+/// on another stream the workflow never reads) are read in position order,
+/// each once; a retried append keeps its position.
+async fn message_stream(h: Harness) -> Outcome {
+    let queue = h.unique("message-stream");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.message_stream", |ctx, _input: Value| async move {
+        let stream = ctx.message_stream("orders")?;
+        let first = stream.receive_one().await?;
+        let mut messages = vec![first];
+        while messages.len() < 3 {
+            messages.extend(stream.receive(10).await?);
+        }
+        Ok(json!(messages
+            .into_iter()
+            .map(|m| {
+                let text = match m.arguments.first() {
+                    Some(AvroValue::String(text)) => text.clone(),
+                    other => format!("{other:?}"),
+                };
+                json!({"id": m.message_id, "position": m.position, "text": text})
+            })
+            .collect::<Vec<_>>()))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.message_stream", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let append = |stream: &'static str, id: &'static str, text: &'static str| {
+        let handle = handle.clone();
+        async move {
+            handle
+                .append_message(stream, id, json!([text]))
+                .await
+                .map_err(|e| format!("append {id}: {e}"))
+        }
+    };
+    let first = append("orders", "order-1", "apples").await?;
+    check(first["position"] == 1, || format!("first append {first}"))?;
+    let retried = append("orders", "order-1", "apples").await?;
+    check(
+        retried["position"] == 1 && retried["retained"] == true,
+        || format!("retried append {retried}"),
+    )?;
+    append("audit", "note-1", "not read").await?;
+    append("orders", "order-2", "pears").await?;
+    let hh = h.clone();
+    let watcher = handle.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            hh.until_event(&watcher, "SignalApplied").await?;
+            append("orders", "order-3", "plums").await.map(|_| ())
+        })
+        .await?;
+    check(
+        result
+            == json!([
+                {"id": "order-1", "position": 1, "text": "apples"},
+                {"id": "order-2", "position": 2, "text": "pears"},
+                {"id": "order-3", "position": 3, "text": "plums"},
+            ]),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let received = events
+        .iter()
+        .filter(|e| e["event_type"] == "SignalReceived")
+        .count();
+    check(received == 4, || {
+        format!("{received} deliveries: {:?}", types(&events))
     })
 }

@@ -257,6 +257,13 @@ pub struct WorkflowTaskLease {
     /// `ttl_seconds`, `metrics`).
     #[serde(default)]
     pub sticky_cache: Option<Value>,
+    /// Completion: what the workflow consumed of its input message
+    /// streams (`stream_name`, `through_position`), checked, not stored.
+    #[serde(default)]
+    pub message_stream_cursors: Option<Value>,
+    /// Completion: the streams it waits on (`stream_name`, `after_position`).
+    #[serde(default)]
+    pub message_stream_waits: Option<Value>,
 }
 
 /// The lease fields of an activity report.

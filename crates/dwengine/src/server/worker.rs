@@ -913,6 +913,18 @@ impl Engine {
             .zip(&body.commands)
             .collect();
         self.verify_task_payload_references(task, &payloads)?;
+        if body.message_stream_cursors.is_some() || body.message_stream_waits.is_some() {
+            let fence = WorkflowTaskFence {
+                lease_owner: &body.lease_owner,
+                attempt,
+            };
+            let run = self.read(|s| s.fenced_workflow_run(task, fence))?;
+            self.check_message_stream_metadata(
+                run,
+                body.message_stream_cursors.as_ref(),
+                body.message_stream_waits.as_ref(),
+            )?;
+        }
         let owner = body.lease_owner;
         let upserts = commands
             .iter()

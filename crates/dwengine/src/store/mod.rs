@@ -53,6 +53,7 @@ pub mod history;
 pub mod import;
 pub mod leases;
 pub mod local_activities;
+pub mod message_streams;
 pub mod metrics;
 pub mod model;
 pub mod namespaces;

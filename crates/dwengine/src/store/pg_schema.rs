@@ -143,6 +143,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0028_worker_sessions",
         include_str!("migrations/postgres/0028_worker_sessions.sql"),
     ),
+    (
+        "0029_message_streams",
+        include_str!("migrations/postgres/0029_message_streams.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

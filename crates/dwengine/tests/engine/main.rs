@@ -41,6 +41,7 @@ mod http_schedules;
 mod http_search_attributes;
 mod import;
 mod memo_upserts;
+mod message_streams;
 mod namespace_admission_metrics;
 mod namespaces;
 mod pg_schema;
