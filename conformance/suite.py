@@ -430,10 +430,8 @@ class Suite:
         types = await self.history_types(wid, handle.run_id)
         assert types.count("SearchAttributesUpserted") == 2, types
         return "set two attributes, then changed one and removed the other; describe and list agree"
-    async def nexus_operation(self) -> str:
-        """The SDK's execute_nexus_operation against a catalogued operation
-        bound to the `quick` workflow: the call starts it and, waiting for
-        completion, answers its result; the same idempotency key replays."""
+    async def ensure_nexus_catalog(self) -> None:
+        """conformance/greetings/greet, bound to the `quick` workflow."""
         base = "/api/service-endpoints"
         for path, body in [
             (base, {"endpoint_name": "conformance"}),
@@ -451,6 +449,12 @@ class Suite:
             response = await self.http.post(path, json=body)
             # A second protocol run finds the catalog already registered.
             assert response.status_code in (201, 409), response.text
+
+    async def nexus_operation(self) -> str:
+        """The SDK's execute_nexus_operation against a catalogued operation
+        bound to the `quick` workflow: the call starts it and, waiting for
+        completion, answers its result; the same idempotency key replays."""
+        await self.ensure_nexus_catalog()
         key = new_id("nexus")
         result = await self.client.execute_nexus_operation(
             "conformance", "greetings", "greet", ["nexus"],
@@ -466,6 +470,31 @@ class Suite:
         assert again.service_call_id == result.service_call_id, (again, result)
         assert again.response_or_failure_surface["idempotent_replay"] is True, again
         return f"service call {result.service_call_id} completed with {value!r}; the replay answered the same call"
+
+    async def nexus_from_workflow(self) -> str:
+        """ctx.call_nexus_service from workflow code: the operation's
+        workflow runs and its result resumes the caller; an operation the
+        catalog lacks raises NexusOperationFailed at the call."""
+        await self.ensure_nexus_catalog()
+        wid = new_id("nexus-caller")
+        handle = await self.client.start_workflow(
+            workflow_type="nexus_caller", task_queue=QUEUE, workflow_id=wid, input=["from-workflow"]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result["greeting"] == "hello, from-workflow", result
+        assert "not found" in (result["missing"] or ""), result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        started = [e["payload"] for e in events if e["event_type"] == "ServiceCallStarted"]
+        completed = [e["payload"] for e in events if e["event_type"] == "ServiceCallCompleted"]
+        failed = [e["payload"] for e in events if e["event_type"] == "ServiceCallFailed"]
+        assert len(started) == 1 and len(completed) == 1 and len(failed) == 1, [e["event_type"] for e in events]
+        assert completed[0]["sequence"] == started[0]["sequence"], (started, completed)
+        linked = await self.describe_raw(started[0]["linked_workflow_instance_id"])
+        assert linked["status"] == "completed" and linked["workflow_type"] == "quick", linked
+        assert not [e for e in events if e["event_type"] == "WorkflowTaskFailed"]
+        return (f"call {started[0]['service_call_id']} ran {linked['workflow_id']} and resumed the caller "
+                f"with {result['greeting']!r}; the missing operation raised NexusOperationFailed")
 
     async def workflow_output_stream(self) -> str:
         wid = new_id("streamer")
@@ -809,6 +838,7 @@ class Suite:
         "workflow_output_stream",
         "large_payload_through_external_storage",
         "nexus_operation",
+        "nexus_from_workflow",
         "local_activity",
         "version_marker",
         "continue_as_new_chain",

@@ -11,7 +11,7 @@ import threading
 import time
 
 from durable_workflow import WorkerSessionOptions, WorkflowStreamAppendItem, activity, workflow
-from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed
+from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed, NexusOperationFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
@@ -335,6 +335,22 @@ class InboxReader:
         return received
 
 
+@workflow.defn(name="nexus_caller")
+class NexusCaller:
+    """Calls the catalogued conformance/greetings/greet operation (bound to
+    the `quick` workflow) from workflow code and returns its result; then
+    calls an operation the catalog does not have and returns the failure."""
+
+    def run(self, ctx, name):
+        greeted = yield ctx.call_nexus_service("conformance", "greetings", "greet", [name])
+        try:
+            yield ctx.call_nexus_service("conformance", "greetings", "vanish", [name])
+            missing = None
+        except NexusOperationFailed as exc:
+            missing = str(exc)
+        return {"greeting": greeted.result, "missing": missing}
+
+
 SESSION_QUEUE = "conformance-sessions"
 
 
@@ -373,5 +389,6 @@ class StickySteps:
 
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader]
+             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
+             NexusCaller]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -55,6 +55,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("child_workflows", child_workflows),
         scenario!("memo_upserts", memo_upserts),
         scenario!("message_stream", message_stream),
+        scenario!("nexus_from_workflow", nexus_from_workflow),
         scenario!("sticky_execution", sticky_execution),
     ]
 }
@@ -968,4 +969,102 @@ async fn message_stream(h: Harness) -> Outcome {
     check(received == 4, || {
         format!("{received} deliveries: {:?}", types(&events))
     })
+}
+
+/// `ctx.call_nexus_service` (the `start_service_operation` command): a
+/// catalogued operation bound to a workflow on this scenario's queue runs
+/// and its result resumes the caller; an operation the catalog lacks fails
+/// the call with `NexusOperationFailed`.
+async fn nexus_from_workflow(h: Harness) -> Outcome {
+    let queue = h.unique("nexus");
+    // One operation per run of the scenario, bound to its own queue.
+    let operation = queue.to_ascii_lowercase();
+    let base = "/api/service-endpoints";
+    for (path, body) in [
+        (
+            base.to_owned(),
+            json!({"endpoint_name": "rust-conformance"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services"),
+            json!({"service_name": "greetings"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services/greetings/operations"),
+            json!({"operation_name": operation, "operation_mode": "sync",
+                   "handler_binding_kind": "start_workflow",
+                   "handler_binding": {"workflow_type": "rust.nexus_handler", "task_queue": queue}}),
+        ),
+    ] {
+        let (status, answer) = h.post(&path, &body).await?;
+        check(status == 201 || status == 409, || {
+            format!("POST {path}: {status} {answer}")
+        })?;
+    }
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.nexus_handler", |_ctx, input: Value| async move {
+        let name = input
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .or_else(|| input.as_str())
+            .unwrap_or("?")
+            .to_owned();
+        Ok(json!(format!("hello, {name}")))
+    });
+    let op = operation.clone();
+    worker.register_workflow("rust.nexus_caller", move |ctx, _input: Value| {
+        let op = op.clone();
+        async move {
+            let greeted = ctx
+                .call_nexus_service("rust-conformance", "greetings", &op, json!(["rust"]))
+                .await?;
+            let greeting = match &greeted.result {
+                AvroValue::String(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
+            let missing = match ctx
+                .call_nexus_service("rust-conformance", "greetings", "vanish", json!(["x"]))
+                .await
+            {
+                Err(Error::NexusOperationFailed(failure)) => failure.message.clone(),
+                Ok(_) => "no failure".to_owned(),
+                Err(other) => return Err(other),
+            };
+            Ok(json!({"greeting": greeting, "missing": missing,
+                      "service_call_id": greeted.service_call_id}))
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.nexus_caller", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result["greeting"] == "hello, rust", || {
+        format!("result {result}")
+    })?;
+    check(
+        result["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("not found")),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ServiceCallStarted")
+        .collect();
+    let completed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ServiceCallCompleted")
+        .collect();
+    check(started.len() == 1 && completed.len() == 1, || {
+        format!("{:?}", types(&events))
+    })?;
+    check(
+        started[0]["payload"]["sequence"] == completed[0]["payload"]["sequence"]
+            && started[0]["payload"]["service_call_id"] == result["service_call_id"],
+        || format!("{started:?} {completed:?} {result}"),
+    )
 }

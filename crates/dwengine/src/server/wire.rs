@@ -189,9 +189,10 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 4] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 5] = [
     "condition_wait_occurrence_identity",
     "local_activities",
+    "message_streams",
     "sticky_execution",
     "worker_sessions",
 ];

@@ -67,6 +67,7 @@ pub mod runs;
 pub mod schedules;
 pub mod schema;
 pub mod search_attributes;
+pub mod service_calls;
 pub mod service_catalog;
 pub mod sessions;
 pub mod shared;

@@ -147,6 +147,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0029_message_streams",
         include_str!("migrations/postgres/0029_message_streams.sql"),
     ),
+    (
+        "0030_service_call_waiters",
+        include_str!("migrations/postgres/0030_service_call_waiters.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -68,3 +68,4 @@ mod wait_slot_processes;
 mod webhooks;
 mod wire_events;
 mod worker_sessions;
+mod workflow_service_calls;

@@ -310,4 +310,18 @@ fn discovery_advertises_input_message_streams() {
     let streams = &info["worker_protocol"]["server_capabilities"]["message_streams"];
     assert_eq!(streams["input_message_streams"], true, "{info}");
     assert_eq!(streams["input_message_stream_signal"], SIGNAL);
+    // A worker that asks for message streams (both SDKs always do) has
+    // them acknowledged.
+    let (status, ack) = s.post(
+        "/api/worker/register",
+        json!({ "worker_id": "w", "task_queue": "q",
+                "capabilities": ["message_streams", "no_such_capability"] }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    let acknowledged = ack["capabilities"].as_array().unwrap();
+    assert!(acknowledged.contains(&json!("message_streams")), "{ack}");
+    assert!(
+        !acknowledged.contains(&json!("no_such_capability")),
+        "{ack}"
+    );
 }
