@@ -717,6 +717,35 @@ class Suite:
         assert not failed, failed
         return "3 messages read in order from stream 'orders' (a retried append kept position 1), 4 deliveries"
 
+    async def message_stream_continue_as_new(self) -> str:
+        wid = new_id("inbox-chain")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_chain", task_queue=QUEUE, workflow_id=wid, input=[[]]
+        )
+
+        async def waiting_after(position):
+            described = await self.describe_raw(wid)
+            history = await self.client.get_history(wid, described["run_id"], page_size=1000)
+            return any(e["event_type"] == "ConditionWaitOpened"
+                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
+                       for e in history["events"]) and described["run_id"]
+
+        await self.wait_for("the first run to wait on its stream", lambda: waiting_after(0))
+        await handle.append_message("orders", "m-1", ["one"])
+        # The successor's first wait is keyed after the carried cursor (1).
+        successor = await self.wait_for("the successor to wait after position 1", lambda: waiting_after(1))
+        assert successor != handle.run_id, (successor, handle.run_id)
+        history = await self.client.get_history(wid, successor, page_size=1000)
+        checkpoints = [e for e in history["events"] if e["event_type"] == "SignalReceived"]
+        assert len(checkpoints) == 1, checkpoints
+        await handle.append_message("orders", "m-2", ["two"])
+        await self.wait_for("the successor to read m-2", lambda: waiting_after(2))
+        await handle.append_message("orders", "m-3", ["three"])
+        # The workflow's current run (the handle names the first one).
+        result = await self.client.get_result(self.client.get_workflow_handle(wid), timeout=60)
+        assert result == ["m-1", ["m-2", 2], ["m-3", 3]], result
+        return f"run {handle.run_id} read m-1 and continued; run {successor} started at cursor 1 and read m-2, m-3"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -845,6 +874,7 @@ class Suite:
         "child_workflows",
         "memo_upserts",
         "message_stream",
+        "message_stream_continue_as_new",
         "sticky_execution",
         "worker_session",
     ]

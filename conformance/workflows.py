@@ -335,6 +335,22 @@ class InboxReader:
         return received
 
 
+@workflow.defn(name="inbox_chain")
+class InboxChain:
+    """Reads one message of its stream, then continues as new; the next run
+    starts from the stream's cursor and reads two more."""
+
+    def run(self, ctx, seen):
+        stream = ctx.message_stream("orders")
+        if not seen:
+            first = yield from stream.receive_one()
+            return ctx.continue_as_new([first.message_id])
+        while len(seen) < 3:
+            batch = yield from stream.receive(10)
+            seen = [*seen, *([m.message_id, m.position] for m in batch)]
+        return seen
+
+
 @workflow.defn(name="nexus_caller")
 class NexusCaller:
     """Calls the catalogued conformance/greetings/greet operation (bound to
@@ -390,5 +406,5 @@ class StickySteps:
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             NexusCaller]
+             InboxChain, NexusCaller]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

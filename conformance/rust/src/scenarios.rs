@@ -55,6 +55,10 @@ pub fn all() -> Vec<Scenario> {
         scenario!("child_workflows", child_workflows),
         scenario!("memo_upserts", memo_upserts),
         scenario!("message_stream", message_stream),
+        scenario!(
+            "message_stream_continue_as_new",
+            message_stream_continue_as_new
+        ),
         scenario!("nexus_from_workflow", nexus_from_workflow),
         scenario!("sticky_execution", sticky_execution),
     ]
@@ -1066,5 +1070,71 @@ async fn nexus_from_workflow(h: Harness) -> Outcome {
         started[0]["payload"]["sequence"] == completed[0]["payload"]["sequence"]
             && started[0]["payload"]["service_call_id"] == result["service_call_id"],
         || format!("{started:?} {completed:?} {result}"),
+    )
+}
+
+/// A workflow reads one message of its stream and continues as new; the
+/// next run starts from the stream's cursor (the server's checkpoint) and
+/// reads the two messages the first left, then one appended to it.
+async fn message_stream_continue_as_new(h: Harness) -> Outcome {
+    let queue = h.unique("stream-chain");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.stream_chain", |ctx, input: Value| async move {
+        let stream = ctx.message_stream("orders")?;
+        let mut seen = input[0].as_array().cloned().unwrap_or_default();
+        if seen.is_empty() {
+            let first = stream.receive_one().await?;
+            return ctx.continue_as_new(json!([[first.message_id]]));
+        }
+        while seen.len() < 4 {
+            for message in stream.receive(10).await? {
+                seen.push(json!([message.message_id, message.position]));
+            }
+        }
+        Ok(json!(seen))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.stream_chain", &queue, &queue, json!([[]]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    for id in ["m-1", "m-2", "m-3"] {
+        handle
+            .append_message("orders", id, json!([id]))
+            .await
+            .map_err(|e| format!("append {id}: {e}"))?;
+    }
+    let appender = handle.clone();
+    let hh = h.clone();
+    let first_run = handle.run_id.clone().ok_or("the start named no run")?;
+    let result = h
+        .drive(&worker, &handle, async move {
+            // Once the successor runs, one more message goes to it.
+            let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+            loop {
+                let described = hh
+                    .get(&format!(
+                        "{}/api/workflows/{}",
+                        hh.url, appender.workflow_id
+                    ))
+                    .await?;
+                if described["run_id"].as_str() != Some(first_run.as_str()) {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err("the workflow never continued as new".into());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            appender
+                .append_message("orders", "m-4", json!(["m-4"]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("append m-4: {e}"))
+        })
+        .await?;
+    check(
+        result == json!(["m-1", ["m-2", 2], ["m-3", 3], ["m-4", 4]]),
+        || format!("result {result}"),
     )
 }

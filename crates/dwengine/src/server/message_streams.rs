@@ -2,15 +2,16 @@
 //! `POST /api/workflows/{id}/message-streams/{stream}/messages` (the Rust
 //! SDK's `append_message_stream`, the Python SDK's `append_message`), and
 //! the checks of the `message_stream_cursors` / `message_stream_waits`
-//! metadata a workflow-task completion carries.
+//! metadata a workflow-task completion carries (the cursors are recorded:
+//! continue-as-new carries each stream on from its cursor).
 //!
 //! A message reaches workflow code as a signal of the reserved name
 //! [`MESSAGE_STREAM_SIGNAL`] (see `store::message_streams`): the store
 //! admits it under the run's signal limits and pairs it with an open wait,
-//! and the run gets a workflow task, exactly as for a signal. The
-//! completion metadata is the worker's own bookkeeping (what it consumed,
-//! what it waits for); the server checks its shape and that no cursor
-//! passes the stream's last position, and delivers every message anyway.
+//! and the run gets a workflow task, exactly as for a signal. The server
+//! checks the completion metadata's shape and that no position passes the
+//! stream's last, keeps each stream's cursor (what the workflow consumed)
+//! and delivers every message anyway.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -143,14 +144,16 @@ impl Engine {
     /// `through_position`) and `message_stream_waits` (`stream_name`,
     /// `after_position`): objects with a valid stream name and a position
     /// from 0 to the stream's last; each problem is named by its field.
+    /// Returns the cursors, which the completion records.
     pub(crate) fn check_message_stream_metadata(
         &self,
         run: RunId,
         cursors: Option<&Value>,
         waits: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Vec<(String, i64)>, ApiError> {
         let mut checks = Checks::default();
         let mut named = Vec::new();
+        let mut consumed = Vec::new();
         for (list, key, value) in [
             ("message_stream_cursors", "through_position", cursors),
             ("message_stream_waits", "after_position", waits),
@@ -187,6 +190,9 @@ impl Engine {
                     Some(position) if position >= 0 => {
                         if let Some(name) = name.filter(|n| valid_stream_name(n)) {
                             named.push((format!("{field}.{key}"), name.to_owned(), position));
+                            if key == "through_position" {
+                                consumed.push((name.to_owned(), position));
+                            }
                         }
                     }
                     _ => {
@@ -223,7 +229,7 @@ impl Engine {
             &[],
             &checks.problems,
         )?;
-        Ok(())
+        Ok(consumed)
     }
 }
 

@@ -913,13 +913,14 @@ impl Engine {
             .zip(&body.commands)
             .collect();
         self.verify_task_payload_references(task, &payloads)?;
+        let mut stream_cursors = Vec::new();
         if body.message_stream_cursors.is_some() || body.message_stream_waits.is_some() {
             let fence = WorkflowTaskFence {
                 lease_owner: &body.lease_owner,
                 attempt,
             };
             let run = self.read(|s| s.fenced_workflow_run(task, fence))?;
-            self.check_message_stream_metadata(
+            stream_cursors = self.check_message_stream_metadata(
                 run,
                 body.message_stream_cursors.as_ref(),
                 body.message_stream_waits.as_ref(),
@@ -965,7 +966,15 @@ impl Engine {
                 store,
                 &ns,
                 &crate::server::streams::STREAM_RESOURCES,
-                |store| complete(store, task, fence, &commands),
+                |store| {
+                    // What the workflow consumed of its input streams, first:
+                    // a continue-as-new in this completion carries each
+                    // stream on from there. Undone with a refused completion.
+                    if !stream_cursors.is_empty() {
+                        store.record_message_stream_cursors(run, &stream_cursors)?;
+                    }
+                    complete(store, task, fence, &commands)
+                },
             )?;
             // The run stays with the worker that caches it while it runs;
             // a completion without a claim (the worker dropped the run from

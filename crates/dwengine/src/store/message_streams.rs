@@ -12,15 +12,16 @@
 //! a row here that gives the message the next position of its stream and
 //! makes a retried append with the same message id answer the first one.
 
-use crate::store::db::{params, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
 use crate::store::admission::{Admission, Rejection, SignalRequest};
 use crate::store::avro_value;
 use crate::store::connection::Store;
 use crate::store::error::Error;
-use crate::store::model::RunId;
-use crate::store::rows::load_head;
+use crate::store::model::{EventType, RunId};
+use crate::store::protocol::codec_of;
+use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
 use crate::store::tx::WriteTx;
 
 /// The signal name that carries message-stream deliveries (reserved: a
@@ -28,6 +29,8 @@ use crate::store::tx::WriteTx;
 pub const MESSAGE_STREAM_SIGNAL: &str = "__durable_workflow_message_stream";
 /// The `schema` of a delivered message.
 pub const MESSAGE_SCHEMA: &str = "durable-workflow.v2.message-stream.message";
+/// The `schema` of a cursor checkpoint (a continued run's starting cursor).
+pub const CURSOR_SCHEMA: &str = "durable-workflow.v2.message-stream.cursor";
 
 /// What an append did.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,13 +125,7 @@ impl Store {
                 MessageAppend::Conflict { position }
             });
         }
-        let last: Option<i64> = tx
-            .prepare_cached(
-                "SELECT MAX(position) FROM message_stream_messages \
-                 WHERE run_id = ?1 AND stream_name = ?2",
-            )?
-            .query_row(params![run.0, stream_name], |r| r.get(0))?;
-        let position = last.unwrap_or(0) + 1;
+        let position = last_position(&tx, run, stream_name)? + 1;
         let request = SignalRequest {
             name: MESSAGE_STREAM_SIGNAL.to_owned(),
             payload: delivery(stream_name, message_id, position, input)?,
@@ -152,13 +149,159 @@ impl Store {
 
     /// The last position of `run`'s stream `stream_name` (0 while empty).
     pub fn message_stream_position(&self, run: RunId, stream_name: &str) -> Result<i64, Error> {
-        let last: Option<i64> = self
-            .conn
-            .prepare_cached(
-                "SELECT MAX(position) FROM message_stream_messages \
-                 WHERE run_id = ?1 AND stream_name = ?2",
-            )?
-            .query_row(params![run.0, stream_name], |r| r.get(0))?;
-        Ok(last.unwrap_or(0))
+        last_position(&self.conn, run, stream_name)
     }
+
+    /// Records what `run`'s workflow code consumed (a completion's
+    /// `message_stream_cursors`, already checked): each stream's cursor
+    /// only moves forward.
+    pub fn record_message_stream_cursors(
+        &self,
+        run: RunId,
+        cursors: &[(String, i64)],
+    ) -> Result<(), Error> {
+        for (stream_name, through) in cursors.iter().filter(|(_, through)| *through > 0) {
+            let current = cursor(&self.conn, run, stream_name)?;
+            if *through > current.unwrap_or(0) {
+                set_cursor(&self.conn, run, stream_name, *through, current.is_some())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The last position of a run's stream: its newest message, or the cursor
+/// it started from when it continued another run (0 while empty).
+fn last_position(conn: &Connection, run: RunId, stream_name: &str) -> Result<i64, Error> {
+    let last: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(position) FROM message_stream_messages \
+             WHERE run_id = ?1 AND stream_name = ?2",
+        )?
+        .query_row(params![run.0, stream_name], |r| r.get(0))?;
+    Ok(last
+        .unwrap_or(0)
+        .max(cursor(conn, run, stream_name)?.unwrap_or(0)))
+}
+
+fn cursor(conn: &Connection, run: RunId, stream_name: &str) -> Result<Option<i64>, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT through_position FROM message_stream_cursors \
+             WHERE run_id = ?1 AND stream_name = ?2",
+        )?
+        .query_row(params![run.0, stream_name], |r| r.get(0))
+        .optional()?)
+}
+
+fn set_cursor(
+    conn: &Connection,
+    run: RunId,
+    stream_name: &str,
+    through: i64,
+    exists: bool,
+) -> Result<(), Error> {
+    let sql = if exists {
+        "UPDATE message_stream_cursors SET through_position = ?3 \
+         WHERE run_id = ?1 AND stream_name = ?2"
+    } else {
+        "INSERT INTO message_stream_cursors (run_id, stream_name, through_position) \
+         VALUES (?1, ?2, ?3)"
+    };
+    conn.prepare_cached(sql)?
+        .execute(params![run.0, stream_name, through])?;
+    Ok(())
+}
+
+/// The SDKs' cursor checkpoint: a delivery that moves a stream's cursor
+/// without a message (both SDKs seed their cursors from it on replay).
+pub fn checkpoint(stream_name: &str, through_position: i64) -> Result<Value, Error> {
+    avro_value::encode_envelope(&json!([{
+        "schema": CURSOR_SCHEMA,
+        "stream_name": stream_name,
+        "through_position": through_position,
+    }]))
+    .map_err(unencodable)
+}
+
+/// Carries `closing`'s input streams to `next`, the run that continues it,
+/// in the continue-as-new transaction: for each stream, the cursor
+/// (`message_stream_cursors` row and the SDKs' checkpoint as a
+/// `SignalReceived` event) and every message past it, delivered again as a
+/// signal of the new run with its position and id; new appends continue
+/// after the highest position. Returns how many events it wrote.
+pub(crate) fn carry(conn: &Connection, closing: RunId, next: RunId) -> Result<u64, Error> {
+    let streams: Vec<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT s.stream_name, COALESCE(c.through_position, 0) FROM \
+             (SELECT DISTINCT stream_name FROM message_stream_messages WHERE run_id = ?1 \
+              UNION SELECT stream_name FROM message_stream_cursors WHERE run_id = ?1) s \
+             LEFT JOIN message_stream_cursors c ON c.run_id = ?1 AND c.stream_name = s.stream_name \
+             ORDER BY s.stream_name",
+        )?
+        .query_map(params![closing.0], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut events = 0;
+    // The checkpoints first, so every cursor is seeded before a message.
+    for (stream_name, through) in &streams {
+        let (stream_name, through) = (stream_name.as_str(), *through);
+        if through > 0 {
+            set_cursor(conn, next, stream_name, through, false)?;
+            let value = checkpoint(stream_name, through)?;
+            let event = json!({
+                "signal_name": MESSAGE_STREAM_SIGNAL,
+                "value": value,
+                "payload_codec": avro_value::CODEC,
+                "message_stream_checkpoint": true,
+                "received_at_ms": now_ms(),
+            });
+            append_event(conn, next, EventType::SignalReceived, &event, false)?;
+            events += 1;
+        }
+    }
+    for (stream_name, through) in streams {
+        let pending: Vec<(i64, String, String)> = conn
+            .prepare_cached(
+                "SELECT m.position, m.message_id, s.payload FROM message_stream_messages m \
+                 JOIN signals s ON s.id = m.signal_id \
+                 WHERE m.run_id = ?1 AND m.stream_name = ?2 AND m.position > ?3 \
+                 ORDER BY m.position",
+            )?
+            .query_map(params![closing.0, stream_name, through], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        for (position, message_id, payload) in pending {
+            let signal: i64 = conn
+                .prepare_cached(
+                    "INSERT INTO signals (run_id, name, payload, request_id, status) \
+                     VALUES (?1, ?2, ?3, NULL, 'received') RETURNING id",
+                )?
+                .query_row(params![next.0, MESSAGE_STREAM_SIGNAL, payload], |r| {
+                    r.get(0)
+                })?;
+            bump(conn, next, Pending::Signal, 1)?;
+            conn.prepare_cached(
+                "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",
+            )?
+            .execute(params![next.0, to_i64(payload.len())])?;
+            conn.prepare_cached(
+                "INSERT INTO message_stream_messages \
+                 (run_id, stream_name, position, message_id, signal_id) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![next.0, stream_name, position, message_id, signal])?;
+            let value: Value = serde_json::from_str(&payload)?;
+            let event = json!({
+                "signal_id": signal,
+                "signal_name": MESSAGE_STREAM_SIGNAL,
+                "value": value,
+                "payload_codec": codec_of(&value),
+                "request_id": null,
+                "received_at_ms": now_ms(),
+            });
+            append_event(conn, next, EventType::SignalReceived, &event, false)?;
+            events += 1;
+        }
+    }
+    Ok(events)
 }

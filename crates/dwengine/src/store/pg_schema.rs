@@ -151,6 +151,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0030_service_call_waiters",
         include_str!("migrations/postgres/0030_service_call_waiters.sql"),
     ),
+    (
+        "0031_message_stream_cursors",
+        include_str!("migrations/postgres/0031_message_stream_cursors.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -603,6 +603,8 @@ fn continue_as_new(
     // A child that continues stays its parent's child: the link moves on.
     children::follow_continue(tx, head.id, next)?;
     crate::store::service_calls::follow_continue(tx, head.id, next)?;
+    // Input message streams go on where this run left them.
+    crate::store::message_streams::carry(tx, head.id, next)?;
     let now = now_ms();
     let execution_left = timeouts.execution_deadline_at_ms.map(|deadline| {
         // Whole seconds, rounded up, at least one: an execution timeout

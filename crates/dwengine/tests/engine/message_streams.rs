@@ -325,3 +325,111 @@ fn discovery_advertises_input_message_streams() {
         "{ack}"
     );
 }
+
+#[test]
+fn continue_as_new_carries_each_stream_from_its_cursor() {
+    let s = server();
+    s.start_workflow("default", "chain", "chain");
+    let task = next_task(&s, "chain");
+    let (status, body) = s.complete(&task, wait());
+    assert_eq!(status, 200, "{body}");
+    for i in 1..=3 {
+        let (status, body) = append(
+            &s,
+            "chain",
+            "orders",
+            json!({ "message_id": format!("m-{i}"), "input": input(&format!("#{i}")) }),
+        );
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, body) = append(&s, "chain", "audit", json!({ "message_id": "a-1" }));
+    assert_eq!(status, 202, "{body}");
+    let (_, first) = s.get("/api/workflows/chain");
+    // The workflow read m-1 (its wait took it) and continues as new.
+    let task = next_task(&s, "chain");
+    let body = json!({
+        "lease_owner": task["lease_owner"],
+        "workflow_task_attempt": task["workflow_task_attempt"],
+        "commands": [{ "type": "continue_as_new", "arguments": input("again") }],
+        "message_stream_cursors": [{ "stream_name": "orders", "through_position": 1 }],
+    });
+    let (status, answer) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            task["task_id"].as_str().unwrap()
+        ),
+        body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (_, second) = s.get("/api/workflows/chain");
+    assert_ne!(second["run_id"], first["run_id"], "{second}");
+    // The successor starts with the orders cursor and the messages past it;
+    // audit was never consumed, so all of it comes along.
+    let events = history(&s, "chain");
+    let received: Vec<Value> = of_type(&events, "SignalReceived")
+        .iter()
+        .map(|r| delivered(&r["value"]))
+        .collect();
+    assert_eq!(received.len(), 4, "{received:?}");
+    assert_eq!(
+        received[0],
+        json!({ "schema": "durable-workflow.v2.message-stream.cursor",
+                "stream_name": "orders", "through_position": 1 })
+    );
+    assert_eq!(received[1]["message_id"], "a-1");
+    assert_eq!(received[1]["stream_name"], "audit");
+    assert_eq!(
+        received[2..]
+            .iter()
+            .map(|r| (r["message_id"].clone(), r["position"].clone()))
+            .collect::<Vec<_>>(),
+        vec![(json!("m-2"), json!(2)), (json!("m-3"), json!(3))]
+    );
+    assert_eq!(received[3]["payload_envelope"], input("#3"));
+    // New appends continue after the highest position; a carried message's
+    // retry answers from the successor.
+    let (status, body) = append(&s, "chain", "orders", json!({ "message_id": "m-4" }));
+    assert_eq!((status, &body["position"]), (202, &json!(4)), "{body}");
+    assert_eq!(body["run_id"], second["run_id"]);
+    let (status, body) = append(
+        &s,
+        "chain",
+        "orders",
+        json!({ "message_id": "m-3", "input": input("#3") }),
+    );
+    assert_eq!((status, &body["retained"]), (202, &json!(true)), "{body}");
+    assert_eq!(body["position"], 3);
+    // The successor's first wait takes the oldest carried message.
+    let task = next_task(&s, "chain");
+    let (status, body) = s.complete(&task, wait());
+    assert_eq!(status, 200, "{body}");
+    let applied = of_type(&history(&s, "chain"), "SignalApplied");
+    assert_eq!(delivered(&applied[0]["value"])["message_id"], "a-1");
+    // A fully consumed stream still continues its positions.
+    let task = next_task(&s, "chain");
+    let body = json!({
+        "lease_owner": task["lease_owner"],
+        "workflow_task_attempt": task["workflow_task_attempt"],
+        "commands": [{ "type": "continue_as_new", "arguments": input("third") }],
+        "message_stream_cursors": [{ "stream_name": "orders", "through_position": 4 },
+                                   { "stream_name": "audit", "through_position": 1 }],
+    });
+    let (status, answer) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            task["task_id"].as_str().unwrap()
+        ),
+        body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let received = of_type(&history(&s, "chain"), "SignalReceived");
+    assert_eq!(
+        received.len(),
+        2,
+        "two checkpoints, no messages: {received:?}"
+    );
+    let (status, body) = append(&s, "chain", "orders", json!({ "message_id": "m-5" }));
+    assert_eq!((status, &body["position"]), (202, &json!(5)), "{body}");
+    let (status, body) = append(&s, "chain", "audit", json!({ "message_id": "a-2" }));
+    assert_eq!((status, &body["position"]), (202, &json!(2)), "{body}");
+}
