@@ -483,18 +483,21 @@ class Suite:
         result = await self.client.get_result(handle, timeout=60)
         assert result["greeting"] == "hello, from-workflow", result
         assert "not found" in (result["missing"] or ""), result
+        assert result["admitted"] == "started", result
         history = await self.client.get_history(wid, handle.run_id, page_size=1000)
         events = history["events"]
         started = [e["payload"] for e in events if e["event_type"] == "ServiceCallStarted"]
         completed = [e["payload"] for e in events if e["event_type"] == "ServiceCallCompleted"]
         failed = [e["payload"] for e in events if e["event_type"] == "ServiceCallFailed"]
-        assert len(started) == 1 and len(completed) == 1 and len(failed) == 1, [e["event_type"] for e in events]
+        assert len(started) == 2 and len(completed) == 1 and len(failed) == 1, [e["event_type"] for e in events]
+        assert started[1]["operation_mode"] == "async" and started[1]["wait_for"] == "accepted", started[1]
         assert completed[0]["sequence"] == started[0]["sequence"], (started, completed)
         linked = await self.describe_raw(started[0]["linked_workflow_instance_id"])
         assert linked["status"] == "completed" and linked["workflow_type"] == "quick", linked
         assert not [e for e in events if e["event_type"] == "WorkflowTaskFailed"]
         return (f"call {started[0]['service_call_id']} ran {linked['workflow_id']} and resumed the caller "
-                f"with {result['greeting']!r}; the missing operation raised NexusOperationFailed")
+                f"with {result['greeting']!r}; the missing operation raised NexusOperationFailed; "
+                f"the async call resumed at its admission")
 
     async def workflow_output_stream(self) -> str:
         wid = new_id("streamer")

@@ -355,7 +355,8 @@ class InboxChain:
 class NexusCaller:
     """Calls the catalogued conformance/greetings/greet operation (bound to
     the `quick` workflow) from workflow code and returns its result; then
-    calls an operation the catalog does not have and returns the failure."""
+    calls an operation the catalog does not have and returns the failure,
+    then starts the operation in async mode and returns at its admission."""
 
     def run(self, ctx, name):
         greeted = yield ctx.call_nexus_service("conformance", "greetings", "greet", [name])
@@ -364,7 +365,9 @@ class NexusCaller:
             missing = None
         except NexusOperationFailed as exc:
             missing = str(exc)
-        return {"greeting": greeted.result, "missing": missing}
+        # The async form resumes once the call is admitted.
+        admitted = yield ctx.start_nexus_operation("conformance", "greetings", "greet", [name])
+        return {"greeting": greeted.result, "missing": missing, "admitted": admitted.status}
 
 
 SESSION_QUEUE = "conformance-sessions"

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use durable_workflow::{
     json, wait_condition, ActivityOptions, ActivityRetryPolicy, AvroValue, ChildWorkflowOptions,
-    ConditionWaitResult, Error, LocalActivityOptions, ParallelOperation, ParallelResult,
-    ParentClosePolicy, StickyCacheOptions, Value,
+    ConditionWaitResult, Error, LocalActivityOptions, NexusServiceOptions, NexusWaitFor,
+    ParallelOperation, ParallelResult, ParentClosePolicy, StickyCacheOptions, Value,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -1035,8 +1035,21 @@ async fn nexus_from_workflow(h: Harness) -> Outcome {
                 Ok(_) => "no failure".to_owned(),
                 Err(other) => return Err(other),
             };
+            // Waiting only for the admission resumes at ServiceCallStarted.
+            let mut accepted = NexusServiceOptions::new();
+            accepted.wait_for = NexusWaitFor::Accepted;
+            let admitted = ctx
+                .call_nexus_service_with_options(
+                    "rust-conformance",
+                    "greetings",
+                    &op,
+                    accepted,
+                    json!(["later"]),
+                )
+                .await?;
             Ok(json!({"greeting": greeting, "missing": missing,
-                      "service_call_id": greeted.service_call_id}))
+                      "service_call_id": greeted.service_call_id,
+                      "admitted": admitted.status}))
         }
     });
     let handle = h
@@ -1063,7 +1076,7 @@ async fn nexus_from_workflow(h: Harness) -> Outcome {
         .iter()
         .filter(|e| e["event_type"] == "ServiceCallCompleted")
         .collect();
-    check(started.len() == 1 && completed.len() == 1, || {
+    check(started.len() == 2 && completed.len() == 1, || {
         format!("{:?}", types(&events))
     })?;
     check(

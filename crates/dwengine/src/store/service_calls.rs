@@ -7,9 +7,11 @@
 //! caller's), a service call is recorded (the same row a client's
 //! `execute` writes, so the call's describe route and retention apply) and
 //! the operation's bound workflow is started; the caller's history gets
-//! `ServiceCallStarted` at the command's sequence, and a waiter row links
-//! the caller to the started run. When that run closes, the caller gets the
-//! terminal event at the same sequence (`ServiceCallCompleted` with the
+//! `ServiceCallStarted` at the command's sequence, and (for a `sync` call
+//! that waits for completion; with `accepted` or `async` both SDKs resume
+//! at the admission) a waiter row links the caller to the started run.
+//! When that run closes, the caller gets the terminal event at the same
+//! sequence (`ServiceCallCompleted` with the
 //! run's output, `ServiceCallFailed`, `ServiceCallCancelled`) and a
 //! workflow task. An operation that cannot be resolved or started fails at
 //! once: a lone `ServiceCallFailed` (both SDKs accept a terminal delivery
@@ -59,6 +61,9 @@ pub struct StartedCall {
     pub started: Option<Value>,
     /// A terminal event written at once (the call failed to start).
     pub terminal: Option<(EventType, Value)>,
+    /// Whether the caller resumes at the admission (`accepted` or `async`):
+    /// it needs a workflow task to see it.
+    pub resumes_at_admission: bool,
     /// The started run's namespace and task queue (to wake its pollers).
     pub woken: Option<(String, String)>,
 }
@@ -204,6 +209,7 @@ pub(crate) fn start(
             return Ok(StartedCall {
                 started: None,
                 terminal: Some((EventType::ServiceCallFailed, Value::Object(failed))),
+                resumes_at_admission: false,
                 woken: None,
             });
         }
@@ -272,17 +278,23 @@ pub(crate) fn start(
     fields.insert("service_call_id".into(), call_id.to_string().into());
     fields.insert("linked_workflow_instance_id".into(), workflow_id.into());
     fields.insert("linked_workflow_run_id".into(), run.0.to_string().into());
-    conn.prepare_cached(
-        "INSERT INTO service_call_waiters (caller_run_id, sequence, call_id, linked_run_id, \
-         event_fields) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        caller.id.0,
-        call.sequence,
-        call_id,
-        run.0,
-        serde_json::to_string(&fields)?
-    ])?;
+    // Only a sync call that waits for completion resumes at the outcome:
+    // with `accepted` or in `async` mode both SDKs resume at the admission,
+    // and a later terminal event would be a second result for one command.
+    let waits = mode == "sync" && wait_for == "completed";
+    if waits {
+        conn.prepare_cached(
+            "INSERT INTO service_call_waiters (caller_run_id, sequence, call_id, \
+             linked_run_id, event_fields) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            caller.id.0,
+            call.sequence,
+            call_id,
+            run.0,
+            serde_json::to_string(&fields)?
+        ])?;
+    }
     let mut started = fields;
     started.insert("status".into(), "started".into());
     started.insert("request_payload".into(), call.request_payload.clone());
@@ -290,6 +302,7 @@ pub(crate) fn start(
     Ok(StartedCall {
         started: Some(Value::Object(started)),
         terminal: None,
+        resumes_at_admission: !waits,
         woken: Some((namespace.to_owned(), queue)),
     })
 }

@@ -1394,6 +1394,9 @@ impl<'a> CommandWriter<'a> {
         if let Some(payload) = &started.started {
             self.event(EventType::ServiceCallStarted, payload, true)?;
         }
+        if started.resumes_at_admission {
+            self.follow_up = true;
+        }
         if let Some((event, payload)) = &started.terminal {
             self.event(*event, payload, true)?;
             self.follow_up = true;

@@ -233,6 +233,47 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
 }
 
 #[test]
+fn an_accepted_or_async_call_resumes_at_its_admission_only() {
+    let s = server();
+    catalog(&s);
+    for (id, mode, wait_for) in [
+        ("c-accepted", "sync", "accepted"),
+        ("c-async", "async", "accepted"),
+    ] {
+        let mut command = call("charge");
+        command["mode_override"] = mode.into();
+        command["wait_for"] = wait_for.into();
+        let started = caller_calls(&s, id, command);
+        assert_eq!(started["status"], "started", "{started}");
+        assert_eq!(started["wait_for"], wait_for);
+        assert_eq!(started["operation_mode"], mode);
+        // The admission is the call's result: the caller gets a task now.
+        let resumed = next_task(&s, id);
+        assert!(resumed["history_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event_type"] == "ServiceCallStarted"));
+        let task = next_task(&s, "payments");
+        let (status, body) = s.complete(
+            &task,
+            json!([{ "type": "complete_workflow", "result": envelope("1") }]),
+        );
+        assert_eq!(status, 200, "{body}");
+        // The call completed, but the caller's history keeps the admission
+        // alone: a second result for the one command would break replay.
+        let call_id = started["service_call_id"].as_str().unwrap();
+        let (_, described) = s.get(&format!("{OPERATION}/service-calls/{call_id}"));
+        assert_eq!(described["status"], "completed", "{described}");
+        let events = history(&s, id);
+        assert!(
+            payloads(&events, "ServiceCallCompleted").is_empty(),
+            "{events:?}"
+        );
+    }
+}
+
+#[test]
 fn a_linked_workflow_that_continues_as_new_answers_from_its_last_run() {
     let s = server();
     catalog(&s);
