@@ -4,9 +4,14 @@
 //! The gate must not go blind on a file `syn` rejects (work in progress,
 //! a newer syntax, a generated monster), nor crash on one that would blow the
 //! stack of a recursive-descent parser. So the same small lexer that finds
-//! literals for the fallback also measures nesting before `syn` ever sees the
-//! file. It knows just enough Rust to not mistake comments, char literals and
-//! lifetimes for strings. Literal decoding lives here too, so the parser path
+//! literals for the fallback also measures nesting ([`too_complex`]). It
+//! knows just enough Rust to not mistake comments, char literals and
+//! lifetimes for strings. The Rust extractor reads the same two measures
+//! off its tokenizer on the way through ([`GuardView`]), and asks this
+//! lexer only when the tokenizer cannot settle them, so a file is lexed
+//! once.
+//!
+//! [`GuardView`]: super::rust_lex::GuardView Literal decoding lives here too, so the parser path
 //! reads values straight from the source text instead of re-lexing tokens.
 
 use std::borrow::Cow;
@@ -270,6 +275,33 @@ fn too_complex_lexed(text: &str) -> Option<(String, usize)> {
         found.is_none()
     });
     found
+}
+
+/// The guard's two measures over the whole of `text`, without stopping at
+/// a limit: the deepest nesting and the longest operator run (what the
+/// tokenizer's [`GuardView`](super::rust_lex::GuardView) must equal).
+#[cfg(test)]
+pub(crate) fn guard_measures(text: &str) -> (usize, usize) {
+    let (mut depth, mut run, mut deepest, mut longest) = (0usize, 0usize, 0, 0);
+    lex(text, |lexeme, _| {
+        match lexeme {
+            Lexeme::Open => {
+                depth += 1;
+                run = 0;
+            }
+            Lexeme::Close => {
+                depth = depth.saturating_sub(1);
+                run = 0;
+            }
+            Lexeme::Separator => run = 0,
+            Lexeme::Operator => run += 1,
+            Lexeme::Str(_) => {}
+        }
+        deepest = deepest.max(depth);
+        longest = longest.max(run);
+        true
+    });
+    (deepest, longest)
 }
 
 /// Whether `b` holds more opening brackets than [`MAX_NESTING`] or more

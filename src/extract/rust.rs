@@ -10,7 +10,9 @@
 //! tree where every file must be read, that parse was most of the run. A
 //! file that cannot be tokenized (an unclosed delimiter, an unterminated
 //! literal), is too large, or nests too deeply is scanned lexically and
-//! `FileFacts::fallback` says why. The `syn` extractor this replaced is kept
+//! `FileFacts::fallback` says why. The nesting limits are measured by the
+//! tokenizer as it goes ([`rust_lex::GuardView`]), with the verdicts of the
+//! lexical guard it stands in for ([`too_complex`]). The `syn` extractor this replaced is kept
 //! as the reference a differential property test holds this one to.
 
 use std::ops::Range;
@@ -37,7 +39,7 @@ const UNTOKENIZABLE: &str = "not parseable as Rust: cannot parse string into tok
 /// be tokenized, is over [`MAX_PARSE_BYTES`] or is nested too deeply is
 /// scanned lexically and `FileFacts::fallback` says why.
 pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) -> FileFacts {
-    if let Some(facts) = prechecks(text, config) {
+    if let Some(facts) = too_large(text, config) {
         return facts;
     }
     let base = code_start(text);
@@ -50,16 +52,17 @@ pub fn extract_rust(text: &str, config: &ExtractConfig, module_path: &[String]) 
             Ok(scratch) => scratch,
             Err(_) => &mut fresh,
         };
-        let facts = match rust_lex::tokenize_into(text, base, &mut scratch.toks, &mut scratch.open)
-        {
-            Ok(()) => {
-                let src = Src {
-                    text,
-                    toks: &scratch.toks,
-                };
-                rust_walk::walk(src, config, module_path, &mut scratch.levels)
-            }
-            Err(error) => fallback(text, config, UNTOKENIZABLE.to_owned(), error.at..error.at),
+        let lexed = rust_lex::tokenize_into(text, base, &mut scratch.toks, &mut scratch.open);
+        let facts = if let Some((reason, at)) = too_complex(text, &lexed) {
+            fallback(text, config, reason, at..at)
+        } else if let Err(error) = lexed {
+            fallback(text, config, UNTOKENIZABLE.to_owned(), error.at..error.at)
+        } else {
+            let src = Src {
+                text,
+                toks: &scratch.toks,
+            };
+            rust_walk::walk(src, config, module_path, &mut scratch.levels)
         };
         scratch.trim();
         facts
@@ -103,17 +106,42 @@ thread_local! {
 }
 
 /// The size and nesting limits every Rust extraction starts with: the
-/// fallback's facts when the file is past one.
+/// fallback's facts when the file is past one. (The `syn` extractor's
+/// order; [`extract_rust`] reaches the same verdicts with one lex.)
+#[cfg(any(test, feature = "syn-oracle"))]
 pub(crate) fn prechecks(text: &str, config: &ExtractConfig) -> Option<FileFacts> {
-    if text.len() > MAX_PARSE_BYTES {
-        let reason = format!(
-            "over {} MiB, too large to hold its tokens (several times the file)",
-            MAX_PARSE_BYTES >> 20
-        );
-        return Some(fallback(text, config, reason, 0..0));
+    if let Some(facts) = too_large(text, config) {
+        return Some(facts);
     }
     let (reason, at) = lexical::too_complex(text)?;
     Some(fallback(text, config, reason, at..at))
+}
+
+/// The fallback's facts for a file over [`MAX_PARSE_BYTES`].
+fn too_large(text: &str, config: &ExtractConfig) -> Option<FileFacts> {
+    if text.len() <= MAX_PARSE_BYTES {
+        return None;
+    }
+    let reason = format!(
+        "over {} MiB, too large to hold its tokens (several times the file)",
+        MAX_PARSE_BYTES >> 20
+    );
+    Some(fallback(text, config, reason, 0..0))
+}
+
+/// [`lexical::too_complex`]'s verdict on `text`, given what tokenizing it
+/// gave: read from the tokenizer's measures when they settle it (nearly
+/// every file), so the file is lexed once; from the guard itself when the
+/// file did not tokenize, came near a limit or holds a shape the two
+/// lexers read differently.
+pub(crate) fn too_complex(
+    text: &str,
+    lexed: &Result<rust_lex::GuardView, rust_lex::LexError>,
+) -> Option<(String, usize)> {
+    match lexed {
+        Ok(view) if view.clears_guard() => None,
+        _ => lexical::too_complex(text),
+    }
 }
 
 pub(crate) fn fallback(

@@ -15,6 +15,8 @@
 //! did before. Tokens are 16 bytes and a group records where it closes, so
 //! walking a file never recurses and never allocates per token.
 
+use std::ops::Range;
+
 /// A BOM and a shebang line are not Rust tokens; skipping them keeps every
 /// offset a file offset.
 pub(crate) fn code_start(text: &str) -> usize {
@@ -80,23 +82,74 @@ pub(crate) fn tokenize(text: &str, from: usize) -> Result<Vec<Token>, LexError> 
     Ok(toks)
 }
 
+/// The nesting guard's two measures ([`lexical::too_complex`]: bracket depth
+/// and operator runs) as the tokenizer saw them on its way through a file,
+/// so that a file need not be lexed a second time for the guard.
+///
+/// The guard's small lexer and this tokenizer agree on where every
+/// comment, string and char literal starts and ends, token by token, on
+/// all input that tokenizes, except around a few shapes where the guard's
+/// shortcuts read the bytes otherwise: a vertical tab or a non-ASCII space
+/// (an operator or a word byte to it), a literal suffix glued to a quote
+/// or `#` (`"a"r"b"` is a raw string to it), a char escape longer than its
+/// window, `'''`, a BOM or a shebang line (lexed as code). Where they
+/// agree, `depth` and `run` are exactly the guard's deepest nesting and
+/// longest operator run; `in_step` is `false` when the file holds one of
+/// those shapes, and then only the guard itself can say. A differential
+/// test holds the two together on generated and real files.
+///
+/// [`lexical::too_complex`]: super::lexical::too_complex
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GuardView {
+    /// The deepest bracket nesting.
+    pub depth: usize,
+    /// The longest run of operator bytes with no `, ; ( ) [ ] { }` between.
+    pub run: usize,
+    /// The two lexers read the file alike, so the measures are the guard's.
+    pub in_step: bool,
+}
+
+impl GuardView {
+    /// Whether the guard passes the file for certain: measured in step,
+    /// and within both of its limits.
+    pub fn clears_guard(&self) -> bool {
+        self.in_step
+            && self.depth <= super::lexical::MAX_NESTING
+            && self.run <= super::lexical::MAX_OPERATOR_RUN
+    }
+}
+
+/// Whether the guard's lexer takes `c` for a word byte.
+const fn guard_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
 /// [`tokenize`] into `toks` (cleared first), with `stack` for the open
 /// groups: a caller that tokenizes file after file reuses both buffers
 /// instead of allocating them for every file. On an error `toks` holds
-/// what was read up to it.
+/// what was read up to it. On success, what the nesting guard would have
+/// measured ([`GuardView`]).
 pub(crate) fn tokenize_into(
     text: &str,
     from: usize,
     toks: &mut Vec<Token>,
     stack: &mut Vec<(usize, Delim)>,
-) -> Result<(), LexError> {
+) -> Result<GuardView, LexError> {
     let b = text.as_bytes();
     toks.clear();
     stack.clear();
     toks.reserve(text.len() / 4);
+    // The guard lexes from the first byte, a BOM or a shebang included,
+    // and takes a vertical tab for an operator.
+    let mut view = GuardView {
+        depth: 0,
+        run: 0,
+        in_step: from == 0 && memchr::memchr(0x0b, b).is_none(),
+    };
+    let mut run = 0usize;
     let mut i = from;
     loop {
-        i = skip_whitespace(text, i);
+        i = skip_whitespace_noting(text, i, &mut view.in_step);
         if let Some((end, inner)) = doc_comment(text, i) {
             let (start, end32) = (i as u32, end as u32);
             let mut push = |kind| {
@@ -123,7 +176,7 @@ pub(crate) fn tokenize_into(
         }
         let Some(&first) = b.get(i) else {
             return match stack.last() {
-                None => Ok(()),
+                None => Ok(view),
                 Some(&(open, _)) => Err(LexError {
                     at: toks[open].start as usize,
                 }),
@@ -145,6 +198,8 @@ pub(crate) fn tokenize_into(
         };
         if let Some(delim) = open {
             stack.push((toks.len(), delim));
+            view.depth = view.depth.max(stack.len());
+            run = 0;
             toks.push(Token {
                 kind: Kind::Open(delim),
                 start: i as u32,
@@ -163,12 +218,32 @@ pub(crate) fn tokenize_into(
                         end: i as u32 + 1,
                         close: open as u32,
                     });
+                    run = 0;
                     i += 1;
                 }
                 _ => return Err(LexError { at: i }),
             }
         } else {
             let (kind, end) = leaf(text, i).ok_or(LexError { at: i })?;
+            match kind {
+                Kind::Punct {
+                    ch: b',' | b';', ..
+                } => run = 0,
+                // A lifetime's quote: the guard steps over it.
+                Kind::Punct { ch: b'\'', .. } => {}
+                Kind::Punct { .. } => {
+                    run += 1;
+                    view.run = view.run.max(run);
+                }
+                // `r#name`: a word, an operator `#` and a word to the guard.
+                Kind::Ident => {
+                    if b[i] == b'r' && b.get(i + 1) == Some(&b'#') {
+                        run += 1;
+                        view.run = view.run.max(run);
+                    }
+                }
+                _ => guard_literal(b, i..end, stack.len(), &mut run, &mut view),
+            }
             toks.push(Token {
                 kind,
                 start: i as u32,
@@ -180,10 +255,62 @@ pub(crate) fn tokenize_into(
     }
 }
 
+/// What the nesting guard makes of the literal at `span` of `b`, `depth`
+/// groups deep: a number's `.`, `+` and `-` are operators to it, rustc's
+/// `(/*ERROR*/)` a group, a string or a char nothing, unless it reads the
+/// literal otherwise (see [`GuardView`]).
+fn guard_literal(
+    b: &[u8],
+    span: Range<usize>,
+    depth: usize,
+    run: &mut usize,
+    view: &mut GuardView,
+) {
+    let token = &b[span.clone()];
+    // A word glued to a quote or `#` could be a string's prefix to the
+    // guard (`"a"r"b"`: a raw string).
+    let glued =
+        guard_word_byte(token[token.len() - 1]) && matches!(b.get(span.end), Some(b'"' | b'#'));
+    if glued {
+        view.in_step = false;
+    }
+    match token[0] {
+        b'0'..=b'9' => {
+            *run += token.iter().filter(|&&c| !guard_word_byte(c)).count();
+            view.run = view.run.max(*run);
+        }
+        b'(' => {
+            // `(/*ERROR*/)`: a group holding a comment to the guard.
+            view.depth = view.depth.max(depth + 1);
+            *run = 0;
+        }
+        _ => {
+            // A char (`'…'`, `b'…'`): the guard takes `'''` for a
+            // lifetime, and looks for an escape's closing quote in the 11
+            // bytes from the third after the opening one.
+            let quote = usize::from(token[0] == b'b');
+            if token.get(quote) == Some(&b'\'') {
+                let close = token.iter().rposition(|&c| c == b'\'').unwrap_or(quote);
+                let escaped = token.get(quote + 1) == Some(&b'\\');
+                if token.get(quote + 1) == Some(&b'\'') || (escaped && close >= quote + 14) {
+                    view.in_step = false;
+                }
+            }
+        }
+    }
+}
+
 /// rustc's stand-in for a failed macro expansion, one literal token.
 const ERROR: &str = "(/*ERROR*/)";
 
-fn skip_whitespace(text: &str, mut i: usize) -> usize {
+#[cfg(test)]
+fn skip_whitespace(text: &str, i: usize) -> usize {
+    skip_whitespace_noting(text, i, &mut true)
+}
+
+/// Steps over whitespace and plain comments from `i`; clears
+/// `guard_in_step` at a non-ASCII space, a word byte to the nesting guard.
+fn skip_whitespace_noting(text: &str, mut i: usize, guard_in_step: &mut bool) -> usize {
     let b = text.as_bytes();
     while i < b.len() {
         // Indentation and line breaks first, in a tight loop: they are
@@ -226,6 +353,7 @@ fn skip_whitespace(text: &str, mut i: usize) -> usize {
             _ => {
                 let ch = text[i..].chars().next().unwrap_or('\0');
                 if ch.is_whitespace() || ch == '\u{200e}' || ch == '\u{200f}' {
+                    *guard_in_step = false;
                     i += ch.len_utf8();
                     continue;
                 }
@@ -872,6 +1000,10 @@ fn int(text: &str, i: usize) -> Option<usize> {
     }
     with_suffix(text, at)
 }
+
+#[cfg(test)]
+#[path = "rust_lex_guard_tests.rs"]
+mod guard_tests;
 
 #[cfg(test)]
 mod tests {

@@ -268,8 +268,7 @@ pub(crate) fn finish_run(
     }
     close_children_by_policy(conn, head)?;
     let Some(link) = children::open_link(conn, head.id)? else {
-        // A run a workflow's service call started resumes its callers.
-        return crate::store::service_calls::deliver(conn, head.id, status, payload);
+        return Ok(None);
     };
     if status == RunStatus::Failed && children::retry(conn, head.id, &link, payload)? {
         // The parent waits on the retry's run (its queue wakes at its due time).

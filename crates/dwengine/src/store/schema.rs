@@ -42,9 +42,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0026_child_workflows.sql"),
     include_str!("migrations/0027_sticky_bindings.sql"),
     include_str!("migrations/0028_worker_sessions.sql"),
-    include_str!("migrations/0029_message_streams.sql"),
-    include_str!("migrations/0030_service_call_waiters.sql"),
-    include_str!("migrations/0031_message_stream_cursors.sql"),
 ];
 
 /// The schema version this engine writes.
