@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cache::{hash_dimensions, Cache, CacheError, Subscription};
@@ -98,7 +98,8 @@ pub fn wake_channel(namespace: &str, task_queue: &str, channel: &str) -> String 
 /// carries wake-ups between the nodes of one store.
 ///
 /// A poll subscribes to its channel before its first look at the store and
-/// waits on the subscription between looks; [`PollWakes::wake`] bumps the
+/// waits on the subscription between looks, on the async runtime, holding
+/// no thread ([`PollWake::woken_before`]); [`PollWakes::wake`] bumps the
 /// channel's count and wakes its waiters. The board holds one entry per
 /// channel with a waiting poll (bounded by the wait-slot caps), removed
 /// with its last subscriber.
@@ -123,8 +124,8 @@ struct Relay {
 
 #[derive(Default)]
 struct WakeChannel {
-    wakes: Mutex<u64>,
-    woken: Condvar,
+    wakes: AtomicU64,
+    woken: tokio::sync::Notify,
     subscribers: AtomicU64,
 }
 
@@ -236,7 +237,7 @@ impl PollWakes {
         let entry = channels.entry(channel.clone()).or_default().clone();
         entry.subscribers.fetch_add(1, Ordering::AcqRel);
         drop(channels);
-        let seen = *entry.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = entry.wakes.load(Ordering::Acquire);
         PollWake {
             board: self.clone(),
             channel,
@@ -344,10 +345,8 @@ impl PollWakes {
 
 impl WakeChannel {
     fn bump(&self) {
-        let mut wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
-        *wakes = wakes.wrapping_add(1);
-        drop(wakes);
-        self.woken.notify_all();
+        self.wakes.fetch_add(1, Ordering::AcqRel);
+        self.woken.notify_waiters();
     }
 }
 
@@ -360,26 +359,28 @@ pub struct PollWake {
 }
 
 impl PollWake {
-    /// Waits until a wake-up this subscription has not seen yet, or until
-    /// `until`; whether it was woken. Wake-ups between two waits are not
-    /// lost: they are counted, and the next wait returns at once.
-    pub fn wait_until(&mut self, until: Instant) -> bool {
-        let mut wakes = self.entry.wakes.lock().unwrap_or_else(|e| e.into_inner());
+    /// Waits, on the async runtime and without a thread, until a wake-up
+    /// this subscription has not seen yet, or until `until`; whether it was
+    /// woken. Wake-ups between two waits are not lost: they are counted,
+    /// and the next wait returns at once.
+    pub async fn woken_before(&mut self, until: Instant) -> bool {
         loop {
-            if *wakes != self.seen {
-                self.seen = *wakes;
+            // Enabled before the count is read: a wake-up in between is kept.
+            let woken = self.entry.woken.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let wakes = self.entry.wakes.load(Ordering::Acquire);
+            if wakes != self.seen {
+                self.seen = wakes;
                 return true;
             }
-            let now = Instant::now();
-            if now >= until {
+            if Instant::now() >= until {
                 return false;
             }
-            wakes = self
-                .entry
-                .woken
-                .wait_timeout(wakes, until - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
         }
     }
 }
@@ -680,6 +681,12 @@ mod tests {
 
     #[test]
     fn a_wake_reaches_the_polls_of_its_channel_here_and_on_every_node_of_the_relay() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let woken =
+            |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
         let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
         let (a, b, elsewhere) = (PollWakes::new(), PollWakes::new(), PollWakes::new());
         a.join_relay(cache.clone(), "one store", "node-a").unwrap();
@@ -698,27 +705,33 @@ mod tests {
         // A wake on A reaches A's poll and, relayed, B's; not another
         // queue's, not another store's.
         a.wake(&channel).unwrap();
-        assert!(on_a.wait_until(far));
-        assert!(on_b.wait_until(far));
+        assert!(woken(&mut on_a, far));
+        assert!(woken(&mut on_b, far));
         let now = Instant::now();
-        assert!(!other_queue.wait_until(now));
-        assert!(!other_store.wait_until(now));
+        assert!(!woken(&mut other_queue, now));
+        assert!(!woken(&mut other_store, now));
         assert_eq!(a.stats().published, 1);
         assert_eq!(b.stats().received, 1);
         // A does not count its own message as received.
         assert_eq!(a.stats().received, 0);
 
         // Seen once: the next wait waits; a wake between two waits is kept.
-        assert!(!on_b.wait_until(Instant::now()));
+        assert!(!woken(&mut on_b, Instant::now()));
         b.wake(&channel).unwrap();
         b.wake(&channel).unwrap();
-        assert!(on_b.wait_until(far));
-        assert!(!on_b.wait_until(Instant::now()));
-        assert!(on_a.wait_until(far));
+        assert!(woken(&mut on_b, far));
+        assert!(!woken(&mut on_b, Instant::now()));
+        assert!(woken(&mut on_a, far));
 
         // A waiting poll is woken from another thread (whether the wake
         // comes before or during its wait).
-        let waiter = std::thread::spawn(move || on_b.wait_until(far));
+        let waiter = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(on_b.woken_before(far))
+        });
         a.wake(&channel).unwrap();
         assert!(waiter.join().unwrap());
 
@@ -756,7 +769,7 @@ mod tests {
         assert!(!b.relayed());
         let mut later = b.subscribe(channel.clone());
         a.wake(&channel).unwrap();
-        assert!(!later.wait_until(Instant::now()));
+        assert!(!woken(&mut later, Instant::now()));
         drop(on_a);
         assert_eq!(a.channels(), 0);
     }

@@ -625,6 +625,164 @@ fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
     let _ = server.log();
 }
 
+/// Wait slots held by `server`'s long polls (its pools' `slot-*` files: the
+/// held ones and at most one idle file per pool).
+fn held_wait_slots(server: &Server) -> usize {
+    fn count(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| {
+                let path = entry.path();
+                if path.is_dir() {
+                    count(&path)
+                } else {
+                    usize::from(entry.file_name().to_string_lossy().starts_with("slot-"))
+                }
+            })
+            .sum()
+    }
+    count(&server._dir.path().join("polling").join("wait-slots"))
+}
+
+/// 600 worker long polls waiting at once on an empty queue, their caps
+/// raised so every one waits: the process does not grow a thread per poll
+/// (each poll's claims run on a lane of 16 threads; its waits between them
+/// hold none), `/api/health` keeps the waits' p99 bound, another queue's
+/// poll is served, and a run started while they wait is handed to exactly
+/// one of them. Before polls waited without a thread, the process grew to
+/// the blocking pool's 512 threads and held them for the whole wait.
+#[test]
+fn waiting_long_polls_hold_no_thread_and_one_takes_a_new_run() {
+    let _turn = one_at_a_time();
+    // 600 sockets and 600 slot files: more than a default 1,024 limit,
+    // which the server inherits.
+    raise_own_file_limit(4096);
+    let server = Server::start(&[
+        ("DW_LONG_POLL_MAX_WAITS", "1000"),
+        ("DW_LONG_POLL_MAX_WAITS_PER_NAMESPACE", "1000"),
+        // Longer than the polls wait: the one lease never expires back to
+        // the queue for a second poll to take.
+        ("DW_TASK_LEASE_MS", "300000"),
+    ]);
+    let control = Server::start(&[]);
+    let addr = server.addr.clone();
+    // One poll that answers at once, so the poll path's lazily made
+    // threads count in the figure before.
+    let (status, body) = call(
+        &addr,
+        "POST",
+        "/api/worker/workflow-tasks/poll",
+        Some(&json!({ "task_queue": "warm-up", "worker_id": "w-warm",
+                      "poll_request_id": "warm-up", "timeout_seconds": 0 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let threads_before = server.threads();
+    let leased = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut polls = Vec::with_capacity(WAITS);
+    for i in 0..WAITS {
+        let addr = addr.clone();
+        let leased = leased.clone();
+        polls.push(client(move || {
+            let body = json!({ "task_queue": "empty-queue", "worker_id": format!("w-{i}"),
+                               "poll_request_id": format!("p-{i}"), "timeout_seconds": 40 });
+            let answer = call_raw(
+                &addr,
+                "POST",
+                "/api/worker/workflow-tasks/poll",
+                &[],
+                Some(&body),
+            )
+            .unwrap_or_else(|e| (0, json!({ "transport": e.to_string() })));
+            if answer.0 == 200 && answer.1["task"].is_object() {
+                leased.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            answer
+        }));
+    }
+    // Every poll holds its wait slot: all 600 are waiting, not queued.
+    let waiting = until(Duration::from_secs(30), || {
+        held_wait_slots(&server) >= WAITS
+    });
+    let threads_during = server.threads();
+    let names_during = thread_names(server.pid());
+    let (mut latencies, mut noise) = health_latencies(&addr, &control.addr, 100);
+    let threads_after_probes = server.threads();
+    let poll_began = Instant::now();
+    let (poll_status, poll) = call(
+        &addr,
+        "POST",
+        "/api/worker/workflow-tasks/poll",
+        Some(
+            &json!({ "task_queue": "other-queue", "worker_id": "w-probe",
+                      "poll_request_id": "probe", "timeout_seconds": 0 }),
+        ),
+    );
+    let poll_took = poll_began.elapsed();
+    // A start while they wait wakes them; one leases the task.
+    let started = Instant::now();
+    start_run(&addr, "handed-out", "empty-queue");
+    let handed = until(Duration::from_secs(30), || {
+        leased.load(std::sync::atomic::Ordering::SeqCst) >= 1
+    });
+    let handoff = started.elapsed();
+    let mut statuses = Vec::with_capacity(WAITS);
+    for poll in polls {
+        let (status, body) = poll.join().unwrap();
+        assert_ne!(
+            status,
+            0,
+            "a waiting poll got no answer: {body}; the server's log:\n{}",
+            server.log()
+        );
+        statuses.push(status);
+    }
+    let leased = leased.load(std::sync::atomic::Ordering::SeqCst);
+    let noise_p99 = p99(&mut noise);
+    latencies.sort();
+    let p50 = latencies[latencies.len() / 2];
+    let p99 = p99(&mut latencies);
+    println!(
+        "FIGURE long_polls concurrent={WAITS} waiting={waiting} threads_before={threads_before} \
+         threads_during={threads_during} threads_after_probes={threads_after_probes} \
+         health_p50_ms={} health_p99_ms={} idle_control_p99_ms={} worker_poll_ms={} \
+         handed_to={leased} handoff_ms={} answers={:?}",
+        p50.as_millis(),
+        p99.as_millis(),
+        noise_p99.as_millis(),
+        poll_took.as_millis(),
+        handoff.as_millis(),
+        tally(&statuses)
+    );
+    assert!(waiting, "the 600 polls never all held a wait slot");
+    // The lane's 16 threads, the runtime's and the other lanes' few: far
+    // under one per poll (and under the blocking pool's 512 the polls used
+    // to fill).
+    assert!(
+        threads_during.max(threads_after_probes) < threads_before + 64,
+        "{threads_during} threads with {WAITS} polls waiting (from {threads_before}): {names_during:?}"
+    );
+    assert!(
+        p99 < WAIT_HEALTH_BOUND + 2 * noise_p99,
+        "/api/health p99 {p99:?} with {WAITS} polls waiting (an idle server's: {noise_p99:?})"
+    );
+    assert_eq!(poll_status, 200, "the other queue's poll: {poll}");
+    assert!(
+        handed,
+        "the run started while 600 polls waited was never handed out"
+    );
+    assert_eq!(
+        leased, 1,
+        "the one workflow task was leased by {leased} polls"
+    );
+    assert_eq!(
+        tally(&statuses).get(&200),
+        Some(&WAITS),
+        "every poll answered 200"
+    );
+}
+
 /// Raises this test process's open-file limit so it can open more sockets
 /// than the server it attacks may (CI machines default to 1,024).
 fn raise_own_file_limit(want: u64) {

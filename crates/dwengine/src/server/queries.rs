@@ -16,13 +16,13 @@ use serde_json::{json, Value};
 use crate::poll_requests::PollClaim;
 use crate::query_tasks::{BrokerError, NewQuery, QueryStatus, QueryTask};
 use crate::server::wire::{self, Checks, QueryBody, QueryTaskReport};
-use crate::server::worker::{validation, PollSpec};
+use crate::server::worker::{validation, PollKind, PollSpec, PollStep, PollWait};
 use crate::server::{ApiError, Engine};
 use crate::store::RunId;
+use crate::wait_slots::WaitSlot;
 
 /// The channel query pollers wait on.
 pub(crate) const QUERY_CHANNEL: &str = "query";
-const WAKE_CHECK: Duration = Duration::from_millis(25);
 
 /// A query queued for a worker, awaiting its answer.
 pub struct PendingQuery {
@@ -141,68 +141,117 @@ impl Engine {
         }))
     }
 
-    /// Long-polls a query task. A registered worker's poll refreshes its
-    /// query-poller marker. Polls are idempotent by `poll_request_id`: a
-    /// repeat replays the first one's answer (the task it leased, while
-    /// the lease is active) and never leases another task; a worker's newer
-    /// query poll on the queue ends its older one still waiting.
-    pub(crate) fn poll_query(&self, poll: PollSpec) -> Result<Value, ApiError> {
+    /// A query-task long poll's first step. A registered worker's poll
+    /// refreshes its query-poller marker. Polls are idempotent by
+    /// `poll_request_id`: a repeat replays the first one's answer (the task
+    /// it leased, while the lease is active) and never leases another
+    /// task; a worker's newer query poll on the queue ends its older one
+    /// still waiting ([`QueryPolls::pass`]).
+    fn begin_query_poll(&self, poll: &PollSpec) -> Result<PollStep, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
         let known = self.read(|s| s.worker_registered(ns, &poll.worker_id, idle_before))?;
         if known {
             self.query_tasks
                 .mark_poller(ns, queue, &poll.worker_id, poll.requested_wait)?;
-        } else if !self.unknown_polls.try_admit() {
-            // Served without keys, as workflow polls are; the broker's
-            // leased-task index still replays this request's lease.
-            return self.answer_query_poll(self.run_query_poll(&poll, false)?, false);
+        }
+        // Past the unknown callers' budget a poll is served without keys,
+        // as workflow polls are; the broker's leased-task index still
+        // replays this request's lease.
+        let keyed = known || self.unknown_polls.try_admit();
+        if keyed {
+            match self.query_polls.polls().begin(ns, queue, id, poll.wait)? {
+                PollClaim::Replay(_) => {
+                    return self.replay_query_poll(poll).map(PollStep::Answered)
+                }
+                PollClaim::InFlight => {
+                    let slot = self.query_wait_slot(poll)?;
+                    let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
+                    return Ok(PollStep::InFlight { deadline, slot });
+                }
+                PollClaim::Fresh => {
+                    self.query_polls
+                        .make_current(ns, queue, &poll.worker_id, id, poll.wait)?;
+                }
+            }
+        }
+        // Subscribed before the first look (see the worker polls).
+        let wake =
+            self.poll_wakes
+                .subscribe(crate::polling::wake_channel(ns, queue, QUERY_CHANNEL));
+        let first = match self.claim_query(poll) {
+            Ok(Some(task)) => Ok(Some(task)),
+            Ok(None) if poll.wait.is_zero() || !self.polling_cache_available() => Ok(None),
+            Ok(None) => match self.query_wait_slot(poll) {
+                Ok(slot) => {
+                    return Ok(PollStep::Waiting(PollWait {
+                        wake,
+                        channel: QUERY_CHANNEL,
+                        deadline: Instant::now() + poll.wait,
+                        keyed,
+                        _slot: slot,
+                    }))
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        self.end_query_poll(poll, keyed, first)
+            .map(PollStep::Answered)
+    }
+
+    /// A held slot of the query wait pool, or the 429 naming the cap.
+    fn query_wait_slot(&self, poll: &PollSpec) -> Result<WaitSlot, ApiError> {
+        match self.query_waits.admit(&poll.namespace)? {
+            Ok(slot) => Ok(slot),
+            Err(refusal) => Err(ApiError::WaitCapacity {
+                refusal,
+                task_kind: "query_task",
+                task_queue: poll.task_queue.clone(),
+            }),
+        }
+    }
+
+    /// Claims a query task for the poll now, if one waits.
+    fn claim_query(&self, poll: &PollSpec) -> Result<Option<QueryTask>, ApiError> {
+        Ok(self
+            .query_tasks
+            .claim(
+                &poll.namespace,
+                &poll.task_queue,
+                &poll.worker_id,
+                &poll.poll_request_id,
+            )?
+            .map(|c| c.task))
+    }
+
+    /// A query-task poll's last step: its replay marker (a fixed-size
+    /// marker, never the task; a failed poll drops its pending key so a
+    /// retry runs afresh) and its answer.
+    fn end_query_poll(
+        &self,
+        poll: &PollSpec,
+        keyed: bool,
+        found: Result<Option<QueryTask>, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        if !keyed {
+            return self.answer_query_poll(found?, false);
         }
         let polls = self.query_polls.polls();
-        match polls.begin(ns, queue, id, poll.wait)? {
-            PollClaim::Replay(_) => self.replay_query_poll(&poll),
-            PollClaim::InFlight => {
-                let _slot = match self.query_waits.admit(ns)? {
-                    Ok(slot) => slot,
-                    Err(refusal) => {
-                        return Err(ApiError::WaitCapacity {
-                            refusal,
-                            task_kind: "query_task",
-                            task_queue: queue.clone(),
-                        })
-                    }
-                };
-                poll.end_turn();
-                let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
-                while polls.result(ns, queue, id)?.is_none() {
-                    if Instant::now() >= deadline || self.poll_over(&poll) {
-                        return Ok(
-                            json!({ "task": null, "poll_status": "timeout", "replayed": false }),
-                        );
-                    }
-                    std::thread::sleep(WAKE_CHECK);
-                }
-                self.replay_query_poll(&poll)
+        match found {
+            Ok(task) => {
+                polls.finish(
+                    ns,
+                    queue,
+                    id,
+                    if task.is_some() { b"leased" } else { b"empty" },
+                )?;
+                self.answer_query_poll(task, false)
             }
-            PollClaim::Fresh => {
-                self.query_polls
-                    .make_current(ns, queue, &poll.worker_id, id, poll.wait)?;
-                match self.run_query_poll(&poll, true) {
-                    Ok(task) => {
-                        // The replay key holds a fixed-size marker, never the task.
-                        polls.finish(
-                            ns,
-                            queue,
-                            id,
-                            if task.is_some() { b"leased" } else { b"empty" },
-                        )?;
-                        self.answer_query_poll(task, false)
-                    }
-                    Err(e) => {
-                        let _ = polls.abandon(ns, queue, id);
-                        Err(e)
-                    }
-                }
+            Err(e) => {
+                let _ = polls.abandon(ns, queue, id);
+                Err(e)
             }
         }
     }
@@ -232,65 +281,6 @@ impl Engine {
             answer["replayed"] = true.into();
         }
         Ok(answer)
-    }
-
-    /// Claims a task now, or waits in the query wait-slot pool for one
-    /// until the poll's wait ends, it is abandoned, or (`tracked`) a newer
-    /// poll of the same worker and queue supersedes it.
-    fn run_query_poll(
-        &self,
-        poll: &PollSpec,
-        tracked: bool,
-    ) -> Result<Option<QueryTask>, ApiError> {
-        let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        let claim = || {
-            self.query_tasks
-                .claim(ns, queue, &poll.worker_id, &poll.poll_request_id)
-                .map(|c| c.map(|c| c.task))
-        };
-        // Subscribed before the first look (see the worker polls).
-        let mut wake =
-            self.poll_wakes
-                .subscribe(crate::polling::wake_channel(ns, queue, QUERY_CHANNEL));
-        if let Some(task) = claim()? {
-            return Ok(Some(task));
-        }
-        if poll.wait.is_zero() || !self.polling_cache_available() {
-            return Ok(None);
-        }
-        let _slot = match self.query_waits.admit(ns)? {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                return Err(ApiError::WaitCapacity {
-                    refusal,
-                    task_kind: "query_task",
-                    task_queue: queue.clone(),
-                })
-            }
-        };
-        let deadline = Instant::now() + poll.wait;
-        self.wait_for_work(
-            &mut wake,
-            (ns, queue, QUERY_CHANNEL),
-            deadline,
-            poll,
-            || {
-                if tracked
-                    && self.query_polls.superseded(
-                        ns,
-                        queue,
-                        &poll.worker_id,
-                        &poll.poll_request_id,
-                    )?
-                {
-                    return Ok(ControlFlow::Break(None));
-                }
-                Ok(match claim()? {
-                    Some(task) => ControlFlow::Break(Some(task)),
-                    None => ControlFlow::Continue(()),
-                })
-            },
-        )
     }
 
     fn render_query(&self, task: QueryTask) -> Result<Value, ApiError> {
@@ -380,5 +370,69 @@ impl From<BrokerError> for ApiError {
             BrokerError::Cache(e) => ApiError::Cache(e),
             other => ApiError::QueryTask(other),
         }
+    }
+}
+
+/// Query-task long polls, driven as workflow and activity polls are
+/// (`server/http/worker_tasks.rs`): their claims on the blocking pool,
+/// their waits on the async runtime.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueryPolls;
+
+impl PollKind for QueryPolls {
+    type Task = QueryTask;
+
+    fn begin(self, engine: &Engine, poll: &PollSpec) -> Result<PollStep, ApiError> {
+        engine.begin_query_poll(poll)
+    }
+
+    /// Ends the wait when a newer poll of the same worker and queue
+    /// superseded this one (a keyed poll), else claims a task.
+    fn pass(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        keyed: bool,
+    ) -> Result<ControlFlow<Option<QueryTask>>, ApiError> {
+        if keyed
+            && engine.query_polls.superseded(
+                &poll.namespace,
+                &poll.task_queue,
+                &poll.worker_id,
+                &poll.poll_request_id,
+            )?
+        {
+            return Ok(ControlFlow::Break(None));
+        }
+        Ok(match engine.claim_query(poll)? {
+            Some(task) => ControlFlow::Break(Some(task)),
+            None => ControlFlow::Continue(()),
+        })
+    }
+
+    fn end(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        keyed: bool,
+        found: Result<Option<QueryTask>, ApiError>,
+    ) -> Result<Value, ApiError> {
+        engine.end_query_poll(poll, keyed, found)
+    }
+
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError> {
+        let answered = engine.query_polls.polls().result(
+            &poll.namespace,
+            &poll.task_queue,
+            &poll.poll_request_id,
+        )?;
+        match answered {
+            Some(_) => engine.replay_query_poll(poll).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn unanswered(self, _engine: &Engine, _poll: &PollSpec) -> Result<Value, ApiError> {
+        Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }))
     }
 }

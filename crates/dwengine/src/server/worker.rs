@@ -2,7 +2,10 @@
 //!
 //! A poll runs one pass (recovery scans, then a lease under the queue's
 //! admission) and, if that found nothing, holds a wait slot and re-runs the
-//! pass whenever the queue's wake signal changes, until its wait ends. Its
+//! pass whenever the queue's wake signal changes, until its wait ends. The
+//! passes run on the blocking pool (they touch the store); the waits
+//! between them are the HTTP layer's, on the async runtime, holding no
+//! thread ([`PollKind`], `server/http/worker_tasks.rs`). Its
 //! answer is stored under its poll request id, so a retry of the same id
 //! replays the answer and can never lease a second task. Every report on a
 //! task names the lease it holds (`lease_owner` and the attempt); a report
@@ -29,17 +32,16 @@ use crate::store::{
     attempt_id, ActivityFence, AttemptFailure, AttemptOutcome, HistoryPageLimit, LeasedTask, RunId,
     TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
 };
+use crate::wait_slots::WaitSlot;
 
-/// How often a waiting call looks again (replayed polls), and a waiting
-/// poll sees whether its client left or the node stops.
-const WAKE_CHECK: Duration = Duration::from_millis(25);
+/// How often a repeat of a poll still running looks for its answer.
+pub(crate) const WAKE_CHECK: Duration = Duration::from_millis(25);
 /// Activities of unusable worker sessions one poll pass fails at most
 /// before it answers (the next pass goes on).
 const SESSION_FAILURES_PER_PASS: usize = 8;
-const OVER_CHECK: Duration = WAKE_CHECK;
 /// How often a waiting poll on a node with peers looks at its channel's
 /// signal key, in case a relay message was lost.
-const SIGNAL_LOOK: Duration = Duration::from_millis(100);
+pub(crate) const SIGNAL_LOOK: Duration = Duration::from_millis(100);
 /// How long a pass waits for the SQLite claim gate before claiming nothing.
 const CLAIM_GATE_PATIENCE: Duration = Duration::from_millis(250);
 // Re-run a pass now and then even without a wake: a signal can expire or a
@@ -66,25 +68,154 @@ pub(crate) struct PollSpec {
     pub history_page_size: usize,
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
-    pub abandoned: Arc<AtomicBool>,
-    /// The poll's turn among the polls beginning at once (taken by the
-    /// HTTP layer); given back as soon as the poll starts to wait, so a
-    /// burst of polls takes at most that many blocking threads for their
-    /// first passes, and held waits never block a poll from beginning.
-    pub begin_turn: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    pub abandoned: Arc<Departure>,
 }
 
 impl PollSpec {
-    /// Gives the poll's beginning turn back: it is about to wait.
-    pub(crate) fn end_turn(&self) {
-        if let Ok(mut turn) = self.begin_turn.lock() {
-            turn.take();
+    /// Whether the poller is gone.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.left()
+    }
+}
+
+/// A poller's departure: set (and its waiting poll woken) when the HTTP
+/// request went away.
+#[derive(Debug, Default)]
+pub(crate) struct Departure {
+    left: AtomicBool,
+    noticed: tokio::sync::Notify,
+}
+
+impl Departure {
+    /// The poller left: its poll answers at its next step.
+    pub(crate) fn leave(&self) {
+        self.left.store(true, Ordering::Release);
+        self.noticed.notify_waiters();
+    }
+
+    /// Whether the poller left.
+    pub(crate) fn left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the poller leaves.
+    pub(crate) async fn departed(&self) {
+        let noticed = self.noticed.notified();
+        tokio::pin!(noticed);
+        noticed.as_mut().enable();
+        if self.left() {
+            return;
+        }
+        noticed.await;
+    }
+}
+
+/// Where a long poll stands after its first step on the blocking pool.
+pub(crate) enum PollStep {
+    /// Answered: a task, a replay, or nothing without waiting.
+    Answered(Value),
+    /// A repeat of a poll still running: it looks for that poll's answer
+    /// every [`WAKE_CHECK`] until `deadline`, holding `slot`.
+    InFlight {
+        /// When it answers empty.
+        deadline: Instant,
+        /// Its wait slot, held while it waits.
+        slot: WaitSlot,
+    },
+    /// Found nothing: it waits for work.
+    Waiting(PollWait),
+}
+
+/// What a long poll that found nothing waits with.
+pub(crate) struct PollWait {
+    /// Its subscription to its channel's wake-ups (taken before its first
+    /// look at the store, so a wake during that look is not lost).
+    pub(crate) wake: crate::polling::PollWake,
+    /// Its channel (`workflow`, `activity`, `query`).
+    pub(crate) channel: &'static str,
+    /// When it answers empty.
+    pub(crate) deadline: Instant,
+    /// Whether it wrote a pending key (and so stores its answer for
+    /// replay); not for an unknown worker past its budget.
+    pub(crate) keyed: bool,
+    /// Its wait slot, held while it waits (dropped with it).
+    pub(crate) _slot: WaitSlot,
+}
+
+/// One kind of long poll, in steps the HTTP layer drives: each step runs
+/// on the blocking pool, the waits between them on the async runtime.
+pub(crate) trait PollKind: Copy + Send + Sync + 'static {
+    /// What a pass finds.
+    type Task: Send + 'static;
+    /// Admits the poll, claims its request id, and runs its first pass.
+    fn begin(self, engine: &Engine, poll: &PollSpec) -> Result<PollStep, ApiError>;
+    /// One pass after a wake-up or the idle recheck: `Break` ends the wait.
+    fn pass(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        keyed: bool,
+    ) -> Result<ControlFlow<Option<Self::Task>>, ApiError>;
+    /// The answer once the wait ended: what it found, stored for replay.
+    fn end(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        keyed: bool,
+        found: Result<Option<Self::Task>, ApiError>,
+    ) -> Result<Value, ApiError>;
+    /// For a repeat of a poll still running: that poll's answer, once it has one.
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError>;
+    /// For a repeat of a poll still running: the answer when it never ended.
+    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError>;
+}
+
+impl PollKind for TaskKind {
+    type Task = LeasedTask;
+
+    fn begin(self, engine: &Engine, poll: &PollSpec) -> Result<PollStep, ApiError> {
+        engine.begin_poll(self, poll)
+    }
+
+    fn pass(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        _keyed: bool,
+    ) -> Result<ControlFlow<Option<LeasedTask>>, ApiError> {
+        Ok(match engine.pass(self, poll)? {
+            Some(task) => ControlFlow::Break(Some(task)),
+            None => ControlFlow::Continue(()),
+        })
+    }
+
+    fn end(
+        self,
+        engine: &Engine,
+        poll: &PollSpec,
+        keyed: bool,
+        found: Result<Option<LeasedTask>, ApiError>,
+    ) -> Result<Value, ApiError> {
+        engine.end_poll(self, poll, keyed, found)
+    }
+
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError> {
+        let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        match engine.polls(self).result(ns, queue, id)? {
+            Some(bytes) => {
+                let answer = engine.replayed(self, poll, &bytes)?;
+                engine.observed(self, poll, answer).map(Some)
+            }
+            None => Ok(None),
         }
     }
 
-    /// Whether the poller is gone.
-    pub(crate) fn is_abandoned(&self) -> bool {
-        self.abandoned.load(Ordering::Relaxed)
+    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError> {
+        engine.observed(
+            self,
+            poll,
+            json!({ "task": null, "poll_status": "timeout", "replayed": false }),
+        )
     }
 }
 
@@ -157,8 +288,7 @@ impl Engine {
                 .history_page_size
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(DEFAULT_HISTORY_PAGE),
-            abandoned: Arc::new(AtomicBool::new(false)),
-            begin_turn: std::sync::Mutex::new(None),
+            abandoned: Arc::default(),
         })
     }
 
@@ -436,54 +566,128 @@ impl Engine {
         poll.is_abandoned() || self.waiters.stopping()
     }
 
-    /// Long-polls a task of `kind`.
-    pub(crate) fn poll(&self, kind: TaskKind, poll: PollSpec) -> Result<Value, ApiError> {
+    /// A long poll's first step: admission, its request id, the durable
+    /// binding and a first pass; a poll that found nothing comes back
+    /// [`PollStep::Waiting`] with its wake subscription and wait slot.
+    pub(crate) fn begin_poll(&self, kind: TaskKind, poll: &PollSpec) -> Result<PollStep, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         // Cache admission per caller: a registered worker's polls keep their
-        // keys; an unknown caller's only within the node's small budget.
+        // keys; an unknown caller's only within the node's small budget
+        // (past it the poll is served without keys; a repeat of its id
+        // still finds the task it leased through the durable binding in
+        // the store).
         let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
         let known = self.read(|s| s.worker_registered(ns, &poll.worker_id, idle_before))?;
-        if !known && !self.unknown_polls.try_admit() {
-            // Served without keys; a repeat of this id still finds the
-            // task it leased through the durable binding in the store.
-            let task = self.run_poll(kind, &poll)?;
-            return self.answer(task, poll.history_page_size, false);
+        let keyed = known || self.unknown_polls.try_admit();
+        if keyed {
+            match self.polls(kind).begin(ns, queue, id, poll.wait)? {
+                PollClaim::Replay(bytes) => {
+                    let answer = self.replayed(kind, poll, &bytes)?;
+                    return Ok(PollStep::Answered(self.observed(kind, poll, answer)?));
+                }
+                PollClaim::InFlight => {
+                    // A repeat of a poll still running waits like a poll: it
+                    // holds a wait slot, so repeats cannot pile up.
+                    let slot = self.wait_slot(kind, poll)?;
+                    let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
+                    return Ok(PollStep::InFlight { deadline, slot });
+                }
+                PollClaim::Fresh => {}
+            }
+        }
+        match self.first_pass(kind, poll, keyed) {
+            Ok(ControlFlow::Continue(wait)) => Ok(PollStep::Waiting(wait)),
+            Ok(ControlFlow::Break(task)) => self
+                .end_poll(kind, poll, keyed, Ok(task))
+                .map(PollStep::Answered),
+            Err(e) => self
+                .end_poll(kind, poll, keyed, Err(e))
+                .map(PollStep::Answered),
+        }
+    }
+
+    /// A held wait slot of `kind`'s pool, or the 429 naming the cap.
+    fn wait_slot(&self, kind: TaskKind, poll: &PollSpec) -> Result<WaitSlot, ApiError> {
+        match self.wait_pool(kind).admit(&poll.namespace)? {
+            Ok(slot) => Ok(slot),
+            Err(refusal) => Err(ApiError::WaitCapacity {
+                refusal,
+                task_kind: wire_task_kind(kind),
+                task_queue: poll.task_queue.clone(),
+            }),
+        }
+    }
+
+    /// The durable binding, then one pass; `Continue` with what to wait
+    /// with when both found nothing and the poll may wait.
+    fn first_pass(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        keyed: bool,
+    ) -> Result<ControlFlow<Option<LeasedTask>, PollWait>, ApiError> {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        // The durable binding: a task still leased to this id is this poll's answer.
+        let bound =
+            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?;
+        if bound.is_some() {
+            return Ok(ControlFlow::Break(bound));
+        }
+        // Subscribed before the first look: work committed between that
+        // look and the wait still wakes this poll.
+        let wake =
+            self.poll_wakes
+                .subscribe(crate::polling::wake_channel(ns, queue, kind.as_str()));
+        if let Some(task) = self.pass(kind, poll)? {
+            return Ok(ControlFlow::Break(Some(task)));
+        }
+        if poll.wait.is_zero() || !self.polling_cache_available() {
+            return Ok(ControlFlow::Break(None));
+        }
+        let slot = self.wait_slot(kind, poll)?;
+        Ok(ControlFlow::Continue(PollWait {
+            wake,
+            channel: kind.as_str(),
+            deadline: Instant::now() + poll.wait,
+            keyed,
+            _slot: slot,
+        }))
+    }
+
+    /// A long poll's last step: stores what it found for replay (a failed
+    /// poll drops its pending key, so a retry runs afresh) and answers.
+    pub(crate) fn end_poll(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        keyed: bool,
+        found: Result<Option<LeasedTask>, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        if !keyed {
+            return self.answer(found?, poll.history_page_size, false);
         }
         let polls = self.polls(kind);
-        let answer = match polls.begin(ns, queue, id, poll.wait)? {
-            PollClaim::Replay(bytes) => self.replayed(kind, &poll, &bytes)?,
-            PollClaim::InFlight => {
-                // A repeat of a poll still running waits like a poll: it
-                // holds a wait slot, so repeats cannot pile up threads.
-                let _slot = match self.wait_pool(kind).admit(ns)? {
-                    Ok(slot) => slot,
-                    Err(refusal) => {
-                        return Err(ApiError::WaitCapacity {
-                            refusal,
-                            task_kind: wire_task_kind(kind),
-                            task_queue: queue.clone(),
-                        })
-                    }
-                };
-                self.await_in_flight(kind, &poll)?
+        let task = match found {
+            Ok(task) => task,
+            Err(e) => {
+                let _ = polls.abandon(ns, queue, id);
+                return Err(e);
             }
-            PollClaim::Fresh => match self.run_poll(kind, &poll) {
-                Ok(task) => {
-                    // The replay key keeps a reference, never the task: its
-                    // size is fixed however large the history is.
-                    let reference = ReplayRef {
-                        task_id: task.as_ref().map(|t| t.task_id),
-                    };
-                    let bytes = serde_json::to_vec(&reference).unwrap_or_default();
-                    polls.finish(ns, queue, id, &bytes)?;
-                    self.answer(task, poll.history_page_size, false)?
-                }
-                Err(e) => {
-                    let _ = polls.abandon(ns, queue, id);
-                    return Err(e);
-                }
-            },
         };
+        // The replay key keeps a reference, never the task: its size is
+        // fixed however large the history is.
+        let reference = ReplayRef {
+            task_id: task.as_ref().map(|t| t.task_id),
+        };
+        let bytes = serde_json::to_vec(&reference).unwrap_or_default();
+        polls.finish(ns, queue, id, &bytes)?;
+        let answer = self.answer(task, poll.history_page_size, false)?;
+        self.observed(kind, poll, answer)
+    }
+
+    /// Records a keyed poll's answer in the queue's poll diagnostics.
+    fn observed(&self, kind: TaskKind, poll: &PollSpec, answer: Value) -> Result<Value, ApiError> {
         let outcome = if answer.get("replayed").is_some() {
             "replayed"
         } else if answer["task"].is_null() {
@@ -492,8 +696,8 @@ impl Engine {
             "leased"
         };
         self.diagnostics.record(
-            ns,
-            queue,
+            &poll.namespace,
+            &poll.task_queue,
             &PollObservation {
                 worker_id: poll.worker_id.clone(),
                 kind: kind.as_str().to_owned(),
@@ -546,116 +750,17 @@ impl Engine {
         self.answer(task, poll.history_page_size, true)
     }
 
-    fn await_in_flight(&self, kind: TaskKind, poll: &PollSpec) -> Result<Value, ApiError> {
-        poll.end_turn();
-        let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
-        let polls = self.polls(kind);
-        loop {
-            if let Some(bytes) =
-                polls.result(&poll.namespace, &poll.task_queue, &poll.poll_request_id)?
-            {
-                return self.replayed(kind, poll, &bytes);
-            }
-            if Instant::now() >= deadline || self.poll_over(poll) {
-                return Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }));
-            }
-            std::thread::sleep(WAKE_CHECK);
-        }
-    }
-
-    fn run_poll(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
-        let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        // The durable binding: a task still leased to this id is this poll's answer.
-        let bound =
-            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?;
-        if bound.is_some() {
-            return Ok(bound);
-        }
-        // Subscribed before the first look: work committed between that
-        // look and the wait still wakes this poll.
-        let mut wake =
-            self.poll_wakes
-                .subscribe(crate::polling::wake_channel(ns, queue, kind.as_str()));
-        if let Some(task) = self.pass(kind, poll)? {
-            return Ok(Some(task));
-        }
-        if poll.wait.is_zero() || !self.polling_cache_available() {
-            return Ok(None);
-        }
-        let _slot = match self.wait_pool(kind).admit(ns)? {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                return Err(ApiError::WaitCapacity {
-                    refusal,
-                    task_kind: wire_task_kind(kind),
-                    task_queue: queue.clone(),
-                })
-            }
-        };
-        let deadline = Instant::now() + poll.wait;
-        self.wait_for_work(
-            &mut wake,
-            (ns, queue, kind.as_str()),
-            deadline,
-            poll,
-            || {
-                Ok(match self.pass(kind, poll)? {
-                    Some(task) => ControlFlow::Break(Some(task)),
-                    None => ControlFlow::Continue(()),
-                })
-            },
-        )
-    }
-
-    /// A long poll's wait: runs `pass` when the poll's channel is woken
-    /// (in process, or through the relay from another node), when its
-    /// signal key changed (on a node with peers, looked at every
-    /// [`SIGNAL_LOOK`]: a relay message lost in transit), and every
-    /// `poll_idle_recheck` ([`IDLE_RECHECK`]) without either (timers coming due, expired
-    /// leases); until `pass` breaks with its answer, the deadline passes,
-    /// or the poll is over (its client left, the node stops).
-    pub(crate) fn wait_for_work<T>(
+    /// The latest wake signal of a poll's channel (a waiting poll on a node
+    /// with peers looks at it every [`SIGNAL_LOOK`], in case a relay
+    /// message was lost).
+    pub(crate) fn wake_signal(
         &self,
-        wake: &mut crate::polling::PollWake,
-        (ns, queue, channel): (&str, &str, &str),
-        deadline: Instant,
         poll: &PollSpec,
-        mut pass: impl FnMut() -> Result<ControlFlow<Option<T>>, ApiError>,
-    ) -> Result<Option<T>, ApiError> {
-        poll.end_turn();
-        let relayed = self.poll_wakes.relayed();
-        let version = || self.signals.version(ns, queue, channel);
-        let mut seen = if relayed { version()? } else { None };
-        let mut last_pass = Instant::now();
-        let mut last_look = Instant::now();
-        loop {
-            let now = Instant::now();
-            if now >= deadline || self.poll_over(poll) {
-                return Ok(None);
-            }
-            let until = deadline
-                .min(last_pass + self.config.poll_idle_recheck)
-                .min(now + OVER_CHECK);
-            let woken = wake.wait_until(until);
-            if self.poll_over(poll) {
-                return Ok(None);
-            }
-            let mut due = woken || last_pass.elapsed() >= self.config.poll_idle_recheck;
-            if relayed && (due || last_look.elapsed() >= SIGNAL_LOOK) {
-                // After a wake too, so the key that wake wrote does not
-                // call for a second pass.
-                last_look = Instant::now();
-                let latest = version()?;
-                due |= latest != seen;
-                seen = latest;
-            }
-            if due {
-                last_pass = Instant::now();
-                if let ControlFlow::Break(answer) = pass()? {
-                    return Ok(answer);
-                }
-            }
-        }
+        channel: &str,
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        Ok(self
+            .signals
+            .version(&poll.namespace, &poll.task_queue, channel)?)
     }
 
     /// One poll pass: capped recovery scans, then one lease under admission.

@@ -455,6 +455,20 @@ pub(super) async fn on_wait_lane<R: Send + 'static>(
     on_lane(&LANE, "dwserver-wait", WAIT_THREADS, engine, f).await
 }
 
+/// Runs `f` on the poll lane: the steps of worker long polls (claims,
+/// passes, answers) on at most [`POLL_THREADS`] threads of their own.
+/// Their waits between steps hold no thread
+/// (`worker_tasks::wait_for_work`); the lane's fixed size bounds the
+/// threads the steps take however many polls wait, where a poll used to
+/// sleep on a thread of the shared pool (600 polls: 600 threads).
+pub(super) async fn on_poll_lane<R: Send + 'static>(
+    engine: Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<R, ApiError> + Send + 'static,
+) -> Result<R, ApiError> {
+    static LANE: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    on_lane(&LANE, "dwserver-poll", POLL_THREADS, engine, f).await
+}
+
 /// Runs `f` on the stream lane: the re-reads of waiting stream page reads
 /// on at most [`STREAM_THREADS`] threads of their own. On the shared pool
 /// 600 waiting reads, each re-reading every 100 ms, grew the process to
@@ -495,6 +509,10 @@ async fn on_lane<R: Send + 'static>(
 
 /// Threads of the probe lane.
 const PROBE_THREADS: usize = 4;
+
+/// Threads of the poll lane: as many as the polls that used to begin at
+/// once on the shared pool.
+const POLL_THREADS: usize = 16;
 
 /// Threads of the stream lane.
 const STREAM_THREADS: usize = 4;

@@ -1,8 +1,9 @@
 //! The worker plane under `/api/worker/…`: registration, workflow,
 //! activity and query tasks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -11,11 +12,15 @@ use axum::response::Response;
 use axum::routing::{delete, post, MethodRouter};
 use axum::{Extension, Router};
 
-use super::{blocking, with_body, Scope, Shared};
+use super::{blocking, on_poll_lane, refuse, reply, with_body, Scope, Shared};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::server::queries::QueryPolls;
 use crate::server::wire::{PollBody, RegisterWorker};
+use crate::server::worker::{
+    Departure, PollKind, PollSpec, PollStep, PollWait, SIGNAL_LOOK, WAKE_CHECK,
+};
 use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
 
@@ -183,46 +188,7 @@ async fn poll(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    // Dropped with this future: early when the client disconnects.
-    let gone = AbandonOnDrop::default();
-    let flag = gone.0.clone();
-    let turn = turn_to_begin().await;
-    let answer = with_body(engine, headers, body, move |e, b: PollBody| {
-        let mut spec = e.poll_spec(&scope.namespace, b)?;
-        spec.abandoned = flag;
-        spec.begin_turn = std::sync::Mutex::new(turn);
-        e.poll(kind, spec)
-    })
-    .await;
-    drop(gone);
-    answer
-}
-
-/// Long polls (of every kind) that begin at once: their first passes run
-/// on the shared blocking pool, and a burst of 600 polls grew it by 96
-/// threads; a poll waits for its turn here without a thread and gives it
-/// back when it starts to wait ([`crate::server::worker::PollSpec::end_turn`])
-/// or answers.
-const POLLS_BEGINNING_AT_ONCE: usize = 16;
-
-/// A turn to begin a poll (`None` only if the turns were closed, which
-/// they never are: the poll then begins without one).
-async fn turn_to_begin() -> Option<tokio::sync::OwnedSemaphorePermit> {
-    static TURNS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
-    let turns =
-        TURNS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(POLLS_BEGINNING_AT_ONCE)));
-    turns.clone().acquire_owned().await.ok()
-}
-
-/// Marks a poll abandoned when its request future is dropped (the client
-/// disconnected) before the poll answered.
-#[derive(Default)]
-struct AbandonOnDrop(Arc<AtomicBool>);
-
-impl Drop for AbandonOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
+    answer_poll(kind, engine, scope, headers, body).await
 }
 
 async fn poll_query(
@@ -231,16 +197,149 @@ async fn poll_query(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let gone = AbandonOnDrop::default();
-    let flag = gone.0.clone();
-    let turn = turn_to_begin().await;
-    let answer = with_body(engine, headers, body, move |e, b: PollBody| {
-        let mut spec = e.poll_spec(&scope.namespace, b)?;
-        spec.abandoned = flag;
-        spec.begin_turn = std::sync::Mutex::new(turn);
-        e.poll_query(spec)
-    })
-    .await;
-    drop(gone);
-    answer
+    answer_poll(QueryPolls, engine, scope, headers, body).await
+}
+
+/// A long poll of `kind`, validated, then run to its answer in a task of
+/// its own: a client that disconnects marks it abandoned (it then answers
+/// empty at once and stores that answer for a retry of its id, as a poll
+/// that timed out does) rather than cutting it off between two steps.
+async fn answer_poll<K: PollKind>(
+    kind: K,
+    engine: Arc<Engine>,
+    scope: Scope,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match super::read::<PollBody>(&engine, &headers, body).await {
+        Ok(body) => body,
+        Err(e) => return refuse(e),
+    };
+    let spec = match engine.poll_spec(&scope.namespace, body) {
+        Ok(spec) => Arc::new(spec),
+        Err(e) => return refuse(e),
+    };
+    // Dropped with this future: early when the client disconnects.
+    let _gone = AbandonOnDrop(spec.abandoned.clone());
+    let polling = tokio::spawn(long_poll(engine, kind, spec));
+    reply(
+        polling
+            .await
+            .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string()))),
+    )
+}
+
+/// Runs a long poll to its answer: its steps (claims, passes, the
+/// answer) on the poll lane's blocking threads, and the waits between
+/// them on the async runtime, holding no thread: on the wake-up of the
+/// poll's channel (a commit on this node, the relay from another node, an
+/// SQS delivery), the idle recheck (`poll_idle_recheck`, 500 ms: timers
+/// come due and leases expire with nobody waking anyone), the deadline,
+/// the client leaving or the node stopping, whichever comes first.
+async fn long_poll<K: PollKind>(
+    engine: Arc<Engine>,
+    kind: K,
+    spec: Arc<PollSpec>,
+) -> Result<Value, ApiError> {
+    let first = spec.clone();
+    match on_poll_lane(engine.clone(), move |e| kind.begin(e, &first)).await? {
+        PollStep::Answered(answer) => Ok(answer),
+        PollStep::InFlight { deadline, slot } => {
+            // A repeat of a poll still running looks for its answer (a
+            // cache read) every WAKE_CHECK until its deadline.
+            loop {
+                let look = spec.clone();
+                if let Some(answer) =
+                    on_poll_lane(engine.clone(), move |e| kind.replay(e, &look)).await?
+                {
+                    return Ok(answer);
+                }
+                if Instant::now() >= deadline || engine.poll_over(&spec) {
+                    break;
+                }
+                let next = (Instant::now() + WAKE_CHECK).min(deadline);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    _ = spec.abandoned.departed() => {}
+                    _ = engine.waiters().stopped() => {}
+                }
+            }
+            drop(slot);
+            on_poll_lane(engine, move |e| kind.unanswered(e, &spec)).await
+        }
+        PollStep::Waiting(wait) => {
+            let keyed = wait.keyed;
+            let found = wait_for_work(&engine, kind, &spec, wait).await;
+            on_poll_lane(engine, move |e| kind.end(e, &spec, keyed, found)).await
+        }
+    }
+}
+
+/// A long poll's wait: a pass when the poll's channel is woken, when its
+/// signal key changed (on a node with peers, looked at every
+/// [`SIGNAL_LOOK`]: a relay message lost in transit), and every
+/// `poll_idle_recheck` without either; until a pass finds its answer, the
+/// deadline passes, or the poll is over (its client left, the node stops).
+/// The wait slot is held until it returns.
+async fn wait_for_work<K: PollKind>(
+    engine: &Arc<Engine>,
+    kind: K,
+    spec: &Arc<PollSpec>,
+    mut wait: PollWait,
+) -> Result<Option<K::Task>, ApiError> {
+    let recheck = engine.config.poll_idle_recheck;
+    let relayed = engine.poll_wakes().relayed();
+    let channel = wait.channel;
+    let signal = |engine: &Arc<Engine>| {
+        let look = spec.clone();
+        on_poll_lane(engine.clone(), move |e| e.wake_signal(&look, channel))
+    };
+    let mut seen = if relayed { signal(engine).await? } else { None };
+    let mut last_pass = Instant::now();
+    let mut last_look = Instant::now();
+    loop {
+        if Instant::now() >= wait.deadline || engine.poll_over(spec) {
+            return Ok(None);
+        }
+        let mut until = wait.deadline.min(last_pass + recheck);
+        if relayed {
+            until = until.min(last_look + SIGNAL_LOOK);
+        }
+        let woken = tokio::select! {
+            woken = wait.wake.woken_before(until) => woken,
+            _ = spec.abandoned.departed() => false,
+            _ = engine.waiters().stopped() => false,
+        };
+        if engine.poll_over(spec) {
+            return Ok(None);
+        }
+        let mut due = woken || last_pass.elapsed() >= recheck;
+        if relayed && (due || last_look.elapsed() >= SIGNAL_LOOK) {
+            // After a wake too, so the key that wake wrote does not call
+            // for a second pass.
+            last_look = Instant::now();
+            let latest = signal(engine).await?;
+            due |= latest != seen;
+            seen = latest;
+        }
+        if due {
+            last_pass = Instant::now();
+            let (look, keyed) = (spec.clone(), wait.keyed);
+            if let ControlFlow::Break(answer) =
+                on_poll_lane(engine.clone(), move |e| kind.pass(e, &look, keyed)).await?
+            {
+                return Ok(answer);
+            }
+        }
+    }
+}
+
+/// Marks a poll abandoned when its request future is dropped (the client
+/// disconnected) before the poll answered.
+struct AbandonOnDrop(Arc<Departure>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
 }
