@@ -7,7 +7,10 @@
 //! several hops through the queue; a start wakes a waiting poll through
 //! the queue; the capabilities snapshot says which driver is in use; a
 //! wrong queue URL, an unreachable endpoint or missing credentials stop
-//! the start naming the setting. Each test makes a queue of its own.
+//! the start naming the setting; two nodes on one queue (and one
+//! PostgreSQL store and Redis) hand out each task once and fire each timer
+//! once, one of them SIGKILLed with the timers in flight. Each test makes
+//! a queue of its own.
 //!
 //! Ignored ("needs an SQS endpoint") when `DW_TEST_SQS_ENDPOINT` was not
 //! set at build time (dwengine's build script turns on `dw_test_sqs`).
@@ -418,4 +421,213 @@ fn a_wrong_queue_an_unreachable_endpoint_or_no_credentials_stop_the_start_naming
     unsigned.env_remove("AWS_ACCESS_KEY_ID");
     let output = run_refused(unsigned, REFUSAL_LIMIT);
     assert_refused(&output, &["AWS_ACCESS_KEY_ID", "signs its requests"]);
+}
+
+/// Node `id` of a cluster on one SQS queue: the PostgreSQL store
+/// `database_url`, the Redis database `redis_url`, 1 s timer hops.
+#[cfg(all(dw_test_postgres, dw_test_redis))]
+fn cluster_command(
+    dir: &Path,
+    id: &str,
+    database_url: &str,
+    redis_url: &str,
+    queue_url: &str,
+) -> Command {
+    let mut command = command(dir, Some(queue_url), Some(1));
+    command
+        .env_remove("DW_DATABASE_PATH")
+        .env("DW_SERVER_ID", id)
+        .env("DW_DATABASE_URL", database_url)
+        .env("DW_REDIS_URL", redis_url)
+        .env("DW_POLLING_CACHE_PATH", dir.join(format!("polling-{id}")));
+    command
+}
+
+/// A workflow-task poll of `base` that gives up quietly on a node that is
+/// gone (a transport error): the task, if one was leased.
+#[cfg(all(dw_test_postgres, dw_test_redis))]
+fn try_poll(base: &str, queue: &str, worker: &str, poll_id: &str) -> Option<Option<Value>> {
+    let request = wire::poll("workflow", "default", queue, worker, poll_id, 2_000);
+    let answer = ureq::post(&format!("{base}{}", request.path))
+        .set("X-Namespace", "default")
+        .timeout(Duration::from_secs(60))
+        .send_json(request.body.clone().unwrap());
+    match answer {
+        Ok(r) => {
+            let body: Value = r.into_json().unwrap_or(Value::Null);
+            Some(wire::polled_task(&body).cloned())
+        }
+        Err(ureq::Error::Status(code, r)) => {
+            panic!(
+                "poll of {base}: {code} {}",
+                r.into_string().unwrap_or_default()
+            )
+        }
+        Err(_) => None,
+    }
+}
+
+/// Two nodes on one PostgreSQL store, one Redis and one SQS queue: four
+/// workers poll both nodes at once, so every workflow task is handed out
+/// exactly once; each workflow's 3 s timer (three 1 s hops) fires exactly
+/// once, whichever node's consumer receives its hops; and node A is
+/// SIGKILLed while the timers are on their way (hops A had received come
+/// back to B when their visibility timeout ends): every workflow still
+/// completes through B, with one TimerFired each.
+#[test]
+#[cfg_attr(
+    not(all(dw_test_sqs, dw_test_postgres, dw_test_redis)),
+    ignore = "needs an SQS endpoint, PostgreSQL and Redis: DW_TEST_SQS_ENDPOINT, DW_TEST_POSTGRES_URL and DW_TEST_REDIS_URL were not all set when this test binary was built"
+)]
+fn two_nodes_on_one_queue_hand_out_each_task_once_fire_each_timer_once_and_survive_a_kill() {
+    #[cfg(all(dw_test_postgres, dw_test_redis))]
+    {
+        use std::collections::HashMap;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        const WORKFLOWS: usize = 12;
+        const QUEUE: &str = "pair";
+        let redis = crate::support::redis_database();
+        let database_url = crate::common::postgres_schema_url();
+        let queue = create_queue("pair");
+        let dir = tempfile::tempdir().unwrap();
+        let a = start(cluster_command(
+            dir.path(),
+            "sqs-a",
+            &database_url,
+            &redis.url,
+            &queue,
+        ));
+        let b = start(cluster_command(
+            dir.path(),
+            "sqs-b",
+            &database_url,
+            &redis.url,
+            &queue,
+        ));
+        for i in 0..WORKFLOWS {
+            let node = if i % 2 == 0 { &a } else { &b };
+            let (status, body) = send(
+                node,
+                &wire::start("default", &format!("pair-{i}"), QUEUE, None),
+            );
+            assert_eq!(status, 201, "{body}");
+        }
+
+        // Workers: each completes what it is handed (a first task arms
+        // the timer, a task after TimerFired completes the workflow), and
+        // counts every task id it was handed.
+        let leased: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let armed = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let worker = |base: String, name: String, stop: Arc<AtomicBool>| {
+            let (leased, armed, completed) = (leased.clone(), armed.clone(), completed.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) && completed.load(Ordering::SeqCst) < WORKFLOWS {
+                    n += 1;
+                    let Some(polled) = try_poll(&base, QUEUE, &name, &format!("{name}-{n}")) else {
+                        return;
+                    };
+                    let Some(task) = polled else { continue };
+                    let id = task["task_id"].as_str().unwrap().to_owned();
+                    *leased.lock().unwrap().entry(id).or_default() += 1;
+                    let fired = wire::history_has(&task, "TimerFired");
+                    let commands = if fired {
+                        json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "\"done\"" } }])
+                    } else {
+                        json!([{ "type": "start_timer", "delay_seconds": 3 }])
+                    };
+                    let body = json!({
+                        "lease_owner": task["lease_owner"], "commands": commands,
+                        "workflow_task_attempt": task["workflow_task_attempt"],
+                    });
+                    let (status, answer) = send_to(
+                        &base,
+                        &wire::Request {
+                            path: format!(
+                                "/api/worker/workflow-tasks/{}/complete",
+                                task["task_id"].as_str().unwrap()
+                            ),
+                            body: Some(body),
+                            namespace: Some("default".into()),
+                        },
+                    );
+                    assert_eq!(status, 200, "{answer}");
+                    if fired {
+                        completed.fetch_add(1, Ordering::SeqCst);
+                    } else {
+                        armed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let stop_a = Arc::new(AtomicBool::new(false));
+        let stop_b = Arc::new(AtomicBool::new(false));
+        let on_a: Vec<_> = (0..2)
+            .map(|i| worker(a.base.clone(), format!("a{i}"), stop_a.clone()))
+            .collect();
+        let on_b: Vec<_> = (0..2)
+            .map(|i| worker(b.base.clone(), format!("b{i}"), stop_b.clone()))
+            .collect();
+
+        // Once every timer is armed (they are then on their way through
+        // the queue), A's workers finish what they hold and leave, and A
+        // is killed.
+        assert!(
+            crate::support::eventually(Duration::from_secs(120), || {
+                armed.load(Ordering::SeqCst) >= WORKFLOWS
+            }),
+            "only {} of {WORKFLOWS} timers were armed",
+            armed.load(Ordering::SeqCst)
+        );
+        stop_a.store(true, Ordering::SeqCst);
+        for thread in on_a {
+            thread.join().expect("a worker of A");
+        }
+        a.sigkill();
+
+        let all_done = crate::support::eventually(Duration::from_secs(180), || {
+            completed.load(Ordering::SeqCst) >= WORKFLOWS
+        });
+        stop_b.store(true, Ordering::SeqCst);
+        for thread in on_b {
+            thread.join().expect("a worker of B");
+        }
+        assert!(
+            all_done,
+            "only {} of {WORKFLOWS} workflows completed after node A was killed",
+            completed.load(Ordering::SeqCst)
+        );
+        let leased = leased.lock().unwrap();
+        let twice: Vec<_> = leased.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            twice.is_empty(),
+            "tasks handed out more than once: {twice:?}"
+        );
+        assert_eq!(leased.len(), 2 * WORKFLOWS, "{leased:?}");
+        for i in 0..WORKFLOWS {
+            let workflow_id = format!("pair-{i}");
+            let described = get(&b, &format!("/api/workflows/{workflow_id}"));
+            let run_id = described["run_id"].as_str().unwrap();
+            let events = history(&b, &workflow_id, run_id);
+            assert_eq!(
+                count(&events, "TimerScheduled"),
+                1,
+                "{workflow_id}: {events:?}"
+            );
+            assert_eq!(count(&events, "TimerFired"), 1, "{workflow_id}: {events:?}");
+            assert_eq!(
+                count(&events, "WorkflowCompleted"),
+                1,
+                "{workflow_id}: {events:?}"
+            );
+        }
+        let block = queue_block(&b);
+        println!(
+            "two nodes on one SQS queue, A killed with the timers in flight: {WORKFLOWS} workflows, \
+             each task handed out once, one TimerFired each; B's queue counters: {block}"
+        );
+    }
 }
