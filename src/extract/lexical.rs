@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::collect::{Collector, LitInfo, Run};
+use super::tokens::may_matter;
 use super::LiteralKind;
 
 /// Deeper bracket nesting than this goes to the fallback instead of `syn`.
@@ -386,7 +387,31 @@ pub(crate) fn token_lit_info(text: &str, span: Range<usize>) -> Option<LitInfo<'
 /// Feeds the string-like literal token at file bytes `span` (in item
 /// `context`) to `collector`, escapes mapped back to the source; `kind`
 /// overrides the kind its prefix gives.
+///
+/// A token with no escape and no carriage return decodes to its own bytes
+/// between the quotes, so one whose bytes hold no cache namespace, metric
+/// prefix or scan-limit suffix gives the collector nothing (see
+/// [`Collector::literal`]): it is not decoded. Most literals of a file that
+/// holds a key are such (messages, formats, paths).
 pub(crate) fn collect_token_literal(
+    collector: &mut Collector<'_>,
+    span: Range<usize>,
+    context: Option<&str>,
+    kind: Option<LiteralKind>,
+) {
+    let Some(repr) = collector.text().get(span.clone()) else {
+        return;
+    };
+    if memchr::memchr2(b'\\', b'\r', repr.as_bytes()).is_none()
+        && !may_matter(repr, collector.config())
+    {
+        return;
+    }
+    collect_decoded_literal(collector, span, context, kind);
+}
+
+/// [`collect_token_literal`] without its shortcut: every token decoded.
+fn collect_decoded_literal(
     collector: &mut Collector<'_>,
     span: Range<usize>,
     context: Option<&str>,
@@ -605,6 +630,83 @@ pub(crate) fn unescape_with_runs(content: &str) -> (String, Vec<Run>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literals_left_undecoded_would_have_given_nothing() {
+        use crate::extract::ExtractConfig;
+        // Needles whole, cut by escapes, behind CRLF, in every string form,
+        // and near misses; one token per line.
+        let bodies = [
+            "server:a:{}",
+            "dw_x_total",
+            "due_scan_limit",
+            "plain words",
+            "dw",
+            "server",
+            "_scan_limi",
+            "ser\\x76er:k",
+            "dw\\x5fx_total",
+            "dw\\u{5f}y",
+            "x\\ndw_z",
+            "\\\\dw_w",
+            "a\r\nserver:b",
+            "_scan\\x5flimit",
+            "d\\\n   w_q",
+            "é dw_é_total",
+        ];
+        let mut text = String::new();
+        let mut spans = Vec::new();
+        for body in bodies {
+            for (open, close) in [
+                ("\"", "\""),
+                ("r\"", "\""),
+                ("r#\"", "\"#"),
+                ("b\"", "\""),
+                ("c\"", "\""),
+            ] {
+                let start = text.len();
+                text.push_str(&format!("{open}{body}{close}sfx"));
+                spans.push(start..text.len());
+                text.push_str(" + ");
+            }
+        }
+        let configs = [
+            ("server:", "dw_"),
+            ("", "dw_"),
+            ("server:", ""),
+            ("e", "a"),
+            ("x", "_"),
+        ];
+        let mut skipped = 0;
+        for (namespace, prefix) in configs {
+            let config = ExtractConfig {
+                cache_namespace: namespace.into(),
+                metric_prefix: prefix.into(),
+            };
+            let mut fast = Collector::new(&text, &config);
+            let mut slow = Collector::new(&text, &config);
+            for span in spans.iter().cloned() {
+                collect_token_literal(&mut fast, span.clone(), Some("f"), None);
+                collect_decoded_literal(&mut slow, span.clone(), Some("f"), None);
+                let repr = &text[span];
+                skipped += usize::from(
+                    memchr::memchr2(b'\\', b'\r', repr.as_bytes()).is_none()
+                        && !may_matter(repr, &config),
+                );
+            }
+            let (fast, slow) = (fast.finish(Vec::new(), None), slow.finish(Vec::new(), None));
+            assert_eq!(fast, slow, "{namespace:?} {prefix:?}");
+            assert!(
+                !slow.literals.is_empty() || namespace.is_empty(),
+                "{namespace:?}"
+            );
+        }
+        // The shortcut was taken, and not everywhere.
+        assert!(
+            skipped > 20 && skipped < 5 * bodies.len() * configs.len(),
+            "{skipped}"
+        );
+    }
 
     /// The byte count as it was: a table lookup per byte over the whole
     /// file. [`may_be_too_complex`] must agree with it.
