@@ -162,9 +162,20 @@ pub struct TokenProblem {
 }
 
 /// The configured tokens.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
     by_token: HashMap<String, Grant>,
+}
+
+/// Lists each grant by its token id (a digest's prefix, as the logs and
+/// budgets name callers), never the token: a configuration printed with
+/// `{:?}` (a panic message, a debug log) must not leak credentials.
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut grants: Vec<&Grant> = self.by_token.values().collect();
+        grants.sort_by(|a, b| a.token_id.cmp(&b.token_id));
+        f.debug_struct("Tokens").field("grants", &grants).finish()
+    }
 }
 
 impl Tokens {
@@ -361,6 +372,25 @@ mod tests {
         for wrong in ["shor", "shortx", "", "a-much-longer-operator-toke"] {
             assert_eq!(tokens.role_of(wrong), None, "{wrong:?}");
         }
+    }
+
+    #[test]
+    fn tokens_print_their_ids_never_the_tokens() {
+        let tokens = Tokens::new([
+            ("secret-worker-token".to_owned(), Role::Worker),
+            ("secret-admin-token".to_owned(), Role::Admin),
+        ])
+        .with_bound("secret-bound-token", Role::Operator, &["tenant-a"]);
+        let printed = format!("{tokens:?} {tokens:#?}");
+        assert!(!printed.contains("secret-"), "{printed}");
+        for token in [
+            "secret-worker-token",
+            "secret-admin-token",
+            "secret-bound-token",
+        ] {
+            assert!(printed.contains(&token_id(token)), "{printed}");
+        }
+        assert!(printed.contains("tenant-a"), "{printed}");
     }
 
     #[test]
