@@ -299,9 +299,13 @@ impl Engine {
             claim_gate: WorkerPollClaimGate::new(
                 cache.clone(),
                 &node,
-                config
-                    .sqlite_poll_claim_gate
-                    .unwrap_or(cache.backend() == "redis"),
+                // On PostgreSQL claims keep apart in the database
+                // (`FOR UPDATE SKIP LOCKED`) and run side by side: the gate
+                // would only serialize them again, so it is off there.
+                config.database_url.is_none()
+                    && config
+                        .sqlite_poll_claim_gate
+                        .unwrap_or(cache.backend() == "redis"),
             ),
             compatibility: WorkerCompatibilityHeartbeatRecorder::new(
                 cache.clone(),
@@ -439,6 +443,23 @@ impl Engine {
             }
         }
         written
+    }
+
+    /// Runs `claim` (a poll taking a task) as one claim transaction
+    /// ([`SharedStore::claim`]): beside other claims on PostgreSQL, in the
+    /// next group commit on SQLite.
+    pub(crate) fn claim<R, F>(&self, claim: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
+    {
+        let claimed = self.store.claim(claim);
+        if let Err(e) = &claimed {
+            if e.is_disk_full() {
+                self.note_storage_full(e);
+            }
+        }
+        claimed
     }
 
     /// A write failed on a full disk: readiness answers 503 until

@@ -146,7 +146,8 @@ pub struct ServerConfig {
     /// Whether SQLite worker poll claims pass the cache-lock gate
     /// (`DW_SQLITE_WORKER_POLL_CLAIM_GATE=on|off`); `None`: on with a shared
     /// (Redis) cache, off in process, where the store's single writer
-    /// already serialises claims.
+    /// already serialises claims. Never on with `database_url` (PostgreSQL
+    /// claims run side by side, kept apart by row locks).
     pub sqlite_poll_claim_gate: Option<bool>,
     /// The longest `wait_for=completed` an update may ask for.
     pub max_update_wait: Duration,

@@ -779,12 +779,13 @@ impl Engine {
         let (ns_owned, queue_owned) = (ns.clone(), queue.clone());
         let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
         let lease = self.config.task_lease;
-        // One claim probe at a time against SQLite, across nodes.
+        // One claim probe at a time against SQLite, across nodes (off on
+        // PostgreSQL, whose claims run side by side: see `Engine::claim`).
         let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
             return Ok(None);
         };
         let cohort = poll.build_id.clone();
-        let (task, failed_runs) = self.write(move |s| {
+        let (task, failed_runs) = self.claim(move |s| {
             // An activity whose worker session can never run it (closed,
             // failed, expired, missing) fails here, non-retryably, and the
             // pass leases the next task; at most a few per pass.

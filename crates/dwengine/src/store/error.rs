@@ -119,6 +119,11 @@ pub enum Error {
     /// The store's writer thread has stopped (the node is shutting down).
     #[error("the store writer has stopped")]
     WriterStopped,
+    /// A claim running beside others met a task whose admission decides
+    /// on shared state (a worker session's); it is rerun as an ordinary
+    /// write ([`crate::store::db::Connection::begin_claim`]).
+    #[error("the claim must run as an ordinary write (a worker session's task)")]
+    ClaimNeedsWriteLock,
     /// Every read connection stayed busy past the wait.
     #[error("no read connection became free within {0:?}")]
     ReadersBusy(std::time::Duration),

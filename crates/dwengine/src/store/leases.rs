@@ -56,6 +56,32 @@ const ATTEMPT_TIMED_OUT: &str = "(kind = 'activity' AND timeout_at_ms IS NOT NUL
      AND timeout_at_ms <= lease_expires_at_ms)";
 
 impl Store {
+    /// Runs `claim` (a poll's [`Store::lease_task`] and what goes with
+    /// the lease) in one claim transaction
+    /// ([`crate::store::db::Connection::begin_claim`]): on PostgreSQL
+    /// beside other claims, on SQLite as any write. Inside an open
+    /// transaction it is part of that one. An error rolls the claim back;
+    /// [`Error::ClaimNeedsWriteLock`] says to rerun it as an ordinary
+    /// write.
+    pub fn claim<R>(&self, claim: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
+        if !self.conn.is_autocommit() {
+            return claim(self);
+        }
+        self.conn.begin_claim()?;
+        match claim(self) {
+            Ok(value) => {
+                self.conn.commit()?;
+                Ok(value)
+            }
+            Err(e) => {
+                // A failed rollback means the database already ended the
+                // transaction; there is nothing left to undo.
+                let _ = self.conn.rollback();
+                Err(e)
+            }
+        }
+    }
+
     /// Leases the oldest ready task of `kind` on (namespace, task queue) to
     /// `poll_request_id`, for `lease`.
     pub fn lease_task(
@@ -76,6 +102,16 @@ impl Store {
         // live worker holds, or that already runs as many activities as the
         // session allows, is skipped; the others are admitted one by one
         // (the worker must be able to create or take over the session).
+        // A claim beside others (PostgreSQL) locks the task it takes and
+        // skips those other claims hold; it looks at one task only, and a
+        // session's task (admitted on shared state) sends it back to run
+        // as an ordinary write.
+        let side_by_side = tx.claims_side_by_side();
+        let (limit, lock) = if side_by_side {
+            (1, " FOR UPDATE OF d SKIP LOCKED")
+        } else {
+            (SESSION_CANDIDATES, "")
+        };
         let sql = format!(
             "SELECT d.id, d.session_id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
              AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
@@ -83,7 +119,7 @@ impl Store {
                WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
                AND NOT {HELD_FOR_ANOTHER})) \
              AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
-             ORDER BY d.due_at_ms, d.id LIMIT {SESSION_CANDIDATES}"
+             ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
         );
         let candidates: Vec<(i64, Option<String>)> = tx
             .prepare_cached(&sql)?
@@ -92,6 +128,9 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?
             .collect::<Result<_, _>>()?;
+        if side_by_side && candidates.iter().any(|(_, session)| session.is_some()) {
+            return Err(Error::ClaimNeedsWriteLock);
+        }
         let mut chosen = None;
         for (id, session) in candidates {
             let Some(session_id) = session else {

@@ -143,6 +143,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0028_worker_sessions",
         include_str!("migrations/postgres/0028_worker_sessions.sql"),
     ),
+    (
+        "0032_queue_counts_at_commit",
+        include_str!("migrations/postgres/0032_queue_counts_at_commit.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -81,6 +81,24 @@ impl ReadPool {
         result
     }
 
+    /// Runs `work` on one of the pool's sessions as it is (no snapshot
+    /// opened around it: `work` opens its own transactions, as a
+    /// PostgreSQL node's claim sessions do, see
+    /// [`crate::store::shared::SharedStore::claim`]).
+    pub fn session<R>(&self, work: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
+        let store = self.take()?;
+        let result = work(&store);
+        let mut state = self.lock();
+        if store.conn.is_autocommit() {
+            state.idle.push(store);
+        } else {
+            state.open -= 1;
+        }
+        drop(state);
+        self.freed.notify_one();
+        result
+    }
+
     /// Connections opened so far (tests).
     pub fn open_connections(&self) -> usize {
         self.lock().open

@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0026_child_workflows.sql"),
     include_str!("migrations/0027_sticky_bindings.sql"),
     include_str!("migrations/0028_worker_sessions.sql"),
+    include_str!("migrations/0032_queue_counts_at_commit.sql"),
 ];
 
 /// The schema version this engine writes.

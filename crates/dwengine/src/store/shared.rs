@@ -20,6 +20,10 @@ pub const DEFAULT_READERS: usize = 4;
 pub struct SharedStore {
     writer: GroupCommitWriter,
     readers: Option<ReadPool>,
+    /// A PostgreSQL node's claim sessions: polls claim tasks on these,
+    /// beside each other and beside other nodes' claims, instead of
+    /// queueing for the one writer.
+    claimers: Option<ReadPool>,
     /// One connection of the liveness probe's own, so `/api/health` never
     /// queues for a reader behind hundreds of waiting calls' looks.
     probe: Option<ReadPool>,
@@ -47,14 +51,16 @@ impl SharedStore {
         Ok(SharedStore {
             writer,
             readers,
+            claimers: None,
             probe,
             config,
         })
     }
 
     /// Opens the PostgreSQL database `url` names (migrating it): the
-    /// group-commit writer's session, at most `readers` read sessions and
-    /// the liveness probe's own, so a node holds `readers + 2` sessions.
+    /// group-commit writer's session, at most `readers` read sessions, as
+    /// many claim sessions and the liveness probe's own, so a node holds
+    /// `2 × readers + 2` sessions.
     pub fn open_postgres(
         url: &str,
         config: StoreConfig,
@@ -66,6 +72,7 @@ impl SharedStore {
         Ok(SharedStore {
             writer,
             readers: Some(ReadPool::postgres(url, config.clone(), readers)),
+            claimers: Some(ReadPool::postgres(url, config.clone(), readers)),
             probe: Some(ReadPool::postgres(url, config.clone(), 1)),
             config,
         })
@@ -83,6 +90,28 @@ impl SharedStore {
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
     {
         self.writer.write(transition)
+    }
+
+    /// Runs `claim` (a poll taking a task) as one claim transaction
+    /// ([`Store::claim`]): on PostgreSQL on a claim session, beside other
+    /// claims; on SQLite in the next group commit, as any write. A claim
+    /// that needs the write lock ([`Error::ClaimNeedsWriteLock`]) is rerun
+    /// as an ordinary write here.
+    pub fn claim<R, F>(&self, claim: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, Error> + Clone + Send + 'static,
+    {
+        match &self.claimers {
+            Some(pool) => {
+                let first = claim.clone();
+                match pool.session(|s| s.claim(first)) {
+                    Err(Error::ClaimNeedsWriteLock) => self.writer.write(claim),
+                    other => other,
+                }
+            }
+            None => self.writer.write(claim),
+        }
     }
 
     /// Runs `read` on one committed snapshot.

@@ -666,3 +666,114 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
         node.get("/api/ready").0 == 200
     });
 }
+
+/// Claims run side by side on PostgreSQL: a claim held open in its
+/// transaction (its task leased, not yet committed) does not keep another
+/// worker's claim of the same queue waiting; that claim takes the other
+/// task (the held one is locked and skipped, never handed out twice), and
+/// once both commit the queue's counters equal its rows. Under one write
+/// lock for every transaction the second claim would wait for the first:
+/// it is waited on with a generous deadline, then the first is let go.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn claims_of_one_queue_run_side_by_side_on_postgres() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{Store, TaskKind};
+        use std::sync::mpsc;
+
+        const PATIENCE: Duration = Duration::from_secs(60);
+        let url = crate::common::postgres_schema_url();
+        let open =
+            || Store::open_postgres(&url, crate::common::config(&[])).expect("a PostgreSQL store");
+        let (holder, other) = (open(), open());
+        for i in 0..2 {
+            holder
+                .start_workflow(crate::common::start(&format!("side-by-side-{i}")), None)
+                .expect("start");
+        }
+        let lease = Duration::from_secs(30);
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::scope(|scope| {
+            let holding = scope.spawn(move || {
+                holder.claim(|s| {
+                    let task = s.lease_task(
+                        TaskKind::Workflow,
+                        "default",
+                        "orders",
+                        "worker-a",
+                        "poll-a",
+                        lease,
+                    )?;
+                    held_tx.send(task.clone()).expect("the test waits for it");
+                    // Held open (uncommitted) until the test lets go.
+                    let _ = release_rx.recv_timeout(PATIENCE * 2);
+                    Ok(task)
+                })
+            });
+            let Ok(first) = held_rx.recv_timeout(PATIENCE) else {
+                panic!(
+                    "the first claim did not lease: {:?}",
+                    holding.join().expect("the holder thread")
+                );
+            };
+            let first = first.expect("a task for the first claim");
+            scope.spawn(move || {
+                let claimed = other.claim(|s| {
+                    s.lease_task(
+                        TaskKind::Workflow,
+                        "default",
+                        "orders",
+                        "worker-b",
+                        "poll-b",
+                        lease,
+                    )
+                });
+                let _ = done_tx.send(claimed);
+            });
+            let second = done_rx.recv_timeout(PATIENCE);
+            release_tx.send(()).expect("the holder waits");
+            let second = second
+                .expect("the second claim finished while the first was still open")
+                .expect("the second claim")
+                .expect("the second claim found the other task");
+            assert_ne!(
+                first.task_id, second.task_id,
+                "the task held by the open claim is skipped, not handed out twice"
+            );
+            assert_ne!(first.workflow_id, second.workflow_id);
+            let committed = holding
+                .join()
+                .expect("the holder thread")
+                .expect("the first claim commits");
+            assert_eq!(committed, Some(first));
+        });
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        let counts = client
+            .query_one(
+                "SELECT workflow_ready, workflow_leased FROM task_queue_state \
+                 WHERE namespace = 'default' AND task_queue = 'orders'",
+                &[],
+            )
+            .expect("the queue's counters");
+        let rows = client
+            .query_one(
+                "SELECT COUNT(*) FILTER (WHERE status = 'ready'), \
+                 COUNT(*) FILTER (WHERE status = 'leased') FROM dispatch_tasks \
+                 WHERE kind = 'workflow' AND namespace = 'default' AND task_queue = 'orders'",
+                &[],
+            )
+            .expect("the queue's rows");
+        assert_eq!(
+            (counts.get::<_, i64>(0), counts.get::<_, i64>(1)),
+            (rows.get::<_, i64>(0), rows.get::<_, i64>(1)),
+            "counters equal rows"
+        );
+        assert_eq!(rows.get::<_, i64>(1), 2, "both tasks leased");
+    }
+}

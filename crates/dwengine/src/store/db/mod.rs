@@ -227,20 +227,69 @@ impl Connection {
     /// SQLite: `BEGIN IMMEDIATE`. PostgreSQL: `BEGIN` (READ COMMITTED)
     /// and `pg_advisory_xact_lock` on [`WRITE_LOCK`] in the same round
     /// trip: every write transaction of every node sharing the database
-    /// takes the one lock, so writes are serialized across connections and
-    /// nodes exactly as SQLite serializes them in one file, and each
-    /// statement after the lock sees every write committed before it
-    /// (READ COMMITTED takes a snapshot per statement; a REPEATABLE READ
-    /// snapshot would predate the wait for the lock). The cost: write
-    /// transactions do not run in parallel, so the database's write rate
-    /// is that of one session (group commit amortizes it over many
-    /// callers); reads never take the lock.
+    /// takes the one lock exclusively, so writes are serialized across
+    /// connections and nodes exactly as SQLite serializes them in one
+    /// file, and each statement after the lock sees every write committed
+    /// before it (READ COMMITTED takes a snapshot per statement; a
+    /// REPEATABLE READ snapshot would predate the wait for the lock).
+    ///
+    /// Why a global lock and not row locks for these: a write transition
+    /// reads before it writes across many rows (admission counters of a
+    /// namespace, "is a workflow task already queued for this run", a
+    /// run's history length, structural limits), and its decision is only
+    /// right if nothing else writes between the read and the write. The
+    /// one transition that needs none of that is a task claim, which takes
+    /// the lock shared instead ([`Connection::begin_claim`]).
+    ///
+    /// The cost: write transactions do not run in parallel, so the
+    /// database's write rate is that of one session (group commit
+    /// amortizes it over many callers); reads never take the lock.
     pub fn begin_write(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
-            Backend::Postgres(conn) => conn.begin(&format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-            )),
+            Backend::Postgres(conn) => conn.begin(
+                &format!(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK}, hashtext(current_schema()))"
+                ),
+                false,
+            ),
+        }
+    }
+
+    /// Opens a claim transaction: a worker's poll taking one ready task.
+    ///
+    /// SQLite: `BEGIN IMMEDIATE`, as any write (one writer per file).
+    /// PostgreSQL: the write lock taken *shared*
+    /// (`pg_advisory_xact_lock_shared`), so claims run side by side with
+    /// each other on every node and never beside an ordinary write. Two
+    /// claims keep apart through row locks: each locks the task it takes
+    /// with `FOR UPDATE SKIP LOCKED` (another claim's task is skipped, not
+    /// waited for), and what else a claim writes belongs to that task or
+    /// its run. Everything a claim reads that an ordinary write changes
+    /// (a run's queued workflow task, its signals, sticky bindings) cannot
+    /// change under it, since the ordinary writes wait for the lock. A
+    /// claim that finds it must decide on shared state (a worker session's
+    /// admission) stops and is rerun as an ordinary write
+    /// ([`Connection::claims_side_by_side`] tells the store which it is).
+    pub fn begin_claim(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
+            Backend::Postgres(conn) => conn.begin(
+                &format!(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}, hashtext(current_schema()))"
+                ),
+                true,
+            ),
+        }
+    }
+
+    /// Whether the open transaction is a claim running beside others (a
+    /// PostgreSQL claim transaction): it must lock the rows it takes and
+    /// must not decide on shared state.
+    pub fn claims_side_by_side(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(conn) => conn.holds_shared_lock(),
         }
     }
 
@@ -250,7 +299,7 @@ impl Connection {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN"),
             Backend::Postgres(conn) => {
-                conn.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false)
             }
         }
     }
@@ -336,10 +385,14 @@ impl Connection {
     }
 }
 
-/// The advisory lock every PostgreSQL write transaction holds (see
-/// [`Connection::begin_write`]); an arbitrary constant of this program's,
-/// distinct from the migrations' lock.
-pub const WRITE_LOCK: i64 = 0x6477_7374_6f72_6501;
+/// The advisory lock every PostgreSQL write transaction holds, exclusively
+/// (see [`Connection::begin_write`]), and every claim shared (see
+/// [`Connection::begin_claim`]): the two-key form, this constant (the bytes
+/// of "dwwl") and the hash of the session's schema, so stores in two
+/// schemas of one database (the test matrix gives each test its own) do
+/// not serialize each other, while every node of one store takes the same
+/// lock. Distinct from the migrations' lock (a one-key lock).
+pub const WRITE_LOCK: i32 = 0x6477_776c;
 
 /// Where a blob lives: its table, its column, and the unique text column
 /// that names its row.

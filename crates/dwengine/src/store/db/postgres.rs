@@ -44,6 +44,8 @@ pub(super) struct PgConnection {
     client: RefCell<Client>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_transaction: Cell<bool>,
+    /// The open transaction holds the write lock shared (a claim's).
+    shared_lock: Cell<bool>,
     changes: Cell<u64>,
 }
 
@@ -56,6 +58,7 @@ impl PgConnection {
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
             in_transaction: Cell::new(false),
+            shared_lock: Cell::new(false),
             changes: Cell::new(0),
         })
     }
@@ -120,11 +123,18 @@ impl PgConnection {
         self.changes.get()
     }
 
-    /// Opens a transaction with `begin` (which may take locks after it).
-    pub(super) fn begin(&self, begin: &str) -> Result<()> {
+    /// Opens a transaction with `begin` (which may take locks after it);
+    /// `shared`: it takes the write lock shared (a claim).
+    pub(super) fn begin(&self, begin: &str, shared: bool) -> Result<()> {
         self.batch(begin)?;
         self.in_transaction.set(true);
+        self.shared_lock.set(shared);
         Ok(())
+    }
+
+    /// Whether the open transaction holds the write lock shared.
+    pub(super) fn holds_shared_lock(&self) -> bool {
+        self.in_transaction.get() && self.shared_lock.get()
     }
 
     /// Ends the open transaction with `end` (`COMMIT` or `ROLLBACK`); it
@@ -132,6 +142,7 @@ impl PgConnection {
     pub(super) fn end(&self, end: &str) -> Result<()> {
         let result = self.batch(end);
         self.in_transaction.set(false);
+        self.shared_lock.set(false);
         result
     }
 

@@ -1,0 +1,4 @@
+-- PostgreSQL counts a task's status move in its queue's task_queue_state row
+-- at commit from this version on (its twin migration says why: claims run
+-- side by side there). SQLite has one writer at a time, so its trigger stays
+-- as it is; this version only keeps the two schemas' numbering together.
