@@ -198,9 +198,9 @@ COUNTER_CHECKS = {
 }
 
 
-async def main(base_url: str, work: str, kills: int, database_url: str) -> int:
-    client = Client(base_url, namespace="default", timeout=30.0)
-    worker = Worker(
+def make_worker(client: Client) -> Worker:
+    """The SDK worker of the crash_order workflows."""
+    return Worker(
         client,
         task_queue=QUEUE,
         workflows=[CrashOrder],
@@ -209,6 +209,72 @@ async def main(base_url: str, work: str, kills: int, database_url: str) -> int:
         poll_timeout=5.0,
         shutdown_timeout=10.0,
     )
+
+
+async def check_runs(client: Client, ids: list[str], acked: dict, stuck_after: float = 180) -> list[str]:
+    """What is wrong with the workflows `drive` ran, once the servers are
+    back: a run not completed within `stuck_after` seconds, an
+    acknowledged start, signal or update missing from its history, an
+    activity completed twice."""
+    failures: list[str] = []
+    # No stuck runs: every workflow completes, with its update's total.
+    deadline = time.monotonic() + stuck_after
+    for wid in ids:
+        while True:
+            try:
+                described = await client.describe_workflow(wid)
+                if described.status == "completed":
+                    break
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                failures.append(f"{wid} is stuck (not completed {stuck_after:.0f} s after the faults ended)")
+                break
+            await asyncio.sleep(0.2)
+
+    for wid in ids:
+        described = await client.describe_workflow(wid)
+        history = await client.get_history(wid, described.run_id, page_size=1000)
+        types = [e["event_type"] for e in history["events"]]
+        if types.count("WorkflowStarted") != 1:
+            failures.append(f"{wid}: {types.count('WorkflowStarted')} WorkflowStarted")
+        if types.count("ActivityCompleted") != 1:
+            failures.append(f"{wid}: {types.count('ActivityCompleted')} ActivityCompleted: {types}")
+        received = types.count("SignalReceived")
+        if received < acked[wid]["signals"]:
+            failures.append(f"{wid}: {acked[wid]['signals']} signals acknowledged, {received} in history")
+        updates = sum(1 for t in types if t == "UpdateCompleted")
+        if updates < acked[wid]["updates"]:
+            failures.append(f"{wid}: {acked[wid]['updates']} updates acknowledged, {updates} completed in history: {types}")
+        if types and types[-1] != "WorkflowCompleted":
+            failures.append(f"{wid}: history ends with {types[-1]}")
+    return failures
+
+
+def check_counters(database_url: str) -> list[str]:
+    """Each counter of COUNTER_CHECKS that differs from its rows."""
+    failures = []
+    for name, sql in COUNTER_CHECKS.items():
+        off = psql(database_url, sql)
+        if off != "0":
+            failures.append(f"counters: {name}: off by {off}")
+    return failures
+
+
+def summary(ids: list[str], acked: dict) -> str:
+    """What the clients did, in one line."""
+    runs = sum(1 for wid in ids if acked[wid]["start"])
+    errors = sum(len(acked[wid]["errors"]) for wid in ids)
+    return (f"  {len(ids)} workflows ({runs} starts acknowledged at once, the rest after a retry "
+            f"found them), {sum(a['updates'] for a in acked.values())} updates and "
+            f"{sum(a['signals'] for a in acked.values())} signals acknowledged, {errors} requests "
+            f"failed under the faults and were retried or dropped; activity attempts run by the "
+            f"worker: {sum(_charges.values())} for {len(_charges)} orders")
+
+
+async def main(base_url: str, work: str, kills: int, database_url: str) -> int:
+    client = Client(base_url, namespace="default", timeout=30.0)
+    worker = make_worker(client)
     running = asyncio.create_task(worker.run())
     run = uuid.uuid4().hex[:8]
     ids: list[str] = []
@@ -226,55 +292,14 @@ async def main(base_url: str, work: str, kills: int, database_url: str) -> int:
     failures: list[str] = []
     if running.done():
         failures.append(f"the worker stopped: {running.exception()!r}")
-
-    # No stuck runs: every workflow completes, with its update's total.
-    deadline = time.monotonic() + 180
-    for wid in ids:
-        while True:
-            try:
-                described = await client.describe_workflow(wid)
-                if described.status == "completed":
-                    break
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                failures.append(f"{wid} is stuck (not completed 180 s after the last kill)")
-                break
-            await asyncio.sleep(0.2)
-
-    errors = 0
-    for wid in ids:
-        errors += len(acked[wid]["errors"])
-        described = await client.describe_workflow(wid)
-        history = await client.get_history(wid, described.run_id, page_size=1000)
-        types = [e["event_type"] for e in history["events"]]
-        if types.count("WorkflowStarted") != 1:
-            failures.append(f"{wid}: {types.count('WorkflowStarted')} WorkflowStarted")
-        if types.count("ActivityCompleted") != 1:
-            failures.append(f"{wid}: {types.count('ActivityCompleted')} ActivityCompleted: {types}")
-        received = types.count("SignalReceived")
-        if received < acked[wid]["signals"]:
-            failures.append(f"{wid}: {acked[wid]['signals']} signals acknowledged, {received} in history")
-        updates = sum(1 for t in types if t == "UpdateCompleted")
-        if updates < acked[wid]["updates"]:
-            failures.append(f"{wid}: {acked[wid]['updates']} updates acknowledged, {updates} completed in history: {types}")
-        if types and types[-1] != "WorkflowCompleted":
-            failures.append(f"{wid}: history ends with {types[-1]}")
-    for name, sql in COUNTER_CHECKS.items():
-        off = psql(database_url, sql)
-        if off != "0":
-            failures.append(f"counters: {name}: off by {off}")
+    failures += await check_runs(client, ids, acked)
+    failures += check_counters(database_url)
 
     await worker.stop()
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     await client.aclose()
-    runs = sum(1 for wid in ids if acked[wid]["start"])
-    print(f"  {len(ids)} workflows ({runs} starts acknowledged at once, the rest after a retry "
-          f"found them), {sum(a['updates'] for a in acked.values())} updates and "
-          f"{sum(a['signals'] for a in acked.values())} signals acknowledged, {errors} requests "
-          f"failed under the kills and were retried or dropped; activity attempts run by the "
-          f"worker: {sum(_charges.values())} for {len(_charges)} orders", flush=True)
+    print(summary(ids, acked), flush=True)
     for failure in failures:
         print("  FAIL", failure, flush=True)
     print(f"crash test: {'passed' if not failures else f'{len(failures)} failures'}", flush=True)

@@ -24,6 +24,10 @@ pub const STORAGE_FULL_RETRY_AFTER_SECONDS: u64 = 30;
 
 /// `Retry-After` of a request refused because the cache is unreachable.
 pub const CACHE_UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 1;
+
+/// `Retry-After` of a request refused because the database (PostgreSQL)
+/// is unreachable: the node opens a new session as soon as it answers.
+pub const DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 1;
 use crate::wait_slots::{WaitRefusal, WaitSlotError};
 
 /// Why a request failed.
@@ -243,6 +247,7 @@ impl ApiError {
             } => 429,
             ApiError::ServiceBoundary { .. } => 503,
             ApiError::Store(e) if e.is_disk_full() => 507,
+            ApiError::Store(e) if e.is_unavailable() => 503,
             ApiError::Store(e) => match e {
                 StoreError::RunNotFound(_)
                 | StoreError::ItemNotFound { .. }
@@ -278,6 +283,10 @@ impl ApiError {
             ApiError::QueryTask(BrokerError::QueueLockBusy) => Some(1),
             // Space is freed by an operator or by retention, not at once.
             ApiError::Store(e) if e.is_disk_full() => Some(STORAGE_FULL_RETRY_AFTER_SECONDS),
+            // The database server stopped, restarting or unreachable.
+            ApiError::Store(e) if e.is_unavailable() => {
+                Some(DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS)
+            }
             ApiError::ServiceBoundary {
                 refusal:
                     BoundaryRefusal::RateLimited {
@@ -400,6 +409,19 @@ impl ApiError {
                 "retry_after_seconds": STORAGE_FULL_RETRY_AFTER_SECONDS,
                 "message": format!("the store cannot write: its disk is full ({e}); nothing was written"),
             }),
+            ApiError::Store(e) if e.is_unavailable() => {
+                let cause = match e {
+                    StoreError::DatabaseUnavailable(cause) => cause.clone(),
+                    other => other.to_string(),
+                };
+                json!({
+                    "reason": "database_unavailable", "retryable": true,
+                    "retry_after_seconds": DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS,
+                    "message": format!(
+                        "the store's database cannot be reached ({cause}); retry once it is back: a write refused so was not done, or, if its commit was cut off, is found by the retry (a start by its workflow id, a signal or update by its request id)"
+                    ),
+                })
+            }
             ApiError::AlreadyStarted {
                 workflow_id,
                 run_id,

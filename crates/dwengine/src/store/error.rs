@@ -116,6 +116,11 @@ pub enum Error {
     /// The group commit carrying this write failed; nothing of it is on disk.
     #[error("commit failed: {0}")]
     Commit(String),
+    /// The database server could not be reached, or dropped the session,
+    /// before this write was committed: it was not written, or (a commit
+    /// cut off on its way back) its outcome is unknown; a retry settles it.
+    #[error("the database is unavailable: {0}")]
+    DatabaseUnavailable(String),
     /// The store's writer thread has stopped (the node is shutting down).
     #[error("the store writer has stopped")]
     WriterStopped,
@@ -228,6 +233,17 @@ impl Error {
         match self {
             Error::Database(e) => e.is_disk_full(),
             Error::Commit(message) => message.contains("disk is full"),
+            _ => false,
+        }
+    }
+
+    /// Whether the database server is unreachable or dropped the session
+    /// (PostgreSQL stopped, restarting, the network gone): a refusal that
+    /// clears by itself once the server answers again.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::DatabaseUnavailable(_) => true,
+            Error::Database(e) => e.is_unavailable(),
             _ => false,
         }
     }

@@ -5,7 +5,9 @@
 //! (opened on first need and kept), runs inside one read transaction so
 //! every statement of it sees the same snapshot, and hands the connection
 //! back. The connections are `query_only`: a write attempted through one
-//! fails instead of competing with the group-commit writer.
+//! fails instead of competing with the group-commit writer. A PostgreSQL
+//! session the server dropped is closed, with the idle ones, and the next
+//! read opens a new one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -68,8 +70,33 @@ impl ReadPool {
 
     /// Runs `read` on one snapshot of the store.
     pub fn read<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
-        let store = self.take()?;
-        let result = snapshot(&store, read);
+        let (mut store, mut opened) = self.take()?;
+        let mut begun = store.conn.begin_read();
+        while begun.is_err() && store.conn.is_broken() && !opened {
+            // A session the database dropped while it sat idle (it
+            // restarted): nothing ran on it, so the read begins again on
+            // another, and the idle ones, gone with it, close. Only a
+            // session opened just now ends the loop: each turn closes one
+            // of the finitely many sessions opened before.
+            self.discard(store);
+            (store, opened) = self.take()?;
+            begun = store.conn.begin_read();
+        }
+        let result = begun.map_err(Error::from).and_then(|()| {
+            let result = read(&store);
+            let end = store.conn.commit();
+            let value = result?;
+            end?;
+            Ok(value)
+        });
+        if store.conn.is_broken() {
+            // The database dropped this session (stopped, restarted): the
+            // idle ones are most likely gone with it, so they are closed
+            // too and the next reads open new sessions, rather than each
+            // failing once on a dead one.
+            self.discard(store);
+            return result;
+        }
         let mut state = self.lock();
         if result.is_ok() || store.conn.is_autocommit() {
             state.idle.push(store);
@@ -84,10 +111,15 @@ impl ReadPool {
     /// Runs `work` on one of the pool's sessions as it is (no snapshot
     /// opened around it: `work` opens its own transactions, as a
     /// PostgreSQL node's claim sessions do, see
-    /// [`crate::store::shared::SharedStore::claim`]).
+    /// [`crate::store::shared::SharedStore::claim`]). A session the
+    /// database dropped is closed, with the idle ones.
     pub fn session<R>(&self, work: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {
-        let store = self.take()?;
+        let (store, _) = self.take()?;
         let result = work(&store);
+        if store.conn.is_broken() {
+            self.discard(store);
+            return result;
+        }
         let mut state = self.lock();
         if store.conn.is_autocommit() {
             state.idle.push(store);
@@ -99,17 +131,28 @@ impl ReadPool {
         result
     }
 
+    /// Closes `store`, a session the database dropped, and the idle ones.
+    fn discard(&self, store: Store) {
+        drop(store);
+        let mut state = self.lock();
+        state.open -= 1 + state.idle.len();
+        state.idle.clear();
+        drop(state);
+        self.freed.notify_all();
+    }
+
     /// Connections opened so far (tests).
     pub fn open_connections(&self) -> usize {
         self.lock().open
     }
 
-    fn take(&self) -> Result<Store, Error> {
+    /// An idle session, or a new one (then `true`).
+    fn take(&self) -> Result<(Store, bool), Error> {
         let deadline = Instant::now() + READ_WAIT;
         let mut state = self.lock();
         loop {
             if let Some(store) = state.idle.pop() {
-                return Ok(store);
+                return Ok((store, false));
             }
             if state.open < self.max {
                 state.open += 1;
@@ -119,7 +162,7 @@ impl ReadPool {
                     Source::Postgres(url) => Store::open_postgres_reader(url, self.config.clone()),
                 };
                 return match opened {
-                    Ok(store) => Ok(store),
+                    Ok(store) => Ok((store, true)),
                     Err(e) => {
                         self.lock().open -= 1;
                         Err(e)

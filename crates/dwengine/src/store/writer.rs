@@ -10,6 +10,14 @@
 //! its neighbours), commits once, and only then answers. A caller therefore
 //! never sees success for a write that is not on disk, and a crash loses
 //! only transitions nobody was told about.
+//!
+//! On PostgreSQL the writer's session can be lost (the server stopped or
+//! restarted, the network failed). The batch it was carrying is answered
+//! with [`Error::DatabaseUnavailable`], and before each later batch the
+//! writer opens a new session, at most every [`RECONNECT_INTERVAL`]; until
+//! one opens, queued writes are refused the same way at once, so callers
+//! get a 503 rather than a wait, and the node writes again as soon as the
+//! server is back.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
@@ -27,14 +36,43 @@ const JOB_SAVEPOINT: &str = "group_commit_job";
 /// The most transitions one commit carries; the rest wait for the next.
 pub const MAX_BATCH: usize = 256;
 
-type Answer = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// How often a writer whose session was lost tries to open a new one
+/// (queued writes are refused in between, not held).
+pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Why a group commit carried nothing to disk.
+#[derive(Debug, Clone)]
+struct Failure {
+    message: String,
+    /// The database was unreachable or dropped the session.
+    unavailable: bool,
+}
+
+impl Failure {
+    fn of(error: &crate::store::db::Error, conn: &crate::store::db::Connection) -> Failure {
+        Failure {
+            message: error.to_string(),
+            unavailable: error.is_unavailable() || conn.is_broken(),
+        }
+    }
+
+    fn into_error(self) -> Error {
+        if self.unavailable {
+            Error::DatabaseUnavailable(self.message)
+        } else {
+            Error::Commit(self.message)
+        }
+    }
+}
+
+type Answer = Box<dyn FnOnce(Result<(), Failure>) + Send>;
 /// Runs a transition; says whether it succeeded and how to answer its caller.
 type Transition = Box<dyn FnOnce(&Store) -> (bool, Answer) + Send>;
 
 /// A queued transition and the way to refuse it unrun.
 struct Job {
     transition: Transition,
-    refuse: Box<dyn FnOnce(String) + Send>,
+    refuse: Box<dyn FnOnce(Failure) + Send>,
 }
 
 /// The single writer of one store file (or in-memory store).
@@ -80,13 +118,13 @@ impl GroupCommitWriter {
                 let deliver: Answer = Box::new(move |commit| {
                     let _ = reply.send(match commit {
                         Ok(()) => result,
-                        Err(message) => Err(Error::Commit(message)),
+                        Err(failure) => Err(failure.into_error()),
                     });
                 });
                 (ok, deliver)
             }),
-            refuse: Box::new(move |message| {
-                let _ = refusal.send(Err(Error::Commit(message)));
+            refuse: Box::new(move |failure: Failure| {
+                let _ = refusal.send(Err(failure.into_error()));
             }),
         };
         {
@@ -127,6 +165,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
+    let mut reconnect = Reconnect::default();
     while let Ok(first) = receiver.recv() {
         let mut batch = VecDeque::from([first]);
         while batch.len() < MAX_BATCH {
@@ -135,31 +174,102 @@ fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
                 Err(_) => break,
             }
         }
-        let store = lock(store);
+        let mut store = lock(store);
+        // A session found lost when the batch begins (the database
+        // restarted while the node was idle) is opened again at once and
+        // the batch begun again, once: nothing of it ran.
+        let mut begun_again = false;
         while !batch.is_empty() {
-            if commit_batch(&store, &mut batch) {
-                commits.fetch_add(1, Ordering::Relaxed);
+            if let Err(failure) = session(&mut store, &mut reconnect) {
+                for job in batch.drain(..) {
+                    (job.refuse)(failure.clone());
+                }
+                break;
+            }
+            match commit_batch(&store, &mut batch, !begun_again) {
+                Batch::Committed => {
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+                Batch::Failed => {}
+                Batch::SessionLost => {
+                    begun_again = true;
+                    reconnect.last = None;
+                }
             }
         }
     }
 }
 
+/// What one [`commit_batch`] did.
+enum Batch {
+    /// The transaction committed (its jobs are answered).
+    Committed,
+    /// It did not (its jobs are answered with the failure).
+    Failed,
+    /// The session was found lost before any job ran; the jobs are still
+    /// queued, unanswered.
+    SessionLost,
+}
+
+/// When the writer last tried to open a new session, and why it failed.
+#[derive(Default)]
+struct Reconnect {
+    last: Option<(Instant, Failure)>,
+}
+
+/// The writer's session, opened again if it was lost; while the database
+/// stays unreachable, the last attempt's failure (a new attempt at most
+/// every [`RECONNECT_INTERVAL`]).
+fn session(store: &mut Store, reconnect: &mut Reconnect) -> Result<(), Failure> {
+    if !store.conn.is_broken() {
+        return Ok(());
+    }
+    if let Some((at, failure)) = &reconnect.last {
+        if at.elapsed() < RECONNECT_INTERVAL {
+            return Err(failure.clone());
+        }
+    }
+    match store.conn.reconnect() {
+        Ok(()) => {
+            reconnect.last = None;
+            tracing::info!("the store's writer opened a new database session");
+            Ok(())
+        }
+        Err(e) => {
+            let failure = Failure {
+                message: e.to_string(),
+                unavailable: true,
+            };
+            if reconnect.last.is_none() {
+                tracing::warn!(error = %e, "the store's writer lost its database session and cannot open a new one yet: writes are refused (503) until it can");
+            }
+            reconnect.last = Some((Instant::now(), failure.clone()));
+            Err(failure)
+        }
+    }
+}
+
 /// Runs queued jobs in one transaction until the queue is empty or SQLite
-/// drops the transaction; answers every job it ran. Whether it committed.
-fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
+/// drops the transaction; answers every job it ran. With
+/// `may_begin_again`, a session found lost at `BEGIN` leaves the jobs
+/// queued ([`Batch::SessionLost`]) instead of refusing them.
+fn commit_batch(store: &Store, batch: &mut VecDeque<Job>, may_begin_again: bool) -> Batch {
     let conn = &store.conn;
     if let Err(e) = conn.begin_write() {
-        let message = e.to_string();
-        for job in batch.drain(..) {
-            refuse(job, &message);
+        if may_begin_again && conn.is_broken() {
+            return Batch::SessionLost;
         }
-        return false;
+        let failure = Failure::of(&e, conn);
+        for job in batch.drain(..) {
+            (job.refuse)(failure.clone());
+        }
+        return Batch::Failed;
     }
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut lost = None;
     while let Some(job) = batch.pop_front() {
         if let Err(e) = conn.savepoint(JOB_SAVEPOINT) {
-            lost = Some(e.to_string());
+            lost = Some(Failure::of(&e, conn));
             batch.push_front(job);
             break;
         }
@@ -177,35 +287,49 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>) -> bool {
                 let _ = conn.rollback_to(JOB_SAVEPOINT);
             }
         }
+        if conn.is_broken() {
+            // The PostgreSQL session is gone, and with it the transaction:
+            // nothing of this batch is written; the rest waits for a new
+            // session.
+            lost = Some(Failure {
+                message: "the database session was lost in the middle of the transaction"
+                    .to_owned(),
+                unavailable: true,
+            });
+            break;
+        }
         if conn.is_autocommit() {
             // SQLite rolled the whole transaction back (an I/O error or a
             // full disk does): nothing of this batch is on disk.
-            lost = Some("the transaction was rolled back by SQLite".to_owned());
+            lost = Some(Failure {
+                message: "the transaction was rolled back by SQLite".to_owned(),
+                unavailable: false,
+            });
             break;
         }
     }
     let outcome = match lost {
-        Some(message) => {
+        Some(failure) => {
             if !conn.is_autocommit() {
                 let _ = conn.rollback();
             }
-            Err(message)
+            Err(failure)
         }
         None => conn.commit().map_err(|e| {
+            let failure = Failure::of(&e, conn);
             if !conn.is_autocommit() {
                 let _ = conn.rollback();
             }
-            e.to_string()
+            failure
         }),
     };
     let committed = outcome.is_ok();
     for answer in answers {
         answer(outcome.clone());
     }
-    committed
-}
-
-/// Answers a job that could not run, without running its transition.
-fn refuse(job: Job, message: &str) {
-    (job.refuse)(message.to_owned());
+    if committed {
+        Batch::Committed
+    } else {
+        Batch::Failed
+    }
 }

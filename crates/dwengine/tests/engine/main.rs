@@ -27,6 +27,7 @@ mod continue_as_new;
 mod contract;
 mod counters;
 mod crash;
+mod database_outage;
 mod dispatch;
 mod durable_state_quota;
 mod evidence;

@@ -88,8 +88,36 @@ async fn ready(State(engine): Shared) -> Response {
         )
             .into_response();
     }
-    let verdict = super::on_probe_lane(engine, |e| e.ready()).await;
+    // The store first: a node whose database is unreachable (PostgreSQL
+    // stopped or restarting) refuses every call with 503, so a balancer
+    // must route around it until the database answers again.
+    let verdict =
+        super::on_probe_lane(engine, |e| match e.probe_read(|s| s.namespace("default")) {
+            Ok(_) => Ok(Ok(e.ready())),
+            Err(store) => Ok(Err(store)),
+        })
+        .await;
     let now = wire::timestamp(crate::unix_ms());
+    let verdict = match verdict {
+        Ok(Err(store)) => {
+            let check = if store.is_unavailable() {
+                "unavailable"
+            } else {
+                "failed"
+            };
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({
+                    "status": "not_ready", "timestamp": now,
+                    "checks": { "store": check },
+                    "message": format!("the store cannot be read: {store}; this node refuses calls (503) until its database answers again"),
+                })),
+            )
+                .into_response();
+        }
+        Ok(Ok(cache)) => cache,
+        Err(e) => Err(e),
+    };
     let (status, cache, message) = match verdict {
         Ok(true) => (StatusCode::OK, "ok", None),
         Ok(false) => (

@@ -62,4 +62,38 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether the database server could not be reached or dropped the
+    /// session (stopped, restarting, the network gone), as opposed to a
+    /// statement it refused: what clears by itself once the server is back.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Postgres(e) => postgres_unavailable(e),
+            _ => false,
+        }
+    }
+}
+
+/// A PostgreSQL error that says the server or the session is gone: the
+/// session closed, an I/O failure (a refused or reset connection), a
+/// connect timeout, or the server's own "connection exception" (class
+/// 08), "shutting down" (57P01, 57P02) and "not accepting connections
+/// yet" (57P03).
+pub(super) fn postgres_unavailable(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        return code.code().starts_with("08")
+            || [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::CANNOT_CONNECT_NOW,
+            ]
+            .contains(code);
+    }
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    // The client's connect timeout carries no source; its text is fixed.
+    io || e.to_string().starts_with("timeout waiting for server")
 }

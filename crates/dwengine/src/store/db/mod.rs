@@ -204,6 +204,26 @@ impl Connection {
         }
     }
 
+    /// Whether the connection is lost for good (a PostgreSQL session the
+    /// server closed or whose socket failed): nothing more runs on it
+    /// until [`Connection::reconnect`]. An SQLite connection never is.
+    pub fn is_broken(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(conn) => conn.is_broken(),
+        }
+    }
+
+    /// Replaces a lost PostgreSQL session with a new one on the same
+    /// database (an error when the server still cannot be reached); does
+    /// nothing on SQLite.
+    pub fn reconnect(&mut self) -> Result<()> {
+        match &mut self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(conn) => conn.reconnect(),
+        }
+    }
+
     /// Whether no transaction is open.
     pub fn is_autocommit(&self) -> bool {
         match &self.backend {

@@ -35,32 +35,80 @@ use super::params::{FromSqlError, ToSql, ToSqlOutput, Value};
 /// Statements each connection keeps prepared: as many as SQLite's cache.
 const STATEMENT_CACHE_CAPACITY: usize = super::STATEMENT_CACHE_CAPACITY;
 
+/// How long a connection attempt waits when the URL sets no
+/// `connect_timeout`.
+pub(super) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Bytes one blob append writes (an external payload is written in chunks
 /// of this size, each an `UPDATE … SET data = data || chunk`).
 pub(super) const BLOB_WRITE_CHUNK: usize = 4 << 20;
 
 /// One PostgreSQL session.
 pub(super) struct PgConnection {
+    /// What the session was opened with: a lost session is opened again
+    /// from it ([`PgConnection::reconnect`]).
+    config: postgres::Config,
     client: RefCell<Client>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_transaction: Cell<bool>,
     /// The open transaction holds the write lock shared (a claim's).
     shared_lock: Cell<bool>,
     changes: Cell<u64>,
+    /// A statement failed because the session is gone.
+    broken: Cell<bool>,
 }
 
 impl PgConnection {
     /// Connects to `url` (a `postgres://` URL or a key=value string).
+    /// Without a `connect_timeout` of its own, a connection attempt gives
+    /// up after [`CONNECT_TIMEOUT`]: a database host that went away must
+    /// not hold a request (or the writer) for the operating system's TCP
+    /// timeout of minutes.
     pub(super) fn connect(url: &str) -> Result<PgConnection> {
-        let config: postgres::Config = url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+        let mut config: postgres::Config =
+            url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let client = config.connect(NoTls)?;
         Ok(PgConnection {
+            config,
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
             in_transaction: Cell::new(false),
             shared_lock: Cell::new(false),
             changes: Cell::new(0),
+            broken: Cell::new(false),
         })
+    }
+
+    /// Whether the session is gone (the server closed it, restarted, or the
+    /// socket failed): every statement on it fails from then on.
+    pub(super) fn is_broken(&self) -> bool {
+        self.broken.get() || self.client.borrow().is_closed()
+    }
+
+    /// `result`, noting a failure that lost the session: the sync client
+    /// does not report its connection closed (`is_closed` stays false
+    /// after the server dropped it), so the errors that say so are kept.
+    fn track<T>(&self, result: std::result::Result<T, postgres::Error>) -> Result<T> {
+        result.map_err(|e| {
+            if super::error::postgres_unavailable(&e) {
+                self.broken.set(true);
+            }
+            Error::Postgres(e)
+        })
+    }
+
+    /// Opens a new session with the same settings in place of this one;
+    /// its prepared statements are prepared again as they are used.
+    pub(super) fn reconnect(&mut self) -> Result<()> {
+        let client = self.config.connect(NoTls)?;
+        *self.client.get_mut() = client;
+        self.statements.get_mut().clear();
+        self.in_transaction.set(false);
+        self.broken.set(false);
+        Ok(())
     }
 
     pub(super) fn client_mut(&mut self) -> &mut Client {
@@ -83,7 +131,8 @@ impl PgConnection {
 
     /// `sql` translated and prepared, not kept.
     pub(super) fn prepare(&self, sql: &str) -> Result<postgres::Statement> {
-        Ok(self.client.borrow_mut().prepare(&translate(sql))?)
+        let prepared = self.client.borrow_mut().prepare(&translate(sql));
+        self.track(prepared)
     }
 
     pub(super) fn execute(
@@ -94,7 +143,8 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let changed = self.client.borrow_mut().execute(statement, &refs)?;
+        let changed = self.client.borrow_mut().execute(statement, &refs);
+        let changed = self.track(changed)?;
         self.changes.set(changed);
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
@@ -107,12 +157,14 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        Ok(self.client.borrow_mut().query(statement, &refs)?)
+        let rows = self.client.borrow_mut().query(statement, &refs);
+        self.track(rows)
     }
 
     /// Runs `sql` (no parameters, `;`-separated) as one simple query.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
-        Ok(self.client.borrow_mut().batch_execute(sql)?)
+        let done = self.client.borrow_mut().batch_execute(sql);
+        self.track(done)
     }
 
     pub(super) fn is_autocommit(&self) -> bool {
