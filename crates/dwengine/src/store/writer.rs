@@ -11,6 +11,25 @@
 //! never sees success for a write that is not on disk, and a crash loses
 //! only transitions nobody was told about.
 //!
+//! Lock order on PostgreSQL. A batch runs its transitions in the order
+//! they arrived, and the triggers update the counter rows each one touches
+//! (`workflow_run_series` and `task_queue_state` of its queue,
+//! `namespace_durable_counts`, …) as its statements run, so two nodes'
+//! batches can lock the same counter rows in opposite orders (node A
+//! starts a workflow on queue a, then one on b; node B b, then a). Sorting
+//! them is not possible across unrelated transitions, and not needed: every
+//! write transaction takes the store's advisory write lock exclusively at
+//! `BEGIN`, before any row lock (`Connection::begin_write`), so no two of
+//! them hold row locks at the same time and no cycle of waits can form. A
+//! transaction that does not take that lock exclusively must lock at most
+//! one contested counter row, and last: a claim (`Connection::begin_claim`,
+//! the lock taken shared, beside other claims only) locks the task it takes
+//! with `SKIP LOCKED` (never waiting for it), rows of that task's own run,
+//! and its queue's `task_queue_state` row through a trigger deferred to
+//! `COMMIT`, so a claim waiting for a counter row holds no row another
+//! claim waits for. The engine tests' `lock_order::` show the pair
+//! deadlocking (40P01) without the lock and never with it.
+//!
 //! On PostgreSQL the writer's session can be lost (the server stopped or
 //! restarted, the network failed). The batch it was carrying is answered
 //! with [`Error::DatabaseUnavailable`], and before each later batch the

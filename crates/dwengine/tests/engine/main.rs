@@ -41,6 +41,7 @@ mod http_schedule_races;
 mod http_schedules;
 mod http_search_attributes;
 mod import;
+mod lock_order;
 mod memo_upserts;
 mod namespace_admission_metrics;
 mod namespaces;
