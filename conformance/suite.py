@@ -430,10 +430,8 @@ class Suite:
         types = await self.history_types(wid, handle.run_id)
         assert types.count("SearchAttributesUpserted") == 2, types
         return "set two attributes, then changed one and removed the other; describe and list agree"
-    async def nexus_operation(self) -> str:
-        """The SDK's execute_nexus_operation against a catalogued operation
-        bound to the `quick` workflow: the call starts it and, waiting for
-        completion, answers its result; the same idempotency key replays."""
+    async def ensure_nexus_catalog(self) -> None:
+        """conformance/greetings/greet, bound to the `quick` workflow."""
         base = "/api/service-endpoints"
         for path, body in [
             (base, {"endpoint_name": "conformance"}),
@@ -451,6 +449,12 @@ class Suite:
             response = await self.http.post(path, json=body)
             # A second protocol run finds the catalog already registered.
             assert response.status_code in (201, 409), response.text
+
+    async def nexus_operation(self) -> str:
+        """The SDK's execute_nexus_operation against a catalogued operation
+        bound to the `quick` workflow: the call starts it and, waiting for
+        completion, answers its result; the same idempotency key replays."""
+        await self.ensure_nexus_catalog()
         key = new_id("nexus")
         result = await self.client.execute_nexus_operation(
             "conformance", "greetings", "greet", ["nexus"],
@@ -466,6 +470,34 @@ class Suite:
         assert again.service_call_id == result.service_call_id, (again, result)
         assert again.response_or_failure_surface["idempotent_replay"] is True, again
         return f"service call {result.service_call_id} completed with {value!r}; the replay answered the same call"
+
+    async def nexus_from_workflow(self) -> str:
+        """ctx.call_nexus_service from workflow code: the operation's
+        workflow runs and its result resumes the caller; an operation the
+        catalog lacks raises NexusOperationFailed at the call."""
+        await self.ensure_nexus_catalog()
+        wid = new_id("nexus-caller")
+        handle = await self.client.start_workflow(
+            workflow_type="nexus_caller", task_queue=QUEUE, workflow_id=wid, input=["from-workflow"]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result["greeting"] == "hello, from-workflow", result
+        assert "not found" in (result["missing"] or ""), result
+        assert result["admitted"] == "started", result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        started = [e["payload"] for e in events if e["event_type"] == "ServiceCallStarted"]
+        completed = [e["payload"] for e in events if e["event_type"] == "ServiceCallCompleted"]
+        failed = [e["payload"] for e in events if e["event_type"] == "ServiceCallFailed"]
+        assert len(started) == 2 and len(completed) == 1 and len(failed) == 1, [e["event_type"] for e in events]
+        assert started[1]["operation_mode"] == "async" and started[1]["wait_for"] == "accepted", started[1]
+        assert completed[0]["sequence"] == started[0]["sequence"], (started, completed)
+        linked = await self.describe_raw(started[0]["linked_workflow_instance_id"])
+        assert linked["status"] == "completed" and linked["workflow_type"] == "quick", linked
+        assert not [e for e in events if e["event_type"] == "WorkflowTaskFailed"]
+        return (f"call {started[0]['service_call_id']} ran {linked['workflow_id']} and resumed the caller "
+                f"with {result['greeting']!r}; the missing operation raised NexusOperationFailed; "
+                f"the async call resumed at its admission")
 
     async def workflow_output_stream(self) -> str:
         wid = new_id("streamer")
@@ -647,6 +679,76 @@ class Suite:
         assert not failed, failed
         return f"memo {described['memo']}; 2 MemoUpserted events replayed, merged {first_merged}"
 
+    async def message_stream(self) -> str:
+        wid = new_id("inbox")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_reader", task_queue=QUEUE, workflow_id=wid, input=[3]
+        )
+
+        # The Python SDK binds a delivery recorded after its task was leased
+        # to the wait it was recorded beside, not to the next one (like a
+        # signal and a condition, see activity_timer_signal_condition_query):
+        # append each message once the stream wait for it is open.
+        async def waiting_after(position):
+            history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+            return any(e["event_type"] == "ConditionWaitOpened"
+                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
+                       for e in history["events"])
+
+        await self.wait_for("the workflow to wait on its stream", lambda: waiting_after(0))
+        first = await handle.append_message("orders", "order-1", ["apples", 3])
+        assert first["position"] == 1 and first["retained"] is False, first
+        retried = await handle.append_message("orders", "order-1", ["apples", 3])
+        assert retried["position"] == 1 and retried["retained"] is True, retried
+        await self.wait_for("the workflow to read order-1", lambda: waiting_after(1))
+        other = await handle.append_message("audit", "note-1", ["not read"])
+        assert other["position"] == 1, other
+        await handle.append_message("orders", "order-2", ["pears", 5])
+        await self.wait_for("the workflow to read order-2", lambda: waiting_after(2))
+        await handle.append_message("orders", "order-3", ["plums", 7])
+        result = await self.client.get_result(handle, timeout=60)
+        expected = [
+            {"id": "order-1", "position": 1, "arguments": ["apples", 3]},
+            {"id": "order-2", "position": 2, "arguments": ["pears", 5]},
+            {"id": "order-3", "position": 3, "arguments": ["plums", 7]},
+        ]
+        assert result == expected, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        received = [e for e in history["events"] if e["event_type"] == "SignalReceived"]
+        assert len(received) == 4, [e["event_type"] for e in history["events"]]
+        failed = [e for e in history["events"] if e["event_type"] == "WorkflowTaskFailed"]
+        assert not failed, failed
+        return "3 messages read in order from stream 'orders' (a retried append kept position 1), 4 deliveries"
+
+    async def message_stream_continue_as_new(self) -> str:
+        wid = new_id("inbox-chain")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_chain", task_queue=QUEUE, workflow_id=wid, input=[[]]
+        )
+
+        async def waiting_after(position):
+            described = await self.describe_raw(wid)
+            history = await self.client.get_history(wid, described["run_id"], page_size=1000)
+            return any(e["event_type"] == "ConditionWaitOpened"
+                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
+                       for e in history["events"]) and described["run_id"]
+
+        await self.wait_for("the first run to wait on its stream", lambda: waiting_after(0))
+        await handle.append_message("orders", "m-1", ["one"])
+        # The successor's first wait is keyed after the carried cursor (1).
+        successor = await self.wait_for("the successor to wait after position 1", lambda: waiting_after(1))
+        assert successor != handle.run_id, (successor, handle.run_id)
+        history = await self.client.get_history(wid, successor, page_size=1000)
+        checkpoints = [e for e in history["events"] if e["event_type"] == "SignalReceived"]
+        assert len(checkpoints) == 1, checkpoints
+        await handle.append_message("orders", "m-2", ["two"])
+        await self.wait_for("the successor to read m-2", lambda: waiting_after(2))
+        await handle.append_message("orders", "m-3", ["three"])
+        # The workflow's current run (the handle names the first one).
+        result = await self.client.get_result(self.client.get_workflow_handle(wid), timeout=60)
+        assert result == ["m-1", ["m-2", 2], ["m-3", 3]], result
+        return f"run {handle.run_id} read m-1 and continued; run {successor} started at cursor 1 and read m-2, m-3"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -768,11 +870,14 @@ class Suite:
         "workflow_output_stream",
         "large_payload_through_external_storage",
         "nexus_operation",
+        "nexus_from_workflow",
         "local_activity",
         "version_marker",
         "continue_as_new_chain",
         "child_workflows",
         "memo_upserts",
+        "message_stream",
+        "message_stream_continue_as_new",
         "sticky_execution",
         "worker_session",
     ]

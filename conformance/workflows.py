@@ -11,7 +11,7 @@ import threading
 import time
 
 from durable_workflow import WorkerSessionOptions, WorkflowStreamAppendItem, activity, workflow
-from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed
+from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed, NexusOperationFailed
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
@@ -319,6 +319,57 @@ class MemoKeeper:
         return greeting
 
 
+@workflow.defn(name="inbox_reader")
+class InboxReader:
+    """Reads `count` messages from its input stream "orders" in batches
+    (ctx.message_stream: each message arrives as a stream delivery); a
+    message on another stream it never reads must not disturb it."""
+
+    def run(self, ctx, count):
+        stream = ctx.message_stream("orders")
+        received = []
+        while len(received) < count:
+            batch = yield from stream.receive(10)
+            received.extend({"id": m.message_id, "position": m.position, "arguments": m.arguments}
+                            for m in batch)
+        return received
+
+
+@workflow.defn(name="inbox_chain")
+class InboxChain:
+    """Reads one message of its stream, then continues as new; the next run
+    starts from the stream's cursor and reads two more."""
+
+    def run(self, ctx, seen):
+        stream = ctx.message_stream("orders")
+        if not seen:
+            first = yield from stream.receive_one()
+            return ctx.continue_as_new([first.message_id])
+        while len(seen) < 3:
+            batch = yield from stream.receive(10)
+            seen = [*seen, *([m.message_id, m.position] for m in batch)]
+        return seen
+
+
+@workflow.defn(name="nexus_caller")
+class NexusCaller:
+    """Calls the catalogued conformance/greetings/greet operation (bound to
+    the `quick` workflow) from workflow code and returns its result; then
+    calls an operation the catalog does not have and returns the failure,
+    then starts the operation in async mode and returns at its admission."""
+
+    def run(self, ctx, name):
+        greeted = yield ctx.call_nexus_service("conformance", "greetings", "greet", [name])
+        try:
+            yield ctx.call_nexus_service("conformance", "greetings", "vanish", [name])
+            missing = None
+        except NexusOperationFailed as exc:
+            missing = str(exc)
+        # The async form resumes once the call is admitted.
+        admitted = yield ctx.start_nexus_operation("conformance", "greetings", "greet", [name])
+        return {"greeting": greeted.result, "missing": missing, "admitted": admitted.status}
+
+
 SESSION_QUEUE = "conformance-sessions"
 
 
@@ -357,5 +408,6 @@ class StickySteps:
 
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
-             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper]
+             LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
+             InboxChain, NexusCaller]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -157,6 +157,27 @@ impl Harness {
         Ok(body)
     }
 
+    /// A POST of the control plane with a JSON body: the status and the
+    /// answer (no status is an error here; the caller decides).
+    pub async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        let url = format!("{}{path}", self.url);
+        let response = self
+            .http
+            .post(&url)
+            .header("X-Namespace", "default")
+            .header("X-Durable-Workflow-Control-Plane-Version", "2")
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {url}: {e}"))?;
+        let status = response.status().as_u16();
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| format!("POST {url}: body: {e}"))?;
+        Ok((status, body))
+    }
+
     /// Waits until the run's history holds an event of `event_type`.
     pub async fn until_event(&self, handle: &WorkflowHandle, event_type: &str) -> Outcome {
         let deadline = tokio::time::Instant::now() + DEADLINE;

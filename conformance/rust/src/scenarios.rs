@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use durable_workflow::{
-    json, wait_condition, ActivityOptions, ActivityRetryPolicy, ChildWorkflowOptions,
-    ConditionWaitResult, Error, LocalActivityOptions, ParallelOperation, ParallelResult,
-    ParentClosePolicy, StickyCacheOptions, Value,
+    json, wait_condition, ActivityOptions, ActivityRetryPolicy, AvroValue, ChildWorkflowOptions,
+    ConditionWaitResult, Error, LocalActivityOptions, NexusServiceOptions, NexusWaitFor,
+    ParallelOperation, ParallelResult, ParentClosePolicy, StickyCacheOptions, Value,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -54,6 +54,12 @@ pub fn all() -> Vec<Scenario> {
         scenario!("continue_as_new_chain", continue_as_new_chain),
         scenario!("child_workflows", child_workflows),
         scenario!("memo_upserts", memo_upserts),
+        scenario!("message_stream", message_stream),
+        scenario!(
+            "message_stream_continue_as_new",
+            message_stream_continue_as_new
+        ),
+        scenario!("nexus_from_workflow", nexus_from_workflow),
         scenario!("sticky_execution", sticky_execution),
     ]
 }
@@ -892,4 +898,256 @@ async fn sticky_execution(h: Harness) -> Outcome {
     check(metrics.hit >= 2 && metrics.forced_cold_replay == 0, || {
         format!("sticky cache metrics {metrics:?}")
     })
+}
+
+/// `ctx.message_stream("orders")`: messages appended with
+/// `append_message` (some before the worker runs, one while it waits, one
+/// on another stream the workflow never reads) are read in position order,
+/// each once; a retried append keeps its position.
+async fn message_stream(h: Harness) -> Outcome {
+    let queue = h.unique("message-stream");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.message_stream", |ctx, _input: Value| async move {
+        let stream = ctx.message_stream("orders")?;
+        let first = stream.receive_one().await?;
+        let mut messages = vec![first];
+        while messages.len() < 3 {
+            messages.extend(stream.receive(10).await?);
+        }
+        Ok(json!(messages
+            .into_iter()
+            .map(|m| {
+                let text = match m.arguments.first() {
+                    Some(AvroValue::String(text)) => text.clone(),
+                    other => format!("{other:?}"),
+                };
+                json!({"id": m.message_id, "position": m.position, "text": text})
+            })
+            .collect::<Vec<_>>()))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.message_stream", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let append = |stream: &'static str, id: &'static str, text: &'static str| {
+        let handle = handle.clone();
+        async move {
+            handle
+                .append_message(stream, id, json!([text]))
+                .await
+                .map_err(|e| format!("append {id}: {e}"))
+        }
+    };
+    let first = append("orders", "order-1", "apples").await?;
+    check(first["position"] == 1, || format!("first append {first}"))?;
+    let retried = append("orders", "order-1", "apples").await?;
+    check(
+        retried["position"] == 1 && retried["retained"] == true,
+        || format!("retried append {retried}"),
+    )?;
+    append("audit", "note-1", "not read").await?;
+    append("orders", "order-2", "pears").await?;
+    let hh = h.clone();
+    let watcher = handle.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            hh.until_event(&watcher, "SignalApplied").await?;
+            append("orders", "order-3", "plums").await.map(|_| ())
+        })
+        .await?;
+    check(
+        result
+            == json!([
+                {"id": "order-1", "position": 1, "text": "apples"},
+                {"id": "order-2", "position": 2, "text": "pears"},
+                {"id": "order-3", "position": 3, "text": "plums"},
+            ]),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let received = events
+        .iter()
+        .filter(|e| e["event_type"] == "SignalReceived")
+        .count();
+    check(received == 4, || {
+        format!("{received} deliveries: {:?}", types(&events))
+    })
+}
+
+/// `ctx.call_nexus_service` (the `start_service_operation` command): a
+/// catalogued operation bound to a workflow on this scenario's queue runs
+/// and its result resumes the caller; an operation the catalog lacks fails
+/// the call with `NexusOperationFailed`.
+async fn nexus_from_workflow(h: Harness) -> Outcome {
+    let queue = h.unique("nexus");
+    // One operation per run of the scenario, bound to its own queue.
+    let operation = queue.to_ascii_lowercase();
+    let base = "/api/service-endpoints";
+    for (path, body) in [
+        (
+            base.to_owned(),
+            json!({"endpoint_name": "rust-conformance"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services"),
+            json!({"service_name": "greetings"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services/greetings/operations"),
+            json!({"operation_name": operation, "operation_mode": "sync",
+                   "handler_binding_kind": "start_workflow",
+                   "handler_binding": {"workflow_type": "rust.nexus_handler", "task_queue": queue}}),
+        ),
+    ] {
+        let (status, answer) = h.post(&path, &body).await?;
+        check(status == 201 || status == 409, || {
+            format!("POST {path}: {status} {answer}")
+        })?;
+    }
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.nexus_handler", |_ctx, input: Value| async move {
+        let name = input
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .or_else(|| input.as_str())
+            .unwrap_or("?")
+            .to_owned();
+        Ok(json!(format!("hello, {name}")))
+    });
+    let op = operation.clone();
+    worker.register_workflow("rust.nexus_caller", move |ctx, _input: Value| {
+        let op = op.clone();
+        async move {
+            let greeted = ctx
+                .call_nexus_service("rust-conformance", "greetings", &op, json!(["rust"]))
+                .await?;
+            let greeting = match &greeted.result {
+                AvroValue::String(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
+            let missing = match ctx
+                .call_nexus_service("rust-conformance", "greetings", "vanish", json!(["x"]))
+                .await
+            {
+                Err(Error::NexusOperationFailed(failure)) => failure.message.clone(),
+                Ok(_) => "no failure".to_owned(),
+                Err(other) => return Err(other),
+            };
+            // Waiting only for the admission resumes at ServiceCallStarted.
+            let mut accepted = NexusServiceOptions::new();
+            accepted.wait_for = NexusWaitFor::Accepted;
+            let admitted = ctx
+                .call_nexus_service_with_options(
+                    "rust-conformance",
+                    "greetings",
+                    &op,
+                    accepted,
+                    json!(["later"]),
+                )
+                .await?;
+            Ok(json!({"greeting": greeting, "missing": missing,
+                      "service_call_id": greeted.service_call_id,
+                      "admitted": admitted.status}))
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.nexus_caller", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(result["greeting"] == "hello, rust", || {
+        format!("result {result}")
+    })?;
+    check(
+        result["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("not found")),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ServiceCallStarted")
+        .collect();
+    let completed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ServiceCallCompleted")
+        .collect();
+    check(started.len() == 2 && completed.len() == 1, || {
+        format!("{:?}", types(&events))
+    })?;
+    check(
+        started[0]["payload"]["sequence"] == completed[0]["payload"]["sequence"]
+            && started[0]["payload"]["service_call_id"] == result["service_call_id"],
+        || format!("{started:?} {completed:?} {result}"),
+    )
+}
+
+/// A workflow reads one message of its stream and continues as new; the
+/// next run starts from the stream's cursor (the server's checkpoint) and
+/// reads the two messages the first left, then one appended to it.
+async fn message_stream_continue_as_new(h: Harness) -> Outcome {
+    let queue = h.unique("stream-chain");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.stream_chain", |ctx, input: Value| async move {
+        let stream = ctx.message_stream("orders")?;
+        let mut seen = input[0].as_array().cloned().unwrap_or_default();
+        if seen.is_empty() {
+            let first = stream.receive_one().await?;
+            return ctx.continue_as_new(json!([[first.message_id]]));
+        }
+        while seen.len() < 4 {
+            for message in stream.receive(10).await? {
+                seen.push(json!([message.message_id, message.position]));
+            }
+        }
+        Ok(json!(seen))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.stream_chain", &queue, &queue, json!([[]]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    for id in ["m-1", "m-2", "m-3"] {
+        handle
+            .append_message("orders", id, json!([id]))
+            .await
+            .map_err(|e| format!("append {id}: {e}"))?;
+    }
+    let appender = handle.clone();
+    let hh = h.clone();
+    let first_run = handle.run_id.clone().ok_or("the start named no run")?;
+    let result = h
+        .drive(&worker, &handle, async move {
+            // Once the successor runs, one more message goes to it.
+            let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+            loop {
+                let described = hh
+                    .get(&format!(
+                        "{}/api/workflows/{}",
+                        hh.url, appender.workflow_id
+                    ))
+                    .await?;
+                if described["run_id"].as_str() != Some(first_run.as_str()) {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err("the workflow never continued as new".into());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            appender
+                .append_message("orders", "m-4", json!(["m-4"]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("append m-4: {e}"))
+        })
+        .await?;
+    check(
+        result == json!(["m-1", ["m-2", 2], ["m-3", 3], ["m-4", 4]]),
+        || format!("result {result}"),
+    )
 }

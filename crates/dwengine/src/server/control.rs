@@ -591,6 +591,12 @@ impl Engine {
             v.request_id(id);
         }
         let mut checks = Checks::default();
+        if crate::server::message_streams::reserved_signal(name) {
+            checks.problem(
+                field,
+                format!("The {field} {name:?} is reserved for message-stream deliveries; append to the stream with POST /api/workflows/{{id}}/message-streams/{{stream}}/messages."),
+            );
+        }
         checks.inline_payload("input", &input);
         finish_with(v, &[], &checks.problems)?;
         self.verify_payload_references(namespace, &[("input", &input)])?;

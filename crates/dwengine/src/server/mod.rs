@@ -35,6 +35,7 @@ pub mod external_payloads;
 pub mod http;
 pub mod imports;
 pub mod manifest;
+pub mod message_streams;
 pub mod metrics;
 pub mod namespaces;
 pub mod node_config;

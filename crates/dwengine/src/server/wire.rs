@@ -189,9 +189,10 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 4] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 5] = [
     "condition_wait_occurrence_identity",
     "local_activities",
+    "message_streams",
     "sticky_execution",
     "worker_sessions",
 ];
@@ -257,6 +258,13 @@ pub struct WorkflowTaskLease {
     /// `ttl_seconds`, `metrics`).
     #[serde(default)]
     pub sticky_cache: Option<Value>,
+    /// Completion: what the workflow consumed of its input message
+    /// streams (`stream_name`, `through_position`), checked, not stored.
+    #[serde(default)]
+    pub message_stream_cursors: Option<Value>,
+    /// Completion: the streams it waits on (`stream_name`, `after_position`).
+    #[serde(default)]
+    pub message_stream_waits: Option<Value>,
 }
 
 /// The lease fields of an activity report.

@@ -1019,6 +1019,19 @@ impl Engine {
             .zip(&body.commands)
             .collect();
         self.verify_task_payload_references(task, &payloads)?;
+        let mut stream_cursors = Vec::new();
+        if body.message_stream_cursors.is_some() || body.message_stream_waits.is_some() {
+            let fence = WorkflowTaskFence {
+                lease_owner: &body.lease_owner,
+                attempt,
+            };
+            let run = self.read(|s| s.fenced_workflow_run(task, fence))?;
+            stream_cursors = self.check_message_stream_metadata(
+                run,
+                body.message_stream_cursors.as_ref(),
+                body.message_stream_waits.as_ref(),
+            )?;
+        }
         let owner = body.lease_owner;
         let upserts = commands
             .iter()
@@ -1059,7 +1072,15 @@ impl Engine {
                 store,
                 &ns,
                 &crate::server::streams::STREAM_RESOURCES,
-                |store| complete(store, task, fence, &commands),
+                |store| {
+                    // What the workflow consumed of its input streams, first:
+                    // a continue-as-new in this completion carries each
+                    // stream on from there. Undone with a refused completion.
+                    if !stream_cursors.is_empty() {
+                        store.record_message_stream_cursors(run, &stream_cursors)?;
+                    }
+                    complete(store, task, fence, &commands)
+                },
             )?;
             // The run stays with the worker that caches it while it runs;
             // a completion without a claim (the worker dropped the run from
@@ -1624,6 +1645,9 @@ fn parse_commands(
         if kind == "start_child_workflow" {
             check_child_command(&mut checks, command, &field);
         }
+        if kind == "start_service_operation" {
+            check_service_command(&mut checks, command, &field);
+        }
         if kind == "upsert_memo" {
             if let Err(refused) = crate::store::workflow_commands::memo_patch(&command["entries"]) {
                 let problem = match refused {
@@ -1680,6 +1704,85 @@ fn parse_commands(
         Ok(commands)
     } else {
         Err(validation(checks).into())
+    }
+}
+
+/// A service call names its endpoint, service and operation (catalog
+/// names: 1 to 191 characters); its mode, waiting policy and request have
+/// the shapes both SDKs send; the start options a client's execute takes
+/// but workflow code cannot use here are refused by name.
+fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&str) -> String) {
+    for name in ["endpoint_name", "service_name", "operation_name"] {
+        let ok = command[name].as_str().is_some_and(|text| {
+            !text.trim().is_empty()
+                && text.chars().count() <= 191
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        });
+        if !ok {
+            checks.problem(
+                &field(name),
+                format!("The {name} field must be 1 to 191 letters, digits, '.', '_' or '-'."),
+            );
+        }
+    }
+    for (name, allowed) in [
+        ("mode_override", &["sync", "async"][..]),
+        ("wait_for", &["accepted", "completed"][..]),
+    ] {
+        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+            if !value.as_str().is_some_and(|v| allowed.contains(&v)) {
+                checks.problem(
+                    &field(name),
+                    format!("The {name} field must be one of {}.", allowed.join(", ")),
+                );
+            }
+        }
+    }
+    for name in ["namespace", "idempotency_key", "payload_codec"] {
+        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+            if !value
+                .as_str()
+                .is_some_and(|v| !v.trim().is_empty() && v.chars().count() <= 255)
+            {
+                checks.problem(
+                    &field(name),
+                    format!(
+                        "The {name} field must be a non-empty string of at most 255 characters."
+                    ),
+                );
+            }
+        }
+    }
+    match command.get("request_payload") {
+        None | Some(Value::Null) | Some(Value::String(_)) => {}
+        Some(envelope @ Value::Object(_)) => {
+            checks.inline_payload(&field("request_payload"), envelope);
+        }
+        Some(_) => {
+            checks.problem(
+                &field("request_payload"),
+                "The request_payload must be an encoded payload string or a {codec, blob} envelope.",
+            );
+        }
+    }
+    for name in [
+        "caller_namespace",
+        "target_workflow_instance_id",
+        "target_workflow_run_id",
+        "duplicate_start_policy",
+        "connection",
+        "business_key",
+        "memo",
+        "search_attributes",
+    ] {
+        if command.get(name).is_some_and(|v| !v.is_null()) {
+            checks.problem(
+                &field(name),
+                format!("The {name} option is not supported for a service call from workflow code on this server: the call's workflow gets the id service-call-<id>, and the caller is the run's own namespace."),
+            );
+        }
     }
 }
 

@@ -268,7 +268,8 @@ pub(crate) fn finish_run(
     }
     close_children_by_policy(conn, head)?;
     let Some(link) = children::open_link(conn, head.id)? else {
-        return Ok(None);
+        // A run a workflow's service call started resumes its callers.
+        return crate::store::service_calls::deliver(conn, head.id, status, payload);
     };
     if status == RunStatus::Failed && children::retry(conn, head.id, &link, payload)? {
         // The parent waits on the retry's run (its queue wakes at its due time).

@@ -172,10 +172,20 @@ pub enum EventType {
     ChildRunCancelled,
     /// A child run was terminated.
     ChildRunTerminated,
+    /// Protocol command: workflow code started a Nexus service operation
+    /// (`start_service_operation`); names the call and its linked run.
+    ServiceCallStarted,
+    /// The call's linked run completed; carries its result.
+    ServiceCallCompleted,
+    /// The call failed: its operation could not be resolved or started, or
+    /// its linked run failed, timed out or was terminated.
+    ServiceCallFailed,
+    /// The call's linked run was cancelled.
+    ServiceCallCancelled,
 }
 
 impl EventType {
-    const ALL: [EventType; 40] = [
+    const ALL: [EventType; 44] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -216,6 +226,10 @@ impl EventType {
         EventType::ChildRunFailed,
         EventType::ChildRunCancelled,
         EventType::ChildRunTerminated,
+        EventType::ServiceCallStarted,
+        EventType::ServiceCallCompleted,
+        EventType::ServiceCallFailed,
+        EventType::ServiceCallCancelled,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -261,6 +275,10 @@ impl EventType {
             EventType::ChildRunFailed => "ChildRunFailed",
             EventType::ChildRunCancelled => "ChildRunCancelled",
             EventType::ChildRunTerminated => "ChildRunTerminated",
+            EventType::ServiceCallStarted => "ServiceCallStarted",
+            EventType::ServiceCallCompleted => "ServiceCallCompleted",
+            EventType::ServiceCallFailed => "ServiceCallFailed",
+            EventType::ServiceCallCancelled => "ServiceCallCancelled",
         }
     }
 

@@ -144,6 +144,18 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/postgres/0028_worker_sessions.sql"),
     ),
     (
+        "0029_message_streams",
+        include_str!("migrations/postgres/0029_message_streams.sql"),
+    ),
+    (
+        "0030_service_call_waiters",
+        include_str!("migrations/postgres/0030_service_call_waiters.sql"),
+    ),
+    (
+        "0031_message_stream_cursors",
+        include_str!("migrations/postgres/0031_message_stream_cursors.sql"),
+    ),
+    (
         "0032_queue_counts_at_commit",
         include_str!("migrations/postgres/0032_queue_counts_at_commit.sql"),
     ),

@@ -42,6 +42,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0026_child_workflows.sql"),
     include_str!("migrations/0027_sticky_bindings.sql"),
     include_str!("migrations/0028_worker_sessions.sql"),
+    include_str!("migrations/0029_message_streams.sql"),
+    include_str!("migrations/0030_service_call_waiters.sql"),
+    include_str!("migrations/0031_message_stream_cursors.sql"),
     include_str!("migrations/0032_queue_counts_at_commit.sql"),
 ];
 

@@ -199,6 +199,38 @@ pub enum WorkflowCommand {
         #[serde(flatten)]
         group: ParallelGroup,
     },
+    /// Start a Nexus service operation from workflow code (see
+    /// `store::service_calls`): resolved in the service catalog, its bound
+    /// workflow started, its outcome delivered as `ServiceCall*` events.
+    StartServiceOperation {
+        /// The catalog endpoint.
+        endpoint_name: String,
+        /// The service under it.
+        service_name: String,
+        /// The operation under that.
+        operation_name: String,
+        /// The catalog's namespace (this run's when absent).
+        #[serde(default)]
+        namespace: Option<String>,
+        /// The caller's key, recorded with the call.
+        #[serde(default)]
+        idempotency_key: Option<String>,
+        /// `sync` or `async`.
+        #[serde(default)]
+        mode_override: Option<String>,
+        /// `accepted` or `completed`.
+        #[serde(default)]
+        wait_for: Option<String>,
+        /// The request's codec.
+        #[serde(default)]
+        payload_codec: Option<String>,
+        /// The request (an encoded blob or a payload envelope).
+        #[serde(default)]
+        request_payload: Value,
+        /// The started workflow's queue (the binding's when absent).
+        #[serde(default)]
+        queue: Option<String>,
+    },
     /// Complete the run.
     CompleteWorkflow {
         /// The result (an opaque payload envelope).
@@ -243,7 +275,7 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 15] = [
+pub const SUPPORTED_COMMANDS: [&str; 16] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
@@ -254,6 +286,7 @@ pub const SUPPORTED_COMMANDS: [&str; 15] = [
     "upsert_search_attributes",
     "upsert_memo",
     "start_child_workflow",
+    "start_service_operation",
     "continue_as_new",
     "complete_workflow",
     "fail_workflow",
@@ -569,6 +602,9 @@ fn continue_as_new(
     let next = insert_run(tx, limits, &start, head.parent, Some(head.id))?;
     // A child that continues stays its parent's child: the link moves on.
     children::follow_continue(tx, head.id, next)?;
+    crate::store::service_calls::follow_continue(tx, head.id, next)?;
+    // Input message streams go on where this run left them.
+    crate::store::message_streams::carry(tx, head.id, next)?;
     let now = now_ms();
     let execution_left = timeouts.execution_deadline_at_ms.map(|deadline| {
         // Whole seconds, rounded up, at least one: an execution timeout
@@ -1165,6 +1201,9 @@ impl<'a> CommandWriter<'a> {
                 self.event(EventType::ChildWorkflowScheduled, &started.scheduled, true)?;
                 self.event(EventType::ChildRunStarted, &started.started, false)?;
             }
+            WorkflowCommand::StartServiceOperation { .. } => {
+                self.start_service_operation(command)?;
+            }
             WorkflowCommand::ContinueAsNew {
                 arguments,
                 workflow_type,
@@ -1307,6 +1346,67 @@ impl<'a> CommandWriter<'a> {
         bump(self.tx, self.head.id, Pending::Update, -1)?;
         // The workflow's main loop runs in a task of its own after an update.
         self.follow_up = true;
+        Ok(())
+    }
+
+    /// `start_service_operation`: the request's size is checked like
+    /// any payload, then `service_calls::start` records the call and starts
+    /// its workflow (or fails it at once, which the workflow sees in its
+    /// next task).
+    fn start_service_operation(&mut self, command: &WorkflowCommand) -> Result<(), Error> {
+        let WorkflowCommand::StartServiceOperation {
+            endpoint_name,
+            service_name,
+            operation_name,
+            namespace,
+            idempotency_key,
+            mode_override,
+            wait_for,
+            payload_codec,
+            request_payload,
+            queue,
+        } = command
+        else {
+            return Ok(());
+        };
+        self.check_payload(request_payload)?;
+        let sequence = self.take_sequence();
+        let call = crate::store::service_calls::ServiceCallStart {
+            sequence,
+            endpoint_name,
+            service_name,
+            operation_name,
+            target_namespace: namespace.as_deref(),
+            idempotency_key: idempotency_key.as_deref(),
+            mode_override: mode_override.as_deref(),
+            wait_for: wait_for.as_deref(),
+            request_payload,
+            payload_codec: payload_codec.as_deref(),
+            queue: queue.as_deref(),
+        };
+        let started = crate::store::service_calls::start(
+            self.tx,
+            self.limits,
+            &self.head,
+            &self.namespace,
+            &call,
+        )?;
+        if let Some(payload) = &started.started {
+            self.event(EventType::ServiceCallStarted, payload, true)?;
+        }
+        if started.resumes_at_admission {
+            self.follow_up = true;
+        }
+        if let Some((event, payload)) = &started.terminal {
+            self.event(*event, payload, true)?;
+            self.follow_up = true;
+        }
+        if let Some((namespace, queue)) = started.woken {
+            // Pollers of another namespace's queue see it at their next look.
+            if namespace == self.namespace && !self.workflow_queues.contains(&queue) {
+                self.workflow_queues.push(queue);
+            }
+        }
         Ok(())
     }
 

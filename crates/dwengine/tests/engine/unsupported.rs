@@ -28,7 +28,7 @@ fn external() -> Value {
 
 /// The command types the published SDK (2.12) can put in a completion that
 /// this engine does not implement.
-const UNSUPPORTED: [&str; 2] = ["start_service_operation", "cancel_selection_operation"];
+const UNSUPPORTED: [&str; 1] = ["cancel_selection_operation"];
 
 #[test]
 fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capability() {
@@ -55,6 +55,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "upsert_search_attributes",
             "upsert_memo",
             "start_child_workflow",
+            "start_service_operation",
             "continue_as_new",
             "complete_workflow",
             "fail_workflow",
@@ -103,7 +104,7 @@ fn each_unsupported_command_is_a_422_naming_it_and_writes_nothing() {
     let (status, body) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 5 },
-               { "type": "start_service_operation", "workflow_type": "child",
+               { "type": "cancel_selection_operation", "workflow_type": "child",
                  "arguments": envelope("[]") }]),
     );
     assert_eq!(status, 422, "{body}");

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::waiting::Target;
 use super::{blocking, refuse, with_body_status, Scope, Shared};
+use crate::server::message_streams::MessageBody;
 use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
 use crate::server::{ApiError, Engine};
 
@@ -33,6 +34,9 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     let terminate = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
         e.stop(ns, &t.workflow_id, t.run_id.as_deref(), true, b)
     });
+    let message = targeted(StatusCode::ACCEPTED, |e, ns, t, b: MessageBody| {
+        e.append_message_stream(ns, &t.workflow_id, &t.name, b)
+    });
     let archive = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
         e.archive(ns, &t.workflow_id, t.run_id.as_deref(), b)
     });
@@ -48,6 +52,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/workflows/{wf}/runs/{run}/history", get(history))
         .route("/api/workflows/{wf}/signal/{name}", signal.clone())
         .route("/api/workflows/{wf}/runs/{run}/signal/{name}", signal)
+        .route(
+            "/api/workflows/{wf}/message-streams/{name}/messages",
+            message,
+        )
         .route("/api/workflows/{wf}/update/{name}", update.clone())
         .route("/api/workflows/{wf}/runs/{run}/update/{name}", update)
         .route("/api/workflows/{wf}/query/{name}", query.clone())

@@ -1,0 +1,341 @@
+//! Nexus operations started by workflow code (`start_service_operation`):
+//! the operation's bound workflow starts in the completion's transaction,
+//! the caller records `ServiceCallStarted` at the command's sequence and
+//! gets `ServiceCallCompleted` / `ServiceCallFailed` / `ServiceCallCancelled`
+//! there, with a workflow task, when that workflow ends.
+
+use crate::support;
+
+use std::sync::Arc;
+
+use dwengine::cache::MemoryCache;
+use dwpolicy::LimitKind;
+use serde_json::{json, Value};
+use support::{next_workflow_task as next_task, TestServer};
+
+const OPERATION: &str = "/api/service-endpoints/billing/services/invoices/operations/charge";
+
+fn server() -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), |_| {})
+}
+
+/// billing/invoices/charge in `default`, bound to `Charge` on `payments`.
+fn catalog(s: &TestServer) {
+    for (path, body) in [
+        (
+            "/api/service-endpoints".to_owned(),
+            json!({ "endpoint_name": "billing" }),
+        ),
+        (
+            "/api/service-endpoints/billing/services".to_owned(),
+            json!({ "service_name": "invoices" }),
+        ),
+        (
+            "/api/service-endpoints/billing/services/invoices/operations".to_owned(),
+            json!({ "operation_name": "charge", "operation_mode": "sync",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
+        ),
+    ] {
+        let (status, answer) = s.post(&path, body);
+        assert_eq!(status, 201, "{answer}");
+    }
+}
+
+fn envelope(blob: &str) -> Value {
+    json!({ "codec": "json", "blob": blob })
+}
+
+/// The command both SDKs send (the Rust SDK's field set).
+fn call(operation: &str) -> Value {
+    json!({ "type": "start_service_operation", "endpoint_name": "billing",
+            "service_name": "invoices", "operation_name": operation,
+            "namespace": null, "idempotency_key": "order-7",
+            "mode_override": "sync", "wait_for": "completed",
+            "payload_codec": "json", "request_payload": "[42]",
+            "metadata": { "caller_sdk_language": "sdk-rust" } })
+}
+
+fn history(s: &TestServer, id: &str) -> Vec<Value> {
+    let (status, described) = s.get(&format!("/api/workflows/{id}"));
+    assert_eq!(status, 200, "{described}");
+    let run = described["run_id"].as_str().unwrap().to_owned();
+    let (status, page) = s.get(&format!(
+        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
+    ));
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().unwrap().clone()
+}
+
+fn payloads(events: &[Value], event_type: &str) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .map(|e| e["payload"].clone())
+        .collect()
+}
+
+/// Starts the caller and has it issue `command`; returns the
+/// `ServiceCallStarted` payload (Null when there is none).
+fn caller_calls(s: &TestServer, id: &str, command: Value) -> Value {
+    s.start_workflow("default", id, id);
+    let task = next_task(s, id);
+    let (status, body) = s.complete(&task, json!([command]));
+    assert_eq!(status, 200, "{body}");
+    payloads(&history(s, id), "ServiceCallStarted")
+        .first()
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_call_starts_the_bound_workflow_and_its_result_resumes_the_caller() {
+    let s = server();
+    catalog(&s);
+    let started = caller_calls(&s, "caller", call("Charge"));
+    assert_eq!(started["sequence"], 1, "{started}");
+    assert_eq!(started["status"], "started");
+    assert_eq!(started["operation_name"], "Charge", "as sent");
+    assert_eq!(started["operation_mode"], "sync");
+    assert_eq!(started["wait_for"], "completed");
+    assert_eq!(started["idempotency_key"], "order-7");
+    assert_eq!(started["request_payload"], "[42]");
+    assert_eq!(started["caller_workflow_instance_id"], "caller");
+    let call_id = started["service_call_id"].as_str().unwrap().to_owned();
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    assert_eq!(linked, format!("service-call-{call_id}"));
+    // The bound workflow runs in the catalog's namespace on its queue, with
+    // the request as its input.
+    let (status, charge) = s.get(&format!("/api/workflows/{linked}"));
+    assert_eq!(status, 200, "{charge}");
+    assert_eq!(charge["workflow_type"], "Charge");
+    assert_eq!(charge["task_queue"], "payments");
+    assert_eq!(charge["run_id"], started["linked_workflow_run_id"]);
+    let task = next_task(&s, "payments");
+    assert_eq!(task["workflow_id"], linked, "{task}");
+    // Nothing for the caller until the call ends.
+    let (_, idle) = s.poll("workflow", "default", "caller", "idle", 0);
+    assert!(idle["task"].is_null(), "{idle}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("\"charged\"") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let events = history(&s, "caller");
+    let completed = payloads(&events, "ServiceCallCompleted");
+    assert_eq!(completed.len(), 1, "{events:?}");
+    let completed = &completed[0];
+    assert_eq!(completed["sequence"], 1);
+    assert_eq!(completed["status"], "completed");
+    assert_eq!(completed["service_call_id"], call_id.as_str());
+    assert_eq!(completed["response_payload"], envelope("\"charged\""));
+    assert_eq!(completed["payload_codec"], "json");
+    assert_eq!(
+        completed["linked_workflow_run_id"],
+        started["linked_workflow_run_id"]
+    );
+    // The caller has a task that sees it, and finishes.
+    let task = next_task(&s, "caller");
+    assert!(task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event_type"] == "ServiceCallCompleted"));
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("1") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // The call is a service call like a client's: its route describes it.
+    let (status, described) = s.get(&format!("{OPERATION}/service-calls/{call_id}"));
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(described["status"], "completed", "{described}");
+}
+
+#[test]
+fn an_unknown_operation_fails_at_once_and_the_caller_sees_it() {
+    let s = server();
+    catalog(&s);
+    let started = caller_calls(&s, "lost", call("refund"));
+    assert!(started.is_null(), "no admission: {started}");
+    let failed = payloads(&history(&s, "lost"), "ServiceCallFailed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["sequence"], 1);
+    assert_eq!(failed[0]["status"], "failed");
+    assert_eq!(failed[0]["exception_type"], "operation_not_found");
+    assert!(failed[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Operation [refund] not found"));
+    let task = next_task(&s, "lost");
+    assert!(task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event_type"] == "ServiceCallFailed"));
+    // Another namespace's catalog is not reachable from workflow code.
+    let mut elsewhere = call("charge");
+    elsewhere["namespace"] = "payments".into();
+    caller_calls(&s, "elsewhere", elsewhere);
+    let failed = payloads(&history(&s, "elsewhere"), "ServiceCallFailed");
+    assert_eq!(
+        failed[0]["exception_type"],
+        "cross_namespace_call_unsupported"
+    );
+}
+
+#[test]
+fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
+    let s = server();
+    catalog(&s);
+    // Failed: the workflow's message and type reach the caller.
+    let started = caller_calls(&s, "c-fail", call("charge"));
+    let task = next_task(&s, "payments");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "fail_workflow", "message": "card declined",
+                 "exception_type": "CardDeclined" }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let failed = payloads(&history(&s, "c-fail"), "ServiceCallFailed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["message"], "card declined");
+    assert_eq!(failed[0]["exception_type"], "CardDeclined");
+    assert_eq!(failed[0]["outcome"], "handler_failed");
+    assert_eq!(failed[0]["service_call_id"], started["service_call_id"]);
+    // Terminated.
+    let started = caller_calls(&s, "c-term", call("charge"));
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let (status, body) = s.post(
+        &format!("/api/workflows/{linked}/terminate"),
+        json!({ "reason": "operator" }),
+    );
+    assert_eq!(status, 200, "{body}");
+    let failed = payloads(&history(&s, "c-term"), "ServiceCallFailed");
+    assert_eq!(failed[0]["outcome"], "handler_terminated", "{failed:?}");
+    assert!(failed[0]["message"].as_str().unwrap().contains("operator"));
+    // Cancelled.
+    let started = caller_calls(&s, "c-cancel", call("charge"));
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let (status, body) = s.post(&format!("/api/workflows/{linked}/cancel"), json!({}));
+    assert_eq!(status, 200, "{body}");
+    let cancelled = payloads(&history(&s, "c-cancel"), "ServiceCallCancelled");
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0]["status"], "cancelled");
+    // A caller that closed first gets nothing; its waiter goes quietly.
+    let started = caller_calls(&s, "c-gone", call("charge"));
+    let (status, body) = s.post("/api/workflows/c-gone/terminate", json!({}));
+    assert_eq!(status, 200, "{body}");
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let (status, body) = s.post(&format!("/api/workflows/{linked}/terminate"), json!({}));
+    assert_eq!(status, 200, "{body}");
+    assert!(payloads(&history(&s, "c-gone"), "ServiceCallFailed").is_empty());
+}
+
+#[test]
+fn an_accepted_or_async_call_resumes_at_its_admission_only() {
+    let s = server();
+    catalog(&s);
+    for (id, mode, wait_for) in [
+        ("c-accepted", "sync", "accepted"),
+        ("c-async", "async", "accepted"),
+    ] {
+        let mut command = call("charge");
+        command["mode_override"] = mode.into();
+        command["wait_for"] = wait_for.into();
+        let started = caller_calls(&s, id, command);
+        assert_eq!(started["status"], "started", "{started}");
+        assert_eq!(started["wait_for"], wait_for);
+        assert_eq!(started["operation_mode"], mode);
+        // The admission is the call's result: the caller gets a task now.
+        let resumed = next_task(&s, id);
+        assert!(resumed["history_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event_type"] == "ServiceCallStarted"));
+        let task = next_task(&s, "payments");
+        let (status, body) = s.complete(
+            &task,
+            json!([{ "type": "complete_workflow", "result": envelope("1") }]),
+        );
+        assert_eq!(status, 200, "{body}");
+        // The call completed, but the caller's history keeps the admission
+        // alone: a second result for the one command would break replay.
+        let call_id = started["service_call_id"].as_str().unwrap();
+        let (_, described) = s.get(&format!("{OPERATION}/service-calls/{call_id}"));
+        assert_eq!(described["status"], "completed", "{described}");
+        let events = history(&s, id);
+        assert!(
+            payloads(&events, "ServiceCallCompleted").is_empty(),
+            "{events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_linked_workflow_that_continues_as_new_answers_from_its_last_run() {
+    let s = server();
+    catalog(&s);
+    let started = caller_calls(&s, "c-chain", call("charge"));
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let task = next_task(&s, "payments");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "continue_as_new", "arguments": envelope("[43]") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(payloads(&history(&s, "c-chain"), "ServiceCallCompleted").is_empty());
+    let task = next_task(&s, "payments");
+    assert_eq!(task["workflow_id"], linked);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("\"second\"") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let completed = payloads(&history(&s, "c-chain"), "ServiceCallCompleted");
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0]["response_payload"], envelope("\"second\""));
+}
+
+#[test]
+fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.store.limits.set(LimitKind::PayloadSizeBytes, 64);
+    });
+    catalog(&s);
+    s.start_workflow("default", "bad", "bad");
+    let task = next_task(&s, "bad");
+    let mut bad = call("charge");
+    bad["endpoint_name"] = "".into();
+    bad["mode_override"] = "later".into();
+    bad["wait_for"] = "never".into();
+    bad["request_payload"] = json!(42);
+    bad["memo"] = json!({ "a": 1 });
+    let (status, body) = s.complete(&task, json!([bad]));
+    assert_eq!(status, 422, "{body}");
+    for field in [
+        "endpoint_name",
+        "mode_override",
+        "wait_for",
+        "request_payload",
+        "memo",
+    ] {
+        assert!(
+            body["validation_errors"][format!("commands.0.{field}")].is_array(),
+            "{field}: {body}"
+        );
+    }
+    assert_eq!(history(&s, "bad").len(), 1, "nothing applied");
+    // Past payload_size_bytes the caller fails before the call or its
+    // workflow exists.
+    let mut big = call("charge");
+    big["request_payload"] = format!("[\"{}\"]", "x".repeat(100)).into();
+    let (status, body) = s.complete(&task, json!([big]));
+    assert_eq!(status, 200, "{body}");
+    let (_, described) = s.get("/api/workflows/bad");
+    assert_eq!(described["status"], "failed", "{described}");
+    let (status, _) = s.get("/api/workflows/service-call-1");
+    assert_eq!(status, 404);
+    assert!(payloads(&history(&s, "bad"), "ServiceCallStarted").is_empty());
+}
