@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Workflow starts per second over HTTP and workflows completed per second
+# with the Python SDK, side by side in one run, on three deployments:
+#   sqlite-1  one node on a SQLite file (the in-process cache);
+#   pg-1      one node on PostgreSQL (a fresh database; the in-process cache);
+#   pg-3      three nodes on one PostgreSQL database and one Redis database
+#             behind HAProxy, configured by docs/deployment.md's `haproxy ci`
+#             block (as .ci/cluster runs it; only its ports are moved to
+#             BENCH_PORT.. so a CI run beside it does not collide);
+# and, before and after them, the raw SQLite commit rate at the same
+# durability (`loadgen raw`: one thread, one 2-row transaction per commit,
+# WAL, synchronous=FULL) in the same directory, for the issue's 3x target.
+#
+#   DW_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
+#   DW_BENCH_REDIS_URL=redis://127.0.0.1:6379 docs/bench-throughput.sh [SECONDS] [CONNECTIONS] [SDK_CONCURRENCY]
+#
+# Defaults: 10 s per phase, 32 wrk connections, 64 SDK workflows in flight.
+# Starts: wrk (apt install wrk) with docs/bench-starts.lua, one request one
+# start, with ids of its own. Completed: conformance/bench.py (the published
+# `durable-workflow` SDK: one Worker process, one Client keeping
+# SDK_CONCURRENCY workflows of one activity in flight, each waiting for its
+# result). Each deployment's phases get an empty store of their own:
+# PostgreSQL databases dw_bench_<pid>_<deployment> (dropped at the end),
+# Redis database BENCH_REDIS_DB (default 14, flushed). Also printed: the
+# dwserver processes' CPU per start and per completed workflow (/proc).
+# DWSERVER/LOADGEN name built release binaries (default: built here);
+# DW_CONFORMANCE_VENV the Python SDK's venv (default target/conformance-venv);
+# BENCH_PORT the balancer's port, the nodes take the next three (18580).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+: "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
+: "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
+secs=${1:-10}
+conns=${2:-32}
+concurrency=${3:-64}
+port=${BENCH_PORT:-18580}
+redis_db=${BENCH_REDIS_DB:-14}
+venv=${DW_CONFORMANCE_VENV:-target/conformance-venv}
+[ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
+for tool in wrk haproxy psql redis-cli sqlite3 python3; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
+done
+[ -x "$venv/bin/python" ] || { echo "no Python SDK venv at $venv (conformance/run makes one; or set DW_CONFORMANCE_VENV)" >&2; exit 1; }
+venv_python="$(cd "$venv" && pwd)/bin/python"
+target=${CARGO_TARGET_DIR:-$root/target}
+if [ -z "${DWSERVER:-}" ] || [ -z "${LOADGEN:-}" ]; then
+  cargo build --release --locked -q -p dwengine --bin dwserver --example loadgen
+fi
+dwserver=$(realpath "${DWSERVER:-$target/release/dwserver}")
+loadgen=$(realpath "${LOADGEN:-$target/release/examples/loadgen}")
+
+work=$(mktemp -d)
+node_pids=()
+haproxy_pid=
+databases=()
+stop_nodes() {
+  [ -z "$haproxy_pid" ] || { kill "$haproxy_pid" 2>/dev/null || true; wait "$haproxy_pid" 2>/dev/null || true; }
+  haproxy_pid=
+  for pid in "${node_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${node_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  node_pids=()
+}
+cleanup() {
+  stop_nodes
+  for db in "${databases[@]}"; do
+    psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+redis_host_port=${DW_BENCH_REDIS_URL#redis://}
+redis_host_port=${redis_host_port%/}
+
+# start_node N PORT [ENV=VALUE...]: a release dwserver in the background.
+start_node() {
+  local n=$1 bind=$2
+  shift 2
+  env "$@" DW_SERVER_ID="bench-$n" DW_AUTH=none DW_BIND="127.0.0.1:$bind" \
+    DW_POLLING_CACHE_PATH="$work/cache-$n" "$dwserver" >"$work/node-$n.log" 2>&1 &
+  node_pids+=("$!")
+  for _ in $(seq 600); do
+    grep -q '^listening on ' "$work/node-$n.log" && return 0
+    kill -0 "$!" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$work/node-$n.log" >&2
+  echo "node $n did not start" >&2
+  exit 1
+}
+
+fresh_database() { # NAME: a new empty database; prints its URL
+  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+  databases+=("$1")
+  echo "${DW_BENCH_POSTGRES_URL%/*}/$1"
+}
+
+cpu_ticks() { # the nodes' user + system ticks so far
+  local total=0 pid
+  for pid in "${node_pids[@]}"; do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+
+# statements DATABASE: the statements PostgreSQL ran in DATABASE so far
+# (pg_stat_statements, when the server preloads it; "-" otherwise).
+statements() {
+  psql -qAt "${DW_BENCH_POSTGRES_URL%/*}/$1" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" \
+    -c "SELECT COALESCE(SUM(calls), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+    2>/dev/null || echo -
+}
+
+# measure NAME BASE_URL RUNS_QUERY [DATABASE]: the starts phase, then the
+# SDK phase, on BASE_URL; RUNS_QUERY prints the runs the store holds.
+measure() {
+  local name=$1 base=$2 runs=$3 database=${4:-} before after s0=- s1=-
+  curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' \
+    -d '{"name":"bench"}' >/dev/null
+  [ -z "$database" ] || s0=$(statements "$database")
+  before=$(cpu_ticks)
+  wrk -t2 -c"$conns" -d"${secs}s" --latency -s "$root/docs/bench-starts.lua" "$base" >"$work/$name.wrk"
+  after=$(cpu_ticks)
+  [ -z "$database" ] || s1=$(statements "$database")
+  echo "$((after - before))" >"$work/$name.starts-cpu"
+  # Starts in flight when wrk stopped have landed by now (or never will).
+  sleep 1
+  eval "$runs" >"$work/$name.runs"
+  if [ "$s0" != - ] && [ "$s1" != - ]; then echo "$((s1 - s0))" >"$work/$name.statements"; fi
+  before=$(cpu_ticks)
+  (cd conformance && "$venv_python" bench.py "$base" --concurrency "$concurrency" \
+    --seconds "$secs") >"$work/$name.sdk" 2>"$work/$name.sdk-err" ||
+    { cat "$work/$name.sdk-err" >&2; echo "$name: the SDK phase failed" >&2; exit 1; }
+  after=$(cpu_ticks)
+  echo "$((after - before))" >"$work/$name.sdk-cpu"
+  echo "$name: done" >&2
+}
+
+half=$(((secs + 1) / 2))
+"$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-before"
+
+# One SQLite node.
+start_node 1 $((port + 1)) DW_DATABASE_PATH="$work/runs.sqlite"
+measure sqlite-1 "http://127.0.0.1:$((port + 1))" "sqlite3 '$work/runs.sqlite' 'SELECT COUNT(*) FROM runs'"
+stop_nodes
+
+# One PostgreSQL node.
+url=$(fresh_database "dw_bench_$$_pg1")
+start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
+measure pg-1 "http://127.0.0.1:$((port + 1))" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg1"
+stop_nodes
+
+# Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
+url=$(fresh_database "dw_bench_$$_pg3")
+redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
+awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' docs/deployment.md |
+  sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
+    -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$((port / 10))\1/" >"$work/haproxy.cfg"
+haproxy -c -q -f "$work/haproxy.cfg"
+for n in 1 2 3; do
+  start_node "$n" $((port + n)) DW_DATABASE_URL="$url" DW_REDIS_URL="${DW_BENCH_REDIS_URL%/}/$redis_db"
+done
+haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+haproxy_pid=$!
+for _ in $(seq 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/ready")" = 200 ] && break
+  sleep 0.2
+done
+measure pg-3 "http://127.0.0.1:$port" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg3"
+stop_nodes
+
+"$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-after"
+"$dwserver" --version 2>/dev/null || true
+python3 - "$work" "$secs" "$(getconf CLK_TCK)" "$conns" "$concurrency" <<'PY'
+import json, re, sys
+work, secs, hz, conns, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+read = lambda name: open(f"{work}/{name}").read()
+rb, ra = float(read("raw-before")), float(read("raw-after"))
+raw = (rb + ra) / 2
+print(f"raw SQLite, 1 thread, 2-row tx per commit, WAL, synchronous=FULL: {raw:.0f} commits/s (before {rb:.0f}, after {ra:.0f})")
+print(f"starts: wrk, {conns} connections, {secs} s; completed: Python SDK, {concurrency} in flight, {secs} s")
+print("| deployment | starts/s | p50 | p99 | non-2xx | runs stored / answered | statements per start | CPU ms/start (nodes) | starts / raw | completed/s | SDK start p50 | p99 | CPU ms/workflow (nodes) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for name in ("sqlite-1", "pg-1", "pg-3"):
+    wrk = read(f"{name}.wrk")
+    rate = float(re.search(r"Requests/sec:\s*([\d.]+)", wrk).group(1))
+    lat = dict(re.findall(r"^\s*(50|99)%\s+(\S+)", wrk, re.M))
+    bad = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", wrk)
+    answered = int(re.search(r"(\d+) requests in", wrk).group(1))
+    stored = int(read(f"{name}.runs").strip() or 0)
+    try:
+        per_start = f"{int(read(f'{name}.statements')) / max(1, stored):.1f}"
+    except FileNotFoundError:
+        per_start = "-"
+    cpu = int(read(f"{name}.starts-cpu")) / hz
+    sdk = json.loads(read(f"{name}.sdk").strip().splitlines()[-1])
+    sdk_cpu = int(read(f"{name}.sdk-cpu")) / hz
+    done = sdk["completed"]
+    print(f"| {name} | {rate:,.0f} | {lat.get('50', '?')} | {lat.get('99', '?')} | {bad.group(1) if bad else 0} "
+          f"| {stored:,} / {answered:,} | {per_start} "
+          f"| {1000 * cpu / max(1, rate * secs):.3f} | {rate / raw:.2f} "
+          f"| {sdk['workflows_completed_per_second']:,.1f} | {sdk['start_latency_ms_p50']} ms | {sdk['start_latency_ms_p99']} ms "
+          f"| {1000 * sdk_cpu / max(1, done):.2f} |")
+PY
