@@ -21,8 +21,8 @@ use crate::server::wire::{
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
-    Admission, ArchivedFilter, Error as StoreError, RunId, RunStatus, SignalRequest, StartRun,
-    TaskKind,
+    Admission, ArchiveMark, ArchivedFilter, Error as StoreError, RunDescription, RunId, RunStatus,
+    SignalRequest, StartRun, TaskKind,
 };
 
 /// An update's first answer: final (`wait_for=accepted`), or to await.
@@ -352,6 +352,11 @@ impl Engine {
     }
 
     /// The run's flat description (the newest run unless `run_id` is given).
+    ///
+    /// The run is found and described in one read transaction on one
+    /// pooled connection: an SDK's `result()` is a loop of these (every
+    /// 50 to 500 ms per waiting client), the most frequent request a busy
+    /// server answers.
     pub fn describe(
         &self,
         namespace: &str,
@@ -362,8 +367,32 @@ impl Engine {
         v.workflow_id(workflow_id);
         v.finish()?;
         let _slot = self.admit_namespace(namespace)?;
-        let run = self.target(namespace, workflow_id, run_id)?;
-        self.describe_run(run, true)
+        let not_found = || ApiError::WorkflowNotFound(workflow_id.to_owned());
+        let selected = match run_id {
+            None => None,
+            Some(text) => Some(wire::parse_run_id(text).ok_or_else(not_found)?),
+        };
+        let found = self.read(|s| {
+            let run = match selected {
+                Some(run) => run,
+                None => match s.find_run(namespace, workflow_id)? {
+                    Some(run) => run,
+                    None => return Ok(None),
+                },
+            };
+            let described = match s.describe(run) {
+                Ok(d) => d,
+                Err(StoreError::RunNotFound(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if described.run.namespace != namespace || described.run.workflow_id != workflow_id {
+                return Ok(None);
+            }
+            let io = s.run_io(run)?;
+            Ok(Some((run, described, Some(io), s.archive_mark(run)?)))
+        })?;
+        let (run, described, io, archive) = found.ok_or_else(not_found)?;
+        render_description(run, described, io, archive)
     }
 
     fn describe_run(&self, run: RunId, detailed: bool) -> Result<Value, ApiError> {
@@ -372,83 +401,8 @@ impl Engine {
             let io = if detailed { Some(s.run_io(run)?) } else { None };
             Ok((described, io, s.archive_mark(run)?))
         })?;
-        let stored = &described.run;
-        let mut out = json!({
-            "workflow_id": stored.workflow_id,
-            "run_id": wire::run_id(run),
-            "workflow_type": stored.workflow_type,
-            "namespace": stored.namespace,
-            "task_queue": stored.task_queue,
-            "status": stored.status.as_str(),
-            "payload_codec": "avro",
-            "memo": stored.memo,
-            "search_attributes": stored.search_attributes,
-            "closed_at": described.closed_at_ms.map(wire::timestamp),
-            "execution_timeout_seconds": described.timeouts.execution_timeout_seconds,
-            "run_timeout_seconds": described.timeouts.run_timeout_seconds,
-            "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
-            "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
-            "origin": stored.origin,
-            "archived": archive.is_some(),
-            "archived_at": archive.as_ref().map(|a| wire::timestamp(a.archived_at_ms)),
-            "archive_reason": archive.and_then(|a| a.reason),
-            "continued_from_run_id": stored.continued_from.map(wire::run_id),
-            "continued_to_run_id": stored.continued_to.map(wire::run_id),
-            "parent_run_id": stored.parent.map(wire::run_id),
-        });
-        if let Some(failed) = &described.workflow_task_failure {
-            out["workflow_task_failure"] = json!({
-                "failure": failed.failure, "workflow_task_attempt": failed.attempt,
-                "next_attempt_at": wire::timestamp(failed.next_attempt_at_ms),
-            });
-        }
-        let Some((input, terminal)) = io else {
-            return Ok(out);
-        };
-        let map = out.as_object_mut().expect("a JSON object");
-        map.insert("payload_codec".into(), wire::codec(&input).into());
-        map.insert("input_envelope".into(), input);
-        if let Some(terminal) = &terminal {
-            if stored.status == RunStatus::Completed {
-                map.insert(
-                    "output_envelope".into(),
-                    terminal.get("output").cloned().unwrap_or(Value::Null),
-                );
-            } else if stored.status == RunStatus::ContinuedAsNew {
-                // No result and no failure: the run handed over to the next
-                // (continued_to_run_id); the workflow's result is the chain's
-                // last run's.
-            } else {
-                map.insert("failure".into(), terminal.clone());
-            }
-            let reason = terminal
-                .get("closed_reason")
-                .and_then(Value::as_str)
-                .unwrap_or(stored.status.as_str());
-            map.insert("closed_reason".into(), reason.into());
-        }
-        map.insert(
-            "pending".into(),
-            json!({
-                "activities": stored.pending.activities, "timers": stored.pending.timers,
-                "children": stored.pending.children, "signals": stored.pending.signals,
-                "updates": stored.pending.updates,
-            }),
-        );
-        map.insert("history_length".into(), stored.history_length.into());
-        map.insert("history_bytes".into(), stored.history_bytes.into());
-        map.insert(
-            "details_pruned_at".into(),
-            described.details_pruned_at_ms.map(wire::timestamp).into(),
-        );
-        map.insert(
-            "failures".into(),
-            serde_json::to_value(&described.failures)
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-        );
-        Ok(out)
+        render_description(run, described, io, archive)
     }
-
     /// One page of the namespace's runs, newest first.
     pub fn list_workflows(&self, namespace: &str, query: ListQuery) -> Result<Value, ApiError> {
         let mut checks = Checks::default();
@@ -816,6 +770,90 @@ impl Engine {
             "status": outcome, "reason": reason, "duplicate": stopped.duplicate,
         }))
     }
+}
+
+/// The flat description of `run` from what one read transaction found:
+/// with `io` (the run's input and terminal record) the detailed form.
+fn render_description(
+    run: RunId,
+    described: RunDescription,
+    io: Option<(Value, Option<Value>)>,
+    archive: Option<ArchiveMark>,
+) -> Result<Value, ApiError> {
+    let stored = &described.run;
+    let mut out = json!({
+        "workflow_id": stored.workflow_id,
+        "run_id": wire::run_id(run),
+        "workflow_type": stored.workflow_type,
+        "namespace": stored.namespace,
+        "task_queue": stored.task_queue,
+        "status": stored.status.as_str(),
+        "payload_codec": "avro",
+        "memo": stored.memo,
+        "search_attributes": stored.search_attributes,
+        "closed_at": described.closed_at_ms.map(wire::timestamp),
+        "execution_timeout_seconds": described.timeouts.execution_timeout_seconds,
+        "run_timeout_seconds": described.timeouts.run_timeout_seconds,
+        "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
+        "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
+        "origin": stored.origin,
+        "archived": archive.is_some(),
+        "archived_at": archive.as_ref().map(|a| wire::timestamp(a.archived_at_ms)),
+        "archive_reason": archive.and_then(|a| a.reason),
+        "continued_from_run_id": stored.continued_from.map(wire::run_id),
+        "continued_to_run_id": stored.continued_to.map(wire::run_id),
+        "parent_run_id": stored.parent.map(wire::run_id),
+    });
+    if let Some(failed) = &described.workflow_task_failure {
+        out["workflow_task_failure"] = json!({
+            "failure": failed.failure, "workflow_task_attempt": failed.attempt,
+            "next_attempt_at": wire::timestamp(failed.next_attempt_at_ms),
+        });
+    }
+    let Some((input, terminal)) = io else {
+        return Ok(out);
+    };
+    let map = out.as_object_mut().expect("a JSON object");
+    map.insert("payload_codec".into(), wire::codec(&input).into());
+    map.insert("input_envelope".into(), input);
+    if let Some(terminal) = &terminal {
+        if stored.status == RunStatus::Completed {
+            map.insert(
+                "output_envelope".into(),
+                terminal.get("output").cloned().unwrap_or(Value::Null),
+            );
+        } else if stored.status == RunStatus::ContinuedAsNew {
+            // No result and no failure: the run handed over to the next
+            // (continued_to_run_id); the workflow's result is the chain's
+            // last run's.
+        } else {
+            map.insert("failure".into(), terminal.clone());
+        }
+        let reason = terminal
+            .get("closed_reason")
+            .and_then(Value::as_str)
+            .unwrap_or(stored.status.as_str());
+        map.insert("closed_reason".into(), reason.into());
+    }
+    map.insert(
+        "pending".into(),
+        json!({
+            "activities": stored.pending.activities, "timers": stored.pending.timers,
+            "children": stored.pending.children, "signals": stored.pending.signals,
+            "updates": stored.pending.updates,
+        }),
+    );
+    map.insert("history_length".into(), stored.history_length.into());
+    map.insert("history_bytes".into(), stored.history_bytes.into());
+    map.insert(
+        "details_pruned_at".into(),
+        described.details_pruned_at_ms.map(wire::timestamp).into(),
+    );
+    map.insert(
+        "failures".into(),
+        serde_json::to_value(&described.failures).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    Ok(out)
 }
 
 /// The position a `next_page_token` names (`None` without one); a token
