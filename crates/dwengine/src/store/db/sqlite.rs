@@ -3,14 +3,30 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::error::Result;
 use super::{BlobColumn, SqliteSettings};
 
+/// Plans that never look at bound values, so a cached statement stays
+/// compiled however its parameters change. Without the query planner
+/// stability guarantee SQLite (3.50) reads a bound `LIMIT ?N` (and a few
+/// other parameters) while planning and marks the statement to be compiled
+/// again whenever that parameter is bound anew, which is every execution:
+/// the expired-lease scan every poll pass runs was compiled on each use, a
+/// twentieth of dwserver's CPU under the Rust SDK benchmark
+/// (docs/performance.md). The plans are the ones SQLite chose before it
+/// peeked at such values.
+fn stable_plans(conn: &Connection) -> Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
+}
+
 /// A read-write connection: WAL, the durability asked for, foreign keys.
 pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> Result<()> {
     conn.busy_timeout(settings.busy_timeout)?;
+    stable_plans(conn)?;
     // journal_mode answers with the mode in force; memory databases keep "memory".
     let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     let synchronous = if settings.synchronous_full {
@@ -26,6 +42,7 @@ pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> R
 /// A read connection: it refuses writes.
 pub(super) fn configure_reader(conn: &Connection, settings: SqliteSettings) -> Result<()> {
     conn.busy_timeout(settings.busy_timeout)?;
+    stable_plans(conn)?;
     conn.pragma_update(None, "query_only", true)?;
     Ok(())
 }
@@ -78,4 +95,65 @@ pub(super) fn read_blob_chunk(
     let mut chunk = Vec::with_capacity(len);
     (&mut source).take(len as u64).read_to_end(&mut chunk)?;
     Ok(Some(chunk))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rusqlite::StatementStatus;
+
+    use super::super::SqliteSettings;
+
+    /// A cached statement with a bound `LIMIT` runs again without being
+    /// compiled again, on the writer and on a reader.
+    #[test]
+    fn a_bound_limit_does_not_recompile_a_cached_statement() {
+        let dir = std::env::temp_dir().join(format!("dw-qpsg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let path = dir.join("plans.sqlite");
+        let settings = SqliteSettings {
+            busy_timeout: Duration::from_secs(10),
+            synchronous_full: false,
+        };
+        let writer = rusqlite::Connection::open(&path).expect("the writer");
+        super::configure_writer(&writer, settings).expect("configured");
+        writer
+            .execute_batch(
+                "CREATE TABLE t (id INTEGER PRIMARY KEY, at INTEGER NOT NULL);
+                 CREATE INDEX t_at ON t (at);
+                 INSERT INTO t (at) VALUES (1), (2), (3), (4);",
+            )
+            .expect("the table");
+        let reader = rusqlite::Connection::open(&path).expect("the reader");
+        super::configure_reader(&reader, settings).expect("configured");
+        // The control: a connection opened without the guarantee.
+        let plain = rusqlite::Connection::open(&path).expect("a plain connection");
+        let recompiled = |conn: &rusqlite::Connection| {
+            let sql = "SELECT id FROM t WHERE at < ?1 ORDER BY at LIMIT ?2";
+            for limit in [1_i64, 2, 3, 2, 1] {
+                let mut stmt = conn.prepare_cached(sql).expect("prepared");
+                let rows: Vec<i64> = stmt
+                    .query_map([10, limit], |r| r.get(0))
+                    .expect("ran")
+                    .collect::<Result<_, _>>()
+                    .expect("rows");
+                assert_eq!(rows.len(), usize::try_from(limit).expect("small"));
+            }
+            let stmt = conn.prepare_cached(sql).expect("prepared");
+            stmt.get_status(StatementStatus::RePrepare)
+        };
+        assert!(
+            recompiled(&plain) > 0,
+            "this SQLite no longer recompiles on a new LIMIT: stable_plans may be unneeded"
+        );
+        assert_eq!(
+            recompiled(&writer),
+            0,
+            "the writer recompiled on a new LIMIT"
+        );
+        assert_eq!(recompiled(&reader), 0, "a reader recompiled on a new LIMIT");
+        drop((writer, reader, plain));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
