@@ -853,6 +853,30 @@ class Suite:
         assert all(p["worker_session"]["session_id"] == wid for p in scheduled), scheduled
         return f"3 session activities ran on {holder_id}, none on the worker without the requirement"
 
+    async def durable_selection(self) -> str:
+        """`ctx.select`: the server records the first member to finish as the
+        one winner (SelectionResolved, which the SDK checks field by field on
+        replay); the workflow cancels the loser (SelectionOperationCancelled)
+        and awaiting it raises DurableOperationCancelled."""
+        wid = new_id("selector")
+        handle = await self.client.start_workflow(
+            workflow_type="selector", task_queue=QUEUE, workflow_id=wid, input=["ada"]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result == {"winner": "greeting", "value": "hello, ada", "loser": "cancelled timer"}, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        resolved = [e["payload"] for e in events if e["event_type"] == "SelectionResolved"]
+        cancelled = [e["payload"] for e in events if e["event_type"] == "SelectionOperationCancelled"]
+        assert len(resolved) == 1 and resolved[0]["member_key"] == "greeting", resolved
+        assert resolved[0]["outcome"] == "completed", resolved
+        assert len(cancelled) == 1 and cancelled[0]["member_key"] == "deadline", cancelled
+        assert "TimerFired" not in [e["event_type"] for e in events], [e["event_type"] for e in events]
+        failed = [e for e in events if e["event_type"] == "WorkflowTaskFailed"]
+        assert not failed, failed
+        return (f"winner {resolved[0]['member_key']} ({resolved[0]['resolution_event_type']}), "
+                f"loser {cancelled[0]['operation_kind']} cancelled")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -880,6 +904,7 @@ class Suite:
         "message_stream_continue_as_new",
         "sticky_execution",
         "worker_session",
+        "durable_selection",
     ]
 
 

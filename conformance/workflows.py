@@ -11,7 +11,12 @@ import threading
 import time
 
 from durable_workflow import WorkerSessionOptions, WorkflowStreamAppendItem, activity, workflow
-from durable_workflow.errors import ActivityFailed, ChildWorkflowFailed, NexusOperationFailed
+from durable_workflow.errors import (
+    ActivityFailed,
+    ChildWorkflowFailed,
+    DurableOperationCancelled,
+    NexusOperationFailed,
+)
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
@@ -407,7 +412,28 @@ class StickySteps:
         return reversed_text
 
 
+@workflow.defn(name="selector")
+class Selector:
+    """A durable selection: an activity against an hour-long timer. The
+    server records the activity as the winner; the workflow cancels the
+    timer and awaits it (DurableOperationCancelled)."""
+
+    def run(self, ctx, name):
+        selected = yield ctx.select({
+            "greeting": ctx.schedule_activity("greet", [name]),
+            "deadline": ctx.start_timer(3600),
+        })
+        loser = selected.remaining()["deadline"]
+        yield loser.cancel()
+        try:
+            yield loser.await_result()
+            awaited = "not cancelled"
+        except DurableOperationCancelled as exc:
+            awaited = f"cancelled {exc.operation_kind}"
+        return {"winner": selected.key, "value": selected.result(), "loser": awaited}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, NexusCaller]
+             InboxChain, NexusCaller, Selector]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -61,6 +61,8 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!("nexus_from_workflow", nexus_from_workflow),
         scenario!("sticky_execution", sticky_execution),
+        scenario!("durable_selection", durable_selection),
+        scenario!("worker_session", worker_session),
     ]
 }
 
@@ -1148,6 +1150,208 @@ async fn message_stream_continue_as_new(h: Harness) -> Outcome {
         .await?;
     check(
         result == json!(["m-1", ["m-2", 2], ["m-3", 3], ["m-4", 4]]),
+        || format!("result {result}"),
+    )
+}
+
+/// `select` over a fast activity, a slow activity that heartbeats until it
+/// is told to stop, and a long timer: the server records the fast one as
+/// the winner (`SelectionResolved`, checked by the SDK field by field on
+/// replay); the workflow cancels both losers (`cancel_selection_operation`,
+/// recorded as `SelectionOperationCancelled`), awaits one of them (the SDK's
+/// `DurableOperationCancelled`), and the slow activity's heartbeat sees
+/// `cancel_requested`.
+async fn durable_selection(h: Harness) -> Outcome {
+    let queue = h.unique("selection");
+    let mut worker = h.worker(&queue);
+    let stopped = Arc::new(AtomicUsize::new(0));
+    worker.register_activity("fast", |_ctx, _args: Value| async move {
+        Ok(json!("fast-value"))
+    });
+    let seen = stopped.clone();
+    worker.register_activity("slow", move |ctx, _args: Value| {
+        let seen = seen.clone();
+        async move {
+            // Heartbeats until the server says the workflow no longer wants
+            // it (bounded: two minutes).
+            for _ in 0..600 {
+                let beat = ctx.heartbeat(json!({"phase": "waiting"})).await?;
+                if beat.should_stop() {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    return Ok(json!("stopped"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(json!("never cancelled"))
+        }
+    });
+    worker.register_workflow("rust.durable_selection", |ctx, _input: Value| async move {
+        let options = || {
+            ActivityOptions::new()
+                .retry_policy(ActivityRetryPolicy::new(1))
+                .start_to_close_timeout(Duration::from_secs(300))
+                .heartbeat_timeout(Duration::from_secs(60))
+        };
+        let selected = ctx
+            .select_keyed(vec![
+                (
+                    "slow",
+                    ParallelOperation::activity_with_options("slow", options(), json!([])),
+                ),
+                (
+                    "fast",
+                    ParallelOperation::activity_with_options("fast", options(), json!([])),
+                ),
+                (
+                    "timer",
+                    ParallelOperation::timer(Duration::from_secs(3_600)),
+                ),
+            ])
+            .await?;
+        let winner = format!("{:?}", selected.key);
+        let value = match &selected.value {
+            Some(ParallelResult::Activity(v)) => v.clone(),
+            other => json!(format!("{other:?}")),
+        };
+        let losers: Vec<_> = selected.remaining().into_iter().cloned().collect();
+        for loser in &losers {
+            loser.cancel().await?;
+        }
+        let awaited = match losers[0].await_result().await {
+            Err(Error::DurableOperationCancelled(c)) => format!("cancelled {}", c.operation_kind),
+            other => format!("{other:?}"),
+        };
+        // Open until the test saw the slow activity stop on its heartbeat.
+        ctx.wait_signal("finish").await?;
+        Ok(json!({"winner": winner, "value": value, "loser": awaited}))
+    });
+    worker
+        .declare_workflow_signals("rust.durable_selection", &["finish"])
+        .map_err(|e| e.to_string())?;
+    let handle = h
+        .client
+        .start_workflow("rust.durable_selection", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let signaller = handle.clone();
+    let seen = stopped.clone();
+    let result = h
+        .drive(&worker, &handle, async move {
+            // The slow activity stops once its heartbeat hears it was
+            // cancelled, while the run is still open.
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            while seen.load(Ordering::SeqCst) == 0 {
+                if std::time::Instant::now() > deadline {
+                    return Err("the cancelled activity's heartbeat never said stop".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            signaller
+                .signal("finish", json!([]))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("signal: {e}"))
+        })
+        .await?;
+    check(
+        result
+            == json!({"winner": "Name(\"fast\")", "value": "fast-value", "loser": "cancelled activity"}),
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let resolved: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "SelectionResolved")
+        .collect();
+    check(resolved.len() == 1, || {
+        format!("SelectionResolved events: {}", resolved.len())
+    })?;
+    let marker = &resolved[0]["payload"];
+    check(
+        marker["member_key"] == json!("fast")
+            && marker["outcome"] == json!("completed")
+            && marker["resolution_event_type"] == json!("ActivityCompleted"),
+        || format!("marker {marker}"),
+    )?;
+    let cancelled = events
+        .iter()
+        .filter(|e| e["event_type"] == "SelectionOperationCancelled")
+        .count();
+    check(cancelled == 2, || {
+        format!("SelectionOperationCancelled events: {cancelled}")
+    })?;
+    Ok(())
+}
+
+/// The SDK's worker-session example: a worker that holds sessions and
+/// offers the resource `cache:example`; a workflow runs two activities in
+/// one session, which both run on that worker and see the same resource.
+/// Before the server acknowledged every capability the SDK lists
+/// (`durable_selection` and `message_streams` among them), `register()`
+/// stopped with `worker_session_registration_unconfirmed`.
+async fn worker_session(h: Harness) -> Outcome {
+    use durable_workflow::{Uuid, WorkerSessionOptions};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let queue = h.unique("session");
+    let mut worker = h
+        .worker(&queue)
+        .worker_sessions(true)
+        .capabilities(["cache:example"]);
+    let resources = Arc::new(Mutex::new(HashMap::<String, String>::new()));
+    worker.register_activity("rust.session-greet", move |ctx, args: Value| {
+        let resources = resources.clone();
+        async move {
+            let Some(session) = ctx.worker_session() else {
+                return Ok(json!({"error": "no session"}));
+            };
+            let generation = resources
+                .lock()
+                .unwrap()
+                .entry(session.options().session_id().into())
+                .or_insert_with(|| Uuid::new_v4().to_string())
+                .clone();
+            ctx.heartbeat(json!({"phase": "resource_ready"})).await?;
+            // The arguments arrive as the one-element list of the call.
+            let name = args[0]["name"]
+                .as_str()
+                .or(args["name"].as_str())
+                .unwrap_or("?");
+            Ok(json!({"greeting": format!("Hello, {name}!"),
+                      "resource_generation": generation}))
+        }
+    });
+    worker.register_workflow("rust.session-example", |ctx, input: Value| async move {
+        let request = input[0].clone();
+        let options = WorkerSessionOptions::new(request["session_id"].as_str().unwrap_or("s"))
+            .requirements(["cache:example"]);
+        let first = ctx
+            .activity("rust.session-greet", request.clone())
+            .in_worker_session(options.clone())
+            .await?;
+        let second = ctx
+            .activity("rust.session-greet", request)
+            .in_worker_session(options)
+            .await?;
+        Ok(json!([first, second]))
+    });
+    let session_id = format!("session-{}", Uuid::new_v4());
+    let handle = h
+        .client
+        .start_workflow(
+            "rust.session-example",
+            &queue,
+            &queue,
+            json!([{"name": "Rust", "session_id": session_id}]),
+        )
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result[0]["greeting"] == json!("Hello, Rust!")
+            && result[1]["greeting"] == json!("Hello, Rust!")
+            && result[0]["resource_generation"].is_string()
+            && result[0]["resource_generation"] == result[1]["resource_generation"],
         || format!("result {result}"),
     )
 }

@@ -263,7 +263,9 @@ impl ApiError {
                 | StoreError::ProjectionTooLarge(_)
                 | StoreError::RunNotClosed(_)
                 | StoreError::AlreadyImported { .. } => 409,
-                StoreError::UnknownUpdate(_) | StoreError::InvalidMemo(_) => 422,
+                StoreError::UnknownUpdate(_)
+                | StoreError::InvalidMemo(_)
+                | StoreError::UnknownSelectionMember(_) => 422,
                 StoreError::StructuralLimit(_) | StoreError::PendingPayloadBudget { .. } => 409,
                 _ => 500,
             },
@@ -614,6 +616,17 @@ impl ApiError {
             ApiError::Store(StoreError::InvalidMemo(problem)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),
                 "validation_errors": { "entries": [problem] },
+            }),
+            ApiError::Store(StoreError::AlreadyClosed {
+                item: "activity",
+                status,
+                ..
+            }) if status == "cancelled" => json!({
+                "reason": "activity_cancelled", "message": self.to_string(),
+            }),
+            ApiError::Store(StoreError::UnknownSelectionMember(problem)) => json!({
+                "reason": "validation_failed", "message": self.to_string(),
+                "validation_errors": { "commands": [problem] },
             }),
             ApiError::Store(StoreError::UnknownUpdate(id)) => json!({
                 "reason": "validation_failed", "message": self.to_string(),

@@ -97,6 +97,11 @@ impl Engine {
                     "workflow_memo_updates": crate::server::worker::memo_updates(),
                     "runtime_external_payload_transport": payloads.enabled(),
                     "child_workflows": true,
+                    "durable_selection": {
+                        "supported": true,
+                        "commands": ["cancel_selection_operation"],
+                        "history_events": ["SelectionResolved", "SelectionOperationCancelled"],
+                    },
                 },
             },
             "auth_composition_contract": {

@@ -199,7 +199,7 @@ impl Engine {
         let mut problems = Vec::new();
         let mut merged = current.clone();
         for (i, command) in commands.iter().enumerate() {
-            let WorkflowCommand::UpsertSearchAttributes { attributes } = command else {
+            let WorkflowCommand::UpsertSearchAttributes { attributes, .. } = command else {
                 continue;
             };
             let set: Map<String, Value> = attributes

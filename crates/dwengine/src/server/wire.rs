@@ -189,12 +189,41 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 5] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 11] = [
     "condition_wait_occurrence_identity",
+    "durable_selection",
     "local_activities",
+    "memo_upserts",
     "message_streams",
+    "query_tasks",
     "sticky_execution",
+    "typed_search_attributes",
     "worker_sessions",
+    "workflow_entry_arguments_validation",
+    "workflow_updates",
+];
+
+/// The capability names the SDKs use for protocol features (acknowledged
+/// only when implemented, above). Any other name a session-holding worker
+/// lists is a resource it offers (`gpu`, `cache:example`): the server
+/// routes session activities on it, so it acknowledges it.
+pub const PROTOCOL_CAPABILITIES: [&str; 16] = [
+    "condition_wait_occurrence_identity",
+    "cooperative_cancellation",
+    "durable_selection",
+    "local_activities",
+    "memo_upserts",
+    "message_streams",
+    "nexus_cooperative_cancellation",
+    "prepared_local_activities",
+    "query_tasks",
+    "sticky_execution",
+    "typed_search_attributes",
+    "update_validation_tasks",
+    "worker_sessions",
+    "workflow_entry_arguments_validation",
+    "workflow_updates",
+    "nexus_operations",
 ];
 
 /// The capability manifest entries this server implements.
@@ -535,8 +564,10 @@ pub fn timestamp(unix_ms: i64) -> String {
 pub fn event(event: &HistoryEvent) -> Value {
     let id = event.sequence + 1;
     let at = event.recorded_at_ms.map(timestamp);
+    // `id` is a string, as both SDKs read an event's durable id (a
+    // selection's marker names the event that resolved it by it).
     json!({
-        "id": id,
+        "id": id.to_string(),
         "sequence": id,
         "event_type": event.event_type.as_str(),
         "payload": event.payload,

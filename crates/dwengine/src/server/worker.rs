@@ -402,12 +402,19 @@ impl Engine {
             return Err(ApiError::DurableState(refused));
         }
         let (pruned, reclaimed) = self.heartbeat_housekeeping(namespace);
-        // Acknowledge exactly the asked capabilities this server implements.
+        // Acknowledge exactly the asked capabilities this server implements,
+        // and, for a worker that holds sessions, the resources it offers
+        // (recorded above as the session requirements it meets).
         let capabilities: Vec<&str> = body
             .capabilities
             .iter()
             .map(String::as_str)
-            .filter(|c| wire::ACKNOWLEDGED_CAPABILITIES.contains(c))
+            .filter(|c| {
+                wire::ACKNOWLEDGED_CAPABILITIES.contains(c)
+                    || (asks_sessions
+                        && !c.trim().is_empty()
+                        && !wire::PROTOCOL_CAPABILITIES.contains(c))
+            })
             .collect();
         let mut manifest = serde_json::Map::new();
         if let Some(asked) = body.capability_manifest.as_object() {

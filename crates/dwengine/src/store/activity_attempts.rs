@@ -96,6 +96,10 @@ impl Store {
             }) if completed_by(&tx, task_id, fence)? => return Ok(AttemptOutcome::Completed),
             Err(e) => return Err(e),
         };
+        if cancelled_by_workflow(&tx, task_id, &attempt)? {
+            tx.commit()?;
+            return Err(cancelled(&attempt));
+        }
         let fields = json!({ "result": result, "payload_codec": codec_of(result) });
         let outcome = settle(&tx, task_id, &attempt, fence, "completed", result, fields)?;
         tx.commit()?;
@@ -111,6 +115,10 @@ impl Store {
     ) -> Result<AttemptOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let attempt = fenced_attempt(&tx, task_id, fence)?;
+        if cancelled_by_workflow(&tx, task_id, &attempt)? {
+            tx.commit()?;
+            return Err(cancelled(&attempt));
+        }
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
         if running {
             if let Some(due) =
@@ -144,7 +152,8 @@ impl Store {
     }
 
     /// Extends the attempt's lease by `lease_ms`; answers whether the run
-    /// still wants the activity (false once the run has closed).
+    /// still wants the activity (false once the run has closed, or once its
+    /// workflow cancelled it).
     pub fn heartbeat_activity_attempt(
         &self,
         task_id: i64,
@@ -160,9 +169,46 @@ impl Store {
         )?
         .execute(params![task_id, now.saturating_add(lease_ms), now])?;
         rearm_activity(&tx, task_id)?;
-        let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
+        // A run that closed, or an activity its workflow cancelled (a
+        // selection member it no longer needs), no longer wants the attempt.
+        let wanted: bool = tx
+            .prepare_cached("SELECT status = 'scheduled' FROM activities WHERE id = ?1")?
+            .query_row([attempt.activity], |r| r.get::<_, bool>(0))
+            .optional()?
+            .unwrap_or(false);
+        let running = wanted && load_head(&tx, attempt.run)?.status == RunStatus::Running;
         tx.commit()?;
         Ok(running)
+    }
+}
+
+/// Whether the attempt's activity was cancelled by its workflow while the
+/// attempt ran (a selection member it no longer needs): then the attempt's
+/// task ends here, and its report is refused as `activity_cancelled`.
+fn cancelled_by_workflow(
+    conn: &Connection,
+    task_id: i64,
+    attempt: &Attempt,
+) -> Result<bool, Error> {
+    let result: Option<Option<String>> = conn
+        .prepare_cached("SELECT result FROM activities WHERE id = ?1 AND status != 'scheduled'")?
+        .query_row([attempt.activity], |r| r.get(0))
+        .optional()?;
+    let cancelled = result
+        .flatten()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .is_some_and(|r| r["reason"] == "selection_operation_cancelled");
+    if cancelled {
+        end_task(conn, task_id)?;
+    }
+    Ok(cancelled)
+}
+
+fn cancelled(attempt: &Attempt) -> Error {
+    Error::AlreadyClosed {
+        item: "activity",
+        id: attempt.activity,
+        status: "cancelled".into(),
     }
 }
 

@@ -149,6 +149,10 @@ pub enum Error {
     /// A memo upsert whose entries are not a memo patch.
     #[error("invalid memo entries: {0}")]
     InvalidMemo(String),
+    /// A `cancel_selection_operation` naming no member of the run's
+    /// resolved selections (the problem names the field).
+    #[error("cancel_selection_operation: {0}")]
+    UnknownSelectionMember(String),
     /// The run has no live stream of that name (never opened, or expired).
     #[error("run {run} has no stream {name:?}")]
     StreamNotFound {

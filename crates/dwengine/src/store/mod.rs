@@ -67,6 +67,8 @@ pub mod runs;
 pub mod schedules;
 pub mod schema;
 pub mod search_attributes;
+mod selection;
+mod selection_cancel;
 pub mod service_calls;
 pub mod service_catalog;
 pub mod sessions;

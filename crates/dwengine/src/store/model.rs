@@ -182,10 +182,16 @@ pub enum EventType {
     ServiceCallFailed,
     /// The call's linked run was cancelled.
     ServiceCallCancelled,
+    /// The first member of a durable selection (`select`) reached a
+    /// terminal state: the group's one winner.
+    SelectionResolved,
+    /// Command: a member of a resolved selection was cancelled before it
+    /// reached a terminal state (`cancel_selection_operation`).
+    SelectionOperationCancelled,
 }
 
 impl EventType {
-    const ALL: [EventType; 44] = [
+    const ALL: [EventType; 46] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -230,6 +236,8 @@ impl EventType {
         EventType::ServiceCallCompleted,
         EventType::ServiceCallFailed,
         EventType::ServiceCallCancelled,
+        EventType::SelectionResolved,
+        EventType::SelectionOperationCancelled,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -279,6 +287,8 @@ impl EventType {
             EventType::ServiceCallCompleted => "ServiceCallCompleted",
             EventType::ServiceCallFailed => "ServiceCallFailed",
             EventType::ServiceCallCancelled => "ServiceCallCancelled",
+            EventType::SelectionResolved => "SelectionResolved",
+            EventType::SelectionOperationCancelled => "SelectionOperationCancelled",
         }
     }
 

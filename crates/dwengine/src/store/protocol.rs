@@ -47,6 +47,25 @@ pub struct ParallelGroup {
     /// Nested groups, outermost first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_group_path: Option<Value>,
+    /// `select` for a durable selection's member (`all` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_group_mode: Option<String>,
+    /// A selection member's stable key (a name or an index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_member_key: Option<Value>,
+    /// A selection member's position among the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_member_index: Option<i64>,
+    /// The sequence of a selection member's first leaf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_member_base_sequence: Option<i64>,
+    /// How many leaves a selection member has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_member_size: Option<i64>,
+    /// A selection member's operation kind (`activity`, `timer`, `child`,
+    /// `signal`, `condition`, `group`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_member_kind: Option<String>,
 }
 
 impl ParallelGroup {

@@ -258,6 +258,11 @@ pub(crate) fn append_event(
         command.then_some(command_index),
         now_ms()
     ])?;
+    // A terminal event that makes a `select` member the group's winner is
+    // followed, in the same transaction, by the group's marker.
+    if let Some(marker) = crate::store::selection::resolution(conn, run, event_type, payload)? {
+        append_event(conn, run, EventType::SelectionResolved, &marker, false)?;
+    }
     Ok(to_u64(sequence))
 }
 

@@ -30,6 +30,7 @@ use crate::store::rows::check_size;
 use crate::store::rows::{
     append_event, bump, decode_map, insert_run, load_head, load_run, now_ms, Pending, RunHead,
 };
+use crate::store::selection_cancel::{self, Cancelled};
 use crate::store::sessions::SessionOptions;
 use crate::store::signal_waits;
 use crate::store::streams::{self, StreamAppend, StreamDirective, StreamOrigin, StreamPolicy};
@@ -146,6 +147,11 @@ pub enum WorkflowCommand {
     UpsertSearchAttributes {
         /// The attributes to set or (with `null`) remove.
         attributes: Map<String, Value>,
+        /// Their declared types (`keyword`, `int`, …), when the SDK sends
+        /// them (protocol 1.16's typed search attributes): recorded on the
+        /// event, which replay checks them against.
+        #[serde(default)]
+        attribute_types: Option<Map<String, Value>>,
     },
     /// Close the run as continued and start a new run of the same workflow
     /// id, with fresh history, in the same transaction (the SDKs'
@@ -231,6 +237,16 @@ pub enum WorkflowCommand {
         #[serde(default)]
         queue: Option<String>,
     },
+    /// Cancel a member of a resolved durable selection (a loser workflow
+    /// code no longer needs); the member is named by its recorded identity
+    /// fields (`selection_group_id`, `member_key`, `member_index`,
+    /// `member_base_sequence`, `member_size`, `operation_kind`,
+    /// `operation_identity`), checked against the run's history.
+    CancelSelectionOperation {
+        /// The command's fields as sent.
+        #[serde(flatten)]
+        fields: Map<String, Value>,
+    },
     /// Complete the run.
     CompleteWorkflow {
         /// The result (an opaque payload envelope).
@@ -275,7 +291,7 @@ pub enum WorkflowCommand {
 }
 
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
-pub const SUPPORTED_COMMANDS: [&str; 16] = [
+pub const SUPPORTED_COMMANDS: [&str; 17] = [
     "schedule_activity",
     "record_local_activity",
     "start_timer",
@@ -288,6 +304,7 @@ pub const SUPPORTED_COMMANDS: [&str; 16] = [
     "start_child_workflow",
     "start_service_operation",
     "continue_as_new",
+    "cancel_selection_operation",
     "complete_workflow",
     "fail_workflow",
     "complete_update",
@@ -1092,7 +1109,10 @@ impl<'a> CommandWriter<'a> {
                 }
                 self.event(EventType::SideEffectRecorded, &payload, true)?;
             }
-            WorkflowCommand::UpsertSearchAttributes { attributes } => {
+            WorkflowCommand::UpsertSearchAttributes {
+                attributes,
+                attribute_types,
+            } => {
                 let current: String = self
                     .tx
                     .prepare_cached("SELECT search_attributes FROM runs WHERE id = ?1")?
@@ -1115,11 +1135,14 @@ impl<'a> CommandWriter<'a> {
                 self.tx
                     .prepare_cached("UPDATE runs SET search_attributes = ?2 WHERE id = ?1")?
                     .execute(params![self.head.id.0, text])?;
-                let payload = json!({
+                let mut payload = json!({
                     "sequence": sequence,
                     "attributes": attributes,
                     "merged": merged,
                 });
+                if let Some(types) = attribute_types {
+                    payload["attribute_types"] = Value::Object(types.clone());
+                }
                 self.event(EventType::SearchAttributesUpserted, &payload, true)?;
             }
             WorkflowCommand::UpsertMemo { entries } => {
@@ -1222,6 +1245,16 @@ impl<'a> CommandWriter<'a> {
                 )?;
                 self.new_events += 1;
                 return Ok(true);
+            }
+            WorkflowCommand::CancelSelectionOperation { fields } => {
+                if let Cancelled::Recorded(marker) =
+                    selection_cancel::apply(self.tx, self.head.id, fields)?
+                {
+                    self.event(EventType::SelectionOperationCancelled, &marker, false)?;
+                    // The workflow may await the cancelled member next: a
+                    // task lets it see the marker.
+                    self.follow_up = true;
+                }
             }
             WorkflowCommand::CompleteWorkflow { result } => {
                 self.check_payload(result)?;

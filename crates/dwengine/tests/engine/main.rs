@@ -29,6 +29,7 @@ mod counters;
 mod crash;
 mod database_outage;
 mod dispatch;
+mod durable_selection;
 mod durable_state_quota;
 mod evidence;
 mod external_payloads;

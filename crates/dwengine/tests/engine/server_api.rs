@@ -112,7 +112,8 @@ fn a_workflow_runs_through_fenced_workflow_and_activity_tasks() {
     assert_eq!(task["workflow_id"], "order-1");
     assert_eq!(task["workflow_task_attempt"], 1);
     assert_eq!(task["history_events"][0]["event_type"], "WorkflowStarted");
-    assert_eq!(task["history_events"][0]["id"], 1);
+    assert_eq!(task["history_events"][0]["id"], "1");
+    assert_eq!(task["history_events"][0]["sequence"], 1);
     assert!(task["history_events"][0]["recorded_at"].is_string());
     assert_eq!(task["arguments"], envelope("[]"));
 
@@ -211,7 +212,7 @@ fn a_workflow_runs_through_fenced_workflow_and_activity_tasks() {
         "/api/workflows/order-1/runs/{}/history?page_size=100&next_page_token={token}",
         started["run_id"].as_str().unwrap()
     ));
-    assert_eq!(rest["events"][0]["id"], 3);
+    assert_eq!(rest["events"][0]["id"], "3");
     assert!(rest["next_page_token"].is_null());
     let (status, body) = s.post("/api/workflows/order-1/terminate", json!({}));
     assert_eq!((status, &body["reason"]), (409, &json!("run_not_active")));

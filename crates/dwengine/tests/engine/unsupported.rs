@@ -27,8 +27,9 @@ fn external() -> Value {
 }
 
 /// The command types the published SDK (2.12) can put in a completion that
-/// this engine does not implement.
-const UNSUPPORTED: [&str; 1] = ["cancel_selection_operation"];
+/// this engine does not implement (prepared local activities need
+/// cooperative cancellation).
+const UNSUPPORTED: [&str; 1] = ["prepare_local_activity"];
 
 #[test]
 fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capability() {
@@ -57,6 +58,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
             "start_child_workflow",
             "start_service_operation",
             "continue_as_new",
+            "cancel_selection_operation",
             "complete_workflow",
             "fail_workflow",
             "complete_update",
@@ -104,7 +106,7 @@ fn each_unsupported_command_is_a_422_naming_it_and_writes_nothing() {
     let (status, body) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 5 },
-               { "type": "cancel_selection_operation", "workflow_type": "child",
+               { "type": "prepare_local_activity", "workflow_type": "child",
                  "arguments": envelope("[]") }]),
     );
     assert_eq!(status, 422, "{body}");

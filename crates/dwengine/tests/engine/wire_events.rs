@@ -285,12 +285,15 @@ fn registration_acknowledges_exactly_the_asked_capabilities_it_implements() {
     assert_eq!(ack["namespace"], "default");
     assert_eq!(ack["task_queue"], "q-local");
     assert_eq!(ack["protocol_version"], "1.19");
+    // A session-holding worker's other names are the resources it offers
+    // (session requirements it meets): acknowledged too.
     assert_eq!(
         ack["capabilities"],
         json!([
             "condition_wait_occurrence_identity",
             "local_activities",
-            "worker_sessions"
+            "worker_sessions",
+            "made_up"
         ])
     );
     assert_eq!(
@@ -298,6 +301,15 @@ fn registration_acknowledges_exactly_the_asked_capabilities_it_implements() {
         json!({ "local_activities": { "supported": true },
                 "worker_sessions": { "supported": true } })
     );
+    // A worker without sessions has no resources: an unknown name, or a
+    // protocol capability this server lacks, is not acknowledged.
+    let other = register(
+        &s,
+        "1.20",
+        json!({ "worker_id": "w3", "task_queue": "q",
+                "capabilities": ["made_up", "cooperative_cancellation", "memo_upserts"] }),
+    );
+    assert_eq!(other["capabilities"], json!(["memo_upserts"]));
     // A registration that asks for nothing is acknowledged with nothing.
     let plain = register(&s, "1.20", json!({ "worker_id": "w2", "task_queue": "q" }));
     assert_eq!(plain["protocol_version"], "1.20");

@@ -206,7 +206,7 @@ pub fn render(viewer: &Viewer, ns: &str, view: &RunView, flash: Option<&str>) ->
             thead { tr { th { "#" } th { "type" } th { "recorded" } th { "payload" } } }
             tbody {
                 @for e in &events {
-                    @let id = e["id"].as_u64().unwrap_or(0);
+                    @let id = e["sequence"].as_u64().unwrap_or(0);
                     tr id=(format!("row-{id}")) {
                         td { (id) }
                         td { (e["event_type"].as_str().unwrap_or("")) }

@@ -182,7 +182,7 @@ pub fn spans(events: &[Value]) -> Timeline {
         let Some(at) = at_ms(event) else { continue };
         first.get_or_insert(at);
         last = Some(at);
-        let id = event["id"].as_u64().unwrap_or(0);
+        let id = event["sequence"].as_u64().unwrap_or(0);
         let event_type = event["event_type"].as_str().unwrap_or("");
         let payload = &event["payload"];
         if let Some((lane, keys)) = Lane::opened_by(event_type) {
@@ -317,7 +317,7 @@ mod tests {
     use serde_json::json;
 
     fn event(id: u64, at_ms: i64, event_type: &str, payload: Value) -> Value {
-        json!({ "id": id, "event_type": event_type, "payload": payload,
+        json!({ "id": id.to_string(), "sequence": id, "event_type": event_type, "payload": payload,
                 "recorded_at": crate::server::wire::timestamp(at_ms) })
     }
 
