@@ -727,6 +727,15 @@ fn waiting_long_polls_hold_no_thread_and_one_takes_a_new_run() {
         leased.load(std::sync::atomic::Ordering::SeqCst) >= 1
     });
     let handoff = started.elapsed();
+    // The other 599 would wait out their 40 s: a graceful stop answers
+    // every waiting poll at once (empty, 200), which is also what each must
+    // get, so the suite does not sit idle for the rest of the wait.
+    let stopped = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(stopped.success(), "kill -TERM");
     let mut statuses = Vec::with_capacity(WAITS);
     for poll in polls {
         let (status, body) = poll.join().unwrap();
