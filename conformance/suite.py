@@ -35,8 +35,8 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, WORKFLOWS, SessionSteps, StickySteps, greet, local_runs,
-    reverse, session_whoami,
+    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, WORKFLOWS, SessionSteps, StickySteps, arm_hold, greet,
+    local_runs, reverse, session_whoami,
 )
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
@@ -318,6 +318,42 @@ class Suite:
         assert await self.client.get_result(handle, timeout=30) == 0 + 1 + 2
         return (f"width {width} failed with {failure['structural_limit_kind']} "
                 f"{failure['structural_limit_value']}/{failure['structural_limit_configured']}; width 3 completed")
+
+    async def signal_during_task(self) -> str:
+        """A signal that arrives while the workflow's task runs is recorded
+        after that task's events: the SDK's replay applies it at the wait
+        the task opened, not at the wait the task satisfied."""
+        wid = new_id("during")
+        entered, release = arm_hold(wid)
+        try:
+            handle = await self.client.start_workflow(
+                workflow_type="signal_during_task", task_queue=QUEUE, workflow_id=wid, input=[wid]
+            )
+
+            async def first_wait_open():
+                return "ConditionWaitOpened" in await self.history_types(wid, handle.run_id)
+
+            await self.wait_for("the first condition wait to open", first_wait_open)
+            await self.client.signal_workflow(wid, "item", args=["a"])
+            # The task the first signal woke is now running workflow code.
+            await self.wait_for("the woken task to hold", lambda: asyncio.to_thread(entered.wait, 0.2))
+            receipt = await self.client.signal_workflow(wid, "item", args=["b"])
+            assert receipt["outcome"] == "signal_received", receipt
+        finally:
+            release.set()
+        await self.client.signal_workflow(wid, "item", args=["c"])
+        result = await self.client.get_result(handle, timeout=30)
+        assert result == ["a", "b", "c"], result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        order = [
+            (e["event_type"], e["payload"].get("condition_key") or e["payload"].get("signal_name"))
+            for e in history["events"]
+            if e["event_type"] in ("SignalReceived", "ConditionWaitOpened", "ConditionWaitSatisfied")
+        ]
+        # The second signal follows the woken task's events: its wait 'rest'.
+        second = order.index(("SignalReceived", "item"), order.index(("SignalReceived", "item")) + 1)
+        assert order.index(("ConditionWaitOpened", "rest")) < second, order
+        return f"result {result}; the signal sent mid-task recorded after the task opened 'rest'"
 
     async def signal_past_pending_signal_count(self) -> str:
         wid = new_id("unprocessed")
@@ -889,6 +925,7 @@ class Suite:
         "workflow_task_failure_then_retry",
         "fan_out_past_pending_activity_count",
         "signal_past_pending_signal_count",
+        "signal_during_task",
         "schedules",
         "search_attribute_upserts",
         "workflow_output_stream",

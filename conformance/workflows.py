@@ -59,6 +59,29 @@ def slow(seconds: float) -> str:
     return "finished late"
 
 
+# Holds of the signal_during_task scenario: the workflow task that takes a
+# hold tells the suite it is running (`entered`) and runs on only once the
+# suite has signalled the workflow (`release`), so those signals arrive
+# while that task is leased. A hold is taken once; replays run straight on.
+_holds: dict[str, tuple[threading.Event, threading.Event]] = {}
+_holds_lock = threading.Lock()
+
+
+def arm_hold(key: str) -> tuple[threading.Event, threading.Event]:
+    with _holds_lock:
+        _holds[key] = (threading.Event(), threading.Event())
+        return _holds[key]
+
+
+def _take_hold(key: str) -> None:
+    with _holds_lock:
+        hold = _holds.pop(key, None)
+    if hold is not None:
+        entered, release = hold
+        entered.set()
+        release.wait(60)
+
+
 @workflow.defn(name="journey")
 class Journey:
     """An activity, a timer, then a signal-driven condition wait; queryable."""
@@ -433,7 +456,31 @@ class Selector:
         return {"winner": selected.key, "value": selected.result(), "loser": awaited}
 
 
+@workflow.defn(name="signal_during_task")
+class SignalDuringTask:
+    """Waits for a first signal, then for three in all; which second wait
+    it opens depends on how many signals its task has seen. The task the
+    first signal wakes holds (see `_take_hold`) while the suite sends the
+    second, so a replay that applies that signal early takes the other branch."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    @workflow.signal("item")
+    def item(self, value: str) -> None:
+        self.items.append(value)
+
+    def run(self, ctx, hold_key):
+        yield ctx.wait_condition(lambda: len(self.items) >= 1, key="first")
+        _take_hold(hold_key)
+        if len(self.items) >= 2:
+            yield ctx.wait_condition(lambda: len(self.items) >= 4, key="rest-seen-early")
+        else:
+            yield ctx.wait_condition(lambda: len(self.items) >= 3, key="rest")
+        return self.items
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, NexusCaller, Selector]
+             InboxChain, NexusCaller, Selector, SignalDuringTask]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -212,10 +212,24 @@ impl Store {
                 "received_at_ms": now_ms(),
             }),
         };
-        append_event(&tx, run, intake.event, &event, false)?;
-        if intake.pending == Pending::Signal {
-            // A workflow blocked in `wait_signal` for this name takes it now.
-            crate::store::signal_waits::apply_arrived(&tx, run, id, &request.name, &payload_text)?;
+        if intake.pending == Pending::Signal && workflow_task_leased(&tx, run)? {
+            // The worker is running a task of this run: its completion's
+            // events come first in history, then this signal's (see
+            // [`release_held_signals`]). The row is stored and counted now.
+            tx.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
+                .execute(params![id, serde_json::to_string(&event)?])?;
+        } else {
+            append_event(&tx, run, intake.event, &event, false)?;
+            if intake.pending == Pending::Signal {
+                // A workflow blocked in `wait_signal` for this name takes it now.
+                crate::store::signal_waits::apply_arrived(
+                    &tx,
+                    run,
+                    id,
+                    &request.name,
+                    &payload_text,
+                )?;
+            }
         }
         tx.commit()?;
         Ok(Admission::Accepted {
@@ -247,4 +261,49 @@ impl Store {
             }),
         }
     }
+}
+
+/// Whether `run` has a workflow task leased to a worker now.
+pub(crate) fn workflow_task_leased(
+    conn: &crate::store::db::Connection,
+    run: RunId,
+) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
+             AND status = 'leased' LIMIT 1",
+        )?
+        .query_row([run.0], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Writes the `SignalReceived` events of `run`'s signals that arrived while
+/// a workflow task was leased, oldest first, and applies each to an open
+/// signal wait of its name as it would have been on arrival. Called where a
+/// leased workflow task ends (completed after its commands' events, released,
+/// failed, timed out), when a run closes (before its closing event) and when
+/// a workflow task is leased, so a delivery never omits a signal the store
+/// holds. Returns how many events it wrote.
+pub(crate) fn release_held_signals(
+    conn: &crate::store::db::Connection,
+    run: RunId,
+) -> Result<u64, Error> {
+    let held: Vec<(i64, String, String, String)> = conn
+        .prepare_cached(
+            "SELECT id, name, payload, held_event FROM signals \
+             WHERE run_id = ?1 AND held_event IS NOT NULL ORDER BY id",
+        )?
+        .query_map([run.0], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (id, name, payload, event) in &held {
+        let event: Value = serde_json::from_str(event)?;
+        conn.prepare_cached("UPDATE signals SET held_event = NULL WHERE id = ?1")?
+            .execute([id])?;
+        append_event(conn, run, EventType::SignalReceived, &event, false)?;
+        crate::store::signal_waits::apply_arrived(conn, run, *id, name, payload)?;
+    }
+    Ok(held.len() as u64)
 }

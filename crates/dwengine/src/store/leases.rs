@@ -157,6 +157,14 @@ impl Store {
             TaskKind::Activity => activity_lease_ms(&tx, id)?.unwrap_or(to_i64(lease.as_millis())),
             TaskKind::Workflow => to_i64(lease.as_millis()),
         };
+        // Signals held for an earlier lease are history before this one
+        // starts (a safety net: ending that lease released them already).
+        if kind == TaskKind::Workflow {
+            let run: i64 = tx
+                .prepare_cached("SELECT run_id FROM dispatch_tasks WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))?;
+            crate::store::admission::release_held_signals(&tx, crate::store::model::RunId(run))?;
+        }
         // The newest signal this delivery shows its worker: completing the
         // task processes exactly those, never one that arrived after the lease.
         tx.prepare_cached(
@@ -298,6 +306,16 @@ impl Store {
             .execute(params![task_id, now_ms()])?;
         if changed == 1 {
             rearm_activity(&tx, task_id)?;
+            // A workflow task that timed out gives its held signals to the next.
+            let (kind, run): (String, i64) = tx
+                .prepare_cached("SELECT kind, run_id FROM dispatch_tasks WHERE id = ?1")?
+                .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            if kind == "workflow" {
+                crate::store::admission::release_held_signals(
+                    &tx,
+                    crate::store::model::RunId(run),
+                )?;
+            }
         }
         tx.commit()?;
         Ok(changed == 1)

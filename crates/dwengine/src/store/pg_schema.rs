@@ -159,6 +159,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0032_queue_counts_at_commit",
         include_str!("migrations/postgres/0032_queue_counts_at_commit.sql"),
     ),
+    (
+        "0033_held_signals",
+        include_str!("migrations/postgres/0033_held_signals.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

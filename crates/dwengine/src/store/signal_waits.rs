@@ -59,7 +59,7 @@ pub(crate) fn apply_buffered(conn: &Connection, run: RunId, sequence: i64) -> Re
     let buffered: Option<(i64, String)> = conn
         .prepare_cached(
             "SELECT id, payload FROM signals WHERE run_id = ?1 AND name = ?2 \
-             AND wait_sequence IS NULL ORDER BY id LIMIT 1",
+             AND wait_sequence IS NULL AND held_event IS NULL ORDER BY id LIMIT 1",
         )?
         .query_row(params![run.0, wait.signal_name], |r| {
             Ok((r.get(0)?, r.get(1)?))

@@ -10,6 +10,7 @@
 //! the executor does for in-process workflow code. Completion is fenced: only
 //! the worker holding the lease, on the attempt it was given, can complete.
 
+use crate::store::admission::release_held_signals;
 use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::{ApproachingLimit, LimitKind, RunRef, StructuralLimitExceeded, StructuralLimits};
 use serde::{Deserialize, Serialize};
@@ -359,6 +360,7 @@ impl Store {
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
         let head = load_head(&tx, run)?;
         if head.status != RunStatus::Running {
+            release_held_signals(&tx, run)?;
             end_task(&tx, task_id)?;
             tx.commit()?;
             return Ok(WorkflowTaskCompletion {
@@ -387,6 +389,8 @@ impl Store {
         }
         let timers = std::mem::take(&mut writer.armed_timers);
         let (new_events, activity_queues, workflow_queues, follow_up, warnings) = writer.finish();
+        // Signals that arrived during the task follow its commands' events.
+        release_held_signals(&tx, run)?;
         process_seen_signals(&tx, run, watermark)?;
         end_task(&tx, task_id)?;
         let run_status = load_head(&tx, run)?.status;
@@ -417,6 +421,7 @@ impl Store {
     ) -> Result<bool, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
+        release_held_signals(&tx, run)?;
         process_seen_signals(&tx, run, watermark)?;
         end_task(&tx, task_id)?;
         if load_head(&tx, run)?.status == RunStatus::Running && has_unhandled_messages(&tx, run)? {
@@ -465,6 +470,8 @@ impl Store {
             });
             append_event(&tx, run, EventType::WorkflowTaskFailed, &payload, false)?;
         }
+        // The retried task's delivery carries the signals held for this one.
+        release_held_signals(&tx, run)?;
         tx.commit()?;
         Ok(retry_at)
     }

@@ -56,6 +56,7 @@ mod server_faults;
 mod server_log;
 mod services;
 mod sigkill;
+mod signal_order;
 #[cfg(feature = "sqs")]
 mod sqs;
 mod sticky_execution;
