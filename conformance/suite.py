@@ -721,26 +721,20 @@ class Suite:
             workflow_type="inbox_reader", task_queue=QUEUE, workflow_id=wid, input=[3]
         )
 
-        # The Python SDK binds a delivery recorded after its task was leased
-        # to the wait it was recorded beside, not to the next one (like a
-        # signal and a condition, see activity_timer_signal_condition_query):
-        # append each message once the stream wait for it is open.
-        async def waiting_after(position):
+        async def waiting():
             history = await self.client.get_history(wid, handle.run_id, page_size=1000)
-            return any(e["event_type"] == "ConditionWaitOpened"
-                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
-                       for e in history["events"])
+            return any(e["event_type"] == "ConditionWaitOpened" for e in history["events"])
 
-        await self.wait_for("the workflow to wait on its stream", lambda: waiting_after(0))
+        # Appended back to back: a message that arrives while the task the
+        # previous one woke is running is recorded after that task's events.
+        await self.wait_for("the workflow to wait on its stream", waiting)
         first = await handle.append_message("orders", "order-1", ["apples", 3])
         assert first["position"] == 1 and first["retained"] is False, first
         retried = await handle.append_message("orders", "order-1", ["apples", 3])
         assert retried["position"] == 1 and retried["retained"] is True, retried
-        await self.wait_for("the workflow to read order-1", lambda: waiting_after(1))
         other = await handle.append_message("audit", "note-1", ["not read"])
         assert other["position"] == 1, other
         await handle.append_message("orders", "order-2", ["pears", 5])
-        await self.wait_for("the workflow to read order-2", lambda: waiting_after(2))
         await handle.append_message("orders", "order-3", ["plums", 7])
         result = await self.client.get_result(handle, timeout=60)
         expected = [
@@ -778,7 +772,6 @@ class Suite:
         checkpoints = [e for e in history["events"] if e["event_type"] == "SignalReceived"]
         assert len(checkpoints) == 1, checkpoints
         await handle.append_message("orders", "m-2", ["two"])
-        await self.wait_for("the successor to read m-2", lambda: waiting_after(2))
         await handle.append_message("orders", "m-3", ["three"])
         # The workflow's current run (the handle names the first one).
         result = await self.client.get_result(self.client.get_workflow_handle(wid), timeout=60)
