@@ -70,7 +70,9 @@ fn rust_files(dir: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
-fn repository_files() -> &'static [(String, String)] {
+/// Every Rust file of the repository with its text, read once per test
+/// binary (the guard's differential tests read them too).
+pub(super) fn repository_files() -> &'static [(String, String)] {
     static FILES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
     FILES.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -10,13 +10,12 @@
 //! the repository's own Rust files; and those files with such shapes
 //! spliced in.
 
-use std::path::Path;
-
 use proptest::prelude::*;
 
 use super::super::lexical::{self, guard_measures, MAX_NESTING, MAX_OPERATOR_RUN};
 use super::super::rust;
 use super::{code_start, tokenize_into, GuardView, LexError};
+use crate::extract::rust_differential::repository_files;
 
 /// What the extractor concludes of `text`, and the view it concluded from.
 fn folded(text: &str) -> (Option<(String, usize)>, Result<GuardView, LexError>) {
@@ -237,35 +236,6 @@ fn program() -> impl Strategy<Value = String> {
                 text
             },
         )
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<(String, String)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                out.push((path.display().to_string(), text));
-            }
-        }
-    }
-}
-
-fn repository_files() -> &'static [(String, String)] {
-    static FILES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
-    FILES.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut files = Vec::new();
-        for dir in ["src", "fixtures", "tests", "examples", "crates", "fuzz"] {
-            rust_files(&root.join(dir), &mut files);
-        }
-        files.sort();
-        files
-    })
 }
 
 #[test]
