@@ -252,6 +252,12 @@ impl PollWakes {
     /// work at their next look.
     pub fn wake(&self, channel: &str) -> Result<(), CacheError> {
         self.wake_here(channel);
+        self.publish_to_peers(channel)
+    }
+
+    /// Publishes `wake` on the relay channel for the other nodes of the
+    /// store; nothing when this node has no relay.
+    fn publish_to_peers(&self, wake: &str) -> Result<(), CacheError> {
         let target = self
             .relay
             .lock()
@@ -259,7 +265,7 @@ impl PollWakes {
             .as_ref()
             .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
         if let Some((cache, name, origin)) = target {
-            cache.publish(&name, format!("{origin}{channel}").as_bytes())?;
+            cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
             self.relayed_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -272,17 +278,7 @@ impl PollWakes {
             WaitKey::Run(run) => format!("{RUN_WAKE}{run}"),
             WaitKey::QueryTask(id) => format!("{QUERY_TASK_WAKE}{id}"),
         };
-        let target = self
-            .relay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
-        if let Some((cache, name, origin)) = target {
-            cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
-            self.relayed_out.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+        self.publish_to_peers(&wake)
     }
 
     /// A relayed wake: a long-poll channel's hash, or a waited-on run or
