@@ -37,6 +37,9 @@ pub struct ActivitySeries {
     pub completed: u64,
     /// Executions closed as failed (retries exhausted or non-retryable).
     pub failed: u64,
+    /// Executions their workflow cancelled (a selection member it no longer
+    /// needed): neither completed nor failed.
+    pub cancelled: u64,
     /// Schedule-to-close latency of the closed executions.
     pub latency: Latency,
 }
@@ -118,6 +121,7 @@ impl ActivityExecutionMetrics {
                     "started_total": s.started,
                     "completed_total": s.completed,
                     "failed_total": s.failed,
+                    "cancelled_total": s.cancelled,
                     "latency_seconds": s.latency.json(),
                 })
             })

@@ -30,7 +30,7 @@ const RUN_SERIES: &str = "SELECT task_queue, workflow_type, started, completed, 
 
 /// Activity label sets ascending, at most `?2` of them.
 const ACTIVITY_SERIES: &str = "SELECT task_queue, workflow_type, activity_type, started, \
-     completed, failed, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, \
+     completed, failed, cancelled, latency_count, latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, \
      le_10, le_30, le_60, le_300, le_900 FROM activity_execution_series WHERE namespace = ?1 \
      ORDER BY task_queue, workflow_type, activity_type LIMIT ?2";
 
@@ -133,7 +133,8 @@ impl Store {
                 started: to_u64(row.get(3)?),
                 completed: to_u64(row.get(4)?),
                 failed: to_u64(row.get(5)?),
-                latency: latency(row, 6)?,
+                cancelled: to_u64(row.get(6)?),
+                latency: latency(row, 7)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

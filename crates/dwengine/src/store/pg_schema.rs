@@ -163,6 +163,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0033_held_signals",
         include_str!("migrations/postgres/0033_held_signals.sql"),
     ),
+    (
+        "0034_activity_cancelled",
+        include_str!("migrations/postgres/0034_activity_cancelled.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

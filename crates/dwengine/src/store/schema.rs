@@ -47,6 +47,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0031_message_stream_cursors.sql"),
     include_str!("migrations/0032_queue_counts_at_commit.sql"),
     include_str!("migrations/0033_held_signals.sql"),
+    include_str!("migrations/0034_activity_cancelled.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -8,8 +8,8 @@
 //! When the member is still open, a `SelectionOperationCancelled` event
 //! records that cancellation won, and the member's open leaves stop: a
 //! queued activity is never handed out and a running one sees
-//! `cancel_requested` on its next heartbeat (its row closes as failed with
-//! reason `selection_operation_cancelled`; a late completion is refused as
+//! `cancel_requested` on its next heartbeat (its row closes as cancelled,
+//! with reason `selection_operation_cancelled`; a late completion is refused as
 //! already closed), a timer is cancelled, a child run is cancelled, a signal
 //! wait is closed. When the member already reached a terminal state,
 //! cancellation lost the race and nothing is recorded; a repeated command
@@ -75,7 +75,7 @@ fn stop_leaf(conn: &Connection, run: RunId, sequence: i64) -> Result<(), Error> 
     });
     let activity: Option<i64> = conn
         .prepare_cached(
-            "UPDATE activities SET status = 'failed', result = ?3 \
+            "UPDATE activities SET status = 'cancelled', result = ?3 \
              WHERE run_id = ?1 AND sequence = ?2 AND status = 'scheduled' RETURNING id",
         )?
         .query_row(params![run.0, sequence, reason.to_string()], |r| r.get(0))

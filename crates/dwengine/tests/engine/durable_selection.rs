@@ -404,3 +404,46 @@ fn a_selection_is_advertised_and_registration_acknowledges_it() {
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["capabilities"], json!(["durable_selection"]), "{ack}");
 }
+
+/// A loser its workflow cancelled is neither completed nor failed: the
+/// activity series count it as cancelled, and the winner as completed.
+#[test]
+fn a_cancelled_loser_is_counted_as_cancelled_not_failed() {
+    let s = server();
+    selection(&s, "sel-count");
+    let leased = lease_activities(&s, "w", 2);
+    assert_eq!(complete_activity(&s, &leased["fast"]).0, 200);
+    let task = next_task(&s, "q");
+    let events = history(&s, "sel-count");
+    let (status, body) = s.complete(&task, json!([cancel_command(&events, "slow")]));
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = s.get("/api/system/metrics?namespace=default");
+    assert_eq!(status, 200, "{metrics}");
+    let series = metrics["series"]["activities"].as_array().unwrap();
+    let of_type = |activity_type: &str| {
+        series
+            .iter()
+            .find(|s| s["activity_type"] == activity_type)
+            .unwrap_or_else(|| panic!("no {activity_type} series in {series:?}"))
+    };
+    let slow = of_type("slow");
+    assert_eq!(
+        (
+            &slow["cancelled_total"],
+            &slow["failed_total"],
+            &slow["completed_total"]
+        ),
+        (&json!(1), &json!(0), &json!(0)),
+        "{slow}"
+    );
+    let fast = of_type("fast");
+    assert_eq!(
+        (
+            &fast["cancelled_total"],
+            &fast["failed_total"],
+            &fast["completed_total"]
+        ),
+        (&json!(0), &json!(0), &json!(1)),
+        "{fast}"
+    );
+}
