@@ -63,6 +63,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("sticky_execution", sticky_execution),
         scenario!("durable_selection", durable_selection),
         scenario!("worker_session", worker_session),
+        scenario!("cancel_route", cancel_route),
     ]
 }
 
@@ -1354,4 +1355,117 @@ async fn worker_session(h: Harness) -> Outcome {
             && result[0]["resource_generation"] == result[1]["resource_generation"],
         || format!("result {result}"),
     )
+}
+
+/// A client cancels a running workflow through the cancel route while it
+/// waits on a heartbeating activity: the run closes as `cancelled` with
+/// `WorkflowCancelled` as its last event, the SDK's result says cancelled,
+/// and the activity hears `cancel_requested` on its next heartbeat.
+async fn cancel_route(h: Harness) -> Outcome {
+    let queue = h.unique("cancel");
+    let mut worker = h.worker(&queue);
+    let started = Arc::new(AtomicUsize::new(0));
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let (began, seen) = (started.clone(), stopped.clone());
+    worker.register_activity("linger", move |ctx, _args: Value| {
+        let (began, seen) = (began.clone(), seen.clone());
+        async move {
+            began.fetch_add(1, Ordering::SeqCst);
+            // Heartbeats until the server says stop (bounded: two minutes).
+            for _ in 0..600 {
+                let beat = ctx.heartbeat(json!({"phase": "lingering"})).await?;
+                if beat.cancel_requested {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    return Ok(json!("stopped"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(json!("never cancelled"))
+        }
+    });
+    worker.register_workflow("rust.cancel_route", |ctx, _input: Value| async move {
+        let options = ActivityOptions::new()
+            .retry_policy(ActivityRetryPolicy::new(1))
+            .start_to_close_timeout(Duration::from_secs(300))
+            .heartbeat_timeout(Duration::from_secs(60));
+        ctx.activity_with_options("linger", options, json!([]))
+            .await
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.cancel_route", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let canceller = handle.clone();
+    let mut side: Outcome = Ok(());
+    let side_ref = &mut side;
+    let during = async move {
+        *side_ref = async {
+            wait_until(
+                || started.load(Ordering::SeqCst) > 0,
+                "the activity to start",
+            )
+            .await?;
+            canceller
+                .cancel(durable_workflow::WorkflowCommandOptions {
+                    reason: Some("conformance: cancel while waiting".into()),
+                    request_id: None,
+                })
+                .await
+                .map_err(|e| format!("cancel: {e}"))?;
+            wait_until(
+                || stopped.load(Ordering::SeqCst) > 0,
+                "the activity's heartbeat to hear cancel_requested",
+            )
+            .await
+        }
+        .await;
+    };
+    worker
+        .run_until(during)
+        .await
+        .map_err(|e| format!("worker stopped: {e}"))?;
+    side?;
+    let description = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?;
+    check(description.status.as_deref() == Some("cancelled"), || {
+        format!("status {:?}", description.status)
+    })?;
+    match handle
+        .result(durable_workflow::WorkflowResultOptions {
+            poll_interval: Duration::from_millis(50),
+            timeout: Duration::from_secs(5),
+        })
+        .await
+    {
+        Err(Error::WorkflowCancelled(_)) => {}
+        other => return Err(format!("result of a cancelled run: {other:?}")),
+    }
+    let events = h.history(&handle).await?;
+    let kinds = types(&events);
+    check(
+        kinds.first() == Some(&"WorkflowStarted")
+            && kinds.contains(&"ActivityScheduled")
+            && kinds.last() == Some(&"WorkflowCancelled"),
+        || format!("history {kinds:?}"),
+    )?;
+    let last = &events[events.len() - 1]["payload"];
+    check(
+        last["reason"] == json!("conformance: cancel while waiting"),
+        || format!("WorkflowCancelled {last}"),
+    )
+}
+
+/// Waits (generous deadline, short polls) until `cond` holds.
+async fn wait_until(cond: impl Fn() -> bool, what: &str) -> Outcome {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !cond() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }

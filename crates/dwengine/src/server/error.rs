@@ -259,6 +259,7 @@ impl ApiError {
                 StoreError::RunNotActive { .. }
                 | StoreError::AlreadyClosed { .. }
                 | StoreError::StaleTask { .. }
+                | StoreError::AttemptRunClosed { .. }
                 | StoreError::ReadOnlyProjection(_)
                 | StoreError::ProjectionTooLarge(_)
                 | StoreError::RunNotClosed(_)
@@ -536,6 +537,13 @@ impl ApiError {
                 "reason": "stale_task_lease", "task_id": task.to_string(), "fence": reason,
                 "message": self.to_string(),
             }),
+            // The shape both SDKs treat as final for the attempt (the Rust
+            // SDK's activity_task_rejection_is_final): nothing to retry.
+            ApiError::Store(StoreError::AttemptRunClosed { task, status }) => json!({
+                "reason": run_closed_reason(*status), "task_id": task.to_string(),
+                "cancel_requested": true, "can_continue": false,
+                "run_closed_reason": status.as_str(), "message": self.to_string(),
+            }),
             ApiError::Store(StoreError::ProjectionTooLarge(too_large)) => json!({
                 "reason": too_large.reason, "limit": too_large.limit,
                 "message": self.to_string(),
@@ -648,6 +656,16 @@ impl ApiError {
                 json!({ "reason": reason, "message": other.to_string() })
             }
         }
+    }
+}
+
+/// The reason an activity attempt's report names when its run closed under
+/// it: the two the SDKs know by name, and `run_closed` for the rest.
+pub fn run_closed_reason(status: crate::store::RunStatus) -> &'static str {
+    match status {
+        crate::store::RunStatus::Cancelled => "run_cancelled",
+        crate::store::RunStatus::Terminated => "run_terminated",
+        _ => "run_closed",
     }
 }
 

@@ -1413,7 +1413,7 @@ impl Engine {
         let task = activity_task(&self.config, task_id, &body)?;
         let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
         let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
-        let (running, session) = self.write(move |store| {
+        let heartbeat = self.write(move |store| {
             let fence = ActivityFence {
                 lease_owner: &owner,
                 activity_attempt_id: &attempt_id,
@@ -1422,7 +1422,23 @@ impl Engine {
             // A session activity's heartbeat renews its holder's lease.
             let session = store.renew_task_session(task, &owner)?;
             Ok((running, session))
-        })?;
+        });
+        let (running, session) = match heartbeat {
+            Ok(answer) => answer,
+            // The attempt's run closed under it: the attempt should stop,
+            // which both SDKs read from `cancel_requested` (the task is over,
+            // so nothing is recorded).
+            Err(crate::store::Error::AttemptRunClosed { status, .. }) => {
+                return Ok(json!({
+                    "task_id": task_id, "activity_attempt_id": body.activity_attempt_id,
+                    "lease_owner": body.lease_owner, "heartbeat_recorded": false,
+                    "can_continue": false, "cancel_requested": true,
+                    "reason": crate::server::error::run_closed_reason(status),
+                    "run_closed_reason": status.as_str(),
+                }));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut answer = json!({
             "task_id": task_id, "activity_attempt_id": body.activity_attempt_id,
             "lease_owner": body.lease_owner,

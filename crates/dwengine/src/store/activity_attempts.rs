@@ -20,7 +20,7 @@ use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::protocol::{codec_of, ParallelGroup, RetryPolicy};
-use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
+use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, to_u64, Pending};
 use crate::store::tx::WriteTx;
 
 /// Who may report on an activity attempt.
@@ -94,7 +94,7 @@ impl Store {
                 reason: "task_not_leased",
                 ..
             }) if completed_by(&tx, task_id, fence)? => return Ok(AttemptOutcome::Completed),
-            Err(e) => return Err(e),
+            Err(e) => return Err(run_closed_under(&tx, task_id, fence, e)?),
         };
         if cancelled_by_workflow(&tx, task_id, &attempt)? {
             tx.commit()?;
@@ -114,7 +114,10 @@ impl Store {
         failure: &AttemptFailure,
     ) -> Result<AttemptOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
-        let attempt = fenced_attempt(&tx, task_id, fence)?;
+        let attempt = match fenced_attempt(&tx, task_id, fence) {
+            Ok(attempt) => attempt,
+            Err(e) => return Err(run_closed_under(&tx, task_id, fence, e)?),
+        };
         if cancelled_by_workflow(&tx, task_id, &attempt)? {
             tx.commit()?;
             return Err(cancelled(&attempt));
@@ -161,7 +164,10 @@ impl Store {
         lease_ms: i64,
     ) -> Result<bool, Error> {
         let tx = WriteTx::begin(&self.conn)?;
-        let attempt = fenced_attempt(&tx, task_id, fence)?;
+        let attempt = match fenced_attempt(&tx, task_id, fence) {
+            Ok(attempt) => attempt,
+            Err(e) => return Err(run_closed_under(&tx, task_id, fence, e)?),
+        };
         let now = now_ms();
         tx.prepare_cached(
             "UPDATE dispatch_tasks SET lease_expires_at_ms = ?2, last_heartbeat_at_ms = ?3 \
@@ -202,6 +208,49 @@ fn cancelled_by_workflow(
         end_task(conn, task_id)?;
     }
     Ok(cancelled)
+}
+
+/// `error` (a fence failure of `task_id`) as [`Error::AttemptRunClosed`]
+/// when the attempt `fence` names still held the task when its run closed:
+/// closing a run ends its tasks but keeps their lease owner and attempt, so
+/// the worker learns the attempt is over (not that it lost a lease race).
+fn run_closed_under(
+    conn: &Connection,
+    task_id: i64,
+    fence: ActivityFence<'_>,
+    error: Error,
+) -> Result<Error, Error> {
+    if !matches!(
+        error,
+        Error::StaleTask {
+            reason: "task_not_leased",
+            ..
+        }
+    ) {
+        return Ok(error);
+    }
+    let row: Option<(Option<String>, i64, String)> = conn
+        .prepare_cached(
+            "SELECT d.lease_owner, d.attempt, r.status FROM dispatch_tasks d \
+             JOIN runs r ON r.id = d.run_id \
+             WHERE d.id = ?1 AND d.kind = 'activity' AND d.status = 'done'",
+        )?
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((owner, attempt, status)) = row else {
+        return Ok(error);
+    };
+    let status = RunStatus::parse(&status)
+        .ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?;
+    let held = owner.as_deref() == Some(fence.lease_owner)
+        && fence.activity_attempt_id == attempt_id(task_id, to_u64(attempt));
+    if held && status != RunStatus::Running {
+        return Ok(Error::AttemptRunClosed {
+            task: task_id,
+            status,
+        });
+    }
+    Ok(error)
 }
 
 fn cancelled(attempt: &Attempt) -> Error {

@@ -143,6 +143,15 @@ pub enum Error {
         /// Which part of the fence failed.
         reason: &'static str,
     },
+    /// A report or heartbeat of an activity attempt whose run closed (was
+    /// cancelled, terminated, timed out…) while the attempt held its task.
+    #[error("activity task {task}'s run is {status}; the attempt is over")]
+    AttemptRunClosed {
+        /// The activity task.
+        task: i64,
+        /// The run's terminal status.
+        status: crate::store::model::RunStatus,
+    },
     /// A completion named an update the run never accepted.
     #[error("update {0:?} was not accepted by this run")]
     UnknownUpdate(String),

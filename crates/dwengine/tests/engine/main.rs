@@ -18,6 +18,7 @@ mod support;
 mod admission;
 mod bounds;
 mod cache_counts;
+mod cancellation;
 mod child_workflows;
 mod claim_gate;
 mod cluster;
