@@ -15,6 +15,7 @@ use durable_workflow::{
     json, wait_condition, ActivityOptions, ActivityRetryPolicy, AvroValue, ChildWorkflowOptions,
     ConditionWaitResult, Error, LocalActivityOptions, NexusServiceOptions, NexusWaitFor,
     ParallelOperation, ParallelResult, ParentClosePolicy, StickyCacheOptions, Value,
+    WorkflowResultOptions,
 };
 
 use crate::harness::{check, types, Harness, Outcome};
@@ -61,6 +62,7 @@ pub fn all() -> Vec<Scenario> {
         ),
         scenario!("nexus_from_workflow", nexus_from_workflow),
         scenario!("sticky_execution", sticky_execution),
+        scenario!("sticky_execution_example", sticky_execution_example),
         scenario!("durable_selection", durable_selection),
         scenario!("worker_session", worker_session),
         scenario!("cancel_route", cancel_route),
@@ -900,6 +902,104 @@ async fn sticky_execution(h: Harness) -> Outcome {
     // announced as an expected hit, and found in its cache.
     check(metrics.hit >= 2 && metrics.forced_cold_replay == 0, || {
         format!("sticky cache metrics {metrics:?}")
+    })
+}
+
+/// The SDK's own `sticky_execution` example, step by step: its worker is
+/// driven one `run_once` at a time until describe says the run is
+/// `waiting` (its signal wait open, no workflow task to run), then it is
+/// signalled. A server that called such a run `running` left the example
+/// looping for ever; here a deadline turns that into a failure.
+async fn sticky_execution_example(h: Harness) -> Outcome {
+    let queue = h.unique("sticky-example");
+    let mut worker = h
+        .worker(&queue)
+        .build_id("rust-conformance-sticky-example-v1")
+        .sticky_cache(
+            StickyCacheOptions::new(16)
+                .max_history_bytes(4 * 1024 * 1024)
+                .ttl(Duration::from_secs(60)),
+        )
+        .map_err(|e| format!("sticky cache: {e}"))?
+        .poll_timeout(Duration::from_secs(1));
+    worker.register_workflow("example.sticky", |ctx, _input: Value| async move {
+        let value = ctx.side_effect(|| 42)?;
+        ctx.wait_signal("first").await?;
+        ctx.wait_signal("second").await?;
+        Ok(json!({"recorded_value": value}))
+    });
+    worker
+        .declare_workflow_signals("example.sticky", &["first", "second"])
+        .map_err(|e| e.to_string())?;
+    worker
+        .register()
+        .await
+        .map_err(|e| format!("register: {e}"))?;
+    let handle = h
+        .client
+        .start_workflow("example.sticky", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let drive_until_waiting = || async {
+        let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+        loop {
+            let description = handle
+                .describe()
+                .await
+                .map_err(|e| format!("describe: {e}"))?;
+            if description.status.as_deref() == Some("waiting") {
+                return Ok::<(), String>(());
+            }
+            if description.is_terminal() {
+                return Err("the example ended before its signal wait".to_owned());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "the run never became waiting: status {:?}",
+                    description.status
+                ));
+            }
+            worker
+                .run_once()
+                .await
+                .map_err(|e| format!("run_once: {e}"))?;
+        }
+    };
+    drive_until_waiting().await?;
+    handle
+        .signal("first", json!([]))
+        .await
+        .map_err(|e| format!("signal: {e}"))?;
+    worker
+        .run_once()
+        .await
+        .map_err(|e| format!("run_once: {e}"))?;
+    drive_until_waiting().await?;
+    handle
+        .signal("second", json!([]))
+        .await
+        .map_err(|e| format!("signal: {e}"))?;
+    let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+    while !handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?
+        .is_terminal()
+    {
+        if tokio::time::Instant::now() > deadline {
+            return Err("the run never closed after its second signal".into());
+        }
+        worker
+            .run_once()
+            .await
+            .map_err(|e| format!("run_once: {e}"))?;
+    }
+    let result = handle
+        .result(WorkflowResultOptions::default())
+        .await
+        .map_err(|e| format!("result: {e}"))?;
+    check(result == json!({"recorded_value": 42}), || {
+        format!("result {result}")
     })
 }
 

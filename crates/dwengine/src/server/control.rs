@@ -415,6 +415,16 @@ impl Engine {
         }
         let status = match query.status.as_deref() {
             None => None,
+            Some(text @ ("waiting" | "pending")) => {
+                checks.problem(
+                    "status",
+                    format!(
+                        "The status filter takes a stored status, and a {text} run is stored \
+                         as running: filter with status=running (open runs, running or waiting)."
+                    ),
+                );
+                None
+            }
             Some(text) => match RunStatus::parse(text) {
                 Some(s) => Some(s),
                 None => {
@@ -774,6 +784,35 @@ impl Engine {
 
 /// The flat description of `run` from what one read transaction found:
 /// with `io` (the run's input and terminal record) the detailed form.
+/// The status a run is described with. An open native run is `running`
+/// while its code has a workflow task ready or leased, and `waiting` while
+/// it has none (it waits on an activity, a timer, a signal, a child, an
+/// update, …), as both SDKs and the reference server name them. An
+/// imported v1 projection never has tasks: it stays `running` until it
+/// closes. A closed run is described by its terminal status.
+fn wire_status(stored: &crate::store::Run, workflow_task_open: bool) -> &'static str {
+    match stored.status {
+        RunStatus::Running
+            if stored.origin == crate::store::RunOrigin::V2 && !workflow_task_open =>
+        {
+            "waiting"
+        }
+        status => status.as_str(),
+    }
+}
+
+/// The coarse bucket the SDKs read beside `status`: `running` for an open
+/// run (running or waiting), `completed` for a run that completed or handed
+/// over to its continuation, `failed` for one that failed, was cancelled or
+/// was terminated.
+fn status_bucket(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::Completed | RunStatus::ContinuedAsNew => "completed",
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Terminated => "failed",
+    }
+}
+
 fn render_description(
     run: RunId,
     described: RunDescription,
@@ -787,7 +826,8 @@ fn render_description(
         "workflow_type": stored.workflow_type,
         "namespace": stored.namespace,
         "task_queue": stored.task_queue,
-        "status": stored.status.as_str(),
+        "status": wire_status(stored, described.workflow_task_open),
+        "status_bucket": status_bucket(stored.status),
         "payload_codec": "avro",
         "memo": stored.memo,
         "search_attributes": stored.search_attributes,

@@ -45,6 +45,10 @@ pub struct RunDescription {
     pub timeouts: crate::store::deadlines::RunTimeouts,
     /// Why its pending workflow task last failed, while that task is open.
     pub workflow_task_failure: Option<WorkflowTaskFailure>,
+    /// Whether the run is open with a workflow task ready or leased: its
+    /// code has something to do. An open run without one is waiting (on
+    /// an activity, a timer, a signal, a child, …).
+    pub workflow_task_open: bool,
 }
 
 /// The newest failure of a run's open workflow task, as the task row keeps it.
@@ -241,6 +245,7 @@ impl Store {
     /// The run with its control-plane fields.
     pub fn describe(&self, run: RunId) -> Result<RunDescription, Error> {
         let stored = self.run(run)?;
+        let stored_running = stored.status == RunStatus::Running;
         let (cancel, closed, pruned) = self
             .conn
             .prepare_cached(
@@ -256,7 +261,20 @@ impl Store {
             failures: self.failures(run)?,
             timeouts: self.run_timeouts(run)?,
             workflow_task_failure: self.workflow_task_failure(run)?,
+            workflow_task_open: stored_running && self.workflow_task_open(run)?,
         })
+    }
+
+    /// Whether `run` has a workflow task ready or leased: one indexed probe
+    /// of `dispatch_by_run`.
+    pub fn workflow_task_open(&self, run: RunId) -> Result<bool, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE run_id = ?1 \
+                 AND kind = 'workflow' AND status IN ('ready', 'leased'))",
+            )?
+            .query_row([run.0], |r| r.get::<_, bool>(0))?)
     }
 
     /// The newest failure of `run`'s open workflow task, if it has failed.

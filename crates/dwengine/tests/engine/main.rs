@@ -52,6 +52,7 @@ mod pg_schema;
 mod projections;
 mod prometheus_metrics;
 mod query_tasks;
+mod run_status;
 mod server_api;
 mod server_faults;
 mod server_log;

@@ -343,7 +343,9 @@ fn a_local_activity_is_recorded_as_a_marker_and_never_dispatched() {
     assert_eq!(status, 200, "{polled}");
     assert!(polled["task"].is_null(), "{polled}");
     let (_, described) = s.get_ns("default", "/api/workflows/local-marker");
-    assert_eq!(described["status"], "running", "{described}");
+    // Open, with nothing for its code to do until the timer fires.
+    assert_eq!(described["status"], "waiting", "{described}");
+    assert_eq!(described["status_bucket"], "running", "{described}");
     let events = history(&s, "local-marker", &run);
     let kinds: Vec<&str> = events
         .iter()

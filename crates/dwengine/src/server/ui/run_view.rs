@@ -101,7 +101,8 @@ pub fn render(viewer: &Viewer, ns: &str, view: &RunView, flash: Option<&str>) ->
     let body = html! {
         h1 { "Run " (run) " of " span.wf { (wf) } " " span class=(format!("status {status}")) { (status) } }
         @if let Some(flash) = flash { p.flash { (flash) } }
-        @if viewer.may_act() && status == "running" {
+        // Open runs (running or waiting) take actions.
+        @if viewer.may_act() && d["status_bucket"] == "running" {
             div.actions {
                 @for action in [Action::Signal, Action::Cancel, Action::Terminate] {
                     a class=@if action == Action::Signal { "" } @else { "danger" }
