@@ -29,13 +29,15 @@ from durable_workflow import Client, Worker, WorkflowStreamAppendItem, serialize
 from durable_workflow.client import ScheduleAction, ScheduleSpec
 from durable_workflow.errors import (
     ScheduleNotFound,
+    UpdateRejected,
     WorkflowCancelled,
     WorkflowTerminated,
     WorkflowTimedOut,
 )
 
 from workflows import (
-    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, WORKFLOWS, SessionSteps, StickySteps, arm_hold, greet,
+    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS, GuardedCounter, SessionSteps,
+    StickySteps, arm_hold, greet,
     local_runs, reverse, session_whoami,
 )
 
@@ -204,6 +206,58 @@ class Suite:
         result = await self.client.get_result(handle, timeout=30)
         assert result == 8, result
         return f"updates returned 5 then 8; workflow completed with {result}"
+
+    async def update_validator(self) -> str:
+        """An update a workflow's validator guards: a worker declaring the
+        validator runs it (replaying the run's state) before the server
+        accepts the update. Approved deposits are accepted and applied;
+        rejected ones reach the caller as UpdateRejected and leave no trace
+        in history."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        info = (await self.http.get("/api/cluster/info")).json()
+        capabilities = info["worker_protocol"]["server_capabilities"]
+        assert capabilities["update_validation_tasks"] is True, capabilities
+        worker = Worker(
+            self.client,
+            task_queue=VALIDATOR_QUEUE,
+            workflows=[GuardedCounter],
+            worker_id=f"conformance-validators-{protocol}-{os.getpid()}",
+            poll_timeout=5.0,
+            shutdown_timeout=10.0,
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            wid = new_id("guarded")
+            handle = await self.client.start_workflow(
+                workflow_type="guarded_counter", task_queue=VALIDATOR_QUEUE, workflow_id=wid
+            )
+            first = await self.client.update_workflow(wid, "deposit", args=[30], wait_for="completed")
+            assert first["update_status"] == "completed" and first["result"] == 30, first
+            rejected = []
+            for amount in (-5, 80):
+                try:
+                    await self.client.update_workflow(wid, "deposit", args=[amount], wait_for="completed")
+                except UpdateRejected as refused:
+                    rejected.append(str(refused))
+                else:
+                    raise AssertionError(f"a deposit of {amount} was accepted")
+            assert "positive" in rejected[0] and "past 100" in rejected[1], rejected
+            accepted = await self.client.update_workflow(wid, "deposit", args=[20])
+            assert accepted["update_status"] == "accepted" and accepted["update_id"], accepted
+            await self.client.signal_workflow(wid, "close")
+            result = await self.client.get_result(handle, timeout=30)
+            if running.done():
+                raise AssertionError(f"the validating worker stopped: {running.exception()!r}")
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        assert result == 50, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        accepted_events = [e for e in history["events"] if e["event_type"] == "UpdateAccepted"]
+        assert len(accepted_events) == 2, [e["event_type"] for e in history["events"]]
+        return (f"deposits 30 and 20 approved and applied (total {result}); -5 and 80 rejected "
+                f"by the validator ({rejected[1]!r}), neither in history")
 
     async def _started_sleeper(self) -> tuple[str, object]:
         wid = new_id("sleeper")
@@ -909,6 +963,7 @@ class Suite:
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
+        "update_validator",
         "webhook_start_signal_update",
         "cancel",
         "terminate",

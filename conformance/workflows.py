@@ -130,6 +130,40 @@ class Counter:
         return self.total
 
 
+VALIDATOR_QUEUE = "conformance-validators"
+
+
+@workflow.defn(name="guarded_counter")
+class GuardedCounter:
+    """A counter whose deposits a validator checks before the server
+    accepts them: positive amounts only, and never past a total of 100 (a
+    check on the workflow's state, which the validator sees by replay)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.closed = False
+
+    @workflow.update("deposit")
+    def deposit(self, amount: int) -> int:
+        self.total += amount
+        return self.total
+
+    @deposit.validator
+    def validate_deposit(self, amount: int) -> None:
+        if not isinstance(amount, int) or amount <= 0:
+            raise ValueError(f"amount must be a positive integer, got {amount!r}")
+        if self.total + amount > 100:
+            raise ValueError(f"a deposit of {amount} would take the total past 100 (it is {self.total})")
+
+    @workflow.signal("close")
+    def close(self) -> None:
+        self.closed = True
+
+    def run(self, ctx):
+        yield ctx.wait_condition(lambda: self.closed, key="closed")
+        return self.total
+
+
 @workflow.defn(name="sleeper")
 class Sleeper:
     """Sleeps for an hour: the scenarios end it by cancel or terminate

@@ -31,6 +31,8 @@ pub enum UpdateStep {
     Answered(Value),
     /// Accepted; its outcome is awaited.
     Waiting(PendingUpdate),
+    /// Waiting for a worker's validator before it is accepted.
+    Validating(crate::server::update_validation::contract::PendingValidation),
 }
 
 /// An accepted update whose outcome a `wait_for=completed` call awaits.
@@ -51,6 +53,24 @@ pub struct UpdateLook {
 }
 
 impl PendingUpdate {
+    /// An update accepted by a worker's validator whose `wait_for =
+    /// completed` caller now awaits its outcome.
+    pub(crate) fn after_validation(
+        out: Value,
+        run: RunId,
+        update: i64,
+        deadline: Instant,
+        wait: crate::waiters::WaitPermit,
+    ) -> PendingUpdate {
+        PendingUpdate {
+            out,
+            run,
+            update,
+            deadline,
+            _wait: wait,
+        }
+    }
+
     /// The run whose changes wake the wait.
     pub fn run(&self) -> RunId {
         self.run
@@ -545,6 +565,37 @@ impl Engine {
         input: Value,
         request_id: Option<String>,
     ) -> Result<(RunId, i64, bool), ApiError> {
+        let (_slot, run) = self.check_message(
+            namespace,
+            workflow_id,
+            run_id,
+            kind,
+            name,
+            &input,
+            &request_id,
+        )?;
+        let request = SignalRequest {
+            name: name.to_owned(),
+            payload: input,
+            request_id,
+        };
+        self.write_message(namespace, run, kind, request)
+    }
+
+    /// A signal's or update's boundary checks (name, request id, input and
+    /// its payload references), namespace admission and the target run:
+    /// the slot to hold while it is admitted, and the run.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_message(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+        kind: MessageKind,
+        name: &str,
+        input: &Value,
+        request_id: &Option<String>,
+    ) -> Result<(Option<NamespaceSlot>, RunId), ApiError> {
         let field = match kind {
             MessageKind::Signal => "signal_name",
             MessageKind::Update => "update_name",
@@ -561,16 +612,23 @@ impl Engine {
                 format!("The {field} {name:?} is reserved for message-stream deliveries; append to the stream with POST /api/workflows/{{id}}/message-streams/{{stream}}/messages."),
             );
         }
-        checks.inline_payload("input", &input);
+        checks.inline_payload("input", input);
         finish_with(v, &[], &checks.problems)?;
-        self.verify_payload_references(namespace, &[("input", &input)])?;
-        let _slot = self.admit_namespace(namespace)?;
+        self.verify_payload_references(namespace, &[("input", input)])?;
+        let slot = self.admit_namespace(namespace)?;
         let run = self.target(namespace, workflow_id, run_id)?;
-        let request = SignalRequest {
-            name: name.to_owned(),
-            payload: input,
-            request_id,
-        };
+        Ok((slot, run))
+    }
+
+    /// Writes an admitted signal or update with the workflow task that
+    /// delivers it and wakes the queue's workflow pollers.
+    fn write_message(
+        &self,
+        namespace: &str,
+        run: RunId,
+        kind: MessageKind,
+        request: SignalRequest,
+    ) -> Result<(RunId, i64, bool), ApiError> {
         let operation = match kind {
             MessageKind::Signal => "signal",
             MessageKind::Update => "update",
@@ -667,6 +725,19 @@ impl Engine {
         } else {
             None
         };
+        // An update a worker's validator guards waits for its verdict
+        // before it is accepted (server::update_validation).
+        if self.update_validator_guards(namespace, workflow_id, run_id, name)? {
+            return self.begin_validation(
+                namespace,
+                workflow_id,
+                run_id,
+                name,
+                body,
+                wait_for,
+                permit,
+            );
+        }
         let request_id = body.request_id.clone();
         let (run, id, duplicate) = self.admit_message(
             namespace,

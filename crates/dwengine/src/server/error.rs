@@ -183,6 +183,20 @@ pub enum ApiError {
         /// The names involved (merged into the body).
         details: Value,
     },
+    /// An update validation's refusal or outcome: a validator's rejection
+    /// (422), a verdict on a task the worker no longer holds (404, 409), no
+    /// verdict in time (504).
+    #[error("{message}")]
+    UpdateValidation {
+        /// 404, 409, 422 or 504.
+        status: u16,
+        /// `update_validator_rejected`, `stale_update_validation_completion`, …
+        reason: &'static str,
+        /// A sentence.
+        message: String,
+        /// The names involved (merged into the body).
+        details: Value,
+    },
     /// A configured service-call budget refused the call (nothing recorded).
     #[error("service-call budget: {refusal:?}")]
     ServiceBoundary {
@@ -241,6 +255,7 @@ impl ApiError {
             },
             ApiError::UpdateFailed(..) => 422,
             ApiError::ServiceCatalog { status, .. } => *status,
+            ApiError::UpdateValidation { status, .. } => *status,
             ApiError::ServiceBoundary {
                 refusal: BoundaryRefusal::RateLimited { .. },
                 ..
@@ -466,6 +481,12 @@ impl ApiError {
                 "hint": "retry once pending queries are answered or time out, or raise the cap (at most 10000)",
             }),
             ApiError::ServiceCatalog {
+                reason,
+                message,
+                details,
+                ..
+            }
+            | ApiError::UpdateValidation {
                 reason,
                 message,
                 details,

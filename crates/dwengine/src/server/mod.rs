@@ -49,6 +49,7 @@ pub mod sessions;
 pub mod streams;
 pub mod timeouts;
 pub mod ui;
+pub mod update_validation;
 pub mod webhook_intake;
 pub mod webhooks;
 pub mod wire;

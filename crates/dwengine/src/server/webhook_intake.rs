@@ -257,6 +257,18 @@ impl Engine {
                         )
                     })?),
                 };
+                let (workflow_id, update_name) = (
+                    text("workflow_id").unwrap_or_default(),
+                    text("update_name").unwrap_or_default(),
+                );
+                if self.update_validator_guards(
+                    namespace,
+                    &workflow_id,
+                    text("run_id").as_deref(),
+                    &update_name,
+                )? {
+                    return Err(validated_update_refused(&workflow_id, &update_name));
+                }
                 let step = self.begin_update(
                     namespace,
                     &text("workflow_id").unwrap_or_default(),
@@ -272,6 +284,12 @@ impl Engine {
                 let (out, pending) = match step {
                     UpdateStep::Answered(out) => (out, None),
                     UpdateStep::Waiting(pending) => (pending.accepted().clone(), Some(pending)),
+                    UpdateStep::Validating(pending) => {
+                        // A worker declared the validator just now.
+                        let (validation, _) = pending.validation();
+                        self.abandon_validation(validation)?;
+                        return Err(validated_update_refused(&workflow_id, &update_name));
+                    }
                 };
                 let duplicate = out["retained"] == true;
                 let control = if duplicate {
@@ -347,5 +365,18 @@ fn copy_answer(out: &mut Value, answer: &Value) {
         if let Some(value) = answer.get(field).filter(|v| !v.is_null()) {
             out[field] = value.clone();
         }
+    }
+}
+
+/// A webhook's update a validator guards: nothing waits for a validator's
+/// verdict on a delivery, so it is refused before anything is written.
+fn validated_update_refused(workflow_id: &str, update_name: &str) -> ApiError {
+    ApiError::UpdateValidation {
+        status: 409,
+        reason: "update_validation_capability_unsupported",
+        message: format!(
+            "The update {update_name:?} of this workflow has a validator, and a webhook delivery cannot wait for its verdict: send it with POST /api/workflows/{{workflow_id}}/update/{{update_name}}."
+        ),
+        details: json!({ "update_name": update_name, "workflow_id": workflow_id }),
     }
 }

@@ -182,6 +182,10 @@ pub struct RegisterWorker {
     /// Its build id (echoed: the Rust SDK's sticky cache keys runs by it).
     #[serde(default)]
     pub build_id: Option<String>,
+    /// Per workflow type, the signals, queries and updates it handles and
+    /// the updates it validates (`update_validators`).
+    #[serde(default)]
+    pub workflow_command_contracts: Value,
     /// The worker protocol version in force (set from the request header).
     #[serde(skip)]
     pub protocol_version: Option<String>,
@@ -189,7 +193,7 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 11] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 12] = [
     "condition_wait_occurrence_identity",
     "durable_selection",
     "local_activities",
@@ -198,6 +202,7 @@ pub const ACKNOWLEDGED_CAPABILITIES: [&str; 11] = [
     "query_tasks",
     "sticky_execution",
     "typed_search_attributes",
+    "update_validation_tasks",
     "worker_sessions",
     "workflow_entry_arguments_validation",
     "workflow_updates",

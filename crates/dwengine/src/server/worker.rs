@@ -66,6 +66,9 @@ pub(crate) struct PollSpec {
     /// The worker's build id: its compatibility cohort (`None`: unversioned).
     pub build_id: Option<String>,
     pub history_page_size: usize,
+    /// Workflow polls: whether the worker also takes `update_validation`
+    /// tasks (`task_kinds` names it): see `server::update_validation`.
+    pub update_validation: bool,
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
     pub abandoned: Arc<Departure>,
@@ -254,14 +257,10 @@ impl Engine {
             1,
             MAX_PAGE_SIZE,
         );
-        if let Some(kinds) = &body.task_kinds {
-            if kinds.iter().any(|k| k != "workflow") {
-                checks.problem(
-                    "task_kinds",
-                    "This server serves only the \"workflow\" task kind on this route.",
-                );
-            }
-        }
+        let update_validation = crate::server::update_validation::contract::check_task_kinds(
+            &mut checks,
+            body.task_kinds.as_deref(),
+        );
         finish_with(
             v,
             &[
@@ -288,6 +287,7 @@ impl Engine {
                 .history_page_size
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(DEFAULT_HISTORY_PAGE),
+            update_validation,
             abandoned: Arc::default(),
         })
     }
@@ -363,6 +363,8 @@ impl Engine {
                 max_sessions: i64::try_from(max_sessions).unwrap_or(10),
             }
         });
+        let validators = crate::server::update_validation::contract::declared_validators(&body)
+            .map_err(|checks| ApiError::from(validation(checks)))?;
         let sweep = self.config.worker_sweep;
         let sticky = self.config.sticky;
         let sessions = self.config.session_sweep;
@@ -388,6 +390,7 @@ impl Engine {
             }
             store.record_worker(&ns, &worker, &queue)?;
             store.set_session_profile(&ns, &worker, profile.as_ref())?;
+            store.set_update_validators(&ns, &worker, validators.as_ref())?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
             store
                 .prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;

@@ -173,64 +173,7 @@ impl Store {
                 });
             }
         }
-        let id: i64 = tx
-            .prepare_cached(&format!(
-            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5) \
-             RETURNING id",
-            intake.table
-        ))?
-        .query_row(
-            params![run.0, request.name, payload_text, request.request_id, intake.status],
-            |r| r.get::<_, i64>(0),
-        )?;
-        bump(&tx, run, intake.pending, 1)?;
-        tx.prepare_cached(
-            "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",
-        )?
-        .execute(params![
-            run.0,
-            crate::store::rows::to_i64(payload_text.len())
-        ])?;
-        // The protocol's shapes: a signal's arguments are its `value`, an
-        // update's its `arguments`, and an update id is a string.
-        let codec = crate::store::protocol::codec_of(&request.payload);
-        let event = match intake.pending {
-            Pending::Update => json!({
-                intake.id_key: id.to_string(),
-                "update_name": request.name,
-                "arguments": request.payload,
-                "payload_codec": codec,
-                "request_id": request.request_id,
-                "received_at_ms": now_ms(),
-            }),
-            _ => json!({
-                intake.id_key: id,
-                "signal_name": request.name,
-                "value": request.payload,
-                "payload_codec": codec,
-                "request_id": request.request_id,
-                "received_at_ms": now_ms(),
-            }),
-        };
-        if intake.pending == Pending::Signal && workflow_task_leased(&tx, run)? {
-            // The worker is running a task of this run: its completion's
-            // events come first in history, then this signal's (see
-            // [`release_held_signals`]). The row is stored and counted now.
-            tx.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
-                .execute(params![id, serde_json::to_string(&event)?])?;
-        } else {
-            append_event(&tx, run, intake.event, &event, false)?;
-            if intake.pending == Pending::Signal {
-                // A workflow blocked in `wait_signal` for this name takes it now.
-                crate::store::signal_waits::apply_arrived(
-                    &tx,
-                    run,
-                    id,
-                    &request.name,
-                    &payload_text,
-                )?;
-            }
-        }
+        let id = store_message(&tx, intake, run, &request, &payload_text)?;
         tx.commit()?;
         Ok(Admission::Accepted {
             id,
@@ -261,6 +204,84 @@ impl Store {
             }),
         }
     }
+}
+
+/// Records an admitted signal or update: its row, the run's pending count
+/// and payload bytes, and its event (a signal's held while a workflow task
+/// is leased). Returns its id.
+fn store_message(
+    conn: &crate::store::db::Connection,
+    intake: &Intake,
+    run: RunId,
+    request: &SignalRequest,
+    payload_text: &str,
+) -> Result<i64, Error> {
+    let id: i64 = conn
+            .prepare_cached(&format!(
+            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5) \
+             RETURNING id",
+            intake.table
+        ))?
+        .query_row(
+            params![run.0, request.name, payload_text, request.request_id, intake.status],
+            |r| r.get::<_, i64>(0),
+        )?;
+    bump(conn, run, intake.pending, 1)?;
+    conn.prepare_cached(
+        "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",
+    )?
+    .execute(params![
+        run.0,
+        crate::store::rows::to_i64(payload_text.len())
+    ])?;
+    // The protocol's shapes: a signal's arguments are its `value`, an
+    // update's its `arguments`, and an update id is a string.
+    let codec = crate::store::protocol::codec_of(&request.payload);
+    let event = match intake.pending {
+        Pending::Update => json!({
+            intake.id_key: id.to_string(),
+            "update_name": request.name,
+            "arguments": request.payload,
+            "payload_codec": codec,
+            "request_id": request.request_id,
+            "received_at_ms": now_ms(),
+        }),
+        _ => json!({
+            intake.id_key: id,
+            "signal_name": request.name,
+            "value": request.payload,
+            "payload_codec": codec,
+            "request_id": request.request_id,
+            "received_at_ms": now_ms(),
+        }),
+    };
+    if intake.pending == Pending::Signal && workflow_task_leased(conn, run)? {
+        // The worker is running a task of this run: its completion's
+        // events come first in history, then this signal's (see
+        // [`release_held_signals`]). The row is stored and counted now.
+        conn.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
+            .execute(params![id, serde_json::to_string(&event)?])?;
+    } else {
+        append_event(conn, run, intake.event, &event, false)?;
+        if intake.pending == Pending::Signal {
+            // A workflow blocked in `wait_signal` for this name takes it now.
+            crate::store::signal_waits::apply_arrived(conn, run, id, &request.name, payload_text)?;
+        }
+    }
+    Ok(id)
+}
+
+/// Records an update a worker's validator approved as accepted: the
+/// `updates` row, the run's pending count and payload bytes and its
+/// `UpdateAccepted` event, in the caller's transaction. Its admission
+/// (the limit and the payload budget) was checked when it began validating.
+pub(crate) fn record_validated_update(
+    conn: &crate::store::db::Connection,
+    run: RunId,
+    request: &UpdateRequest,
+) -> Result<i64, Error> {
+    let payload_text = serde_json::to_string(&request.payload)?;
+    store_message(conn, &UPDATES, run, request, &payload_text)
 }
 
 /// Whether `run` has a workflow task leased to a worker now.

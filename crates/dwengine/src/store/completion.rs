@@ -251,6 +251,10 @@ pub(crate) fn finish_run(
          WHERE run_id = ?1 AND status != 'done'",
     )?
     .execute(params![head.id.0])?;
+    // Nor updates waiting for a validator (never accepted now; their
+    // callers answer run_not_active, or the update an approval accepted).
+    conn.prepare_cached("DELETE FROM update_validations WHERE run_id = ?1")?
+        .execute([head.id.0])?;
     if let Some(failure) = failure {
         let limit = failure.limit;
         conn.prepare_cached(

@@ -80,6 +80,7 @@ pub mod task;
 pub mod timeouts;
 pub mod timers;
 mod tx;
+pub mod update_validations;
 pub mod workflow_commands;
 pub mod writer;
 

@@ -167,6 +167,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0034_activity_cancelled",
         include_str!("migrations/postgres/0034_activity_cancelled.sql"),
     ),
+    (
+        "0035_update_validations",
+        include_str!("migrations/postgres/0035_update_validations.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

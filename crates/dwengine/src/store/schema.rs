@@ -48,6 +48,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0032_queue_counts_at_commit.sql"),
     include_str!("migrations/0033_held_signals.sql"),
     include_str!("migrations/0034_activity_cancelled.sql"),
+    include_str!("migrations/0035_update_validations.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -70,6 +70,7 @@ mod timer_cohorts;
 mod transitions;
 mod ui;
 mod unsupported;
+mod update_validations;
 mod wait_slot_processes;
 mod webhooks;
 mod wire_events;

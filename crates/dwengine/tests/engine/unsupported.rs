@@ -74,7 +74,6 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
         "runtime_external_payload_transport",
         "query_task_authority",
         "cooperative_cancellation",
-        "update_validation_tasks",
     ] {
         assert_eq!(capabilities[missing], false, "{missing}");
     }

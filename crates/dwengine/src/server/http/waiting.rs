@@ -25,6 +25,7 @@ use crate::server::auth::Caller;
 use crate::server::control::{PendingUpdate, UpdateStep};
 use crate::server::queries::PendingQuery;
 use crate::server::services::{CallStep, ExecuteOperation};
+use crate::server::update_validation::contract::PendingValidation;
 use crate::server::wire::{QueryBody, UpdateBody};
 use crate::server::{ApiError, Engine};
 use crate::waiters::{Backoff, WaitKey, WaitKind};
@@ -230,6 +231,7 @@ pub(super) async fn update(
     let pending = match begun {
         Ok(UpdateStep::Answered(out)) => return reply(Ok(out)),
         Ok(UpdateStep::Waiting(pending)) => pending,
+        Ok(UpdateStep::Validating(pending)) => return validated_update(engine, pending).await,
         Err(e) => return refuse(e),
     };
     match update_outcome(&engine, &pending).await {
@@ -278,6 +280,61 @@ pub(super) async fn execute_service(
     match outcome {
         Ok(Some(out)) => reply(Ok(out)),
         Ok(None) => reply(Ok(pending.timed_out())),
+        Err(e) => refuse(e),
+    }
+}
+
+/// Drops the validation of a caller that went away mid-wait (unless a
+/// verdict came), on the blocking pool, as an answered caller would.
+struct ValidationInFlight {
+    engine: Arc<Engine>,
+    validation: Option<i64>,
+}
+
+impl Drop for ValidationInFlight {
+    fn drop(&mut self) {
+        let Some(validation) = self.validation.take() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = on_wait_lane(engine, move |e| e.abandon_validation(validation)).await;
+            });
+        }
+    }
+}
+
+/// Waits for the verdict, then answers: accepted (or the update's outcome
+/// with `wait_for = completed`), the validator's rejection, or the 504 of
+/// a wait that ended first.
+pub(super) async fn validated_update(engine: Arc<Engine>, pending: PendingValidation) -> Response {
+    let (validation, creator) = pending.validation();
+    let mut in_flight = ValidationInFlight {
+        engine: engine.clone(),
+        validation: creator.then_some(validation),
+    };
+    let look = pending.look();
+    let found = until(
+        &engine,
+        WaitKind::Update,
+        WaitKey::Run(pending.run().0),
+        pending.deadline(),
+        move |e| e.look_validation(&look),
+    )
+    .await;
+    let step = on_wait_lane(engine.clone(), move |e| e.finish_validation(pending, found)).await;
+    in_flight.validation = None;
+    match step {
+        Ok(UpdateStep::Answered(out)) => reply(Ok(out)),
+        Ok(UpdateStep::Waiting(accepted)) => match update_outcome(&engine, &accepted).await {
+            Ok(Some(out)) => reply(Ok(out)),
+            Ok(None) => reply(Ok(accepted.timed_out())),
+            Err(e) => refuse(e),
+        },
+        Ok(UpdateStep::Validating(_)) => refuse(ApiError::Internal(
+            "a validated update began validating again".into(),
+        )),
         Err(e) => refuse(e),
     }
 }

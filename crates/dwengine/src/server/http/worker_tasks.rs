@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::server::queries::QueryPolls;
+use crate::server::update_validation::WorkflowWorkPolls;
 use crate::server::wire::{PollBody, RegisterWorker};
 use crate::server::worker::{
     Departure, PollKind, PollSpec, PollStep, PollWait, SIGNAL_LOOK, WAKE_CHECK,
@@ -79,6 +80,14 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route(
             "/api/worker/workflow-tasks/{id}/history",
             report(Engine::workflow_task_history),
+        )
+        .route(
+            "/api/worker/update-validation-tasks/{id}/approve",
+            report(Engine::approve_update_validation),
+        )
+        .route(
+            "/api/worker/update-validation-tasks/{id}/reject",
+            report(Engine::reject_update_validation),
         )
         .route("/api/worker/activity-tasks/poll", post(poll_activity))
         .route(
@@ -162,13 +171,41 @@ async fn deregister(
     blocking(engine, move |e| e.deregister_worker(&scope.namespace, &id)).await
 }
 
+/// A workflow poll; one whose `task_kinds` names `update_validation`
+/// takes update validation tasks too ([`WorkflowWorkPolls`]).
 async fn poll_workflow(
-    state: Shared,
-    scope: Extension<Scope>,
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    poll(TaskKind::Workflow, state, scope, headers, body).await
+    let spec = match spec_of(&engine, &scope, &headers, body).await {
+        Ok(spec) => spec,
+        Err(e) => return refuse(e),
+    };
+    // Dropped with this future: early when the client disconnects.
+    let _gone = AbandonOnDrop(spec.abandoned.clone());
+    let polling = if spec.update_validation {
+        tokio::spawn(long_poll(engine, WorkflowWorkPolls, spec))
+    } else {
+        tokio::spawn(long_poll(engine, TaskKind::Workflow, spec))
+    };
+    reply(
+        polling
+            .await
+            .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string()))),
+    )
+}
+
+/// A poll's body, read and validated into its spec.
+async fn spec_of(
+    engine: &Arc<Engine>,
+    scope: &Scope,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Arc<PollSpec>, ApiError> {
+    let body = super::read::<PollBody>(engine, headers, body).await?;
+    engine.poll_spec(&scope.namespace, body).map(Arc::new)
 }
 
 async fn poll_activity(
@@ -211,12 +248,8 @@ async fn answer_poll<K: PollKind>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match super::read::<PollBody>(&engine, &headers, body).await {
-        Ok(body) => body,
-        Err(e) => return refuse(e),
-    };
-    let spec = match engine.poll_spec(&scope.namespace, body) {
-        Ok(spec) => Arc::new(spec),
+    let spec = match spec_of(&engine, &scope, &headers, body).await {
+        Ok(spec) => spec,
         Err(e) => return refuse(e),
     };
     // Dropped with this future: early when the client disconnects.
