@@ -489,3 +489,102 @@ fn task_kinds_other_than_workflow_and_update_validation_are_refused_by_name() {
         "{body}"
     );
 }
+
+#[test]
+fn a_repeated_poll_gets_its_validation_again_and_a_repeated_request_id_joins_it() {
+    let s = server(|_| {});
+    register(&s, "validator", true);
+    started(&s, "joined");
+    std::thread::scope(|scope| {
+        let call = || {
+            update(
+                &s,
+                "joined",
+                json!({ "input": input("[4]"), "request_id": "r-same",
+                        "wait_timeout_seconds": 60 }),
+            )
+        };
+        let first = scope.spawn(call);
+        let (mut task, mut poll_id) = (Value::Null, String::new());
+        let mut n = 0;
+        assert!(eventually(Duration::from_secs(30), || {
+            n += 1;
+            poll_id = format!("repeat-{n}");
+            task = poll_kinds(&s, "validator", &poll_id, json!(KINDS), 0.2)["task"].clone();
+            !task.is_null()
+        }));
+        // The poll's retry (same request id) gets the same lease back.
+        let again = poll_kinds(&s, "validator", &poll_id, json!(KINDS), 0.2);
+        assert_eq!(again["replayed"], true, "{again}");
+        assert_eq!(
+            again["task"]["update_validation_task_id"],
+            task["update_validation_task_id"]
+        );
+        assert_eq!(again["task"]["update_validation_attempt"], 1, "{again}");
+        // A second caller with the same request id joins the validation.
+        let second = scope.spawn(call);
+        assert!(eventually(Duration::from_secs(30), || {
+            let waiting = s
+                .running
+                .engine()
+                .waiters()
+                .held(dwengine::waiters::WaitKind::Update);
+            waiting >= 2
+        }));
+        let (status, body) = verdict(&s, &task, "approve", json!({}));
+        assert_eq!(status, 200, "{body}");
+        let (first, second) = (first.join().unwrap(), second.join().unwrap());
+        assert_eq!(first.0, 200, "{}", first.1);
+        assert_eq!(second.0, 200, "{}", second.1);
+        assert_eq!(first.1["update_id"], body["update_id"]);
+        assert_eq!(second.1["update_id"], body["update_id"]);
+        assert_eq!(second.1["retained"], true, "{}", second.1);
+    });
+    let types = history_types(&s, "joined");
+    assert_eq!(
+        types.iter().filter(|t| *t == "UpdateAccepted").count(),
+        1,
+        "{types:?}"
+    );
+}
+
+#[test]
+fn a_webhook_update_a_validator_guards_is_refused_before_anything_is_written() {
+    use dwengine::server::webhooks::{sign, Webhooks, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+    const SECRET: &str = "whsec-validators-0123456789";
+    let s = server(|c| c.webhooks = Webhooks::default().with("hook", "default", SECRET));
+    register(&s, "validator", true);
+    started(&s, "hooked");
+    let before = history_types(&s, "hooked");
+    let body = json!({
+        "action": "update_workflow", "idempotency_key": "evt-upd-1",
+        "target": { "workflow_id": "hooked", "update_name": "add" }, "input": [1],
+    });
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let signature = sign(SECRET.as_bytes(), &timestamp, &bytes);
+    let answer = ureq::post(&format!("{}/api/bridge-adapters/webhook/hook", s.base))
+        .set("content-type", "application/json")
+        .set(TIMESTAMP_HEADER, &timestamp)
+        .set(SIGNATURE_HEADER, &signature)
+        .send_bytes(&bytes);
+    let (status, answer) = match answer {
+        Ok(r) => (r.status(), r.into_json::<Value>().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json::<Value>().unwrap()),
+        Err(e) => panic!("transport error: {e}"),
+    };
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("update_validation_capability_unsupported"),
+        "{answer}"
+    );
+    assert_eq!(history_types(&s, "hooked"), before);
+    let polled = poll_kinds(&s, "validator", "after-hook", json!(KINDS), 0.2);
+    assert!(polled["task"].is_null(), "{polled}");
+}
