@@ -588,3 +588,39 @@ fn a_webhook_update_a_validator_guards_is_refused_before_anything_is_written() {
     let polled = poll_kinds(&s, "validator", "after-hook", json!(KINDS), 0.2);
     assert!(polled["task"].is_null(), "{polled}");
 }
+
+#[test]
+fn a_joined_caller_whose_wait_ends_first_leaves_the_validation_to_its_creator() {
+    let s = server(|_| {});
+    register(&s, "validator", true);
+    started(&s, "patient");
+    std::thread::scope(|scope| {
+        let creator = scope.spawn(|| {
+            update(
+                &s,
+                "patient",
+                json!({ "input": input("[6]"), "request_id": "r-shared",
+                        "wait_timeout_seconds": 60 }),
+            )
+        });
+        let task = next_validation(&s, "validator");
+        // The same request id, with a short wait: it ends first.
+        let (status, body) = update(
+            &s,
+            "patient",
+            json!({ "input": input("[6]"), "request_id": "r-shared",
+                    "wait_timeout_seconds": 1 }),
+        );
+        assert_eq!(status, 504, "{body}");
+        assert_eq!(
+            body["reason"], "update_validation_execution_timeout",
+            "{body}"
+        );
+        // The validation is still the creator's: the verdict lands.
+        let (status, body) = verdict(&s, &task, "approve", json!({}));
+        assert_eq!(status, 200, "{body}");
+        let (status, answer) = creator.join().unwrap();
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["update_id"], body["update_id"]);
+    });
+}

@@ -241,8 +241,14 @@ impl Engine {
         let verdict = match found {
             Ok(Some(verdict)) => verdict,
             Ok(None) => {
-                // Dropped unless a verdict beat the deadline.
-                let last = self.write(move |s| s.end_validation(id, true))?;
+                // Dropped unless a verdict beat the deadline (by the caller
+                // that created it: one that joined it by request id leaves
+                // it to that caller, whose wait may last longer).
+                let last = if creator {
+                    self.write(move |s| s.end_validation(id, true))?
+                } else {
+                    self.read(|s| s.validation_state(id))?
+                };
                 match last.as_ref().and_then(verdict_of) {
                     Some(verdict) => verdict,
                     None => return Err(validation_timeout(&pending, last.as_ref())),
