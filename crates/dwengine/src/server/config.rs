@@ -547,6 +547,57 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         })
     }
 
+    /// The PostgreSQL session timeouts (`DW_DATABASE_*_TIMEOUT_MS`); the
+    /// call deadline must stay above the statement and lock timeouts, or
+    /// it would cut calls the server ends itself with a clearer error.
+    fn postgres_settings(&self) -> crate::store::db::PostgresSettings {
+        let mut settings = crate::store::db::PostgresSettings::default();
+        let ms = |name: &str, into: &mut Duration| {
+            if let Some(n) = self.number(name) {
+                *into = Duration::from_millis(n);
+            }
+        };
+        ms(
+            "DW_DATABASE_CONNECT_TIMEOUT_MS",
+            &mut settings.connect_timeout,
+        );
+        ms(
+            "DW_DATABASE_STATEMENT_TIMEOUT_MS",
+            &mut settings.statement_timeout,
+        );
+        ms("DW_DATABASE_LOCK_TIMEOUT_MS", &mut settings.lock_timeout);
+        ms(
+            "DW_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+            &mut settings.idle_in_transaction_timeout,
+        );
+        ms("DW_DATABASE_CALL_TIMEOUT_MS", &mut settings.call_timeout);
+        ms("DW_DATABASE_TCP_TIMEOUT_MS", &mut settings.tcp_timeout);
+        if settings.connect_timeout.is_zero() {
+            self.invalid(
+                "DW_DATABASE_CONNECT_TIMEOUT_MS",
+                "0",
+                "expected at least 1 (a connection attempt must give up)".to_owned(),
+            );
+        }
+        let server_side = settings.statement_timeout.max(settings.lock_timeout);
+        let call = settings.call_timeout;
+        if !call.is_zero() && call <= server_side {
+            self.invalid(
+                "DW_DATABASE_CALL_TIMEOUT_MS",
+                &call.as_millis().to_string(),
+                format!(
+                    concat!(
+                        "expected more than DW_DATABASE_STATEMENT_TIMEOUT_MS and DW_DATABASE_LOCK_TIMEOUT_MS ",
+                        "({} ms): the node's deadline is for a database that does not answer ",
+                        "at all, the server's own timeouts end what merely runs long; or 0 to turn it off"
+                    ),
+                    server_side.as_millis()
+                ),
+            );
+        }
+        settings
+    }
+
     fn config(&self, dev: bool) -> ServerConfig {
         let lookup = |name: &str| self.get(name);
         let server_id = match lookup("DW_SERVER_ID").filter(|v| !v.trim().is_empty()) {
@@ -781,6 +832,7 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
         if let Some(n) = parse("DW_STORE_READERS") {
             config.store_readers = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
+        config.store.postgres = self.postgres_settings();
         config.prometheus_workflow_series_limit =
             parse(&config_key_variable(PROMETHEUS_WORKFLOW_SERIES.config_key));
         config.prometheus_activity_series_limit =
@@ -1041,6 +1093,82 @@ mod tests {
                 "DW_SQS_QUEUE_URL",
                 "DW_SQS_REGION",
                 "DW_SQS_TIMER_CHUNK_SECONDS",
+            ]
+            .map(str::to_owned),
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn database_timeouts_are_read_and_checked_naming_each_setting() {
+        use crate::store::db::PostgresSettings;
+        let config = configured(&[]).unwrap();
+        assert_eq!(config.store.postgres, PostgresSettings::default());
+        let config = configured(&[
+            ("DW_DATABASE_CONNECT_TIMEOUT_MS", "1500"),
+            ("DW_DATABASE_STATEMENT_TIMEOUT_MS", "3000"),
+            ("DW_DATABASE_LOCK_TIMEOUT_MS", "2000"),
+            ("DW_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS", "0"),
+            ("DW_DATABASE_CALL_TIMEOUT_MS", "4000"),
+            ("DW_DATABASE_TCP_TIMEOUT_MS", "9000"),
+        ])
+        .unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            config.store.postgres,
+            PostgresSettings {
+                connect_timeout: ms(1500),
+                statement_timeout: ms(3000),
+                lock_timeout: ms(2000),
+                idle_in_transaction_timeout: ms(0),
+                call_timeout: ms(4000),
+                tcp_timeout: ms(9000),
+            }
+        );
+        // The call deadline off is allowed.
+        let config = configured(&[("DW_DATABASE_CALL_TIMEOUT_MS", "0")]).unwrap();
+        assert!(config.store.postgres.call_timeout.is_zero());
+        let named = |pairs: &[(&str, &str)], name: &str, says: &str| {
+            let err = configured(pairs).unwrap_err();
+            assert_eq!(err.invalid_names(), [name], "{err}");
+            assert!(err.to_string().contains(says), "{err}");
+        };
+        // A deadline that would cut what the server ends itself.
+        named(
+            &[("DW_DATABASE_CALL_TIMEOUT_MS", "15000")],
+            "DW_DATABASE_CALL_TIMEOUT_MS",
+            "expected more than DW_DATABASE_STATEMENT_TIMEOUT_MS and DW_DATABASE_LOCK_TIMEOUT_MS (15000 ms",
+        );
+        named(
+            &[("DW_DATABASE_LOCK_TIMEOUT_MS", "30000")],
+            "DW_DATABASE_CALL_TIMEOUT_MS",
+            "(30000 ms)",
+        );
+        named(
+            &[("DW_DATABASE_CONNECT_TIMEOUT_MS", "0")],
+            "DW_DATABASE_CONNECT_TIMEOUT_MS",
+            "expected at least 1",
+        );
+        named(
+            &[("DW_DATABASE_LOCK_TIMEOUT_MS", "soon")],
+            "DW_DATABASE_LOCK_TIMEOUT_MS",
+            "non-negative integer",
+        );
+        // Known variables, and config-file keys.
+        let keys = file_keys();
+        assert_eq!(
+            keys.get("server.database.call_timeout_ms")
+                .map(String::as_str),
+            Some("DW_DATABASE_CALL_TIMEOUT_MS")
+        );
+        let warnings = unknown_variables(
+            [
+                "DW_DATABASE_CONNECT_TIMEOUT_MS",
+                "DW_DATABASE_STATEMENT_TIMEOUT_MS",
+                "DW_DATABASE_LOCK_TIMEOUT_MS",
+                "DW_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+                "DW_DATABASE_CALL_TIMEOUT_MS",
+                "DW_DATABASE_TCP_TIMEOUT_MS",
             ]
             .map(str::to_owned),
         );

@@ -144,6 +144,31 @@ pub const NODE_SETTINGS: &[(&str, &str)] = &[
     ("server.data_dir", "DW_DATA_DIR"),
     ("server.database_path", "DW_DATABASE_PATH"),
     ("server.database_url", "DW_DATABASE_URL"),
+    // PostgreSQL session timeouts: docs/deployment.md, "When the database hangs".
+    (
+        "server.database.connect_timeout_ms",
+        "DW_DATABASE_CONNECT_TIMEOUT_MS",
+    ),
+    (
+        "server.database.statement_timeout_ms",
+        "DW_DATABASE_STATEMENT_TIMEOUT_MS",
+    ),
+    (
+        "server.database.lock_timeout_ms",
+        "DW_DATABASE_LOCK_TIMEOUT_MS",
+    ),
+    (
+        "server.database.idle_in_transaction_timeout_ms",
+        "DW_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+    ),
+    (
+        "server.database.call_timeout_ms",
+        "DW_DATABASE_CALL_TIMEOUT_MS",
+    ),
+    (
+        "server.database.tcp_timeout_ms",
+        "DW_DATABASE_TCP_TIMEOUT_MS",
+    ),
     ("server.polling_cache_path", "DW_POLLING_CACHE_PATH"),
     ("server.redis_url", "DW_REDIS_URL"),
     (

@@ -536,6 +536,12 @@ impl Engine {
         self.store.probe_read(read)
     }
 
+    /// How long the store's writer has been waiting on its database, once
+    /// past the stall bound: writes are refused (503) meanwhile.
+    pub fn store_stalled(&self) -> Option<std::time::Duration> {
+        self.store.stalled()
+    }
+
     /// The shared store (tests inspect its read pool).
     pub fn shared_store(&self) -> &SharedStore {
         &self.store

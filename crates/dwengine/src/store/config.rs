@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use dwpolicy::{EnvConfigError, HistoryBudget, StructuralLimits};
 
+use crate::store::db::PostgresSettings;
 use crate::store::history::HistoryPageLimit;
 
 /// How hard a commit waits for the disk.
@@ -53,6 +54,9 @@ pub struct StoreConfig {
     /// full disk does (SQLITE_FULL), which is how the full-disk answers are
     /// tested without filling a disk.
     pub max_page_count: Option<u64>,
+    /// How a PostgreSQL session is opened and how long its calls may take
+    /// (unused on SQLite).
+    pub postgres: PostgresSettings,
 }
 
 /// The default orphan grace of an uploaded external payload: one day
@@ -76,6 +80,7 @@ impl Default for StoreConfig {
             streams: StreamPolicy::default(),
             external_payload_orphan_grace: DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE,
             max_page_count: None,
+            postgres: PostgresSettings::default(),
         }
     }
 }

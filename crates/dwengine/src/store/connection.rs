@@ -56,14 +56,14 @@ impl Store {
     /// Opens the store on the PostgreSQL database `url` names
     /// (`postgres://user:password@host:port/database`), migrating it.
     pub fn open_postgres(url: &str, config: StoreConfig) -> Result<Store, Error> {
-        let conn = Connection::open_postgres(url)?;
+        let conn = Connection::open_postgres(url, &config.postgres)?;
         Store::setup(conn, config)
     }
 
     /// A session on a PostgreSQL store another session migrated (the read
     /// pool's).
     pub fn open_postgres_reader(url: &str, config: StoreConfig) -> Result<Store, Error> {
-        let conn = Connection::open_postgres(url)?;
+        let conn = Connection::open_postgres(url, &config.postgres)?;
         Ok(Store { conn, config })
     }
 

@@ -251,11 +251,13 @@ impl Error {
     }
 
     /// Whether the database server is unreachable or dropped the session
-    /// (PostgreSQL stopped, restarting, the network gone): a refusal that
-    /// clears by itself once the server answers again.
+    /// (PostgreSQL stopped, restarting, the network gone), or does not
+    /// answer in time (a call past its deadline, every read session held
+    /// by such calls past the read wait): a refusal that clears by itself
+    /// once the server answers again.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Error::DatabaseUnavailable(_) => true,
+            Error::DatabaseUnavailable(_) | Error::ReadersBusy(_) => true,
             Error::Database(e) => e.is_unavailable(),
             _ => false,
         }

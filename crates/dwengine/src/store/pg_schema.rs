@@ -23,7 +23,7 @@
 //! SQLite store refuses a newer file: an older binary must not write rows
 //! whose meaning a newer schema changed.
 
-use postgres::Client;
+use crate::store::db;
 
 /// `0000_functions.sql`: applied with migration 1, in its transaction.
 const FUNCTIONS: &str = include_str!("migrations/postgres/0000_functions.sql");
@@ -213,62 +213,125 @@ pub enum MigrateError {
         version: i64,
         /// What PostgreSQL said.
         #[source]
-        source: postgres::Error,
+        source: db::Error,
     },
     /// Reading or recording the version failed (the connection, the lock).
     #[error("PostgreSQL schema version: {0}")]
-    Postgres(#[from] postgres::Error),
+    Database(#[from] db::Error),
 }
 
-/// Brings the database `client` is connected to (its current schema, as
+/// What the migration runner needs of a session: simple-query batches
+/// and one integer read. Implemented for the store's own connection (a
+/// node opening its store) and for the sync client (tools and tests).
+pub trait MigrationSession {
+    /// Runs `sql` (`;`-separated statements, no parameters).
+    fn run(&mut self, sql: &str) -> Result<(), db::Error>;
+    /// The integer in the first column of `sql`'s one row.
+    fn integer(&mut self, sql: &str) -> Result<i64, db::Error>;
+}
+
+impl MigrationSession for postgres::Client {
+    fn run(&mut self, sql: &str) -> Result<(), db::Error> {
+        Ok(self.batch_execute(sql)?)
+    }
+
+    fn integer(&mut self, sql: &str) -> Result<i64, db::Error> {
+        Ok(self.query_one(sql, &[])?.try_get(0)?)
+    }
+}
+
+impl MigrationSession for db::Connection {
+    fn run(&mut self, sql: &str) -> Result<(), db::Error> {
+        self.execute_batch(sql)
+    }
+
+    fn integer(&mut self, sql: &str) -> Result<i64, db::Error> {
+        self.query_row(sql, [], |row| row.get(0))
+    }
+}
+
+/// Brings the database `session` is connected to (its current schema, as
 /// `search_path` names it) to [`SCHEMA_VERSION`], one migration per
 /// transaction; returns how many it applied (0 when it already was there).
 /// Refuses a database at a newer version with [`MigrateError::TooNew`].
-/// Safe to run from several processes at once: each step holds
-/// [`MIGRATION_LOCK`], so each migration is applied exactly once.
-pub fn migrate(client: &mut Client) -> Result<usize, MigrateError> {
+///
+/// Safe to run from several processes at once (nodes starting together,
+/// a rolling upgrade): each step holds [`MIGRATION_LOCK`], so one node
+/// applies each migration and the others wait, then find it applied. A
+/// step that applies a migration also holds the store's write lock
+/// ([`db::WRITE_LOCK`]) exclusively, so it waits for the writes and
+/// claims of nodes still running the older release and they wait for it:
+/// a schema change never interleaves with a write's row and table locks.
+/// The session's timeouts are lifted inside each step (a migration may
+/// rewrite a large table, or wait for another node's).
+pub fn migrate(session: &mut impl MigrationSession) -> Result<usize, MigrateError> {
+    migrate_to(session, SCHEMA_VERSION)
+}
+
+/// As [`migrate`], stopping at version `target` (an older schema, as an
+/// older release leaves it: tests of a rolling upgrade start from one).
+pub fn migrate_to(session: &mut impl MigrationSession, target: i64) -> Result<usize, MigrateError> {
     let mut applied = 0;
     loop {
-        let mut tx = client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-        tx.batch_execute(VERSION_TABLE)?;
-        let found: i64 = tx
-            .query_one(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-                &[],
-            )?
-            .get(0);
-        if found > SCHEMA_VERSION {
-            return Err(MigrateError::TooNew {
-                found,
-                supported: SCHEMA_VERSION,
-            });
+        session.run("BEGIN")?;
+        match step(session, target.min(SCHEMA_VERSION)) {
+            Ok(done) => {
+                session.run("COMMIT")?;
+                if done {
+                    return Ok(applied);
+                }
+                applied += 1;
+            }
+            Err(e) => {
+                let _ = session.run("ROLLBACK");
+                return Err(e);
+            }
         }
-        let Some(&(name, sql)) = usize::try_from(found)
-            .ok()
-            .and_then(|index| MIGRATIONS.get(index))
-        else {
-            tx.commit()?;
-            return Ok(applied);
-        };
-        let version = found + 1;
-        let failed = |source| MigrateError::Migration {
-            name,
-            version,
-            source,
-        };
-        if found == 0 {
-            tx.batch_execute(FUNCTIONS).map_err(failed)?;
-        }
-        tx.batch_execute(sql).map_err(failed)?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, name, applied_at_ms) \
-             VALUES ($1, $2, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
-            &[&version, &name],
-        )?;
-        tx.commit()?;
-        applied += 1;
     }
+}
+
+/// One migration step inside an open transaction: `true` when the schema
+/// was already at `target` or past it (nothing applied).
+fn step(session: &mut impl MigrationSession, target: i64) -> Result<bool, MigrateError> {
+    session.run(&format!(
+        "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; \
+         SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
+    ))?;
+    session.run(VERSION_TABLE)?;
+    let found = session.integer("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")?;
+    if found > SCHEMA_VERSION {
+        return Err(MigrateError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let Some(&(name, sql)) = usize::try_from(found)
+        .ok()
+        .filter(|_| found < target)
+        .and_then(|index| MIGRATIONS.get(index))
+    else {
+        return Ok(true);
+    };
+    let version = found + 1;
+    let failed = |source| MigrateError::Migration {
+        name,
+        version,
+        source,
+    };
+    session.run(&format!(
+        "SELECT pg_advisory_xact_lock({}, hashtext(current_schema()))",
+        db::WRITE_LOCK
+    ))?;
+    if found == 0 {
+        session.run(FUNCTIONS).map_err(failed)?;
+    }
+    session.run(sql).map_err(failed)?;
+    // The name is one of this file's constants: no quoting to escape.
+    session.run(&format!(
+        "INSERT INTO schema_migrations (version, name, applied_at_ms) \
+         VALUES ({version}, '{name}', floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
+    ))?;
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -60,17 +60,18 @@ pub(crate) fn migrate(conn: &mut db::Connection) -> Result<(), Error> {
     if let Some(sqlite) = conn.sqlite_mut() {
         return migrate_sqlite(sqlite);
     }
-    match conn.postgres_mut() {
-        Some(client) => match crate::store::pg_schema::migrate(client) {
-            Ok(_) => Ok(()),
-            Err(MigrateError::TooNew { found, supported }) => {
-                Err(Error::SchemaTooNew { found, supported })
-            }
-            Err(e) => Err(Error::Migration(e.to_string())),
-        },
-        None => Err(Error::Migration(
-            "the database engine has no migrations".to_owned(),
-        )),
+    // A migration may wait for another node's, or rewrite a large table:
+    // no deadline on its calls (the session's TCP timeouts still apply).
+    conn.set_call_deadline(false);
+    let migrated = crate::store::pg_schema::migrate(conn);
+    conn.set_call_deadline(true);
+    match migrated {
+        Ok(_) => Ok(()),
+        Err(MigrateError::TooNew { found, supported }) => {
+            Err(Error::SchemaTooNew { found, supported })
+        }
+        Err(MigrateError::Database(e)) if e.is_unavailable() => Err(Error::Database(e)),
+        Err(e) => Err(Error::Migration(e.to_string())),
     }
 }
 

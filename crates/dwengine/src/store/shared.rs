@@ -16,6 +16,9 @@ use crate::store::writer::GroupCommitWriter;
 /// Read connections a file store opens at most, by default.
 pub const DEFAULT_READERS: usize = 4;
 
+/// The longest the readiness probe's PostgreSQL call waits for an answer.
+pub const PROBE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A store shared by a server's request threads.
 pub struct SharedStore {
     writer: GroupCommitWriter,
@@ -69,11 +72,20 @@ impl SharedStore {
         let store = Store::open_postgres(url, config.clone())?;
         let writer = GroupCommitWriter::start(store)
             .map_err(|e| Error::Commit(format!("cannot start the writer thread: {e}")))?;
+        // The readiness probe gives up sooner than a request: a balancer's
+        // health check waits seconds, not the call deadline.
+        let mut probe = config.clone();
+        let call = &mut probe.postgres.call_timeout;
+        *call = if call.is_zero() {
+            PROBE_CALL_TIMEOUT
+        } else {
+            (*call).min(PROBE_CALL_TIMEOUT)
+        };
         Ok(SharedStore {
             writer,
             readers: Some(ReadPool::postgres(url, config.clone(), readers)),
             claimers: Some(ReadPool::postgres(url, config.clone(), readers)),
-            probe: Some(ReadPool::postgres(url, config.clone(), 1)),
+            probe: Some(ReadPool::postgres(url, probe, 1)),
             config,
         })
     }
@@ -129,6 +141,13 @@ impl SharedStore {
             Some(pool) => pool.read(read),
             None => self.read(read),
         }
+    }
+
+    /// How long the writer's database call has been waiting, once past
+    /// the stall bound ([`GroupCommitWriter::stalled`]): writes are being
+    /// refused, and the node is not ready.
+    pub fn stalled(&self) -> Option<std::time::Duration> {
+        self.writer.stalled()
     }
 
     /// Transactions the writer committed so far.

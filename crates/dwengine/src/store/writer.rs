@@ -36,7 +36,11 @@
 //! writer opens a new session, at most every [`RECONNECT_INTERVAL`]; until
 //! one opens, queued writes are refused the same way at once, so callers
 //! get a 503 rather than a wait, and the node writes again as soon as the
-//! server is back.
+//! server is back. A server that stops answering without closing the
+//! session (frozen, or the network to it dropping packets) holds a call
+//! until the session's deadline ([`crate::store::db::PostgresSettings`]);
+//! once a call has waited past a quarter of it, new writes are refused at
+//! once instead of queueing behind it ([`GroupCommitWriter::stalled`]).
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,6 +51,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::store::connection::Store;
+use crate::store::db::CallClock;
 use crate::store::error::Error;
 
 /// The savepoint around each job of a group commit.
@@ -100,11 +105,14 @@ pub struct GroupCommitWriter {
     store: Arc<Mutex<Store>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     commits: Arc<AtomicU64>,
+    /// The writer's PostgreSQL session's pending call.
+    clock: Option<Arc<CallClock>>,
 }
 
 impl GroupCommitWriter {
     /// Starts the writer thread over `store`.
     pub fn start(store: Store) -> std::io::Result<GroupCommitWriter> {
+        let clock = store.conn.call_clock();
         let store = Arc::new(Mutex::new(store));
         let (sender, receiver) = mpsc::channel::<Job>();
         let owned = store.clone();
@@ -118,6 +126,7 @@ impl GroupCommitWriter {
             store,
             thread: Mutex::new(Some(thread)),
             commits,
+            clock,
         })
     }
 
@@ -128,6 +137,12 @@ impl GroupCommitWriter {
         R: Send + 'static,
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
     {
+        if let Some(waited) = self.stalled() {
+            return Err(Error::DatabaseUnavailable(format!(
+                "the database has not answered the store's writer for {:.1} s (it hangs, or the network to it drops packets): writes are refused until it answers",
+                waited.as_secs_f64()
+            )));
+        }
         let (reply, answer) = mpsc::sync_channel::<Result<R, Error>>(1);
         let refusal = reply.clone();
         let job = Job {
@@ -155,6 +170,13 @@ impl GroupCommitWriter {
         }
         // A dropped reply means the transition panicked (and was rolled back).
         answer.recv().map_err(|_| Error::WriterStopped)?
+    }
+
+    /// How long the writer's database call has been waiting, once that is
+    /// past the stall bound (a quarter of the call deadline, at most 5 s);
+    /// `None` while the database answers (and always on SQLite).
+    pub fn stalled(&self) -> Option<Duration> {
+        self.clock.as_ref()?.stalled_for()
     }
 
     /// Transactions committed so far (each carries one or more transitions).

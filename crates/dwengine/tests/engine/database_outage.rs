@@ -8,6 +8,12 @@
 //! says the store is unavailable; once restored it writes and reads again
 //! without a restart. conformance/db-outage does the same to a real server
 //! (`pg_ctl stop`) under the Python SDK's load.
+//!
+//! The relay can also hang: it accepts and reads, and forwards nothing
+//! until released, which is what a node sees when the server freezes
+//! (SIGSTOP, a stalled host) or the network drops packets (TCP delivers
+//! what was held once it heals). Nothing is refused and no session closes,
+//! so only the node's own deadlines end its calls.
 
 #[cfg(dw_test_postgres)]
 mod relay {
@@ -20,6 +26,7 @@ mod relay {
     pub struct Relay {
         pub addr: SocketAddr,
         cut: Arc<AtomicBool>,
+        hung: Arc<AtomicBool>,
         stopped: Arc<AtomicBool>,
         open: Arc<Mutex<Vec<TcpStream>>>,
     }
@@ -29,9 +36,10 @@ mod relay {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
             let addr = listener.local_addr().unwrap();
             let cut = Arc::new(AtomicBool::new(false));
+            let hung = Arc::new(AtomicBool::new(false));
             let stopped = Arc::new(AtomicBool::new(false));
             let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-            let (c, s, o) = (cut.clone(), stopped.clone(), open.clone());
+            let (c, h, s, o) = (cut.clone(), hung.clone(), stopped.clone(), open.clone());
             std::thread::spawn(move || {
                 for client in listener.incoming() {
                     if s.load(Ordering::SeqCst) {
@@ -50,16 +58,32 @@ mod relay {
                     held.push(client.try_clone().unwrap());
                     held.push(server.try_clone().unwrap());
                     drop(held);
-                    pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                    pipe(server, client);
+                    pipe(
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        h.clone(),
+                    );
+                    pipe(server, client, h.clone());
                 }
             });
             Relay {
                 addr,
                 cut,
+                hung,
                 stopped,
                 open,
             }
+        }
+
+        /// Holds every byte either way, on the connections open and on
+        /// new ones (accepted, never answered), until [`Relay::release`].
+        pub fn hang(&self) {
+            self.hung.store(true, Ordering::SeqCst);
+        }
+
+        /// Forwards what was held, and everything after.
+        pub fn release(&self) {
+            self.hung.store(false, Ordering::SeqCst);
         }
 
         /// Shuts every relayed connection; new ones are closed at once.
@@ -84,20 +108,28 @@ mod relay {
     impl Drop for Relay {
         fn drop(&mut self) {
             self.stopped.store(true, Ordering::SeqCst);
+            self.release();
             self.cut();
             // Wakes the accepting thread so it sees `stopped`.
             let _ = TcpStream::connect(self.addr);
         }
     }
 
-    /// Copies `from` to `to` on a thread until either side closes.
-    fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    /// Copies `from` to `to` on a thread until either side closes; while
+    /// `hung`, what it read waits (the relay's pace, not a test's clock).
+    fn pipe(mut from: TcpStream, mut to: TcpStream, hung: Arc<AtomicBool>) {
         std::thread::spawn(move || {
             let mut buffer = [0u8; 16 * 1024];
             loop {
+                while hung.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
                 match from.read(&mut buffer) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
+                        while hung.load(Ordering::SeqCst) {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
                         if to.write_all(&buffer[..n]).is_err() {
                             break;
                         }
@@ -123,6 +155,22 @@ use crate::support::{eventually, memory_cache, TestServer};
 /// through a relay the test cuts.
 #[cfg(dw_test_postgres)]
 fn node_behind_a_relay() -> (TestServer, relay::Relay) {
+    node_behind_a_relay_with(|_| {})
+}
+
+/// As [`node_behind_a_relay`], the node's configuration changed by `tweak`.
+#[cfg(dw_test_postgres)]
+fn node_behind_a_relay_with(
+    tweak: impl FnOnce(&mut dwengine::server::ServerConfig),
+) -> (TestServer, relay::Relay) {
+    let (server, relay, _) = node_and_url(tweak);
+    (server, relay)
+}
+
+/// `DW_TEST_POSTGRES_URL` on a schema of its own: its URL, the URL that
+/// reaches it through a relay, and the relay.
+#[cfg(dw_test_postgres)]
+fn url_behind_a_relay() -> (String, String, relay::Relay) {
     let url = crate::common::postgres_schema_url();
     let config: postgres::Config = url.parse().expect("DW_TEST_POSTGRES_URL is a URL");
     let host = match &config.get_hosts()[0] {
@@ -141,8 +189,35 @@ fn node_behind_a_relay() -> (TestServer, relay::Relay) {
         "write DW_TEST_POSTGRES_URL with an explicit host:port ({url})"
     );
     let through_relay = url.replacen(&authority, &relay.addr.to_string(), 1);
-    let server = TestServer::start(memory_cache(), |c| c.database_url = Some(through_relay));
-    (server, relay)
+    (url, through_relay, relay)
+}
+
+/// As [`node_behind_a_relay_with`], with the URL that reaches the node's
+/// schema directly (not through the relay).
+#[cfg(dw_test_postgres)]
+fn node_and_url(
+    tweak: impl FnOnce(&mut dwengine::server::ServerConfig),
+) -> (TestServer, relay::Relay, String) {
+    let (url, through_relay, relay) = url_behind_a_relay();
+    let server = TestServer::start(memory_cache(), |c| {
+        c.database_url = Some(through_relay);
+        tweak(c);
+    });
+    (server, relay, url)
+}
+
+/// Timeouts short enough for a test: the server ends a lock wait after
+/// 1 s and a statement after 2 s, the node gives up on a call after 4 s.
+#[cfg(dw_test_postgres)]
+fn short_timeouts(c: &mut dwengine::server::ServerConfig) {
+    c.store.postgres = dwengine::store::db::PostgresSettings {
+        connect_timeout: Duration::from_secs(2),
+        statement_timeout: Duration::from_secs(2),
+        lock_timeout: Duration::from_secs(1),
+        idle_in_transaction_timeout: Duration::from_secs(2),
+        call_timeout: Duration::from_secs(4),
+        tcp_timeout: Duration::from_secs(5),
+    };
 }
 
 #[cfg(dw_test_postgres)]
@@ -240,5 +315,212 @@ fn a_node_idle_through_a_database_restart_serves_its_next_calls_at_once() {
         assert_eq!(status, 200, "{body}");
         let (status, body) = s.get("/api/ready");
         assert_eq!(status, 200, "{body}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_node_whose_database_hangs_answers_503_within_its_deadline_and_recovers() {
+    #[cfg(dw_test_postgres)]
+    {
+        let (s, relay) = node_behind_a_relay_with(short_timeouts);
+        assert_eq!(s.post("/api/workflows", start_body("before")).0, 201);
+        assert_eq!(s.get("/api/workflows/before").0, 200);
+
+        relay.hang();
+        // A write that reaches the frozen database: answered (the HTTP
+        // client gives up only after 60 s), 503 with the reason.
+        let (status, body) = s.post("/api/workflows", start_body("during"));
+        assert_eq!(
+            (status, &body["reason"], &body["retryable"]),
+            (503, &json!("database_unavailable"), &json!(true)),
+            "{body}"
+        );
+        // A read, the same.
+        let (status, body) = s.get("/api/workflows/before");
+        assert_eq!(
+            (status, &body["reason"]),
+            (503, &json!("database_unavailable")),
+            "{body}"
+        );
+        // Not ready.
+        assert!(
+            eventually(Duration::from_secs(60), || {
+                let (status, body) = s.get("/api/ready");
+                status == 503 && body["checks"]["store"] == "unavailable"
+            }),
+            "not ready while the database hangs: {}",
+            s.get("/api/ready").1
+        );
+        // Calls from many clients at once are all answered.
+        let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+            let calls: Vec<_> = (0..8)
+                .map(|n| {
+                    let s = &s;
+                    scope.spawn(move || {
+                        if n % 2 == 0 {
+                            s.post("/api/workflows", start_body(&format!("many-{n}")))
+                        } else {
+                            s.get("/api/workflows/before")
+                        }
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        let other: Vec<_> = answers
+            .iter()
+            .filter(|(status, _)| *status != 503)
+            .collect();
+        assert!(other.is_empty(), "{other:?}");
+
+        relay.release();
+        assert!(
+            eventually(Duration::from_secs(60), || s.get("/api/ready").0 == 200),
+            "ready again once the database answers: {}",
+            s.get("/api/ready").1
+        );
+        assert!(
+            eventually(Duration::from_secs(60), || {
+                s.post("/api/workflows", start_body("after")).0 == 201
+            }),
+            "starts again once the database answers"
+        );
+        // Nothing acknowledged is lost; what was refused is not written.
+        assert_eq!(s.get("/api/workflows/before").0, 200);
+        assert_eq!(s.get("/api/workflows/after").0, 200);
+        for refused in ["during", "many-0", "many-2"] {
+            assert_eq!(
+                s.get(&format!("/api/workflows/{refused}")).0,
+                404,
+                "{refused}"
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_write_lock_held_past_the_lock_timeout_is_a_503_and_the_session_serves_on() {
+    #[cfg(dw_test_postgres)]
+    {
+        let (s, _relay, url) = node_and_url(short_timeouts);
+        assert_eq!(s.post("/api/workflows", start_body("before")).0, 201);
+        // Another session of the node's schema holds the store's write lock
+        // (a node frozen inside a write transaction would).
+        let mut holder = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tx = holder.transaction().unwrap();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
+            &[&dwengine::store::db::WRITE_LOCK],
+        )
+        .unwrap();
+        let (status, body) = s.post("/api/workflows", start_body("waits"));
+        assert_eq!(
+            (status, &body["reason"], &body["retryable"]),
+            (503, &json!("database_unavailable"), &json!(true)),
+            "{body}"
+        );
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("lock timeout")),
+            "{body}"
+        );
+        // Reads take no lock: they answer meanwhile.
+        assert_eq!(s.get("/api/workflows/before").0, 200);
+        tx.rollback().unwrap();
+        // The session whose lock wait failed serves the next write.
+        let (status, body) = s.post("/api/workflows", start_body("after"));
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(s.get("/api/workflows/waits").0, 404);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_writer_waiting_on_a_hung_database_refuses_new_writes_unrun() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::shared::SharedStore;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let (direct, url, relay) = url_behind_a_relay();
+        let mut config = dwengine::store::StoreConfig::default();
+        let mut node = dwengine::server::ServerConfig::for_node("n", std::env::temp_dir());
+        short_timeouts(&mut node);
+        config.postgres = node.store.postgres;
+        let store = SharedStore::open_postgres(&url, config, 1).unwrap();
+        let start = |id: String| {
+            move |s: &dwengine::store::Store| s.start_run(crate::common::start(&id)).map(|_| ())
+        };
+        store.write(start("before".into())).expect("a write before");
+
+        relay.hang();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // Writes keep the writer busy with the hung database (each is
+            // answered when its call, or the new session's connect, gives up).
+            let busy = scope.spawn(|| {
+                let mut n = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let answer = store.write(start(format!("busy-{n}")));
+                    let error = answer.expect_err("no write succeeds while the database hangs");
+                    assert!(error.is_unavailable(), "{error}");
+                    n += 1;
+                }
+            });
+            // Meanwhile a write finds the writer stalled and is refused
+            // without being queued.
+            let refused = eventually(Duration::from_secs(60), || {
+                if store.stalled().is_none() {
+                    return false;
+                }
+                match store.write(start("refused".into())) {
+                    Err(dwengine::store::Error::DatabaseUnavailable(m)) => {
+                        m.contains("has not answered the store's writer")
+                    }
+                    other => panic!("a write while the database hangs: {other:?}"),
+                }
+            });
+            done.store(true, Ordering::SeqCst);
+            busy.join().unwrap();
+            assert!(
+                refused,
+                "no write was refused unrun while the writer's call hung"
+            );
+        });
+
+        relay.release();
+        assert!(
+            eventually(Duration::from_secs(60), || store
+                .write(start("after".into()))
+                .is_ok()),
+            "writes again once the database answers"
+        );
+        assert!(store.stalled().is_none());
+        let conn =
+            dwengine::store::db::Connection::open_postgres(&direct, &Default::default()).unwrap();
+        let found = |id: &str| -> i64 {
+            conn.query_row(
+                "SELECT COUNT(*) FROM runs WHERE workflow_id = ?1",
+                [id],
+                |row| row.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            (found("before"), found("after"), found("refused")),
+            (1, 1, 0)
+        );
     }
 }

@@ -29,7 +29,7 @@ fn migrated() -> String {
     let url = crate::common::postgres_schema_url();
     dwengine::store::Store::open_postgres(&url, dwengine::store::StoreConfig::default())
         .expect("migrate the test's schema");
-    let conn = Connection::open_postgres(&url).unwrap();
+    let conn = Connection::open_postgres(&url, &Default::default()).unwrap();
     conn.execute_batch(
         "INSERT INTO task_queue_state (namespace, task_queue) VALUES ('default', 'lock-a'), ('default', 'lock-b')",
     )
@@ -65,7 +65,7 @@ fn without_the_write_lock_two_counter_rows_in_opposite_orders_deadlock() {
         let side = |first: &'static str, second: &'static str| {
             let (url, barrier) = (url.clone(), both_hold_one.clone());
             std::thread::spawn(move || {
-                let conn = Connection::open_postgres(&url).unwrap();
+                let conn = Connection::open_postgres(&url, &Default::default()).unwrap();
                 conn.execute_batch("BEGIN").unwrap();
                 touch(&conn, first).unwrap();
                 barrier.wait();
@@ -101,7 +101,7 @@ fn write_transactions_updating_counter_rows_in_opposite_orders_never_deadlock() 
         let side = |first: &'static str, second: &'static str| {
             let (url, start) = (url.clone(), start.clone());
             std::thread::spawn(move || {
-                let conn = Connection::open_postgres(&url).unwrap();
+                let conn = Connection::open_postgres(&url, &Default::default()).unwrap();
                 start.wait();
                 for _ in 0..ROUNDS {
                     conn.begin_write()?;
@@ -116,7 +116,7 @@ fn write_transactions_updating_counter_rows_in_opposite_orders_never_deadlock() 
         let (one, other) = (side("lock-a", "lock-b"), side("lock-b", "lock-a"));
         one.join().unwrap().expect("one side's rounds");
         other.join().unwrap().expect("the other side's rounds");
-        let conn = Connection::open_postgres(&url).unwrap();
+        let conn = Connection::open_postgres(&url, &Default::default()).unwrap();
         let added: i64 = conn
             .query_row(
                 "SELECT CAST(SUM(added_recent) AS BIGINT) FROM task_queue_state WHERE task_queue IN ('lock-a', 'lock-b')",
@@ -167,7 +167,7 @@ fn two_nodes_batches_starting_on_two_queues_in_opposite_orders_never_deadlock() 
         one.join().unwrap().expect("node A's batches");
         other.join().unwrap().expect("node B's batches");
         // Each start counted once on its queue's run series row.
-        let conn = Connection::open_postgres(&url).unwrap();
+        let conn = Connection::open_postgres(&url, &Default::default()).unwrap();
         let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
         let runs = count("SELECT COUNT(*) FROM runs WHERE task_queue IN ('lock-a', 'lock-b')");
         let started = count(

@@ -1069,6 +1069,93 @@ fn nodes_migrating_one_database_at_once_apply_each_migration_once() {
     assert_eq!(defaults, 1);
 }
 
+/// A rolling upgrade: nodes of the new release open one store at once
+/// while it is several migrations behind and a node of the old release is
+/// inside a write. One node migrates, after that write ends (a migration
+/// takes the store's write lock), the others wait and then find the schema
+/// current; every migration is recorded once.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn nodes_opening_one_older_schema_at_once_migrate_it_once() {
+    let Some(_) = postgres_url(true) else {
+        return;
+    };
+    const NODES: usize = 4;
+    const BEHIND: i64 = 3;
+    let url = crate::common::postgres_schema_url();
+    let mut old_node = Client::connect(&url, NoTls).expect("connect");
+    let older = pg_schema::SCHEMA_VERSION - BEHIND;
+    assert_eq!(
+        pg_schema::migrate_to(&mut old_node, older).expect("the older release's schema"),
+        older as usize
+    );
+    // The old release's node is inside a write: it holds the write lock.
+    let mut write = old_node.transaction().unwrap();
+    write
+        .execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
+            &[&dwengine::store::db::WRITE_LOCK],
+        )
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(NODES));
+    let opens: Vec<_> = (0..NODES)
+        .map(|_| {
+            let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                dwengine::store::Store::open_postgres(&url, dwengine::store::StoreConfig::default())
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    // One node waits for the write lock (the others for the migration
+    // lock); nothing is applied until the write ends.
+    let mut watcher = Client::connect(&url, NoTls).expect("connect");
+    let waiting_for_the_write_lock =
+        crate::support::eventually(std::time::Duration::from_secs(60), || {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND classid::bigint = $1::bigint",
+                    &[&i64::from(dwengine::store::db::WRITE_LOCK)],
+                )
+                .unwrap()
+                .get(0);
+            waiting == 1
+        });
+    assert!(
+        waiting_for_the_write_lock,
+        "no node's migration waited for the write in progress"
+    );
+    let version: i64 = watcher
+        .query_one("SELECT MAX(version) FROM schema_migrations", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, older, "a migration ran beside a write");
+    write.commit().unwrap();
+    for open in opens {
+        open.join()
+            .expect("a node panicked")
+            .expect("a node could not open the store");
+    }
+    let versions: Vec<i64> = watcher
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        versions,
+        (1..=pg_schema::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+}
+
 /// The functions `0000_functions.sql` defines answer as SQLite's built-ins
 /// do, for the documents and paths the store uses and the edges around them.
 #[test]

@@ -88,6 +88,20 @@ async fn ready(State(engine): Shared) -> Response {
         )
             .into_response();
     }
+    if let Some(waited) = engine.store_stalled() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "not_ready", "timestamp": wire::timestamp(crate::unix_ms()),
+                "checks": { "store": "unavailable" },
+                "message": format!(
+                    "the database has not answered this node's writer for {:.1} s (it hangs, or the network to it drops packets); this node refuses calls (503) until it answers",
+                    waited.as_secs_f64()
+                ),
+            })),
+        )
+            .into_response();
+    }
     // The store first: a node whose database is unreachable (PostgreSQL
     // stopped or restarting) refuses every call with 503, so a balancer
     // must route around it until the database answers again.

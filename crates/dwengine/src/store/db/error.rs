@@ -12,6 +12,11 @@ pub enum Error {
     /// PostgreSQL refused or failed an operation (or the connection).
     #[error("postgres: {0}")]
     Postgres(#[from] postgres::Error),
+    /// The database did not answer a call within the node's own deadline
+    /// (or the session was closed after one that did not): the server
+    /// hangs, or the network to it drops packets.
+    #[error("postgres: {0}")]
+    Unanswered(String),
     /// A database setting that cannot be used (a malformed URL).
     #[error("{0}")]
     Config(String),
@@ -64,14 +69,27 @@ impl Error {
     }
 
     /// Whether the database server could not be reached or dropped the
-    /// session (stopped, restarting, the network gone), as opposed to a
-    /// statement it refused: what clears by itself once the server is back.
+    /// session (stopped, restarting, the network gone), did not answer in
+    /// time (a call past the node's deadline, a statement past
+    /// `statement_timeout`, a lock wait past `lock_timeout`), as opposed to
+    /// a statement it refused: what clears by itself once the server is
+    /// back, so a caller is told to retry.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Error::Postgres(e) => postgres_unavailable(e),
+            Error::Postgres(e) => postgres_unavailable(e) || postgres_timed_out(e),
+            Error::Unanswered(_) => true,
             _ => false,
         }
     }
+}
+
+/// A PostgreSQL error that says the server ended a statement for running
+/// too long: `statement_timeout` (57014, query canceled) or a lock wait
+/// past `lock_timeout` (55P03). The session stays usable.
+fn postgres_timed_out(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    e.code()
+        .is_some_and(|code| [SqlState::QUERY_CANCELED, SqlState::LOCK_NOT_AVAILABLE].contains(code))
 }
 
 /// A PostgreSQL error that says the server or the session is gone: the

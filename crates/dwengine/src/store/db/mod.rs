@@ -47,6 +47,63 @@ pub struct SqliteSettings {
     pub synchronous_full: bool,
 }
 
+/// How a PostgreSQL session is opened, and how long its calls may take
+/// (`DW_DATABASE_*_TIMEOUT_MS`, docs/dwserver.md). A setting the
+/// database URL gives itself (`connect_timeout`, `keepalives_idle`,
+/// `tcp_user_timeout`, …, or `-c statement_timeout=…` in `options`) wins.
+/// Zero turns a timeout off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostgresSettings {
+    /// A connection attempt (TCP, startup, authentication) gives up after it.
+    pub connect_timeout: Duration,
+    /// The server ends a statement that runs longer (`statement_timeout`).
+    pub statement_timeout: Duration,
+    /// The server ends a lock wait that lasts longer (`lock_timeout`).
+    pub lock_timeout: Duration,
+    /// The server closes a session idle inside a transaction for longer
+    /// (`idle_in_transaction_session_timeout`): a node that froze holding
+    /// the write lock releases it to the others.
+    pub idle_in_transaction_timeout: Duration,
+    /// The node's own deadline on one call: past it the call fails as
+    /// unavailable and the session is closed. What ends a call to a server
+    /// that does not answer at all; above the statement and lock timeouts,
+    /// so that the server's own end a call that merely runs long.
+    pub call_timeout: Duration,
+    /// TCP keepalives and `TCP_USER_TIMEOUT`: a peer silent this long
+    /// (idle, or not acknowledging what was sent) ends the session.
+    pub tcp_timeout: Duration,
+}
+
+impl PostgresSettings {
+    /// The default connect timeout: 5 s.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default statement timeout: 15 s.
+    pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(15);
+    /// The default lock timeout: 10 s.
+    pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The default idle-in-transaction timeout: 15 s.
+    pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
+    /// The default call deadline: 20 s.
+    pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+    /// The default TCP timeout: 20 s.
+    pub const TCP_TIMEOUT: Duration = Duration::from_secs(20);
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        PostgresSettings {
+            connect_timeout: Self::CONNECT_TIMEOUT,
+            statement_timeout: Self::STATEMENT_TIMEOUT,
+            lock_timeout: Self::LOCK_TIMEOUT,
+            idle_in_transaction_timeout: Self::IDLE_IN_TRANSACTION_TIMEOUT,
+            call_timeout: Self::CALL_TIMEOUT,
+            tcp_timeout: Self::TCP_TIMEOUT,
+        }
+    }
+}
+
+pub use postgres::CallClock;
+
 /// One connection to the store's database.
 pub struct Connection {
     backend: Backend,
@@ -105,10 +162,11 @@ impl Connection {
     }
 
     /// A PostgreSQL session on the database `url` names
-    /// (`postgres://user:password@host:port/database?options=…`).
-    pub fn open_postgres(url: &str) -> Result<Connection> {
+    /// (`postgres://user:password@host:port/database?options=…`), its
+    /// calls bounded by `settings`.
+    pub fn open_postgres(url: &str, settings: &PostgresSettings) -> Result<Connection> {
         Ok(Connection {
-            backend: Backend::Postgres(Box::new(postgres::PgConnection::connect(url)?)),
+            backend: Backend::Postgres(Box::new(postgres::PgConnection::connect(url, settings)?)),
         })
     }
 
@@ -137,12 +195,21 @@ impl Connection {
         }
     }
 
-    /// The PostgreSQL client underneath, for PostgreSQL-only code (its
-    /// migrations).
-    pub(crate) fn postgres_mut(&mut self) -> Option<&mut ::postgres::Client> {
-        match &mut self.backend {
+    /// The clock of a PostgreSQL session's pending call (`None` on
+    /// SQLite): how long the database has kept it waiting.
+    pub fn call_clock(&self) -> Option<std::sync::Arc<CallClock>> {
+        match &self.backend {
             Backend::Sqlite(_) => None,
-            Backend::Postgres(conn) => Some(conn.client_mut()),
+            Backend::Postgres(conn) => Some(conn.clock()),
+        }
+    }
+
+    /// Applies (`true`) or lifts the node's deadline on each call of a
+    /// PostgreSQL session (a migration may wait on another node's as long
+    /// as that takes); nothing on SQLite.
+    pub(crate) fn set_call_deadline(&self, on: bool) {
+        if let Backend::Postgres(conn) = &self.backend {
+            conn.set_call_deadline(on);
         }
     }
 

@@ -1,4 +1,5 @@
-//! PostgreSQL behind the seam, through the sync `postgres` client.
+//! PostgreSQL behind the seam, through tokio-postgres driven from the
+//! calling thread.
 //!
 //! What this file does so the store's SQLite-shaped statements run
 //! unchanged:
@@ -16,39 +17,145 @@
 //!   simple queries, with the open-transaction state kept here (the client
 //!   does not report it).
 //!
-//! The sync client blocks on its own runtime: it must never be called on an
-//! async task (tokio panics on a nested `block_on`). The store runs on the
-//! group-commit writer's thread and on `spawn_blocking` threads only.
+//! Every call is bounded in time ([`PostgresSettings`]). The server ends
+//! what runs too long itself (`statement_timeout`, `lock_timeout`,
+//! `idle_in_transaction_session_timeout`, set on each session), and the
+//! kernel notices a peer gone silent (TCP keepalives, `TCP_USER_TIMEOUT`);
+//! neither helps when the server's host still accepts packets but nothing
+//! answers (a frozen server, a black-holed route behind a proxy), so each
+//! call also has the node's own deadline: past it the call fails as
+//! unanswered and the session is closed at once (its socket dropped, no
+//! goodbye awaited), and the store opens a new one for the next call. This
+//! is why the session is tokio-postgres on a runtime of its own rather
+//! than the sync `postgres` client: that client has no per-call deadline
+//! and, dropped, waits for the server to answer what it had sent.
+//!
+//! The session blocks the calling thread on its own single-threaded
+//! runtime: it must never be called on an async task (tokio panics on a
+//! nested `block_on`). The store runs on the group-commit writer's thread
+//! and on `spawn_blocking` threads only.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::error::Error as StdError;
+use std::future::Future;
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use postgres::types::{FromSql as PgFromSql, IsNull, ToSql as PgToSql, Type};
-use postgres::{Client, NoTls};
+use tokio_postgres::NoTls;
 
 use super::error::{Error, Result};
 use super::params::{FromSqlError, ToSql, ToSqlOutput, Value};
+use super::PostgresSettings;
 
 /// Statements each connection keeps prepared: as many as SQLite's cache.
 const STATEMENT_CACHE_CAPACITY: usize = super::STATEMENT_CACHE_CAPACITY;
-
-/// How long a connection attempt waits when the URL sets no
-/// `connect_timeout`.
-pub(super) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Bytes one blob append writes (an external payload is written in chunks
 /// of this size, each an `UPDATE … SET data = data || chunk`).
 pub(super) const BLOB_WRITE_CHUNK: usize = 4 << 20;
 
+/// How long a session being closed normally waits to say goodbye to the
+/// server (a `Terminate` message) before its socket is just dropped.
+const GOODBYE: Duration = Duration::from_secs(1);
+
+/// When the call a session is waiting on began, readable from other
+/// threads: the group-commit writer refuses new work at once while its
+/// session has been waiting too long, rather than queueing it behind a
+/// database that does not answer.
+#[derive(Debug)]
+pub struct CallClock {
+    /// Milliseconds since `origin` when the pending call began, plus one;
+    /// 0 when no call is pending.
+    pending: AtomicU64,
+    origin: Instant,
+    /// How long a pending call may run before the session counts as stalled.
+    stall: Duration,
+}
+
+impl CallClock {
+    fn new(stall: Duration) -> CallClock {
+        CallClock {
+            pending: AtomicU64::new(0),
+            origin: Instant::now(),
+            stall,
+        }
+    }
+
+    fn begin(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.pending.store(now + 1, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.pending.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the pending call has waited, when it has waited longer
+    /// than the stall bound (a quarter of the call deadline, 0.25 to 5 s).
+    pub fn stalled_for(&self) -> Option<Duration> {
+        let began = self.pending.load(Ordering::Relaxed).checked_sub(1)?;
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let waited = Duration::from_millis(now.saturating_sub(began));
+        (waited > self.stall).then_some(waited)
+    }
+}
+
+/// An open session: the client, and the runtime that drives its
+/// connection while a call runs.
+struct Session {
+    /// `None` once closing.
+    client: Option<tokio_postgres::Client>,
+    connection: Option<tokio::task::JoinHandle<()>>,
+    runtime: tokio::runtime::Runtime,
+    /// Closed for a failure: drop the socket, say no goodbye.
+    abandoned: bool,
+}
+
+impl Session {
+    fn client(&self) -> &tokio_postgres::Client {
+        self.client
+            .as_ref()
+            .expect("a session's client is present until it closes")
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        drop(self.client.take());
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        // A healthy session ends politely: the connection, its client
+        // gone, sends `Terminate` and finishes. Not on an async task (no
+        // nested runtime there) and not after a failure (nothing answers).
+        if !self.abandoned && tokio::runtime::Handle::try_current().is_err() {
+            let _ = self
+                .runtime
+                .block_on(async { tokio::time::timeout(GOODBYE, connection).await });
+        }
+        // Dropping the runtime drops the connection's task and its socket.
+    }
+}
+
 /// One PostgreSQL session.
 pub(super) struct PgConnection {
     /// What the session was opened with: a lost session is opened again
     /// from it ([`PgConnection::reconnect`]).
-    config: postgres::Config,
-    client: RefCell<Client>,
+    config: tokio_postgres::Config,
+    /// How long a connection attempt (TCP, startup, authentication) may take.
+    connect_timeout: Duration,
+    /// The node's deadline on one call (`None`: none).
+    call_timeout: Option<Duration>,
+    /// Whether `call_timeout` applies now (lifted during a migration).
+    deadline_on: Cell<bool>,
+    clock: Arc<CallClock>,
+    /// `None` after a call went unanswered (the session was closed).
+    session: RefCell<Option<Session>>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_transaction: Cell<bool>,
     /// The open transaction holds the write lock shared (a claim's).
@@ -58,22 +165,140 @@ pub(super) struct PgConnection {
     broken: Cell<bool>,
 }
 
-impl PgConnection {
-    /// Connects to `url` (a `postgres://` URL or a key=value string).
-    /// Without a `connect_timeout` of its own, a connection attempt gives
-    /// up after [`CONNECT_TIMEOUT`]: a database host that went away must
-    /// not hold a request (or the writer) for the operating system's TCP
-    /// timeout of minutes.
-    pub(super) fn connect(url: &str) -> Result<PgConnection> {
-        let mut config: postgres::Config =
-            url.parse().map_err(|e| Error::Config(format!("{e}")))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+/// Whether the connection string sets `key` itself (`key=` in a URL's
+/// query or a key=value string): then its value is kept.
+fn sets(url: &str, key: &str) -> bool {
+    url.contains(&format!("{key}="))
+}
+
+/// `url` parsed, with `settings` applied where the URL sets nothing of
+/// its own: the connect timeout, TCP keepalives and `TCP_USER_TIMEOUT`,
+/// and the server-side timeouts as startup options (`-c name=value`,
+/// placed before the URL's own `options`, which therefore win).
+pub(super) fn session_config(
+    url: &str,
+    settings: &PostgresSettings,
+) -> Result<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config =
+        url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+    if !sets(url, "connect_timeout") {
+        config.connect_timeout(settings.connect_timeout);
+    }
+    let tcp = settings.tcp_timeout;
+    if !tcp.is_zero() {
+        if !sets(url, "keepalives") {
+            config.keepalives(true);
         }
-        let client = config.connect(NoTls)?;
+        // Silent for half the bound, then 4 probes an eighth apart: a peer
+        // gone for `tcp` is noticed while the session idles.
+        if !sets(url, "keepalives_idle") {
+            config.keepalives_idle((tcp / 2).max(Duration::from_secs(1)));
+        }
+        if !sets(url, "keepalives_interval") {
+            config.keepalives_interval((tcp / 8).max(Duration::from_secs(1)));
+        }
+        if !sets(url, "keepalives_retries") {
+            config.keepalives_retries(4);
+        }
+        // Data sent and not acknowledged for `tcp`: the kernel gives up.
+        if !sets(url, "tcp_user_timeout") {
+            config.tcp_user_timeout(tcp);
+        }
+    }
+    let ms = |d: Duration| d.as_millis();
+    let mut options = format!(
+        "-c statement_timeout={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+        ms(settings.statement_timeout),
+        ms(settings.lock_timeout),
+        ms(settings.idle_in_transaction_timeout),
+    );
+    if let Some(own) = config.get_options().filter(|o| !o.trim().is_empty()) {
+        options.push(' ');
+        options.push_str(own);
+    }
+    config.options(&options);
+    Ok(config)
+}
+
+/// Opens a session on `config`, the whole handshake bounded by `deadline`.
+fn open(config: &tokio_postgres::Config, deadline: Duration) -> Result<Session> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let connected =
+        runtime.block_on(async { tokio::time::timeout(deadline, config.connect(NoTls)).await });
+    let (client, connection) = match connected {
+        Ok(connected) => connected?,
+        Err(_) => {
+            return Err(Error::Unanswered(format!(
+                "no session within {:.1} s of connecting (the server or the network to it does not answer)",
+                deadline.as_secs_f64()
+            )))
+        }
+    };
+    // Driven whenever a call blocks on the runtime (a current-thread
+    // runtime runs its tasks only then).
+    let connection = runtime.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "a PostgreSQL session ended");
+        }
+    });
+    Ok(Session {
+        client: Some(client),
+        connection: Some(connection),
+        runtime,
+        abandoned: false,
+    })
+}
+
+/// Runs a request on `$self`'s session client, bounded by the call
+/// deadline ([`PgConnection::wait`], [`PgConnection::answered`]). A macro,
+/// not a method taking a closure: the request's future borrows the client
+/// and the caller's parameters, which a closure's return cannot say.
+macro_rules! call {
+    ($self:ident, $what:expr, |$client:ident| $request:expr) => {{
+        let answered = {
+            let session = $self.session.borrow();
+            match session.as_ref() {
+                None => None,
+                Some(session) => {
+                    let $client = session.client();
+                    Some($self.wait(session, $request))
+                }
+            }
+        };
+        $self.answered($what, answered)
+    }};
+}
+
+impl PgConnection {
+    /// Connects to `url` (a `postgres://` URL or a key=value string) with
+    /// `settings`: its timeouts where the URL sets none of its own, and
+    /// every call bounded by `settings.call_timeout`.
+    pub(super) fn connect(url: &str, settings: &PostgresSettings) -> Result<PgConnection> {
+        let config = session_config(url, settings)?;
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(settings.connect_timeout);
+        let call_timeout = (!settings.call_timeout.is_zero()).then_some(settings.call_timeout);
+        let stall = settings
+            .call_timeout
+            .min(connect_timeout)
+            .checked_div(4)
+            .unwrap_or_default()
+            .clamp(Duration::from_millis(250), Duration::from_secs(5));
+        let clock = Arc::new(CallClock::new(stall));
+        clock.begin();
+        let session = open(&config, connect_timeout);
+        clock.end();
         Ok(PgConnection {
             config,
-            client: RefCell::new(client),
+            connect_timeout,
+            call_timeout,
+            deadline_on: Cell::new(true),
+            clock,
+            session: RefCell::new(Some(session?)),
             statements: RefCell::new(HashMap::new()),
             in_transaction: Cell::new(false),
             shared_lock: Cell::new(false),
@@ -82,15 +307,83 @@ impl PgConnection {
         })
     }
 
-    /// Whether the session is gone (the server closed it, restarted, or the
-    /// socket failed): every statement on it fails from then on.
-    pub(super) fn is_broken(&self) -> bool {
-        self.broken.get() || self.client.borrow().is_closed()
+    /// The clock of this connection's pending call.
+    pub(super) fn clock(&self) -> Arc<CallClock> {
+        self.clock.clone()
     }
 
-    /// `result`, noting a failure that lost the session: the sync client
-    /// does not report its connection closed (`is_closed` stays false
-    /// after the server dropped it), so the errors that say so are kept.
+    /// Applies the node's deadline on each call, or lifts it (`false`:
+    /// wait as long as it takes, as a migration does).
+    pub(super) fn set_call_deadline(&self, on: bool) {
+        self.deadline_on.set(on);
+    }
+
+    /// Whether the session is gone (the server closed it, restarted, the
+    /// socket failed, or a call went unanswered): every statement on it
+    /// fails from then on.
+    pub(super) fn is_broken(&self) -> bool {
+        self.broken.get()
+            || self
+                .session
+                .borrow()
+                .as_ref()
+                .is_none_or(|s| s.client().is_closed())
+    }
+
+    /// Waits for `request` (a call on `session`'s client), at most the
+    /// call deadline (then `Err` with the deadline).
+    fn wait<T, F>(
+        &self,
+        session: &Session,
+        request: F,
+    ) -> std::result::Result<std::result::Result<T, postgres::Error>, Duration>
+    where
+        F: Future<Output = std::result::Result<T, postgres::Error>>,
+    {
+        let limit = self.call_timeout.filter(|_| self.deadline_on.get());
+        self.clock.begin();
+        let answered = match limit {
+            Some(limit) => session
+                .runtime
+                .block_on(async { tokio::time::timeout(limit, request).await })
+                .map_err(|_| limit),
+            None => Ok(session.runtime.block_on(request)),
+        };
+        self.clock.end();
+        answered
+    }
+
+    /// What a call answered (`None`: there was no session to call on);
+    /// an unanswered call closes the session.
+    fn answered<T>(
+        &self,
+        what: &str,
+        answered: Option<std::result::Result<std::result::Result<T, postgres::Error>, Duration>>,
+    ) -> Result<T> {
+        match answered {
+            None => {
+                self.broken.set(true);
+                Err(Error::Unanswered(
+                    "the session was closed after a call went unanswered".to_owned(),
+                ))
+            }
+            Some(Ok(result)) => self.track(result),
+            Some(Err(limit)) => {
+                self.broken.set(true);
+                if let Some(mut session) = self.session.borrow_mut().take() {
+                    session.abandoned = true;
+                }
+                Err(Error::Unanswered(format!(
+                    "no answer to {what} within {:.1} s (the server hangs, or the network to it drops packets); the session was closed",
+                    limit.as_secs_f64()
+                )))
+            }
+        }
+    }
+
+    /// `result`, noting a failure that lost the session: the client
+    /// does not always report its connection closed at once, so the
+    /// errors that say so are kept.
     fn track<T>(&self, result: std::result::Result<T, postgres::Error>) -> Result<T> {
         result.map_err(|e| {
             if super::error::postgres_unavailable(&e) {
@@ -103,16 +396,18 @@ impl PgConnection {
     /// Opens a new session with the same settings in place of this one;
     /// its prepared statements are prepared again as they are used.
     pub(super) fn reconnect(&mut self) -> Result<()> {
-        let client = self.config.connect(NoTls)?;
-        *self.client.get_mut() = client;
+        if let Some(mut old) = self.session.get_mut().take() {
+            old.abandoned = true;
+        }
         self.statements.get_mut().clear();
         self.in_transaction.set(false);
+        self.shared_lock.set(false);
+        self.clock.begin();
+        let session = open(&self.config, self.connect_timeout);
+        self.clock.end();
+        *self.session.get_mut() = Some(session?);
         self.broken.set(false);
         Ok(())
-    }
-
-    pub(super) fn client_mut(&mut self) -> &mut Client {
-        self.client.get_mut()
     }
 
     /// The statement prepared for `sql` (translated), from the cache.
@@ -131,8 +426,8 @@ impl PgConnection {
 
     /// `sql` translated and prepared, not kept.
     pub(super) fn prepare(&self, sql: &str) -> Result<postgres::Statement> {
-        let prepared = self.client.borrow_mut().prepare(&translate(sql));
-        self.track(prepared)
+        let sql = translate(sql);
+        call!(self, "a prepare", |client| client.prepare(&sql))
     }
 
     pub(super) fn execute(
@@ -143,8 +438,8 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let changed = self.client.borrow_mut().execute(statement, &refs);
-        let changed = self.track(changed)?;
+        let changed = call!(self, "a statement", |client| client
+            .execute(statement, &refs))?;
         self.changes.set(changed);
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
@@ -157,14 +452,12 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let rows = self.client.borrow_mut().query(statement, &refs);
-        self.track(rows)
+        call!(self, "a query", |client| client.query(statement, &refs))
     }
 
     /// Runs `sql` (no parameters, `;`-separated) as one simple query.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
-        let done = self.client.borrow_mut().batch_execute(sql);
-        self.track(done)
+        call!(self, "a command", |client| client.batch_execute(sql))
     }
 
     pub(super) fn is_autocommit(&self) -> bool {
@@ -178,7 +471,15 @@ impl PgConnection {
     /// Opens a transaction with `begin` (which may take locks after it);
     /// `shared`: it takes the write lock shared (a claim).
     pub(super) fn begin(&self, begin: &str, shared: bool) -> Result<()> {
-        self.batch(begin)?;
+        if let Err(e) = self.batch(begin) {
+            // `BEGIN` may have run and what followed it failed (a lock
+            // wait past `lock_timeout`): the session is then in an
+            // aborted transaction, which must end before the next one.
+            if !self.is_broken() {
+                let _ = self.batch("ROLLBACK");
+            }
+            return Err(e);
+        }
         self.in_transaction.set(true);
         self.shared_lock.set(shared);
         Ok(())
@@ -557,6 +858,58 @@ mod tests {
             translate("SELECT a FROM t INDEXED BY t_live WHERE b = ?1"),
             "SELECT a FROM t  WHERE b = $1"
         );
+    }
+
+    #[test]
+    fn the_settings_apply_where_the_url_sets_none_of_its_own() {
+        let settings = PostgresSettings::default();
+        let secs = Duration::from_secs;
+        let config = session_config("postgres://u@h:5432/d", &settings).unwrap();
+        assert_eq!(config.get_connect_timeout(), Some(&secs(5)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&secs(20)));
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), secs(10));
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(config.get_keepalives_retries(), Some(4));
+        assert_eq!(
+            config.get_options(),
+            Some(
+                "-c statement_timeout=15000 -c lock_timeout=10000 \
+                 -c idle_in_transaction_session_timeout=15000"
+            )
+        );
+        // The URL's own settings win: its options come after dwserver's.
+        let config = session_config(
+            "postgres://u@h:5432/d?connect_timeout=9&tcp_user_timeout=3&keepalives_idle=60\
+             &options=-c%20statement_timeout%3D1000%20-csearch_path%3Ds",
+            &settings,
+        )
+        .unwrap();
+        assert_eq!(config.get_connect_timeout(), Some(&secs(9)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&secs(3)));
+        assert_eq!(config.get_keepalives_idle(), secs(60));
+        assert_eq!(
+            config.get_options(),
+            Some(
+                "-c statement_timeout=15000 -c lock_timeout=10000 \
+                 -c idle_in_transaction_session_timeout=15000 \
+                 -c statement_timeout=1000 -csearch_path=s"
+            )
+        );
+        // A TCP timeout of 0 leaves the client's TCP defaults.
+        let config = session_config(
+            "postgres://u@h/d",
+            &PostgresSettings {
+                tcp_timeout: Duration::ZERO,
+                ..settings
+            },
+        )
+        .unwrap();
+        assert_eq!(config.get_tcp_user_timeout(), None);
+        assert!(session_config("postgres://u@h:notaport/d", &settings).is_err());
     }
 
     #[test]
