@@ -36,8 +36,8 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS, GuardedCounter, SessionSteps,
-    StickySteps, arm_hold, greet,
+    ACTIVITIES, COOPERATIVE_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
+    CooperativeCleanup, GuardedCounter, SessionSteps, StickySteps, arm_hold, greet,
     local_runs, reverse, session_whoami,
 )
 
@@ -960,6 +960,78 @@ class Suite:
         return (f"winner {resolved[0]['member_key']} ({resolved[0]['resolution_event_type']}), "
                 f"loser {cancelled[0]['operation_kind']} cancelled")
 
+    async def cooperative_cancellation(self) -> str:
+        """Cooperative cancellation (protocol 1.20): the request stays pending
+        on the run, the worker delivers it at the timer the workflow waits
+        on, the workflow runs a cleanup activity and ends as cancelled. A
+        1.19 worker cannot take part: the SDK refuses to start one that asks
+        for the capability."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            self.client, task_queue=COOPERATIVE_QUEUE, workflows=[CooperativeCleanup],
+            activities=[greet], worker_id=f"conformance-coop-{protocol}-{os.getpid()}",
+            capabilities=["cooperative_cancellation"], poll_timeout=5.0, shutdown_timeout=10.0,
+        )
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            try:
+                await asyncio.wait_for(asyncio.shield(running), timeout=30)
+            except RuntimeError as refused:
+                assert "1.20" in str(refused), refused
+                return f"the {protocol} worker refuses the capability: {refused}"
+            finally:
+                await worker.stop()
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            raise AssertionError(f"a {protocol} worker started with cooperative_cancellation")
+        try:
+            wid = new_id("cooperative")
+            handle = await self.client.start_workflow(
+                workflow_type="cooperative_cleanup", task_queue=COOPERATIVE_QUEUE, workflow_id=wid,
+                input=["ada"],
+            )
+            deadline = time.monotonic() + 60
+            while "TimerScheduled" not in await self.history_types(wid, handle.run_id):
+                assert time.monotonic() < deadline, "the workflow never started its timer"
+                if running.done():
+                    raise AssertionError(f"the cooperative worker stopped: {running.exception()!r}")
+                await asyncio.sleep(0.1)
+            first = await self.client.request_workflow_cancellation(
+                wid, reason="conformance cooperative", cleanup_timeout_seconds=120,
+            )
+            again = await self.client.request_workflow_cancellation(wid, run_id=handle.run_id)
+            assert first["duplicate"] is False and again["duplicate"] is True, (first, again)
+            request = first["cancellation_request"]
+            assert again["cancellation_request"]["request_id"] == request["request_id"], (first, again)
+            try:
+                await self.client.get_result(handle, timeout=60)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            if running.done():
+                raise AssertionError(f"the cooperative worker stopped: {running.exception()!r}")
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        described = await self.client.describe_workflow(wid)
+        assert described.status == "cancelled", described.status
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        types = [e["event_type"] for e in events]
+        assert "WorkflowTaskFailed" not in types, types
+        requested = types.index("CooperativeCancellationRequested")
+        delivered = types.index("CooperativeCancellationDelivered")
+        delivery = events[delivered]["payload"]
+        assert delivery["workflow_command_id"] == request["request_id"], delivery
+        assert delivery["call_kind"] == "timer", delivery
+        cleanup = [i for i, t in enumerate(types) if t == "ActivityCompleted"]
+        assert requested < delivered < cleanup[0], types
+        assert types[-1] == "WorkflowCancelled", types
+        assert "TimerFired" not in types, types
+        return (f"request {request['request_id']} delivered at the timer (sequence {delivery['sequence']}); "
+                f"cleanup ran; closed cancelled ({len(types)} events)")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -990,6 +1062,7 @@ class Suite:
         "sticky_execution",
         "worker_session",
         "durable_selection",
+        "cooperative_cancellation",
     ]
 
 

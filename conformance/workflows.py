@@ -16,10 +16,13 @@ from durable_workflow.errors import (
     ChildWorkflowFailed,
     DurableOperationCancelled,
     NexusOperationFailed,
+    WorkflowCancelled,
 )
 from durable_workflow.workflow import ActivityRetryPolicy
 
 QUEUE = "conformance"
+# The queue of the cooperative-cancellation worker (protocol 1.20 only).
+COOPERATIVE_QUEUE = "conformance-cooperative"
 
 
 @activity.defn(name="greet")
@@ -211,9 +214,10 @@ _shaky_attempts: dict[str, int] = {}
 @workflow.defn(name="shaky")
 class Shaky:
     """Its first workflow task schedules an activity with a cancellation
-    policy, which needs cooperative cancellation that dwserver does not
-    advertise, so the worker fails that task; the retry takes the supported
-    path and replays over the recorded task failure."""
+    policy, which needs the cooperative cancellation capability that the
+    suite's main worker does not declare, so the worker fails that task; the
+    retry takes the supported path and replays over the recorded task
+    failure."""
 
     def run(self, ctx, key):
         with _flaky_lock:
@@ -488,6 +492,21 @@ class Selector:
         except DurableOperationCancelled as exc:
             awaited = f"cancelled {exc.operation_kind}"
         return {"winner": selected.key, "value": selected.result(), "loser": awaited}
+
+
+@workflow.defn(name="cooperative_cleanup")
+class CooperativeCleanup:
+    """Waits an hour; a cooperative cancellation delivered at that timer
+    raises WorkflowCancelled there, the workflow runs a cleanup activity and
+    lets the cancellation end the run (which closes as cancelled)."""
+
+    def run(self, ctx, name):
+        try:
+            yield ctx.start_timer(3600)
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", [f"cleanup of {name}"])
+            raise
+        return "never cancelled"
 
 
 @workflow.defn(name="signal_during_task")

@@ -161,6 +161,14 @@ pub enum ApiError {
         /// The registered type, for `attribute_already_exists`.
         existing_type: Option<String>,
     },
+    /// A cooperative cancellation delivery the run's state refuses (409).
+    #[error("{message}")]
+    CancellationRefused {
+        /// Which check failed (`cancellation_not_requested`, …).
+        reason: &'static str,
+        /// A sentence saying what to do.
+        message: String,
+    },
     /// A schedule id the namespace already has.
     #[error("schedule {0:?} already exists in this namespace")]
     ScheduleExists(String),
@@ -240,7 +248,9 @@ impl ApiError {
             | ApiError::WorkerNotFound(_)
             | ApiError::SearchAttributeNotFound(_)
             | ApiError::ScheduleNotFound(_) => 404,
-            ApiError::SearchAttributeConflict { .. } | ApiError::ScheduleExists(_) => 409,
+            ApiError::SearchAttributeConflict { .. }
+            | ApiError::ScheduleExists(_)
+            | ApiError::CancellationRefused { .. } => 409,
             ApiError::NamespaceCountLimit { .. } | ApiError::NamespaceNotDeletable { .. } => 409,
             ApiError::AlreadyStarted { .. }
             | ApiError::RunClosed { .. }
@@ -592,6 +602,9 @@ impl ApiError {
                 }
                 body
             }
+            ApiError::CancellationRefused { reason, message } => json!({
+                "reason": reason, "delivered": false, "message": message,
+            }),
             ApiError::ScheduleExists(id) => json!({
                 "reason": "schedule_already_exists", "schedule_id": id, "message": self.to_string(),
             }),

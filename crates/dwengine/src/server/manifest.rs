@@ -89,7 +89,7 @@ impl Engine {
                     "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
                     "query_task_authority": false,
                     "activity_lease_renewal": false,
-                    "cooperative_cancellation": false,
+                    "cooperative_cancellation": true,
                     "update_validation_tasks": true,
                     "synchronous_update_validation": crate::server::update_validation::contract::capability(),
                     "sticky_execution": self.sticky_capability(),

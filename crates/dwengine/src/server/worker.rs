@@ -955,6 +955,10 @@ impl Engine {
                     page.next_sequence.map(wire::page_token).into(),
                 );
                 out.insert("cancel_requested".into(), task.cancel_requested.into());
+                // A cooperative cancellation waiting for delivery (1.20).
+                if let Some(request) = self.cancellation_observation(run)? {
+                    out.insert("cancellation_request".into(), request);
+                }
                 let replay = match task.sticky_replay_mode {
                     Some(mode) => mode,
                     // A repeated poll: the claim as it stands now.
@@ -1296,15 +1300,16 @@ impl Engine {
         let lease_ms = i64::try_from(self.config.task_lease.as_millis()).unwrap_or(i64::MAX);
         let owner = body.lease_owner;
         let owner_echo = owner.clone();
-        let (until, run_status) = self.write(move |store| {
+        let (until, run_status, run) = self.write(move |store| {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
             };
             let until = store.heartbeat_workflow_task(task, fence, lease_ms)?;
             let run = store.fenced_workflow_run(task, fence)?;
-            Ok((until, store.run(run)?.status))
+            Ok((until, store.run(run)?.status, run))
         })?;
+        let cancellation = self.cancellation_observation(run)?;
         // `renewed` with the fence echoed is what the SDK's payload
         // observer confirms before it hydrates externally stored payloads;
         // the Rust SDK also checks the task is still leased and its run
@@ -1315,6 +1320,7 @@ impl Engine {
             "lease_expires_at": wire::timestamp(until),
             "task_status": "leased", "reason": null,
             "run_status": run_status.as_str(),
+            "cancellation_request": cancellation,
         }))
     }
 
@@ -1519,7 +1525,7 @@ fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64),
     ))
 }
 
-fn activity_task(
+pub(crate) fn activity_task(
     config: &crate::server::ServerConfig,
     task_id: &str,
     body: &ActivityReport,

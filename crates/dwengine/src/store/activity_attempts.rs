@@ -188,6 +188,35 @@ impl Store {
     }
 }
 
+impl Store {
+    /// A read-only look at an attempt (the cooperative workers' ownership
+    /// observation): `Ok((true, lease_expires_at_ms))` while the run still
+    /// wants it, `Ok((false, _))` once its workflow cancelled it; an attempt
+    /// whose run closed is [`Error::AttemptRunClosed`], any other fence
+    /// failure is [`Error::StaleTask`]. Nothing is renewed or recorded.
+    pub fn activity_attempt_status(
+        &self,
+        task_id: i64,
+        fence: ActivityFence<'_>,
+    ) -> Result<(bool, i64), Error> {
+        let attempt = match fenced_attempt(&self.conn, task_id, fence) {
+            Ok(attempt) => attempt,
+            Err(e) => return Err(run_closed_under(&self.conn, task_id, fence, e)?),
+        };
+        let wanted: bool = self
+            .conn
+            .prepare_cached("SELECT status = 'scheduled' FROM activities WHERE id = ?1")?
+            .query_row([attempt.activity], |r| r.get::<_, bool>(0))
+            .optional()?
+            .unwrap_or(false);
+        let expires: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT lease_expires_at_ms FROM dispatch_tasks WHERE id = ?1")?
+            .query_row([task_id], |r| r.get(0))?;
+        Ok((wanted, expires.unwrap_or(0)))
+    }
+}
+
 /// Whether the attempt's activity was cancelled by its workflow while the
 /// attempt ran (a selection member it no longer needs): then the attempt's
 /// task ends here, and its report is refused as `activity_cancelled`.
@@ -203,7 +232,10 @@ fn cancelled_by_workflow(
     let cancelled = result
         .flatten()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-        .is_some_and(|r| r["reason"] == "selection_operation_cancelled");
+        .is_some_and(|r| {
+            r["reason"] == "selection_operation_cancelled"
+                || r["reason"] == "workflow_cancellation_delivered"
+        });
     if cancelled {
         end_task(conn, task_id)?;
     }

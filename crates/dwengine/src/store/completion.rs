@@ -243,6 +243,10 @@ pub(crate) fn finish_run(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
     )?
     .execute(params![head.id.0, status.as_str(), now_ms()])?;
+    // Its cooperative cancellation request (if any) ends with it
+    // (`cancellation`: at most one row per open run).
+    conn.prepare_cached("DELETE FROM cancellation_requests WHERE run_id = ?1")?
+        .execute([head.id.0])?;
     // Its open streams end with it, so their readers reach the end.
     crate::store::streams::close_open_streams_of_run(conn, head.id, status)?;
     // A closed run has no work left for workers, and no deadlines.

@@ -34,6 +34,7 @@ pub mod activity_attempts;
 pub mod admission;
 pub mod archive;
 pub mod avro_value;
+pub mod cancellation;
 pub mod children;
 pub mod cohorts;
 pub mod command;

@@ -188,10 +188,17 @@ pub enum EventType {
     /// Command: a member of a resolved selection was cancelled before it
     /// reached a terminal state (`cancel_selection_operation`).
     SelectionOperationCancelled,
+    /// A client asked for cooperative cancellation of the run
+    /// (`request-cancellation`): the request stays pending until a worker
+    /// delivers it to workflow code at an authored call.
+    CooperativeCancellationRequested,
+    /// A worker delivered the pending cancellation request at the authored
+    /// call it names (`deliver-cancellation`).
+    CooperativeCancellationDelivered,
 }
 
 impl EventType {
-    const ALL: [EventType; 46] = [
+    const ALL: [EventType; 48] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -238,6 +245,8 @@ impl EventType {
         EventType::ServiceCallCancelled,
         EventType::SelectionResolved,
         EventType::SelectionOperationCancelled,
+        EventType::CooperativeCancellationRequested,
+        EventType::CooperativeCancellationDelivered,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -289,6 +298,8 @@ impl EventType {
             EventType::ServiceCallCancelled => "ServiceCallCancelled",
             EventType::SelectionResolved => "SelectionResolved",
             EventType::SelectionOperationCancelled => "SelectionOperationCancelled",
+            EventType::CooperativeCancellationRequested => "CooperativeCancellationRequested",
+            EventType::CooperativeCancellationDelivered => "CooperativeCancellationDelivered",
         }
     }
 

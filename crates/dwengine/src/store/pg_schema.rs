@@ -171,6 +171,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0035_update_validations",
         include_str!("migrations/postgres/0035_update_validations.sql"),
     ),
+    (
+        "0036_cancellation_requests",
+        include_str!("migrations/postgres/0036_cancellation_requests.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0033_held_signals.sql"),
     include_str!("migrations/0034_activity_cancelled.sql"),
     include_str!("migrations/0035_update_validations.sql"),
+    include_str!("migrations/0036_cancellation_requests.sql"),
 ];
 
 /// The schema version this engine writes.

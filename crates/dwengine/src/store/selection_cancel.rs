@@ -61,18 +61,35 @@ pub(crate) fn apply(
         .and_then(|b| b.parse().ok())
         .unwrap_or(base);
     for sequence in selection::open_leaves(conn, run, group_base, base, size)? {
-        stop_leaf(conn, run, sequence)?;
+        stop_leaf(conn, run, sequence, SELECTION_LOSER)?;
     }
     marker["cancelled_at"] = utc(now_ms()).into();
     Ok(Cancelled::Recorded(marker))
 }
 
+/// Why workflow code stopped an item: recorded on a cancelled activity's
+/// row (its late report is refused as `activity_cancelled`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StopReason {
+    /// The machine-readable reason.
+    pub reason: &'static str,
+    /// What happened.
+    pub message: &'static str,
+}
+
+const SELECTION_LOSER: StopReason = StopReason {
+    reason: "selection_operation_cancelled",
+    message: "cancelled by the workflow: a selection member it no longer needs",
+};
+
 /// Stops whatever item the run's command `sequence` created, if it is open.
-fn stop_leaf(conn: &Connection, run: RunId, sequence: i64) -> Result<(), Error> {
-    let reason = json!({
-        "message": "cancelled by the workflow: a selection member it no longer needs",
-        "reason": "selection_operation_cancelled",
-    });
+pub(crate) fn stop_leaf(
+    conn: &Connection,
+    run: RunId,
+    sequence: i64,
+    why: StopReason,
+) -> Result<(), Error> {
+    let reason = json!({ "message": why.message, "reason": why.reason });
     let activity: Option<i64> = conn
         .prepare_cached(
             "UPDATE activities SET status = 'cancelled', result = ?3 \
@@ -111,7 +128,7 @@ fn stop_leaf(conn: &Connection, run: RunId, sequence: i64) -> Result<(), Error> 
         let head = load_head(conn, RunId(child))?;
         if head.status == RunStatus::Running {
             let payload = json!({
-                "reason": "cancelled by its parent: a selection member the parent no longer needs",
+                "reason": format!("cancelled by its parent: {}", why.message),
                 "request_id": null,
                 "parent_run_id": run.0.to_string(),
             });

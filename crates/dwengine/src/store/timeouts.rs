@@ -125,6 +125,11 @@ impl Store {
         if deadline > now_ms() {
             return Ok(false);
         }
+        if kind.as_deref() == Some(crate::store::cancellation::CLEANUP_DEADLINE_KIND) {
+            let closed = crate::store::cancellation::expire_cleanup(&tx, run)?;
+            tx.commit()?;
+            return Ok(closed);
+        }
         let kind = kind.unwrap_or_else(|| "run".into());
         let seconds = if kind == "execution" {
             execution

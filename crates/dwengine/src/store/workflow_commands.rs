@@ -1285,6 +1285,26 @@ impl<'a> CommandWriter<'a> {
                 exception,
                 non_retryable,
             } => {
+                // The SDK ending the run because its delivered cooperative
+                // cancellation reached the top: the run is cancelled.
+                if let Some(request) = crate::store::cancellation::ends_as_cancelled(
+                    self.tx,
+                    self.head.id,
+                    exception_type.as_deref(),
+                )? {
+                    let payload = crate::store::cancellation::cancelled_payload(&request, message);
+                    let resumed = finish_run(
+                        self.tx,
+                        &self.head,
+                        RunStatus::Cancelled,
+                        EventType::WorkflowCancelled,
+                        &payload,
+                        None,
+                    )?;
+                    self.workflow_queues.extend(resumed);
+                    self.new_events += 1;
+                    return Ok(true);
+                }
                 let payload = json!({
                     "message": message,
                     "exception_type": exception_type,

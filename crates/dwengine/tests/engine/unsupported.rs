@@ -73,10 +73,11 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
     for missing in [
         "runtime_external_payload_transport",
         "query_task_authority",
-        "cooperative_cancellation",
     ] {
         assert_eq!(capabilities[missing], false, "{missing}");
     }
+    // Root cooperative cancellation is served (the `cancellation` tests).
+    assert_eq!(capabilities["cooperative_cancellation"], true);
     assert_eq!(capabilities["sticky_execution"]["supported"], true);
 }
 

@@ -89,6 +89,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
             "/api/worker/update-validation-tasks/{id}/reject",
             report(Engine::reject_update_validation),
         )
+        .route(
+            "/api/worker/workflow-tasks/{id}/deliver-cancellation",
+            report(Engine::deliver_cancellation),
+        )
         .route("/api/worker/activity-tasks/poll", post(poll_activity))
         .route(
             "/api/worker/activity-tasks/{id}/complete",
@@ -101,6 +105,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route(
             "/api/worker/activity-tasks/{id}/heartbeat",
             report(Engine::heartbeat_activity),
+        )
+        .route(
+            "/api/worker/activity-tasks/{id}/status",
+            report(Engine::activity_task_status),
         )
         .route("/api/worker/query-tasks/poll", post(poll_query))
         .route(

@@ -37,6 +37,12 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
     let message = targeted(StatusCode::ACCEPTED, |e, ns, t, b: MessageBody| {
         e.append_message_stream(ns, &t.workflow_id, &t.name, b)
     });
+    let request_cancellation = targeted(
+        StatusCode::OK,
+        |e, ns, t, b: crate::server::cancellation::RequestCancellationBody| {
+            e.request_cancellation(ns, &t.workflow_id, t.run_id.as_deref(), b)
+        },
+    );
     let archive = targeted(StatusCode::OK, |e, ns, t, b: StopBody| {
         e.archive(ns, &t.workflow_id, t.run_id.as_deref(), b)
     });
@@ -62,6 +68,14 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/workflows/{wf}/runs/{run}/query/{name}", query)
         .route("/api/workflows/{wf}/cancel", cancel.clone())
         .route("/api/workflows/{wf}/runs/{run}/cancel", cancel)
+        .route(
+            "/api/workflows/{wf}/request-cancellation",
+            request_cancellation.clone(),
+        )
+        .route(
+            "/api/workflows/{wf}/runs/{run}/request-cancellation",
+            request_cancellation,
+        )
         .route("/api/workflows/{wf}/terminate", terminate.clone())
         .route("/api/workflows/{wf}/runs/{run}/terminate", terminate)
         .route("/api/workflows/{wf}/archive", archive.clone())

@@ -1,0 +1,487 @@
+//! Cooperative cancellation (both SDKs' worker protocol 1.20 mode): a
+//! client's request stays pending on the run until a worker delivers it to
+//! workflow code at an authored call, and the workflow then runs its
+//! cleanup and ends as cancelled.
+//!
+//! - `request` records the run's one request (`cancellation_requests`, one
+//!   row per run, keyed by the run: a repeat answers the original request,
+//!   `duplicate`) with `CooperativeCancellationRequested`, queues a
+//!   workflow task, and arms the run's deadline at the cleanup deadline.
+//! - `deliver` (a worker holding the run's workflow task) checks the
+//!   authored call it names against the run's history, records
+//!   `CooperativeCancellationDelivered` and stops that call's open item (a
+//!   timer is cancelled, an activity is cancelled: its heartbeat answers
+//!   `cancel_requested`, a child run is cancelled, a wait is closed).
+//! - A `fail_workflow` whose exception is the SDKs' cancellation
+//!   (`WorkflowCancelled` in Python, `WorkflowCancellationRequested` in
+//!   Rust) after a delivery ends the run as `cancelled`; a run still open at
+//!   its cleanup deadline is closed as `cancelled` by the timeout sweep.
+//! - The row goes when the run closes (`completion::finish_run` deletes
+//!   it), so the table holds at most one row per open run.
+
+use crate::store::completion::finish_run;
+use crate::store::connection::Store;
+use crate::store::db::{params, Connection, OptionalExtension};
+use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
+use crate::store::error::Error;
+use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::rows::{append_event, load_head, now_ms, to_i64};
+use crate::store::tx::WriteTx;
+use serde_json::{json, Value};
+
+/// The deadline kind a run's `deadline_at_ms` carries while a cooperative
+/// cancellation's cleanup runs.
+pub const CLEANUP_DEADLINE_KIND: &str = "cancellation_cleanup";
+
+/// The authored call kinds a delivery may name (both SDKs' list).
+pub const CALL_KINDS: [&str; 9] = [
+    "activity",
+    "local_activity",
+    "timer",
+    "condition",
+    "signal",
+    "child",
+    "parallel",
+    "selection_handle",
+    "service_operation",
+];
+
+/// The exception types the SDKs fail a workflow with when cancellation was
+/// delivered and the workflow let it end the run.
+const CANCELLED_EXCEPTION_TYPES: [&str; 2] = ["WorkflowCancelled", "WorkflowCancellationRequested"];
+
+/// A run's cancellation request as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancellationRequest {
+    /// The server's identity of the request.
+    pub request_id: String,
+    /// Why, as the client said.
+    pub reason: Option<String>,
+    /// When it was first requested (Unix ms).
+    pub requested_at_ms: i64,
+    /// When cleanup must be over (Unix ms).
+    pub cleanup_deadline_at_ms: i64,
+    /// The authored call sequence it was delivered at, once delivered.
+    pub delivered_sequence: Option<i64>,
+}
+
+/// The authored call a worker delivers the request at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The request's identity (must be the run's).
+    pub request_id: String,
+    /// The call's first command sequence.
+    pub sequence: i64,
+    /// What kind of call ([`CALL_KINDS`]).
+    pub call_kind: String,
+    /// How many sequences the call spans (a `parallel` group: its members).
+    pub sequence_span: i64,
+    /// A selection handle's earlier authored operation.
+    pub operation_sequence: Option<i64>,
+    /// That operation's span.
+    pub operation_sequence_span: i64,
+}
+
+impl Delivery {
+    fn payload(&self, run: RunId) -> Value {
+        let mut payload = json!({
+            "workflow_command_id": self.request_id,
+            "workflow_run_id": run.0.to_string(),
+            "sequence": self.sequence,
+            "call_kind": self.call_kind,
+            "sequence_span": self.sequence_span,
+        });
+        if let Some(operation) = self.operation_sequence {
+            payload["operation_sequence"] = operation.into();
+            payload["operation_sequence_span"] = self.operation_sequence_span.into();
+        }
+        payload
+    }
+
+    /// The command sequences whose items the delivery interrupts.
+    fn interrupted(&self) -> std::ops::Range<i64> {
+        match self.operation_sequence {
+            Some(base) => base..base.saturating_add(self.operation_sequence_span),
+            None => self.sequence..self.sequence.saturating_add(self.sequence_span),
+        }
+    }
+}
+
+/// Why a delivery was refused (a `409` naming it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The machine-readable reason.
+    pub reason: &'static str,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+impl Store {
+    /// Records a cooperative cancellation request on running `run` (or
+    /// answers the one it has: `true` = duplicate).
+    pub fn request_cancellation(
+        &self,
+        run: RunId,
+        reason: Option<&str>,
+        cleanup_timeout_seconds: u64,
+    ) -> Result<(CancellationRequest, bool), Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let head = load_head(&tx, run)?;
+        if head.status != RunStatus::Running {
+            return Err(Error::RunNotActive {
+                run,
+                status: head.status,
+            });
+        }
+        if let Some(existing) = load(&tx, run)? {
+            return Ok((existing, true));
+        }
+        let now = now_ms();
+        let deadline = now.saturating_add(to_i64(cleanup_timeout_seconds.saturating_mul(1000)));
+        let request = CancellationRequest {
+            request_id: format!("{}-cancellation-{now}", run.0),
+            reason: reason.map(str::to_owned),
+            requested_at_ms: now,
+            cleanup_deadline_at_ms: deadline,
+            delivered_sequence: None,
+        };
+        tx.prepare_cached(
+            "INSERT INTO cancellation_requests (run_id, request_id, reason, requested_at_ms, \
+             cleanup_deadline_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            run.0,
+            request.request_id,
+            request.reason,
+            now,
+            deadline
+        ])?;
+        let mut payload = json!({
+            "workflow_command_id": request.request_id,
+            "workflow_run_id": run.0.to_string(),
+            "requested_at": rfc3339(now),
+            "cleanup_deadline_at": rfc3339(deadline),
+        });
+        if let Some(reason) = &request.reason {
+            payload["reason"] = reason.clone().into();
+        }
+        append_event(
+            &tx,
+            run,
+            EventType::CooperativeCancellationRequested,
+            &payload,
+            false,
+        )?;
+        // The run closes at the cleanup deadline if its workflow has not
+        // ended by then (an earlier run deadline still wins).
+        tx.prepare_cached(
+            "UPDATE runs SET deadline_at_ms = ?2, deadline_kind = ?3 WHERE id = ?1 \
+             AND (deadline_at_ms IS NULL OR deadline_at_ms > ?2)",
+        )?
+        .execute(params![run.0, deadline, CLEANUP_DEADLINE_KIND])?;
+        enqueue_workflow(&tx, run)?;
+        tx.commit()?;
+        Ok((request, false))
+    }
+
+    /// The run's request while it waits for delivery (none once delivered
+    /// or when the run has none).
+    pub fn pending_cancellation(&self, run: RunId) -> Result<Option<CancellationRequest>, Error> {
+        Ok(load(&self.conn, run)?.filter(|r| r.delivered_sequence.is_none()))
+    }
+
+    /// Delivers the run's pending request at the authored call `delivery`
+    /// names, for the worker holding workflow task `task_id`. `Ok(Err)` is
+    /// a refusal: nothing was written.
+    pub fn deliver_cancellation(
+        &self,
+        task_id: i64,
+        lease_owner: &str,
+        attempt: u64,
+        delivery: &Delivery,
+    ) -> Result<Result<RunId, Refusal>, Error> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let row = leased_to(
+            &tx,
+            task_id,
+            TaskKind::Workflow,
+            "workflow task",
+            lease_owner,
+        )?;
+        if row.attempt != attempt {
+            return Err(Error::StaleTask {
+                task: task_id,
+                reason: "workflow_task_attempt_mismatch",
+            });
+        }
+        let run = row.run;
+        let Some(request) = load(&tx, run)? else {
+            return Ok(Err(Refusal {
+                reason: "cancellation_not_requested",
+                message: "the run has no cooperative cancellation request".into(),
+            }));
+        };
+        if request.request_id != delivery.request_id {
+            return Ok(Err(Refusal {
+                reason: "cancellation_request_mismatch",
+                message: format!(
+                    "request_id {:?} is not the run's request ({:?})",
+                    delivery.request_id, request.request_id
+                ),
+            }));
+        }
+        if let Some(sequence) = request.delivered_sequence {
+            // A retry of the same delivery converges; another is refused.
+            let recorded = delivered_payload(&tx, run)?;
+            if recorded.as_ref() == Some(&delivery.payload(run)) {
+                return Ok(Ok(run));
+            }
+            return Ok(Err(Refusal {
+                reason: "cancellation_already_delivered",
+                message: format!("the request was already delivered at sequence {sequence}"),
+            }));
+        }
+        if let Err(refusal) = check_authored(&tx, run, delivery)? {
+            return Ok(Err(refusal));
+        }
+        append_event(
+            &tx,
+            run,
+            EventType::CooperativeCancellationDelivered,
+            &delivery.payload(run),
+            false,
+        )?;
+        tx.prepare_cached(
+            "UPDATE cancellation_requests SET delivered_sequence = ?2 WHERE run_id = ?1",
+        )?
+        .execute(params![run.0, delivery.sequence])?;
+        for sequence in delivery.interrupted() {
+            crate::store::selection_cancel::stop_leaf(&tx, run, sequence, STOPPED)?;
+        }
+        tx.commit()?;
+        Ok(Ok(run))
+    }
+}
+
+/// Why a delivered cancellation stopped an authored call's item.
+const STOPPED: crate::store::selection_cancel::StopReason =
+    crate::store::selection_cancel::StopReason {
+        reason: "workflow_cancellation_delivered",
+        message: "cancelled: the workflow's cancellation was delivered at this call",
+    };
+
+fn load(conn: &Connection, run: RunId) -> Result<Option<CancellationRequest>, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT request_id, reason, requested_at_ms, cleanup_deadline_at_ms, \
+             delivered_sequence FROM cancellation_requests WHERE run_id = ?1",
+        )?
+        .query_row([run.0], |r| {
+            Ok(CancellationRequest {
+                request_id: r.get(0)?,
+                reason: r.get(1)?,
+                requested_at_ms: r.get(2)?,
+                cleanup_deadline_at_ms: r.get(3)?,
+                delivered_sequence: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+fn delivered_payload(conn: &Connection, run: RunId) -> Result<Option<Value>, Error> {
+    let text: Option<String> = conn
+        .prepare_cached(
+            "SELECT payload FROM history_events WHERE run_id = ?1 AND event_type = ?2 \
+             ORDER BY sequence DESC LIMIT 1",
+        )?
+        .query_row(
+            params![run.0, EventType::CooperativeCancellationDelivered.as_str()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+/// The events that record an authored call of each kind, and those that
+/// resolve it.
+fn call_events(kind: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match kind {
+        "activity" => (
+            &["ActivityScheduled"],
+            &["ActivityCompleted", "ActivityFailed", "ActivityTimedOut"],
+        ),
+        "timer" => (
+            &["TimerScheduled", "TimerStarted"],
+            &["TimerFired", "TimerCancelled"],
+        ),
+        "condition" => (&["ConditionWaitOpened"], &["ConditionWaitSatisfied"]),
+        "signal" => (&["SignalWaitOpened"], &["SignalApplied"]),
+        "child" => (
+            &["ChildWorkflowScheduled", "ChildRunStarted"],
+            &[
+                "ChildRunCompleted",
+                "ChildRunFailed",
+                "ChildRunCancelled",
+                "ChildRunTerminated",
+            ],
+        ),
+        "service_operation" => (
+            &["ServiceCallStarted"],
+            &[
+                "ServiceCallCompleted",
+                "ServiceCallFailed",
+                "ServiceCallCancelled",
+            ],
+        ),
+        // A group or a selection handle: any scheduling command of a
+        // member, resolved member by member.
+        _ => (
+            &[
+                "ActivityScheduled",
+                "TimerScheduled",
+                "TimerStarted",
+                "ConditionWaitOpened",
+                "SignalWaitOpened",
+                "ChildWorkflowScheduled",
+                "ServiceCallStarted",
+            ],
+            &[
+                "ActivityCompleted",
+                "ActivityFailed",
+                "ActivityTimedOut",
+                "TimerFired",
+                "TimerCancelled",
+                "ConditionWaitSatisfied",
+                "SignalApplied",
+                "ChildRunCompleted",
+                "ChildRunFailed",
+                "ChildRunCancelled",
+                "ChildRunTerminated",
+                "ServiceCallCompleted",
+                "ServiceCallFailed",
+                "ServiceCallCancelled",
+            ],
+        ),
+    }
+}
+
+/// Whether the delivery names an authored call the run recorded and that
+/// has not resolved: the call the workflow is blocked on.
+fn check_authored(
+    conn: &Connection,
+    run: RunId,
+    delivery: &Delivery,
+) -> Result<Result<(), Refusal>, Error> {
+    if delivery.call_kind == "local_activity" {
+        // A local activity runs inside the workflow task: nothing of it is
+        // open on the server, so there is nothing to check or stop.
+        return Ok(Ok(()));
+    }
+    let (opened_by, resolved_by) = call_events(&delivery.call_kind);
+    let range = delivery.interrupted();
+    let mut opened = false;
+    let mut resolved = 0_i64;
+    let mut statement = conn.prepare_cached(
+        "SELECT event_type FROM history_events WHERE run_id = ?1 \
+         AND CAST(json_extract(payload, '$.sequence') AS BIGINT) >= ?2 \
+         AND CAST(json_extract(payload, '$.sequence') AS BIGINT) < ?3",
+    )?;
+    let kinds = statement
+        .query_map(params![run.0, range.start, range.end], |r| {
+            r.get::<_, String>(0)
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for kind in &kinds {
+        if opened_by.contains(&kind.as_str()) {
+            opened = true;
+        }
+        if resolved_by.contains(&kind.as_str()) {
+            resolved += 1;
+        }
+    }
+    if !opened {
+        return Ok(Err(Refusal {
+            reason: "cancellation_call_not_recorded",
+            message: format!(
+                "no {} call is recorded at sequence {} (span {}): deliver at the authored call \
+                 the workflow is waiting on",
+                delivery.call_kind, range.start, delivery.sequence_span
+            ),
+        }));
+    }
+    let span = range.end.saturating_sub(range.start);
+    if resolved >= span {
+        return Ok(Err(Refusal {
+            reason: "cancellation_call_resolved",
+            message: format!(
+                "the {} call at sequence {} already resolved; replay its result instead",
+                delivery.call_kind, range.start
+            ),
+        }));
+    }
+    Ok(Ok(()))
+}
+
+/// The delivered request of `run` when a `fail_workflow` of
+/// `exception_type` is the SDK ending the run because of it.
+pub(crate) fn ends_as_cancelled(
+    conn: &Connection,
+    run: RunId,
+    exception_type: Option<&str>,
+) -> Result<Option<CancellationRequest>, Error> {
+    if !exception_type.is_some_and(|t| CANCELLED_EXCEPTION_TYPES.contains(&t)) {
+        return Ok(None);
+    }
+    Ok(load(conn, run)?.filter(|r| r.delivered_sequence.is_some()))
+}
+
+/// The `WorkflowCancelled` payload of a run its cooperative request ended.
+pub(crate) fn cancelled_payload(request: &CancellationRequest, message: &str) -> Value {
+    json!({
+        "reason": request.reason,
+        "request_id": request.request_id,
+        "cancellation_request_id": request.request_id,
+        "message": message,
+        "closed_reason": "cancelled",
+    })
+}
+
+/// Closes running `run` as cancelled because its cooperative request's
+/// cleanup deadline passed (the timeout sweep, with the run's write lock).
+pub(crate) fn expire_cleanup(conn: &Connection, run: RunId) -> Result<bool, Error> {
+    let head = load_head(conn, run)?;
+    if head.status != RunStatus::Running {
+        return Ok(false);
+    }
+    let Some(request) = load(conn, run)? else {
+        return Ok(false);
+    };
+    let payload = cancelled_payload(&request, "the cancellation's cleanup deadline passed");
+    let mut payload = payload;
+    payload["cleanup_deadline_expired"] = true.into();
+    finish_run(
+        conn,
+        &head,
+        RunStatus::Cancelled,
+        EventType::WorkflowCancelled,
+        &payload,
+        None,
+    )?;
+    Ok(true)
+}
+
+/// Unix milliseconds as RFC 3339 UTC with microseconds, the form the wire
+/// gives every timestamp (so an observation and its event name the same
+/// instant in the same text).
+fn rfc3339(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let rem = secs.rem_euclid(86_400);
+    let (year, month, day) = crate::schedule_spec::civil_from_days(secs.div_euclid(86_400));
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        unix_ms.rem_euclid(1000) * 1000
+    )
+}
