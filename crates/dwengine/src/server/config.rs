@@ -1100,6 +1100,31 @@ mod tests {
     }
 
     #[test]
+    fn a_database_url_that_is_not_a_usable_postgres_url_is_refused_naming_it() {
+        let config = configured(&[("DW_DATABASE_URL", "postgres://dw:pw@db:5432/dw")]).unwrap();
+        assert_eq!(
+            config.database_url.as_deref(),
+            Some("postgres://dw:pw@db:5432/dw")
+        );
+        assert_eq!(config.database, None, "no SQLite file beside PostgreSQL");
+        for (url, says) in [
+            (
+                "mysql://dw@db/dw",
+                "not a PostgreSQL URL: expected postgres://",
+            ),
+            (
+                "/var/lib/dw.sqlite",
+                "leave DW_DATABASE_URL unset for the SQLite file",
+            ),
+            ("postgres://dw@db:port/dw", "not a usable PostgreSQL URL"),
+        ] {
+            let err = configured(&[("DW_DATABASE_URL", url)]).unwrap_err();
+            assert_eq!(err.invalid_names(), ["DW_DATABASE_URL"], "{err}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
+
+    #[test]
     fn database_timeouts_are_read_and_checked_naming_each_setting() {
         use crate::store::db::PostgresSettings;
         let config = configured(&[]).unwrap();

@@ -23,8 +23,12 @@ pub enum Error {
     /// [`Error::Database`]).
     #[error("migrating the database: {0}")]
     Migration(String),
-    /// The file was migrated by a newer engine.
-    #[error("database schema version {found} is newer than this engine's {supported}")]
+    /// The file (or PostgreSQL database) was migrated by a newer engine.
+    #[error(
+        "the database's schema is at version {found}, newer than this dwserver knows \
+         ({supported}): a newer dwserver migrated it; run that release or a later one against it \
+         (this one refuses to write rows a newer schema may read differently)"
+    )]
     SchemaTooNew {
         /// The file's version.
         found: i64,

@@ -9,6 +9,10 @@
 //! without a restart. conformance/db-outage does the same to a real server
 //! (`pg_ctl stop`) under the Python SDK's load.
 //!
+//! A node also refuses to start, with a clear error, on a database it
+//! cannot use: one that does not answer (refused, or hung past the
+//! connect timeout) and one a newer dwserver migrated.
+//!
 //! The relay can also hang: it accepts and reads, and forwards nothing
 //! until released, which is what a node sees when the server freezes
 //! (SIGSTOP, a stalled host) or the network drops packets (TCP delivers
@@ -522,5 +526,91 @@ fn a_writer_waiting_on_a_hung_database_refuses_new_writes_unrun() {
             (found("before"), found("after"), found("refused")),
             (1, 1, 0)
         );
+    }
+}
+
+/// The error a node's start ends with on `url`, a store of `tweak`'s
+/// configuration.
+#[cfg(dw_test_postgres)]
+fn start_error(
+    url: &str,
+    tweak: impl FnOnce(&mut dwengine::server::ServerConfig),
+) -> dwengine::server::StartError {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config(dir.path());
+    config.database_url = Some(url.to_owned());
+    tweak(&mut config);
+    match dwengine::server::Engine::with_cache(config, memory_cache()) {
+        Ok(_) => panic!("a node started on {url}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_node_refuses_to_start_on_a_database_it_cannot_reach_naming_the_url_without_its_password() {
+    #[cfg(dw_test_postgres)]
+    {
+        // Nothing listens: refused.
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let error =
+            start_error(&format!("postgres://dw:s3cret@127.0.0.1:{port}/dw"), |_| {}).to_string();
+        assert!(
+            error.starts_with(&format!(
+                "the PostgreSQL database of DW_DATABASE_URL (postgres://dw:***@127.0.0.1:{port}/dw) cannot be opened: "
+            )),
+            "{error}"
+        );
+        assert!(!error.contains("s3cret"), "{error}");
+        // A server that accepts and never answers: the start gives up
+        // after the connect timeout rather than waiting for ever.
+        let (_, through_relay, relay) = url_behind_a_relay();
+        relay.hang();
+        let error = start_error(&through_relay, short_timeouts).to_string();
+        assert!(
+            error.contains("cannot be opened: ") && error.contains("no session within 2.0 s"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_node_refuses_to_start_on_a_schema_a_newer_dwserver_migrated() {
+    #[cfg(dw_test_postgres)]
+    {
+        let url = crate::common::postgres_schema_url();
+        let mut newer = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        dwengine::store::pg_schema::migrate(&mut newer).unwrap();
+        let version = dwengine::store::pg_schema::SCHEMA_VERSION + 1;
+        newer
+            .execute(
+                "INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES ($1, 'from_a_newer_release', 0)",
+                &[&version],
+            )
+            .unwrap();
+        let error = start_error(&url, |_| {}).to_string();
+        assert!(
+            error.contains(&format!(
+                "cannot be opened: the database's schema is at version {version}, newer than this dwserver knows ({})",
+                dwengine::store::pg_schema::SCHEMA_VERSION
+            )) && error.contains("run that release or a later one"),
+            "{error}"
+        );
+        // Refused before anything was written: the newer rows are as they were.
+        let recorded: i64 = newer
+            .query_one("SELECT MAX(version) FROM schema_migrations", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(recorded, version);
     }
 }
