@@ -70,10 +70,7 @@ fn discovery_advertises_exactly_the_implemented_commands_and_no_missing_capabili
     }
     assert_eq!(capabilities["child_workflows"], true);
     assert_eq!(capabilities["workflow_memo_updates"]["supported"], true);
-    for missing in [
-        "runtime_external_payload_transport",
-        "query_task_authority",
-    ] {
+    for missing in ["runtime_external_payload_transport", "query_task_authority"] {
         assert_eq!(capabilities[missing], false, "{missing}");
     }
     // Root cooperative cancellation is served (the `cancellation` tests).
