@@ -2,7 +2,7 @@
 Python SDK drives a dwserver node whose store is a PostgreSQL cluster this
 script makes, stops and restarts.
 
-Usage: python db_outage.py DWSERVER_BINARY PG_BINDIR [OUTAGE_SECONDS]
+Usage: python db_outage.py DWSERVER_BINARY PG_BINDIR [OUTAGE_SECONDS [FREEZE_SECONDS]]
 
 PG_BINDIR holds initdb, pg_ctl and psql (Debian: /usr/lib/postgresql/N/bin).
 The script makes a cluster of its own in a temporary directory on a free
@@ -21,8 +21,19 @@ checks, every half second, that the node:
 - refuses a start with 503 `database_unavailable`, `retryable: true` and
   a `Retry-After` header, not a 500 and not a hang.
 
-Once PostgreSQL is back, `/api/ready` must answer 200 within 60 s, and
-then crash.py's checks hold: every acknowledged start, signal and update
+Once PostgreSQL is back, `/api/ready` must answer 200 within 60 s.
+
+Then PostgreSQL hangs instead of stopping: five seconds after the restart
+every process of the cluster is frozen with SIGSTOP for FREEZE_SECONDS (10;
+0 skips it), which is what a node sees of a stalled host: connections are
+accepted by the kernel and nothing answers, no session closes. The node
+runs with second-long database timeouts (`DW_DATABASE_*_TIMEOUT_MS`, call
+deadline 4 s). While frozen, every probe must be answered within 30 s (no
+hang), every start refused with 503 `database_unavailable`, and
+`/api/ready` must answer 503 at least once. After SIGCONT, `/api/ready`
+must answer 200 within 60 s again, and the load goes on for five seconds.
+
+At the end crash.py's checks hold: every acknowledged start, signal and update
 is in its history, no activity completed twice, no run is stuck, and every
 counter equals its rows. The node's log must hold no panic.
 
@@ -84,6 +95,43 @@ class Postgres:
     def stop(self) -> None:
         self.run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
 
+    def processes(self) -> list[int]:
+        """The postmaster and its children (the backends, the helpers)."""
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # pid (comm) state ppid …: comm may hold spaces.
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == postmaster:
+                children.append(int(entry))
+        return [postmaster, *children]
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster (no new backends), then its children."""
+        postmaster, *_ = self.processes()
+        os.kill(postmaster, signal.SIGSTOP)
+        for pid in self.processes()[1:]:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
+    def thaw(self) -> None:
+        postmaster, *children = self.processes()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        os.kill(postmaster, signal.SIGCONT)
+
     def url(self, database: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
 
@@ -116,7 +164,46 @@ async def probe_outage(base: str, observed: dict) -> list[str]:
     return failures
 
 
-async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
+async def probe_freeze(base: str, observed: dict) -> list[str]:
+    """One look at the node while its database hangs: what is wrong."""
+    failures = []
+    async with httpx.AsyncClient(base_url=base, timeout=30.0) as http:
+        try:
+            await http.get("/api/health")
+            ready = await http.get("/api/ready")
+            if ready.status_code == 503 and ready.json().get("checks", {}).get("store") == "unavailable":
+                observed["frozen_not_ready"] += 1
+            elif ready.status_code != 503:
+                observed["frozen_ready"] += 1
+            start = await http.post("/api/workflows", json={
+                "workflow_id": f"freeze-probe-{uuid.uuid4().hex[:8]}", "workflow_type": "crash_order",
+                "task_queue": "outage-probe", "input": {"codec": "json", "blob": "[\"x\"]"},
+            })
+            body = start.json()
+            if (start.status_code != 503 or body.get("reason") != "database_unavailable"
+                    or body.get("retryable") is not True):
+                failures.append(f"a start while the database hangs: {start.status_code} {start.text}")
+            observed["frozen_starts_refused"] += 1
+        except httpx.TimeoutException as e:
+            failures.append(f"the node did not answer within 30 s while the database hung: {e!r}")
+    return failures
+
+
+async def wait_ready(base: str, since: float, failures: list[str], what: str) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=5.0) as http:
+        while True:
+            try:
+                if (await http.get("/api/ready")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - since > 60:
+                failures.append(f"/api/ready did not answer 200 within 60 s of {what}")
+                return
+            await asyncio.sleep(0.1)
+
+
+async def main(dwserver: str, bindir: str, outage_seconds: float, freeze_seconds: float) -> int:
     work = tempfile.mkdtemp(prefix="dw-db-outage-")
     pg = Postgres(bindir, work)
     pg.start()
@@ -132,6 +219,9 @@ async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
         env.update({
             "DW_AUTH": "none", "DW_SERVER_ID": "outage-node", "DW_BIND": f"127.0.0.1:{port}",
             "DW_DATABASE_URL": database_url, "DW_POLLING_CACHE_PATH": os.path.join(work, "waits"),
+            # Second-long timeouts, so the freeze is seen within the phase.
+            "DW_DATABASE_CONNECT_TIMEOUT_MS": "2000", "DW_DATABASE_STATEMENT_TIMEOUT_MS": "2000",
+            "DW_DATABASE_LOCK_TIMEOUT_MS": "1000", "DW_DATABASE_CALL_TIMEOUT_MS": "4000",
         })
         with open(log_path, "ab") as log:
             node = subprocess.Popen([dwserver], env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -154,7 +244,8 @@ async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
         acked: dict = {}
         stop = asyncio.Event()
         failures: list[str] = []
-        observed = {"health": 0, "ready": 0, "starts_refused": 0}
+        observed = {"health": 0, "ready": 0, "starts_refused": 0, "frozen_not_ready": 0,
+                    "frozen_ready": 0, "frozen_starts_refused": 0}
         timings: dict[str, float] = {}
 
         async def outage() -> None:
@@ -171,19 +262,27 @@ async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
             await asyncio.to_thread(pg.start)
             back = time.monotonic()
             print(f"  PostgreSQL started again after {back - down:.1f} s", flush=True)
-            async with httpx.AsyncClient(base_url=base, timeout=5.0) as http:
-                while True:
-                    try:
-                        if (await http.get("/api/ready")).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() - back > 60:
-                        failures.append("/api/ready did not answer 200 within 60 s of the restart")
-                        break
-                    await asyncio.sleep(0.1)
+            await wait_ready(base, back, failures, "the restart")
             timings["ready_after_restart"] = time.monotonic() - back
             await asyncio.sleep(5)
+            if freeze_seconds > 0:
+                await asyncio.to_thread(pg.freeze)
+                frozen = time.monotonic()
+                print(f"  PostgreSQL frozen (SIGSTOP; {len(ids)} workflows started so far)", flush=True)
+                try:
+                    while time.monotonic() - frozen < freeze_seconds:
+                        if node.poll() is not None:
+                            failures.append(f"dwserver exited while the database hung ({node.returncode})")
+                            break
+                        failures.extend(await probe_freeze(base, observed))
+                        await asyncio.sleep(0.5)
+                finally:
+                    await asyncio.to_thread(pg.thaw)
+                thawed = time.monotonic()
+                print(f"  PostgreSQL thawed (SIGCONT) after {thawed - frozen:.1f} s", flush=True)
+                await wait_ready(base, thawed, failures, "the thaw")
+                timings["ready_after_thaw"] = time.monotonic() - thawed
+                await asyncio.sleep(5)
             stop.set()
 
         await asyncio.gather(
@@ -195,6 +294,15 @@ async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
               f"{observed['starts_refused']} start probes answered 503", flush=True)
         if observed["starts_refused"] == 0:
             failures.append("no probe ran while the database was down")
+        if freeze_seconds > 0:
+            print(f"  ready {timings.get('ready_after_thaw', float('nan')):.2f} s after the thaw; "
+                  f"while frozen: {observed['frozen_starts_refused']} start probes answered 503, "
+                  f"/api/ready 503 {observed['frozen_not_ready']} times, 200 {observed['frozen_ready']} times",
+                  flush=True)
+            if observed["frozen_starts_refused"] == 0:
+                failures.append("no probe ran while the database hung")
+            if observed["frozen_not_ready"] == 0:
+                failures.append("/api/ready never answered 503 while the database hung")
         if running.done():
             failures.append(f"the worker stopped: {running.exception()!r}")
         failures += await check_runs(client, ids, acked)
@@ -226,6 +334,10 @@ async def main(dwserver: str, bindir: str, outage_seconds: float) -> int:
             except subprocess.TimeoutExpired:
                 node.kill()
         try:
+            pg.thaw()
+        except (OSError, ValueError):
+            pass
+        try:
             pg.stop()
         except subprocess.CalledProcessError:
             pass
@@ -236,4 +348,5 @@ if __name__ == "__main__":
     # A CI timeout's SIGTERM still stops the node and the cluster (finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 10.0
-    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2], seconds)))
+    freeze = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
+    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2], seconds, freeze)))
