@@ -832,6 +832,52 @@ class Suite:
         assert result == ["m-1", ["m-2", 2], ["m-3", 3]], result
         return f"run {handle.run_id} read m-1 and continued; run {successor} started at cursor 1 and read m-2, m-3"
 
+    async def message_stream_carried_before_wait(self) -> str:
+        wid = new_id("inbox-carry")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_carry", task_queue=QUEUE, workflow_id=wid, input=[[]]
+        )
+
+        async def history_of(run_id):
+            return (await self.client.get_history(wid, run_id, page_size=1000))["events"]
+
+        async def waiting_after(position):
+            described = await self.describe_raw(wid)
+            events = await history_of(described["run_id"])
+            return any(e["event_type"] == "ConditionWaitOpened"
+                       and e["payload"].get("condition_key") == f"message-stream:orders:{position}"
+                       for e in events) and described["run_id"]
+
+        async def opened(key):
+            return any(e["event_type"] == "ConditionWaitOpened" and e["payload"].get("condition_key") == key
+                       for e in await history_of(handle.run_id))
+
+        await self.wait_for("the first run to wait on its stream", lambda: waiting_after(0))
+        await handle.append_message("orders", "m-1", [1])
+        # The first run read m-1 and waits for `carry`: m-2 and m-3 stay
+        # unread, and continue-as-new carries them into the next run.
+        await self.wait_for("the first run to wait for carry", lambda: opened("carry"))
+        await handle.append_message("orders", "m-2", [2])
+        await handle.append_message("orders", "m-3", [3])
+        current = self.client.get_workflow_handle(wid)
+        await self.client.signal_workflow(wid, "carry", request_id=f"{wid}-carry")
+        successor = await self.wait_for("the successor to wait after position 3", lambda: waiting_after(3))
+        assert successor != handle.run_id, (successor, handle.run_id)
+        # Its next task replays the carried deliveries it read without waiting.
+        await current.append_message("orders", "m-4", [4])
+
+        async def settled():
+            described = await self.describe_raw(wid)
+            failed = [e["payload"].get("message") for e in await history_of(successor)
+                      if e["event_type"] == "WorkflowTaskFailed"]
+            return (failed or None) if described["status_bucket"] == "running" else ["closed"]
+
+        outcome = await self.wait_for("the successor to close or fail a task", settled, timeout=60)
+        assert outcome == ["closed"], f"the successor's replay failed: {outcome}"
+        result = await self.client.get_result(current, timeout=60)
+        assert result == ["m-1", "m-2", "m-3", "m-4"], result
+        return f"run {successor} read the carried m-2, m-3 and replayed them after m-4"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -1059,6 +1105,7 @@ class Suite:
         "memo_upserts",
         "message_stream",
         "message_stream_continue_as_new",
+        "message_stream_carried_before_wait",
         "sticky_execution",
         "worker_session",
         "durable_selection",

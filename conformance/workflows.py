@@ -417,6 +417,32 @@ class InboxChain:
         return seen
 
 
+@workflow.defn(name="inbox_carry")
+class InboxCarry:
+    """Reads one message, then continues as new on the signal `carry` with
+    more messages queued; the next run reads the carried messages before it
+    ever waits, then waits for one more, so its replay meets deliveries
+    recorded at its start."""
+
+    def __init__(self) -> None:
+        self.carry = False
+
+    @workflow.signal("carry")
+    def carry_on(self) -> None:
+        self.carry = True
+
+    def run(self, ctx, seen):
+        stream = ctx.message_stream("orders")
+        if not seen:
+            first = yield from stream.receive_one()
+            yield ctx.wait_condition(lambda: self.carry, key="carry")
+            return ctx.continue_as_new([first.message_id])
+        while len(seen) < 4:
+            batch = yield from stream.receive(10)
+            seen = [*seen, *(m.message_id for m in batch)]
+        return seen
+
+
 @workflow.defn(name="nexus_caller")
 class NexusCaller:
     """Calls the catalogued conformance/greetings/greet operation (bound to
@@ -535,5 +561,5 @@ class SignalDuringTask:
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, NexusCaller, Selector, SignalDuringTask]
+             InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

@@ -255,7 +255,18 @@ fn store_message(
             "received_at_ms": now_ms(),
         }),
     };
-    if intake.pending == Pending::Signal && workflow_task_leased(conn, run)? {
+    if intake.pending == Pending::Signal
+        && crate::store::message_streams::defer_behind_carried(
+            conn,
+            run,
+            id,
+            &request.name,
+            &event,
+        )?
+    {
+        // A message for a continued run whose carried messages are not
+        // delivered yet follows them (see release_carried).
+    } else if intake.pending == Pending::Signal && workflow_task_leased(conn, run)? {
         // The worker is running a task of this run: its completion's
         // events come first in history, then this signal's (see
         // [`release_held_signals`]). The row is stored and counted now.
@@ -312,8 +323,11 @@ pub(crate) fn release_held_signals(
 ) -> Result<u64, Error> {
     let held: Vec<(i64, String, String, String)> = conn
         .prepare_cached(
+            // Messages carried into a continued run are held past its
+            // first lease (crate::store::message_streams::release_carried).
             "SELECT id, name, payload, held_event FROM signals \
-             WHERE run_id = ?1 AND held_event IS NOT NULL ORDER BY id",
+             WHERE run_id = ?1 AND held_event IS NOT NULL \
+             AND json_extract(held_event, '$.message_stream_deferred') IS NULL ORDER BY id",
         )?
         .query_map([run.0], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))

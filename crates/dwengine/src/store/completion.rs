@@ -238,6 +238,7 @@ pub(crate) fn finish_run(
 ) -> Result<Option<String>, Error> {
     // Signals held for a task in flight are history before the run's end.
     crate::store::admission::release_held_signals(conn, head.id)?;
+    crate::store::message_streams::release_carried(conn, head.id)?;
     append_event(conn, head.id, event, payload, false)?;
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",

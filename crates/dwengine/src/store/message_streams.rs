@@ -228,8 +228,10 @@ pub fn checkpoint(stream_name: &str, through_position: i64) -> Result<Value, Err
 /// in the continue-as-new transaction: for each stream, the cursor
 /// (`message_stream_cursors` row and the SDKs' checkpoint as a
 /// `SignalReceived` event) and every message past it, delivered again as a
-/// signal of the new run with its position and id; new appends continue
-/// after the highest position. Returns how many events it wrote.
+/// signal of the new run with its position and id (its `SignalReceived`
+/// held until the new run's first workflow task completes: see
+/// [`release_carried`]); new appends continue after the highest position.
+/// Returns how many events it wrote.
 pub(crate) fn carry(conn: &Connection, closing: RunId, next: RunId) -> Result<u64, Error> {
     let streams: Vec<(String, i64)> = conn
         .prepare_cached(
@@ -298,10 +300,73 @@ pub(crate) fn carry(conn: &Connection, closing: RunId, next: RunId) -> Result<u6
                 "payload_codec": codec_of(&value),
                 "request_id": null,
                 "received_at_ms": now_ms(),
+                "message_stream_deferred": true,
             });
-            append_event(conn, next, EventType::SignalReceived, &event, false)?;
-            events += 1;
+            // Held past the new run's first workflow task ([`release_carried`]).
+            conn.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
+                .execute(params![signal, serde_json::to_string(&event)?])?;
         }
     }
     Ok(events)
+}
+
+/// Whether signal `signal` of `run`, just admitted with `event`, is a
+/// message of a run whose carried messages are still held: then it is held
+/// with them (same marker) and released after them, in position order, so
+/// no delivery shows it before the messages it follows. Otherwise nothing
+/// is written and the caller records the signal as usual.
+pub(crate) fn defer_behind_carried(
+    conn: &Connection,
+    run: RunId,
+    signal: i64,
+    name: &str,
+    event: &Value,
+) -> Result<bool, Error> {
+    if name != MESSAGE_STREAM_SIGNAL {
+        return Ok(false);
+    }
+    let carrying: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE run_id = ?1 AND held_event IS NOT NULL \
+             AND json_extract(held_event, '$.message_stream_deferred') IS NOT NULL)",
+        )?
+        .query_row([run.0], |r| r.get(0))?;
+    if carrying {
+        let mut event = event.clone();
+        event["message_stream_deferred"] = true.into();
+        conn.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
+            .execute(params![signal, serde_json::to_string(&event)?])?;
+    }
+    Ok(carrying)
+}
+
+/// Writes the `SignalReceived` events of the messages [`carry`] brought
+/// into `run`, oldest first, once a workflow task of `run` has completed
+/// (after its events and its held signals) or as `run` closes, and hands
+/// each to an open signal wait of its name. Until then they are rows
+/// without events, counted as pending: no delivery shows them, and the
+/// first task's completion, seeing them unprocessed, queues the task that
+/// delivers them. So the continued run reads a carried message only by
+/// waiting for it: the Python SDK replays a delivery recorded before the
+/// run's first wait at that wait, and a run that read carried messages
+/// recorded at its start before its first wait failed that replay
+/// (`condition_key_changed`). A task that fails or times out leaves them
+/// held for the next. Returns how many events it wrote.
+pub(crate) fn release_carried(conn: &Connection, run: RunId) -> Result<u64, Error> {
+    let held: Vec<(i64, String, String)> = conn
+        .prepare_cached(
+            "SELECT id, payload, held_event FROM signals WHERE run_id = ?1 \
+             AND held_event IS NOT NULL \
+             AND json_extract(held_event, '$.message_stream_deferred') IS NOT NULL ORDER BY id",
+        )?
+        .query_map([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, payload, event) in &held {
+        let event: Value = serde_json::from_str(event)?;
+        conn.prepare_cached("UPDATE signals SET held_event = NULL WHERE id = ?1")?
+            .execute([id])?;
+        append_event(conn, run, EventType::SignalReceived, &event, false)?;
+        crate::store::signal_waits::apply_arrived(conn, run, *id, MESSAGE_STREAM_SIGNAL, payload)?;
+    }
+    Ok(held.len() as u64)
 }

@@ -392,6 +392,7 @@ impl Store {
         // Signals that arrived during the task follow its commands' events.
         release_held_signals(&tx, run)?;
         process_seen_signals(&tx, run, watermark)?;
+        crate::store::message_streams::release_carried(&tx, run)?;
         end_task(&tx, task_id)?;
         let run_status = load_head(&tx, run)?.status;
         if run_status == RunStatus::Running && (follow_up || has_unhandled_messages(&tx, run)?) {
@@ -423,6 +424,7 @@ impl Store {
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
         release_held_signals(&tx, run)?;
         process_seen_signals(&tx, run, watermark)?;
+        crate::store::message_streams::release_carried(&tx, run)?;
         end_task(&tx, task_id)?;
         if load_head(&tx, run)?.status == RunStatus::Running && has_unhandled_messages(&tx, run)? {
             enqueue_workflow(&tx, run)?;
@@ -565,16 +567,19 @@ fn process_seen_signals(
         return Ok(());
     };
     // Their payloads leave the run's pending-payload budget with them.
+    // A signal still held (a message carried into a continued run, which
+    // the task never saw) is not processed by it.
     conn.prepare_cached(
         "UPDATE runs SET pending_payload_bytes = pending_payload_bytes - \
          (SELECT COALESCE(CAST(SUM(octet_length(payload)) AS BIGINT), 0) FROM signals \
-          WHERE run_id = ?1 AND status = 'received' AND id <= ?2) WHERE id = ?1",
+          WHERE run_id = ?1 AND status = 'received' AND id <= ?2 AND held_event IS NULL) \
+         WHERE id = ?1",
     )?
     .execute(params![run.0, watermark])?;
     let processed = conn
         .prepare_cached(
             "UPDATE signals SET status = 'processed' WHERE run_id = ?1 AND status = 'received' \
-             AND id <= ?2",
+             AND id <= ?2 AND held_event IS NULL",
         )?
         .execute(params![run.0, watermark])?;
     if processed > 0 {

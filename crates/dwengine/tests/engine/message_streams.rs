@@ -363,31 +363,24 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
     assert_eq!(status, 200, "{answer}");
     let (_, second) = s.get("/api/workflows/chain");
     assert_ne!(second["run_id"], first["run_id"], "{second}");
-    // The successor starts with the orders cursor and the messages past it;
-    // audit was never consumed, so all of it comes along.
+    // The successor starts with the orders cursor; the messages past it
+    // (audit was never consumed, so all of it) are carried as pending
+    // signals whose events wait for the successor's first task to end.
     let events = history(&s, "chain");
     let received: Vec<Value> = of_type(&events, "SignalReceived")
         .iter()
         .map(|r| delivered(&r["value"]))
         .collect();
-    assert_eq!(received.len(), 4, "{received:?}");
     assert_eq!(
-        received[0],
-        json!({ "schema": "durable-workflow.v2.message-stream.cursor",
-                "stream_name": "orders", "through_position": 1 })
+        received,
+        [
+            json!({ "schema": "durable-workflow.v2.message-stream.cursor",
+                 "stream_name": "orders", "through_position": 1 })
+        ]
     );
-    assert_eq!(received[1]["message_id"], "a-1");
-    assert_eq!(received[1]["stream_name"], "audit");
-    assert_eq!(
-        received[2..]
-            .iter()
-            .map(|r| (r["message_id"].clone(), r["position"].clone()))
-            .collect::<Vec<_>>(),
-        vec![(json!("m-2"), json!(2)), (json!("m-3"), json!(3))]
-    );
-    assert_eq!(received[3]["payload_envelope"], input("#3"));
-    // New appends continue after the highest position; a carried message's
-    // retry answers from the successor.
+    assert_eq!(second["pending"]["signals"], 3, "{second}");
+    // New appends continue after the highest position, behind the carried
+    // ones; a carried message's retry answers from the successor.
     let (status, body) = append(&s, "chain", "orders", json!({ "message_id": "m-4" }));
     assert_eq!((status, &body["position"]), (202, &json!(4)), "{body}");
     assert_eq!(body["run_id"], second["run_id"]);
@@ -399,10 +392,55 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
     );
     assert_eq!((status, &body["retained"]), (202, &json!(true)), "{body}");
     assert_eq!(body["position"], 3);
-    // The successor's first wait takes the oldest carried message.
+    // The successor's first task sees only the checkpoint: its code reads
+    // the carried messages by waiting for them, never at its start.
     let task = next_task(&s, "chain");
+    let shown: Vec<&str> = task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    assert_eq!(
+        shown.iter().filter(|t| **t == "SignalReceived").count(),
+        1,
+        "{shown:?}"
+    );
     let (status, body) = s.complete(&task, wait());
     assert_eq!(status, 200, "{body}");
+    // Then they are recorded after its wait, in position order, and the
+    // wait takes the oldest.
+    let events = history(&s, "chain");
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    let opened = kinds.iter().position(|k| *k == "SignalWaitOpened").unwrap();
+    let received: Vec<(usize, Value)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["event_type"] == "SignalReceived")
+        .map(|(i, e)| (i, delivered(&e["payload"]["value"])))
+        .skip(1)
+        .collect();
+    assert!(received.iter().all(|(i, _)| *i > opened), "{kinds:?}");
+    assert_eq!(
+        received
+            .iter()
+            .map(|(_, r)| (
+                r["stream_name"].clone(),
+                r["message_id"].clone(),
+                r["position"].clone()
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (json!("audit"), json!("a-1"), json!(1)),
+            (json!("orders"), json!("m-2"), json!(2)),
+            (json!("orders"), json!("m-3"), json!(3)),
+            (json!("orders"), json!("m-4"), json!(4)),
+        ]
+    );
+    assert_eq!(received[2].1["payload_envelope"], input("#3"));
     let applied = of_type(&history(&s, "chain"), "SignalApplied");
     assert_eq!(delivered(&applied[0]["value"])["message_id"], "a-1");
     // A fully consumed stream still continues its positions.
@@ -432,4 +470,77 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
     assert_eq!((status, &body["position"]), (202, &json!(5)), "{body}");
     let (status, body) = append(&s, "chain", "audit", json!({ "message_id": "a-2" }));
     assert_eq!((status, &body["position"]), (202, &json!(2)), "{body}");
+}
+
+/// Carried messages stay held while the continued run's first task fails
+/// (its retry sees none of them either), and a run closed before any task
+/// completed records them before its closing event.
+#[test]
+fn carried_messages_outlast_a_failed_first_task_and_close_with_the_run() {
+    let s = server();
+    s.start_workflow("default", "carry-fail", "cf");
+    let task = next_task(&s, "cf");
+    assert_eq!(s.complete(&task, wait()).0, 200);
+    for id in ["m-1", "m-2"] {
+        let (status, body) = append(&s, "carry-fail", "orders", json!({ "message_id": id }));
+        assert_eq!(status, 202, "{body}");
+    }
+    let task = next_task(&s, "cf");
+    let (status, answer) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/complete",
+            task["task_id"].as_str().unwrap()
+        ),
+        json!({
+            "lease_owner": task["lease_owner"],
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "commands": [{ "type": "continue_as_new", "arguments": input("again") }],
+            "message_stream_cursors": [{ "stream_name": "orders", "through_position": 1 }],
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let deliveries = |task: &Value| {
+        task["history_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event_type"] == "SignalReceived")
+            .count()
+    };
+    let task = next_task(&s, "cf");
+    assert_eq!(deliveries(&task), 1, "only the checkpoint: {task}");
+    let (status, body) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/fail",
+            task["task_id"].as_str().unwrap()
+        ),
+        json!({
+            "lease_owner": task["lease_owner"],
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "failure": { "message": "replay refused", "type": "TestFailure" },
+        }),
+    );
+    assert_eq!(status, 200, "{body}");
+    let retry = next_task(&s, "cf");
+    assert_eq!(
+        deliveries(&retry),
+        1,
+        "the retry shows no carried message: {retry}"
+    );
+    let (status, body) = s.post("/api/workflows/carry-fail/cancel", json!({}));
+    assert!(status < 300, "{status} {body}");
+    let events = history(&s, "carry-fail");
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    let carried = events
+        .iter()
+        .position(|e| {
+            e["event_type"] == "SignalReceived"
+                && delivered(&e["payload"]["value"])["message_id"] == "m-2"
+        })
+        .unwrap_or_else(|| panic!("m-2 never recorded: {kinds:?}"));
+    assert_eq!(kinds.last(), Some(&"WorkflowCancelled"), "{kinds:?}");
+    assert!(carried < kinds.len() - 1, "{kinds:?}");
 }
