@@ -26,9 +26,10 @@ fn external() -> Value {
     json!({ "codec": "avro", "external_payload": { "uri": "dw://payloads/1", "sha256": "00" } })
 }
 
-/// The command types the published SDK (2.12) can put in a completion that
-/// this engine does not implement (prepared local activities need
-/// cooperative cancellation).
+/// A command type an SDK names that this engine refuses in a completion:
+/// the Python SDK (2.12) puts `prepare_local_activity` only in a
+/// prepared-local checkpoint-group request, a protocol this server does not
+/// advertise, never in a completion (docs/api.md, "Not implemented").
 const UNSUPPORTED: [&str; 1] = ["prepare_local_activity"];
 
 #[test]
