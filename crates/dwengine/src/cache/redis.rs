@@ -118,7 +118,7 @@ impl RedisCache {
         let cache = RedisCache {
             client,
             idle: Mutex::new(Vec::new()),
-            timeout: Duration::from_secs(2),
+            timeout: TIMEOUT,
         };
         cache.with(|conn| redis::cmd("PING").query::<String>(conn))?;
         Ok(cache)
@@ -268,9 +268,21 @@ impl Listener {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> CacheError {
+/// A Redis failure as the cache's error; a read or write past the
+/// connection's timeout (a server that hangs, a network dropping packets)
+/// says so, rather than the socket's "Resource temporarily unavailable".
+fn backend(e: redis::RedisError) -> CacheError {
+    if e.is_timeout() {
+        return CacheError::Backend(format!(
+            "no answer from Redis within {} s (the server hangs, or the network to it drops packets): {e}",
+            TIMEOUT.as_secs()
+        ));
+    }
     CacheError::Backend(e.to_string())
 }
+
+/// How long one Redis connect, read or write may take.
+const TIMEOUT: Duration = Duration::from_secs(2);
 
 fn escape_glob(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -402,7 +414,7 @@ impl Cache for RedisCache {
         let thread = std::thread::Builder::new()
             .name("dw-cache-subscriber".into())
             .spawn(move || listener.run(ready_tx))
-            .map_err(backend)?;
+            .map_err(|e| CacheError::Backend(format!("cannot start the subscriber thread: {e}")))?;
         // The first SUBSCRIBE's answer, so a caller listens when this returns.
         let first = ready_rx
             .recv_timeout(self.timeout * 2)
@@ -427,6 +439,24 @@ impl Cache for RedisCache {
 
 #[cfg(test)]
 mod tests {
+    /// A Redis that accepts and never answers (the listener's backlog
+    /// completes the handshake; nothing reads): the first command gives
+    /// up after the timeout and says why.
+    #[test]
+    fn a_redis_that_hangs_is_an_error_naming_the_timeout_not_a_wait() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", silent.local_addr().unwrap());
+        let error = match super::RedisCache::connect(&url) {
+            Ok(_) => panic!("a silent server answered PING"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            error.contains("no answer from Redis within 2 s (the server hangs"),
+            "{error}"
+        );
+        drop(silent);
+    }
+
     #[test]
     fn glob_characters_in_a_prefix_match_literally() {
         assert_eq!(super::escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
