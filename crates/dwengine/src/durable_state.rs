@@ -266,6 +266,12 @@ impl NamespaceDurableStateQuota {
     /// Whether adding one of each of `resources` fits `namespace`'s quota,
     /// given its `usage` of the limited ones (read in the mutation's own
     /// transaction; never read when none is limited).
+    /// Whether `limits` cap any of `resources` (a write that adds them
+    /// must then count them under the write lock).
+    pub fn limits_any(limits: Option<DurableLimits>, resources: &[DurableResource]) -> bool {
+        limits.is_some() && !limited(limits, resources).is_empty()
+    }
+
     pub fn check(
         limits: Option<DurableLimits>,
         resources: &[DurableResource],

@@ -22,7 +22,7 @@ use crate::server::wire::{
 use crate::server::{ApiError, Engine};
 use crate::store::{
     Admission, ArchiveMark, ArchivedFilter, Error as StoreError, RunDescription, RunId, RunStatus,
-    SignalRequest, StartRun, TaskKind,
+    SignalRequest, StartRun, Store, TaskKind,
 };
 
 /// An update's first answer: final (`wait_for=accepted`), or to await.
@@ -296,37 +296,47 @@ impl Engine {
         // The duplicate check, the run and its first task commit together,
         // so two racing starts of one id cannot both open a run.
         let quota = self.durable_state.limits(namespace);
-        let started = self.write(move |s| {
-            if let Some(fire) = &schedule {
-                if !s.pass_fire_gate(&fire.namespace, &fire.schedule_id, &fire.gate)? {
-                    return Ok(Begun::Gated);
+        // A start that decides on nothing shared (no quota on runs, no
+        // schedule's gate, no external payload's reference count) commits
+        // in a start batch, beside other nodes' starts on PostgreSQL.
+        let side_by_side = schedule.is_none()
+            && !NamespaceDurableStateQuota::limits_any(quota, &START_RESOURCES)
+            && !crate::server::external_payloads::references_external_payloads(&[(
+                "input",
+                &start.arguments,
+            )]);
+        let started = if side_by_side {
+            let key = format!(
+                "{}\u{0}{}\u{0}{}",
+                start.namespace, start.task_queue, start.workflow_type
+            );
+            self.write_start(key, move |s| {
+                // Another transaction writing this workflow id (a start on
+                // another node) sends this one to the ordinary writer.
+                if !s.lock_workflow_id(&start.namespace, &start.workflow_id)? {
+                    return Err(StoreError::StartNeedsWriteLock);
                 }
-            }
-            if let Some(id) = &request_id {
-                if let Some(run) = s.run_started_by(&start.namespace, &start.workflow_id, id)? {
-                    return Ok(Begun::Retried(run));
-                }
-            }
-            if let Some(open) = s.open_run(&start.namespace, &start.workflow_id)? {
-                let run = s.run(open)?;
-                return Ok(Begun::Open(open, run.status, run.workflow_type));
-            }
-            // Counted in this transaction, so racing starts cannot overshoot.
-            if let Err(refused) =
-                NamespaceDurableStateQuota::check(quota, &START_RESOURCES, |asked| {
-                    s.durable_usage(&start.namespace, asked).ok()
-                })
-            {
-                return Ok(Begun::Refused(refused));
-            }
-            let workflow_id = start.workflow_id.clone();
-            let started = s.start_workflow(start, request_id.as_deref())?;
-            s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
-            if let Some(fire) = &schedule {
-                fire.record(s, &workflow_id, started.run)?;
-            }
-            Ok(Begun::Started(started.run))
-        })?;
+                begin_start(
+                    s,
+                    start.clone(),
+                    request_id.as_deref(),
+                    quota,
+                    None,
+                    timeouts,
+                )
+            })?
+        } else {
+            self.write(move |s| {
+                begin_start(
+                    s,
+                    start,
+                    request_id.as_deref(),
+                    quota,
+                    schedule.as_ref(),
+                    timeouts,
+                )
+            })?
+        };
         let (run, status, duplicate) = match started {
             Begun::Refused(refused) => {
                 self.durable_state.record(namespace, &refused);
@@ -985,4 +995,44 @@ fn closed(e: StoreError, operation: &'static str, run: RunId) -> ApiError {
         },
         other => other.into(),
     }
+}
+
+/// A start's transaction: the schedule fire's gate, the request id's and
+/// the workflow id's earlier runs, the namespace's quota, then the run with
+/// its first task and timeouts (and the fire's record).
+fn begin_start(
+    s: &Store,
+    start: StartRun,
+    request_id: Option<&str>,
+    quota: Option<crate::durable_state::DurableLimits>,
+    schedule: Option<&ScheduleStart>,
+    timeouts: (Option<u64>, Option<u64>),
+) -> Result<Begun, StoreError> {
+    if let Some(fire) = schedule {
+        if !s.pass_fire_gate(&fire.namespace, &fire.schedule_id, &fire.gate)? {
+            return Ok(Begun::Gated);
+        }
+    }
+    if let Some(id) = request_id {
+        if let Some(run) = s.run_started_by(&start.namespace, &start.workflow_id, id)? {
+            return Ok(Begun::Retried(run));
+        }
+    }
+    if let Some(open) = s.open_run(&start.namespace, &start.workflow_id)? {
+        let run = s.run(open)?;
+        return Ok(Begun::Open(open, run.status, run.workflow_type));
+    }
+    // Counted in this transaction, so racing starts cannot overshoot.
+    if let Err(refused) = NamespaceDurableStateQuota::check(quota, &START_RESOURCES, |asked| {
+        s.durable_usage(&start.namespace, asked).ok()
+    }) {
+        return Ok(Begun::Refused(refused));
+    }
+    let workflow_id = start.workflow_id.clone();
+    let started = s.start_workflow(start, request_id)?;
+    s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
+    if let Some(fire) = schedule {
+        fire.record(s, &workflow_id, started.run)?;
+    }
+    Ok(Begun::Started(started.run))
 }

@@ -445,6 +445,24 @@ impl Engine {
         written
     }
 
+    /// Runs `start` (a workflow start deciding on its own workflow id's
+    /// runs only) in a start batch of `key` ([`SharedStore::start`]):
+    /// beside other nodes' starts on PostgreSQL, in the next group commit
+    /// on SQLite.
+    pub(crate) fn write_start<R, F>(&self, key: String, start: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
+    {
+        let written = self.store.start(key, start);
+        if let Err(e) = &written {
+            if e.is_disk_full() {
+                self.note_storage_full(e);
+            }
+        }
+        written
+    }
+
     /// Runs `claim` (a poll taking a task) as one claim transaction
     /// ([`SharedStore::claim`]): beside other claims on PostgreSQL, in the
     /// next group commit on SQLite.

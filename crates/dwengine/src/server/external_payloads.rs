@@ -478,6 +478,17 @@ impl Engine {
 }
 
 /// Every `{codec, external_payload}` envelope in `value`, by field path.
+/// Whether any of `payloads` names an external payload (well formed or
+/// not): a write that stores it adds to that payload's reference count.
+pub(crate) fn references_external_payloads(payloads: &[(&str, &Value)]) -> bool {
+    let mut found = Vec::new();
+    let mut checks = Checks::default();
+    for (field, value) in payloads {
+        collect(field, value, &mut found, &mut checks);
+    }
+    !found.is_empty() || !checks.problems.is_empty()
+}
+
 fn collect(
     field: &str,
     value: &Value,

@@ -152,6 +152,24 @@ impl Store {
         })
     }
 
+    /// Takes `workflow_id`'s lock in `namespace` for the open transaction
+    /// unless another transaction holds it (`false` then; nothing waits):
+    /// a start beside other starts ([`crate::store::db::Connection::begin_starts`])
+    /// holds it while it looks for the id's runs and writes its own. An
+    /// ordinary write (the write lock held exclusively; any write on
+    /// SQLite) needs none: `true`. It must not ask either, since a start
+    /// batch that just committed may still be letting go of its key locks
+    /// after the write lock it held shared (PostgreSQL releases a
+    /// transaction's locks one by one), which would refuse it for nothing.
+    pub fn lock_workflow_id(&self, namespace: &str, workflow_id: &str) -> Result<bool, Error> {
+        if !self.conn.claims_side_by_side() {
+            return Ok(true);
+        }
+        Ok(self
+            .conn
+            .try_lock_key(&format!("{namespace}\u{1f}{workflow_id}"))?)
+    }
+
     /// The open (running) run of `workflow_id` in `namespace`, if any.
     pub fn open_run(&self, namespace: &str, workflow_id: &str) -> Result<Option<RunId>, Error> {
         Ok(self

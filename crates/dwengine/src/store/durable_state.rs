@@ -97,6 +97,8 @@ impl Store {
         let mut usage = DurableUsage::default();
         let wants = |r: DurableResource| resources.contains(&r);
         if wants(DurableResource::WorkflowRuns) || wants(DurableResource::OpenWorkflowRuns) {
+            // The runs this transaction started or closed count too.
+            self.conn.settle_counters()?;
             let (started, closed): (i64, i64) = self
                 .conn
                 .prepare_cached(

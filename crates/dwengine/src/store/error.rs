@@ -133,6 +133,15 @@ pub enum Error {
     /// write ([`crate::store::db::Connection::begin_claim`]).
     #[error("the claim must run as an ordinary write (a worker session's task)")]
     ClaimNeedsWriteLock,
+    /// A start running beside other starts (a PostgreSQL start batch)
+    /// found its workflow id held by another transaction, or its batch's
+    /// commit met another's in a lock cycle; nothing of it was written,
+    /// and it is rerun as an ordinary write
+    /// ([`crate::store::db::Connection::begin_starts`]).
+    #[error(
+        "the start must run as an ordinary write (its workflow id is being written elsewhere)"
+    )]
+    StartNeedsWriteLock,
     /// Every read connection stayed busy past the wait.
     #[error("no read connection became free within {0:?}")]
     ReadersBusy(std::time::Duration),

@@ -175,6 +175,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0036_cancellation_requests",
         include_str!("migrations/postgres/0036_cancellation_requests.sql"),
     ),
+    (
+        "0037_starts_side_by_side",
+        include_str!("migrations/postgres/0037_starts_side_by_side.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -11,7 +11,7 @@ use crate::store::config::StoreConfig;
 use crate::store::connection::Store;
 use crate::store::error::Error;
 use crate::store::readers::{snapshot, ReadPool};
-use crate::store::writer::GroupCommitWriter;
+use crate::store::writer::{GroupCommitWriter, Lane};
 
 /// Read connections a file store opens at most, by default.
 pub const DEFAULT_READERS: usize = 4;
@@ -22,6 +22,10 @@ pub const PROBE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// A store shared by a server's request threads.
 pub struct SharedStore {
     writer: GroupCommitWriter,
+    /// A PostgreSQL node's start writer: workflow starts commit in batches
+    /// of their own, beside other nodes' start batches and claims
+    /// ([`crate::store::db::Connection::begin_starts`]).
+    starts: Option<GroupCommitWriter>,
     readers: Option<ReadPool>,
     /// A PostgreSQL node's claim sessions: polls claim tasks on these,
     /// beside each other and beside other nodes' claims, instead of
@@ -53,6 +57,7 @@ impl SharedStore {
             .map_err(|e| Error::Commit(format!("cannot start the writer thread: {e}")))?;
         Ok(SharedStore {
             writer,
+            starts: None,
             readers,
             claimers: None,
             probe,
@@ -61,9 +66,9 @@ impl SharedStore {
     }
 
     /// Opens the PostgreSQL database `url` names (migrating it): the
-    /// group-commit writer's session, at most `readers` read sessions, as
-    /// many claim sessions and the liveness probe's own, so a node holds
-    /// `2 × readers + 2` sessions.
+    /// group-commit writer's session, the start writer's, at most
+    /// `readers` read sessions, as many claim sessions and the liveness
+    /// probe's own, so a node holds `2 × readers + 3` sessions.
     pub fn open_postgres(
         url: &str,
         config: StoreConfig,
@@ -81,8 +86,14 @@ impl SharedStore {
         } else {
             (*call).min(PROBE_CALL_TIMEOUT)
         };
+        let starts = GroupCommitWriter::start_lane(
+            Store::open_postgres_reader(url, config.clone())?,
+            Lane::Starts,
+        )
+        .map_err(|e| Error::Commit(format!("cannot start the start writer thread: {e}")))?;
         Ok(SharedStore {
             writer,
+            starts: Some(starts),
             readers: Some(ReadPool::postgres(url, config.clone(), readers)),
             claimers: Some(ReadPool::postgres(url, config.clone(), readers)),
             probe: Some(ReadPool::postgres(url, probe, 1)),
@@ -102,6 +113,29 @@ impl SharedStore {
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
     {
         self.writer.write(transition)
+    }
+
+    /// Runs `start` (a workflow start that decides on nothing but its own
+    /// workflow id's runs: see [`crate::store::db::Connection::begin_starts`])
+    /// atomically and returns its result once committed: on PostgreSQL in
+    /// the start writer's next transaction of `key` (the start's series),
+    /// beside other nodes' starts; on SQLite in the next group commit, as
+    /// any write. A start that must run as an ordinary write
+    /// ([`Error::StartNeedsWriteLock`], or a lock conflict PostgreSQL broke
+    /// by ending it) is rerun as one here: nothing of it was written.
+    pub fn start<R, F>(&self, key: String, start: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, Error> + Clone + Send + 'static,
+    {
+        let Some(starts) = &self.starts else {
+            return self.writer.write(start);
+        };
+        match starts.write_keyed(key, start.clone()) {
+            Err(Error::StartNeedsWriteLock) => self.writer.write(start),
+            Err(Error::Database(e)) if e.is_lock_conflict() => self.writer.write(start),
+            other => other,
+        }
     }
 
     /// Runs `claim` (a poll taking a task) as one claim transaction

@@ -30,6 +30,20 @@
 //! claim waits for. The engine tests' `lock_order::` show the pair
 //! deadlocking (40P01) without the lock and never with it.
 //!
+//! A start writer ([`Lane::Starts`], a PostgreSQL node's second writer)
+//! commits workflow starts under the lock taken shared, beside claims and
+//! other nodes' start batches. A start transaction locks its workflow id's
+//! key without waiting (`Connection::try_lock_key`: held elsewhere, the
+//! start reruns as an ordinary write), rows of its own new runs, and at
+//! `COMMIT`, through deferred triggers (migration 0037), its one series'
+//! counter row and then its queue's (each transaction carries one series),
+//! so it waits only for a counter row, holding at most the series row
+//! before the queue's: a claim holds no series row, and another start
+//! transaction waiting for the series row holds no queue row, so no cycle
+//! forms. One that PostgreSQL breaks anyway (40P01) fails the whole
+//! transaction, and its starts are answered [`Error::StartNeedsWriteLock`]
+//! and rerun as ordinary writes.
+//!
 //! On PostgreSQL the writer's session can be lost (the server stopped or
 //! restarted, the network failed). The batch it was carrying is answered
 //! with [`Error::DatabaseUnavailable`], and before each later batch the
@@ -70,6 +84,11 @@ struct Failure {
     message: String,
     /// The database was unreachable or dropped the session.
     unavailable: bool,
+    /// PostgreSQL broke a lock conflict with another transaction by
+    /// ending this one (a start batch's commit that met another's in a
+    /// cycle): nothing was written, and its starts run again as ordinary
+    /// writes.
+    conflict: bool,
 }
 
 impl Failure {
@@ -77,16 +96,34 @@ impl Failure {
         Failure {
             message: error.to_string(),
             unavailable: error.is_unavailable() || conn.is_broken(),
+            conflict: error.is_lock_conflict(),
         }
     }
 
     fn into_error(self) -> Error {
         if self.unavailable {
             Error::DatabaseUnavailable(self.message)
+        } else if self.conflict {
+            Error::StartNeedsWriteLock
         } else {
             Error::Commit(self.message)
         }
     }
+}
+
+/// Which transactions a writer's batches are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Ordinary writes: the write lock taken exclusively
+    /// (`Connection::begin_write`).
+    Exclusive,
+    /// Workflow starts: the write lock taken shared
+    /// (`Connection::begin_starts`), one transaction per key (a start's
+    /// series: namespace, task queue and workflow type) in each batch, so
+    /// a start transaction locks one series row and one queue row, in that
+    /// order, at commit, and two nodes' start transactions never wait for
+    /// each other in a cycle.
+    Starts,
 }
 
 type Answer = Box<dyn FnOnce(Result<(), Failure>) + Send>;
@@ -97,6 +134,8 @@ type Transition = Box<dyn FnOnce(&Store) -> (bool, Answer) + Send>;
 struct Job {
     transition: Transition,
     refuse: Box<dyn FnOnce(Failure) + Send>,
+    /// Jobs of one key share a transaction ([`Lane::Starts`]).
+    key: String,
 }
 
 /// The single writer of one store file (or in-memory store).
@@ -112,15 +151,24 @@ pub struct GroupCommitWriter {
 impl GroupCommitWriter {
     /// Starts the writer thread over `store`.
     pub fn start(store: Store) -> std::io::Result<GroupCommitWriter> {
+        GroupCommitWriter::start_lane(store, Lane::Exclusive)
+    }
+
+    /// Starts a writer thread whose batches are `lane`'s transactions.
+    pub fn start_lane(store: Store, lane: Lane) -> std::io::Result<GroupCommitWriter> {
         let clock = store.conn.call_clock();
         let store = Arc::new(Mutex::new(store));
         let (sender, receiver) = mpsc::channel::<Job>();
         let owned = store.clone();
         let commits = Arc::new(AtomicU64::new(0));
         let counted = commits.clone();
+        let name = match lane {
+            Lane::Exclusive => "dwstore-writer",
+            Lane::Starts => "dwstore-starts",
+        };
         let thread = std::thread::Builder::new()
-            .name("dwstore-writer".into())
-            .spawn(move || drain(&owned, &receiver, &counted))?;
+            .name(name.into())
+            .spawn(move || drain(&owned, &receiver, &counted, lane))?;
         Ok(GroupCommitWriter {
             queue: Mutex::new(Some(sender)),
             store,
@@ -133,6 +181,16 @@ impl GroupCommitWriter {
     /// Runs `transition` atomically and returns its result once committed.
     /// An `Err` from `transition` rolls back its writes only.
     pub fn write<R, F>(&self, transition: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+    {
+        self.write_keyed(String::new(), transition)
+    }
+
+    /// As [`GroupCommitWriter::write`]; on a [`Lane::Starts`] writer the
+    /// transition commits with the others of its `key` only.
+    pub fn write_keyed<R, F>(&self, key: String, transition: F) -> Result<R, Error>
     where
         R: Send + 'static,
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
@@ -160,6 +218,7 @@ impl GroupCommitWriter {
             refuse: Box::new(move |failure: Failure| {
                 let _ = refusal.send(Err(failure.into_error()));
             }),
+            key,
         };
         {
             let queue = lock(&self.queue);
@@ -205,7 +264,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
+fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64, lane: Lane) {
     let mut reconnect = Reconnect::default();
     while let Ok(first) = receiver.recv() {
         let mut batch = VecDeque::from([first]);
@@ -216,26 +275,49 @@ fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64) {
             }
         }
         let mut store = lock(store);
-        // A session found lost when the batch begins (the database
-        // restarted while the node was idle) is opened again at once and
-        // the batch begun again, once: nothing of it ran.
-        let mut begun_again = false;
-        while !batch.is_empty() {
-            if let Err(failure) = session(&mut store, &mut reconnect) {
-                for job in batch.drain(..) {
-                    (job.refuse)(failure.clone());
+        match lane {
+            Lane::Exclusive => commit_all(&mut store, batch, &mut reconnect, commits, lane),
+            Lane::Starts => {
+                // One transaction per key, in the order the keys arrived.
+                while let Some(key) = batch.front().map(|job| job.key.clone()) {
+                    let (same, rest): (VecDeque<Job>, VecDeque<Job>) =
+                        batch.into_iter().partition(|job| job.key == key);
+                    batch = rest;
+                    commit_all(&mut store, same, &mut reconnect, commits, lane);
                 }
-                break;
             }
-            match commit_batch(&store, &mut batch, !begun_again) {
-                Batch::Committed => {
-                    commits.fetch_add(1, Ordering::Relaxed);
-                }
-                Batch::Failed => {}
-                Batch::SessionLost => {
-                    begun_again = true;
-                    reconnect.last = None;
-                }
+        }
+    }
+}
+
+/// Commits `batch` (as one transaction, or more when the session is lost
+/// and opened again), answering every job.
+fn commit_all(
+    store: &mut Store,
+    mut batch: VecDeque<Job>,
+    reconnect: &mut Reconnect,
+    commits: &AtomicU64,
+    lane: Lane,
+) {
+    // A session found lost when the batch begins (the database
+    // restarted while the node was idle) is opened again at once and
+    // the batch begun again, once: nothing of it ran.
+    let mut begun_again = false;
+    while !batch.is_empty() {
+        if let Err(failure) = session(store, reconnect) {
+            for job in batch.drain(..) {
+                (job.refuse)(failure.clone());
+            }
+            break;
+        }
+        match commit_batch(store, &mut batch, !begun_again, lane) {
+            Batch::Committed => {
+                commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Batch::Failed => {}
+            Batch::SessionLost => {
+                begun_again = true;
+                reconnect.last = None;
             }
         }
     }
@@ -280,6 +362,7 @@ fn session(store: &mut Store, reconnect: &mut Reconnect) -> Result<(), Failure> 
             let failure = Failure {
                 message: e.to_string(),
                 unavailable: true,
+                conflict: false,
             };
             if reconnect.last.is_none() {
                 tracing::warn!(error = %e, "the store's writer lost its database session and cannot open a new one yet: writes are refused (503) until it can");
@@ -294,9 +377,18 @@ fn session(store: &mut Store, reconnect: &mut Reconnect) -> Result<(), Failure> 
 /// drops the transaction; answers every job it ran. With
 /// `may_begin_again`, a session found lost at `BEGIN` leaves the jobs
 /// queued ([`Batch::SessionLost`]) instead of refusing them.
-fn commit_batch(store: &Store, batch: &mut VecDeque<Job>, may_begin_again: bool) -> Batch {
+fn commit_batch(
+    store: &Store,
+    batch: &mut VecDeque<Job>,
+    may_begin_again: bool,
+    lane: Lane,
+) -> Batch {
     let conn = &store.conn;
-    if let Err(e) = conn.begin_write() {
+    let begun = match lane {
+        Lane::Exclusive => conn.begin_write(),
+        Lane::Starts => conn.begin_starts(),
+    };
+    if let Err(e) = begun {
         if may_begin_again && conn.is_broken() {
             return Batch::SessionLost;
         }
@@ -336,6 +428,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>, may_begin_again: bool)
                 message: "the database session was lost in the middle of the transaction"
                     .to_owned(),
                 unavailable: true,
+                conflict: false,
             });
             break;
         }
@@ -345,6 +438,7 @@ fn commit_batch(store: &Store, batch: &mut VecDeque<Job>, may_begin_again: bool)
             lost = Some(Failure {
                 message: "the transaction was rolled back by SQLite".to_owned(),
                 unavailable: false,
+                conflict: false,
             });
             break;
         }

@@ -777,3 +777,156 @@ fn claims_of_one_queue_run_side_by_side_on_postgres() {
         assert_eq!(rows.get::<_, i64>(1), 2, "both tasks leased");
     }
 }
+
+/// Workflow starts of one series commit beside each other on PostgreSQL:
+/// node A's start batch is held open (uncommitted, its run inserted) while
+/// node B's start of another workflow id of the same namespace, queue and
+/// type must commit meanwhile (waited on with a generous deadline, no
+/// timing assertion). It fails if start batches took the write lock
+/// exclusively (B waits for the lock) or if the series' and queue's counter
+/// rows were locked at insert (B waits for A's row locks). Both commits are
+/// counted: the counters equal the rows.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn starts_of_one_series_run_side_by_side_on_postgres() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::SharedStore;
+        use std::sync::{mpsc, Arc, Mutex};
+
+        const PATIENCE: Duration = Duration::from_secs(60);
+        let url = crate::common::postgres_schema_url();
+        let open = || {
+            SharedStore::open_postgres(&url, crate::common::config(&[]), 1)
+                .expect("a PostgreSQL node's store")
+        };
+        let (a, b) = (open(), open());
+        let key = "default/orders/OrderWorkflow".to_owned();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::scope(|scope| {
+            let held_key = key.clone();
+            let holding = scope.spawn(|| {
+                a.start(held_key, move |s| {
+                    let started = s.start_workflow(crate::common::start("held"), None)?;
+                    let _ = held_tx.send(());
+                    // Held open (uncommitted) until the test lets go.
+                    let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE * 2);
+                    Ok(started.run)
+                })
+            });
+            held_rx
+                .recv_timeout(PATIENCE)
+                .expect("node A's start batch inserted its run");
+            scope.spawn(|| {
+                let started = b.start(key, |s| {
+                    s.start_workflow(crate::common::start("free"), None)
+                });
+                let _ = done_tx.send(started);
+            });
+            let second = done_rx.recv_timeout(PATIENCE);
+            release_tx.send(()).expect("the holder waits");
+            second
+                .expect("node B's start committed while node A's start batch was still open")
+                .expect("node B's start");
+            holding
+                .join()
+                .expect("the holder thread")
+                .expect("node A's start commits");
+        });
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        let counted = client
+            .query_one(
+                "SELECT (SELECT started FROM workflow_run_series WHERE namespace = 'default' \
+                 AND task_queue = 'orders' AND workflow_type = 'OrderWorkflow'), \
+                 (SELECT workflow_ready FROM task_queue_state WHERE namespace = 'default' \
+                 AND task_queue = 'orders')",
+                &[],
+            )
+            .expect("the counters");
+        let rows = client
+            .query_one(
+                "SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM dispatch_tasks \
+                 WHERE kind = 'workflow' AND status = 'ready')",
+                &[],
+            )
+            .expect("the rows");
+        assert_eq!(rows.get::<_, i64>(0), 2, "both runs committed");
+        assert_eq!(
+            (counted.get::<_, i64>(0), counted.get::<_, i64>(1)),
+            (rows.get::<_, i64>(0), rows.get::<_, i64>(1)),
+            "counters equal rows"
+        );
+    }
+}
+
+/// Two nodes starting the same workflow ids at once, through HTTP: each id
+/// gets exactly one run (one 201, every other attempt 409 "already
+/// started"), and the counters equal the rows. Starts of one id on two
+/// nodes meet on the id's lock: the one that finds it held runs again as an
+/// ordinary write and sees the other's run.
+#[test]
+#[cfg_attr(
+    not(all(dw_test_redis, dw_test_postgres)),
+    ignore = "needs Redis and PostgreSQL: DW_TEST_REDIS_URL and DW_TEST_POSTGRES_URL were not both set when this test binary was built"
+)]
+fn two_nodes_starting_one_workflow_id_open_one_run() {
+    #[cfg(all(dw_test_redis, dw_test_postgres))]
+    {
+        use serde_json::json;
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+
+        const IDS: usize = 40;
+        const CALLERS_PER_NODE: usize = 3;
+        let redis = crate::support::redis_database();
+        let (a, b) = two_nodes_on_one_database(&redis, |_| {});
+        let nodes = [&a, &b];
+        let answers: Mutex<HashMap<usize, Vec<u16>>> = Mutex::new(HashMap::new());
+        std::thread::scope(|scope| {
+            for server in nodes {
+                for caller in 0..CALLERS_PER_NODE {
+                    let answers = &answers;
+                    scope.spawn(move || {
+                        for n in 0..IDS {
+                            // Callers walk the ids in different orders.
+                            let i = (n * (caller + 1) * 7 + caller) % IDS;
+                            let (status, body) = server.post(
+                                "/api/workflows",
+                                json!({ "workflow_id": format!("one-run-{i}"),
+                                        "workflow_type": "Order", "task_queue": "one-run",
+                                        "input": { "codec": "json", "blob": "[]" } }),
+                            );
+                            assert!(status == 201 || status == 409, "{status}: {body}");
+                            answers.lock().unwrap().entry(i).or_default().push(status);
+                        }
+                    });
+                }
+            }
+        });
+        let answers = answers.into_inner().unwrap();
+        for (id, statuses) in &answers {
+            let created = statuses.iter().filter(|s| **s == 201).count();
+            assert_eq!(created, 1, "one-run-{id}: {statuses:?}");
+        }
+        let (status, body) = a.get("/api/workflows?page_size=200");
+        assert_eq!(status, 200, "{body}");
+        let listed = body["workflows"].as_array().expect("workflows").len();
+        assert_eq!(listed, IDS, "one run per workflow id: {body}");
+        // Counted at commit, once per run, whichever node started it.
+        let (status, _, metrics) = b.get_text("/api/system/prometheus-metrics?namespace=default");
+        assert_eq!(status, 200, "{metrics}");
+        let series = format!(
+            "dw_workflow_runs_total{{task_queue=\"one-run\",workflow_type=\"Order\"}} {IDS}"
+        );
+        assert!(
+            metrics.lines().any(|line| line == series),
+            "the run series counts each run once ({series}):\n{metrics}"
+        );
+    }
+}

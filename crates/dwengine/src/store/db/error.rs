@@ -68,6 +68,24 @@ impl Error {
         }
     }
 
+    /// Whether PostgreSQL ended the statement or transaction because of a
+    /// lock conflict with another transaction (a deadlock it broke, 40P01,
+    /// or a serialization failure, 40001): nothing of it was written, and
+    /// it can be run again. SQLite never answers this (one writer).
+    pub fn is_lock_conflict(&self) -> bool {
+        use postgres::error::SqlState;
+        match self {
+            Error::Postgres(e) => e.code().is_some_and(|code| {
+                [
+                    SqlState::T_R_DEADLOCK_DETECTED,
+                    SqlState::T_R_SERIALIZATION_FAILURE,
+                ]
+                .contains(code)
+            }),
+            _ => false,
+        }
+    }
+
     /// Whether the database server could not be reached or dropped the
     /// session (stopped, restarting, the network gone), did not answer in
     /// time (a call past the node's deadline, a statement past

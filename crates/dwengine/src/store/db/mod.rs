@@ -330,7 +330,10 @@ impl Connection {
     ///
     /// The cost: write transactions do not run in parallel, so the
     /// database's write rate is that of one session (group commit
-    /// amortizes it over many callers); reads never take the lock.
+    /// amortizes it over many callers); reads never take the lock. Two
+    /// kinds of transaction need none of those reads and take the lock
+    /// shared instead: task claims ([`Connection::begin_claim`]) and
+    /// batches of workflow starts ([`Connection::begin_starts`]).
     pub fn begin_write(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
@@ -338,6 +341,7 @@ impl Connection {
                 &format!(
                     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK}, hashtext(current_schema()))"
                 ),
+                false,
                 false,
             ),
         }
@@ -366,7 +370,57 @@ impl Connection {
                     "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}, hashtext(current_schema()))"
                 ),
                 true,
+                false,
             ),
+        }
+    }
+
+    /// Opens a transaction of workflow starts (new runs with their first
+    /// event and task): on SQLite `BEGIN IMMEDIATE`, as any write; on
+    /// PostgreSQL the write lock taken *shared*, as a claim takes it, so
+    /// the start batches of every node run beside each other and beside
+    /// claims, never beside an ordinary write.
+    ///
+    /// What a start reads that another start could change is its workflow
+    /// id's runs (an open run, a request id already used): each start
+    /// first takes that id's key lock ([`Connection::try_lock_key`]) and
+    /// runs as an ordinary write instead when another transaction holds it.
+    /// What it writes is rows of its own new run, plus the counters kept by
+    /// triggers (`workflow_run_series`, `task_queue_state`), which on
+    /// PostgreSQL count at commit (deferred triggers, migration 0037), so
+    /// two start batches wait for each other only while one commits. A
+    /// start that must decide on shared state (a namespace quota, an
+    /// external payload's references, a schedule's fire) is not sent here.
+    pub fn begin_starts(&self) -> Result<()> {
+        self.begin_claim()
+    }
+
+    /// Takes the transaction-scoped lock on `key` (a workflow id in its
+    /// namespace) if no other transaction holds it: `false` when another
+    /// does (this one does not wait, so it can never wait in a cycle).
+    /// SQLite: always `true` (its one writer holds the file).
+    pub fn try_lock_key(&self, key: &str) -> Result<bool> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(true),
+            Backend::Postgres(_) => self
+                .prepare_cached(
+                    "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || '/' || ?1, 0))",
+                )?
+                .query_row([key], |r| r.get::<_, bool>(0)),
+        }
+    }
+
+    /// Brings the trigger-kept counters up to date with the open write
+    /// transaction's own rows before it reads them: PostgreSQL counts runs
+    /// and queued tasks at commit (migration 0037), so a transaction that
+    /// decides on those counts (a namespace's quota of runs) fires its
+    /// pending counts first. Nothing on SQLite, or outside a write.
+    pub fn settle_counters(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Postgres(conn) if conn.in_write_transaction() => {
+                conn.batch("SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED")
+            }
+            _ => Ok(()),
         }
     }
 
@@ -385,9 +439,11 @@ impl Connection {
     pub fn begin_read(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN"),
-            Backend::Postgres(conn) => {
-                conn.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", false)
-            }
+            Backend::Postgres(conn) => conn.begin(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+                false,
+                true,
+            ),
         }
     }
 

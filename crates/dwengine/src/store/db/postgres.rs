@@ -158,8 +158,11 @@ pub(super) struct PgConnection {
     session: RefCell<Option<Session>>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     in_transaction: Cell<bool>,
-    /// The open transaction holds the write lock shared (a claim's).
+    /// The open transaction holds the write lock shared (a claim's or a
+    /// start batch's).
     shared_lock: Cell<bool>,
+    /// The open transaction is a read-only snapshot.
+    read_only: Cell<bool>,
     changes: Cell<u64>,
     /// A statement failed because the session is gone.
     broken: Cell<bool>,
@@ -302,6 +305,7 @@ impl PgConnection {
             statements: RefCell::new(HashMap::new()),
             in_transaction: Cell::new(false),
             shared_lock: Cell::new(false),
+            read_only: Cell::new(false),
             changes: Cell::new(0),
             broken: Cell::new(false),
         })
@@ -469,8 +473,9 @@ impl PgConnection {
     }
 
     /// Opens a transaction with `begin` (which may take locks after it);
-    /// `shared`: it takes the write lock shared (a claim).
-    pub(super) fn begin(&self, begin: &str, shared: bool) -> Result<()> {
+    /// `shared`: it takes the write lock shared (a claim, a start batch);
+    /// `read_only`: a snapshot for reads.
+    pub(super) fn begin(&self, begin: &str, shared: bool, read_only: bool) -> Result<()> {
         if let Err(e) = self.batch(begin) {
             // `BEGIN` may have run and what followed it failed (a lock
             // wait past `lock_timeout`): the session is then in an
@@ -482,7 +487,13 @@ impl PgConnection {
         }
         self.in_transaction.set(true);
         self.shared_lock.set(shared);
+        self.read_only.set(read_only);
         Ok(())
+    }
+
+    /// Whether a write transaction (not a read snapshot) is open.
+    pub(super) fn in_write_transaction(&self) -> bool {
+        self.in_transaction.get() && !self.read_only.get()
     }
 
     /// Whether the open transaction holds the write lock shared.
@@ -496,6 +507,7 @@ impl PgConnection {
         let result = self.batch(end);
         self.in_transaction.set(false);
         self.shared_lock.set(false);
+        self.read_only.set(false);
         result
     }
 

@@ -1,0 +1,4 @@
+-- PostgreSQL runs workflow starts side by side from this version on and
+-- counts runs and queued tasks at commit (its twin migration says why).
+-- SQLite has one writer at a time, so its triggers stay as they are; this
+-- version only keeps the two schemas' numbering together.
