@@ -66,6 +66,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("durable_selection", durable_selection),
         scenario!("worker_session", worker_session),
         scenario!("cancel_route", cancel_route),
+        scenario!("cooperative_cancellation", cooperative_cancellation),
     ]
 }
 
@@ -1568,4 +1569,101 @@ async fn wait_until(cond: impl Fn() -> bool, what: &str) -> Outcome {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
+}
+
+/// Cooperative cancellation (protocol 1.20): the client's request stays
+/// pending, a worker built with `cooperative_cancellation(true)` delivers
+/// it at the timer the workflow waits on, the workflow runs a cleanup
+/// activity under a cancellation shield and lets the cancellation end the
+/// run, which closes as `cancelled`.
+async fn cooperative_cancellation(h: Harness) -> Outcome {
+    let queue = h.unique("cooperative");
+    let client = durable_workflow::Client::builder(h.url.clone())
+        .namespace("default")
+        .worker_protocol_version(durable_workflow::WorkerProtocolVersion::V120)
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+    let mut worker = durable_workflow::Worker::new(client.clone(), &queue)
+        .worker_id(h.unique("worker"))
+        .poll_timeout(Duration::from_secs(1))
+        .cooperative_cancellation(true);
+    worker.register_activity("cleanup", |_ctx, args: Value| async move {
+        Ok(json!(format!(
+            "cleaned {}",
+            args[0].as_str().unwrap_or("?")
+        )))
+    });
+    worker.register_workflow("rust.cooperative", |ctx, _input: Value| async move {
+        match ctx.sleep(Duration::from_secs(3_600)).await {
+            Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                let _shield = ctx.cancellation_shield()?;
+                ctx.activity("cleanup", json!(["order"])).await?;
+                Err(Error::CooperativeCancellationRequested(cancelled))
+            }
+            Err(other) => Err(other),
+            Ok(()) => Ok(json!("never cancelled")),
+        }
+    });
+    let handle = client
+        .start_workflow("rust.cooperative", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let requester = handle.clone();
+    let watcher = h.clone();
+    let mut side: Outcome = Ok(());
+    let side_ref = &mut side;
+    let during = async move {
+        *side_ref = async {
+            watcher.until_event(&requester, "TimerScheduled").await?;
+            let first = requester
+                .request_cancellation(durable_workflow::CooperativeCancellationOptions {
+                    reason: Some("conformance cooperative".into()),
+                    cleanup_timeout_seconds: Some(120),
+                })
+                .await
+                .map_err(|e| format!("request_cancellation: {e}"))?;
+            check(!first.duplicate, || format!("first request {first:?}"))?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            loop {
+                if requester.describe().await.is_ok_and(|d| d.is_terminal()) {
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("the run did not close after its cancellation".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        .await;
+    };
+    worker
+        .run_until(during)
+        .await
+        .map_err(|e| format!("worker stopped: {e}"))?;
+    side?;
+    let description = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?;
+    check(description.status.as_deref() == Some("cancelled"), || {
+        format!("status {:?}", description.status)
+    })?;
+    let events = h.history(&handle).await?;
+    let kinds = types(&events);
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind);
+    match (
+        at("CooperativeCancellationRequested"),
+        at("CooperativeCancellationDelivered"),
+        at("ActivityCompleted"),
+    ) {
+        (Some(requested), Some(delivered), Some(cleaned))
+            if requested < delivered
+                && delivered < cleaned
+                && kinds.last() == Some(&"WorkflowCancelled")
+                && !kinds.contains(&"WorkflowTaskFailed") =>
+        {
+            Ok(())
+        }
+        _ => Err(format!("history {kinds:?}")),
+    }
 }

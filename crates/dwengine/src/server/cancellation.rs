@@ -7,7 +7,9 @@
 //!   the same request, `duplicate: true`.
 //! - The observation (`request_id`, `requested_at`, `cleanup_deadline_at`,
 //!   `history_refresh_page_token`) rides on the workflow task's poll and
-//!   heartbeat answers while the request waits for delivery.
+//!   heartbeat answers from the request until the run closes (delivered
+//!   or not: the Rust SDK refuses to replay a history holding the request
+//!   without it).
 //! - `POST /api/worker/workflow-tasks/{id}/deliver-cancellation`: the worker
 //!   holding the run's task delivers the request at the authored call its
 //!   replay stopped at.
@@ -276,30 +278,41 @@ impl Engine {
             "lease_owner": body.lease_owner, "heartbeat_recorded": false,
         });
         match status {
+            // The Rust SDK's cooperative worker also checks the task,
+            // attempt and activity states before it runs the callback.
             Ok((true, expires)) => {
                 answer["can_continue"] = true.into();
                 answer["cancel_requested"] = false.into();
                 answer["reason"] = Value::Null;
                 answer["lease_expires_at"] = wire::timestamp(expires).into();
+                answer["task_status"] = "leased".into();
+                answer["attempt_status"] = "running".into();
+                answer["activity_status"] = "running".into();
             }
             Ok((false, _)) => {
                 answer["can_continue"] = false.into();
                 answer["cancel_requested"] = true.into();
                 answer["reason"] = "activity_cancelled".into();
+                answer["task_status"] = "leased".into();
+                answer["attempt_status"] = "cancelled".into();
+                answer["activity_status"] = "cancelled".into();
             }
             Err(StoreError::AttemptRunClosed { status, .. }) => {
                 answer["can_continue"] = false.into();
                 answer["cancel_requested"] = true.into();
                 answer["reason"] = crate::server::error::run_closed_reason(status).into();
                 answer["run_closed_reason"] = status.as_str().into();
+                answer["task_status"] = "done".into();
+                answer["attempt_status"] = "cancelled".into();
+                answer["activity_status"] = "cancelled".into();
             }
             Err(e) => return Err(e.into()),
         }
         Ok(answer)
     }
 
-    /// The pending request of `run` as a task observes it (`None` when the
-    /// run has none waiting for delivery).
+    /// The request of `run` as a task observes it (`None` when the run has
+    /// none).
     pub(crate) fn cancellation_observation(&self, run: RunId) -> Result<Option<Value>, ApiError> {
         Ok(self
             .read(|s| s.pending_cancellation(run))?

@@ -193,8 +193,9 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 12] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 13] = [
     "condition_wait_occurrence_identity",
+    "cooperative_cancellation",
     "durable_selection",
     "local_activities",
     "memo_upserts",

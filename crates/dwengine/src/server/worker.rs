@@ -1234,6 +1234,9 @@ impl Engine {
             "sticky_execution": self.sticky_capability(),
             "local_activities": { "supported": true, "command": "record_local_activity" },
             "worker_sessions": worker_sessions_capability(),
+            // Root cooperative cancellation (`server::cancellation`): the
+            // Rust SDK's cooperative worker checks it here.
+            "cooperative_cancellation": true,
         })
     }
 

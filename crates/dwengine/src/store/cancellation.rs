@@ -184,10 +184,11 @@ impl Store {
         Ok((request, false))
     }
 
-    /// The run's request while it waits for delivery (none once delivered
-    /// or when the run has none).
+    /// The run's request, delivered or not, while the run is open (none
+    /// when it has none): every task of the run observes it, as the Rust
+    /// SDK's cooperative replay requires of any history that holds it.
     pub fn pending_cancellation(&self, run: RunId) -> Result<Option<CancellationRequest>, Error> {
-        Ok(load(&self.conn, run)?.filter(|r| r.delivered_sequence.is_none()))
+        load(&self.conn, run)
     }
 
     /// Delivers the run's pending request at the authored call `delivery`

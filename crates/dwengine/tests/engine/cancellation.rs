@@ -8,7 +8,8 @@
 //! Cooperative cancellation (protocol 1.20): `request-cancellation` keeps
 //! one pending request on the run (`CooperativeCancellationRequested`; a
 //! repeat is `duplicate`), observed on the workflow task's poll and
-//! heartbeat answers until a worker delivers it at the authored call the
+//! heartbeat answers until the run closes; a worker delivers it at the
+//! authored call the
 //! workflow waits on (`deliver-cancellation`: checked against the history,
 //! `CooperativeCancellationDelivered`, the call's timer or activity
 //! stopped); the SDK's cancellation failure then closes the run as
@@ -290,7 +291,8 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
         request_id.as_str()
     );
     assert_eq!(marker[0]["payload"]["call_kind"], "timer");
-    // Delivered: no longer observed.
+    // Delivered: still observed (the Rust SDK replays a history holding
+    // the request only with its observation).
     let (_, beat) = s.post(
         &format!(
             "/api/worker/workflow-tasks/{}/heartbeat",
@@ -299,7 +301,7 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
         json!({ "lease_owner": task["lease_owner"],
                 "workflow_task_attempt": task["workflow_task_attempt"] }),
     );
-    assert!(beat["cancellation_request"].is_null(), "{beat}");
+    assert_eq!(beat["cancellation_request"], request, "{beat}");
 
     // The SDK lets the cancellation end the run: cancelled, not failed.
     let (status, done) = s.complete(
@@ -424,4 +426,26 @@ fn a_delivery_at_an_activity_stops_it() {
     );
     assert_eq!(status, 409, "{late}");
     assert_eq!(late["reason"], "activity_cancelled", "{late}");
+}
+
+#[test]
+fn a_cooperative_worker_is_acknowledged_at_registration() {
+    let s = server();
+    let (status, body) = s.post(
+        "/api/worker/register",
+        json!({ "worker_id": "coop-worker", "task_queue": "q",
+                "capabilities": ["cooperative_cancellation", "nexus_cooperative_cancellation"] }),
+    );
+    assert_eq!(status, 200, "{body}");
+    // The Rust SDK's cooperative worker checks both; Nexus cooperative
+    // cancellation is not served, so it is not acknowledged.
+    assert_eq!(
+        body["capabilities"],
+        json!(["cooperative_cancellation"]),
+        "{body}"
+    );
+    assert_eq!(
+        body["server_capabilities"]["cooperative_cancellation"], true,
+        "{body}"
+    );
 }
