@@ -179,6 +179,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0037_starts_side_by_side",
         include_str!("migrations/postgres/0037_starts_side_by_side.sql"),
     ),
+    (
+        "0038_update_validator_registrations",
+        include_str!("migrations/postgres/0038_update_validator_registrations.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -125,6 +125,23 @@ pub struct Approved {
     pub queued: bool,
 }
 
+/// The registrations of a queue that declare validators (a walk of the
+/// partial index `workers_validating`, which holds only those; named,
+/// since SQLite would rather walk the namespace's primary-key prefix).
+const DECLARED_VALIDATORS: &str = "SELECT update_validators FROM workers \
+     INDEXED BY workers_validating \
+     WHERE namespace = ?1 AND task_queue = ?2 AND update_validators IS NOT NULL";
+
+/// The oldest validation of a queue waiting for a worker (a walk of the
+/// partial index `update_validations_by_queue`, which holds only
+/// validating rows).
+const NEXT_VALIDATION: &str = "SELECT v.id FROM update_validations v \
+     JOIN runs r ON r.id = v.run_id \
+     WHERE v.namespace = ?1 AND v.task_queue = ?2 AND v.status = 'validating' \
+     AND v.expires_at_ms > ?3 \
+     AND (v.lease_expires_at_ms IS NULL OR v.lease_expires_at_ms <= ?3) \
+     AND r.status = 'running' ORDER BY v.id LIMIT 1";
+
 const LEASE_COLUMNS: &str = "v.id, v.run_id, r.workflow_id, r.workflow_type, v.namespace, \
      v.task_queue, v.name, v.payload, v.request_id, v.attempt, v.lease_owner, \
      v.lease_expires_at_ms";
@@ -365,13 +382,7 @@ impl Store {
     ) -> Result<Option<i64>, Error> {
         Ok(self
             .conn
-            .prepare_cached(
-                "SELECT v.id FROM update_validations v JOIN runs r ON r.id = v.run_id \
-                 WHERE v.namespace = ?1 AND v.task_queue = ?2 AND v.status = 'validating' \
-                 AND v.expires_at_ms > ?3 \
-                 AND (v.lease_expires_at_ms IS NULL OR v.lease_expires_at_ms <= ?3) \
-                 AND r.status = 'running' ORDER BY v.id LIMIT 1",
-            )?
+            .prepare_cached(NEXT_VALIDATION)?
             .query_row(params![namespace, task_queue, now], |r| r.get(0))
             .optional()?)
     }
@@ -550,10 +561,7 @@ impl Store {
         workflow_type: &str,
         name: &str,
     ) -> Result<bool, Error> {
-        let mut statement = self.conn.prepare_cached(
-            "SELECT update_validators FROM workers WHERE namespace = ?1 AND task_queue = ?2 \
-             AND update_validators IS NOT NULL",
-        )?;
+        let mut statement = self.conn.prepare_cached(DECLARED_VALIDATORS)?;
         let mut rows = statement.query(params![namespace, task_queue])?;
         while let Some(row) = rows.next()? {
             let text: String = row.get(0)?;
@@ -564,5 +572,48 @@ impl Store {
             }
         }
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DECLARED_VALIDATORS, NEXT_VALIDATION};
+    use crate::store::config::StoreConfig;
+    use crate::store::connection::Store;
+    use crate::store::db::params;
+
+    fn plan(store: &Store, sql: &str) -> String {
+        let mut statement = store
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        let rows: Vec<String> = if statement.parameter_count() == 3 {
+            statement
+                .query_map(params!["ns", "q", 5], |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        } else {
+            statement
+                .query_map(params!["ns", "q"], |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        rows.join("\n")
+    }
+
+    /// Every update asks whether a validator guards it, and every
+    /// validating poll pass looks for a waiting validation: each is a walk
+    /// of a partial index holding only what it looks for, never a scan of
+    /// the namespace's registrations or of every validation.
+    #[test]
+    fn the_hot_reads_walk_their_partial_indexes() {
+        let store = Store::open_in_memory(StoreConfig::default()).unwrap();
+        let guard = plan(&store, DECLARED_VALIDATORS);
+        assert!(guard.contains("workers_validating"), "{guard}");
+        let next = plan(&store, NEXT_VALIDATION);
+        assert!(next.contains("update_validations_by_queue"), "{next}");
+        assert!(!next.contains("TEMP B-TREE"), "{next}");
     }
 }
