@@ -257,6 +257,13 @@ impl Store {
         )?
         .execute(params![run.0, delivery.sequence])?;
         for sequence in delivery.interrupted() {
+            // A child whose `cancellation_policy` is `abandon` (the
+            // default) keeps running; `try_cancel` and
+            // `wait_cancellation_completed` cancel it now (the claim is not
+            // parked while it cleans up: see docs/api.md).
+            if child_policy(&tx, run, sequence)?.as_deref() == Some("abandon") {
+                continue;
+            }
             crate::store::selection_cancel::stop_leaf(&tx, run, sequence, STOPPED)?;
         }
         tx.commit()?;
@@ -287,6 +294,24 @@ fn load(conn: &Connection, run: RunId) -> Result<Option<CancellationRequest>, Er
             })
         })
         .optional()?)
+}
+
+/// The `cancellation_policy` of the open child run's command `sequence`
+/// of `run` (`None` when that sequence started no open child).
+fn child_policy(conn: &Connection, run: RunId, sequence: i64) -> Result<Option<String>, Error> {
+    let fields: Option<Option<String>> = conn
+        .prepare_cached(
+            "SELECT event_fields FROM children \
+             WHERE parent_run_id = ?1 AND sequence = ?2 AND status = 'open'",
+        )?
+        .query_row(params![run.0, sequence], |r| r.get(0))
+        .optional()?;
+    // A child row without a recorded policy has the command's default.
+    Ok(fields.map(|text| {
+        text.and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .and_then(|f| f["cancellation_policy"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "abandon".to_owned())
+    }))
 }
 
 fn delivered_payload(conn: &Connection, run: RunId) -> Result<Option<Value>, Error> {

@@ -449,3 +449,50 @@ fn a_cooperative_worker_is_acknowledged_at_registration() {
         "{body}"
     );
 }
+
+/// A delivery at a child call applies the child's `cancellation_policy`:
+/// `abandon` leaves the child running, `try_cancel` cancels it.
+#[test]
+fn a_delivery_at_a_child_applies_its_cancellation_policy() {
+    let s = server();
+    for (id, policy, child_status) in [
+        ("coop-parent-abandon", "abandon", "running"),
+        ("coop-parent-try", "try_cancel", "cancelled"),
+    ] {
+        let queue = format!("{id}-q");
+        s.start_workflow("default", id, &queue);
+        let task = next_task(&s, &queue);
+        let child_id = format!("{id}-child");
+        let (status, done) = s.complete(
+            &task,
+            json!([{ "type": "start_child_workflow", "workflow_type": "Child",
+                     "workflow_id": child_id, "queue": "children",
+                     "arguments": { "codec": "json", "blob": "[]" },
+                     "cancellation_policy": policy }]),
+        );
+        assert_eq!(status, 200, "{done}");
+        let (status, answer) = s.post(
+            &format!("/api/workflows/{id}/request-cancellation"),
+            json!({}),
+        );
+        assert_eq!(status, 200, "{answer}");
+        let task = next_task(&s, &queue);
+        let (status, delivered) = deliver(
+            &s,
+            &task,
+            json!({ "request_id": answer["cancellation_request"]["request_id"],
+                    "sequence": 1, "call_kind": "child" }),
+        );
+        assert_eq!(status, 200, "{policy}: {delivered}");
+        let scheduled = history(&s, id)
+            .into_iter()
+            .find(|e| e["event_type"] == "ChildWorkflowScheduled")
+            .unwrap();
+        let child = scheduled["payload"]["child_workflow_instance_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (_, described) = s.get(&format!("/api/workflows/{child}"));
+        assert_eq!(described["status"], child_status, "{policy}: {described}");
+    }
+}
