@@ -36,8 +36,8 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, COOPERATIVE_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
-    CooperativeCleanup, GuardedCounter, SessionSteps, StickySteps, arm_hold, greet,
+    ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
+    CooperativeCleanup, GuardedCounter, InboxEarly, SessionSteps, StickySteps, arm_hold, greet,
     local_runs, reverse, session_whoami,
 )
 
@@ -878,6 +878,50 @@ class Suite:
         assert result == ["m-1", "m-2", "m-3", "m-4"], result
         return f"run {successor} read the carried m-2, m-3 and replayed them after m-4"
 
+    async def message_stream_appended_before_first_task(self) -> str:
+        wid = new_id("inbox-early")
+        handle = await self.client.start_workflow(
+            workflow_type="inbox_early", task_queue=EARLY_QUEUE, workflow_id=wid, input=[None]
+        )
+        # No worker polls this queue yet: both messages precede the run's first task.
+        await handle.append_message("orders", "m-1", [1])
+        await handle.append_message("orders", "m-2", [2])
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            self.client, task_queue=EARLY_QUEUE, workflows=[InboxEarly],
+            worker_id=f"conformance-early-{protocol}-{os.getpid()}",
+            poll_timeout=5.0, shutdown_timeout=10.0,
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            async def events():
+                return (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+
+            async def waiting_after_two():
+                return any(e["event_type"] == "ConditionWaitOpened"
+                           and e["payload"].get("condition_key") == "message-stream:orders:2"
+                           for e in await events())
+
+            await self.wait_for("the run to wait after position 2", waiting_after_two)
+            # Its next task replays the two messages it read without waiting.
+            await handle.append_message("orders", "m-3", [3])
+
+            async def settled():
+                described = await self.describe_raw(wid)
+                failed = [e["payload"].get("message") for e in await events()
+                          if e["event_type"] == "WorkflowTaskFailed"]
+                return (failed or None) if described["status_bucket"] == "running" else ["closed"]
+
+            outcome = await self.wait_for("the run to close or fail a task", settled, timeout=60)
+            assert outcome == ["closed"], f"the replay failed: {outcome}"
+            result = await self.client.get_result(handle, timeout=60)
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        assert result == ["m-1", "m-2", "m-3"], result
+        return "m-1, m-2 appended before the first task were read by waiting, then m-3"
+
     async def child_workflows(self) -> str:
         wid = new_id("family")
         handle = await self.client.start_workflow(
@@ -1106,6 +1150,7 @@ class Suite:
         "message_stream",
         "message_stream_continue_as_new",
         "message_stream_carried_before_wait",
+        "message_stream_appended_before_first_task",
         "sticky_execution",
         "worker_session",
         "durable_selection",

@@ -443,6 +443,21 @@ class InboxCarry:
         return seen
 
 
+@workflow.defn(name="inbox_early")
+class InboxEarly:
+    """Reads three messages from "orders" in batches; the first two are
+    appended before any worker runs, so its first batch needs no wait, and
+    it waits only for the third."""
+
+    def run(self, ctx, _):
+        stream = ctx.message_stream("orders")
+        seen = []
+        while len(seen) < 3:
+            batch = yield from stream.receive(10)
+            seen = [*seen, *(m.message_id for m in batch)]
+        return seen
+
+
 @workflow.defn(name="nexus_caller")
 class NexusCaller:
     """Calls the catalogued conformance/greetings/greet operation (bound to
@@ -484,6 +499,7 @@ class SessionSteps:
         return ran
 
 
+EARLY_QUEUE = "conformance-early-inbox"
 STICKY_QUEUE = "conformance-sticky"
 
 

@@ -256,16 +256,11 @@ fn store_message(
         }),
     };
     if intake.pending == Pending::Signal
-        && crate::store::message_streams::defer_behind_carried(
-            conn,
-            run,
-            id,
-            &request.name,
-            &event,
-        )?
+        && crate::store::message_streams::defer_message(conn, run, id, &request.name, &event)?
     {
-        // A message for a continued run whose carried messages are not
-        // delivered yet follows them (see release_carried).
+        // A message before the run's first completed task, or behind
+        // carried messages not delivered yet, waits for that task (see
+        // message_streams::release_carried).
     } else if intake.pending == Pending::Signal && workflow_task_leased(conn, run)? {
         // The worker is running a task of this run: its completion's
         // events come first in history, then this signal's (see

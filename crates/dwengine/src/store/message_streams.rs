@@ -311,11 +311,13 @@ pub(crate) fn carry(conn: &Connection, closing: RunId, next: RunId) -> Result<u6
 }
 
 /// Whether signal `signal` of `run`, just admitted with `event`, is a
-/// message of a run whose carried messages are still held: then it is held
-/// with them (same marker) and released after them, in position order, so
-/// no delivery shows it before the messages it follows. Otherwise nothing
-/// is written and the caller records the signal as usual.
-pub(crate) fn defer_behind_carried(
+/// message to hold until a workflow task of `run` completes: the run has
+/// not completed one yet (no command recorded), or its carried messages are
+/// still held. Then it is held with the same marker and released after them
+/// by [`release_carried`], in position order, so the run's code reads it by
+/// waiting for it, never as a delivery recorded before its first wait.
+/// Otherwise nothing is written and the caller records the signal as usual.
+pub(crate) fn defer_message(
     conn: &Connection,
     run: RunId,
     signal: i64,
@@ -325,23 +327,27 @@ pub(crate) fn defer_behind_carried(
     if name != MESSAGE_STREAM_SIGNAL {
         return Ok(false);
     }
-    let carrying: bool = conn
+    let defer: bool = conn
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM signals WHERE run_id = ?1 AND held_event IS NOT NULL \
-             AND json_extract(held_event, '$.message_stream_deferred') IS NOT NULL)",
+            "SELECT command_count = 0 OR EXISTS (SELECT 1 FROM signals WHERE run_id = ?1 \
+             AND held_event IS NOT NULL \
+             AND json_extract(held_event, '$.message_stream_deferred') IS NOT NULL) \
+             FROM runs WHERE id = ?1",
         )?
         .query_row([run.0], |r| r.get(0))?;
-    if carrying {
+    if defer {
         let mut event = event.clone();
         event["message_stream_deferred"] = true.into();
         conn.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
             .execute(params![signal, serde_json::to_string(&event)?])?;
     }
-    Ok(carrying)
+    Ok(defer)
 }
 
 /// Writes the `SignalReceived` events of the messages [`carry`] brought
-/// into `run`, oldest first, once a workflow task of `run` has completed
+/// into `run` and of those appended before its first workflow task
+/// completed ([`defer_message`]), oldest first, once a workflow task
+/// of `run` has completed
 /// (after its events and its held signals) or as `run` closes, and hands
 /// each to an open signal wait of its name. Until then they are rows
 /// without events, counted as pending: no delivery shows them, and the

@@ -236,10 +236,14 @@ fn an_append_past_pending_signal_count_is_refused_and_takes_no_position() {
     assert_eq!(body["reason"], "structural_limit_exceeded");
     assert_eq!(body["structural_limit_kind"], "pending_signal_count");
     assert_eq!(body["structural_limit_configured"], 2);
-    // Once the workflow has seen its messages, the next takes position 3.
-    let task = next_task(&s, "full");
-    let (status, body) = s.complete(&task, wait());
-    assert_eq!(status, 200, "{body}");
+    // Appended before the run's first task completed, they are delivered
+    // by the task after it; once the workflow has seen them, the next
+    // message takes position 3.
+    for _ in 0..2 {
+        let task = next_task(&s, "full");
+        let (status, body) = s.complete(&task, wait());
+        assert_eq!(status, 200, "{body}");
+    }
     let (status, body) = append(&s, "full", "orders", json!({ "message_id": "m-3" }));
     assert_eq!((status, &body["position"]), (202, &json!(3)), "{body}");
 }
@@ -543,4 +547,45 @@ fn carried_messages_outlast_a_failed_first_task_and_close_with_the_run() {
         .unwrap_or_else(|| panic!("m-2 never recorded: {kinds:?}"));
     assert_eq!(kinds.last(), Some(&"WorkflowCancelled"), "{kinds:?}");
     assert!(carried < kinds.len() - 1, "{kinds:?}");
+}
+
+/// A message appended before a run's first workflow task completed is not
+/// in that task's delivery: it is recorded after the task's events and
+/// reaches the wait the task opened, so the run reads it by waiting.
+#[test]
+fn messages_appended_before_the_first_task_are_recorded_after_it() {
+    let s = server();
+    s.start_workflow("default", "early", "early");
+    let (status, body) = append(&s, "early", "orders", json!({ "message_id": "m-1" }));
+    assert_eq!(status, 202, "{body}");
+    let task = next_task(&s, "early");
+    let shown: Vec<&str> = task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    assert!(!shown.contains(&"SignalReceived"), "{shown:?}");
+    let (status, body) = s.complete(&task, wait());
+    assert_eq!(status, 200, "{body}");
+    let events = history(&s, "early");
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    let opened = kinds.iter().position(|k| *k == "SignalWaitOpened");
+    let received = kinds.iter().position(|k| *k == "SignalReceived");
+    assert!(
+        opened.is_some() && received > opened,
+        "the message follows the task's wait: {kinds:?}"
+    );
+    let applied = of_type(&events, "SignalApplied");
+    assert_eq!(delivered(&applied[0]["value"])["message_id"], "m-1");
+    // The run's code has work: the task that delivers it.
+    let task = next_task(&s, "early");
+    assert!(task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event_type"] == "SignalApplied"));
 }
