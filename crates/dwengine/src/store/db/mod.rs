@@ -121,7 +121,8 @@ enum Backend {
 pub enum Engine {
     /// SQLite (a file or memory), through rusqlite.
     Sqlite,
-    /// PostgreSQL, through the sync `postgres` client.
+    /// PostgreSQL, through tokio-postgres driven from the calling thread,
+    /// every call bounded in time (`postgres`).
     Postgres,
 }
 
