@@ -163,6 +163,13 @@ fn an_approved_update_is_accepted_only_once_the_validator_approves() {
         let plain = poll_kinds(&s, "plain", "plain-1", json!(["workflow"]), 0.3);
         assert!(plain["task"].is_null(), "{plain}");
         let task = next_validation(&s, "validator");
+        // The queue's last poll observation is that lease, not an empty poll.
+        let (_, seen) = s.get(&format!(
+            "/api/system/poll-diagnostic?namespace=default&task_queue={QUEUE}"
+        ));
+        assert_eq!(seen["last_poll"]["kind"], "update_validation", "{seen}");
+        assert_eq!(seen["last_poll"]["outcome"], "leased", "{seen}");
+        assert_eq!(seen["last_poll"]["worker_id"], "validator", "{seen}");
         // While it validates: not accepted, not in history, not pending.
         assert_eq!(history_types(&s, "approved"), before);
         let (_, described) = s.get("/api/workflows/approved");

@@ -326,6 +326,28 @@ impl Engine {
         Ok(self.write(move |s| s.lease_validation(&ns, &queue, &owner, &poll_id, lease))?)
     }
 
+    /// A validation task a poll just leased, in the poll answer's shape,
+    /// recorded as the queue's last poll observation (the poll's workflow
+    /// side, which ended empty, recorded one first).
+    fn leased_validation(
+        &self,
+        poll: &PollSpec,
+        task: LeasedValidation,
+    ) -> Result<Value, ApiError> {
+        let answer = self.render_validation(task, false)?;
+        self.diagnostics.record(
+            &poll.namespace,
+            &poll.task_queue,
+            &crate::diagnostics::PollObservation {
+                worker_id: poll.worker_id.clone(),
+                kind: TASK_KIND.to_owned(),
+                at_ms: crate::unix_ms(),
+                outcome: "leased".to_owned(),
+            },
+        )?;
+        Ok(answer)
+    }
+
     /// A validation task in the poll answer's shape.
     fn render_validation(&self, task: LeasedValidation, replayed: bool) -> Result<Value, ApiError> {
         let run = RunId(task.run_id);
@@ -609,9 +631,7 @@ impl PollKind for WorkflowWorkPolls {
                 if answer["task"].is_null() && answer.get("replayed").is_none() =>
             {
                 match engine.lease_validation(poll)? {
-                    Some(task) => engine
-                        .render_validation(task, false)
-                        .map(PollStep::Answered),
+                    Some(task) => engine.leased_validation(poll, task).map(PollStep::Answered),
                     None => Ok(PollStep::Answered(answer)),
                 }
             }
@@ -622,9 +642,7 @@ impl PollKind for WorkflowWorkPolls {
                     let keyed = wait.keyed;
                     drop(wait);
                     engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(None))?;
-                    engine
-                        .render_validation(task, false)
-                        .map(PollStep::Answered)
+                    engine.leased_validation(poll, task).map(PollStep::Answered)
                 }
                 None => Ok(PollStep::Waiting(wait)),
             },
@@ -661,7 +679,7 @@ impl PollKind for WorkflowWorkPolls {
         match found {
             Ok(Some(WorkflowWork::Validation(task))) => {
                 engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(None))?;
-                engine.render_validation(*task, false)
+                engine.leased_validation(poll, *task)
             }
             Ok(Some(WorkflowWork::Workflow(task))) => {
                 engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(Some(*task)))
