@@ -614,3 +614,43 @@ fn a_node_refuses_to_start_on_a_schema_a_newer_dwserver_migrated() {
         assert_eq!(recorded, version);
     }
 }
+
+/// A node frozen inside a write transaction (its process stopped, its host
+/// stalled) holds the store's write lock; the other nodes' writes wait
+/// for it only until PostgreSQL closes the idle session
+/// (`idle_in_transaction_session_timeout`), answering 503 meanwhile.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_node_frozen_holding_the_write_lock_loses_it_to_the_others() {
+    #[cfg(dw_test_postgres)]
+    {
+        let (s, _relay, url) = node_and_url(short_timeouts);
+        assert_eq!(s.post("/api/workflows", start_body("before")).0, 201);
+        let mut frozen_node = dwengine::server::ServerConfig::for_node("f", std::env::temp_dir());
+        short_timeouts(&mut frozen_node);
+        let frozen =
+            dwengine::store::db::Connection::open_postgres(&url, &frozen_node.store.postgres)
+                .unwrap();
+        frozen.begin_write().unwrap();
+        let (status, body) = s.post("/api/workflows", start_body("blocked"));
+        assert_eq!(
+            (status, &body["reason"]),
+            (503, &json!("database_unavailable")),
+            "{body}"
+        );
+        assert!(
+            eventually(Duration::from_secs(60), || {
+                s.post("/api/workflows", start_body("after")).0 == 201
+            }),
+            "the frozen node's session was never closed"
+        );
+        let error = frozen
+            .execute_batch("SELECT 1")
+            .expect_err("the server closed the frozen session");
+        assert!(error.is_unavailable(), "{error}");
+        assert_eq!(s.get("/api/workflows/blocked").0, 404);
+    }
+}

@@ -113,8 +113,9 @@ fn postgres_timed_out(e: &postgres::Error) -> bool {
 /// A PostgreSQL error that says the server or the session is gone: the
 /// session closed, an I/O failure (a refused or reset connection), a
 /// connect timeout, or the server's own "connection exception" (class
-/// 08), "shutting down" (57P01, 57P02) and "not accepting connections
-/// yet" (57P03).
+/// 08), "shutting down" (57P01, 57P02), "not accepting connections
+/// yet" (57P03), and its closing of a session idle too long inside a
+/// transaction (25P03) or outside one (57P05).
 pub(super) fn postgres_unavailable(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     if e.is_closed() {
@@ -126,6 +127,8 @@ pub(super) fn postgres_unavailable(e: &postgres::Error) -> bool {
                 SqlState::ADMIN_SHUTDOWN,
                 SqlState::CRASH_SHUTDOWN,
                 SqlState::CANNOT_CONNECT_NOW,
+                SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                SqlState::IDLE_SESSION_TIMEOUT,
             ]
             .contains(code);
     }
