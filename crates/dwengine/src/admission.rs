@@ -249,6 +249,12 @@ impl NamespaceRequestAdmission {
         }
     }
 
+    /// Whether requests of `namespace` are counted (a rate or concurrency
+    /// cap is configured for it), so admitting one touches the cache.
+    pub fn is_capped(&self, namespace: &str) -> bool {
+        self.limits.contains_key(namespace)
+    }
+
     /// Admits one request of `namespace`. A capped namespace whose budget
     /// keys cannot be read or written is refused as
     /// [`NamespaceRejection::Unavailable`] rather than let through uncounted.

@@ -24,6 +24,16 @@ use crate::store::{
     Admission, ArchiveMark, ArchivedFilter, Error as StoreError, RunDescription, RunId, RunStatus,
     SignalRequest, StartRun, Store, TaskKind,
 };
+use dwpolicy::boundary::RequestLimits;
+
+/// What a describe reads in one snapshot: the run, its description, its
+/// input and terminal record, its archive mark.
+type DescribeRead = (
+    RunId,
+    RunDescription,
+    Option<(Value, Option<Value>)>,
+    Option<ArchiveMark>,
+);
 
 /// An update's first answer: final (`wait_for=accepted`), or to await.
 pub enum UpdateStep {
@@ -393,36 +403,40 @@ impl Engine {
         workflow_id: &str,
         run_id: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let mut v = self.config.request_limits.validator();
-        v.workflow_id(workflow_id);
-        v.finish()?;
+        let selected = describe_target(&self.config.request_limits, workflow_id, run_id)?;
         let _slot = self.admit_namespace(namespace)?;
-        let not_found = || ApiError::WorkflowNotFound(workflow_id.to_owned());
-        let selected = match run_id {
-            None => None,
-            Some(text) => Some(wire::parse_run_id(text).ok_or_else(not_found)?),
-        };
-        let found = self.read(|s| {
-            let run = match selected {
-                Some(run) => run,
-                None => match s.find_run(namespace, workflow_id)? {
-                    Some(run) => run,
-                    None => return Ok(None),
-                },
-            };
-            let described = match s.describe(run) {
-                Ok(d) => d,
-                Err(StoreError::RunNotFound(_)) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            if described.run.namespace != namespace || described.run.workflow_id != workflow_id {
-                return Ok(None);
-            }
-            let io = s.run_io(run)?;
-            Ok(Some((run, described, Some(io), s.archive_mark(run)?)))
-        })?;
-        let (run, described, io, archive) = found.ok_or_else(not_found)?;
+        let found = self.read(|s| describe_read(s, namespace, workflow_id, selected))?;
+        let (run, described, io, archive) =
+            found.ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned()))?;
         render_description(run, described, io, archive)
+    }
+
+    /// [`Engine::describe`] on the calling (async) thread, when it can be
+    /// answered there without waiting: the namespace has no request cap
+    /// (admission would touch the cache) and a file store's reader is idle
+    /// ([`Engine::read_now`]).
+    /// `None`: describe the ordinary way, on a blocking thread. A client
+    /// waiting for a result sends one of these every 50 to 500 ms, and
+    /// handing each to a blocking thread and back cost more CPU than the
+    /// read itself (docs/performance.md).
+    pub fn describe_now(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: Option<&str>,
+    ) -> Option<Result<Value, ApiError>> {
+        if self.namespaces.is_capped(namespace) {
+            return None;
+        }
+        let selected = match describe_target(&self.config.request_limits, workflow_id, run_id) {
+            Ok(selected) => selected,
+            Err(e) => return Some(Err(e)),
+        };
+        let found = self.read_now(|s| describe_read(s, namespace, workflow_id, selected))?;
+        Some(match found {
+            Some((run, described, io, archive)) => render_description(run, described, io, archive),
+            None => Err(ApiError::WorkflowNotFound(workflow_id.to_owned())),
+        })
     }
 
     fn describe_run(&self, run: RunId, detailed: bool) -> Result<Value, ApiError> {
@@ -861,6 +875,51 @@ impl Engine {
             "status": outcome, "reason": reason, "duplicate": stopped.duplicate,
         }))
     }
+}
+
+/// The run a describe names, once the workflow id passed the request
+/// limits (`Some` when `run_id` is given; an unparsable one is not found).
+fn describe_target(
+    limits: &RequestLimits,
+    workflow_id: &str,
+    run_id: Option<&str>,
+) -> Result<Option<RunId>, ApiError> {
+    let mut v = limits.validator();
+    v.workflow_id(workflow_id);
+    v.finish()?;
+    match run_id {
+        None => Ok(None),
+        Some(text) => wire::parse_run_id(text)
+            .map(Some)
+            .ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned())),
+    }
+}
+
+/// What a describe reads, in one snapshot: `None` when no run of
+/// `workflow_id` in `namespace` is `selected` (or none at all).
+fn describe_read(
+    s: &Store,
+    namespace: &str,
+    workflow_id: &str,
+    selected: Option<RunId>,
+) -> Result<Option<DescribeRead>, StoreError> {
+    let run = match selected {
+        Some(run) => run,
+        None => match s.find_run(namespace, workflow_id)? {
+            Some(run) => run,
+            None => return Ok(None),
+        },
+    };
+    let described = match s.describe(run) {
+        Ok(d) => d,
+        Err(StoreError::RunNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if described.run.namespace != namespace || described.run.workflow_id != workflow_id {
+        return Ok(None);
+    }
+    let io = s.run_io(run)?;
+    Ok(Some((run, described, Some(io), s.archive_mark(run)?)))
 }
 
 /// The flat description of `run` from what one read transaction found:

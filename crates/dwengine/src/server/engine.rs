@@ -546,6 +546,15 @@ impl Engine {
         self.store.read(read)
     }
 
+    /// As [`Engine::read`], on the calling thread and only if that cannot
+    /// wait ([`SharedStore::read_now`]); `None`: read the ordinary way.
+    pub(crate) fn read_now<R>(
+        &self,
+        read: impl FnOnce(&Store) -> Result<R, StoreError>,
+    ) -> Option<R> {
+        self.store.read_now(read)
+    }
+
     /// As [`Engine::read`], on the liveness probe's own store connection.
     pub(crate) fn probe_read<R>(
         &self,

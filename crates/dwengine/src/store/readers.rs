@@ -108,6 +108,47 @@ impl ReadPool {
         result
     }
 
+    /// Runs `read` on one snapshot now, on the calling thread, only if
+    /// that cannot wait: on a file store's idle connection (none is
+    /// opened and none waited for), with SQLite's busy handler off for the
+    /// read, so a lock held elsewhere (a checkpoint restarting the WAL)
+    /// fails it at once instead of sleeping. `None` when it did not run
+    /// or failed: a read changes nothing, so the caller then reads the
+    /// ordinary way ([`ReadPool::read`], on a thread that may wait), which
+    /// also reports the error. An async handler uses it to answer a small
+    /// read without handing the request to a blocking thread and back
+    /// (two thread wake-ups, most of a describe's CPU).
+    pub fn read_now<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Option<R> {
+        if !matches!(self.source, Source::File(_)) {
+            return None;
+        }
+        let store = self.lock().idle.pop()?;
+        let conn = &store.conn;
+        let value = conn.set_busy_timeout(Duration::ZERO).ok().and_then(|()| {
+            let begun = conn.begin_read().ok();
+            let value = begun.and_then(|()| read(&store).ok());
+            let ended = if conn.is_autocommit() {
+                true
+            } else if value.is_some() {
+                conn.commit().is_ok()
+            } else {
+                conn.rollback().is_ok()
+            };
+            value.filter(|_| ended)
+        });
+        let reusable =
+            conn.set_busy_timeout(self.config.busy_timeout).is_ok() && conn.is_autocommit();
+        let mut state = self.lock();
+        if reusable {
+            state.idle.push(store);
+        } else {
+            state.open -= 1;
+        }
+        drop(state);
+        self.freed.notify_one();
+        value
+    }
+
     /// Runs `work` on one of the pool's sessions as it is (no snapshot
     /// opened around it: `work` opens its own transactions, as a
     /// PostgreSQL node's claim sessions do, see
@@ -197,4 +238,94 @@ pub(crate) fn snapshot<R>(
     let value = result?;
     end?;
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The busy timeout a pooled connection has now, in milliseconds.
+    fn busy_timeout_ms(pool: &ReadPool) -> i64 {
+        pool.read(|s| {
+            Ok(s.conn
+                .query_row("PRAGMA busy_timeout", [], |row| row.get(0))?)
+        })
+        .unwrap()
+    }
+
+    fn store_file() -> (tempfile::TempDir, PathBuf, StoreConfig) {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("store.sqlite");
+        let config = StoreConfig {
+            busy_timeout: Duration::from_millis(300),
+            ..StoreConfig::default()
+        };
+        drop(Store::open(&path, config.clone()).unwrap());
+        (tmp, path, config)
+    }
+
+    #[test]
+    fn read_now_runs_only_on_an_idle_connection_and_leaves_it_as_it_was() {
+        let (_tmp, path, config) = store_file();
+        let pool = ReadPool::new(&path, config, 2);
+        assert_eq!(pool.read_now(|_| Ok(1)), None, "no connection opened yet");
+        assert_eq!(pool.open_connections(), 0, "read_now opens none");
+        assert_eq!(busy_timeout_ms(&pool), 300);
+        assert_eq!(
+            pool.read_now(|_| Ok(2)),
+            Some(2),
+            "the idle one, on this thread"
+        );
+        // A failed read is not answered (the caller reads the ordinary way);
+        // the connection goes back, out of its transaction, its wait restored.
+        assert_eq!(
+            pool.read_now(|s| Ok(s
+                .conn
+                .query_row("SELECT nope", [], |r| r.get::<_, i64>(0))?)),
+            None
+        );
+        assert_eq!(pool.open_connections(), 1);
+        assert_eq!(busy_timeout_ms(&pool), 300);
+        assert_eq!(pool.read_now(|_| Ok(3)), Some(3));
+    }
+
+    #[test]
+    fn read_now_does_not_wait_for_a_lock_the_ordinary_read_waits_for() {
+        let (_tmp, path, mut config) = store_file();
+        // An ordinary read would wait an hour for the lock below.
+        config.busy_timeout = Duration::from_secs(3600);
+        let pool = std::sync::Arc::new(ReadPool::new(&path, config, 1));
+        assert_eq!(busy_timeout_ms(&pool), 3_600_000);
+        // Another process holding the file exclusively: in WAL mode only
+        // exclusive locking keeps readers out.
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder
+            .execute_batch(
+                "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE held (x);",
+            )
+            .unwrap();
+        let (sender, answer) = std::sync::mpsc::channel();
+        let reader = pool.clone();
+        std::thread::spawn(move || {
+            let now = reader.read_now(|s| {
+                Ok(s.conn
+                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                        r.get::<_, i64>(0)
+                    })?)
+            });
+            let _ = sender.send(now);
+        });
+        // A generous deadline, far below the hour the lock would be waited for.
+        let now = answer
+            .recv_timeout(Duration::from_secs(120))
+            .expect("read_now waited for the lock");
+        assert_eq!(now, None, "refused, not answered");
+        holder.execute_batch("COMMIT").unwrap();
+        drop(holder);
+        assert_eq!(busy_timeout_ms(&pool), 3_600_000, "its wait restored");
+        assert!(
+            pool.read_now(|_| Ok(())).is_some(),
+            "and it reads again once the lock is gone"
+        );
+    }
 }

@@ -168,6 +168,13 @@ impl SharedStore {
         }
     }
 
+    /// As [`SharedStore::read`], on the calling thread and only if that
+    /// cannot wait ([`ReadPool::read_now`]); `None` (an in-memory store, no
+    /// idle reader, a failed read): read the ordinary way.
+    pub fn read_now<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Option<R> {
+        self.readers.as_ref()?.read_now(read)
+    }
+
     /// As [`SharedStore::read`], through the liveness probe's own
     /// connection (a file store), never one of the shared readers.
     pub fn probe_read<R>(&self, read: impl FnOnce(&Store) -> Result<R, Error>) -> Result<R, Error> {

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::waiting::Target;
-use super::{blocking, refuse, with_body_status, Scope, Shared};
+use super::{blocking, refuse, reply, with_body_status, Scope, Shared};
 use crate::server::message_streams::MessageBody;
 use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
 use crate::server::{ApiError, Engine};
@@ -165,6 +165,14 @@ async fn describe(
     Path(params): Path<HashMap<String, String>>,
 ) -> Response {
     let target = Target::from_path(params);
+    // Most describes are answered here, without a blocking thread.
+    if let Some(answer) = engine.describe_now(
+        &scope.namespace,
+        &target.workflow_id,
+        target.run_id.as_deref(),
+    ) {
+        return reply(answer);
+    }
     blocking(engine, move |e| {
         e.describe(
             &scope.namespace,

@@ -435,6 +435,16 @@ impl Connection {
         }
     }
 
+    /// How long an SQLite statement waits for a lock another connection
+    /// holds (zero: it fails with `SQLITE_BUSY` at once). A PostgreSQL
+    /// session has no such setting: nothing changes.
+    pub fn set_busy_timeout(&self, timeout: Duration) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(conn) => Ok(conn.busy_timeout(timeout)?),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
     /// Opens a read transaction: every read until [`Connection::commit`]
     /// sees one snapshot.
     pub fn begin_read(&self) -> Result<()> {
