@@ -256,7 +256,7 @@ fn store_message(
         }),
     };
     if intake.pending == Pending::Signal
-        && crate::store::message_streams::defer_message(conn, run, id, &request.name, &event)?
+        && crate::store::message_deferral::defer_message(conn, run, id, &request.name, &event)?
     {
         // A message before the run's first completed task, or behind
         // carried messages not delivered yet, waits for that task (see

@@ -24,9 +24,7 @@ use crate::store::protocol::codec_of;
 use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
 use crate::store::tx::WriteTx;
 
-/// The signal name that carries message-stream deliveries (reserved: a
-/// client signal of this name is refused).
-pub const MESSAGE_STREAM_SIGNAL: &str = "__durable_workflow_message_stream";
+pub use crate::store::message_deferral::MESSAGE_STREAM_SIGNAL;
 /// The `schema` of a delivered message.
 pub const MESSAGE_SCHEMA: &str = "durable-workflow.v2.message-stream.message";
 /// The `schema` of a cursor checkpoint (a continued run's starting cursor).
@@ -308,40 +306,6 @@ pub(crate) fn carry(conn: &Connection, closing: RunId, next: RunId) -> Result<u6
         }
     }
     Ok(events)
-}
-
-/// Whether signal `signal` of `run`, just admitted with `event`, is a
-/// message to hold until a workflow task of `run` completes: the run has
-/// not completed one yet (no command recorded), or its carried messages are
-/// still held. Then it is held with the same marker and released after them
-/// by [`release_carried`], in position order, so the run's code reads it by
-/// waiting for it, never as a delivery recorded before its first wait.
-/// Otherwise nothing is written and the caller records the signal as usual.
-pub(crate) fn defer_message(
-    conn: &Connection,
-    run: RunId,
-    signal: i64,
-    name: &str,
-    event: &Value,
-) -> Result<bool, Error> {
-    if name != MESSAGE_STREAM_SIGNAL {
-        return Ok(false);
-    }
-    let defer: bool = conn
-        .prepare_cached(
-            "SELECT command_count = 0 OR EXISTS (SELECT 1 FROM signals WHERE run_id = ?1 \
-             AND held_event IS NOT NULL \
-             AND json_extract(held_event, '$.message_stream_deferred') IS NOT NULL) \
-             FROM runs WHERE id = ?1",
-        )?
-        .query_row([run.0], |r| r.get(0))?;
-    if defer {
-        let mut event = event.clone();
-        event["message_stream_deferred"] = true.into();
-        conn.prepare_cached("UPDATE signals SET held_event = ?2 WHERE id = ?1")?
-            .execute(params![signal, serde_json::to_string(&event)?])?;
-    }
-    Ok(defer)
 }
 
 /// Writes the `SignalReceived` events of the messages [`carry`] brought

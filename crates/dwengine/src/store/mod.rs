@@ -54,6 +54,7 @@ pub mod history;
 pub mod import;
 pub mod leases;
 pub mod local_activities;
+pub mod message_deferral;
 pub mod message_streams;
 pub mod metrics;
 pub mod model;
