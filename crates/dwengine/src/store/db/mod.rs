@@ -474,14 +474,29 @@ impl Connection {
         }
     }
 
-    /// Opens savepoint `name` inside the open transaction.
+    /// Opens savepoint `name` inside the open transaction. On PostgreSQL
+    /// the command goes with the next one, in its round trip
+    /// (`PgConnection::defer`), so an error it meets is reported there.
     pub fn savepoint(&self, name: &str) -> Result<()> {
-        self.control(&format!("SAVEPOINT {name}"))
+        self.deferred_control(&format!("SAVEPOINT {name}"))
     }
 
-    /// Releases savepoint `name` into the enclosing transaction.
+    /// Releases savepoint `name` into the enclosing transaction (on
+    /// PostgreSQL with the next command, as [`Connection::savepoint`]).
     pub fn release(&self, name: &str) -> Result<()> {
-        self.control(&format!("RELEASE SAVEPOINT {name}"))
+        self.deferred_control(&format!("RELEASE SAVEPOINT {name}"))
+    }
+
+    /// Savepoint control: at once on SQLite (a function call), with the
+    /// next command on PostgreSQL (no round trip of its own).
+    fn deferred_control(&self, sql: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(_) => self.control(sql),
+            Backend::Postgres(conn) => {
+                conn.defer(sql);
+                Ok(())
+            }
+        }
     }
 
     /// Undoes everything since savepoint `name` and closes it.

@@ -166,6 +166,10 @@ pub(super) struct PgConnection {
     changes: Cell<u64>,
     /// A statement failed because the session is gone.
     broken: Cell<bool>,
+    /// Savepoints and savepoint releases not sent yet (`;`-terminated):
+    /// they go with the next command, in its round trip (see
+    /// [`PgConnection::defer`]).
+    deferred: RefCell<String>,
 }
 
 /// Whether the connection string sets `key` itself (`key=` in a URL's
@@ -308,6 +312,7 @@ impl PgConnection {
             read_only: Cell::new(false),
             changes: Cell::new(0),
             broken: Cell::new(false),
+            deferred: RefCell::new(String::new()),
         })
     }
 
@@ -404,6 +409,7 @@ impl PgConnection {
             old.abandoned = true;
         }
         self.statements.get_mut().clear();
+        self.deferred.get_mut().clear();
         self.in_transaction.set(false);
         self.shared_lock.set(false);
         self.clock.begin();
@@ -430,6 +436,7 @@ impl PgConnection {
 
     /// `sql` translated and prepared, not kept.
     pub(super) fn prepare(&self, sql: &str) -> Result<postgres::Statement> {
+        self.flush()?;
         let sql = translate(sql);
         call!(self, "a prepare", |client| client.prepare(&sql))
     }
@@ -442,8 +449,19 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let changed = call!(self, "a statement", |client| client
-            .execute(statement, &refs))?;
+        let deferred = self.deferred.take();
+        let changed = if deferred.is_empty() {
+            call!(self, "a statement", |client| client
+                .execute(statement, &refs))?
+        } else {
+            call!(self, "a statement", |client| async {
+                let (control, changed) = tokio::join!(
+                    client.batch_execute(&deferred),
+                    client.execute(statement, &refs)
+                );
+                control.and(changed)
+            })?
+        };
         self.changes.set(changed);
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
@@ -456,12 +474,53 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        call!(self, "a query", |client| client.query(statement, &refs))
+        let deferred = self.deferred.take();
+        if deferred.is_empty() {
+            return call!(self, "a query", |client| client.query(statement, &refs));
+        }
+        call!(self, "a query", |client| async {
+            let (control, rows) = tokio::join!(
+                client.batch_execute(&deferred),
+                client.query(statement, &refs)
+            );
+            control.and(rows)
+        })
     }
 
-    /// Runs `sql` (no parameters, `;`-separated) as one simple query.
+    /// Runs `sql` (no parameters, `;`-separated) as one simple query,
+    /// after the deferred savepoint commands, in the same round trip.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
+        let mut deferred = self.deferred.take();
+        let sql = if deferred.is_empty() {
+            sql
+        } else {
+            deferred.push_str(sql);
+            deferred.as_str()
+        };
         call!(self, "a command", |client| client.batch_execute(sql))
+    }
+
+    /// Queues `sql` (a `SAVEPOINT` or a `RELEASE SAVEPOINT`) to go with
+    /// the next command instead of a round trip of its own: ahead of it in
+    /// one simple query when that is transaction control (the next
+    /// savepoint, a rollback to one, the commit), pipelined ahead of it
+    /// when it is a statement (both sent in one write, answered in order;
+    /// a savepoint that fails fails the statement after it). The server
+    /// runs them in the order they were asked for, before anything after
+    /// them, so the transaction is what it would have been, with a start's
+    /// six savepoint commands costing no round trip of their own.
+    pub(super) fn defer(&self, sql: &str) {
+        let mut deferred = self.deferred.borrow_mut();
+        deferred.push_str(sql);
+        deferred.push_str("; ");
+    }
+
+    /// Sends the deferred savepoint commands now.
+    fn flush(&self) -> Result<()> {
+        if self.deferred.borrow().is_empty() {
+            return Ok(());
+        }
+        self.batch("")
     }
 
     pub(super) fn is_autocommit(&self) -> bool {
@@ -504,7 +563,18 @@ impl PgConnection {
     /// Ends the open transaction with `end` (`COMMIT` or `ROLLBACK`); it
     /// is over whether or not `end` succeeded (a failed commit rolls back).
     pub(super) fn end(&self, end: &str) -> Result<()> {
+        if end == "ROLLBACK" {
+            // The whole transaction goes, its savepoints with it.
+            self.deferred.borrow_mut().clear();
+        }
         let result = self.batch(end);
+        if result.is_err() && !self.is_broken() {
+            // A deferred savepoint command that failed kept the `COMMIT`
+            // after it from running: the transaction is still open (and
+            // aborted) on the server. End it so the next `BEGIN` starts
+            // afresh (outside a transaction this only warns).
+            let _ = self.batch("ROLLBACK");
+        }
         self.in_transaction.set(false);
         self.shared_lock.set(false);
         self.read_only.set(false);
