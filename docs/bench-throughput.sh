@@ -22,7 +22,9 @@
 # result). Each deployment's phases get an empty store of their own:
 # PostgreSQL databases dw_bench_<pid>_<deployment> (dropped at the end),
 # Redis database BENCH_REDIS_DB (default 14, flushed). Also printed: the
-# dwserver processes' CPU per start and per completed workflow (/proc).
+# dwserver processes' CPU per start and per completed workflow (/proc),
+# and, when the PostgreSQL server runs on this machine, its CPU per start
+# (its postmaster and the processes it forked, /proc).
 # DWSERVER/LOADGEN name built release binaries (default: built here);
 # DW_CONFORMANCE_VENV the Python SDK's venv (default target/conformance-venv);
 # BENCH_PORT the balancer's port, the nodes take the next three (18580).
@@ -103,6 +105,21 @@ cpu_ticks() { # the nodes' user + system ticks so far
   echo "$total"
 }
 
+# pg_ticks: the PostgreSQL server's user + system ticks so far (its
+# postmaster and every process it forked, the ended ones included), when
+# the server runs on this machine; "-" otherwise.
+pg_ticks() {
+  local dir postmaster total pid
+  dir=$(psql -qAt "$DW_BENCH_POSTGRES_URL" -c "SHOW data_directory" 2>/dev/null) || { echo -; return; }
+  postmaster=$(head -1 "$dir/postmaster.pid" 2>/dev/null) || { echo -; return; }
+  [ -n "$postmaster" ] && [ -r "/proc/$postmaster/stat" ] || { echo -; return; }
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$postmaster/stat")
+  for pid in $(pgrep -P "$postmaster"); do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
 # statements DATABASE: the statements PostgreSQL ran in DATABASE so far
 # (pg_stat_statements, when the server preloads it; "-" otherwise).
 statements() {
@@ -114,14 +131,17 @@ statements() {
 # measure NAME BASE_URL RUNS_QUERY [DATABASE]: the starts phase, then the
 # SDK phase, on BASE_URL; RUNS_QUERY prints the runs the store holds.
 measure() {
-  local name=$1 base=$2 runs=$3 database=${4:-} before after s0=- s1=-
+  local name=$1 base=$2 runs=$3 database=${4:-} before after s0=- s1=- p0=- p1=-
   curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' \
     -d '{"name":"bench"}' >/dev/null
   [ -z "$database" ] || s0=$(statements "$database")
+  [ -z "$database" ] || p0=$(pg_ticks)
   before=$(cpu_ticks)
   wrk -t2 -c"$conns" -d"${secs}s" --latency -s "$root/docs/bench-starts.lua" "$base" >"$work/$name.wrk"
   after=$(cpu_ticks)
+  [ -z "$database" ] || p1=$(pg_ticks)
   [ -z "$database" ] || s1=$(statements "$database")
+  if [ "$p0" != - ] && [ "$p1" != - ]; then echo "$((p1 - p0))" >"$work/$name.pg-cpu"; fi
   echo "$((after - before))" >"$work/$name.starts-cpu"
   # Starts in flight when wrk stopped have landed by now (or never will).
   sleep 1
@@ -179,8 +199,8 @@ rb, ra = float(read("raw-before")), float(read("raw-after"))
 raw = (rb + ra) / 2
 print(f"raw SQLite, 1 thread, 2-row tx per commit, WAL, synchronous=FULL: {raw:.0f} commits/s (before {rb:.0f}, after {ra:.0f})")
 print(f"starts: wrk, {conns} connections, {secs} s; completed: Python SDK, {concurrency} in flight, {secs} s")
-print("| deployment | starts/s | p50 | p99 | non-2xx | runs stored / answered | statements per start | CPU ms/start (nodes) | starts / raw | completed/s | SDK start p50 | p99 | CPU ms/workflow (nodes) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| deployment | starts/s | p50 | p99 | non-2xx | runs stored / answered | statements per start | CPU ms/start (nodes) | CPU ms/start (PostgreSQL) | starts / raw | completed/s | SDK start p50 | p99 | CPU ms/workflow (nodes) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in ("sqlite-1", "pg-1", "pg-3"):
     wrk = read(f"{name}.wrk")
     rate = float(re.search(r"Requests/sec:\s*([\d.]+)", wrk).group(1))
@@ -193,12 +213,16 @@ for name in ("sqlite-1", "pg-1", "pg-3"):
     except FileNotFoundError:
         per_start = "-"
     cpu = int(read(f"{name}.starts-cpu")) / hz
+    try:
+        pg_cpu = f"{1000 * int(read(f'{name}.pg-cpu')) / hz / max(1, rate * secs):.3f}"
+    except FileNotFoundError:
+        pg_cpu = "-"
     sdk = json.loads(read(f"{name}.sdk").strip().splitlines()[-1])
     sdk_cpu = int(read(f"{name}.sdk-cpu")) / hz
     done = sdk["completed"]
     print(f"| {name} | {rate:,.0f} | {lat.get('50', '?')} | {lat.get('99', '?')} | {bad.group(1) if bad else 0} "
           f"| {stored:,} / {answered:,} | {per_start} "
-          f"| {1000 * cpu / max(1, rate * secs):.3f} | {rate / raw:.2f} "
+          f"| {1000 * cpu / max(1, rate * secs):.3f} | {pg_cpu} | {rate / raw:.2f} "
           f"| {sdk['workflows_completed_per_second']:,.1f} | {sdk['start_latency_ms_p50']} ms | {sdk['start_latency_ms_p99']} ms "
           f"| {1000 * sdk_cpu / max(1, done):.2f} |")
 PY
