@@ -66,7 +66,7 @@ stop_nodes() {
 cleanup() {
   stop_nodes
   for db in "${databases[@]}"; do
-    psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+    psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   done
   rm -rf "$work"
 }
