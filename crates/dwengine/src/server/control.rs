@@ -1088,8 +1088,7 @@ fn begin_start(
         return Ok(Begun::Refused(refused));
     }
     let workflow_id = start.workflow_id.clone();
-    let started = s.start_workflow(start, request_id)?;
-    s.arm_run_timeouts(started.run, timeouts.0, timeouts.1)?;
+    let started = s.start_workflow_timed(start, request_id, timeouts.0, timeouts.1)?;
     if let Some(fire) = schedule {
         fire.record(s, &workflow_id, started.run)?;
     }

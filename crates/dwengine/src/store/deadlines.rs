@@ -166,6 +166,19 @@ pub(crate) fn schedule_to_close_end(conn: &Connection, task_id: i64) -> Result<O
     ))
 }
 
+/// The earliest deadline a run created at `created` (Unix ms) with these
+/// timeouts has, and which timeout sets it.
+pub(crate) fn run_deadline(
+    created: i64,
+    execution_timeout_seconds: Option<u64>,
+    run_timeout_seconds: Option<u64>,
+) -> Option<(i64, &'static str)> {
+    earliest([
+        (after(created, run_timeout_seconds), "run"),
+        (after(created, execution_timeout_seconds), "execution"),
+    ])
+}
+
 /// Records `run`'s execution and run timeouts and arms the earlier one.
 pub(crate) fn arm_run(
     conn: &Connection,
@@ -178,10 +191,7 @@ pub(crate) fn arm_run(
         .query_row([run.0], |r| r.get(0))
         .optional()?
         .ok_or(Error::RunNotFound(run))?;
-    let deadline = earliest([
-        (after(created, run_timeout_seconds), "run"),
-        (after(created, execution_timeout_seconds), "execution"),
-    ]);
+    let deadline = run_deadline(created, execution_timeout_seconds, run_timeout_seconds);
     conn.prepare_cached(
         "UPDATE runs SET execution_timeout_seconds = ?2, run_timeout_seconds = ?3, \
          deadline_at_ms = ?4, deadline_kind = ?5 WHERE id = ?1",

@@ -314,6 +314,24 @@ pub(crate) fn enqueue_workflow(
     enqueue_workflow_at(conn, run, now_ms())
 }
 
+/// Queues the first workflow task of `run`, a run the same transaction has
+/// just inserted in (`namespace`, `task_queue`): it is running and has no
+/// task yet, so unlike [`enqueue_workflow`] nothing is read first.
+pub(crate) fn enqueue_first_workflow_task(
+    conn: &crate::store::db::Connection,
+    run: RunId,
+    namespace: &str,
+    task_queue: &str,
+) -> Result<(), Error> {
+    let now = now_ms();
+    conn.prepare_cached(
+        "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+         VALUES ('workflow', ?1, ?2, ?3, 'ready', ?4, ?4)",
+    )?
+    .execute(params![run.0, namespace, task_queue, now])?;
+    Ok(())
+}
+
 /// Queues a workflow task for `run` that becomes leasable at `due_at_ms`
 /// (a child's retry after its backoff), unless one is already queued.
 pub(crate) fn enqueue_workflow_at(

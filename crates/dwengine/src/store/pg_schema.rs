@@ -183,6 +183,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0038_update_validator_registrations",
         include_str!("migrations/postgres/0038_update_validator_registrations.sql"),
     ),
+    (
+        "0039_start_counters_upsert",
+        include_str!("migrations/postgres/0039_start_counters_upsert.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -245,6 +245,31 @@ pub(crate) fn append_event(
         })
         .optional()?
         .ok_or(Error::RunNotFound(run))?;
+    insert_event_row(
+        conn,
+        run,
+        sequence,
+        event_type,
+        &text,
+        command.then_some(command_index),
+    )?;
+    // A terminal event that makes a `select` member the group's winner is
+    // followed, in the same transaction, by the group's marker.
+    if let Some(marker) = crate::store::selection::resolution(conn, run, event_type, payload)? {
+        append_event(conn, run, EventType::SelectionResolved, &marker, false)?;
+    }
+    Ok(to_u64(sequence))
+}
+
+/// The history row itself; the caller has counted it on the run's row.
+fn insert_event_row(
+    conn: &Connection,
+    run: RunId,
+    sequence: i64,
+    event_type: EventType,
+    text: &str,
+    command_index: Option<i64>,
+) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT INTO history_events \
          (run_id, sequence, event_type, payload, command_index, recorded_at_ms) \
@@ -255,15 +280,10 @@ pub(crate) fn append_event(
         sequence,
         event_type.as_str(),
         text,
-        command.then_some(command_index),
+        command_index,
         now_ms()
     ])?;
-    // A terminal event that makes a `select` member the group's winner is
-    // followed, in the same transaction, by the group's marker.
-    if let Some(marker) = crate::store::selection::resolution(conn, run, event_type, payload)? {
-        append_event(conn, run, EventType::SelectionResolved, &marker, false)?;
-    }
-    Ok(to_u64(sequence))
+    Ok(())
 }
 
 /// The number of events in `run`'s history (one row read).
@@ -303,6 +323,22 @@ pub(crate) fn check_size(
     Ok(())
 }
 
+/// What a start sets on a new run's row beside what [`StartRun`] holds:
+/// the request id a retry of the start is recognised by, and the run's
+/// timeouts with the deadline they arm. Written by the run's one `INSERT`,
+/// not by updates after it, so a start moves the row (and the triggers that
+/// copy it into the projections) once.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RunOptions<'a> {
+    pub(crate) start_request_id: Option<&'a str>,
+    pub(crate) execution_timeout_seconds: Option<u64>,
+    pub(crate) run_timeout_seconds: Option<u64>,
+    /// The earliest deadline those timeouts set, and which one it is.
+    pub(crate) deadline: Option<(i64, &'static str)>,
+    /// The run's `created_at_ms` (the deadline counts from it); now when 0.
+    pub(crate) created_at_ms: i64,
+}
+
 /// Inserts a running v2 run and its start event, after the size checks: a
 /// child names its `parent`; a run that continues another (continue-as-new)
 /// names it as `continued_from`, in its row and its `WorkflowStarted`.
@@ -312,6 +348,27 @@ pub(crate) fn insert_run(
     start: &StartRun,
     parent: Option<RunId>,
     continued_from: Option<RunId>,
+) -> Result<RunId, Error> {
+    insert_run_with(
+        conn,
+        limits,
+        start,
+        parent,
+        continued_from,
+        RunOptions::default(),
+    )
+}
+
+/// As [`insert_run`], with the start's [`RunOptions`]. The run row is
+/// written with its history already one event long (the `WorkflowStarted`
+/// inserted after it, at sequence 0), as [`append_event`] would leave it.
+pub(crate) fn insert_run_with(
+    conn: &Connection,
+    limits: &StructuralLimits,
+    start: &StartRun,
+    parent: Option<RunId>,
+    continued_from: Option<RunId>,
+    options: RunOptions<'_>,
 ) -> Result<RunId, Error> {
     let run_ref = RunRef {
         workflow_run_id: &start.workflow_id,
@@ -333,27 +390,6 @@ pub(crate) fn insert_run(
         search.len(),
         &run_ref,
     )?;
-    let run = RunId(
-        conn.prepare_cached(
-            "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
-             parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id) \
-             VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9) RETURNING id",
-        )?
-        .query_row(
-            params![
-                start.workflow_id,
-                start.workflow_type,
-                start.namespace,
-                start.task_queue,
-                parent.map(|p| p.0),
-                memo,
-                search,
-                now_ms(),
-                continued_from.map(|r| r.0)
-            ],
-            |r| r.get(0),
-        )?,
-    );
     let mut payload = Map::new();
     payload.insert("workflow_id".into(), start.workflow_id.clone().into());
     payload.insert("workflow_type".into(), start.workflow_type.clone().into());
@@ -370,12 +406,43 @@ pub(crate) fn insert_run(
             previous.0.to_string().into(),
         );
     }
-    append_event(
-        conn,
-        run,
-        EventType::WorkflowStarted,
-        &Value::Object(payload),
-        false,
-    )?;
+    let event = EventType::WorkflowStarted;
+    let text = crate::store::payload_references::history_text(&Value::Object(payload))?;
+    let created = if options.created_at_ms == 0 {
+        now_ms()
+    } else {
+        options.created_at_ms
+    };
+    let run = RunId(
+        conn.prepare_cached(
+            "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+             parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id, \
+             history_length, history_bytes, start_request_id, execution_timeout_seconds, \
+             run_timeout_seconds, deadline_at_ms, deadline_kind) \
+             VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
+             ?14, ?15) RETURNING id",
+        )?
+        .query_row(
+            params![
+                start.workflow_id,
+                start.workflow_type,
+                start.namespace,
+                start.task_queue,
+                parent.map(|p| p.0),
+                memo,
+                search,
+                created,
+                continued_from.map(|r| r.0),
+                to_i64(event.as_str().len() + text.len()),
+                options.start_request_id,
+                options.execution_timeout_seconds.map(to_i64),
+                options.run_timeout_seconds.map(to_i64),
+                options.deadline.map(|(at, _)| at),
+                options.deadline.map(|(_, kind)| kind)
+            ],
+            |r| r.get(0),
+        )?,
+    );
+    insert_event_row(conn, run, 0, event, &text, None)?;
     Ok(run)
 }

@@ -9,11 +9,12 @@
 use crate::store::db::{params, OptionalExtension};
 
 use crate::store::connection::Store;
+use crate::store::deadlines::run_deadline;
 use crate::store::dispatch;
 use crate::store::error::Error;
 use crate::store::history;
 use crate::store::model::{FailureRecord, HistoryEvent, PendingCounts, Run, RunId, StartRun};
-use crate::store::rows::{self, insert_run, to_u64};
+use crate::store::rows::{self, insert_run, insert_run_with, now_ms, to_u64, RunOptions};
 use crate::store::tx::WriteTx;
 
 impl Store {
@@ -35,6 +36,21 @@ impl Store {
         start: StartRun,
         request_id: Option<&str>,
     ) -> Result<Started, Error> {
+        self.start_workflow_timed(start, request_id, None, None)
+    }
+
+    /// As [`Store::start_workflow`], with the run's execution and run
+    /// timeouts (seconds) recorded and its deadline armed in the same row
+    /// write. A start writes three rows (the run, its `WorkflowStarted`,
+    /// its first workflow task), each once, and reads nothing but the
+    /// request id's earlier start.
+    pub fn start_workflow_timed(
+        &self,
+        start: StartRun,
+        request_id: Option<&str>,
+        execution_timeout_seconds: Option<u64>,
+        run_timeout_seconds: Option<u64>,
+    ) -> Result<Started, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         if let Some(request_id) = request_id {
             if let Some(run) =
@@ -46,12 +62,16 @@ impl Store {
                 });
             }
         }
-        let run = insert_run(&tx, &self.config.limits, &start, None, None)?;
-        if let Some(request_id) = request_id {
-            tx.prepare_cached("UPDATE runs SET start_request_id = ?2 WHERE id = ?1")?
-                .execute(params![run.0, request_id])?;
-        }
-        dispatch::enqueue_workflow(&tx, run)?;
+        let created = now_ms();
+        let options = RunOptions {
+            start_request_id: request_id,
+            execution_timeout_seconds,
+            run_timeout_seconds,
+            deadline: run_deadline(created, execution_timeout_seconds, run_timeout_seconds),
+            created_at_ms: created,
+        };
+        let run = insert_run_with(&tx, &self.config.limits, &start, None, None, options)?;
+        dispatch::enqueue_first_workflow_task(&tx, run, &start.namespace, &start.task_queue)?;
         tx.commit()?;
         Ok(Started {
             run,
@@ -129,4 +149,128 @@ pub struct Started {
     pub run: RunId,
     /// `true` when the request id had already started it.
     pub duplicate: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::config::StoreConfig;
+
+    fn start(id: &str) -> StartRun {
+        StartRun {
+            workflow_id: id.into(),
+            workflow_type: "Order".into(),
+            namespace: "ns".into(),
+            task_queue: "q".into(),
+            arguments: json!({"codec": "json", "blob": "[1]"}),
+            ..StartRun::default()
+        }
+    }
+
+    /// Rows inserted, updated or deleted on the store's connection so far,
+    /// trigger writes included.
+    fn row_writes(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("SELECT total_changes()", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A start writes each of its rows once: the run (already counting its
+    /// first event, with its request id, timeouts and deadline), its
+    /// `WorkflowStarted`, its first workflow task, and what the triggers
+    /// keep of them (the run's summary and timeline entry, its series
+    /// counter, its queue's counters): seven row writes, where the start
+    /// used to update the run twice more (and its summary with it) after
+    /// inserting it.
+    #[test]
+    fn a_start_writes_each_of_its_rows_once() {
+        let store = Store::open_in_memory(StoreConfig::default()).unwrap();
+        // The series and queue counter rows exist from here on, so both
+        // starts below update them rather than create them.
+        store.start_workflow(start("first"), None).unwrap();
+        let before = row_writes(&store);
+        let started = store
+            .start_workflow_timed(start("second"), Some("req-1"), Some(600), Some(60))
+            .unwrap();
+        assert!(!started.duplicate);
+        assert_eq!(row_writes(&store) - before, 7);
+
+        let (length, bytes, request, execution, run_timeout, deadline, kind, created): (
+            i64,
+            i64,
+            String,
+            i64,
+            i64,
+            i64,
+            String,
+            i64,
+        ) = store
+            .conn
+            .query_row(
+                "SELECT history_length, history_bytes, start_request_id, \
+                 execution_timeout_seconds, run_timeout_seconds, deadline_at_ms, deadline_kind, \
+                 created_at_ms FROM runs WHERE id = ?1",
+                [started.run.0],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .unwrap();
+        let (event_type, payload): (String, String) = store
+            .conn
+            .query_row(
+                "SELECT event_type, payload FROM history_events WHERE run_id = ?1 AND sequence = 0",
+                [started.run.0],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(event_type, "WorkflowStarted");
+        assert_eq!(length, 1);
+        assert_eq!(
+            bytes,
+            i64::try_from(event_type.len() + payload.len()).unwrap()
+        );
+        assert_eq!(request, "req-1");
+        assert_eq!((execution, run_timeout), (600, 60));
+        assert_eq!((deadline, kind.as_str()), (created + 60_000, "run"));
+        assert_eq!(store.history(started.run).unwrap().len(), 1);
+        let summary_length: i64 = store
+            .conn
+            .query_row(
+                "SELECT history_length FROM run_summaries WHERE run_id = ?1",
+                [started.run.0],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(summary_length, 1);
+        let (started_runs, ready): (i64, i64) = store
+            .conn
+            .query_row(
+                "SELECT s.started, q.workflow_ready FROM workflow_run_series s \
+                 JOIN task_queue_state q USING (namespace, task_queue) WHERE s.namespace = 'ns'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((started_runs, ready), (2, 2));
+        // The retry of the same start finds the run and writes nothing.
+        let again = row_writes(&store);
+        let retried = store
+            .start_workflow_timed(start("second"), Some("req-1"), Some(600), Some(60))
+            .unwrap();
+        assert_eq!((retried.run, retried.duplicate), (started.run, true));
+        assert_eq!(row_writes(&store), again);
+    }
 }

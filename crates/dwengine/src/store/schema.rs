@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0036_cancellation_requests.sql"),
     include_str!("migrations/0037_starts_side_by_side.sql"),
     include_str!("migrations/0038_update_validator_registrations.sql"),
+    include_str!("migrations/0039_start_counters_upsert.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -36,6 +36,14 @@ pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> R
     };
     conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    // The group-commit writer runs every job in a savepoint, so SQLite
+    // copies each page a job first touches into the statement journal.
+    // That journal spills to a temporary file past 64 KiB (every batch of
+    // more than one start did), and a fifth of the writer's time under
+    // the starts benchmark went to writing it (docs/performance.md,
+    // "Starts against raw SQLite"); in memory it is a copy. It holds the
+    // pages of the savepoints still open, which a release empties.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
 }
 

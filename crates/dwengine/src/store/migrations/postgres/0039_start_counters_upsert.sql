@@ -1,0 +1,3 @@
+-- See the SQLite twin: SQLite's two start counter triggers become one
+-- upsert each. PostgreSQL's trigger functions are left as they are; this
+-- version only keeps the two schemas' numbering together.
