@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::server::wire::{self, Checks};
-use crate::server::worker::validation;
+use crate::server::worker::{check_workflow_lease, validation};
 use crate::server::{ApiError, Engine};
 use crate::store::cancellation::{CancellationRequest, Delivery, CALL_KINDS};
 use crate::store::{Error as StoreError, RunId, TaskKind};
@@ -150,21 +150,11 @@ impl Engine {
         body: DeliverCancellationBody,
     ) -> Result<Value, ApiError> {
         let mut checks = Checks::default();
-        let task = task_id.parse::<i64>().ok();
-        if task.is_none() {
-            checks.problem(
-                "task_id",
-                "The task_id must be a task id this server issued.",
-            );
-        }
-        if body.lease_owner.trim().is_empty() {
-            checks.problem("lease_owner", "The lease_owner field is required.");
-        }
-        checks.range(
-            "workflow_task_attempt",
-            Some(body.workflow_task_attempt),
-            1,
-            i64::MAX,
+        let task = check_workflow_lease(
+            &mut checks,
+            task_id,
+            &body.lease_owner,
+            body.workflow_task_attempt,
         );
         if body.request_id.trim().is_empty() {
             checks.problem(

@@ -1501,8 +1501,15 @@ fn wire_task_kind(kind: TaskKind) -> &'static str {
     }
 }
 
-fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64), ApiError> {
-    let mut checks = Checks::default();
+/// The checks every call on a leased workflow task makes of its fence: the
+/// path's task id, the body's `lease_owner` and `workflow_task_attempt`.
+/// Returns the task id when it parses; problems go into `checks`.
+pub(crate) fn check_workflow_lease(
+    checks: &mut Checks,
+    task_id: &str,
+    lease_owner: &str,
+    workflow_task_attempt: i64,
+) -> Option<i64> {
     let task = task_id.parse::<i64>().ok();
     if task.is_none() {
         checks.problem(
@@ -1510,14 +1517,25 @@ fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64),
             "The task_id must be a task id this server issued.",
         );
     }
-    if body.lease_owner.trim().is_empty() {
+    if lease_owner.trim().is_empty() {
         checks.problem("lease_owner", "The lease_owner field is required.");
     }
     checks.range(
         "workflow_task_attempt",
-        Some(body.workflow_task_attempt),
+        Some(workflow_task_attempt),
         1,
         i64::MAX,
+    );
+    task
+}
+
+fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64), ApiError> {
+    let mut checks = Checks::default();
+    let task = check_workflow_lease(
+        &mut checks,
+        task_id,
+        &body.lease_owner,
+        body.workflow_task_attempt,
     );
     if !checks.problems.is_empty() {
         return Err(validation(checks).into());
