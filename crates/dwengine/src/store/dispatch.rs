@@ -343,13 +343,7 @@ pub(crate) fn enqueue_workflow_at(
     if head.status != RunStatus::Running {
         return Ok(false);
     }
-    let waiting: i64 = conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM dispatch_tasks WHERE run_id = ?1 AND kind = 'workflow' \
-             AND status = 'ready'",
-        )?
-        .query_row([run.0], |r| r.get(0))?;
-    if waiting > 0 {
+    if has_ready_workflow_task(conn, run)? {
         return Ok(false);
     }
     conn.prepare_cached(
