@@ -99,7 +99,9 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
                 }
                 // Only `r`, `b`, `c`, `br` and `cr` before `"` or `#` can
                 // start a string (see `prefixed_string`).
-                let may_prefix = end - i <= 2 && matches!(b.get(end), Some(b'"' | b'#'));
+                let may_prefix = end - i <= 2
+                    && matches!(b.get(end), Some(b'"' | b'#'))
+                    && !names_a_raw_identifier(b, i);
                 match may_prefix.then(|| prefixed_string(b, i, end)).flatten() {
                     Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
                     None => (None, end),
@@ -131,6 +133,15 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
 
 const fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// Whether the word at `start` is the name of a raw identifier `r#name`:
+/// a word then, even when it reads `r`, `b`, `br`, `c` or `cr` before a
+/// quote. `r#r"a\"b"` is the identifier `r#r` and a plain string; read as
+/// `r#` and a raw string `r"a\"`, the `b"` after it would open a byte
+/// string that hides the rest of the file from the limits.
+fn names_a_raw_identifier(b: &[u8], start: usize) -> bool {
+    start >= 2 && &b[start - 2..start] == b"r#" && (start == 2 || !is_ident_byte(b[start - 3]))
 }
 
 /// The end of a string literal whose prefix is the word `b[start..word_end]`
@@ -811,7 +822,10 @@ mod tests {
                     while end < b.len() && is_ident_byte(b[end]) {
                         end += 1;
                     }
-                    match prefixed_string(b, i, end) {
+                    let string = (!names_a_raw_identifier(b, i))
+                        .then(|| prefixed_string(b, i, end))
+                        .flatten();
+                    match string {
                         Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
                         None => (None, end),
                     }
@@ -978,6 +992,26 @@ mod tests {
             "[".repeat(300)
         );
         assert_eq!(too_complex(&quoted), None);
+    }
+
+    #[test]
+    fn a_raw_identifier_named_like_a_string_prefix_hides_nothing() {
+        let table: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex(t, s);
+        let bytewise: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex_bytewise(t, s);
+        let deep = format!("{}x{}", "(".repeat(300), ")".repeat(300));
+        for name in ["r", "b", "br", "c", "cr"] {
+            // `r#b"a\"` read as `r#` and a byte string would end at the
+            // second quote and hide the nesting behind an unclosed string.
+            let text = format!("let r#{name} = 1; f(r#{name}\"a\\\"b\" {deep});");
+            let (message, _) =
+                too_complex(&text).unwrap_or_else(|| panic!("nesting hidden in {text:.40}"));
+            assert!(message.contains("nest"), "{message}");
+            assert_eq!(lexemes(table, &text), lexemes(bytewise, &text));
+        }
+        // A longer word ending in `r` before `#` is no raw identifier, and
+        // a raw string still opens where one can.
+        assert_eq!(too_complex(&format!("br#\"{deep}\"#")), None);
+        assert_eq!(too_complex(&format!("x = r#\"{deep}\"#")), None);
     }
 
     #[test]
