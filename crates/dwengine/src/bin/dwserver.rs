@@ -169,27 +169,66 @@ fn evidence_command(rest: &[String]) -> ExitCode {
     }
 }
 
-/// Resolves on SIGTERM (what orchestrators send first) or SIGINT (Ctrl-C):
-/// the server then stops accepting, ends its waits and long polls, lets
-/// in-flight requests finish within DW_SERVER_HTTP_SHUTDOWN_DEADLINE_MS and
-/// exits 0.
-async fn stop_signal() {
+/// The stop signals, registered before the node announces itself: a
+/// supervisor (or a test) may send SIGTERM as soon as it reads `listening
+/// on`, and a signal arriving before its handler exists would kill the
+/// process with the default action (no drain, no exit 0).
+struct StopSignals {
+    runtime: tokio::runtime::Runtime,
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            let which = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-            };
-            tracing::info!(signal = which, "stopping");
-            return;
-        }
+    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    /// Installs the SIGTERM and SIGINT handlers now.
+    fn register() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        #[cfg(unix)]
+        let unix = {
+            use tokio::signal::unix::{signal, SignalKind};
+            let _entered = runtime.enter();
+            match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                _ => None,
+            }
+        };
+        Ok(StopSignals {
+            runtime,
+            #[cfg(unix)]
+            unix,
+        })
     }
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on SIGTERM (what orchestrators send first) or SIGINT
+    /// (Ctrl-C): the server then stops accepting, ends its waits and long
+    /// polls, lets in-flight requests finish within
+    /// DW_SERVER_HTTP_SHUTDOWN_DEADLINE_MS and exits 0.
+    fn wait(self) {
+        let StopSignals {
+            runtime,
+            #[cfg(unix)]
+            unix,
+        } = self;
+        runtime.block_on(async move {
+            #[cfg(unix)]
+            {
+                if let Some((mut term, mut int)) = unix {
+                    let which = tokio::select! {
+                        _ = term.recv() => "SIGTERM",
+                        _ = int.recv() => "SIGINT",
+                    };
+                    tracing::info!(signal = which, "stopping");
+                    return;
+                }
+            }
+            let _ = tokio::signal::ctrl_c().await;
+        });
+    }
 }
 
 fn main() -> ExitCode {
@@ -256,20 +295,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The handlers exist before the announcement, so a stop sent the
+    // moment a supervisor reads it is a clean stop.
+    if let Some(stop) = running.take_shutdown() {
+        match StopSignals::register() {
+            Ok(signals) => {
+                std::thread::spawn(move || {
+                    signals.wait();
+                    let _ = stop.send(());
+                });
+            }
+            Err(e) => {
+                eprintln!("dwserver: cannot handle stop signals: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     log_startup(&startup_config, running.addr());
     println!("listening on {}", running.addr());
     let _ = std::io::stdout().flush();
-    if let Some(stop) = running.take_shutdown() {
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(stop_signal());
-                let _ = stop.send(());
-            }
-        });
-    }
     match running.wait() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

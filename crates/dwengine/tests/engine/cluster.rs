@@ -112,6 +112,24 @@ fn in_memory_stores_take_no_lock() {
         .ends_with(".lock")));
 }
 
+/// A supervisor may stop a node the moment it reads `listening on`: the
+/// stop handlers exist before that line, so the stop is the clean one
+/// (exit 0), never the default action of an unhandled SIGTERM. Before,
+/// they were installed on a thread started after it, and on a loaded
+/// machine most such stops killed the node (exit 143).
+#[test]
+fn a_node_stopped_as_soon_as_it_announces_itself_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in 0..5 {
+        let node = start(command(
+            dir.path(),
+            &format!("quick-{n}"),
+            Path::new(":memory:"),
+        ));
+        node.stop();
+    }
+}
+
 /// The `cluster` block of a node's operator metrics.
 fn cluster_view(node: &Node) -> serde_json::Value {
     let (status, body) = get(&node.base, "/api/system/operator-metrics");
