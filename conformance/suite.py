@@ -20,6 +20,7 @@ import json
 import os
 import sqlite3
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -37,8 +38,8 @@ from durable_workflow.errors import (
 
 from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
-    CooperativeCleanup, GuardedCounter, InboxEarly, SessionSteps, StickySteps, arm_hold, greet,
-    local_runs, reverse, session_whoami,
+    CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeWaitingChild, GuardedCounter,
+    InboxEarly, SessionSteps, StickySteps, arm_hold, greet, linger_marked, local_runs, reverse, session_whoami,
 )
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
@@ -1122,6 +1123,123 @@ class Suite:
         return (f"request {request['request_id']} delivered at the timer (sequence {delivery['sequence']}); "
                 f"cleanup ran; closed cancelled ({len(types)} events)")
 
+    async def cooperative_cancellation_waits(self) -> str:
+        """Cooperative cancellation that waits for cleanup (protocol 1.20): a
+        delivery at a child whose cancellation_policy is
+        wait_cancellation_completed parks the parent's claim while the child
+        (given a request of its own) cleans up, and lands once the child has
+        ended; a delivery at a running activity with that policy parks until
+        the worker has stopped the attempt's callback and acknowledged it
+        (acknowledge-cancellation closes it as ActivityCancelled). A 1.19
+        worker cannot take part: the SDK refuses to start one that asks for
+        the capability, and refuses the policies without it."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            self.client, task_queue=COOPERATIVE_QUEUE,
+            workflows=[CooperativeChildParent, CooperativeWaitingChild, CooperativeActivityWait],
+            activities=[greet, linger_marked], worker_id=f"conformance-coop-waits-{protocol}-{os.getpid()}",
+            capabilities=["cooperative_cancellation"], poll_timeout=5.0, shutdown_timeout=10.0,
+        )
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            try:
+                await asyncio.wait_for(asyncio.shield(running), timeout=30)
+            except RuntimeError as refused:
+                assert "1.20" in str(refused), refused
+                return f"the {protocol} worker refuses the capability: {refused}"
+            finally:
+                await worker.stop()
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            raise AssertionError(f"a {protocol} worker started with cooperative_cancellation")
+
+        def alive() -> None:
+            if running.done():
+                raise AssertionError(f"the cooperative worker stopped: {running.exception()!r}")
+
+        marker = os.path.join(tempfile.mkdtemp(prefix="dw-conformance-"), "attempt-running")
+        try:
+            # A child that must clean up first.
+            parent_id = new_id("coop-parent")
+            parent = await self.client.start_workflow(
+                workflow_type="cooperative_child_parent", task_queue=COOPERATIVE_QUEUE,
+                workflow_id=parent_id, input=["ada"],
+            )
+            child_id = f"{parent.run_id}:child:1"
+            deadline = time.monotonic() + 60
+            while True:
+                alive()
+                assert time.monotonic() < deadline, "the child never started its timer"
+                try:
+                    child = await self.client.describe_workflow(child_id)
+                    if "TimerScheduled" in await self.history_types(child_id, child.run_id):
+                        break
+                except Exception:  # not started yet
+                    pass
+                await asyncio.sleep(0.1)
+            await self.client.request_workflow_cancellation(
+                parent_id, reason="conformance waits", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(parent, timeout=90)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            alive()
+
+            # A running activity that must stop first.
+            activity_id = new_id("coop-activity")
+            waiting = await self.client.start_workflow(
+                workflow_type="cooperative_activity_wait", task_queue=COOPERATIVE_QUEUE,
+                workflow_id=activity_id, input=[marker],
+            )
+            deadline = time.monotonic() + 60
+            while not os.path.exists(marker):
+                alive()
+                assert time.monotonic() < deadline, "the activity's attempt never ran"
+                await asyncio.sleep(0.1)
+            await self.client.request_workflow_cancellation(
+                activity_id, reason="conformance waits", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(waiting, timeout=90)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            alive()
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+
+        parent_events = (await self.client.get_history(parent_id, parent.run_id, page_size=1000))["events"]
+        types = [e["event_type"] for e in parent_events]
+        assert "WorkflowTaskFailed" not in types, types
+        requested = types.index("CooperativeCancellationRequested")
+        child_ended = types.index("ChildRunCancelled")
+        delivered = types.index("CooperativeCancellationDelivered")
+        assert requested < child_ended < delivered, types
+        assert parent_events[delivered]["payload"]["call_kind"] == "child", parent_events[delivered]
+        assert "ActivityCompleted" in types[delivered:], types
+        assert types[-1] == "WorkflowCancelled", types
+        child = await self.client.describe_workflow(child_id)
+        assert child.status == "cancelled", child.status
+        child_types = await self.history_types(child_id, child.run_id)
+        assert child_types.index("CooperativeCancellationDelivered") < child_types.index("ActivityCompleted"), child_types
+
+        events = (await self.client.get_history(activity_id, waiting.run_id, page_size=1000))["events"]
+        types = [e["event_type"] for e in events]
+        assert "WorkflowTaskFailed" not in types, types
+        requested = types.index("CooperativeCancellationRequested")
+        stopped = types.index("ActivityCancelled")
+        delivered = types.index("CooperativeCancellationDelivered")
+        assert requested < stopped < delivered, types
+        assert events[stopped]["payload"]["cancellation_policy"] == "wait_cancellation_completed", events[stopped]
+        assert events[delivered]["payload"]["call_kind"] == "activity", events[delivered]
+        assert types[-1] == "WorkflowCancelled", types
+        return (f"child: parked, child cancelled after its cleanup, delivered at event {delivered}; "
+                f"activity: parked until the attempt acknowledged (ActivityCancelled at event {stopped})")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1155,6 +1273,7 @@ class Suite:
         "worker_session",
         "durable_selection",
         "cooperative_cancellation",
+        "cooperative_cancellation_waits",
     ]
 
 

@@ -551,6 +551,66 @@ class CooperativeCleanup:
         return "never cancelled"
 
 
+@activity.defn(name="linger_marked")
+def linger_marked(marker: str, seconds: float) -> str:
+    """Marks that its attempt runs (a file the suite waits for), then runs
+    `seconds`: a cooperative worker stops it when its activity is cancelled."""
+    with open(marker, "w", encoding="utf-8") as file:
+        file.write("running")
+    time.sleep(seconds)
+    return "lingered"
+
+
+@workflow.defn(name="cooperative_waiting_child")
+class CooperativeWaitingChild:
+    """A child that waits an hour; its own cancellation (the parent's
+    cascade) runs a cleanup activity before it ends as cancelled."""
+
+    def run(self, ctx, name):
+        try:
+            yield ctx.start_timer(3600)
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", [f"child cleanup of {name}"])
+            raise
+        return "never cancelled"
+
+
+@workflow.defn(name="cooperative_child_parent")
+class CooperativeChildParent:
+    """Waits on a child whose cancellation_policy waits for its cleanup: a
+    cancellation delivered there parks until the child has ended, then the
+    parent cleans up too."""
+
+    def run(self, ctx, name):
+        try:
+            yield ctx.start_child_workflow(
+                "cooperative_waiting_child", [name], task_queue=COOPERATIVE_QUEUE,
+                cancellation_policy="wait_cancellation_completed",
+            )
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", [f"parent cleanup of {name}"])
+            raise
+        return "never cancelled"
+
+
+@workflow.defn(name="cooperative_activity_wait")
+class CooperativeActivityWait:
+    """Waits on a long activity whose cancellation_policy waits for its
+    cleanup: a cancellation delivered there parks until the attempt has
+    stopped its callback (acknowledge-cancellation), then cleans up."""
+
+    def run(self, ctx, marker):
+        try:
+            yield ctx.schedule_activity(
+                "linger_marked", [marker, 300], start_to_close_timeout=600,
+                cancellation_policy="wait_cancellation_completed",
+            )
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", ["after the activity stopped"])
+            raise
+        return "never cancelled"
+
+
 @workflow.defn(name="signal_during_task")
 class SignalDuringTask:
     """Waits for a first signal, then for three in all; which second wait

@@ -67,6 +67,10 @@ pub fn all() -> Vec<Scenario> {
         scenario!("worker_session", worker_session),
         scenario!("cancel_route", cancel_route),
         scenario!("cooperative_cancellation", cooperative_cancellation),
+        scenario!(
+            "cooperative_cancellation_waits",
+            cooperative_cancellation_waits
+        ),
     ]
 }
 
@@ -1666,4 +1670,198 @@ async fn cooperative_cancellation(h: Harness) -> Outcome {
         }
         _ => Err(format!("history {kinds:?}")),
     }
+}
+
+/// Cooperative cancellation that waits for cleanup (protocol 1.20): a
+/// delivery at a child whose `cancellation_policy` is
+/// `WaitCancellationCompleted` parks the parent's claim (`delivered: false`,
+/// `claim_released`) while the child, given a request of its own, cleans
+/// up; the parent is delivered at the child once the child has ended. A
+/// delivery at a running activity with that policy parks until the worker
+/// has dropped the attempt's callback and acknowledged it
+/// (`acknowledge-cancellation`, recorded as `ActivityCancelled`).
+async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
+    let queue = h.unique("coop-waits");
+    let client = durable_workflow::Client::builder(h.url.clone())
+        .namespace("default")
+        .worker_protocol_version(durable_workflow::WorkerProtocolVersion::V120)
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+    let mut worker = durable_workflow::Worker::new(client.clone(), &queue)
+        .worker_id(h.unique("worker"))
+        .poll_timeout(Duration::from_secs(1))
+        .cooperative_cancellation(true);
+    worker.register_activity("cleanup", |_ctx, args: Value| async move {
+        Ok(json!(format!(
+            "cleaned {}",
+            args[0].as_str().unwrap_or("?")
+        )))
+    });
+    let attempt_running = Arc::new(AtomicUsize::new(0));
+    let running = attempt_running.clone();
+    worker.register_activity("linger", move |_ctx, _args: Value| {
+        let running = running.clone();
+        async move {
+            running.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            Ok(json!("lingered"))
+        }
+    });
+    worker.register_workflow("rust.waiting_kid", |ctx, _input: Value| async move {
+        match ctx.sleep(Duration::from_secs(3_600)).await {
+            Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                let _shield = ctx.cancellation_shield()?;
+                ctx.activity("cleanup", json!(["kid"])).await?;
+                Err(Error::CooperativeCancellationRequested(cancelled))
+            }
+            Err(other) => Err(other),
+            Ok(()) => Ok(json!("never cancelled")),
+        }
+    });
+    let kid_options = ChildWorkflowOptions::new(queue.clone())
+        .cancellation_policy(durable_workflow::CancellationPolicy::WaitCancellationCompleted);
+    worker.register_workflow("rust.waiting_parent", move |ctx, _input: Value| {
+        let options = kid_options.clone();
+        async move {
+            match ctx
+                .start_child_workflow("rust.waiting_kid", options, json!([]))
+                .await
+            {
+                Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                    let _shield = ctx.cancellation_shield()?;
+                    ctx.activity("cleanup", json!(["parent"])).await?;
+                    Err(Error::CooperativeCancellationRequested(cancelled))
+                }
+                Err(other) => Err(other),
+                Ok(_) => Ok(json!("never cancelled")),
+            }
+        }
+    });
+    worker.register_workflow("rust.waiting_activity", |ctx, _input: Value| async move {
+        let options = no_retry()
+            .start_to_close_timeout(Duration::from_secs(600))
+            .cancellation_policy(durable_workflow::CancellationPolicy::WaitCancellationCompleted);
+        match ctx
+            .activity_with_options("linger", options, json!([]))
+            .await
+        {
+            Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                let _shield = ctx.cancellation_shield()?;
+                ctx.activity("cleanup", json!(["activity"])).await?;
+                Err(Error::CooperativeCancellationRequested(cancelled))
+            }
+            Err(other) => Err(other),
+            Ok(_) => Ok(json!("never cancelled")),
+        }
+    });
+    let parent = client
+        .start_workflow("rust.waiting_parent", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let waiting = client
+        .start_workflow(
+            "rust.waiting_activity",
+            &queue,
+            &h.unique("coop-act"),
+            json!([]),
+        )
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let watcher = h.clone();
+    let (p, w) = (parent.clone(), waiting.clone());
+    let mut side: Outcome = Ok(());
+    let side_ref = &mut side;
+    let during = async move {
+        *side_ref = async {
+            watcher.until_event(&p, "ChildRunStarted").await?;
+            // The child has reached its timer when its history shows it.
+            let child_id = format!("{}:child:1", p.run_id.as_deref().unwrap_or_default());
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            loop {
+                let child = watcher
+                    .get(&format!("{}/api/workflows/{child_id}", watcher.url))
+                    .await
+                    .unwrap_or_default();
+                if let Some(run) = child["run_id"].as_str() {
+                    let history = watcher
+                        .get(&format!(
+                            "{}/api/workflows/{child_id}/runs/{run}/history?page_size=1000",
+                            watcher.url
+                        ))
+                        .await?;
+                    if history["events"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|e| e["event_type"] == "TimerScheduled"))
+                    {
+                        break;
+                    }
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("the child never reached its timer".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            wait_until(
+                || attempt_running.load(Ordering::SeqCst) > 0,
+                "the activity's attempt",
+            )
+            .await?;
+            for handle in [&p, &w] {
+                handle
+                    .request_cancellation(durable_workflow::CooperativeCancellationOptions {
+                        reason: Some("conformance waits".into()),
+                        cleanup_timeout_seconds: Some(120),
+                    })
+                    .await
+                    .map_err(|e| format!("request_cancellation: {e}"))?;
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            loop {
+                if p.describe().await.is_ok_and(|d| d.is_terminal())
+                    && w.describe().await.is_ok_and(|d| d.is_terminal())
+                {
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("the runs did not close after their cancellation".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        .await;
+    };
+    worker
+        .run_until(during)
+        .await
+        .map_err(|e| format!("worker stopped: {e}"))?;
+    side?;
+    for (handle, resolved, kind) in [
+        (&parent, "ChildRunCancelled", "child"),
+        (&waiting, "ActivityCancelled", "activity"),
+    ] {
+        let description = handle
+            .describe()
+            .await
+            .map_err(|e| format!("describe: {e}"))?;
+        check(description.status.as_deref() == Some("cancelled"), || {
+            format!("{kind}: status {:?}", description.status)
+        })?;
+        let events = h.history(handle).await?;
+        let kinds = types(&events);
+        let at = |name: &str| kinds.iter().position(|k| *k == name);
+        match (
+            at("CooperativeCancellationRequested"),
+            at(resolved),
+            at("CooperativeCancellationDelivered"),
+        ) {
+            (Some(requested), Some(ended), Some(delivered))
+                if requested < ended
+                    && ended < delivered
+                    && events[delivered]["payload"]["call_kind"] == json!(kind)
+                    && kinds.last() == Some(&"WorkflowCancelled")
+                    && !kinds.contains(&"WorkflowTaskFailed") => {}
+            _ => return Err(format!("{kind}: history {kinds:?}")),
+        }
+    }
+    Ok(())
 }

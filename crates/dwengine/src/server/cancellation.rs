@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::server::wire::{self, Checks};
 use crate::server::worker::{check_workflow_lease, validation};
 use crate::server::{ApiError, Engine};
-use crate::store::cancellation::{CancellationRequest, Delivery, CALL_KINDS};
+use crate::store::cancellation::{CancellationRequest, Delivered, Delivery, CALL_KINDS};
 use crate::store::{Error as StoreError, RunId, TaskKind};
 
 /// The cleanup time a request gets when it names none.
@@ -70,6 +70,46 @@ pub struct DeliverCancellationBody {
     /// That operation's span (default 1).
     #[serde(default)]
     pub operation_sequence_span: Option<i64>,
+}
+
+/// The longest identity an `acknowledge-cancellation` may carry (both
+/// SDKs' bound, in bytes).
+pub const MAX_ACK_IDENTITY_BYTES: usize = 255;
+
+/// `acknowledge-cancellation`'s body.
+#[derive(Debug, Deserialize, Default)]
+pub struct AcknowledgeCancellationBody {
+    /// The attempt (as for the attempt's other reports).
+    #[serde(default)]
+    pub activity_attempt_id: String,
+    /// The worker it was leased to.
+    #[serde(default)]
+    pub lease_owner: String,
+    /// The cancellation request the status observation's
+    /// `cancellation_acknowledgement` named.
+    #[serde(default)]
+    pub request_id: String,
+}
+
+/// Checks a `schedule_activity` command's `cancellation_policy` (one of
+/// the child policies, as both SDKs send it).
+pub(crate) fn check_activity_policy(
+    checks: &mut Checks,
+    command: &Value,
+    field: &impl Fn(&str) -> String,
+) {
+    let allowed = &crate::store::children::CANCELLATION_POLICIES;
+    if let Some(value) = command.get("cancellation_policy").filter(|v| !v.is_null()) {
+        if !value.as_str().is_some_and(|text| allowed.contains(&text)) {
+            checks.problem(
+                &field("cancellation_policy"),
+                format!(
+                    "The cancellation_policy must be one of {}.",
+                    allowed.join(", ")
+                ),
+            );
+        }
+    }
 }
 
 /// A request as the SDKs observe it (`cancellation_request`).
@@ -233,10 +273,26 @@ impl Engine {
         let recorded = delivery.clone();
         let run =
             self.write(move |store| store.deliver_cancellation(task, &owner, attempt, &recorded))?;
-        let run = run.map_err(|refusal| ApiError::CancellationRefused {
+        let delivered = run.map_err(|refusal| ApiError::CancellationRefused {
             reason: refusal.reason,
             message: refusal.message,
         })?;
+        let run = match delivered {
+            Delivered::Delivered(run) => run,
+            Delivered::Waiting { run, reason } => {
+                // Both SDKs take this answer as the claim's release: they
+                // return to polling, and the run's next workflow task
+                // (when the child or activity closes) delivers again.
+                self.wake_workflow_children_of(run);
+                return Ok(json!({
+                    "delivered": false, "reason": reason, "claim_released": true,
+                    "task_id": task_id, "workflow_run_id": wire::run_id(run),
+                    "request_id": null, "sequence": null, "call_kind": null,
+                    "sequence_span": null, "operation_sequence": null,
+                    "operation_sequence_span": null,
+                }));
+            }
+        };
         Ok(json!({
             "delivered": true, "task_id": task_id, "workflow_run_id": wire::run_id(run),
             "request_id": delivery.request_id, "sequence": delivery.sequence,
@@ -256,6 +312,7 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let task = crate::server::worker::activity_task(&self.config, task_id, &body)?;
         let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
+        let receipt_of = task;
         let status = self.read(move |store| {
             let fence = crate::store::ActivityFence {
                 lease_owner: &owner,
@@ -286,6 +343,17 @@ impl Engine {
                 answer["task_status"] = "leased".into();
                 answer["attempt_status"] = "cancelled".into();
                 answer["activity_status"] = "cancelled".into();
+                // A cooperative cancellation stopped it: the worker stops
+                // its callback and reports that with acknowledge-cancellation.
+                if let Some(receipt) = self.read(move |s| s.activity_stop_receipt(receipt_of))? {
+                    answer["cancellation_acknowledgement"] = json!({
+                        "request_id": receipt.request_id,
+                        "root_request_id": receipt.request_id,
+                        "cleanup_deadline_at": wire::timestamp(receipt.cleanup_deadline_at_ms),
+                        "cancellation_history_event_id": receipt.cancellation_history_event_id,
+                        "callback_state": "unknown",
+                    });
+                }
             }
             Err(StoreError::AttemptRunClosed { status, .. }) => {
                 answer["can_continue"] = false.into();
@@ -299,6 +367,82 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         Ok(answer)
+    }
+
+    /// `POST /api/worker/activity-tasks/{id}/acknowledge-cancellation`: the
+    /// attempt's callback stopped after a cooperative cancellation stopped
+    /// its activity (fenced as the other activity reports).
+    pub fn acknowledge_activity_cancellation(
+        &self,
+        task_id: &str,
+        body: AcknowledgeCancellationBody,
+    ) -> Result<Value, ApiError> {
+        let report = crate::server::wire::ActivityReport {
+            activity_attempt_id: body.activity_attempt_id.clone(),
+            lease_owner: body.lease_owner.clone(),
+            ..Default::default()
+        };
+        let mut checks = Checks::default();
+        if body.request_id.trim().is_empty() {
+            checks.problem(
+                "request_id",
+                "The request_id field is required: the cancellation_acknowledgement's request_id \
+                 from the attempt's status observation.",
+            );
+        } else if body.request_id.len() > MAX_ACK_IDENTITY_BYTES {
+            checks.problem(
+                "request_id",
+                format!("The request_id may be at most {MAX_ACK_IDENTITY_BYTES} bytes."),
+            );
+        }
+        let task = crate::server::worker::activity_task(&self.config, task_id, &report);
+        if !checks.problems.is_empty() {
+            return Err(validation(checks).into());
+        }
+        let task = task?;
+        let (owner, attempt_id, request_id) = (
+            body.lease_owner.clone(),
+            body.activity_attempt_id.clone(),
+            body.request_id.clone(),
+        );
+        let acknowledged = self.write(move |store| {
+            let fence = crate::store::ActivityFence {
+                lease_owner: &owner,
+                activity_attempt_id: &attempt_id,
+            };
+            store.acknowledge_activity_cancellation(task, fence, &request_id)
+        })?;
+        let acknowledged = acknowledged.map_err(|refusal| ApiError::CancellationRefused {
+            reason: refusal.reason,
+            message: refusal.message,
+        })?;
+        if !acknowledged.duplicate {
+            // A run whose delivery waited for this activity has a workflow
+            // task now (a repeat changed nothing).
+            if let Ok(run) = self.read(move |s| s.run_of_task(task)) {
+                self.wake_workflow_of(run);
+            }
+        }
+        Ok(json!({
+            "task_id": task_id, "activity_attempt_id": body.activity_attempt_id,
+            "lease_owner": body.lease_owner, "request_id": body.request_id,
+            "acknowledged": true, "duplicate": acknowledged.duplicate,
+            "history_event_id": acknowledged.history_event_id,
+            "reason": null, "heartbeat_recorded": false,
+        }))
+    }
+
+    /// Wakes the pollers of the workflow queues of `run`'s open children (a
+    /// parked delivery gave one a cooperative request and a task).
+    fn wake_workflow_children_of(&self, run: RunId) {
+        match self.read(move |s| s.open_child_queues(run)) {
+            Ok(queues) => {
+                for (namespace, queue) in queues {
+                    self.wake(&namespace, &queue, TaskKind::Workflow.as_str());
+                }
+            }
+            Err(e) => self.post_commit_failed("cancellation_wake", &e),
+        }
     }
 
     /// The request of `run` as a task observes it (`None` when the run has

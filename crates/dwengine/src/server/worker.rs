@@ -1698,6 +1698,9 @@ fn parse_commands(
         if kind == "start_child_workflow" {
             check_child_command(&mut checks, command, &field);
         }
+        if kind == "schedule_activity" {
+            crate::server::cancellation::check_activity_policy(&mut checks, command, &field);
+        }
         if kind == "start_service_operation" {
             check_service_command(&mut checks, command, &field);
         }

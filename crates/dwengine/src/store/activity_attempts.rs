@@ -71,10 +71,10 @@ pub fn attempt_id(task_id: i64, attempt: u64) -> String {
     format!("{task_id}.{attempt}")
 }
 
-struct Attempt {
-    run: RunId,
-    activity: i64,
-    attempt: u64,
+pub(crate) struct Attempt {
+    pub(crate) run: RunId,
+    pub(crate) activity: i64,
+    pub(crate) attempt: u64,
 }
 
 impl Store {
@@ -123,7 +123,9 @@ impl Store {
             return Err(cancelled(&attempt));
         }
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
-        if running {
+        // An attempt a cancellation delivery waits for is not retried: its
+        // failure ends the activity, and the delivery.
+        if running && !crate::store::cancellation::cancel_requested(&tx, attempt.activity)? {
             if let Some(due) =
                 next_attempt_at(&tx, task_id, attempt.activity, attempt.attempt, failure)?
             {
@@ -178,7 +180,7 @@ impl Store {
         // A run that closed, or an activity its workflow cancelled (a
         // selection member it no longer needs), no longer wants the attempt.
         let wanted: bool = tx
-            .prepare_cached("SELECT status = 'scheduled' FROM activities WHERE id = ?1")?
+            .prepare_cached(WANTED)?
             .query_row([attempt.activity], |r| r.get::<_, bool>(0))
             .optional()?
             .unwrap_or(false);
@@ -205,7 +207,7 @@ impl Store {
         };
         let wanted: bool = self
             .conn
-            .prepare_cached("SELECT status = 'scheduled' FROM activities WHERE id = ?1")?
+            .prepare_cached(WANTED)?
             .query_row([attempt.activity], |r| r.get::<_, bool>(0))
             .optional()?
             .unwrap_or(false);
@@ -216,6 +218,11 @@ impl Store {
         Ok((wanted, expires.unwrap_or(0)))
     }
 }
+
+/// Whether an activity is still wanted: open, and no cancellation delivery
+/// waits for its attempt to clean up.
+const WANTED: &str =
+    "SELECT status = 'scheduled' AND cancel_requested_at_ms IS NULL FROM activities WHERE id = ?1";
 
 /// Whether the attempt's activity was cancelled by its workflow while the
 /// attempt ran (a selection member it no longer needs): then the attempt's
@@ -246,7 +253,7 @@ fn cancelled_by_workflow(
 /// when the attempt `fence` names still held the task when its run closed:
 /// closing a run ends its tasks but keeps their lease owner and attempt, so
 /// the worker learns the attempt is over (not that it lost a lease race).
-fn run_closed_under(
+pub(crate) fn run_closed_under(
     conn: &Connection,
     task_id: i64,
     fence: ActivityFence<'_>,
@@ -331,7 +338,7 @@ pub(crate) fn requeue_attempt(
     rearm_activity(conn, task_id)
 }
 
-fn fenced_attempt(
+pub(crate) fn fenced_attempt(
     conn: &Connection,
     task_id: i64,
     fence: ActivityFence<'_>,
@@ -450,7 +457,7 @@ fn close_activity(
     Ok(Some(closed))
 }
 
-fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
+pub(crate) fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
     conn.prepare_cached(
         "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
     )?

@@ -11,7 +11,15 @@
 //!   authored call it names against the run's history, records
 //!   `CooperativeCancellationDelivered` and stops that call's open item (a
 //!   timer is cancelled, an activity is cancelled: its heartbeat answers
-//!   `cancel_requested`, a child run is cancelled, a wait is closed).
+//!   `cancel_requested`, a `try_cancel` child run is cancelled, a wait is
+//!   closed). An item that must clean up first (a child or a running
+//!   activity whose policy is `wait_cancellation_completed`) parks the
+//!   delivery instead: the child gets a request of its own, the attempt
+//!   hears `cancel_requested`, the claim is released, and the worker of the
+//!   task the item's close queues delivers again.
+//! - `acknowledge` (an activity attempt whose callback stopped after its
+//!   activity's cancellation) keeps the receipt on the activity's row and
+//!   closes an activity a delivery waits for as `ActivityCancelled`.
 //! - A `fail_workflow` whose exception is the SDKs' cancellation
 //!   (`WorkflowCancelled` in Python, `WorkflowCancellationRequested` in
 //!   Rust) after a delivery ends the run as `cancelled`; a run still open at
@@ -136,49 +144,7 @@ impl Store {
         if let Some(existing) = load(&tx, run)? {
             return Ok((existing, true));
         }
-        let now = now_ms();
-        let deadline = now.saturating_add(to_i64(cleanup_timeout_seconds.saturating_mul(1000)));
-        let request = CancellationRequest {
-            request_id: format!("{}-cancellation-{now}", run.0),
-            reason: reason.map(str::to_owned),
-            requested_at_ms: now,
-            cleanup_deadline_at_ms: deadline,
-            delivered_sequence: None,
-        };
-        tx.prepare_cached(
-            "INSERT INTO cancellation_requests (run_id, request_id, reason, requested_at_ms, \
-             cleanup_deadline_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![
-            run.0,
-            request.request_id,
-            request.reason,
-            now,
-            deadline
-        ])?;
-        let mut payload = json!({
-            "workflow_command_id": request.request_id,
-            "workflow_run_id": run.0.to_string(),
-            "requested_at": rfc3339(now),
-            "cleanup_deadline_at": rfc3339(deadline),
-        });
-        if let Some(reason) = &request.reason {
-            payload["reason"] = reason.clone().into();
-        }
-        append_event(
-            &tx,
-            run,
-            EventType::CooperativeCancellationRequested,
-            &payload,
-            false,
-        )?;
-        // The run closes at the cleanup deadline if its workflow has not
-        // ended by then (an earlier run deadline still wins).
-        tx.prepare_cached(
-            "UPDATE runs SET deadline_at_ms = ?2, deadline_kind = ?3 WHERE id = ?1 \
-             AND (deadline_at_ms IS NULL OR deadline_at_ms > ?2)",
-        )?
-        .execute(params![run.0, deadline, CLEANUP_DEADLINE_KIND])?;
+        let request = insert_request(&tx, run, reason, cleanup_timeout_seconds)?;
         enqueue_workflow(&tx, run)?;
         tx.commit()?;
         Ok((request, false))
@@ -200,7 +166,7 @@ impl Store {
         lease_owner: &str,
         attempt: u64,
         delivery: &Delivery,
-    ) -> Result<Result<RunId, Refusal>, Error> {
+    ) -> Result<Result<Delivered, Refusal>, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let row = leased_to(
             &tx,
@@ -235,7 +201,7 @@ impl Store {
             // A retry of the same delivery converges; another is refused.
             let recorded = delivered_payload(&tx, run)?;
             if recorded.as_ref() == Some(&delivery.payload(run)) {
-                return Ok(Ok(run));
+                return Ok(Ok(Delivered::Delivered(run)));
             }
             return Ok(Err(Refusal {
                 reason: "cancellation_already_delivered",
@@ -244,6 +210,23 @@ impl Store {
         }
         if let Err(refusal) = check_authored(&tx, run, delivery)? {
             return Ok(Err(refusal));
+        }
+        // A child or a running activity whose policy waits for its
+        // cancellation to complete cleans up first: the claim is released
+        // and the run gets a workflow task when it closes (its `ChildRun*`
+        // or `Activity*` event), whose worker delivers again.
+        let mut waiting = None;
+        for sequence in delivery.interrupted() {
+            if let Some(reason) = start_waiting(&tx, run, sequence, &request)? {
+                waiting.get_or_insert(reason);
+            }
+        }
+        if let Some(reason) = waiting {
+            crate::store::admission::release_held_signals(&tx, run)?;
+            tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+                .execute([task_id])?;
+            tx.commit()?;
+            return Ok(Ok(Delivered::Waiting { run, reason }));
         }
         append_event(
             &tx,
@@ -258,17 +241,111 @@ impl Store {
         .execute(params![run.0, delivery.sequence])?;
         for sequence in delivery.interrupted() {
             // A child whose `cancellation_policy` is `abandon` (the
-            // default) keeps running; `try_cancel` and
-            // `wait_cancellation_completed` cancel it now (the claim is not
-            // parked while it cleans up: see docs/api.md).
+            // default) keeps running; `try_cancel` cancels it now (a
+            // `wait_cancellation_completed` one has closed by now: the
+            // delivery waited for it).
             if child_policy(&tx, run, sequence)?.as_deref() == Some("abandon") {
                 continue;
             }
             crate::store::selection_cancel::stop_leaf(&tx, run, sequence, STOPPED)?;
         }
         tx.commit()?;
-        Ok(Ok(run))
+        Ok(Ok(Delivered::Delivered(run)))
     }
+}
+
+/// What a delivery came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// `CooperativeCancellationDelivered` was written: the SDK raises its
+    /// cancellation at the call.
+    Delivered(RunId),
+    /// Nothing was delivered yet: a child or an activity the call
+    /// interrupts is cleaning up (`reason`:
+    /// `cancellation_waiting_for_child` / `…_activity`), and the workflow
+    /// task's claim was released.
+    Waiting {
+        /// The run.
+        run: RunId,
+        /// What it waits for.
+        reason: &'static str,
+    },
+}
+
+/// Starts the cleanup a delivery at command `sequence` of `run` must wait
+/// for, if its item asks for that: an open child run whose
+/// `cancellation_policy` is `wait_cancellation_completed` gets a
+/// cooperative request of its own (the parent's reason, cleaning up by the
+/// parent's deadline); a running attempt of an activity with that policy
+/// hears `cancel_requested`. `None` when nothing need be waited for.
+fn start_waiting(
+    conn: &Connection,
+    run: RunId,
+    sequence: i64,
+    request: &CancellationRequest,
+) -> Result<Option<&'static str>, Error> {
+    if child_policy(conn, run, sequence)?.as_deref() == Some("wait_cancellation_completed") {
+        let child: i64 = conn
+            .prepare_cached(
+                "SELECT child_run_id FROM children \
+                 WHERE parent_run_id = ?1 AND sequence = ?2 AND status = 'open'",
+            )?
+            .query_row(params![run.0, sequence], |r| r.get(0))?;
+        let child = RunId(child);
+        if load_head(conn, child)?.status != RunStatus::Running {
+            return Ok(None);
+        }
+        if load(conn, child)?.is_none() {
+            let left_ms = request.cleanup_deadline_at_ms.saturating_sub(now_ms());
+            let seconds = (left_ms.max(1000) / 1000).unsigned_abs();
+            let reason = match &request.reason {
+                Some(reason) => format!("cancelled by its parent: {reason}"),
+                None => "cancelled by its parent".to_owned(),
+            };
+            insert_request(conn, child, Some(&reason), seconds)?;
+            enqueue_workflow(conn, child)?;
+        }
+        return Ok(Some("cancellation_waiting_for_child"));
+    }
+    let activity: Option<(i64, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT id, options FROM activities \
+             WHERE run_id = ?1 AND sequence = ?2 AND status = 'scheduled'",
+        )?
+        .query_row(params![run.0, sequence], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((activity, options)) = activity else {
+        return Ok(None);
+    };
+    if activity_policy(options.as_deref()) != "wait_cancellation_completed" {
+        return Ok(None);
+    }
+    // Only a running attempt has cleanup to wait for; a queued one is
+    // cancelled with the delivery and never handed out.
+    let running: bool = conn
+        .prepare_cached(
+            "SELECT COUNT(*) > 0 FROM dispatch_tasks \
+             WHERE kind = 'activity' AND item_id = ?1 AND status = 'leased'",
+        )?
+        .query_row([activity], |r| r.get(0))?;
+    if !running {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "UPDATE activities SET cancel_requested_at_ms = ?2 \
+         WHERE id = ?1 AND cancel_requested_at_ms IS NULL",
+    )?
+    .execute(params![activity, now_ms()])?;
+    Ok(Some("cancellation_waiting_for_activity"))
+}
+
+/// An activity's `cancellation_policy` from its stored options
+/// (`try_cancel` when it named none).
+fn activity_policy(options: Option<&str>) -> String {
+    options
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|o| o["cancellation_policy"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "try_cancel".to_owned())
 }
 
 /// Why a delivered cancellation stopped an authored call's item.
@@ -277,6 +354,61 @@ const STOPPED: crate::store::selection_cancel::StopReason =
         reason: "workflow_cancellation_delivered",
         message: "cancelled: the workflow's cancellation was delivered at this call",
     };
+
+/// Records a new request on running `run` (which has none): its row, its
+/// `CooperativeCancellationRequested` event and the cleanup deadline. The
+/// caller queues the run's workflow task.
+fn insert_request(
+    conn: &Connection,
+    run: RunId,
+    reason: Option<&str>,
+    cleanup_timeout_seconds: u64,
+) -> Result<CancellationRequest, Error> {
+    let now = now_ms();
+    let deadline = now.saturating_add(to_i64(cleanup_timeout_seconds.saturating_mul(1000)));
+    let request = CancellationRequest {
+        request_id: format!("{}-cancellation-{now}", run.0),
+        reason: reason.map(str::to_owned),
+        requested_at_ms: now,
+        cleanup_deadline_at_ms: deadline,
+        delivered_sequence: None,
+    };
+    conn.prepare_cached(
+        "INSERT INTO cancellation_requests (run_id, request_id, reason, requested_at_ms, \
+             cleanup_deadline_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        run.0,
+        request.request_id,
+        request.reason,
+        now,
+        deadline
+    ])?;
+    let mut payload = json!({
+        "workflow_command_id": request.request_id,
+        "workflow_run_id": run.0.to_string(),
+        "requested_at": rfc3339(now),
+        "cleanup_deadline_at": rfc3339(deadline),
+    });
+    if let Some(reason) = &request.reason {
+        payload["reason"] = reason.clone().into();
+    }
+    append_event(
+        conn,
+        run,
+        EventType::CooperativeCancellationRequested,
+        &payload,
+        false,
+    )?;
+    // The run closes at the cleanup deadline if its workflow has not
+    // ended by then (an earlier run deadline still wins).
+    conn.prepare_cached(
+        "UPDATE runs SET deadline_at_ms = ?2, deadline_kind = ?3 WHERE id = ?1 \
+             AND (deadline_at_ms IS NULL OR deadline_at_ms > ?2)",
+    )?
+    .execute(params![run.0, deadline, CLEANUP_DEADLINE_KIND])?;
+    Ok(request)
+}
 
 fn load(conn: &Connection, run: RunId) -> Result<Option<CancellationRequest>, Error> {
     Ok(conn
@@ -334,7 +466,12 @@ fn call_events(kind: &str) -> (&'static [&'static str], &'static [&'static str])
     match kind {
         "activity" => (
             &["ActivityScheduled"],
-            &["ActivityCompleted", "ActivityFailed", "ActivityTimedOut"],
+            &[
+                "ActivityCompleted",
+                "ActivityFailed",
+                "ActivityTimedOut",
+                "ActivityCancelled",
+            ],
         ),
         "timer" => (
             &["TimerScheduled", "TimerStarted"],
@@ -375,6 +512,7 @@ fn call_events(kind: &str) -> (&'static [&'static str], &'static [&'static str])
                 "ActivityCompleted",
                 "ActivityFailed",
                 "ActivityTimedOut",
+                "ActivityCancelled",
                 "TimerFired",
                 "TimerCancelled",
                 "ConditionWaitSatisfied",
@@ -407,21 +545,33 @@ fn check_authored(
     let range = delivery.interrupted();
     let mut opened = false;
     let mut resolved = 0_i64;
+    // Both SDKs deliver at a call unless it resolved before the request:
+    // a result recorded after it (a child or activity the delivery waited
+    // for, a timer that fired meanwhile) does not stand in the way.
+    let requested_at: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(MIN(sequence), 0) FROM history_events \
+             WHERE run_id = ?1 AND event_type = ?2",
+        )?
+        .query_row(
+            params![run.0, EventType::CooperativeCancellationRequested.as_str()],
+            |r| r.get(0),
+        )?;
     let mut statement = conn.prepare_cached(
-        "SELECT event_type FROM history_events WHERE run_id = ?1 \
+        "SELECT event_type, sequence FROM history_events WHERE run_id = ?1 \
          AND CAST(json_extract(payload, '$.sequence') AS BIGINT) >= ?2 \
          AND CAST(json_extract(payload, '$.sequence') AS BIGINT) < ?3",
     )?;
     let kinds = statement
         .query_map(params![run.0, range.start, range.end], |r| {
-            r.get::<_, String>(0)
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    for kind in &kinds {
+    for (kind, at) in &kinds {
         if opened_by.contains(&kind.as_str()) {
             opened = true;
         }
-        if resolved_by.contains(&kind.as_str()) {
+        if resolved_by.contains(&kind.as_str()) && *at < requested_at {
             resolved += 1;
         }
     }
@@ -510,4 +660,296 @@ fn rfc3339(unix_ms: i64) -> String {
         rem % 60,
         unix_ms.rem_euclid(1000) * 1000
     )
+}
+
+/// Whether a cancellation delivery waits for activity `activity`'s running
+/// attempt to clean up.
+pub(crate) fn cancel_requested(conn: &Connection, activity: i64) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT cancel_requested_at_ms IS NOT NULL FROM activities \
+             WHERE id = ?1 AND status = 'scheduled'",
+        )?
+        .query_row([activity], |r| r.get(0))
+        .optional()?
+        .unwrap_or(false))
+}
+
+/// What the cooperative workers' status observation carries for an attempt
+/// whose activity a cooperative cancellation stopped
+/// (`cancellation_acknowledgement`): the request, and the history event
+/// that recorded it. The attempt then reports its callback stopped with
+/// `acknowledge-cancellation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopReceipt {
+    /// The run's request.
+    pub request_id: String,
+    /// When the run's cleanup must be over (Unix ms).
+    pub cleanup_deadline_at_ms: i64,
+    /// The wire id of its `CooperativeCancellationRequested` event.
+    pub cancellation_history_event_id: String,
+}
+
+/// An accepted `acknowledge-cancellation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acknowledged {
+    /// The wire id of the history event the receipt is recorded against:
+    /// the activity's `ActivityCancelled` when a delivery waited for it,
+    /// else the `CooperativeCancellationDelivered` that cancelled it.
+    pub history_event_id: String,
+    /// Whether this repeats an earlier acknowledgement of the attempt.
+    pub duplicate: bool,
+}
+
+/// The activity's state as a cooperative stop sees it.
+struct Stopped {
+    run: RunId,
+    sequence: Option<i64>,
+    activity_type: String,
+    options: Option<String>,
+    /// Closed as cancelled by a delivery.
+    cancelled: bool,
+    /// Open, with a delivery waiting for its cleanup.
+    waiting: bool,
+    ack: Option<String>,
+}
+
+/// An activity row as [`stopped`] reads it.
+type StoppedRow = (
+    i64,
+    Option<i64>,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    bool,
+    Option<String>,
+);
+
+fn stopped(conn: &Connection, activity: i64) -> Result<Option<Stopped>, Error> {
+    let row: Option<StoppedRow> = conn
+        .prepare_cached(
+            "SELECT run_id, sequence, activity_type, options, status, result, \
+             cancel_requested_at_ms IS NOT NULL, cancellation_ack FROM activities WHERE id = ?1",
+        )?
+        .query_row([activity], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })
+        .optional()?;
+    let Some((run, sequence, activity_type, options, status, result, requested, ack)) = row else {
+        return Ok(None);
+    };
+    let by_delivery = result
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .is_some_and(|r| r["reason"] == STOPPED.reason);
+    Ok(Some(Stopped {
+        run: RunId(run),
+        sequence,
+        activity_type,
+        options,
+        cancelled: status == "cancelled" && by_delivery,
+        waiting: status == "scheduled" && requested,
+        ack,
+    }))
+}
+
+/// The wire id (history position + 1) of `run`'s newest event of `kind`.
+fn event_id(conn: &Connection, run: RunId, kind: EventType) -> Result<Option<String>, Error> {
+    let at: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(sequence) FROM history_events WHERE run_id = ?1 AND event_type = ?2",
+        )?
+        .query_row(params![run.0, kind.as_str()], |r| r.get(0))?;
+    Ok(at.map(|at| (at + 1).to_string()))
+}
+
+impl Store {
+    /// The stop receipt of activity task `task_id`'s activity, when a
+    /// cooperative cancellation of its open run stopped it (delivered at
+    /// it, or waiting for its cleanup).
+    pub fn activity_stop_receipt(&self, task_id: i64) -> Result<Option<StopReceipt>, Error> {
+        let activity: Option<Option<i64>> = self
+            .conn
+            .prepare_cached(
+                "SELECT item_id FROM dispatch_tasks WHERE id = ?1 AND kind = 'activity'",
+            )?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?;
+        let Some(Some(activity)) = activity else {
+            return Ok(None);
+        };
+        let Some(state) = stopped(&self.conn, activity)? else {
+            return Ok(None);
+        };
+        if !state.cancelled && !state.waiting {
+            return Ok(None);
+        }
+        let Some(request) = load(&self.conn, state.run)? else {
+            return Ok(None);
+        };
+        let Some(history_event_id) = event_id(
+            &self.conn,
+            state.run,
+            EventType::CooperativeCancellationRequested,
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(StopReceipt {
+            request_id: request.request_id,
+            cleanup_deadline_at_ms: request.cleanup_deadline_at_ms,
+            cancellation_history_event_id: history_event_id,
+        }))
+    }
+
+    /// `acknowledge-cancellation`: the attempt `fence` names reports that
+    /// its callback stopped after its activity's cancellation (`request_id`:
+    /// the run's request, as the status receipt gave it). The receipt is
+    /// kept on the activity (a repeat answers it, `duplicate`), the
+    /// attempt's task ends, and an activity a delivery waited for closes as
+    /// cancelled (`ActivityCancelled`) with a workflow task for its run.
+    /// `Ok(Err)` is a refusal: nothing was written.
+    pub fn acknowledge_activity_cancellation(
+        &self,
+        task_id: i64,
+        fence: crate::store::ActivityFence<'_>,
+        request_id: &str,
+    ) -> Result<Result<Acknowledged, Refusal>, Error> {
+        use crate::store::activity_attempts::{end_task, fenced_attempt, run_closed_under};
+        let tx = WriteTx::begin(&self.conn)?;
+        // A repeat of this attempt's acknowledgement answers the first.
+        let activity: Option<Option<i64>> = tx
+            .prepare_cached(
+                "SELECT item_id FROM dispatch_tasks WHERE id = ?1 AND kind = 'activity'",
+            )?
+            .query_row([task_id], |r| r.get(0))
+            .optional()?;
+        if let Some(Some(activity)) = activity {
+            if let Some(ack) = stopped(&tx, activity)?.and_then(|s| s.ack) {
+                let ack: Value = serde_json::from_str(&ack)?;
+                if ack["activity_attempt_id"] == fence.activity_attempt_id
+                    && ack["lease_owner"] == fence.lease_owner
+                    && ack["request_id"] == request_id
+                {
+                    let history_event_id =
+                        ack["history_event_id"].as_str().unwrap_or("").to_owned();
+                    return Ok(Ok(Acknowledged {
+                        history_event_id,
+                        duplicate: true,
+                    }));
+                }
+            }
+        }
+        let attempt = match fenced_attempt(&tx, task_id, fence) {
+            Ok(attempt) => attempt,
+            Err(e) => return Err(run_closed_under(&tx, task_id, fence, e)?),
+        };
+        let Some(request) = load(&tx, attempt.run)? else {
+            return Ok(Err(Refusal {
+                reason: "cancellation_not_requested",
+                message: "the activity's run has no cooperative cancellation request".into(),
+            }));
+        };
+        if request.request_id != request_id {
+            return Ok(Err(Refusal {
+                reason: "cancellation_request_mismatch",
+                message: format!(
+                    "request_id {request_id:?} is not the run's request ({:?}): send the \
+                     cancellation_acknowledgement's request_id",
+                    request.request_id
+                ),
+            }));
+        }
+        let Some(state) = stopped(&tx, attempt.activity)? else {
+            return Err(Error::ItemNotFound {
+                item: "activity",
+                id: attempt.activity,
+            });
+        };
+        let history_event_id = if state.waiting {
+            // The cleanup the delivery waited for is over.
+            let reason = json!({ "message": STOPPED.message, "reason": STOPPED.reason });
+            tx.prepare_cached(
+                "UPDATE activities SET status = 'cancelled', result = ?2 WHERE id = ?1",
+            )?
+            .execute(params![attempt.activity, reason.to_string()])?;
+            crate::store::rows::bump(&tx, attempt.run, crate::store::rows::Pending::Activity, -1)?;
+            let mut payload = json!({
+                "sequence": state.sequence,
+                "activity_execution_id": attempt.activity.to_string(),
+                "activity_attempt_id": fence.activity_attempt_id,
+                "activity_type": state.activity_type,
+                "attempt_number": attempt.attempt,
+                "cancellation_policy": activity_policy(state.options.as_deref()),
+                "request_id": request.request_id,
+                "reason": STOPPED.reason,
+                "message": "cancelled: the attempt stopped its callback after the workflow's cancellation",
+            });
+            crate::store::activity_attempts::stamp_group(&tx, attempt.activity, &mut payload)?;
+            let at = append_event(
+                &tx,
+                attempt.run,
+                EventType::ActivityCancelled,
+                &payload,
+                false,
+            )?;
+            enqueue_workflow(&tx, attempt.run)?;
+            (at + 1).to_string()
+        } else if state.cancelled {
+            event_id(
+                &tx,
+                attempt.run,
+                EventType::CooperativeCancellationDelivered,
+            )?
+            .unwrap_or_default()
+        } else {
+            return Ok(Err(Refusal {
+                reason: "activity_not_cancelled",
+                message: "the activity was not cancelled: acknowledge only after the status \
+                          observation carried a cancellation_acknowledgement"
+                    .into(),
+            }));
+        };
+        let ack = json!({
+            "activity_attempt_id": fence.activity_attempt_id,
+            "lease_owner": fence.lease_owner,
+            "request_id": request_id,
+            "history_event_id": history_event_id,
+            "acknowledged_at_ms": now_ms(),
+        });
+        tx.prepare_cached("UPDATE activities SET cancellation_ack = ?2 WHERE id = ?1")?
+            .execute(params![attempt.activity, ack.to_string()])?;
+        end_task(&tx, task_id)?;
+        tx.commit()?;
+        Ok(Ok(Acknowledged {
+            history_event_id,
+            duplicate: false,
+        }))
+    }
+}
+
+impl Store {
+    /// The (namespace, task queue) of each open child run of `run` that
+    /// holds a cooperative request (a parked delivery's cascade).
+    pub fn open_child_queues(&self, run: RunId) -> Result<Vec<(String, String)>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT r.namespace, r.task_queue FROM children c \
+                 JOIN runs r ON r.id = c.child_run_id \
+                 JOIN cancellation_requests q ON q.run_id = c.child_run_id \
+                 WHERE c.parent_run_id = ?1 AND c.status = 'open'",
+            )?
+            .query_map([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?)
+    }
 }

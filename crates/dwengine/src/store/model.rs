@@ -195,10 +195,14 @@ pub enum EventType {
     /// A worker delivered the pending cancellation request at the authored
     /// call it names (`deliver-cancellation`).
     CooperativeCancellationDelivered,
+    /// An activity a parked cancellation delivery waited on closed as
+    /// cancelled: its attempt acknowledged the cancellation or lost its
+    /// lease while cleaning up.
+    ActivityCancelled,
 }
 
 impl EventType {
-    const ALL: [EventType; 48] = [
+    const ALL: [EventType; 49] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -247,6 +251,7 @@ impl EventType {
         EventType::SelectionOperationCancelled,
         EventType::CooperativeCancellationRequested,
         EventType::CooperativeCancellationDelivered,
+        EventType::ActivityCancelled,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -300,6 +305,7 @@ impl EventType {
             EventType::SelectionOperationCancelled => "SelectionOperationCancelled",
             EventType::CooperativeCancellationRequested => "CooperativeCancellationRequested",
             EventType::CooperativeCancellationDelivered => "CooperativeCancellationDelivered",
+            EventType::ActivityCancelled => "ActivityCancelled",
         }
     }
 

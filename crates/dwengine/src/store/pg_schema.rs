@@ -187,6 +187,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0039_start_counters_upsert",
         include_str!("migrations/postgres/0039_start_counters_upsert.sql"),
     ),
+    (
+        "0040_cancellation_waits",
+        include_str!("migrations/postgres/0040_cancellation_waits.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

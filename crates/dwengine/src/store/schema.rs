@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0037_starts_side_by_side.sql"),
     include_str!("migrations/0038_update_validator_registrations.sql"),
     include_str!("migrations/0039_start_counters_upsert.sql"),
+    include_str!("migrations/0040_cancellation_waits.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -71,6 +71,11 @@ pub enum WorkflowCommand {
         /// SDKs send them), if any.
         #[serde(default)]
         worker_session: Option<Value>,
+        /// What a cooperative cancellation delivered at it does
+        /// (`try_cancel` when absent; `wait_cancellation_completed` parks
+        /// the delivery while a running attempt cleans up).
+        #[serde(default)]
+        cancellation_policy: Option<String>,
         /// Parallel group membership.
         #[serde(flatten)]
         group: ParallelGroup,
@@ -883,6 +888,7 @@ impl<'a> CommandWriter<'a> {
                 schedule_to_start_timeout,
                 heartbeat_timeout,
                 worker_session,
+                cancellation_policy,
                 group,
             } => {
                 self.check_pending(Pending::Activity)?;
@@ -902,6 +908,7 @@ impl<'a> CommandWriter<'a> {
                     "heartbeat_timeout": heartbeat_timeout,
                     "parallel_group": (!group.is_empty()).then_some(group),
                     "worker_session": session.as_ref().map(SessionOptions::canonical),
+                    "cancellation_policy": cancellation_policy,
                 });
                 let id: i64 = self.tx
                     .prepare_cached(
@@ -948,6 +955,10 @@ impl<'a> CommandWriter<'a> {
                     // The Rust SDK's replay checks the session a recorded
                     // activity ran in against the call's.
                     payload["worker_session"] = session.canonical();
+                }
+                if let Some(policy) = cancellation_policy {
+                    // Both SDKs check it on replay (`try_cancel` when absent).
+                    payload["cancellation_policy"] = policy.clone().into();
                 }
                 group.stamp(&mut payload);
                 if !self.activity_queues.contains(&queue) {
@@ -1585,6 +1596,7 @@ impl WorkflowCommand {
             schedule_to_start_timeout: None,
             heartbeat_timeout: None,
             worker_session: None,
+            cancellation_policy: None,
             group: ParallelGroup::default(),
         }
     }

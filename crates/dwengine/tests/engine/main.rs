@@ -19,6 +19,7 @@ mod admission;
 mod bounds;
 mod cache_counts;
 mod cancellation;
+mod cancellation_parking;
 mod child_workflows;
 mod claim_gate;
 mod cluster;

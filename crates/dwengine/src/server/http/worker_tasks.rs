@@ -110,6 +110,10 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
             "/api/worker/activity-tasks/{id}/status",
             report(Engine::activity_task_status),
         )
+        .route(
+            "/api/worker/activity-tasks/{id}/acknowledge-cancellation",
+            report(Engine::acknowledge_activity_cancellation),
+        )
         .route("/api/worker/query-tasks/poll", post(poll_query))
         .route(
             "/api/worker/query-tasks/{id}/complete",

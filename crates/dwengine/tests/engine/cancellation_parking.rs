@@ -1,0 +1,547 @@
+//! Cooperative cancellation delivered at a call whose item must clean up
+//! first (protocol 1.20): a child run whose `cancellation_policy` is
+//! `wait_cancellation_completed`, or a running activity with that policy.
+//! `deliver-cancellation` then answers `delivered: false`,
+//! `claim_released: true` and `cancellation_waiting_for_child` /
+//! `…_activity`, writes no delivery and releases the workflow task; the
+//! child gets a cooperative request of its own, the activity's attempt
+//! hears `cancel_requested` with a `cancellation_acknowledgement` receipt on
+//! its status. When the child or activity closes, the parent gets its
+//! `ChildRun*` / `Activity*` event and a workflow task whose worker
+//! delivers again, and now the delivery is recorded.
+//!
+//! `acknowledge-cancellation` (an attempt reporting its callback stopped)
+//! is fenced by the attempt, checked against the run's request, recorded
+//! once (a repeat answers the first, `duplicate: true`), and closes an
+//! activity a delivery waits for as `ActivityCancelled`.
+
+use crate::support;
+
+use std::sync::Arc;
+
+use dwengine::cache::MemoryCache;
+use serde_json::{json, Value};
+use support::{next_workflow_task as next_task, TestServer};
+
+fn server() -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), |_| {})
+}
+
+fn args(blob: &str) -> Value {
+    json!({ "codec": "json", "blob": blob })
+}
+
+fn history(s: &TestServer, id: &str) -> Vec<Value> {
+    let (_, described) = s.get(&format!("/api/workflows/{id}"));
+    let run = described["run_id"].as_str().unwrap().to_owned();
+    let (status, page) = s.get(&format!(
+        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
+    ));
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().unwrap().clone()
+}
+
+fn events_of(events: &[Value], event_type: &str) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .cloned()
+        .collect()
+}
+
+fn status_of(s: &TestServer, id: &str) -> Value {
+    s.get(&format!("/api/workflows/{id}")).1["status"].clone()
+}
+
+fn deliver(s: &TestServer, task: &Value, body: Value) -> (u16, Value) {
+    let mut body = body;
+    body["lease_owner"] = task["lease_owner"].clone();
+    body["workflow_task_attempt"] = task["workflow_task_attempt"].clone();
+    s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/deliver-cancellation",
+            task["task_id"].as_str().unwrap()
+        ),
+        body,
+    )
+}
+
+fn at(request_id: &Value, sequence: i64, kind: &str) -> Value {
+    json!({ "request_id": request_id, "sequence": sequence, "call_kind": kind,
+            "sequence_span": 1 })
+}
+
+fn request(s: &TestServer, id: &str) -> Value {
+    let (status, answer) = s.post(
+        &format!("/api/workflows/{id}/request-cancellation"),
+        json!({ "reason": "operator", "cleanup_timeout_seconds": 600 }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    answer["cancellation_request"]["request_id"].clone()
+}
+
+/// Polls queue `q` until one activity task is leased.
+fn lease_activity(s: &TestServer, q: &str) -> Value {
+    let mut task = Value::Null;
+    let mut n = 0;
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || {
+            n += 1;
+            let (status, answer) = s.post(
+                "/api/worker/activity-tasks/poll",
+                json!({ "task_queue": q, "worker_id": "aw",
+                        "poll_request_id": format!("{q}-ap-{n}"), "timeout_seconds": 0.2 }),
+            );
+            assert_eq!(status, 200, "{answer}");
+            task = answer["task"].clone();
+            !task.is_null()
+        }),
+        "no activity task came"
+    );
+    task
+}
+
+fn activity_call(
+    s: &TestServer,
+    task: &Value,
+    verb: &str,
+    owner: &Value,
+    body: Value,
+) -> (u16, Value) {
+    let mut body = body;
+    body["activity_attempt_id"] = task["activity_attempt_id"].clone();
+    body["lease_owner"] = owner.clone();
+    s.post(
+        &format!(
+            "/api/worker/activity-tasks/{}/{verb}",
+            task["task_id"].as_str().unwrap()
+        ),
+        body,
+    )
+}
+
+/// A parent on queue `{id}` whose first task started one child on
+/// `{id}-kids` with `cancellation_policy`; answers the child's workflow id.
+fn parent_with_child(s: &TestServer, id: &str, policy: &str) -> String {
+    let started = s.start_workflow("default", id, id);
+    let run = started["run_id"].as_str().unwrap().to_owned();
+    let task = next_task(s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "start_child_workflow", "workflow_type": "Child",
+                 "queue": format!("{id}-kids"), "arguments": args("[]"),
+                 "cancellation_policy": policy }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // The child's first task: it waits on a timer.
+    let child = next_task(s, &format!("{id}-kids"));
+    let (status, body) = s.complete(
+        &child,
+        json!([{ "type": "start_timer", "delay_seconds": 3600 }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    format!("{run}:child:1")
+}
+
+#[test]
+fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_up() {
+    let s = server();
+    let child_id = parent_with_child(&s, "park-child", "wait_cancellation_completed");
+    let request_id = request(&s, "park-child");
+    let task = next_task(&s, "park-child");
+
+    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 200, "{parked}");
+    assert_eq!(parked["delivered"], false, "{parked}");
+    assert_eq!(
+        parked["reason"], "cancellation_waiting_for_child",
+        "{parked}"
+    );
+    assert_eq!(parked["claim_released"], true, "{parked}");
+    assert_eq!(parked["task_id"], task["task_id"], "{parked}");
+    assert_eq!(parked["workflow_run_id"], task["run_id"], "{parked}");
+    for field in ["request_id", "sequence", "call_kind", "sequence_span"] {
+        assert!(parked[field].is_null(), "{field}: {parked}");
+    }
+    // Nothing delivered; the claim is gone (a report or a repeat on it is
+    // a stale lease) and the child runs on.
+    assert!(events_of(
+        &history(&s, "park-child"),
+        "CooperativeCancellationDelivered"
+    )
+    .is_empty());
+    let (status, stale) = s.complete(&task, json!([]));
+    assert_eq!(status, 409, "{stale}");
+    let (status, stale) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 409, "{stale}");
+    assert_eq!(stale["reason"], "stale_task_lease", "{stale}");
+    assert_eq!(status_of(&s, &child_id), "running");
+
+    // The child got a cooperative request of its own, by the parent's
+    // deadline; its worker delivers it and the child ends cancelled.
+    let child_task = next_task(&s, "park-child-kids");
+    let observed = child_task["cancellation_request"].clone();
+    assert!(observed["request_id"].is_string(), "{child_task}");
+    assert_ne!(observed["request_id"], request_id, "{child_task}");
+    assert!(
+        observed["reason"].as_str().unwrap().contains("operator"),
+        "{observed}"
+    );
+    let (status, delivered) = deliver(&s, &child_task, at(&observed["request_id"], 1, "timer"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    let (status, done) = s.complete(
+        &child_task,
+        json!([{ "type": "fail_workflow", "message": "cancelled",
+                 "exception_type": "WorkflowCancelled" }]),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(status_of(&s, &child_id), "cancelled");
+
+    // The parent hears the child's end and gets a task; its worker
+    // delivers again at the child, now resolved after the request.
+    let task = next_task(&s, "park-child");
+    let events = history(&s, "park-child");
+    assert_eq!(
+        events_of(&events, "ChildRunCancelled").len(),
+        1,
+        "{events:?}"
+    );
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    assert_eq!(delivered["call_kind"], "child", "{delivered}");
+    let (status, again) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        events_of(
+            &history(&s, "park-child"),
+            "CooperativeCancellationDelivered"
+        )
+        .len(),
+        1
+    );
+    let (status, done) = s.complete(
+        &task,
+        json!([{ "type": "fail_workflow", "message": "cancelled",
+                 "exception_type": "WorkflowCancelled" }]),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(status_of(&s, "park-child"), "cancelled");
+}
+
+#[test]
+fn a_try_cancel_child_is_cancelled_with_the_delivery_and_nothing_waits() {
+    let s = server();
+    let child_id = parent_with_child(&s, "try-child", "try_cancel");
+    let request_id = request(&s, "try-child");
+    let task = next_task(&s, "try-child");
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    assert_eq!(status_of(&s, &child_id), "cancelled");
+}
+
+/// Starts `id` (queue `id`) whose first task schedules one activity with
+/// `policy` (none when null) and leases its attempt.
+fn running_activity(s: &TestServer, id: &str, policy: Value) -> Value {
+    s.start_workflow("default", id, id);
+    let task = next_task(s, id);
+    let mut command = json!({ "type": "schedule_activity", "activity_type": "linger",
+                              "queue": id, "arguments": args("[]") });
+    if !policy.is_null() {
+        command["cancellation_policy"] = policy;
+    }
+    let (status, body) = s.complete(&task, json!([command]));
+    assert_eq!(status, 200, "{body}");
+    lease_activity(s, id)
+}
+
+#[test]
+fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
+    let s = server();
+    let activity = running_activity(&s, "park-act", json!("wait_cancellation_completed"));
+    let owner = activity["lease_owner"].clone();
+    let scheduled = events_of(&history(&s, "park-act"), "ActivityScheduled");
+    assert_eq!(
+        scheduled[0]["payload"]["cancellation_policy"],
+        "wait_cancellation_completed"
+    );
+    // Not cancelled yet: no receipt, and an acknowledgement is refused.
+    let (_, look) = activity_call(&s, &activity, "status", &owner, json!({}));
+    assert_eq!(look["can_continue"], true, "{look}");
+    assert!(look.get("cancellation_acknowledgement").is_none(), "{look}");
+    let request_id = request(&s, "park-act");
+    let (status, refused) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "activity_not_cancelled", "{refused}");
+
+    let task = next_task(&s, "park-act");
+    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(status, 200, "{parked}");
+    assert_eq!(parked["delivered"], false, "{parked}");
+    assert_eq!(
+        parked["reason"], "cancellation_waiting_for_activity",
+        "{parked}"
+    );
+    assert_eq!(parked["claim_released"], true, "{parked}");
+
+    // The attempt hears it, with the receipt it acknowledges against.
+    let (_, look) = activity_call(&s, &activity, "status", &owner, json!({}));
+    assert_eq!(look["cancel_requested"], true, "{look}");
+    assert_eq!(look["can_continue"], false, "{look}");
+    let receipt = look["cancellation_acknowledgement"].clone();
+    assert_eq!(receipt["request_id"], request_id, "{look}");
+    assert_eq!(receipt["root_request_id"], request_id, "{look}");
+    assert_eq!(receipt["callback_state"], "unknown", "{look}");
+    assert!(receipt["cleanup_deadline_at"].is_string(), "{look}");
+    let requested = events_of(&history(&s, "park-act"), "CooperativeCancellationRequested");
+    assert_eq!(
+        receipt["cancellation_history_event_id"], requested[0]["id"],
+        "{look}"
+    );
+    let (_, beat) = activity_call(&s, &activity, "heartbeat", &owner, json!({}));
+    assert_eq!(beat["cancel_requested"], true, "{beat}");
+
+    // Bad input names its field; another worker, another request, or an
+    // attempt id that is not this lease's are refused; nothing is written.
+    let (status, invalid) =
+        activity_call(&s, &activity, "acknowledge-cancellation", &owner, json!({}));
+    assert_eq!(status, 422, "{invalid}");
+    assert!(
+        invalid["validation_errors"]["request_id"].is_array(),
+        "{invalid}"
+    );
+    let (status, invalid) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": "x".repeat(256) }),
+    );
+    assert_eq!(status, 422, "{invalid}");
+    assert!(
+        invalid["validation_errors"]["request_id"].is_array(),
+        "{invalid}"
+    );
+    let (status, stale) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &json!("intruder"),
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 409, "{stale}");
+    assert_eq!(stale["reason"], "stale_task_lease", "{stale}");
+    let mut other_attempt = activity.clone();
+    other_attempt["activity_attempt_id"] =
+        json!(format!("{}.9", activity["task_id"].as_str().unwrap()));
+    let (status, stale) = activity_call(
+        &s,
+        &other_attempt,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 409, "{stale}");
+    let (status, refused) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": "someone-else" }),
+    );
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["reason"], "cancellation_request_mismatch",
+        "{refused}"
+    );
+    assert!(events_of(&history(&s, "park-act"), "ActivityCancelled").is_empty());
+
+    // The acknowledgement closes the activity as cancelled; a repeat
+    // answers the first.
+    let (status, ack) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["acknowledged"], true, "{ack}");
+    assert_eq!(ack["duplicate"], false, "{ack}");
+    assert_eq!(ack["heartbeat_recorded"], false, "{ack}");
+    assert!(ack["reason"].is_null(), "{ack}");
+    assert_eq!(ack["task_id"], activity["task_id"], "{ack}");
+    assert_eq!(
+        ack["activity_attempt_id"], activity["activity_attempt_id"],
+        "{ack}"
+    );
+    assert_eq!(ack["lease_owner"], owner, "{ack}");
+    assert_eq!(ack["request_id"], request_id, "{ack}");
+    let events = history(&s, "park-act");
+    let cancelled = events_of(&events, "ActivityCancelled");
+    assert_eq!(cancelled.len(), 1, "{events:?}");
+    assert_eq!(ack["history_event_id"], cancelled[0]["id"], "{ack}");
+    assert_eq!(cancelled[0]["payload"]["sequence"], 1);
+    assert_eq!(
+        cancelled[0]["payload"]["cancellation_policy"],
+        "wait_cancellation_completed"
+    );
+    let (status, again) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(
+        again["history_event_id"], ack["history_event_id"],
+        "{again}"
+    );
+    assert_eq!(
+        events_of(&history(&s, "park-act"), "ActivityCancelled").len(),
+        1
+    );
+    // Its late report is refused as cancelled.
+    let (status, late) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("\"late\"") }),
+    );
+    assert_eq!(status, 409, "{late}");
+
+    // The run has a task again, and the delivery now lands.
+    let task = next_task(&s, "park-act");
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+}
+
+#[test]
+fn a_waiting_activity_that_completes_or_fails_ends_the_wait_without_a_retry() {
+    for (verb, body, event) in [
+        (
+            "complete",
+            json!({ "result": args("\"done\"") }),
+            "ActivityCompleted",
+        ),
+        (
+            "fail",
+            json!({ "failure": { "message": "stopped" } }),
+            "ActivityFailed",
+        ),
+    ] {
+        let s = server();
+        let id = format!("park-{verb}");
+        s.start_workflow("default", &id, &id);
+        let task = next_task(&s, &id);
+        let (status, body_) = s.complete(
+            &task,
+            json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": id,
+                     "arguments": args("[]"), "cancellation_policy": "wait_cancellation_completed",
+                     "retry_policy": { "max_attempts": 5 } }]),
+        );
+        assert_eq!(status, 200, "{body_}");
+        let activity = lease_activity(&s, &id);
+        let owner = activity["lease_owner"].clone();
+        let request_id = request(&s, &id);
+        let task = next_task(&s, &id);
+        let (_, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        assert_eq!(
+            parked["reason"], "cancellation_waiting_for_activity",
+            "{parked}"
+        );
+        let (status, reported) = activity_call(&s, &activity, verb, &owner, body);
+        assert_eq!(status, 200, "{verb}: {reported}");
+        assert_ne!(reported["outcome"], "retry_scheduled", "{reported}");
+        let task = next_task(&s, &id);
+        assert_eq!(events_of(&history(&s, &id), event).len(), 1, "{verb}");
+        let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        assert_eq!(status, 200, "{delivered}");
+        assert_eq!(delivered["delivered"], true, "{verb}: {delivered}");
+    }
+}
+
+#[test]
+fn a_try_cancel_activity_is_stopped_at_once_and_its_acknowledgement_is_recorded_once() {
+    let s = server();
+    let activity = running_activity(&s, "ack-try", Value::Null);
+    let owner = activity["lease_owner"].clone();
+    let request_id = request(&s, "ack-try");
+    let task = next_task(&s, "ack-try");
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    let (_, look) = activity_call(&s, &activity, "status", &owner, json!({}));
+    assert_eq!(look["cancel_requested"], true, "{look}");
+    assert_eq!(
+        look["cancellation_acknowledgement"]["request_id"], request_id,
+        "{look}"
+    );
+    let (status, ack) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["duplicate"], false, "{ack}");
+    let events = history(&s, "ack-try");
+    let marker = events_of(&events, "CooperativeCancellationDelivered");
+    assert_eq!(ack["history_event_id"], marker[0]["id"], "{ack}");
+    assert!(
+        events_of(&events, "ActivityCancelled").is_empty(),
+        "{events:?}"
+    );
+    let (status, again) = activity_call(
+        &s,
+        &activity,
+        "acknowledge-cancellation",
+        &owner,
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(again["history_event_id"], ack["history_event_id"]);
+}
+
+#[test]
+fn a_queued_activity_is_not_waited_for_and_a_bad_policy_names_its_field() {
+    let s = server();
+    s.start_workflow("default", "park-queued", "park-queued");
+    let task = next_task(&s, "park-queued");
+    let (status, refused) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": "park-queued",
+                 "arguments": args("[]"), "cancellation_policy": "eventually" }]),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["validation_errors"]["commands.0.cancellation_policy"].is_array(),
+        "{refused}"
+    );
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": "park-queued",
+                 "arguments": args("[]"), "cancellation_policy": "wait_cancellation_completed" }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let request_id = request(&s, "park-queued");
+    let task = next_task(&s, "park-queued");
+    // No attempt runs, so there is no cleanup to wait for.
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+}
