@@ -437,6 +437,18 @@ impl ApiError {
                 "retry_after_seconds": STORAGE_FULL_RETRY_AFTER_SECONDS,
                 "message": format!("the store cannot write: its disk is full ({e}); nothing was written"),
             }),
+            // The database answers but this node's read connections are all
+            // taken: an overload of this node, not an outage, and the
+            // remedy is the operator's (more readers or more nodes) or time.
+            ApiError::Store(StoreError::ReadersBusy(waited)) => json!({
+                "reason": "store_readers_busy", "retryable": true,
+                "retry_after_seconds": DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS,
+                "waited_ms": u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                "message": format!(
+                    "every read connection of this node stayed busy for {waited:?}, so the request was not served (nothing was written)"
+                ),
+                "hint": "retry after retry_after_seconds; if this persists the node is overloaded: raise DW_STORE_READERS or add a node",
+            }),
             ApiError::Store(e) if e.is_unavailable() => {
                 let cause = match e {
                     StoreError::DatabaseUnavailable(cause) => cause.clone(),
@@ -778,5 +790,24 @@ mod cache_refusal_tests {
             body["retry_after_seconds"], 1,
             "the header and the body agree"
         );
+    }
+
+    #[test]
+    fn busy_readers_are_an_overload_not_an_outage() {
+        let refused = ApiError::Store(StoreError::ReadersBusy(crate::store::readers::READ_WAIT));
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.retry_after_seconds(), Some(1));
+        let body = refused.body();
+        assert_eq!(body["reason"], "store_readers_busy", "{body}");
+        assert_eq!(body["retryable"], true);
+        assert_eq!(body["retry_after_seconds"], 1);
+        assert_eq!(body["waited_ms"], 10_000);
+        assert!(
+            body["hint"].as_str().unwrap().contains("DW_STORE_READERS"),
+            "{body}"
+        );
+        // An outage keeps its own reason.
+        let down = ApiError::Store(StoreError::DatabaseUnavailable("refused".into()));
+        assert_eq!(down.body()["reason"], "database_unavailable");
     }
 }
