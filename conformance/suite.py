@@ -38,7 +38,8 @@ from durable_workflow.errors import (
 
 from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
-    CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeWaitingChild, GuardedCounter,
+    CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
+    CooperativeWaitingChild, GuardedCounter,
     InboxEarly, SessionSteps, StickySteps, arm_hold, greet, linger_marked, local_runs, reverse, session_whoami,
 )
 
@@ -1130,13 +1131,16 @@ class Suite:
         (given a request of its own) cleans up, and lands once the child has
         ended; a delivery at a running activity with that policy parks until
         the worker has stopped the attempt's callback and acknowledged it
-        (acknowledge-cancellation closes it as ActivityCancelled). A 1.19
+        (acknowledge-cancellation closes it as ActivityCancelled); a delivery
+        at a Nexus call waiting for its outcome parks while the operation's
+        workflow run (given a request of its own) cleans up. A 1.19
         worker cannot take part: the SDK refuses to start one that asks for
         the capability, and refuses the policies without it."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         worker = Worker(
             self.client, task_queue=COOPERATIVE_QUEUE,
-            workflows=[CooperativeChildParent, CooperativeWaitingChild, CooperativeActivityWait],
+            workflows=[CooperativeChildParent, CooperativeWaitingChild, CooperativeActivityWait,
+                       CooperativeNexusCaller],
             activities=[greet, linger_marked], worker_id=f"conformance-coop-waits-{protocol}-{os.getpid()}",
             capabilities=["cooperative_cancellation"], poll_timeout=5.0, shutdown_timeout=10.0,
         )
@@ -1207,10 +1211,63 @@ class Suite:
             except WorkflowCancelled:
                 pass
             alive()
+            # A Nexus call whose operation's run must clean up first.
+            base = "/api/service-endpoints"
+            for path, body in [
+                (base, {"endpoint_name": "conformance"}),
+                (f"{base}/conformance/services", {"service_name": "cooperative"}),
+                (f"{base}/conformance/services/cooperative/operations", {
+                    "operation_name": "linger", "operation_mode": "sync",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": {"workflow_type": "cooperative_waiting_child",
+                                        "task_queue": COOPERATIVE_QUEUE},
+                }),
+            ]:
+                response = await self.http.post(path, json=body)
+                assert response.status_code in (201, 409), response.text
+            caller_id = new_id("coop-nexus")
+            caller = await self.client.start_workflow(
+                workflow_type="cooperative_nexus_caller", task_queue=COOPERATIVE_QUEUE,
+                workflow_id=caller_id, input=["nexus"],
+            )
+            deadline = time.monotonic() + 60
+            linked_id = None
+            while True:
+                alive()
+                assert time.monotonic() < deadline, "the operation's run never reached its timer"
+                events = (await self.client.get_history(caller_id, caller.run_id, page_size=1000))["events"]
+                started = [e["payload"] for e in events if e["event_type"] == "ServiceCallStarted"]
+                if started:
+                    linked_id = started[0]["linked_workflow_instance_id"]
+                    linked = await self.client.describe_workflow(linked_id)
+                    if "TimerScheduled" in await self.history_types(linked_id, linked.run_id):
+                        break
+                await asyncio.sleep(0.1)
+            await self.client.request_workflow_cancellation(
+                caller_id, reason="conformance waits", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(caller, timeout=90)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            alive()
         finally:
             await worker.stop()
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
+
+        events = (await self.client.get_history(caller_id, caller.run_id, page_size=1000))["events"]
+        types = [e["event_type"] for e in events]
+        assert "WorkflowTaskFailed" not in types, types
+        requested = types.index("CooperativeCancellationRequested")
+        call_ended = types.index("ServiceCallCancelled")
+        nexus_delivered = types.index("CooperativeCancellationDelivered")
+        assert requested < call_ended < nexus_delivered, types
+        assert events[nexus_delivered]["payload"]["call_kind"] == "service_operation", events[nexus_delivered]
+        assert types[-1] == "WorkflowCancelled", types
+        linked = await self.client.describe_workflow(linked_id)
+        assert linked.status == "cancelled", linked.status
 
         parent_events = (await self.client.get_history(parent_id, parent.run_id, page_size=1000))["events"]
         types = [e["event_type"] for e in parent_events]
@@ -1238,7 +1295,8 @@ class Suite:
         assert events[delivered]["payload"]["call_kind"] == "activity", events[delivered]
         assert types[-1] == "WorkflowCancelled", types
         return (f"child: parked, child cancelled after its cleanup, delivered at event {delivered}; "
-                f"activity: parked until the attempt acknowledged (ActivityCancelled at event {stopped})")
+                f"activity: parked until the attempt acknowledged (ActivityCancelled at event {stopped}); "
+                f"Nexus call: parked until {linked_id} ended cancelled, delivered at event {nexus_delivered}")
 
     SCENARIOS = [
         "activity_timer_signal_condition_query",

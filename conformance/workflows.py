@@ -593,6 +593,21 @@ class CooperativeChildParent:
         return "never cancelled"
 
 
+@workflow.defn(name="cooperative_nexus_caller")
+class CooperativeNexusCaller:
+    """Waits on a Nexus call whose operation runs cooperative_waiting_child:
+    a cancellation delivered at the call parks until the operation's run has
+    cleaned up and ended, then the caller cleans up too."""
+
+    def run(self, ctx, name):
+        try:
+            yield ctx.call_nexus_service("conformance", "cooperative", "linger", [name])
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", [f"caller cleanup of {name}"])
+            raise
+        return "never cancelled"
+
+
 @workflow.defn(name="cooperative_activity_wait")
 class CooperativeActivityWait:
     """Waits on a long activity whose cancellation_policy waits for its

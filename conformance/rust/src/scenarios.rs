@@ -1679,7 +1679,10 @@ async fn cooperative_cancellation(h: Harness) -> Outcome {
 /// up; the parent is delivered at the child once the child has ended. A
 /// delivery at a running activity with that policy parks until the worker
 /// has dropped the attempt's callback and acknowledged it
-/// (`acknowledge-cancellation`, recorded as `ActivityCancelled`).
+/// (`acknowledge-cancellation`, recorded as `ActivityCancelled`). A
+/// delivery at a Nexus call waiting for its outcome (a worker built with
+/// `nexus_cooperative_cancellation(true)`) parks while the operation's
+/// workflow run, given a request of its own, cleans up.
 async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
     let queue = h.unique("coop-waits");
     let client = durable_workflow::Client::builder(h.url.clone())
@@ -1687,10 +1690,35 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
         .worker_protocol_version(durable_workflow::WorkerProtocolVersion::V120)
         .build()
         .map_err(|e| format!("client: {e}"))?;
+    // A Nexus operation bound to the waiting kid, one per run of the scenario.
+    let operation = queue.to_ascii_lowercase();
+    let base = "/api/service-endpoints";
+    for (path, body) in [
+        (
+            base.to_owned(),
+            json!({"endpoint_name": "rust-conformance"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services"),
+            json!({"service_name": "cooperative"}),
+        ),
+        (
+            format!("{base}/rust-conformance/services/cooperative/operations"),
+            json!({"operation_name": operation, "operation_mode": "sync",
+                   "handler_binding_kind": "start_workflow",
+                   "handler_binding": {"workflow_type": "rust.waiting_kid", "task_queue": queue}}),
+        ),
+    ] {
+        let (status, answer) = h.post(&path, &body).await?;
+        check(status == 201 || status == 409, || {
+            format!("POST {path}: {status} {answer}")
+        })?;
+    }
     let mut worker = durable_workflow::Worker::new(client.clone(), &queue)
         .worker_id(h.unique("worker"))
         .poll_timeout(Duration::from_secs(1))
-        .cooperative_cancellation(true);
+        .cooperative_cancellation(true)
+        .nexus_cooperative_cancellation(true);
     worker.register_activity("cleanup", |_ctx, args: Value| async move {
         Ok(json!(format!(
             "cleaned {}",
@@ -1754,6 +1782,24 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
             Ok(_) => Ok(json!("never cancelled")),
         }
     });
+    let op = operation.clone();
+    worker.register_workflow("rust.waiting_nexus", move |ctx, _input: Value| {
+        let op = op.clone();
+        async move {
+            match ctx
+                .call_nexus_service("rust-conformance", "cooperative", &op, json!([]))
+                .await
+            {
+                Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                    let _shield = ctx.cancellation_shield()?;
+                    ctx.activity("cleanup", json!(["nexus caller"])).await?;
+                    Err(Error::CooperativeCancellationRequested(cancelled))
+                }
+                Err(other) => Err(other),
+                Ok(_) => Ok(json!("never cancelled")),
+            }
+        }
+    });
     let parent = client
         .start_workflow("rust.waiting_parent", &queue, &queue, json!([]))
         .await
@@ -1767,8 +1813,17 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
         )
         .await
         .map_err(|e| format!("start: {e}"))?;
+    let nexus = client
+        .start_workflow(
+            "rust.waiting_nexus",
+            &queue,
+            &h.unique("coop-nexus"),
+            json!([]),
+        )
+        .await
+        .map_err(|e| format!("start: {e}"))?;
     let watcher = h.clone();
-    let (p, w) = (parent.clone(), waiting.clone());
+    let (p, w, n) = (parent.clone(), waiting.clone(), nexus.clone());
     let mut side: Outcome = Ok(());
     let side_ref = &mut side;
     let during = async move {
@@ -1806,7 +1861,41 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
                 "the activity's attempt",
             )
             .await?;
-            for handle in [&p, &w] {
+            // The Nexus operation's run has reached its timer.
+            watcher.until_event(&n, "ServiceCallStarted").await?;
+            let caller = watcher.history(&n).await?;
+            let linked = caller
+                .iter()
+                .find(|e| e["event_type"] == "ServiceCallStarted")
+                .and_then(|e| e["payload"]["linked_workflow_instance_id"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            loop {
+                let run = watcher
+                    .get(&format!("{}/api/workflows/{linked}", watcher.url))
+                    .await
+                    .unwrap_or_default();
+                if let Some(run) = run["run_id"].as_str() {
+                    let history = watcher
+                        .get(&format!(
+                            "{}/api/workflows/{linked}/runs/{run}/history?page_size=1000",
+                            watcher.url
+                        ))
+                        .await?;
+                    if history["events"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|e| e["event_type"] == "TimerScheduled"))
+                    {
+                        break;
+                    }
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("the Nexus operation's run never reached its timer".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for handle in [&p, &w, &n] {
                 handle
                     .request_cancellation(durable_workflow::CooperativeCancellationOptions {
                         reason: Some("conformance waits".into()),
@@ -1819,6 +1908,7 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
             loop {
                 if p.describe().await.is_ok_and(|d| d.is_terminal())
                     && w.describe().await.is_ok_and(|d| d.is_terminal())
+                    && n.describe().await.is_ok_and(|d| d.is_terminal())
                 {
                     return Ok(());
                 }
@@ -1838,6 +1928,7 @@ async fn cooperative_cancellation_waits(h: Harness) -> Outcome {
     for (handle, resolved, kind) in [
         (&parent, "ChildRunCancelled", "child"),
         (&waiting, "ActivityCancelled", "activity"),
+        (&nexus, "ServiceCallCancelled", "service_operation"),
     ] {
         let description = handle
             .describe()

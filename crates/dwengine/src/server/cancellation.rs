@@ -72,6 +72,11 @@ pub struct DeliverCancellationBody {
     pub operation_sequence_span: Option<i64>,
 }
 
+/// The Nexus bindings a cooperative delivery reaches through: a call from
+/// workflow code starts a workflow run (`start_workflow` binding), and a
+/// delivery at a call waiting for its outcome gives that run a request.
+pub const NEXUS_BINDING_KINDS: [&str; 1] = ["workflow_run"];
+
 /// The longest identity an `acknowledge-cancellation` may carry (both
 /// SDKs' bound, in bytes).
 pub const MAX_ACK_IDENTITY_BYTES: usize = 255;
@@ -283,7 +288,7 @@ impl Engine {
                 // Both SDKs take this answer as the claim's release: they
                 // return to polling, and the run's next workflow task
                 // (when the child or activity closes) delivers again.
-                self.wake_workflow_children_of(run);
+                self.wake_cascade_of(run);
                 return Ok(json!({
                     "delivered": false, "reason": reason, "claim_released": true,
                     "task_id": task_id, "workflow_run_id": wire::run_id(run),
@@ -432,10 +437,11 @@ impl Engine {
         }))
     }
 
-    /// Wakes the pollers of the workflow queues of `run`'s open children (a
-    /// parked delivery gave one a cooperative request and a task).
-    fn wake_workflow_children_of(&self, run: RunId) {
-        match self.read(move |s| s.open_child_queues(run)) {
+    /// Wakes the pollers of the workflow queues of the runs a parked
+    /// delivery of `run` gave a cooperative request and a task (its open
+    /// children, the runs its Nexus calls wait on).
+    fn wake_cascade_of(&self, run: RunId) {
+        match self.read(move |s| s.cascade_queues(run)) {
             Ok(queues) => {
                 for (namespace, queue) in queues {
                     self.wake(&namespace, &queue, TaskKind::Workflow.as_str());

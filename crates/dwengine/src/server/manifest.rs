@@ -32,7 +32,7 @@ impl Engine {
             .request_limits
             .cluster_limits(&self.config.store.limits);
         let newest = WORKER_PROTOCOL_VERSIONS[WORKER_PROTOCOL_VERSIONS.len() - 1];
-        json!({
+        let mut info = json!({
             "server_id": self.config.server_id,
             "version": env!("CARGO_PKG_VERSION"),
             "server": "dwserver",
@@ -133,6 +133,14 @@ impl Engine {
                     "never_echo": ["bearer_tokens", "private_keys", "raw_authorization_headers"],
                 },
             },
-        })
+        });
+        // Cooperative cancellation reaches a Nexus call's linked workflow
+        // run (`server::cancellation`); set here, past the document's
+        // macro nesting depth.
+        let capabilities = &mut info["worker_protocol"]["server_capabilities"];
+        capabilities["nexus_cooperative_cancellation"] = true.into();
+        capabilities["nexus_cooperative_cancellation_binding_kinds"] =
+            json!(crate::server::cancellation::NEXUS_BINDING_KINDS);
+        info
     }
 }

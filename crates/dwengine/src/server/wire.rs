@@ -193,13 +193,14 @@ pub struct RegisterWorker {
 
 /// The worker capabilities this server implements, acknowledged by name
 /// when a registration asks for them.
-pub const ACKNOWLEDGED_CAPABILITIES: [&str; 13] = [
+pub const ACKNOWLEDGED_CAPABILITIES: [&str; 14] = [
     "condition_wait_occurrence_identity",
     "cooperative_cancellation",
     "durable_selection",
     "local_activities",
     "memo_upserts",
     "message_streams",
+    "nexus_cooperative_cancellation",
     "query_tasks",
     "sticky_execution",
     "typed_search_attributes",
@@ -233,8 +234,12 @@ pub const PROTOCOL_CAPABILITIES: [&str; 16] = [
 ];
 
 /// The capability manifest entries this server implements.
-pub const ACKNOWLEDGED_MANIFEST: [&str; 3] =
-    ["local_activities", "sticky_execution", "worker_sessions"];
+pub const ACKNOWLEDGED_MANIFEST: [&str; 4] = [
+    "local_activities",
+    "nexus_cooperative_cancellation",
+    "sticky_execution",
+    "worker_sessions",
+];
 
 /// `POST /api/worker/heartbeat`.
 #[derive(Debug, Deserialize, Default)]

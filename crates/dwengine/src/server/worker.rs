@@ -1235,8 +1235,12 @@ impl Engine {
             "local_activities": { "supported": true, "command": "record_local_activity" },
             "worker_sessions": worker_sessions_capability(),
             // Root cooperative cancellation (`server::cancellation`): the
-            // Rust SDK's cooperative worker checks it here.
+            // Rust SDK's cooperative worker checks it here, and the Nexus
+            // bridge (a delivery at a Nexus call reaches the linked run).
             "cooperative_cancellation": true,
+            "nexus_cooperative_cancellation": true,
+            "nexus_cooperative_cancellation_binding_kinds":
+                crate::server::cancellation::NEXUS_BINDING_KINDS,
         })
     }
 

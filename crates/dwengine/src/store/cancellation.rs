@@ -217,7 +217,8 @@ impl Store {
         // or `Activity*` event), whose worker delivers again.
         let mut waiting = None;
         for sequence in delivery.interrupted() {
-            if let Some(reason) = start_waiting(&tx, run, sequence, &request)? {
+            if let Some(reason) = start_waiting(&tx, run, sequence, &delivery.call_kind, &request)?
+            {
                 waiting.get_or_insert(reason);
             }
         }
@@ -282,6 +283,7 @@ fn start_waiting(
     conn: &Connection,
     run: RunId,
     sequence: i64,
+    call_kind: &str,
     request: &CancellationRequest,
 ) -> Result<Option<&'static str>, Error> {
     if child_policy(conn, run, sequence)?.as_deref() == Some("wait_cancellation_completed") {
@@ -291,21 +293,28 @@ fn start_waiting(
                  WHERE parent_run_id = ?1 AND sequence = ?2 AND status = 'open'",
             )?
             .query_row(params![run.0, sequence], |r| r.get(0))?;
-        let child = RunId(child);
-        if load_head(conn, child)?.status != RunStatus::Running {
+        if !cascade(conn, RunId(child), request, "cancelled by its parent")? {
             return Ok(None);
         }
-        if load(conn, child)?.is_none() {
-            let left_ms = request.cleanup_deadline_at_ms.saturating_sub(now_ms());
-            let seconds = (left_ms.max(1000) / 1000).unsigned_abs();
-            let reason = match &request.reason {
-                Some(reason) => format!("cancelled by its parent: {reason}"),
-                None => "cancelled by its parent".to_owned(),
-            };
-            insert_request(conn, child, Some(&reason), seconds)?;
-            enqueue_workflow(conn, child)?;
-        }
         return Ok(Some("cancellation_waiting_for_child"));
+    }
+    if call_kind == "service_operation" {
+        // A Nexus call waiting for its operation's outcome: the linked
+        // workflow run (the `workflow_run` binding) gets the request.
+        let linked: Option<i64> = conn
+            .prepare_cached(
+                "SELECT linked_run_id FROM service_call_waiters \
+                 WHERE caller_run_id = ?1 AND sequence = ?2",
+            )?
+            .query_row(params![run.0, sequence], |r| r.get(0))
+            .optional()?;
+        let Some(linked) = linked else {
+            return Ok(None);
+        };
+        if !cascade(conn, RunId(linked), request, "cancelled by its caller")? {
+            return Ok(None);
+        }
+        return Ok(Some("cancellation_waiting_for_service_operation"));
     }
     let activity: Option<(i64, Option<String>)> = conn
         .prepare_cached(
@@ -337,6 +346,32 @@ fn start_waiting(
     )?
     .execute(params![activity, now_ms()])?;
     Ok(Some("cancellation_waiting_for_activity"))
+}
+
+/// Gives running `target` (a child or a Nexus call's linked run) a
+/// cooperative request of its own, unless it has one: `why` and the
+/// originating request's reason, cleaning up by its deadline, with a
+/// workflow task. `false` when `target` is not running (nothing to wait for).
+fn cascade(
+    conn: &Connection,
+    target: RunId,
+    request: &CancellationRequest,
+    why: &str,
+) -> Result<bool, Error> {
+    if load_head(conn, target)?.status != RunStatus::Running {
+        return Ok(false);
+    }
+    if load(conn, target)?.is_none() {
+        let left_ms = request.cleanup_deadline_at_ms.saturating_sub(now_ms());
+        let seconds = (left_ms.max(1000) / 1000).unsigned_abs();
+        let reason = match &request.reason {
+            Some(reason) => format!("{why}: {reason}"),
+            None => why.to_owned(),
+        };
+        insert_request(conn, target, Some(&reason), seconds)?;
+        enqueue_workflow(conn, target)?;
+    }
+    Ok(true)
 }
 
 /// An activity's `cancellation_policy` from its stored options
@@ -938,16 +973,21 @@ impl Store {
 }
 
 impl Store {
-    /// The (namespace, task queue) of each open child run of `run` that
-    /// holds a cooperative request (a parked delivery's cascade).
-    pub fn open_child_queues(&self, run: RunId) -> Result<Vec<(String, String)>, Error> {
+    /// The (namespace, task queue) of each open child run of `run`, and of
+    /// each run a Nexus call of `run` waits on, that holds a cooperative
+    /// request (a parked delivery's cascade).
+    pub fn cascade_queues(&self, run: RunId) -> Result<Vec<(String, String)>, Error> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT r.namespace, r.task_queue FROM children c \
                  JOIN runs r ON r.id = c.child_run_id \
                  JOIN cancellation_requests q ON q.run_id = c.child_run_id \
-                 WHERE c.parent_run_id = ?1 AND c.status = 'open'",
+                 WHERE c.parent_run_id = ?1 AND c.status = 'open' \
+                 UNION SELECT r.namespace, r.task_queue FROM service_call_waiters w \
+                 JOIN runs r ON r.id = w.linked_run_id \
+                 JOIN cancellation_requests q ON q.run_id = w.linked_run_id \
+                 WHERE w.caller_run_id = ?1",
             )?
             .query_map([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?)

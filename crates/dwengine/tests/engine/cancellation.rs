@@ -437,11 +437,11 @@ fn a_cooperative_worker_is_acknowledged_at_registration() {
                 "capabilities": ["cooperative_cancellation", "nexus_cooperative_cancellation"] }),
     );
     assert_eq!(status, 200, "{body}");
-    // The Rust SDK's cooperative worker checks both; Nexus cooperative
-    // cancellation is not served, so it is not acknowledged.
+    // The Rust SDK's cooperative worker checks both (Nexus cooperative
+    // cancellation: tests/engine/cancellation_parking.rs).
     assert_eq!(
         body["capabilities"],
-        json!(["cooperative_cancellation"]),
+        json!(["cooperative_cancellation", "nexus_cooperative_cancellation"]),
         "{body}"
     );
     assert_eq!(

@@ -545,3 +545,145 @@ fn a_queued_activity_is_not_waited_for_and_a_bad_policy_names_its_field() {
     assert_eq!(status, 200, "{delivered}");
     assert_eq!(delivered["delivered"], true, "{delivered}");
 }
+
+/// One catalog operation in `default`: ops/jobs/run, bound to the workflow
+/// type `Job` on queue `jobs`.
+fn nexus_catalog(s: &TestServer) {
+    for (path, body) in [
+        (
+            "/api/service-endpoints".to_owned(),
+            json!({ "endpoint_name": "ops" }),
+        ),
+        (
+            "/api/service-endpoints/ops/services".to_owned(),
+            json!({ "service_name": "jobs" }),
+        ),
+        (
+            "/api/service-endpoints/ops/services/jobs/operations".to_owned(),
+            json!({ "operation_name": "run", "operation_mode": "sync",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": { "workflow_type": "Job", "task_queue": "jobs" } }),
+        ),
+    ] {
+        let (status, answer) = s.post(&path, body);
+        assert_eq!(status, 201, "{answer}");
+    }
+}
+
+#[test]
+fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
+    let s = server();
+    // Discovery advertises the bridge both SDKs require before they deliver
+    // at a Nexus call, and registration acknowledges it.
+    let (_, info) = s.get("/api/cluster/info");
+    let capabilities = &info["worker_protocol"]["server_capabilities"];
+    assert_eq!(
+        capabilities["nexus_cooperative_cancellation"], true,
+        "{capabilities}"
+    );
+    assert_eq!(
+        capabilities["nexus_cooperative_cancellation_binding_kinds"],
+        json!(["workflow_run"])
+    );
+    nexus_catalog(&s);
+    s.start_workflow("default", "nexus-caller", "nexus-caller");
+    let task = next_task(&s, "nexus-caller");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "start_service_operation", "endpoint_name": "ops",
+                 "service_name": "jobs", "operation_name": "run",
+                 "mode_override": "sync", "wait_for": "completed",
+                 "payload_codec": "json", "request_payload": "[1]" }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let started = events_of(&history(&s, "nexus-caller"), "ServiceCallStarted");
+    let linked = started[0]["payload"]["linked_workflow_instance_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let job = next_task(&s, "jobs");
+    let (status, body) = s.complete(
+        &job,
+        json!([{ "type": "start_timer", "delay_seconds": 3600 }]),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let request_id = request(&s, "nexus-caller");
+    let task = next_task(&s, "nexus-caller");
+    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "service_operation"));
+    assert_eq!(status, 200, "{parked}");
+    assert_eq!(parked["delivered"], false, "{parked}");
+    assert_eq!(
+        parked["reason"], "cancellation_waiting_for_service_operation",
+        "{parked}"
+    );
+    assert_eq!(parked["claim_released"], true, "{parked}");
+    assert!(events_of(
+        &history(&s, "nexus-caller"),
+        "CooperativeCancellationDelivered"
+    )
+    .is_empty());
+
+    // The linked run got a request of its own; it cleans up and ends.
+    let job = next_task(&s, "jobs");
+    let observed = job["cancellation_request"].clone();
+    assert!(
+        observed["reason"].as_str().unwrap().contains("caller"),
+        "{job}"
+    );
+    let (status, delivered) = deliver(&s, &job, at(&observed["request_id"], 1, "timer"));
+    assert_eq!(status, 200, "{delivered}");
+    let (status, done) = s.complete(
+        &job,
+        json!([{ "type": "fail_workflow", "message": "cancelled",
+                 "exception_type": "WorkflowCancelled" }]),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(status_of(&s, &linked), "cancelled");
+
+    // The caller hears the call's end, and the delivery lands there.
+    let task = next_task(&s, "nexus-caller");
+    let events = history(&s, "nexus-caller");
+    assert_eq!(
+        events_of(&events, "ServiceCallCancelled").len(),
+        1,
+        "{events:?}"
+    );
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "service_operation"));
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    assert_eq!(delivered["call_kind"], "service_operation", "{delivered}");
+}
+
+#[test]
+fn registration_acknowledges_the_nexus_bridge() {
+    let s = server();
+    let (status, ack) = s.post(
+        "/api/worker/register",
+        json!({ "worker_id": "nexus-w", "task_queue": "q", "runtime": "rust",
+                "supported_workflow_types": ["W"],
+                "capabilities": ["cooperative_cancellation", "nexus_cooperative_cancellation"],
+                "capability_manifest": { "nexus_cooperative_cancellation": {
+                    "supported": true, "minimum_protocol_version": "1.20",
+                    "implementation": "owned_workflow_run_canonical_delivery",
+                    "binding_kinds": ["workflow_run"] } } }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    let accepted = ack["capabilities"].as_array().unwrap();
+    assert!(
+        accepted.contains(&json!("nexus_cooperative_cancellation")),
+        "{ack}"
+    );
+    assert_eq!(
+        ack["capability_manifest"]["nexus_cooperative_cancellation"]["supported"], true,
+        "{ack}"
+    );
+    assert_eq!(
+        ack["server_capabilities"]["nexus_cooperative_cancellation"], true,
+        "{ack}"
+    );
+    assert_eq!(
+        ack["server_capabilities"]["nexus_cooperative_cancellation_binding_kinds"],
+        json!(["workflow_run"])
+    );
+}

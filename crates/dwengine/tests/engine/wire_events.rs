@@ -307,7 +307,7 @@ fn registration_acknowledges_exactly_the_asked_capabilities_it_implements() {
         &s,
         "1.20",
         json!({ "worker_id": "w3", "task_queue": "q",
-                "capabilities": ["made_up", "nexus_cooperative_cancellation", "memo_upserts"] }),
+                "capabilities": ["made_up", "nexus_operations", "memo_upserts"] }),
     );
     assert_eq!(other["capabilities"], json!(["memo_upserts"]));
     // A registration that asks for nothing is acknowledged with nothing.
