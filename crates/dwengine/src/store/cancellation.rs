@@ -993,3 +993,51 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 }
+
+/// Closes the activity of activity task `task_id` as cancelled when a
+/// cancellation delivery waits for it and its attempt's lease lapsed (the
+/// worker is gone, so no acknowledgement will come): `ActivityCancelled`
+/// and a workflow task for the run, whose worker delivers again. `false`
+/// (nothing written) for any other task.
+pub(crate) fn lapsed_while_waiting(conn: &Connection, task_id: i64) -> Result<bool, Error> {
+    let row: Option<(Option<i64>, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT item_id, run_id, attempt FROM dispatch_tasks WHERE id = ?1 AND kind = 'activity'",
+        )?
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((Some(activity), run, attempt)) = row else {
+        return Ok(false);
+    };
+    let Some(state) = stopped(conn, activity)? else {
+        return Ok(false);
+    };
+    if !state.waiting {
+        return Ok(false);
+    }
+    let run = RunId(run);
+    let reason = json!({ "message": STOPPED.message, "reason": STOPPED.reason });
+    conn.prepare_cached("UPDATE activities SET status = 'cancelled', result = ?2 WHERE id = ?1")?
+        .execute(params![activity, reason.to_string()])?;
+    crate::store::rows::bump(conn, run, crate::store::rows::Pending::Activity, -1)?;
+    conn.prepare_cached(
+        "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
+    )?
+    .execute([task_id])?;
+    let attempt = attempt.unsigned_abs();
+    let mut payload = json!({
+        "sequence": state.sequence,
+        "activity_execution_id": activity.to_string(),
+        "activity_attempt_id": crate::store::attempt_id(task_id, attempt),
+        "activity_type": state.activity_type,
+        "attempt_number": attempt,
+        "cancellation_policy": activity_policy(state.options.as_deref()),
+        "request_id": load(conn, run)?.map(|r| r.request_id),
+        "reason": "attempt_lease_lapsed",
+        "message": "cancelled: the attempt's lease lapsed while it cleaned up after the workflow's cancellation",
+    });
+    crate::store::activity_attempts::stamp_group(conn, activity, &mut payload)?;
+    append_event(conn, run, EventType::ActivityCancelled, &payload, false)?;
+    enqueue_workflow(conn, run)?;
+    Ok(true)
+}

@@ -305,6 +305,12 @@ impl Store {
             ))?
             .execute(params![task_id, now_ms()])?;
         if changed == 1 {
+            // An attempt a cancellation delivery waits for is over: its
+            // activity closes as cancelled instead of running again.
+            if crate::store::cancellation::lapsed_while_waiting(&tx, task_id)? {
+                tx.commit()?;
+                return Ok(true);
+            }
             rearm_activity(&tx, task_id)?;
             // A workflow task that timed out gives its held signals to the next.
             let (kind, run): (String, i64) = tx

@@ -206,7 +206,12 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
         timeouts.seconds(&kind).unwrap_or(0)
     );
     let attempt = u64::try_from(attempt).unwrap_or(0);
-    if status == "leased" && matches!(kind.as_str(), "start_to_close" | "heartbeat") {
+    // An attempt a cancellation delivery waits for is not retried: its
+    // timeout ends the activity, and the delivery's wait.
+    if status == "leased"
+        && matches!(kind.as_str(), "start_to_close" | "heartbeat")
+        && !crate::store::cancellation::cancel_requested(conn, activity)?
+    {
         let failure = AttemptFailure {
             message: message.clone(),
             exception_type: Some("ActivityTimeout".into()),

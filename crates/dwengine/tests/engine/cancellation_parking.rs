@@ -687,3 +687,148 @@ fn registration_acknowledges_the_nexus_bridge() {
         json!(["workflow_run"])
     );
 }
+
+#[test]
+fn a_waiting_attempt_that_times_out_ends_the_wait_without_a_retry() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.timeout_sweep.interval = std::time::Duration::from_millis(50);
+    });
+    // The delivery must reach the attempt before its start-to-close timeout
+    // ends it; a loaded machine can take longer than a short timeout over
+    // the set-up, so the timeout doubles (with a fresh workflow) until the
+    // delivery parks in time.
+    for seconds in [2, 4, 8, 16, 32, 64] {
+        let id = format!("park-timeout-{seconds}");
+        s.start_workflow("default", &id, &id);
+        let task = next_task(&s, &id);
+        let (status, body) = s.complete(
+            &task,
+            json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": id,
+                     "arguments": args("[]"), "cancellation_policy": "wait_cancellation_completed",
+                     "start_to_close_timeout": seconds, "retry_policy": { "max_attempts": 5 } }]),
+        );
+        assert_eq!(status, 200, "{body}");
+        let activity = lease_activity(&s, &id);
+        let owner = activity["lease_owner"].clone();
+        let request_id = request(&s, &id);
+        let task = next_task(&s, &id);
+        let (_, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        if parked["delivered"] == true {
+            continue;
+        }
+        assert_eq!(
+            parked["reason"], "cancellation_waiting_for_activity",
+            "{parked}"
+        );
+        // The attempt's start-to-close timeout ends the activity; no retry.
+        let task = next_task(&s, &id);
+        let events = history(&s, &id);
+        assert_eq!(
+            events_of(&events, "ActivityTimedOut").len(),
+            1,
+            "{events:?}"
+        );
+        let (_, none) = s.post(
+            "/api/worker/activity-tasks/poll",
+            json!({ "task_queue": id, "worker_id": "aw2",
+                    "poll_request_id": format!("{id}-after"), "timeout_seconds": 0 }),
+        );
+        assert!(none["task"].is_null(), "{none}");
+        // The timed-out attempt can no longer acknowledge.
+        let (status, stale) = activity_call(
+            &s,
+            &activity,
+            "acknowledge-cancellation",
+            &owner,
+            json!({ "request_id": request_id }),
+        );
+        assert_eq!(status, 409, "{stale}");
+        let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        assert_eq!(status, 200, "{delivered}");
+        assert_eq!(delivered["delivered"], true, "{delivered}");
+        return;
+    }
+    panic!("no delivery reached its attempt within a 64 s start-to-close timeout");
+}
+
+#[test]
+fn a_waiting_attempt_whose_lease_lapses_closes_its_activity_as_cancelled() {
+    use dwengine::store::cancellation::{Delivered, Delivery};
+    use dwengine::store::{TaskKind, WorkflowCommand, WorkflowTaskFence};
+    use std::time::Duration;
+
+    let store = crate::common::memory_store(&[]);
+    let run = store.start_run(crate::common::start("lapse")).unwrap();
+    store.enqueue_workflow_task(run).unwrap();
+    let start = crate::common::start("lapse");
+    let (ns, queue) = (start.namespace, start.task_queue);
+    let long = Duration::from_secs(600);
+    let lease = |kind, id: &str, lease| {
+        store
+            .lease_task(kind, &ns, &queue, "w", id, lease)
+            .unwrap()
+            .expect("a ready task")
+    };
+    let task = lease(TaskKind::Workflow, "wf-1", long);
+    let command: WorkflowCommand = serde_json::from_value(json!({
+        "type": "schedule_activity", "activity_type": "linger", "queue": queue,
+        "arguments": args("[]"), "cancellation_policy": "wait_cancellation_completed" }))
+    .unwrap();
+    let fence = |attempt| WorkflowTaskFence {
+        lease_owner: "w",
+        attempt,
+    };
+    store
+        .complete_workflow_task(task.task_id, fence(task.attempt), &[command])
+        .unwrap();
+    // The attempt's lease is short; the workflow's are long.
+    let attempt = lease(TaskKind::Activity, "act-1", Duration::from_millis(50));
+    let (request, _) = store.request_cancellation(run, None, 600).unwrap();
+    let task = lease(TaskKind::Workflow, "wf-2", long);
+    let delivery = Delivery {
+        request_id: request.request_id.clone(),
+        sequence: 1,
+        call_kind: "activity".into(),
+        sequence_span: 1,
+        operation_sequence: None,
+        operation_sequence_span: 1,
+    };
+    let parked = store
+        .deliver_cancellation(task.task_id, "w", task.attempt, &delivery)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(parked, Delivered::Waiting { .. }), "{parked:?}");
+    assert!(
+        support::eventually(Duration::from_secs(30), || store
+            .expired_leases(TaskKind::Activity, 10)
+            .unwrap()
+            .contains(&attempt.task_id)),
+        "the attempt's lease never lapsed"
+    );
+    assert!(store.recover_expired_lease(attempt.task_id).unwrap());
+    // Closed as cancelled, not handed out again; the run has a task, and
+    // the delivery lands on it.
+    assert!(store
+        .lease_task(TaskKind::Activity, &ns, &queue, "w", "act-2", long)
+        .unwrap()
+        .is_none());
+    let page = store
+        .history_page(run, 0, dwengine::store::HistoryPageLimit::events(1000))
+        .unwrap();
+    let cancelled: Vec<_> = page
+        .events
+        .iter()
+        .filter(|e| e.event_type.as_str() == "ActivityCancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0].payload["reason"], "attempt_lease_lapsed");
+    let task = lease(TaskKind::Workflow, "wf-3", long);
+    let delivered = store
+        .deliver_cancellation(task.task_id, "w", task.attempt, &delivery)
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(delivered, Delivered::Delivered(_)),
+        "{delivered:?}"
+    );
+}
