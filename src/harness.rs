@@ -107,13 +107,31 @@ pub fn extract(rel: &str, data: &[u8]) {
 
 /// Tokenizes `data` as Rust and checks the token stream's promises: tokens
 /// in order, inside the text, on character boundaries, every group closed
-/// by its own delimiter, or an error offset inside the text; then extracts
-/// it as [`extract`] does.
+/// by its own delimiter, or an error offset inside the text; that the
+/// nesting guard's verdict the extractor reads off the tokenizer is the
+/// guard's own, and its measures the guard's wherever it says they are;
+/// then extracts it as [`extract`] does.
 pub fn rust_tokens(data: &[u8]) {
-    use crate::extract::rust_lex::{tokenize, Kind};
+    use crate::extract::lexical;
+    use crate::extract::rust_lex::{tokenize_into, Kind};
     let text = text(data);
     let base = crate::extract::rust_lex::code_start(&text);
-    match tokenize(&text, base) {
+    let mut toks = Vec::new();
+    let lexed = tokenize_into(&text, base, &mut toks, &mut Vec::new());
+    assert_eq!(
+        crate::extract::rust::too_complex(&text, &lexed),
+        lexical::too_complex(&text),
+        "the nesting guard's verdict read off the tokenizer is not the guard's"
+    );
+    match lexed {
+        Ok(view) if view.in_step => assert_eq!(
+            (view.depth, view.run),
+            lexical::guard_measures(&text),
+            "the tokenizer measured in step with the nesting guard, but otherwise"
+        ),
+        _ => {}
+    }
+    match lexed.map(|_| toks) {
         Ok(toks) => {
             let mut last_end = base;
             let mut open = Vec::new();

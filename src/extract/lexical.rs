@@ -81,6 +81,8 @@ const BYTE_CLASS: [u8; 256] = {
 fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
     let b = text.as_bytes();
     let class_at = |i: usize| BYTE_CLASS[usize::from(b[i])];
+    // Where the name of the last raw identifier `r#name` read starts.
+    let mut raw_name = usize::MAX;
     let mut i = 0;
     while i < b.len() {
         let (lexeme, next) = match class_at(i) {
@@ -98,10 +100,13 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
                     end += 1;
                 }
                 // Only `r`, `b`, `c`, `br` and `cr` before `"` or `#` can
-                // start a string (see `prefixed_string`).
-                let may_prefix = end - i <= 2
-                    && matches!(b.get(end), Some(b'"' | b'#'))
-                    && !names_a_raw_identifier(b, i);
+                // start a string (see `prefixed_string`), and never as the
+                // name of a raw identifier.
+                let named = i == raw_name;
+                if !named && starts_raw_identifier(b, i, end) {
+                    raw_name = end + 1;
+                }
+                let may_prefix = !named && end - i <= 2 && matches!(b.get(end), Some(b'"' | b'#'));
                 match may_prefix.then(|| prefixed_string(b, i, end)).flatten() {
                     Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
                     None => (None, end),
@@ -113,7 +118,7 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
             }
             class::SLASH if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
             class::QUOTE => {
-                let end = skip_quoted(b, i + 1);
+                let end = suffix_end(b, skip_quoted(b, i + 1));
                 (Some(Lexeme::Str(i..end)), end)
             }
             class::APOSTROPHE => (None, skip_char_or_lifetime(text, i)),
@@ -135,13 +140,36 @@ const fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
 }
 
-/// Whether the word at `start` is the name of a raw identifier `r#name`:
-/// a word then, even when it reads `r`, `b`, `br`, `c` or `cr` before a
-/// quote. `r#r"a\"b"` is the identifier `r#r` and a plain string; read as
-/// `r#` and a raw string `r"a\"`, the `b"` after it would open a byte
-/// string that hides the rest of the file from the limits.
-fn names_a_raw_identifier(b: &[u8], start: usize) -> bool {
-    start >= 2 && &b[start - 2..start] == b"r#" && (start == 2 || !is_ident_byte(b[start - 3]))
+/// Whether the word `b[start..word_end]` starts a raw identifier `r#name`
+/// (as rustc reads it: `r`, `#`, then a character that can start a name).
+/// Its name is a word then, even when it reads `r`, `b`, `br`, `c` or `cr`
+/// before a quote: `r#r"a\"b"` is the identifier `r#r` and a plain string;
+/// read as `r#` and a raw string `r"a\"`, the `b"` after it would open a
+/// byte string that hides the rest of the file from the limits. A name is
+/// no word that starts one (`r#r#r"a\"` is `r#r`, `#` and a raw string).
+fn starts_raw_identifier(b: &[u8], start: usize, word_end: usize) -> bool {
+    &b[start..word_end] == b"r"
+        && b.get(word_end) == Some(&b'#')
+        && b.get(word_end + 1).is_some_and(|&c| starts_suffix(c))
+}
+
+/// Whether `c` can start an identifier, and so a literal's suffix (any
+/// non-ASCII byte: the tokenizer settles what such a character is).
+const fn starts_suffix(c: u8) -> bool {
+    c.is_ascii_alphabetic() || c == b'_' || c >= 0x80
+}
+
+/// Just past the suffix (`u8`, `suffix`, none) of a literal that ends
+/// before `at`: rustc reads `"a"r"b"` as `"a"` with the suffix `r` and a
+/// plain string, and `'x'r#r"a\"` as a char with the suffix `r`, `#` and a
+/// raw string, not a raw identifier `r#r`.
+fn suffix_end(b: &[u8], mut at: usize) -> usize {
+    if b.get(at).is_some_and(|&c| starts_suffix(c)) {
+        while at < b.len() && is_ident_byte(b[at]) {
+            at += 1;
+        }
+    }
+    at
 }
 
 /// The end of a string literal whose prefix is the word `b[start..word_end]`
@@ -151,7 +179,7 @@ fn prefixed_string(b: &[u8], start: usize, word_end: usize) -> Option<usize> {
     let raw = matches!(word, b"r" | b"br" | b"cr");
     if !raw {
         return (matches!(word, b"b" | b"c") && b.get(word_end) == Some(&b'"'))
-            .then(|| skip_quoted(b, word_end + 1));
+            .then(|| suffix_end(b, skip_quoted(b, word_end + 1)));
     }
     let hashes = b[word_end..].iter().take_while(|&&c| c == b'#').count();
     let quote = word_end + hashes;
@@ -164,7 +192,7 @@ fn prefixed_string(b: &[u8], start: usize, word_end: usize) -> Option<usize> {
         let close = i + n;
         let tail = &b[close + 1..];
         if tail.len() >= hashes && tail[..hashes].iter().all(|&c| c == b'#') {
-            return Some(close + 1 + hashes);
+            return Some(suffix_end(b, close + 1 + hashes));
         }
         i = close + 1;
     }
@@ -213,14 +241,14 @@ fn skip_char_or_lifetime(text: &str, i: usize) -> usize {
         // Escapes are short; a missing close quote within reach means broken
         // code, and then we only step over the quote.
         let window = &b[(i + 3).min(b.len())..(i + 14).min(b.len())];
-        return memchr::memchr(b'\'', window).map_or(i + 1, |n| i + 3 + n + 1);
+        return memchr::memchr(b'\'', window).map_or(i + 1, |n| suffix_end(b, i + 3 + n + 1));
     }
     let Some(c) = text.get(i + 1..).and_then(|rest| rest.chars().next()) else {
         return i + 1;
     };
     let close = i + 1 + c.len_utf8();
     if c != '\'' && b.get(close) == Some(&b'\'') {
-        close + 1
+        suffix_end(b, close + 1)
     } else {
         i + 1
     }
@@ -291,8 +319,8 @@ fn too_complex_lexed(text: &str) -> Option<(String, usize)> {
 
 /// The guard's two measures over the whole of `text`, without stopping at
 /// a limit: the deepest nesting and the longest operator run (what the
-/// tokenizer's [`GuardView`](super::rust_lex::GuardView) must equal).
-#[cfg(test)]
+/// tokenizer's [`GuardView`](super::rust_lex::GuardView) must equal, in
+/// the differential tests and under fuzzing).
 pub(crate) fn guard_measures(text: &str) -> (usize, usize) {
     let (mut depth, mut run, mut deepest, mut longest) = (0usize, 0usize, 0, 0);
     lex(text, |lexeme, _| {
@@ -800,6 +828,7 @@ mod tests {
     /// `prefixed_string`. The table-driven [`lex`] must agree with it.
     fn lex_bytewise(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
         let b = text.as_bytes();
+        let mut raw_name = usize::MAX;
         let mut i = 0;
         while i < b.len() {
             let c = b[i];
@@ -810,7 +839,7 @@ mod tests {
                 }
                 b'/' if b.get(i + 1) == Some(&b'*') => (None, skip_block_comment(b, i)),
                 b'"' => {
-                    let end = skip_quoted(b, i + 1);
+                    let end = suffix_end(b, skip_quoted(b, i + 1));
                     (Some(Lexeme::Str(i..end)), end)
                 }
                 b'\'' => (None, skip_char_or_lifetime(text, i)),
@@ -822,9 +851,11 @@ mod tests {
                     while end < b.len() && is_ident_byte(b[end]) {
                         end += 1;
                     }
-                    let string = (!names_a_raw_identifier(b, i))
-                        .then(|| prefixed_string(b, i, end))
-                        .flatten();
+                    let named = i == raw_name;
+                    if !named && starts_raw_identifier(b, i, end) {
+                        raw_name = end + 1;
+                    }
+                    let string = (!named).then(|| prefixed_string(b, i, end)).flatten();
                     match string {
                         Some(lit_end) => (Some(Lexeme::Str(i..lit_end)), lit_end),
                         None => (None, end),
@@ -1012,6 +1043,48 @@ mod tests {
         // a raw string still opens where one can.
         assert_eq!(too_complex(&format!("br#\"{deep}\"#")), None);
         assert_eq!(too_complex(&format!("x = r#\"{deep}\"#")), None);
+    }
+
+    #[test]
+    fn a_raw_identifier_starts_only_where_rustc_starts_one() {
+        let table: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex(t, s);
+        let bytewise: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex_bytewise(t, s);
+        let deep = format!("{}x{}", "(".repeat(300), ")".repeat(300));
+        // Each holds the raw string `r"a\"`, then code nested too deep,
+        // then a closed string. Before it: the raw identifier `r#r` and
+        // `#`; a string with the suffix `r` and `#`; a char with one; a
+        // raw identifier in a lifetime. Read as a raw identifier `r#r`
+        // and a plain string `"a\" ((…)) "`, the nesting was hidden.
+        for head in [
+            "r#r#",
+            "\"x\"r#",
+            "r#\"x\"#r#",
+            "b\"x\"r#",
+            "'x'r#",
+            "'\\n'r#",
+            "'r#r#",
+        ] {
+            let text = format!("f({head}r\"a\\\" {deep} \"y\");");
+            let (message, _) =
+                too_complex(&text).unwrap_or_else(|| panic!("nesting hidden in {text:.40}"));
+            assert!(message.contains("nest"), "{text:.40}: {message}");
+            assert_eq!(lexemes(table, &text), lexemes(bytewise, &text));
+        }
+        // A suffix is part of its literal: the strings end where rustc
+        // ends them.
+        assert_eq!(
+            strings("\"a\"r \"b\"r\"c\" 'x'r\"d\" b\"e\"_f r#\"g\"#h2 c\"i\"é 'j '\\n'k\"l\""),
+            vec![
+                "\"a\"r",
+                "\"b\"r",
+                "\"c\"",
+                "\"d\"",
+                "b\"e\"_f",
+                "r#\"g\"#h2",
+                "c\"i\"é",
+                "\"l\""
+            ]
+        );
     }
 
     #[test]

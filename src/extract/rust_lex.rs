@@ -90,8 +90,7 @@ pub(crate) fn tokenize(text: &str, from: usize) -> Result<Vec<Token>, LexError> 
 /// comment, string and char literal starts and ends, token by token, on
 /// all input that tokenizes, except around a few shapes where the guard's
 /// shortcuts read the bytes otherwise: a vertical tab or a non-ASCII space
-/// (an operator or a word byte to it), a literal suffix glued to a quote
-/// or `#` (`"a"r"b"` is a raw string to it), a char escape longer than its
+/// (an operator or a word byte to it), a char escape longer than its
 /// window, `'''`, a BOM or a shebang line (lexed as code). Where they
 /// agree, `depth` and `run` are exactly the guard's deepest nesting and
 /// longest operator run; `in_step` is `false` when the file holds one of
@@ -266,14 +265,7 @@ fn guard_literal(
     run: &mut usize,
     view: &mut GuardView,
 ) {
-    let token = &b[span.clone()];
-    // A word glued to a quote or `#` could be a string's prefix to the
-    // guard (`"a"r"b"`: a raw string).
-    let glued =
-        guard_word_byte(token[token.len() - 1]) && matches!(b.get(span.end), Some(b'"' | b'#'));
-    if glued {
-        view.in_step = false;
-    }
+    let token = &b[span];
     match token[0] {
         b'0'..=b'9' => {
             *run += token.iter().filter(|&&c| !guard_word_byte(c)).count();

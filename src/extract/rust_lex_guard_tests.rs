@@ -141,9 +141,72 @@ const SHAPES: &[&str] = &[
     "#![inner]",
 ];
 
+/// Words and literals that end in a string prefix or a suffix (`r`, `b`,
+/// `br`, `c`, `cr`), raw identifiers named like one, and what can follow
+/// them with nothing between: the class where the guard once took a raw
+/// identifier's name, or a literal's suffix, for a string's prefix, and
+/// hid the rest of the file behind a string that never closed.
+const GLUED_HEADS: &[&str] = &[
+    "r",
+    "b",
+    "br",
+    "c",
+    "cr",
+    "rb",
+    "xr",
+    "r#r",
+    "r#b",
+    "r#br",
+    "r#c",
+    "r#cr",
+    "r#r#r",
+    "'r#r",
+    "'r#b",
+    "\"x\"r",
+    "\"x\"b",
+    "r#\"x\"#r",
+    "b\"x\"br",
+    "c\"x\"c",
+    "'x'r",
+    "'\\n'b",
+    "b'x'cr",
+    "1r",
+    "1.5b",
+    "0x1r",
+];
+const GLUED_JOINS: &[&str] = &["", "", "#", "#", "##", "'"];
+const GLUED_TAILS: &[&str] = &[
+    "r\"\\\"",
+    "\"a\\\"b\"",
+    "\"\\\"",
+    "b\"\\\"",
+    "br\"\\\"",
+    "c\"\\\"",
+    "cr#\"\\\"#",
+    "r#\"\\\"#",
+    "r##\"\\\"#\"##",
+    "r#x",
+    "x",
+    "'a'",
+    "'a",
+];
+
+/// A head, a join and a tail of the glued class, with nothing between.
+fn glued() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(GLUED_HEADS),
+        prop::sample::select(GLUED_JOINS),
+        prop::sample::select(GLUED_TAILS),
+    )
+        .prop_map(|(head, join, tail)| format!("{head}{join}{tail}"))
+}
+
 /// One piece of a generated program: a shape, or a group of pieces.
 fn piece() -> impl Strategy<Value = String> {
-    let leaf = prop::sample::select(SHAPES).prop_map(str::to_owned);
+    let leaf = prop_oneof![
+        3 => prop::sample::select(SHAPES).prop_map(str::to_owned),
+        1 => glued(),
+    ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         (
             prop::sample::select(vec![("(", ")"), ("[", "]"), ("{", "}")]),
@@ -274,6 +337,48 @@ fn every_shape_alone_and_around_brackets_gets_the_guard_s_verdict() {
 }
 
 #[test]
+fn every_glued_head_and_tail_gets_the_guard_s_verdict_around_deep_nesting() {
+    // Each combination before code nested past the limit and a string
+    // that closes anything left open: a guard that reads a string where
+    // the tokenizer reads code hides the nesting from itself.
+    let deep = format!(
+        "{}x{}",
+        "(".repeat(MAX_NESTING + 4),
+        ")".repeat(MAX_NESTING + 4)
+    );
+    let (mut settled, mut cases) = (0, 0);
+    for head in GLUED_HEADS {
+        for join in GLUED_JOINS {
+            for tail in GLUED_TAILS {
+                let glued = format!("{head}{join}{tail}");
+                for text in [
+                    format!("f({glued} {deep} \"z\");"),
+                    format!("{glued}\n{deep}\n// \"\n"),
+                ] {
+                    cases += 1;
+                    settled += usize::from(agrees(&text).unwrap_or_else(|e| panic!("{e}")));
+                }
+            }
+        }
+    }
+    // The shapes the tokenizer reads are compared measure for measure.
+    assert!(settled * 4 > cases, "{settled} of {cases}");
+}
+
+/// Inputs the property tests above once failed on, shrunk.
+#[test]
+fn the_inputs_the_property_tests_found_get_the_guard_s_verdicts() {
+    for text in [
+        // `r#r` then `#` then the raw string `r"\"`: not the raw
+        // identifier `r#r` and a plain string that ran on to `"a\"`.
+        "((r#r#r\"\\\"))x((\"a\\\"b\"))",
+        "((r#r\"a\\\"b\"))",
+    ] {
+        assert!(agrees(text).unwrap_or_else(|e| panic!("{e}")), "{text}");
+    }
+}
+
+#[test]
 fn the_limits_are_met_exactly_where_the_guard_meets_them() {
     for depth in [MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1] {
         let text = format!("{}x{}", "(".repeat(depth), ")".repeat(depth));
@@ -308,8 +413,16 @@ fn the_limits_are_met_exactly_where_the_guard_meets_them() {
     }
 }
 
+/// 400 cases a run, or `PROPTEST_CASES` for a longer one.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(400)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn generated_programs_get_the_guard_s_verdicts(text in program()) {
