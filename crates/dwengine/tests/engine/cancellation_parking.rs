@@ -832,3 +832,38 @@ fn a_waiting_attempt_whose_lease_lapses_closes_its_activity_as_cancelled() {
         "{delivered:?}"
     );
 }
+
+#[test]
+fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
+    let s = server();
+    let child_id = parent_with_child(&s, "park-again", "wait_cancellation_completed");
+    let request_id = request(&s, "park-again");
+    let task = next_task(&s, "park-again");
+    let (_, parked) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(
+        parked["reason"], "cancellation_waiting_for_child",
+        "{parked}"
+    );
+    let child_request =
+        |s: &TestServer| events_of(&history(s, &child_id), "CooperativeCancellationRequested");
+    assert_eq!(child_request(&s).len(), 1);
+    // A signal wakes the parked run; its worker replays to the same call.
+    let (status, body) = s.post(
+        "/api/workflows/park-again/signal/poke",
+        json!({ "arguments": args("[]") }),
+    );
+    assert_eq!(status, 202, "{body}");
+    let task = next_task(&s, "park-again");
+    let (status, again) = deliver(&s, &task, at(&request_id, 1, "child"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["delivered"], false, "{again}");
+    assert_eq!(again["claim_released"], true, "{again}");
+    // The child's request is the one it had.
+    let requested = child_request(&s);
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert!(events_of(
+        &history(&s, "park-again"),
+        "CooperativeCancellationDelivered"
+    )
+    .is_empty());
+}
