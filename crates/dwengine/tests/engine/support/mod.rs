@@ -495,20 +495,43 @@ pub fn test_path(module_path: &str, name: &str) -> String {
 
 /// The next workflow task of `queue` in the default namespace, polled
 /// until one is there (up to 30 s).
+///
+/// Each poll has a request id never used before in this process: a
+/// repeated id is a replay (for the replay TTL), which answers at once with
+/// what that poll found, so a task still leased to an earlier call's poll
+/// would come back again instead of the next one.
 pub fn next_workflow_task(s: &TestServer, queue: &str) -> Value {
+    static POLLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut task = Value::Null;
-    let mut n = 0;
     assert!(
         eventually(Duration::from_secs(30), || {
-            n += 1;
-            let (status, answer) = s.poll("workflow", "default", queue, &format!("p-{n}"), 200);
+            let n = POLLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let (status, answer) = s.poll("workflow", "default", queue, &format!("next-{n}"), 200);
             assert_eq!(status, 200, "{answer}");
+            assert_ne!(answer["replayed"], true, "a fresh poll id: {answer}");
             task = answer["task"].clone();
             !task.is_null()
         }),
         "no workflow task on {queue}"
     );
     task
+}
+
+/// Two calls on one queue get two tasks: the second does not replay the
+/// first's poll, whose task is still leased.
+#[test]
+fn next_workflow_task_leases_the_next_task_not_the_last_one_again() {
+    let s = TestServer::start(memory_cache(), |_| {});
+    s.start_workflow("default", "first", "next-q");
+    s.start_workflow("default", "second", "next-q");
+    let one = next_workflow_task(&s, "next-q");
+    let two = next_workflow_task(&s, "next-q");
+    let mut ids = [
+        one["workflow_id"].as_str().unwrap().to_owned(),
+        two["workflow_id"].as_str().unwrap().to_owned(),
+    ];
+    ids.sort();
+    assert_eq!(ids, ["first", "second"], "{one}\n{two}");
 }
 
 /// Waits until `condition` holds, up to `limit`. A condition that reads a
