@@ -28,11 +28,22 @@ fn envelope(json_text: &str) -> Value {
 /// Starts `workflow_id` on queue `q` and completes its first workflow task
 /// with one `schedule_activity` carrying `options` (timeouts, retries).
 fn schedule(s: &TestServer, workflow_id: &str, activity_queue: &str, options: Value) {
-    s.start_workflow("default", workflow_id, "q");
+    schedule_on(s, "q", workflow_id, activity_queue, options);
+}
+
+/// [`schedule`], the workflow on queue `workflow_queue`.
+fn schedule_on(
+    s: &TestServer,
+    workflow_queue: &str,
+    workflow_id: &str,
+    activity_queue: &str,
+    options: Value,
+) {
+    s.start_workflow("default", workflow_id, workflow_queue);
     let (_, polled) = s.poll(
         "workflow",
         "default",
-        "q",
+        workflow_queue,
         &format!("{workflow_id}-wf1"),
         2000,
     );
@@ -75,6 +86,24 @@ fn count(events: &[Value], event_type: &str) -> usize {
         .count()
 }
 
+/// The time between the first `from` and the first `to` event, as the
+/// server recorded them.
+fn between(events: &[Value], from: &str, to: &str) -> Duration {
+    let at = |event_type: &str| {
+        let event = events
+            .iter()
+            .find(|e| e["event_type"] == event_type)
+            .unwrap_or_else(|| panic!("no {event_type} in {events:#?}"));
+        event["recorded_at"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .unwrap_or_else(|| panic!("no recorded_at in {event}"))
+    };
+    let (from_at, to_at) = (at(from), at(to));
+    assert!(to_at >= from_at, "{to} before {from}");
+    Duration::from_millis(u64::try_from(to_at.as_millisecond() - from_at.as_millisecond()).unwrap())
+}
+
 fn activity_path(task: &Value, what: &str) -> String {
     format!(
         "/api/worker/activity-tasks/{}/{what}",
@@ -92,19 +121,21 @@ fn a_start_to_close_expiry_is_an_attempt_and_the_last_one_times_the_activity_out
         json!({ "start_to_close_timeout": 1,
                 "retry_policy": { "max_attempts": 2, "backoff_seconds": [0] } }),
     );
+    // Taken before the poll: the server leases attempt 1 after this, so
+    // the time from here to attempt 2 is at least the attempt's lease.
+    let asked = Instant::now();
     let (_, first) = s.poll("activity", "default", "acts", "a1", 2000);
     let first = first["task"].clone();
     assert_eq!(first["attempt_number"], 1);
-    let leased_at = Instant::now();
 
     // The first attempt's expiry counts: the next poll gets attempt 2.
     let (_, second) = s.poll("activity", "default", "acts", "a2", 5000);
     let second = second["task"].clone();
     assert_eq!(second["attempt_number"], 2, "{second}");
+    let lived = asked.elapsed();
     assert!(
-        leased_at.elapsed() >= Duration::from_millis(900),
-        "attempt 1 was cut short: {:?}",
-        leased_at.elapsed()
+        lived >= Duration::from_millis(900),
+        "attempt 1 was cut short: {lived:?}"
     );
     assert_eq!(count(&history(&s, "stc"), "ActivityTimedOut"), 0);
     // The timed-out attempt can no longer report.
@@ -158,14 +189,15 @@ fn a_retry_that_could_not_start_before_schedule_to_close_is_not_taken() {
     );
     let (_, polled) = s.poll("activity", "default", "acts", "c1", 2000);
     assert_eq!(polled["task"]["attempt_number"], 1);
-    let leased_at = Instant::now();
     let timed_out = wait_for_event(&s, "cutoff", "ActivityTimedOut");
-    assert!(
-        leased_at.elapsed() < Duration::from_millis(2900),
-        "it ended at the attempt's expiry, not at schedule-to-close"
-    );
-    assert_eq!(timed_out["timeout_kind"], "start_to_close");
+    // It ended at the attempt's expiry, as its kind says: a retry taken
+    // would have been ended by schedule-to-close instead, with that kind.
+    assert_eq!(timed_out["timeout_kind"], "start_to_close", "{timed_out}");
     assert_eq!(timed_out["attempt_number"], 1);
+    // No retry is waiting for its backoff either.
+    let (_, described) = s.get("/api/workflows/cutoff");
+    assert_eq!(described["pending"]["activities"], 0, "{described}");
+    assert_eq!(count(&history(&s, "cutoff"), "ActivityTimedOut"), 1);
 }
 
 #[test]
@@ -214,9 +246,13 @@ fn schedule_to_start_and_schedule_to_close_time_out_with_no_worker_polling() {
         "nobody",
         json!({ "schedule_to_close_timeout": 1 }),
     );
-    let scheduled = Instant::now();
     let sts = wait_for_event(&s, "sts", "ActivityTimedOut");
-    assert!(scheduled.elapsed() >= Duration::from_millis(900));
+    // By the server's own clock: scheduled, then timed out a second later.
+    let waited = between(&history(&s, "sts"), "ActivityScheduled", "ActivityTimedOut");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "schedule-to-start ended after {waited:?}"
+    );
     assert_eq!(sts["timeout_kind"], "schedule_to_start");
     assert_eq!(sts["attempt_number"], 0);
     assert!(sts.get("activity_attempt_id").is_none(), "{sts}");
@@ -229,31 +265,63 @@ fn schedule_to_start_and_schedule_to_close_time_out_with_no_worker_polling() {
 
 #[test]
 fn heartbeats_keep_an_attempt_alive_and_their_absence_times_it_out() {
+    const TIMEOUT: Duration = Duration::from_secs(1);
     let s = server();
-    schedule(
-        &s,
-        "hb",
-        "acts",
-        json!({ "heartbeat_timeout": 1, "start_to_close_timeout": 30 }),
-    );
-    let (_, polled) = s.poll("activity", "default", "acts", "h1", 2000);
-    let task = polled["task"].clone();
-    let beat = json!({ "activity_attempt_id": task["activity_attempt_id"],
-                       "lease_owner": task["lease_owner"] });
-    // Three heartbeats 600 ms apart carry the attempt past 1.8 s.
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(600));
-        let (status, body) = s.post(&activity_path(&task, "heartbeat"), beat.clone());
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["can_continue"], true);
+    // One round per activity: a round is given up, not failed, when the
+    // machine held the test back so long between two heartbeats that the
+    // server may rightly have timed the attempt out.
+    for round in 0..10 {
+        let id = format!("hb-{round}");
+        // Queues of its own: a given-up round's timeout is no task of the next.
+        schedule_on(
+            &s,
+            &id,
+            &id,
+            &id,
+            json!({ "heartbeat_timeout": 1, "start_to_close_timeout": 60 }),
+        );
+        // The server leased the attempt after `asked` and before `leased_by`.
+        let asked = Instant::now();
+        let (_, polled) = s.poll("activity", "default", &id, &format!("{id}-h"), 5000);
+        let leased_by = Instant::now();
+        let task = polled["task"].clone();
+        assert_eq!(task["attempt_number"], 1, "{polled}");
+        let beat = json!({ "activity_attempt_id": task["activity_attempt_id"],
+                           "lease_owner": task["lease_owner"] });
+        // When the last heartbeat (or the lease) was sent: the server took
+        // it after this.
+        let mut last = asked;
+        let mut kept_alive = true;
+        // Heartbeats until the attempt has outlived two heartbeat timeouts.
+        while leased_by.elapsed() < 2 * TIMEOUT {
+            std::thread::sleep(Duration::from_millis(100));
+            let sent = Instant::now();
+            let (status, body) = s.post(&activity_path(&task, "heartbeat"), beat.clone());
+            // No more than this passed between the server's two heartbeats
+            // (less a margin for its clock's milliseconds).
+            let gap = last.elapsed();
+            if gap + Duration::from_millis(100) >= TIMEOUT && status != 200 {
+                kept_alive = false;
+                break;
+            }
+            assert_eq!(status, 200, "a heartbeat {gap:?} after the last: {body}");
+            assert_eq!(body["can_continue"], true);
+            last = sent;
+        }
+        if !kept_alive {
+            eprintln!("round {round}: the machine held a heartbeat back past the timeout");
+            continue;
+        }
+        assert_eq!(count(&history(&s, &id), "ActivityTimedOut"), 0);
+        // Then the worker goes quiet.
+        let timed_out = wait_for_event(&s, &id, "ActivityTimedOut");
+        assert_eq!(timed_out["timeout_kind"], "heartbeat");
+        assert_eq!(timed_out["attempt_number"], 1);
+        let (status, _) = s.post(&activity_path(&task, "heartbeat"), beat);
+        assert_eq!(status, 409);
+        return;
     }
-    assert_eq!(count(&history(&s, "hb"), "ActivityTimedOut"), 0);
-    // Then the worker goes quiet.
-    let timed_out = wait_for_event(&s, "hb", "ActivityTimedOut");
-    assert_eq!(timed_out["timeout_kind"], "heartbeat");
-    assert_eq!(timed_out["attempt_number"], 1);
-    let (status, _) = s.post(&activity_path(&task, "heartbeat"), beat);
-    assert_eq!(status, 409);
+    panic!("no round kept its heartbeats within the timeout");
 }
 
 #[test]
