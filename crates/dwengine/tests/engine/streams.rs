@@ -121,10 +121,11 @@ fn a_stream_appends_pages_resumes_deduplicates_and_closes() {
     let (_, caught_up) = page(&s, &stream, "from=4");
     assert_eq!(caught_up["stream"]["pending_items"], 0);
 
-    // A waiting read returns as soon as an item arrives.
+    // A waiting read returns as soon as an item arrives: long before its
+    // 45 s wait would end.
     let began = Instant::now();
     std::thread::scope(|scope| {
-        let waiter = scope.spawn(|| page(&s, &stream, "from=4&wait_seconds=20"));
+        let waiter = scope.spawn(|| page(&s, &stream, "from=4&wait_seconds=45"));
         std::thread::sleep(Duration::from_millis(300));
         let (status, _) = append(&s, "default", &stream, json!({ "items": items(4..5) }));
         assert_eq!(status, 200);
@@ -132,7 +133,7 @@ fn a_stream_appends_pages_resumes_deduplicates_and_closes() {
         assert_eq!(status, 200);
         assert_eq!(woke["items"][0]["offset"], 4, "{woke}");
     });
-    assert!(began.elapsed() < Duration::from_secs(10));
+    assert!(began.elapsed() < Duration::from_secs(30));
     // And with nothing to deliver it answers empty when its wait ends.
     let began = Instant::now();
     let (_, empty) = page(&s, &stream, "from=5&wait_seconds=1");
@@ -532,21 +533,38 @@ fn a_node_holds_at_most_its_cap_of_waiting_reads() {
     let s = server(|c| c.stream_max_waits = 1);
     let stream = format!("{}/s", run_streams(&s, "default", "waits"));
     std::thread::scope(|scope| {
-        let waiter = scope.spawn(|| page(&s, &stream, "from=0&wait_seconds=20"));
-        // The first read waits; a second waiting read is refused at once…
-        let refused = (0..100).find_map(|_| {
-            std::thread::sleep(Duration::from_millis(50));
-            let (status, body) = page(&s, &stream, "from=0&wait_seconds=5");
-            (status == 429).then_some(body)
-        });
-        let refused = refused.expect("a second waiting read was let in");
+        // Two reads that would each wait 45 s, sent together: whichever
+        // arrives first holds the one wait, the other is refused at once.
+        let (done, answers) = std::sync::mpsc::channel();
+        let mut readers: Vec<_> = (0..2)
+            .map(|n| {
+                let (s, stream, done) = (&s, &stream, done.clone());
+                scope.spawn(move || {
+                    let answer = page(s, stream, "from=0&wait_seconds=45");
+                    let _ = done.send(n);
+                    answer
+                })
+            })
+            .map(Some)
+            .collect();
+        // Both would wait until the append below, so the first to answer
+        // was refused, not served.
+        let first = answers
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a second waiting read was let in: neither was refused");
+        let (status, refused) = readers[first].take().unwrap().join().unwrap();
+        assert_eq!(status, 429, "{refused}");
         assert_eq!(refused["reason"], "stream_wait_capacity", "{refused}");
         assert_eq!(refused["max_waiting_reads"], 1);
         // …while reads that do not wait are always served.
         assert_eq!(page(&s, &stream, "from=0").0, 200);
         let (status, _) = append(&s, "default", &stream, json!({ "items": items(0..1) }));
         assert_eq!(status, 200);
-        let (status, woke) = waiter.join().unwrap();
+        // The other read was waiting all along: the item wakes it.
+        let waiter = answers
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the waiting read woke on the append");
+        let (status, woke) = readers[waiter].take().unwrap().join().unwrap();
         assert_eq!(status, 200);
         assert_eq!(woke["items"][0]["offset"], 0, "{woke}");
     });
