@@ -3,17 +3,68 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dwengine::cache::{hash_dimensions, MemoryCache};
 use dwengine::poll_requests::WorkflowTaskPollRequestStore;
 use dwengine::registry::IdleWorkerSweep;
 use dwengine::store::HistoryPageLimit;
-use serde_json::json;
+use serde_json::{json, Value};
 use support::{wire, TestServer};
 
 fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), tweak)
+}
+
+/// Wait slots `s` holds: its pools' `slot-*` files. A fresh server has
+/// none; each held wait has one, and a pool keeps at most one idle file.
+fn slot_files(s: &TestServer) -> usize {
+    fn count(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| {
+                if entry.path().is_dir() {
+                    count(&entry.path())
+                } else {
+                    usize::from(entry.file_name().to_string_lossy().starts_with("slot-"))
+                }
+            })
+            .sum()
+    }
+    count(
+        &s.running
+            .engine()
+            .config()
+            .polling_cache_path
+            .join("wait-slots"),
+    )
+}
+
+/// Worker `w`'s poll `same` of queue `q` in `ns`, waiting up to 50 s on a
+/// fresh server, once it holds its wait slot: it ends when a run starts on
+/// `q` (or after those 50 s, long after any test below is done with it).
+fn first_poll_holding_its_slot(s: &Arc<TestServer>) -> std::thread::JoinHandle<(u16, Value)> {
+    assert_eq!(slot_files(s), 0, "a fresh server holds no wait");
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 50_000)))
+    };
+    assert!(
+        support::eventually(Duration::from_secs(30), || slot_files(s) == 1),
+        "the first poll never waited"
+    );
+    first
+}
+
+/// Ends the first poll: a run on its queue, which it leases.
+fn release_first_poll(s: &TestServer, first: std::thread::JoinHandle<(u16, Value)>) -> Value {
+    s.start_workflow("ns", "release", "q");
+    let (status, answer) = first.join().unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let task = wire::polled_task(&answer).expect("the first poll leased the run");
+    task.clone()
 }
 
 #[test]
@@ -23,12 +74,9 @@ fn a_repeat_of_a_running_poll_needs_a_wait_slot_like_any_wait() {
         c.wait_caps.per_namespace = 1;
     }));
     s.namespace("ns");
-    let first = {
-        let s = s.clone();
-        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500)))
-    };
-    std::thread::sleep(Duration::from_millis(300));
-    let began = Instant::now();
+    let first = first_poll_holding_its_slot(&s);
+    // The first poll holds the one slot until the run below starts, so a
+    // repeat that waited (without a slot) would get the replayed task.
     let (status, body) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 1500));
     assert_eq!(
         (status, &body["reason"]),
@@ -49,8 +97,7 @@ fn a_repeat_of_a_running_poll_needs_a_wait_slot_like_any_wait() {
     assert_eq!(body["task_queue"], "q", "{body}");
     assert_eq!(body["retryable"], true, "{body}");
     assert_eq!(body["retry_after_seconds"], 1, "{body}");
-    assert!(began.elapsed() < Duration::from_millis(1000));
-    assert_eq!(first.join().unwrap().0, 200);
+    release_first_poll(&s, first);
 }
 
 #[test]
@@ -87,56 +134,124 @@ fn the_replay_key_holds_a_task_reference_never_the_task() {
     assert_eq!(replay["task"]["history_events"], task["history_events"]);
 }
 
-fn schedule_one_activity(s: &TestServer) -> serde_json::Value {
+/// Schedules one activity and leases it to worker `w`; with the instant
+/// taken before that lease's poll, so the lease began after it.
+fn schedule_one_activity(s: &TestServer) -> (serde_json::Value, std::time::Instant) {
     s.start_workflow("ns", "wf", "q");
     let (_, polled) = s.send(&wire::poll("workflow", "ns", "q", "w", "p1", 0));
     let task = wire::polled_task(&polled).expect("a workflow task");
     let (status, body) = s.send(&wire::complete_workflow(task, false));
     assert_eq!(status, 200, "{body}");
+    let asked = std::time::Instant::now();
     let (_, polled) = s.send(&wire::poll("activity", "ns", "q", "w", "a1", 0));
-    wire::polled_task(&polled)
+    let task = wire::polled_task(&polled)
         .expect("an activity task")
-        .clone()
+        .clone();
+    (task, asked)
 }
+
+/// The activity lease of the two tests below. Each runs rounds on fresh
+/// servers: a round whose check came later than this after the lease (or
+/// the last heartbeat) began says nothing, since the lease may rightly
+/// have expired, and the next round tries again; 10 such rounds fail.
+const LEASE: Duration = Duration::from_millis(600);
+/// Less than the lease, for the server's clock's milliseconds and sweep.
+const SURELY_LEASED: Duration = Duration::from_millis(500);
 
 #[test]
 fn a_vanished_activity_worker_s_task_comes_back_after_its_lease() {
-    let s = server(|c| c.task_lease = Duration::from_millis(300));
-    let leased = schedule_one_activity(&s);
-    let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w", "a2", 0));
-    assert!(wire::polled_task(&none).is_none(), "still leased");
-    std::thread::sleep(Duration::from_millis(400));
-    let (_, again) = s.send(&wire::poll("activity", "ns", "q", "w2", "a3", 0));
-    let again = wire::polled_task(&again).expect("the expired lease came back");
-    assert_eq!(
-        (wire::task_id(again), again["attempt_number"].as_i64()),
-        (wire::task_id(&leased), Some(2))
-    );
-    let (status, stale) = s.send(&wire::complete_activity(&leased));
-    assert_eq!(
-        (status, &stale["reason"]),
-        (409, &json!("stale_task_lease")),
-        "the first holder lost its lease"
-    );
-    let (status, _) = s.send(&wire::complete_activity(again));
-    assert_eq!(status, 200);
+    for round in 0..10 {
+        let s = server(|c| c.task_lease = LEASE);
+        let (leased, asked) = schedule_one_activity(&s);
+        let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w", "a2", 0));
+        if asked.elapsed() >= SURELY_LEASED {
+            eprintln!("round {round}: the check came too late to say");
+            continue;
+        }
+        assert!(wire::polled_task(&none).is_none(), "still leased: {none}");
+        // Once the lease has passed the task comes back to another poll.
+        let mut again = None;
+        let mut n = 0;
+        let mut asked_again = asked;
+        assert!(
+            support::eventually(Duration::from_secs(30), || {
+                n += 1;
+                asked_again = std::time::Instant::now();
+                let (_, polled) = s.send(&wire::poll(
+                    "activity",
+                    "ns",
+                    "q",
+                    "w2",
+                    &format!("a3-{n}"),
+                    0,
+                ));
+                again = wire::polled_task(&polled).cloned();
+                again.is_some()
+            }),
+            "the expired lease came back"
+        );
+        let again = again.unwrap();
+        assert_eq!(
+            (wire::task_id(&again), again["attempt_number"].as_i64()),
+            (wire::task_id(&leased), Some(2))
+        );
+        let (status, stale) = s.send(&wire::complete_activity(&leased));
+        assert_eq!(
+            (status, &stale["reason"]),
+            (409, &json!("stale_task_lease")),
+            "the first holder lost its lease"
+        );
+        let (status, body) = s.send(&wire::complete_activity(&again));
+        if status != 200 && asked_again.elapsed() >= SURELY_LEASED {
+            eprintln!("round {round}: the completion came too late to say");
+            continue;
+        }
+        assert_eq!(status, 200, "{body}");
+        return;
+    }
+    panic!("no round checked the lease while it surely held");
 }
 
 #[test]
 fn heartbeats_keep_an_activity_lease() {
-    let s = server(|c| c.task_lease = Duration::from_millis(300));
-    let leased = schedule_one_activity(&s);
-    for _ in 0..8 {
-        std::thread::sleep(Duration::from_millis(100));
-        let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+    'round: for round in 0..10 {
+        let s = server(|c| c.task_lease = LEASE);
+        let (leased, asked) = schedule_one_activity(&s);
+        // When the lease (or the last heartbeat) was asked for: the server
+        // renewed it after this.
+        let mut last = asked;
+        // Heartbeats until the task has outlived three leases.
+        while asked.elapsed() < 3 * LEASE {
+            std::thread::sleep(Duration::from_millis(100));
+            let sent = std::time::Instant::now();
+            let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+            if last.elapsed() >= SURELY_LEASED && status != 200 {
+                eprintln!("round {round}: a heartbeat came too late to say");
+                continue 'round;
+            }
+            assert_eq!(status, 200, "{body}");
+            last = sent;
+        }
+        let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w2", "a2", 0));
+        if last.elapsed() >= SURELY_LEASED {
+            eprintln!("round {round}: the check came too late to say");
+            continue;
+        }
+        assert!(
+            wire::polled_task(&none).is_none(),
+            "the heartbeats kept it: {none}"
+        );
+        let (status, body) = s.send(&wire::complete_activity(&leased));
+        if status != 200 && last.elapsed() >= SURELY_LEASED {
+            eprintln!("round {round}: the completion came too late to say");
+            continue;
+        }
         assert_eq!(status, 200, "{body}");
+        let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
+        assert_eq!((status, &body["reason"]), (409, &json!("stale_task_lease")));
+        return;
     }
-    let (_, none) = s.send(&wire::poll("activity", "ns", "q", "w2", "a2", 0));
-    assert!(wire::polled_task(&none).is_none(), "the heartbeats kept it");
-    let (status, _) = s.send(&wire::complete_activity(&leased));
-    assert_eq!(status, 200);
-    let (status, body) = s.send(&wire::heartbeat_task("activity", &leased));
-    assert_eq!((status, &body["reason"]), (409, &json!("stale_task_lease")));
+    panic!("no round kept its heartbeats within the lease");
 }
 
 #[test]
@@ -310,50 +425,70 @@ fn unknown_workers_create_poll_keys_only_within_their_budget() {
 
 #[test]
 fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
+    const REPEATS: usize = 100;
     let s = Arc::new(server(|c| {
         c.wait_caps.global = 4;
         c.wait_caps.per_namespace = 4;
     }));
     s.namespace("ns");
-    let first = {
-        let s = s.clone();
-        std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000)))
-    };
-    std::thread::sleep(Duration::from_millis(300));
-    let began = Instant::now();
-    let repeats: Vec<_> = (0..100)
+    let first = first_poll_holding_its_slot(&s);
+    let (tx, answers) = std::sync::mpsc::channel();
+    let repeats: Vec<_> = (0..REPEATS)
         .map(|_| {
-            let s = s.clone();
+            let (s, tx) = (s.clone(), tx.clone());
             std::thread::spawn(move || {
-                let asked = Instant::now();
-                let (status, _) = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 3000));
-                (status, asked.elapsed())
+                let answer = s.send(&wire::poll("workflow", "ns", "q", "w", "same", 50_000));
+                let _ = tx.send(answer);
             })
         })
         .collect();
-    // The rest of the server stays responsive meanwhile.
-    std::thread::sleep(Duration::from_millis(200));
-    let asked = Instant::now();
+    // The first poll holds its slot until the run below starts, and a
+    // repeat that waits holds one until then too: every other repeat is
+    // refused without waiting, so at least REPEATS - 3 answer before it.
+    let mut early = Vec::new();
+    while early.len() < REPEATS - 3 {
+        match answers.recv_timeout(Duration::from_secs(30)) {
+            Ok(answer) => early.push(answer),
+            Err(_) => panic!(
+                "{} repeats waited beside the first poll's slot",
+                REPEATS - early.len()
+            ),
+        }
+    }
+    for (status, body) in &early {
+        assert_eq!(
+            (*status, &body["reason"]),
+            (429, &json!("long_poll_capacity_exhausted")),
+            "a repeat answered before the first poll ended: {body}"
+        );
+    }
+    // The rest of the server stays responsive meanwhile: the waits hold
+    // their slots until the run starts, after this.
     assert_eq!(s.get("/api/system/health").0, 200);
-    assert!(
-        asked.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        asked.elapsed()
+    assert_eq!(
+        slot_files(&s),
+        4,
+        "the first poll and 3 repeats hold the cap"
     );
-    let answers: Vec<_> = repeats.into_iter().map(|r| r.join().unwrap()).collect();
-    let waited = answers.iter().filter(|(status, _)| *status == 200).count();
-    let refused = answers.iter().filter(|(status, _)| *status == 429).count();
-    assert_eq!(waited + refused, 100);
+    let task = release_first_poll(&s, first);
+    for repeat in repeats {
+        repeat.join().unwrap();
+    }
+    let late: Vec<_> = answers.try_iter().collect();
+    let waited = late.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(early.len() + late.len(), REPEATS);
     assert!(
         waited <= 3,
         "{waited} repeats waited beside the first poll's slot"
     );
-    assert!(answers
-        .iter()
-        .filter(|(status, _)| *status == 429)
-        .all(|(_, took)| *took < Duration::from_secs(2)));
-    assert_eq!(first.join().unwrap().0, 200);
-    assert!(began.elapsed() < Duration::from_secs(10));
+    // Those that waited got the first poll's answer, replayed.
+    for (status, body) in &late {
+        if *status == 200 {
+            assert_eq!(body["replayed"], true, "{body}");
+            let replayed = wire::polled_task(body).expect("the replayed task");
+            assert_eq!(wire::task_id(replayed), wire::task_id(&task));
+        }
+    }
 }
 
 /// A full disk (the store at its `max_page_count`, which fails writes with
