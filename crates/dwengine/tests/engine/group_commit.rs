@@ -3,7 +3,7 @@
 use crate::common;
 
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dwengine::store::{Error, SharedStore};
 
@@ -105,30 +105,35 @@ fn reads_do_not_queue_behind_a_write() {
         .write(|s| s.start_workflow(common::start("a"), None))
         .unwrap()
         .run;
+    // The write holds its transaction open, its change made, until the
+    // read below has answered (or, if reads queued behind it, 60 s).
+    let (inside, writing) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
     let slow = {
         let store = store.clone();
         std::thread::spawn(move || {
             store.write(move |s| {
                 s.cancel(run, "slow", None)?;
-                std::thread::sleep(Duration::from_millis(600));
-                Ok(())
+                inside.send(()).unwrap();
+                // Err(Timeout) here: nothing released the write, so the read
+                // was waiting for it.
+                Ok(released.recv_timeout(Duration::from_secs(60)).is_ok())
             })
         })
     };
-    std::thread::sleep(Duration::from_millis(100));
-    let began = Instant::now();
+    writing
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the write began");
     let described = store.read(|s| s.describe(run)).unwrap();
-    let took = began.elapsed();
-    assert!(
-        took < Duration::from_millis(300),
-        "a read waited {took:?} for the writer"
-    );
+    // Answered while the write still held: released only now.
+    let _ = release.send(());
+    let held_until_released = slow.join().unwrap().unwrap();
+    assert!(held_until_released, "a read waited for the writer");
     assert_eq!(
         described.run.status,
         dwengine::store::RunStatus::Running,
         "a read sees committed state only"
     );
-    slow.join().unwrap().unwrap();
     let described = store.read(|s| s.describe(run)).unwrap();
     assert_eq!(described.run.status, dwengine::store::RunStatus::Cancelled);
 }
