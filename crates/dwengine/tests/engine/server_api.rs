@@ -561,14 +561,21 @@ fn a_long_poll_is_woken_by_new_work() {
     s.namespace("ns");
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
-        let poller = scope.spawn(|| s.poll("workflow", "ns", "late", "lp", 10_000));
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let poller = scope.spawn(|| s.poll("workflow", "ns", "late", "lp", 50_000));
+        // The poll is waiting (it holds its wait slot) before the run starts.
+        assert_eq!(s.wait_slot_files(), 0);
+        assert!(
+            support::eventually(std::time::Duration::from_secs(30), || s.wait_slot_files()
+                == 1),
+            "the poll never waited"
+        );
         s.start_workflow("ns", "late-1", "late");
         let (status, answer) = poller.join().unwrap();
         assert_eq!(status, 200);
         assert_eq!(answer["task"]["workflow_id"], "late-1");
     });
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Woken, long before its 50 s wait would have ended.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
 #[test]

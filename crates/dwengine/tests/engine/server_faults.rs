@@ -16,43 +16,17 @@ fn server(tweak: impl FnOnce(&mut dwengine::server::ServerConfig)) -> TestServer
     TestServer::start(Arc::new(MemoryCache::default()), tweak)
 }
 
-/// Wait slots `s` holds: its pools' `slot-*` files. A fresh server has
-/// none; each held wait has one, and a pool keeps at most one idle file.
-fn slot_files(s: &TestServer) -> usize {
-    fn count(dir: &std::path::Path) -> usize {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|entry| {
-                if entry.path().is_dir() {
-                    count(&entry.path())
-                } else {
-                    usize::from(entry.file_name().to_string_lossy().starts_with("slot-"))
-                }
-            })
-            .sum()
-    }
-    count(
-        &s.running
-            .engine()
-            .config()
-            .polling_cache_path
-            .join("wait-slots"),
-    )
-}
-
 /// Worker `w`'s poll `same` of queue `q` in `ns`, waiting up to 50 s on a
 /// fresh server, once it holds its wait slot: it ends when a run starts on
 /// `q` (or after those 50 s, long after any test below is done with it).
 fn first_poll_holding_its_slot(s: &Arc<TestServer>) -> std::thread::JoinHandle<(u16, Value)> {
-    assert_eq!(slot_files(s), 0, "a fresh server holds no wait");
+    assert_eq!(s.wait_slot_files(), 0, "a fresh server holds no wait");
     let first = {
         let s = s.clone();
         std::thread::spawn(move || s.send(&wire::poll("workflow", "ns", "q", "w", "same", 50_000)))
     };
     assert!(
-        support::eventually(Duration::from_secs(30), || slot_files(s) == 1),
+        support::eventually(Duration::from_secs(30), || s.wait_slot_files() == 1),
         "the first poll never waited"
     );
     first
@@ -466,7 +440,7 @@ fn a_storm_of_repeats_holds_no_more_threads_than_the_wait_cap() {
     // their slots until the run starts, after this.
     assert_eq!(s.get("/api/system/health").0, 200);
     assert_eq!(
-        slot_files(&s),
+        s.wait_slot_files(),
         4,
         "the first poll and 3 repeats hold the cap"
     );

@@ -91,11 +91,12 @@ fn killing_a_holder_releases_its_slot_and_the_next_admission_reuses_it() {
     // The kernel released the dead holder's lock: a restarted node with the
     // same id admits a wait at once and reuses the same file.
     let second = spawn(dir.path());
-    let started = Instant::now();
+    // Admitted (a slot still held would answer 429 at once), not left
+    // waiting on the dead holder's lock: its 300 ms wait ends it.
     let (status, answer) = poll(&second.base, "after-restart", 300);
     assert_eq!(status, 200, "{answer}");
     assert!(answer["task"].is_null());
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(answer["poll_status"], "timeout", "{answer}");
     assert_eq!(
         slot_files(dir.path()),
         held,

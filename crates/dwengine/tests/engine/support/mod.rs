@@ -120,6 +120,34 @@ impl TestServer {
         }
     }
 
+    /// The wait slots this server's long polls hold: its pools' `slot-*`
+    /// files. A fresh server has none; each held wait has one, and a pool
+    /// keeps at most one idle file once a wait has ended.
+    pub fn wait_slot_files(&self) -> usize {
+        fn count(dir: &std::path::Path) -> usize {
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| {
+                    if entry.path().is_dir() {
+                        count(&entry.path())
+                    } else {
+                        usize::from(entry.file_name().to_string_lossy().starts_with("slot-"))
+                    }
+                })
+                .sum()
+        }
+        count(
+            &self
+                .running
+                .engine()
+                .config()
+                .polling_cache_path
+                .join("wait-slots"),
+        )
+    }
+
     /// `GET path`.
     pub fn get(&self, path: &str) -> (u16, Value) {
         self.get_ns("default", path)
