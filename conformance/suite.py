@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -37,10 +38,11 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE, WORKFLOWS,
-    CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
-    CooperativeWaitingChild, GuardedCounter,
-    InboxEarly, SessionSteps, StickySteps, arm_hold, greet, linger_marked, local_runs, reverse, session_whoami,
+    ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
+    WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
+    CooperativeWaitingChild, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, SessionSteps,
+    StickySteps, arm_hold, greet, linger_marked, local_runs, prepared_double, prepared_pause, reverse,
+    session_whoami,
 )
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
@@ -1298,6 +1300,147 @@ class Suite:
                 f"activity: parked until the attempt acknowledged (ActivityCancelled at event {stopped}); "
                 f"Nexus call: parked until {linked_id} ended cancelled, delivered at event {nexus_delivered}")
 
+    def prepared_worker(self) -> Worker:
+        """A worker that opts in to prepared local activities (1.20)."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        return Worker(
+            self.client, task_queue=PREPARED_QUEUE, workflows=[PreparedLocal, PreparedLocalCancelled],
+            activities=[prepared_double, prepared_pause, greet],
+            worker_id=f"conformance-prepared-{protocol}-{os.getpid()}",
+            capabilities=["cooperative_cancellation", "prepared_local_activities",
+                          "prepared_local_activity_groups"],
+            poll_timeout=5.0, shutdown_timeout=10.0,
+        )
+
+    async def refused_below_1_20(self, worker: Worker, running: asyncio.Task) -> str:
+        """A worker below 1.20 refuses to opt in before it registers."""
+        try:
+            await asyncio.wait_for(asyncio.shield(running), timeout=30)
+        except RuntimeError as refused:
+            assert "1.20" in str(refused), refused
+            return str(refused)
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        raise AssertionError("a worker below 1.20 started with prepared_local_activities")
+
+    @staticmethod
+    def ledger_lines(path: str) -> int:
+        try:
+            with open(path, encoding="utf-8") as lines:
+                return sum(1 for _ in lines)
+        except FileNotFoundError:
+            return 0
+
+    async def prepared_local_activity(self) -> str:
+        """The prepared-local protocol (1.20): a worker that opts in runs
+        its local activities on the workflow task's own claim (checkpoint,
+        prepare, control, outcome; checkpoint-group for an all() group with
+        a local member), each callback once, and replays them from their
+        ActivityScheduled / ActivityStarted / ActivityCompleted events. A
+        1.19 worker cannot opt in (the SDK refuses it before registering);
+        its local activities stay record_local_activity markers."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = self.prepared_worker()
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            await self.refused_below_1_20(worker, running)
+            marker = await self.local_activity()
+            return f"the {protocol} worker refuses to opt in; markers still work: {marker}"
+        ledgers = tempfile.mkdtemp(prefix="dw-conformance-prepared-")
+        ledger = os.path.join(ledgers, "runs")
+        try:
+            wid = new_id("prepared")
+            handle = await self.client.start_workflow(
+                workflow_type="prepared_local", task_queue=PREPARED_QUEUE, workflow_id=wid, input=[ledger],
+            )
+            result = await asyncio.wait_for(self.client.get_result(handle, timeout=60), timeout=70)
+            counted = (self.ledger_lines(ledger), self.ledger_lines(f"{ledger}-group"))
+        finally:
+            stopped = running.done()
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            shutil.rmtree(ledgers, ignore_errors=True)
+        assert not stopped, "the prepared worker stopped early"
+        assert result == {"doubled": 42, "grouped": [10, "hello, group"]}, result
+        assert counted == (1, 1), f"the local callbacks ran {counted} times"
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        types = [e["event_type"] for e in events]
+        assert "WorkflowTaskFailed" not in types, types
+        local = {}
+        for event in events:
+            payload = event.get("payload") or {}
+            if payload.get("execution_mode") == "local":
+                local.setdefault(payload["sequence"], []).append(event["event_type"])
+                assert payload.get("activity_execution_id"), event
+        assert sorted(local) == [2, 3], local
+        for sequence, kinds in local.items():
+            assert kinds == ["ActivityScheduled", "ActivityStarted", "ActivityCompleted"], (sequence, kinds)
+        group = [e["payload"] for e in events if (e.get("payload") or {}).get("sequence") in (3, 4)
+                 and e["event_type"] == "ActivityScheduled"]
+        assert len(group) == 2 and all(p.get("parallel_group_path") for p in group), group
+        side_effect = types.index("SideEffectRecorded")
+        assert side_effect < types.index("ActivityScheduled"), types
+        return (f"result {result}; locals at sequences {sorted(local)} admitted on the claim, "
+                f"each run once; {len(types)} events, no failed task")
+
+    async def prepared_local_cancellation(self) -> str:
+        """A cooperative cancellation requested while a prepared local
+        callback runs (1.20): the server fences no running callback (see
+        docs/api.md), so the callback finishes and is recorded; the worker
+        then gives its claim up (the request reached it only through
+        history) and the next claim delivers the request at the call, where
+        the workflow cleans up and ends cancelled."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = self.prepared_worker()
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            refused = await self.refused_below_1_20(worker, running)
+            return f"the {protocol} worker refuses to opt in: {refused}"
+        ledgers = tempfile.mkdtemp(prefix="dw-conformance-prepared-")
+        ledger = os.path.join(ledgers, "pause")
+        try:
+            wid = new_id("prepared-cancelled")
+            handle = await self.client.start_workflow(
+                workflow_type="prepared_local_cancelled", task_queue=PREPARED_QUEUE,
+                workflow_id=wid, input=[ledger],
+            )
+            deadline = time.monotonic() + 60
+            while self.ledger_lines(ledger) < 1:
+                assert time.monotonic() < deadline, "the prepared callback never started"
+                assert not running.done(), f"the prepared worker stopped: {running.exception()!r}"
+                await asyncio.sleep(0.05)
+            await self.client.request_workflow_cancellation(
+                wid, reason="conformance prepared", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(handle, timeout=80)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            started = self.ledger_lines(ledger)
+        finally:
+            stopped = running.done()
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            shutil.rmtree(ledgers, ignore_errors=True)
+        assert not stopped, "the prepared worker stopped early"
+        assert started == 1, f"the callback started {started} times"
+        events = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+        types = [e["event_type"] for e in events]
+        assert types[-1] == "WorkflowCancelled", types
+        assert types.index("ActivityStarted") < types.index("CooperativeCancellationRequested"), types
+        completed = types.index("ActivityCompleted")
+        delivered = types.index("CooperativeCancellationDelivered")
+        assert completed < delivered, types
+        delivery = events[delivered]["payload"]
+        return (f"callback recorded, then the request delivered at the {delivery['call_kind']} "
+                f"(sequence {delivery['sequence']}); {types}")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1332,6 +1475,8 @@ class Suite:
         "durable_selection",
         "cooperative_cancellation",
         "cooperative_cancellation_waits",
+        "prepared_local_activity",
+        "prepared_local_cancellation",
     ]
 
 

@@ -626,6 +626,60 @@ class CooperativeActivityWait:
         return "never cancelled"
 
 
+PREPARED_QUEUE = "conformance-prepared-local"
+
+
+@activity.defn(name="prepared_double")
+def prepared_double(ledger: str, value: int) -> int:
+    """Appends one line to `ledger` per run: a prepared local callback runs
+    in its own supervised process, so its runs are counted in a file."""
+    with open(ledger, "a", encoding="utf-8") as out:
+        out.write("ran\n")
+    return value * 2
+
+
+@activity.defn(name="prepared_pause")
+def prepared_pause(ledger: str, seconds: float) -> str:
+    """Writes `ledger` when it starts, then takes `seconds`."""
+    with open(ledger, "a", encoding="utf-8") as out:
+        out.write("started\n")
+    time.sleep(seconds)
+    return "paused"
+
+
+@workflow.defn(name="prepared_local_cancelled")
+class PreparedLocalCancelled:
+    """A prepared local call that a cooperative cancellation request finds
+    running: the callback finishes and is recorded, then the request is
+    delivered and the workflow cleans up."""
+
+    def run(self, ctx, ledger):
+        try:
+            paused = yield ctx.local_activity("prepared_pause", [ledger, 3])
+            yield ctx.start_timer(3600)
+        except WorkflowCancelled:
+            yield ctx.schedule_activity("greet", ["cleanup"])
+            raise
+        return paused
+
+
+@workflow.defn(name="prepared_local")
+class PreparedLocal:
+    """Prepared local activities (protocol 1.20): a side effect authored
+    before the first local call (checkpointed on the claim), a local call
+    admitted before it runs, an all() group of a local call and an
+    ordinary activity (checkpoint-group), then a timer whose task replays
+    both local results from their Activity* events."""
+
+    def run(self, ctx, ledger):
+        base = yield ctx.side_effect(lambda: 1)
+        doubled = yield ctx.local_activity("prepared_double", [ledger, 20 + base])
+        grouped = yield [ctx.local_activity("prepared_double", [f"{ledger}-group", 5]),
+                         ctx.schedule_activity("greet", ["group"])]
+        yield ctx.start_timer(1)
+        return {"doubled": doubled, "grouped": grouped}
+
+
 @workflow.defn(name="signal_during_task")
 class SignalDuringTask:
     """Waits for a first signal, then for three in all; which second wait

@@ -169,6 +169,17 @@ pub enum ApiError {
         /// A sentence saying what to do.
         message: String,
     },
+    /// A prepared local activity operation the attempt's or the run's
+    /// state refuses (404 for an unknown attempt, else 409).
+    #[error("{message}")]
+    LocalActivityRefused {
+        /// 404 or 409.
+        status: u16,
+        /// Which check failed (`local_activity_sequence_mismatch`, …).
+        reason: &'static str,
+        /// A sentence saying what happened and what to do.
+        message: String,
+    },
     /// A schedule id the namespace already has.
     #[error("schedule {0:?} already exists in this namespace")]
     ScheduleExists(String),
@@ -251,6 +262,7 @@ impl ApiError {
             ApiError::SearchAttributeConflict { .. }
             | ApiError::ScheduleExists(_)
             | ApiError::CancellationRefused { .. } => 409,
+            ApiError::LocalActivityRefused { status, .. } => *status,
             ApiError::NamespaceCountLimit { .. } | ApiError::NamespaceNotDeletable { .. } => 409,
             ApiError::AlreadyStarted { .. }
             | ApiError::RunClosed { .. }
@@ -616,6 +628,11 @@ impl ApiError {
             }
             ApiError::CancellationRefused { reason, message } => json!({
                 "reason": reason, "delivered": false, "message": message,
+            }),
+            ApiError::LocalActivityRefused {
+                reason, message, ..
+            } => json!({
+                "reason": reason, "message": message,
             }),
             ApiError::ScheduleExists(id) => json!({
                 "reason": "schedule_already_exists", "schedule_id": id, "message": self.to_string(),

@@ -141,6 +141,12 @@ impl Engine {
         capabilities["nexus_cooperative_cancellation"] = true.into();
         capabilities["nexus_cooperative_cancellation_binding_kinds"] =
             json!(crate::server::cancellation::NEXUS_BINDING_KINDS);
+        // The prepared-local protocol (`server::prepared_local`): admission,
+        // control, outcome, recovery and checkpoints on the workflow task's
+        // own claim. No cancellation policies and no cleanup authority are
+        // advertised (a running attempt is never fenced for cancellation).
+        capabilities["prepared_local_activities"] = true.into();
+        capabilities["prepared_local_activity_groups"] = true.into();
         info
     }
 }

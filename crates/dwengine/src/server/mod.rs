@@ -40,6 +40,7 @@ pub mod message_streams;
 pub mod metrics;
 pub mod namespaces;
 pub mod node_config;
+pub mod prepared_local;
 pub mod projections;
 pub mod queries;
 pub mod schedules;

@@ -1621,22 +1621,37 @@ fn parse_commands(
     limits: &dwpolicy::boundary::RequestLimits,
     raw: &[Value],
 ) -> Result<Vec<WorkflowCommand>, ApiError> {
+    parse_commands_in(limits, raw, &SUPPORTED_COMMANDS, &|i| {
+        format!("commands.{i}")
+    })
+}
+
+/// Parses `raw` as commands of the types `allowed`, each problem named
+/// under `name_of(i)` (a completion's `commands.<i>`; a prepared local
+/// activity's `descriptor`).
+pub(crate) fn parse_commands_in(
+    limits: &dwpolicy::boundary::RequestLimits,
+    raw: &[Value],
+    allowed: &[&str],
+    name_of: &dyn Fn(usize) -> String,
+) -> Result<Vec<WorkflowCommand>, ApiError> {
     let mut checks = Checks::default();
     let mut commands = Vec::with_capacity(raw.len());
     let max = wire::MAX_DURATION_SECONDS;
     for (i, command) in raw.iter().enumerate() {
         let kind = command.get("type").and_then(Value::as_str).unwrap_or("");
-        if !SUPPORTED_COMMANDS.contains(&kind) {
+        if !allowed.contains(&kind) {
             checks.problem(
-                &format!("commands.{i}.type"),
+                &format!("{}.type", name_of(i)),
                 format!(
-                    "Command type {kind:?} is not supported; this server takes {}.",
-                    SUPPORTED_COMMANDS.join(", ")
+                    "Command type {kind:?} is not supported here; this route takes {}.",
+                    allowed.join(", ")
                 ),
             );
             continue;
         }
-        let field = |name: &str| format!("commands.{i}.{name}");
+        let prefix = name_of(i);
+        let field = |name: &str| format!("{prefix}.{name}");
         checks.integer_field(command, "delay_seconds", &field("delay_seconds"), 0, max);
         checks.integer_field(
             command,
@@ -1755,7 +1770,7 @@ fn parse_commands(
         match serde_json::from_value::<WorkflowCommand>(command.clone()) {
             Ok(parsed) => commands.push(parsed),
             Err(e) if checks.problems.len() == before => {
-                checks.problem(&format!("commands.{i}"), e.to_string());
+                checks.problem(&prefix, e.to_string());
             }
             Err(_) => {}
         }

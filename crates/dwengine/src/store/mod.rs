@@ -61,6 +61,7 @@ pub mod model;
 pub mod namespaces;
 mod payload_references;
 pub mod pg_schema;
+pub mod prepared_local;
 pub mod projections;
 pub mod protocol;
 pub mod readers;

@@ -199,10 +199,16 @@ pub enum EventType {
     /// cancelled: its attempt acknowledged the cancellation or lost its
     /// lease while cleaning up.
     ActivityCancelled,
+    /// A prepared local activity's attempt was admitted on its workflow
+    /// task's claim (`local-activities/prepare`).
+    ActivityStarted,
+    /// A prepared local activity's attempt failed and its retry policy
+    /// schedules another on a new workflow task.
+    ActivityRetryScheduled,
 }
 
 impl EventType {
-    const ALL: [EventType; 49] = [
+    const ALL: [EventType; 51] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
@@ -252,6 +258,8 @@ impl EventType {
         EventType::CooperativeCancellationRequested,
         EventType::CooperativeCancellationDelivered,
         EventType::ActivityCancelled,
+        EventType::ActivityStarted,
+        EventType::ActivityRetryScheduled,
     ];
 
     /// The stored name, which is also the canonical byte metric's event type.
@@ -306,6 +314,8 @@ impl EventType {
             EventType::CooperativeCancellationRequested => "CooperativeCancellationRequested",
             EventType::CooperativeCancellationDelivered => "CooperativeCancellationDelivered",
             EventType::ActivityCancelled => "ActivityCancelled",
+            EventType::ActivityStarted => "ActivityStarted",
+            EventType::ActivityRetryScheduled => "ActivityRetryScheduled",
         }
     }
 

@@ -191,6 +191,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0040_cancellation_waits",
         include_str!("migrations/postgres/0040_cancellation_waits.sql"),
     ),
+    (
+        "0041_prepared_local_activities",
+        include_str!("migrations/postgres/0041_prepared_local_activities.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0038_update_validator_registrations.sql"),
     include_str!("migrations/0039_start_counters_upsert.sql"),
     include_str!("migrations/0040_cancellation_waits.sql"),
+    include_str!("migrations/0041_prepared_local_activities.sql"),
 ];
 
 /// The schema version this engine writes.

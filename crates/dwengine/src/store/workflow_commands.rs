@@ -94,6 +94,14 @@ pub enum WorkflowCommand {
         #[serde(flatten)]
         group: ParallelGroup,
     },
+    /// A local activity of an `all()` group, scheduled by a prepared
+    /// checkpoint (`checkpoint-group`) before its callback runs. Never a
+    /// completion command: only `store::prepared_local` takes it.
+    PrepareLocalActivity {
+        /// As authored.
+        #[serde(flatten)]
+        descriptor: crate::store::prepared_local::LocalDescriptor,
+    },
     /// Start a durable timer.
     StartTimer {
         /// Whole seconds until it fires.
@@ -530,6 +538,38 @@ impl Store {
             timers: Vec::new(),
         })
     }
+}
+
+/// What a prepared checkpoint wrote.
+pub(crate) struct CheckpointWritten {
+    /// Task queues that got activity tasks.
+    pub activity_queues: Vec<String>,
+    /// Task queues that got workflow tasks (children).
+    pub workflow_queues: Vec<String>,
+    /// Timers armed.
+    pub timers: Vec<ArmedTimer>,
+}
+
+/// Writes a prepared checkpoint's commands (`store::prepared_local`) in the
+/// caller's transaction under the same checks as a completion's, without
+/// ending the workflow task; a structural limit is the caller's to apply.
+pub(crate) fn checkpoint_commands(
+    tx: &Connection,
+    limits: &StructuralLimits,
+    streams: StreamPolicy,
+    head: RunHead,
+    commands: &[WorkflowCommand],
+) -> Result<CheckpointWritten, Error> {
+    let mut writer = CommandWriter::new(tx, limits, head)?;
+    writer.streams = streams;
+    writer.apply_all(commands)?;
+    let timers = std::mem::take(&mut writer.armed_timers);
+    let (_, activity_queues, workflow_queues, _, _) = writer.finish();
+    Ok(CheckpointWritten {
+        activity_queues,
+        workflow_queues,
+        timers,
+    })
 }
 
 /// The leased workflow task `task_id` if `fence` holds: its run and the
@@ -979,6 +1019,19 @@ impl<'a> CommandWriter<'a> {
                     local_activities::events(sequence, activity_type, arguments, group, reported);
                 self.event(scheduled, &marker, true)?;
                 self.event(terminal, &outcome, false)?;
+            }
+            WorkflowCommand::PrepareLocalActivity { descriptor } => {
+                self.check_pending(Pending::Activity)?;
+                self.check_payload(&descriptor.arguments)?;
+                let sequence = self.take_sequence();
+                crate::store::prepared_local::schedule(
+                    self.tx,
+                    self.head.id,
+                    sequence,
+                    descriptor,
+                )?;
+                self.head.pending.activities += 1;
+                self.new_events += 1;
             }
             WorkflowCommand::StartTimer {
                 delay_seconds,
@@ -1615,6 +1668,9 @@ impl WorkflowCommand {
             WorkflowCommand::ScheduleActivity { group, .. }
             | WorkflowCommand::RecordLocalActivity { group, .. }
             | WorkflowCommand::StartTimer { group, .. }
+            | WorkflowCommand::PrepareLocalActivity {
+                descriptor: crate::store::prepared_local::LocalDescriptor { group, .. },
+            }
             | WorkflowCommand::StartChildWorkflow { group, .. }
             | WorkflowCommand::OpenSignalWait { group, .. } => Some(group),
             _ => None,

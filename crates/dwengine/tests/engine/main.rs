@@ -50,6 +50,7 @@ mod message_streams;
 mod namespace_admission_metrics;
 mod namespaces;
 mod pg_schema;
+mod prepared_local;
 mod projections;
 mod prometheus_metrics;
 mod query_tasks;

@@ -93,6 +93,51 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
             "/api/worker/workflow-tasks/{id}/deliver-cancellation",
             report(Engine::deliver_cancellation),
         )
+        .route(
+            "/api/worker/workflow-tasks/{id}/local-activities/prepare",
+            report(Engine::prepare_local_activity),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/local-activities/recover",
+            report(Engine::recover_local_activity),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/local-activities/checkpoint",
+            report(|e, id, b| e.checkpoint_local_activities(id, false, b)),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/local-activities/checkpoint-group",
+            report(|e, id, b| e.checkpoint_local_activities(id, true, b)),
+        )
+        .route(
+            "/api/worker/workflow-tasks/{id}/local-activities/{attempt}/{operation}",
+            post(
+                |State(engine): Shared,
+                 Path((id, attempt, operation)): Path<(String, String, String)>,
+                 headers: HeaderMap,
+                 body: Body| async move {
+                    with_body(engine, headers, body, move |e, b| {
+                        match operation.as_str() {
+                            "control" => e.local_activity_control(&id, &attempt, false, b),
+                            "heartbeat" => e.local_activity_control(&id, &attempt, true, b),
+                            "outcome" => e.local_activity_outcome(&id, &attempt, b),
+                            "acknowledge-cancellation" => {
+                                e.acknowledge_local_cancellation(&id, &attempt, b)
+                            }
+                            other => Err(ApiError::LocalActivityRefused {
+                                status: 404,
+                                reason: "unknown_local_activity_operation",
+                                message: format!(
+                                "{other:?} is not a local-activity operation: control, heartbeat, \
+                                 outcome or acknowledge-cancellation"
+                            ),
+                            }),
+                        }
+                    })
+                    .await
+                },
+            ),
+        )
         .route("/api/worker/activity-tasks/poll", post(poll_activity))
         .route(
             "/api/worker/activity-tasks/{id}/complete",
