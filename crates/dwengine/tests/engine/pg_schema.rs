@@ -206,7 +206,16 @@ fn sqlite_checks(
     let upper = table_sql.to_ascii_uppercase();
     let mut from = 0;
     while let Some(at) = upper[from..].find("CHECK") {
-        let open = from + at + upper[from + at..].find('(').expect("CHECK (");
+        // The keyword, not a name that starts with it (`checkpoint_id`).
+        let word = |i: Option<u8>| i.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let start = from + at;
+        let before = start.checked_sub(1).map(|i| upper.as_bytes()[i]);
+        let after = upper.as_bytes().get(start + "CHECK".len()).copied();
+        if word(before) || word(after) {
+            from = start + "CHECK".len();
+            continue;
+        }
+        let open = start + upper[start..].find('(').expect("CHECK (");
         let mut depth = 0;
         let mut close = open;
         for (i, c) in table_sql[open..].char_indices() {
