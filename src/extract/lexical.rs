@@ -77,13 +77,61 @@ const BYTE_CLASS: [u8; 256] = {
     table
 };
 
-/// Runs the lexer over `text`; `sink` returns `false` to stop early.
+/// Where the Rust code of `text` starts: after a BOM, and after a shebang
+/// line, which is not Rust (skipping them keeps every offset a file
+/// offset). As rustc has it, `#!` at the start opens a shebang line unless
+/// the first token after it, past whitespace and comments that are not
+/// doc comments, is `[`: then it is an inner attribute (`#![allow(x)]`,
+/// `#! /* c */ [x]`), and its line is code.
+pub(crate) fn code_start(text: &str) -> usize {
+    let b = text.as_bytes();
+    let start = if text.starts_with('\u{feff}') { 3 } else { 0 };
+    if !b[start..].starts_with(b"#!") || b.get(after_blanks(text, start + 2)) == Some(&b'[') {
+        return start;
+    }
+    memchr::memchr(b'\n', &b[start..]).map_or(b.len(), |n| start + n)
+}
+
+/// Past the whitespace and the comments that are not doc comments from
+/// `i` (an unclosed block comment runs to the end).
+fn after_blanks(text: &str, mut i: usize) -> usize {
+    let b = text.as_bytes();
+    while let Some(&c) = b.get(i) {
+        let rest = &b[i..];
+        if matches!(c, b' ' | 0x09..=0x0d) {
+            i += 1;
+        } else if rest.starts_with(b"//")
+            && (!matches!(rest.get(2), Some(b'/' | b'!')) || rest.starts_with(b"////"))
+        {
+            i = memchr::memchr(b'\n', rest).map_or(b.len(), |n| i + n);
+        } else if rest.starts_with(b"/**/")
+            || rest.starts_with(b"/***")
+            || (rest.starts_with(b"/*") && !matches!(rest.get(2), Some(b'*' | b'!')))
+        {
+            i = skip_block_comment(b, i);
+        } else {
+            match text[i..].chars().next() {
+                Some(ch)
+                    if !ch.is_ascii()
+                        && (ch.is_whitespace() || ch == '\u{200e}' || ch == '\u{200f}') =>
+                {
+                    i += ch.len_utf8()
+                }
+                _ => return i,
+            }
+        }
+    }
+    i
+}
+
+/// Runs the lexer over the code of `text` (from [`code_start`]); `sink`
+/// returns `false` to stop early.
 fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
     let b = text.as_bytes();
     let class_at = |i: usize| BYTE_CLASS[usize::from(b[i])];
     // Where the name of the last raw identifier `r#name` read starts.
     let mut raw_name = usize::MAX;
-    let mut i = 0;
+    let mut i = code_start(text);
     while i < b.len() {
         let (lexeme, next) = match class_at(i) {
             class::SPACE => {
@@ -829,7 +877,7 @@ mod tests {
     fn lex_bytewise(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
         let b = text.as_bytes();
         let mut raw_name = usize::MAX;
-        let mut i = 0;
+        let mut i = code_start(text);
         while i < b.len() {
             let c = b[i];
             let (lexeme, next) = match c {
@@ -1085,6 +1133,55 @@ mod tests {
                 "\"l\""
             ]
         );
+    }
+
+    #[test]
+    fn a_shebang_line_is_skipped_where_rustc_skips_it_and_hides_nothing() {
+        let deep = format!("{}x{}", "(".repeat(300), ")".repeat(300));
+        // The line is not Rust: a quote or a comment opener in it opened
+        // a string or a comment that hid the code after it.
+        for line in [
+            "#!/usr/bin/env run \"",
+            "#!/x/*",
+            "#!/bin/r'x",
+            "\u{feff}#!/x\"",
+            "#!",
+        ] {
+            let text = format!("{line}\nfn f() {{ {deep} }}\n// \"\n");
+            assert_eq!(code_start(&text), line.len(), "{line}");
+            let (message, _) = too_complex(&text).unwrap_or_else(|| panic!("hidden after {line}"));
+            assert!(message.contains("nest"), "{message}");
+        }
+        // `#!` then `[`, past whitespace and comments that are not doc
+        // comments, is an inner attribute: its line is code, nesting and all.
+        for head in [
+            "#![a]",
+            "#! [a]",
+            "#!/*c*/[a]",
+            "#!/**/\t[a]",
+            "#!////c\n[a]",
+            "#!\u{85}[a]",
+            "\u{feff}#![a]",
+        ] {
+            let text = format!("{head} fn f() {{ {deep} }}");
+            let bom = if head.starts_with('\u{feff}') { 3 } else { 0 };
+            assert_eq!(code_start(&text), bom, "{head}");
+            assert!(too_complex(&text).is_some(), "{head}");
+        }
+        // A doc comment or anything else first: a shebang line.
+        for head in [
+            "#!/// d\n[a]",
+            "#!/** d */[a]",
+            "#!//! d\n[a]",
+            "#!/*! d */[a]",
+            "#!x[a]",
+            "#!/* open",
+        ] {
+            let first_line = head.find('\n').unwrap_or(head.len());
+            assert_eq!(code_start(head), first_line, "{head}");
+        }
+        assert_eq!(code_start(""), 0);
+        assert_eq!(code_start("\u{feff}"), 3);
     }
 
     #[test]

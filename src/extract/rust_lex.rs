@@ -17,16 +17,9 @@
 
 use std::ops::Range;
 
-/// A BOM and a shebang line are not Rust tokens; skipping them keeps every
-/// offset a file offset.
-pub(crate) fn code_start(text: &str) -> usize {
-    let mut start = if text.starts_with('\u{feff}') { 3 } else { 0 };
-    let rest = &text[start..];
-    if rest.starts_with("#!") && !rest[2..].trim_start().starts_with('[') {
-        start += rest.find('\n').unwrap_or(rest.len());
-    }
-    start
-}
+/// A BOM and a shebang line are not Rust tokens: the tokenizer starts
+/// where the nesting guard does.
+pub(crate) use super::lexical::code_start;
 
 /// A delimiter of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +84,7 @@ pub(crate) fn tokenize(text: &str, from: usize) -> Result<Vec<Token>, LexError> 
 /// all input that tokenizes, except around a few shapes where the guard's
 /// shortcuts read the bytes otherwise: a vertical tab or a non-ASCII space
 /// (an operator or a word byte to it), a char escape longer than its
-/// window, `'''`, a BOM or a shebang line (lexed as code). Where they
+/// window, `'''`. Where they
 /// agree, `depth` and `run` are exactly the guard's deepest nesting and
 /// longest operator run; `in_step` is `false` when the file holds one of
 /// those shapes, and then only the guard itself can say. A differential
@@ -138,12 +131,12 @@ pub(crate) fn tokenize_into(
     toks.clear();
     stack.clear();
     toks.reserve(text.len() / 4);
-    // The guard lexes from the first byte, a BOM or a shebang included,
+    // The guard lexes from `code_start` (past a BOM and a shebang line),
     // and takes a vertical tab for an operator.
     let mut view = GuardView {
         depth: 0,
         run: 0,
-        in_step: from == 0 && memchr::memchr(0x0b, b).is_none(),
+        in_step: from == code_start(text) && memchr::memchr(0x0b, b).is_none(),
     };
     let mut run = 0usize;
     let mut i = from;
