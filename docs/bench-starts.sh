@@ -21,7 +21,7 @@
 # per start of dwserver (all threads, from /proc), of its store writer
 # thread alone, and of wrk; and, when `perf` may count system calls (root,
 # or perf_event_paranoid <= -1), the writer's fsync/fdatasync calls per
-# start. Per raw phase: commits/s, CPU per commit and fsyncs per commit.
+# start and dwserver's context switches per start (all its threads). Per raw phase: commits/s, CPU per commit and fsyncs per commit.
 # The summary gives, per binary, the median starts/s over the raw rate of
 # its round, and the model of docs/performance.md ("Starts against raw
 # SQLite"): what two idle cores could carry at the measured CPU per start.
@@ -56,8 +56,10 @@ out=$work/results
 mkdir -p "$out"
 server_pid=
 perf_pid=
+switches_pid=
 cleanup() {
   [ -z "$perf_pid" ] || kill "$perf_pid" 2>/dev/null || true
+  [ -z "$switches_pid" ] || kill "$switches_pid" 2>/dev/null || true
   [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -107,6 +109,10 @@ server_phase() { # NAME LABEL
     perf stat -x, -e "$syncs" -t "$writer" -o "$f.perf" &
     perf_pid=$!
   fi
+  if [ "$count_syscalls" = yes ]; then
+    perf stat -x, -e context-switches -p "$server_pid" -o "$f.switches" &
+    switches_pid=$!
+  fi
   local c0 c1
   c0=$(ticks "/proc/$server_pid/stat")
   [ -z "$writer" ] || w0=$(ticks "/proc/$server_pid/task/$writer/stat")
@@ -119,6 +125,11 @@ server_phase() { # NAME LABEL
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     perf_pid=
+  fi
+  if [ -n "$switches_pid" ]; then
+    kill -INT "$switches_pid"
+    wait "$switches_pid" || true
+    switches_pid=
   fi
   # Starts in flight when wrk stopped are answered by now.
   sleep 0.5
@@ -198,23 +209,25 @@ for name in sorted((n for n in os.listdir(out) if n.endswith(".server")), key=la
     writer_ms = int(writer_ticks) * 1000 / hz / starts
     wrk_ms = (float(u) + float(s)) * 1000 / starts
     f = syncs(perf_counts(read(base + ".perf")))
-    rows.setdefault(label, []).append((n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f))
+    switched = perf_counts(read(base + ".switches")).get("context-switches")
+    rows.setdefault(label, []).append((n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f, switched))
 
 # Phase n belongs to round ceil(n / labels); its raw rate is the mean of the
 # raw phases before and after that round.
 labels = len(rows)
 print()
 print(f"starts: wrk, {conns} connections, {secs} s per phase; {cores} cores")
-print("| binary | phase | starts/s | p50 | p99 | non-2xx | runs stored / answered | dwserver CPU ms/start | writer ms/start | wrk ms/start | starts per fsync | raw commits/s (round) | starts / raw |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| binary | phase | starts/s | p50 | p99 | non-2xx | runs stored / answered | dwserver CPU ms/start | writer ms/start | wrk ms/start | switches / start | starts per fsync | raw commits/s (round) | starts / raw |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 summary = {}
 for label in ("before", "after"):
-    for (n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f) in rows.get(label, []):
+    for (n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f, switched) in rows.get(label, []):
         rnd = (n + labels - 1) // labels
         round_raw = (raw[rnd - 1] + raw[rnd]) / 2
         per_fsync = f"{answered / f:.1f}" if f else "-"
         print(f"| {label} | {n} | {rate:,.0f} | {lat.get('50', '?')} | {lat.get('99', '?')} | {bad.group(1) if bad else 0} "
-              f"| {int(stored):,} / {answered:,} | {server_ms:.3f} | {writer_ms:.3f} | {wrk_ms:.3f} | {per_fsync} "
+              f"| {int(stored):,} / {answered:,} | {server_ms:.3f} | {writer_ms:.3f} | {wrk_ms:.3f} "
+              f"| {f'{switched / answered:.2f}' if switched else '-'} | {per_fsync} "
               f"| {round_raw:,.0f} | {rate / round_raw:.2f} |")
         summary.setdefault(label, []).append((rate, rate / round_raw, server_ms, writer_ms, wrk_ms))
 print()

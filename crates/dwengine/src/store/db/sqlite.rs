@@ -164,4 +164,30 @@ mod tests {
         drop((writer, reader, plain));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The bundled SQLite is compiled with the speed options of the
+    /// workspace's `.cargo/config.toml` (`LIBSQLITE3_FLAGS`): a build that
+    /// lost them (the setting moved, or an environment overriding it) is
+    /// named here instead of showing only as a slower writer.
+    #[test]
+    fn the_bundled_sqlite_is_built_with_the_speed_options() {
+        let conn = rusqlite::Connection::open_in_memory().expect("a connection");
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .expect("prepared")
+            .query_map([], |r| r.get(0))
+            .expect("ran")
+            .collect::<Result<_, _>>()
+            .expect("the options");
+        for wanted in ["DEFAULT_MEMSTATUS=0", "OMIT_SHARED_CACHE", "USE_ALLOCA"] {
+            assert!(
+                options.iter().any(|o| o == wanted),
+                "the bundled SQLite lacks {wanted} (LIBSQLITE3_FLAGS in .cargo/config.toml); it has {options:?}"
+            );
+        }
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "the bundled SQLite shares one page cache (and its mutex) among all connections: LIBSQLITE3_FLAGS in .cargo/config.toml lost -USQLITE_ENABLE_MEMORY_MANAGEMENT"
+        );
+    }
 }
