@@ -1389,11 +1389,12 @@ class Suite:
 
     async def prepared_local_cancellation(self) -> str:
         """A cooperative cancellation requested while a prepared local
-        callback runs (1.20): the server fences no running callback (see
-        docs/api.md), so the callback finishes and is recorded; the worker
-        then gives its claim up (the request reached it only through
-        history) and the next claim delivers the request at the call, where
-        the workflow cleans up and ends cancelled."""
+        callback runs (1.20): the attempt's control answers
+        cancellation_requested with the request's context, the worker stops
+        the callback, acknowledges the stop (acknowledge-cancellation) and
+        delivers the request at the local call on the same claim; the
+        workflow cleans up and ends cancelled. The callback's outcome is
+        never recorded."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         worker = self.prepared_worker()
         running = asyncio.create_task(worker.run())
@@ -1433,13 +1434,20 @@ class Suite:
         events = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
         types = [e["event_type"] for e in events]
         assert types[-1] == "WorkflowCancelled", types
-        assert types.index("ActivityStarted") < types.index("CooperativeCancellationRequested"), types
-        completed = types.index("ActivityCompleted")
+        assert "WorkflowTaskFailed" not in types, types
+        started_at = types.index("ActivityStarted")
+        requested = types.index("CooperativeCancellationRequested")
         delivered = types.index("CooperativeCancellationDelivered")
-        assert completed < delivered, types
+        assert started_at < requested < delivered, types
+        local = [e for e in events if (e.get("payload") or {}).get("execution_mode") == "local"]
+        assert [e["event_type"] for e in local] == ["ActivityScheduled", "ActivityStarted"], local
         delivery = events[delivered]["payload"]
-        return (f"callback recorded, then the request delivered at the {delivery['call_kind']} "
-                f"(sequence {delivery['sequence']}); {types}")
+        assert delivery["call_kind"] == "local_activity" and delivery["sequence"] == 1, delivery
+        context = events[requested]["payload"]["cancellation"]
+        assert context["request_id"] == delivery["workflow_command_id"], context
+        assert "ActivityCompleted" in types[delivered:], types
+        return (f"callback stopped and acknowledged, request delivered at the local call "
+                f"(sequence {delivery['sequence']}), cleanup ran: {types}")
 
     SCENARIOS = [
         "activity_timer_signal_condition_query",

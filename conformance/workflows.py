@@ -650,12 +650,12 @@ def prepared_pause(ledger: str, seconds: float) -> str:
 @workflow.defn(name="prepared_local_cancelled")
 class PreparedLocalCancelled:
     """A prepared local call that a cooperative cancellation request finds
-    running: the callback finishes and is recorded, then the request is
-    delivered and the workflow cleans up."""
+    running: the callback is stopped, the request delivered at the call, and
+    the workflow cleans up."""
 
     def run(self, ctx, ledger):
         try:
-            paused = yield ctx.local_activity("prepared_pause", [ledger, 3])
+            paused = yield ctx.local_activity("prepared_pause", [ledger, 30])
             yield ctx.start_timer(3600)
         except WorkflowCancelled:
             yield ctx.schedule_activity("greet", ["cleanup"])

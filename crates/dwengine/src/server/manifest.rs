@@ -143,8 +143,8 @@ impl Engine {
             json!(crate::server::cancellation::NEXUS_BINDING_KINDS);
         // The prepared-local protocol (`server::prepared_local`): admission,
         // control, outcome, recovery and checkpoints on the workflow task's
-        // own claim. No cancellation policies and no cleanup authority are
-        // advertised (a running attempt is never fenced for cancellation).
+        // own claim; a cancellation request stops a running attempt. No
+        // cancellation policies and no cleanup authority are advertised.
         capabilities["prepared_local_activities"] = true.into();
         capabilities["prepared_local_activity_groups"] = true.into();
         info

@@ -9,8 +9,8 @@
 //! - `{attemptId}/control` and `{attemptId}/heartbeat`: the attempt's
 //!   authority (`active`, or `stop_required` with the reason);
 //! - `{attemptId}/outcome` (`report`): records how the callback ended;
-//! - `{attemptId}/acknowledge-cancellation`: the receipt of a stop this
-//!   server fenced (it fences none, see docs/api.md);
+//! - `{attemptId}/acknowledge-cancellation`: the worker stopped the
+//!   callback after its control answered `cancellation_requested`;
 //! - `recover` (`sequence`, `descriptor`): closes an attempt a lost claim
 //!   admitted;
 //! - `checkpoint` / `checkpoint-group` (`checkpoint_id`, `start_sequence`,
@@ -292,6 +292,11 @@ impl Engine {
             "schedule_to_close_deadline_at": timestamp(row.schedule_to_close_deadline_ms),
             "heartbeat_deadline_at": timestamp(row.heartbeat_deadline_ms),
             "cancellation_cleanup": null,
+            "fenced": control.cancellation.is_some(),
+            "cancellation_request": control.cancellation.as_ref().map(|c| c.context.clone()),
+            "cancellation_history_event_id":
+                control.cancellation.as_ref().map(|c| c.history_event_id.clone()),
+            "history_refresh_page_token": wire::page_token(0),
         }))
     }
 
@@ -403,10 +408,9 @@ impl Engine {
         Ok(answer)
     }
 
-    /// `POST …/local-activities/{attemptId}/acknowledge-cancellation`: this
-    /// server never fences a running attempt for cancellation (a request
-    /// is delivered at the next workflow task instead), so there is no stop
-    /// to acknowledge.
+    /// `POST …/local-activities/{attemptId}/acknowledge-cancellation`: the
+    /// worker stopped the attempt's callback for the run's request, after
+    /// its control answered `cancellation_requested`.
     pub fn acknowledge_local_cancellation(
         &self,
         task_id: &str,
@@ -418,24 +422,24 @@ impl Engine {
             identity(checks, "request_id", body.request_id.as_deref());
         })?;
         let owner = body.lease_owner.clone();
-        // The fence and the attempt are checked first, as for control.
         let attempt_text = attempt_id.to_owned();
-        self.read(move |store| {
-            let fence = WorkflowTaskFence {
-                lease_owner: &owner,
-                attempt,
-            };
-            store.local_activity_owned(task, fence, &attempt_text)
-        })?
-        .map_err(refused)?;
-        Err(ApiError::LocalActivityRefused {
-            status: 409,
-            reason: "cancellation_not_fenced",
-            message: "no cancellation stop was fenced for this attempt: this server lets a \
-                      running local activity finish and delivers the request at the next \
-                      workflow task"
-                .into(),
-        })
+        let request_id = body.request_id.clone().unwrap_or_default();
+        let acknowledged = self
+            .write(move |store| {
+                let fence = WorkflowTaskFence {
+                    lease_owner: &owner,
+                    attempt,
+                };
+                store.acknowledge_local_cancellation(task, fence, &attempt_text, &request_id)
+            })?
+            .map_err(refused)?;
+        Ok(json!({
+            "acknowledged": true, "duplicate": acknowledged.duplicate, "reason": null,
+            "workflow_task_id": task_id, "workflow_task_attempt": attempt,
+            "lease_owner": body.lease_owner, "activity_attempt_id": attempt_id,
+            "request_id": body.request_id, "heartbeat_recorded": false,
+            "history_event_id": acknowledged.history_event_id,
+        }))
     }
 
     /// `POST …/local-activities/checkpoint` and `…/checkpoint-group`.
@@ -601,8 +605,8 @@ fn check_local_fields(checks: &mut Checks, raw: &Value, prefix: &str) {
     {
         checks.problem(
             &format!("{prefix}.cancellation_cleanup"),
-            "Local activities run as cancellation cleanup are not served: this server fences no \
-             running attempt for cancellation, so it grants no cleanup authority.",
+            "Local activities run as cancellation cleanup are not served: this server grants \
+             no cleanup authority to a prepared local call; run the cleanup as an activity.",
         );
     }
     if raw.get("cancellation_policy").is_some_and(|c| !c.is_null()) {

@@ -428,6 +428,31 @@ fn insert_request(
     if let Some(reason) = &request.reason {
         payload["reason"] = reason.clone().into();
     }
+    // The request's cancellation context (a root request: its lineage is
+    // this run alone), which both SDKs check against the event and the
+    // Python worker needs to fence a running prepared local callback
+    // (`store::prepared_local`).
+    let workflow_id: String = conn
+        .prepare_cached("SELECT workflow_id FROM runs WHERE id = ?1")?
+        .query_row([run.0], |r| r.get(0))?;
+    payload["cancellation"] = json!({
+        "schema": "durable-workflow.cancellation-context/v1",
+        "request_id": request.request_id,
+        "root_request_id": request.request_id,
+        "root_workflow_instance_id": workflow_id,
+        "root_workflow_run_id": run.0.to_string(),
+        "parent_request_id": null,
+        "reason": request.reason,
+        "requester": { "type": "client" },
+        "source": "request_cancellation",
+        "requested_at": rfc3339(now),
+        "cleanup_deadline_at": rfc3339(deadline),
+        "lineage": [{
+            "request_id": request.request_id,
+            "workflow_instance_id": workflow_id,
+            "workflow_run_id": run.0.to_string(),
+        }],
+    });
     append_event(
         conn,
         run,

@@ -24,8 +24,8 @@
 //! Rows: one `prepared_local_activities` row per local activity of an open
 //! run that is scheduled, running or waiting for its retry (at most
 //! `pending_activity_count`: they count as pending activities), plus the
-//! closed ones of the claim that last admitted an attempt (deleted at the
-//! next claim's admission); one `prepared_local_checkpoints` row per open
+//! closed (or stopped for cancellation) ones of the claim that last
+//! admitted an attempt (deleted at the next claim's admission); one `prepared_local_checkpoints` row per open
 //! run (its latest checkpoint). Both are deleted when the run closes
 //! (`completion::finish_run`).
 
@@ -208,10 +208,33 @@ pub struct Control {
     pub attempt: LocalAttempt,
     /// `None` while it may run; otherwise why it must stop.
     pub stop: Option<&'static str>,
+    /// The cooperative cancellation request that stops it, when one does.
+    pub cancellation: Option<PendingCancellation>,
     /// The workflow task's lease expiry (ms).
     pub lease_expires_at_ms: i64,
     /// The server's clock (ms).
     pub now_ms: i64,
+}
+
+/// The run's cooperative cancellation request, as a stopped attempt hears
+/// it: the context its `CooperativeCancellationRequested` event records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingCancellation {
+    /// The request.
+    pub request_id: String,
+    /// Its cancellation context (`durable-workflow.cancellation-context/v1`).
+    pub context: Value,
+    /// The wire id of its `CooperativeCancellationRequested` event.
+    pub history_event_id: String,
+}
+
+/// An accepted `acknowledge-cancellation`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopAcknowledged {
+    /// The request event the stop is recorded against.
+    pub history_event_id: String,
+    /// Whether this repeats an earlier acknowledgement.
+    pub duplicate: bool,
 }
 
 /// An outcome or recovery answer.
@@ -363,8 +386,8 @@ impl Store {
         // Closed calls of earlier claims answer no repeat any more (their
         // claims are over): only this claim's stay, for its retried reports.
         tx.prepare_cached(
-            "DELETE FROM prepared_local_activities WHERE run_id = ?1 AND status = 'closed' \
-             AND workflow_task_id != ?2",
+            "DELETE FROM prepared_local_activities WHERE run_id = ?1 \
+             AND status IN ('closed', 'stopped') AND workflow_task_id != ?2",
         )?
         .execute(params![run.0, task_id])?;
         let attempt_number = row.attempt_number + 1;
@@ -456,6 +479,15 @@ impl Store {
         } else {
             None
         };
+        // A running attempt stops for the run's cooperative cancellation
+        // request (not yet delivered): the worker stops its callback,
+        // acknowledges it, and delivers the request at the call.
+        let cancellation = if stop.is_none() {
+            pending_cancellation(&tx, head.id)?
+        } else {
+            None
+        };
+        let stop = stop.or(cancellation.as_ref().map(|_| "cancellation_requested"));
         let mut lease = lease_expiry(&tx, task_id)?;
         let mut attempt = attempt;
         if stop.is_none() {
@@ -494,6 +526,7 @@ impl Store {
         Ok(Ok(Control {
             attempt,
             stop,
+            cancellation,
             lease_expires_at_ms: lease,
             now_ms: now,
         }))
@@ -798,6 +831,69 @@ impl Store {
         ])?;
         tx.commit()?;
         Ok(Ok(receipt))
+    }
+
+    /// `acknowledge-cancellation`: the worker stopped the attempt's callback
+    /// for the run's request `request_id` (after its control said so). The
+    /// attempt ends without an outcome (the request is delivered at its
+    /// call) and no longer counts as pending; a repeat answers the same.
+    pub fn acknowledge_local_cancellation(
+        &self,
+        task_id: i64,
+        fence: WorkflowTaskFence<'_>,
+        attempt_id: &str,
+        request_id: &str,
+    ) -> Answer<StopAcknowledged> {
+        let tx = WriteTx::begin(&self.conn)?;
+        let head = match claimed_run(&tx, task_id, fence)? {
+            Ok(head) => head,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let attempt = match attempt_of_claim(&tx, head.id, attempt_id, task_id, fence)? {
+            Ok(attempt) => attempt,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let Some(request) = request_event(&tx, head.id)? else {
+            return Ok(refuse(
+                409,
+                "cancellation_not_fenced",
+                "the run has no cooperative cancellation request to stop the attempt for",
+            ));
+        };
+        if request.request_id != request_id {
+            return Ok(refuse(
+                409,
+                "cancellation_request_mismatch",
+                format!(
+                    "request_id {request_id:?} is not the run's request ({:?})",
+                    request.request_id
+                ),
+            ));
+        }
+        let duplicate = match attempt.status.as_str() {
+            "stopped" => true,
+            "started" => {
+                tx.prepare_cached(
+                    "UPDATE prepared_local_activities SET status = 'stopped' \
+                     WHERE run_id = ?1 AND sequence = ?2",
+                )?
+                .execute(params![head.id.0, attempt.sequence])?;
+                bump(&tx, head.id, Pending::Activity, -1)?;
+                false
+            }
+            _ => {
+                return Ok(refuse(
+                    409,
+                    "activity_attempt_closed",
+                    "the attempt already has its outcome",
+                ))
+            }
+        };
+        tx.commit()?;
+        Ok(Ok(StopAcknowledged {
+            history_event_id: request.history_event_id,
+            duplicate,
+        }))
     }
 
     /// Whether the claim holds the attempt `attempt_id` (the fence first).
@@ -1163,6 +1259,51 @@ fn attempt_of_claim(
         ));
     }
     Ok(Ok(attempt))
+}
+
+/// The run's request as its `CooperativeCancellationRequested` event
+/// recorded it (with its cancellation context), if it has one.
+fn request_event(conn: &Connection, run: RunId) -> Result<Option<PendingCancellation>, Error> {
+    let row: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT sequence, payload FROM history_events WHERE run_id = ?1 AND event_type = ?2 \
+             ORDER BY sequence DESC LIMIT 1",
+        )?
+        .query_row(
+            params![run.0, EventType::CooperativeCancellationRequested.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((sequence, payload)) = row else {
+        return Ok(None);
+    };
+    let payload: Value = serde_json::from_str(&payload)?;
+    let (Some(request_id), Some(context)) = (
+        payload["workflow_command_id"].as_str(),
+        payload.get("cancellation").filter(|c| c.is_object()),
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(PendingCancellation {
+        request_id: request_id.to_owned(),
+        context: context.clone(),
+        history_event_id: (sequence + 1).to_string(),
+    }))
+}
+
+/// The run's request if it is pending: requested, not yet delivered.
+fn pending_cancellation(
+    conn: &Connection,
+    run: RunId,
+) -> Result<Option<PendingCancellation>, Error> {
+    let pending: Option<Option<i64>> = conn
+        .prepare_cached("SELECT delivered_sequence FROM cancellation_requests WHERE run_id = ?1")?
+        .query_row([run.0], |r| r.get(0))
+        .optional()?;
+    match pending {
+        Some(None) => request_event(conn, run),
+        _ => Ok(None),
+    }
 }
 
 fn next_sequence(conn: &Connection, run: RunId) -> Result<i64, Error> {

@@ -3,7 +3,8 @@
 //! the workflow task's own claim — its happy path, its fence (a stale
 //! attempt or owner is the documented `409 stale_task_lease`), repeats that
 //! answer the first receipt without writing twice, bad input (a `422`
-//! naming the field), and the structural limits of the ordinary paths.
+//! naming the field), the structural limits of the ordinary paths, and a
+//! cooperative cancellation request stopping a running attempt.
 
 use crate::support;
 
@@ -647,4 +648,104 @@ fn structural_limits_apply_as_on_the_ordinary_paths() {
     assert_eq!(described["status"], "failed", "{described}");
     let events = history(&s, "pla-payload");
     assert!(local_types(&events).is_empty(), "{events:?}");
+}
+
+#[test]
+fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
+    let s = server();
+    s.start_workflow("default", "pla-cancel", "q");
+    let task = next_task(&s, "q");
+    let (status, admitted) = prepare(&s, &task, 1, "n", json!({}));
+    assert_eq!(status, 200, "{admitted}");
+    let attempt = admitted["activity_attempt_id"].clone();
+    let (status, control) = attempt_op(&s, &task, &attempt, "control", json!({}));
+    assert_eq!(status, 200, "{control}");
+    assert_eq!(control["active"], true, "{control}");
+    assert_eq!(control["fenced"], false, "{control}");
+
+    let (status, requested) = s.post(
+        "/api/workflows/pla-cancel/request-cancellation",
+        json!({ "reason": "stop", "cleanup_timeout_seconds": 60 }),
+    );
+    assert_eq!(status, 200, "{requested}");
+    let request_id = requested["cancellation_request"]["request_id"].clone();
+
+    // The request's event records its cancellation context.
+    let events = history(&s, "pla-cancel");
+    let event = events
+        .iter()
+        .find(|e| e["event_type"] == "CooperativeCancellationRequested")
+        .unwrap();
+    let context = &event["payload"]["cancellation"];
+    assert_eq!(context["request_id"], request_id, "{event}");
+    assert_eq!(context["lineage"][0]["workflow_instance_id"], "pla-cancel");
+    assert_eq!(
+        context["cleanup_deadline_at"], event["payload"]["cleanup_deadline_at"],
+        "{event}"
+    );
+
+    // The running attempt hears it: stop, with the request and its event.
+    for op in ["control", "heartbeat"] {
+        let (status, stop) = attempt_op(&s, &task, &attempt, op, json!({}));
+        assert_eq!(status, 200, "{op}: {stop}");
+        assert_eq!(stop["active"], false, "{op}: {stop}");
+        assert_eq!(stop["stop_required"], true, "{op}: {stop}");
+        assert_eq!(stop["renewed"], false, "{op}: {stop}");
+        assert_eq!(stop["reason"], "cancellation_requested", "{op}: {stop}");
+        assert_eq!(stop["fenced"], true, "{op}: {stop}");
+        assert_eq!(stop["heartbeat_recorded"], false, "{op}: {stop}");
+        assert_eq!(stop["cancellation_request"], *context, "{op}: {stop}");
+        assert_eq!(
+            stop["cancellation_history_event_id"], event["id"],
+            "{op}: {stop}"
+        );
+    }
+
+    // The worker acknowledges the stopped callback, once.
+    let (status, wrong) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "acknowledge-cancellation",
+        json!({ "request_id": "another" }),
+    );
+    assert_eq!(status, 409, "{wrong}");
+    assert_eq!(wrong["reason"], "cancellation_request_mismatch", "{wrong}");
+    let ack = json!({ "request_id": request_id });
+    let (status, first) = attempt_op(&s, &task, &attempt, "acknowledge-cancellation", ack.clone());
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["acknowledged"], true, "{first}");
+    assert_eq!(first["duplicate"], false, "{first}");
+    assert_eq!(first["reason"], Value::Null, "{first}");
+    assert_eq!(first["history_event_id"], event["id"], "{first}");
+    let (status, again) = attempt_op(&s, &task, &attempt, "acknowledge-cancellation", ack);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+    // A stopped attempt has no outcome to record.
+    let (status, late) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "outcome",
+        json!({ "report": { "outcome": "completed", "result": { "codec": "json", "blob": "1" } } }),
+    );
+    assert_eq!(status, 409, "{late}");
+    assert_eq!(late["reason"], "activity_attempt_closed", "{late}");
+
+    // The worker delivers the request at the local call.
+    let (status, delivered) = s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/deliver-cancellation",
+            task["task_id"].as_str().unwrap()
+        ),
+        json!({ "lease_owner": task["lease_owner"],
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "request_id": request_id, "sequence": 1, "call_kind": "local_activity" }),
+    );
+    assert_eq!(status, 200, "{delivered}");
+    let kinds: Vec<String> = local_types(&history(&s, "pla-cancel"))
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(kinds, ["ActivityScheduled", "ActivityStarted"]);
 }
