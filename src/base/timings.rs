@@ -10,6 +10,31 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+/// The CPU time the calling thread has used, for tests that bound the
+/// work of a computation: unlike the wall clock, it does not grow while
+/// other processes hold the cores (a loaded machine).
+#[cfg(all(test, unix))]
+pub(crate) fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Elsewhere, the wall clock since the first call.
+#[cfg(all(test, not(unix)))]
+pub(crate) fn thread_cpu_time() -> Duration {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
+
 /// The phases of one check, in the order they ran.
 #[derive(Debug, Clone, Default)]
 pub struct Timings {
