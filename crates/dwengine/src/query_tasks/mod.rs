@@ -402,7 +402,9 @@ impl WorkflowQueryTaskBroker {
 
     /// Waits until the task is answered or its deadline passes, then
     /// removes it whatever happened; the answered record, or `None` on
-    /// timeout. The caller calls this once per query it queued.
+    /// timeout. The caller calls this once per query it queued. An answer
+    /// recorded after the last look but before the removal is returned,
+    /// not dropped (its worker was told it was taken).
     pub fn await_answer(
         &self,
         task: &QueryTask,
@@ -422,15 +424,22 @@ impl WorkflowQueryTaskBroker {
                 Err(e) => break Err(e),
             }
         };
-        self.finish(task)?;
-        answered
+        let removed = self.finish(task)?;
+        answered.map(|answered| answered.or(removed))
     }
 
     /// Removes a task its caller is done with: its ID from the queue and
-    /// the lease owner's index, its lease and its record.
-    pub fn finish(&self, task: &QueryTask) -> Result<(), BrokerError> {
-        let owner = self.task(&task.id)?.and_then(|t| t.lease_owner);
+    /// the lease owner's index, its lease and its record. Returns the
+    /// record if it was answered by then: the removal and
+    /// [`WorkflowQueryTaskBroker::answer`] both run under the queue's lock, so an
+    /// answer is either in this record or refused (the task is gone), never
+    /// accepted and then dropped.
+    pub fn finish(&self, task: &QueryTask) -> Result<Option<QueryTask>, BrokerError> {
         self.with_queue(&task.query.namespace, &task.query.task_queue, |ids| {
+            let record = self.task(&task.id)?;
+            let owner = record.as_ref().and_then(|t| t.lease_owner.clone());
+            let answered =
+                record.filter(|t| matches!(t.status, QueryStatus::Completed | QueryStatus::Failed));
             ids.retain(|i| *i != task.id);
             if let Some(owner) = &owner {
                 self.unindex(
@@ -442,7 +451,7 @@ impl WorkflowQueryTaskBroker {
             }
             self.cache.forget(&Self::lease_key(&task.id))?;
             self.cache.forget(&Self::task_key(&task.id))?;
-            Ok(())
+            Ok(answered)
         })
     }
 

@@ -59,6 +59,32 @@ fn a_query_round_trip_removes_every_key_it_made() {
     );
 }
 
+/// The caller's wait ended (its last look found no answer) and the worker
+/// answered before the task was removed: the removal hands that answer
+/// back, so a report told 200 is never a caller told 504. After the
+/// removal a report finds nothing (404), the other side of the same lock.
+#[test]
+fn an_answer_recorded_after_the_callers_last_look_is_returned_by_the_removal() {
+    let (cache, broker) = broker(|_| {});
+    let task = broker.enqueue(query("q", "stage")).unwrap();
+    broker.claim("ns", "q", "w1", "p1").unwrap().unwrap();
+    broker
+        .answer(&task.id, "w1", 1, false, json!({"result": 7}))
+        .unwrap();
+    let removed = broker.finish(&task).unwrap().expect("the answer");
+    assert_eq!(removed.status, QueryStatus::Completed);
+    assert_eq!(removed.answer, Some(json!({"result": 7})));
+    assert_eq!(keys(&cache), 0);
+
+    let late = broker.enqueue(query("q", "stage")).unwrap();
+    broker.claim("ns", "q", "w1", "p2").unwrap().unwrap();
+    assert!(broker.finish(&late).unwrap().is_none(), "not answered");
+    assert!(matches!(
+        broker.answer(&late.id, "w1", 1, false, json!(1)),
+        Err(BrokerError::NotFound(_))
+    ));
+}
+
 #[test]
 fn reports_are_fenced_by_the_active_lease() {
     let (_, broker) = broker(|_| {});

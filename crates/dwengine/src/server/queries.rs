@@ -114,7 +114,8 @@ impl Engine {
         pending: PendingQuery,
         answered: Option<QueryTask>,
     ) -> Result<Value, ApiError> {
-        self.query_tasks.finish(&pending.task)?;
+        // An answer recorded since the caller's last look is still its answer.
+        let answered = answered.or(self.query_tasks.finish(&pending.task)?);
         let Some(QueryTask {
             status,
             answer: Some(document),
