@@ -524,6 +524,35 @@ class Suite:
         types = await self.history_types(wid, handle.run_id)
         assert types.count("SearchAttributesUpserted") == 2, types
         return "set two attributes, then changed one and removed the other; describe and list agree"
+    async def search_attribute_upsert_unregistered(self) -> str:
+        # dwserver fails the workflow task itself (it used to refuse the
+        # completion with a 422, which stops a Rust SDK worker); the worker
+        # keeps running and the retry passes once the attribute exists.
+        name = "Unregistered" + uuid.uuid4().hex[:12]
+        wid = new_id("tag-unregistered")
+        handle = await self.client.start_workflow(
+            workflow_type="tag_unregistered", task_queue=QUEUE, workflow_id=wid, input=[name, "red"]
+        )
+
+        async def task_failed():
+            history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+            failed = [e for e in history["events"] if e["event_type"] == "WorkflowTaskFailed"]
+            return failed[0] if failed else None
+
+        failed = await self.wait_for("the refused upsert's WorkflowTaskFailed", task_failed)
+        message = failed["payload"]["message"]
+        assert name in message and "not a registered" in message, failed
+        assert failed["payload"]["failure_type"] == "SearchAttributeUpsertRefused", failed
+        await self.client.create_search_attribute(name, "keyword")
+        result = await self.client.get_result(handle, timeout=60)
+        assert result == "hello, red", result
+        described = await self.client.describe_workflow(wid)
+        assert described.search_attributes == {name: "red"}, described.search_attributes
+        types = await self.history_types(wid, handle.run_id)
+        assert types.count("WorkflowTaskFailed") == 1, types
+        assert types.count("SearchAttributesUpserted") == 1, types
+        return f"task failed naming {name}; registered, the retry upserted it and the run completed"
+
     async def ensure_nexus_catalog(self) -> None:
         """conformance/greetings/greet, bound to the `quick` workflow."""
         base = "/api/service-endpoints"
@@ -1465,6 +1494,7 @@ class Suite:
         "signal_during_task",
         "schedules",
         "search_attribute_upserts",
+        "search_attribute_upsert_unregistered",
         "workflow_output_stream",
         "large_payload_through_external_storage",
         "nexus_operation",

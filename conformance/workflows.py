@@ -245,6 +245,16 @@ class Quick:
         return (yield ctx.schedule_activity("greet", [name]))
 
 
+@workflow.defn(name="tag_unregistered")
+class TagUnregistered:
+    """Upserts an attribute the scenario registers only after the first
+    workflow task was refused for it, then greets."""
+
+    def run(self, ctx, name, value):
+        yield ctx.upsert_search_attributes({name: value})
+        return (yield ctx.schedule_activity("greet", [value]))
+
+
 @workflow.defn(name="tagger")
 class Tagger:
     """Upserts search attributes around an activity: sets two, then
@@ -704,7 +714,7 @@ class SignalDuringTask:
         return self.items
 
 
-WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, Streamer, Mirror,
+WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
              InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]

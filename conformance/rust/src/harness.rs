@@ -59,6 +59,33 @@ impl Harness {
     where
         F: Future<Output = Result<(), String>>,
     {
+        self.drive_run(worker, handle, during, true).await
+    }
+
+    /// As [`Harness::drive`], for a scenario whose run fails a workflow task
+    /// on purpose (`during` checks that failure itself).
+    pub async fn drive_past_task_failures<F>(
+        &self,
+        worker: &Worker,
+        handle: &WorkflowHandle,
+        during: F,
+    ) -> Result<Value, String>
+    where
+        F: Future<Output = Result<(), String>>,
+    {
+        self.drive_run(worker, handle, during, false).await
+    }
+
+    async fn drive_run<F>(
+        &self,
+        worker: &Worker,
+        handle: &WorkflowHandle,
+        during: F,
+        report_task_failures: bool,
+    ) -> Result<Value, String>
+    where
+        F: Future<Output = Result<(), String>>,
+    {
         let watcher = handle.clone();
         let mut side = Ok(());
         let side_ref = &mut side;
@@ -73,7 +100,11 @@ impl Harness {
                     }
                     // A workflow task the SDK failed (a replay it refused)
                     // only retries with backoff: report it at once.
-                    if let Ok(events) = self.history(&watcher).await {
+                    let events = match report_task_failures {
+                        true => self.history(&watcher).await.ok(),
+                        false => None,
+                    };
+                    if let Some(events) = events {
                         if let Some(failed) = events
                             .iter()
                             .find(|e| e["event_type"] == "WorkflowTaskFailed")

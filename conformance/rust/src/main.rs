@@ -10,6 +10,7 @@
 //! arguments.
 
 mod harness;
+mod probes;
 mod scenarios;
 
 use std::process::ExitCode;

@@ -19,6 +19,7 @@ use durable_workflow::{
 };
 
 use crate::harness::{check, types, Harness, Outcome};
+use crate::probes::*;
 
 type Run = fn(Harness) -> Pin<Box<dyn Future<Output = Outcome>>>;
 
@@ -71,6 +72,18 @@ pub fn all() -> Vec<Scenario> {
             "cooperative_cancellation_waits",
             cooperative_cancellation_waits
         ),
+        scenario!(
+            "activity_retries_and_non_retryable",
+            activity_retries_and_non_retryable
+        ),
+        scenario!("activity_heartbeat_timeout", activity_heartbeat_timeout),
+        scenario!("query_and_update_during_run", query_and_update_during_run),
+        scenario!("versions_over_replays", versions_over_replays),
+        scenario!("continue_as_new_with_options", continue_as_new_with_options),
+        scenario!("search_attributes_listed", search_attributes_listed),
+        scenario!("run_timeout", run_timeout),
+        scenario!("child_terminated", child_terminated),
+        scenario!("timer_loses_selection", timer_loses_selection),
     ]
 }
 

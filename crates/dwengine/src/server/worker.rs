@@ -1057,7 +1057,25 @@ impl Engine {
             };
             let run = self.read(|s| s.run(s.fenced_workflow_run(task, fence)?))?;
             if run.status == crate::store::RunStatus::Running {
-                self.check_upserts(&run.namespace, &run.search_attributes, &commands)?;
+                match self.check_upserts(&run.namespace, &run.search_attributes, &commands) {
+                    Ok(()) => {}
+                    Err(ApiError::Boundary(
+                        dwpolicy::boundary::BoundaryError::ValidationFailed {
+                            message,
+                            validation_errors,
+                        },
+                    )) => {
+                        return self.fail_refused_upserts(
+                            task_id,
+                            task,
+                            attempt,
+                            owner,
+                            message,
+                            validation_errors,
+                        );
+                    }
+                    Err(other) => return Err(other),
+                }
             }
         }
         // Stream directives of workflow code count against the namespace's
@@ -1133,6 +1151,53 @@ impl Engine {
             "run_status": completion.run_status.as_str(),
             "new_events": completion.new_events,
             "structural_limit": completion.structural_limit,
+        }))
+    }
+
+    /// A completion whose `upsert_search_attributes` the namespace cannot
+    /// take (an unregistered or system name, a value of another type, a
+    /// limit): nothing of it is written and the server fails the workflow
+    /// task itself, as a worker's `fail` would (a `WorkflowTaskFailed`
+    /// event naming the problems; the task comes back after its backoff, so
+    /// registering the attribute lets the retry through). The answer is
+    /// `200` with `outcome: failed`, the problems and `next_attempt_at`: a
+    /// refusal status would stop a Rust SDK worker, which treats any refused
+    /// completion as fatal, while the Python SDK fails the task on one.
+    fn fail_refused_upserts(
+        &self,
+        task_id: &str,
+        task: i64,
+        attempt: u64,
+        owner: String,
+        message: String,
+        validation_errors: std::collections::BTreeMap<String, Vec<String>>,
+    ) -> Result<Value, ApiError> {
+        let problems = validation_errors
+            .values()
+            .flatten()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let failure = json!({
+            "message": format!("The workflow task's search-attribute upserts were refused: {problems}"),
+            "type": "SearchAttributeUpsertRefused",
+            "reason": "validation_failed",
+        });
+        // The retry is due after the backoff: no poll is woken now.
+        let retry_at = self.write(move |store| {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            // The SDKs drop a failed task's run from their cache.
+            store.unbind_sticky(store.run_of_task(task)?)?;
+            store.fail_workflow_task_attempt(task, fence, &failure)
+        })?;
+        Ok(json!({
+            "task_id": task_id, "outcome": "failed",
+            "reason": "validation_failed", "message": message,
+            "validation_errors": validation_errors,
+            "next_attempt_at": wire::timestamp(retry_at),
         }))
     }
 

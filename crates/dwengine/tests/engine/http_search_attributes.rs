@@ -177,15 +177,45 @@ fn poke(s: &TestServer, workflow_id: &str, n: usize) {
     assert_eq!(status, 202, "{body}");
 }
 
-fn refused_upsert(s: &TestServer, task: &Value, attributes: Value, needle: &str) {
-    let (status, refused) = s.complete(task, upsert(attributes.clone()));
+/// Starts `workflow_id` on its own queue and completes its first task with
+/// an upsert the namespace cannot take: the server fails the task itself
+/// (200 `outcome: failed`, the start's problems under `search_attributes`, a
+/// `WorkflowTaskFailed` event naming them), so a worker of either SDK keeps
+/// running, and the run keeps its attributes. Returns the run's queue.
+fn refused_upsert(s: &TestServer, workflow_id: &str, attributes: Value, needle: &str) -> String {
+    let queue = format!("q-{workflow_id}");
+    s.start_workflow("default", workflow_id, &queue);
+    let task = next_task(s, &queue, &format!("p-{workflow_id}"));
+    let (status, refused) = s.complete(&task, upsert(attributes.clone()));
     assert_eq!(
-        (status, &refused["reason"]),
-        (422, &json!("validation_failed")),
+        (status, &refused["outcome"], &refused["reason"]),
+        (200, &json!("failed"), &json!("validation_failed")),
         "{attributes}: {refused}"
     );
+    assert!(refused["next_attempt_at"].is_string(), "{refused}");
     let problems = refused["validation_errors"]["search_attributes"].to_string();
     assert!(problems.contains(needle), "{attributes}: {problems}");
+    let (_, described) = s.get(&format!("/api/workflows/{workflow_id}"));
+    assert_eq!(described["status"], "running", "{described}");
+    assert_eq!(described["search_attributes"], json!({}), "{described}");
+    let run_id = described["run_id"].as_str().unwrap();
+    let (_, history) = s.get(&format!(
+        "/api/workflows/{workflow_id}/runs/{run_id}/history"
+    ));
+    let failed = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "WorkflowTaskFailed")
+        .cloned()
+        .unwrap_or_else(|| panic!("no WorkflowTaskFailed: {history}"));
+    assert!(
+        failed["payload"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(needle)),
+        "{failed}"
+    );
+    queue
 }
 
 #[test]
@@ -236,26 +266,35 @@ fn workflow_code_upserts_registered_attributes_at_their_edges() {
         json!({ "Tier": 2, "Tags": ["a", "b"] })
     );
 
-    // Each refusal is the start's 422 under search_attributes; nothing changes.
-    poke(&s, "up-1", 2);
-    let task = next_task(&s, "sa", "p3");
-    refused_upsert(
+    // Each refusal carries the start's problems under search_attributes and
+    // fails the task; nothing changes.
+    let colour = refused_upsert(
         &s,
-        &task,
+        "refused-colour",
         json!({ "Colour": "red" }),
         "not a registered search attribute",
     );
-    refused_upsert(&s, &task, json!({ "Tier": "two" }), "registered as int");
     refused_upsert(
         &s,
-        &task,
+        "refused-tier",
+        json!({ "Tier": "two" }),
+        "registered as int",
+    );
+    refused_upsert(
+        &s,
+        "refused-system",
         json!({ "WorkflowType": "x" }),
         "system search attribute",
     );
-    refused_upsert(&s, &task, json!({ "Region": "x".repeat(17) }), "17 bytes");
     refused_upsert(
         &s,
-        &task,
+        "refused-long",
+        json!({ "Region": "x".repeat(17) }),
+        "17 bytes",
+    );
+    refused_upsert(
+        &s,
+        "refused-tags",
         json!({ "Tags": ["ok", "y".repeat(17)] }),
         "Tags[1]",
     );
@@ -264,12 +303,24 @@ fn workflow_code_upserts_registered_attributes_at_their_edges() {
         described["search_attributes"],
         json!({ "Tier": 2, "Tags": ["a", "b"] })
     );
-    // Registering the attribute lets the same task's retry through.
+    // Registering the attribute lets the task's retry (after its backoff)
+    // through.
     assert_eq!(register(&s, "default", "Colour", "keyword").0, 201);
-    let (status, done) = s.complete(&task, upsert(json!({ "Colour": "red" })));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let retry = loop {
+        let (status, polled) = s.poll("workflow", "default", &colour, "p-colour-retry", 5000);
+        assert_eq!(status, 200, "{polled}");
+        if polled["task"].is_object() {
+            break polled["task"].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no retry: {polled}");
+    };
+    assert_eq!(retry["workflow_task_attempt"], 2, "{retry}");
+    let (status, done) = s.complete(&retry, upsert(json!({ "Colour": "red" })));
     assert_eq!(status, 200, "{done}");
+    assert_eq!(done["outcome"], "completed", "{done}");
     assert_eq!(
-        s.get("/api/workflows/up-1").1["search_attributes"]["Colour"],
+        s.get("/api/workflows/refused-colour").1["search_attributes"]["Colour"],
         "red"
     );
 }
@@ -295,14 +346,14 @@ fn an_upsert_past_max_search_attributes_is_refused_and_the_merged_size_fails_the
         c.request_limits.max_search_attributes = 2;
         c.store.limits.search_attribute_size_bytes = 64;
     });
-    s.start_workflow("default", "many", "sa");
-    let task = next_task(&s, "sa", "m1");
     refused_upsert(
         &s,
-        &task,
+        "many",
         json!({ "A": "a", "B": "b", "C": "c" }),
         "carry 3 custom search attributes; the limit is 2",
     );
+    s.start_workflow("default", "two", "sa");
+    let task = next_task(&s, "sa", "m1");
     let (status, done) = s.complete(&task, upsert(json!({ "A": "a", "B": "b" })));
     assert_eq!(status, 200, "at the cap: {done}");
 

@@ -1,0 +1,542 @@
+//! More of the Rust SDK's public workflow and client APIs driven against
+//! dwserver: activity retries with heartbeats and a non-retryable failure, a
+//! heartbeat timeout, queries and updates during a run, version markers over
+//! several replays, continue-as-new with new options, search-attribute
+//! upserts found through the client's list, a run timeout, a child
+//! terminated while its parent waits, and a timer that loses a selection.
+
+// The SDK's error type is large; its API returns it from every workflow call.
+#![allow(clippy::result_large_err)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use durable_workflow::{
+    json, ActivityError, ActivityFailureKind, ActivityOptions, ActivityRetryPolicy,
+    ChildWorkflowFailureKind, ChildWorkflowOptions, ContinueAsNewOptions, Error, ParallelOperation,
+    SearchAttributeUpdate, Value, WorkflowListOptions, WorkflowStartOptions,
+};
+
+use crate::harness::{check, types, Harness, Outcome};
+
+/// A flaky activity that heartbeats its attempt number and succeeds on the
+/// third attempt, then an activity that fails with a non-retryable error
+/// under a retry policy that would allow five attempts: the first returns
+/// its third attempt's result, the second fails once, as non-retryable.
+pub async fn activity_retries_and_non_retryable(h: Harness) -> Outcome {
+    let queue = h.unique("retries");
+    let mut worker = h.worker(&queue);
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let terminal_attempts = Arc::new(AtomicUsize::new(0));
+    let seen = attempts.clone();
+    worker.register_activity("flaky", move |ctx, _args: Value| {
+        let seen = seen.clone();
+        async move {
+            let attempt = seen.fetch_add(1, Ordering::SeqCst) + 1;
+            ctx.heartbeat(json!({"attempt": attempt})).await?;
+            if attempt < 3 {
+                return Err(Error::WorkerLoop(format!("planned failure {attempt}")));
+            }
+            Ok(json!({"attempt": attempt, "retry_attempt": ctx.retry_info().attempt_number()}))
+        }
+    });
+    let seen = terminal_attempts.clone();
+    worker.register_activity("terminal", move |_ctx, _args: Value| {
+        let seen = seen.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            Err(ActivityError::new("CardDeclined", "the card was declined")
+                .non_retryable(true)
+                .into())
+        }
+    });
+    worker.register_workflow("rust.retries", |ctx, _input: Value| async move {
+        let retry = ActivityRetryPolicy::new(5).exponential_backoff(
+            Duration::from_secs(1),
+            1,
+            Some(Duration::from_secs(1)),
+        );
+        let options = ActivityOptions::new()
+            .retry_policy(retry)
+            .start_to_close_timeout(Duration::from_secs(30))
+            .heartbeat_timeout(Duration::from_secs(30));
+        let flaky = ctx
+            .activity_with_options("flaky", options.clone(), json!([]))
+            .await?;
+        let terminal = match ctx
+            .activity_with_options("terminal", options, json!([]))
+            .await
+        {
+            Err(Error::ActivityFailed(f)) => json!({
+                "failed": f.kind == ActivityFailureKind::Failed,
+                "non_retryable": f.non_retryable,
+                "attempt": f.attempt_number,
+                "type": f.activity_type,
+            }),
+            Err(other) => return Err(other),
+            Ok(v) => json!({"unexpected": v}),
+        };
+        Ok(json!({"flaky": flaky, "terminal": terminal}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.retries", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result["flaky"]["attempt"] == json!(3)
+            && result["terminal"]["failed"] == json!(true)
+            && result["terminal"]["non_retryable"] == json!(true)
+            && terminal_attempts.load(Ordering::SeqCst) == 1,
+        || {
+            format!(
+                "result {result}, terminal attempts {}",
+                terminal_attempts.load(Ordering::SeqCst)
+            )
+        },
+    )
+}
+
+/// An activity that stops heartbeating times out by its heartbeat timeout;
+/// the workflow sees a timed-out failure naming the heartbeat.
+pub async fn activity_heartbeat_timeout(h: Harness) -> Outcome {
+    let queue = h.unique("heartbeat-timeout");
+    let mut worker = h.worker(&queue);
+    worker.register_activity("silent", |ctx, _args: Value| async move {
+        ctx.heartbeat(json!({"phase": "started"})).await?;
+        // Never heartbeats again; returns long after the timeout.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        Ok(json!("too late"))
+    });
+    worker.register_workflow("rust.heartbeat_timeout", |ctx, _input: Value| async move {
+        let options = ActivityOptions::new()
+            .retry_policy(ActivityRetryPolicy::new(1))
+            .start_to_close_timeout(Duration::from_secs(60))
+            .heartbeat_timeout(Duration::from_secs(2));
+        match ctx
+            .activity_with_options("silent", options, json!([]))
+            .await
+        {
+            Err(Error::ActivityFailed(f)) => Ok(json!({
+                "timed_out": f.kind == ActivityFailureKind::TimedOut,
+                "timeout_kind": f.timeout_kind,
+                "reason": f.reason,
+            })),
+            Err(other) => Err(other),
+            Ok(v) => Ok(json!({"unexpected": v})),
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.heartbeat_timeout", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result["timed_out"] == json!(true)
+            && result["timeout_kind"]
+                .as_str()
+                .is_some_and(|k| k.contains("heartbeat")),
+        || format!("result {result}"),
+    )
+}
+
+/// A query and an update while the run waits on a signal; the update's
+/// result comes back to the client, the query sees the signals so far.
+pub async fn query_and_update_during_run(h: Harness) -> Outcome {
+    let queue = h.unique("query-update");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.query_update", |ctx, _input: Value| async move {
+        let first = ctx.wait_signal("item").await?;
+        let second = ctx.wait_signal("item").await?;
+        let updates = ctx.updates("add")?;
+        Ok(json!({"first": first, "second": second, "updates": updates}))
+    });
+    worker.register_query("rust.query_update", "items", |q, _args: Value| async move {
+        Ok(json!(q.signals("item")))
+    });
+    worker.register_update("rust.query_update", "add", |_q, args: Value| async move {
+        Ok(json!({"added": args}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.query_update", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let during = {
+        let handle = handle.clone();
+        let h = h.clone();
+        async move {
+            handle
+                .signal("item", json!(["a"]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            h.until_event(&handle, "SignalReceived").await?;
+            let queried = handle
+                .query("items", json!([]))
+                .await
+                .map_err(|e| format!("query: {e}"))?;
+            let updated = handle
+                .update("add", json!([7]), None)
+                .await
+                .map_err(|e| format!("update: {e}"))?;
+            handle
+                .signal("item", json!(["b"]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            check(queried.to_string().contains("\"a\""), || {
+                format!("query answer {queried}")
+            })?;
+            check(updated.to_string().contains('7'), || {
+                format!("update answer {updated}")
+            })
+        }
+    };
+    let result = h.drive(&worker, &handle, during).await?;
+    check(
+        result["first"].to_string().contains('a') && result["second"].to_string().contains('b'),
+        || format!("result {result}"),
+    )
+}
+
+/// `get_version` for two change ids and a patch across several workflow
+/// tasks (each a full replay from history), the same decisions each time.
+pub async fn versions_over_replays(h: Harness) -> Outcome {
+    let queue = h.unique("versions");
+    let mut worker = h.worker(&queue);
+    worker.register_activity(
+        "step",
+        |_ctx, args: Value| async move { Ok(args[0].clone()) },
+    );
+    worker.register_workflow("rust.versions", |ctx, _input: Value| async move {
+        let a = ctx.get_version("change-a", -1, 1)?;
+        let one = ctx.activity("step", json!([1])).await?;
+        let b = ctx.get_version("change-b", 0, 3)?;
+        ctx.sleep(Duration::from_secs(1)).await?;
+        let patched = ctx.patched("patch-c")?;
+        let again_a = ctx.get_version("change-a", -1, 1)?;
+        let id = ctx.uuid_v4()?;
+        let two = ctx.activity("step", json!([2])).await?;
+        ctx.deprecate_patch("patch-d")?;
+        let id_again = ctx.uuid_v4()?;
+        Ok(json!({
+            "a": a, "b": b, "patched": patched, "again_a": again_a,
+            "steps": [one, two], "uuids_differ": id != id_again,
+        }))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.versions", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let result = h.drive(&worker, &handle, async { Ok(()) }).await?;
+    check(
+        result
+            == json!({
+                "a": 1, "b": 3, "patched": true, "again_a": 1,
+                "steps": [1, 2], "uuids_differ": true,
+            }),
+        || format!("result {result}"),
+    )
+}
+
+/// Continue-as-new into another workflow type on another task queue; the
+/// client's result follows the chain to the new run's result.
+pub async fn continue_as_new_with_options(h: Harness) -> Outcome {
+    let queue = h.unique("can-options");
+    let next_queue = h.unique("can-next");
+    let mut worker = h.worker(&queue);
+    let mut next = h.worker(&next_queue);
+    let target = next_queue.clone();
+    worker.register_workflow("rust.can_first", move |ctx, input: Value| {
+        let target = target.clone();
+        async move {
+            ctx.continue_as_new_with_options(
+                ContinueAsNewOptions::new()
+                    .workflow_type("rust.can_second")
+                    .task_queue(target),
+                json!([format!("from {}", input[0].as_str().unwrap_or("?"))]),
+            )
+        }
+    });
+    next.register_workflow("rust.can_second", |_ctx, input: Value| async move {
+        Ok(json!({"second_got": input[0].clone()}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.can_first", &queue, &queue, json!(["first"]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let next_worker = next.run();
+    tokio::pin!(next_worker);
+    let result = tokio::select! {
+        result = h.drive(&worker, &handle, async { Ok(()) }) => result?,
+        stopped = &mut next_worker => return Err(format!("second worker stopped: {stopped:?}")),
+    };
+    check(result == json!({"second_got": "from first"}), || {
+        format!("result {result}")
+    })?;
+    let described = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?;
+    check(
+        described.workflow_type.as_deref() == Some("rust.can_second")
+            && described
+                .raw
+                .get("continued_from_run_id")
+                .is_some_and(Value::is_string),
+        || format!("describe {described:?}"),
+    )
+}
+
+/// Search attributes upserted from workflow code are shown in the client's
+/// list (filtered by type and status; a visibility query is refused with
+/// the field named) and in describe. The first
+/// upsert names an attribute the namespace has not registered: dwserver
+/// fails that workflow task itself (a `WorkflowTaskFailed` naming the
+/// attribute) and the worker keeps running; once the attribute is
+/// registered the retried task upserts it. Regression: the completion was
+/// refused with a 422, which stops a Rust SDK worker ("worker stopped: http
+/// 422").
+pub async fn search_attributes_listed(h: Harness) -> Outcome {
+    let queue = h.unique("search");
+    let mut worker = h.worker(&queue);
+    let marker = h.unique("order");
+    let attribute = format!("OrderKey{}", durable_workflow::Uuid::new_v4().simple());
+    let (value, name) = (marker.clone(), attribute.clone());
+    worker.register_workflow("rust.search", move |ctx, _input: Value| {
+        let (value, name) = (value.clone(), name.clone());
+        async move {
+            let update = SearchAttributeUpdate::new()
+                .keyword(name, value)
+                .map_err(|e| Error::WorkerLoop(e.to_string()))?;
+            ctx.upsert_search_attributes(update)?;
+            ctx.wait_signal("done").await?;
+            Ok(json!("ok"))
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.search", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let during = {
+        let handle = handle.clone();
+        let h = h.clone();
+        let (marker, attribute) = (marker.clone(), attribute.clone());
+        async move {
+            h.until_event(&handle, "WorkflowTaskFailed").await?;
+            let events = h.history(&handle).await?;
+            let failed = events
+                .iter()
+                .find(|e| e["event_type"] == "WorkflowTaskFailed")
+                .map(|e| e["payload"]["message"].to_string())
+                .unwrap_or_default();
+            check(
+                failed.contains(&attribute) && failed.contains("not a registered"),
+                || format!("WorkflowTaskFailed message {failed}"),
+            )?;
+            let (status, body) = h
+                .post(
+                    "/api/search-attributes",
+                    &json!({"name": attribute, "type": "keyword"}),
+                )
+                .await?;
+            check(status == 201, || format!("register: {status} {body}"))?;
+            h.until_event(&handle, "SearchAttributesUpserted").await?;
+            // dwserver filters lists by workflow type and status (a
+            // visibility query is refused, naming the field); the upserted
+            // attribute shows on the run's summary.
+            let page = h
+                .client
+                .list_workflows(
+                    WorkflowListOptions::new()
+                        .workflow_type("rust.search")
+                        .status("running")
+                        .page_size(100),
+                )
+                .await
+                .map_err(|e| format!("list: {e}"))?;
+            let found: Vec<_> = page
+                .workflows
+                .iter()
+                .filter(|w| w.workflow_id == handle.workflow_id)
+                .map(|w| w.search_attributes.clone())
+                .collect();
+            check(
+                found.len() == 1 && found[0].get(&attribute) == Some(&json!(marker)),
+                || format!("list: {found:?}"),
+            )?;
+            let query = format!("{attribute} = \"{marker}\"");
+            match h
+                .client
+                .list_workflows(WorkflowListOptions::new().query(query.clone()))
+                .await
+            {
+                Err(e) if e.to_string().contains("\"query\"") => {}
+                other => return Err(format!("list {query}: {other:?}")),
+            }
+            let described = handle
+                .describe()
+                .await
+                .map_err(|e| format!("describe: {e}"))?;
+            check(
+                described
+                    .raw
+                    .get("search_attributes")
+                    .and_then(|a| a.get(&attribute))
+                    == Some(&json!(marker)),
+                || format!("describe {:?}", described.raw.get("search_attributes")),
+            )?;
+            handle
+                .signal("done", json!([]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            Ok(())
+        }
+    };
+    let result = h.drive_past_task_failures(&worker, &handle, during).await?;
+    check(result == json!("ok"), || format!("result {result}"))
+}
+
+/// A run timeout closes a run that sleeps past it; describe and the result
+/// say so.
+pub async fn run_timeout(h: Harness) -> Outcome {
+    let queue = h.unique("run-timeout");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.run_timeout", |ctx, _input: Value| async move {
+        ctx.sleep(Duration::from_secs(120)).await?;
+        Ok(json!("woke"))
+    });
+    let handle = h
+        .client
+        .start_workflow_with_options(
+            "rust.run_timeout",
+            &queue,
+            &h.unique("run-timeout-wf"),
+            WorkflowStartOptions::new()
+                .run_timeout_seconds(2)
+                .execution_timeout_seconds(60),
+            json!([]),
+        )
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    match h.drive(&worker, &handle, async { Ok(()) }).await {
+        Ok(v) => return Err(format!("unexpected result {v}")),
+        Err(e) if e.starts_with("the SDK failed") => return Err(e),
+        Err(_) => {}
+    }
+    let described = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?;
+    check(
+        described.status.as_deref() == Some("timed_out") || described.is_terminal(),
+        || format!("describe {described:?}"),
+    )
+}
+
+/// A child terminated by the client while its parent waits on it: the
+/// parent sees a terminated child failure and completes.
+pub async fn child_terminated(h: Harness) -> Outcome {
+    let queue = h.unique("parent-t");
+    let child_queue = h.unique("child-t");
+    let mut worker = h.worker(&queue);
+    let mut children = h.worker(&child_queue);
+    children.register_workflow("rust.kid_waits", |ctx, _input: Value| async move {
+        ctx.wait_signal("never").await?;
+        Ok(json!("signalled"))
+    });
+    let options = ChildWorkflowOptions::new(child_queue.clone());
+    worker.register_workflow("rust.parent_t", move |ctx, _input: Value| {
+        let options = options.clone();
+        async move {
+            match ctx
+                .start_child_workflow("rust.kid_waits", options, json!([]))
+                .await
+            {
+                Err(Error::ChildWorkflowFailed(f)) => Ok(json!({
+                    "terminated": f.kind == ChildWorkflowFailureKind::Terminated,
+                    "reason": f.reason,
+                    "child": f.child_workflow_id,
+                })),
+                Err(other) => Err(other),
+                Ok(r) => Ok(json!({"unexpected": r.result})),
+            }
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.parent_t", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let during = {
+        let handle = handle.clone();
+        let h = h.clone();
+        async move {
+            h.until_event(&handle, "ChildRunStarted").await?;
+            let events = h.history(&handle).await?;
+            let child_id = events
+                .iter()
+                .find_map(|e| e["payload"]["child_workflow_instance_id"].as_str())
+                .ok_or_else(|| format!("no child id in {:?}", types(&events)))?
+                .to_owned();
+            h.client
+                .terminate_workflow(&child_id, Default::default())
+                .await
+                .map_err(|e| format!("terminate child {child_id}: {e}"))?;
+            Ok(())
+        }
+    };
+    let child_worker = children.run();
+    tokio::pin!(child_worker);
+    let result = tokio::select! {
+        result = h.drive(&worker, &handle, during) => result?,
+        stopped = &mut child_worker => return Err(format!("child worker stopped: {stopped:?}")),
+    };
+    check(result["terminated"] == json!(true), || {
+        format!("result {result}")
+    })
+}
+
+/// A long timer loses a selection to a signal; the run completes at once,
+/// well before the timer would fire.
+pub async fn timer_loses_selection(h: Harness) -> Outcome {
+    let queue = h.unique("timer-loses");
+    let mut worker = h.worker(&queue);
+    worker.register_workflow("rust.timer_loses", |ctx, _input: Value| async move {
+        let selected = ctx
+            .select(vec![
+                ParallelOperation::timer(Duration::from_secs(300)),
+                ParallelOperation::signal("go"),
+            ])
+            .await?;
+        let after = ctx.sleep(Duration::from_secs(1)).await;
+        Ok(json!({"index": selected.index, "kind": selected.kind, "slept": after.is_ok()}))
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.timer_loses", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let during = {
+        let handle = handle.clone();
+        let h = h.clone();
+        async move {
+            h.until_event(&handle, "TimerScheduled").await?;
+            handle
+                .signal("go", json!([]))
+                .await
+                .map_err(|e| format!("signal: {e}"))?;
+            Ok(())
+        }
+    };
+    let result = h.drive(&worker, &handle, during).await?;
+    check(
+        result["index"] == json!(1) && result["slept"] == json!(true),
+        || format!("result {result}"),
+    )
+}
