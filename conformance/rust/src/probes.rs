@@ -540,3 +540,84 @@ pub async fn timer_loses_selection(h: Harness) -> Outcome {
         || format!("result {result}"),
     )
 }
+
+/// The client's paginated readers (the SDK's `workflow_pagination`
+/// example): `iter_workflows` one summary per page over three runs of a
+/// type, and `iter_workflow_history` two events per page over a run, each
+/// seeing every item once, in order.
+pub async fn pagination(h: Harness) -> Outcome {
+    let queue = h.unique("pages");
+    let workflow_type = format!("rust.pages.{queue}");
+    let mut worker = h.worker(&queue);
+    worker.register_activity(
+        "step",
+        |_ctx, args: Value| async move { Ok(args[0].clone()) },
+    );
+    worker.register_workflow(workflow_type.clone(), |ctx, input: Value| async move {
+        let a = ctx.activity("step", json!([input[0].clone()])).await?;
+        ctx.sleep(Duration::from_millis(10)).await?;
+        let b = ctx.activity("step", json!([a])).await?;
+        Ok(b)
+    });
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        handles.push(
+            h.client
+                .start_workflow(&workflow_type, &queue, &h.unique("page-wf"), json!([i]))
+                .await
+                .map_err(|e| format!("start {i}: {e}"))?,
+        );
+    }
+    for (i, handle) in handles.iter().enumerate() {
+        let result = h.drive(&worker, handle, async { Ok(()) }).await?;
+        check(result == json!(i), || format!("run {i}: result {result}"))?;
+    }
+    let mut runs = h.client.iter_workflows(
+        WorkflowListOptions::new()
+            .workflow_type(workflow_type.clone())
+            .page_size(1),
+    );
+    let mut listed = Vec::new();
+    while let Some(run) = runs
+        .next()
+        .await
+        .map_err(|e| format!("iter_workflows: {e}"))?
+    {
+        listed.push(run.workflow_id);
+        check(listed.len() <= 10, || {
+            format!("iter_workflows never ends: {listed:?}")
+        })?;
+    }
+    let mut expected: Vec<String> = handles.iter().map(|h| h.workflow_id.clone()).collect();
+    expected.reverse(); // newest first
+    check(listed == expected, || {
+        format!("iter_workflows {listed:?}, expected {expected:?}")
+    })?;
+    let handle = &handles[0];
+    let all = h.history(handle).await?;
+    let run = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?
+        .run_id
+        .ok_or("no run id")?;
+    let mut events = h.client.iter_workflow_history(
+        handle.workflow_id.clone(),
+        run,
+        durable_workflow::WorkflowHistoryOptions::new().page_size(2),
+    );
+    let mut paged = Vec::new();
+    while let Some(event) = events
+        .next()
+        .await
+        .map_err(|e| format!("iter_workflow_history: {e}"))?
+    {
+        paged.push(event.event_type);
+        check(paged.len() <= all.len() + 1, || {
+            format!("iter_workflow_history repeats: {paged:?}")
+        })?;
+    }
+    check(paged == types(&all), || {
+        format!("paged {paged:?}, whole {:?}", types(&all))
+    })
+}

@@ -84,6 +84,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("run_timeout", run_timeout),
         scenario!("child_terminated", child_terminated),
         scenario!("timer_loses_selection", timer_loses_selection),
+        scenario!("pagination", pagination),
     ]
 }
 
