@@ -1422,8 +1422,10 @@ class Suite:
         cancellation_requested with the request's context, the worker stops
         the callback, acknowledges the stop (acknowledge-cancellation) and
         delivers the request at the local call on the same claim; the
-        workflow cleans up and ends cancelled. The callback's outcome is
-        never recorded."""
+        workflow cleans up (an activity, then a local call in a
+        cancellation shield, admitted on the request's cleanup authority)
+        and ends cancelled. The stopped callback's outcome is never
+        recorded."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         worker = self.prepared_worker()
         running = asyncio.create_task(worker.run())
@@ -1452,6 +1454,7 @@ class Suite:
             except WorkflowCancelled:
                 pass
             started = self.ledger_lines(ledger)
+            cleaned = self.ledger_lines(f"{ledger}-cleanup")
         finally:
             stopped = running.done()
             await worker.stop()
@@ -1460,6 +1463,7 @@ class Suite:
             shutil.rmtree(ledgers, ignore_errors=True)
         assert not stopped, "the prepared worker stopped early"
         assert started == 1, f"the callback started {started} times"
+        assert cleaned == 1, f"the cleanup callback ran {cleaned} times"
         events = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
         types = [e["event_type"] for e in events]
         assert types[-1] == "WorkflowCancelled", types
@@ -1468,15 +1472,29 @@ class Suite:
         requested = types.index("CooperativeCancellationRequested")
         delivered = types.index("CooperativeCancellationDelivered")
         assert started_at < requested < delivered, types
-        local = [e for e in events if (e.get("payload") or {}).get("execution_mode") == "local"]
-        assert [e["event_type"] for e in local] == ["ActivityScheduled", "ActivityStarted"], local
+        local = {}
+        for event in events:
+            payload = event.get("payload") or {}
+            if payload.get("execution_mode") == "local":
+                local.setdefault(payload["sequence"], []).append(event)
+        assert [e["event_type"] for e in local[1]] == ["ActivityScheduled", "ActivityStarted"], local[1]
+        # The cleanup call, in a cancellation shield, runs on the cleanup
+        # authority of the delivered request.
+        cleanup = [events for sequence, events in local.items() if sequence != 1]
+        assert len(cleanup) == 1, local
+        assert [e["event_type"] for e in cleanup[0]] == [
+            "ActivityScheduled", "ActivityStarted", "ActivityCompleted"], cleanup
+        authority = cleanup[0][0]["payload"]["cancellation_cleanup"]
+        assert authority["request_id"] == events[requested]["payload"]["workflow_command_id"], authority
+        assert authority["delivery_history_event_id"] == events[delivered]["id"], authority
         delivery = events[delivered]["payload"]
         assert delivery["call_kind"] == "local_activity" and delivery["sequence"] == 1, delivery
         context = events[requested]["payload"]["cancellation"]
         assert context["request_id"] == delivery["workflow_command_id"], context
         assert "ActivityCompleted" in types[delivered:], types
         return (f"callback stopped and acknowledged, request delivered at the local call "
-                f"(sequence {delivery['sequence']}), cleanup ran: {types}")
+                f"(sequence {delivery['sequence']}), cleanup ran (an activity, then a local call "
+                f"on the request's cleanup authority): {types}")
 
     SCENARIOS = [
         "activity_timer_signal_condition_query",

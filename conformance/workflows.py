@@ -661,7 +661,7 @@ def prepared_pause(ledger: str, seconds: float) -> str:
 class PreparedLocalCancelled:
     """A prepared local call that a cooperative cancellation request finds
     running: the callback is stopped, the request delivered at the call, and
-    the workflow cleans up."""
+    the workflow cleans up with an activity and a shielded local call."""
 
     def run(self, ctx, ledger):
         try:
@@ -669,6 +669,8 @@ class PreparedLocalCancelled:
             yield ctx.start_timer(3600)
         except WorkflowCancelled:
             yield ctx.schedule_activity("greet", ["cleanup"])
+            with ctx.cancellation_shield():
+                yield ctx.local_activity("prepared_double", [f"{ledger}-cleanup", 1])
             raise
         return paused
 

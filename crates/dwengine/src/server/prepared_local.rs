@@ -226,7 +226,7 @@ impl Engine {
             "start_to_close_deadline_at": timestamp(row.start_to_close_deadline_ms),
             "schedule_to_close_deadline_at": timestamp(row.schedule_to_close_deadline_ms),
             "heartbeat_deadline_at": timestamp(row.heartbeat_deadline_ms),
-            "cancellation_cleanup": null,
+            "cancellation_cleanup": cleanup_wire(row),
             "history_refresh_page_token": wire::page_token(0),
         }))
     }
@@ -291,7 +291,7 @@ impl Engine {
             "start_to_close_deadline_at": timestamp(row.start_to_close_deadline_ms),
             "schedule_to_close_deadline_at": timestamp(row.schedule_to_close_deadline_ms),
             "heartbeat_deadline_at": timestamp(row.heartbeat_deadline_ms),
-            "cancellation_cleanup": null,
+            "cancellation_cleanup": cleanup_wire(row),
             "fenced": control.cancellation.is_some(),
             "cancellation_request": control.cancellation.as_ref().map(|c| c.context.clone()),
             "cancellation_history_event_id":
@@ -548,6 +548,18 @@ impl Engine {
     }
 }
 
+/// A cleanup call's authority as the receipts carry it.
+fn cleanup_wire(row: &LocalAttempt) -> Value {
+    match &row.descriptor.cancellation_cleanup {
+        Some(Value::Object(cleanup)) => {
+            let mut cleanup = cleanup.clone();
+            cleanup.remove("cleanup_deadline_at_ms");
+            Value::Object(cleanup)
+        }
+        _ => Value::Null,
+    }
+}
+
 /// What an outcome's and a recovery's answers share.
 fn recorded_answer(_task_id: &str, recorded: &Recorded) -> Value {
     let row: &LocalAttempt = &recorded.attempt;
@@ -599,15 +611,33 @@ fn check_local_fields(checks: &mut Checks, raw: &Value, prefix: &str) {
             );
         }
     }
-    if raw
-        .get("cancellation_cleanup")
-        .is_some_and(|c| !c.is_null())
-    {
-        checks.problem(
-            &format!("{prefix}.cancellation_cleanup"),
-            "Local activities run as cancellation cleanup are not served: this server grants \
-             no cleanup authority to a prepared local call; run the cleanup as an activity.",
-        );
+    if let Some(cleanup) = raw.get("cancellation_cleanup").filter(|c| !c.is_null()) {
+        for name in ["request_id", "delivery_history_event_id"] {
+            if cleanup
+                .get(name)
+                .and_then(Value::as_str)
+                .is_none_or(|t| t.trim().is_empty())
+            {
+                checks.problem(
+                    &format!("{prefix}.cancellation_cleanup.{name}"),
+                    format!(
+                        "The cancellation_cleanup.{name} field is required for a cleanup call."
+                    ),
+                );
+            }
+        }
+        if prefix != "descriptor" {
+            checks.problem(
+                &format!("{prefix}.cancellation_cleanup"),
+                "A cleanup call in an all() group is not served: run cleanup local calls one at a time.",
+            );
+        }
+        if cleanup.get("scope_id").is_some_and(|c| !c.is_null()) {
+            checks.problem(
+                &format!("{prefix}.cancellation_cleanup.scope_id"),
+                "Cancellation scopes are not served: a cleanup call names the run's request only.",
+            );
+        }
     }
     if raw.get("cancellation_policy").is_some_and(|c| !c.is_null()) {
         checks.problem(

@@ -67,6 +67,12 @@ pub struct LocalDescriptor {
     /// Seconds an attempt may go without a heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_timeout: Option<u64>,
+    /// A call run as cancellation cleanup: the delivered request it cleans
+    /// up after (`request_id`, `delivery_history_event_id`); admission
+    /// resolves it to the full cleanup authority (`root_request_id`,
+    /// `cleanup_deadline_at` added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation_cleanup: Option<Value>,
     /// Parallel group membership.
     #[serde(flatten)]
     pub group: ParallelGroup,
@@ -324,7 +330,11 @@ impl Store {
                 if let Err(exceeded) = self.admission_limits(&head, descriptor) {
                     return self.fail_run(tx, task_id, &head, exceeded);
                 }
-                schedule(&tx, run, sequence, descriptor)?;
+                let descriptor = match resolve_cleanup(&tx, run, descriptor)? {
+                    Ok(descriptor) => descriptor,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                schedule(&tx, run, sequence, &descriptor)?;
                 load(&tx, run, sequence)?.ok_or(Error::RunNotFound(run))?
             }
             Some(row) => row,
@@ -398,8 +408,18 @@ impl Store {
         let seconds = |s: Option<u64>| {
             s.map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000)))
         };
-        let start_to_close = seconds(row.descriptor.start_to_close_timeout);
-        let heartbeat = seconds(row.descriptor.heartbeat_timeout);
+        // A cleanup call's deadlines stay within the cleanup deadline, and
+        // its heartbeat deadline is that deadline unless it heartbeats.
+        let cleanup_deadline = cleanup_deadline_ms(&row.descriptor);
+        let clip = |d: Option<i64>| match (d, cleanup_deadline) {
+            (Some(d), Some(c)) => Some(d.min(c)),
+            (d, _) => d,
+        };
+        let start_to_close = clip(seconds(row.descriptor.start_to_close_timeout));
+        let heartbeat = match seconds(row.descriptor.heartbeat_timeout) {
+            Some(d) => clip(Some(d)),
+            None => cleanup_deadline,
+        };
         let mut payload = marker(&row);
         payload["activity_attempt_id"] = attempt_id.clone().into();
         payload["attempt_number"] = attempt_number.into();
@@ -500,11 +520,15 @@ impl Store {
                     .execute(params![task_id, lease])?;
                 }
                 Some(details) => {
-                    let deadline = attempt.descriptor.heartbeat_timeout.map(|s| {
+                    let cleanup = cleanup_deadline_ms(&attempt.descriptor);
+                    let deadline = match attempt.descriptor.heartbeat_timeout.map(|s| {
                         now.saturating_add(
                             i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000),
                         )
-                    });
+                    }) {
+                        Some(d) => Some(cleanup.map_or(d, |c| d.min(c))),
+                        None => attempt.heartbeat_deadline_ms,
+                    };
                     let details = (!details.is_null())
                         .then(|| serde_json::to_string(details))
                         .transpose()?;
@@ -993,9 +1017,10 @@ pub(crate) fn schedule(
     descriptor: &LocalDescriptor,
 ) -> Result<Value, Error> {
     let now = now_ms();
-    let deadline = descriptor
-        .schedule_to_close_timeout
-        .map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000)));
+    let deadline = descriptor.schedule_to_close_timeout.map(|s| {
+        let d = now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000));
+        cleanup_deadline_ms(descriptor).map_or(d, |c| d.min(c))
+    });
     conn.prepare_cached(
         "INSERT INTO prepared_local_activities (run_id, sequence, activity_type, descriptor, \
          status, attempt_number, scheduled_at_ms, schedule_to_close_deadline_ms) \
@@ -1016,6 +1041,11 @@ pub(crate) fn schedule(
     if let Some(policy) = &descriptor.retry_policy {
         payload["retry_policy"] = serde_json::to_value(policy)?;
     }
+    if let Some(Value::Object(cleanup)) = &descriptor.cancellation_cleanup {
+        let mut cleanup = cleanup.clone();
+        cleanup.remove("cleanup_deadline_at_ms");
+        payload["cancellation_cleanup"] = Value::Object(cleanup);
+    }
     for (name, value) in [
         ("start_to_close_timeout", descriptor.start_to_close_timeout),
         (
@@ -1031,6 +1061,73 @@ pub(crate) fn schedule(
     append_event(conn, run, EventType::ActivityScheduled, &payload, true)?;
     bump(conn, run, Pending::Activity, 1)?;
     Ok(payload)
+}
+
+/// The cleanup deadline of a cleanup call (ms), from its resolved authority.
+fn cleanup_deadline_ms(descriptor: &LocalDescriptor) -> Option<i64> {
+    descriptor
+        .cancellation_cleanup
+        .as_ref()?
+        .get("cleanup_deadline_at_ms")?
+        .as_i64()
+}
+
+/// A cleanup call's authority checked against the run's delivered request
+/// and resolved to what the receipts carry; other calls pass unchanged.
+pub(crate) fn resolve_cleanup(
+    conn: &Connection,
+    run: RunId,
+    descriptor: &LocalDescriptor,
+) -> Result<Result<LocalDescriptor, Refusal>, Error> {
+    let Some(asked) = &descriptor.cancellation_cleanup else {
+        return Ok(Ok(descriptor.clone()));
+    };
+    let request: Option<(Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT delivered_sequence, cleanup_deadline_at_ms FROM cancellation_requests \
+             WHERE run_id = ?1",
+        )?
+        .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let delivered: Option<i64> = conn
+        .prepare_cached(
+            "SELECT sequence FROM history_events WHERE run_id = ?1 AND event_type = ?2 \
+             ORDER BY sequence DESC LIMIT 1",
+        )?
+        .query_row(
+            params![run.0, EventType::CooperativeCancellationDelivered.as_str()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let context = request_event(conn, run)?;
+    let (Some((Some(_), deadline_ms)), Some(delivered), Some(context)) =
+        (request, delivered, context)
+    else {
+        return Ok(refuse(
+            409,
+            "cancellation_cleanup_not_authorized",
+            "the run has no delivered cancellation request for this cleanup call",
+        ));
+    };
+    let delivery_id = (delivered + 1).to_string();
+    if asked["request_id"].as_str() != Some(context.request_id.as_str())
+        || asked["delivery_history_event_id"].as_str() != Some(delivery_id.as_str())
+    {
+        return Ok(refuse(
+            409,
+            "cancellation_cleanup_not_authorized",
+            "cancellation_cleanup must name the run's delivered request and its delivery event",
+        ));
+    }
+    let mut resolved = descriptor.clone();
+    resolved.cancellation_cleanup = Some(json!({
+        "request_id": context.request_id,
+        "root_request_id": context.context["root_request_id"],
+        "delivery_history_event_id": delivery_id,
+        "cleanup_deadline_at": context.context["cleanup_deadline_at"],
+        "cleanup_deadline_at_ms": deadline_ms,
+    }));
+    Ok(Ok(resolved))
 }
 
 /// The fields every event of a prepared local activity carries.

@@ -344,7 +344,7 @@ fn bad_input_is_refused_naming_the_field() {
             "prepare",
             json!({ "sequence": 1, "worker_attempt_id": "n",
                     "descriptor": descriptor(json!({ "cancellation_cleanup": { "request_id": "r" } })) }),
-            "descriptor.cancellation_cleanup",
+            "descriptor.cancellation_cleanup.delivery_history_event_id",
         ),
         (
             "checkpoint",
@@ -743,9 +743,52 @@ fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
             "request_id": request_id, "sequence": 1, "call_kind": "local_activity" }),
     );
     assert_eq!(status, 200, "{delivered}");
-    let kinds: Vec<String> = local_types(&history(&s, "pla-cancel"))
-        .into_iter()
-        .map(|(_, k)| k)
-        .collect();
+    let events = history(&s, "pla-cancel");
+    let kinds: Vec<String> = local_types(&events).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, ["ActivityScheduled", "ActivityStarted"]);
+    let delivery = events
+        .iter()
+        .find(|e| e["event_type"] == "CooperativeCancellationDelivered")
+        .unwrap();
+
+    // A cleanup call names the delivered request and its delivery event; it
+    // runs on that cleanup authority, within the cleanup deadline.
+    let (status, wrong) = prepare(
+        &s,
+        &task,
+        2,
+        "c",
+        json!({ "cancellation_cleanup": { "request_id": request_id, "delivery_history_event_id": "1" } }),
+    );
+    assert_eq!(status, 409, "{wrong}");
+    assert_eq!(
+        wrong["reason"], "cancellation_cleanup_not_authorized",
+        "{wrong}"
+    );
+    let asked = json!({ "cancellation_cleanup": {
+        "request_id": request_id, "delivery_history_event_id": delivery["id"] } });
+    let (status, cleanup) = prepare(&s, &task, 2, "c", asked);
+    assert_eq!(status, 200, "{cleanup}");
+    let authority = &cleanup["cancellation_cleanup"];
+    assert_eq!(authority["request_id"], request_id, "{cleanup}");
+    assert_eq!(authority["root_request_id"], request_id, "{cleanup}");
+    assert_eq!(
+        authority["delivery_history_event_id"], delivery["id"],
+        "{cleanup}"
+    );
+    assert_eq!(
+        authority["cleanup_deadline_at"], context["cleanup_deadline_at"],
+        "{cleanup}"
+    );
+    assert_eq!(authority.as_object().unwrap().len(), 4, "{cleanup}");
+    // No heartbeat timeout: the heartbeat deadline is the cleanup deadline.
+    assert_eq!(
+        cleanup["heartbeat_deadline_at"], context["cleanup_deadline_at"],
+        "{cleanup}"
+    );
+    let attempt = cleanup["activity_attempt_id"].clone();
+    let (status, control) = attempt_op(&s, &task, &attempt, "control", json!({}));
+    assert_eq!(status, 200, "{control}");
+    assert_eq!(control["active"], true, "{control}");
+    assert_eq!(control["cancellation_cleanup"], *authority, "{control}");
 }
