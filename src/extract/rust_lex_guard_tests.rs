@@ -16,6 +16,8 @@ use super::super::lexical::{self, guard_measures, MAX_NESTING, MAX_OPERATOR_RUN}
 use super::super::rust;
 use super::{code_start, tokenize_into, GuardView, LexError};
 use crate::extract::rust_differential::repository_files;
+use crate::extract::ExtractConfig;
+use crate::scan::prefilter::Prefilter;
 
 /// What the extractor concludes of `text`, and the view it concluded from.
 fn folded(text: &str) -> (Option<(String, usize)>, Result<GuardView, LexError>) {
@@ -365,6 +367,50 @@ fn every_glued_head_and_tail_gets_the_guard_s_verdict_around_deep_nesting() {
     assert!(settled * 4 > cases, "{settled} of {cases}");
 }
 
+/// Keys in literals of every form, next to them and in comments: what
+/// the prefilter looks for inside the strings the guard's lexer reads.
+const KEYED: &[&str] = &[
+    "\"server:k:\"",
+    "r#\"dw_k\"#",
+    "b\"server:k:\"",
+    "c\"dw_k\"",
+    "br\"server:k:\"",
+    "\"a\\\"server:k:\"",
+    "\"dw_k{a=\\\"1\\\"}\"",
+    "r\"dw_\\\"",
+    "\"x\"dw_k",
+    "'x'dw_k",
+    "r#r\"server:k:\"",
+    "server:k:",
+    "dw_k",
+    "// \"server:k:\"\n",
+    "/* \"dw_k\" */",
+    "counter!(\"dw_k\")",
+    "#!/x \"server:k:\"\n",
+];
+
+/// The prefilter (whose lexing of a Rust file is the guard's) passes
+/// every file in which the extractor (which reads the tokenizer's
+/// literals) finds a key: it may pass a file with none, never skip one.
+fn prefilter_passes(text: &str) -> Result<(), TestCaseError> {
+    let config = ExtractConfig {
+        cache_namespace: "server:".into(),
+        metric_prefix: "dw_".into(),
+    };
+    let prefilter = Prefilter::new(&config, &[]).expect("a prefilter");
+    if !prefilter.wants("src/a.rs", text.as_bytes()) {
+        let facts = rust::extract_rust(text, &config, &["krate".to_owned()]);
+        prop_assert!(
+            facts.literals.is_empty() && facts.metrics.is_empty(),
+            "skipped, yet {:?} {:?} in {:?}",
+            facts.literals,
+            facts.metrics,
+            text
+        );
+    }
+    Ok(())
+}
+
 /// Inputs the property tests above once failed on, shrunk.
 #[test]
 fn the_inputs_the_property_tests_found_get_the_guard_s_verdicts() {
@@ -427,6 +473,36 @@ proptest! {
     #[test]
     fn generated_programs_get_the_guard_s_verdicts(text in program()) {
         agrees(&text)?;
+    }
+
+    /// Generated programs and the repository's files, their own keys
+    /// renamed, with keyed literals and shapes spliced in.
+    #[test]
+    fn the_prefilter_skips_no_file_the_extractor_finds_a_key_in(
+        base in prop_oneof![
+            program(),
+            (0..1_000usize).prop_map(|file| {
+                let files = repository_files();
+                files[file % files.len()].1.replace("server:", "srv:").replace("dw_", "dx_")
+            }),
+        ],
+        cuts in prop::collection::vec(
+            (
+                any::<prop::sample::Index>(),
+                prop_oneof![2 => piece(), 1 => prop::sample::select(KEYED).prop_map(str::to_owned)],
+            ),
+            1..6,
+        ),
+    ) {
+        let mut text = base;
+        for (at, piece) in cuts {
+            let mut at = at.index(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.insert_str(at, &piece);
+        }
+        prefilter_passes(&text)?;
     }
 
     /// The repository's files with shapes spliced in at char boundaries.

@@ -627,6 +627,12 @@ mod tests {
         assert!(p.wants("a.rs", b"fn f() { g(\"server:x:\") }"));
         assert!(p.wants("a.rs", b"fn f() { g(r#\"dw_x\"#) }"));
         assert!(p.wants("a.rs", b"struct Store;"));
+        // Strings end where the tokenizer ends them: after a literal's
+        // suffix and a raw C string, after a raw identifier's `#` and a
+        // raw string, after a shebang line's quote (which is no string).
+        assert!(p.wants("a.rs", b"f(\"x\"r#cr#\"\\\"#); g(\"server:x:\");"));
+        assert!(p.wants("a.rs", b"f(r#r#r\"\\\"); g(\"server:x:\");"));
+        assert!(p.wants("a.rs", b"#!/bin/x \"\nf(\"server:x:\");"));
         // An owner whose name starts like a metric is still an owner.
         let p = prefilter(&["dw_registry"]);
         assert!(p.wants("a.rs", b"fn dw_registry() {}"));

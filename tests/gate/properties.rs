@@ -136,9 +136,13 @@ fn input(extensions: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> 
         .prop_map(|(seed, edits)| apply(seed, &edits))
 }
 
+/// 256 cases a run, or `PROPTEST_CASES` for a longer one.
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 256,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(256),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
