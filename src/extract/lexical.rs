@@ -142,9 +142,17 @@ fn lex(text: &str, mut sink: impl FnMut(Lexeme, usize) -> bool) {
                 }
                 (None, end)
             }
+            // A space beyond ASCII (`U+0085`, `U+00A0`, `U+2028`…): a
+            // blank to the tokenizer, so no part of a word here.
+            class::IDENT if b[i] >= 0x80 && unicode_space(b, i).is_some() => {
+                (None, i + unicode_space(b, i).unwrap_or(1))
+            }
             class::IDENT => {
                 let mut end = i + 1;
-                while end < b.len() && class_at(end) == class::IDENT {
+                while end < b.len()
+                    && class_at(end) == class::IDENT
+                    && (b[end] < 0x80 || unicode_space(b, end).is_none())
+                {
                     end += 1;
                 }
                 // Only `r`, `b`, `c`, `br` and `cr` before `"` or `#` can
@@ -213,11 +221,28 @@ const fn starts_suffix(c: u8) -> bool {
 /// raw string, not a raw identifier `r#r`.
 fn suffix_end(b: &[u8], mut at: usize) -> usize {
     if b.get(at).is_some_and(|&c| starts_suffix(c)) {
-        while at < b.len() && is_ident_byte(b[at]) {
+        while at < b.len() && is_ident_byte(b[at]) && unicode_space(b, at).is_none() {
             at += 1;
         }
     }
     at
+}
+
+/// The length of the space beyond ASCII that starts at `b[i]`, if one
+/// does: what the tokenizer skips as whitespace (`char::is_whitespace`,
+/// and the marks U+200E and U+200F). Their UTF-8 starts with `C2`, `E1`,
+/// `E2` or `E3`; `b` is a `str`'s bytes, so a char starting there decodes.
+fn unicode_space(b: &[u8], i: usize) -> Option<usize> {
+    let len = match *b.get(i)? {
+        0xc2 => 2,
+        0xe1..=0xe3 => 3,
+        _ => return None,
+    };
+    let c = std::str::from_utf8(b.get(i..i + len)?)
+        .ok()?
+        .chars()
+        .next()?;
+    (c.is_whitespace() || c == '\u{200e}' || c == '\u{200f}').then_some(len)
 }
 
 /// The end of a string literal whose prefix is the word `b[start..word_end]`
@@ -894,9 +919,11 @@ mod tests {
                 b'(' | b'[' | b'{' => (Some(Lexeme::Open), i + 1),
                 b')' | b']' | b'}' => (Some(Lexeme::Close), i + 1),
                 b',' | b';' => (Some(Lexeme::Separator), i + 1),
+                _ if unicode_space(b, i).is_some() => (None, i + unicode_space(b, i).unwrap_or(1)),
                 c if is_ident_byte(c) => {
                     let mut end = i;
-                    while end < b.len() && is_ident_byte(b[end]) {
+                    while end < b.len() && is_ident_byte(b[end]) && unicode_space(b, end).is_none()
+                    {
                         end += 1;
                     }
                     let named = i == raw_name;
@@ -1132,6 +1159,28 @@ mod tests {
                 "c\"i\"é",
                 "\"l\""
             ]
+        );
+    }
+
+    #[test]
+    fn a_space_beyond_ascii_ends_a_word_as_it_does_for_the_tokenizer() {
+        let table: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex(t, s);
+        let bytewise: fn(&str, &mut dyn FnMut(Lexeme, usize) -> bool) = |t, s| lex_bytewise(t, s);
+        let deep = format!("{}x{}", "(".repeat(300), ")".repeat(300));
+        // `\u{85}r` read as one word put no raw string `r#"x"#` (with the
+        // suffix `r`) before `"a\"b"`: the guard read `#`, `"x"`, `#`, a
+        // raw string `r"a\"b` and a string that ran on over the nesting.
+        for space in ['\u{85}', '\u{a0}', '\u{200e}', '\u{2028}', '\u{3000}'] {
+            let text = format!("f({space}r#\"x\"#r\"a\\\"b\" {deep} \"z\");");
+            assert!(too_complex(&text).is_some(), "{space:?}");
+            let text = format!("f(\"x\"{space}r\"a\\\" {deep} \"z\");");
+            assert!(too_complex(&text).is_some(), "suffix {space:?}");
+            assert_eq!(lexemes(table, &text), lexemes(bytewise, &text));
+        }
+        // Other characters beyond ASCII stay word bytes.
+        assert_eq!(
+            strings("é\"a\" 名r\"b\" \u{85}r\"c\""),
+            vec!["\"a\"", "\"b\"", "r\"c\""]
         );
     }
 
