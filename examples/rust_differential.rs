@@ -3,6 +3,9 @@
 //! differ (files `syn` could not parse are counted, not compared: only the
 //! new extractor reads those past a syntax error), then the time each
 //! extractor took over all files (in this process, files already read).
+//! Each file also goes through `harness::rust_tokens`, which holds the
+//! nesting guard's verdict and measures read off the tokenizer to the
+//! guard's own lexer; a file it fails on is printed too.
 //!
 //! ```sh
 //! cargo run --release --features syn-oracle --example rust_differential -- ~/.cargo/registry/src
@@ -19,6 +22,7 @@ struct Counts {
     same: usize,
     differ: usize,
     syntax_errors: usize,
+    guard_differ: usize,
     syn_time: std::time::Duration,
     new_time: std::time::Duration,
 }
@@ -39,6 +43,10 @@ fn visit(dir: &Path, configs: &[ExtractConfig], counts: &mut Counts) {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
+        if std::panic::catch_unwind(|| dwlint::harness::rust_tokens(text.as_bytes())).is_err() {
+            println!("{}: harness::rust_tokens failed", path.display());
+            counts.guard_differ += 1;
+        }
         let module = vec!["krate".to_owned()];
         for config in configs {
             let started = std::time::Instant::now();
@@ -137,12 +145,16 @@ fn main() {
         counts.same, counts.differ, counts.syntax_errors
     );
     println!(
+        "{} files harness::rust_tokens fails on (token promises, the nesting guard against the tokenizer)",
+        counts.guard_differ
+    );
+    println!(
         "extraction time: syn {:.1} ms, parser-free {:.1} ms ({:.1}x faster)",
         counts.syn_time.as_secs_f64() * 1e3,
         counts.new_time.as_secs_f64() * 1e3,
         counts.syn_time.as_secs_f64() / counts.new_time.as_secs_f64().max(1e-9)
     );
-    if counts.differ > 0 {
+    if counts.differ > 0 || counts.guard_differ > 0 {
         std::process::exit(1);
     }
 }
