@@ -72,11 +72,6 @@ pub struct DeliverCancellationBody {
     pub operation_sequence_span: Option<i64>,
 }
 
-/// The Nexus bindings a cooperative delivery reaches through: a call from
-/// workflow code starts a workflow run (`start_workflow` binding), and a
-/// delivery at a call waiting for its outcome gives that run a request.
-pub const NEXUS_BINDING_KINDS: [&str; 1] = ["workflow_run"];
-
 /// The longest identity an `acknowledge-cancellation` may carry (both
 /// SDKs' bound, in bytes).
 pub const MAX_ACK_IDENTITY_BYTES: usize = 255;
@@ -94,27 +89,6 @@ pub struct AcknowledgeCancellationBody {
     /// `cancellation_acknowledgement` named.
     #[serde(default)]
     pub request_id: String,
-}
-
-/// Checks a `schedule_activity` command's `cancellation_policy` (one of
-/// the child policies, as both SDKs send it).
-pub(crate) fn check_activity_policy(
-    checks: &mut Checks,
-    command: &Value,
-    field: &impl Fn(&str) -> String,
-) {
-    let allowed = &crate::store::children::CANCELLATION_POLICIES;
-    if let Some(value) = command.get("cancellation_policy").filter(|v| !v.is_null()) {
-        if !value.as_str().is_some_and(|text| allowed.contains(&text)) {
-            checks.problem(
-                &field("cancellation_policy"),
-                format!(
-                    "The cancellation_policy must be one of {}.",
-                    allowed.join(", ")
-                ),
-            );
-        }
-    }
 }
 
 /// A request as the SDKs observe it (`cancellation_request`).

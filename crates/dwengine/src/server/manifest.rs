@@ -140,7 +140,7 @@ impl Engine {
         let capabilities = &mut info["worker_protocol"]["server_capabilities"];
         capabilities["nexus_cooperative_cancellation"] = true.into();
         capabilities["nexus_cooperative_cancellation_binding_kinds"] =
-            json!(crate::server::cancellation::NEXUS_BINDING_KINDS);
+            json!(crate::server::worker::NEXUS_BINDING_KINDS);
         // The prepared-local protocol (`server::prepared_local`): admission,
         // control, outcome, recovery and checkpoints on the workflow task's
         // own claim; a cancellation request stops a running attempt. No

@@ -1305,7 +1305,7 @@ impl Engine {
             "cooperative_cancellation": true,
             "nexus_cooperative_cancellation": true,
             "nexus_cooperative_cancellation_binding_kinds":
-                crate::server::cancellation::NEXUS_BINDING_KINDS,
+                NEXUS_BINDING_KINDS,
         })
     }
 
@@ -1783,7 +1783,7 @@ pub(crate) fn parse_commands_in(
             check_child_command(&mut checks, command, &field);
         }
         if kind == "schedule_activity" {
-            crate::server::cancellation::check_activity_policy(&mut checks, command, &field);
+            check_activity_policy(&mut checks, command, &field);
         }
         if kind == "start_service_operation" {
             check_service_command(&mut checks, command, &field);
@@ -1921,6 +1921,28 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
             checks.problem(
                 &field(name),
                 format!("The {name} option is not supported for a service call from workflow code on this server: the call's workflow gets the id service-call-<id>, and the caller is the run's own namespace."),
+            );
+        }
+    }
+}
+
+/// The Nexus bindings a cooperative delivery reaches through: a call from
+/// workflow code starts a workflow run (`start_workflow` binding), and a
+/// delivery at a call waiting for its outcome gives that run a request.
+pub const NEXUS_BINDING_KINDS: [&str; 1] = ["workflow_run"];
+
+/// Checks a `schedule_activity` command's `cancellation_policy` (one of
+/// the child policies, as both SDKs send it).
+fn check_activity_policy(checks: &mut Checks, command: &Value, field: &impl Fn(&str) -> String) {
+    let allowed = &crate::store::children::CANCELLATION_POLICIES;
+    if let Some(value) = command.get("cancellation_policy").filter(|v| !v.is_null()) {
+        if !value.as_str().is_some_and(|text| allowed.contains(&text)) {
+            checks.problem(
+                &field("cancellation_policy"),
+                format!(
+                    "The cancellation_policy must be one of {}.",
+                    allowed.join(", ")
+                ),
             );
         }
     }

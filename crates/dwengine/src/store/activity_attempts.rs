@@ -125,7 +125,7 @@ impl Store {
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
         // An attempt a cancellation delivery waits for is not retried: its
         // failure ends the activity, and the delivery.
-        if running && !crate::store::cancellation::cancel_requested(&tx, attempt.activity)? {
+        if running && !cancel_requested(&tx, attempt.activity)? {
             if let Some(due) =
                 next_attempt_at(&tx, task_id, attempt.activity, attempt.attempt, failure)?
             {
@@ -522,4 +522,17 @@ fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> 
             .copied()
             .unwrap_or(1),
     )
+}
+
+/// Whether a cancellation delivery waits for activity `activity`'s running
+/// attempt to clean up.
+pub(crate) fn cancel_requested(conn: &Connection, activity: i64) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT cancel_requested_at_ms IS NOT NULL FROM activities \
+             WHERE id = ?1 AND status = 'scheduled'",
+        )?
+        .query_row([activity], |r| r.get(0))
+        .optional()?
+        .unwrap_or(false))
 }

@@ -27,6 +27,9 @@
 //! - The row goes when the run closes (`completion::finish_run` deletes
 //!   it), so the table holds at most one row per open run.
 
+use crate::store::activity_cancellation::{
+    activity_policy, stopped, STOPPED_MESSAGE, STOPPED_REASON,
+};
 use crate::store::completion::finish_run;
 use crate::store::connection::Store;
 use crate::store::db::{params, Connection, OptionalExtension};
@@ -374,20 +377,11 @@ fn cascade(
     Ok(true)
 }
 
-/// An activity's `cancellation_policy` from its stored options
-/// (`try_cancel` when it named none).
-fn activity_policy(options: Option<&str>) -> String {
-    options
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .and_then(|o| o["cancellation_policy"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| "try_cancel".to_owned())
-}
-
 /// Why a delivered cancellation stopped an authored call's item.
 const STOPPED: crate::store::selection_cancel::StopReason =
     crate::store::selection_cancel::StopReason {
-        reason: "workflow_cancellation_delivered",
-        message: "cancelled: the workflow's cancellation was delivered at this call",
+        reason: STOPPED_REASON,
+        message: STOPPED_MESSAGE,
     };
 
 /// Records a new request on running `run` (which has none): its row, its
@@ -722,19 +716,6 @@ fn rfc3339(unix_ms: i64) -> String {
     )
 }
 
-/// Whether a cancellation delivery waits for activity `activity`'s running
-/// attempt to clean up.
-pub(crate) fn cancel_requested(conn: &Connection, activity: i64) -> Result<bool, Error> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT cancel_requested_at_ms IS NOT NULL FROM activities \
-             WHERE id = ?1 AND status = 'scheduled'",
-        )?
-        .query_row([activity], |r| r.get(0))
-        .optional()?
-        .unwrap_or(false))
-}
-
 /// What the cooperative workers' status observation carries for an attempt
 /// whose activity a cooperative cancellation stopped
 /// (`cancellation_acknowledgement`): the request, and the history event
@@ -759,67 +740,6 @@ pub struct Acknowledged {
     pub history_event_id: String,
     /// Whether this repeats an earlier acknowledgement of the attempt.
     pub duplicate: bool,
-}
-
-/// The activity's state as a cooperative stop sees it.
-struct Stopped {
-    run: RunId,
-    sequence: Option<i64>,
-    activity_type: String,
-    options: Option<String>,
-    /// Closed as cancelled by a delivery.
-    cancelled: bool,
-    /// Open, with a delivery waiting for its cleanup.
-    waiting: bool,
-    ack: Option<String>,
-}
-
-/// An activity row as [`stopped`] reads it.
-type StoppedRow = (
-    i64,
-    Option<i64>,
-    String,
-    Option<String>,
-    String,
-    Option<String>,
-    bool,
-    Option<String>,
-);
-
-fn stopped(conn: &Connection, activity: i64) -> Result<Option<Stopped>, Error> {
-    let row: Option<StoppedRow> = conn
-        .prepare_cached(
-            "SELECT run_id, sequence, activity_type, options, status, result, \
-             cancel_requested_at_ms IS NOT NULL, cancellation_ack FROM activities WHERE id = ?1",
-        )?
-        .query_row([activity], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })
-        .optional()?;
-    let Some((run, sequence, activity_type, options, status, result, requested, ack)) = row else {
-        return Ok(None);
-    };
-    let by_delivery = result
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-        .is_some_and(|r| r["reason"] == STOPPED.reason);
-    Ok(Some(Stopped {
-        run: RunId(run),
-        sequence,
-        activity_type,
-        options,
-        cancelled: status == "cancelled" && by_delivery,
-        waiting: status == "scheduled" && requested,
-        ack,
-    }))
 }
 
 /// The wire id (history position + 1) of `run`'s newest event of `kind`.
@@ -881,7 +801,7 @@ impl Store {
     pub fn acknowledge_activity_cancellation(
         &self,
         task_id: i64,
-        fence: crate::store::ActivityFence<'_>,
+        fence: crate::store::activity_attempts::ActivityFence<'_>,
         request_id: &str,
     ) -> Result<Result<Acknowledged, Refusal>, Error> {
         use crate::store::activity_attempts::{end_task, fenced_attempt, run_closed_under};
@@ -1017,52 +937,4 @@ impl Store {
             .query_map([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?)
     }
-}
-
-/// Closes the activity of activity task `task_id` as cancelled when a
-/// cancellation delivery waits for it and its attempt's lease lapsed (the
-/// worker is gone, so no acknowledgement will come): `ActivityCancelled`
-/// and a workflow task for the run, whose worker delivers again. `false`
-/// (nothing written) for any other task.
-pub(crate) fn lapsed_while_waiting(conn: &Connection, task_id: i64) -> Result<bool, Error> {
-    let row: Option<(Option<i64>, i64, i64)> = conn
-        .prepare_cached(
-            "SELECT item_id, run_id, attempt FROM dispatch_tasks WHERE id = ?1 AND kind = 'activity'",
-        )?
-        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let Some((Some(activity), run, attempt)) = row else {
-        return Ok(false);
-    };
-    let Some(state) = stopped(conn, activity)? else {
-        return Ok(false);
-    };
-    if !state.waiting {
-        return Ok(false);
-    }
-    let run = RunId(run);
-    let reason = json!({ "message": STOPPED.message, "reason": STOPPED.reason });
-    conn.prepare_cached("UPDATE activities SET status = 'cancelled', result = ?2 WHERE id = ?1")?
-        .execute(params![activity, reason.to_string()])?;
-    crate::store::rows::bump(conn, run, crate::store::rows::Pending::Activity, -1)?;
-    conn.prepare_cached(
-        "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
-    )?
-    .execute([task_id])?;
-    let attempt = attempt.unsigned_abs();
-    let mut payload = json!({
-        "sequence": state.sequence,
-        "activity_execution_id": activity.to_string(),
-        "activity_attempt_id": crate::store::attempt_id(task_id, attempt),
-        "activity_type": state.activity_type,
-        "attempt_number": attempt,
-        "cancellation_policy": activity_policy(state.options.as_deref()),
-        "request_id": load(conn, run)?.map(|r| r.request_id),
-        "reason": "attempt_lease_lapsed",
-        "message": "cancelled: the attempt's lease lapsed while it cleaned up after the workflow's cancellation",
-    });
-    crate::store::activity_attempts::stamp_group(conn, activity, &mut payload)?;
-    append_event(conn, run, EventType::ActivityCancelled, &payload, false)?;
-    enqueue_workflow(conn, run)?;
-    Ok(true)
 }

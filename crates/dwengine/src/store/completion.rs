@@ -249,7 +249,7 @@ pub(crate) fn finish_run(
     conn.prepare_cached("DELETE FROM cancellation_requests WHERE run_id = ?1")?
         .execute([head.id.0])?;
     // Its prepared local activities and checkpoint (`prepared_local`).
-    crate::store::prepared_local::delete_run(conn, head.id)?;
+    crate::store::prepared_local_rows::delete_run(conn, head.id)?;
     // Its open streams end with it, so their readers reach the end.
     crate::store::streams::close_open_streams_of_run(conn, head.id, status)?;
     // A closed run has no work left for workers, and no deadlines.

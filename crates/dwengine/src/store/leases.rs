@@ -307,7 +307,7 @@ impl Store {
         if changed == 1 {
             // An attempt a cancellation delivery waits for is over: its
             // activity closes as cancelled instead of running again.
-            if crate::store::cancellation::lapsed_while_waiting(&tx, task_id)? {
+            if crate::store::activity_cancellation::lapsed_while_waiting(&tx, task_id)? {
                 tx.commit()?;
                 return Ok(true);
             }

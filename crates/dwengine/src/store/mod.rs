@@ -31,6 +31,7 @@
 //!   shapes and the model and error types.
 
 pub mod activity_attempts;
+pub(crate) mod activity_cancellation;
 pub mod admission;
 pub mod archive;
 pub mod avro_value;
@@ -62,6 +63,7 @@ pub mod namespaces;
 mod payload_references;
 pub mod pg_schema;
 pub mod prepared_local;
+pub(crate) mod prepared_local_rows;
 pub mod projections;
 pub mod protocol;
 pub mod readers;

@@ -210,7 +210,7 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
     // timeout ends the activity, and the delivery's wait.
     if status == "leased"
         && matches!(kind.as_str(), "start_to_close" | "heartbeat")
-        && !crate::store::cancellation::cancel_requested(conn, activity)?
+        && !crate::store::activity_attempts::cancel_requested(conn, activity)?
     {
         let failure = AttemptFailure {
             message: message.clone(),

@@ -100,7 +100,7 @@ pub enum WorkflowCommand {
     PrepareLocalActivity {
         /// As authored.
         #[serde(flatten)]
-        descriptor: crate::store::prepared_local::LocalDescriptor,
+        descriptor: crate::store::prepared_local_rows::LocalDescriptor,
     },
     /// Start a durable timer.
     StartTimer {
@@ -1024,7 +1024,7 @@ impl<'a> CommandWriter<'a> {
                 self.check_pending(Pending::Activity)?;
                 self.check_payload(&descriptor.arguments)?;
                 let sequence = self.take_sequence();
-                crate::store::prepared_local::schedule(
+                crate::store::prepared_local_rows::schedule(
                     self.tx,
                     self.head.id,
                     sequence,
@@ -1669,7 +1669,7 @@ impl WorkflowCommand {
             | WorkflowCommand::RecordLocalActivity { group, .. }
             | WorkflowCommand::StartTimer { group, .. }
             | WorkflowCommand::PrepareLocalActivity {
-                descriptor: crate::store::prepared_local::LocalDescriptor { group, .. },
+                descriptor: crate::store::prepared_local_rows::LocalDescriptor { group, .. },
             }
             | WorkflowCommand::StartChildWorkflow { group, .. }
             | WorkflowCommand::OpenSignalWait { group, .. } => Some(group),
