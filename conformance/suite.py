@@ -30,6 +30,7 @@ import httpx
 from durable_workflow import Client, Worker, WorkflowStreamAppendItem, serializer
 from durable_workflow.client import ScheduleAction, ScheduleSpec
 from durable_workflow.errors import (
+    DurableWorkflowError,
     ScheduleNotFound,
     UpdateRejected,
     WorkflowCancelled,
@@ -1496,6 +1497,47 @@ class Suite:
                 f"(sequence {delivery['sequence']}), cleanup ran (an activity, then a local call "
                 f"on the request's cleanup authority): {types}")
 
+    async def worker_roster(self) -> str:
+        """The operator's worker routes through the client: list_workers
+        (filtered by queue and status) sees the suite's own worker,
+        describe_worker one registration, deregister_worker removes it."""
+        async def registered():
+            listed = await self.client.list_workers(task_queue=QUEUE, status="active")
+            ours = [w for w in listed.workers if w.worker_id.startswith("conformance-")]
+            return listed if ours else None
+
+        # The suite's worker registers as it starts (this may run first).
+        listed = await self.wait_for("the suite's worker in the roster", registered)
+        assert all(w.task_queue == QUEUE and w.status == "active" for w in listed.workers), listed
+        assert listed.namespace == "default" and listed.stale_after_seconds == 90, listed
+        queue = new_id("roster-queue")
+        worker_id = new_id("roster-worker")
+        registered = await self.http.post(
+            "/api/worker/register",
+            json={"worker_id": worker_id, "task_queue": queue, "runtime": "python"},
+            headers={"X-Durable-Workflow-Protocol-Version": "1.20"},
+        )
+        assert registered.status_code == 200, registered.text
+        only = await self.client.list_workers(task_queue=queue)
+        assert [w.worker_id for w in only.workers] == [worker_id], only
+        described = await self.client.describe_worker(worker_id)
+        assert (described.worker_id, described.task_queue, described.status) == (
+            worker_id, queue, "active"), described
+        assert described.heartbeat_interval_seconds == 30, described
+        assert described.last_heartbeat_at and described.last_heartbeat_at.endswith("Z"), described
+        removed = await self.client.deregister_worker(worker_id)
+        assert removed["outcome"] == "deregistered", removed
+        try:
+            await self.client.describe_worker(worker_id)
+        except DurableWorkflowError as error:
+            assert getattr(error, "status", None) == 404 or "worker_not_found" in str(error), error
+        else:
+            raise AssertionError("a deregistered worker is still described")
+        gone = await self.client.list_workers(task_queue=queue)
+        assert gone.workers == [], gone
+        return (f"{len(listed.workers)} active worker(s) on {QUEUE}; "
+                f"{worker_id} listed, described, deregistered")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1533,6 +1575,7 @@ class Suite:
         "cooperative_cancellation_waits",
         "prepared_local_activity",
         "prepared_local_cancellation",
+        "worker_roster",
     ]
 
 

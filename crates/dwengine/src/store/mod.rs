@@ -86,6 +86,7 @@ pub mod timeouts;
 pub mod timers;
 mod tx;
 pub mod update_validations;
+pub mod worker_roster;
 pub mod workflow_commands;
 pub mod writer;
 

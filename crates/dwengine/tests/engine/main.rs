@@ -76,5 +76,6 @@ mod update_validations;
 mod wait_slot_processes;
 mod webhooks;
 mod wire_events;
+mod worker_roster;
 mod worker_sessions;
 mod workflow_service_calls;

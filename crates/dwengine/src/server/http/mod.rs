@@ -18,6 +18,7 @@ mod system;
 mod waiting;
 mod webhooks;
 mod worker_tasks;
+mod workers;
 mod workflows;
 
 use std::sync::Arc;
@@ -58,6 +59,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(schedules::routes())
         .merge(services::routes())
         .merge(worker_tasks::routes())
+        .merge(workers::routes())
         .merge(external_payloads::routes())
         .merge(webhooks::routes())
         .merge(crate::server::ui::routes(&engine))
@@ -343,6 +345,8 @@ fn is_control_plane(path: &str) -> bool {
         "/api/search-attributes",
         "/api/schedules",
         "/api/service-endpoints",
+        "/api/workers",
+        "/api/task-queues",
     ]
     .iter()
     .any(|prefix| path.starts_with(prefix))

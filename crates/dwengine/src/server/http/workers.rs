@@ -1,0 +1,43 @@
+//! `/api/workers`: the operator's roster of registered workers.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Extension, Router};
+
+use super::{blocking, Scope, Shared};
+use crate::server::roster::WorkerListQuery;
+use crate::server::Engine;
+
+pub(super) fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/api/workers", get(list))
+        .route("/api/workers/{id}", get(describe).delete(deregister))
+}
+
+async fn list(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Query(query): Query<WorkerListQuery>,
+) -> Response {
+    blocking(engine, move |e| e.list_workers(&scope.namespace, query)).await
+}
+
+async fn describe(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Response {
+    blocking(engine, move |e| e.describe_worker(&scope.namespace, &id)).await
+}
+
+/// The same as the worker plane's `DELETE /api/worker/registrations/{id}`.
+async fn deregister(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Response {
+    blocking(engine, move |e| e.deregister_worker(&scope.namespace, &id)).await
+}

@@ -1,0 +1,180 @@
+//! The operator's worker roster over loopback HTTP: `GET /api/workers`
+//! (namespace-scoped, filtered by task queue and status, paged by signed
+//! tokens), `GET /api/workers/{id}` and `DELETE /api/workers/{id}`.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use dwengine::cache::MemoryCache;
+use dwengine::store::worker_roster::Liveness;
+use dwengine::store::{Store, StoreConfig};
+use serde_json::{json, Value};
+use support::TestServer;
+
+fn server() -> TestServer {
+    TestServer::start(Arc::new(MemoryCache::default()), |_| {})
+}
+
+fn register(s: &TestServer, ns: &str, worker: &str, queue: &str) {
+    let (status, body) = s.post_ns(
+        ns,
+        "/api/worker/register",
+        json!({ "worker_id": worker, "task_queue": queue, "runtime": "python" }),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["worker_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_roster_lists_a_namespaces_workers_by_id_filters_them_and_pages() {
+    let s = server();
+    s.namespace("other");
+    for (worker, queue) in [("w-c", "q1"), ("w-a", "q1"), ("w-b", "q2"), ("w-d", "q1")] {
+        register(&s, "default", worker, queue);
+    }
+    register(&s, "other", "w-z", "q1");
+
+    let (status, all) = s.get("/api/workers");
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(ids(&all), ["w-a", "w-b", "w-c", "w-d"]);
+    assert_eq!(all["namespace"], "default");
+    assert_eq!(all["stale_after_seconds"], 90);
+    assert_eq!(all["next_page_token"], Value::Null);
+    let a = &all["workers"][0];
+    assert_eq!(
+        (&a["task_queue"], &a["status"], &a["namespace"]),
+        (&json!("q1"), &json!("active"), &json!("default"))
+    );
+    assert!(
+        a["last_heartbeat_at"].as_str().unwrap().ends_with('Z'),
+        "{a}"
+    );
+
+    let (_, q1) = s.get("/api/workers?task_queue=q1");
+    assert_eq!(ids(&q1), ["w-a", "w-c", "w-d"]);
+    let (_, active) = s.get("/api/workers?status=active");
+    assert_eq!(ids(&active).len(), 4);
+    let (_, stale) = s.get("/api/workers?status=stale");
+    assert!(ids(&stale).is_empty(), "{stale}");
+    let (_, other) = s.get_ns("other", "/api/workers");
+    assert_eq!(ids(&other), ["w-z"]);
+
+    // Pages of three, then the rest; every worker once, in order.
+    let mut seen = Vec::new();
+    let mut path = "/api/workers?page_size=3".to_owned();
+    let mut pages = 0;
+    loop {
+        let (status, page) = s.get(&path);
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        seen.extend(ids(&page));
+        match page["next_page_token"].as_str() {
+            Some(token) => path = format!("/api/workers?page_size=3&next_page_token={token}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        (pages, seen),
+        (
+            2,
+            vec!["w-a".to_owned(), "w-b".into(), "w-c".into(), "w-d".into()]
+        )
+    );
+}
+
+#[test]
+fn bad_filters_and_tokens_are_refused_naming_the_field() {
+    let s = server();
+    let (status, body) = s.get("/api/workers?status=sleeping");
+    assert_eq!(
+        (status, &body["reason"]),
+        (422, &json!("validation_failed")),
+        "{body}"
+    );
+    assert!(body["validation_errors"]["status"][0]
+        .as_str()
+        .unwrap()
+        .contains("active or stale"));
+    let (status, body) = s.get("/api/workers?page_size=0");
+    assert_eq!(status, 422, "{body}");
+    assert!(body["validation_errors"]["page_size"].is_array(), "{body}");
+    let (status, body) = s.get("/api/workers?next_page_token=n:forged:w-a");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["reason"], "invalid_page_token");
+}
+
+#[test]
+fn describe_and_deregister_answer_for_one_worker_of_the_namespace() {
+    let s = server();
+    s.namespace("other");
+    register(&s, "default", "w-1", "q1");
+    let (status, described) = s.get("/api/workers/w-1");
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(
+        (
+            &described["worker_id"],
+            &described["task_queue"],
+            &described["status"]
+        ),
+        (&json!("w-1"), &json!("q1"), &json!("active"))
+    );
+    assert_eq!(described["heartbeat_interval_seconds"], 30);
+    // Another namespace does not see it, nor remove it.
+    let (status, missing) = s.get_ns("other", "/api/workers/w-1");
+    assert_eq!(
+        (status, &missing["reason"]),
+        (404, &json!("worker_not_found"))
+    );
+    assert_eq!(s.delete_ns("other", "/api/workers/w-1").0, 404);
+
+    let (status, removed) = s.delete_ns("default", "/api/workers/w-1");
+    assert_eq!(status, 200, "{removed}");
+    assert_eq!(removed["outcome"], "deregistered");
+    assert_eq!(s.get("/api/workers/w-1").0, 404);
+    let (_, listed) = s.get("/api/workers");
+    assert!(ids(&listed).is_empty(), "{listed}");
+    assert_eq!(s.delete_ns("default", "/api/workers/w-1").0, 404);
+}
+
+#[test]
+fn the_store_keeps_a_page_by_liveness_and_after_an_id() {
+    let store = Store::open_in_memory(StoreConfig::default()).unwrap();
+    for w in ["b", "a", "c"] {
+        store.record_worker("ns", w, "q").unwrap();
+    }
+    let ids = |page: Vec<dwengine::store::worker_roster::WorkerRegistration>| {
+        page.into_iter()
+            .map(|w| w.worker_id)
+            .collect::<BTreeSet<_>>()
+    };
+    let far = i64::MAX / 2;
+    let all = store
+        .worker_roster("ns", None, Liveness::Any, None, 10)
+        .unwrap();
+    assert_eq!(
+        ids(all),
+        BTreeSet::from(["a".into(), "b".into(), "c".into()])
+    );
+    let stale = store
+        .worker_roster("ns", None, Liveness::Before(far), Some("a"), 1)
+        .unwrap();
+    assert_eq!(ids(stale), BTreeSet::from(["b".to_owned()]));
+    let none = store
+        .worker_roster("ns", None, Liveness::Since(far), None, 10)
+        .unwrap();
+    assert!(none.is_empty());
+    let other_queue = store
+        .worker_roster("ns", Some("q2"), Liveness::Any, None, 10)
+        .unwrap();
+    assert!(other_queue.is_empty());
+}
