@@ -1538,6 +1538,49 @@ class Suite:
         return (f"{len(listed.workers)} active worker(s) on {QUEUE}; "
                 f"{worker_id} listed, described, deregistered")
 
+    async def task_queue_visibility(self) -> str:
+        """The client's task-queue routes: list_task_queues shows a queue
+        with a waiting workflow task, describe_task_queue its counts, and
+        the suite's own queue its worker among the pollers."""
+        queue = new_id("visibility-queue")
+        wid = new_id("visibility")
+        await self.client.start_workflow(workflow_type="journey", task_queue=queue, workflow_id=wid,
+                                         input=["nobody polls"])
+        listed = await self.client.list_task_queues()
+        assert listed.namespace == "default", listed
+        ours = [q for q in listed.task_queues if q.name == queue]
+        assert len(ours) == 1, [q.name for q in listed.task_queues]
+        assert ours[0].stats["workflow_tasks"] == {"ready_count": 1, "leased_count": 0}, ours[0]
+        described = await self.client.describe_task_queue(queue)
+        assert (described.name, described.namespace) == (queue, "default"), described
+        assert described.stats["workflow_tasks"]["ready_count"] == 1, described
+        assert described.pollers == [] and described.current_leases == [], described
+        admitted = described.admission.workflow_tasks
+        assert (admitted.status, admitted.ready_count, admitted.active_worker_count) == (
+            "unlimited", 1, 0), described.admission
+
+        async def served():
+            try:
+                main = await self.client.describe_task_queue(QUEUE)
+            except DurableWorkflowError as error:
+                # 404 until the suite's worker registers (this may run first).
+                if getattr(error, "status", None) == 404:
+                    return None
+                raise
+            ids = [p["worker_id"] for p in main.pollers or []]
+            return main if any(i.startswith("conformance-") for i in ids) else None
+
+        main = await self.wait_for("the suite's worker among the pollers", served)
+        await self.client.terminate_workflow(wid, reason="task_queue_visibility done")
+        try:
+            await self.client.describe_task_queue(new_id("no-such-queue"))
+        except DurableWorkflowError as error:
+            assert getattr(error, "status", None) == 404 or "task_queue_not_found" in str(error), error
+        else:
+            raise AssertionError("an unknown task queue was described")
+        return (f"{len(listed.task_queues)} queue(s) listed; {queue} holds 1 ready workflow task; "
+                f"{QUEUE} polled by {len(main.pollers)} worker(s)")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1576,6 +1619,7 @@ class Suite:
         "prepared_local_activity",
         "prepared_local_cancellation",
         "worker_roster",
+        "task_queue_visibility",
     ]
 
 

@@ -127,6 +127,24 @@ impl TaskQueueAdmission {
         Ok(used < cap)
     }
 
+    /// The per-minute cap and this minute's dispatches of one queue and
+    /// kind (`None`: uncapped). Reads the counter only; it writes no key.
+    pub fn budget(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        kind: &str,
+    ) -> Result<Option<(u64, u64)>, CacheError> {
+        let Some(cap) = self.dispatches_per_minute else {
+            return Ok(None);
+        };
+        let used = read_counter(
+            self.cache.as_ref(),
+            &Self::counter_key(namespace, task_queue, kind),
+        )?;
+        Ok(Some((cap, used)))
+    }
+
     /// Counts one dispatched task (call under the lock, after leasing).
     pub fn record_dispatch(
         &self,

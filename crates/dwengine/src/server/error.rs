@@ -186,6 +186,9 @@ pub enum ApiError {
     /// No such schedule in the namespace.
     #[error("schedule {0:?} does not exist in this namespace")]
     ScheduleNotFound(String),
+    /// A task queue no task was queued on and no active worker serves.
+    #[error("task queue {0:?} has no tasks and no active workers in this namespace")]
+    TaskQueueNotFound(String),
     /// No such custom search attribute in the namespace.
     #[error("custom search attribute {0:?} is not registered in this namespace")]
     SearchAttributeNotFound(String),
@@ -258,7 +261,8 @@ impl ApiError {
             | ApiError::NamespaceNotFound(_)
             | ApiError::WorkerNotFound(_)
             | ApiError::SearchAttributeNotFound(_)
-            | ApiError::ScheduleNotFound(_) => 404,
+            | ApiError::ScheduleNotFound(_)
+            | ApiError::TaskQueueNotFound(_) => 404,
             ApiError::SearchAttributeConflict { .. }
             | ApiError::ScheduleExists(_)
             | ApiError::CancellationRefused { .. } => 409,
@@ -639,6 +643,9 @@ impl ApiError {
             }),
             ApiError::ScheduleNotFound(id) => json!({
                 "reason": "schedule_not_found", "schedule_id": id, "message": self.to_string(),
+            }),
+            ApiError::TaskQueueNotFound(name) => json!({
+                "reason": "task_queue_not_found", "task_queue": name, "message": self.to_string(),
             }),
             ApiError::SearchAttributeNotFound(name) => json!({
                 "reason": "search_attribute_not_found", "name": name, "message": self.to_string(),

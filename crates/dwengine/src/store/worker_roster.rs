@@ -105,3 +105,85 @@ impl Store {
             .optional()?)
     }
 }
+
+/// One leased workflow or activity task of a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLease {
+    /// The task's id.
+    pub task_id: i64,
+    /// `workflow` or `activity`.
+    pub kind: String,
+    /// The worker holding it.
+    pub lease_owner: Option<String>,
+    /// When its lease ends (Unix ms).
+    pub lease_expires_at_ms: Option<i64>,
+    /// The workflow id of its run.
+    pub workflow_id: String,
+    /// Its run.
+    pub run_id: i64,
+    /// Its attempt.
+    pub attempt: i64,
+}
+
+impl Store {
+    /// The counters of one task queue (`None`: no task was ever queued on it).
+    pub fn task_queue_counters(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+    ) -> Result<Option<crate::store::console::TaskQueueRow>, Error> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT workflow_ready, workflow_leased, activity_ready, activity_leased \
+                 FROM task_queue_state WHERE namespace = ?1 AND task_queue = ?2",
+            )?
+            .query_row(params![namespace, task_queue], |r| {
+                Ok(crate::store::console::TaskQueueRow {
+                    task_queue: task_queue.to_owned(),
+                    workflow_ready: crate::store::rows::to_u64(r.get(0)?),
+                    workflow_leased: crate::store::rows::to_u64(r.get(1)?),
+                    activity_ready: crate::store::rows::to_u64(r.get(2)?),
+                    activity_leased: crate::store::rows::to_u64(r.get(3)?),
+                })
+            })
+            .optional()?)
+    }
+
+    /// At most `limit` leased tasks of `kind` (`workflow` or `activity`) on
+    /// the queue, the earliest due first (a walk of the ready index).
+    pub fn task_queue_leases(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        kind: &str,
+        limit: usize,
+    ) -> Result<Vec<QueueLease>, Error> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT d.id, d.kind, d.lease_owner, d.lease_expires_at_ms, r.workflow_id, d.run_id, \
+             d.attempt FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id \
+             WHERE d.kind = ?1 AND d.namespace = ?2 AND d.task_queue = ?3 AND d.status = 'leased' \
+             ORDER BY d.due_at_ms, d.id LIMIT ?4",
+        )?;
+        let rows = statement.query_map(
+            params![
+                kind,
+                namespace,
+                task_queue,
+                crate::store::rows::to_i64(limit)
+            ],
+            |r| {
+                Ok(QueueLease {
+                    task_id: r.get(0)?,
+                    kind: r.get(1)?,
+                    lease_owner: r.get(2)?,
+                    lease_expires_at_ms: r.get(3)?,
+                    workflow_id: r.get(4)?,
+                    run_id: r.get(5)?,
+                    attempt: r.get(6)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}

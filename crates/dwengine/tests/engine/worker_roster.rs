@@ -178,3 +178,161 @@ fn the_store_keeps_a_page_by_liveness_and_after_an_id() {
         .unwrap();
     assert!(other_queue.is_empty());
 }
+
+/// The next workflow task of `queue`, leased to `w1` (waits for it).
+fn lease(s: &TestServer, queue: &str) -> Value {
+    let mut task = Value::Null;
+    let mut n = 0;
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || {
+            n += 1;
+            let (status, answer) =
+                s.poll("workflow", "default", queue, &format!("{queue}-{n}"), 200);
+            assert_eq!(status, 200, "{answer}");
+            task = answer["task"].clone();
+            !task.is_null()
+        }),
+        "no workflow task on {queue}"
+    );
+    task
+}
+
+#[test]
+fn task_queues_list_by_name_with_counts_and_describe_pollers_and_leases() {
+    let s = server();
+    register(&s, "default", "w1", "tq-b");
+    s.start_workflow("default", "wf-1", "tq-b");
+    s.start_workflow("default", "wf-2", "tq-b");
+    s.start_workflow("default", "wf-3", "tq-a");
+    let task = lease(&s, "tq-b");
+
+    let (status, listed) = s.get("/api/task-queues");
+    assert_eq!(status, 200, "{listed}");
+    let names: Vec<&str> = listed["task_queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tq-a", "tq-b"]);
+    let b = &listed["task_queues"][1];
+    assert_eq!(
+        (
+            &b["stats"]["workflow_tasks"]["ready_count"],
+            &b["stats"]["workflow_tasks"]["leased_count"]
+        ),
+        (&json!(1), &json!(1)),
+        "{b}"
+    );
+    let (_, first) = s.get("/api/task-queues?page_size=1");
+    assert_eq!(first["task_queues"][0]["name"], "tq-a");
+    let token = first["next_page_token"].as_str().unwrap();
+    let (_, second) = s.get(&format!(
+        "/api/task-queues?page_size=1&next_page_token={token}"
+    ));
+    assert_eq!(second["task_queues"][0]["name"], "tq-b");
+    assert_eq!(second["next_page_token"], Value::Null);
+
+    let (status, described) = s.get("/api/task-queues/tq-b");
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(
+        (&described["name"], &described["namespace"]),
+        (&json!("tq-b"), &json!("default"))
+    );
+    assert_eq!(described["pollers"][0]["worker_id"], "w1");
+    let leases = described["current_leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 1, "{described}");
+    assert_eq!(
+        (
+            &leases[0]["task_id"],
+            &leases[0]["task_kind"],
+            &leases[0]["lease_owner"]
+        ),
+        (&task["task_id"], &json!("workflow"), &json!("w1"))
+    );
+    assert_eq!(leases[0]["workflow_id"], task["workflow_id"]);
+
+    // A queue only a worker serves is described; an unknown one is a 404;
+    // another namespace sees neither.
+    register(&s, "default", "w2", "tq-idle");
+    let (status, idle) = s.get("/api/task-queues/tq-idle");
+    assert_eq!(status, 200, "{idle}");
+    assert_eq!(idle["stats"]["workflow_tasks"]["ready_count"], 0);
+    assert_eq!(idle["current_leases"], json!([]));
+    let (status, missing) = s.get("/api/task-queues/tq-none");
+    assert_eq!(
+        (status, &missing["reason"]),
+        (404, &json!("task_queue_not_found"))
+    );
+    s.namespace("other");
+    let (_, other) = s.get_ns("other", "/api/task-queues");
+    assert_eq!(other["task_queues"], json!([]));
+    assert_eq!(s.get_ns("other", "/api/task-queues/tq-b").0, 404);
+}
+
+#[test]
+fn a_queue_description_shows_its_dispatch_budget_when_one_is_configured() {
+    let s = server();
+    register(&s, "default", "w1", "tq-free");
+    s.start_workflow("default", "wf-free", "tq-free");
+    let (_, free) = s.get("/api/task-queues/tq-free");
+    let workflow = &free["admission"]["workflow_tasks"];
+    assert_eq!(
+        (
+            &workflow["status"],
+            &workflow["ready_count"],
+            &workflow["active_worker_count"]
+        ),
+        (&json!("unlimited"), &json!(1), &json!(1)),
+        "{free}"
+    );
+    assert!(
+        workflow.get("server_max_dispatches_per_minute").is_none(),
+        "{free}"
+    );
+
+    let capped = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.dispatches_per_minute = Some(5);
+    });
+    register(&capped, "default", "w1", "tq-capped");
+    capped.start_workflow("default", "wf-capped", "tq-capped");
+    let minute = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 60
+    };
+    let before = minute();
+    lease(&capped, "tq-capped");
+    let (status, described) = capped.get("/api/task-queues/tq-capped");
+    let same_minute = before == minute();
+    assert_eq!(status, 200, "{described}");
+    let workflow = &described["admission"]["workflow_tasks"];
+    assert_eq!(
+        (
+            &workflow["status"],
+            &workflow["server_max_dispatches_per_minute"]
+        ),
+        (&json!("accepting"), &json!(5)),
+        "{described}"
+    );
+    // The count is this minute's: the lease is in it unless a minute
+    // boundary fell between the lease and the read.
+    let used = workflow["server_dispatch_count_this_minute"]
+        .as_u64()
+        .unwrap();
+    if same_minute {
+        assert_eq!(used, 1, "{described}");
+    } else {
+        assert!(used <= 1, "{described}");
+    }
+    assert_eq!(
+        workflow["server_remaining_dispatch_capacity"],
+        json!(5 - used)
+    );
+    assert_eq!(
+        described["admission"]["activity_tasks"]["server_dispatch_count_this_minute"],
+        0
+    );
+}

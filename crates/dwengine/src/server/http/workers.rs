@@ -1,4 +1,5 @@
-//! `/api/workers`: the operator's roster of registered workers.
+//! `/api/workers` and `/api/task-queues`: the operator's roster of
+//! registered workers and the task queues they serve.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 
 use super::{blocking, Scope, Shared};
-use crate::server::roster::WorkerListQuery;
+use crate::server::roster::{TaskQueueListQuery, WorkerListQuery};
 use crate::server::Engine;
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
@@ -40,4 +41,29 @@ async fn deregister(
     Path(id): Path<String>,
 ) -> Response {
     blocking(engine, move |e| e.deregister_worker(&scope.namespace, &id)).await
+}
+
+pub(super) fn queue_routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/api/task-queues", get(list_queues))
+        .route("/api/task-queues/{name}", get(describe_queue))
+}
+
+async fn list_queues(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Query(query): Query<TaskQueueListQuery>,
+) -> Response {
+    blocking(engine, move |e| e.list_task_queues(&scope.namespace, query)).await
+}
+
+async fn describe_queue(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(name): Path<String>,
+) -> Response {
+    blocking(engine, move |e| {
+        e.describe_task_queue(&scope.namespace, &name)
+    })
+    .await
 }
