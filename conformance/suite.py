@@ -29,6 +29,7 @@ import uuid
 import httpx
 from durable_workflow import Client, Worker, WorkflowStreamAppendItem, serializer
 from durable_workflow.client import ScheduleAction, ScheduleSpec
+from durable_workflow.history_bundle_verify import verify_bundle
 from durable_workflow.errors import (
     DurableWorkflowError,
     ScheduleNotFound,
@@ -1581,6 +1582,38 @@ class Suite:
         return (f"{len(listed.task_queues)} queue(s) listed; {queue} holds 1 ready workflow task; "
                 f"{QUEUE} polled by {len(main.pollers)} worker(s)")
 
+    async def history_export(self) -> str:
+        """export_history's bundle passes the SDK's own offline verifier
+        (schema, sections, event order, the sha256 checksum over its
+        canonical JSON) and carries the whole history."""
+        wid = new_id("export")
+        handle = await self.client.start_workflow(
+            workflow_type="journey", task_queue=QUEUE, workflow_id=wid, input=["export"],
+            memo={"note": "café ☕", "ratio": 0.1, "big": 1.5e20},
+        )
+
+        async def waiting():
+            return "ConditionWaitOpened" in await self.history_types(wid, handle.run_id)
+
+        await self.wait_for("the workflow to wait for approval", waiting)
+        await self.client.signal_workflow(wid, "approve", args=["émile"])
+        await self.client.get_result(handle, timeout=30)
+        bundle = await self.client.export_history(wid, handle.run_id)
+        report = verify_bundle(bundle)
+        assert report["status"] == "ok", report
+        assert report["integrity"]["checksum_matches"] is True, report["integrity"]
+        types = await self.history_types(wid, handle.run_id)
+        assert [e["type"] for e in bundle["history_events"]] == types, bundle["history_events"]
+        assert bundle["workflow"]["instance_id"] == wid and bundle["workflow"]["run_id"] == handle.run_id
+        # Non-ASCII text and floats go through the canonical form too.
+        assert bundle["workflow"]["memo"] == {"note": "café ☕", "ratio": 0.1, "big": 1.5e20}, bundle["workflow"]
+        tampered = json.loads(json.dumps(bundle))
+        tampered["history_events"][-1]["type"] = "WorkflowFailed"
+        refused = verify_bundle(tampered)
+        assert refused["status"] == "failed", refused
+        assert "integrity.checksum_mismatch" in refused["summary"]["findings_by_rule"], refused
+        return f"{len(types)} events exported; the verifier says ok, and failed once tampered with"
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1620,6 +1653,7 @@ class Suite:
         "prepared_local_cancellation",
         "worker_roster",
         "task_queue_visibility",
+        "history_export",
     ]
 
 

@@ -33,6 +33,7 @@ pub mod control;
 pub mod engine;
 pub mod error;
 pub mod external_payloads;
+pub mod history_export;
 pub mod http;
 pub mod imports;
 pub mod manifest;

@@ -336,3 +336,63 @@ fn a_queue_description_shows_its_dispatch_budget_when_one_is_configured() {
         0
     );
 }
+
+#[test]
+fn a_history_export_bundle_carries_the_whole_history_under_its_checksum() {
+    use sha2::{Digest, Sha256};
+    let s = server();
+    let started = s.start_workflow("default", "wf-export", "tq-export");
+    let run = started["run_id"].as_str().unwrap().to_owned();
+    let (status, page) = s.get(&format!("/api/workflows/wf-export/runs/{run}/history"));
+    assert_eq!(status, 200, "{page}");
+    let (status, bundle) = s.get(&format!(
+        "/api/workflows/wf-export/runs/{run}/history/export"
+    ));
+    assert_eq!(status, 200, "{bundle}");
+    assert_eq!(
+        (&bundle["schema"], &bundle["schema_version"]),
+        (&json!("durable-workflow.v2.history-export"), &json!(1))
+    );
+    assert_eq!(bundle["workflow"]["instance_id"], "wf-export");
+    assert_eq!(bundle["workflow"]["run_id"], json!(run));
+    let exported: Vec<&Value> = bundle["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let paged = page["events"].as_array().unwrap();
+    assert_eq!(exported.len(), paged.len());
+    for (e, p) in exported.iter().zip(paged) {
+        assert_eq!(
+            (&e["type"], &e["sequence"]),
+            (&p["event_type"], &p["sequence"])
+        );
+    }
+    assert_eq!(
+        bundle["workflow"]["last_history_sequence"],
+        json!(paged.len())
+    );
+    let integrity = bundle["integrity"].clone();
+    assert_eq!(integrity["checksum_algorithm"], "sha256");
+    assert!(integrity.get("signature").is_none(), "{integrity}");
+    let mut body = bundle.clone();
+    body.as_object_mut().unwrap().remove("integrity");
+    let canonical = dwengine::server::history_export::canonical_json(&body);
+    assert!(
+        canonical.starts_with("{\"activities\":[],\"codec_schemas\":{}"),
+        "{canonical}"
+    );
+    let digest: String = Sha256::digest(canonical.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(integrity["checksum"], json!(digest));
+
+    let (status, missing) = s.get("/api/workflows/wf-export/runs/999999/history/export");
+    assert_eq!(status, 404, "{missing}");
+    let (status, other) = s.get_ns(
+        "other",
+        &format!("/api/workflows/wf-export/runs/{run}/history/export"),
+    );
+    assert!(status == 404 || status == 400, "{status} {other}");
+}

@@ -61,6 +61,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .merge(worker_tasks::routes())
         .merge(workers::routes())
         .merge(workers::queue_routes())
+        .merge(workers::export_routes())
         .merge(external_payloads::routes())
         .merge(webhooks::routes())
         .merge(crate::server::ui::routes(&engine))

@@ -67,3 +67,23 @@ async fn describe_queue(
     })
     .await
 }
+
+/// `GET /api/workflows/{wf}/runs/{run}/history/export` (beside the
+/// operator routes here; the workflow routes live in `workflows`).
+pub(super) fn export_routes() -> Router<Arc<Engine>> {
+    Router::new().route(
+        "/api/workflows/{wf}/runs/{run}/history/export",
+        get(export_history),
+    )
+}
+
+async fn export_history(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run)): Path<(String, String)>,
+) -> Response {
+    blocking(engine, move |e| {
+        e.export_history(&scope.namespace, &wf, &run)
+    })
+    .await
+}
