@@ -66,21 +66,27 @@ impl Store {
             Liveness::Since(ms) => (ms, i64::MAX),
             Liveness::Before(ms) => (i64::MIN, ms),
         };
+        // Two statements rather than `?3 IS NULL OR …`: PostgreSQL cannot
+        // type a parameter that is only compared with NULL.
+        let queue_filter = if task_queue.is_some() {
+            "AND task_queue = ?6"
+        } else {
+            "AND ?6 = ''"
+        };
         let sql = format!(
             "SELECT {COLUMNS} FROM workers WHERE namespace = ?1 AND worker_id > ?2 \
-             AND (?3 IS NULL OR task_queue = ?3) \
-             AND last_heartbeat_ms >= ?4 AND last_heartbeat_ms < ?5 \
-             ORDER BY worker_id LIMIT ?6"
+             AND last_heartbeat_ms >= ?3 AND last_heartbeat_ms < ?4 {queue_filter} \
+             ORDER BY worker_id LIMIT ?5"
         );
         let mut statement = self.conn.prepare_cached(&sql)?;
         let rows = statement.query_map(
             params![
                 namespace,
                 after.unwrap_or(""),
-                task_queue,
                 since,
                 before,
-                crate::store::rows::to_i64(limit)
+                crate::store::rows::to_i64(limit),
+                task_queue.unwrap_or("")
             ],
             registration,
         )?;
