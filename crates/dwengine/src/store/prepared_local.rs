@@ -439,12 +439,8 @@ impl Store {
         lease_ms: i64,
     ) -> Answer<Control> {
         let tx = WriteTx::begin(&self.conn)?;
-        let head = match claimed_run(&tx, task_id, fence)? {
-            Ok(head) => head,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        let attempt = match attempt_of_claim(&tx, head.id, attempt_id, task_id, fence)? {
-            Ok(attempt) => attempt,
+        let (head, attempt) = match claimed_attempt(&tx, task_id, fence, attempt_id)? {
+            Ok(claimed) => claimed,
             Err(refusal) => return Ok(Err(refusal)),
         };
         let now = now_ms();
@@ -531,12 +527,8 @@ impl Store {
         report: &LocalReport,
     ) -> Answer<Recorded> {
         let tx = WriteTx::begin(&self.conn)?;
-        let head = match claimed_run(&tx, task_id, fence)? {
-            Ok(head) => head,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        let attempt = match attempt_of_claim(&tx, head.id, attempt_id, task_id, fence)? {
-            Ok(attempt) => attempt,
+        let (head, attempt) = match claimed_attempt(&tx, task_id, fence, attempt_id)? {
+            Ok(claimed) => claimed,
             Err(refusal) => return Ok(Err(refusal)),
         };
         if let Some(receipt) = attempt
@@ -834,12 +826,8 @@ impl Store {
         request_id: &str,
     ) -> Answer<StopAcknowledged> {
         let tx = WriteTx::begin(&self.conn)?;
-        let head = match claimed_run(&tx, task_id, fence)? {
-            Ok(head) => head,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        let attempt = match attempt_of_claim(&tx, head.id, attempt_id, task_id, fence)? {
-            Ok(attempt) => attempt,
+        let (head, attempt) = match claimed_attempt(&tx, task_id, fence, attempt_id)? {
+            Ok(claimed) => claimed,
             Err(refusal) => return Ok(Err(refusal)),
         };
         let Some(request) = request_event(&tx, head.id)? else {
@@ -892,11 +880,7 @@ impl Store {
         fence: WorkflowTaskFence<'_>,
         attempt_id: &str,
     ) -> Answer<()> {
-        let head = match claimed_run(&self.conn, task_id, fence)? {
-            Ok(head) => head,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        Ok(attempt_of_claim(&self.conn, head.id, attempt_id, task_id, fence)?.map(|_| ()))
+        Ok(claimed_attempt(&self.conn, task_id, fence, attempt_id)?.map(|_| ()))
     }
 
     /// The run's prepared local activity at `sequence`, if any.
@@ -1211,6 +1195,22 @@ fn claimed_run(
         ));
     }
     Ok(Ok(head))
+}
+
+/// The run claimed by workflow task `task_id` under `fence` and its local
+/// attempt `attempt_id` admitted on that claim ([`claimed_run`], then
+/// [`attempt_of_claim`]).
+fn claimed_attempt(
+    conn: &Connection,
+    task_id: i64,
+    fence: WorkflowTaskFence<'_>,
+    attempt_id: &str,
+) -> Result<Result<(RunHead, LocalAttempt), Refusal>, Error> {
+    let head = match claimed_run(conn, task_id, fence)? {
+        Ok(head) => head,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    Ok(attempt_of_claim(conn, head.id, attempt_id, task_id, fence)?.map(|attempt| (head, attempt)))
 }
 
 /// The attempt `attempt_id` of `run`, if it belongs to the claim.
