@@ -42,7 +42,7 @@ from durable_workflow.errors import (
 from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
-    CooperativeWaitingChild, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, SessionSteps,
+    CooperativeWaitingChild, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, SessionSteps,
     StickySteps, arm_hold, greet, linger_marked, local_runs, prepared_double, prepared_pause, reverse,
     session_whoami,
 )
@@ -1331,15 +1331,100 @@ class Suite:
                 f"activity: parked until the attempt acknowledged (ActivityCancelled at event {stopped}); "
                 f"Nexus call: parked until {linked_id} ended cancelled, delivered at event {nexus_delivered}")
 
+    async def prepared_local_cancellation_policies(self) -> str:
+        """Local cancellation policies (1.20): discovery lists try_cancel and
+        wait_cancellation_completed, the worker registers its policy consumer
+        for both, and a local call authored with either records the policy on
+        each of its events; a cancellation request stops the running callback
+        (acknowledged before the delivery at the call, which the wait policy
+        requires) and the workflow cleans up with an all() group of two local
+        calls in a cancellation shield, each on the delivered request's
+        cleanup authority. A 1.19 worker cannot opt in."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = self.prepared_worker()
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            refused = await self.refused_below_1_20(worker, running)
+            return f"the {protocol} worker refuses to opt in: {refused}"
+        info = await self.client.get_cluster_info()
+        advertised = info["worker_protocol"]["server_capabilities"][
+            "prepared_local_activity_cancellation_policies"]
+        assert advertised == ["try_cancel", "wait_cancellation_completed"], advertised
+        ledgers = tempfile.mkdtemp(prefix="dw-conformance-prepared-")
+        results = {}
+        try:
+            for policy in ("wait_cancellation_completed", "try_cancel"):
+                ledger = os.path.join(ledgers, policy)
+                wid = new_id(f"prepared-policy-{policy}")
+                handle = await self.client.start_workflow(
+                    workflow_type="prepared_local_policy", task_queue=PREPARED_QUEUE,
+                    workflow_id=wid, input=[ledger, policy],
+                )
+                deadline = time.monotonic() + 60
+                while self.ledger_lines(ledger) < 1:
+                    assert time.monotonic() < deadline, "the prepared callback never started"
+                    assert not running.done(), f"the prepared worker stopped: {running.exception()!r}"
+                    await asyncio.sleep(0.05)
+                assert worker._local_activity_cancellation_policies == (
+                    "try_cancel", "wait_cancellation_completed"), worker._local_activity_cancellation_policies
+                await self.client.request_workflow_cancellation(
+                    wid, reason=f"conformance {policy}", cleanup_timeout_seconds=120,
+                )
+                try:
+                    await self.client.get_result(handle, timeout=60)
+                    raise AssertionError("get_result did not raise WorkflowCancelled")
+                except WorkflowCancelled:
+                    pass
+                ran = tuple(self.ledger_lines(f"{ledger}{suffix}") for suffix in ("", "-cleanup-a", "-cleanup-b"))
+                assert ran == (1, 1, 1), f"{policy}: the callbacks ran {ran} times"
+                events = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+                types = [e["event_type"] for e in events]
+                assert types[-1] == "WorkflowCancelled", types
+                assert "WorkflowTaskFailed" not in types, types
+                local = {}
+                for event in events:
+                    payload = event.get("payload") or {}
+                    if payload.get("execution_mode") == "local":
+                        local.setdefault(payload["sequence"], []).append(event)
+                assert [e["event_type"] for e in local[1]] == ["ActivityScheduled", "ActivityStarted"], local[1]
+                assert all(e["payload"]["cancellation_policy"] == policy for e in local[1]), local[1]
+                delivered = types.index("CooperativeCancellationDelivered")
+                delivery = events[delivered]["payload"]
+                assert delivery["call_kind"] == "local_activity" and delivery["sequence"] == 1, delivery
+                cleanup = [evs for sequence, evs in sorted(local.items()) if sequence != 1]
+                assert len(cleanup) == 2, local
+                request_id = delivery["workflow_command_id"]
+                for member in cleanup:
+                    assert [e["event_type"] for e in member] == [
+                        "ActivityScheduled", "ActivityStarted", "ActivityCompleted"], member
+                    scheduled = member[0]["payload"]
+                    assert scheduled.get("parallel_group_path"), scheduled
+                    authority = scheduled["cancellation_cleanup"]
+                    assert authority["request_id"] == request_id, authority
+                    assert authority["delivery_history_event_id"] == events[delivered]["id"], authority
+                results[policy] = len(types)
+        finally:
+            stopped = running.done()
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            shutil.rmtree(ledgers, ignore_errors=True)
+        assert not stopped, "the prepared worker stopped early"
+        return (f"both policies advertised and registered; each recorded on its call's events, "
+                f"callback stopped, delivered at the local call, cleanup all() group of two local "
+                f"calls on the delivered request's authority (events per run: {results})")
+
     def prepared_worker(self) -> Worker:
         """A worker that opts in to prepared local activities (1.20)."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         return Worker(
-            self.client, task_queue=PREPARED_QUEUE, workflows=[PreparedLocal, PreparedLocalCancelled],
+            self.client, task_queue=PREPARED_QUEUE,
+            workflows=[PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy],
             activities=[prepared_double, prepared_pause, greet],
             worker_id=f"conformance-prepared-{protocol}-{os.getpid()}",
             capabilities=["cooperative_cancellation", "prepared_local_activities",
-                          "prepared_local_activity_groups"],
+                          "prepared_local_activity_groups",
+                          "prepared_local_activity_cancellation_policies"],
             poll_timeout=5.0, shutdown_timeout=10.0,
         )
 
@@ -1651,6 +1736,7 @@ class Suite:
         "cooperative_cancellation_waits",
         "prepared_local_activity",
         "prepared_local_cancellation",
+        "prepared_local_cancellation_policies",
         "worker_roster",
         "task_queue_visibility",
         "history_export",

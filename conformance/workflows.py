@@ -675,6 +675,24 @@ class PreparedLocalCancelled:
         return paused
 
 
+@workflow.defn(name="prepared_local_policy")
+class PreparedLocalPolicy:
+    """A prepared local call with an explicit cancellation policy that a
+    cooperative cancellation request finds running; the workflow cleans up
+    with an all() group of two local calls in a cancellation shield."""
+
+    def run(self, ctx, ledger, policy):
+        try:
+            paused = yield ctx.local_activity("prepared_pause", [ledger, 30], cancellation_policy=policy)
+            yield ctx.start_timer(3600)
+        except WorkflowCancelled:
+            with ctx.cancellation_shield():
+                yield [ctx.local_activity("prepared_double", [f"{ledger}-cleanup-a", 1]),
+                       ctx.local_activity("prepared_double", [f"{ledger}-cleanup-b", 2])]
+            raise
+        return paused
+
+
 @workflow.defn(name="prepared_local")
 class PreparedLocal:
     """Prepared local activities (protocol 1.20): a side effect authored

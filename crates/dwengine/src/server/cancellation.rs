@@ -261,8 +261,10 @@ impl Engine {
             Delivered::Waiting { run, reason } => {
                 // Both SDKs take this answer as the claim's release: they
                 // return to polling, and the run's next workflow task
-                // (when the child or activity closes) delivers again.
+                // (when the child or activity closes) delivers again; a
+                // prepared local attempt's wait queued that task already.
                 self.wake_cascade_of(run);
+                self.wake_workflow_of(run);
                 return Ok(json!({
                     "delivered": false, "reason": reason, "claim_released": true,
                     "task_id": task_id, "workflow_run_id": wire::run_id(run),

@@ -143,10 +143,12 @@ impl Engine {
             json!(crate::server::worker::NEXUS_BINDING_KINDS);
         // The prepared-local protocol (`server::prepared_local`): admission,
         // control, outcome, recovery and checkpoints on the workflow task's
-        // own claim; a cancellation request stops a running attempt. No
-        // cancellation policies and no cleanup authority are advertised.
+        // own claim; a cancellation request stops a running attempt, as
+        // each local cancellation policy says (`store::cancellation`).
         capabilities["prepared_local_activities"] = true.into();
         capabilities["prepared_local_activity_groups"] = true.into();
+        capabilities["prepared_local_activity_cancellation_policies"] =
+            json!(crate::store::prepared_local::LOCAL_CANCELLATION_POLICIES);
         info
     }
 }

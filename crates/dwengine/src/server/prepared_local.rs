@@ -25,6 +25,7 @@ use crate::server::worker::{check_workflow_lease, parse_commands_in, validation}
 use crate::server::{ApiError, Engine};
 use crate::store::prepared_local::{
     CheckpointRequest, LocalAttempt, LocalDescriptor, LocalReport, Recorded, Refusal,
+    LOCAL_CANCELLATION_POLICIES,
 };
 use crate::store::{TaskKind, WorkflowCommand, WorkflowTaskFence};
 
@@ -379,12 +380,13 @@ impl Engine {
         if let Some(row) = stored.filter(|row| {
             row.descriptor.activity_type != descriptor.activity_type
                 || row.descriptor.arguments != descriptor.arguments
+                || row.descriptor.cancellation_policy != descriptor.cancellation_policy
         }) {
             return Err(ApiError::LocalActivityRefused {
                 status: 409,
                 reason: "local_activity_descriptor_mismatch",
                 message: format!(
-                    "sequence {sequence} holds local activity {:?} with other arguments",
+                    "sequence {sequence} holds local activity {:?} with other arguments or another cancellation policy",
                     row.descriptor.activity_type
                 ),
             });
@@ -578,8 +580,8 @@ fn recorded_answer(_task_id: &str, recorded: &Recorded) -> Value {
 }
 
 /// The fields of a local activity's descriptor a completion's parser does
-/// not check: its type, its activity type, and the cleanup authority this
-/// server does not grant.
+/// not check: its type, its activity type, the shape of its cleanup
+/// authority and its cancellation policy.
 fn check_local_fields(checks: &mut Checks, raw: &Value, prefix: &str) {
     let kind = raw.get("type").and_then(Value::as_str).unwrap_or("");
     let expected = if prefix == "descriptor" {
@@ -626,12 +628,6 @@ fn check_local_fields(checks: &mut Checks, raw: &Value, prefix: &str) {
                 );
             }
         }
-        if prefix != "descriptor" {
-            checks.problem(
-                &format!("{prefix}.cancellation_cleanup"),
-                "A cleanup call in an all() group is not served: run cleanup local calls one at a time.",
-            );
-        }
         if cleanup.get("scope_id").is_some_and(|c| !c.is_null()) {
             checks.problem(
                 &format!("{prefix}.cancellation_cleanup.scope_id"),
@@ -639,10 +635,29 @@ fn check_local_fields(checks: &mut Checks, raw: &Value, prefix: &str) {
             );
         }
     }
-    if raw.get("cancellation_policy").is_some_and(|c| !c.is_null()) {
-        checks.problem(
-            &format!("{prefix}.cancellation_policy"),
-            "Prepared local cancellation policies are not advertised by this server.",
-        );
+    if let Some(policy) = raw.get("cancellation_policy") {
+        let field = format!("{prefix}.cancellation_policy");
+        match policy.as_str() {
+            Some(p) if LOCAL_CANCELLATION_POLICIES.contains(&p) => {}
+            Some("abandon") => {
+                checks.problem(
+                    &field,
+                    "A local activity cannot be abandoned: its callback runs on the workflow \
+                     task's own claim and cannot outlive it. Use try_cancel or \
+                     wait_cancellation_completed, or a remote activity with a \
+                     schedule_to_close_timeout for independent work.",
+                );
+            }
+            _ => {
+                checks.problem(
+                    &field,
+                    format!(
+                        "The {field} field must be one of {} when present (omit it for the \
+                         default try_cancel).",
+                        LOCAL_CANCELLATION_POLICIES.join(", ")
+                    ),
+                );
+            }
+        }
     }
 }

@@ -214,7 +214,7 @@ pub const ACKNOWLEDGED_CAPABILITIES: [&str; 14] = [
 /// only when implemented, above). Any other name a session-holding worker
 /// lists is a resource it offers (`gpu`, `cache:example`): the server
 /// routes session activities on it, so it acknowledges it.
-pub const PROTOCOL_CAPABILITIES: [&str; 16] = [
+pub const PROTOCOL_CAPABILITIES: [&str; 17] = [
     "condition_wait_occurrence_identity",
     "cooperative_cancellation",
     "durable_selection",
@@ -223,6 +223,7 @@ pub const PROTOCOL_CAPABILITIES: [&str; 16] = [
     "message_streams",
     "nexus_cooperative_cancellation",
     "prepared_local_activities",
+    "prepared_local_activity_cancellation_policies",
     "query_tasks",
     "sticky_execution",
     "typed_search_attributes",

@@ -36,6 +36,7 @@ use crate::store::db::{params, Connection, OptionalExtension};
 use crate::store::dispatch::{enqueue_workflow, leased_to, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::{EventType, RunId, RunStatus};
+use crate::store::prepared_local_rows::{stop_for_delivery, DeliveringClaim};
 use crate::store::rows::{append_event, load_head, now_ms, to_i64};
 use crate::store::tx::WriteTx;
 use serde_json::{json, Value};
@@ -213,6 +214,28 @@ impl Store {
         }
         if let Err(refusal) = check_authored(&tx, run, delivery)? {
             return Ok(Err(refusal));
+        }
+        // A prepared local attempt the call interrupts stops as its policy
+        // says: one that waits for its stop and runs on this claim, its
+        // stop not yet acknowledged, holds the delivery back (the claim is
+        // released and a new workflow task queued: the attempt's claim is
+        // gone, so the next one finds it fenced and delivers); any other is
+        // fenced now.
+        let claim = DeliveringClaim {
+            task_id,
+            attempt,
+            lease_owner,
+        };
+        if stop_for_delivery(&tx, run, delivery.interrupted(), claim)? {
+            crate::store::admission::release_held_signals(&tx, run)?;
+            tx.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
+                .execute([task_id])?;
+            enqueue_workflow(&tx, run)?;
+            tx.commit()?;
+            return Ok(Ok(Delivered::Waiting {
+                run,
+                reason: "cancellation_waiting_for_activity",
+            }));
         }
         // A child or a running activity whose policy waits for its
         // cancellation to complete cleans up first: the claim is released
@@ -591,8 +614,9 @@ fn check_authored(
     delivery: &Delivery,
 ) -> Result<Result<(), Refusal>, Error> {
     if delivery.call_kind == "local_activity" {
-        // A local activity runs inside the workflow task: nothing of it is
-        // open on the server, so there is nothing to check or stop.
+        // A local activity runs inside the workflow task: a marker one has
+        // nothing open on the server, and a prepared one's attempt is
+        // stopped by its policy (`prepared_local_rows::stop_for_delivery`).
         return Ok(Ok(()));
     }
     let (opened_by, resolved_by) = call_events(&delivery.call_kind);

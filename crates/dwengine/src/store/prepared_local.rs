@@ -39,8 +39,8 @@ use crate::store::db::{params, Connection, OptionalExtension};
 use crate::store::dispatch::{enqueue_workflow_at, leased_to, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::{EventType, RunId, RunStatus};
-pub use crate::store::prepared_local_rows::LocalDescriptor;
 use crate::store::prepared_local_rows::{cleanup_deadline_ms, execution_id, marker_of, schedule};
+pub use crate::store::prepared_local_rows::{LocalDescriptor, LOCAL_CANCELLATION_POLICIES};
 use crate::store::protocol::{codec_of, RetryPolicy};
 use crate::store::rows::{append_event, bump, load_head, now_ms, Pending, RunHead};
 use crate::store::tx::WriteTx;
@@ -306,12 +306,14 @@ impl Store {
         };
         if row.descriptor.activity_type != descriptor.activity_type
             || row.descriptor.arguments != descriptor.arguments
+            || row.descriptor.cancellation_policy != descriptor.cancellation_policy
         {
             return Ok(refuse(
                 409,
                 "local_activity_descriptor_mismatch",
                 format!(
-                    "sequence {sequence} holds local activity {:?} with other arguments; \
+                    "sequence {sequence} holds local activity {:?} with other arguments or another \
+                     cancellation policy; \
                      replay authored a different call",
                     row.descriptor.activity_type
                 ),
@@ -764,6 +766,23 @@ impl Store {
                 ),
             ));
         }
+        // The cleanup calls of a group (run in a cancellation shield after
+        // a delivery) each hold the delivered request's authority, checked
+        // and resolved as a single call's admission does.
+        let mut commands = Vec::with_capacity(request.commands.len());
+        for command in request.commands {
+            match command {
+                WorkflowCommand::PrepareLocalActivity { descriptor } => {
+                    match resolve_cleanup(&tx, run, descriptor)? {
+                        Ok(descriptor) => {
+                            commands.push(WorkflowCommand::PrepareLocalActivity { descriptor });
+                        }
+                        Err(refusal) => return Ok(Err(refusal)),
+                    }
+                }
+                other => commands.push(other.clone()),
+            }
+        }
         let limits = self.config.limits;
         let streams = self.config.streams;
         let written = match crate::store::workflow_commands::checkpoint_commands(
@@ -771,7 +790,7 @@ impl Store {
             &limits,
             streams,
             head.clone(),
-            request.commands,
+            &commands,
         ) {
             Ok(written) => written,
             Err(Error::StructuralLimit(exceeded)) => {

@@ -41,6 +41,13 @@ pub struct LocalDescriptor {
     /// `cleanup_deadline_at` added).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation_cleanup: Option<Value>,
+    /// What a cooperative cancellation delivered at the call does with a
+    /// running attempt: `try_cancel` (also when absent) fences it and
+    /// delivers at once, `wait_cancellation_completed` delivers only once
+    /// the worker acknowledged its callback's stop (or the attempt has its
+    /// outcome). Every event of the call records it, as authored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation_policy: Option<String>,
     /// Parallel group membership.
     #[serde(flatten)]
     pub group: ParallelGroup,
@@ -61,6 +68,9 @@ pub(crate) fn marker_of(run: RunId, sequence: i64, descriptor: &LocalDescriptor)
         "prepared": true,
         "activity_execution_id": execution_id(run, sequence),
     });
+    if let Some(policy) = &descriptor.cancellation_policy {
+        payload["cancellation_policy"] = policy.clone().into();
+    }
     descriptor.group.stamp(&mut payload);
     payload
 }
@@ -120,6 +130,16 @@ pub(crate) fn schedule(
     Ok(payload)
 }
 
+/// The local cancellation policies a descriptor may name (what discovery
+/// advertises as `prepared_local_activity_cancellation_policies`); `abandon`
+/// is not one: a local callback cannot outlive its workflow task's claim.
+pub const LOCAL_CANCELLATION_POLICIES: [&str; 2] = ["try_cancel", "wait_cancellation_completed"];
+
+/// Whether a delivery at this call waits for its running attempt's stop.
+pub(crate) fn waits_for_stop(descriptor: &LocalDescriptor) -> bool {
+    descriptor.cancellation_policy.as_deref() == Some("wait_cancellation_completed")
+}
+
 /// The cleanup deadline of a cleanup call (ms), from its resolved authority.
 pub(crate) fn cleanup_deadline_ms(descriptor: &LocalDescriptor) -> Option<i64> {
     descriptor
@@ -138,4 +158,77 @@ pub(crate) fn delete_run(conn: &Connection, run: RunId) -> Result<(), Error> {
         conn.prepare_cached(sql)?.execute([run.0])?;
     }
     Ok(())
+}
+
+/// The workflow-task claim delivering a cooperative cancellation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeliveringClaim<'a> {
+    /// The workflow task.
+    pub(crate) task_id: i64,
+    /// Its attempt.
+    pub(crate) attempt: u64,
+    /// Its lease owner.
+    pub(crate) lease_owner: &'a str,
+}
+
+/// What a cooperative cancellation delivered at the calls `sequences` of
+/// `run` does to their prepared local activities that have no outcome:
+/// `true` (nothing written) when the delivery must wait, because an
+/// attempt whose policy is `wait_cancellation_completed` runs on the
+/// delivering claim and its worker has not acknowledged its callback's
+/// stop. Otherwise every such call is fenced (`stopped`: no outcome of it is
+/// recorded any more, and it no longer counts as pending), whatever its
+/// policy: a `try_cancel` attempt stops without waiting, and an attempt of
+/// a lost claim can never acknowledge (its claim is gone) and ends with its
+/// callback's stop unknown, as a recovery would end it.
+pub(crate) fn stop_for_delivery(
+    conn: &Connection,
+    run: RunId,
+    sequences: std::ops::Range<i64>,
+    claim: DeliveringClaim<'_>,
+) -> Result<bool, Error> {
+    type Row = (
+        i64,
+        String,
+        String,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = conn
+        .prepare_cached(
+            "SELECT sequence, status, descriptor, workflow_task_id, workflow_task_attempt, \
+             lease_owner FROM prepared_local_activities WHERE run_id = ?1 AND sequence >= ?2 \
+             AND sequence < ?3 AND status IN ('scheduled', 'started', 'retry_scheduled')",
+        )?
+        .query_map(params![run.0, sequences.start, sequences.end], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    let attempt = i64::try_from(claim.attempt).unwrap_or(i64::MAX);
+    for (_, status, descriptor, task, task_attempt, owner) in &rows {
+        let descriptor: LocalDescriptor = serde_json::from_str(descriptor)?;
+        let on_this_claim = *task == Some(claim.task_id)
+            && *task_attempt == Some(attempt)
+            && owner.as_deref() == Some(claim.lease_owner);
+        if status == "started" && on_this_claim && waits_for_stop(&descriptor) {
+            return Ok(true);
+        }
+    }
+    for (sequence, ..) in &rows {
+        conn.prepare_cached(
+            "UPDATE prepared_local_activities SET status = 'stopped' \
+             WHERE run_id = ?1 AND sequence = ?2",
+        )?
+        .execute(params![run.0, sequence])?;
+        bump(conn, run, Pending::Activity, -1)?;
+    }
+    Ok(false)
 }

@@ -792,3 +792,305 @@ fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
     assert_eq!(control["active"], true, "{control}");
     assert_eq!(control["cancellation_cleanup"], *authority, "{control}");
 }
+
+/// Requests cooperative cancellation of `id`; the request's id.
+fn request_cancellation(s: &TestServer, id: &str) -> Value {
+    let (status, requested) = s.post(
+        &format!("/api/workflows/{id}/request-cancellation"),
+        json!({ "reason": "stop", "cleanup_timeout_seconds": 60 }),
+    );
+    assert_eq!(status, 200, "{requested}");
+    requested["cancellation_request"]["request_id"].clone()
+}
+
+/// Delivers `request_id` at the local call at `sequence` on the claim.
+fn deliver_at_local(
+    s: &TestServer,
+    task: &Value,
+    request_id: &Value,
+    sequence: i64,
+) -> (u16, Value) {
+    s.post(
+        &format!(
+            "/api/worker/workflow-tasks/{}/deliver-cancellation",
+            task["task_id"].as_str().unwrap()
+        ),
+        json!({ "lease_owner": task["lease_owner"],
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "request_id": request_id, "sequence": sequence, "call_kind": "local_activity" }),
+    )
+}
+
+fn count(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["event_type"] == kind).count()
+}
+
+#[test]
+fn local_cancellation_policies_are_advertised_recorded_and_checked() {
+    let s = server();
+    let (_, info) = s.get("/api/cluster/info");
+    assert_eq!(
+        info["worker_protocol"]["server_capabilities"]
+            ["prepared_local_activity_cancellation_policies"],
+        json!(["try_cancel", "wait_cancellation_completed"]),
+        "{info}"
+    );
+    s.start_workflow("default", "pla-policy", "q");
+    let task = next_task(&s, "q");
+    for policy in [json!("abandon"), json!("later"), json!(null), json!(3)] {
+        let (status, refused) =
+            prepare(&s, &task, 1, "n", json!({ "cancellation_policy": policy }));
+        assert_eq!(status, 422, "{policy}: {refused}");
+        assert!(
+            refused["validation_errors"]["descriptor.cancellation_policy"].is_array(),
+            "{policy}: {refused}"
+        );
+    }
+    let wait = json!({ "cancellation_policy": "wait_cancellation_completed" });
+    let (status, admitted) = prepare(&s, &task, 1, "n", wait.clone());
+    assert_eq!(status, 200, "{admitted}");
+    // Every event of the call records the policy as authored.
+    let attempt = admitted["activity_attempt_id"].clone();
+    let (status, done) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "outcome",
+        json!({ "report": { "outcome": "completed", "result": { "codec": "json", "blob": "42" } } }),
+    );
+    assert_eq!(status, 200, "{done}");
+    let events = history(&s, "pla-policy");
+    let local: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["payload"]["execution_mode"] == "local")
+        .collect();
+    assert_eq!(local.len(), 3, "{events:?}");
+    for event in &local {
+        assert_eq!(
+            event["payload"]["cancellation_policy"], "wait_cancellation_completed",
+            "{event}"
+        );
+    }
+    // Replay authoring another policy at the call is not this workflow.
+    let (status, changed) = prepare(
+        &s,
+        &task,
+        1,
+        "n",
+        json!({ "cancellation_policy": "try_cancel" }),
+    );
+    assert_eq!(status, 409, "{changed}");
+    assert_eq!(changed["reason"], "local_activity_descriptor_mismatch");
+    // A group member is checked the same way.
+    let (status, refused) = on_claim(
+        &s,
+        &task,
+        "checkpoint-group",
+        json!({ "checkpoint_id": "g", "start_sequence": 2, "commands": [{
+            "type": "prepare_local_activity", "activity_type": "a", "parallel_group_id": "g1",
+            "cancellation_policy": "abandon" }] }),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["validation_errors"]["commands.0.cancellation_policy"].is_array(),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_try_cancel_delivery_fences_a_running_attempt_at_once() {
+    let s = server();
+    s.start_workflow("default", "pla-try", "q");
+    let task = next_task(&s, "q");
+    let (status, admitted) = prepare(
+        &s,
+        &task,
+        1,
+        "n",
+        json!({ "cancellation_policy": "try_cancel" }),
+    );
+    assert_eq!(status, 200, "{admitted}");
+    let attempt = admitted["activity_attempt_id"].clone();
+    let request_id = request_cancellation(&s, "pla-try");
+    // Delivered without waiting for the callback's stop.
+    let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    // The attempt is fenced: its control says stop and no outcome of it is
+    // recorded any more.
+    let (status, control) = attempt_op(&s, &task, &attempt, "control", json!({}));
+    assert_eq!(status, 200, "{control}");
+    assert_eq!(control["active"], false, "{control}");
+    let (status, late) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "outcome",
+        json!({ "report": { "outcome": "completed", "result": { "codec": "json", "blob": "1" } } }),
+    );
+    assert_eq!(status, 409, "{late}");
+    assert_eq!(late["reason"], "activity_attempt_closed", "{late}");
+    let events = history(&s, "pla-try");
+    assert_eq!(count(&events, "ActivityCompleted"), 0, "{events:?}");
+    assert_eq!(count(&events, "CooperativeCancellationDelivered"), 1);
+}
+
+#[test]
+fn a_wait_policy_holds_the_delivery_until_the_stop_is_acknowledged() {
+    let s = server();
+    let wait = json!({ "cancellation_policy": "wait_cancellation_completed" });
+
+    // Acknowledged first (what the Python worker does): delivered at once.
+    s.start_workflow("default", "pla-wait-ack", "q");
+    let task = next_task(&s, "q");
+    let (status, admitted) = prepare(&s, &task, 1, "n", wait.clone());
+    assert_eq!(status, 200, "{admitted}");
+    let attempt = admitted["activity_attempt_id"].clone();
+    let request_id = request_cancellation(&s, "pla-wait-ack");
+    let (status, ack) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "acknowledge-cancellation",
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+
+    // Not acknowledged: the delivery waits, releasing the claim; the next
+    // claim finds the attempt's claim gone and delivers.
+    s.start_workflow("default", "pla-wait", "q2");
+    let task = next_task(&s, "q2");
+    let (status, admitted) = prepare(&s, &task, 1, "n", wait);
+    assert_eq!(status, 200, "{admitted}");
+    let attempt = admitted["activity_attempt_id"].clone();
+    let request_id = request_cancellation(&s, "pla-wait");
+    let (status, waiting) = deliver_at_local(&s, &task, &request_id, 1);
+    assert_eq!(status, 200, "{waiting}");
+    assert_eq!(waiting["delivered"], false, "{waiting}");
+    assert_eq!(
+        waiting["reason"], "cancellation_waiting_for_activity",
+        "{waiting}"
+    );
+    assert_eq!(waiting["claim_released"], true, "{waiting}");
+    assert_eq!(waiting["task_id"], task["task_id"], "{waiting}");
+    let events = history(&s, "pla-wait");
+    assert_eq!(
+        count(&events, "CooperativeCancellationDelivered"),
+        0,
+        "{events:?}"
+    );
+    // The released claim reports nothing more of the attempt.
+    let (status, late) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "outcome",
+        json!({ "report": { "outcome": "completed", "result": { "codec": "json", "blob": "1" } } }),
+    );
+    assert_eq!(status, 409, "{late}");
+    let next = next_task(&s, "q2");
+    assert_ne!(next["task_id"], task["task_id"], "{next}");
+    let (status, delivered) = deliver_at_local(&s, &next, &request_id, 1);
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    let events = history(&s, "pla-wait");
+    assert_eq!(count(&events, "ActivityCompleted"), 0, "{events:?}");
+    assert_eq!(count(&events, "CooperativeCancellationDelivered"), 1);
+}
+
+#[test]
+fn cleanup_calls_inside_an_all_group_hold_the_delivered_authority() {
+    let s = server();
+    s.start_workflow("default", "pla-cleanup-group", "q");
+    let task = next_task(&s, "q");
+    let (status, admitted) = prepare(&s, &task, 1, "n", json!({}));
+    assert_eq!(status, 200, "{admitted}");
+    let attempt = admitted["activity_attempt_id"].clone();
+    let request_id = request_cancellation(&s, "pla-cleanup-group");
+    let (status, ack) = attempt_op(
+        &s,
+        &task,
+        &attempt,
+        "acknowledge-cancellation",
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
+    assert_eq!(status, 200, "{delivered}");
+    let events = history(&s, "pla-cleanup-group");
+    let delivery = events
+        .iter()
+        .find(|e| e["event_type"] == "CooperativeCancellationDelivered")
+        .unwrap()
+        .clone();
+    let context = events
+        .iter()
+        .find(|e| e["event_type"] == "CooperativeCancellationRequested")
+        .unwrap()["payload"]["cancellation"]
+        .clone();
+
+    let member = |index: i64, delivery_id: &Value| {
+        let mut local = descriptor(json!({
+            "parallel_group_id": "g1", "parallel_group_kind": "all",
+            "parallel_group_base_sequence": 2, "parallel_group_size": 2,
+            "parallel_group_index": index,
+            "parallel_group_path": [{ "parallel_group_id": "g1", "parallel_group_kind": "all",
+                "parallel_group_base_sequence": 2, "parallel_group_size": 2,
+                "parallel_group_index": index }],
+            "cancellation_cleanup": { "request_id": request_id,
+                "delivery_history_event_id": delivery_id } }));
+        local["type"] = json!("prepare_local_activity");
+        local
+    };
+    // A member naming another delivery event is refused, nothing written.
+    let wrong = json!({ "checkpoint_id": "cleanup-bad", "start_sequence": 2,
+        "commands": [member(0, &delivery["id"]), member(1, &json!("1"))] });
+    let (status, refused) = on_claim(&s, &task, "checkpoint-group", wrong);
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["reason"], "cancellation_cleanup_not_authorized",
+        "{refused}"
+    );
+    let before = history(&s, "pla-cleanup-group").len();
+    assert_eq!(before, events.len());
+
+    let group = json!({ "checkpoint_id": "cleanup-1", "start_sequence": 2,
+        "commands": [member(0, &delivery["id"]), member(1, &delivery["id"])] });
+    let (status, grouped) = on_claim(&s, &task, "checkpoint-group", group);
+    assert_eq!(status, 200, "{grouped}");
+    assert_eq!(grouped["next_sequence"], 4, "{grouped}");
+    let events = history(&s, "pla-cleanup-group");
+    let scheduled: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ActivityScheduled" && e["payload"]["sequence"] != 1)
+        .collect();
+    assert_eq!(scheduled.len(), 2, "{events:?}");
+    for (i, sequence) in [2, 3].into_iter().enumerate() {
+        // Each member runs on the request's cleanup authority, its
+        // heartbeat deadline the cleanup deadline.
+        let authority = &scheduled[i]["payload"]["cancellation_cleanup"];
+        assert_eq!(authority["root_request_id"], request_id, "{authority}");
+        let mut asked = member(i as i64, &delivery["id"]);
+        asked["type"] = json!("record_local_activity");
+        let (status, admitted) = prepare(&s, &task, sequence, &format!("m{sequence}"), asked);
+        assert_eq!(status, 200, "{admitted}");
+        let cleanup = &admitted["cancellation_cleanup"];
+        assert_eq!(cleanup["request_id"], request_id, "{admitted}");
+        assert_eq!(cleanup["root_request_id"], request_id, "{admitted}");
+        assert_eq!(
+            cleanup["delivery_history_event_id"], delivery["id"],
+            "{admitted}"
+        );
+        assert_eq!(
+            cleanup["cleanup_deadline_at"], context["cleanup_deadline_at"],
+            "{admitted}"
+        );
+        assert_eq!(
+            admitted["heartbeat_deadline_at"], context["cleanup_deadline_at"],
+            "{admitted}"
+        );
+    }
+}
