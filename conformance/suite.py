@@ -42,8 +42,8 @@ from durable_workflow.errors import (
 from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
-    CooperativeWaitingChild, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, SessionSteps,
-    StickySteps, arm_hold, greet, linger_marked, local_runs, prepared_double, prepared_pause, reverse,
+    CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, SessionSteps,
+    StickySteps, arm_hold, greet, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause, reverse,
     session_whoami,
 )
 
@@ -1157,6 +1157,101 @@ class Suite:
         return (f"request {request['request_id']} delivered at the timer (sequence {delivery['sequence']}); "
                 f"cleanup ran; closed cancelled ({len(types)} events)")
 
+    async def cooperative_activity_abandon(self) -> str:
+        """An activity whose cancellation_policy is abandon (protocol 1.20):
+        a cooperative cancellation is delivered at it at once, its attempt is
+        told nothing (no cancel_requested, no ActivityCancelled), the
+        workflow ends cancelled with the activity listed on its
+        WorkflowCancelled event as abandoned, and the attempt runs on to its
+        end after the close: its completion is accepted and recorded on the
+        activity's row, with nothing appended to the closed run's history.
+        A 1.19 worker refuses the capability."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            self.client, task_queue=COOPERATIVE_QUEUE, workflows=[CooperativeActivityAbandon],
+            activities=[linger_then_mark], worker_id=f"conformance-coop-abandon-{protocol}-{os.getpid()}",
+            capabilities=["cooperative_cancellation"], poll_timeout=5.0, shutdown_timeout=30.0,
+        )
+        running = asyncio.create_task(worker.run())
+        if protocol != "1.20":
+            try:
+                await asyncio.wait_for(asyncio.shield(running), timeout=30)
+            except RuntimeError as refused:
+                assert "1.20" in str(refused), refused
+                return f"the {protocol} worker refuses the capability: {refused}"
+            finally:
+                await worker.stop()
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            raise AssertionError(f"a {protocol} worker started with cooperative_cancellation")
+        folder = tempfile.mkdtemp(prefix="dw-conformance-abandon-")
+        marker = os.path.join(folder, "attempt")
+        database = os.environ.get("DW_CONFORMANCE_DATABASE")
+        try:
+            wid = new_id("coop-abandon")
+            handle = await self.client.start_workflow(
+                workflow_type="cooperative_activity_abandon", task_queue=COOPERATIVE_QUEUE,
+                workflow_id=wid, input=[marker, 6],
+            )
+            deadline = time.monotonic() + 60
+            while not os.path.exists(marker):
+                assert time.monotonic() < deadline, "the activity never started"
+                assert not running.done(), f"the worker stopped: {running.exception()!r}"
+                await asyncio.sleep(0.05)
+            await self.client.request_workflow_cancellation(
+                wid, reason="conformance abandon", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(handle, timeout=60)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            closed = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+            # The attempt runs on to its end after the close.
+            deadline = time.monotonic() + 60
+            while "finished" not in open(marker, encoding="utf-8").read():
+                assert time.monotonic() < deadline, "the abandoned attempt never finished"
+                assert not running.done(), f"the worker stopped: {running.exception()!r}"
+                await asyncio.sleep(0.1)
+            # Its completion is accepted: the closed run's pending
+            # activities (the abandoned one) reach zero.
+            deadline = time.monotonic() + 60
+            while True:
+                described = await self.http.get(f"/api/workflows/{wid}")
+                described.raise_for_status()
+                if described.json()["pending"]["activities"] == 0:
+                    break
+                assert time.monotonic() < deadline, f"the abandoned activity never completed: {described.json()}"
+                await asyncio.sleep(0.1)
+            stored = "its completion accepted: no activity pending"
+            if database:
+                with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+                    rows = db.execute(
+                        "SELECT a.status FROM activities a JOIN runs r ON r.id = a.run_id "
+                        "WHERE r.workflow_id = ?", (wid,)).fetchall()
+                assert rows == [("completed",)], rows
+                stored += ", completed on its row"
+            assert not running.done(), f"the worker stopped: {running.exception()!r}"
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            shutil.rmtree(folder, ignore_errors=True)
+        types = [e["event_type"] for e in closed]
+        assert "WorkflowTaskFailed" not in types, types
+        assert "ActivityCancelled" not in types and "ActivityCompleted" not in types, types
+        delivery = closed[types.index("CooperativeCancellationDelivered")]["payload"]
+        assert delivery["call_kind"] == "activity" and delivery["sequence"] == 1, delivery
+        assert types[-1] == "WorkflowCancelled", types
+        abandoned = closed[-1]["payload"]["abandoned_activities"]
+        assert [a["sequence"] for a in abandoned] == [1], abandoned
+        after = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+        assert len(after) == len(closed), [e["event_type"] for e in after]
+        assert (await self.client.describe_workflow(wid)).status == "cancelled"
+        return (f"delivered at the activity at once, closed cancelled with it listed as abandoned; "
+                f"the attempt ran to its end after the close ({stored}); history unchanged "
+                f"({len(types)} events)")
+
     async def cooperative_cancellation_waits(self) -> str:
         """Cooperative cancellation that waits for cleanup (protocol 1.20): a
         delivery at a child whose cancellation_policy is
@@ -1734,6 +1829,7 @@ class Suite:
         "durable_selection",
         "cooperative_cancellation",
         "cooperative_cancellation_waits",
+        "cooperative_activity_abandon",
         "prepared_local_activity",
         "prepared_local_cancellation",
         "prepared_local_cancellation_policies",

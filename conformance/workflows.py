@@ -571,6 +571,32 @@ def linger_marked(marker: str, seconds: float) -> str:
     return "lingered"
 
 
+@activity.defn(name="linger_then_mark")
+def linger_then_mark(marker: str, seconds: float) -> str:
+    """Writes `running` to `marker`, runs `seconds`, then appends
+    `finished`: the suite sees an abandoned attempt run to its end."""
+    with open(marker, "w", encoding="utf-8") as file:
+        file.write("running\n")
+    time.sleep(seconds)
+    with open(marker, "a", encoding="utf-8") as file:
+        file.write("finished\n")
+    return "lingered"
+
+
+@workflow.defn(name="cooperative_activity_abandon")
+class CooperativeActivityAbandon:
+    """Waits on an activity whose cancellation_policy is abandon: a
+    cooperative cancellation is delivered at it at once, the workflow ends
+    cancelled, and the activity runs on to its end."""
+
+    def run(self, ctx, marker, seconds):
+        yield ctx.schedule_activity(
+            "linger_then_mark", [marker, seconds], start_to_close_timeout=120,
+            schedule_to_close_timeout=180, cancellation_policy="abandon",
+        )
+        return "never cancelled"
+
+
 @workflow.defn(name="cooperative_waiting_child")
 class CooperativeWaitingChild:
     """A child that waits an hour; its own cancellation (the parent's

@@ -72,6 +72,7 @@ pub fn all() -> Vec<Scenario> {
             "cooperative_cancellation_waits",
             cooperative_cancellation_waits
         ),
+        scenario!("cooperative_activity_abandon", cooperative_activity_abandon),
         scenario!(
             "activity_retries_and_non_retryable",
             activity_retries_and_non_retryable
@@ -1684,6 +1685,146 @@ async fn cooperative_cancellation(h: Harness) -> Outcome {
         }
         _ => Err(format!("history {kinds:?}")),
     }
+}
+
+/// An activity whose `cancellation_policy` is `Abandon` (protocol 1.20,
+/// a total timeout required): the cooperative cancellation is delivered at
+/// it at once, the workflow runs a shielded cleanup activity and ends
+/// cancelled with the activity listed on `WorkflowCancelled` as abandoned;
+/// the attempt is told nothing and runs on to its end after the close,
+/// its completion accepted with nothing appended to the closed run.
+async fn cooperative_activity_abandon(h: Harness) -> Outcome {
+    let queue = h.unique("abandon");
+    let client = durable_workflow::Client::builder(h.url.clone())
+        .namespace("default")
+        .worker_protocol_version(durable_workflow::WorkerProtocolVersion::V120)
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+    let mut worker = durable_workflow::Worker::new(client.clone(), &queue)
+        .worker_id(h.unique("worker"))
+        .poll_timeout(Duration::from_secs(1))
+        .cooperative_cancellation(true);
+    worker.register_activity("cleanup", |_ctx, _args: Value| async move {
+        Ok(json!("cleaned"))
+    });
+    let started = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let (on_start, on_finish) = (started.clone(), finished.clone());
+    worker.register_activity("independent", move |_ctx, _args: Value| {
+        let (on_start, on_finish) = (on_start.clone(), on_finish.clone());
+        async move {
+            on_start.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            on_finish.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("independent"))
+        }
+    });
+    worker.register_workflow("rust.abandon", |ctx, _input: Value| async move {
+        let options = no_retry()
+            .start_to_close_timeout(Duration::from_secs(120))
+            .schedule_to_close_timeout(Duration::from_secs(180))
+            .cancellation_policy(durable_workflow::CancellationPolicy::Abandon);
+        match ctx
+            .activity_with_options("independent", options, json!([]))
+            .await
+        {
+            Err(Error::CooperativeCancellationRequested(cancelled)) => {
+                let _shield = ctx.cancellation_shield()?;
+                ctx.activity("cleanup", json!([])).await?;
+                Err(Error::CooperativeCancellationRequested(cancelled))
+            }
+            Err(other) => Err(other),
+            Ok(_) => Ok(json!("never cancelled")),
+        }
+    });
+    let handle = client
+        .start_workflow("rust.abandon", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let requester = handle.clone();
+    let watcher = h.clone();
+    let mut side: Outcome = Ok(());
+    let side_ref = &mut side;
+    let mut closed_events = Vec::new();
+    let closed_ref = &mut closed_events;
+    let during = async move {
+        *side_ref = async {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while started.load(Ordering::SeqCst) == 0 {
+                if std::time::Instant::now() > deadline {
+                    return Err("the activity never started".into());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            requester
+                .request_cancellation(durable_workflow::CooperativeCancellationOptions {
+                    reason: Some("conformance abandon".into()),
+                    cleanup_timeout_seconds: Some(120),
+                })
+                .await
+                .map_err(|e| format!("request_cancellation: {e}"))?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(90);
+            while !requester.describe().await.is_ok_and(|d| d.is_terminal()) {
+                if std::time::Instant::now() > deadline {
+                    return Err("the run did not close after its cancellation".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            *closed_ref = watcher.history(&requester).await?;
+            // The attempt runs on to its end after the close.
+            while finished.load(Ordering::SeqCst) == 0 {
+                if std::time::Instant::now() > deadline {
+                    return Err("the abandoned attempt never finished".into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Its completion is accepted: the closed run's pending
+            // activities (the abandoned one) reach zero.
+            let url = format!("{}/api/workflows/{}", watcher.url, requester.workflow_id);
+            loop {
+                let described = watcher.get(&url).await?;
+                if described["pending"]["activities"] == json!(0) {
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "the abandoned activity never completed: {described}"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        .await;
+    };
+    worker
+        .run_until(during)
+        .await
+        .map_err(|e| format!("worker stopped: {e}"))?;
+    side?;
+    let description = handle
+        .describe()
+        .await
+        .map_err(|e| format!("describe: {e}"))?;
+    check(description.status.as_deref() == Some("cancelled"), || {
+        format!("status {:?}", description.status)
+    })?;
+    let kinds = types(&closed_events);
+    check(
+        kinds.last() == Some(&"WorkflowCancelled")
+            && kinds.contains(&"CooperativeCancellationDelivered")
+            && !kinds.contains(&"ActivityCancelled")
+            && !kinds.contains(&"WorkflowTaskFailed"),
+        || format!("history {kinds:?}"),
+    )?;
+    let last = closed_events.last().cloned().unwrap_or_default();
+    let abandoned = &last["payload"]["abandoned_activities"];
+    check(abandoned[0]["sequence"] == json!(1), || {
+        format!("WorkflowCancelled {last}")
+    })?;
+    let after = h.history(&handle).await?;
+    check(after.len() == closed_events.len(), || {
+        format!("history grew after the close: {:?}", types(&after))
+    })
 }
 
 /// Cooperative cancellation that waits for cleanup (protocol 1.20): a

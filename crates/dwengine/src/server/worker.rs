@@ -1470,7 +1470,7 @@ impl Engine {
             AttemptOutcome::RetryScheduled { .. } => {
                 self.wake(&ns, &queue.0, TaskKind::Activity.as_str());
             }
-            AttemptOutcome::RunClosed => {}
+            AttemptOutcome::RunClosed | AttemptOutcome::Abandoned => {}
         }
         let mut out =
             serde_json::to_value(&outcome).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -1943,6 +1943,20 @@ fn check_activity_policy(checks: &mut Checks, command: &Value, field: &impl Fn(&
                     "The cancellation_policy must be one of {}.",
                     allowed.join(", ")
                 ),
+            );
+        }
+        // An abandoned activity outlives its workflow's wait (and its run's
+        // cooperative close): only its total timeout bounds it.
+        if value.as_str() == Some("abandon")
+            && command
+                .get("schedule_to_close_timeout")
+                .and_then(Value::as_u64)
+                .is_none_or(|seconds| seconds == 0)
+        {
+            checks.problem(
+                &field("schedule_to_close_timeout"),
+                "An activity whose cancellation_policy is abandon needs a positive \
+                 schedule_to_close_timeout: it bounds how long the abandoned activity may run.",
             );
         }
     }

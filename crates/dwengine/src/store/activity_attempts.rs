@@ -64,6 +64,11 @@ pub enum AttemptOutcome {
     },
     /// The run had closed; the report was accepted and ignored.
     RunClosed,
+    /// The activity was abandoned (its `cancellation_policy` is
+    /// `abandon` and its run's cooperative cancellation was delivered at
+    /// it): the report closed it, but no history event records it and no
+    /// workflow task follows (the workflow stopped waiting for it).
+    Abandoned,
 }
 
 /// The attempt id of lease `attempt` of task `task_id`.
@@ -124,8 +129,11 @@ impl Store {
         }
         let running = load_head(&tx, attempt.run)?.status == RunStatus::Running;
         // An attempt a cancellation delivery waits for is not retried: its
-        // failure ends the activity, and the delivery.
-        if running && !cancel_requested(&tx, attempt.activity)? {
+        // failure ends the activity, and the delivery. An abandoned one is,
+        // within its schedule-to-close timeout, even after its run closed.
+        if (running || abandoned(&tx, attempt.activity)?)
+            && !cancel_requested(&tx, attempt.activity)?
+        {
             if let Some(due) =
                 next_attempt_at(&tx, task_id, attempt.activity, attempt.attempt, failure)?
             {
@@ -184,7 +192,11 @@ impl Store {
             .query_row([attempt.activity], |r| r.get::<_, bool>(0))
             .optional()?
             .unwrap_or(false);
-        let running = wanted && load_head(&tx, attempt.run)?.status == RunStatus::Running;
+        // An abandoned activity runs on after its run closed (a close by
+        // terminate or a legacy cancel ends its task, so it never gets here).
+        let running = wanted
+            && (load_head(&tx, attempt.run)?.status == RunStatus::Running
+                || abandoned(&tx, attempt.activity)?);
         tx.commit()?;
         Ok(running)
     }
@@ -380,6 +392,13 @@ fn settle(
     row_result: &Value,
     fields: Value,
 ) -> Result<AttemptOutcome, Error> {
+    if abandoned(conn, attempt.activity)? {
+        // The workflow stopped waiting for it: its outcome closes its row
+        // and nothing else (no event, no workflow task), run open or not.
+        close_activity(conn, attempt, status, row_result)?;
+        end_task(conn, task_id)?;
+        return Ok(AttemptOutcome::Abandoned);
+    }
     let outcome = match close_activity(conn, attempt, status, row_result)? {
         Some((sequence, activity_type)) => {
             let mut payload = json!({
@@ -522,6 +541,50 @@ fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> 
             .copied()
             .unwrap_or(1),
     )
+}
+
+/// Whether activity `activity` was abandoned: its `cancellation_policy` is
+/// `abandon` and its run's cooperative cancellation was delivered at a call
+/// that covers it (the delivery's sequence range, or a selection handle's
+/// operation range). Such an activity keeps running, its attempts are
+/// retried within its schedule-to-close timeout, and its outcome resumes no
+/// workflow; it outlives its run's cooperative close as cancelled.
+pub(crate) fn abandoned(conn: &Connection, activity: i64) -> Result<bool, Error> {
+    let row: Option<(i64, Option<i64>, Option<String>)> = conn
+        .prepare_cached("SELECT run_id, sequence, options FROM activities WHERE id = ?1")?
+        .query_row([activity], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((run, Some(sequence), Some(options))) = row else {
+        return Ok(false);
+    };
+    let policy = serde_json::from_str::<Value>(&options)
+        .ok()
+        .and_then(|o| o["cancellation_policy"].as_str().map(str::to_owned));
+    if policy.as_deref() != Some("abandon") {
+        return Ok(false);
+    }
+    let delivered: Option<String> = conn
+        .prepare_cached(
+            "SELECT payload FROM history_events WHERE run_id = ?1 AND event_type = ?2              ORDER BY sequence DESC LIMIT 1",
+        )?
+        .query_row(
+            params![run, EventType::CooperativeCancellationDelivered.as_str()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(delivered) = delivered else {
+        return Ok(false);
+    };
+    let delivered: Value = serde_json::from_str(&delivered)?;
+    let span = |field: &str| delivered[field].as_i64().unwrap_or(1);
+    let (start, width) = match delivered["operation_sequence"].as_i64() {
+        Some(operation) => (operation, span("operation_sequence_span")),
+        None => (
+            delivered["sequence"].as_i64().unwrap_or(0),
+            span("sequence_span"),
+        ),
+    };
+    Ok(sequence >= start && sequence < start.saturating_add(width))
 }
 
 /// Whether a cancellation delivery waits for activity `activity`'s running

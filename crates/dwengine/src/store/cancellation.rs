@@ -12,7 +12,8 @@
 //!   `CooperativeCancellationDelivered` and stops that call's open item (a
 //!   timer is cancelled, an activity is cancelled: its heartbeat answers
 //!   `cancel_requested`, a `try_cancel` child run is cancelled, a wait is
-//!   closed). An item that must clean up first (a child or a running
+//!   closed; an `abandon` activity or child is left running, the
+//!   activity's outcome resuming nothing: `activity_attempts::abandoned`). An item that must clean up first (a child or a running
 //!   activity whose policy is `wait_cancellation_completed`) parks the
 //!   delivery instead: the child gets a request of its own, the attempt
 //!   hears `cancel_requested`, the claim is released, and the worker of the
@@ -274,6 +275,13 @@ impl Store {
             if child_policy(&tx, run, sequence)?.as_deref() == Some("abandon") {
                 continue;
             }
+            // An activity whose policy is `abandon` keeps running too: the
+            // workflow stops waiting for it (the delivery), its attempt is
+            // told nothing, and its outcome resumes no workflow
+            // (`activity_attempts::abandoned`).
+            if open_activity_abandoned(&tx, run, sequence)? {
+                continue;
+            }
             crate::store::selection_cancel::stop_leaf(&tx, run, sequence, STOPPED)?;
         }
         tx.commit()?;
@@ -507,6 +515,21 @@ fn load(conn: &Connection, run: RunId) -> Result<Option<CancellationRequest>, Er
 
 /// The `cancellation_policy` of the open child run's command `sequence`
 /// of `run` (`None` when that sequence started no open child).
+/// Whether the open activity at command `sequence` of `run` is abandoned
+/// (after the delivery that covers it was recorded).
+fn open_activity_abandoned(conn: &Connection, run: RunId, sequence: i64) -> Result<bool, Error> {
+    let activity: Option<i64> = conn
+        .prepare_cached(
+            "SELECT id FROM activities WHERE run_id = ?1 AND sequence = ?2 AND status = 'scheduled'",
+        )?
+        .query_row(params![run.0, sequence], |r| r.get(0))
+        .optional()?;
+    match activity {
+        Some(activity) => crate::store::activity_attempts::abandoned(conn, activity),
+        None => Ok(false),
+    }
+}
+
 fn child_policy(conn: &Connection, run: RunId, sequence: i64) -> Result<Option<String>, Error> {
     let fields: Option<Option<String>> = conn
         .prepare_cached(

@@ -228,6 +228,33 @@ pub(crate) struct FailureRow<'a> {
 /// run still open meet their parent-close policy: `terminate` ends them as
 /// terminated, `request_cancel` / `request_cancellation` as cancelled
 /// (cancellation here ends a run at once), `abandon` leaves them running.
+/// The open activity tasks of `run` whose activities are abandoned
+/// (`activity_attempts::abandoned`), each with what the terminal event
+/// lists of it.
+fn abandoned_tasks(conn: &Connection, run: RunId) -> Result<Vec<(i64, Value)>, Error> {
+    let open: Vec<(i64, i64, Option<i64>, String)> = conn
+        .prepare_cached(
+            "SELECT d.id, a.id, a.sequence, a.activity_type FROM dispatch_tasks d \
+             JOIN activities a ON a.id = d.item_id WHERE d.run_id = ?1 AND d.kind = 'activity' \
+             AND d.status != 'done' AND a.status = 'scheduled'",
+        )?
+        .query_map([run.0], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut kept = Vec::new();
+    for (task, activity, sequence, activity_type) in open {
+        if crate::store::activity_attempts::abandoned(conn, activity)? {
+            kept.push((
+                task,
+                json!({ "activity_execution_id": activity.to_string(), "sequence": sequence,
+                        "activity_type": activity_type }),
+            ));
+        }
+    }
+    Ok(kept)
+}
+
 pub(crate) fn finish_run(
     conn: &Connection,
     head: &RunHead,
@@ -239,7 +266,26 @@ pub(crate) fn finish_run(
     // Signals held for a task in flight are history before the run's end.
     crate::store::admission::release_held_signals(conn, head.id)?;
     crate::store::message_streams::release_carried(conn, head.id)?;
-    append_event(conn, head.id, event, payload, false)?;
+    // A close as cancelled by the run's delivered cooperative request
+    // leaves its abandoned activities running (their tasks and deadlines
+    // stay; their outcomes are never recorded here), listed on the
+    // terminal event; any other close ends every task of the run.
+    let cooperative = status == RunStatus::Cancelled
+        && payload
+            .get("cancellation_request_id")
+            .is_some_and(|v| !v.is_null());
+    let abandoned = if cooperative {
+        abandoned_tasks(conn, head.id)?
+    } else {
+        Vec::new()
+    };
+    if abandoned.is_empty() {
+        append_event(conn, head.id, event, payload, false)?;
+    } else {
+        let mut payload = payload.clone();
+        payload["abandoned_activities"] = abandoned.iter().map(|(_, a)| a.clone()).collect();
+        append_event(conn, head.id, event, &payload, false)?;
+    }
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
     )?
@@ -252,12 +298,29 @@ pub(crate) fn finish_run(
     crate::store::prepared_local_rows::delete_run(conn, head.id)?;
     // Its open streams end with it, so their readers reach the end.
     crate::store::streams::close_open_streams_of_run(conn, head.id, status)?;
-    // A closed run has no work left for workers, and no deadlines.
-    conn.prepare_cached(
-        "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \
-         WHERE run_id = ?1 AND status != 'done'",
-    )?
-    .execute(params![head.id.0])?;
+    // A closed run has no work left for workers, and no deadlines (but
+    // for its abandoned activities').
+    if abandoned.is_empty() {
+        conn.prepare_cached(
+            "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \
+             WHERE run_id = ?1 AND status != 'done'",
+        )?
+        .execute(params![head.id.0])?;
+    } else {
+        let open: Vec<i64> = conn
+            .prepare_cached("SELECT id FROM dispatch_tasks WHERE run_id = ?1 AND status != 'done'")?
+            .query_map([head.id.0], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for task in open
+            .into_iter()
+            .filter(|t| !abandoned.iter().any(|(a, _)| a == t))
+        {
+            conn.prepare_cached(
+                "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
+            )?
+            .execute([task])?;
+        }
+    }
     // Nor updates waiting for a validator (never accepted now; their
     // callers answer run_not_active, or the update an approval accepted).
     conn.prepare_cached("DELETE FROM update_validations WHERE run_id = ?1")?

@@ -196,7 +196,9 @@ impl Store {
     }
 
     /// Prunes the history of at most one run of `namespace` that closed
-    /// before `closed_before_ms`: commits the `details_pruned_at` marker and
+    /// before `closed_before_ms` (and has no abandoned activity still
+    /// running: its activity task holds the run until the activity ends,
+    /// within its schedule-to-close timeout): commits the `details_pruned_at` marker and
     /// deletes its history, its dispatch rows and every projection of it in
     /// the same transaction, and releases the external payloads it holds
     /// (deleting those nothing else holds). The root row stays.
@@ -210,6 +212,8 @@ impl Store {
             tx.prepare_cached(
                 "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
                  AND closed_at_ms < ?2 AND details_pruned_at IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM dispatch_tasks d WHERE d.run_id = runs.id \
+                   AND d.kind = 'activity' AND d.status != 'done') \
                  ORDER BY closed_at_ms LIMIT 1",
             )?
             .query_row(params![namespace, closed_before_ms], |r| r.get(0)),

@@ -54,7 +54,8 @@ pub enum ActivityTimeout {
         /// The activity's task queue.
         activity_queue: String,
     },
-    /// Nothing was due (already closed, or re-armed meanwhile).
+    /// Nothing was due (already closed, or re-armed meanwhile), or an
+    /// abandoned activity timed out, which wakes no workflow.
     NotDue,
 }
 
@@ -188,7 +189,9 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
         return Ok(ActivityTimeout::NotDue);
     };
     let run = RunId(run);
-    if status == "done" || load_head(conn, run)?.status != RunStatus::Running {
+    // An abandoned activity keeps its deadlines after its run closed.
+    let abandoned = crate::store::activity_attempts::abandoned(conn, activity)?;
+    if status == "done" || (load_head(conn, run)?.status != RunStatus::Running && !abandoned) {
         end_task(conn, task_id)?;
         return Ok(ActivityTimeout::NotDue);
     }
@@ -243,6 +246,10 @@ fn time_out(conn: &Connection, task_id: i64) -> Result<ActivityTimeout, Error> {
         return Ok(ActivityTimeout::NotDue);
     };
     bump(conn, run, Pending::Activity, -1)?;
+    if abandoned {
+        // The workflow stopped waiting for it: no event, no workflow task.
+        return Ok(ActivityTimeout::NotDue);
+    }
     let mut payload = json!({
         "sequence": sequence,
         "activity_execution_id": activity.to_string(),

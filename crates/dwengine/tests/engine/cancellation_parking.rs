@@ -867,3 +867,229 @@ fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
     )
     .is_empty());
 }
+
+/// A run whose activity (policy `abandon`, 600 s total) runs, with the
+/// cooperative request delivered at it: (activity task, its owner, the
+/// workflow task that delivered, the request id).
+fn abandoned_activity(s: &TestServer, id: &str) -> (Value, Value, Value, Value) {
+    s.start_workflow("default", id, id);
+    let task = next_task(s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": id,
+                 "arguments": args("[]"), "cancellation_policy": "abandon",
+                 "schedule_to_close_timeout": 600 }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let activity = lease_activity(s, id);
+    let owner = activity["lease_owner"].clone();
+    let request_id = request(s, id);
+    let task = next_task(s, id);
+    let (status, delivered) = deliver(s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(status, 200, "{delivered}");
+    // Delivered at once: the workflow stops waiting for the activity.
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    (activity, owner, task, request_id)
+}
+
+/// The workflow ends cancelled by its delivered request (the SDKs'
+/// `fail_workflow` with their cancellation exception).
+fn end_cancelled(s: &TestServer, task: &Value) {
+    let (status, body) = s.complete(
+        task,
+        json!([{ "type": "fail_workflow", "message": "cancelled",
+                 "exception_type": "WorkflowCancelled" }]),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn an_abandoned_activity_runs_on_and_its_outcome_resumes_nothing() {
+    let s = server();
+    // Abandon needs a total timeout: it is all that bounds the activity.
+    s.start_workflow("default", "abandon-bad", "abandon-bad");
+    let task = next_task(&s, "abandon-bad");
+    let (status, refused) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": "abandon-bad",
+                 "arguments": args("[]"), "cancellation_policy": "abandon" }]),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["validation_errors"]["commands.0.schedule_to_close_timeout"].is_array(),
+        "{refused}"
+    );
+
+    let (activity, owner, task, _) = abandoned_activity(&s, "abandon-open");
+    // The attempt is told nothing: it may continue.
+    let (status, look) = activity_call(&s, &activity, "status", &owner, json!({}));
+    assert_eq!(status, 200, "{look}");
+    assert_eq!(look["can_continue"], true, "{look}");
+    assert_eq!(look["cancel_requested"], false, "{look}");
+    let (status, beat) = activity_call(&s, &activity, "heartbeat", &owner, json!({}));
+    assert_eq!(status, 200, "{beat}");
+    assert_eq!(beat["cancel_requested"], false, "{beat}");
+    let events = history(&s, "abandon-open");
+    assert!(
+        events_of(&events, "ActivityCancelled").is_empty(),
+        "{events:?}"
+    );
+    // Its outcome, while the run cleans up, is accepted but resumes nothing.
+    let (status, done) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("\"late\"") }),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["outcome"], "abandoned", "{done}");
+    let events = history(&s, "abandon-open");
+    assert!(
+        events_of(&events, "ActivityCompleted").is_empty(),
+        "{events:?}"
+    );
+    // The cleanup's claim is still the run's only workflow task.
+    end_cancelled(&s, &task);
+    assert_eq!(status_of(&s, "abandon-open"), "cancelled");
+}
+
+#[test]
+fn an_abandoned_activity_outlives_its_runs_cooperative_close() {
+    let s = server();
+    let (activity, owner, task, _) = abandoned_activity(&s, "abandon-closed");
+    end_cancelled(&s, &task);
+    assert_eq!(status_of(&s, "abandon-closed"), "cancelled");
+    let events = history(&s, "abandon-closed");
+    let closed = events.last().unwrap();
+    assert_eq!(closed["event_type"], "WorkflowCancelled", "{closed}");
+    assert_eq!(
+        closed["payload"]["abandoned_activities"][0]["sequence"], 1,
+        "{closed}"
+    );
+    // Its attempt runs on after the close, retried within its total timeout.
+    let (status, beat) = activity_call(&s, &activity, "heartbeat", &owner, json!({}));
+    assert_eq!(status, 200, "{beat}");
+    assert_eq!(beat["cancel_requested"], false, "{beat}");
+    let (status, done) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("\"independent\"") }),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["outcome"], "abandoned", "{done}");
+    // Nothing is appended to the closed run, and no workflow task follows.
+    let after = history(&s, "abandon-closed");
+    assert_eq!(after.len(), events.len(), "{after:?}");
+    assert_eq!(status_of(&s, "abandon-closed"), "cancelled");
+    let (status, polled) = s.poll("workflow", "default", "abandon-closed", "wp", 300);
+    assert_eq!(status, 200, "{polled}");
+    assert!(polled["task"].is_null(), "{polled}");
+}
+
+#[test]
+fn terminating_a_run_still_ends_its_abandoned_activity() {
+    let s = server();
+    let (activity, owner, _, _) = abandoned_activity(&s, "abandon-terminated");
+    let (status, body) = s.post(
+        "/api/workflows/abandon-terminated/terminate",
+        json!({ "reason": "operator" }),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, late) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("\"late\"") }),
+    );
+    assert_eq!(status, 409, "{late}");
+}
+
+#[test]
+fn an_abandoned_activity_is_retried_after_its_run_closed() {
+    let s = server();
+    let id = "abandon-retried";
+    s.start_workflow("default", id, id);
+    let task = next_task(&s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": id,
+                 "arguments": args("[]"), "cancellation_policy": "abandon",
+                 "schedule_to_close_timeout": 600,
+                 "retry_policy": { "max_attempts": 2, "backoff_seconds": [1] } }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let first = lease_activity(&s, id);
+    let owner = first["lease_owner"].clone();
+    let request_id = request(&s, id);
+    let task = next_task(&s, id);
+    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(delivered["delivered"], true, "{status} {delivered}");
+    end_cancelled(&s, &task);
+    let closed = history(&s, id).len();
+    let (status, failed) = activity_call(
+        &s,
+        &first,
+        "fail",
+        &owner,
+        json!({ "failure": { "message": "transient" } }),
+    );
+    assert_eq!(status, 200, "{failed}");
+    assert_eq!(failed["outcome"], "retry_scheduled", "{failed}");
+    // The next attempt is handed out though the run is closed.
+    let second = lease_activity(&s, id);
+    assert_eq!(second["task_id"], first["task_id"], "{second}");
+    let (status, done) = activity_call(
+        &s,
+        &second,
+        "complete",
+        &second["lease_owner"].clone(),
+        json!({ "result": args("1") }),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["outcome"], "abandoned", "{done}");
+    assert_eq!(history(&s, id).len(), closed);
+}
+
+#[test]
+fn an_abandoned_activity_of_a_closed_run_ends_at_its_total_timeout() {
+    let s = server();
+    let id = "abandon-timeout";
+    s.start_workflow("default", id, id);
+    let task = next_task(&s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "schedule_activity", "activity_type": "linger", "queue": id,
+                 "arguments": args("[]"), "cancellation_policy": "abandon",
+                 "schedule_to_close_timeout": 2 }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let activity = lease_activity(&s, id);
+    let owner = activity["lease_owner"].clone();
+    let request_id = request(&s, id);
+    let task = next_task(&s, id);
+    let (_, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    end_cancelled(&s, &task);
+    let closed = history(&s, id).len();
+    let pending =
+        |s: &TestServer| s.get(&format!("/api/workflows/{id}")).1["pending"]["activities"].clone();
+    assert_eq!(pending(&s), 1);
+    // The sweep ends it at its schedule-to-close deadline: no event, no task.
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || pending(&s) == 0),
+        "the abandoned activity never timed out"
+    );
+    assert_eq!(history(&s, id).len(), closed);
+    let (status, late) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("1") }),
+    );
+    assert_eq!(status, 409, "{late}");
+}
