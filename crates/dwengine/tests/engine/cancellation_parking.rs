@@ -1093,3 +1093,47 @@ fn an_abandoned_activity_of_a_closed_run_ends_at_its_total_timeout() {
     );
     assert_eq!(status, 409, "{late}");
 }
+
+#[test]
+fn retention_keeps_a_run_whose_abandoned_activity_still_runs() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.history_retention = std::time::Duration::ZERO;
+        c.retention_throttle = std::time::Duration::from_millis(1);
+    });
+    let (activity, owner, task, _) = abandoned_activity(&s, "abandon-retained");
+    end_cancelled(&s, &task);
+    let heartbeat = |s: &TestServer, n: usize| {
+        let (status, beat) = s.post(
+            "/api/worker/register",
+            json!({ "worker_id": format!("w{n}"), "task_queue": "elsewhere" }),
+        );
+        assert_eq!(status, 200, "{beat}");
+        beat["pruned_run_id"].clone()
+    };
+    // While the abandoned activity runs, heartbeats prune nothing of it.
+    let mut n = 0;
+    for _ in 0..5 {
+        n += 1;
+        assert!(heartbeat(&s, n).is_null());
+    }
+    let (_, described) = s.get("/api/workflows/abandon-retained");
+    assert!(described["details_pruned_at"].is_null(), "{described}");
+    let (status, done) = activity_call(
+        &s,
+        &activity,
+        "complete",
+        &owner,
+        json!({ "result": args("1") }),
+    );
+    assert_eq!(status, 200, "{done}");
+    // Once it has ended, retention prunes the run.
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || {
+            n += 1;
+            !heartbeat(&s, n).is_null()
+        }),
+        "the run was never pruned"
+    );
+    let (_, described) = s.get("/api/workflows/abandon-retained");
+    assert!(described["details_pruned_at"].is_string(), "{described}");
+}
