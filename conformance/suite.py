@@ -35,6 +35,7 @@ from durable_workflow.errors import (
     ScheduleNotFound,
     UpdateRejected,
     WorkflowCancelled,
+    WorkflowFailed,
     WorkflowTerminated,
     WorkflowTimedOut,
 )
@@ -43,8 +44,8 @@ from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
     CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, SessionSteps,
-    StickySteps, arm_hold, greet, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause, reverse,
-    session_whoami,
+    StickySteps, arm_hold, greet, heal_redrive, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause,
+    redrive_calls, reverse, session_whoami,
 )
 
 PENDING_ACTIVITIES = int(os.environ.get("DW_V2_LIMIT_PENDING_ACTIVITIES", "2000"))
@@ -1794,6 +1795,56 @@ class Suite:
         assert "integrity.checksum_mismatch" in refused["summary"]["findings_by_rule"], refused
         return f"{len(types)} events exported; the verifier says ok, and failed once tampered with"
 
+    async def redrive(self) -> str:
+        """A run whose second activity fails is redriven: the successor
+        reuses the first activity's recorded result (it does not run again)
+        and runs only the failed step, which now succeeds."""
+        wid = new_id("redrive")
+        handle = await self.client.start_workflow(
+            workflow_type="redrivable", task_queue=QUEUE, workflow_id=wid, input=[wid]
+        )
+        try:
+            await self.client.get_result(handle, timeout=30)
+            raise AssertionError("the run should have failed at its second activity")
+        except WorkflowFailed as failed:
+            assert "unavailable" in str(failed), failed
+        assert (redrive_calls("redrive_first", wid), redrive_calls("redrive_second", wid)) == (1, 1)
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        failure = history["events"][-1]
+        assert failure["event_type"] == "WorkflowFailed", failure
+        assert failure["payload"]["failed_step_sequence"] == 2, failure
+        heal_redrive(wid)
+        redriven = await handle.redrive(request_id=f"{wid}-once")
+        assert redriven.outcome == "redriven" and redriven.command_status == "accepted", redriven
+        successor = redriven.run_id
+        assert successor and successor != handle.run_id, redriven
+        assert redriven.raw["continued_from_run_id"] == handle.run_id, redriven.raw
+        assert redriven.raw["resume_step_sequence"] == 2, redriven.raw
+        # A retry with the same request id answers the same successor.
+        again = await self.client.redrive_workflow(wid, handle.run_id, request_id=f"{wid}-once")
+        assert again.run_id == successor, (again, redriven)
+        result = await self.client.get_result(
+            self.client.get_workflow_handle(wid, run_id=successor), timeout=30
+        )
+        assert result == {"first": f"first of {wid}", "second": f"first of {wid}, then the second"}, result
+        # The first activity ran once in all; the second once per run.
+        calls = (redrive_calls("redrive_first", wid), redrive_calls("redrive_second", wid))
+        assert calls == (1, 2), calls
+        described = await self.describe_raw(wid)
+        assert described["run_id"] == successor and described["status"] == "completed", described
+        assert described["continued_from_run_id"] == handle.run_id, described
+        assert described["recovery_kind"] == "redrive" and described["resume_step_sequence"] == 2, described
+        events = (await self.client.get_history(wid, successor, page_size=1000))["events"]
+        reused = [e["payload"] for e in events if e["event_type"] == "ActivityCompleted"][0]
+        assert reused["reused_from_run_id"] == handle.run_id and reused["sequence"] == 1, reused
+        # A completed run is not redriven: 409 run_not_failed, nothing written.
+        refused = await self.http.post(f"/api/workflows/{wid}/runs/{successor}/redrive", json={})
+        assert refused.status_code == 409 and refused.json()["reason"] == "run_not_failed", refused.text
+        runs = (await self.http.get(f"/api/workflows/{wid}/runs")).json()
+        assert runs["run_count"] == 2, runs
+        return (f"run {handle.run_id} failed at step 2; successor {successor} completed with "
+                f"{len(events)} events, the first activity run {calls[0]} time(s)")
+
     SCENARIOS = [
         "activity_timer_signal_condition_query",
         "update_wait_for_completed",
@@ -1836,6 +1887,7 @@ class Suite:
         "worker_roster",
         "task_queue_visibility",
         "history_export",
+        "redrive",
     ]
 
 

@@ -760,7 +760,56 @@ class SignalDuringTask:
         return self.items
 
 
+_redrive_calls: dict[tuple[str, str], int] = {}
+_redrive_healed: set[str] = set()
+
+
+def _count_redrive_call(activity_name: str, key: str) -> None:
+    with _flaky_lock:
+        _redrive_calls[(activity_name, key)] = _redrive_calls.get((activity_name, key), 0) + 1
+
+
+def redrive_calls(activity_name: str, key: str) -> int:
+    with _flaky_lock:
+        return _redrive_calls.get((activity_name, key), 0)
+
+
+def heal_redrive(key: str) -> None:
+    """From now on `redrive_second` succeeds for `key`."""
+    with _flaky_lock:
+        _redrive_healed.add(key)
+
+
+@activity.defn(name="redrive_first")
+def redrive_first(key: str) -> str:
+    _count_redrive_call("redrive_first", key)
+    return f"first of {key}"
+
+
+@activity.defn(name="redrive_second")
+def redrive_second(key: str, first: str) -> str:
+    """Fails for `key` until `heal_redrive(key)`."""
+    _count_redrive_call("redrive_second", key)
+    with _flaky_lock:
+        healed = key in _redrive_healed
+    if not healed:
+        raise RuntimeError(f"the second step of {key} is unavailable")
+    return f"{first}, then the second"
+
+
+@workflow.defn(name="redrivable")
+class Redrivable:
+    """Two activities; the second's failure (one attempt) fails the run. A
+    redrive resumes at the second with the first's recorded result."""
+
+    def run(self, ctx, key):
+        once = ActivityRetryPolicy(max_attempts=1)
+        first = yield ctx.schedule_activity("redrive_first", [key], retry_policy=once)
+        second = yield ctx.schedule_activity("redrive_second", [key, first], retry_policy=once)
+        return {"first": first, "second": second}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask]
-ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double]
+             InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask, Redrivable]
+ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double, redrive_first, redrive_second]

@@ -3,7 +3,8 @@
 //! heartbeat timeout, queries and updates during a run, version markers over
 //! several replays, continue-as-new with new options, search-attribute
 //! upserts found through the client's list, a run timeout, a child
-//! terminated while its parent waits, and a timer that loses a selection.
+//! terminated while its parent waits, a timer that loses a selection, and
+//! a failed run redriven from its failed activity.
 
 // The SDK's error type is large; its API returns it from every workflow call.
 #![allow(clippy::result_large_err)]
@@ -620,4 +621,147 @@ pub async fn pagination(h: Harness) -> Outcome {
     check(paged == types(&all), || {
         format!("paged {paged:?}, whole {:?}", types(&all))
     })
+}
+
+/// The counters and the switch of the redrive scenario's activities.
+#[derive(Clone, Default)]
+struct RedriveCalls {
+    first: Arc<AtomicUsize>,
+    second: Arc<AtomicUsize>,
+    healed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A worker of `queue` running `rust.redrive`: `first` returns
+/// `"recorded"`, `second` fails (one attempt) until `calls.healed`.
+fn redrive_worker(
+    h: &Harness,
+    queue: &str,
+    calls: &RedriveCalls,
+) -> Result<durable_workflow::Worker, String> {
+    let mut worker = h.worker(queue);
+    let first = calls.first.clone();
+    worker.register_activity("first", move |_ctx, _args: Value| {
+        let first = first.clone();
+        async move {
+            first.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("recorded"))
+        }
+    });
+    let (second, healed) = (calls.second.clone(), calls.healed.clone());
+    worker.register_activity("second", move |_ctx, args: Value| {
+        let (second, healed) = (second.clone(), healed.clone());
+        async move {
+            second.fetch_add(1, Ordering::SeqCst);
+            if !healed.load(Ordering::SeqCst) {
+                return Err(ActivityError::new("Unavailable", "the second step is down").into());
+            }
+            Ok(json!(format!(
+                "{} then retried",
+                args[0].as_str().unwrap_or("?")
+            )))
+        }
+    });
+    worker.register_workflow("rust.redrive", |ctx, _input: Value| async move {
+        let once = ActivityOptions::new()
+            .retry_policy(ActivityRetryPolicy::new(1))
+            .start_to_close_timeout(Duration::from_secs(30));
+        let first = ctx
+            .activity_with_options("first", once.clone(), json!([]))
+            .await?;
+        let second = ctx
+            .activity_with_options("second", once, json!([first.clone()]))
+            .await?;
+        Ok(json!({"first": first, "second": second}))
+    });
+    // The workflow's source identity, what the SDK calls safe redrive.
+    worker
+        .set_workflow_definition_sources("rust.redrive", &[include_str!("probes.rs")])
+        .map_err(|e| format!("definition sources: {e}"))?;
+    Ok(worker)
+}
+
+/// A run whose second activity fails is redriven with `redrive_workflow_run`
+/// (through the handle): the answer names a distinct successor and the
+/// resume step 2, a retry with the same request id the same successor; the
+/// successor replays the first activity from its reused completion (it runs
+/// once in all) and schedules only the second again, which now succeeds.
+pub async fn redrive(h: Harness) -> Outcome {
+    let queue = h.unique("redrive");
+    let calls = RedriveCalls::default();
+    let worker = redrive_worker(&h, &queue, &calls)?;
+    let handle = h
+        .client
+        .start_workflow("rust.redrive", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let failed_run = handle.run_id.clone().ok_or("the start named no run")?;
+    let outcome = h.drive(&worker, &handle, async { Ok(()) }).await;
+    check(outcome.is_err(), || {
+        format!("the first run should fail: {outcome:?}")
+    })?;
+    let events = h.run_history(&handle.workflow_id, &failed_run).await?;
+    let last = events.last().cloned().unwrap_or_default();
+    check(
+        last["event_type"] == "WorkflowFailed"
+            && last["payload"]["failed_step_sequence"] == json!(2),
+        || format!("the failed run's last event {last}"),
+    )?;
+
+    calls.healed.store(true, Ordering::SeqCst);
+    let redriven = handle
+        .redrive(Some("redrive-once"))
+        .await
+        .map_err(|e| format!("redrive: {e}"))?;
+    check(
+        redriven.source_run_id == failed_run
+            && redriven.run_id != failed_run
+            && redriven.resume_step_sequence == 2,
+        || format!("redrive answered {:?}", redriven.raw),
+    )?;
+    let again = h
+        .client
+        .redrive_workflow_run(&handle.workflow_id, &failed_run, Some("redrive-once"))
+        .await
+        .map_err(|e| format!("retried redrive: {e}"))?;
+    check(again.run_id == redriven.run_id, || {
+        format!(
+            "a retry answered {:?}, the first {:?}",
+            again.raw, redriven.raw
+        )
+    })?;
+
+    let mut successor = handle.clone();
+    successor.run_id = Some(redriven.run_id.clone());
+    let worker = redrive_worker(&h, &queue, &calls)?;
+    let result = h.drive(&worker, &successor, async { Ok(()) }).await?;
+    let (first, second) = (
+        calls.first.load(Ordering::SeqCst),
+        calls.second.load(Ordering::SeqCst),
+    );
+    check(
+        result == json!({"first": "recorded", "second": "recorded then retried"})
+            && (first, second) == (1, 2),
+        || format!("result {result}; first ran {first} time(s), second {second}"),
+    )?;
+    let events = h.run_history(&handle.workflow_id, &redriven.run_id).await?;
+    let reused = events
+        .iter()
+        .find(|e| e["event_type"] == "ActivityCompleted")
+        .cloned()
+        .unwrap_or_default();
+    check(
+        types(&events)[..3] == ["WorkflowStarted", "ActivityScheduled", "ActivityCompleted"]
+            && reused["payload"]["reused_from_run_id"] == json!(failed_run)
+            && types(&events).last() == Some(&"WorkflowCompleted"),
+        || format!("successor history {:?}, reused {reused}", types(&events)),
+    )?;
+    // The completed successor is not redriven: 409 run_not_failed.
+    match successor.redrive(None).await {
+        Err(Error::Http { status, body })
+            if status.as_u16() == 409 && body.contains("run_not_failed") =>
+        {
+            Ok(())
+        }
+        other => Err(format!("redrive of a completed run: {other:?}")),
+    }
 }

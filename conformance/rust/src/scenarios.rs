@@ -86,6 +86,7 @@ pub fn all() -> Vec<Scenario> {
         scenario!("child_terminated", child_terminated),
         scenario!("timer_loses_selection", timer_loses_selection),
         scenario!("pagination", pagination),
+        scenario!("redrive", redrive),
     ]
 }
 

@@ -128,7 +128,7 @@ enum Begun {
 }
 
 /// What a new run adds to its namespace's durable state.
-const START_RESOURCES: [DurableResource; 2] = [
+pub(crate) const START_RESOURCES: [DurableResource; 2] = [
     DurableResource::WorkflowRuns,
     DurableResource::OpenWorkflowRuns,
 ];
@@ -983,6 +983,9 @@ fn render_description(
         "continued_from_run_id": stored.continued_from.map(wire::run_id),
         "continued_to_run_id": stored.continued_to.map(wire::run_id),
         "parent_run_id": stored.parent.map(wire::run_id),
+        // A redrive's successor: the failed step it resumes at.
+        "resume_step_sequence": stored.resume_step_sequence,
+        "recovery_kind": stored.resume_step_sequence.map(|_| "redrive"),
     });
     if let Some(failed) = &described.workflow_task_failure {
         out["workflow_task_failure"] = json!({

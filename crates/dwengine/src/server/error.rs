@@ -219,6 +219,19 @@ pub enum ApiError {
         /// The names involved (merged into the body).
         details: Value,
     },
+    /// A redrive the source run's state or history refuses (409; nothing
+    /// was written).
+    #[error("{message}")]
+    RedriveRefused {
+        /// 409.
+        status: u16,
+        /// `run_not_failed`, `source_run_not_current`, …
+        reason: &'static str,
+        /// What was found and what to do.
+        message: String,
+        /// The workflow and run (merged into the body).
+        details: Value,
+    },
     /// A configured service-call budget refused the call (nothing recorded).
     #[error("service-call budget: {refusal:?}")]
     ServiceBoundary {
@@ -282,6 +295,7 @@ impl ApiError {
             ApiError::UpdateFailed(..) => 422,
             ApiError::ServiceCatalog { status, .. } => *status,
             ApiError::UpdateValidation { status, .. } => *status,
+            ApiError::RedriveRefused { status, .. } => *status,
             ApiError::ServiceBoundary {
                 refusal: BoundaryRefusal::RateLimited { .. },
                 ..
@@ -525,6 +539,12 @@ impl ApiError {
                 ..
             }
             | ApiError::UpdateValidation {
+                reason,
+                message,
+                details,
+                ..
+            }
+            | ApiError::RedriveRefused {
                 reason,
                 message,
                 details,

@@ -44,6 +44,7 @@ pub mod node_config;
 pub mod prepared_local;
 pub mod projections;
 pub mod queries;
+pub mod redrive;
 pub mod roster;
 pub mod schedules;
 pub mod search_attributes;

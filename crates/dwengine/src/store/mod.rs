@@ -67,6 +67,7 @@ pub(crate) mod prepared_local_rows;
 pub mod projections;
 pub mod protocol;
 pub mod readers;
+pub mod redrive;
 mod rows;
 pub mod runs;
 pub mod schedules;
@@ -113,6 +114,7 @@ pub use model::{
 };
 pub use namespaces::Namespace;
 pub use protocol::RetryPolicy;
+pub use redrive::{RedriveOutcome, RedriveRefusal, Redriven};
 pub use runs::Started;
 pub use schedules::{
     AuditEvent, AuditRow, DueSchedule, FireGate, FireRecord, NextFire, ScheduleRow,

@@ -400,8 +400,12 @@ pub struct Run {
     pub history_bytes: u64,
     /// The run this one continued (continue-as-new), if any.
     pub continued_from: Option<RunId>,
-    /// The run that continued this one, if it continued as new.
+    /// The run that continued this one: its continue-as-new successor, or
+    /// for a failed run the successor a redrive started.
     pub continued_to: Option<RunId>,
+    /// For a run a redrive started: the failed step it resumes at (its
+    /// history holds the completed steps before it).
+    pub resume_step_sequence: Option<u64>,
 }
 
 /// What [`crate::store::connection::Store::start_run`] needs.

@@ -195,6 +195,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0041_prepared_local_activities",
         include_str!("migrations/postgres/0041_prepared_local_activities.sql"),
     ),
+    (
+        "0042_redrive",
+        include_str!("migrations/postgres/0042_redrive.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -164,19 +164,20 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
 pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
     let head = load_head(conn, run)?;
     #[allow(clippy::type_complexity)]
-    let (namespace, task_queue, memo, search, length, bytes, from, to): (
+    let (namespace, task_queue, memo, search, length, bytes, from, to, resume): (
         String,
         String,
         String,
         String,
         i64,
         i64,
+        Option<i64>,
         Option<i64>,
         Option<i64>,
     ) = conn
         .prepare_cached(
             "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes, \
-             continued_from_run_id, continued_to_run_id FROM runs WHERE id = ?1",
+             continued_from_run_id, continued_to_run_id, resume_step_sequence FROM runs WHERE id = ?1",
         )?
         .query_row([run.0], |row| {
             Ok((
@@ -188,6 +189,7 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
                 row.get(5)?,
                 row.get(6)?,
                 row.get(7)?,
+                row.get(8)?,
             ))
         })?;
     Ok(Run {
@@ -206,6 +208,7 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
         history_bytes: to_u64(bytes),
         continued_from: from.map(RunId),
         continued_to: to.map(RunId),
+        resume_step_sequence: resume.map(to_u64),
     })
 }
 
@@ -337,6 +340,10 @@ pub(crate) struct RunOptions<'a> {
     pub(crate) deadline: Option<(i64, &'static str)>,
     /// The run's `created_at_ms` (the deadline counts from it); now when 0.
     pub(crate) created_at_ms: i64,
+    /// For a redrive's successor: the failed step it resumes at and the
+    /// caller's request id, recorded on the row and (the step) on its
+    /// `WorkflowStarted`.
+    pub(crate) redrive: Option<(u64, Option<&'a str>)>,
 }
 
 /// Inserts a running v2 run and its start event, after the size checks: a
@@ -406,6 +413,10 @@ pub(crate) fn insert_run_with(
             previous.0.to_string().into(),
         );
     }
+    if let Some((resume, _)) = options.redrive {
+        payload.insert("recovery_kind".into(), "redrive".into());
+        payload.insert("resume_step_sequence".into(), resume.into());
+    }
     let event = EventType::WorkflowStarted;
     let text = crate::store::payload_references::history_text(&Value::Object(payload))?;
     let created = if options.created_at_ms == 0 {
@@ -418,9 +429,10 @@ pub(crate) fn insert_run_with(
             "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
              parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id, \
              history_length, history_bytes, start_request_id, execution_timeout_seconds, \
-             run_timeout_seconds, deadline_at_ms, deadline_kind) \
+             run_timeout_seconds, deadline_at_ms, deadline_kind, resume_step_sequence, \
+             redrive_request_id) \
              VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
-             ?14, ?15) RETURNING id",
+             ?14, ?15, ?16, ?17) RETURNING id",
         )?
         .query_row(
             params![
@@ -438,7 +450,9 @@ pub(crate) fn insert_run_with(
                 options.execution_timeout_seconds.map(to_i64),
                 options.run_timeout_seconds.map(to_i64),
                 options.deadline.map(|(at, _)| at),
-                options.deadline.map(|(_, kind)| kind)
+                options.deadline.map(|(_, kind)| kind),
+                options.redrive.map(|(resume, _)| to_i64(resume)),
+                options.redrive.and_then(|(_, request)| request)
             ],
             |r| r.get(0),
         )?,

@@ -69,6 +69,7 @@ impl Store {
             run_timeout_seconds,
             deadline: run_deadline(created, execution_timeout_seconds, run_timeout_seconds),
             created_at_ms: created,
+            redrive: None,
         };
         let run = insert_run_with(&tx, &self.config.limits, &start, None, None, options)?;
         dispatch::enqueue_first_workflow_task(&tx, run, &start.namespace, &start.task_queue)?;

@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0039_start_counters_upsert.sql"),
     include_str!("migrations/0040_cancellation_waits.sql"),
     include_str!("migrations/0041_prepared_local_activities.sql"),
+    include_str!("migrations/0042_redrive.sql"),
 ];
 
 /// The schema version this engine writes.

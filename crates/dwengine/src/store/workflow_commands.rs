@@ -283,6 +283,15 @@ pub enum WorkflowCommand {
         /// Whether a retry could help.
         #[serde(default)]
         non_retryable: bool,
+        /// The step whose activity failure ended the run unhandled (both
+        /// SDKs send it with `failed_activity_execution_id`): recorded on
+        /// `WorkflowFailed` when this run's history holds that activity's
+        /// failure, the boundary a redrive resumes at.
+        #[serde(default)]
+        failed_step_sequence: Option<i64>,
+        /// The failed activity's execution id, with `failed_step_sequence`.
+        #[serde(default)]
+        failed_activity_execution_id: Option<String>,
     },
     /// Resolve an accepted update with a result.
     CompleteUpdate {
@@ -711,6 +720,27 @@ fn continue_as_new(
     )?;
     enqueue_workflow(tx, next)?;
     Ok(next)
+}
+
+/// Whether `run`'s activity `activity` (its execution id, as history names
+/// it) is scheduled at step `step` and ended failed.
+fn failed_activity_at(
+    tx: &Connection,
+    run: RunId,
+    step: i64,
+    activity: &str,
+) -> Result<bool, Error> {
+    let Ok(id) = activity.parse::<i64>() else {
+        return Ok(false);
+    };
+    Ok(tx
+        .prepare_cached(
+            "SELECT 1 FROM activities WHERE id = ?1 AND run_id = ?2 AND sequence = ?3 \
+             AND status = 'failed'",
+        )?
+        .query_row(params![id, run.0, step], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// A memo key both SDKs accept: 1 to 64 of `A-Za-z0-9_.:-`, not an integer.
@@ -1353,6 +1383,8 @@ impl<'a> CommandWriter<'a> {
                 exception_class,
                 exception,
                 non_retryable,
+                failed_step_sequence,
+                failed_activity_execution_id,
             } => {
                 // The SDK ending the run because its delivered cooperative
                 // cancellation reached the top: the run is cancelled.
@@ -1374,7 +1406,7 @@ impl<'a> CommandWriter<'a> {
                     self.new_events += 1;
                     return Ok(true);
                 }
-                let payload = json!({
+                let mut payload = json!({
                     "message": message,
                     "exception_type": exception_type,
                     "exception_class": exception_class,
@@ -1382,6 +1414,18 @@ impl<'a> CommandWriter<'a> {
                     "non_retryable": non_retryable,
                     "failure_category": "application",
                 });
+                if let (Some(step), Some(activity)) = (
+                    failed_step_sequence,
+                    failed_activity_execution_id.as_deref(),
+                ) {
+                    // Only a boundary this run's history proves: the named
+                    // activity of this run failed at that step.
+                    if failed_activity_at(self.tx, self.head.id, *step, activity)? {
+                        payload["failed_step_sequence"] = (*step).into();
+                        payload["failed_activity_execution_id"] = activity.into();
+                        payload["failed_step_kind"] = "activity".into();
+                    }
+                }
                 let resumed = finish_run(
                     self.tx,
                     &self.head,

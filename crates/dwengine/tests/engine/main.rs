@@ -54,6 +54,7 @@ mod prepared_local;
 mod projections;
 mod prometheus_metrics;
 mod query_tasks;
+mod redrive;
 mod run_status;
 mod server_api;
 mod server_faults;

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::waiting::Target;
 use super::{blocking, refuse, reply, with_body_status, Scope, Shared};
 use crate::server::message_streams::MessageBody;
+use crate::server::redrive::RedriveBody;
 use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
 use crate::server::{ApiError, Engine};
 
@@ -80,6 +81,7 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/workflows/{wf}/runs/{run}/terminate", terminate)
         .route("/api/workflows/{wf}/archive", archive.clone())
         .route("/api/workflows/{wf}/runs/{run}/archive", archive)
+        .route("/api/workflows/{wf}/runs/{run}/redrive", post(redrive))
 }
 
 type TargetedOp<T> = fn(&Engine, &str, &Target, T) -> Result<Value, ApiError>;
@@ -140,6 +142,32 @@ pub(super) async fn chosen_status<T: DeserializeOwned + Send + 'static>(
         Err(e) => return refuse(e),
     };
     match super::run_blocking(engine, move |e| op(e, &scope.namespace, parsed)).await {
+        Ok((status, value)) => super::reply_with(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+            Ok(value),
+        ),
+        Err(e) => refuse(e),
+    }
+}
+
+/// A failed run's redrive: `202` with the successor it started, `200` for
+/// a retried request id.
+async fn redrive(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path((wf, run)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let parsed = match super::read::<RedriveBody>(&engine, &headers, body).await {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(e),
+    };
+    match super::run_blocking(engine, move |e| {
+        e.redrive(&scope.namespace, &wf, &run, parsed)
+    })
+    .await
+    {
         Ok((status, value)) => super::reply_with(
             StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
             Ok(value),
