@@ -127,6 +127,93 @@ enum Begun {
     Gated,
 }
 
+/// A checked start: its transaction's inputs and its answer's.
+struct StartPlan {
+    tx: StartTransaction,
+    /// It decides on nothing shared and may commit in a start batch.
+    side_by_side: bool,
+    reply: StartReply,
+}
+
+/// What a start's transaction writes ([`begin_start`]).
+struct StartTransaction {
+    start: StartRun,
+    request_id: Option<String>,
+    quota: Option<crate::durable_state::DurableLimits>,
+    timeouts: (Option<u64>, Option<u64>),
+}
+
+/// What a start's answer names besides its run.
+struct StartReply {
+    workflow_id: String,
+    workflow_type: String,
+    task_queue: String,
+    codec: String,
+    use_existing: bool,
+}
+
+impl StartTransaction {
+    /// The start batch's key (the start's series) and its transaction,
+    /// which may run twice (again as an ordinary write).
+    fn side_by_side(
+        self,
+    ) -> (
+        String,
+        impl Fn(&Store) -> Result<Begun, StoreError> + Clone + Send + 'static,
+    ) {
+        let StartTransaction {
+            start,
+            request_id,
+            quota,
+            timeouts,
+        } = self;
+        let key = format!(
+            "{}\u{0}{}\u{0}{}",
+            start.namespace, start.task_queue, start.workflow_type
+        );
+        let transition = move |s: &Store| {
+            // Another transaction writing this workflow id (a start on
+            // another node) sends this one to the ordinary writer.
+            if !s.lock_workflow_id(&start.namespace, &start.workflow_id)? {
+                return Err(StoreError::StartNeedsWriteLock);
+            }
+            begin_start(
+                s,
+                start.clone(),
+                request_id.as_deref(),
+                quota,
+                None,
+                timeouts,
+            )
+        };
+        (key, transition)
+    }
+
+    /// The start's transaction as an ordinary write (with a schedule
+    /// fire's gate and record).
+    fn ordinary(
+        self,
+        schedule: Option<ScheduleStart>,
+    ) -> impl FnOnce(&Store) -> Result<Begun, StoreError> + Send + 'static {
+        let StartTransaction {
+            start,
+            request_id,
+            quota,
+            timeouts,
+        } = self;
+        move |s: &Store| {
+            begin_start(
+                s,
+                start,
+                request_id.as_deref(),
+                quota,
+                schedule.as_ref(),
+                timeouts,
+            )
+        }
+    }
+}
+
 /// What a new run adds to its namespace's durable state.
 pub(crate) const START_RESOURCES: [DurableResource; 2] = [
     DurableResource::WorkflowRuns,
@@ -233,14 +320,101 @@ impl Engine {
         body: StartWorkflow,
         schedule: Option<ScheduleStart>,
     ) -> Result<Option<(u16, Value)>, ApiError> {
+        let plan = self.plan_start(namespace, body, schedule.is_some(), |search| {
+            self.unregistered_search_attributes(namespace, search)
+        })?;
+        let _slot = self.admit_namespace(namespace)?;
+        let started = if plan.side_by_side {
+            let (key, start) = plan.tx.side_by_side();
+            self.write_start(key, start)?
+        } else {
+            self.write(plan.tx.ordinary(schedule))?
+        };
+        self.finish_start(namespace, plan.reply, started)
+    }
+
+    /// [`Engine::start_workflow`] on the calling (async) thread, awaiting
+    /// the writer's commit without a blocking thread, when nothing on the
+    /// way can block: a file or in-memory SQLite store (one writer), a
+    /// namespace without a request cap (admission would touch the cache),
+    /// an in-process cache (the wake after the commit touches it), no
+    /// external payload reference in the input (each is read from the
+    /// store), and search attributes checked against the registered ones
+    /// read on an idle reader ([`Engine::read_now`]) or none given. The
+    /// checks, the transaction and the answer are the ordinary start's,
+    /// so both answer the same request the same way.
+    /// `Err(body)`: start the ordinary way, on a blocking thread. A start
+    /// handed to a blocking thread and from there to the writer cost two
+    /// thread hand-offs more than the writer's own (docs/performance.md).
+    pub async fn start_workflow_now(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+    ) -> Result<Result<(u16, Value), ApiError>, StartWorkflow> {
+        if !self.writes_from_async()
+            || self.namespaces.is_capped(namespace)
+            || crate::server::external_payloads::references_external_payloads(&[(
+                "input",
+                &body.input,
+            )])
+        {
+            return Err(body);
+        }
+        let registered = match body.search_attributes.as_ref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(_) => match self.read_now(|s| s.search_attributes(namespace)) {
+                Some(registered) => Some(registered),
+                None => return Err(body),
+            },
+        };
+        Ok(self.start_now(namespace, body, registered).await)
+    }
+
+    async fn start_now(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+        registered: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Result<(u16, Value), ApiError> {
+        let plan = self.plan_start(namespace, body, false, |search| {
+            Ok(match &registered {
+                Some(registered) => crate::server::search_attributes::unregistered_among(
+                    registered, namespace, search,
+                ),
+                None => Vec::new(),
+            })
+        })?;
+        // No request cap: admission admits without a slot.
+        let started = self.write_now(plan.tx.ordinary(None)).await?;
+        self.finish_start(namespace, plan.reply, started)?
+            .ok_or_else(|| ApiError::Internal("an ungated start was gated".into()))
+    }
+
+    /// A start's checks, in the order every start takes them: the request
+    /// limits and fields (with `search_problems` for its search
+    /// attributes), then its external payload references; what is left is
+    /// its transaction and its answer.
+    fn plan_start(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+        scheduled: bool,
+        search_problems: impl FnOnce(
+            &serde_json::Map<String, Value>,
+        ) -> Result<Vec<(String, String)>, ApiError>,
+    ) -> Result<StartPlan, ApiError> {
         let mut v = self.config.request_limits.validator();
         v.workflow_id(&body.workflow_id)
             .workflow_type(&body.workflow_type)
             .task_queue(&body.task_queue);
-        let memo = body.memo.clone().unwrap_or_default();
-        let search = body.search_attributes.clone().unwrap_or_default();
-        v.memo(&Value::Object(memo.clone()))
-            .search_attributes(&search);
+        let memo = body.memo.unwrap_or_default();
+        let search = body.search_attributes.unwrap_or_default();
+        let memo = Value::Object(memo);
+        v.memo(&memo).search_attributes(&search);
+        let memo = match memo {
+            Value::Object(memo) => memo,
+            _ => serde_json::Map::new(),
+        };
         if let Some(key) = &body.business_key {
             v.business_key(key);
         }
@@ -265,9 +439,7 @@ impl Engine {
             .inline_payload("input", &body.input);
         // Runs carry only registered attributes of the right type, so the
         // registration cap bounds the names a namespace's runs can hold.
-        checks
-            .problems
-            .extend(self.unregistered_search_attributes(namespace, &search)?);
+        checks.problems.extend(search_problems(&search)?);
         let policy = body.duplicate_policy.as_deref().unwrap_or("fail");
         if !matches!(policy, "fail" | "use-existing") {
             checks.problem(
@@ -285,19 +457,8 @@ impl Engine {
             &checks.problems,
         )?;
         self.verify_payload_references(namespace, &[("input", &body.input)])?;
-        let _slot = self.admit_namespace(namespace)?;
-        let codec = wire::codec(&body.input);
-        let start = StartRun {
-            workflow_id: body.workflow_id.clone(),
-            workflow_type: body.workflow_type.clone(),
-            namespace: namespace.to_owned(),
-            task_queue: body.task_queue.clone(),
-            arguments: body.input,
-            memo,
-            search_attributes: search,
-        };
-        let request_id = body.request_id.clone();
         let use_existing = policy == "use-existing";
+        let codec = wire::codec(&body.input);
         let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
         let timeouts = (
             seconds(body.execution_timeout_seconds),
@@ -309,44 +470,54 @@ impl Engine {
         // A start that decides on nothing shared (no quota on runs, no
         // schedule's gate, no external payload's reference count) commits
         // in a start batch, beside other nodes' starts on PostgreSQL.
-        let side_by_side = schedule.is_none()
+        let side_by_side = !scheduled
             && !NamespaceDurableStateQuota::limits_any(quota, &START_RESOURCES)
             && !crate::server::external_payloads::references_external_payloads(&[(
                 "input",
-                &start.arguments,
+                &body.input,
             )]);
-        let started = if side_by_side {
-            let key = format!(
-                "{}\u{0}{}\u{0}{}",
-                start.namespace, start.task_queue, start.workflow_type
-            );
-            self.write_start(key, move |s| {
-                // Another transaction writing this workflow id (a start on
-                // another node) sends this one to the ordinary writer.
-                if !s.lock_workflow_id(&start.namespace, &start.workflow_id)? {
-                    return Err(StoreError::StartNeedsWriteLock);
-                }
-                begin_start(
-                    s,
-                    start.clone(),
-                    request_id.as_deref(),
-                    quota,
-                    None,
-                    timeouts,
-                )
-            })?
-        } else {
-            self.write(move |s| {
-                begin_start(
-                    s,
-                    start,
-                    request_id.as_deref(),
-                    quota,
-                    schedule.as_ref(),
-                    timeouts,
-                )
-            })?
+        let reply = StartReply {
+            workflow_id: body.workflow_id.clone(),
+            workflow_type: body.workflow_type.clone(),
+            task_queue: body.task_queue.clone(),
+            codec,
+            use_existing,
         };
+        Ok(StartPlan {
+            tx: StartTransaction {
+                start: StartRun {
+                    workflow_id: body.workflow_id,
+                    workflow_type: body.workflow_type,
+                    namespace: namespace.to_owned(),
+                    task_queue: body.task_queue,
+                    arguments: body.input,
+                    memo,
+                    search_attributes: search,
+                },
+                request_id: body.request_id,
+                quota,
+                timeouts,
+            },
+            side_by_side,
+            reply,
+        })
+    }
+
+    /// A committed start's answer, after waking the queue's pollers for a
+    /// new run.
+    fn finish_start(
+        &self,
+        namespace: &str,
+        reply: StartReply,
+        started: Begun,
+    ) -> Result<Option<(u16, Value)>, ApiError> {
+        let StartReply {
+            workflow_id,
+            workflow_type,
+            task_queue,
+            codec,
+            use_existing,
+        } = reply;
         let (run, status, duplicate) = match started {
             Begun::Refused(refused) => {
                 self.durable_state.record(namespace, &refused);
@@ -358,34 +529,32 @@ impl Engine {
             // Only a run of the asked type is "the existing one": a start
             // of another type (a service call's binding, say) must not be
             // answered with, or linked to, an unrelated workflow.
-            Begun::Open(open, status, open_type)
-                if use_existing && open_type == body.workflow_type =>
-            {
+            Begun::Open(open, status, open_type) if use_existing && open_type == workflow_type => {
                 return Ok(Some((
                     200,
                     json!({
-                        "workflow_id": body.workflow_id, "run_id": wire::run_id(open),
-                        "workflow_type": body.workflow_type, "namespace": namespace,
-                        "task_queue": body.task_queue, "status": status.as_str(),
+                        "workflow_id": workflow_id, "run_id": wire::run_id(open),
+                        "workflow_type": workflow_type, "namespace": namespace,
+                        "task_queue": task_queue, "status": status.as_str(),
                         "payload_codec": codec, "outcome": "returned_existing_run",
                     }),
                 )));
             }
             Begun::Open(open, _, open_type) => {
                 return Err(ApiError::AlreadyStarted {
-                    workflow_id: body.workflow_id,
+                    workflow_id,
                     run_id: wire::run_id(open),
                     workflow_type: open_type,
                 })
             }
         };
-        self.wake(namespace, &body.task_queue, TaskKind::Workflow.as_str());
+        self.wake(namespace, &task_queue, TaskKind::Workflow.as_str());
         Ok(Some((
             status,
             json!({
-                "workflow_id": body.workflow_id, "run_id": wire::run_id(run),
-                "workflow_type": body.workflow_type, "namespace": namespace,
-                "task_queue": body.task_queue, "status": "running",
+                "workflow_id": workflow_id, "run_id": wire::run_id(run),
+                "workflow_type": workflow_type, "namespace": namespace,
+                "task_queue": task_queue, "status": "running",
                 "payload_codec": codec, "outcome": "started_new", "duplicate": duplicate,
             }),
         )))

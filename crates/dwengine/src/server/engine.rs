@@ -445,6 +445,39 @@ impl Engine {
         written
     }
 
+    /// As [`Engine::write`], awaiting the commit instead of blocking the
+    /// calling thread: the writer thread hands the result to this task
+    /// ([`SharedStore::submit`]), so an async handler needs no blocking
+    /// thread for the write.
+    pub(crate) async fn write_now<R, F>(&self, transition: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.store.submit(transition, move |written| {
+            let _ = answer.send(written);
+        });
+        // A dropped answer means the transition panicked (and was rolled
+        // back), as a blocking write reports it.
+        let written = answered.await.unwrap_or(Err(StoreError::WriterStopped));
+        if let Err(e) = &written {
+            if e.is_disk_full() {
+                self.note_storage_full(e);
+            }
+        }
+        written
+    }
+
+    /// Whether an async handler may write and then wake pollers on its
+    /// own thread ([`Engine::write_now`]): every write goes through the
+    /// one group-commit writer (SQLite: starts and claims too), and the
+    /// cache lives in this process (no Redis), so the wake after the
+    /// commit takes a lock, never a network round trip.
+    pub(crate) fn writes_from_async(&self) -> bool {
+        self.store.has_one_writer() && self.cache.backend() == "memory"
+    }
+
     /// Runs `start` (a workflow start deciding on its own workflow id's
     /// runs only) in a start batch of `key` ([`SharedStore::start`]):
     /// beside other nodes' starts on PostgreSQL, in the next group commit

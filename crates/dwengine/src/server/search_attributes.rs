@@ -244,17 +244,28 @@ impl Engine {
             return Ok(Vec::new());
         }
         let registered = self.read(|s| s.search_attributes(namespace))?;
-        let field = || "search_attributes".to_owned();
-        let mut problems = Vec::new();
-        for (name, value) in attributes {
-            if is_system(name) {
-                problems.push((
-                    field(),
-                    format!("{name} is a system search attribute; the server sets it."),
-                ));
-                continue;
-            }
-            match registered.get(name) {
+        Ok(unregistered_among(&registered, namespace, attributes))
+    }
+}
+
+/// Problems (for `search_attributes`) with attributes a run would carry,
+/// against `registered` (the namespace's names and their types).
+pub(crate) fn unregistered_among(
+    registered: &std::collections::BTreeMap<String, String>,
+    namespace: &str,
+    attributes: &Map<String, Value>,
+) -> Vec<(String, String)> {
+    let field = || "search_attributes".to_owned();
+    let mut problems = Vec::new();
+    for (name, value) in attributes {
+        if is_system(name) {
+            problems.push((
+                field(),
+                format!("{name} is a system search attribute; the server sets it."),
+            ));
+            continue;
+        }
+        match registered.get(name) {
                 None => problems.push((
                     field(),
                     format!(
@@ -267,7 +278,6 @@ impl Engine {
                 )),
                 Some(_) => {}
             }
-        }
-        Ok(problems)
     }
+    problems
 }

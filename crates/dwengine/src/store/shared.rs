@@ -115,6 +115,25 @@ impl SharedStore {
         self.writer.write(transition)
     }
 
+    /// Queues `transition` for the next group commit without waiting:
+    /// `deliver` gets its result once committed
+    /// ([`GroupCommitWriter::submit_keyed`]; it must not block).
+    pub fn submit<R, F, D>(&self, transition: F, deliver: D)
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+        D: FnOnce(Result<R, Error>) + Send + 'static,
+    {
+        self.writer.submit_keyed(String::new(), transition, deliver)
+    }
+
+    /// Whether every write, starts and claims too, goes through the one
+    /// group-commit writer (SQLite), so [`SharedStore::start`] and
+    /// [`SharedStore::claim`] are [`SharedStore::write`]s.
+    pub fn has_one_writer(&self) -> bool {
+        self.starts.is_none() && self.claimers.is_none()
+    }
+
     /// Runs `start` (a workflow start that decides on nothing but its own
     /// workflow id's runs: see [`crate::store::db::Connection::begin_starts`])
     /// atomically and returns its result once committed: on PostgreSQL in

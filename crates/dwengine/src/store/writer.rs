@@ -195,40 +195,71 @@ impl GroupCommitWriter {
         R: Send + 'static,
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
     {
+        let (reply, answer) = mpsc::sync_channel::<Result<R, Error>>(1);
+        self.submit_keyed(key, transition, move |result| {
+            let _ = reply.send(result);
+        });
+        // A dropped reply means the transition panicked (and was rolled back).
+        answer.recv().map_err(|_| Error::WriterStopped)?
+    }
+
+    /// Queues `transition` without waiting for it: `deliver` gets its
+    /// result once the transaction carrying it committed (or the failure
+    /// that carried nothing to disk), on the writer thread, or at once on
+    /// the calling thread when the writer refuses it unqueued (stalled,
+    /// stopped). `deliver` must not block: it runs between the writer's
+    /// batches. A transition that panics is rolled back and `deliver` is
+    /// dropped uncalled. An async caller hands the result to its task
+    /// through a channel here instead of parking a thread on
+    /// [`GroupCommitWriter::write`].
+    pub fn submit_keyed<R, F, D>(&self, key: String, transition: F, deliver: D)
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+        D: FnOnce(Result<R, Error>) + Send + 'static,
+    {
         if let Some(waited) = self.stalled() {
-            return Err(Error::DatabaseUnavailable(format!(
+            deliver(Err(Error::DatabaseUnavailable(format!(
                 "the database has not answered the store's writer for {:.1} s (it hangs, or the network to it drops packets): writes are refused until it answers",
                 waited.as_secs_f64()
-            )));
+            ))));
+            return;
         }
-        let (reply, answer) = mpsc::sync_channel::<Result<R, Error>>(1);
-        let refusal = reply.clone();
+        // Exactly one of the transition's answer and the refusal runs; both
+        // hold the one `deliver`.
+        let deliver = Arc::new(Mutex::new(Some(deliver)));
+        let refusal = deliver.clone();
+        let unsent = deliver.clone();
         let job = Job {
             transition: Box::new(move |store| {
                 let result = transition(store);
                 let ok = result.is_ok();
-                let deliver: Answer = Box::new(move |commit| {
-                    let _ = reply.send(match commit {
-                        Ok(()) => result,
-                        Err(failure) => Err(failure.into_error()),
-                    });
+                let answer: Answer = Box::new(move |commit| {
+                    if let Some(deliver) = lock(&deliver).take() {
+                        deliver(match commit {
+                            Ok(()) => result,
+                            Err(failure) => Err(failure.into_error()),
+                        });
+                    }
                 });
-                (ok, deliver)
+                (ok, answer)
             }),
             refuse: Box::new(move |failure: Failure| {
-                let _ = refusal.send(Err(failure.into_error()));
+                if let Some(deliver) = lock(&refusal).take() {
+                    deliver(Err(failure.into_error()));
+                }
             }),
             key,
         };
-        {
-            let queue = lock(&self.queue);
-            let Some(queue) = queue.as_ref() else {
-                return Err(Error::WriterStopped);
-            };
-            queue.send(job).map_err(|_| Error::WriterStopped)?;
+        let queued = match lock(&self.queue).as_ref() {
+            Some(queue) => queue.send(job).is_ok(),
+            None => false,
+        };
+        if !queued {
+            if let Some(deliver) = lock(&unsent).take() {
+                deliver(Err(Error::WriterStopped));
+            }
         }
-        // A dropped reply means the transition panicked (and was rolled back).
-        answer.recv().map_err(|_| Error::WriterStopped)?
     }
 
     /// How long the writer's database call has been waiting, once that is

@@ -97,6 +97,64 @@ fn a_failing_or_panicking_transition_rolls_back_alone() {
         .unwrap();
 }
 
+/// A submitted transition is answered through its callback, once, after
+/// the commit (a fresh read sees it), without the caller waiting; a
+/// failing one with its error, a panicking one by dropping the callback
+/// uncalled.
+#[test]
+fn a_submitted_transition_answers_its_callback_once_after_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    let (answers, answered) = std::sync::mpsc::channel();
+    for i in 0..20 {
+        let (answers, id) = (answers.clone(), format!("async-{i}"));
+        store.submit(
+            move |s| s.start_workflow(common::start(&id), None),
+            move |started| answers.send(Some(started.map(|s| s.run))).unwrap(),
+        );
+    }
+    let failing = answers.clone();
+    store.submit(
+        |s| {
+            s.start_workflow(common::start("doomed"), None)?;
+            Err::<(), _>(Error::Abandoned("the caller gave up".into()))
+        },
+        move |result| failing.send(result.err().map(Err)).unwrap(),
+    );
+    // The callback holds a sender: dropped uncalled, it closes.
+    let (dropped, closed) = std::sync::mpsc::channel::<()>();
+    store.submit(
+        |s| {
+            s.start_workflow(common::start("panicked"), None)?;
+            if s.config().busy_timeout > Duration::ZERO {
+                panic!("a bug inside a transition");
+            }
+            Ok(())
+        },
+        move |_| dropped.send(()).unwrap(),
+    );
+    drop(answers);
+    let results: Vec<_> = answered.iter().collect();
+    assert_eq!(results.len(), 21, "every callback ran once");
+    for result in &results {
+        match result {
+            Some(Ok(run)) => {
+                let found = store.read(|s| s.run(*run)).unwrap();
+                assert!(found.workflow_id.starts_with("async-"));
+            }
+            Some(Err(Error::Abandoned(_))) => {}
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert!(
+        closed.recv().is_err(),
+        "the panicking transition's callback was dropped uncalled"
+    );
+    let found = |id: &'static str| store.read(move |s| s.find_run("default", id)).unwrap();
+    assert_eq!(found("doomed"), None);
+    assert_eq!(found("panicked"), None);
+}
+
 #[test]
 fn reads_do_not_queue_behind_a_write() {
     let dir = tempfile::tempdir().unwrap();

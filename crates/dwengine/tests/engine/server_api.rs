@@ -634,3 +634,157 @@ fn the_binary_keeps_its_store_in_the_data_directory_not_the_working_tree() {
     let left: Vec<_> = std::fs::read_dir(work_tree.path()).unwrap().collect();
     assert!(left.is_empty(), "the working tree got {left:?}");
 }
+
+/// Starts in an uncapped namespace are checked on the HTTP thread and
+/// await the writer there (`Engine::start_workflow_now`); a capped
+/// namespace's admission touches the cache, so its starts take a blocking
+/// thread. Both must answer every request alike: the same statuses,
+/// reasons, problems and outcomes, the same idempotency.
+#[test]
+fn a_start_answers_alike_on_the_async_thread_and_on_a_blocking_one() {
+    // A file store: its readers answer the registered attributes at once.
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(|c| {
+        c.database = Some(dir.path().join("runs.sqlite"));
+        c.namespace_limits.insert(
+            "capped".into(),
+            dwengine::admission::NamespaceLimit {
+                max_concurrent: 64,
+                per_minute: 0,
+            },
+        );
+    });
+    let (fast, slow) = ("uncapped", "capped");
+    for ns in [fast, slow] {
+        s.namespace(ns);
+        for (name, kind) in [("Region", "keyword"), ("Count", "int")] {
+            let (status, body) = s.post_ns(
+                ns,
+                "/api/search-attributes",
+                json!({ "name": name, "type": kind }),
+            );
+            assert_eq!(status, 201, "{body}");
+        }
+    }
+
+    // The path each namespace takes (an in-memory cache, a SQLite file).
+    let engine = s.running.engine().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = |id: &str, search: Value| {
+        serde_json::from_value::<dwengine::server::wire::StartWorkflow>(json!({
+            "workflow_id": id, "workflow_type": "Order", "task_queue": "q",
+            "search_attributes": search,
+        }))
+        .unwrap()
+    };
+    let status = |taken: Result<Result<(u16, Value), _>, _>| {
+        taken
+            .ok()
+            .map(|answer| answer.map(|(status, _)| status).ok())
+    };
+    let taken = runtime.block_on(engine.start_workflow_now(fast, body("probe", json!({}))));
+    assert_eq!(status(taken), Some(Some(201)));
+    // Registered attributes are read on an idle reader (a read opened one).
+    assert_eq!(s.get("/api/workflows").0, 200);
+    // A background pass may hold the reader for a moment: then the start
+    // declines the async path, unchanged, and is asked again.
+    let probe = body("probe-2", json!({ "Region": "eu" }));
+    let answer = on_async_thread(&runtime, probe, |probe| {
+        let engine = engine.clone();
+        async move { engine.start_workflow_now(fast, probe).await }
+    });
+    assert_eq!(answer.map(|(status, _)| status).ok(), Some(201));
+    let taken = runtime.block_on(engine.start_workflow_now(slow, body("probe", json!({}))));
+    assert!(
+        taken.is_err(),
+        "a capped namespace starts on a blocking thread"
+    );
+
+    let input = json!({ "codec": "json", "blob": "[]" });
+    let requests = [
+        json!({ "workflow_id": "a", "workflow_type": "Order", "task_queue": "q", "input": input }),
+        // The same request id: the first attempt's run, 200.
+        json!({ "workflow_id": "b", "workflow_type": "Order", "task_queue": "q",
+                "request_id": "r-1" }),
+        json!({ "workflow_id": "b", "workflow_type": "Order", "task_queue": "q",
+                "request_id": "r-1" }),
+        // An open run of the id: 409, or the open run with use-existing.
+        json!({ "workflow_id": "a", "workflow_type": "Order", "task_queue": "q" }),
+        json!({ "workflow_id": "a", "workflow_type": "Order", "task_queue": "q",
+                "duplicate_policy": "use-existing" }),
+        json!({ "workflow_id": "a", "workflow_type": "Other", "task_queue": "q",
+                "duplicate_policy": "use-existing" }),
+        // Registered attributes of the right type, a memo.
+        json!({ "workflow_id": "c", "workflow_type": "Order", "task_queue": "q",
+                "search_attributes": { "Region": "eu", "Count": 3 },
+                "memo": { "note": "x" } }),
+        // Refusals, every problem named.
+        json!({ "workflow_id": "d", "workflow_type": "Order", "task_queue": "q",
+                "search_attributes": { "Region": 5, "Missing": "x" } }),
+        json!({ "workflow_id": "", "workflow_type": "", "task_queue": "q",
+                "execution_timeout_seconds": -5, "priority": 12,
+                "duplicate_policy": "maybe" }),
+        json!({ "workflow_id": "e", "workflow_type": "Order", "task_queue": "q",
+                "memo": { "note": "x".repeat(300 * 1024) } }),
+    ];
+    let answers = |ns: &str| {
+        // Run ids differ between namespaces: each is named by the order
+        // it first appears in its namespace's answers.
+        let mut runs = std::collections::HashMap::<Value, usize>::new();
+        requests
+            .iter()
+            .map(|request| {
+                let (status, mut body) = s.post_ns(ns, "/api/workflows", request.clone());
+                if let Some(run) = body.get("run_id").cloned() {
+                    let next = runs.len();
+                    let named = *runs.entry(run.clone()).or_insert(next);
+                    body["run_id"] = json!(named);
+                    let raw = run.as_str().map_or_else(|| run.to_string(), str::to_owned);
+                    if let Some(Value::String(message)) = body.get_mut("message") {
+                        *message = message.replace(&format!("({raw})"), &format!("(#{named})"));
+                    }
+                }
+                if body.get("namespace").is_some() {
+                    body["namespace"] = json!("ns");
+                }
+                let text = body
+                    .to_string()
+                    .replace(&format!("namespace {ns};"), "namespace ns;");
+                (status, serde_json::from_str::<Value>(&text).unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    let on_async = answers(fast);
+    let on_blocking = answers(slow);
+    let statuses: Vec<u16> = on_async.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [201, 201, 200, 409, 200, 409, 201, 422, 422, 422]);
+    for (i, (a, b)) in on_async.iter().zip(&on_blocking).enumerate() {
+        assert_eq!(a, b, "request {i}: {}", requests[i]);
+    }
+}
+
+/// Runs `call` on `body` until it takes the async path (`Ok`): a fast path
+/// that reads on an idle reader declines (handing the body back) while a
+/// background pass holds the reader.
+fn on_async_thread<R, B, F: std::future::Future<Output = Result<R, B>>>(
+    runtime: &tokio::runtime::Runtime,
+    body: B,
+    mut call: impl FnMut(B) -> F,
+) -> R {
+    let mut pending = Some(body);
+    let mut taken = None;
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || {
+            match runtime.block_on(call(pending.take().unwrap())) {
+                Ok(answer) => taken = Some(answer),
+                Err(declined) => pending = Some(declined),
+            }
+            taken.is_some()
+        }),
+        "the async path never took the call"
+    );
+    taken.unwrap()
+}

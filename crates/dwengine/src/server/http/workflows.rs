@@ -19,7 +19,7 @@ use super::waiting::Target;
 use super::{blocking, refuse, reply, with_body_status, Scope, Shared};
 use crate::server::message_streams::MessageBody;
 use crate::server::redrive::RedriveBody;
-use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StopBody};
+use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody};
 use crate::server::{ApiError, Engine};
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
@@ -113,7 +113,25 @@ async fn start(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    chosen_status(engine, scope, headers, body, Engine::start_workflow).await
+    let parsed = match super::read::<StartWorkflow>(&engine, &headers, body).await {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(e),
+    };
+    // Most starts are checked here and await the writer without a
+    // blocking thread; the others start there.
+    let answer = match engine.start_workflow_now(&scope.namespace, parsed).await {
+        Ok(answer) => answer,
+        Err(parsed) => {
+            super::run_blocking(engine, move |e| e.start_workflow(&scope.namespace, parsed)).await
+        }
+    };
+    match answer {
+        Ok((status, value)) => super::reply_with(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+            Ok(value),
+        ),
+        Err(e) => refuse(e),
+    }
 }
 
 async fn import(
