@@ -43,7 +43,8 @@ from durable_workflow.errors import (
 from workflows import (
     ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
-    CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, SessionSteps,
+    CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy,
+    PreparedLocalPolicyGroup, SessionSteps,
     StickySteps, arm_hold, greet, heal_redrive, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause,
     redrive_calls, reverse, session_whoami,
 )
@@ -1499,6 +1500,42 @@ class Suite:
                     assert authority["request_id"] == request_id, authority
                     assert authority["delivery_history_event_id"] == events[delivered]["id"], authority
                 results[policy] = len(types)
+            # An all() group of two running calls, one per policy: both
+            # callbacks stop, each acknowledged, and the request is
+            # delivered at the group.
+            ledger = os.path.join(ledgers, "group")
+            wid = new_id("prepared-policy-group")
+            handle = await self.client.start_workflow(
+                workflow_type="prepared_local_policy_group", task_queue=PREPARED_QUEUE,
+                workflow_id=wid, input=[ledger],
+            )
+            deadline = time.monotonic() + 60
+            while self.ledger_lines(f"{ledger}-wait") < 1 or self.ledger_lines(f"{ledger}-try") < 1:
+                assert time.monotonic() < deadline, "the group's callbacks never started"
+                assert not running.done(), f"the prepared worker stopped: {running.exception()!r}"
+                await asyncio.sleep(0.05)
+            await self.client.request_workflow_cancellation(
+                wid, reason="conformance group", cleanup_timeout_seconds=120,
+            )
+            try:
+                await self.client.get_result(handle, timeout=60)
+                raise AssertionError("get_result did not raise WorkflowCancelled")
+            except WorkflowCancelled:
+                pass
+            ran = tuple(self.ledger_lines(f"{ledger}-{name}") for name in ("wait", "try", "cleanup"))
+            assert ran == (1, 1, 1), f"group: the callbacks ran {ran} times"
+            events = (await self.client.get_history(wid, handle.run_id, page_size=1000))["events"]
+            types = [e["event_type"] for e in events]
+            assert types[-1] == "WorkflowCancelled" and "WorkflowTaskFailed" not in types, types
+            delivery = events[types.index("CooperativeCancellationDelivered")]["payload"]
+            assert delivery["call_kind"] == "parallel" and delivery["sequence"] == 1, delivery
+            assert delivery["sequence_span"] == 2, delivery
+            for sequence, policy in ((1, "wait_cancellation_completed"), (2, "try_cancel")):
+                member = [e for e in events if (e.get("payload") or {}).get("sequence") == sequence
+                          and (e.get("payload") or {}).get("execution_mode") == "local"]
+                assert [e["event_type"] for e in member] == ["ActivityScheduled", "ActivityStarted"], member
+                assert all(e["payload"]["cancellation_policy"] == policy for e in member), member
+            results["group"] = len(types)
         finally:
             stopped = running.done()
             await worker.stop()
@@ -1508,14 +1545,15 @@ class Suite:
         assert not stopped, "the prepared worker stopped early"
         return (f"both policies advertised and registered; each recorded on its call's events, "
                 f"callback stopped, delivered at the local call, cleanup all() group of two local "
-                f"calls on the delivered request's authority (events per run: {results})")
+                f"calls on the delivered request's authority; an all() group of a call per policy "
+                f"stopped and delivered at the group (events per run: {results})")
 
     def prepared_worker(self) -> Worker:
         """A worker that opts in to prepared local activities (1.20)."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         return Worker(
             self.client, task_queue=PREPARED_QUEUE,
-            workflows=[PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy],
+            workflows=[PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy, PreparedLocalPolicyGroup],
             activities=[prepared_double, prepared_pause, greet],
             worker_id=f"conformance-prepared-{protocol}-{os.getpid()}",
             capabilities=["cooperative_cancellation", "prepared_local_activities",

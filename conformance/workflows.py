@@ -719,6 +719,26 @@ class PreparedLocalPolicy:
         return paused
 
 
+@workflow.defn(name="prepared_local_policy_group")
+class PreparedLocalPolicyGroup:
+    """An all() group of two prepared local calls, one per policy, that a
+    cooperative cancellation request finds running: both callbacks stop and
+    the request is delivered at the group."""
+
+    def run(self, ctx, ledger):
+        try:
+            paused = yield [
+                ctx.local_activity("prepared_pause", [f"{ledger}-wait", 30],
+                                   cancellation_policy="wait_cancellation_completed"),
+                ctx.local_activity("prepared_pause", [f"{ledger}-try", 30], cancellation_policy="try_cancel"),
+            ]
+        except WorkflowCancelled:
+            with ctx.cancellation_shield():
+                yield ctx.local_activity("prepared_double", [f"{ledger}-cleanup", 1])
+            raise
+        return paused
+
+
 @workflow.defn(name="prepared_local")
 class PreparedLocal:
     """Prepared local activities (protocol 1.20): a side effect authored
