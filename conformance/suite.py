@@ -41,8 +41,9 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
+    ACTIVITIES, BUILD_QUEUE, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
+    BuildProbeV1, BuildProbeV2,
     CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy,
     PreparedLocalPolicyGroup, SessionSteps,
     StickySteps, arm_hold, greet, heal_redrive, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause,
@@ -1801,6 +1802,84 @@ class Suite:
         return (f"{len(listed.task_queues)} queue(s) listed; {queue} holds 1 ready workflow task; "
                 f"{QUEUE} polled by {len(main.pollers)} worker(s)")
 
+    async def build_id_rollout(self) -> str:
+        """Two worker builds on one queue: list_task_queue_build_ids shows
+        both cohorts; drain_task_queue_build_id stops v1's claims (v2 runs
+        every start and its activities); resume, then promote v1, pins
+        fresh starts to v1 (v2 takes none of them); promoting v2 and v1
+        again rolls v2 back."""
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        queue = f"{BUILD_QUEUE}-{protocol}-{uuid.uuid4().hex[:6]}"
+        workers = [
+            Worker(self.client, task_queue=queue, workflows=[probe], activities=[greet],
+                   worker_id=f"conformance-{build}-{protocol}-{os.getpid()}", build_id=build,
+                   poll_timeout=2.0, shutdown_timeout=10.0)
+            for build, probe in (("v1", BuildProbeV1), ("v2", BuildProbeV2))
+        ]
+        running = [asyncio.create_task(w.run()) for w in workers]
+
+        async def builds_of(count: int) -> list[str]:
+            ran = []
+            for _ in range(count):
+                handle = await self.client.start_workflow(
+                    workflow_type="build_probe", task_queue=queue, workflow_id=new_id("build"),
+                    input=["rollout"])
+                result = await self.client.get_result(handle, timeout=30)
+                assert result["greeting"] == "hello, rollout", result
+                ran.append(result["build"])
+            return ran
+
+        try:
+            async def both_listed():
+                rollout = await self.client.list_task_queue_build_ids(queue)
+                active = {c.build_id: c for c in rollout.build_ids if c.active_worker_count == 1}
+                return rollout if set(active) == {"v1", "v2"} else None
+
+            rollout = await self.wait_for("both builds in the rollout list", both_listed)
+            assert (rollout.namespace, rollout.task_queue, rollout.stale_after_seconds) == (
+                "default", queue, 90), rollout
+            for cohort in rollout.build_ids:
+                assert cohort.rollout_status == "active" and cohort.runtimes == ["python"], cohort
+                assert cohort.drain_intent == "active" and not cohort.new_start_selected, cohort
+                assert cohort.first_seen_at and cohort.last_heartbeat_at, cohort
+
+            drained = await self.client.drain_task_queue_build_id(queue, "v1")
+            assert (drained.build_id, drained.drain_intent) == ("v1", "draining"), drained
+            assert drained.drained_at, drained
+            again = await self.client.drain_task_queue_build_id(queue, "v1")
+            assert again.drained_at == drained.drained_at, (again, drained)
+            listed = await self.client.list_task_queue_build_ids(queue)
+            v1 = next(c for c in listed.build_ids if c.build_id == "v1")
+            assert (v1.rollout_status, v1.draining_worker_count) == ("draining", 1), v1
+            while_drained = await builds_of(3)
+            assert while_drained == ["v2", "v2", "v2"], while_drained
+
+            resumed = await self.client.resume_task_queue_build_id(queue, "v1")
+            assert (resumed.drain_intent, resumed.drained_at) == ("active", None), resumed
+            promoted = await self.client.promote_task_queue_build_id(queue, "v1")
+            assert promoted.new_start_selected and promoted.promoted_at, promoted
+            pinned = await builds_of(3)
+            assert pinned == ["v1", "v1", "v1"], pinned
+
+            await self.client.promote_task_queue_build_id(queue, "v2")
+            back = await self.client.promote_task_queue_build_id(queue, "v1")
+            assert back.new_start_selected, back
+            listed = await self.client.list_task_queue_build_ids(queue)
+            by_build = {c.build_id: c for c in listed.build_ids}
+            assert by_build["v1"].new_start_selected and not by_build["v2"].new_start_selected, listed
+            assert by_build["v2"].rolled_back_at, by_build["v2"]
+            for task in running:
+                if task.done():
+                    raise AssertionError(f"a build's worker stopped: {task.exception()!r}")
+        finally:
+            for w in workers:
+                await w.stop()
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        return (f"while v1 drained: {while_drained}; with v1 promoted: {pinned}; "
+                "v2 rolled back by v1's second promotion")
+
     async def history_export(self) -> str:
         """export_history's bundle passes the SDK's own offline verifier
         (schema, sections, event order, the sha256 checksum over its
@@ -1926,6 +2005,7 @@ class Suite:
         "task_queue_visibility",
         "history_export",
         "redrive",
+        "build_id_rollout",
     ]
 
 

@@ -829,6 +829,28 @@ class Redrivable:
         return {"first": first, "second": second}
 
 
+BUILD_QUEUE = "conformance-builds"
+
+
+@workflow.defn(name="build_probe")
+class BuildProbeV1:
+    """Build v1 of a workflow two worker builds serve on one queue: it
+    names its build, so the scenario sees which cohort ran the run."""
+
+    def run(self, ctx, name):
+        greeting = yield ctx.schedule_activity("greet", [name])
+        return {"build": "v1", "greeting": greeting}
+
+
+@workflow.defn(name="build_probe")
+class BuildProbeV2:
+    """Build v2 of ``build_probe``."""
+
+    def run(self, ctx, name):
+        greeting = yield ctx.schedule_activity("greet", [name])
+        return {"build": "v2", "greeting": greeting}
+
+
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
              InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask, Redrivable]

@@ -34,6 +34,7 @@ use crate::server::schedules::{
 use crate::server::services::ServiceCallRetention;
 use crate::server::timeouts::TimeoutSweep;
 use crate::service_boundary::ServiceBoundaryBudgets;
+use crate::store::build_id_rollouts::MAX_NAMESPACE_ROLLOUTS;
 use crate::store::streams::{DEFAULT_MAX_ITEMS_PER_STREAM, DEFAULT_MAX_STREAMS_PER_RUN};
 use crate::store::DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE;
 use crate::store::{
@@ -368,6 +369,13 @@ pub fn limits(config: &ServerConfig) -> Vec<Limit> {
             SERVICE_CALL_RETENTION_MS.unsigned_abs() / 1000,
             "seconds",
             "how long a service call answers its idempotent replay (then the sweep prunes it)",
+        ),
+        (
+            "build_id_rollouts",
+            MAX_NAMESPACE_ROLLOUTS,
+            MAX_NAMESPACE_ROLLOUTS,
+            "count",
+            "build-id rollout records (drained or promoted cohorts) per namespace; past it 409 build_id_rollout_limit_exceeded",
         ),
         (
             "schedule_history_page",

@@ -141,6 +141,9 @@ struct StartTransaction {
     request_id: Option<String>,
     quota: Option<crate::durable_state::DurableLimits>,
     timeouts: (Option<u64>, Option<u64>),
+    /// The build the start names: its run is pinned to it (else to the
+    /// queue's promoted cohort, if any).
+    pinned_build: Option<String>,
 }
 
 /// What a start's answer names besides its run.
@@ -166,6 +169,7 @@ impl StartTransaction {
             request_id,
             quota,
             timeouts,
+            pinned_build,
         } = self;
         let key = format!(
             "{}\u{0}{}\u{0}{}",
@@ -177,14 +181,16 @@ impl StartTransaction {
             if !s.lock_workflow_id(&start.namespace, &start.workflow_id)? {
                 return Err(StoreError::StartNeedsWriteLock);
             }
-            begin_start(
+            let begun = begin_start(
                 s,
                 start.clone(),
                 request_id.as_deref(),
                 quota,
                 None,
                 timeouts,
-            )
+            )?;
+            pin_started(s, &begun, &start, pinned_build.as_deref())?;
+            Ok(begun)
         };
         (key, transition)
     }
@@ -200,16 +206,22 @@ impl StartTransaction {
             request_id,
             quota,
             timeouts,
+            pinned_build,
         } = self;
         move |s: &Store| {
-            begin_start(
+            let (namespace, queue) = (start.namespace.clone(), start.task_queue.clone());
+            let begun = begin_start(
                 s,
                 start,
                 request_id.as_deref(),
                 quota,
                 schedule.as_ref(),
                 timeouts,
-            )
+            )?;
+            if let Begun::Started(run) = &begun {
+                s.pin_started_run(*run, &namespace, &queue, pinned_build.as_deref())?;
+            }
+            Ok(begun)
         }
     }
 }
@@ -421,6 +433,17 @@ impl Engine {
         if let Some(id) = &body.request_id {
             v.request_id(id);
         }
+        // The build the run is pinned to, if the start names one.
+        let pinned_build = [
+            ("build_id", &body.build_id),
+            ("compatibility", &body.compatibility),
+        ]
+        .into_iter()
+        .find_map(|(field, build)| {
+            let build = build.as_deref().map(str::trim).filter(|b| !b.is_empty())?;
+            v.text(field, build, dwpolicy::boundary::MAX_NAME_CHARS);
+            Some(build.to_owned())
+        });
         let mut checks = Checks::default();
         checks
             .range(
@@ -497,6 +520,7 @@ impl Engine {
                 request_id: body.request_id,
                 quota,
                 timeouts,
+                pinned_build,
             },
             side_by_side,
             reply,
@@ -1265,4 +1289,18 @@ fn begin_start(
         fire.record(s, &workflow_id, started.run)?;
     }
     Ok(Begun::Started(started.run))
+}
+
+/// Pins a new run to the build its start named, else to the queue's
+/// promoted build-id cohort (in the start's transaction).
+fn pin_started(
+    s: &Store,
+    begun: &Begun,
+    start: &StartRun,
+    build: Option<&str>,
+) -> Result<(), StoreError> {
+    if let Begun::Started(run) = begun {
+        s.pin_started_run(*run, &start.namespace, &start.task_queue, build)?;
+    }
+    Ok(())
 }

@@ -240,6 +240,17 @@ pub enum ApiError {
         /// The call's names (merged into the body).
         details: Value,
     },
+    /// A build-id rollout write the queue's recorded intent refuses (409).
+    #[error("{message}")]
+    BuildIdRollout {
+        /// `build_id_rollout_limit_exceeded`, `build_id_draining` or
+        /// `build_id_selected_for_new_starts`.
+        reason: &'static str,
+        /// A sentence saying what to do.
+        message: String,
+        /// The task queue and build id (merged into the body).
+        details: Value,
+    },
     /// A worker thread failed.
     #[error("internal: {0}")]
     Internal(String),
@@ -278,7 +289,8 @@ impl ApiError {
             | ApiError::TaskQueueNotFound(_) => 404,
             ApiError::SearchAttributeConflict { .. }
             | ApiError::ScheduleExists(_)
-            | ApiError::CancellationRefused { .. } => 409,
+            | ApiError::CancellationRefused { .. }
+            | ApiError::BuildIdRollout { .. } => 409,
             ApiError::LocalActivityRefused { status, .. } => *status,
             ApiError::NamespaceCountLimit { .. } | ApiError::NamespaceNotDeletable { .. } => 409,
             ApiError::AlreadyStarted { .. }
@@ -549,6 +561,11 @@ impl ApiError {
                 message,
                 details,
                 ..
+            }
+            | ApiError::BuildIdRollout {
+                reason,
+                message,
+                details,
             } => {
                 let mut body = json!({ "reason": reason, "message": message });
                 merge(&mut body, details);

@@ -5,8 +5,8 @@
 //! `deregister_worker`, `list_task_queues` and `describe_task_queue`).
 //!
 //! A worker is what its registration recorded: its id, task queue, last
-//! heartbeat and, when it holds sessions or declares update validators,
-//! those. Its runtime, SDK version, build id and task-slot limits are not
+//! heartbeat, build id, runtime and SDK version and, when it holds sessions
+//! or declares update validators, those. Its task-slot limits are not
 //! recorded, so they are not answered. Its `status` is `active` while its
 //! last heartbeat is within `stale_after_seconds` (three heartbeat
 //! intervals), `stale` after that; the idle sweep removes it later.
@@ -16,8 +16,7 @@
 //! and activity tasks, its active workers as pollers and its leased tasks,
 //! at most [`DESCRIBED_PER_QUEUE`] of each, and its dispatch budget per
 //! kind (the opt-in per-minute cap and this minute's count, read without
-//! writing a key). Build-id cohorts are not answered: registrations do not
-//! record build ids.
+//! writing a key). Its build-id cohorts are `server::build_ids`'.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -60,6 +59,9 @@ fn worker_json(namespace: &str, w: &WorkerRegistration, stale_before: i64) -> Va
         "last_heartbeat_at": wire::timestamp(w.last_heartbeat_ms),
         "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
         "declares_update_validators": w.declares_update_validators,
+        "build_id": w.build_id,
+        "runtime": w.runtime,
+        "sdk_version": w.sdk_version,
     });
     if let Some(capabilities) = &w.session_capabilities {
         let capabilities: Value = serde_json::from_str(capabilities).unwrap_or(Value::Null);

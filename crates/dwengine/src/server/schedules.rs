@@ -1198,6 +1198,8 @@ impl Engine {
             business_key: None,
             priority: None,
             request_id: Some(format!("schedule:{id}:{}", fire.suffix)),
+            build_id: None,
+            compatibility: None,
         };
         let schedule = ScheduleStart {
             namespace: row.namespace.clone(),

@@ -1138,6 +1138,8 @@ impl Engine {
                 search_attributes: request.search_attributes.clone(),
                 business_key: request.business_key.clone(),
                 request_id: Some(format!("service-call:{}", call.id)),
+                build_id: None,
+                compatibility: None,
                 execution_timeout_seconds: None,
                 run_timeout_seconds: None,
                 priority: None,

@@ -221,6 +221,8 @@ impl Engine {
                     business_key: text("business_key"),
                     priority: None,
                     request_id: Some(request_id),
+                    build_id: None,
+                    compatibility: None,
                 };
                 let (status, out) = self.start_workflow(namespace, start)?;
                 let duplicate =

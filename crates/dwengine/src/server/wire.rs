@@ -65,6 +65,12 @@ pub struct StartWorkflow {
     /// Makes a retried start converge on the run the first attempt made.
     #[serde(default)]
     pub request_id: Option<String>,
+    /// Pins the run to this worker build (before the queue's promoted one).
+    #[serde(default)]
+    pub build_id: Option<String>,
+    /// The same as `build_id`, which wins when both are given.
+    #[serde(default)]
+    pub compatibility: Option<String>,
 }
 
 /// A signal's body.

@@ -63,8 +63,11 @@ pub(crate) struct PollSpec {
     pub wait: Duration,
     /// The wait the worker asked for (`timeout_seconds`), if it named one.
     pub requested_wait: Option<Duration>,
-    /// The worker's build id: its compatibility cohort (`None`: unversioned).
+    /// The build id the poll names (`None`: it names none).
     pub build_id: Option<String>,
+    /// The build id the worker registered with, read once per poll when
+    /// the poll names none (`None` inside: an unversioned registration).
+    pub registered_build: std::sync::OnceLock<Option<String>>,
     pub history_page_size: usize,
     /// Workflow polls: whether the worker also takes `update_validation`
     /// tasks (`task_kinds` names it): see `server::update_validation`.
@@ -75,6 +78,14 @@ pub(crate) struct PollSpec {
 }
 
 impl PollSpec {
+    /// The poller's build-id cohort (`None`: unversioned): the build id the
+    /// poll names, else the one its worker registered with.
+    pub(crate) fn cohort(&self) -> Option<&str> {
+        self.build_id
+            .as_deref()
+            .or_else(|| self.registered_build.get().and_then(Option::as_deref))
+    }
+
     /// Whether the poller is gone.
     pub(crate) fn is_abandoned(&self) -> bool {
         self.abandoned.left()
@@ -283,6 +294,7 @@ impl Engine {
             wait,
             requested_wait,
             build_id,
+            registered_build: std::sync::OnceLock::new(),
             history_page_size: body
                 .history_page_size
                 .and_then(|n| usize::try_from(n).ok())
@@ -323,6 +335,17 @@ impl Engine {
             let mut v = self.config.request_limits.validator();
             v.text("build_id", build, dwpolicy::boundary::MAX_NAME_CHARS);
             finish_with(v, &[("build_id", build)], &[])?;
+        }
+        // What the build-id rollout list shows of the worker's cohort.
+        for (field, value) in [
+            ("runtime", &body.runtime),
+            ("sdk_version", &body.sdk_version),
+        ] {
+            if let Some(value) = value {
+                let mut v = self.config.request_limits.validator();
+                v.text(field, value, dwpolicy::boundary::MAX_NAME_CHARS);
+                finish_with(v, &[(field, value)], &[])?;
+            }
         }
         // A worker that asks for worker sessions offers to hold some: the
         // capabilities it names are the requirements it satisfies.
@@ -369,6 +392,8 @@ impl Engine {
         let sticky = self.config.sticky;
         let sessions = self.config.session_sweep;
         let idle_before = sweep.idle_before_ms(crate::unix_ms());
+        let recorded_build = build_id.clone();
+        let (runtime, sdk_version) = (body.runtime.clone(), body.sdk_version.clone());
         let (ns, worker, queue) = (
             namespace.to_owned(),
             body.worker_id.clone(),
@@ -389,6 +414,13 @@ impl Engine {
                 }
             }
             store.record_worker(&ns, &worker, &queue)?;
+            store.record_worker_build(
+                &ns,
+                &worker,
+                recorded_build.as_deref(),
+                runtime.as_deref(),
+                sdk_version.as_deref(),
+            )?;
             store.set_session_profile(&ns, &worker, profile.as_ref())?;
             store.set_update_validators(&ns, &worker, validators.as_ref())?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
@@ -587,7 +619,13 @@ impl Engine {
         // still finds the task it leased through the durable binding in
         // the store).
         let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
-        let known = self.read(|s| s.worker_registered(ns, &poll.worker_id, idle_before))?;
+        let registration =
+            self.read(|s| s.worker_poll_registration(ns, &poll.worker_id, idle_before))?;
+        let known = registration.as_ref().is_some_and(|r| r.0);
+        // The poll's cohort, when it names no build: its registration's.
+        let _ = poll
+            .registered_build
+            .set(registration.and_then(|(_, build)| build));
         let keyed = known || self.unknown_polls.try_admit();
         if keyed {
             match self.polls(kind).begin(ns, queue, id, poll.wait)? {
@@ -776,7 +814,7 @@ impl Engine {
     /// One poll pass: capped recovery scans, then one lease under admission.
     fn pass(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        self.recover(kind, ns, queue, poll.build_id.as_deref())?;
+        self.recover(kind, ns, queue, poll.cohort())?;
         let Some(_lock) = self
             .queues
             .lock(ns, queue, kind.as_str(), Duration::from_millis(200))?
@@ -794,15 +832,26 @@ impl Engine {
         let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
             return Ok(None);
         };
-        let cohort = poll.build_id.clone();
+        let cohort = poll.cohort().map(str::to_owned);
         let (task, failed_runs) = self.claim(move |s| {
+            // A draining cohort claims no new task (what it holds finishes).
+            if s.cohort_draining(&ns_owned, &queue_owned, cohort.as_deref())? {
+                return Ok((None, Vec::new()));
+            }
             // An activity whose worker session can never run it (closed,
             // failed, expired, missing) fails here, non-retryably, and the
             // pass leases the next task; at most a few per pass.
             let mut failed_runs = Vec::new();
             for _ in 0..SESSION_FAILURES_PER_PASS {
-                let mut task =
-                    s.lease_task(kind, &ns_owned, &queue_owned, &owner, &poll_id, lease)?;
+                let mut task = s.lease_task_for(
+                    kind,
+                    &ns_owned,
+                    &queue_owned,
+                    &owner,
+                    &poll_id,
+                    lease,
+                    cohort.as_deref(),
+                )?;
                 if let Some(t) = task.as_ref() {
                     if let Some(reason) = t.session_refused {
                         let fence = ActivityFence {

@@ -93,6 +93,32 @@ impl Store {
         poll_request_id: &str,
         lease: Duration,
     ) -> Result<Option<LeasedTask>, Error> {
+        self.lease_task_for(
+            kind,
+            namespace,
+            task_queue,
+            owner,
+            poll_request_id,
+            lease,
+            None,
+        )
+    }
+
+    /// As [`Store::lease_task`], for a poller of build-id cohort `cohort`
+    /// (`None`: unversioned): a workflow task of a run pinned to another
+    /// cohort (`runs.build_id`, `''` for the unversioned one) is not its to
+    /// take; a run no cohort holds yet is anyone's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lease_task_for(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        owner: &str,
+        poll_request_id: &str,
+        lease: Duration,
+        cohort: Option<&str>,
+    ) -> Result<Option<LeasedTask>, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let now = now_ms();
         // One workflow task per run at a time: two workers replaying
@@ -117,14 +143,23 @@ impl Store {
              AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
              AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
                WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
-               AND NOT {HELD_FOR_ANOTHER})) \
+               AND NOT {HELD_FOR_ANOTHER} \
+               AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
+                 AND c.build_id IS NOT NULL AND c.build_id <> ?6))) \
              AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
              ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
         );
         let candidates: Vec<(i64, Option<String>)> = tx
             .prepare_cached(&sql)?
             .query_map(
-                params![kind.as_str(), namespace, task_queue, now, owner],
+                params![
+                    kind.as_str(),
+                    namespace,
+                    task_queue,
+                    now,
+                    owner,
+                    cohort.unwrap_or("")
+                ],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?
             .collect::<Result<_, _>>()?;

@@ -35,6 +35,7 @@ pub(crate) mod activity_cancellation;
 pub mod admission;
 pub mod archive;
 pub mod avro_value;
+pub mod build_id_rollouts;
 pub mod cancellation;
 pub mod children;
 pub mod cohorts;

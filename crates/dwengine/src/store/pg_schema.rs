@@ -199,6 +199,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0042_redrive",
         include_str!("migrations/postgres/0042_redrive.sql"),
     ),
+    (
+        "0043_build_id_rollouts",
+        include_str!("migrations/postgres/0043_build_id_rollouts.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0040_cancellation_waits.sql"),
     include_str!("migrations/0041_prepared_local_activities.sql"),
     include_str!("migrations/0042_redrive.sql"),
+    include_str!("migrations/0043_build_id_rollouts.sql"),
 ];
 
 /// The schema version this engine writes.

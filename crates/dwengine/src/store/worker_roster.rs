@@ -21,6 +21,12 @@ pub struct WorkerRegistration {
     pub max_sessions: Option<i64>,
     /// Whether it declared update validators.
     pub declares_update_validators: bool,
+    /// The build id it registered with (`None`: unversioned).
+    pub build_id: Option<String>,
+    /// The runtime it named (`python`, `rust`, …), if any.
+    pub runtime: Option<String>,
+    /// The SDK version it named, if any.
+    pub sdk_version: Option<String>,
 }
 
 /// Which registrations a roster page keeps, by last heartbeat.
@@ -35,7 +41,8 @@ pub enum Liveness {
 }
 
 const COLUMNS: &str = "worker_id, task_queue, last_heartbeat_ms, session_capabilities, \
-                       max_sessions, CASE WHEN update_validators IS NULL THEN 0 ELSE 1 END";
+                       max_sessions, CASE WHEN update_validators IS NULL THEN 0 ELSE 1 END, \
+                       build_id, runtime, sdk_version";
 
 fn registration(r: &crate::store::db::Row<'_>) -> crate::store::db::Result<WorkerRegistration> {
     let validators: i64 = r.get(5)?;
@@ -46,6 +53,9 @@ fn registration(r: &crate::store::db::Row<'_>) -> crate::store::db::Result<Worke
         session_capabilities: r.get(3)?,
         max_sessions: r.get(4)?,
         declares_update_validators: validators != 0,
+        build_id: r.get(6)?,
+        runtime: r.get(7)?,
+        sdk_version: r.get(8)?,
     })
 }
 

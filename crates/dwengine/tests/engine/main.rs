@@ -17,6 +17,7 @@ mod support;
 
 mod admission;
 mod bounds;
+mod build_ids;
 mod cache_counts;
 mod cancellation;
 mod cancellation_parking;

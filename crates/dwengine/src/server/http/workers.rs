@@ -3,14 +3,18 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
+use serde_json::Value;
 
-use super::{blocking, Scope, Shared};
+use super::{blocking, with_body, Scope, Shared};
 use crate::server::roster::{TaskQueueListQuery, WorkerListQuery};
 use crate::server::Engine;
+use crate::store::build_id_rollouts::RolloutAction;
 
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
@@ -47,6 +51,44 @@ pub(super) fn queue_routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/api/task-queues", get(list_queues))
         .route("/api/task-queues/{name}", get(describe_queue))
+        .route("/api/task-queues/{name}/build-ids", get(list_build_ids))
+        .route(
+            "/api/task-queues/{name}/build-ids/drain",
+            rollout(RolloutAction::Drain),
+        )
+        .route(
+            "/api/task-queues/{name}/build-ids/resume",
+            rollout(RolloutAction::Resume),
+        )
+        .route(
+            "/api/task-queues/{name}/build-ids/promote",
+            rollout(RolloutAction::Promote),
+        )
+}
+
+async fn list_build_ids(
+    State(engine): Shared,
+    Extension(scope): Extension<Scope>,
+    Path(name): Path<String>,
+) -> Response {
+    blocking(engine, move |e| e.list_build_ids(&scope.namespace, &name)).await
+}
+
+/// A POST on `/api/task-queues/{name}/build-ids/…`: the body as JSON, then
+/// the rollout write.
+fn rollout(action: RolloutAction) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared,
+              Extension(scope): Extension<Scope>,
+              Path(name): Path<String>,
+              headers: HeaderMap,
+              body: Body| async move {
+            with_body(engine, headers, body, move |e, b: Value| {
+                e.set_build_id_rollout(&scope.namespace, &name, action, b)
+            })
+            .await
+        },
+    )
 }
 
 async fn list_queues(

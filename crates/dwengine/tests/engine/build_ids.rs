@@ -1,0 +1,378 @@
+//! A task queue's build-id rollout over loopback HTTP: `GET
+//! /api/task-queues/{name}/build-ids` groups the queue's registrations by
+//! build id beside the recorded intent; `…/drain` stops a cohort's claims
+//! (other cohorts and unversioned workers go on, what it holds finishes),
+//! `…/resume` lets it claim again, and `…/promote` pins fresh starts to a
+//! cohort whose workers alone then take those runs' workflow tasks.
+
+use crate::support;
+
+use serde_json::{json, Value};
+use support::TestServer;
+
+fn server() -> TestServer {
+    TestServer::start(support::memory_cache(), |_| {})
+}
+
+fn register(s: &TestServer, worker: &str, queue: &str, build: Option<&str>, runtime: &str) {
+    let mut body = json!({ "worker_id": worker, "task_queue": queue, "runtime": runtime,
+                           "sdk_version": format!("{runtime}-1.0") });
+    if let Some(build) = build {
+        body["build_id"] = build.into();
+    }
+    let (status, answer) = s.post("/api/worker/register", body);
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// One poll of `kind` by `worker`, naming `build` when given; the task or null.
+fn poll(
+    s: &TestServer,
+    kind: &str,
+    queue: &str,
+    worker: &str,
+    build: Option<&str>,
+    id: &str,
+) -> Value {
+    let mut body = json!({ "task_queue": queue, "worker_id": worker,
+                           "poll_request_id": id, "timeout_seconds": 0 });
+    if let Some(build) = build {
+        body["build_id"] = build.into();
+    }
+    let (status, answer) = s.post(&format!("/api/worker/{kind}-tasks/poll"), body);
+    assert_eq!(status, 200, "{answer}");
+    answer["task"].clone()
+}
+
+fn rollout(s: &TestServer, queue: &str, action: &str, build: Option<&str>) -> (u16, Value) {
+    s.post(
+        &format!("/api/task-queues/{queue}/build-ids/{action}"),
+        json!({ "build_id": build }),
+    )
+}
+
+fn cohorts(s: &TestServer, queue: &str) -> Value {
+    let (status, list) = s.get(&format!("/api/task-queues/{queue}/build-ids"));
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["task_queue"], queue);
+    assert_eq!(list["namespace"], "default");
+    assert_eq!(list["stale_after_seconds"], 90);
+    list["build_ids"].clone()
+}
+
+fn cohort<'a>(list: &'a Value, build: Option<&str>) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["build_id"] == json!(build))
+        .unwrap_or_else(|| panic!("no cohort {build:?} in {list}"))
+}
+
+#[test]
+fn the_list_groups_registrations_by_build_and_keeps_recorded_intent() {
+    let s = server();
+    register(&s, "py-1", "orders", Some("v1"), "python");
+    register(&s, "rs-1", "orders", Some("v1"), "rust");
+    register(&s, "py-2", "orders", Some("v2"), "python");
+    register(&s, "plain", "orders", None, "python");
+    register(&s, "elsewhere", "billing", Some("v1"), "python");
+
+    let list = cohorts(&s, "orders");
+    assert_eq!(list.as_array().unwrap().len(), 3, "{list}");
+    let v1 = cohort(&list, Some("v1"));
+    assert_eq!(v1["rollout_status"], "active");
+    assert_eq!(v1["drain_intent"], "active");
+    assert_eq!(v1["active_worker_count"], 2);
+    assert_eq!(v1["total_worker_count"], 2);
+    assert_eq!(v1["draining_worker_count"], 0);
+    assert_eq!(v1["stale_worker_count"], 0);
+    assert_eq!(v1["runtimes"], json!(["python", "rust"]));
+    assert_eq!(v1["sdk_versions"], json!(["python-1.0", "rust-1.0"]));
+    assert_eq!(v1["new_start_selected"], false);
+    assert!(v1["first_seen_at"].as_str().unwrap().ends_with('Z'), "{v1}");
+    assert!(
+        v1["last_heartbeat_at"].as_str().unwrap().ends_with('Z'),
+        "{v1}"
+    );
+    // Named builds before the unversioned cohort.
+    assert_eq!(list[2]["build_id"], Value::Null, "{list}");
+    assert_eq!(cohort(&list, None)["total_worker_count"], 1);
+
+    // The roster shows what the registration said.
+    let (_, worker) = s.get("/api/workers/rs-1");
+    assert_eq!(
+        (
+            &worker["build_id"],
+            &worker["runtime"],
+            &worker["sdk_version"]
+        ),
+        (&json!("v1"), &json!("rust"), &json!("rust-1.0"))
+    );
+
+    // A drain is recorded once: a repeat keeps the first drained_at.
+    let (status, drained) = rollout(&s, "orders", "drain", Some("v1"));
+    assert_eq!(status, 200, "{drained}");
+    assert_eq!(
+        (
+            &drained["namespace"],
+            &drained["task_queue"],
+            &drained["build_id"]
+        ),
+        (&json!("default"), &json!("orders"), &json!("v1"))
+    );
+    assert_eq!(drained["drain_intent"], "draining");
+    let drained_at = drained["drained_at"].as_str().unwrap().to_owned();
+    let (_, again) = rollout(&s, "orders", "drain", Some("v1"));
+    assert_eq!(again["drained_at"], drained_at.as_str());
+    let list = cohorts(&s, "orders");
+    let v1 = cohort(&list, Some("v1"));
+    assert_eq!(v1["rollout_status"], "draining");
+    assert_eq!(v1["drain_intent"], "draining");
+    assert_eq!(v1["draining_worker_count"], 2);
+    assert_eq!(v1["active_worker_count"], 0);
+    assert_eq!(v1["drained_at"], drained_at.as_str());
+    // Active cohorts list before draining ones.
+    assert_eq!(list[0]["build_id"], "v2", "{list}");
+    // Another queue's cohort of the same build is untouched.
+    assert_eq!(
+        cohort(&cohorts(&s, "billing"), Some("v1"))["drain_intent"],
+        "active"
+    );
+
+    // A cohort with no workers can be drained ahead of them, and stays
+    // listed while it drains; resumed, it leaves no record.
+    let (status, _) = rollout(&s, "orders", "drain", Some("v3"));
+    assert_eq!(status, 200);
+    let v3 = cohort(&cohorts(&s, "orders"), Some("v3")).clone();
+    assert_eq!(
+        (&v3["rollout_status"], &v3["total_worker_count"]),
+        (&json!("draining"), &json!(0))
+    );
+    let (status, resumed) = rollout(&s, "orders", "resume", Some("v3"));
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(
+        (&resumed["drain_intent"], &resumed["drained_at"]),
+        (&json!("active"), &Value::Null)
+    );
+    let list = cohorts(&s, "orders");
+    assert!(
+        !list
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["build_id"] == "v3"),
+        "{list}"
+    );
+
+    // The unversioned cohort is addressed with null.
+    let (status, plain) = rollout(&s, "orders", "drain", None);
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(plain["build_id"], Value::Null);
+    assert_eq!(
+        cohort(&cohorts(&s, "orders"), None)["rollout_status"],
+        "draining"
+    );
+}
+
+#[test]
+fn a_draining_cohort_claims_nothing_new_while_others_go_on() {
+    let s = server();
+    register(&s, "old", "q", Some("v1"), "python");
+    register(&s, "new", "q", Some("v2"), "python");
+    register(&s, "plain", "q", None, "python");
+
+    // v1 takes a run and schedules an activity, then its cohort drains.
+    s.start_workflow("default", "wf-held", "q");
+    let held = poll(&s, "workflow", "q", "old", Some("v1"), "old-1");
+    assert_eq!(held["workflow_id"], "wf-held", "{held}");
+    let (status, _) = rollout(&s, "q", "drain", Some("v1"));
+    assert_eq!(status, 200);
+
+    // What it holds finishes: its completion is accepted.
+    let (status, body) = s.complete(
+        &held,
+        json!([{ "type": "schedule_activity", "activity_type": "charge", "queue": "q",
+                 "arguments": { "codec": "json", "blob": "[]" } }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // It claims no new task, of either kind (a worker naming no build in
+    // its poll is known by its registration's).
+    s.start_workflow("default", "wf-fresh", "q");
+    assert!(poll(&s, "activity", "q", "old", Some("v1"), "old-2").is_null());
+    assert!(poll(&s, "workflow", "q", "old", Some("v1"), "old-3").is_null());
+    assert!(poll(&s, "workflow", "q", "old", None, "old-4").is_null());
+    // The other cohorts do.
+    let fresh = poll(&s, "workflow", "q", "new", Some("v2"), "new-1");
+    assert_eq!(fresh["workflow_id"], "wf-fresh", "{fresh}");
+    let activity = poll(&s, "activity", "q", "plain", None, "plain-1");
+    assert_eq!(activity["workflow_id"], "wf-held", "{activity}");
+
+    // Resumed, v1 claims again.
+    let (status, _) = rollout(&s, "q", "resume", Some("v1"));
+    assert_eq!(status, 200);
+    s.start_workflow("default", "wf-later", "q");
+    let later = poll(&s, "workflow", "q", "old", None, "old-5");
+    assert_eq!(later["workflow_id"], "wf-later", "{later}");
+}
+
+#[test]
+fn a_promoted_cohort_takes_the_fresh_starts_and_a_run_stays_with_its_build() {
+    let s = server();
+    register(&s, "old", "q", Some("v1"), "python");
+    register(&s, "new", "q", Some("v2"), "python");
+    register(&s, "plain", "q", None, "python");
+
+    let (status, promoted) = rollout(&s, "q", "promote", Some("v2"));
+    assert_eq!(status, 200, "{promoted}");
+    assert_eq!(promoted["new_start_selected"], true);
+    assert!(promoted["promoted_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(promoted["drain_intent"], "active");
+
+    // A fresh start pins to v2: neither v1 nor unversioned workers take it.
+    s.start_workflow("default", "wf-pinned", "q");
+    assert!(poll(&s, "workflow", "q", "old", Some("v1"), "old-1").is_null());
+    assert!(poll(&s, "workflow", "q", "plain", None, "plain-1").is_null());
+    let task = poll(&s, "workflow", "q", "new", Some("v2"), "new-1");
+    assert_eq!(task["workflow_id"], "wf-pinned", "{task}");
+    let (status, _) = s.complete(
+        &task,
+        json!([{ "type": "start_timer", "delay_seconds": 0 }]),
+    );
+    assert_eq!(status, 200);
+    // Its next workflow task (the timer fired) is v2's too.
+    assert!(poll(&s, "workflow", "q", "plain", None, "plain-2").is_null());
+    let mut next = Value::Null;
+    assert!(support::eventually(
+        std::time::Duration::from_secs(30),
+        || {
+            next = poll(
+                &s,
+                "workflow",
+                "q",
+                "new",
+                Some("v2"),
+                &format!("new-{}", rand_id()),
+            );
+            !next.is_null()
+        }
+    ));
+    assert_eq!(next["workflow_id"], "wf-pinned");
+
+    // A start naming a build pins to it, before the promoted one.
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "wf-explicit", "workflow_type": "Order", "task_queue": "q",
+                "input": { "codec": "json", "blob": "[]" }, "build_id": "v1" }),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(poll(&s, "workflow", "q", "new", Some("v2"), "new-x").is_null());
+    let explicit = poll(&s, "workflow", "q", "old", Some("v1"), "old-2");
+    assert_eq!(explicit["workflow_id"], "wf-explicit", "{explicit}");
+
+    // The promoted cohort cannot be drained; a draining one cannot be promoted.
+    let (status, refused) = rollout(&s, "q", "drain", Some("v2"));
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "build_id_selected_for_new_starts");
+    assert_eq!(refused["build_id"], "v2");
+    let (status, _) = rollout(&s, "q", "drain", Some("v1"));
+    assert_eq!(status, 200);
+    let (status, refused) = rollout(&s, "q", "promote", Some("v1"));
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "build_id_draining");
+    let (status, _) = rollout(&s, "q", "resume", Some("v1"));
+    assert_eq!(status, 200);
+
+    // Promoting the unversioned cohort pins fresh starts to it.
+    let (status, plain) = rollout(&s, "q", "promote", None);
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(
+        (&plain["build_id"], &plain["new_start_selected"]),
+        (&Value::Null, &json!(true))
+    );
+    let list = cohorts(&s, "q");
+    assert_eq!(cohort(&list, None)["new_start_selected"], true);
+    assert_eq!(cohort(&list, Some("v2"))["new_start_selected"], false);
+    s.start_workflow("default", "wf-unversioned", "q");
+    assert!(poll(&s, "workflow", "q", "new", Some("v2"), "new-y").is_null());
+    let plain_task = poll(&s, "workflow", "q", "plain", None, "plain-3");
+    assert_eq!(plain_task["workflow_id"], "wf-unversioned", "{plain_task}");
+
+    // Promoting v2 again is a rollback: the unversioned cohort, which held
+    // the fresh starts, is rolled back.
+    let (_, back) = rollout(&s, "q", "promote", Some("v2"));
+    assert_eq!(back["new_start_selected"], true);
+    let list = cohorts(&s, "q");
+    let unversioned = cohort(&list, None);
+    assert_eq!(unversioned["new_start_selected"], false);
+    assert!(
+        unversioned["rolled_back_at"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z'),
+        "{list}"
+    );
+}
+
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn bad_rollout_writes_name_the_field() {
+    let s = server();
+    let (status, body) = s.post("/api/task-queues/q/build-ids/drain", json!({}));
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("build_id"), "{body}");
+    let (status, body) = s.post(
+        "/api/task-queues/q/build-ids/promote",
+        json!({ "build_id": 7 }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("build_id"), "{body}");
+    let long = "b".repeat(300);
+    let (status, body) = s.post(
+        "/api/task-queues/q/build-ids/resume",
+        json!({ "build_id": long }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("build_id"), "{body}");
+    let (status, body) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "wf", "workflow_type": "Order", "task_queue": "q",
+                "input": { "codec": "json", "blob": "[]" }, "compatibility": "c".repeat(300) }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("compatibility"), "{body}");
+    // An unknown queue has no cohorts.
+    assert_eq!(cohorts(&s, "nobody"), json!([]));
+}
+
+#[test]
+fn a_namespace_keeps_a_bounded_number_of_rollout_records() {
+    let s = server();
+    let cap = dwengine::store::build_id_rollouts::MAX_NAMESPACE_ROLLOUTS;
+    for n in 0..cap {
+        let (status, body) = rollout(&s, "q", "drain", Some(&format!("b{n}")));
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, refused) = rollout(&s, "q", "drain", Some("one-more"));
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "build_id_rollout_limit_exceeded");
+    // Changing a kept record is not a new one; resuming one without
+    // workers frees its place.
+    let (status, _) = rollout(&s, "q", "drain", Some("b0"));
+    assert_eq!(status, 200);
+    let (status, _) = rollout(&s, "q", "resume", Some("b0"));
+    assert_eq!(status, 200);
+    let (status, body) = rollout(&s, "q", "drain", Some("one-more"));
+    assert_eq!(status, 200, "{body}");
+    // Another namespace has its own.
+    s.namespace("other");
+    let (status, body) = s.post_ns(
+        "other",
+        "/api/task-queues/q/build-ids/drain",
+        json!({ "build_id": "x" }),
+    );
+    assert_eq!(status, 200, "{body}");
+}
