@@ -708,32 +708,59 @@ pub async fn redrive(h: Harness) -> Outcome {
     )?;
 
     calls.healed.store(true, Ordering::SeqCst);
-    let redriven = handle
-        .redrive(Some("redrive-once"))
-        .await
-        .map_err(|e| format!("redrive: {e}"))?;
+    let original = handle.clone();
+    // A redrive needs the queue's workers to run the definition that
+    // failed the run (the fingerprint set above): redrive while a worker of
+    // it is registered, then serve the successor with it.
+    let worker = redrive_worker(&h, &queue, &calls)?;
+    let mut redrives = None;
+    let answers = &mut redrives;
+    let registered = format!("{}/api/workers?task_queue={queue}", h.url);
+    let (workflow_id, run, client, harness) = (
+        handle.workflow_id.clone(),
+        failed_run.clone(),
+        h.client.clone(),
+        h.clone(),
+    );
+    let during = async move {
+        let deadline = tokio::time::Instant::now() + crate::harness::DEADLINE;
+        loop {
+            let listed = harness.get(&registered).await?;
+            if listed["workers"].as_array().is_some_and(|w| !w.is_empty()) {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("no worker of {registered} registered"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let first = handle
+            .redrive(Some("redrive-once"))
+            .await
+            .map_err(|e| format!("redrive: {e}"))?;
+        let again = client
+            .redrive_workflow_run(&workflow_id, &run, Some("redrive-once"))
+            .await
+            .map_err(|e| format!("retried redrive: {e}"))?;
+        *answers = Some((first, again));
+        Ok(())
+    };
+    let result = h.drive(&worker, &original, during).await?;
+    let (redriven, again) = redrives.ok_or("the redrive did not run")?;
     check(
         redriven.source_run_id == failed_run
             && redriven.run_id != failed_run
             && redriven.resume_step_sequence == 2,
         || format!("redrive answered {:?}", redriven.raw),
     )?;
-    let again = h
-        .client
-        .redrive_workflow_run(&handle.workflow_id, &failed_run, Some("redrive-once"))
-        .await
-        .map_err(|e| format!("retried redrive: {e}"))?;
     check(again.run_id == redriven.run_id, || {
         format!(
             "a retry answered {:?}, the first {:?}",
             again.raw, redriven.raw
         )
     })?;
-
-    let mut successor = handle.clone();
+    let mut successor = original.clone();
     successor.run_id = Some(redriven.run_id.clone());
-    let worker = redrive_worker(&h, &queue, &calls)?;
-    let result = h.drive(&worker, &successor, async { Ok(()) }).await?;
     let (first, second) = (
         calls.first.load(Ordering::SeqCst),
         calls.second.load(Ordering::SeqCst),
@@ -743,7 +770,9 @@ pub async fn redrive(h: Harness) -> Outcome {
             && (first, second) == (1, 2),
         || format!("result {result}; first ran {first} time(s), second {second}"),
     )?;
-    let events = h.run_history(&handle.workflow_id, &redriven.run_id).await?;
+    let events = h
+        .run_history(&original.workflow_id, &redriven.run_id)
+        .await?;
     let reused = events
         .iter()
         .find(|e| e["event_type"] == "ActivityCompleted")

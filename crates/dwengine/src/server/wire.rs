@@ -192,6 +192,10 @@ pub struct RegisterWorker {
     /// the updates it validates (`update_validators`).
     #[serde(default)]
     pub workflow_command_contracts: Value,
+    /// Per workflow type, the SDK's fingerprint of its definition (what a
+    /// redrive checks the queue's workers still run).
+    #[serde(default)]
+    pub workflow_definition_fingerprints: Value,
     /// The worker protocol version in force (set from the request header).
     #[serde(skip)]
     pub protocol_version: Option<String>,

@@ -388,6 +388,10 @@ impl Engine {
         });
         let validators = crate::server::update_validation::contract::declared_validators(&body)
             .map_err(|checks| ApiError::from(validation(checks)))?;
+        let fingerprints = crate::server::fingerprints::definition_fingerprints(
+            &body.workflow_definition_fingerprints,
+        )
+        .map_err(|checks| ApiError::from(validation(checks)))?;
         let sweep = self.config.worker_sweep;
         let sticky = self.config.sticky;
         let sessions = self.config.session_sweep;
@@ -423,6 +427,7 @@ impl Engine {
             )?;
             store.set_session_profile(&ns, &worker, profile.as_ref())?;
             store.set_update_validators(&ns, &worker, validators.as_ref())?;
+            store.set_definition_fingerprints(&ns, &worker, fingerprints.as_ref())?;
             store.prune_idle_workers(idle_before, sweep.idle_worker_prune_scan_limit)?;
             store
                 .prune_sticky_bindings(crate::unix_ms(), sticky.sticky_binding_prune_scan_limit)?;

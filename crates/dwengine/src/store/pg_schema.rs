@@ -203,6 +203,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0043_build_id_rollouts",
         include_str!("migrations/postgres/0043_build_id_rollouts.sql"),
     ),
+    (
+        "0044_workflow_definition_fingerprints",
+        include_str!("migrations/postgres/0044_workflow_definition_fingerprints.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -81,6 +81,27 @@ fn refuse(reason: &'static str, message: impl Into<String>) -> RedriveOutcome {
 }
 
 impl Store {
+    /// Records the workflow definition fingerprints `worker` registered
+    /// (workflow type -> fingerprint; `None`: none) on its registration.
+    pub fn set_definition_fingerprints(
+        &self,
+        namespace: &str,
+        worker: &str,
+        fingerprints: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<(), Error> {
+        let text = fingerprints
+            .filter(|f| !f.is_empty())
+            .map(serde_json::to_string)
+            .transpose()?;
+        self.conn
+            .prepare_cached(
+                "UPDATE workers SET workflow_definition_fingerprints = ?3 \
+                 WHERE namespace = ?1 AND worker_id = ?2",
+            )?
+            .execute(params![namespace, worker, text])?;
+        Ok(())
+    }
+
     /// The successor an earlier redrive with `request_id` started for
     /// (`namespace`, `workflow_id`): `(successor, the run it redrove)`.
     pub fn redriven_by(
@@ -134,6 +155,9 @@ impl Store {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
+        if let Some(refused) = check_definition(&tx, &run, plan.fingerprint.as_deref())? {
+            return Ok(refused);
+        }
         let arguments = started
             .payload
             .get("arguments")
@@ -295,6 +319,82 @@ struct CompletedStep {
 struct Plan {
     resume_step_sequence: u64,
     completed: Vec<CompletedStep>,
+    /// The definition fingerprint of the worker that failed the run.
+    fingerprint: Option<String>,
+}
+
+/// The fingerprint `worker` (of `namespace`) registered for `workflow_type`.
+pub(crate) fn registered_fingerprint(
+    conn: &Connection,
+    namespace: &str,
+    worker: &str,
+    workflow_type: &str,
+) -> Result<Option<String>, Error> {
+    let text: Option<Option<String>> = conn
+        .prepare_cached(
+            "SELECT workflow_definition_fingerprints FROM workers \
+             WHERE namespace = ?1 AND worker_id = ?2",
+        )?
+        .query_row(params![namespace, worker], |r| r.get(0))
+        .optional()?;
+    let Some(text) = text.flatten() else {
+        return Ok(None);
+    };
+    let map: Value = serde_json::from_str(&text)?;
+    Ok(map
+        .get(workflow_type)
+        .and_then(Value::as_str)
+        .map(str::to_owned))
+}
+
+/// Safe redrive: the failed run's worker registered a definition
+/// fingerprint for its type, and the workers of its queue that register
+/// one for that type today register the same one (at least one does), so
+/// the successor replays its reused prefix on the code that recorded it.
+fn check_definition(
+    conn: &Connection,
+    run: &crate::store::model::Run,
+    recorded: Option<&str>,
+) -> Result<Option<RedriveOutcome>, Error> {
+    let Some(recorded) = recorded else {
+        return Ok(Some(refuse(
+            "workflow_definition_unavailable_or_changed",
+            format!(
+                "the worker that failed run {} registered no workflow definition \
+                 fingerprint for {:?}, so nothing shows the successor would replay the \
+                 reused steps on the same code (the Python SDK sends one; a Rust worker \
+                 sets it with Worker::set_workflow_definition_sources)",
+                run.id.0, run.workflow_type
+            ),
+        )));
+    };
+    let mut statement = conn.prepare_cached(
+        "SELECT workflow_definition_fingerprints FROM workers \
+         WHERE namespace = ?1 AND task_queue = ?2 AND workflow_definition_fingerprints IS NOT NULL",
+    )?;
+    let mut rows = statement.query(params![run.namespace, run.task_queue])?;
+    let (mut same, mut changed) = (0usize, 0usize);
+    while let Some(row) = rows.next()? {
+        let text: String = row.get(0)?;
+        let map: Value = serde_json::from_str(&text)?;
+        match map.get(&run.workflow_type).and_then(Value::as_str) {
+            Some(current) if current == recorded => same += 1,
+            Some(_) => changed += 1,
+            None => {}
+        }
+    }
+    if same == 0 || changed > 0 {
+        return Ok(Some(refuse(
+            "workflow_definition_unavailable_or_changed",
+            format!(
+                "{same} registered worker(s) of task queue {:?} run the definition of {:?} \
+                 that failed run {} and {changed} run another: redrive once the queue's \
+                 workers run that definition (or start a new run)",
+                run.task_queue, run.workflow_type, run.id.0
+            ),
+        )));
+    }
+    Ok(None)
 }
 
 /// One activity step's events, gathered by sequence.
@@ -453,11 +553,16 @@ fn plan(
             completed: done,
         });
     }
+    let fingerprint = failure
+        .get("workflow_definition_fingerprint")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     Ok(Ok((
         started,
         Plan {
             resume_step_sequence: to_u64(boundary),
             completed,
+            fingerprint,
         },
     )))
 }

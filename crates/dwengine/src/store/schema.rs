@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0041_prepared_local_activities.sql"),
     include_str!("migrations/0042_redrive.sql"),
     include_str!("migrations/0043_build_id_rollouts.sql"),
+    include_str!("migrations/0044_workflow_definition_fingerprints.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -399,6 +399,7 @@ impl Store {
         let streams = self.config.streams;
         let mut writer = CommandWriter::new(&tx, &limits, head)?;
         writer.streams = streams;
+        writer.worker = Some(fence.lease_owner);
         match writer.apply_all(commands) {
             Ok(()) => {}
             Err(Error::StructuralLimit(exceeded)) => {
@@ -806,6 +807,8 @@ struct CommandWriter<'a> {
     warnings: Vec<ApproachingLimit>,
     /// The timers this task armed.
     armed_timers: Vec<ArmedTimer>,
+    /// The worker completing the task (its lease owner), when known.
+    worker: Option<&'a str>,
 }
 
 impl<'a> CommandWriter<'a> {
@@ -842,6 +845,7 @@ impl<'a> CommandWriter<'a> {
             open_wait,
             warnings: Vec::new(),
             armed_timers: Vec::new(),
+            worker: None,
         })
     }
 
@@ -1424,6 +1428,20 @@ impl<'a> CommandWriter<'a> {
                         payload["failed_step_sequence"] = (*step).into();
                         payload["failed_activity_execution_id"] = activity.into();
                         payload["failed_step_kind"] = "activity".into();
+                        // The code that failed it, which a redrive checks
+                        // its queue's workers still run.
+                        if let Some(worker) = self.worker {
+                            if let Some(fingerprint) =
+                                crate::store::redrive::registered_fingerprint(
+                                    self.tx,
+                                    &self.namespace,
+                                    worker,
+                                    &self.head.workflow_type,
+                                )?
+                            {
+                                payload["workflow_definition_fingerprint"] = fingerprint.into();
+                            }
+                        }
                     }
                 }
                 let resumed = finish_run(

@@ -85,9 +85,25 @@ fn fail_at(failed: &Value) -> Value {
              "failed_activity_execution_id": failed["payload"]["activity_execution_id"] }])
 }
 
+/// The fingerprint the tests' worker `w1` registers for `Order`.
+const DEFINITION: &str = "sha256:order-v1";
+
+/// Registers worker `worker` on `queue`, fingerprinting `Order` as
+/// `fingerprint` (none when `None`).
+fn register(s: &TestServer, worker: &str, queue: &str, fingerprint: Option<&str>) {
+    let mut body = json!({ "worker_id": worker, "task_queue": queue });
+    if let Some(f) = fingerprint {
+        body["workflow_definition_fingerprints"] = json!({ "Order": f });
+    }
+    let (status, answer) = s.post("/api/worker/register", body);
+    assert_eq!(status, 200, "{answer}");
+}
+
 /// Runs `id` to a failure at its second activity (the first completed with
-/// `"one"`): the failed run's id and its history.
+/// `"one"`), its tasks done by worker `w1` registered with [`DEFINITION`]:
+/// the failed run's id and its history.
 fn fail_at_second(s: &TestServer, id: &str, queue: &str) -> (String, Vec<Value>) {
+    register(s, "w1", queue, Some(DEFINITION));
     let started = s.start_workflow("default", id, queue);
     let run = started["run_id"].as_str().unwrap().to_owned();
     let task = next_task(s, queue);
@@ -133,6 +149,10 @@ fn a_failed_run_is_redriven_reusing_its_completed_activity_and_rescheduling_the_
     let failure = &failed_history[5]["payload"];
     assert_eq!(failure["failed_step_sequence"], 2, "{failure}");
     assert_eq!(failure["failed_step_kind"], "activity", "{failure}");
+    assert_eq!(
+        failure["workflow_definition_fingerprint"], DEFINITION,
+        "{failure}"
+    );
 
     let (status, redriven) = redrive(&s, "order-7", &failed_run, json!({ "request_id": "r-1" }));
     assert_eq!(status, 202, "{redriven}");
@@ -430,4 +450,103 @@ fn a_prefix_longer_than_one_tasks_history_budget_is_refused_with_the_structural_
     assert_eq!(body["structural_limit_value"], 3, "{body}");
     let (_, listed) = s.get("/api/workflows/long/runs");
     assert_eq!(listed["run_count"], 1, "{listed}");
+}
+
+#[test]
+fn a_redrive_needs_the_queues_workers_to_run_the_definition_that_failed_the_run() {
+    let s = server();
+    let (failed_run, _) = fail_at_second(&s, "changed", "changed-q");
+    // A second worker of the queue runs another definition: refused.
+    register(&s, "w2", "changed-q", Some("sha256:order-v2"));
+    let (status, body) = redrive(&s, "changed", &failed_run, json!({}));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["reason"], "workflow_definition_unavailable_or_changed",
+        "{body}"
+    );
+    // Both re-register with v2: none runs v1 any more.
+    register(&s, "w1", "changed-q", Some("sha256:order-v2"));
+    let (_, body) = redrive(&s, "changed", &failed_run, json!({}));
+    assert_eq!(
+        body["reason"], "workflow_definition_unavailable_or_changed",
+        "{body}"
+    );
+    // Back on v1 (w2 deregistered): the redrive goes ahead.
+    register(&s, "w1", "changed-q", Some(DEFINITION));
+    let (status, body) = s.delete_ns("default", "/api/workers/w2");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = redrive(&s, "changed", &failed_run, json!({}));
+    assert_eq!(status, 202, "{body}");
+
+    // A run failed by a worker that registered no fingerprint: no proof
+    // the successor replays on the same code.
+    register(&s, "w1", "bare-q", None);
+    let started = s.start_workflow("default", "bare", "bare-q");
+    let run = started["run_id"].as_str().unwrap().to_owned();
+    let task = next_task(&s, "bare-q");
+    complete(&s, &task, json!([schedule("first", "[1]")]));
+    let first = activity_task(&s, "bare-q", "bare-a1");
+    report(
+        &s,
+        &first,
+        "fail",
+        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
+    );
+    let task = next_task(&s, "bare-q");
+    let failed = task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "ActivityFailed")
+        .unwrap()
+        .clone();
+    complete(&s, &task, fail_at(&failed));
+    let events = history(&s, "bare", &run);
+    let failure = &events.last().unwrap()["payload"];
+    assert_eq!(failure["failed_step_sequence"], 1, "{failure}");
+    assert!(
+        failure.get("workflow_definition_fingerprint").is_none(),
+        "{failure}"
+    );
+    let (status, body) = redrive(&s, "bare", &run, json!({}));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["reason"], "workflow_definition_unavailable_or_changed",
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("set_workflow_definition_sources"),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_registration_with_malformed_fingerprints_is_refused_naming_the_field() {
+    let s = server();
+    for (fingerprints, field) in [
+        (json!("sha256:x"), "workflow_definition_fingerprints"),
+        (
+            json!({ "Order": 7 }),
+            "workflow_definition_fingerprints.Order",
+        ),
+        (
+            json!({ "Order": "" }),
+            "workflow_definition_fingerprints.Order",
+        ),
+        (
+            json!({ "Order": "x".repeat(256) }),
+            "workflow_definition_fingerprints.Order",
+        ),
+    ] {
+        let (status, body) = s.post(
+            "/api/worker/register",
+            json!({ "worker_id": "w9", "task_queue": "q",
+                    "workflow_definition_fingerprints": fingerprints }),
+        );
+        assert_eq!(status, 422, "{body}");
+        assert!(body["validation_errors"][field].is_array(), "{body}");
+    }
 }
