@@ -64,10 +64,11 @@ pub enum AttemptOutcome {
     },
     /// The run had closed; the report was accepted and ignored.
     RunClosed,
-    /// The activity was abandoned (its `cancellation_policy` is
-    /// `abandon` and its run's cooperative cancellation was delivered at
-    /// it): the report closed it, but no history event records it and no
-    /// workflow task follows (the workflow stopped waiting for it).
+    /// The activity was abandoned (its `cancellation_policy` is `abandon`,
+    /// and its run's cooperative cancellation was delivered at it or its
+    /// run closed under it: `abandoned`): the report closed it, but no
+    /// history event records it and no workflow task follows (the workflow
+    /// stopped waiting for it).
     Abandoned,
 }
 
@@ -544,33 +545,36 @@ fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> 
 }
 
 /// Whether activity `activity` was abandoned: its `cancellation_policy` is
-/// `abandon` and its run's cooperative cancellation was delivered at a call
-/// that covers it (the delivery's sequence range, or a selection handle's
-/// operation range). Such an activity keeps running, its attempts are
-/// retried within its schedule-to-close timeout, and its outcome resumes no
-/// workflow; it outlives its run's cooperative close as cancelled.
+/// `abandon` and either its run's cooperative cancellation was delivered at
+/// a call that covers it (the delivery's sequence range, or a selection
+/// handle's operation range), or its run has closed under it (only a close
+/// that leaves abandoned activities running keeps their tasks open:
+/// `completion::finish_run`). Such an activity keeps running, its attempts
+/// are retried within its schedule-to-close timeout, and its outcome
+/// resumes no workflow.
 pub(crate) fn abandoned(conn: &Connection, activity: i64) -> Result<bool, Error> {
-    let row: Option<(i64, Option<i64>, Option<String>)> = conn
-        .prepare_cached("SELECT run_id, sequence, options FROM activities WHERE id = ?1")?
-        .query_row([activity], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    let row: Option<(i64, Option<i64>, Option<String>, String)> = conn
+        .prepare_cached(
+            "SELECT a.run_id, a.sequence, a.options, r.status FROM activities a \
+             JOIN runs r ON r.id = a.run_id WHERE a.id = ?1",
+        )?
+        .query_row([activity], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
-    let Some((run, Some(sequence), Some(options))) = row else {
+    let Some((run, Some(sequence), Some(options), status)) = row else {
         return Ok(false);
     };
-    // Every completion asks: most activities name no such policy, so their
-    // options are not parsed.
-    if !options.contains("\"abandon\"") {
+    if !abandon_policy(&options) {
         return Ok(false);
     }
-    let policy = serde_json::from_str::<Value>(&options)
-        .ok()
-        .and_then(|o| o["cancellation_policy"].as_str().map(str::to_owned));
-    if policy.as_deref() != Some("abandon") {
-        return Ok(false);
+    if status != RunStatus::Running.as_str() {
+        return Ok(true);
     }
     let delivered: Option<String> = conn
         .prepare_cached(
-            "SELECT payload FROM history_events WHERE run_id = ?1 AND event_type = ?2              ORDER BY sequence DESC LIMIT 1",
+            "SELECT payload FROM history_events WHERE run_id = ?1 AND event_type = ?2 \
+             ORDER BY sequence DESC LIMIT 1",
         )?
         .query_row(
             params![run, EventType::CooperativeCancellationDelivered.as_str()],
@@ -590,6 +594,16 @@ pub(crate) fn abandoned(conn: &Connection, activity: i64) -> Result<bool, Error>
         ),
     };
     Ok(sequence >= start && sequence < start.saturating_add(width))
+}
+
+/// Whether an activity's stored `options` name `cancellation_policy:
+/// abandon`. Every completion asks: most activities name no such policy,
+/// so their options are not parsed.
+pub(crate) fn abandon_policy(options: &str) -> bool {
+    options.contains("\"abandon\"")
+        && serde_json::from_str::<Value>(options)
+            .ok()
+            .is_some_and(|o| o["cancellation_policy"] == "abandon")
 }
 
 /// Whether a cancellation delivery waits for activity `activity`'s running

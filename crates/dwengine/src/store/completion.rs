@@ -220,31 +220,26 @@ pub(crate) struct FailureRow<'a> {
     pub limit: Option<StructuralLimitExceeded>,
 }
 
-/// Ends `head`'s run: terminal event, status, optional failure row, and the
-/// parent's child link closed (releasing the parent's pending child count).
-/// A child started by workflow code over the wire gives its running parent
-/// the matching `ChildRun*` event and a workflow task: the parent's task
-/// queue is returned so the caller can wake its pollers. Children of this
-/// run still open meet their parent-close policy: `terminate` ends them as
-/// terminated, `request_cancel` / `request_cancellation` as cancelled
-/// (cancellation here ends a run at once), `abandon` leaves them running.
-/// The open activity tasks of `run` whose activities are abandoned
-/// (`activity_attempts::abandoned`), each with what the terminal event
-/// lists of it.
+/// The open activity tasks of `run` whose activities' `cancellation_policy`
+/// is `abandon`, each with what the terminal event lists of it.
 fn abandoned_tasks(conn: &Connection, run: RunId) -> Result<Vec<(i64, Value)>, Error> {
-    let open: Vec<(i64, i64, Option<i64>, String)> = conn
+    type Open = (i64, i64, Option<i64>, String, Option<String>);
+    let open: Vec<Open> = conn
         .prepare_cached(
-            "SELECT d.id, a.id, a.sequence, a.activity_type FROM dispatch_tasks d \
+            "SELECT d.id, a.id, a.sequence, a.activity_type, a.options FROM dispatch_tasks d \
              JOIN activities a ON a.id = d.item_id WHERE d.run_id = ?1 AND d.kind = 'activity' \
              AND d.status != 'done' AND a.status = 'scheduled'",
         )?
         .query_map([run.0], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<Result<_, _>>()?;
     let mut kept = Vec::new();
-    for (task, activity, sequence, activity_type) in open {
-        if crate::store::activity_attempts::abandoned(conn, activity)? {
+    for (task, activity, sequence, activity_type, options) in open {
+        if options
+            .as_deref()
+            .is_some_and(crate::store::activity_attempts::abandon_policy)
+        {
             kept.push((
                 task,
                 json!({ "activity_execution_id": activity.to_string(), "sequence": sequence,
@@ -255,6 +250,14 @@ fn abandoned_tasks(conn: &Connection, run: RunId) -> Result<Vec<(i64, Value)>, E
     Ok(kept)
 }
 
+/// Ends `head`'s run: terminal event, status, optional failure row, and the
+/// parent's child link closed (releasing the parent's pending child count).
+/// A child started by workflow code over the wire gives its running parent
+/// the matching `ChildRun*` event and a workflow task: the parent's task
+/// queue is returned so the caller can wake its pollers. Children of this
+/// run still open meet their parent-close policy: `terminate` ends them as
+/// terminated, `request_cancel` / `request_cancellation` as cancelled
+/// (cancellation here ends a run at once), `abandon` leaves them running.
 pub(crate) fn finish_run(
     conn: &Connection,
     head: &RunHead,
@@ -266,15 +269,22 @@ pub(crate) fn finish_run(
     // Signals held for a task in flight are history before the run's end.
     crate::store::admission::release_held_signals(conn, head.id)?;
     crate::store::message_streams::release_carried(conn, head.id)?;
-    // A close as cancelled by the run's delivered cooperative request
-    // leaves its abandoned activities running (their tasks and deadlines
-    // stay; their outcomes are never recorded here), listed on the
-    // terminal event; any other close ends every task of the run.
-    let cooperative = status == RunStatus::Cancelled
-        && payload
+    // A close the workflow's own code made — it completed, failed,
+    // continued as new, or ended as cancelled by its delivered cooperative
+    // request — leaves its activities whose `cancellation_policy` is
+    // `abandon` running (their tasks and deadlines stay; their outcomes are
+    // never recorded here), listed on the terminal event. Terminate, a
+    // legacy cancel, a timeout and a structural-limit failure end every task
+    // of the run.
+    let own_close = match event {
+        EventType::WorkflowCompleted | EventType::WorkflowContinuedAsNew => true,
+        EventType::WorkflowFailed => failure.as_ref().is_none_or(|f| f.limit.is_none()),
+        EventType::WorkflowCancelled => payload
             .get("cancellation_request_id")
-            .is_some_and(|v| !v.is_null());
-    let abandoned = if cooperative {
+            .is_some_and(|v| !v.is_null()),
+        _ => false,
+    };
+    let abandoned = if own_close {
         abandoned_tasks(conn, head.id)?
     } else {
         Vec::new()

@@ -1137,3 +1137,64 @@ fn retention_keeps_a_run_whose_abandoned_activity_still_runs() {
     let (_, described) = s.get("/api/workflows/abandon-retained");
     assert!(described["details_pruned_at"].is_string(), "{described}");
 }
+
+#[test]
+fn a_run_that_completes_leaves_its_abandon_activity_running_and_ends_the_others() {
+    let s = server();
+    let id = "abandon-completed";
+    s.start_workflow("default", id, id);
+    let task = next_task(&s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([
+            { "type": "schedule_activity", "activity_type": "linger", "queue": id,
+              "arguments": args("[]"), "cancellation_policy": "abandon",
+              "schedule_to_close_timeout": 600 },
+            { "type": "schedule_activity", "activity_type": "linger", "queue": id,
+              "arguments": args("[]") },
+        ]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // The abandon activity's task (scheduled first) runs; the other waits.
+    let first = lease_activity(&s, id);
+    // The workflow completes without waiting for either (as a select()
+    // whose losers it never cancels would).
+    let (status, signalled) = s.post(
+        "/api/workflows/abandon-completed/signal/nudge",
+        json!({ "input": args("[]") }),
+    );
+    assert!(status == 200 || status == 202, "{signalled}");
+    let task = next_task(&s, id);
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": args("\"done\"") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let events = history(&s, id);
+    let closed = events.last().unwrap().clone();
+    assert_eq!(closed["event_type"], "WorkflowCompleted", "{closed}");
+    let listed = closed["payload"]["abandoned_activities"]
+        .as_array()
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{closed}");
+    assert_eq!(listed[0]["sequence"], 1, "{closed}");
+    // The other activity's task ended with the run: never handed out.
+    let (status, polled) = s.post(
+        "/api/worker/activity-tasks/poll",
+        json!({ "task_queue": id, "worker_id": "aw", "poll_request_id": "after-close",
+                "timeout_seconds": 0.2 }),
+    );
+    assert_eq!(status, 200, "{polled}");
+    assert!(polled["task"].is_null(), "{polled}");
+    // The abandoned one runs on; its report is accepted and records nothing.
+    let (status, done) = activity_call(
+        &s,
+        &first,
+        "complete",
+        &first["lease_owner"].clone(),
+        json!({ "result": args("1") }),
+    );
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["outcome"], "abandoned", "{done}");
+    assert_eq!(history(&s, id).len(), events.len());
+}
