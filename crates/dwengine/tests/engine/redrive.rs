@@ -550,3 +550,52 @@ fn a_registration_with_malformed_fingerprints_is_refused_naming_the_field() {
         assert!(body["validation_errors"][field].is_array(), "{body}");
     }
 }
+
+#[test]
+fn the_successor_keeps_the_runs_memo_and_input_and_starts_its_timeouts_afresh() {
+    let s = server();
+    register(&s, "w1", "memo-q", Some(DEFINITION));
+    let (status, started) = s.post(
+        "/api/workflows",
+        json!({ "workflow_id": "kept", "workflow_type": "Order", "task_queue": "memo-q",
+                "input": args("[\"ada\"]"), "memo": { "customer": "ada" },
+                "execution_timeout_seconds": 3600, "run_timeout_seconds": 600 }),
+    );
+    assert_eq!(status, 201, "{started}");
+    let run = started["run_id"].as_str().unwrap().to_owned();
+    let task = next_task(&s, "memo-q");
+    complete(&s, &task, json!([schedule("first", "[1]")]));
+    let first = activity_task(&s, "memo-q", "kept-a1");
+    report(
+        &s,
+        &first,
+        "fail",
+        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
+    );
+    let task = next_task(&s, "memo-q");
+    let failed = task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "ActivityFailed")
+        .unwrap()
+        .clone();
+    complete(&s, &task, fail_at(&failed));
+    let (status, redriven) = redrive(&s, "kept", &run, json!({}));
+    assert_eq!(status, 202, "{redriven}");
+    // Nothing completed before the failed step: the successor starts at 1.
+    assert_eq!(redriven["resume_step_sequence"], 1, "{redriven}");
+    let successor = redriven["run_id"].as_str().unwrap();
+    let (_, described) = s.get(&format!("/api/workflows/kept/runs/{successor}"));
+    assert_eq!(described["memo"], json!({ "customer": "ada" }), "{described}");
+    assert_eq!(described["input_envelope"], args("[\"ada\"]"), "{described}");
+    assert_eq!(described["execution_timeout_seconds"], 3600, "{described}");
+    assert_eq!(described["run_timeout_seconds"], 600, "{described}");
+    let (_, old) = s.get(&format!("/api/workflows/kept/runs/{run}"));
+    assert!(
+        described["run_deadline_at"].as_str() > old["run_deadline_at"].as_str(),
+        "the successor's run deadline counts from its own start: {described} {old}"
+    );
+    let events = history(&s, "kept", successor);
+    assert_eq!(types(&events), ["WorkflowStarted"]);
+}
