@@ -587,8 +587,16 @@ fn the_successor_keeps_the_runs_memo_and_input_and_starts_its_timeouts_afresh() 
     assert_eq!(redriven["resume_step_sequence"], 1, "{redriven}");
     let successor = redriven["run_id"].as_str().unwrap();
     let (_, described) = s.get(&format!("/api/workflows/kept/runs/{successor}"));
-    assert_eq!(described["memo"], json!({ "customer": "ada" }), "{described}");
-    assert_eq!(described["input_envelope"], args("[\"ada\"]"), "{described}");
+    assert_eq!(
+        described["memo"],
+        json!({ "customer": "ada" }),
+        "{described}"
+    );
+    assert_eq!(
+        described["input_envelope"],
+        args("[\"ada\"]"),
+        "{described}"
+    );
     assert_eq!(described["execution_timeout_seconds"], 3600, "{described}");
     assert_eq!(described["run_timeout_seconds"], 600, "{described}");
     let (_, old) = s.get(&format!("/api/workflows/kept/runs/{run}"));
