@@ -1198,3 +1198,71 @@ fn a_run_that_completes_leaves_its_abandon_activity_running_and_ends_the_others(
     assert_eq!(done["outcome"], "abandoned", "{done}");
     assert_eq!(history(&s, id).len(), events.len());
 }
+
+#[test]
+fn a_delivery_at_a_group_stops_its_members_but_an_abandon_one() {
+    let s = server();
+    let id = "abandon-group";
+    s.start_workflow("default", id, id);
+    let task = next_task(&s, id);
+    let member = |index: i64, policy: Value| {
+        let mut command = json!({ "type": "schedule_activity", "activity_type": "linger",
+            "queue": id, "arguments": args("[]"), "schedule_to_close_timeout": 600,
+            "parallel_group_id": "g1", "parallel_group_kind": "all",
+            "parallel_group_base_sequence": 1, "parallel_group_size": 2,
+            "parallel_group_index": index });
+        if !policy.is_null() {
+            command["cancellation_policy"] = policy;
+        }
+        command
+    };
+    let (status, body) = s.complete(
+        &task,
+        json!([member(0, json!("abandon")), member(1, Value::Null)]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // Both attempts run (each leased by a poll of its own).
+    let mut leased = Vec::new();
+    for n in 0..2 {
+        let mut got = Value::Null;
+        assert!(support::eventually(
+            std::time::Duration::from_secs(30),
+            || {
+                let (_, answer) = s.post(
+                    "/api/worker/activity-tasks/poll",
+                    json!({ "task_queue": id, "worker_id": "aw",
+                            "poll_request_id": format!("group-{n}-{}", leased.len()),
+                            "timeout_seconds": 0.2 }),
+                );
+                got = answer["task"].clone();
+                !got.is_null()
+            }
+        ));
+        leased.push(got);
+    }
+    let request_id = request(&s, id);
+    let task = next_task(&s, id);
+    let (status, delivered) = deliver(
+        &s,
+        &task,
+        json!({ "request_id": request_id, "sequence": 1, "call_kind": "parallel",
+                "sequence_span": 2 }),
+    );
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    // The abandon member runs on; the other hears its cancellation.
+    let mut continuing = Vec::new();
+    for attempt in &leased {
+        let (status, look) = activity_call(
+            &s,
+            attempt,
+            "status",
+            &attempt["lease_owner"].clone(),
+            json!({}),
+        );
+        assert_eq!(status, 200, "{look}");
+        continuing.push(look["can_continue"] == true);
+    }
+    continuing.sort();
+    assert_eq!(continuing, [false, true]);
+}
