@@ -1826,6 +1826,9 @@ class Suite:
                     input=["rollout"])
                 result = await self.client.get_result(handle, timeout=30)
                 assert result["greeting"] == "hello, rollout", result
+                # Describe names the build the run went to.
+                described = await self.describe_raw(handle.workflow_id)
+                assert described["compatibility"] == result["build"], (described, result)
                 ran.append(result["build"])
             return ran
 

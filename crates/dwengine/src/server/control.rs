@@ -1179,6 +1179,9 @@ fn render_description(
         // A redrive's successor: the failed step it resumes at.
         "resume_step_sequence": stored.resume_step_sequence,
         "recovery_kind": stored.resume_step_sequence.map(|_| "redrive"),
+        // The worker build its workflow tasks go to (null: any, or the
+        // unversioned cohort's).
+        "compatibility": stored.build_id.as_deref().filter(|b| !b.is_empty()),
     });
     if let Some(failed) = &described.workflow_task_failure {
         out["workflow_task_failure"] = json!({

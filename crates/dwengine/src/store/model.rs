@@ -406,6 +406,10 @@ pub struct Run {
     /// For a run a redrive started: the failed step it resumes at (its
     /// history holds the completed steps before it).
     pub resume_step_sequence: Option<u64>,
+    /// The worker build its workflow tasks go to (its start's pin or the
+    /// cohort of the first worker that took it; `Some("")`: pinned to the
+    /// unversioned cohort; `None`: not yet any build's).
+    pub build_id: Option<String>,
 }
 
 /// What [`crate::store::connection::Store::start_run`] needs.

@@ -164,7 +164,7 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
 pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
     let head = load_head(conn, run)?;
     #[allow(clippy::type_complexity)]
-    let (namespace, task_queue, memo, search, length, bytes, from, to, resume): (
+    let (namespace, task_queue, memo, search, length, bytes, from, to, resume, build_id): (
         String,
         String,
         String,
@@ -174,10 +174,12 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
         Option<i64>,
         Option<i64>,
         Option<i64>,
+        Option<String>,
     ) = conn
         .prepare_cached(
             "SELECT namespace, task_queue, memo, search_attributes, history_length, history_bytes, \
-             continued_from_run_id, continued_to_run_id, resume_step_sequence FROM runs WHERE id = ?1",
+             continued_from_run_id, continued_to_run_id, resume_step_sequence, build_id \
+             FROM runs WHERE id = ?1",
         )?
         .query_row([run.0], |row| {
             Ok((
@@ -190,6 +192,7 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
                 row.get(6)?,
                 row.get(7)?,
                 row.get(8)?,
+                row.get(9)?,
             ))
         })?;
     Ok(Run {
@@ -209,6 +212,7 @@ pub(crate) fn load_run(conn: &Connection, run: RunId) -> Result<Run, Error> {
         continued_from: from.map(RunId),
         continued_to: to.map(RunId),
         resume_step_sequence: resume.map(to_u64),
+        build_id,
     })
 }
 

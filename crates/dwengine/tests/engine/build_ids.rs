@@ -203,6 +203,8 @@ fn a_draining_cohort_claims_nothing_new_while_others_go_on() {
     // The other cohorts do.
     let fresh = poll(&s, "workflow", "q", "new", Some("v2"), "new-1");
     assert_eq!(fresh["workflow_id"], "wf-fresh", "{fresh}");
+    // The run joined the cohort of the worker that took it.
+    assert_eq!(s.get("/api/workflows/wf-fresh").1["compatibility"], "v2");
     let activity = poll(&s, "activity", "q", "plain", None, "plain-1");
     assert_eq!(activity["workflow_id"], "wf-held", "{activity}");
 
@@ -233,6 +235,8 @@ fn a_promoted_cohort_takes_the_fresh_starts_and_a_run_stays_with_its_build() {
     assert!(poll(&s, "workflow", "q", "plain", None, "plain-1").is_null());
     let task = poll(&s, "workflow", "q", "new", Some("v2"), "new-1");
     assert_eq!(task["workflow_id"], "wf-pinned", "{task}");
+    // Describe names the build the run is pinned to.
+    assert_eq!(s.get("/api/workflows/wf-pinned").1["compatibility"], "v2");
     let (status, _) = s.complete(
         &task,
         json!([{ "type": "start_timer", "delay_seconds": 0 }]),
@@ -267,6 +271,7 @@ fn a_promoted_cohort_takes_the_fresh_starts_and_a_run_stays_with_its_build() {
     assert!(poll(&s, "workflow", "q", "new", Some("v2"), "new-x").is_null());
     let explicit = poll(&s, "workflow", "q", "old", Some("v1"), "old-2");
     assert_eq!(explicit["workflow_id"], "wf-explicit", "{explicit}");
+    assert_eq!(s.get("/api/workflows/wf-explicit").1["compatibility"], "v1");
 
     // The promoted cohort cannot be drained; a draining one cannot be promoted.
     let (status, refused) = rollout(&s, "q", "drain", Some("v2"));
@@ -295,6 +300,10 @@ fn a_promoted_cohort_takes_the_fresh_starts_and_a_run_stays_with_its_build() {
     assert!(poll(&s, "workflow", "q", "new", Some("v2"), "new-y").is_null());
     let plain_task = poll(&s, "workflow", "q", "plain", None, "plain-3");
     assert_eq!(plain_task["workflow_id"], "wf-unversioned", "{plain_task}");
+    assert_eq!(
+        s.get("/api/workflows/wf-unversioned").1["compatibility"],
+        Value::Null
+    );
 
     // Promoting v2 again is a rollback: the unversioned cohort, which held
     // the fresh starts, is rolled back.
