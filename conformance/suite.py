@@ -41,12 +41,12 @@ from durable_workflow.errors import (
 )
 
 from workflows import (
-    ACTIVITIES, BUILD_QUEUE, COOPERATIVE_QUEUE, EARLY_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
+    ACTIVITIES, BUILD_QUEUE, COOPERATIVE_QUEUE, EARLY_QUEUE, PEER_NAMESPACE, PEER_QUEUE, PREPARED_QUEUE, QUEUE, SESSION_QUEUE, STICKY_QUEUE, VALIDATOR_QUEUE,
     WORKFLOWS, CooperativeActivityWait, CooperativeChildParent, CooperativeCleanup, CooperativeNexusCaller,
     BuildProbeV1, BuildProbeV2,
     CooperativeWaitingChild, CooperativeActivityAbandon, GuardedCounter, InboxEarly, PreparedLocal, PreparedLocalCancelled, PreparedLocalPolicy,
     PreparedLocalPolicyGroup, SessionSteps,
-    StickySteps, arm_hold, greet, heal_redrive, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause,
+    Quick, StickySteps, arm_hold, greet, heal_redrive, linger_marked, linger_then_mark, local_runs, prepared_double, prepared_pause,
     redrive_calls, reverse, session_whoami,
 )
 
@@ -626,6 +626,69 @@ class Suite:
         return (f"call {started[0]['service_call_id']} ran {linked['workflow_id']} and resumed the caller "
                 f"with {result['greeting']!r}; the missing operation raised NexusOperationFailed; "
                 f"the async call resumed at its admission")
+
+    async def nexus_cross_namespace(self) -> str:
+        """ctx.call_nexus_service(..., target_namespace=...) reaches another
+        namespace's catalog: the call and its workflow live there (a worker
+        of that namespace runs it) and the result resumes the caller; an
+        operation whose allow list leaves the caller's namespace out raises
+        NexusOperationFailed (rejected_forbidden) and starts nothing."""
+        response = await self.http.post("/api/namespaces", json={"name": PEER_NAMESPACE})
+        assert response.status_code in (200, 201, 409), response.text
+        peer = {"X-Namespace": PEER_NAMESPACE}
+        base = "/api/service-endpoints"
+        binding = {"workflow_type": "quick", "task_queue": PEER_QUEUE}
+        for path, body in [
+            (base, {"endpoint_name": "peer"}),
+            (f"{base}/peer/services", {"service_name": "greetings"}),
+            (f"{base}/peer/services/greetings/operations",
+             {"operation_name": "greet", "operation_mode": "sync",
+              "handler_binding_kind": "start_workflow", "handler_binding": binding}),
+            (f"{base}/peer/services/greetings/operations",
+             {"operation_name": "guarded", "operation_mode": "sync",
+              "handler_binding_kind": "start_workflow", "handler_binding": binding,
+              "boundary_policy": {"allow_callers": ["partners"]}}),
+        ]:
+            response = await self.http.post(path, json=body, headers=peer)
+            # A second protocol run finds the catalog already registered.
+            assert response.status_code in (201, 409), response.text
+        peer_client = Client(self.base_url, namespace=PEER_NAMESPACE, timeout=30.0)
+        protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
+        worker = Worker(
+            peer_client, task_queue=PEER_QUEUE, workflows=[Quick], activities=[greet],
+            worker_id=f"conformance-peer-{protocol}-{os.getpid()}", poll_timeout=5.0, shutdown_timeout=10.0,
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            wid = new_id("nexus-peer-caller")
+            handle = await self.client.start_workflow(
+                workflow_type="nexus_peer_caller", task_queue=QUEUE, workflow_id=wid, input=["peer"]
+            )
+            result = await self.client.get_result(handle, timeout=60)
+        finally:
+            await worker.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        assert result["greeting"] == "hello, peer", result
+        assert "not on the operation's allow list" in (result["refused"] or ""), result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        events = history["events"]
+        started = [e["payload"] for e in events if e["event_type"] == "ServiceCallStarted"]
+        failed = [e["payload"] for e in events if e["event_type"] == "ServiceCallFailed"]
+        assert len(started) == 1 and len(failed) == 1, [e["event_type"] for e in events]
+        assert started[0]["target_namespace"] == PEER_NAMESPACE, started[0]
+        assert started[0]["caller_namespace"] == "default", started[0]
+        assert failed[0]["outcome"] == "rejected_forbidden", failed[0]
+        assert failed[0]["exception_type"] == "caller_namespace_not_allowed", failed[0]
+        linked_id = started[0]["linked_workflow_instance_id"]
+        linked = await self.http.get(f"/api/workflows/{linked_id}", headers=peer)
+        assert linked.status_code == 200, linked.text
+        assert linked.json()["status"] == "completed", linked.json()
+        elsewhere = await self.http.get(f"/api/workflows/{linked_id}")
+        assert elsewhere.status_code == 404, elsewhere.text
+        assert not [e for e in events if e["event_type"] == "WorkflowTaskFailed"]
+        return (f"call {started[0]['service_call_id']} ran {linked_id} in {PEER_NAMESPACE} and resumed "
+                f"the caller with {result['greeting']!r}; the guarded operation refused the caller")
 
     async def workflow_output_stream(self) -> str:
         wid = new_id("streamer")
@@ -1986,6 +2049,7 @@ class Suite:
         "large_payload_through_external_storage",
         "nexus_operation",
         "nexus_from_workflow",
+        "nexus_cross_namespace",
         "local_activity",
         "version_marker",
         "continue_as_new_chain",

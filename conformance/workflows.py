@@ -487,6 +487,31 @@ class NexusCaller:
         return {"greeting": greeted.result, "missing": missing, "admitted": admitted.status}
 
 
+PEER_NAMESPACE = "conformance-peer"
+PEER_QUEUE = "conformance-peer"
+
+
+@workflow.defn(name="nexus_peer_caller")
+class NexusPeerCaller:
+    """Calls the peer/greetings/greet operation of another namespace's
+    catalog (PEER_NAMESPACE, bound to the `quick` workflow there) and returns
+    its result; then calls peer/greetings/guarded, whose allow list leaves
+    this namespace out, and returns the refusal."""
+
+    def run(self, ctx, name):
+        greeted = yield ctx.call_nexus_service(
+            "peer", "greetings", "greet", [name], target_namespace=PEER_NAMESPACE
+        )
+        try:
+            yield ctx.call_nexus_service(
+                "peer", "greetings", "guarded", [name], target_namespace=PEER_NAMESPACE
+            )
+            refused = None
+        except NexusOperationFailed as exc:
+            refused = str(exc)
+        return {"greeting": greeted.result, "refused": refused}
+
+
 SESSION_QUEUE = "conformance-sessions"
 
 
@@ -853,5 +878,5 @@ class BuildProbeV2:
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, InboxCarry, NexusCaller, Selector, SignalDuringTask, Redrivable]
+             InboxChain, InboxCarry, NexusCaller, NexusPeerCaller, Selector, SignalDuringTask, Redrivable]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double, redrive_first, redrive_second]

@@ -752,6 +752,27 @@ impl Engine {
                 i64::MAX,
             );
         }
+        // The caller lists a call from another namespace is checked against.
+        if let Some(policy) = body.boundary_policy.as_ref() {
+            for list in ["deny", "allow"] {
+                for path in crate::store::service_calls::caller_list_paths(list) {
+                    let Some(value) = path.iter().try_fold(policy, |at, key| at.get(key)) else {
+                        continue;
+                    };
+                    let names = value.as_array().is_some_and(|names| {
+                        names
+                            .iter()
+                            .all(|n| n.as_str().is_some_and(|n| !n.trim().is_empty()))
+                    });
+                    if !names {
+                        checks.problem(
+                            &format!("boundary_policy.{}", path.join(".")),
+                            "A caller list must be an array of namespace names.",
+                        );
+                    }
+                }
+            }
+        }
         finish_with(v, &[], &checks.problems)?;
         let document = json!({
             "operation_name": name, "description": body.description,
@@ -1035,6 +1056,21 @@ impl Engine {
                 return Err(crate::server::worker::validation(checks).into());
             }
             Err(e) => return Err(e),
+        }
+        // The operation's caller lists (its `boundary_policy`), as for a
+        // call from workflow code.
+        if let Some((reason, message)) = crate::store::service_calls::caller_refusal(
+            &resolved.operation.document["boundary_policy"],
+            &caller_namespace,
+            namespace,
+        ) {
+            return Err(ApiError::ServiceCatalog {
+                status: 403,
+                reason,
+                message,
+                details: json!({ "accepted": false, "outcome": "rejected_forbidden",
+                                 "caller_namespace": caller_namespace }),
+            });
         }
         let key = body
             .idempotency_key

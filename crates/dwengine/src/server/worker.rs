@@ -1934,7 +1934,12 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
             }
         }
     }
-    for name in ["namespace", "idempotency_key", "payload_codec"] {
+    for name in [
+        "namespace",
+        "caller_namespace",
+        "idempotency_key",
+        "payload_codec",
+    ] {
         if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
             if !value
                 .as_str()
@@ -1962,7 +1967,6 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
         }
     }
     for name in [
-        "caller_namespace",
         "target_workflow_instance_id",
         "target_workflow_run_id",
         "duplicate_start_policy",

@@ -40,6 +40,9 @@ pub struct ServiceCallStart<'a> {
     pub operation_name: &'a str,
     /// The catalog's namespace (the caller's when absent).
     pub target_namespace: Option<&'a str>,
+    /// The caller's namespace as the command names it: it must be the
+    /// run's own (a completion is authorized for its run's namespace).
+    pub caller_namespace: Option<&'a str>,
     /// The caller's key, recorded with the call.
     pub idempotency_key: Option<&'a str>,
     /// `sync` or `async` (the operation's own mode when absent).
@@ -140,6 +143,71 @@ fn resolve(
     Ok(Ok(Operation { id, document }))
 }
 
+fn namespace_exists(conn: &Connection, namespace: &str) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM namespaces WHERE name = ?1")?
+        .query_row(params![namespace], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// The reasons an operation's caller lists refuse a call for.
+pub const FORBIDDEN_REASONS: [&str; 2] =
+    ["caller_namespace_denied", "caller_namespace_not_allowed"];
+
+/// Where an operation's `boundary_policy` may hold its list of caller
+/// namespaces denied (`deny`) or allowed (`allow`), as the reference
+/// server reads them: the first path present is the list.
+pub fn caller_list_paths(list: &str) -> [Vec<String>; 6] {
+    let callers = format!("{list}_callers");
+    [
+        vec![callers.clone()],
+        vec!["caller_namespaces".into(), list.into()],
+        vec!["caller_namespaces".into(), callers.clone()],
+        vec!["authorization".into(), callers.clone()],
+        vec![
+            "authorization".into(),
+            "caller_namespaces".into(),
+            list.into(),
+        ],
+        vec!["authorization".into(), "caller_namespaces".into(), callers],
+    ]
+}
+
+fn caller_list<'p>(policy: &'p Value, list: &str) -> Option<&'p Vec<Value>> {
+    caller_list_paths(list).iter().find_map(|path| {
+        path.iter()
+            .try_fold(policy, |at, key| at.get(key))
+            .and_then(Value::as_array)
+    })
+}
+
+/// Why an operation whose `boundary_policy` is `policy` refuses a call
+/// from `caller` (into `target`'s catalog), if it does: a caller on its
+/// deny list is refused, and with an allow list only the callers it names
+/// are admitted (the caller's own namespace too, as the reference server
+/// evaluates it). Without either list every caller is admitted.
+pub fn caller_refusal(
+    policy: &Value,
+    caller: &str,
+    target: &str,
+) -> Option<(&'static str, String)> {
+    let names = |list: &Vec<Value>| list.iter().any(|n| n.as_str() == Some(caller));
+    if caller_list(policy, "deny").is_some_and(names) {
+        return Some((
+            "caller_namespace_denied",
+            format!("Caller namespace [{caller}] is explicitly denied by the operation's boundary policy in namespace [{target}]."),
+        ));
+    }
+    match caller_list(policy, "allow") {
+        Some(list) if !names(list) => Some((
+            "caller_namespace_not_allowed",
+            format!("Caller namespace [{caller}] is not on the operation's allow list in target namespace [{target}]."),
+        )),
+        _ => None,
+    }
+}
+
 /// Starts `call` for the `caller` run in the caller's transaction.
 pub(crate) fn start(
     conn: &Connection,
@@ -149,17 +217,30 @@ pub(crate) fn start(
     call: &ServiceCallStart<'_>,
 ) -> Result<StartedCall, Error> {
     let namespace = call.target_namespace.unwrap_or(caller_namespace);
-    // A completion is authorized for its run's namespace only, so a call
-    // reaches that namespace's catalog and no other.
-    let operation = if namespace == caller_namespace {
-        resolve(conn, namespace, call)?
-    } else {
-        Err((
-            "cross_namespace_call_unsupported",
+    let operation = match call.caller_namespace {
+        // A workflow calls as its run's namespace: the completion is
+        // authorized for that namespace and no other.
+        Some(claimed) if claimed != caller_namespace => Err((
+            "caller_namespace_mismatch",
             format!(
-                "A service call from workflow code reaches its own namespace's catalog ([{caller_namespace}]), not [{namespace}]."
+                "The caller_namespace [{claimed}] is not the calling run's namespace \
+                 [{caller_namespace}]; leave caller_namespace out or send the run's own."
             ),
-        ))
+        )),
+        _ if namespace != caller_namespace && !namespace_exists(conn, namespace)? => Err((
+            "namespace_not_found",
+            format!("The target namespace [{namespace}] is not a registered namespace."),
+        )),
+        _ => resolve(conn, namespace, call)?.and_then(|operation| {
+            match caller_refusal(
+                &operation.document["boundary_policy"],
+                caller_namespace,
+                namespace,
+            ) {
+                Some(refusal) => Err(refusal),
+                None => Ok(operation),
+            }
+        }),
     };
     let mode = call
         .mode_override
@@ -202,7 +283,14 @@ pub(crate) fn start(
         Err((reason, message)) => {
             let mut failed = fields;
             failed.insert("status".into(), "failed".into());
-            failed.insert("outcome".into(), reason.into());
+            // A refusal by the operation's caller lists is the reference
+            // server's `rejected_forbidden` outcome.
+            let outcome = if FORBIDDEN_REASONS.contains(&reason) {
+                "rejected_forbidden"
+            } else {
+                reason
+            };
+            failed.insert("outcome".into(), outcome.into());
             failed.insert("reason".into(), reason.into());
             failed.insert("exception_type".into(), reason.into());
             failed.insert("message".into(), message.into());

@@ -232,6 +232,9 @@ pub enum WorkflowCommand {
         /// The catalog's namespace (this run's when absent).
         #[serde(default)]
         namespace: Option<String>,
+        /// The caller's namespace: the run's own, when sent.
+        #[serde(default)]
+        caller_namespace: Option<String>,
         /// The caller's key, recorded with the call.
         #[serde(default)]
         idempotency_key: Option<String>,
@@ -1550,6 +1553,7 @@ impl<'a> CommandWriter<'a> {
             service_name,
             operation_name,
             namespace,
+            caller_namespace,
             idempotency_key,
             mode_override,
             wait_for,
@@ -1568,6 +1572,7 @@ impl<'a> CommandWriter<'a> {
             service_name,
             operation_name,
             target_namespace: namespace.as_deref(),
+            caller_namespace: caller_namespace.as_deref(),
             idempotency_key: idempotency_key.as_deref(),
             mode_override: mode_override.as_deref(),
             wait_for: wait_for.as_deref(),

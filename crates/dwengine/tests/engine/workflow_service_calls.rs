@@ -173,14 +173,176 @@ fn an_unknown_operation_fails_at_once_and_the_caller_sees_it() {
         .unwrap()
         .iter()
         .any(|e| e["event_type"] == "ServiceCallFailed"));
-    // Another namespace's catalog is not reachable from workflow code.
-    let mut elsewhere = call("charge");
-    elsewhere["namespace"] = "payments".into();
-    caller_calls(&s, "elsewhere", elsewhere);
-    let failed = payloads(&history(&s, "elsewhere"), "ServiceCallFailed");
+}
+
+/// billing/invoices in namespace `payments`: `charge` open to every
+/// caller, `refund` to `partners` only, `void` closed to `default`.
+fn payments_catalog(s: &TestServer) {
+    s.namespace("payments");
+    for (path, body) in [
+        (
+            "/api/service-endpoints".to_owned(),
+            json!({ "endpoint_name": "billing" }),
+        ),
+        (
+            "/api/service-endpoints/billing/services".to_owned(),
+            json!({ "service_name": "invoices" }),
+        ),
+    ] {
+        let (status, answer) = s.post_ns("payments", &path, body);
+        assert_eq!(status, 201, "{answer}");
+    }
+    for (name, policy) in [
+        ("charge", Value::Null),
+        ("refund", json!({ "allow_callers": ["partners"] })),
+        (
+            "void",
+            json!({ "caller_namespaces": { "deny": ["default"] } }),
+        ),
+    ] {
+        let (status, answer) = s.post_ns(
+            "payments",
+            "/api/service-endpoints/billing/services/invoices/operations",
+            json!({ "operation_name": name, "operation_mode": "sync",
+                    "handler_binding_kind": "start_workflow", "boundary_policy": policy,
+                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
+        );
+        assert_eq!(status, 201, "{answer}");
+    }
+}
+
+fn payments_task(s: &TestServer) -> Value {
+    let mut task = Value::Null;
+    let mut n = 0;
+    assert!(support::eventually(
+        std::time::Duration::from_secs(30),
+        || {
+            n += 1;
+            let (status, answer) =
+                s.poll("workflow", "payments", "payments", &format!("p-{n}"), 200);
+            assert_eq!(status, 200, "{answer}");
+            task = answer["task"].clone();
+            !task.is_null()
+        }
+    ));
+    task
+}
+
+#[test]
+fn a_call_reaches_another_namespaces_catalog_as_the_operation_allows() {
+    let s = server();
+    payments_catalog(&s);
+    // Allowed: the call and its workflow live in the target namespace, and
+    // the caller (which may name its own namespace) gets the outcome.
+    let mut command = call("charge");
+    command["namespace"] = "payments".into();
+    command["caller_namespace"] = "default".into();
+    let started = caller_calls(&s, "x-caller", command);
+    assert_eq!(started["status"], "started", "{started}");
+    assert_eq!(started["target_namespace"], "payments");
+    assert_eq!(started["caller_namespace"], "default");
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let (status, charge) = s.get_ns("payments", &format!("/api/workflows/{linked}"));
+    assert_eq!(status, 200, "{charge}");
+    assert_eq!(charge["namespace"], "payments", "{charge}");
+    let (status, _) = s.get(&format!("/api/workflows/{linked}"));
+    assert_eq!(status, 404, "not in the caller's namespace");
+    let call_id = started["service_call_id"].as_str().unwrap();
+    let (status, described) = s.get_ns("payments", &format!("{OPERATION}/service-calls/{call_id}"));
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(described["caller_namespace"], "default", "{described}");
+    let task = payments_task(&s);
+    assert_eq!(task["workflow_id"], linked, "{task}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("\"charged\"") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let completed = payloads(&history(&s, "x-caller"), "ServiceCallCompleted");
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0]["response_payload"], envelope("\"charged\""));
+    let task = next_task(&s, "x-caller");
+    assert_eq!(task["workflow_id"], "x-caller");
+    // Refused: by the allow list, the deny list, an unknown namespace and a
+    // caller namespace that is not the run's. Each fails the call at once
+    // and nothing starts in the target namespace.
+    for (id, operation, namespace, claimed, outcome, reason) in [
+        (
+            "x-refund",
+            "refund",
+            "payments",
+            None,
+            "rejected_forbidden",
+            "caller_namespace_not_allowed",
+        ),
+        (
+            "x-void",
+            "void",
+            "payments",
+            None,
+            "rejected_forbidden",
+            "caller_namespace_denied",
+        ),
+        (
+            "x-lost",
+            "charge",
+            "nowhere",
+            None,
+            "namespace_not_found",
+            "namespace_not_found",
+        ),
+        (
+            "x-spoof",
+            "charge",
+            "payments",
+            Some("payments"),
+            "caller_namespace_mismatch",
+            "caller_namespace_mismatch",
+        ),
+    ] {
+        let mut command = call(operation);
+        command["namespace"] = namespace.into();
+        if let Some(claimed) = claimed {
+            command["caller_namespace"] = claimed.into();
+        }
+        let started = caller_calls(&s, id, command);
+        assert!(started.is_null(), "{id}: {started}");
+        let failed = payloads(&history(&s, id), "ServiceCallFailed");
+        assert_eq!(failed.len(), 1, "{id}");
+        assert_eq!(failed[0]["outcome"], outcome, "{id}: {}", failed[0]);
+        assert_eq!(failed[0]["exception_type"], reason, "{id}");
+        assert_eq!(failed[0]["target_namespace"], namespace, "{id}");
+        let task = next_task(&s, id);
+        assert_eq!(task["workflow_id"], id);
+    }
+    let (_, list) = s.get_ns("payments", "/api/workflows");
     assert_eq!(
-        failed[0]["exception_type"],
-        "cross_namespace_call_unsupported"
+        list["workflows"].as_array().map(Vec::len),
+        Some(1),
+        "only the allowed call's workflow: {list}"
+    );
+    // A client's execute meets the same lists.
+    let (status, body) = s.post_ns(
+        "payments",
+        "/api/service-endpoints/billing/services/invoices/operations/void/execute",
+        json!({ "arguments": "[1]", "payload_codec": "json", "wait_for": "accepted",
+                "caller_namespace": "default" }),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["reason"], "caller_namespace_denied", "{body}");
+    // A caller list that is not a list of names is refused at creation.
+    let (status, body) = s.post_ns(
+        "payments",
+        "/api/service-endpoints/billing/services/invoices/operations",
+        json!({ "operation_name": "bad", "operation_mode": "sync",
+                "handler_binding_kind": "start_workflow",
+                "boundary_policy": { "authorization": { "deny_callers": "default" } },
+                "handler_binding": { "workflow_type": "Charge" } }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["validation_errors"]["boundary_policy.authorization.deny_callers"].is_array(),
+        "{body}"
     );
 }
 
