@@ -191,11 +191,21 @@ impl Harness {
     /// A POST of the control plane with a JSON body: the status and the
     /// answer (no status is an error here; the caller decides).
     pub async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        self.post_ns("default", path, body).await
+    }
+
+    /// As [`Harness::post`], in namespace `namespace`.
+    pub async fn post_ns(
+        &self,
+        namespace: &str,
+        path: &str,
+        body: &Value,
+    ) -> Result<(u16, Value), String> {
         let url = format!("{}{path}", self.url);
         let response = self
             .http
             .post(&url)
-            .header("X-Namespace", "default")
+            .header("X-Namespace", namespace)
             .header("X-Durable-Workflow-Control-Plane-Version", "2")
             .json(body)
             .send()

@@ -62,6 +62,7 @@ pub fn all() -> Vec<Scenario> {
             message_stream_continue_as_new
         ),
         scenario!("nexus_from_workflow", nexus_from_workflow),
+        scenario!("nexus_cross_namespace", nexus_cross_namespace),
         scenario!("sticky_execution", sticky_execution),
         scenario!("sticky_execution_example", sticky_execution_example),
         scenario!("durable_selection", durable_selection),
@@ -1207,6 +1208,137 @@ async fn nexus_from_workflow(h: Harness) -> Outcome {
         started[0]["payload"]["sequence"] == completed[0]["payload"]["sequence"]
             && started[0]["payload"]["service_call_id"] == result["service_call_id"],
         || format!("{started:?} {completed:?} {result}"),
+    )
+}
+
+/// `call_nexus_service_with_options` with a `target_namespace`: the
+/// operation of another namespace's catalog runs there (a worker of that
+/// namespace runs its workflow) and its result resumes the caller; an
+/// operation whose allow list leaves the caller's namespace out fails the
+/// call with `NexusOperationFailed` (`caller_namespace_not_allowed`).
+async fn nexus_cross_namespace(h: Harness) -> Outcome {
+    let peer = "rust-conformance-peer";
+    let (status, answer) = h.post("/api/namespaces", &json!({"name": peer})).await?;
+    check(status == 200 || status == 201 || status == 409, || {
+        format!("POST /api/namespaces: {status} {answer}")
+    })?;
+    let queue = h.unique("nexus-peer");
+    let operation = queue.to_ascii_lowercase();
+    let base = "/api/service-endpoints";
+    let binding = json!({"workflow_type": "rust.peer_handler", "task_queue": queue});
+    for (path, body) in [
+        (base.to_owned(), json!({"endpoint_name": "peer"})),
+        (
+            format!("{base}/peer/services"),
+            json!({"service_name": "greetings"}),
+        ),
+        (
+            format!("{base}/peer/services/greetings/operations"),
+            json!({"operation_name": operation, "operation_mode": "sync",
+                   "handler_binding_kind": "start_workflow", "handler_binding": binding}),
+        ),
+        (
+            format!("{base}/peer/services/greetings/operations"),
+            json!({"operation_name": format!("{operation}-guarded"), "operation_mode": "sync",
+                   "handler_binding_kind": "start_workflow", "handler_binding": binding,
+                   "boundary_policy": {"allow_callers": ["partners"]}}),
+        ),
+    ] {
+        let (status, answer) = h.post_ns(peer, &path, &body).await?;
+        check(status == 201 || status == 409, || {
+            format!("POST {path}: {status} {answer}")
+        })?;
+    }
+    let peer_client = durable_workflow::Client::builder(h.url.clone())
+        .namespace(peer)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut peer_worker = durable_workflow::Worker::new(peer_client, &queue)
+        .worker_id(h.unique("peer-worker"))
+        .poll_timeout(std::time::Duration::from_secs(1));
+    peer_worker.register_workflow("rust.peer_handler", |_ctx, input: Value| async move {
+        let name = input
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        Ok(json!(format!("hello from the peer, {name}")))
+    });
+    let mut worker = h.worker(&queue);
+    let op = operation.clone();
+    worker.register_workflow("rust.peer_caller", move |ctx, _input: Value| {
+        let op = op.clone();
+        async move {
+            let mut options = NexusServiceOptions::new();
+            options.target_namespace = Some(peer.to_owned());
+            let greeted = ctx
+                .call_nexus_service_with_options(
+                    "peer",
+                    "greetings",
+                    &op,
+                    options.clone(),
+                    json!(["rust"]),
+                )
+                .await?;
+            let greeting = match &greeted.result {
+                AvroValue::String(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
+            let refused = match ctx
+                .call_nexus_service_with_options(
+                    "peer",
+                    "greetings",
+                    &format!("{op}-guarded"),
+                    options,
+                    json!(["x"]),
+                )
+                .await
+            {
+                Err(Error::NexusOperationFailed(failure)) => failure.exception_type.clone(),
+                Ok(_) => "no failure".to_owned(),
+                Err(other) => return Err(other),
+            };
+            Ok(json!({"greeting": greeting, "refused": refused,
+                      "target_namespace": greeted.target_namespace,
+                      "linked": greeted.linked_workflow_instance_id}))
+        }
+    });
+    let handle = h
+        .client
+        .start_workflow("rust.peer_caller", &queue, &queue, json!([]))
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    // The peer's worker runs until the caller has seen the refusal (after
+    // the first call's result).
+    let during = async {
+        let mut seen = Ok(());
+        let seen_ref = &mut seen;
+        peer_worker
+            .run_until(async {
+                *seen_ref = h.until_event(&handle, "ServiceCallFailed").await;
+            })
+            .await
+            .map_err(|e| format!("peer worker stopped: {e}"))?;
+        seen
+    };
+    let result = h.drive(&worker, &handle, during).await?;
+    check(
+        result["greeting"] == "hello from the peer, rust"
+            && result["refused"] == "caller_namespace_not_allowed"
+            && result["target_namespace"] == peer,
+        || format!("result {result}"),
+    )?;
+    let events = h.history(&handle).await?;
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "ServiceCallStarted")
+        .collect();
+    check(
+        started.len() == 1
+            && started[0]["payload"]["caller_namespace"] == "default"
+            && started[0]["payload"]["target_namespace"] == peer,
+        || format!("{started:?}"),
     )
 }
 
