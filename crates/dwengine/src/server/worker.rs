@@ -1978,7 +1978,7 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
         if command.get(name).is_some_and(|v| !v.is_null()) {
             checks.problem(
                 &field(name),
-                format!("The {name} option is not supported for a service call from workflow code on this server: the call's workflow gets the id service-call-<id>, and the caller is the run's own namespace."),
+                format!("The {name} option is not supported for a service call from workflow code on this server: the call's workflow starts as service-call-<id> with the operation's defaults."),
             );
         }
     }
