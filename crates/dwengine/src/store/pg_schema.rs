@@ -207,6 +207,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0044_workflow_definition_fingerprints",
         include_str!("migrations/postgres/0044_workflow_definition_fingerprints.sql"),
     ),
+    (
+        "0045_checks_without_lists",
+        include_str!("migrations/postgres/0045_checks_without_lists.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

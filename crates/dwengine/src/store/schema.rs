@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0042_redrive.sql"),
     include_str!("migrations/0043_build_id_rollouts.sql"),
     include_str!("migrations/0044_workflow_definition_fingerprints.sql"),
+    include_str!("migrations/0045_checks_without_lists.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -202,5 +203,176 @@ mod tests {
             migrate_sqlite(&mut conn),
             Err(Error::SchemaTooNew { found, .. }) if found == SCHEMA_VERSION + 1
         ));
+    }
+
+    /// The tables of a migrated store, `sqlite_%` ones left out.
+    fn tables(conn: &Connection) -> Vec<String> {
+        conn.prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+             ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
+    /// No table's constraints make an insert build a temporary B-tree: the
+    /// statement's own program (its trigger programs, listed after it,
+    /// left out) opens no ephemeral table. A CHECK constraint written as an
+    /// IN list of three or more values did, on every insert and every
+    /// update of its column (migration 0045).
+    #[test]
+    fn no_constraint_check_builds_a_temporary_btree() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        let mut building = Vec::new();
+        for table in tables(&conn) {
+            let mut explain = conn
+                .prepare(&format!("EXPLAIN INSERT INTO \"{table}\" DEFAULT VALUES"))
+                .unwrap();
+            let mut rows = explain.query([]).unwrap();
+            let mut last = -1_i64;
+            while let Some(row) = rows.next().unwrap() {
+                let address: i64 = row.get(0).unwrap();
+                if address < last {
+                    break; // a trigger's program
+                }
+                last = address;
+                if row.get::<_, String>(1).unwrap() == "OpenEphemeral" {
+                    building.push(table.clone());
+                }
+            }
+        }
+        assert_eq!(building, Vec::<String>::new());
+    }
+
+    /// The CHECK constraints 0045 rewrote accept each value they listed and
+    /// refuse any other, on insert and on update, as the IN lists did.
+    #[test]
+    fn the_rewritten_checks_accept_and_refuse_what_their_lists_did() {
+        let checked: &[(&str, &str, &[&str])] = &[
+            (
+                "runs",
+                "status",
+                &[
+                    "running",
+                    "completed",
+                    "failed",
+                    "cancelled",
+                    "terminated",
+                    "continued_as_new",
+                ],
+            ),
+            ("dispatch_tasks", "kind", &["workflow", "activity", "timer"]),
+            ("dispatch_tasks", "status", &["ready", "leased", "done"]),
+            (
+                "activities",
+                "status",
+                &["scheduled", "completed", "failed", "cancelled"],
+            ),
+            ("timers", "status", &["pending", "fired", "cancelled"]),
+            ("updates", "status", &["accepted", "completed", "rejected"]),
+            ("run_waits", "kind", &["activity", "timer", "child"]),
+            ("workflow_streams", "status", &["open", "closed", "errored"]),
+            (
+                "service_catalog",
+                "level",
+                &["endpoint", "service", "operation"],
+            ),
+            (
+                "external_payload_refs",
+                "holder",
+                &["run", "stream", "schedule"],
+            ),
+            ("worker_sessions", "status", &["active", "closed", "failed"]),
+            (
+                "update_validations",
+                "status",
+                &["validating", "approved", "rejected"],
+            ),
+        ];
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        // Rows of one table at a time, without the rows they would name.
+        conn.pragma_update(None, "foreign_keys", false).unwrap();
+        let valid = |table: &str, column: &str| -> Option<&str> {
+            if (table, column) == ("runs", "origin") {
+                return Some("v2");
+            }
+            checked
+                .iter()
+                .find(|(t, c, _)| (*t, *c) == (table, column))
+                .map(|(_, _, values)| values[0])
+        };
+        for (table, column, values) in checked {
+            let required: Vec<(String, String)> = conn
+                .prepare(&format!(
+                    "SELECT name, type FROM pragma_table_info('{table}') \
+                     WHERE (\"notnull\" AND dflt_value IS NULL) OR pk > 0"
+                ))
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let row = |value: &str| -> (String, Vec<String>) {
+                let names: Vec<&str> = required.iter().map(|(n, _)| n.as_str()).collect();
+                let literals = required
+                    .iter()
+                    .map(|(name, kind)| {
+                        if name == column {
+                            format!("'{value}'")
+                        } else if let Some(v) = valid(table, name) {
+                            format!("'{v}'")
+                        } else if kind.eq_ignore_ascii_case("INTEGER") {
+                            "1".to_owned()
+                        } else {
+                            "'x'".to_owned()
+                        }
+                    })
+                    .collect();
+                (names.join(", "), literals)
+            };
+            for value in *values {
+                let tx = conn.transaction().unwrap();
+                let (names, literals) = row(value);
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {table} ({names}) VALUES ({})",
+                        literals.join(", ")
+                    ),
+                    [],
+                )
+                .unwrap_or_else(|e| panic!("{table}.{column} = {value}: {e}"));
+                for other in *values {
+                    tx.execute(&format!("UPDATE {table} SET {column} = ?1"), [other])
+                        .unwrap_or_else(|e| panic!("{table}.{column} := {other}: {e}"));
+                }
+                let refused = tx
+                    .execute(&format!("UPDATE {table} SET {column} = 'unlisted'"), [])
+                    .unwrap_err();
+                assert!(
+                    refused.to_string().contains("CHECK constraint failed"),
+                    "{table}.{column}: {refused}"
+                );
+                tx.rollback().unwrap();
+            }
+            let (names, literals) = row("unlisted");
+            let refused = conn
+                .execute(
+                    &format!(
+                        "INSERT INTO {table} ({names}) VALUES ({})",
+                        literals.join(", ")
+                    ),
+                    [],
+                )
+                .unwrap_err();
+            assert!(
+                refused.to_string().contains("CHECK constraint failed"),
+                "{table}.{column}: {refused}"
+            );
+        }
     }
 }

@@ -1,0 +1,5 @@
+-- See the SQLite twin: SQLite codes a CHECK constraint's IN list of three
+-- or more values as a temporary B-tree built on every check, so its
+-- constraints are rewritten as comparisons joined by OR. PostgreSQL
+-- compares an IN list of constants in place; its constraints stay as they
+-- are, and this version only keeps the two schemas' numbering together.
