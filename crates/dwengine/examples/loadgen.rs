@@ -7,6 +7,7 @@
 //! target/release/examples/loadgen signals --server target/release/dwserver --count 100
 //! target/release/examples/loadgen raw --seconds 5 --dir /tmp/bench
 //! target/release/examples/loadgen schedules --server target/release/dwserver --count 2000 --seconds 40
+//! target/release/examples/loadgen writer --dir /tmp/bench --count 20000 --connections 16
 //! ```
 //!
 //! `raw` runs only the raw SQLite loop (below) in `--dir` and prints its
@@ -29,6 +30,16 @@
 //! version reports), beside `dw_schedule_lag_seconds` where the server has
 //! it; it ends with the fires the schedules counted (started, skipped or
 //! buffered) against the moments that fell due.
+//! `writer` runs no server: N threads (`--connections`) start `--count`
+//! workflows through the store's group-commit writer in this process, on a
+//! fresh SQLite file in `--dir` (`synchronous = FULL`), each start the
+//! transaction an HTTP start runs (the workflow id's open run looked up,
+//! then the run, its `WorkflowStarted` and its first workflow task), and
+//! prints the commits and the writer thread's CPU per start (from
+//! `/proc/self/task`): the serial part of a start, without HTTP. Under
+//! `valgrind --tool=callgrind --toggle-collect='*writer::drain*'` the
+//! difference between two counts' totals is the writer's instructions per
+//! start, a figure the machine's load does not move.
 //! Request shapes come from the tests' one wire module.
 
 #[path = "../tests/engine/support/wire.rs"]
@@ -48,7 +59,8 @@ fn usage() -> ! {
         "usage: loadgen starts --server PATH [--seconds N] [--connections N]\n       \
          loadgen signals --server PATH [--count N] [--bytes N]\n       \
          loadgen raw --dir DIR [--seconds N]\n       \
-         loadgen schedules --server PATH [--count N] [--seconds N] [--policy P]"
+         loadgen schedules --server PATH [--count N] [--seconds N] [--policy P]\n       \
+         loadgen writer --dir DIR [--count N] [--connections N]"
     );
     std::process::exit(2)
 }
@@ -91,7 +103,7 @@ fn args() -> Args {
             _ => usage(),
         }
     }
-    if args.mode == "raw" {
+    if args.mode == "raw" || args.mode == "writer" {
         if args.dir.is_empty() {
             usage()
         }
@@ -107,6 +119,7 @@ fn main() {
         "starts" => starts(&args),
         "signals" => signals(&args),
         "schedules" => schedules(&args),
+        "writer" => writer(&args),
         "raw" => {
             let path = Path::new(&args.dir).join("raw.sqlite");
             let rate = raw_sqlite(&path, Duration::from_secs(args.seconds));
@@ -114,6 +127,95 @@ fn main() {
         }
         _ => usage(),
     }
+}
+
+/// User plus system CPU ticks of this process's thread `tid` (Linux).
+fn thread_ticks(tid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The `writer` mode: starts through the group-commit writer, no HTTP.
+fn writer(args: &Args) {
+    use dwengine::store::writer::GroupCommitWriter;
+    use dwengine::store::{StartRun, Store, StoreConfig};
+
+    let dir = Path::new(&args.dir).join(format!("writer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the store directory");
+    let store =
+        Store::open(dir.join("runs.sqlite"), StoreConfig::default()).expect("open the store");
+    let writer = Arc::new(GroupCommitWriter::start(store).expect("start the writer"));
+    // The writer thread, by the name it is given.
+    let mut tid = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tid.is_none() && Instant::now() < deadline {
+        for entry in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "dwstore-writer" {
+                tid = entry.file_name().into_string().ok();
+            }
+        }
+        if tid.is_none() {
+            std::thread::yield_now();
+        }
+    }
+    let ticks = || tid.as_deref().and_then(thread_ticks);
+    let threads = args.connections.max(1);
+    let each = args.count / threads;
+    let (ticks0, commits0, started) = (ticks(), writer.commits(), Instant::now());
+    let clients: Vec<_> = (0..threads)
+        .map(|client| {
+            let writer = writer.clone();
+            std::thread::spawn(move || {
+                for i in 0..each {
+                    let start = StartRun {
+                        workflow_id: format!("w-{client}-{i}"),
+                        workflow_type: "Order".into(),
+                        namespace: "bench".into(),
+                        task_queue: "q".into(),
+                        arguments: json!({"codec": "json", "blob": "[]"}),
+                        ..StartRun::default()
+                    };
+                    let started = writer.write(move |s| {
+                        if s.open_run(&start.namespace, &start.workflow_id)?.is_some() {
+                            return Ok(None);
+                        }
+                        s.start_workflow_timed(start, None, None, None).map(Some)
+                    });
+                    assert!(
+                        matches!(started, Ok(Some(_))),
+                        "start {client}-{i}: {started:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().expect("a client thread panicked");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let starts = each * threads;
+    let commits = writer.commits() - commits0;
+    let hz = 100.0; // USER_HZ, what /proc reports ticks in on Linux
+    let cpu = match (ticks0, ticks()) {
+        (Some(a), Some(b)) => format!(
+            "{:.4} ms",
+            (b - a) as f64 * 1000.0 / hz / starts.max(1) as f64
+        ),
+        _ => "unknown".into(),
+    };
+    println!(
+        "{starts} starts in {elapsed:.1} s ({:.0}/s), {commits} commits ({:.1} starts each); writer thread CPU per start {cpu}",
+        starts as f64 / elapsed,
+        starts as f64 / commits.max(1) as f64
+    );
+    drop(writer);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The server child and its base URL; `time` wraps it in `/usr/bin/time -v`.

@@ -216,16 +216,13 @@ fn store_message(
     request: &SignalRequest,
     payload_text: &str,
 ) -> Result<i64, Error> {
-    let id: i64 = conn
-            .prepare_cached(&format!(
-            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5) \
-             RETURNING id",
+    let id = conn.insert_returning_id(
+        &format!(
+            "INSERT INTO {} (run_id, name, payload, request_id, status) VALUES (?1, ?2, ?3, ?4, ?5)",
             intake.table
-        ))?
-        .query_row(
-            params![run.0, request.name, payload_text, request.request_id, intake.status],
-            |r| r.get::<_, i64>(0),
-        )?;
+        ),
+        params![run.0, request.name, payload_text, request.request_id, intake.status],
+    )?;
     bump(conn, run, intake.pending, 1)?;
     conn.prepare_cached(
         "UPDATE runs SET pending_payload_bytes = pending_payload_bytes + ?2 WHERE id = ?1",

@@ -428,39 +428,34 @@ pub(crate) fn insert_run_with(
     } else {
         options.created_at_ms
     };
-    let run = RunId(
-        conn.prepare_cached(
-            "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
-             parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id, \
-             history_length, history_bytes, start_request_id, execution_timeout_seconds, \
-             run_timeout_seconds, deadline_at_ms, deadline_kind, resume_step_sequence, \
-             redrive_request_id) \
-             VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
-             ?14, ?15, ?16, ?17) RETURNING id",
-        )?
-        .query_row(
-            params![
-                start.workflow_id,
-                start.workflow_type,
-                start.namespace,
-                start.task_queue,
-                parent.map(|p| p.0),
-                memo,
-                search,
-                created,
-                continued_from.map(|r| r.0),
-                to_i64(event.as_str().len() + text.len()),
-                options.start_request_id,
-                options.execution_timeout_seconds.map(to_i64),
-                options.run_timeout_seconds.map(to_i64),
-                options.deadline.map(|(at, _)| at),
-                options.deadline.map(|(_, kind)| kind),
-                options.redrive.map(|(resume, _)| to_i64(resume)),
-                options.redrive.and_then(|(_, request)| request)
-            ],
-            |r| r.get(0),
-        )?,
-    );
+    let run = RunId(conn.insert_returning_id(
+        "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
+         parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id, \
+         history_length, history_bytes, start_request_id, execution_timeout_seconds, \
+         run_timeout_seconds, deadline_at_ms, deadline_kind, resume_step_sequence, \
+         redrive_request_id) \
+         VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
+         ?14, ?15, ?16, ?17)",
+        params![
+            start.workflow_id,
+            start.workflow_type,
+            start.namespace,
+            start.task_queue,
+            parent.map(|p| p.0),
+            memo,
+            search,
+            created,
+            continued_from.map(|r| r.0),
+            to_i64(event.as_str().len() + text.len()),
+            options.start_request_id,
+            options.execution_timeout_seconds.map(to_i64),
+            options.run_timeout_seconds.map(to_i64),
+            options.deadline.map(|(at, _)| at),
+            options.deadline.map(|(_, kind)| kind),
+            options.redrive.map(|(resume, _)| to_i64(resume)),
+            options.redrive.and_then(|(_, request)| request)
+        ],
+    )?);
     insert_event_row(conn, run, 0, event, &text, None)?;
     Ok(run)
 }

@@ -219,18 +219,18 @@ pub struct ArmedTimer {
 pub(crate) fn arm(conn: &Connection, run: RunId, timer: &Arm<'_>) -> Result<ArmedTimer, Error> {
     let delay_ms = crate::store::rows::to_i64(timer.delay_seconds.saturating_mul(1000));
     let group = timer.group.map(serde_json::to_string).transpose()?;
-    let id: i64 = conn.prepare_cached(
+    let id = conn.insert_returning_id(
         "INSERT INTO timers (run_id, delay_ms, status, sequence, timer_kind, condition_wait_id, \
-         parallel_group) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6) RETURNING id",
-    )?
-    .query_row(params![
-        run.0,
-        delay_ms,
-        timer.sequence,
-        timer.kind,
-        timer.condition_wait_id,
-        group
-    ], |r| r.get(0))?;
+         parallel_group) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
+        params![
+            run.0,
+            delay_ms,
+            timer.sequence,
+            timer.kind,
+            timer.condition_wait_id,
+            group
+        ],
+    )?;
     bump(conn, run, Pending::Timer, 1)?;
     let now = crate::store::rows::now_ms();
     let due_at_ms = now.saturating_add(delay_ms);

@@ -987,38 +987,33 @@ impl<'a> CommandWriter<'a> {
                     "worker_session": session.as_ref().map(SessionOptions::canonical),
                     "cancellation_policy": cancellation_policy,
                 });
-                let id: i64 = self.tx
-                    .prepare_cached(
-                        "INSERT INTO activities (run_id, activity_type, arguments, status, sequence, options) \
-                         VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5) RETURNING id",
-                    )?
-                    .query_row(params![
+                let id = self.tx.insert_returning_id(
+                    "INSERT INTO activities (run_id, activity_type, arguments, status, sequence, options) \
+                     VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5)",
+                    params![
                         self.head.id.0,
                         activity_type,
                         serde_json::to_string(arguments)?,
                         sequence,
                         serde_json::to_string(&options)?
-                    ], |r| r.get(0))?;
+                    ],
+                )?;
                 bump(self.tx, self.head.id, Pending::Activity, 1)?;
                 self.head.pending.activities += 1;
                 let now = now_ms();
-                let task: i64 = self.tx
-                    .prepare_cached(
-                        "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                         status, due_at_ms, created_at_ms, session_id) \
-                         VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5, ?6) RETURNING id",
-                    )?
-                    .query_row(
-                        params![
-                            self.head.id.0,
-                            id,
-                            self.namespace,
-                            queue,
-                            now,
-                            session.as_ref().map(|s| s.session_id.clone())
-                        ],
-                        |r| r.get(0),
-                    )?;
+                let task = self.tx.insert_returning_id(
+                    "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
+                     status, due_at_ms, created_at_ms, session_id) \
+                     VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5, ?6)",
+                    params![
+                        self.head.id.0,
+                        id,
+                        self.namespace,
+                        queue,
+                        now,
+                        session.as_ref().map(|s| s.session_id.clone())
+                    ],
+                )?;
                 crate::store::deadlines::rearm_activity(self.tx, task)?;
                 let mut payload = json!({
                     "sequence": sequence,

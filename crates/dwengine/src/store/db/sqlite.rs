@@ -190,4 +190,37 @@ mod tests {
             "the bundled SQLite shares one page cache (and its mutex) among all connections: LIBSQLITE3_FLAGS in .cargo/config.toml lost -USQLITE_ENABLE_MEMORY_MANAGEMENT"
         );
     }
+
+    /// `Connection::insert_returning_id` answers the inserted row's id, not
+    /// that of a row its triggers inserted after it, and refuses an insert
+    /// that added no row instead of answering an earlier row's id.
+    #[test]
+    fn an_insert_answers_its_own_rows_id() {
+        let conn =
+            super::super::Connection::from_sqlite(rusqlite::Connection::open_in_memory().unwrap());
+        conn.execute_batch(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL); \
+             CREATE TABLE log (id INTEGER PRIMARY KEY, t_id INTEGER NOT NULL); \
+             CREATE TRIGGER t_log AFTER INSERT ON t BEGIN \
+                 INSERT INTO log (t_id) VALUES (NEW.id); INSERT INTO log (t_id) VALUES (NEW.id); \
+             END;",
+        )
+        .unwrap();
+        for (value, expected) in [("a", 1), ("b", 2), ("c", 3)] {
+            let id = conn
+                .insert_returning_id("INSERT INTO t (v) VALUES (?1)", [value])
+                .unwrap();
+            assert_eq!(id, expected);
+            let stored: String = conn
+                .query_row("SELECT v FROM t WHERE id = ?1", [id], |r| r.get(0))
+                .unwrap();
+            assert_eq!(stored, value);
+        }
+        let logged: i64 = conn
+            .query_row("SELECT MAX(id) FROM log", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(logged, 6);
+        let none = conn.insert_returning_id("INSERT INTO t (v) SELECT 'd' WHERE 0", []);
+        assert!(matches!(none, Err(super::super::Error::NoRows)), "{none:?}");
+    }
 }

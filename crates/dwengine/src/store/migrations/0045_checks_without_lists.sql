@@ -5,7 +5,8 @@
 -- runs, which is on every INSERT into the table and every UPDATE of the
 -- column: a workflow start checked three of them (the run's status, its
 -- first task's kind and status), a fifth of the SQL the store writer ran
--- per start (docs/performance.md, "CHECK constraints without IN lists").
+-- per start (docs/performance.md, "CHECK constraints without IN lists,
+-- the run id without RETURNING").
 -- The two forms accept exactly the same values (NULL included, which the
 -- NOT NULL constraints refuse first), so every existing row satisfies the
 -- new text; SQLite cannot alter a CHECK constraint, so this rewrites the
