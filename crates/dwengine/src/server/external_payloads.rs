@@ -411,6 +411,13 @@ impl Engine {
         self.verify_references_in(|| Ok(namespace.to_owned()), payloads)
     }
 
+    /// Whether any of `payloads` names an external payload
+    /// ([`references_external_payloads`]): verifying it reads the store,
+    /// so a report that does is not handled on an async thread.
+    pub(crate) fn names_external_payloads(&self, payloads: &[(&str, &Value)]) -> bool {
+        references_external_payloads(payloads)
+    }
+
     /// As [`Engine::verify_payload_references`] for the payloads of a
     /// worker's report on `task`, whose namespace is read only when a
     /// reference is present.

@@ -1101,10 +1101,7 @@ impl Engine {
             )?;
         }
         let owner = body.lease_owner;
-        let upserts = commands
-            .iter()
-            .any(|c| matches!(c, WorkflowCommand::UpsertSearchAttributes { .. }));
-        if upserts {
+        if upserts(&commands) {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
@@ -1132,53 +1129,90 @@ impl Engine {
                 }
             }
         }
-        // Stream directives of workflow code count against the namespace's
-        // stream quota like client appends: a refused completion is undone
-        // and the task stays with its worker (429), to be retried later.
-        let streams = commands.iter().any(|c| {
-            matches!(
-                c,
-                WorkflowCommand::RecordSideEffect {
-                    workflow_stream: Some(_),
-                    ..
-                }
-            )
-        });
-        let quota = self.durable_state.clone();
-        let (completion, ns, queue, run) = self.write(move |store| {
-            let fence = WorkflowTaskFence {
-                lease_owner: &owner,
+        let completion = WorkflowCompletion {
+            task,
+            attempt,
+            owner,
+            commands,
+            stream_cursors,
+            sticky,
+        };
+        let written = self.write(completion.transaction(self.durable_state.clone()))?;
+        self.workflow_task_completed(task_id, written)
+    }
+
+    /// [`Engine::complete_workflow_task`] on the calling (async) thread,
+    /// awaiting the writer's commit without a blocking thread, when nothing
+    /// on the way can block: [`Engine::writes_from_async`], no external
+    /// payload reference in the commands, no message stream cursors or
+    /// waits and no search-attribute upserts (each is read from the store
+    /// first), and a sticky claim's run read on an idle reader
+    /// ([`Engine::read_now`]). The same checks in the same order, the same
+    /// transaction and answer. `Err(body)`: complete the ordinary way, on a
+    /// blocking thread.
+    pub async fn complete_workflow_task_now(
+        &self,
+        task_id: &str,
+        body: WorkflowTaskLease,
+    ) -> Result<Result<Value, ApiError>, WorkflowTaskLease> {
+        let payloads: Vec<(&str, &Value)> = body.commands.iter().map(|c| ("commands", c)).collect();
+        if !self.writes_from_async()
+            || body.message_stream_cursors.is_some()
+            || body.message_stream_waits.is_some()
+            || self.names_external_payloads(&payloads)
+        {
+            return Err(body);
+        }
+        let checked = workflow_fence(task_id, &body).and_then(|(task, attempt)| {
+            Ok((
+                task,
                 attempt,
-            };
-            let (ns, queue) = store.task_queue_of(task)?;
-            let run = store.run_of_task(task)?;
-            let limits = quota.limits(&ns).filter(|_| streams);
-            let completion = NamespaceDurableStateQuota::guard(
-                limits,
-                store,
-                &ns,
-                &crate::server::streams::STREAM_RESOURCES,
-                |store| {
-                    // What the workflow consumed of its input streams, first:
-                    // a continue-as-new in this completion carries each
-                    // stream on from there. Undone with a refused completion.
-                    if !stream_cursors.is_empty() {
-                        store.record_message_stream_cursors(run, &stream_cursors)?;
-                    }
-                    complete(store, task, fence, &commands)
-                },
-            )?;
-            // The run stays with the worker that caches it while it runs;
-            // a completion without a claim (the worker dropped the run from
-            // its cache) or a closed run ends the claim.
-            match (&completion, &sticky) {
-                (Ok(done), Some(claim)) if done.run_status == crate::store::RunStatus::Running => {
-                    store.bind_sticky(run, &ns, claim)?
+                parse_commands(&self.config.request_limits, &body.commands)?,
+            ))
+        });
+        let (task, attempt, commands) = match checked {
+            Ok(checked) => checked,
+            Err(e) => return Ok(Err(e)),
+        };
+        if upserts(&commands) {
+            return Err(body);
+        }
+        let sticky = match body.sticky_cache.as_ref().filter(|c| !c.is_null()) {
+            Some(claim) => {
+                let Some(found) = self.read_now(|s| sticky_run(s, task)) else {
+                    return Err(body);
+                };
+                match self.sticky_claim_of(&body.lease_owner, claim, Some(found)) {
+                    Ok(claim) => Some(claim),
+                    Err(e) => return Ok(Err(e)),
                 }
-                _ => store.unbind_sticky(run)?,
             }
-            Ok((completion, ns, queue, run))
-        })?;
+            None => None,
+        };
+        let completion = WorkflowCompletion {
+            task,
+            attempt,
+            owner: body.lease_owner,
+            commands,
+            stream_cursors: Vec::new(),
+            sticky,
+        };
+        Ok(async {
+            let written = self
+                .write_now(completion.transaction(self.durable_state.clone()))
+                .await?;
+            self.workflow_task_completed(task_id, written)
+        }
+        .await)
+    }
+
+    /// A workflow task completion's answer after its commit, once the
+    /// queues it gave work to and the waits on its run are woken.
+    fn workflow_task_completed(
+        &self,
+        task_id: &str,
+        (completion, ns, queue, run): WorkflowCompleted,
+    ) -> Result<Value, ApiError> {
         let completion = match completion {
             Ok(completion) => completion,
             Err(refused) => {
@@ -1264,6 +1298,20 @@ impl Engine {
         lease_owner: &str,
         claim: &Value,
     ) -> Result<crate::store::sticky::StickyClaim, ApiError> {
+        // An unknown task is refused by the completion itself, with the
+        // fence's own error: only a task that exists is compared.
+        let found = self.read(|s| sticky_run(s, task)).ok();
+        self.sticky_claim_of(lease_owner, claim, found)
+    }
+
+    /// The sticky claim's checks against the task's run and workflow id
+    /// (`found`: `None` for a task that does not exist).
+    fn sticky_claim_of(
+        &self,
+        lease_owner: &str,
+        claim: &Value,
+        found: Option<(RunId, String)>,
+    ) -> Result<crate::store::sticky::StickyClaim, ApiError> {
         let mut checks = Checks::default();
         let max_ttl = crate::registry::StickyExecution::MAX_TTL_SECONDS;
         if !claim.is_object() {
@@ -1311,13 +1359,7 @@ impl Engine {
                 format!("The sticky_cache.ttl_seconds field must be an integer from 1 to {max_ttl} (the worker's cache TTL)."),
             );
         }
-        let run = self.read(|s| {
-            let run = s.run_of_task(task)?;
-            Ok((run, s.run(run)?.workflow_id))
-        });
-        // An unknown task is refused by the completion itself, with the
-        // fence's own error: only a task that exists is compared here.
-        if let Ok((run, workflow_id)) = run {
+        if let Some((run, workflow_id)) = found {
             if text("run_id").as_deref() != Some(wire::run_id(run).as_str()) {
                 checks.problem(
                     "sticky_cache.run_id",
@@ -1490,33 +1532,43 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let task = activity_task(&self.config, task_id, &body)?;
         self.verify_task_payload_references(task, &[("result", &body.result)])?;
-        let (owner, attempt_id) = (body.lease_owner.clone(), body.activity_attempt_id.clone());
-        let (failure, result) = (body.failure, body.result);
-        let (outcome, ns, queue) = self.write(move |store| {
-            let fence = ActivityFence {
-                lease_owner: &owner,
-                activity_attempt_id: &attempt_id,
-            };
-            let (ns, queue) = store.task_queue_of(task)?;
-            let outcome = if failed {
-                let failure = failure.unwrap_or_default();
-                store.fail_activity_attempt(
-                    task,
-                    fence,
-                    &AttemptFailure {
-                        message: failure.message,
-                        exception_type: failure.failure_type,
-                        exception_class: failure.class,
-                        non_retryable: failure.non_retryable,
-                        details: failure.details,
-                    },
-                )?
-            } else {
-                store.complete_activity_attempt(task, fence, &result)?
-            };
-            let run_queue = store.run(store.run_of_task(task)?)?.task_queue;
-            Ok((outcome, ns, (queue, run_queue)))
-        })?;
+        let attempt_id = body.activity_attempt_id.clone();
+        let written = self.write(activity_report(task, failed, body))?;
+        self.activity_reported(task_id, attempt_id, written)
+    }
+
+    /// [`Engine::report_activity`] on the calling (async) thread, awaiting
+    /// the writer's commit without a blocking thread, when nothing on the
+    /// way can block ([`Engine::writes_from_async`], no external payload
+    /// reference in the result, which would be read from the store): the
+    /// same checks, transaction and answer. `Err(body)`: report the
+    /// ordinary way, on a blocking thread.
+    pub async fn report_activity_now(
+        &self,
+        task_id: &str,
+        failed: bool,
+        body: ActivityReport,
+    ) -> Result<Result<Value, ApiError>, ActivityReport> {
+        if !self.writes_from_async() || self.names_external_payloads(&[("result", &body.result)]) {
+            return Err(body);
+        }
+        Ok(async {
+            let task = activity_task(&self.config, task_id, &body)?;
+            let attempt_id = body.activity_attempt_id.clone();
+            let written = self.write_now(activity_report(task, failed, body)).await?;
+            self.activity_reported(task_id, attempt_id, written)
+        }
+        .await)
+    }
+
+    /// An activity report's answer after its commit, once the queue it gave
+    /// work to is woken.
+    fn activity_reported(
+        &self,
+        task_id: &str,
+        attempt_id: String,
+        (outcome, ns, queue): ActivityReported,
+    ) -> Result<Value, ApiError> {
         match &outcome {
             AttemptOutcome::Completed | AttemptOutcome::Failed => {
                 self.wake(&ns, &queue.1, TaskKind::Workflow.as_str());
@@ -1529,7 +1581,7 @@ impl Engine {
         let mut out =
             serde_json::to_value(&outcome).map_err(|e| ApiError::Internal(e.to_string()))?;
         out["task_id"] = task_id.into();
-        out["activity_attempt_id"] = body.activity_attempt_id.into();
+        out["activity_attempt_id"] = attempt_id.into();
         if let AttemptOutcome::RetryScheduled {
             next_attempt_at_ms, ..
         } = outcome
@@ -1667,6 +1719,152 @@ fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64),
         task.unwrap_or_default(),
         body.workflow_task_attempt.unsigned_abs(),
     ))
+}
+
+/// Whether a completion upserts search attributes (checked against the
+/// namespace's registered ones before it is written).
+fn upserts(commands: &[WorkflowCommand]) -> bool {
+    commands
+        .iter()
+        .any(|c| matches!(c, WorkflowCommand::UpsertSearchAttributes { .. }))
+}
+
+/// The run of `task` and its workflow id, which a sticky claim must name.
+fn sticky_run(s: &crate::store::Store, task: i64) -> Result<(RunId, String), crate::store::Error> {
+    let run = s.run_of_task(task)?;
+    Ok((run, s.run(run)?.workflow_id))
+}
+
+/// What a workflow task completion's transaction answers: the completion
+/// (or the stream quota's refusal), the namespace, the task's queue and
+/// its run.
+type WorkflowCompleted = (
+    Result<crate::store::WorkflowTaskCompletion, crate::durable_state::DurableRejection>,
+    String,
+    String,
+    RunId,
+);
+
+/// A checked workflow task completion, for its transaction.
+struct WorkflowCompletion {
+    task: i64,
+    attempt: u64,
+    owner: String,
+    commands: Vec<WorkflowCommand>,
+    stream_cursors: Vec<(String, i64)>,
+    sticky: Option<crate::store::sticky::StickyClaim>,
+}
+
+impl WorkflowCompletion {
+    /// The completion's transaction: the commands under the task's fence
+    /// (and the stream quota when a command writes a stream), then the
+    /// run's sticky binding.
+    fn transaction(
+        self,
+        quota: NamespaceDurableStateQuota,
+    ) -> impl FnOnce(&crate::store::Store) -> Result<WorkflowCompleted, crate::store::Error>
+           + Send
+           + 'static {
+        let WorkflowCompletion {
+            task,
+            attempt,
+            owner,
+            commands,
+            stream_cursors,
+            sticky,
+        } = self;
+        // Stream directives of workflow code count against the namespace's
+        // stream quota like client appends: a refused completion is undone
+        // and the task stays with its worker (429), to be retried later.
+        let streams = commands.iter().any(|c| {
+            matches!(
+                c,
+                WorkflowCommand::RecordSideEffect {
+                    workflow_stream: Some(_),
+                    ..
+                }
+            )
+        });
+        move |store| {
+            let fence = WorkflowTaskFence {
+                lease_owner: &owner,
+                attempt,
+            };
+            let (ns, queue) = store.task_queue_of(task)?;
+            let run = store.run_of_task(task)?;
+            let limits = quota.limits(&ns).filter(|_| streams);
+            let completion = NamespaceDurableStateQuota::guard(
+                limits,
+                store,
+                &ns,
+                &crate::server::streams::STREAM_RESOURCES,
+                |store| {
+                    // What the workflow consumed of its input streams, first:
+                    // a continue-as-new in this completion carries each
+                    // stream on from there. Undone with a refused completion.
+                    if !stream_cursors.is_empty() {
+                        store.record_message_stream_cursors(run, &stream_cursors)?;
+                    }
+                    complete(store, task, fence, &commands)
+                },
+            )?;
+            // The run stays with the worker that caches it while it runs;
+            // a completion without a claim (the worker dropped the run from
+            // its cache) or a closed run ends the claim.
+            match (&completion, &sticky) {
+                (Ok(done), Some(claim)) if done.run_status == crate::store::RunStatus::Running => {
+                    store.bind_sticky(run, &ns, claim)?
+                }
+                _ => store.unbind_sticky(run)?,
+            }
+            Ok((completion, ns, queue, run))
+        }
+    }
+}
+
+/// What an activity report's transaction answers: the attempt's outcome,
+/// the namespace, and the activity's and its run's task queues.
+type ActivityReported = (AttemptOutcome, String, (String, String));
+
+/// An activity report's transaction: the attempt completed or failed
+/// under its lease fence.
+fn activity_report(
+    task: i64,
+    failed: bool,
+    body: ActivityReport,
+) -> impl FnOnce(&crate::store::Store) -> Result<ActivityReported, crate::store::Error> + Send + 'static
+{
+    let ActivityReport {
+        lease_owner: owner,
+        activity_attempt_id: attempt_id,
+        failure,
+        result,
+    } = body;
+    move |store| {
+        let fence = ActivityFence {
+            lease_owner: &owner,
+            activity_attempt_id: &attempt_id,
+        };
+        let (ns, queue) = store.task_queue_of(task)?;
+        let outcome = if failed {
+            let failure = failure.unwrap_or_default();
+            store.fail_activity_attempt(
+                task,
+                fence,
+                &AttemptFailure {
+                    message: failure.message,
+                    exception_type: failure.failure_type,
+                    exception_class: failure.class,
+                    non_retryable: failure.non_retryable,
+                    details: failure.details,
+                },
+            )?
+        } else {
+            store.complete_activity_attempt(task, fence, &result)?
+        };
+        let run_queue = store.run(store.run_of_task(task)?)?.task_queue;
+        Ok((outcome, ns, (queue, run_queue)))
+    }
 }
 
 pub(crate) fn activity_task(

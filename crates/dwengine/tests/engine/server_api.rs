@@ -788,3 +788,172 @@ fn on_async_thread<R, B, F: std::future::Future<Output = Result<R, B>>>(
     );
     taken.unwrap()
 }
+
+/// `answer` with each of `ids` (task, attempt, run and workflow ids of one
+/// lane) named by its place in the list: a value that is the id, and the
+/// id a message names as `task <id>`; a retry's due time as `<due>`.
+fn named(answer: &(u16, Value), ids: &[String]) -> (u16, Value) {
+    fn rename(value: &mut Value, ids: &[String]) {
+        match value {
+            Value::String(text) => {
+                for (i, id) in ids.iter().enumerate() {
+                    let name = format!("<id-{}>", char::from(b'a' + i as u8));
+                    if text == id {
+                        *text = name;
+                        return;
+                    }
+                    *text = text.replace(&format!("task {id} "), &format!("task {name} "));
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| rename(v, ids)),
+            Value::Object(map) => map.values_mut().for_each(|v| rename(v, ids)),
+            _ => {}
+        }
+    }
+    let (status, mut body) = answer.clone();
+    rename(&mut body, ids);
+    // A retry's due time is the report's clock plus the backoff.
+    for key in ["next_attempt_at", "next_attempt_at_ms"] {
+        if let Some(due) = body.get_mut(key) {
+            assert!(!due.is_null(), "{key}");
+            *due = json!("<due>");
+        }
+    }
+    (status, body)
+}
+
+/// Workflow task completions and activity reports are checked on the HTTP
+/// thread and await the writer there (`complete_workflow_task_now`,
+/// `report_activity_now`) when nothing on the way can block, else on a
+/// blocking thread: the same requests, one workflow through each path,
+/// must get the same answers (fences, refusals, sticky claims, retries).
+#[test]
+fn worker_reports_answer_alike_on_the_async_thread_and_on_a_blocking_one() {
+    use dwengine::server::wire::{ActivityReport, WorkflowTaskLease};
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(|c| c.database = Some(dir.path().join("runs.sqlite")));
+    let engine = s.running.engine().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lane = |fast: bool| {
+        let name = if fast { "async" } else { "blocking" };
+        let (wf, queue) = (format!("wf-{name}"), format!("q-{name}"));
+        let started = s.start_workflow("default", &wf, &queue);
+        // Run ids are left out: no answer names one, and a lane's run id may
+        // equal its own task id.
+        let mut ids = vec![wf.clone(), queue.clone()];
+        let mut answers = Vec::new();
+        let task = support::next_workflow_task(&s, &queue);
+        let task_id = task["task_id"].as_str().unwrap().to_owned();
+        ids.push(task_id.clone());
+        let complete = |body: Value| -> (u16, Value) {
+            let lease: WorkflowTaskLease = serde_json::from_value(body).unwrap();
+            let answer = if fast {
+                on_async_thread(&runtime, lease, |body| {
+                    let (engine, id) = (engine.clone(), task_id.clone());
+                    async move { engine.complete_workflow_task_now(&id, body).await }
+                })
+            } else {
+                engine.complete_workflow_task(&task_id, lease)
+            };
+            match answer {
+                Ok(value) => (200, value),
+                Err(e) => (e.status(), e.body()),
+            }
+        };
+        let sticky = |run: &Value| json!({ "worker_id": "w1", "workflow_id": wf, "run_id": run, "ttl_seconds": 10 });
+        let lease = |commands: Value, claim: Value| {
+            json!({ "lease_owner": task["lease_owner"], "commands": commands,
+                    "workflow_task_attempt": task["workflow_task_attempt"],
+                    "sticky_cache": claim })
+        };
+        let schedule = json!([{ "type": "schedule_activity", "activity_type": "charge",
+            "task_queue": queue, "arguments": envelope("[42]"),
+            "retry_policy": { "max_attempts": 2, "backoff_seconds": [0] } }]);
+        answers.push(complete(
+            json!({ "lease_owner": "intruder", "workflow_task_attempt": 1, "commands": [] }),
+        ));
+        answers.push(complete(lease(
+            json!([{ "type": "no_such_command" }]),
+            Value::Null,
+        )));
+        answers.push(complete(lease(schedule.clone(), sticky(&json!("999999")))));
+        answers.push(complete(lease(
+            schedule.clone(),
+            sticky(&started["run_id"]),
+        )));
+        answers.push(complete(lease(json!([]), Value::Null)));
+
+        let report = |activity: &Value,
+                      attempt: &Value,
+                      failed: bool,
+                      result: Value|
+         -> (u16, Value) {
+            let body: ActivityReport = serde_json::from_value(json!({
+                "activity_attempt_id": attempt, "lease_owner": "w1", "result": result,
+                "failure": if failed { json!({ "message": "card declined", "type": "Declined" }) } else { Value::Null },
+            }))
+            .unwrap();
+            let id = activity["task_id"].as_str().unwrap().to_owned();
+            let answer = if fast {
+                on_async_thread(&runtime, body, |body| {
+                    let (engine, id) = (engine.clone(), id.clone());
+                    async move { engine.report_activity_now(&id, failed, body).await }
+                })
+            } else {
+                engine.report_activity(&id, failed, body)
+            };
+            match answer {
+                Ok(value) => (200, value),
+                Err(e) => (e.status(), e.body()),
+            }
+        };
+        let (_, first) = s.poll("activity", "default", &queue, &format!("{name}-1"), 2000);
+        let first = first["task"].clone();
+        ids.push(first["task_id"].as_str().unwrap().to_owned());
+        ids.push(first["activity_attempt_id"].as_str().unwrap().to_owned());
+        answers.push(report(
+            &first,
+            &first["activity_attempt_id"],
+            true,
+            Value::Null,
+        ));
+        let (_, retry) = s.poll("activity", "default", &queue, &format!("{name}-2"), 2000);
+        let retry = retry["task"].clone();
+        ids.push(retry["task_id"].as_str().unwrap().to_owned());
+        ids.push(retry["activity_attempt_id"].as_str().unwrap().to_owned());
+        answers.push(report(
+            &retry,
+            &first["activity_attempt_id"],
+            false,
+            envelope("\"ok\""),
+        ));
+        answers.push(report(
+            &retry,
+            &retry["activity_attempt_id"],
+            false,
+            envelope("\"charged\""),
+        ));
+        answers.push(report(
+            &retry,
+            &retry["activity_attempt_id"],
+            false,
+            envelope("\"again\""),
+        ));
+        answers.iter().map(|a| named(a, &ids)).collect::<Vec<_>>()
+    };
+    let on_async = lane(true);
+    let on_blocking = lane(false);
+    let statuses: Vec<u16> = on_async.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        statuses,
+        [409, 422, 422, 200, 409, 200, 409, 200, 200],
+        "{on_async:#?}"
+    );
+    assert_eq!(on_async[5].1["outcome"], "retry_scheduled");
+    for (i, (a, b)) in on_async.iter().zip(&on_blocking).enumerate() {
+        assert_eq!(a, b, "answer {i}");
+    }
+}

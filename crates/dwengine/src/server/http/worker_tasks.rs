@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::server::queries::QueryPolls;
 use crate::server::update_validation::WorkflowWorkPolls;
-use crate::server::wire::{PollBody, RegisterWorker};
+use crate::server::wire::{ActivityReport, PollBody, RegisterWorker, WorkflowTaskLease};
 use crate::server::worker::{
     Departure, PollKind, PollSpec, PollStep, PollWait, SIGNAL_LOOK, WAKE_CHECK,
 };
@@ -67,7 +67,7 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/worker/workflow-tasks/poll", post(poll_workflow))
         .route(
             "/api/worker/workflow-tasks/{id}/complete",
-            report(Engine::complete_workflow_task),
+            post(complete_workflow_task),
         )
         .route(
             "/api/worker/workflow-tasks/{id}/fail",
@@ -141,11 +141,11 @@ pub(super) fn routes() -> Router<Arc<Engine>> {
         .route("/api/worker/activity-tasks/poll", post(poll_activity))
         .route(
             "/api/worker/activity-tasks/{id}/complete",
-            report(|e, id, b| e.report_activity(id, false, b)),
+            activity_report(false),
         )
         .route(
             "/api/worker/activity-tasks/{id}/fail",
-            report(|e, id, b| e.report_activity(id, true, b)),
+            activity_report(true),
         )
         .route(
             "/api/worker/activity-tasks/{id}/heartbeat",
@@ -178,6 +178,50 @@ fn report<T: DeserializeOwned + Send + 'static>(
     post(
         move |State(engine): Shared, Path(id): Path<String>, headers: HeaderMap, body: Body| async move {
             with_body(engine, headers, body, move |e, b: T| op(e, &id, b)).await
+        },
+    )
+}
+
+/// A workflow task's completion: checked here and awaiting the writer
+/// without a blocking thread when nothing on the way can block
+/// ([`Engine::complete_workflow_task_now`]), else on the blocking pool.
+async fn complete_workflow_task(
+    State(engine): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let parsed = match super::read::<WorkflowTaskLease>(&engine, &headers, body).await {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(e),
+    };
+    let answer = match engine.complete_workflow_task_now(&id, parsed).await {
+        Ok(answer) => answer,
+        Err(parsed) => {
+            super::run_blocking(engine, move |e| e.complete_workflow_task(&id, parsed)).await
+        }
+    };
+    reply(answer)
+}
+
+/// An activity attempt's completion or failure: checked here and awaiting
+/// the writer without a blocking thread when nothing on the way can block
+/// ([`Engine::report_activity_now`]), else on the blocking pool.
+fn activity_report(failed: bool) -> MethodRouter<Arc<Engine>> {
+    post(
+        move |State(engine): Shared, Path(id): Path<String>, headers: HeaderMap, body: Body| async move {
+            let parsed = match super::read::<ActivityReport>(&engine, &headers, body).await {
+                Ok(parsed) => parsed,
+                Err(e) => return refuse(e),
+            };
+            let answer = match engine.report_activity_now(&id, failed, parsed).await {
+                Ok(answer) => answer,
+                Err(parsed) => {
+                    super::run_blocking(engine, move |e| e.report_activity(&id, failed, parsed))
+                        .await
+                }
+            };
+            reply(answer)
         },
     )
 }
