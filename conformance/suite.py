@@ -690,6 +690,41 @@ class Suite:
         return (f"call {started[0]['service_call_id']} ran {linked_id} in {PEER_NAMESPACE} and resumed "
                 f"the caller with {result['greeting']!r}; the guarded operation refused the caller")
 
+    async def nexus_start_options(self) -> str:
+        """ctx.call_nexus_service with start options: the operation's
+        workflow starts with the named id, memo and search attributes, the
+        call records the business key; a second call naming the id after
+        that run ended starts a new run of it."""
+        await self.ensure_nexus_catalog()
+        attribute = "NexusRegion"
+        response = await self.http.post("/api/search-attributes", json={"name": attribute, "type": "keyword"})
+        assert response.status_code in (201, 409), response.text
+        wid = new_id("nexus-options")
+        target = new_id("invoice")
+        handle = await self.client.start_workflow(
+            workflow_type="nexus_start_options", task_queue=QUEUE, workflow_id=wid, input=[target, attribute]
+        )
+        result = await self.client.get_result(handle, timeout=60)
+        assert result == {"first": "hello, options", "again": "hello, again"}, result
+        history = await self.client.get_history(wid, handle.run_id, page_size=1000)
+        started = [e["payload"] for e in history["events"] if e["event_type"] == "ServiceCallStarted"]
+        assert len(started) == 2, [e["event_type"] for e in history["events"]]
+        assert {s["linked_workflow_instance_id"] for s in started} == {target}, started
+        first_run, second_run = (s["linked_workflow_run_id"] for s in started)
+        assert first_run != second_run, started
+        linked = await self.http.get(f"/api/workflows/{target}/runs/{first_run}")
+        assert linked.status_code == 200, linked.text
+        described = linked.json()
+        assert described["memo"] == {"order": 7}, described
+        assert described["search_attributes"].get(attribute) == "eu", described
+        call = await self.http.get(
+            "/api/service-endpoints/conformance/services/greetings/operations/greet/service-calls/"
+            f"{started[0]['service_call_id']}"
+        )
+        assert call.json()["business_key"] == "order-7", call.text
+        return (f"{target} started with its memo, {attribute} and business key; a second call "
+                f"after it ended started run {second_run}")
+
     async def workflow_output_stream(self) -> str:
         wid = new_id("streamer")
         handle = await self.client.start_workflow(
@@ -2050,6 +2085,7 @@ class Suite:
         "nexus_operation",
         "nexus_from_workflow",
         "nexus_cross_namespace",
+        "nexus_start_options",
         "local_activity",
         "version_marker",
         "continue_as_new_chain",

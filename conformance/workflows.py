@@ -512,6 +512,27 @@ class NexusPeerCaller:
         return {"greeting": greeted.result, "refused": refused}
 
 
+@workflow.defn(name="nexus_start_options")
+class NexusStartOptions:
+    """Calls conformance/greetings/greet with the start options of its
+    workflow: the workflow id, memo, search attributes and business key;
+    then again with the same id once that run has ended (a new run)."""
+
+    def run(self, ctx, target_id, attribute):
+        options = {
+            "target_workflow_instance_id": target_id,
+            "memo": {"order": 7},
+            "search_attributes": {attribute: "eu"},
+            "business_key": "order-7",
+        }
+        first = yield ctx.call_nexus_service("conformance", "greetings", "greet", ["options"], **options)
+        again = yield ctx.call_nexus_service(
+            "conformance", "greetings", "greet", ["again"],
+            target_workflow_instance_id=target_id, duplicate_start_policy="reject_duplicate",
+        )
+        return {"first": first.result, "again": again.result}
+
+
 SESSION_QUEUE = "conformance-sessions"
 
 
@@ -878,5 +899,5 @@ class BuildProbeV2:
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,
              LocalThenTimer, Versioned, Chain, Kid, Family, MemoKeeper, InboxReader,
-             InboxChain, InboxCarry, NexusCaller, NexusPeerCaller, Selector, SignalDuringTask, Redrivable]
+             InboxChain, InboxCarry, NexusCaller, NexusPeerCaller, NexusStartOptions, Selector, SignalDuringTask, Redrivable]
 ACTIVITIES = [greet, flaky, noop, slow, reverse, local_double, redrive_first, redrive_second]

@@ -1273,6 +1273,7 @@ impl Engine {
             "caller_workflow_instance_id": request.caller_workflow_instance_id,
             "caller_workflow_run_id": request.caller_workflow_run_id,
             "idempotency_key": call.idempotency_key,
+            "business_key": request.business_key,
             "payload_codec": request.payload_codec.clone().unwrap_or_else(|| "avro".into()),
             "resolved_binding_kind": "start_workflow",
             "resolved_target_reference": resolved.workflow_type(),

@@ -1100,6 +1100,7 @@ impl Engine {
                 body.message_stream_waits.as_ref(),
             )?;
         }
+        self.check_service_call_starts(task, &commands)?;
         let owner = body.lease_owner;
         if upserts(&commands) {
             let fence = WorkflowTaskFence {
@@ -1240,6 +1241,53 @@ impl Engine {
             "new_events": completion.new_events,
             "structural_limit": completion.structural_limit,
         }))
+    }
+
+    /// The memo and search attributes a `start_service_operation` gives its
+    /// workflow meet a start's request-boundary checks, and its search
+    /// attributes must be registered (with their types) in the namespace
+    /// the workflow starts in: a `422` naming `commands.<i>.<field>`
+    /// otherwise, before anything of the completion is written.
+    fn check_service_call_starts(
+        &self,
+        task: i64,
+        commands: &[WorkflowCommand],
+    ) -> Result<(), ApiError> {
+        let starts: Vec<_> = commands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, command)| match command {
+                WorkflowCommand::StartServiceOperation {
+                    namespace,
+                    memo,
+                    search_attributes,
+                    ..
+                } if memo.is_some() || search_attributes.is_some() => {
+                    Some((i, namespace, memo, search_attributes))
+                }
+                _ => None,
+            })
+            .collect();
+        if starts.is_empty() {
+            return Ok(());
+        }
+        let (caller_namespace, _) = self.read(move |s| s.task_queue_of(task))?;
+        let mut v = self.config.request_limits.validator();
+        let mut problems = Vec::new();
+        for (i, namespace, memo, search_attributes) in starts {
+            let target = namespace.as_deref().unwrap_or(&caller_namespace);
+            if let Some(memo) = memo {
+                v.memo(&Value::Object(memo.clone()));
+            }
+            if let Some(attributes) = search_attributes {
+                v.search_attributes(attributes);
+                for (_, problem) in self.unregistered_search_attributes(target, attributes)? {
+                    problems.push((format!("commands.{i}.search_attributes"), problem));
+                }
+            }
+        }
+        finish_with(v, &[], &problems)?;
+        Ok(())
     }
 
     /// A completion whose `upsert_search_attributes` the namespace cannot
@@ -2164,21 +2212,69 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
             );
         }
     }
+    // The start options of the operation's workflow.
     for name in [
         "target_workflow_instance_id",
         "target_workflow_run_id",
-        "duplicate_start_policy",
-        "connection",
         "business_key",
-        "memo",
-        "search_attributes",
     ] {
-        if command.get(name).is_some_and(|v| !v.is_null()) {
+        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+            if !value
+                .as_str()
+                .is_some_and(|v| !v.trim().is_empty() && v.chars().count() <= 191)
+            {
+                checks.problem(
+                    &field(name),
+                    format!(
+                        "The {name} field must be a non-empty string of at most 191 characters."
+                    ),
+                );
+            }
+        }
+    }
+    if command
+        .get("target_workflow_run_id")
+        .is_some_and(|v| !v.is_null())
+        && command
+            .get("target_workflow_instance_id")
+            .is_none_or(Value::is_null)
+    {
+        checks.problem(
+            &field("target_workflow_run_id"),
+            "A target_workflow_run_id names a run of target_workflow_instance_id: send both.",
+        );
+    }
+    if let Some(value) = command
+        .get("duplicate_start_policy")
+        .filter(|v| !v.is_null())
+    {
+        if !matches!(
+            value.as_str(),
+            Some("reject_duplicate" | "return_existing_active")
+        ) {
             checks.problem(
-                &field(name),
-                format!("The {name} option is not supported for a service call from workflow code on this server: the call's workflow starts as service-call-<id> with the operation's defaults."),
+                &field("duplicate_start_policy"),
+                "The duplicate_start_policy must be reject_duplicate or return_existing_active.",
             );
         }
+    }
+    for name in ["memo", "search_attributes"] {
+        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
+            if !value.is_object() {
+                checks.problem(&field(name), format!("The {name} must be a JSON object."));
+            }
+        }
+    }
+    // The reference server's connection selects a queue connection of its
+    // host; this server dispatches each namespace's queues itself, so a
+    // connection would select nothing: it is refused rather than ignored.
+    if command.get("connection").is_some_and(|v| !v.is_null()) {
+        checks.problem(
+            &field("connection"),
+            "The connection option is not supported: this server has no queue connections to \
+             choose among (a namespace's task queues are its own); leave connection out and \
+             route with queue.",
+        );
     }
 }
 

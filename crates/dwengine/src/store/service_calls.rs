@@ -6,7 +6,9 @@
 //! catalog of the target namespace (the command's `namespace`, else the
 //! caller's), a service call is recorded (the same row a client's
 //! `execute` writes, so the call's describe route and retention apply) and
-//! the operation's bound workflow is started; the caller's history gets
+//! the operation's bound workflow is started (with the command's start
+//! options: its workflow id, memo, search attributes, or an open run of
+//! that id to attach to); the caller's history gets
 //! `ServiceCallStarted` at the command's sequence, and (for a `sync` call
 //! that waits for completion; with `accepted` or `async` both SDKs resume
 //! at the admission) a waiter row links the caller to the started run.
@@ -55,6 +57,20 @@ pub struct ServiceCallStart<'a> {
     pub payload_codec: Option<&'a str>,
     /// The started workflow's queue (the binding's when absent).
     pub queue: Option<&'a str>,
+    /// The operation's workflow id (`service-call-<id>` when absent).
+    pub workflow_id: Option<&'a str>,
+    /// The open run of that workflow the call attaches to (it must be the
+    /// open one).
+    pub run_id: Option<&'a str>,
+    /// `return_existing_active`: an open run of the workflow id (of the
+    /// operation's type) is linked instead of refusing the call.
+    pub return_existing: bool,
+    /// Recorded with the call.
+    pub business_key: Option<&'a str>,
+    /// The started workflow's memo.
+    pub memo: Map<String, Value>,
+    /// The started workflow's search attributes.
+    pub search_attributes: Map<String, Value>,
 }
 
 /// The events a start writes into the caller's history.
@@ -208,6 +224,32 @@ pub fn caller_refusal(
     }
 }
 
+/// A call that fails before anything is written: a lone `ServiceCallFailed`.
+fn fail_at_once(
+    mut failed: Map<String, Value>,
+    reason: &'static str,
+    message: String,
+) -> StartedCall {
+    failed.insert("status".into(), "failed".into());
+    // A refusal by the operation's caller lists is the reference
+    // server's `rejected_forbidden` outcome.
+    let outcome = if FORBIDDEN_REASONS.contains(&reason) {
+        "rejected_forbidden"
+    } else {
+        reason
+    };
+    failed.insert("outcome".into(), outcome.into());
+    failed.insert("reason".into(), reason.into());
+    failed.insert("exception_type".into(), reason.into());
+    failed.insert("message".into(), message.into());
+    StartedCall {
+        started: None,
+        terminal: Some((EventType::ServiceCallFailed, Value::Object(failed))),
+        resumes_at_admission: false,
+        woken: None,
+    }
+}
+
 /// Starts `call` for the `caller` run in the caller's transaction.
 pub(crate) fn start(
     conn: &Connection,
@@ -280,30 +322,61 @@ pub(crate) fn start(
     );
     let operation = match operation {
         Ok(operation) => operation,
-        Err((reason, message)) => {
-            let mut failed = fields;
-            failed.insert("status".into(), "failed".into());
-            // A refusal by the operation's caller lists is the reference
-            // server's `rejected_forbidden` outcome.
-            let outcome = if FORBIDDEN_REASONS.contains(&reason) {
-                "rejected_forbidden"
-            } else {
-                reason
+        Err((reason, message)) => return Ok(fail_at_once(fields, reason, message)),
+    };
+    let workflow_type = operation.document["handler_binding"]["workflow_type"]
+        .as_str()
+        .or_else(|| operation.document["handler_target_reference"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    // A named workflow id: its open run is linked (return_existing_active,
+    // of the operation's type, and the named run if one is named) or the
+    // call is refused, before anything is written.
+    let existing = match call.workflow_id {
+        Some(workflow_id) => {
+            let open: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT id, workflow_type FROM runs WHERE namespace = ?1 AND workflow_id = ?2 \
+                     AND status = 'running' ORDER BY id DESC LIMIT 1",
+                )?
+                .query_row(params![namespace, workflow_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            let refusal = match (&open, call.run_id) {
+                (None, Some(run)) => Some((
+                    "target_run_not_open",
+                    format!("Workflow [{workflow_id}] has no open run [{run}] in namespace [{namespace}] to attach the call to."),
+                )),
+                (None, None) => None,
+                (Some((id, _)), Some(run)) if run != id.to_string() => Some((
+                    "target_run_not_open",
+                    format!("Workflow [{workflow_id}]'s open run in namespace [{namespace}] is [{id}], not [{run}]."),
+                )),
+                // A workflow waiting on its own run would wait forever.
+                (Some((id, _)), _) if *id == caller.id.0 => Some((
+                    "target_run_is_caller",
+                    format!("Workflow [{workflow_id}]'s open run is the calling run: a call cannot attach to its caller."),
+                )),
+                (Some((_, kind)), _) if !call.return_existing || *kind != workflow_type => Some((
+                    "instance_already_started",
+                    format!("Workflow [{workflow_id}] already has an open run of type [{kind}] in namespace [{namespace}]; \
+                             send duplicate_start_policy return_existing_active to link an open run of type [{workflow_type}]."),
+                )),
+                (Some(_), _) => None,
             };
-            failed.insert("outcome".into(), outcome.into());
-            failed.insert("reason".into(), reason.into());
-            failed.insert("exception_type".into(), reason.into());
-            failed.insert("message".into(), message.into());
-            return Ok(StartedCall {
-                started: None,
-                terminal: Some((EventType::ServiceCallFailed, Value::Object(failed))),
-                resumes_at_admission: false,
-                woken: None,
-            });
+            if let Some((reason, message)) = refusal {
+                return Ok(fail_at_once(fields, reason, message));
+            }
+            open.map(|(id, _)| RunId(id))
         }
+        None => None,
     };
     let request = json!({
         "arguments": call.request_payload, "payload_codec": codec,
+        "target_workflow_instance_id": call.workflow_id, "target_workflow_run_id": call.run_id,
+        "duplicate_start_policy": if call.return_existing { "return_existing_active" } else { "reject_duplicate" },
+        "business_key": call.business_key,
         "mode_override": mode, "wait_for": wait_for,
         "idempotency_key": call.idempotency_key, "queue": call.queue,
         "caller_namespace": caller_namespace,
@@ -329,7 +402,9 @@ pub(crate) fn start(
             ],
             |r| r.get(0),
         )?;
-    let workflow_id = format!("service-call-{call_id}");
+    let workflow_id = call
+        .workflow_id
+        .map_or_else(|| format!("service-call-{call_id}"), str::to_owned);
     let queue = call
         .queue
         .map(str::to_owned)
@@ -339,26 +414,30 @@ pub(crate) fn start(
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| "default".to_owned());
-    let workflow_type = operation.document["handler_binding"]["workflow_type"]
-        .as_str()
-        .or_else(|| operation.document["handler_target_reference"].as_str())
-        .unwrap_or_default()
-        .to_owned();
     let arguments = match call.request_payload {
         Value::Object(_) => call.request_payload.clone(),
         Value::Null => json!({ "codec": codec, "blob": "" }),
         blob => json!({ "codec": codec, "blob": blob }),
     };
-    let start = StartRun {
-        workflow_id: workflow_id.clone(),
-        workflow_type,
-        namespace: namespace.to_owned(),
-        task_queue: queue.clone(),
-        arguments,
-        ..StartRun::default()
+    let run = match existing {
+        Some(run) => run,
+        None => {
+            let start = StartRun {
+                workflow_id: workflow_id.clone(),
+                workflow_type,
+                namespace: namespace.to_owned(),
+                task_queue: queue.clone(),
+                arguments,
+                memo: call.memo.clone(),
+                search_attributes: call.search_attributes.clone(),
+            };
+            // The memo and search attributes meet memo_size_bytes and
+            // search_attribute_size_bytes here, as any start's.
+            let run = insert_run(conn, limits, &start, None, None)?;
+            enqueue_workflow(conn, run)?;
+            run
+        }
     };
-    let run = insert_run(conn, limits, &start, None, None)?;
-    enqueue_workflow(conn, run)?;
     conn.prepare_cached(
         "UPDATE service_calls SET linked_workflow_id = ?2, linked_run_id = ?3 WHERE id = ?1",
     )?

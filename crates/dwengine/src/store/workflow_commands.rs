@@ -253,6 +253,24 @@ pub enum WorkflowCommand {
         /// The started workflow's queue (the binding's when absent).
         #[serde(default)]
         queue: Option<String>,
+        /// The operation's workflow id (`service-call-<id>` when absent).
+        #[serde(default)]
+        target_workflow_instance_id: Option<String>,
+        /// The open run of that workflow the call must attach to.
+        #[serde(default)]
+        target_workflow_run_id: Option<String>,
+        /// `reject_duplicate` (the default) or `return_existing_active`.
+        #[serde(default)]
+        duplicate_start_policy: Option<String>,
+        /// Recorded with the call, checked as a start's.
+        #[serde(default)]
+        business_key: Option<String>,
+        /// The started workflow's memo.
+        #[serde(default)]
+        memo: Option<Map<String, Value>>,
+        /// The started workflow's search attributes.
+        #[serde(default)]
+        search_attributes: Option<Map<String, Value>>,
     },
     /// Cancel a member of a resolved durable selection (a loser workflow
     /// code no longer needs); the member is named by its recorded identity
@@ -1555,6 +1573,12 @@ impl<'a> CommandWriter<'a> {
             payload_codec,
             request_payload,
             queue,
+            target_workflow_instance_id,
+            target_workflow_run_id,
+            duplicate_start_policy,
+            business_key,
+            memo,
+            search_attributes,
         } = command
         else {
             return Ok(());
@@ -1574,6 +1598,12 @@ impl<'a> CommandWriter<'a> {
             request_payload,
             payload_codec: payload_codec.as_deref(),
             queue: queue.as_deref(),
+            workflow_id: target_workflow_instance_id.as_deref(),
+            run_id: target_workflow_run_id.as_deref(),
+            return_existing: duplicate_start_policy.as_deref() == Some("return_existing_active"),
+            business_key: business_key.as_deref(),
+            memo: memo.clone().unwrap_or_default(),
+            search_attributes: search_attributes.clone().unwrap_or_default(),
         };
         let started = crate::store::service_calls::start(
             self.tx,

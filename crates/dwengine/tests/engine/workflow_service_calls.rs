@@ -473,7 +473,7 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
     bad["mode_override"] = "later".into();
     bad["wait_for"] = "never".into();
     bad["request_payload"] = json!(42);
-    bad["memo"] = json!({ "a": 1 });
+    bad["connection"] = "redis".into();
     let (status, body) = s.complete(&task, json!([bad]));
     assert_eq!(status, 422, "{body}");
     for field in [
@@ -481,7 +481,7 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
         "mode_override",
         "wait_for",
         "request_payload",
-        "memo",
+        "connection",
     ] {
         assert!(
             body["validation_errors"][format!("commands.0.{field}")].is_array(),
@@ -500,4 +500,110 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
     let (status, _) = s.get("/api/workflows/service-call-1");
     assert_eq!(status, 404);
     assert!(payloads(&history(&s, "bad"), "ServiceCallStarted").is_empty());
+}
+
+#[test]
+fn start_options_name_describe_and_attach_the_operations_workflow() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.store.limits.set(LimitKind::MemoSizeBytes, 256);
+    });
+    catalog(&s);
+    let (status, body) = s.post(
+        "/api/search-attributes",
+        json!({ "name": "Region", "type": "keyword" }),
+    );
+    assert_eq!(status, 201, "{body}");
+    // Named, with memo, search attributes and a business key.
+    let mut named = call("charge");
+    named["target_workflow_instance_id"] = "invoice-7".into();
+    named["memo"] = json!({ "order": 7 });
+    named["search_attributes"] = json!({ "Region": "eu" });
+    named["business_key"] = "order-7".into();
+    let first = caller_calls(&s, "opt-first", named.clone());
+    assert_eq!(first["linked_workflow_instance_id"], "invoice-7", "{first}");
+    let (status, invoice) = s.get("/api/workflows/invoice-7");
+    assert_eq!(status, 200, "{invoice}");
+    assert_eq!(invoice["memo"]["order"], 7, "{invoice}");
+    assert_eq!(invoice["search_attributes"]["Region"], "eu", "{invoice}");
+    let run = first["linked_workflow_run_id"].as_str().unwrap().to_owned();
+    let call_id = first["service_call_id"].as_str().unwrap();
+    let (_, described) = s.get(&format!("{OPERATION}/service-calls/{call_id}"));
+    assert_eq!(described["business_key"], "order-7", "{described}");
+    // The id is taken: refused by default, attached with
+    // return_existing_active (to the named run only when one is named).
+    let refused = caller_calls(&s, "opt-dup", named.clone());
+    assert!(refused.is_null(), "{refused}");
+    let failed = payloads(&history(&s, "opt-dup"), "ServiceCallFailed");
+    assert_eq!(failed[0]["exception_type"], "instance_already_started");
+    let mut attach = named.clone();
+    attach["duplicate_start_policy"] = "return_existing_active".into();
+    let attached = caller_calls(&s, "opt-attach", attach.clone());
+    assert_eq!(
+        attached["linked_workflow_run_id"],
+        run.as_str(),
+        "{attached}"
+    );
+    attach["target_workflow_run_id"] = "999999".into();
+    let wrong = caller_calls(&s, "opt-wrong-run", attach.clone());
+    assert!(wrong.is_null(), "{wrong}");
+    let failed = payloads(&history(&s, "opt-wrong-run"), "ServiceCallFailed");
+    assert_eq!(failed[0]["exception_type"], "target_run_not_open");
+    attach["target_workflow_run_id"] = run.as_str().into();
+    let pinned = caller_calls(&s, "opt-pinned", attach);
+    assert_eq!(pinned["linked_workflow_run_id"], run.as_str(), "{pinned}");
+    // A call cannot attach to its own caller's run.
+    let mut own = call("charge");
+    own["target_workflow_instance_id"] = "opt-self".into();
+    own["duplicate_start_policy"] = "return_existing_active".into();
+    caller_calls(&s, "opt-self", own);
+    let failed = payloads(&history(&s, "opt-self"), "ServiceCallFailed");
+    assert_eq!(failed[0]["exception_type"], "target_run_is_caller");
+    // One run answers every caller linked to it.
+    let task = next_task(&s, "payments");
+    assert_eq!(task["workflow_id"], "invoice-7");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "complete_workflow", "result": envelope("\"paid\"") }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    for id in ["opt-first", "opt-attach", "opt-pinned"] {
+        let completed = payloads(&history(&s, id), "ServiceCallCompleted");
+        assert_eq!(completed.len(), 1, "{id}");
+        assert_eq!(
+            completed[0]["response_payload"],
+            envelope("\"paid\""),
+            "{id}"
+        );
+    }
+    // Bad options are a 422 naming the field; nothing is applied.
+    s.start_workflow("default", "opt-bad", "opt-bad");
+    let task = next_task(&s, "opt-bad");
+    for (name, value) in [
+        ("duplicate_start_policy", json!("maybe")),
+        ("target_workflow_run_id", json!("1")),
+        ("connection", json!("redis")),
+        ("memo", json!([1])),
+        ("search_attributes", json!({ "Unknown": "x" })),
+    ] {
+        let mut bad = call("charge");
+        bad[name] = value;
+        let (status, body) = s.complete(&task, json!([bad]));
+        assert_eq!(status, 422, "{name}: {body}");
+        assert!(
+            body["validation_errors"][format!("commands.0.{name}")].is_array(),
+            "{name}: {body}"
+        );
+    }
+    assert_eq!(history(&s, "opt-bad").len(), 1, "nothing applied");
+    // A memo past memo_size_bytes fails the caller with the structural
+    // metadata, as an oversized start would, and nothing starts.
+    let mut big = call("charge");
+    big["target_workflow_instance_id"] = "invoice-big".into();
+    big["memo"] = json!({ "note": "x".repeat(300) });
+    let (status, body) = s.complete(&task, json!([big]));
+    assert_eq!(status, 200, "{body}");
+    let (_, described) = s.get("/api/workflows/opt-bad");
+    assert_eq!(described["status"], "failed", "{described}");
+    let (status, _) = s.get("/api/workflows/invoice-big");
+    assert_eq!(status, 404);
 }
