@@ -1148,7 +1148,8 @@ impl Engine {
     /// payload reference in the commands, no message stream cursors or
     /// waits and no search-attribute upserts (each is read from the store
     /// first), and a sticky claim's run read on an idle reader
-    /// ([`Engine::read_now`]). The same checks in the same order, the same
+    /// ([`Engine::read_now`]), and no service call's workflow started with a
+    /// memo or search attributes. The same checks in the same order, the same
     /// transaction and answer. `Err(body)`: complete the ordinary way, on a
     /// blocking thread.
     pub async fn complete_workflow_task_now(
@@ -1175,7 +1176,9 @@ impl Engine {
             Ok(checked) => checked,
             Err(e) => return Ok(Err(e)),
         };
-        if upserts(&commands) {
+        // Search attributes (upserted, or given to a service call's
+        // workflow) are checked against the registered ones first.
+        if upserts(&commands) || service_starts_with_options(&commands) {
             return Err(body);
         }
         let sticky = match body.sticky_cache.as_ref().filter(|c| !c.is_null()) {
@@ -1253,6 +1256,9 @@ impl Engine {
         task: i64,
         commands: &[WorkflowCommand],
     ) -> Result<(), ApiError> {
+        if !service_starts_with_options(commands) {
+            return Ok(());
+        }
         let starts: Vec<_> = commands
             .iter()
             .enumerate()
@@ -1775,6 +1781,15 @@ fn upserts(commands: &[WorkflowCommand]) -> bool {
     commands
         .iter()
         .any(|c| matches!(c, WorkflowCommand::UpsertSearchAttributes { .. }))
+}
+
+/// Whether a completion starts a service call's workflow with a memo or
+/// search attributes (checked before it is written).
+fn service_starts_with_options(commands: &[WorkflowCommand]) -> bool {
+    commands.iter().any(|c| {
+        matches!(c, WorkflowCommand::StartServiceOperation { memo, search_attributes, .. }
+            if memo.is_some() || search_attributes.is_some())
+    })
 }
 
 /// The run of `task` and its workflow id, which a sticky claim must name.
