@@ -147,13 +147,19 @@ fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_
     // The rate bucket is the wall-clock minute: start the 40 requests early
     // in a minute so that one bucket sees them all.
     let minute_of = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs() / 60;
-    let into_minute = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        % 60;
-    if into_minute > 40 {
-        std::thread::sleep(Duration::from_secs(61 - into_minute));
+    // Waited for with a request a second, not one long sleep: the server
+    // closes a connection idle past its header-read timeout (10 s), and
+    // the client's next POST on that pooled connection would fail.
+    let into_minute = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            % 60
+    };
+    while into_minute() > 40 {
+        assert_eq!(s.get("/api/health").0, 200, "[{backend}]");
+        std::thread::sleep(Duration::from_millis(500));
     }
     let first_minute = minute_of(SystemTime::now());
     let mut limited = 0;
