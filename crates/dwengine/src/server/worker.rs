@@ -2195,26 +2195,33 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
             }
         }
     }
-    for name in [
-        "namespace",
-        "caller_namespace",
-        "idempotency_key",
-        "payload_codec",
-    ] {
-        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
-            if !value
-                .as_str()
-                .is_some_and(|v| !v.trim().is_empty() && v.chars().count() <= 255)
-            {
-                checks.problem(
-                    &field(name),
-                    format!(
-                        "The {name} field must be a non-empty string of at most 255 characters."
-                    ),
-                );
+    let short_strings = |checks: &mut Checks, names: &[&str], max: usize| {
+        for name in names {
+            if let Some(value) = command.get(*name).filter(|v| !v.is_null()) {
+                if !value
+                    .as_str()
+                    .is_some_and(|v| !v.trim().is_empty() && v.chars().count() <= max)
+                {
+                    checks.problem(
+                        &field(name),
+                        format!(
+                            "The {name} field must be a non-empty string of at most {max} characters."
+                        ),
+                    );
+                }
             }
         }
-    }
+    };
+    short_strings(
+        checks,
+        &[
+            "namespace",
+            "caller_namespace",
+            "idempotency_key",
+            "payload_codec",
+        ],
+        255,
+    );
     match command.get("request_payload") {
         None | Some(Value::Null) | Some(Value::String(_)) => {}
         Some(envelope @ Value::Object(_)) => {
@@ -2228,25 +2235,15 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
         }
     }
     // The start options of the operation's workflow.
-    for name in [
-        "target_workflow_instance_id",
-        "target_workflow_run_id",
-        "business_key",
-    ] {
-        if let Some(value) = command.get(name).filter(|v| !v.is_null()) {
-            if !value
-                .as_str()
-                .is_some_and(|v| !v.trim().is_empty() && v.chars().count() <= 191)
-            {
-                checks.problem(
-                    &field(name),
-                    format!(
-                        "The {name} field must be a non-empty string of at most 191 characters."
-                    ),
-                );
-            }
-        }
-    }
+    short_strings(
+        checks,
+        &[
+            "target_workflow_instance_id",
+            "target_workflow_run_id",
+            "business_key",
+        ],
+        191,
+    );
     if command
         .get("target_workflow_run_id")
         .is_some_and(|v| !v.is_null())

@@ -264,7 +264,7 @@ async fn register(
     .await
 }
 
-async fn deregister(
+pub(super) async fn deregister(
     State(engine): Shared,
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,

@@ -19,7 +19,11 @@ use crate::store::build_id_rollouts::RolloutAction;
 pub(super) fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/api/workers", get(list))
-        .route("/api/workers/{id}", get(describe).delete(deregister))
+        // Deleting a worker is the worker plane's deregistration.
+        .route(
+            "/api/workers/{id}",
+            get(describe).delete(super::worker_tasks::deregister),
+        )
 }
 
 async fn list(
@@ -36,15 +40,6 @@ async fn describe(
     Path(id): Path<String>,
 ) -> Response {
     blocking(engine, move |e| e.describe_worker(&scope.namespace, &id)).await
-}
-
-/// The same as the worker plane's `DELETE /api/worker/registrations/{id}`.
-async fn deregister(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    Path(id): Path<String>,
-) -> Response {
-    blocking(engine, move |e| e.deregister_worker(&scope.namespace, &id)).await
 }
 
 pub(super) fn queue_routes() -> Router<Arc<Engine>> {
