@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
 use crate::durable_state::{DurableRejection, DurableResource, NamespaceDurableStateQuota};
 use crate::server::error::finish_with;
+use crate::server::fast_paths::StartSteps;
 use crate::server::schedules::ScheduleStart;
 use crate::server::wire::{
     self, Checks, HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody, UpdateBody,
@@ -332,10 +333,20 @@ impl Engine {
         body: StartWorkflow,
         schedule: Option<ScheduleStart>,
     ) -> Result<Option<(u16, Value)>, ApiError> {
-        let plan = self.plan_start(namespace, body, schedule.is_some(), |search| {
-            self.unregistered_search_attributes(namespace, search)
+        // The steps that may block, named once for both paths.
+        let steps = self.start_steps(namespace, &body);
+        let plan = self.plan_start(namespace, body, schedule.is_some(), steps, |search| {
+            if steps.registered_attributes {
+                self.unregistered_search_attributes(namespace, search)
+            } else {
+                Ok(Vec::new())
+            }
         })?;
-        let _slot = self.admit_namespace(namespace)?;
+        let _slot = if steps.admission {
+            self.admit_namespace(namespace)?
+        } else {
+            None
+        };
         let started = if plan.side_by_side {
             let (key, start) = plan.tx.side_by_side();
             self.write_start(key, start)?
@@ -347,48 +358,43 @@ impl Engine {
 
     /// [`Engine::start_workflow`] on the calling (async) thread, awaiting
     /// the writer's commit without a blocking thread, when nothing on the
-    /// way can block: a file or in-memory SQLite store (one writer), a
-    /// namespace without a request cap (admission would touch the cache),
-    /// an in-process cache (the wake after the commit touches it), no
-    /// external payload reference in the input (each is read from the
-    /// store), and search attributes checked against the registered ones
-    /// read on an idle reader ([`Engine::read_now`]) or none given. The
-    /// checks, the transaction and the answer are the ordinary start's,
-    /// so both answer the same request the same way.
-    /// `Err(body)`: start the ordinary way, on a blocking thread. A start
-    /// handed to a blocking thread and from there to the writer cost two
-    /// thread hand-offs more than the writer's own (docs/performance.md).
+    /// way can block: [`Engine::start_steps`] names no
+    /// [`Blocking`](crate::server::fast_paths::Blocking) reason, and search
+    /// attributes, if any, are checked against the registered ones read on
+    /// an idle reader ([`Engine::read_now`]). The checks, the transaction
+    /// and the answer are the ordinary start's, so both answer the same
+    /// request the same way. `Err(body)`: start the ordinary way, on a
+    /// blocking thread. A start handed to a blocking thread and from there
+    /// to the writer cost two thread hand-offs more than the writer's own
+    /// (docs/performance.md).
     pub async fn start_workflow_now(
         &self,
         namespace: &str,
         body: StartWorkflow,
     ) -> Result<Result<(u16, Value), ApiError>, StartWorkflow> {
-        if !self.writes_from_async()
-            || self.namespaces.is_capped(namespace)
-            || crate::server::external_payloads::references_external_payloads(&[(
-                "input",
-                &body.input,
-            )])
-        {
+        let steps = self.start_steps(namespace, &body);
+        if steps.blocking().is_some() {
             return Err(body);
         }
-        let registered = match body.search_attributes.as_ref().filter(|s| !s.is_empty()) {
-            None => None,
-            Some(_) => match self.read_now(|s| s.search_attributes(namespace)) {
+        let registered = if steps.registered_attributes {
+            match self.read_now(|s| s.search_attributes(namespace)) {
                 Some(registered) => Some(registered),
                 None => return Err(body),
-            },
+            }
+        } else {
+            None
         };
-        Ok(self.start_now(namespace, body, registered).await)
+        Ok(self.start_now(namespace, body, steps, registered).await)
     }
 
     async fn start_now(
         &self,
         namespace: &str,
         body: StartWorkflow,
+        steps: StartSteps,
         registered: Option<std::collections::BTreeMap<String, String>>,
     ) -> Result<(u16, Value), ApiError> {
-        let plan = self.plan_start(namespace, body, false, |search| {
+        let plan = self.plan_start(namespace, body, false, steps, |search| {
             Ok(match &registered {
                 Some(registered) => crate::server::search_attributes::unregistered_among(
                     registered, namespace, search,
@@ -404,13 +410,14 @@ impl Engine {
 
     /// A start's checks, in the order every start takes them: the request
     /// limits and fields (with `search_problems` for its search
-    /// attributes), then its external payload references; what is left is
-    /// its transaction and its answer.
+    /// attributes), then its external payload references (when `steps`
+    /// says it names any); what is left is its transaction and its answer.
     fn plan_start(
         &self,
         namespace: &str,
         body: StartWorkflow,
         scheduled: bool,
+        steps: StartSteps,
         search_problems: impl FnOnce(
             &serde_json::Map<String, Value>,
         ) -> Result<Vec<(String, String)>, ApiError>,
@@ -479,7 +486,9 @@ impl Engine {
             ],
             &checks.problems,
         )?;
-        self.verify_payload_references(namespace, &[("input", &body.input)])?;
+        if steps.payload_references {
+            self.verify_payload_references(namespace, &[("input", &body.input)])?;
+        }
         let use_existing = policy == "use-existing";
         let codec = wire::codec(&body.input);
         let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
@@ -495,10 +504,7 @@ impl Engine {
         // in a start batch, beside other nodes' starts on PostgreSQL.
         let side_by_side = !scheduled
             && !NamespaceDurableStateQuota::limits_any(quota, &START_RESOURCES)
-            && !crate::server::external_payloads::references_external_payloads(&[(
-                "input",
-                &body.input,
-            )]);
+            && !steps.payload_references;
         let reply = StartReply {
             workflow_id: body.workflow_id.clone(),
             workflow_type: body.workflow_type.clone(),

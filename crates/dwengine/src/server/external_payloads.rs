@@ -411,13 +411,6 @@ impl Engine {
         self.verify_references_in(|| Ok(namespace.to_owned()), payloads)
     }
 
-    /// Whether any of `payloads` names an external payload
-    /// ([`references_external_payloads`]): verifying it reads the store,
-    /// so a report that does is not handled on an async thread.
-    pub(crate) fn names_external_payloads(&self, payloads: &[(&str, &Value)]) -> bool {
-        references_external_payloads(payloads)
-    }
-
     /// As [`Engine::verify_payload_references`] for the payloads of a
     /// worker's report on `task`, whose namespace is read only when a
     /// reference is present.
@@ -484,7 +477,6 @@ impl Engine {
     }
 }
 
-/// Every `{codec, external_payload}` envelope in `value`, by field path.
 /// Whether any of `payloads` names an external payload (well formed or
 /// not): a write that stores it adds to that payload's reference count.
 pub(crate) fn references_external_payloads(payloads: &[(&str, &Value)]) -> bool {
@@ -496,6 +488,7 @@ pub(crate) fn references_external_payloads(payloads: &[(&str, &Value)]) -> bool 
     !found.is_empty() || !checks.problems.is_empty()
 }
 
+/// Every `{codec, external_payload}` envelope in `value`, by field path.
 fn collect(
     field: &str,
     value: &Value,

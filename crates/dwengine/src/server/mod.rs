@@ -34,6 +34,7 @@ pub mod control;
 pub mod engine;
 pub mod error;
 pub mod external_payloads;
+pub mod fast_paths;
 pub mod fingerprints;
 pub mod history_export;
 pub mod http;

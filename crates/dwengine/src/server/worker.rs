@@ -23,6 +23,7 @@ use crate::diagnostics::PollObservation;
 use crate::durable_state::{DurableResource, NamespaceDurableStateQuota};
 use crate::poll_requests::PollClaim;
 use crate::server::error::finish_with;
+use crate::server::fast_paths::{service_starts_with_options, sticky_claim};
 use crate::server::wire::{
     self, ActivityReport, Checks, PollBody, RegisterWorker, WorkerHeartbeat, WorkflowTaskLease,
     MAX_PAGE_SIZE,
@@ -1074,21 +1075,25 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let (task, attempt) = workflow_fence(task_id, &body)?;
         let commands = parse_commands(&self.config.request_limits, &body.commands)?;
-        let sticky = match body.sticky_cache.as_ref().filter(|c| !c.is_null()) {
+        // The steps that may block, named once for both paths.
+        let steps = self.completion_steps(&body, &commands);
+        let sticky = match sticky_claim(&body) {
             Some(claim) => Some(self.sticky_claim(task, &body.lease_owner, claim)?),
             None => None,
         };
-        let fields: Vec<String> = (0..body.commands.len())
-            .map(|i| format!("commands.{i}"))
-            .collect();
-        let payloads: Vec<(&str, &Value)> = fields
-            .iter()
-            .map(String::as_str)
-            .zip(&body.commands)
-            .collect();
-        self.verify_task_payload_references(task, &payloads)?;
+        if steps.payload_references {
+            let fields: Vec<String> = (0..body.commands.len())
+                .map(|i| format!("commands.{i}"))
+                .collect();
+            let payloads: Vec<(&str, &Value)> = fields
+                .iter()
+                .map(String::as_str)
+                .zip(&body.commands)
+                .collect();
+            self.verify_task_payload_references(task, &payloads)?;
+        }
         let mut stream_cursors = Vec::new();
-        if body.message_stream_cursors.is_some() || body.message_stream_waits.is_some() {
+        if steps.message_streams {
             let fence = WorkflowTaskFence {
                 lease_owner: &body.lease_owner,
                 attempt,
@@ -1100,9 +1105,11 @@ impl Engine {
                 body.message_stream_waits.as_ref(),
             )?;
         }
-        self.check_service_call_starts(task, &commands)?;
+        if steps.service_call_options {
+            self.check_service_call_starts(task, &commands)?;
+        }
         let owner = body.lease_owner;
-        if upserts(&commands) {
+        if steps.upserts {
             let fence = WorkflowTaskFence {
                 lease_owner: &owner,
                 attempt,
@@ -1144,25 +1151,19 @@ impl Engine {
 
     /// [`Engine::complete_workflow_task`] on the calling (async) thread,
     /// awaiting the writer's commit without a blocking thread, when nothing
-    /// on the way can block: [`Engine::writes_from_async`], no external
-    /// payload reference in the commands, no message stream cursors or
-    /// waits and no search-attribute upserts (each is read from the store
-    /// first), and a sticky claim's run read on an idle reader
-    /// ([`Engine::read_now`]), and no service call's workflow started with a
-    /// memo or search attributes. The same checks in the same order, the same
-    /// transaction and answer. `Err(body)`: complete the ordinary way, on a
-    /// blocking thread.
+    /// on the way can block ([`Engine::completion_steps`] names no
+    /// [`Blocking`](crate::server::fast_paths::Blocking) reason), with a
+    /// sticky claim's run read on an idle reader ([`Engine::read_now`]).
+    /// The same checks in the same order, the same transaction and answer.
+    /// `Err(body)`: complete the ordinary way, on a blocking thread.
     pub async fn complete_workflow_task_now(
         &self,
         task_id: &str,
         body: WorkflowTaskLease,
     ) -> Result<Result<Value, ApiError>, WorkflowTaskLease> {
-        let payloads: Vec<(&str, &Value)> = body.commands.iter().map(|c| ("commands", c)).collect();
-        if !self.writes_from_async()
-            || body.message_stream_cursors.is_some()
-            || body.message_stream_waits.is_some()
-            || self.names_external_payloads(&payloads)
-        {
+        // The steps below say so too; asked first so that a completion on
+        // a node that never takes this path is not parsed twice.
+        if !self.writes_from_async() {
             return Err(body);
         }
         let checked = workflow_fence(task_id, &body).and_then(|(task, attempt)| {
@@ -1176,12 +1177,10 @@ impl Engine {
             Ok(checked) => checked,
             Err(e) => return Ok(Err(e)),
         };
-        // Search attributes (upserted, or given to a service call's
-        // workflow) are checked against the registered ones first.
-        if upserts(&commands) || service_starts_with_options(&commands) {
+        if self.completion_steps(&body, &commands).blocking().is_some() {
             return Err(body);
         }
-        let sticky = match body.sticky_cache.as_ref().filter(|c| !c.is_null()) {
+        let sticky = match sticky_claim(&body) {
             Some(claim) => {
                 let Some(found) = self.read_now(|s| sticky_run(s, task)) else {
                     return Err(body);
@@ -1585,7 +1584,9 @@ impl Engine {
         body: ActivityReport,
     ) -> Result<Value, ApiError> {
         let task = activity_task(&self.config, task_id, &body)?;
-        self.verify_task_payload_references(task, &[("result", &body.result)])?;
+        if self.report_steps(&body).payload_references {
+            self.verify_task_payload_references(task, &[("result", &body.result)])?;
+        }
         let attempt_id = body.activity_attempt_id.clone();
         let written = self.write(activity_report(task, failed, body))?;
         self.activity_reported(task_id, attempt_id, written)
@@ -1593,17 +1594,17 @@ impl Engine {
 
     /// [`Engine::report_activity`] on the calling (async) thread, awaiting
     /// the writer's commit without a blocking thread, when nothing on the
-    /// way can block ([`Engine::writes_from_async`], no external payload
-    /// reference in the result, which would be read from the store): the
-    /// same checks, transaction and answer. `Err(body)`: report the
-    /// ordinary way, on a blocking thread.
+    /// way can block ([`Engine::report_steps`] names no
+    /// [`Blocking`](crate::server::fast_paths::Blocking) reason): the same
+    /// checks, transaction and answer. `Err(body)`: report the ordinary
+    /// way, on a blocking thread.
     pub async fn report_activity_now(
         &self,
         task_id: &str,
         failed: bool,
         body: ActivityReport,
     ) -> Result<Result<Value, ApiError>, ActivityReport> {
-        if !self.writes_from_async() || self.names_external_payloads(&[("result", &body.result)]) {
+        if self.report_steps(&body).blocking().is_some() {
             return Err(body);
         }
         Ok(async {
@@ -1773,23 +1774,6 @@ fn workflow_fence(task_id: &str, body: &WorkflowTaskLease) -> Result<(i64, u64),
         task.unwrap_or_default(),
         body.workflow_task_attempt.unsigned_abs(),
     ))
-}
-
-/// Whether a completion upserts search attributes (checked against the
-/// namespace's registered ones before it is written).
-fn upserts(commands: &[WorkflowCommand]) -> bool {
-    commands
-        .iter()
-        .any(|c| matches!(c, WorkflowCommand::UpsertSearchAttributes { .. }))
-}
-
-/// Whether a completion starts a service call's workflow with a memo or
-/// search attributes (checked before it is written).
-fn service_starts_with_options(commands: &[WorkflowCommand]) -> bool {
-    commands.iter().any(|c| {
-        matches!(c, WorkflowCommand::StartServiceOperation { memo, search_attributes, .. }
-            if memo.is_some() || search_attributes.is_some())
-    })
 }
 
 /// The run of `task` and its workflow id, which a sticky claim must name.

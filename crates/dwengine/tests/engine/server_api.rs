@@ -957,3 +957,173 @@ fn worker_reports_answer_alike_on_the_async_thread_and_on_a_blocking_one() {
         assert_eq!(a, b, "answer {i}");
     }
 }
+
+/// Uploads `data` to the external payload transport of `s` (namespace
+/// `default`) and answers the `{codec, external_payload}` envelope that
+/// names it.
+fn stored_payload(s: &TestServer, data: &[u8]) -> Value {
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let response = ureq::post(&format!("{}/api/external-payloads/v1", s.base))
+        .set("x-namespace", "default")
+        .set("content-type", "application/octet-stream")
+        .set("x-durable-workflow-payload-codec", "avro")
+        .set("x-durable-workflow-payload-size", &data.len().to_string())
+        .set("x-durable-workflow-payload-sha256", &sha)
+        .send_bytes(data)
+        .expect("the upload is stored");
+    let body: Value = response.into_json().unwrap();
+    json!({ "codec": "avro", "external_payload": body["reference"] })
+}
+
+/// A start or worker report with a step on its way that may block (a
+/// capped namespace's admission, an external payload reference, message
+/// stream cursors, search-attribute upserts, a service call's workflow
+/// started with a memo) is handed back by its fast path, which names the
+/// reason (`Engine::start_steps`, `completion_steps`, `report_steps`), and
+/// answered by the ordinary path on a blocking thread.
+#[test]
+fn a_request_with_a_step_that_may_block_takes_the_blocking_path() {
+    use dwengine::server::fast_paths::Blocking;
+    use dwengine::server::wire::{ActivityReport, StartWorkflow, WorkflowTaskLease};
+    use dwengine::store::WorkflowCommand;
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(|c| {
+        c.database = Some(dir.path().join("runs.sqlite"));
+        c.external_payloads.threshold_bytes = 64;
+        c.external_payloads.max_payload_bytes = 1024;
+        c.namespace_limits.insert(
+            "capped".into(),
+            dwengine::admission::NamespaceLimit {
+                max_concurrent: 64,
+                per_minute: 0,
+            },
+        );
+    });
+    s.namespace("capped");
+    let engine = s.running.engine().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stored = stored_payload(&s, &[b'p'; 100]);
+
+    // Starts.
+    let start = |id: &str, input: &Value| {
+        serde_json::from_value::<StartWorkflow>(json!({
+            "workflow_id": id, "workflow_type": "Order", "task_queue": "q", "input": input,
+        }))
+        .unwrap()
+    };
+    let plain = start("plain", &envelope("[]"));
+    assert_eq!(engine.start_steps("default", &plain).blocking(), None);
+    let answer = runtime.block_on(engine.start_workflow_now("default", plain));
+    assert_eq!(answer.ok().and_then(Result::ok).map(|a| a.0), Some(201));
+    for (ns, id, input, why) in [
+        (
+            "capped",
+            "capped",
+            envelope("[]"),
+            Blocking::CappedNamespace,
+        ),
+        (
+            "default",
+            "referencing",
+            stored.clone(),
+            Blocking::ExternalPayloads,
+        ),
+    ] {
+        let body = start(id, &input);
+        assert_eq!(engine.start_steps(ns, &body).blocking(), Some(why), "{id}");
+        let handed_back = runtime
+            .block_on(engine.start_workflow_now(ns, body))
+            .expect_err("the start takes the blocking path");
+        assert_eq!(handed_back.workflow_id, id);
+        let (status, started) = engine.start_workflow(ns, handed_back).unwrap();
+        assert_eq!(status, 201, "{id}: {started}");
+    }
+
+    // Workflow task completions.
+    s.start_workflow("default", "reports", "q-reports");
+    let task = support::next_workflow_task(&s, "q-reports");
+    let task_id = task["task_id"].as_str().unwrap().to_owned();
+    let lease = |commands: Value, extra: Value| {
+        let mut body = json!({ "lease_owner": task["lease_owner"], "commands": commands,
+                               "workflow_task_attempt": task["workflow_task_attempt"] });
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        serde_json::from_value::<WorkflowTaskLease>(body).unwrap()
+    };
+    let schedule = |arguments: &Value| {
+        json!([{ "type": "schedule_activity", "activity_type": "charge",
+                 "task_queue": "q-reports", "arguments": arguments }])
+    };
+    let service_call = json!([{ "type": "start_service_operation", "endpoint_name": "billing",
+        "service_name": "invoices", "operation_name": "issue", "namespace": null,
+        "idempotency_key": "order-7", "payload_codec": "json", "request_payload": "[42]",
+        "memo": { "note": "x" } }]);
+    let completions = [
+        (
+            lease(
+                schedule(&envelope("[]")),
+                json!({ "message_stream_cursors": [] }),
+            ),
+            Blocking::MessageStreams,
+        ),
+        (
+            lease(
+                json!([{ "type": "upsert_search_attributes", "attributes": { "Region": "eu" } }]),
+                json!({}),
+            ),
+            Blocking::SearchAttributeUpserts,
+        ),
+        (lease(service_call, json!({})), Blocking::ServiceCallOptions),
+        // The last one is completed the ordinary way.
+        (
+            lease(schedule(&stored), json!({})),
+            Blocking::ExternalPayloads,
+        ),
+    ];
+    let mut last = None;
+    for (body, why) in completions {
+        let commands: Vec<WorkflowCommand> =
+            serde_json::from_value(Value::Array(body.commands.clone())).unwrap();
+        assert_eq!(
+            engine.completion_steps(&body, &commands).blocking(),
+            Some(why)
+        );
+        let handed_back = runtime
+            .block_on(engine.complete_workflow_task_now(&task_id, body))
+            .expect_err("the completion takes the blocking path");
+        last = Some(handed_back);
+    }
+    let done = engine
+        .complete_workflow_task(&task_id, last.unwrap())
+        .unwrap();
+    assert_eq!(done["outcome"], "completed", "{done}");
+
+    // An activity attempt's report.
+    let (_, polled) = s.poll("activity", "default", "q-reports", "reports-1", 2000);
+    let activity = polled["task"].clone();
+    let report: ActivityReport = serde_json::from_value(json!({
+        "activity_attempt_id": activity["activity_attempt_id"], "lease_owner": "w1",
+        "result": stored,
+    }))
+    .unwrap();
+    assert_eq!(
+        engine.report_steps(&report).blocking(),
+        Some(Blocking::ExternalPayloads)
+    );
+    let activity_id = activity["task_id"].as_str().unwrap().to_owned();
+    let handed_back = runtime
+        .block_on(engine.report_activity_now(&activity_id, false, report))
+        .expect_err("the report takes the blocking path");
+    let reported = engine
+        .report_activity(&activity_id, false, handed_back)
+        .unwrap();
+    assert_eq!(reported["outcome"], "completed", "{reported}");
+}
