@@ -178,9 +178,16 @@ impl Default for ExternalPayloadSweep {
 }
 
 /// Runs [`Engine::expire_orphan_payloads`] every interval while this node
-/// holds the sweep's lease, until the runtime stops.
+/// holds the sweep's lease, until the runtime stops. The first pass comes
+/// one interval after the start, not at once as tokio's first tick would:
+/// a pass at start-up gains nothing over one a period later (an orphan's
+/// grace is a day by default) and raced the node's first requests, so a
+/// period now means no pass sooner, which a test with a long period and a
+/// zero grace relies on (its uploads were deleted when a loaded machine
+/// ran that pass late).
 pub(crate) async fn expire_forever(engine: Arc<Engine>) {
-    let mut ticks = tokio::time::interval(engine.config.external_payload_sweep.interval);
+    let every = engine.config.external_payload_sweep.interval;
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
