@@ -287,9 +287,25 @@ fn expired_activity_leases_are_recovered_and_heartbeats_extend_them() {
         .lease_task(TaskKind::Activity, "default", "orders", "w", "a2", short)
         .unwrap()
         .unwrap();
-    for _ in 0..4 {
+    let alive_leased = std::time::Instant::now();
+    // Heartbeats extend the live lease by far more than a loaded machine
+    // stalls between two of them (each extended by only its 50 ms, the
+    // live lease too expired whenever a heartbeat came late), until the
+    // other lease has expired and the live one's first 50 ms are past.
+    let deadline = alive_leased + Duration::from_secs(60);
+    loop {
+        store
+            .extend_lease(alive.task_id, Duration::from_secs(120))
+            .unwrap();
+        let expired = store.expired_leases(TaskKind::Activity, 5).unwrap();
+        if expired.contains(&dead.task_id) && alive_leased.elapsed() > 2 * short {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease without heartbeats never expired: {expired:?}"
+        );
         std::thread::sleep(Duration::from_millis(25));
-        store.extend_lease(alive.task_id, short).unwrap();
     }
     assert_eq!(
         store.expired_leases(TaskKind::Activity, 5).unwrap(),
