@@ -693,8 +693,10 @@ class Suite:
     async def nexus_start_options(self) -> str:
         """ctx.call_nexus_service with start options: the operation's
         workflow starts with the named id, memo and search attributes, the
-        call records the business key; a second call naming the id after
-        that run ended starts a new run of it."""
+        call records the business key, and the connection names the
+        server's queue driver (DW_QUEUE_DRIVER, which reaches the server
+        from this environment); a second call naming the id after that run
+        ended starts a new run of it."""
         await self.ensure_nexus_catalog()
         attribute = "NexusRegion"
         response = await self.http.post("/api/search-attributes", json={"name": attribute, "type": "keyword"})
@@ -702,7 +704,8 @@ class Suite:
         wid = new_id("nexus-options")
         target = new_id("invoice")
         handle = await self.client.start_workflow(
-            workflow_type="nexus_start_options", task_queue=QUEUE, workflow_id=wid, input=[target, attribute]
+            workflow_type="nexus_start_options", task_queue=QUEUE, workflow_id=wid,
+            input=[target, attribute, os.environ.get("DW_QUEUE_DRIVER") or "database"],
         )
         result = await self.client.get_result(handle, timeout=60)
         assert result == {"first": "hello, options", "again": "hello, again"}, result

@@ -515,15 +515,17 @@ class NexusPeerCaller:
 @workflow.defn(name="nexus_start_options")
 class NexusStartOptions:
     """Calls conformance/greetings/greet with the start options of its
-    workflow: the workflow id, memo, search attributes and business key;
-    then again with the same id once that run has ended (a new run)."""
+    workflow: the workflow id, memo, search attributes, business key and
+    queue connection (the server's queue driver, its one connection); then
+    again with the same id once that run has ended (a new run)."""
 
-    def run(self, ctx, target_id, attribute):
+    def run(self, ctx, target_id, attribute, connection):
         options = {
             "target_workflow_instance_id": target_id,
             "memo": {"order": 7},
             "search_attributes": {attribute: "eu"},
             "business_key": "order-7",
+            "connection": connection,
         }
         first = yield ctx.call_nexus_service("conformance", "greetings", "greet", ["options"], **options)
         again = yield ctx.call_nexus_service(

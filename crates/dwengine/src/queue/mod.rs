@@ -238,6 +238,27 @@ pub fn open(settings: &QueueSettings) -> Result<Arc<dyn QueueDriver>, QueueError
     }
 }
 
+/// Why a start option's `connection` cannot be honoured on a node of
+/// `driver`, if it cannot. On the reference server a `connection` names
+/// the host's queue connection the started workflow's tasks travel on. A
+/// dwserver deployment has exactly one: its queue driver (`database` or
+/// `sqs`, the same on every node), through which every task queue is
+/// dispatched. That name is therefore the one connection there is to pick,
+/// and picking it means what leaving the option out means; any other name
+/// is a connection this deployment does not have, refused rather than
+/// ignored so the caller learns its routing was not applied.
+pub fn connection_refusal(driver: &str, value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(name) if name == driver => None,
+        _ => Some(format!(
+            "The connection field must name this server's queue connection, \"{driver}\" \
+             (its DW_QUEUE_DRIVER), the only one it has: every task queue is dispatched \
+             through it. Send \"{driver}\" or leave connection out, and route with queue."
+        )),
+    }
+}
+
 /// What a transport counted since the node started.
 #[derive(Debug, Default)]
 pub struct TransportCounters {
@@ -343,6 +364,24 @@ mod tests {
         assert_eq!(driver.due_timer_grace(), Duration::ZERO);
         assert!(!driver.dispatch("ns", "q", "workflow"));
         assert_eq!(driver.snapshot(), json!({ "driver": "database" }));
+    }
+
+    #[test]
+    fn a_connection_is_accepted_only_when_it_names_the_driver() {
+        for driver in [DATABASE, SQS] {
+            assert_eq!(connection_refusal(driver, &Value::Null), None);
+            assert_eq!(connection_refusal(driver, &json!(driver)), None);
+            for other in [
+                json!("redis"),
+                json!(""),
+                json!(driver.to_uppercase()),
+                json!(7),
+            ] {
+                let refused = connection_refusal(driver, &other).expect("refused");
+                assert!(refused.contains(&format!("\"{driver}\"")), "{refused}");
+                assert!(refused.contains("DW_QUEUE_DRIVER"), "{refused}");
+            }
+        }
     }
 
     #[cfg(not(feature = "sqs"))]

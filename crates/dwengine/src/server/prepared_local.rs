@@ -172,6 +172,7 @@ impl Engine {
         }
         let mut parsed = parse_commands_in(
             &self.config.request_limits,
+            self.queue.name(),
             &[as_command],
             &["prepare_local_activity"],
             &|_| "descriptor".to_owned(),
@@ -475,9 +476,13 @@ impl Engine {
         } else {
             &CHECKPOINT_COMMANDS
         };
-        let commands = parse_commands_in(&self.config.request_limits, &raw, allowed, &|i| {
-            format!("commands.{i}")
-        })?;
+        let commands = parse_commands_in(
+            &self.config.request_limits,
+            self.queue.name(),
+            &raw,
+            allowed,
+            &|i| format!("commands.{i}"),
+        )?;
         if group {
             let mut checks = Checks::default();
             for (i, command) in raw.iter().enumerate() {

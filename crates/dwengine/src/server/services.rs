@@ -241,7 +241,8 @@ pub struct ExecuteOperation {
     /// Recorded.
     #[serde(default)]
     pub target_workflow_run_id: Option<String>,
-    /// Recorded.
+    /// The queue connection to start on: this node's queue driver, the
+    /// only one it has (`queue::connection_refusal`).
     #[serde(default)]
     pub connection: Option<String>,
     /// The task queue, over the binding's.
@@ -715,6 +716,14 @@ impl Engine {
             .and_then(Value::as_str)
             .unwrap_or("default")
             .to_owned();
+        // The binding's connection (the reference server starts the bound
+        // workflow on it) names this node's one queue connection or nothing.
+        if let Some(problem) = binding
+            .get("connection")
+            .and_then(|value| crate::queue::connection_refusal(self.queue.name(), value))
+        {
+            checks.problem("handler_binding.connection", problem);
+        }
         let mut v = self.config.request_limits.validator();
         v.workflow_type(&workflow_type).task_queue(&task_queue);
         text(
@@ -979,6 +988,11 @@ impl Engine {
             ("connection", &body.connection, MAX_CALL_FIELD_CHARS),
         ] {
             text(&mut checks, field, value.as_deref(), max);
+        }
+        if let Some(problem) = body.connection.as_ref().and_then(|name| {
+            crate::queue::connection_refusal(self.queue.name(), &Value::String(name.clone()))
+        }) {
+            checks.problem("connection", problem);
         }
         object(&mut checks, "labels", body.labels.as_ref());
         if body.arguments.is_object() {

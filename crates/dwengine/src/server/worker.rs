@@ -1074,7 +1074,11 @@ impl Engine {
         body: WorkflowTaskLease,
     ) -> Result<Value, ApiError> {
         let (task, attempt) = workflow_fence(task_id, &body)?;
-        let commands = parse_commands(&self.config.request_limits, &body.commands)?;
+        let commands = parse_commands(
+            &self.config.request_limits,
+            self.queue.name(),
+            &body.commands,
+        )?;
         // The steps that may block, named once for both paths.
         let steps = self.completion_steps(&body, &commands);
         let sticky = match sticky_claim(&body) {
@@ -1170,7 +1174,11 @@ impl Engine {
             Ok((
                 task,
                 attempt,
-                parse_commands(&self.config.request_limits, &body.commands)?,
+                parse_commands(
+                    &self.config.request_limits,
+                    self.queue.name(),
+                    &body.commands,
+                )?,
             ))
         });
         let (task, attempt, commands) = match checked {
@@ -1983,18 +1991,21 @@ pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
 /// `commands.<index>.<field>` in one 422.
 fn parse_commands(
     limits: &dwpolicy::boundary::RequestLimits,
+    queue_connection: &str,
     raw: &[Value],
 ) -> Result<Vec<WorkflowCommand>, ApiError> {
-    parse_commands_in(limits, raw, &SUPPORTED_COMMANDS, &|i| {
+    parse_commands_in(limits, queue_connection, raw, &SUPPORTED_COMMANDS, &|i| {
         format!("commands.{i}")
     })
 }
 
 /// Parses `raw` as commands of the types `allowed`, each problem named
 /// under `name_of(i)` (a completion's `commands.<i>`; a prepared local
-/// activity's `descriptor`).
+/// activity's `descriptor`); `queue_connection` is the node's queue driver,
+/// the one `connection` a service call's start options may name.
 pub(crate) fn parse_commands_in(
     limits: &dwpolicy::boundary::RequestLimits,
+    queue_connection: &str,
     raw: &[Value],
     allowed: &[&str],
     name_of: &dyn Fn(usize) -> String,
@@ -2085,7 +2096,7 @@ pub(crate) fn parse_commands_in(
             check_activity_policy(&mut checks, command, &field);
         }
         if kind == "start_service_operation" {
-            check_service_command(&mut checks, command, &field);
+            check_service_command(&mut checks, command, &field, queue_connection);
         }
         if kind == "upsert_memo" {
             if let Err(refused) = crate::store::workflow_commands::memo_patch(&command["entries"]) {
@@ -2150,7 +2161,12 @@ pub(crate) fn parse_commands_in(
 /// names: 1 to 191 characters); its mode, waiting policy and request have
 /// the shapes both SDKs send; the start options a client's execute takes
 /// but workflow code cannot use here are refused by name.
-fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&str) -> String) {
+fn check_service_command(
+    checks: &mut Checks,
+    command: &Value,
+    field: &impl Fn(&str) -> String,
+    queue_connection: &str,
+) {
     for name in ["endpoint_name", "service_name", "operation_name"] {
         let ok = command[name].as_str().is_some_and(|text| {
             !text.trim().is_empty()
@@ -2262,15 +2278,12 @@ fn check_service_command(checks: &mut Checks, command: &Value, field: &impl Fn(&
         }
     }
     // The reference server's connection selects a queue connection of its
-    // host; this server dispatches each namespace's queues itself, so a
-    // connection would select nothing: it is refused rather than ignored.
-    if command.get("connection").is_some_and(|v| !v.is_null()) {
-        checks.problem(
-            &field("connection"),
-            "The connection option is not supported: this server has no queue connections to \
-             choose among (a namespace's task queues are its own); leave connection out and \
-             route with queue.",
-        );
+    // host; this server has one, its queue driver (`queue::connection_refusal`).
+    if let Some(problem) = command
+        .get("connection")
+        .and_then(|value| crate::queue::connection_refusal(queue_connection, value))
+    {
+        checks.problem(&field("connection"), problem);
     }
 }
 

@@ -607,3 +607,72 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     let (status, _) = s.get("/api/workflows/invoice-big");
     assert_eq!(status, 404);
 }
+
+/// `connection` names the queue connection the bound workflow starts on.
+/// This server has one, its queue driver (`database` here): that name is
+/// accepted and starts the call as leaving it out does, on the command, a
+/// client's execute and an operation's binding alike; any other name is a
+/// `422` naming the field and the accepted value, and nothing is written.
+#[test]
+fn a_connection_is_accepted_when_it_names_the_queue_driver() {
+    let s = server();
+    catalog(&s);
+    let mut named = call("charge");
+    named["connection"] = "database".into();
+    let started = caller_calls(&s, "conn-ok", named);
+    assert_eq!(started["status"], "started", "{started}");
+    let linked = started["linked_workflow_instance_id"].as_str().unwrap();
+    let (status, charge) = s.get(&format!("/api/workflows/{linked}"));
+    assert_eq!(status, 200, "{charge}");
+    assert_eq!(charge["task_queue"], "payments");
+    // Another name is refused by field, naming the accepted value.
+    s.start_workflow("default", "conn-bad", "conn-bad");
+    let task = next_task(&s, "conn-bad");
+    for value in [json!("redis"), json!("sqs"), json!(""), json!(3)] {
+        let mut bad = call("charge");
+        bad["connection"] = value.clone();
+        let (status, body) = s.complete(&task, json!([bad]));
+        assert_eq!(status, 422, "{value}: {body}");
+        let problem = body["validation_errors"]["commands.0.connection"][0]
+            .as_str()
+            .unwrap_or_default();
+        assert!(problem.contains("\"database\""), "{value}: {body}");
+    }
+    assert_eq!(history(&s, "conn-bad").len(), 1, "nothing applied");
+    // A client's execute: the same rule.
+    let (status, body) = s.post(
+        &format!("{OPERATION}/execute"),
+        json!({ "arguments": "[1]", "payload_codec": "json", "wait_for": "accepted",
+                "connection": "database" }),
+    );
+    assert!(
+        status == 200 || status == 201 || status == 202,
+        "{status}: {body}"
+    );
+    assert_eq!(body["accepted"], true, "{body}");
+    let (status, body) = s.post(
+        &format!("{OPERATION}/execute"),
+        json!({ "arguments": "[1]", "payload_codec": "json", "wait_for": "accepted",
+                "connection": "redis" }),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body["validation_errors"]["connection"].is_array(), "{body}");
+    // An operation's binding: the same rule.
+    let path = "/api/service-endpoints/billing/services/invoices/operations";
+    let binding = |connection: &str| {
+        json!({ "operation_name": format!("op-{connection}"), "operation_mode": "async",
+                "handler_binding_kind": "start_workflow",
+                "handler_binding": { "workflow_type": "Charge", "task_queue": "payments",
+                                     "connection": connection } })
+    };
+    let (status, body) = s.post(path, binding("database"));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.post(path, binding("redis"));
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["validation_errors"]["handler_binding.connection"].is_array(),
+        "{body}"
+    );
+    let (status, _) = s.get(&format!("{path}/op-redis"));
+    assert_eq!(status, 404, "nothing written");
+}
