@@ -33,6 +33,7 @@ from durable_workflow.history_bundle_verify import verify_bundle
 from durable_workflow.errors import (
     DurableWorkflowError,
     ScheduleNotFound,
+    ServerError,
     UpdateRejected,
     WorkflowCancelled,
     WorkflowFailed,
@@ -1906,13 +1907,14 @@ class Suite:
     async def build_id_rollout(self) -> str:
         """Two worker builds on one queue: list_task_queue_build_ids shows
         both cohorts; drain_task_queue_build_id stops v1's claims (v2 runs
-        every start and its activities); resume, then promote v1, pins
+        every start and its activities); a run's activities go to its
+        cohort's workers; resume, then promote v1, pins
         fresh starts to v1 (v2 takes none of them); promoting v2 and v1
         again rolls v2 back."""
         protocol = os.environ.get("DURABLE_WORKFLOW_WORKER_PROTOCOL_VERSION", "1.20")
         queue = f"{BUILD_QUEUE}-{protocol}-{uuid.uuid4().hex[:6]}"
         workers = [
-            Worker(self.client, task_queue=queue, workflows=[probe], activities=[greet],
+            Worker(self.client, task_queue=queue, workflows=[probe], activities=[greet, session_whoami],
                    worker_id=f"conformance-{build}-{protocol}-{os.getpid()}", build_id=build,
                    poll_timeout=2.0, shutdown_timeout=10.0)
             for build, probe in (("v1", BuildProbeV1), ("v2", BuildProbeV2))
@@ -1930,6 +1932,8 @@ class Suite:
                 # Describe names the build the run went to.
                 described = await self.describe_raw(handle.workflow_id)
                 assert described["compatibility"] == result["build"], (described, result)
+                # Its activities go to its cohort's workers, as its workflow tasks do.
+                assert f"-{result['build']}-" in result["activity_worker"], result
                 ran.append(result["build"])
             return ran
 
@@ -1955,6 +1959,13 @@ class Suite:
             listed = await self.client.list_task_queue_build_ids(queue)
             v1 = next(c for c in listed.build_ids if c.build_id == "v1")
             assert (v1.rollout_status, v1.draining_worker_count) == ("draining", 1), v1
+            # The drained build's worker reports draining, the other active.
+            for build, expected in (("v1", "draining"), ("v2", "active")):
+                seen = await self.client.describe_worker(f"conformance-{build}-{protocol}-{os.getpid()}")
+                assert seen.status == expected, (build, seen)
+            drained_list = await self.client.list_workers(task_queue=queue, status="draining")
+            drained_ids = [w.worker_id for w in drained_list.workers]
+            assert drained_ids == [f"conformance-v1-{protocol}-{os.getpid()}"], drained_ids
             while_drained = await builds_of(3)
             assert while_drained == ["v2", "v2", "v2"], while_drained
 
@@ -2063,8 +2074,27 @@ class Suite:
         assert refused.status_code == 409 and refused.json()["reason"] == "run_not_failed", refused.text
         runs = (await self.http.get(f"/api/workflows/{wid}/runs")).json()
         assert runs["run_count"] == 2, runs
+        # An archived failed run is read-only: 409 run_archived, nothing written.
+        archived_id = new_id("redrive-archived")
+        archived = await self.client.start_workflow(
+            workflow_type="redrivable", task_queue=QUEUE, workflow_id=archived_id, input=[archived_id]
+        )
+        try:
+            await self.client.get_result(archived, timeout=30)
+            raise AssertionError("the run should have failed at its second activity")
+        except WorkflowFailed:
+            pass
+        await self.client.archive_workflow(archived_id, reason="conformance")
+        try:
+            await archived.redrive(request_id=f"{archived_id}-once")
+            raise AssertionError("an archived run was redriven")
+        except ServerError as error:
+            assert error.status == 409 and error.reason() == "run_archived", error
+        runs = (await self.http.get(f"/api/workflows/{archived_id}/runs")).json()
+        assert runs["run_count"] == 1, runs
         return (f"run {handle.run_id} failed at step 2; successor {successor} completed with "
-                f"{len(events)} events, the first activity run {calls[0]} time(s)")
+                f"{len(events)} events, the first activity run {calls[0]} time(s); an archived "
+                "failed run was refused with run_archived")
 
     SCENARIOS = [
         "activity_timer_signal_condition_query",

@@ -883,11 +883,13 @@ BUILD_QUEUE = "conformance-builds"
 @workflow.defn(name="build_probe")
 class BuildProbeV1:
     """Build v1 of a workflow two worker builds serve on one queue: it
-    names its build, so the scenario sees which cohort ran the run."""
+    names its build, so the scenario sees which cohort ran the run, and the
+    worker that ran its second activity (the run's cohort's, too)."""
 
     def run(self, ctx, name):
         greeting = yield ctx.schedule_activity("greet", [name])
-        return {"build": "v1", "greeting": greeting}
+        ran_on = yield ctx.schedule_activity("session_whoami", [1])
+        return {"build": "v1", "greeting": greeting, "activity_worker": ran_on}
 
 
 @workflow.defn(name="build_probe")
@@ -896,7 +898,8 @@ class BuildProbeV2:
 
     def run(self, ctx, name):
         greeting = yield ctx.schedule_activity("greet", [name])
-        return {"build": "v2", "greeting": greeting}
+        ran_on = yield ctx.schedule_activity("session_whoami", [1])
+        return {"build": "v2", "greeting": greeting, "activity_worker": ran_on}
 
 
 WORKFLOWS = [Journey, Counter, Sleeper, Retrying, Impatient, Shaky, FanOut, Quick, Tagger, TagUnregistered, Streamer, Mirror,

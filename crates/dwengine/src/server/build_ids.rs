@@ -10,7 +10,7 @@
 //! operator's recorded intent: a draining cohort's workers claim no new
 //! task (what they hold finishes: `server::worker`'s pass), and fresh
 //! starts on the queue pin to the promoted cohort, whose workers alone
-//! then take those runs' workflow tasks (`Store::lease_task_for`).
+//! then take those runs' workflow and activity tasks (`Store::lease_task_for`).
 
 use serde_json::{json, Value};
 

@@ -9,7 +9,9 @@
 //! or declares update validators, those. Its task-slot limits are not
 //! recorded, so they are not answered. Its `status` is `active` while its
 //! last heartbeat is within `stale_after_seconds` (three heartbeat
-//! intervals), `stale` after that; the idle sweep removes it later.
+//! intervals), `stale` after that (the idle sweep removes it later), and
+//! `draining` instead of `active` while an operator drains its build-id
+//! cohort on its queue (it claims no new task).
 //!
 //! A task queue is one the counters of `task_queue_state` know (a task was
 //! queued on it) or an active worker serves: its ready and leased workflow
@@ -25,7 +27,7 @@ use crate::server::error::finish_with;
 use crate::server::wire::{self, Checks};
 use crate::server::worker::HEARTBEAT_INTERVAL_SECONDS;
 use crate::server::{ApiError, Engine};
-use crate::store::worker_roster::{Liveness, WorkerRegistration};
+use crate::store::worker_roster::{Drain, Liveness, WorkerRegistration};
 
 /// Workers per page of `GET /api/workers` without `page_size`.
 pub const DEFAULT_WORKER_PAGE_SIZE: i64 = 100;
@@ -50,12 +52,24 @@ fn stale_before_ms(now_ms: i64) -> i64 {
     now_ms.saturating_sub(i64::try_from(STALE_AFTER_SECONDS * 1000).unwrap_or(i64::MAX))
 }
 
+/// `stale` past the liveness bound, else `draining` while its cohort is
+/// drained, else `active` (the reference server's precedence).
+fn worker_status(w: &WorkerRegistration, stale_before: i64) -> &'static str {
+    if w.last_heartbeat_ms < stale_before {
+        "stale"
+    } else if w.draining {
+        "draining"
+    } else {
+        "active"
+    }
+}
+
 fn worker_json(namespace: &str, w: &WorkerRegistration, stale_before: i64) -> Value {
     let mut out = json!({
         "worker_id": w.worker_id,
         "namespace": namespace,
         "task_queue": w.task_queue,
-        "status": if w.last_heartbeat_ms >= stale_before { "active" } else { "stale" },
+        "status": worker_status(w, stale_before),
         "last_heartbeat_at": wire::timestamp(w.last_heartbeat_ms),
         "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
         "declares_update_validators": w.declares_update_validators,
@@ -85,13 +99,17 @@ impl Engine {
         );
         let now = crate::unix_ms();
         let stale_before = stale_before_ms(now);
-        let liveness = match query.status.as_deref() {
-            None => Liveness::Any,
-            Some("active") => Liveness::Since(stale_before),
-            Some("stale") => Liveness::Before(stale_before),
+        let (liveness, drain) = match query.status.as_deref() {
+            None => (Liveness::Any, Drain::Any),
+            Some("active") => (Liveness::Since(stale_before), Drain::Is(false)),
+            Some("draining") => (Liveness::Since(stale_before), Drain::Is(true)),
+            Some("stale") => (Liveness::Before(stale_before), Drain::Any),
             Some(_) => {
-                checks.problem("status", "The status field must be active or stale.");
-                Liveness::Any
+                checks.problem(
+                    "status",
+                    "The status field must be active, draining or stale.",
+                );
+                (Liveness::Any, Drain::Any)
             }
         };
         let task_queue = query.task_queue.filter(|q| !q.is_empty());
@@ -116,6 +134,7 @@ impl Engine {
                 namespace,
                 task_queue.as_deref(),
                 liveness,
+                drain,
                 after.as_deref(),
                 limit + 1,
             )
@@ -239,6 +258,7 @@ impl Engine {
                 namespace,
                 Some(name),
                 Liveness::Since(stale_before),
+                Drain::Any,
                 None,
                 DESCRIBED_PER_QUEUE,
             )?;
@@ -264,7 +284,7 @@ impl Engine {
                 json!({
                     "worker_id": w.worker_id,
                     "last_heartbeat_at": wire::timestamp(w.last_heartbeat_ms),
-                    "status": "active",
+                    "status": worker_status(w, stale_before),
                 })
             })
             .collect();

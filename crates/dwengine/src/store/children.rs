@@ -83,6 +83,7 @@ pub(crate) fn start(
         ..StartRun::default()
     };
     let run = insert_run(tx, limits, &start, Some(parent.id), None)?;
+    crate::store::cohorts::follow_cohort(tx, run, parent.id)?;
     if child.execution_timeout_seconds.is_some() || child.run_timeout_seconds.is_some() {
         deadlines::arm_run(
             tx,
@@ -240,6 +241,7 @@ pub(crate) fn retry(
         ..StructuralLimits::default()
     };
     let next = insert_run(conn, &accepted, &start, Some(link.parent), None)?;
+    crate::store::cohorts::follow_cohort(conn, next, failed)?;
     let now = now_ms();
     let execution_left = timeouts.execution_deadline_at_ms.map(|deadline| {
         u64::try_from((deadline - now).max(1_000))

@@ -105,9 +105,11 @@ impl Store {
     }
 
     /// As [`Store::lease_task`], for a poller of build-id cohort `cohort`
-    /// (`None`: unversioned): a workflow task of a run pinned to another
-    /// cohort (`runs.build_id`, `''` for the unversioned one) is not its to
-    /// take; a run no cohort holds yet is anyone's.
+    /// (`None`: unversioned): a workflow or activity task of a run pinned
+    /// to another cohort (`runs.build_id`, `''` for the unversioned one) is
+    /// not its to take, as on the reference server, where an activity task
+    /// carries its run's compatibility; a run no cohort holds yet is
+    /// anyone's.
     #[allow(clippy::too_many_arguments)]
     pub fn lease_task_for(
         &self,
@@ -143,9 +145,9 @@ impl Store {
              AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
              AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
                WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
-               AND NOT {HELD_FOR_ANOTHER} \
-               AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
-                 AND c.build_id IS NOT NULL AND c.build_id <> ?6))) \
+               AND NOT {HELD_FOR_ANOTHER})) \
+             AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
+               AND c.build_id IS NOT NULL AND c.build_id <> ?6) \
              AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
              ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
         );

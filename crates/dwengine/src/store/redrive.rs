@@ -12,7 +12,8 @@
 //! activities before it are not run again.
 //!
 //! What may be redriven is held to what replays safely: the failed run must
-//! be the workflow id's newest run, and its history a linear prefix of
+//! be the workflow id's newest run, not archived (read-only), and its
+//! history a linear prefix of
 //! remote activities (no timers, signals, children, local activities,
 //! markers, …): step 1 to the failed step, each completed once with an
 //! inline result, the failed step failed once. Anything else is refused
@@ -203,6 +204,10 @@ impl Store {
             Some(source),
             options,
         )?;
+        // A fresh start of the workflow id: its queue's promoted cohort,
+        // as `POST /api/workflows` would pin it (the redrive's fingerprint
+        // check already holds every worker of the queue to the failed code).
+        crate::store::cohorts::pin_to_promoted(&tx, next, &start.namespace, &start.task_queue)?;
         let reused_from = source.0.to_string();
         for step in &plan.completed {
             let mut scheduled = step.scheduled.clone();
@@ -281,6 +286,21 @@ fn check_source(
         return Ok(Some(refuse(
             "unsupported_source_link_or_payload",
             "an imported v1 projection is read-only and cannot be redriven",
+        )));
+    }
+    // An archived run is read-only (the reference server's `run_archived`):
+    // it stays readable by id, but nothing starts from it.
+    let archived: Option<i64> = conn
+        .prepare_cached("SELECT archived_at_ms FROM runs WHERE id = ?1")?
+        .query_row([run.id.0], |r| r.get(0))?;
+    if archived.is_some() {
+        return Ok(Some(refuse(
+            "run_archived",
+            format!(
+                "run {} is archived, and an archived run is read-only: it cannot be \
+                 redriven; start a new run of the workflow instead",
+                run.id.0
+            ),
         )));
     }
     if run.parent.is_some() {

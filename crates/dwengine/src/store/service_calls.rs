@@ -434,6 +434,7 @@ pub(crate) fn start(
             // The memo and search attributes meet memo_size_bytes and
             // search_attribute_size_bytes here, as any start's.
             let run = insert_run(conn, limits, &start, None, None)?;
+            crate::store::cohorts::pin_to_promoted(conn, run, namespace, &queue)?;
             enqueue_workflow(conn, run)?;
             run
         }

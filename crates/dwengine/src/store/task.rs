@@ -251,6 +251,7 @@ impl<'a> Task<'a> {
             ..StartRun::default()
         };
         let child_run = insert_run(self.conn, self.limits, &start, Some(self.head.id), None)?;
+        crate::store::cohorts::follow_cohort(self.conn, child_run, self.head.id)?;
         self.conn
             .prepare_cached(
                 "INSERT INTO children (parent_run_id, child_run_id, status) VALUES (?1, ?2, 'open')",

@@ -1,6 +1,7 @@
 //! The worker roster operators read (`GET /api/workers`, `GET
 //! /api/workers/{id}`): the registrations the `workers` table keeps, one
-//! namespace at a time, in worker-id order (a walk of its primary key).
+//! namespace at a time, in worker-id order (a walk of its primary key),
+//! each with whether an operator drained its build-id cohort.
 
 use crate::store::connection::Store;
 use crate::store::db::{params, OptionalExtension};
@@ -27,6 +28,9 @@ pub struct WorkerRegistration {
     pub runtime: Option<String>,
     /// The SDK version it named, if any.
     pub sdk_version: Option<String>,
+    /// Whether an operator drained its cohort (its namespace, task queue
+    /// and build id) on the queue: it claims no new task.
+    pub draining: bool,
 }
 
 /// Which registrations a roster page keeps, by last heartbeat.
@@ -40,12 +44,34 @@ pub enum Liveness {
     Before(i64),
 }
 
-const COLUMNS: &str = "worker_id, task_queue, last_heartbeat_ms, session_capabilities, \
-                       max_sessions, CASE WHEN update_validators IS NULL THEN 0 ELSE 1 END, \
-                       build_id, runtime, sdk_version";
+/// 1 when the registration's cohort is draining, else 0: one primary-key
+/// probe of `build_id_rollouts` (the unversioned cohort's key is `''`).
+const DRAINING: &str = "CASE WHEN EXISTS (SELECT 1 FROM build_id_rollouts r \
+                        WHERE r.namespace = workers.namespace \
+                        AND r.task_queue = workers.task_queue \
+                        AND r.build_id = COALESCE(workers.build_id, '') \
+                        AND r.drain_intent = 'draining') THEN 1 ELSE 0 END";
+
+fn columns() -> String {
+    format!(
+        "worker_id, task_queue, last_heartbeat_ms, session_capabilities, max_sessions, \
+         CASE WHEN update_validators IS NULL THEN 0 ELSE 1 END, build_id, runtime, \
+         sdk_version, {DRAINING}"
+    )
+}
+
+/// Which registrations a roster page keeps, by their cohort's drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Every registration.
+    Any,
+    /// Only those whose cohort is draining (`true`) or is not (`false`).
+    Is(bool),
+}
 
 fn registration(r: &crate::store::db::Row<'_>) -> crate::store::db::Result<WorkerRegistration> {
     let validators: i64 = r.get(5)?;
+    let draining: i64 = r.get(9)?;
     Ok(WorkerRegistration {
         worker_id: r.get(0)?,
         task_queue: r.get(1)?,
@@ -56,18 +82,21 @@ fn registration(r: &crate::store::db::Row<'_>) -> crate::store::db::Result<Worke
         build_id: r.get(6)?,
         runtime: r.get(7)?,
         sdk_version: r.get(8)?,
+        draining: draining != 0,
     })
 }
 
 impl Store {
     /// At most `limit` registrations of `namespace` whose worker id sorts
-    /// after `after`, in worker-id order, kept by `task_queue` (when given)
-    /// and `liveness`.
+    /// after `after`, in worker-id order, kept by `task_queue` (when given),
+    /// `liveness` and `drain`.
+    #[allow(clippy::too_many_arguments)]
     pub fn worker_roster(
         &self,
         namespace: &str,
         task_queue: Option<&str>,
         liveness: Liveness,
+        drain: Drain,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<WorkerRegistration>, Error> {
@@ -83,10 +112,15 @@ impl Store {
         } else {
             "AND ?6 = ''"
         };
+        let drain_filter = match drain {
+            Drain::Any => String::new(),
+            Drain::Is(draining) => format!("AND {DRAINING} = {}", i64::from(draining)),
+        };
         let sql = format!(
-            "SELECT {COLUMNS} FROM workers WHERE namespace = ?1 AND worker_id > ?2 \
+            "SELECT {} FROM workers WHERE namespace = ?1 AND worker_id > ?2 \
              AND last_heartbeat_ms >= ?3 AND last_heartbeat_ms < ?4 {queue_filter} \
-             ORDER BY worker_id LIMIT ?5"
+             {drain_filter} ORDER BY worker_id LIMIT ?5",
+            columns()
         );
         let mut statement = self.conn.prepare_cached(&sql)?;
         let rows = statement.query_map(
@@ -113,7 +147,10 @@ impl Store {
         namespace: &str,
         worker_id: &str,
     ) -> Result<Option<WorkerRegistration>, Error> {
-        let sql = format!("SELECT {COLUMNS} FROM workers WHERE namespace = ?1 AND worker_id = ?2");
+        let sql = format!(
+            "SELECT {} FROM workers WHERE namespace = ?1 AND worker_id = ?2",
+            columns()
+        );
         Ok(self
             .conn
             .prepare_cached(&sql)?

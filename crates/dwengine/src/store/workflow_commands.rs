@@ -705,6 +705,7 @@ fn continue_as_new(
         search_attributes: closing.search_attributes.clone(),
     };
     let next = insert_run(tx, limits, &start, head.parent, Some(head.id))?;
+    crate::store::cohorts::follow_cohort(tx, next, head.id)?;
     // A child that continues stays its parent's child: the link moves on.
     children::follow_continue(tx, head.id, next)?;
     crate::store::service_calls::follow_continue(tx, head.id, next)?;

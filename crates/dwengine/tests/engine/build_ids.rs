@@ -205,12 +205,16 @@ fn a_draining_cohort_claims_nothing_new_while_others_go_on() {
     assert_eq!(fresh["workflow_id"], "wf-fresh", "{fresh}");
     // The run joined the cohort of the worker that took it.
     assert_eq!(s.get("/api/workflows/wf-fresh").1["compatibility"], "v2");
-    let activity = poll(&s, "activity", "q", "plain", None, "plain-1");
-    assert_eq!(activity["workflow_id"], "wf-held", "{activity}");
+    // wf-held's activity is its cohort's (v1's), as its workflow tasks
+    // are: no other cohort takes it, so it waits for v1.
+    assert!(poll(&s, "activity", "q", "plain", None, "plain-1").is_null());
+    assert!(poll(&s, "activity", "q", "new", Some("v2"), "new-2").is_null());
 
-    // Resumed, v1 claims again.
+    // Resumed, v1 claims again: the waiting activity, then a fresh run.
     let (status, _) = rollout(&s, "q", "resume", Some("v1"));
     assert_eq!(status, 200);
+    let activity = poll(&s, "activity", "q", "old", None, "old-activity");
+    assert_eq!(activity["workflow_id"], "wf-held", "{activity}");
     s.start_workflow("default", "wf-later", "q");
     let later = poll(&s, "workflow", "q", "old", None, "old-5");
     assert_eq!(later["workflow_id"], "wf-later", "{later}");
@@ -384,4 +388,208 @@ fn a_namespace_keeps_a_bounded_number_of_rollout_records() {
         json!({ "build_id": "x" }),
     );
     assert_eq!(status, 200, "{body}");
+}
+
+/// The worker roster reports a drained cohort's live workers as
+/// `draining` (the reference server's status), through heartbeats, on
+/// describe, list (and its `status` filter) and the task queue's pollers;
+/// a resume makes them `active` again.
+#[test]
+fn a_drained_cohorts_workers_report_draining() {
+    let s = server();
+    register(&s, "old", "q", Some("v1"), "python");
+    register(&s, "new", "q", Some("v2"), "python");
+    register(&s, "plain", "q", None, "python");
+    register(&s, "other-queue", "q2", Some("v1"), "python");
+    let status_of = |worker: &str| {
+        let (status, described) = s.get(&format!("/api/workers/{worker}"));
+        assert_eq!(status, 200, "{described}");
+        described["status"].as_str().unwrap().to_owned()
+    };
+    let listed = |filter: &str| {
+        let (status, list) = s.get(&format!("/api/workers?status={filter}"));
+        assert_eq!(status, 200, "{list}");
+        let mut ids: Vec<String> = list["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["worker_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(status_of("old"), "active");
+    assert!(listed("draining").is_empty());
+
+    for (build, worker) in [(Some("v1"), "old"), (None, "plain")] {
+        let (status, _) = rollout(&s, "q", "drain", build);
+        assert_eq!(status, 200);
+        assert_eq!(status_of(worker), "draining", "{build:?}");
+    }
+    // A heartbeat keeps it so; other cohorts and the same build on another
+    // queue stay active.
+    let (status, body) = s.post("/api/worker/heartbeat", json!({ "worker_id": "old" }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(status_of("old"), "draining");
+    assert_eq!(status_of("new"), "active");
+    assert_eq!(status_of("other-queue"), "active");
+    assert_eq!(listed("draining"), ["old", "plain"]);
+    assert_eq!(listed("active"), ["new", "other-queue"]);
+    assert!(listed("stale").is_empty());
+    let (status, queue) = s.get("/api/task-queues/q");
+    assert_eq!(status, 200, "{queue}");
+    let pollers = queue["pollers"].as_array().expect("pollers");
+    let poller = |id: &str| {
+        pollers
+            .iter()
+            .find(|p| p["worker_id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {queue}"))["status"]
+            .clone()
+    };
+    assert_eq!(poller("old"), "draining");
+    assert_eq!(poller("new"), "active");
+
+    let (status, _) = rollout(&s, "q", "resume", Some("v1"));
+    assert_eq!(status, 200);
+    assert_eq!(status_of("old"), "active");
+    assert_eq!(listed("draining"), ["plain"]);
+    let (status, refused) = s.get("/api/workers?status=busy");
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["validation_errors"]["status"].is_array(),
+        "{refused}"
+    );
+}
+
+/// A run's activity tasks go to its cohort's workers, as its workflow
+/// tasks do (the reference server gives an activity task its run's
+/// compatibility); a run no cohort holds (first taken by an unversioned
+/// worker) has activities anyone takes.
+#[test]
+fn a_runs_activities_go_to_its_cohort() {
+    let s = server();
+    register(&s, "old", "q", Some("v1"), "python");
+    register(&s, "new", "q", Some("v2"), "python");
+    register(&s, "plain", "q", None, "python");
+    let schedule = json!([{ "type": "schedule_activity", "activity_type": "charge",
+                             "queue": "q", "arguments": { "codec": "json", "blob": "[]" } }]);
+
+    s.start_workflow("default", "wf-v1", "q");
+    let task = poll(&s, "workflow", "q", "old", Some("v1"), "old-1");
+    assert_eq!(task["workflow_id"], "wf-v1", "{task}");
+    let (status, body) = s.complete(&task, schedule.clone());
+    assert_eq!(status, 200, "{body}");
+    assert!(poll(&s, "activity", "q", "plain", None, "plain-1").is_null());
+    assert!(poll(&s, "activity", "q", "new", Some("v2"), "new-1").is_null());
+    // The build a poll names wins over the registration's.
+    assert!(poll(&s, "activity", "q", "old", Some("v2"), "old-2").is_null());
+    let activity = poll(&s, "activity", "q", "old", None, "old-3");
+    assert_eq!(activity["workflow_id"], "wf-v1", "{activity}");
+
+    s.start_workflow("default", "wf-any", "q");
+    let task = poll(&s, "workflow", "q", "plain", None, "plain-2");
+    assert_eq!(task["workflow_id"], "wf-any", "{task}");
+    let (status, body) = s.complete(&task, schedule);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        s.get("/api/workflows/wf-any").1["compatibility"],
+        Value::Null
+    );
+    let activity = poll(&s, "activity", "q", "new", Some("v2"), "new-2");
+    assert_eq!(activity["workflow_id"], "wf-any", "{activity}");
+}
+
+/// Runs a run starts follow its build, as on the reference server: a child
+/// and a continue-as-new successor are pinned to the cohort of the run that
+/// started them (a run no cohort holds passes none on), and a Nexus call's
+/// workflow is a fresh start on its queue, pinned to that queue's promoted
+/// cohort as `POST /api/workflows` would pin it.
+#[test]
+fn children_continue_as_new_and_service_call_runs_follow_their_build() {
+    let s = server();
+    register(&s, "old", "q", Some("v1"), "python");
+    register(&s, "plain", "q", None, "python");
+    let compatibility =
+        |id: &str| s.get(&format!("/api/workflows/{id}")).1["compatibility"].clone();
+    let args = json!({ "codec": "json", "blob": "[]" });
+
+    // v1 takes the parent; its child (on another queue) and its
+    // continue-as-new successor are v1's.
+    let started = s.start_workflow("default", "wf-parent", "q");
+    let parent_run = started["run_id"].as_str().unwrap().to_owned();
+    let task = poll(&s, "workflow", "q", "old", Some("v1"), "old-1");
+    assert_eq!(task["workflow_id"], "wf-parent", "{task}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "start_child_workflow", "workflow_type": "Child",
+                 "queue": "kids", "arguments": args }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let child = format!("{parent_run}:child:1");
+    assert_eq!(compatibility(&child), "v1");
+    register(&s, "kid-plain", "kids", None, "python");
+    assert!(poll(&s, "workflow", "kids", "kid-plain", None, "kid-1").is_null());
+    let child_task = poll(&s, "workflow", "kids", "kid-plain", Some("v1"), "kid-2");
+    assert_eq!(child_task["workflow_id"], child.as_str(), "{child_task}");
+
+    s.start_workflow("default", "wf-chain", "q");
+    let task = poll(&s, "workflow", "q", "old", Some("v1"), "old-2");
+    assert_eq!(task["workflow_id"], "wf-chain", "{task}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "continue_as_new", "arguments": args }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (_, described) = s.get("/api/workflows/wf-chain");
+    assert_ne!(described["run_id"], task["run_id"], "{described}");
+    assert_eq!(described["compatibility"], "v1");
+    assert!(poll(&s, "workflow", "q", "plain", None, "plain-1").is_null());
+
+    // A run first taken by an unversioned worker passes no build on.
+    s.start_workflow("default", "wf-free", "q");
+    let task = poll(&s, "workflow", "q", "plain", None, "plain-2");
+    assert_eq!(task["workflow_id"], "wf-free", "{task}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "continue_as_new", "arguments": args }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(compatibility("wf-free"), Value::Null);
+
+    // A Nexus call's workflow pins to its queue's promoted cohort.
+    for (path, body) in [
+        (
+            "/api/service-endpoints".to_owned(),
+            json!({ "endpoint_name": "billing" }),
+        ),
+        (
+            "/api/service-endpoints/billing/services".to_owned(),
+            json!({ "service_name": "invoices" }),
+        ),
+        (
+            "/api/service-endpoints/billing/services/invoices/operations".to_owned(),
+            json!({ "operation_name": "charge", "operation_mode": "async",
+                    "handler_binding_kind": "start_workflow",
+                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
+        ),
+    ] {
+        let (status, answer) = s.post(&path, body);
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (status, _) = rollout(&s, "payments", "promote", Some("p2"));
+    assert_eq!(status, 200);
+    register(&s, "caller-plain", "calls", None, "python");
+    s.start_workflow("default", "wf-caller", "calls");
+    let task = poll(&s, "workflow", "calls", "caller-plain", None, "caller-1");
+    assert_eq!(task["workflow_id"], "wf-caller", "{task}");
+    let (status, body) = s.complete(
+        &task,
+        json!([{ "type": "start_service_operation", "endpoint_name": "billing",
+                 "service_name": "invoices", "operation_name": "charge",
+                 "mode_override": "async", "wait_for": "accepted",
+                 "payload_codec": "json", "request_payload": "[1]",
+                 "target_workflow_instance_id": "invoice-1" }]),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(compatibility("invoice-1"), "p2");
 }

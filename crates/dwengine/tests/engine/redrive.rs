@@ -607,3 +607,33 @@ fn the_successor_keeps_the_runs_memo_and_input_and_starts_its_timeouts_afresh() 
     let events = history(&s, "kept", successor);
     assert_eq!(types(&events), ["WorkflowStarted"]);
 }
+
+/// An archived run is read-only, as on the reference server: its redrive
+/// is `409 run_archived` and writes nothing; the run's history stays
+/// readable and the workflow id keeps no successor.
+#[test]
+fn an_archived_run_is_refused_with_run_archived_and_nothing_written() {
+    let s = server();
+    let (run, before) = fail_at_second(&s, "archived", "orders");
+    let (status, archived) = s.post(
+        "/api/workflows/archived/archive",
+        json!({ "reason": "closed out" }),
+    );
+    assert_eq!(status, 200, "{archived}");
+    let (status, refused) = redrive(&s, "archived", &run, json!({ "request_id": "r-1" }));
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "run_archived", "{refused}");
+    assert_eq!(refused["run_id"], run.as_str(), "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("archived"),
+        "{refused}"
+    );
+    assert_eq!(history(&s, "archived", &run), before, "history unchanged");
+    let (_, described) = s.get("/api/workflows/archived");
+    assert_eq!(
+        described["run_id"],
+        run.as_str(),
+        "no successor: {described}"
+    );
+    assert_eq!(described["status"], "failed");
+}

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use dwengine::cache::MemoryCache;
-use dwengine::store::worker_roster::Liveness;
+use dwengine::store::worker_roster::{Drain, Liveness};
 use dwengine::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 use support::TestServer;
@@ -104,7 +104,7 @@ fn bad_filters_and_tokens_are_refused_naming_the_field() {
     assert!(body["validation_errors"]["status"][0]
         .as_str()
         .unwrap()
-        .contains("active or stale"));
+        .contains("active, draining or stale"));
     let (status, body) = s.get("/api/workers?page_size=0");
     assert_eq!(status, 422, "{body}");
     assert!(body["validation_errors"]["page_size"].is_array(), "{body}");
@@ -159,22 +159,22 @@ fn the_store_keeps_a_page_by_liveness_and_after_an_id() {
     };
     let far = i64::MAX / 2;
     let all = store
-        .worker_roster("ns", None, Liveness::Any, None, 10)
+        .worker_roster("ns", None, Liveness::Any, Drain::Any, None, 10)
         .unwrap();
     assert_eq!(
         ids(all),
         BTreeSet::from(["a".into(), "b".into(), "c".into()])
     );
     let stale = store
-        .worker_roster("ns", None, Liveness::Before(far), Some("a"), 1)
+        .worker_roster("ns", None, Liveness::Before(far), Drain::Any, Some("a"), 1)
         .unwrap();
     assert_eq!(ids(stale), BTreeSet::from(["b".to_owned()]));
     let none = store
-        .worker_roster("ns", None, Liveness::Since(far), None, 10)
+        .worker_roster("ns", None, Liveness::Since(far), Drain::Any, None, 10)
         .unwrap();
     assert!(none.is_empty());
     let other_queue = store
-        .worker_roster("ns", Some("q2"), Liveness::Any, None, 10)
+        .worker_roster("ns", Some("q2"), Liveness::Any, Drain::Any, None, 10)
         .unwrap();
     assert!(other_queue.is_empty());
 }
