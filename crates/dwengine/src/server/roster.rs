@@ -40,7 +40,7 @@ pub const STALE_AFTER_SECONDS: u64 = HEARTBEAT_INTERVAL_SECONDS * 3;
 pub struct WorkerListQuery {
     /// Only the workers registered for this task queue.
     pub task_queue: Option<String>,
-    /// `active` or `stale`.
+    /// `active`, `draining` or `stale`.
     pub status: Option<String>,
     /// Workers per page (1 to the page-size cap).
     pub page_size: Option<String>,
