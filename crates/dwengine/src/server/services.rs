@@ -711,11 +711,32 @@ impl Engine {
             .map(str::to_owned)
             .or_else(|| body.handler_target_reference.clone())
             .unwrap_or_default();
-        let task_queue = binding
-            .get("task_queue")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_owned();
+        // The queue: `task_queue`, or `queue` as the reference server's
+        // binding names it; a non-string, or both naming different queues,
+        // is refused rather than starting the workflow somewhere unmeant.
+        let mut queues = Vec::new();
+        for name in ["task_queue", "queue"] {
+            match binding.get(name) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(queue)) => queues.push(queue.as_str()),
+                Some(_) => {
+                    checks.problem(
+                        &format!("handler_binding.{name}"),
+                        format!("The handler_binding.{name} field must be a task queue name."),
+                    );
+                }
+            }
+        }
+        if let [first, second] = queues[..] {
+            if first != second {
+                checks.problem(
+                    "handler_binding.queue",
+                    "The handler_binding names two task queues (task_queue and queue): \
+                     send one of them.",
+                );
+            }
+        }
+        let task_queue = queues.first().copied().unwrap_or("default").to_owned();
         // The binding's connection (the reference server starts the bound
         // workflow on it) names this node's one queue connection or nothing.
         if let Some(problem) = binding

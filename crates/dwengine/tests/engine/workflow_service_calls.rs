@@ -676,3 +676,60 @@ fn a_connection_is_accepted_when_it_names_the_queue_driver() {
     let (status, _) = s.get(&format!("{path}/op-redis"));
     assert_eq!(status, 404, "nothing written");
 }
+
+/// An operation's binding names its queue as `task_queue` or, as the
+/// reference server's binding does, `queue`; a call's workflow starts
+/// there. A non-string queue, or two different ones, is a `422` naming the
+/// field, and nothing is written.
+#[test]
+fn a_binding_names_its_queue_as_task_queue_or_queue() {
+    let s = server();
+    catalog(&s);
+    let path = "/api/service-endpoints/billing/services/invoices/operations";
+    let operation = |name: &str, binding: Value| {
+        let mut handler = json!({ "workflow_type": "Charge" });
+        handler
+            .as_object_mut()
+            .unwrap()
+            .extend(binding.as_object().unwrap().clone());
+        json!({ "operation_name": name, "operation_mode": "async",
+                "handler_binding_kind": "start_workflow", "handler_binding": handler })
+    };
+    let (status, body) = s.post(path, operation("by-queue", json!({ "queue": "ledger" })));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.post(
+        &format!("{path}/by-queue/execute"),
+        json!({ "arguments": "[1]", "payload_codec": "json", "wait_for": "accepted",
+                "target_workflow_instance_id": "ledger-1" }),
+    );
+    assert!(status < 300, "{status}: {body}");
+    let (_, described) = s.get("/api/workflows/ledger-1");
+    assert_eq!(described["task_queue"], "ledger", "{described}");
+    let (status, body) = s.post(
+        path,
+        operation("same", json!({ "queue": "ledger", "task_queue": "ledger" })),
+    );
+    assert_eq!(status, 201, "{body}");
+    for (name, binding, field) in [
+        (
+            "two",
+            json!({ "queue": "a", "task_queue": "b" }),
+            "handler_binding.queue",
+        ),
+        ("number", json!({ "queue": 7 }), "handler_binding.queue"),
+        (
+            "list",
+            json!({ "task_queue": ["q"] }),
+            "handler_binding.task_queue",
+        ),
+    ] {
+        let (status, body) = s.post(path, operation(name, binding));
+        assert_eq!(status, 422, "{name}: {body}");
+        assert!(
+            body["validation_errors"][field].is_array(),
+            "{name}: {body}"
+        );
+        let (status, _) = s.get(&format!("{path}/{name}"));
+        assert_eq!(status, 404, "{name}: nothing written");
+    }
+}
