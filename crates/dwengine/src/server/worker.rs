@@ -436,12 +436,15 @@ impl Engine {
                 crate::unix_ms(),
                 sessions.worker_session_prune_scan_limit,
             )?;
-            Ok(Ok(()))
+            Ok(Ok(store.worker_draining(&ns, &worker)?))
         })?;
-        if let Err(refused) = admitted {
-            self.durable_state.record(namespace, &refused);
-            return Err(ApiError::DurableState(refused));
-        }
+        let draining = match admitted {
+            Ok(draining) => draining,
+            Err(refused) => {
+                self.durable_state.record(namespace, &refused);
+                return Err(ApiError::DurableState(refused));
+            }
+        };
         let (pruned, reclaimed) = self.heartbeat_housekeeping(namespace);
         // Acknowledge exactly the asked capabilities this server implements,
         // and, for a worker that holds sessions, the resources it offers
@@ -474,7 +477,8 @@ impl Engine {
             "protocol_version": protocol_version, "capabilities": capabilities,
             "capability_manifest": manifest, "build_id": build_id,
             "server_capabilities": self.registration_capabilities(),
-            "registered": true, "runtime": body.runtime, "sdk_version": body.sdk_version,
+            "registered": true, "status": worker_status(draining),
+            "runtime": body.runtime, "sdk_version": body.sdk_version,
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
             "pruned_run_id": pruned.map(wire::run_id),
@@ -482,7 +486,9 @@ impl Engine {
         }))
     }
 
-    /// `POST /api/worker/heartbeat`.
+    /// `POST /api/worker/heartbeat`. Its `status` is the worker's:
+    /// `draining` while an operator drains its build-id cohort, else
+    /// `active`.
     pub fn worker_heartbeat(
         &self,
         namespace: &str,
@@ -514,12 +520,16 @@ impl Engine {
                     crate::unix_ms(),
                     sessions.worker_session_prune_scan_limit,
                 )?;
-                Ok(touched)
+                Ok((touched, touched && s.worker_draining(&ns, &worker)?))
             })?
         } else {
             let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
-            self.read(|s| s.worker_registered(&ns, &worker, idle_before))?
+            self.read(|s| {
+                let registered = s.worker_registered(&ns, &worker, idle_before)?;
+                Ok((registered, registered && s.worker_draining(&ns, &worker)?))
+            })?
         };
+        let (registered, draining) = registered;
         if !registered {
             if refreshed {
                 // An unknown worker keeps no throttle key.
@@ -530,7 +540,7 @@ impl Engine {
         let (pruned, reclaimed) = self.heartbeat_housekeeping(namespace);
         Ok(json!({
             "worker_id": body.worker_id, "heartbeat_recorded": true,
-            "registration_refreshed": refreshed,
+            "registration_refreshed": refreshed, "status": worker_status(draining),
             "heartbeat_interval_seconds": HEARTBEAT_INTERVAL_SECONDS,
             "stale_after_seconds": HEARTBEAT_INTERVAL_SECONDS * 3,
             "pruned_run_id": pruned.map(wire::run_id),
@@ -2284,6 +2294,17 @@ fn check_service_command(
         .and_then(|value| crate::queue::connection_refusal(queue_connection, value))
     {
         checks.problem(&field("connection"), problem);
+    }
+}
+
+/// A live worker's status as its registration and heartbeat answers
+/// report it (the reference server stamps it on both): `draining` while
+/// its build-id cohort is drained, else `active`.
+fn worker_status(draining: bool) -> &'static str {
+    if draining {
+        "draining"
+    } else {
+        "active"
     }
 }
 

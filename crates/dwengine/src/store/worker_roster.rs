@@ -141,6 +141,19 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether the cohort of `worker_id`'s registration in `namespace` is
+    /// draining (false when it is not registered): what its registration
+    /// and heartbeat answers report as its `status`.
+    pub fn worker_draining(&self, namespace: &str, worker_id: &str) -> Result<bool, Error> {
+        let sql = format!("SELECT {DRAINING} FROM workers WHERE namespace = ?1 AND worker_id = ?2");
+        let draining: Option<i64> = self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row(params![namespace, worker_id], |r| r.get(0))
+            .optional()?;
+        Ok(draining == Some(1))
+    }
+
     /// The registration of `worker_id` in `namespace`, if any.
     pub fn worker_registration(
         &self,

@@ -426,10 +426,24 @@ fn a_drained_cohorts_workers_report_draining() {
         assert_eq!(status, 200);
         assert_eq!(status_of(worker), "draining", "{build:?}");
     }
-    // A heartbeat keeps it so; other cohorts and the same build on another
-    // queue stay active.
-    let (status, body) = s.post("/api/worker/heartbeat", json!({ "worker_id": "old" }));
+    // A heartbeat keeps it so and reports it (each of several, elected to
+    // refresh the registration or not), as a re-registration does; other
+    // cohorts and the same build on another queue stay active.
+    for _ in 0..2 {
+        let (status, body) = s.post("/api/worker/heartbeat", json!({ "worker_id": "old" }));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "draining", "{body}");
+        let (status, body) = s.post("/api/worker/heartbeat", json!({ "worker_id": "new" }));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "active", "{body}");
+    }
+    let (status, body) = s.post(
+        "/api/worker/register",
+        json!({ "worker_id": "old", "task_queue": "q", "runtime": "python",
+                "sdk_version": "python-1.0", "build_id": "v1" }),
+    );
     assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "draining", "{body}");
     assert_eq!(status_of("old"), "draining");
     assert_eq!(status_of("new"), "active");
     assert_eq!(status_of("other-queue"), "active");
@@ -452,6 +466,8 @@ fn a_drained_cohorts_workers_report_draining() {
     let (status, _) = rollout(&s, "q", "resume", Some("v1"));
     assert_eq!(status, 200);
     assert_eq!(status_of("old"), "active");
+    let (_, body) = s.post("/api/worker/heartbeat", json!({ "worker_id": "old" }));
+    assert_eq!(body["status"], "active", "{body}");
     assert_eq!(listed("draining"), ["plain"]);
     let (status, refused) = s.get("/api/workers?status=busy");
     assert_eq!(status, 422, "{refused}");
