@@ -653,7 +653,11 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
     let node = crate::support::TestServer::start(cache.clone(), |config| {
         config.node_lease = Duration::from_millis(300);
     });
-    assert_eq!(node.get("/api/ready").0, 200);
+    // Waited for, not asked once: on PostgreSQL (DW_TEST_BACKEND) a node
+    // rightly answers 503 while a call to its database has been pending
+    // past the stall bound (1.25 s by default), which a loaded machine's
+    // first writes can be.
+    wait_for("the node is ready", || node.get("/api/ready").0 == 200);
     let key = NodeIdentity::key("test-node");
     let intruder = NodeToken::new("test-node");
     // The registration lapses and the other node's start takes the id
@@ -664,11 +668,12 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
             .add(&key, intruder.as_bytes(), Duration::from_secs(600))
             .unwrap()
     });
+    let mut body = serde_json::Value::Null;
     wait_for("the node answers not ready", || {
-        let (status, body) = node.get("/api/ready");
+        let status;
+        (status, body) = node.get("/api/ready");
         status == 503 && body["checks"]["node_id"] == "taken"
     });
-    let (_, body) = node.get("/api/ready");
     let message = body["message"].as_str().unwrap();
     assert!(
         message.contains("DW_SERVER_ID \"test-node\"") && message.contains("stop one of them"),
