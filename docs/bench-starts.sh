@@ -19,9 +19,13 @@
 # wrk) with docs/bench-starts.lua for SECONDS at CONNECTIONS. Printed per
 # phase: starts/s, p50/p99, refused answers, runs stored / answered; the CPU
 # per start of dwserver (all threads, from /proc), of its store writer
-# thread alone, and of wrk; and, when `perf` may count system calls (root,
-# or perf_event_paranoid <= -1), the writer's fsync/fdatasync calls per
-# start and dwserver's context switches per start (all its threads). Per raw phase: commits/s, CPU per commit and fsyncs per commit.
+# thread alone, of the writer's syncer thread (which syncs the WAL and
+# answers the callers; "-" for a binary without one), and of wrk; and, when
+# `perf` may count system calls (root, or perf_event_paranoid <= -1),
+# dwserver's fsync/fdatasync calls (all threads: the writer's own before
+# the syncer existed, the syncer's and the checkpoints' since) and context
+# switches per start. Per raw phase: commits/s, CPU per commit and fsyncs
+# per commit.
 # The summary gives, per binary, the median starts/s over the raw rate of
 # its round, and the model of docs/performance.md ("Starts against raw
 # SQLite"): what two idle cores could carry at the measured CPU per start.
@@ -55,10 +59,8 @@ fi
 out=$work/results
 mkdir -p "$out"
 server_pid=
-perf_pid=
 switches_pid=
 cleanup() {
-  [ -z "$perf_pid" ] || kill "$perf_pid" 2>/dev/null || true
   [ -z "$switches_pid" ] || kill "$switches_pid" 2>/dev/null || true
   [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
   rm -rf "$work"
@@ -88,7 +90,7 @@ raw_phase() { # NAME
 }
 
 server_phase() { # NAME LABEL
-  local f=$out/$1 bin=${binary[$2]} dir=$work/$1 writer= w0=0 w1=0
+  local f=$out/$1 bin=${binary[$2]} dir=$work/$1 writer= syncer= w0=0 w1=0 y0=0 y1=0
   mkdir -p "$dir"
   DW_SERVER_ID=bench DW_AUTH=none DW_BIND=127.0.0.1:0 \
     DW_DATABASE_PATH="$dir/runs.sqlite" DW_POLLING_CACHE_PATH="$dir/polling" \
@@ -105,27 +107,21 @@ server_phase() { # NAME LABEL
   curl -sf -X POST "http://$addr/api/namespaces" -H 'Content-Type: application/json' \
     -d '{"name":"bench"}' >/dev/null
   writer=$(grep -lx dwstore-writer /proc/"$server_pid"/task/*/comm 2>/dev/null | head -1 | cut -d/ -f5 || true)
-  if [ "$count_syscalls" = yes ] && [ -n "$writer" ]; then
-    perf stat -x, -e "$syncs" -t "$writer" -o "$f.perf" &
-    perf_pid=$!
-  fi
+  syncer=$(grep -lx dwstore-syncer /proc/"$server_pid"/task/*/comm 2>/dev/null | head -1 | cut -d/ -f5 || true)
   if [ "$count_syscalls" = yes ]; then
-    perf stat -x, -e context-switches -p "$server_pid" -o "$f.switches" &
+    perf stat -x, -e "context-switches,$syncs" -p "$server_pid" -o "$f.switches" &
     switches_pid=$!
   fi
   local c0 c1
   c0=$(ticks "/proc/$server_pid/stat")
   [ -z "$writer" ] || w0=$(ticks "/proc/$server_pid/task/$writer/stat")
+  [ -z "$syncer" ] || y0=$(ticks "/proc/$server_pid/task/$syncer/stat")
   /usr/bin/time -f '%U %S' -o "$f.wrk-time" \
     wrk -t"$threads" -c"$conns" -d"${secs}s" --latency -s "$root/docs/bench-starts.lua" \
     "http://$addr" >"$f.wrk"
   c1=$(ticks "/proc/$server_pid/stat")
   [ -z "$writer" ] || w1=$(ticks "/proc/$server_pid/task/$writer/stat")
-  if [ -n "$perf_pid" ]; then
-    kill -INT "$perf_pid"
-    wait "$perf_pid" || true
-    perf_pid=
-  fi
+  [ -z "$syncer" ] || y1=$(ticks "/proc/$server_pid/task/$syncer/stat")
   if [ -n "$switches_pid" ]; then
     kill -INT "$switches_pid"
     wait "$switches_pid" || true
@@ -136,7 +132,9 @@ server_phase() { # NAME LABEL
   kill "$server_pid"
   wait "$server_pid" 2>/dev/null || true
   server_pid=
-  echo "$2 $((c1 - c0)) $((w1 - w0)) $(sqlite3 "$dir/runs.sqlite" 'SELECT COUNT(*) FROM runs')" >"$f.server"
+  local synced=-
+  [ -z "$syncer" ] || synced=$((y1 - y0))
+  echo "$2 $((c1 - c0)) $((w1 - w0)) $synced $(sqlite3 "$dir/runs.sqlite" 'SELECT COUNT(*) FROM runs')" >"$f.server"
   rm -rf "$dir"
 }
 
@@ -196,7 +194,7 @@ for r in range(rounds + 1):
 rows = {}
 for name in sorted((n for n in os.listdir(out) if n.endswith(".server")), key=lambda n: int(n.split("-")[1].split(".")[0])):
     n = int(name.split("-")[1].split(".")[0])
-    label, cpu_ticks, writer_ticks, stored = read(name).split()
+    label, cpu_ticks, writer_ticks, syncer_ticks, stored = read(name).split()
     base = name[: -len(".server")]
     wrk = read(base + ".wrk")
     rate = float(re.search(r"Requests/sec:\s*([\d.]+)", wrk).group(1))
@@ -207,26 +205,28 @@ for name in sorted((n for n in os.listdir(out) if n.endswith(".server")), key=la
     starts = max(1, answered)
     server_ms = int(cpu_ticks) * 1000 / hz / starts
     writer_ms = int(writer_ticks) * 1000 / hz / starts
+    syncer_ms = None if syncer_ticks == "-" else int(syncer_ticks) * 1000 / hz / starts
     wrk_ms = (float(u) + float(s)) * 1000 / starts
-    f = syncs(perf_counts(read(base + ".perf")))
-    switched = perf_counts(read(base + ".switches")).get("context-switches")
-    rows.setdefault(label, []).append((n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f, switched))
+    counted = perf_counts(read(base + ".switches"))
+    f = syncs(counted)
+    switched = counted.get("context-switches")
+    rows.setdefault(label, []).append((n, rate, lat, bad, stored, answered, server_ms, writer_ms, syncer_ms, wrk_ms, f, switched))
 
 # Phase n belongs to round ceil(n / labels); its raw rate is the mean of the
 # raw phases before and after that round.
 labels = len(rows)
 print()
 print(f"starts: wrk, {conns} connections, {secs} s per phase; {cores} cores")
-print("| binary | phase | starts/s | p50 | p99 | non-2xx | runs stored / answered | dwserver CPU ms/start | writer ms/start | wrk ms/start | switches / start | starts per fsync | raw commits/s (round) | starts / raw |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| binary | phase | starts/s | p50 | p99 | non-2xx | runs stored / answered | dwserver CPU ms/start | writer ms/start | syncer ms/start | wrk ms/start | switches / start | starts per fsync | raw commits/s (round) | starts / raw |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 summary = {}
 for label in ("before", "after"):
-    for (n, rate, lat, bad, stored, answered, server_ms, writer_ms, wrk_ms, f, switched) in rows.get(label, []):
+    for (n, rate, lat, bad, stored, answered, server_ms, writer_ms, syncer_ms, wrk_ms, f, switched) in rows.get(label, []):
         rnd = (n + labels - 1) // labels
         round_raw = (raw[rnd - 1] + raw[rnd]) / 2
         per_fsync = f"{answered / f:.1f}" if f else "-"
         print(f"| {label} | {n} | {rate:,.0f} | {lat.get('50', '?')} | {lat.get('99', '?')} | {bad.group(1) if bad else 0} "
-              f"| {int(stored):,} / {answered:,} | {server_ms:.3f} | {writer_ms:.3f} | {wrk_ms:.3f} "
+              f"| {int(stored):,} / {answered:,} | {server_ms:.3f} | {writer_ms:.3f} | {'-' if syncer_ms is None else f'{syncer_ms:.3f}'} | {wrk_ms:.3f} "
               f"| {f'{switched / answered:.2f}' if switched else '-'} | {per_fsync} "
               f"| {round_raw:,.0f} | {rate / round_raw:.2f} |")
         summary.setdefault(label, []).append((rate, rate / round_raw, server_ms, writer_ms, wrk_ms))

@@ -16,7 +16,8 @@
 //! draws the layers and a test holds the code to them):
 //! - this file, the facade: module declarations and the public re-exports,
 //!   nothing else;
-//! - sharing one store between threads: [`shared`], [`readers`], [`writer`];
+//! - sharing one store between threads: [`shared`], [`readers`], [`writer`]
+//!   and its [`syncer`];
 //! - transitions that end runs: workflow-command application
 //!   ([`workflow_commands`]), the in-process [`executor`], operator
 //!   [`control`] and the deadline expiries ([`timeouts`]);
@@ -83,6 +84,7 @@ pub mod shared;
 pub mod signal_waits;
 pub mod sticky;
 pub mod streams;
+pub mod syncer;
 pub mod task;
 pub mod timeouts;
 pub mod timers;

@@ -9,7 +9,9 @@
 //! its own savepoint (a failing one rolls back alone and does not poison
 //! its neighbours), commits once, and only then answers. A caller therefore
 //! never sees success for a write that is not on disk, and a crash loses
-//! only transitions nobody was told about.
+//! only transitions nobody was told about. On SQLite the answers come from
+//! a second thread ([`crate::store::syncer`]) once it synced the
+//! write-ahead log, while this one runs the next batch.
 //!
 //! Lock order on PostgreSQL. A batch runs its transitions in the order
 //! they arrived, and the triggers update the counter rows each one touches
@@ -65,8 +67,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::store::connection::Store;
-use crate::store::db::CallClock;
+use crate::store::db::{CallClock, Engine};
 use crate::store::error::Error;
+use crate::store::syncer::{SyncState, Syncer};
 
 /// The savepoint around each job of a group commit.
 const JOB_SAVEPOINT: &str = "group_commit_job";
@@ -146,6 +149,8 @@ pub struct GroupCommitWriter {
     commits: Arc<AtomicU64>,
     /// The writer's PostgreSQL session's pending call.
     clock: Option<Arc<CallClock>>,
+    /// The syncer thread's counters (SQLite).
+    synced: Option<Arc<SyncState>>,
 }
 
 impl GroupCommitWriter {
@@ -157,6 +162,11 @@ impl GroupCommitWriter {
     /// Starts a writer thread whose batches are `lane`'s transactions.
     pub fn start_lane(store: Store, lane: Lane) -> std::io::Result<GroupCommitWriter> {
         let clock = store.conn.call_clock();
+        let answering = Answering::of(&store)?;
+        let synced = match &answering {
+            Answering::Here => None,
+            Answering::Syncer(syncer) => Some(syncer.state().clone()),
+        };
         let store = Arc::new(Mutex::new(store));
         let (sender, receiver) = mpsc::channel::<Job>();
         let owned = store.clone();
@@ -168,13 +178,14 @@ impl GroupCommitWriter {
         };
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || drain(&owned, &receiver, &counted, lane))?;
+            .spawn(move || drain(&owned, &receiver, &counted, lane, &answering))?;
         Ok(GroupCommitWriter {
             queue: Mutex::new(Some(sender)),
             store,
             thread: Mutex::new(Some(thread)),
             commits,
             clock,
+            synced,
         })
     }
 
@@ -205,11 +216,12 @@ impl GroupCommitWriter {
 
     /// Queues `transition` without waiting for it: `deliver` gets its
     /// result once the transaction carrying it committed (or the failure
-    /// that carried nothing to disk), on the writer thread, or at once on
+    /// that carried nothing to disk), on the writer thread (PostgreSQL) or
+    /// its syncer thread once the log is synced (SQLite), or at once on
     /// the calling thread when the writer refuses it unqueued (stalled,
-    /// stopped). `deliver` must not block: it runs between the writer's
-    /// batches. A transition that panics is rolled back and `deliver` is
-    /// dropped uncalled. An async caller hands the result to its task
+    /// stopped). `deliver` must not block: it holds up the answers (and
+    /// on PostgreSQL the batches) behind it. A transition that panics is
+    /// rolled back and `deliver` is dropped uncalled. An async caller hands the result to its task
     /// through a channel here instead of parking a thread on
     /// [`GroupCommitWriter::write`].
     pub fn submit_keyed<R, F, D>(&self, key: String, transition: F, deliver: D)
@@ -274,6 +286,12 @@ impl GroupCommitWriter {
         self.commits.load(Ordering::Relaxed)
     }
 
+    /// The syncer thread's counters and test hold (`None` on PostgreSQL,
+    /// whose writer answers its callers itself).
+    pub fn sync_state(&self) -> Option<&Arc<SyncState>> {
+        self.synced.as_ref()
+    }
+
     /// The writer's own connection, between batches (in-memory stores have
     /// no other connection to read from).
     pub fn lock_store(&self) -> MutexGuard<'_, Store> {
@@ -295,7 +313,103 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64, lane: Lane) {
+/// Who answers a batch's callers once it committed.
+enum Answering {
+    /// The writer thread, at once: PostgreSQL's `COMMIT` returns once the
+    /// server made it durable.
+    Here,
+    /// The syncer thread, after the write-ahead log is synced
+    /// ([`crate::store::syncer`]): SQLite.
+    Syncer(Syncer),
+}
+
+impl Answering {
+    fn of(store: &Store) -> std::io::Result<Answering> {
+        if store.conn.engine() != Engine::Sqlite {
+            return Ok(Answering::Here);
+        }
+        let wal = store
+            .conn
+            .defer_commit_sync()
+            .map_err(std::io::Error::other)?;
+        Ok(Answering::Syncer(Syncer::start(wal, "dwstore-syncer")?))
+    }
+
+    /// Answers `answers` with `outcome`, a success only once it is durable.
+    fn answer(&self, answers: Vec<Answer>, outcome: Result<(), Failure>) {
+        match self {
+            Answering::Here => {
+                for answer in answers {
+                    answer(outcome.clone());
+                }
+            }
+            Answering::Syncer(_) if answers.is_empty() => {}
+            Answering::Syncer(syncer) => {
+                let durable = outcome.is_ok();
+                syncer.hand(
+                    durable,
+                    Box::new(move |unsynced| {
+                        let outcome = match unsynced {
+                            Some(message) if durable => Err(Failure {
+                                message,
+                                unavailable: false,
+                                conflict: false,
+                            }),
+                            _ => outcome,
+                        };
+                        for answer in answers {
+                            answer(outcome.clone());
+                        }
+                    }),
+                );
+            }
+        }
+    }
+}
+
+/// How a batch ends: who answers it, and what may join it before its
+/// commit.
+struct Pipe<'a> {
+    answering: &'a Answering,
+    receiver: &'a Receiver<Job>,
+    lane: Lane,
+}
+
+impl Pipe<'_> {
+    /// A job queued meanwhile that joins the transaction, which has run
+    /// `ran` jobs, before it commits: only while the syncer is still busy
+    /// with earlier batches, since this batch could not be synced before
+    /// that ends anyway, and committing it early would only make it small
+    /// (each commit writes the pages its jobs share again). Never waits
+    /// for a job.
+    fn more(&self, ran: usize) -> Option<Job> {
+        match self.answering {
+            Answering::Syncer(syncer)
+                if self.lane == Lane::Exclusive && ran < MAX_BATCH && syncer.state().syncing() =>
+            {
+                self.receiver.try_recv().ok()
+            }
+            _ => None,
+        }
+    }
+
+    fn answer(&self, answers: Vec<Answer>, outcome: Result<(), Failure>) {
+        self.answering.answer(answers, outcome);
+    }
+}
+
+fn drain(
+    store: &Mutex<Store>,
+    receiver: &Receiver<Job>,
+    commits: &AtomicU64,
+    lane: Lane,
+    answering: &Answering,
+) {
+    let pipe = Pipe {
+        answering,
+        receiver,
+        lane,
+    };
     let mut reconnect = Reconnect::default();
     while let Ok(first) = receiver.recv() {
         let mut batch = VecDeque::from([first]);
@@ -307,14 +421,14 @@ fn drain(store: &Mutex<Store>, receiver: &Receiver<Job>, commits: &AtomicU64, la
         }
         let mut store = lock(store);
         match lane {
-            Lane::Exclusive => commit_all(&mut store, batch, &mut reconnect, commits, lane),
+            Lane::Exclusive => commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe),
             Lane::Starts => {
                 // One transaction per key, in the order the keys arrived.
                 while let Some(key) = batch.front().map(|job| job.key.clone()) {
                     let (same, rest): (VecDeque<Job>, VecDeque<Job>) =
                         batch.into_iter().partition(|job| job.key == key);
                     batch = rest;
-                    commit_all(&mut store, same, &mut reconnect, commits, lane);
+                    commit_all(&mut store, same, &mut reconnect, commits, lane, &pipe);
                 }
             }
         }
@@ -329,6 +443,7 @@ fn commit_all(
     reconnect: &mut Reconnect,
     commits: &AtomicU64,
     lane: Lane,
+    pipe: &Pipe<'_>,
 ) {
     // A session found lost when the batch begins (the database
     // restarted while the node was idle) is opened again at once and
@@ -341,7 +456,7 @@ fn commit_all(
             }
             break;
         }
-        match commit_batch(store, &mut batch, !begun_again, lane) {
+        match commit_batch(store, &mut batch, !begun_again, lane, pipe) {
             Batch::Committed => {
                 commits.fetch_add(1, Ordering::Relaxed);
             }
@@ -413,6 +528,7 @@ fn commit_batch(
     batch: &mut VecDeque<Job>,
     may_begin_again: bool,
     lane: Lane,
+    pipe: &Pipe<'_>,
 ) -> Batch {
     let conn = &store.conn;
     let begun = match lane {
@@ -431,7 +547,9 @@ fn commit_batch(
     }
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut lost = None;
-    while let Some(job) = batch.pop_front() {
+    let mut ran = 0;
+    while let Some(job) = batch.pop_front().or_else(|| pipe.more(ran)) {
+        ran += 1;
         if let Err(e) = conn.savepoint(JOB_SAVEPOINT) {
             lost = Some(Failure::of(&e, conn));
             batch.push_front(job);
@@ -490,9 +608,7 @@ fn commit_batch(
         }),
     };
     let committed = outcome.is_ok();
-    for answer in answers {
-        answer(outcome.clone());
-    }
+    pipe.answer(answers, outcome);
     if committed {
         Batch::Committed
     } else {

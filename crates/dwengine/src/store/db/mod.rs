@@ -23,6 +23,7 @@ mod error;
 mod params;
 mod postgres;
 mod sqlite;
+mod wal;
 
 use std::io::Read;
 use std::path::Path;
@@ -37,6 +38,7 @@ pub use params::{
 pub use rusqlite::blob::ZeroBlob;
 /// The parameters of a statement as one slice: `params![a, b]`.
 pub use rusqlite::params;
+pub use wal::WalFile;
 
 /// How an SQLite connection is opened.
 #[derive(Debug, Clone, Copy)]
@@ -184,6 +186,21 @@ impl Connection {
         match &self.backend {
             Backend::Sqlite(_) => Engine::Sqlite,
             Backend::Postgres(_) => Engine::Postgres,
+        }
+    }
+
+    /// Takes the sync of each commit out of SQLite's hands: on an SQLite
+    /// file in WAL mode that commits with `synchronous = FULL`, switches
+    /// the connection to `NORMAL` (a commit writes its frames to the log
+    /// and returns without syncing it; checkpoints and the log's header are
+    /// synced as before) and answers the log, which the caller must sync
+    /// after each commit before it tells anyone the commit happened
+    /// ([`crate::store::syncer`]). `None` (nothing changed): PostgreSQL, an
+    /// in-memory database, or a durability that does not sync commits.
+    pub fn defer_commit_sync(&self) -> Result<Option<WalFile>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::defer_commit_sync(conn),
+            Backend::Postgres(_) => Ok(None),
         }
     }
 

@@ -2,12 +2,13 @@
 //! page cap, and incremental blob I/O (which finds a row by its rowid).
 
 use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::error::Result;
-use super::{BlobColumn, SqliteSettings};
+use super::{BlobColumn, SqliteSettings, WalFile};
 
 /// Plans that never look at bound values, so a cached statement stays
 /// compiled however its parameters change. Without the query planner
@@ -45,6 +46,21 @@ pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> R
     // pages of the savepoints still open, which a release empties.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
+}
+
+/// See [`super::Connection::defer_commit_sync`].
+pub(super) fn defer_commit_sync(conn: &Connection) -> Result<Option<WalFile>> {
+    let Some(path) = conn.path().filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+    // 2 is FULL; EXTRA (3) and the others are left as they are.
+    let level: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") || level != 2 {
+        return Ok(None);
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(Some(WalFile::of_database(Path::new(path))))
 }
 
 /// A read connection: it refuses writes.
