@@ -2042,6 +2042,9 @@ class Suite:
                 assert cohort.rollout_status == "active" and cohort.runtimes == ["python"], cohort
                 assert cohort.drain_intent == "active" and not cohort.new_start_selected, cohort
                 assert cohort.first_seen_at and cohort.last_heartbeat_at, cohort
+                # Each build's worker fingerprints build_probe once: no conflict.
+                assert cohort.workflow_definition_fingerprint_count == 1, cohort
+                assert cohort.workflow_definition_fingerprint_conflicts == [], cohort
 
             drained = await self.client.drain_task_queue_build_id(queue, "v1")
             assert (drained.build_id, drained.drain_intent) == ("v1", "draining"), drained

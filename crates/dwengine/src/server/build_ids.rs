@@ -11,6 +11,11 @@
 //! task (what they hold finishes: `server::worker`'s pass), and fresh
 //! starts on the queue pin to the promoted cohort, whose workers alone
 //! then take those runs' workflow and activity tasks (`Store::lease_task_for`).
+//! Each cohort also sums up the workflow definition fingerprints its
+//! registrations recorded, as the reference server does: how many distinct
+//! (type, fingerprint) pairs, and the types its workers disagree on.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
@@ -32,6 +37,9 @@ struct Cohort {
     last_heartbeat_ms: Option<i64>,
     first_seen_ms: Option<i64>,
     rollout: BuildIdRollout,
+    /// Workflow type -> the distinct definition fingerprints its live and
+    /// stale registrations recorded.
+    fingerprints: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Cohort {
@@ -45,7 +53,41 @@ impl Cohort {
             sdk_versions: Vec::new(),
             last_heartbeat_ms: None,
             first_seen_ms: None,
+            fingerprints: BTreeMap::new(),
         }
+    }
+
+    /// Adds one registration's recorded fingerprints (a JSON map of
+    /// workflow type to fingerprint; anything else in it is skipped).
+    fn add_fingerprints(&mut self, recorded: &str) {
+        let Ok(Value::Object(map)) = serde_json::from_str::<Value>(recorded) else {
+            return;
+        };
+        for (workflow_type, fingerprint) in map {
+            if let Some(fingerprint) = fingerprint.as_str().map(str::trim) {
+                if !workflow_type.trim().is_empty() && !fingerprint.is_empty() {
+                    self.fingerprints
+                        .entry(workflow_type.trim().to_owned())
+                        .or_default()
+                        .insert(fingerprint.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The reference server's summary: every distinct (type, fingerprint)
+    /// counted, and the types whose workers disagree on the definition.
+    fn fingerprint_summary(&self) -> (usize, Vec<Value>) {
+        let count = self.fingerprints.values().map(BTreeSet::len).sum();
+        let conflicts = self
+            .fingerprints
+            .iter()
+            .filter(|(_, fingerprints)| fingerprints.len() > 1)
+            .map(|(workflow_type, fingerprints)| {
+                json!({ "workflow_type": workflow_type, "fingerprint_count": fingerprints.len() })
+            })
+            .collect();
+        (count, conflicts)
     }
 
     fn add(&mut self, group: &CohortWorkers) {
@@ -99,6 +141,7 @@ impl Cohort {
         } else {
             (self.live, 0)
         };
+        let (fingerprint_count, conflicts) = self.fingerprint_summary();
         let mut out = json!({
             "build_id": self.build_id,
             "rollout_status": self.status(),
@@ -110,6 +153,8 @@ impl Cohort {
             "sdk_versions": self.sdk_versions,
             "last_heartbeat_at": self.last_heartbeat_ms.map(wire::timestamp),
             "first_seen_at": self.first_seen_ms.map(wire::timestamp),
+            "workflow_definition_fingerprint_count": fingerprint_count,
+            "workflow_definition_fingerprint_conflicts": conflicts,
         });
         if let (Value::Object(out), Value::Object(intent)) = (&mut out, intent_json(&self.rollout))
         {
@@ -141,10 +186,11 @@ impl Engine {
         let _slot = self.admit_namespace(namespace)?;
         let stale_after_ms = i64::try_from(STALE_AFTER_SECONDS * 1000).unwrap_or(i64::MAX);
         let live_since = crate::unix_ms().saturating_sub(stale_after_ms);
-        let (groups, rollouts) = self.read(|s| {
+        let (groups, rollouts, fingerprints) = self.read(|s| {
             Ok((
                 s.queue_cohort_workers(namespace, task_queue, live_since)?,
                 s.build_id_rollouts(namespace, task_queue)?,
+                s.queue_definition_fingerprints(namespace, task_queue)?,
             ))
         })?;
         let mut cohorts: Vec<Cohort> = Vec::new();
@@ -166,6 +212,11 @@ impl Engine {
                     cohort.rollout = rollout;
                     cohorts.push(cohort);
                 }
+            }
+        }
+        for (build_id, recorded) in &fingerprints {
+            if let Some(cohort) = cohorts.iter_mut().find(|c| &c.build_id == build_id) {
+                cohort.add_fingerprints(recorded);
             }
         }
         for cohort in &mut cohorts {

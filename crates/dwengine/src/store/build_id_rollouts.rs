@@ -184,6 +184,27 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The workflow definition fingerprints a queue's registrations
+    /// recorded (the JSON map of workflow type to fingerprint), each with
+    /// its worker's build (`None`: unversioned): one walk of the queue's
+    /// registrations, as [`Store::queue_cohort_workers`] does.
+    pub fn queue_definition_fingerprints(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+    ) -> Result<Vec<(Option<String>, String)>, Error> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT build_id, workflow_definition_fingerprints FROM workers \
+             WHERE namespace = ?1 AND task_queue = ?2 \
+             AND workflow_definition_fingerprints IS NOT NULL",
+        )?;
+        let rows = statement.query_map(params![namespace, task_queue], |r| {
+            let build: Option<String> = r.get(0)?;
+            Ok((build.filter(|b| !b.is_empty()), r.get(1)?))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The rollout rows of a queue (at most [`MAX_NAMESPACE_ROLLOUTS`]).
     pub fn build_id_rollouts(
         &self,

@@ -609,3 +609,69 @@ fn children_continue_as_new_and_service_call_runs_follow_their_build() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(compatibility("invoice-1"), "p2");
 }
+
+/// Each cohort sums up the workflow definition fingerprints its workers
+/// registered, as the reference server does: the distinct (type,
+/// fingerprint) pairs, and the types whose workers run different code
+/// (`{workflow_type, fingerprint_count}`, by type); a cohort without
+/// fingerprints counts 0 and lists no conflict.
+#[test]
+fn a_cohort_summarises_its_workers_definition_fingerprints() {
+    let s = server();
+    let register_with = |worker: &str, build: Option<&str>, fingerprints: Value| {
+        let mut body = json!({ "worker_id": worker, "task_queue": "fq", "runtime": "python",
+                               "workflow_definition_fingerprints": fingerprints });
+        if let Some(build) = build {
+            body["build_id"] = build.into();
+        }
+        let (status, answer) = s.post("/api/worker/register", body);
+        assert_eq!(status, 200, "{answer}");
+    };
+    register_with(
+        "a",
+        Some("v1"),
+        json!({ "Order": "sha256:o1", "Refund": "sha256:r1" }),
+    );
+    register_with(
+        "b",
+        Some("v1"),
+        json!({ "Order": "sha256:o2", "Refund": "sha256:r1" }),
+    );
+    register_with(
+        "c",
+        Some("v1"),
+        json!({ "Order": "sha256:o3", "Audit": "sha256:a1" }),
+    );
+    register_with("d", Some("v2"), json!({ "Order": "sha256:o9" }));
+    register(&s, "e", "fq", None, "python");
+
+    let list = cohorts(&s, "fq");
+    let v1 = cohort(&list, Some("v1"));
+    // Order x3, Refund x1, Audit x1.
+    assert_eq!(v1["workflow_definition_fingerprint_count"], 5, "{v1}");
+    assert_eq!(
+        v1["workflow_definition_fingerprint_conflicts"],
+        json!([{ "workflow_type": "Order", "fingerprint_count": 3 }]),
+        "{v1}"
+    );
+    let v2 = cohort(&list, Some("v2"));
+    assert_eq!(v2["workflow_definition_fingerprint_count"], 1, "{v2}");
+    assert_eq!(v2["workflow_definition_fingerprint_conflicts"], json!([]));
+    let plain = cohort(&list, None);
+    assert_eq!(plain["workflow_definition_fingerprint_count"], 0, "{plain}");
+    assert_eq!(
+        plain["workflow_definition_fingerprint_conflicts"],
+        json!([])
+    );
+    // A re-registration with one definition resolves the conflict it caused.
+    register_with(
+        "b",
+        Some("v1"),
+        json!({ "Order": "sha256:o1", "Refund": "sha256:r1" }),
+    );
+    register_with("c", Some("v1"), json!({ "Order": "sha256:o1" }));
+    let list = cohorts(&s, "fq");
+    let v1 = cohort(&list, Some("v1"));
+    assert_eq!(v1["workflow_definition_fingerprint_count"], 2, "{v1}");
+    assert_eq!(v1["workflow_definition_fingerprint_conflicts"], json!([]));
+}
