@@ -223,7 +223,7 @@ pub enum ApiError {
     /// was written).
     #[error("{message}")]
     RedriveRefused {
-        /// 409.
+        /// 409, or 410 for a run whose history retention pruned.
         status: u16,
         /// `run_not_failed`, `source_run_not_current`, …
         reason: &'static str,

@@ -12,7 +12,8 @@
 //! activities before it are not run again.
 //!
 //! What may be redriven is held to what replays safely: the failed run must
-//! be the workflow id's newest run, not archived (read-only), and its
+//! be the workflow id's newest run, not archived (read-only) nor pruned by
+//! history retention (its history is gone: `410`), and its
 //! history a linear prefix of
 //! remote activities (no timers, signals, children, local activities,
 //! markers, …): step 1 to the failed step, each completed once with an
@@ -56,7 +57,7 @@ pub struct Redriven {
 /// Why a run cannot be redriven: the protocol's reason and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedriveRefusal {
-    /// The HTTP status (409).
+    /// The HTTP status (409; 410 for a run whose history is gone).
     pub status: u16,
     /// `run_not_failed`, `source_run_not_current`, …
     pub reason: &'static str,
@@ -289,10 +290,22 @@ fn check_source(
         )));
     }
     // An archived run is read-only (the reference server's `run_archived`):
-    // it stays readable by id, but nothing starts from it.
-    let archived: Option<i64> = conn
-        .prepare_cached("SELECT archived_at_ms FROM runs WHERE id = ?1")?
-        .query_row([run.id.0], |r| r.get(0))?;
+    // it stays readable by id, but nothing starts from it. A run whose
+    // history retention pruned is gone for good: nothing is left to reuse.
+    let (archived, pruned): (Option<i64>, Option<i64>) = conn
+        .prepare_cached("SELECT archived_at_ms, details_pruned_at FROM runs WHERE id = ?1")?
+        .query_row([run.id.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if pruned.is_some() {
+        return Ok(Some(RedriveOutcome::Refused(RedriveRefusal {
+            status: 410,
+            reason: "history_pruned",
+            message: format!(
+                "run {}'s history was pruned by history retention, so no completed step \
+                 is left to reuse; start a new run of the workflow instead",
+                run.id.0
+            ),
+        })));
+    }
     if archived.is_some() {
         return Ok(Some(refuse(
             "run_archived",

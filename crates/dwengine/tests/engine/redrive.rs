@@ -637,3 +637,32 @@ fn an_archived_run_is_refused_with_run_archived_and_nothing_written() {
     );
     assert_eq!(described["status"], "failed");
 }
+
+/// A failed run whose history retention pruned is gone for good: its
+/// redrive is `410 history_pruned`, and nothing is written.
+#[test]
+fn a_run_whose_history_was_pruned_is_gone_with_history_pruned() {
+    let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
+        c.history_retention = std::time::Duration::ZERO;
+        c.retention_throttle = std::time::Duration::from_millis(1);
+    });
+    let (run, _) = fail_at_second(&s, "pruned", "orders");
+    // A registration prunes at most one expired run per pass.
+    assert!(support::eventually(
+        std::time::Duration::from_secs(30),
+        || {
+            register(&s, "w2", "orders", Some(DEFINITION));
+            s.get("/api/workflows/pruned").1["details_pruned_at"].is_string()
+        }
+    ));
+    let (status, refused) = redrive(&s, "pruned", &run, json!({}));
+    assert_eq!(status, 410, "{refused}");
+    assert_eq!(refused["reason"], "history_pruned", "{refused}");
+    assert_eq!(refused["run_id"], run.as_str(), "{refused}");
+    let (_, described) = s.get("/api/workflows/pruned");
+    assert_eq!(
+        described["run_id"],
+        run.as_str(),
+        "no successor: {described}"
+    );
+}
