@@ -211,6 +211,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0045_checks_without_lists",
         include_str!("migrations/postgres/0045_checks_without_lists.sql"),
     ),
+    (
+        "0046_partial_indexes",
+        include_str!("migrations/postgres/0046_partial_indexes.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -87,6 +87,17 @@ pub struct RebuildReport {
 
 // Per-run drift conditions over `r` (a runs row). Each is false for a
 // marked run, which is never drift.
+/// The oldest run of namespace ?1 closed before ?2 whose details are not
+/// yet pruned and that holds no abandoned activity: a range read in order
+/// of the partial index `runs_closed` (closed, unpruned runs only, migration
+/// 0046), which the `status != 'running'` and `details_pruned_at IS NULL`
+/// terms here let the planner use.
+pub(crate) const PRUNE_CANDIDATE: &str = "SELECT id FROM runs WHERE namespace = ?1 \
+     AND status != 'running' AND closed_at_ms < ?2 AND details_pruned_at IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM dispatch_tasks d WHERE d.run_id = runs.id \
+       AND d.kind = 'activity' AND d.status != 'done') \
+     ORDER BY closed_at_ms LIMIT 1";
+
 const UNMARKED: &str = "r.details_pruned_at IS NULL";
 const SUMMARY_MISSING: &str = "NOT EXISTS (SELECT 1 FROM run_summaries s WHERE s.run_id = r.id)";
 const SUMMARY_STALE: &str = "EXISTS (SELECT 1 FROM run_summaries s WHERE s.run_id = r.id \
@@ -209,14 +220,8 @@ impl Store {
     ) -> Result<Option<RunId>, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let run: Option<i64> = crate::store::db::OptionalExtension::optional(
-            tx.prepare_cached(
-                "SELECT id FROM runs WHERE namespace = ?1 AND status != 'running' \
-                 AND closed_at_ms < ?2 AND details_pruned_at IS NULL \
-                 AND NOT EXISTS (SELECT 1 FROM dispatch_tasks d WHERE d.run_id = runs.id \
-                   AND d.kind = 'activity' AND d.status != 'done') \
-                 ORDER BY closed_at_ms LIMIT 1",
-            )?
-            .query_row(params![namespace, closed_before_ms], |r| r.get(0)),
+            tx.prepare_cached(PRUNE_CANDIDATE)?
+                .query_row(params![namespace, closed_before_ms], |r| r.get(0)),
         )?;
         let Some(run) = run else {
             return Ok(None);

@@ -59,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0043_build_id_rollouts.sql"),
     include_str!("migrations/0044_workflow_definition_fingerprints.sql"),
     include_str!("migrations/0045_checks_without_lists.sql"),
+    include_str!("migrations/0046_partial_indexes.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -246,6 +247,113 @@ mod tests {
             }
         }
         assert_eq!(building, Vec::<String>::new());
+    }
+
+    /// The plan of `sql` (its `detail` column), every parameter NULL.
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Null; explain.parameter_count()];
+        explain
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+            .join("\n")
+    }
+
+    /// The two indexes 0046 made partial still serve their readers: each
+    /// query reads its index as a range (`SEARCH`), and the prune reads
+    /// `runs_closed` in closing order, with no sort of the namespace's runs
+    /// (before 0046 it read every run of the namespace through
+    /// `runs_by_namespace` and sorted them).
+    #[test]
+    fn the_partial_indexes_serve_their_queries() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        for (sql, index) in [
+            (crate::store::projections::PRUNE_CANDIDATE, "runs_closed"),
+            (
+                crate::store::timers::ANY_DUE_TIMER,
+                "dispatch_due_timers_by_cohort",
+            ),
+            (
+                crate::store::timers::DUE_TIMERS,
+                "dispatch_due_timers_by_cohort",
+            ),
+        ] {
+            let plan = plan(&conn, sql);
+            assert!(
+                plan.lines()
+                    .next()
+                    .is_some_and(|first| first.starts_with("SEARCH") && first.contains(index)),
+                "{sql}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+
+    /// A started run and its first workflow task are in neither partial
+    /// index: only closed, unpruned runs and timer tasks are, each entering
+    /// and leaving as its row moves.
+    #[test]
+    fn the_partial_indexes_hold_only_the_rows_their_readers_look_up() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+               origin, memo, search_attributes, created_at_ms) \
+             VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
+             INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+               due_at_ms, created_at_ms) VALUES (1, 'workflow', 1, 'ns', 'q', 'ready', 1, 1);",
+        )
+        .unwrap();
+        // Entries of an index, counted through it alone.
+        let entries = |conn: &Connection, index: &str, table: &str, filter: &str| -> i64 {
+            conn.query_row(
+                &format!("SELECT COUNT(*) FROM {table} INDEXED BY {index} WHERE {filter}"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        let closed = |conn: &Connection| {
+            entries(
+                conn,
+                "runs_closed",
+                "runs",
+                "namespace = 'ns' AND status != 'running' AND details_pruned_at IS NULL",
+            )
+        };
+        let timers = |conn: &Connection| {
+            entries(
+                conn,
+                "dispatch_due_timers_by_cohort",
+                "dispatch_tasks",
+                "kind = 'timer' AND namespace = 'ns'",
+            )
+        };
+        assert_eq!((closed(&conn), timers(&conn)), (0, 0));
+        // An index that is not partial cannot be named for a filter that
+        // does not constrain its first column; a partial one can (its
+        // WHERE implied), and lists only its rows.
+        let whole = conn.prepare(
+            "SELECT COUNT(*) FROM dispatch_tasks INDEXED BY dispatch_due_timers_by_cohort \
+             WHERE namespace = 'ns'",
+        );
+        assert!(
+            whole.is_err(),
+            "a timer-only index does not answer for every task"
+        );
+        conn.execute_batch(
+            "INSERT INTO dispatch_tasks (id, kind, run_id, item_id, namespace, task_queue, status, \
+               due_at_ms, created_at_ms) VALUES (2, 'timer', 1, 7, 'ns', 'q', 'ready', 1, 1); \
+             UPDATE runs SET status = 'completed', closed_at_ms = 5 WHERE id = 1;",
+        )
+        .unwrap();
+        assert_eq!((closed(&conn), timers(&conn)), (1, 1));
+        conn.execute_batch("UPDATE runs SET details_pruned_at = 6 WHERE id = 1")
+            .unwrap();
+        assert_eq!(closed(&conn), 0, "a pruned run leaves the prune's index");
     }
 
     /// The CHECK constraints 0045 rewrote accept each value they listed and

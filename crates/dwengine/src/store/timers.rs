@@ -27,6 +27,21 @@ use crate::store::protocol::ParallelGroup;
 use crate::store::rows::{append_event, bump, load_head, now_ms, to_i64, Pending};
 use crate::store::tx::WriteTx;
 
+/// Whether (namespace ?1, task queue ?2, cohort ?4) has a timer due by ?3:
+/// a read of the partial index `dispatch_due_timers_by_cohort` (timer tasks
+/// only), which `kind = 'timer'` here lets the planner use.
+pub(crate) const ANY_DUE_TIMER: &str =
+    "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
+     AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?4 AND status = 'ready' AND due_at_ms <= ?3 \
+     LIMIT 1";
+
+/// The first ?4 timers of (namespace ?1, task queue ?2, cohort ?5) due by
+/// ?3, earliest first, through the same index.
+pub(crate) const DUE_TIMERS: &str =
+    "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
+     AND namespace = ?1 AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?5 AND status = 'ready' \
+     AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4";
+
 impl Store {
     /// Whether (namespace, task queue, build-id cohort) has a timer due:
     /// the read that lets a poll pass skip the write transaction when
@@ -46,13 +61,14 @@ impl Store {
     ) -> Result<bool, Error> {
         Ok(self
             .conn
-            .prepare_cached(
-                "SELECT 1 FROM dispatch_tasks WHERE kind = 'timer' AND namespace = ?1 \
-                 AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?4 AND status = 'ready' AND due_at_ms <= ?3 \
-                 LIMIT 1",
-            )?
+            .prepare_cached(ANY_DUE_TIMER)?
             .query_row(
-                params![namespace, task_queue, now_ms().saturating_sub(grace_ms), cohort],
+                params![
+                    namespace,
+                    task_queue,
+                    now_ms().saturating_sub(grace_ms),
+                    cohort
+                ],
                 |_| Ok(()),
             )
             .optional()?
@@ -73,11 +89,7 @@ impl Store {
     ) -> Result<usize, Error> {
         let tx = WriteTx::begin(&self.conn)?;
         let due: Vec<(i64, i64, i64)> = tx
-            .prepare_cached(
-                "SELECT id, run_id, item_id FROM dispatch_tasks WHERE kind = 'timer' \
-                 AND namespace = ?1 AND task_queue = ?2 AND build_id IS NOT DISTINCT FROM ?5 AND status = 'ready' \
-                 AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4",
-            )?
+            .prepare_cached(DUE_TIMERS)?
             .query_map(
                 params![
                     namespace,
