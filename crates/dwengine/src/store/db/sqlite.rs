@@ -37,14 +37,16 @@ pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> R
     };
     conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", true)?;
-    // The group-commit writer runs every job in a savepoint, so SQLite
-    // copies each page a job first touches into the statement journal.
-    // That journal spills to a temporary file past 64 KiB (every batch of
-    // more than one start did), and a fifth of the writer's time under
-    // the starts benchmark went to writing it (docs/performance.md,
-    // "Starts against raw SQLite"); in memory it is a copy. It holds the
-    // pages of the savepoints still open, which a release empties.
-    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // The group-commit writer runs every job in a savepoint, and SQLite
+    // runs each statement that fires triggers in one more, so it copies
+    // each page a job or statement first touches into the statement
+    // journal. That journal stays in memory up to SQLITE_STMTJRNL_SPILL
+    // (4 MiB in this build, `.cargo/config.toml`; SQLite's default of
+    // 64 KiB made every batch of more than one start spill it to a
+    // temporary file) in one block, which is why temp_store is left at
+    // its default: `temp_store = MEMORY` keeps it in memory without a
+    // bound but in 1 KiB blocks, four mallocs and frees per page
+    // (docs/performance.md, "Starts against raw SQLite").
     Ok(())
 }
 
@@ -195,7 +197,12 @@ mod tests {
             .expect("ran")
             .collect::<Result<_, _>>()
             .expect("the options");
-        for wanted in ["DEFAULT_MEMSTATUS=0", "OMIT_SHARED_CACHE", "USE_ALLOCA"] {
+        for wanted in [
+            "DEFAULT_MEMSTATUS=0",
+            "OMIT_SHARED_CACHE",
+            "USE_ALLOCA",
+            "STMTJRNL_SPILL=4194304",
+        ] {
             assert!(
                 options.iter().any(|o| o == wanted),
                 "the bundled SQLite lacks {wanted} (LIBSQLITE3_FLAGS in .cargo/config.toml); it has {options:?}"
