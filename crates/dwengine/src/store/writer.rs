@@ -550,13 +550,17 @@ fn commit_batch(
     let mut ran = 0;
     while let Some(job) = batch.pop_front().or_else(|| pipe.more(ran)) {
         ran += 1;
-        if let Err(e) = conn.savepoint(JOB_SAVEPOINT) {
+        // The job's first store write takes this savepoint over rather
+        // than nesting one of its own in it (`WriteTx`).
+        if let Err(e) = conn.savepoint_to_adopt(JOB_SAVEPOINT) {
             lost = Some(Failure::of(&e, conn));
             batch.push_front(job);
             break;
         }
         let Job { transition, .. } = job;
-        match catch_unwind(AssertUnwindSafe(|| transition(store))) {
+        let result = catch_unwind(AssertUnwindSafe(|| transition(store)));
+        conn.withdraw_savepoint();
+        match result {
             Ok((true, answer)) => {
                 let _ = conn.release(JOB_SAVEPOINT);
                 answers.push(answer);

@@ -97,6 +97,111 @@ fn a_failing_or_panicking_transition_rolls_back_alone() {
         .unwrap();
 }
 
+/// Jobs of one batch that fail or panic after starting a workflow leave
+/// nothing of it, and their neighbours in the same transaction keep theirs:
+/// each job's first write takes over the writer's savepoint for that job
+/// rather than opening its own, so rolling back to it must undo exactly
+/// that job. The counters the start's triggers keep (the series' starts,
+/// the queue's ready workflow tasks) equal the rows left.
+#[test]
+fn failing_jobs_in_one_batch_leave_nothing_and_their_neighbours_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    // A first job holds the writer until the batch under test is queued
+    // behind it, so that batch is one transaction.
+    let (running, is_running) = std::sync::mpsc::channel();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (answers, answered) = std::sync::mpsc::channel();
+    let held = answers.clone();
+    store.submit(
+        move |s| {
+            running.send(()).unwrap();
+            wait.recv().unwrap();
+            s.start_workflow(common::start("first"), None).map(|_| ())
+        },
+        move |result| held.send(("first", result.is_ok())).unwrap(),
+    );
+    is_running.recv().unwrap();
+    let commits = store.commits();
+    for (id, outcome) in [
+        ("kept-1", "ok"),
+        ("failed", "error"),
+        ("kept-2", "ok"),
+        ("panicked", "panic"),
+        ("failed-again", "error"),
+        ("kept-3", "ok"),
+    ] {
+        let answers = answers.clone();
+        store.submit(
+            move |s| {
+                s.start_workflow(common::start(id), None)?;
+                match outcome {
+                    "error" => Err(Error::Abandoned("the caller gave up".into())),
+                    "panic" if s.config().busy_timeout > Duration::ZERO => {
+                        panic!("a bug inside a transition")
+                    }
+                    _ => Ok(()),
+                }
+            },
+            move |result| answers.send((id, result.is_ok())).unwrap(),
+        );
+    }
+    drop(answers);
+    go.send(()).unwrap();
+    let mut results: Vec<_> = answered.iter().collect();
+    results.sort();
+    assert_eq!(
+        results,
+        vec![
+            ("failed", false),
+            ("failed-again", false),
+            ("first", true),
+            ("kept-1", true),
+            ("kept-2", true),
+            ("kept-3", true),
+        ],
+        "the panicking job's callback is dropped uncalled"
+    );
+    // A commit may be counted after its jobs are answered: wait for the
+    // count to move, then check the six shared at most one transaction
+    // beyond the first job's (they may also have joined that one's).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.commits() == commits && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let shared = store.commits() - commits;
+    assert!(
+        (1..=2).contains(&shared),
+        "seven jobs took {shared} commits: the six queued behind the first did not share one"
+    );
+    let found = |id: &'static str| store.read(move |s| s.find_run("default", id)).unwrap();
+    for kept in ["first", "kept-1", "kept-2", "kept-3"] {
+        assert!(found(kept).is_some(), "{kept}");
+    }
+    for gone in ["failed", "panicked", "failed-again"] {
+        assert_eq!(found(gone), None, "{gone}");
+    }
+    let db = rusqlite::Connection::open(dir.path().join("runs.sqlite")).unwrap();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT COUNT(*) FROM runs"), 4);
+    assert_eq!(count("SELECT COUNT(*) FROM history_events"), 4);
+    assert_eq!(count("SELECT COUNT(*) FROM run_summaries"), 4);
+    assert_eq!(
+        count("SELECT started FROM workflow_run_series"),
+        count("SELECT COUNT(*) FROM runs"),
+        "the series' starts equal its runs"
+    );
+    assert_eq!(
+        count("SELECT workflow_ready FROM task_queue_state"),
+        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
+        "the queue's ready count equals its ready tasks"
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
+        4
+    );
+}
+
 /// A submitted transition is answered through its callback, once, after
 /// the commit (a fresh read sees it), without the caller waiting; a
 /// failing one with its error, a panicking one by dropping the callback

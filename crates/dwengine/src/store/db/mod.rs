@@ -25,6 +25,7 @@ mod postgres;
 mod sqlite;
 mod wal;
 
+use std::cell::Cell;
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
@@ -109,6 +110,10 @@ pub use postgres::CallClock;
 /// One connection to the store's database.
 pub struct Connection {
     backend: Backend,
+    /// A savepoint opened by [`Connection::savepoint_to_adopt`] and the
+    /// connection's row changes at the time, until a write takes it over
+    /// ([`Connection::adopt_savepoint`]) or its opener gives it up.
+    adoptable: Cell<Option<(&'static str, u64)>>,
 }
 
 enum Backend {
@@ -170,6 +175,7 @@ impl Connection {
     pub fn open_postgres(url: &str, settings: &PostgresSettings) -> Result<Connection> {
         Ok(Connection {
             backend: Backend::Postgres(Box::new(postgres::PgConnection::connect(url, settings)?)),
+            adoptable: Cell::new(None),
         })
     }
 
@@ -178,6 +184,7 @@ impl Connection {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Connection {
             backend: Backend::Sqlite(conn),
+            adoptable: Cell::new(None),
         }
     }
 
@@ -526,6 +533,45 @@ impl Connection {
         self.deferred_control(&format!("SAVEPOINT {name}"))
     }
 
+    /// Opens savepoint `name` as [`Connection::savepoint`] does, and on
+    /// SQLite offers it to the first write that begins before any row
+    /// changes ([`Connection::adopt_savepoint`]): the group-commit writer's
+    /// savepoint around each job, which the job's first store write would
+    /// otherwise nest a savepoint of its own in, with nothing between the
+    /// two to tell them apart. (On PostgreSQL a savepoint costs no round
+    /// trip, and none is offered.)
+    pub fn savepoint_to_adopt(&self, name: &'static str) -> Result<()> {
+        self.savepoint(name)?;
+        if let Backend::Sqlite(conn) = &self.backend {
+            self.adoptable.set(Some((name, conn.total_changes())));
+        }
+        Ok(())
+    }
+
+    /// Takes over the savepoint [`Connection::savepoint_to_adopt`] opened,
+    /// if no row changed since (`total_changes()`, trigger writes
+    /// included): rolling back to it then undoes exactly what rolling back
+    /// a savepoint opened here would, and releasing it is its opener's
+    /// part. Offered once: later writes open savepoints of their own.
+    pub(crate) fn adopt_savepoint(&self) -> Option<&'static str> {
+        let (name, changes) = self.adoptable.take()?;
+        match &self.backend {
+            Backend::Sqlite(conn) if conn.total_changes() == changes => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Withdraws the offer of [`Connection::savepoint_to_adopt`] (its
+    /// opener is about to release or roll back the savepoint).
+    pub fn withdraw_savepoint(&self) {
+        self.adoptable.set(None);
+    }
+
+    /// Undoes everything since savepoint `name` and leaves it open.
+    pub(crate) fn rollback_within(&self, name: &str) -> Result<()> {
+        self.control(&format!("ROLLBACK TO SAVEPOINT {name}"))
+    }
+
     /// Releases savepoint `name` into the enclosing transaction (on
     /// PostgreSQL with the next command, as [`Connection::savepoint`]).
     pub fn release(&self, name: &str) -> Result<()> {
@@ -546,7 +592,7 @@ impl Connection {
 
     /// Undoes everything since savepoint `name` and closes it.
     pub fn rollback_to(&self, name: &str) -> Result<()> {
-        self.control(&format!("ROLLBACK TO SAVEPOINT {name}"))?;
+        self.rollback_within(name)?;
         self.release(name)
     }
 
