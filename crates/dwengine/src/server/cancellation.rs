@@ -17,8 +17,9 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::server::wire::validation;
 use crate::server::wire::{self, Checks};
-use crate::server::worker::{check_workflow_lease, validation};
+use crate::server::worker::check_workflow_lease;
 use crate::server::{ApiError, Engine};
 use crate::store::cancellation::{CancellationRequest, Delivered, Delivery, CALL_KINDS};
 use crate::store::{Error as StoreError, RunId, TaskKind};

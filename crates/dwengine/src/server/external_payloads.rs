@@ -479,7 +479,7 @@ impl Engine {
         if checks.problems.is_empty() {
             Ok(())
         } else {
-            Err(crate::server::worker::validation(checks).into())
+            Err(crate::server::wire::validation(checks).into())
         }
     }
 }

@@ -20,8 +20,9 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::server::wire::validation;
 use crate::server::wire::{self, Checks};
-use crate::server::worker::{check_workflow_lease, parse_commands_in, validation};
+use crate::server::worker::{check_workflow_lease, parse_commands_in};
 use crate::server::{ApiError, Engine};
 use crate::store::prepared_local::{
     CheckpointRequest, LocalAttempt, LocalDescriptor, LocalReport, Recorded, Refusal,

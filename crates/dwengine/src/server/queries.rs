@@ -15,8 +15,9 @@ use serde_json::{json, Value};
 
 use crate::poll_requests::PollClaim;
 use crate::query_tasks::{BrokerError, NewQuery, QueryStatus, QueryTask};
+use crate::server::wire::validation;
 use crate::server::wire::{self, Checks, QueryBody, QueryTaskReport};
-use crate::server::worker::{validation, PollKind, PollSpec, PollStep, PollWait};
+use crate::server::worker::{PollKind, PollSpec, PollStep, PollWait};
 use crate::server::{ApiError, Engine};
 use crate::store::RunId;
 use crate::wait_slots::WaitSlot;

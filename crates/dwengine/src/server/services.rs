@@ -1088,7 +1088,7 @@ impl Engine {
                          a call spends its caller namespace's budget, so it must name one."
                     ),
                 );
-                return Err(crate::server::worker::validation(checks).into());
+                return Err(crate::server::wire::validation(checks).into());
             }
             Err(e) => return Err(e),
         }

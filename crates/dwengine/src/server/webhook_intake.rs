@@ -342,7 +342,7 @@ impl Engine {
 fn target_problem(field: &str, message: &str) -> ApiError {
     let mut checks = Checks::default();
     checks.problem(field, message);
-    crate::server::worker::validation(checks).into()
+    crate::server::wire::validation(checks).into()
 }
 
 /// The outcome of an admitted event: accepted or duplicate, with the

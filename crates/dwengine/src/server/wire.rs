@@ -729,3 +729,15 @@ mod tests {
         assert_eq!(checks.problems[1].0, "commands.0.x");
     }
 }
+
+/// A 422 of collected problems.
+pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
+    let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (field, problem) in checks.problems {
+        errors.entry(field).or_default().push(problem);
+    }
+    dwpolicy::boundary::BoundaryError::ValidationFailed {
+        message: format!("The request is invalid: {} field(s).", errors.len()),
+        validation_errors: errors,
+    }
+}

@@ -25,8 +25,8 @@ use crate::poll_requests::PollClaim;
 use crate::server::error::finish_with;
 use crate::server::fast_paths::{service_starts_with_options, sticky_claim};
 use crate::server::wire::{
-    self, ActivityReport, Checks, PollBody, RegisterWorker, WorkerHeartbeat, WorkflowTaskLease,
-    MAX_PAGE_SIZE,
+    self, validation, ActivityReport, Checks, PollBody, RegisterWorker, WorkerHeartbeat,
+    WorkflowTaskLease, MAX_PAGE_SIZE,
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
@@ -1982,18 +1982,6 @@ pub(crate) fn workflow_task_capabilities() -> Value {
         "supported_workflow_task_commands": SUPPORTED_COMMANDS,
         "workflow_memo_updates": memo_updates(),
     })
-}
-
-/// A 422 of collected problems.
-pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
-    let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for (field, problem) in checks.problems {
-        errors.entry(field).or_default().push(problem);
-    }
-    dwpolicy::boundary::BoundaryError::ValidationFailed {
-        message: format!("The request is invalid: {} field(s).", errors.len()),
-        validation_errors: errors,
-    }
 }
 
 /// The commands of a completion, each checked: a known type, integers in

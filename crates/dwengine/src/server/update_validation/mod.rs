@@ -33,8 +33,9 @@ use contract::EXPIRY_SLACK;
 pub use contract::{PendingValidation, ValidationLook, CAPABILITY, TASK_KIND};
 
 use crate::server::control::{MessageKind, PendingUpdate, UpdateStep};
+use crate::server::wire::validation;
 use crate::server::wire::{self, Checks, UpdateBody};
-use crate::server::worker::{validation, PollKind, PollSpec, PollStep};
+use crate::server::worker::{PollKind, PollSpec, PollStep};
 use crate::server::{ApiError, Engine};
 use crate::store::update_validations::{
     LeasedValidation, ValidationAdmission, ValidationRequest, ValidationState, VerdictRefusal,
