@@ -283,31 +283,45 @@ impl Store {
         })
     }
 
-    /// Whether `run` has a workflow task ready or leased: one indexed probe
-    /// of `dispatch_by_run`.
+    /// Whether `run` has a workflow task ready or leased: an indexed probe
+    /// of `dispatch_by_run` per status (a `status IN (...)` list would be
+    /// built into a temporary B-tree on every execution).
     pub fn workflow_task_open(&self, run: RunId) -> Result<bool, Error> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE run_id = ?1 \
-                 AND kind = 'workflow' AND status IN ('ready', 'leased'))",
+                 AND kind = 'workflow' AND status = 'ready') \
+                 OR EXISTS (SELECT 1 FROM dispatch_tasks WHERE run_id = ?1 \
+                 AND kind = 'workflow' AND status = 'leased')",
             )?
             .query_row([run.0], |r| r.get::<_, bool>(0))?)
     }
 
     /// The newest failure of `run`'s open workflow task, if it has failed.
     pub fn workflow_task_failure(&self, run: RunId) -> Result<Option<WorkflowTaskFailure>, Error> {
-        let row: Option<(String, i64, i64)> = self
+        // Open tasks only, found through dispatch_by_run by status (a run
+        // has one open workflow task, rarely two), the newest picked here.
+        // `status IN ('ready', 'leased') ... ORDER BY id DESC LIMIT 1` made
+        // SQLite build the list and sort the rows in two temporary
+        // B-trees, each a database of its own with a pager and a page
+        // cache allocated and freed on every describe (a twelfth of
+        // dwserver's CPU under the Rust SDK's result polls); one indexed
+        // probe per status builds neither.
+        let rows: Vec<(i64, String, i64, i64)> = self
             .conn
             .prepare_cached(
-                // Open tasks only, found through dispatch_by_run by status.
-                "SELECT last_error, attempt, due_at_ms FROM dispatch_tasks WHERE run_id = ?1 \
-                 AND kind = 'workflow' AND status IN ('ready', 'leased') \
-                 AND last_error IS NOT NULL ORDER BY id DESC LIMIT 1",
+                "SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks WHERE run_id = ?1 \
+                 AND kind = 'workflow' AND status = 'ready' AND last_error IS NOT NULL \
+                 UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+                 WHERE run_id = ?1 AND kind = 'workflow' AND status = 'leased' \
+                 AND last_error IS NOT NULL",
             )?
-            .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        let Some((failure, attempt, due)) = row else {
+            .query_map([run.0], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let Some((_, failure, attempt, due)) = rows.into_iter().max_by_key(|row| row.0) else {
             return Ok(None);
         };
         Ok(Some(WorkflowTaskFailure {
