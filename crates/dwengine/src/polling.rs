@@ -124,9 +124,27 @@ struct Relay {
 
 #[derive(Default)]
 struct WakeChannel {
+    /// Wake-ups every poll of the channel answers with a pass.
     wakes: AtomicU64,
+    /// Wake-ups one poll answers ([`PollWakes::wake_one`]): each is taken
+    /// by the first poll that waits, at most one per subscriber pending.
+    tokens: AtomicU64,
     woken: tokio::sync::Notify,
     subscribers: AtomicU64,
+}
+
+/// What ended a poll's wait ([`PollWake::woken_before`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// Nothing: the time given ran out.
+    No,
+    /// A wake-up meant for one poll, which this poll took: its pass must
+    /// either claim a task or hand the wake-up to every poll of the
+    /// channel ([`PollWake::wake_all`]); a poll that ends without a pass
+    /// gives it back ([`PollWake::give_back`]).
+    One,
+    /// A wake-up of every poll of the channel.
+    All,
 }
 
 /// What the relay counted since the node started.
@@ -299,15 +317,31 @@ impl PollWakes {
 
     /// Wakes the polls of `channel` held by this node.
     pub fn wake_here(&self, channel: &str) {
-        let entry = self
-            .channels
+        if let Some(entry) = self.entry(channel) {
+            entry.bump();
+        }
+    }
+
+    /// Wakes one poll of `channel` on this node (the first that waits,
+    /// now or next) and, through the relay, every poll of the other nodes
+    /// of the store: for a commit that gave the queue one task, so one
+    /// poll looks for it instead of all of them. A poll that finds
+    /// nothing then wakes the others ([`Woken::One`]), so a poll that
+    /// cannot take the task (another build-id cohort, a sticky claim or a
+    /// session held elsewhere) delays it by one pass, never loses it.
+    pub fn wake_one(&self, channel: &str) -> Result<(), CacheError> {
+        if let Some(entry) = self.entry(channel) {
+            entry.add_token();
+        }
+        self.publish_to_peers(channel)
+    }
+
+    fn entry(&self, channel: &str) -> Option<Arc<WakeChannel>> {
+        self.channels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(channel)
-            .cloned();
-        if let Some(entry) = entry {
-            entry.bump();
-        }
+            .cloned()
     }
 
     fn wake_every_channel(&self) {
@@ -321,6 +355,13 @@ impl PollWakes {
         for entry in entries {
             entry.bump();
         }
+    }
+
+    /// The polls of this node subscribed to `channel` (waiting, or
+    /// looking between two waits).
+    pub fn subscribers(&self, channel: &str) -> u64 {
+        self.entry(channel)
+            .map_or(0, |e| e.subscribers.load(Ordering::Acquire))
     }
 
     /// Channels with a waiting poll.
@@ -344,6 +385,28 @@ impl WakeChannel {
         self.wakes.fetch_add(1, Ordering::AcqRel);
         self.woken.notify_waiters();
     }
+
+    /// One more pending single wake-up, unless every subscriber already
+    /// has one coming (more would only make the same polls look twice).
+    fn add_token(&self) {
+        let cap = self.subscribers.load(Ordering::Acquire).max(1);
+        let added = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok();
+        if added {
+            // Wakes one waiting poll, or lets the next to wait through.
+            self.woken.notify_one();
+        }
+    }
+
+    fn take_token(&self) -> bool {
+        self.tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// A poll's subscription to its wake channel; leaves the board when dropped.
@@ -356,27 +419,59 @@ pub struct PollWake {
 
 impl PollWake {
     /// Waits, on the async runtime and without a thread, until a wake-up
-    /// this subscription has not seen yet, or until `until`; whether it was
-    /// woken. Wake-ups between two waits are not lost: they are counted,
-    /// and the next wait returns at once.
-    pub async fn woken_before(&mut self, until: Instant) -> bool {
+    /// of every poll this subscription has not seen yet, or a pending
+    /// wake-up of one poll that it takes, or until `until`. Wake-ups
+    /// between two waits are not lost: they are counted, and the next wait
+    /// returns at once.
+    pub async fn woken_before(&mut self, until: Instant) -> Woken {
         loop {
-            // Enabled before the count is read: a wake-up in between is kept.
+            // Enabled before the counts are read: a wake-up in between is kept.
             let woken = self.entry.woken.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             let wakes = self.entry.wakes.load(Ordering::Acquire);
             if wakes != self.seen {
                 self.seen = wakes;
-                return true;
+                return Woken::All;
+            }
+            if self.entry.take_token() {
+                return Woken::One;
             }
             if Instant::now() >= until {
-                return false;
+                return Woken::No;
             }
+            // A single wake-up this wait was notified of but leaves
+            // unanswered (the deadline won the race) goes to another
+            // waiter when `woken` is dropped; the token stays pending.
             tokio::select! {
                 _ = &mut woken => {}
                 _ = tokio::time::sleep_until(until.into()) => {}
             }
+        }
+    }
+
+    /// A pass found a task: a pending wake-up of one poll is its (the
+    /// work it was for is taken), so no other poll looks for it in vain.
+    pub fn claimed(&self) {
+        self.entry.take_token();
+    }
+
+    /// Hands a taken single wake-up to another poll (this one ends
+    /// without looking).
+    pub fn give_back(&self) {
+        self.entry.add_token();
+    }
+
+    /// Wakes every poll of the channel on this node: a single wake-up's
+    /// pass found nothing (the task was another poll's to take), or a pass
+    /// took one task of several.
+    pub fn wake_all(&mut self) {
+        let before = self.entry.wakes.fetch_add(1, Ordering::AcqRel);
+        self.entry.woken.notify_waiters();
+        // Its own wake-up is not news to this poll (it just looked), unless
+        // another came meanwhile, which its pass may have missed.
+        if before == self.seen {
+            self.seen = before + 1;
         }
     }
 }
@@ -681,8 +776,9 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let woken =
-            |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
+        let woken = |wake: &mut PollWake, until: Instant| {
+            runtime.block_on(wake.woken_before(until)) != Woken::No
+        };
         let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
         let (a, b, elsewhere) = (PollWakes::new(), PollWakes::new(), PollWakes::new());
         a.join_relay(cache.clone(), "one store", "node-a").unwrap();
@@ -727,6 +823,7 @@ mod tests {
                 .build()
                 .unwrap()
                 .block_on(on_b.woken_before(far))
+                == Woken::All
         });
         a.wake(&channel).unwrap();
         assert!(waiter.join().unwrap());
@@ -768,6 +865,68 @@ mod tests {
         assert!(!woken(&mut later, Instant::now()));
         drop(on_a);
         assert_eq!(a.channels(), 0);
+    }
+
+    #[test]
+    fn a_single_wake_reaches_one_poll_and_an_empty_look_wakes_the_rest() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let woken =
+            |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
+        let board = PollWakes::new();
+        let channel = wake_channel("default", "orders", "activity");
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut polls: Vec<PollWake> = (0..3).map(|_| board.subscribe(channel.clone())).collect();
+
+        // One wake-up, one poll: the first to wait takes it, the others
+        // see nothing.
+        board.wake_one(&channel).unwrap();
+        assert_eq!(woken(&mut polls[0], far), Woken::One);
+        assert_eq!(woken(&mut polls[1], Instant::now()), Woken::No);
+        assert_eq!(woken(&mut polls[2], Instant::now()), Woken::No);
+
+        // Its look found nothing (the task was another's): every other
+        // poll is woken, and the one that looked is not woken by itself.
+        polls[0].wake_all();
+        assert_eq!(woken(&mut polls[1], far), Woken::All);
+        assert_eq!(woken(&mut polls[2], far), Woken::All);
+        assert_eq!(woken(&mut polls[0], Instant::now()), Woken::No);
+
+        // A poll that ends without looking hands its wake-up on.
+        board.wake_one(&channel).unwrap();
+        assert_eq!(woken(&mut polls[1], far), Woken::One);
+        polls[1].give_back();
+        assert_eq!(woken(&mut polls[2], far), Woken::One);
+
+        // A poll that found a task on its own first look takes the
+        // pending wake-up meant for that task.
+        board.wake_one(&channel).unwrap();
+        polls[0].claimed();
+        assert_eq!(woken(&mut polls[2], Instant::now()), Woken::No);
+
+        // Pending wake-ups are bounded by the polls subscribed (three).
+        for _ in 0..10 {
+            board.wake_one(&channel).unwrap();
+        }
+        let taken = (0..10)
+            .filter(|_| woken(&mut polls[0], Instant::now()) == Woken::One)
+            .count();
+        assert_eq!(taken, 3);
+
+        // A poll waiting on another thread is woken (whether the wake-up
+        // comes before or during its wait).
+        let mut waiting = polls.pop().unwrap();
+        let waiter = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(waiting.woken_before(far))
+        });
+        board.wake_one(&channel).unwrap();
+        assert_eq!(waiter.join().unwrap(), Woken::One);
     }
 
     #[test]

@@ -437,4 +437,9 @@ impl PollKind for QueryPolls {
     fn unanswered(self, _engine: &Engine, _poll: &PollSpec) -> Result<Value, ApiError> {
         Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }))
     }
+
+    /// The broker does not say whether more wait: the others look too.
+    fn more_ready(_task: &QueryTask) -> bool {
+        true
+    }
 }

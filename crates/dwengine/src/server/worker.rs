@@ -183,6 +183,9 @@ pub(crate) trait PollKind: Copy + Send + Sync + 'static {
     fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError>;
     /// For a repeat of a poll still running: the answer when it never ended.
     fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError>;
+    /// Whether the pass that found `task` saw more work than it took (or
+    /// cannot tell): the other polls of its channel are then woken.
+    fn more_ready(task: &Self::Task) -> bool;
 }
 
 impl PollKind for TaskKind {
@@ -231,6 +234,10 @@ impl PollKind for TaskKind {
             poll,
             json!({ "task": null, "poll_status": "timeout", "replayed": false }),
         )
+    }
+
+    fn more_ready(task: &LeasedTask) -> bool {
+        task.more_ready
     }
 }
 
@@ -699,10 +706,15 @@ impl Engine {
         }
         // Subscribed before the first look: work committed between that
         // look and the wait still wakes this poll.
-        let wake =
+        let mut wake =
             self.poll_wakes
                 .subscribe(crate::polling::wake_channel(ns, queue, kind.as_str()));
         if let Some(task) = self.pass(kind, poll)? {
+            // The wake-up meant for this task, if one is pending, is spent.
+            wake.claimed();
+            if task.more_ready {
+                wake.wake_all();
+            }
             return Ok(ControlFlow::Break(Some(task)));
         }
         if poll.wait.is_zero() || !self.polling_cache_available() {

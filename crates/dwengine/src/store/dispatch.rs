@@ -83,6 +83,11 @@ pub struct LeasedTask {
     /// Activity tasks whose session can never run them (closed, failed,
     /// expired, missing): why; the lease's caller fails the activity.
     pub session_refused: Option<&'static str>,
+    /// Whether the lease saw another task of its queue and kind ready
+    /// (the poll that took this one wakes the others' polls); false when
+    /// read back rather than leased.
+    #[serde(skip)]
+    pub more_ready: bool,
 }
 
 /// A worker session as a leased activity task carries it.
@@ -385,6 +390,7 @@ pub(crate) fn load_task(
         sticky_replay_mode: None,
         worker_session: None,
         session_refused: None,
+        more_ready: false,
     };
     match row.kind {
         TaskKind::Activity => {

@@ -168,6 +168,7 @@ impl Store {
         if side_by_side && candidates.iter().any(|(_, session)| session.is_some()) {
             return Err(Error::ClaimNeedsWriteLock);
         }
+        let several = candidates.len() > 1;
         let mut chosen = None;
         for (id, session) in candidates {
             let Some(session_id) = session else {
@@ -221,10 +222,23 @@ impl Store {
         if kind == TaskKind::Activity {
             rearm_activity(&tx, id)?;
         }
+        // Whether another task of the queue is ready now (for this poller
+        // or another): the poll that took this one then wakes the others.
+        let more_ready = several
+            || tx
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
+                     AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
+                     AND due_at_ms <= ?4)",
+                )?
+                .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
+                    r.get::<_, bool>(0)
+                })?;
         let mut task = load_task(&tx, id)?;
         if let Some(task) = task.as_mut() {
             task.worker_session = session_lease;
             task.session_refused = session_refused;
+            task.more_ready = more_ready;
         }
         tx.commit()?;
         Ok(task)

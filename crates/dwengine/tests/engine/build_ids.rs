@@ -325,6 +325,53 @@ fn a_promoted_cohort_takes_the_fresh_starts_and_a_run_stays_with_its_build() {
     );
 }
 
+/// On SQLite a start wakes one waiting poll of its queue
+/// (`PollWakes::wake_one`); a poll that cannot take the task (here of
+/// another build-id cohort) wakes the others, so the cohort's own waiting
+/// poll gets it. The idle recheck is an hour here: without that hand-on
+/// the v2 poll would answer empty at its deadline.
+#[test]
+fn a_single_wake_up_taken_by_another_cohorts_poll_reaches_the_right_one() {
+    let s = TestServer::start(support::memory_cache(), |c| {
+        c.poll_idle_recheck = std::time::Duration::from_secs(3600);
+    });
+    register(&s, "old", "handed-on", Some("v1"), "python");
+    register(&s, "new", "handed-on", Some("v2"), "python");
+    let channel = dwengine::polling::wake_channel("default", "handed-on", "workflow");
+    let subscribed = |n| {
+        support::eventually(std::time::Duration::from_secs(30), || {
+            s.running.engine().poll_wakes().subscribers(&channel) >= n
+        })
+    };
+    let long_poll = |worker: &str, build: &str, seconds: u64| {
+        let (status, answer) = s.post(
+            "/api/worker/workflow-tasks/poll",
+            json!({ "task_queue": "handed-on", "worker_id": worker, "build_id": build,
+                    "poll_request_id": format!("{worker}-{}", rand_id()),
+                    "timeout_seconds": seconds }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer["task"].clone()
+    };
+    std::thread::scope(|scope| {
+        // v1's poll waits first, so the single wake-up reaches it first.
+        let old = scope.spawn(|| long_poll("old", "v1", 10));
+        assert!(subscribed(1));
+        let new = scope.spawn(|| long_poll("new", "v2", 60));
+        assert!(subscribed(2));
+        let (status, body) = s.post(
+            "/api/workflows",
+            json!({ "workflow_id": "wf-handed-on", "workflow_type": "Order",
+                    "task_queue": "handed-on", "build_id": "v2",
+                    "input": { "codec": "json", "blob": "[]" } }),
+        );
+        assert_eq!(status, 201, "{body}");
+        let task = new.join().unwrap();
+        assert_eq!(task["workflow_id"], "wf-handed-on", "{task}");
+        assert!(old.join().unwrap().is_null());
+    });
+}
+
 fn rand_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -16,6 +16,7 @@ use super::{blocking, on_poll_lane, refuse, reply, with_body, Scope, Shared};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::polling::Woken;
 use crate::server::queries::QueryPolls;
 use crate::server::update_validation::WorkflowWorkPolls;
 use crate::server::wire::{ActivityReport, PollBody, RegisterWorker, WorkflowTaskLease};
@@ -403,10 +404,37 @@ async fn long_poll<K: PollKind>(
         }
         PollStep::Waiting(wait) => {
             let keyed = wait.keyed;
-            let found = wait_for_work(&engine, kind, &spec, wait).await;
-            on_poll_lane(engine, move |e| kind.end(e, &spec, keyed, found)).await
+            match wait_for_work(&engine, kind, &spec, wait).await {
+                WaitEnd::Answered(answer) => answer,
+                WaitEnd::Over(over) => {
+                    let found = over.map(|()| None);
+                    on_poll_lane(engine, move |e| kind.end(e, &spec, keyed, found)).await
+                }
+            }
         }
     }
+}
+
+/// How a long poll's wait ended.
+enum WaitEnd {
+    /// A pass found its answer (a task, an error, or the end of a
+    /// superseded query poll) and answered in the same step.
+    Answered(Result<Value, ApiError>),
+    /// The deadline passed or the poll is over (empty), or a look at the
+    /// wake signal failed: the poll's last step is still to run.
+    Over(Result<(), ApiError>),
+}
+
+/// What one pass on the poll lane came to.
+enum Passed {
+    /// It found nothing: the wait goes on.
+    Nothing,
+    /// It ended the poll (`claimed`: the task it took and whether it saw
+    /// more work, none for an empty end or an error).
+    Answered {
+        claimed: Option<bool>,
+        answer: Result<Value, ApiError>,
+    },
 }
 
 /// A long poll's wait: a pass when the poll's channel is woken, when its
@@ -420,7 +448,22 @@ async fn wait_for_work<K: PollKind>(
     kind: K,
     spec: &Arc<PollSpec>,
     mut wait: PollWait,
-) -> Result<Option<K::Task>, ApiError> {
+) -> WaitEnd {
+    match wait_until_answered(engine, kind, spec, &mut wait).await {
+        Ok(Some(answer)) => WaitEnd::Answered(answer),
+        Ok(None) => WaitEnd::Over(Ok(())),
+        Err(e) => WaitEnd::Over(Err(e)),
+    }
+}
+
+/// [`wait_for_work`]'s loop: the answer a pass ended the poll with, or
+/// none when the wait ended without one.
+async fn wait_until_answered<K: PollKind>(
+    engine: &Arc<Engine>,
+    kind: K,
+    spec: &Arc<PollSpec>,
+    wait: &mut PollWait,
+) -> Result<Option<Result<Value, ApiError>>, ApiError> {
     let recheck = engine.config.poll_idle_recheck;
     let relayed = engine.poll_wakes().relayed();
     let channel = wait.channel;
@@ -441,13 +484,16 @@ async fn wait_for_work<K: PollKind>(
         }
         let woken = tokio::select! {
             woken = wait.wake.woken_before(until) => woken,
-            _ = spec.abandoned.departed() => false,
-            _ = engine.waiters().stopped() => false,
+            _ = spec.abandoned.departed() => Woken::No,
+            _ = engine.waiters().stopped() => Woken::No,
         };
         if engine.poll_over(spec) {
+            if woken == Woken::One {
+                wait.wake.give_back();
+            }
             return Ok(None);
         }
-        let mut due = woken || last_pass.elapsed() >= recheck;
+        let mut due = woken != Woken::No || last_pass.elapsed() >= recheck;
         if relayed && (due || last_look.elapsed() >= SIGNAL_LOOK) {
             // After a wake too, so the key that wake wrote does not call
             // for a second pass.
@@ -459,10 +505,43 @@ async fn wait_for_work<K: PollKind>(
         if due {
             last_pass = Instant::now();
             let (look, keyed) = (spec.clone(), wait.keyed);
-            if let ControlFlow::Break(answer) =
-                on_poll_lane(engine.clone(), move |e| kind.pass(e, &look, keyed)).await?
-            {
-                return Ok(answer);
+            // A pass that ends the poll answers in the same step on the
+            // lane (one hand-off to a lane thread and back fewer).
+            let passed = on_poll_lane(engine.clone(), move |e| {
+                Ok(match kind.pass(e, &look, keyed) {
+                    Ok(ControlFlow::Continue(())) => Passed::Nothing,
+                    Ok(ControlFlow::Break(found)) => Passed::Answered {
+                        claimed: found.as_ref().map(K::more_ready),
+                        answer: kind.end(e, &look, keyed, Ok(found)),
+                    },
+                    Err(error) => Passed::Answered {
+                        claimed: None,
+                        answer: kind.end(e, &look, keyed, Err(error)),
+                    },
+                })
+            })
+            .await;
+            let claimed = match &passed {
+                Ok(Passed::Answered { claimed, .. }) => *claimed,
+                _ => None,
+            };
+            match claimed {
+                Some(more_ready) => {
+                    if woken != Woken::One {
+                        // A wake-up meant for this task, if pending, is spent.
+                        wait.wake.claimed();
+                    }
+                    if more_ready {
+                        wait.wake.wake_all();
+                    }
+                }
+                // A single wake-up this poll did not answer with a task
+                // (another poll's task, or none left): every poll looks.
+                None if woken == Woken::One => wait.wake.wake_all(),
+                None => {}
+            }
+            if let Passed::Answered { answer, .. } = passed? {
+                return Ok(Some(answer));
             }
         }
     }

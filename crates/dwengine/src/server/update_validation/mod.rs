@@ -700,4 +700,12 @@ impl PollKind for WorkflowWorkPolls {
     fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError> {
         TaskKind::Workflow.unanswered(engine, poll)
     }
+
+    /// A validation's lease does not look further: the others look too.
+    fn more_ready(task: &WorkflowWork) -> bool {
+        match task {
+            WorkflowWork::Workflow(task) => task.more_ready,
+            WorkflowWork::Validation(_) => true,
+        }
+    }
 }
