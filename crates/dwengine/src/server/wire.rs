@@ -617,6 +617,18 @@ pub fn codec(payload: &Value) -> String {
         .to_owned()
 }
 
+/// A 422 of collected problems.
+pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
+    let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (field, problem) in checks.problems {
+        errors.entry(field).or_default().push(problem);
+    }
+    dwpolicy::boundary::BoundaryError::ValidationFailed {
+        message: format!("The request is invalid: {} field(s).", errors.len()),
+        validation_errors: errors,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,17 +739,5 @@ mod tests {
         assert_eq!(checks.problems.len(), 2);
         assert_eq!(checks.problems[0].0, "delay_seconds");
         assert_eq!(checks.problems[1].0, "commands.0.x");
-    }
-}
-
-/// A 422 of collected problems.
-pub(crate) fn validation(checks: Checks) -> dwpolicy::boundary::BoundaryError {
-    let mut errors = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for (field, problem) in checks.problems {
-        errors.entry(field).or_default().push(problem);
-    }
-    dwpolicy::boundary::BoundaryError::ValidationFailed {
-        message: format!("The request is invalid: {} field(s).", errors.len()),
-        validation_errors: errors,
     }
 }
