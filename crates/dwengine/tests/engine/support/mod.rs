@@ -163,6 +163,41 @@ impl TestServer {
         )
     }
 
+    /// `GET /api/ready` until it answers 200, and its answer.
+    ///
+    /// On PostgreSQL (`DW_TEST_BACKEND=postgres`) a node rightly answers
+    /// 503 `checks.store: "unavailable"` while its writer's call to the
+    /// database has been pending past the stall bound (a quarter of the
+    /// session deadline, 1.25 s by default), which a loaded machine's
+    /// commits can be: that answer, and only that one, is asked again.
+    /// Any other answer fails the test, and so does any 503 on SQLite,
+    /// whose writer never stalls this way.
+    pub fn ready(&self) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self.get("/api/ready");
+            if status == 200 {
+                assert_eq!(body["status"], "ready", "{body}");
+                return body;
+            }
+            let stalled = status == 503
+                && body["checks"]["store"] == "unavailable"
+                && body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("has not answered this node's writer"));
+            assert!(
+                stalled && crate::common::postgres(),
+                "readiness: {status} {body}"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer stayed stalled for a minute: {body}"
+            );
+            eprintln!("readiness 503 for a stalled writer, asked again: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// `DELETE path` in namespace `ns`.
     pub fn delete_ns(&self, ns: &str, path: &str) -> (u16, Value) {
         answer(
