@@ -620,25 +620,7 @@ fn children_continue_as_new_and_service_call_runs_follow_their_build() {
     assert_eq!(compatibility("wf-free"), Value::Null);
 
     // A Nexus call's workflow pins to its queue's promoted cohort.
-    for (path, body) in [
-        (
-            "/api/service-endpoints".to_owned(),
-            json!({ "endpoint_name": "billing" }),
-        ),
-        (
-            "/api/service-endpoints/billing/services".to_owned(),
-            json!({ "service_name": "invoices" }),
-        ),
-        (
-            "/api/service-endpoints/billing/services/invoices/operations".to_owned(),
-            json!({ "operation_name": "charge", "operation_mode": "async",
-                    "handler_binding_kind": "start_workflow",
-                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
-        ),
-    ] {
-        let (status, answer) = s.post(&path, body);
-        assert_eq!(status, 201, "{answer}");
-    }
+    support::catalog::billing(&s, "async");
     let (status, _) = rollout(&s, "payments", "promote", Some("p2"));
     assert_eq!(status, 200);
     register(&s, "caller-plain", "calls", None, "python");

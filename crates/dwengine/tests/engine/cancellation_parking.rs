@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use dwengine::cache::MemoryCache;
 use serde_json::{json, Value};
-use support::{next_workflow_task as next_task, TestServer};
+use support::{catalog, next_workflow_task as next_task, TestServer};
 
 fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |_| {})
@@ -549,25 +549,9 @@ fn a_queued_activity_is_not_waited_for_and_a_bad_policy_names_its_field() {
 /// One catalog operation in `default`: ops/jobs/run, bound to the workflow
 /// type `Job` on queue `jobs`.
 fn nexus_catalog(s: &TestServer) {
-    for (path, body) in [
-        (
-            "/api/service-endpoints".to_owned(),
-            json!({ "endpoint_name": "ops" }),
-        ),
-        (
-            "/api/service-endpoints/ops/services".to_owned(),
-            json!({ "service_name": "jobs" }),
-        ),
-        (
-            "/api/service-endpoints/ops/services/jobs/operations".to_owned(),
-            json!({ "operation_name": "run", "operation_mode": "sync",
-                    "handler_binding_kind": "start_workflow",
-                    "handler_binding": { "workflow_type": "Job", "task_queue": "jobs" } }),
-        ),
-    ] {
-        let (status, answer) = s.post(&path, body);
-        assert_eq!(status, 201, "{answer}");
-    }
+    catalog::endpoint_and_service(s, "default", "ops", "jobs");
+    let run = catalog::start_workflow_operation("run", "sync", "Job", "jobs");
+    catalog::operation(s, "default", "ops", "jobs", run);
 }
 
 #[test]

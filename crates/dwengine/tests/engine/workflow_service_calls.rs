@@ -11,35 +11,12 @@ use std::sync::Arc;
 use dwengine::cache::MemoryCache;
 use dwpolicy::LimitKind;
 use serde_json::{json, Value};
-use support::{next_workflow_task as next_task, TestServer};
+use support::{catalog, next_workflow_task as next_task, TestServer};
 
 const OPERATION: &str = "/api/service-endpoints/billing/services/invoices/operations/charge";
 
 fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |_| {})
-}
-
-/// billing/invoices/charge in `default`, bound to `Charge` on `payments`.
-fn catalog(s: &TestServer) {
-    for (path, body) in [
-        (
-            "/api/service-endpoints".to_owned(),
-            json!({ "endpoint_name": "billing" }),
-        ),
-        (
-            "/api/service-endpoints/billing/services".to_owned(),
-            json!({ "service_name": "invoices" }),
-        ),
-        (
-            "/api/service-endpoints/billing/services/invoices/operations".to_owned(),
-            json!({ "operation_name": "charge", "operation_mode": "sync",
-                    "handler_binding_kind": "start_workflow",
-                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
-        ),
-    ] {
-        let (status, answer) = s.post(&path, body);
-        assert_eq!(status, 201, "{answer}");
-    }
 }
 
 fn envelope(blob: &str) -> Value {
@@ -91,7 +68,7 @@ fn caller_calls(s: &TestServer, id: &str, command: Value) -> Value {
 #[test]
 fn a_call_starts_the_bound_workflow_and_its_result_resumes_the_caller() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let started = caller_calls(&s, "caller", call("Charge"));
     assert_eq!(started["sequence"], 1, "{started}");
     assert_eq!(started["status"], "started");
@@ -155,7 +132,7 @@ fn a_call_starts_the_bound_workflow_and_its_result_resumes_the_caller() {
 #[test]
 fn an_unknown_operation_fails_at_once_and_the_caller_sees_it() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let started = caller_calls(&s, "lost", call("refund"));
     assert!(started.is_null(), "no admission: {started}");
     let failed = payloads(&history(&s, "lost"), "ServiceCallFailed");
@@ -179,19 +156,7 @@ fn an_unknown_operation_fails_at_once_and_the_caller_sees_it() {
 /// caller, `refund` to `partners` only, `void` closed to `default`.
 fn payments_catalog(s: &TestServer) {
     s.namespace("payments");
-    for (path, body) in [
-        (
-            "/api/service-endpoints".to_owned(),
-            json!({ "endpoint_name": "billing" }),
-        ),
-        (
-            "/api/service-endpoints/billing/services".to_owned(),
-            json!({ "service_name": "invoices" }),
-        ),
-    ] {
-        let (status, answer) = s.post_ns("payments", &path, body);
-        assert_eq!(status, 201, "{answer}");
-    }
+    catalog::endpoint_and_service(s, "payments", "billing", "invoices");
     for (name, policy) in [
         ("charge", Value::Null),
         ("refund", json!({ "allow_callers": ["partners"] })),
@@ -200,14 +165,9 @@ fn payments_catalog(s: &TestServer) {
             json!({ "caller_namespaces": { "deny": ["default"] } }),
         ),
     ] {
-        let (status, answer) = s.post_ns(
-            "payments",
-            "/api/service-endpoints/billing/services/invoices/operations",
-            json!({ "operation_name": name, "operation_mode": "sync",
-                    "handler_binding_kind": "start_workflow", "boundary_policy": policy,
-                    "handler_binding": { "workflow_type": "Charge", "task_queue": "payments" } }),
-        );
-        assert_eq!(status, 201, "{answer}");
+        let mut body = catalog::start_workflow_operation(name, "sync", "Charge", "payments");
+        body["boundary_policy"] = policy;
+        catalog::operation(s, "payments", "billing", "invoices", body);
     }
 }
 
@@ -349,7 +309,7 @@ fn a_call_reaches_another_namespaces_catalog_as_the_operation_allows() {
 #[test]
 fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     // Failed: the workflow's message and type reach the caller.
     let started = caller_calls(&s, "c-fail", call("charge"));
     let task = next_task(&s, "payments");
@@ -397,7 +357,7 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
 #[test]
 fn an_accepted_or_async_call_resumes_at_its_admission_only() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     for (id, mode, wait_for) in [
         ("c-accepted", "sync", "accepted"),
         ("c-async", "async", "accepted"),
@@ -438,7 +398,7 @@ fn an_accepted_or_async_call_resumes_at_its_admission_only() {
 #[test]
 fn a_linked_workflow_that_continues_as_new_answers_from_its_last_run() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let started = caller_calls(&s, "c-chain", call("charge"));
     let linked = started["linked_workflow_instance_id"].as_str().unwrap();
     let task = next_task(&s, "payments");
@@ -465,7 +425,7 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
     let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
         c.store.limits.set(LimitKind::PayloadSizeBytes, 64);
     });
-    catalog(&s);
+    catalog::billing(&s, "sync");
     s.start_workflow("default", "bad", "bad");
     let task = next_task(&s, "bad");
     let mut bad = call("charge");
@@ -507,7 +467,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     let s = TestServer::start(Arc::new(MemoryCache::default()), |c| {
         c.store.limits.set(LimitKind::MemoSizeBytes, 256);
     });
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let (status, body) = s.post(
         "/api/search-attributes",
         json!({ "name": "Region", "type": "keyword" }),
@@ -616,7 +576,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
 #[test]
 fn a_connection_is_accepted_when_it_names_the_queue_driver() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let mut named = call("charge");
     named["connection"] = "database".into();
     let started = caller_calls(&s, "conn-ok", named);
@@ -684,7 +644,7 @@ fn a_connection_is_accepted_when_it_names_the_queue_driver() {
 #[test]
 fn a_binding_names_its_queue_as_task_queue_or_queue() {
     let s = server();
-    catalog(&s);
+    catalog::billing(&s, "sync");
     let path = "/api/service-endpoints/billing/services/invoices/operations";
     let operation = |name: &str, binding: Value| {
         let mut handler = json!({ "workflow_type": "Charge" });

@@ -7,6 +7,7 @@
 //! unreachable URL fails the test: CI sets it, so Redis must run there.
 #![allow(dead_code)]
 
+pub mod catalog;
 pub mod process;
 pub mod wire;
 
