@@ -55,8 +55,10 @@
 //! server is back. A server that stops answering without closing the
 //! session (frozen, or the network to it dropping packets) holds a call
 //! until the session's deadline ([`crate::store::db::PostgresSettings`]);
-//! once a call has waited past a quarter of it, new writes are refused at
-//! once instead of queueing behind it ([`GroupCommitWriter::stalled`]).
+//! once a call has waited past the stall bound (a quarter of the lesser of
+//! that deadline and the connect timeout, kept between 0.25 and 5 s: 1.25 s
+//! by default), new writes are refused at once instead of queueing behind
+//! it, and `/api/ready` answers 503 ([`GroupCommitWriter::stalled`]).
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -275,7 +277,7 @@ impl GroupCommitWriter {
     }
 
     /// How long the writer's database call has been waiting, once that is
-    /// past the stall bound (a quarter of the call deadline, at most 5 s);
+    /// past the stall bound ([`crate::store::db::CallClock::stalled_for`]);
     /// `None` while the database answers (and always on SQLite).
     pub fn stalled(&self) -> Option<Duration> {
         self.clock.as_ref()?.stalled_for()

@@ -96,7 +96,9 @@ impl CallClock {
     }
 
     /// How long the pending call has waited, when it has waited longer
-    /// than the stall bound (a quarter of the call deadline, 0.25 to 5 s).
+    /// than the stall bound: a quarter of the lesser of the call deadline
+    /// and the connect timeout, kept between 0.25 and 5 s (1.25 s with the
+    /// defaults' 5 s connect timeout).
     pub fn stalled_for(&self) -> Option<Duration> {
         let began = self.pending.load(Ordering::Relaxed).checked_sub(1)?;
         let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);

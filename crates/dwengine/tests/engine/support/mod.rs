@@ -169,8 +169,9 @@ impl TestServer {
     /// On PostgreSQL (`DW_TEST_BACKEND=postgres`) a node rightly answers
     /// 503 `checks.store: "unavailable"` while its writer's call to the
     /// database has been pending past the stall bound (a quarter of the
-    /// session deadline, 1.25 s by default), which a loaded machine's
-    /// commits can be: that answer, and only that one, is asked again.
+    /// lesser of the call deadline and the connect timeout, 1.25 s by
+    /// default), which a loaded machine's commits can be: that answer, and
+    /// only that one, is asked again.
     /// Any other answer fails the test, and so does any 503 on SQLite,
     /// whose writer never stalls this way.
     pub fn ready(&self) -> Value {
