@@ -107,6 +107,21 @@ impl CallClock {
     }
 }
 
+/// How long a call may stay pending before the writer counts its session
+/// as stalled: a quarter of the lesser of the call deadline and the connect
+/// timeout, kept between 0.25 and 5 s (1.25 s with the defaults). A timeout
+/// turned off (0) takes no part: with the call deadline off the connect
+/// timeout alone sets it, rather than the 0 making every call past 0.25 s a
+/// stall.
+fn stall_bound(call_timeout: Duration, connect_timeout: Duration) -> Duration {
+    [call_timeout, connect_timeout]
+        .into_iter()
+        .filter(|t| !t.is_zero())
+        .min()
+        .map_or(Duration::MAX, |t| t / 4)
+        .clamp(Duration::from_millis(250), Duration::from_secs(5))
+}
+
 /// An open session: the client, and the runtime that drives its
 /// connection while a call runs.
 struct Session {
@@ -291,13 +306,10 @@ impl PgConnection {
             .copied()
             .unwrap_or(settings.connect_timeout);
         let call_timeout = (!settings.call_timeout.is_zero()).then_some(settings.call_timeout);
-        let stall = settings
-            .call_timeout
-            .min(connect_timeout)
-            .checked_div(4)
-            .unwrap_or_default()
-            .clamp(Duration::from_millis(250), Duration::from_secs(5));
-        let clock = Arc::new(CallClock::new(stall));
+        let clock = Arc::new(CallClock::new(stall_bound(
+            settings.call_timeout,
+            connect_timeout,
+        )));
         clock.begin();
         let session = open(&config, connect_timeout);
         clock.end();
@@ -942,6 +954,22 @@ mod tests {
             translate("SELECT a FROM t INDEXED BY t_live WHERE b = ?1"),
             "SELECT a FROM t  WHERE b = $1"
         );
+    }
+
+    #[test]
+    fn the_stall_bound_is_a_quarter_of_the_lesser_timeout_that_is_on() {
+        let ms = Duration::from_millis;
+        let defaults = PostgresSettings::default();
+        assert_eq!(
+            stall_bound(defaults.call_timeout, defaults.connect_timeout),
+            ms(1250)
+        );
+        assert_eq!(stall_bound(ms(2000), ms(5000)), ms(500));
+        assert_eq!(stall_bound(ms(400), ms(5000)), ms(250), "at least 0.25 s");
+        assert_eq!(stall_bound(ms(60_000), ms(60_000)), ms(5000), "at most 5 s");
+        // A deadline turned off leaves the other to set the bound.
+        assert_eq!(stall_bound(Duration::ZERO, ms(5000)), ms(1250));
+        assert_eq!(stall_bound(Duration::ZERO, Duration::ZERO), ms(5000));
     }
 
     #[test]
