@@ -284,6 +284,9 @@ impl GroupCommitWriter {
     }
 
     /// Transactions committed so far (each carries one or more transitions).
+    /// A batch is counted once `commit_all` is done with it: possibly after
+    /// its callers were answered (the syncer answers them on its own
+    /// thread), always before the writer begins its next batch.
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
     }
