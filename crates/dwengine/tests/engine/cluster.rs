@@ -71,8 +71,7 @@ fn a_second_process_on_one_sqlite_file_is_refused_until_the_holder_stops_or_is_k
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shared.sqlite");
     let first = start(command(dir.path(), "node-a", &db));
-    let (status, _) = get(&first.base, "/api/health");
-    assert_eq!(status, 200);
+    assert_serving(&first.base);
 
     // The same file, through a symbolic link: still the same file.
     let alias = dir.path().join("alias.sqlite");
@@ -82,19 +81,19 @@ fn a_second_process_on_one_sqlite_file_is_refused_until_the_holder_stops_or_is_k
         assert_refused(&refused, "shared.sqlite", "node-a", first.pid());
     }
     // The refused process changed nothing: the first still serves.
-    assert_eq!(get(&first.base, "/api/health").0, 200);
+    assert_serving(&first.base);
 
     // SIGKILL: the kernel releases the lock with the process.
     first.sigkill();
     let second = start(command(dir.path(), "node-b", &db));
-    assert_eq!(get(&second.base, "/api/health").0, 200);
+    assert_serving(&second.base);
     let refused = run_refused(command(dir.path(), "node-c", &db), REFUSAL_LIMIT);
     assert_refused(&refused, "shared.sqlite", "node-b", second.pid());
 
     // A clean stop releases it too.
     second.stop();
     let third = start(command(dir.path(), "node-c", &db));
-    assert_eq!(get(&third.base, "/api/health").0, 200);
+    assert_serving(&third.base);
 }
 
 #[test]
@@ -103,8 +102,8 @@ fn in_memory_stores_take_no_lock() {
     let memory = Path::new(":memory:");
     let a = start(command(dir.path(), "mem-a", memory));
     let b = start(command(dir.path(), "mem-b", memory));
-    assert_eq!(get(&a.base, "/api/health").0, 200);
-    assert_eq!(get(&b.base, "/api/health").0, 200);
+    assert_serving(&a.base);
+    assert_serving(&b.base);
     assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
         .unwrap()
         .file_name()
@@ -151,6 +150,12 @@ fn clustered(dir: &Path, id: &str, redis: &str, lease_ms: u64) -> Command {
 }
 
 /// Waits (generously) for `condition`, panicking with `what` if it never holds.
+/// `base` answers its liveness probe 200; a 503 fails with its reason.
+fn assert_serving(base: &str) {
+    let (status, body) = get(base, "/api/health");
+    assert_eq!(status, 200, "{base}/api/health: {body}");
+}
+
 fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !condition() {
@@ -172,8 +177,7 @@ fn a_second_live_node_with_the_same_id_is_refused_and_a_killed_nodes_id_frees_wh
     let dir = tempfile::tempdir().unwrap();
     let key = dwengine::cluster::NodeIdentity::key("twin");
     let twin = start(clustered(dir.path(), "twin", &redis.url, 1_500));
-    let (status, _) = get(&twin.base, "/api/health");
-    assert_eq!(status, 200);
+    assert_serving(&twin.base);
     // Its heartbeat keeps the registration alive well past one TTL.
     let first = cluster_view(&twin)["node"]["heartbeats"].as_u64().unwrap();
     wait_for("three more heartbeats", || {
@@ -653,11 +657,10 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
     let node = crate::support::TestServer::start(cache.clone(), |config| {
         config.node_lease = Duration::from_millis(300);
     });
-    // Waited for, not asked once: on PostgreSQL (DW_TEST_BACKEND) a node
-    // rightly answers 503 while a call to its database has been pending
-    // past the stall bound (1.25 s by default), which a loaded machine's
-    // first writes can be.
-    wait_for("the node is ready", || node.get("/api/ready").0 == 200);
+    // Asked until ready, failing on any 503 but a stalled PostgreSQL
+    // writer's (DW_TEST_BACKEND), which a loaded machine's first writes
+    // can be.
+    node.ready();
     let key = NodeIdentity::key("test-node");
     let intruder = NodeToken::new("test-node");
     // The registration lapses and the other node's start takes the id
@@ -685,9 +688,9 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
     );
     // The other node stops: the heartbeat takes the id back.
     assert!(cache.release(&key, intruder.as_bytes()).unwrap());
-    wait_for("the node is ready again", || {
-        node.get("/api/ready").0 == 200
-    });
+    // Not ready for the taken id until the heartbeat has it back; not
+    // ready for anything else at all.
+    node.ready_after("node_id", "taken");
 }
 
 /// Claims run side by side on PostgreSQL: a claim held open in its

@@ -171,10 +171,22 @@ impl TestServer {
     /// database has been pending past the stall bound (a quarter of the
     /// lesser of the call deadline and the connect timeout, 1.25 s by
     /// default), which a loaded machine's commits can be: that answer, and
-    /// only that one, is asked again.
-    /// Any other answer fails the test, and so does any 503 on SQLite,
-    /// whose writer never stalls this way.
+    /// only that one, is asked again. Any other answer fails the test, and
+    /// so does any 503 on SQLite, whose writer never stalls this way.
     pub fn ready(&self) -> Value {
+        self.ready_waiting_out(None)
+    }
+
+    /// As [`TestServer::ready`], also asking again while the node answers
+    /// 503 with `checks.{check}` equal to `value`: the not-ready the test
+    /// brought about and now expects to end (`"store", "unavailable"` once
+    /// the database is back). A 503 for another reason fails the test at
+    /// once with that reason, rather than being waited out as "not yet".
+    pub fn ready_after(&self, check: &str, value: &str) -> Value {
+        self.ready_waiting_out(Some((check, value)))
+    }
+
+    fn ready_waiting_out(&self, expected: Option<(&str, &str)>) -> Value {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             let (status, body) = self.get("/api/ready");
@@ -183,19 +195,29 @@ impl TestServer {
                 return body;
             }
             let stalled = status == 503
+                && crate::common::postgres()
                 && body["checks"]["store"] == "unavailable"
                 && body["message"]
                     .as_str()
                     .is_some_and(|m| m.contains("has not answered this node's writer"));
+            let awaited = status == 503
+                && expected.is_some_and(|(check, value)| body["checks"][check] == value);
             assert!(
-                stalled && crate::common::postgres(),
-                "readiness: {status} {body}"
+                stalled || awaited,
+                "readiness: {status} {body} (waiting out {})",
+                match expected {
+                    Some((check, value)) =>
+                        format!("checks.{check} = {value:?} and a stalled writer"),
+                    None => "a stalled writer only".to_owned(),
+                }
             );
             assert!(
                 std::time::Instant::now() < deadline,
-                "the writer stayed stalled for a minute: {body}"
+                "still not ready after a minute: {body}"
             );
-            eprintln!("readiness 503 for a stalled writer, asked again: {body}");
+            if stalled && !awaited {
+                eprintln!("readiness 503 for a stalled writer, asked again: {body}");
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -614,6 +636,45 @@ pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// [`TestServer::ready_after`] waits out only the 503 it is told to: a node
+/// not ready for another reason (here its id taken by another node) fails
+/// the wait at once, with that reason in the failure, and the awaited
+/// reason is waited out until the node is ready.
+#[test]
+fn ready_after_fails_at_once_on_another_reason_and_waits_out_its_own() {
+    use dwengine::cluster::{NodeIdentity, NodeToken};
+    let cache = memory_cache();
+    let node = TestServer::start(cache.clone(), |config| {
+        config.node_lease = Duration::from_millis(300);
+    });
+    node.ready();
+    let key = NodeIdentity::key("test-node");
+    let intruder = NodeToken::new("test-node");
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let _ = cache.forget(&key);
+            cache
+                .add(&key, intruder.as_bytes(), Duration::from_secs(600))
+                .unwrap()
+                && node.get("/api/ready").1["checks"]["node_id"] == "taken"
+        }),
+        "the node never saw its id taken"
+    );
+    let started = std::time::Instant::now();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        node.ready_after("store", "unavailable")
+    }))
+    .expect_err("a 503 for a taken id is not the store's");
+    let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("\"node_id\":\"taken\""), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "failed at once, not at the wait's end"
+    );
+    assert!(cache.release(&key, intruder.as_bytes()).unwrap());
+    assert_eq!(node.ready_after("node_id", "taken")["status"], "ready");
 }
 
 /// The lease's machine-wide half: while one holder keeps database `db`'s
