@@ -74,12 +74,28 @@ SCENARIO_TIMEOUT = 90.0
 # a 2-core machine it took longer, the SDK abandoned the workflow task it
 # was running the callback on, and the server recorded the lost claim, as
 # it should. Each such lapse is noted here (observed only: the SDK behaves
-# as it would), so a scenario can tell a machine too loaded for the SDK's
-# bound from a failure of the server.
-CALLBACK_PROCESS_LAPSES: list[str] = []
+# as it would) with the task queue of the worker whose callback it was, so
+# a scenario can tell a machine too loaded for the SDK's bound from a
+# failure of the server, and its own worker's lapses from another's.
+CALLBACK_PROCESS_LAPSES: list[tuple[str | None, str]] = []
 # A start cut off after this long was the machine's speed: a callback
 # process reports ready in well under a second on an idle one.
 CALLBACK_START_LAPSE = 2.0
+
+
+def _note_callback_queue() -> None:
+    """Keeps the task queue of each callback's worker on its process
+    handle (the SDK keeps only the serialized invocation)."""
+    original = activity_process.SupervisedCallback.__init__
+
+    def noted(self, invocation, *args, **kwargs):
+        original(self, invocation, *args, **kwargs)
+        self.conformance_queue = getattr(getattr(invocation, "info", None), "task_queue", None)
+
+    activity_process.SupervisedCallback.__init__ = noted
+
+
+_note_callback_queue()
 
 
 def _observe_callback_process(method: str) -> None:
@@ -99,7 +115,9 @@ def _observe_callback_process(method: str) -> None:
             unjoined = (isinstance(error, activity_process.CallbackProcessLost)
                         and "has not confirmed shutdown" in str(error))
             if timed_out or unjoined:
-                CALLBACK_PROCESS_LAPSES.append(f"{method}: {type(error).__name__} after {waited:.1f}s")
+                CALLBACK_PROCESS_LAPSES.append((
+                    getattr(self, "conformance_queue", None),
+                    f"{method}: {type(error).__name__} after {waited:.1f}s"))
             raise
 
     setattr(activity_process.SupervisedCallback, method, observed)
@@ -115,13 +133,18 @@ def prepared_queue(attempt: int) -> str:
     return PREPARED_QUEUE if attempt == 1 else f"{PREPARED_QUEUE}-attempt-{attempt}"
 
 
-def retried_when_callback_processes_lapse(tries: int = 5):
+def retried_when_callback_processes_lapse(tries: int = 5, queue_of=prepared_queue):
     """Runs a scenario whose worker runs callbacks in supervised processes
-    up to `tries` times: an attempt that failed while a callback process
-    passed the SDK's own bound (CALLBACK_PROCESS_LAPSES) exercised the
-    machine's speed, not the server, and is run again with a new worker
-    (the scenario takes the attempt's number). Any other failure, or a
-    lapse on the last attempt, fails the scenario; each retry is printed."""
+    up to `tries` times: an attempt that failed while a callback process of
+    its own worker (on `queue_of(attempt)`) passed the SDK's own bound
+    (CALLBACK_PROCESS_LAPSES) exercised the machine's speed, not the
+    server, and is run again with a new worker on a new queue (the scenario
+    takes the attempt's number). Each retry prints the failure and the
+    lapses that excused it. A failure with no lapse of its own worker's
+    (another worker's lapse excuses nothing), and any failure of the last
+    attempt, fails the scenario: each attempt runs every assertion, so a
+    wrong result fails it unless it comes and goes, and comes only with a
+    lapse (conformance/test_retry.py checks this)."""
 
     def wrap(scenario):
         @functools.wraps(scenario)
@@ -131,12 +154,17 @@ def retried_when_callback_processes_lapse(tries: int = 5):
                 try:
                     return await scenario(self, attempt)
                 except Exception as error:
-                    lapses = CALLBACK_PROCESS_LAPSES[seen:]
-                    if not lapses or attempt == tries:
+                    queue = queue_of(attempt)
+                    lapses = [text for lapsed_on, text in CALLBACK_PROCESS_LAPSES[seen:] if lapsed_on == queue]
+                    if not lapses:
                         raise
-                    print(f"    {scenario.__name__}: attempt {attempt} failed ({type(error).__name__}: "
-                          f"{error}) after the SDK's callback processes lapsed ({'; '.join(lapses)}) at "
-                          f"load {os.getloadavg()[0]:.1f}; running it again")
+                    cause = (f"{scenario.__name__}: attempt {attempt} of {tries} failed ({type(error).__name__}: "
+                             f"{error}) after the SDK's callback processes on {queue} lapsed "
+                             f"({'; '.join(lapses)}) at load {os.getloadavg()[0]:.1f}")
+                    if attempt == tries:
+                        print(f"    {cause}; not run again: the scenario fails")
+                        raise
+                    print(f"    {cause}; running it again")
 
         run.timeout = SCENARIO_TIMEOUT * tries
         return run
