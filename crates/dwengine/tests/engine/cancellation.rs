@@ -143,16 +143,6 @@ fn deliver(s: &TestServer, task: &Value, body: Value) -> (u16, Value) {
     )
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn types(events: &[Value]) -> Vec<String> {
     events
         .iter()
@@ -204,7 +194,8 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(again["cancellation_request"], request, "{again}");
-    let requested: Vec<Value> = history(&s, "coop")
+    let requested: Vec<Value> = s
+        .history("coop")
         .into_iter()
         .filter(|e| e["event_type"] == "CooperativeCancellationRequested")
         .collect();
@@ -267,7 +258,7 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
             "{field}: {invalid}"
         );
     }
-    assert!(!types(&history(&s, "coop")).contains(&"CooperativeCancellationDelivered".into()));
+    assert!(!types(&s.history("coop")).contains(&"CooperativeCancellationDelivered".into()));
 
     // Delivered at the timer the workflow waits on: recorded, the timer
     // cancelled, and a retry of the same delivery converges.
@@ -280,7 +271,7 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
     assert_eq!(delivered["operation_sequence_span"], 1, "{delivered}");
     let (status, retried) = deliver(&s, &task, call(&request_id, 1, "timer"));
     assert_eq!(status, 200, "{retried}");
-    let events = history(&s, "coop");
+    let events = s.history("coop");
     let marker: Vec<&Value> = events
         .iter()
         .filter(|e| e["event_type"] == "CooperativeCancellationDelivered")
@@ -312,7 +303,7 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
     assert_eq!(status, 200, "{done}");
     let (_, described) = s.get("/api/workflows/coop");
     assert_eq!(described["status"], "cancelled", "{described}");
-    let events = history(&s, "coop");
+    let events = s.history("coop");
     let last = events.last().unwrap();
     assert_eq!(last["event_type"], "WorkflowCancelled", "{last}");
     assert_eq!(
@@ -374,7 +365,7 @@ fn a_run_still_open_at_its_cleanup_deadline_closes_cancelled() {
         }),
         "the run outlived its cleanup deadline"
     );
-    let events = history(&s, "coop-late");
+    let events = s.history("coop-late");
     let last = events.last().unwrap();
     assert_eq!(last["event_type"], "WorkflowCancelled", "{last}");
     assert_eq!(last["payload"]["cleanup_deadline_expired"], true, "{last}");
@@ -484,7 +475,8 @@ fn a_delivery_at_a_child_applies_its_cancellation_policy() {
                     "sequence": 1, "call_kind": "child" }),
         );
         assert_eq!(status, 200, "{policy}: {delivered}");
-        let scheduled = history(&s, id)
+        let scheduled = s
+            .history(id)
             .into_iter()
             .find(|e| e["event_type"] == "ChildWorkflowScheduled")
             .unwrap();

@@ -31,16 +31,6 @@ fn args(blob: &str) -> Value {
     json!({ "codec": "json", "blob": blob })
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn events_of(events: &[Value], event_type: &str) -> Vec<Value> {
     events
         .iter()
@@ -165,11 +155,7 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
     }
     // Nothing delivered; the claim is gone (a report or a repeat on it is
     // a stale lease) and the child runs on.
-    assert!(events_of(
-        &history(&s, "park-child"),
-        "CooperativeCancellationDelivered"
-    )
-    .is_empty());
+    assert!(events_of(&s.history("park-child"), "CooperativeCancellationDelivered").is_empty());
     let (status, stale) = s.complete(&task, json!([]));
     assert_eq!(status, 409, "{stale}");
     let (status, stale) = deliver(&s, &task, at(&request_id, 1, "child"));
@@ -201,7 +187,7 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
     // The parent hears the child's end and gets a task; its worker
     // delivers again at the child, now resolved after the request.
     let task = next_task(&s, "park-child");
-    let events = history(&s, "park-child");
+    let events = s.history("park-child");
     assert_eq!(
         events_of(&events, "ChildRunCancelled").len(),
         1,
@@ -214,11 +200,7 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
     let (status, again) = deliver(&s, &task, at(&request_id, 1, "child"));
     assert_eq!(status, 200, "{again}");
     assert_eq!(
-        events_of(
-            &history(&s, "park-child"),
-            "CooperativeCancellationDelivered"
-        )
-        .len(),
+        events_of(&s.history("park-child"), "CooperativeCancellationDelivered").len(),
         1
     );
     let (status, done) = s.complete(
@@ -262,7 +244,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
     let s = server();
     let activity = running_activity(&s, "park-act", json!("wait_cancellation_completed"));
     let owner = activity["lease_owner"].clone();
-    let scheduled = events_of(&history(&s, "park-act"), "ActivityScheduled");
+    let scheduled = events_of(&s.history("park-act"), "ActivityScheduled");
     assert_eq!(
         scheduled[0]["payload"]["cancellation_policy"],
         "wait_cancellation_completed"
@@ -301,7 +283,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
     assert_eq!(receipt["root_request_id"], request_id, "{look}");
     assert_eq!(receipt["callback_state"], "unknown", "{look}");
     assert!(receipt["cleanup_deadline_at"].is_string(), "{look}");
-    let requested = events_of(&history(&s, "park-act"), "CooperativeCancellationRequested");
+    let requested = events_of(&s.history("park-act"), "CooperativeCancellationRequested");
     assert_eq!(
         receipt["cancellation_history_event_id"], requested[0]["id"],
         "{look}"
@@ -362,7 +344,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
         refused["reason"], "cancellation_request_mismatch",
         "{refused}"
     );
-    assert!(events_of(&history(&s, "park-act"), "ActivityCancelled").is_empty());
+    assert!(events_of(&s.history("park-act"), "ActivityCancelled").is_empty());
 
     // The acknowledgement closes the activity as cancelled; a repeat
     // answers the first.
@@ -385,7 +367,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
     );
     assert_eq!(ack["lease_owner"], owner, "{ack}");
     assert_eq!(ack["request_id"], request_id, "{ack}");
-    let events = history(&s, "park-act");
+    let events = s.history("park-act");
     let cancelled = events_of(&events, "ActivityCancelled");
     assert_eq!(cancelled.len(), 1, "{events:?}");
     assert_eq!(ack["history_event_id"], cancelled[0]["id"], "{ack}");
@@ -408,7 +390,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
         "{again}"
     );
     assert_eq!(
-        events_of(&history(&s, "park-act"), "ActivityCancelled").len(),
+        events_of(&s.history("park-act"), "ActivityCancelled").len(),
         1
     );
     // Its late report is refused as cancelled.
@@ -466,7 +448,7 @@ fn a_waiting_activity_that_completes_or_fails_ends_the_wait_without_a_retry() {
         assert_eq!(status, 200, "{verb}: {reported}");
         assert_ne!(reported["outcome"], "retry_scheduled", "{reported}");
         let task = next_task(&s, &id);
-        assert_eq!(events_of(&history(&s, &id), event).len(), 1, "{verb}");
+        assert_eq!(events_of(&s.history(&id), event).len(), 1, "{verb}");
         let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
         assert_eq!(status, 200, "{delivered}");
         assert_eq!(delivered["delivered"], true, "{verb}: {delivered}");
@@ -498,7 +480,7 @@ fn a_try_cancel_activity_is_stopped_at_once_and_its_acknowledgement_is_recorded_
     );
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["duplicate"], false, "{ack}");
-    let events = history(&s, "ack-try");
+    let events = s.history("ack-try");
     let marker = events_of(&events, "CooperativeCancellationDelivered");
     assert_eq!(ack["history_event_id"], marker[0]["id"], "{ack}");
     assert!(
@@ -580,7 +562,7 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
                  "payload_codec": "json", "request_payload": "[1]" }]),
     );
     assert_eq!(status, 200, "{body}");
-    let started = events_of(&history(&s, "nexus-caller"), "ServiceCallStarted");
+    let started = events_of(&s.history("nexus-caller"), "ServiceCallStarted");
     let linked = started[0]["payload"]["linked_workflow_instance_id"]
         .as_str()
         .unwrap()
@@ -603,7 +585,7 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
     );
     assert_eq!(parked["claim_released"], true, "{parked}");
     assert!(events_of(
-        &history(&s, "nexus-caller"),
+        &s.history("nexus-caller"),
         "CooperativeCancellationDelivered"
     )
     .is_empty());
@@ -627,7 +609,7 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
 
     // The caller hears the call's end, and the delivery lands there.
     let task = next_task(&s, "nexus-caller");
-    let events = history(&s, "nexus-caller");
+    let events = s.history("nexus-caller");
     assert_eq!(
         events_of(&events, "ServiceCallCancelled").len(),
         1,
@@ -706,7 +688,7 @@ fn a_waiting_attempt_that_times_out_ends_the_wait_without_a_retry() {
         );
         // The attempt's start-to-close timeout ends the activity; no retry.
         let task = next_task(&s, &id);
-        let events = history(&s, &id);
+        let events = s.history(&id);
         assert_eq!(
             events_of(&events, "ActivityTimedOut").len(),
             1,
@@ -829,7 +811,7 @@ fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
         "{parked}"
     );
     let child_request =
-        |s: &TestServer| events_of(&history(s, &child_id), "CooperativeCancellationRequested");
+        |s: &TestServer| events_of(&s.history(&child_id), "CooperativeCancellationRequested");
     assert_eq!(child_request(&s).len(), 1);
     // A signal wakes the parked run; its worker replays to the same call.
     let (status, body) = s.post(
@@ -845,11 +827,7 @@ fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
     // The child's request is the one it had.
     let requested = child_request(&s);
     assert_eq!(requested.len(), 1, "{requested:?}");
-    assert!(events_of(
-        &history(&s, "park-again"),
-        "CooperativeCancellationDelivered"
-    )
-    .is_empty());
+    assert!(events_of(&s.history("park-again"), "CooperativeCancellationDelivered").is_empty());
 }
 
 /// A run whose activity (policy `abandon`, 600 s total) runs, with the
@@ -913,7 +891,7 @@ fn an_abandoned_activity_runs_on_and_its_outcome_resumes_nothing() {
     let (status, beat) = activity_call(&s, &activity, "heartbeat", &owner, json!({}));
     assert_eq!(status, 200, "{beat}");
     assert_eq!(beat["cancel_requested"], false, "{beat}");
-    let events = history(&s, "abandon-open");
+    let events = s.history("abandon-open");
     assert!(
         events_of(&events, "ActivityCancelled").is_empty(),
         "{events:?}"
@@ -928,7 +906,7 @@ fn an_abandoned_activity_runs_on_and_its_outcome_resumes_nothing() {
     );
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["outcome"], "abandoned", "{done}");
-    let events = history(&s, "abandon-open");
+    let events = s.history("abandon-open");
     assert!(
         events_of(&events, "ActivityCompleted").is_empty(),
         "{events:?}"
@@ -944,7 +922,7 @@ fn an_abandoned_activity_outlives_its_runs_cooperative_close() {
     let (activity, owner, task, _) = abandoned_activity(&s, "abandon-closed");
     end_cancelled(&s, &task);
     assert_eq!(status_of(&s, "abandon-closed"), "cancelled");
-    let events = history(&s, "abandon-closed");
+    let events = s.history("abandon-closed");
     let closed = events.last().unwrap();
     assert_eq!(closed["event_type"], "WorkflowCancelled", "{closed}");
     assert_eq!(
@@ -965,7 +943,7 @@ fn an_abandoned_activity_outlives_its_runs_cooperative_close() {
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["outcome"], "abandoned", "{done}");
     // Nothing is appended to the closed run, and no workflow task follows.
-    let after = history(&s, "abandon-closed");
+    let after = s.history("abandon-closed");
     assert_eq!(after.len(), events.len(), "{after:?}");
     assert_eq!(status_of(&s, "abandon-closed"), "cancelled");
     let (status, polled) = s.poll("workflow", "default", "abandon-closed", "wp", 300);
@@ -1013,7 +991,7 @@ fn an_abandoned_activity_is_retried_after_its_run_closed() {
     let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
     assert_eq!(delivered["delivered"], true, "{status} {delivered}");
     end_cancelled(&s, &task);
-    let closed = history(&s, id).len();
+    let closed = s.history(id).len();
     let (status, failed) = activity_call(
         &s,
         &first,
@@ -1035,7 +1013,7 @@ fn an_abandoned_activity_is_retried_after_its_run_closed() {
     );
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["outcome"], "abandoned", "{done}");
-    assert_eq!(history(&s, id).len(), closed);
+    assert_eq!(s.history(id).len(), closed);
 }
 
 #[test]
@@ -1058,7 +1036,7 @@ fn an_abandoned_activity_of_a_closed_run_ends_at_its_total_timeout() {
     let (_, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
     assert_eq!(delivered["delivered"], true, "{delivered}");
     end_cancelled(&s, &task);
-    let closed = history(&s, id).len();
+    let closed = s.history(id).len();
     let pending =
         |s: &TestServer| s.get(&format!("/api/workflows/{id}")).1["pending"]["activities"].clone();
     assert_eq!(pending(&s), 1);
@@ -1067,7 +1045,7 @@ fn an_abandoned_activity_of_a_closed_run_ends_at_its_total_timeout() {
         support::eventually(std::time::Duration::from_secs(30), || pending(&s) == 0),
         "the abandoned activity never timed out"
     );
-    assert_eq!(history(&s, id).len(), closed);
+    assert_eq!(s.history(id).len(), closed);
     let (status, late) = activity_call(
         &s,
         &activity,
@@ -1154,7 +1132,7 @@ fn a_run_that_completes_leaves_its_abandon_activity_running_and_ends_the_others(
         json!([{ "type": "complete_workflow", "result": args("\"done\"") }]),
     );
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, id);
+    let events = s.history(id);
     let closed = events.last().unwrap().clone();
     assert_eq!(closed["event_type"], "WorkflowCompleted", "{closed}");
     let listed = closed["payload"]["abandoned_activities"]
@@ -1180,7 +1158,7 @@ fn a_run_that_completes_leaves_its_abandon_activity_running_and_ends_the_others(
     );
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["outcome"], "abandoned", "{done}");
-    assert_eq!(history(&s, id).len(), events.len());
+    assert_eq!(s.history(id).len(), events.len());
 }
 
 #[test]

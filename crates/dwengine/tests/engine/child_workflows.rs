@@ -23,17 +23,6 @@ fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |_| {})
 }
 
-/// The history of workflow `id`'s newest run.
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let run = describe(s, id)["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get_ns(
-        "default",
-        &format!("/api/workflows/{id}/runs/{run}/history?page_size=1000"),
-    );
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn events_of<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -84,7 +73,7 @@ fn a_child_runs_on_its_queue_and_its_result_resumes_the_parent() {
         "family",
         json!({ "parent_close_policy": "terminate", "execution_timeout_seconds": 3600 }),
     );
-    let events = history(&s, "parent");
+    let events = s.history("parent");
     let scheduled = events_of(&events, "ChildWorkflowScheduled");
     assert_eq!(scheduled.len(), 1, "{events:?}");
     let scheduled = &scheduled[0]["payload"];
@@ -121,7 +110,7 @@ fn a_child_runs_on_its_queue_and_its_result_resumes_the_parent() {
     // The parent resumes with the child's result.
     let task = next_task(&s, "family");
     assert_eq!(task["run_id"], parent_run.as_str(), "{task}");
-    let events = history(&s, "parent");
+    let events = s.history("parent");
     let completed = events_of(&events, "ChildRunCompleted");
     assert_eq!(completed.len(), 1, "{events:?}");
     let completed = &completed[0]["payload"];
@@ -153,7 +142,7 @@ fn a_failed_or_terminated_child_gives_the_parent_its_failure() {
                  "non_retryable": true }]),
     );
     next_task(&s, "fail");
-    let events = history(&s, "p-fail");
+    let events = s.history("p-fail");
     let failed = events_of(&events, "ChildRunFailed");
     assert_eq!(failed.len(), 1, "{events:?}");
     let failed = &failed[0]["payload"];
@@ -172,7 +161,7 @@ fn a_failed_or_terminated_child_gives_the_parent_its_failure() {
     );
     assert_eq!(status, 200, "{body}");
     next_task(&s, "term");
-    let events = history(&s, "p-term");
+    let events = s.history("p-term");
     let terminated = events_of(&events, "ChildRunTerminated");
     assert_eq!(terminated.len(), 1, "{events:?}");
     assert_eq!(terminated[0]["payload"]["reason"], "operator");
@@ -208,12 +197,12 @@ fn the_parent_close_policy_decides_what_happens_to_open_children() {
         let child = describe(&s, &child_id);
         assert_eq!(child["status"], expected, "{policy}: {child}");
         if expected != "running" {
-            let events = history(&s, &child_id);
+            let events = s.history(&child_id);
             let last = events.last().unwrap();
             assert_eq!(last["payload"]["parent_close_policy"], policy, "{last}");
         }
         // Nothing reaches the closed parent.
-        let events = history(&s, &id);
+        let events = s.history(&id);
         assert_eq!(events.last().unwrap()["event_type"], "WorkflowTerminated");
     }
 }
@@ -229,7 +218,7 @@ fn a_child_that_continues_as_new_stays_the_parents_child() {
         json!([{ "type": "continue_as_new", "arguments": args("[8]") }]),
     );
     // Nothing for the parent yet: its child goes on in a new run.
-    let events = history(&s, "p-chain");
+    let events = s.history("p-chain");
     assert!(
         events_of(&events, "ChildRunCompleted").is_empty(),
         "{events:?}"
@@ -248,7 +237,7 @@ fn a_child_that_continues_as_new_stays_the_parents_child() {
         json!([{ "type": "complete_workflow", "result": args("2") }]),
     );
     next_task(&s, "chain");
-    let events = history(&s, "p-chain");
+    let events = s.history("p-chain");
     let completed = events_of(&events, "ChildRunCompleted");
     assert_eq!(completed.len(), 1, "{events:?}");
     assert_eq!(
@@ -398,7 +387,7 @@ fn a_failed_child_is_retried_by_its_policy_and_the_parent_hears_the_last_attempt
     let second = next_task(&s, "retry-children");
     assert_eq!(second["workflow_id"], child_id.as_str());
     assert_ne!(second["run_id"], first["run_id"]);
-    let events = history(&s, "p-retry");
+    let events = s.history("p-retry");
     assert!(
         events_of(&events, "ChildRunFailed").is_empty(),
         "{events:?}"
@@ -410,7 +399,7 @@ fn a_failed_child_is_retried_by_its_policy_and_the_parent_hears_the_last_attempt
         json!([{ "type": "complete_workflow", "result": args("3") }]),
     );
     next_task(&s, "retry");
-    let events = history(&s, "p-retry");
+    let events = s.history("p-retry");
     let completed = events_of(&events, "ChildRunCompleted");
     assert_eq!(completed.len(), 1, "{events:?}");
     assert_eq!(
@@ -431,7 +420,7 @@ fn a_failed_child_is_retried_by_its_policy_and_the_parent_hears_the_last_attempt
         json!([{ "type": "fail_workflow", "message": "broken", "exception_type": "Fatal" }]),
     );
     next_task(&s, "fatal");
-    let events = history(&s, "p-fatal");
+    let events = s.history("p-fatal");
     let failed = events_of(&events, "ChildRunFailed");
     assert_eq!(failed.len(), 1, "{events:?}");
     assert_eq!(

@@ -20,15 +20,6 @@ fn server() -> TestServer {
     TestServer::start(Arc::new(MemoryCache::default()), |_| {})
 }
 
-fn history(s: &TestServer, id: &str, run: &str) -> Vec<Value> {
-    let (status, page) = s.get_ns(
-        "default",
-        &format!("/api/workflows/{id}/runs/{run}/history?page_size=1000"),
-    );
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn describe(s: &TestServer, path: &str) -> Value {
     let (status, body) = s.get_ns("default", path);
     assert_eq!(status, 200, "{body}");
@@ -76,7 +67,7 @@ fn a_chain_of_three_runs_is_one_workflow_id_each_run_with_its_own_history() {
     assert_eq!(current["pending"]["timers"], 0, "{current}");
 
     // The closing event names the successor at the command's sequence.
-    let events = history(&s, "chain", &first);
+    let events = s.run_history("chain", &first);
     let last = events.last().unwrap();
     assert_eq!(last["event_type"], "WorkflowContinuedAsNew");
     assert_eq!(last["payload"]["sequence"], 2, "{last}");
@@ -87,7 +78,7 @@ fn a_chain_of_three_runs_is_one_workflow_id_each_run_with_its_own_history() {
     // and a workflow task whose history is only that.
     let task = next_task(&s, "chain");
     assert_eq!(task["run_id"], second.as_str(), "{task}");
-    let events = history(&s, "chain", &second);
+    let events = s.run_history("chain", &second);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["event_type"], "WorkflowStarted");
     assert_eq!(events[0]["payload"]["arguments"], args("[1]"));

@@ -66,16 +66,6 @@ fn timer(fields: Value) -> Value {
     )
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn of<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -155,7 +145,7 @@ fn the_first_member_to_complete_is_recorded_as_the_one_winner() {
     let (fast, slow) = (&leased["fast"], &leased["slow"]);
     let (status, body) = complete_activity(&s, fast);
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-win");
+    let events = s.history("sel-win");
     let completed = of(&events, "ActivityCompleted");
     let resolved = of(&events, "SelectionResolved");
     assert_eq!(resolved.len(), 1, "{events:?}");
@@ -188,7 +178,7 @@ fn the_first_member_to_complete_is_recorded_as_the_one_winner() {
     // The loser completing later changes nothing.
     let (status, body) = complete_activity(&s, slow);
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-win");
+    let events = s.history("sel-win");
     assert_eq!(of(&events, "ActivityCompleted").len(), 2);
     assert_eq!(of(&events, "SelectionResolved").len(), 1);
 }
@@ -205,7 +195,7 @@ fn a_member_that_fails_first_wins_with_outcome_failed() {
         json!({ "failure": { "message": "boom", "non_retryable": true } }),
     );
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-fail");
+    let events = s.history("sel-fail");
     let resolved = of(&events, "SelectionResolved");
     assert_eq!(resolved.len(), 1, "{events:?}");
     assert_eq!(resolved[0]["payload"]["member_key"], "slow");
@@ -242,7 +232,7 @@ fn ordinary_groups_get_no_selection_marker() {
     assert_eq!(status, 200, "{body}");
     let leased = lease_activities(&s, "w", 1);
     assert_eq!(complete_activity(&s, &leased["only"]).0, 200);
-    let events = history(&s, "all-group");
+    let events = s.history("all-group");
     assert_eq!(of(&events, "ActivityCompleted").len(), 1);
     assert!(of(&events, "SelectionResolved").is_empty(), "{events:?}");
 }
@@ -287,14 +277,14 @@ fn cancelling_the_losers_stops_them_once_and_records_it() {
     let (fast, slow) = (&leased["fast"], &leased["slow"]);
     assert_eq!(complete_activity(&s, fast).0, 200);
     let task = next_task(&s, "q");
-    let events = history(&s, "sel-cancel");
+    let events = s.history("sel-cancel");
     let commands = json!([
         cancel_command(&events, "slow"),
         cancel_command(&events, "timer")
     ]);
     let (status, body) = s.complete(&task, commands.clone());
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-cancel");
+    let events = s.history("sel-cancel");
     let cancelled = of(&events, "SelectionOperationCancelled");
     assert_eq!(cancelled.len(), 2, "{events:?}");
     assert_eq!(cancelled[0]["payload"]["member_key"], "slow");
@@ -321,7 +311,7 @@ fn cancelling_the_losers_stops_them_once_and_records_it() {
     let task = next_task(&s, "q");
     let (status, body) = s.complete(&task, commands);
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-cancel");
+    let events = s.history("sel-cancel");
     assert_eq!(of(&events, "SelectionOperationCancelled").len(), 2);
     assert!(of(&events, "ActivityCompleted").len() == 1);
     assert!(of(&events, "TimerFired").is_empty());
@@ -336,10 +326,10 @@ fn cancelling_a_member_that_already_finished_records_nothing() {
     assert_eq!(complete_activity(&s, fast).0, 200);
     assert_eq!(complete_activity(&s, slow).0, 200);
     let task = next_task(&s, "q");
-    let events = history(&s, "sel-late");
+    let events = s.history("sel-late");
     let (status, body) = s.complete(&task, json!([cancel_command(&events, "slow")]));
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "sel-late");
+    let events = s.history("sel-late");
     assert!(
         of(&events, "SelectionOperationCancelled").is_empty(),
         "{events:?}"
@@ -353,7 +343,7 @@ fn a_cancellation_naming_nothing_recorded_is_a_422_and_writes_nothing() {
     let leased = lease_activities(&s, "w", 2);
     assert_eq!(complete_activity(&s, &leased["fast"]).0, 200);
     let task = next_task(&s, "q");
-    let events = history(&s, "sel-bad");
+    let events = s.history("sel-bad");
     let good = cancel_command(&events, "slow");
     for (field, wrong) in [
         ("operation_identity", json!("forged")),
@@ -375,7 +365,7 @@ fn a_cancellation_naming_nothing_recorded_is_a_422_and_writes_nothing() {
             "{field}: {problem}"
         );
     }
-    let after = history(&s, "sel-bad");
+    let after = s.history("sel-bad");
     assert_eq!(
         after.len(),
         events.len(),
@@ -414,7 +404,7 @@ fn a_cancelled_loser_is_counted_as_cancelled_not_failed() {
     let leased = lease_activities(&s, "w", 2);
     assert_eq!(complete_activity(&s, &leased["fast"]).0, 200);
     let task = next_task(&s, "q");
-    let events = history(&s, "sel-count");
+    let events = s.history("sel-count");
     let (status, body) = s.complete(&task, json!([cancel_command(&events, "slow")]));
     assert_eq!(status, 200, "{body}");
     let (status, metrics) = s.get("/api/system/metrics?namespace=default");

@@ -30,16 +30,6 @@ fn append(s: &TestServer, id: &str, stream: &str, body: Value) -> (u16, Value) {
     )
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn of_type(events: &[Value], event_type: &str) -> Vec<Value> {
     events
         .iter()
@@ -89,7 +79,7 @@ fn messages_take_positions_per_stream_reach_the_open_wait_and_retries_answer_the
     assert_eq!((status, &other["position"]), (202, &json!(1)), "{other}");
 
     // A retry of m-1 answers the first append and adds nothing.
-    let before = history(&s, "inbox").len();
+    let before = s.history("inbox").len();
     let (status, again) = append(
         &s,
         "inbox",
@@ -110,9 +100,9 @@ fn messages_take_positions_per_stream_reach_the_open_wait_and_retries_answer_the
     assert_eq!(status, 409, "{conflict}");
     assert_eq!(conflict["reason"], "message_id_conflict");
     assert_eq!(conflict["position"], 1);
-    assert_eq!(history(&s, "inbox").len(), before);
+    assert_eq!(s.history("inbox").len(), before);
 
-    let events = history(&s, "inbox");
+    let events = s.history("inbox");
     let received = of_type(&events, "SignalReceived");
     assert_eq!(received.len(), 3, "{events:?}");
     let records: Vec<Value> = received
@@ -144,7 +134,7 @@ fn messages_take_positions_per_stream_reach_the_open_wait_and_retries_answer_the
     // The next wait takes the next message at once, oldest first.
     let (status, body) = s.complete(&task, wait());
     assert_eq!(status, 200, "{body}");
-    let applied = of_type(&history(&s, "inbox"), "SignalApplied");
+    let applied = of_type(&s.history("inbox"), "SignalApplied");
     assert_eq!(applied.len(), 2);
     assert_eq!(delivered(&applied[1]["value"])["message_id"], "m-2");
 }
@@ -195,7 +185,7 @@ fn bad_appends_are_refused_by_field_and_the_reserved_signal_name_is_the_streams_
         .unwrap()
         .contains("reserved"));
     // Nothing of these reached the run.
-    assert!(of_type(&history(&s, "strict"), "SignalReceived").is_empty());
+    assert!(of_type(&s.history("strict"), "SignalReceived").is_empty());
     let (status, body) = append(&s, "nobody", "orders", json!({ "message_id": "m" }));
     assert_eq!(status, 404, "{body}");
     // An imported v1 projection is read-only, message-stream appends included.
@@ -303,7 +293,7 @@ fn completion_stream_metadata_is_checked_by_field() {
         "message_stream_waits": [{ "stream_name": "orders", "after_position": 1 }],
     }));
     assert_eq!(status, 200, "{body}");
-    assert_eq!(of_type(&history(&s, "meta"), "SignalWaitOpened").len(), 1);
+    assert_eq!(of_type(&s.history("meta"), "SignalWaitOpened").len(), 1);
 }
 
 #[test]
@@ -370,7 +360,7 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
     // The successor starts with the orders cursor; the messages past it
     // (audit was never consumed, so all of it) are carried as pending
     // signals whose events wait for the successor's first task to end.
-    let events = history(&s, "chain");
+    let events = s.history("chain");
     let received: Vec<Value> = of_type(&events, "SignalReceived")
         .iter()
         .map(|r| delivered(&r["value"]))
@@ -414,7 +404,7 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
     assert_eq!(status, 200, "{body}");
     // Then they are recorded after its wait, in position order, and the
     // wait takes the oldest.
-    let events = history(&s, "chain");
+    let events = s.history("chain");
     let kinds: Vec<&str> = events
         .iter()
         .filter_map(|e| e["event_type"].as_str())
@@ -445,7 +435,7 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
         ]
     );
     assert_eq!(received[2].1["payload_envelope"], input("#3"));
-    let applied = of_type(&history(&s, "chain"), "SignalApplied");
+    let applied = of_type(&s.history("chain"), "SignalApplied");
     assert_eq!(delivered(&applied[0]["value"])["message_id"], "a-1");
     // A fully consumed stream still continues its positions.
     let task = next_task(&s, "chain");
@@ -464,7 +454,7 @@ fn continue_as_new_carries_each_stream_from_its_cursor() {
         body,
     );
     assert_eq!(status, 200, "{answer}");
-    let received = of_type(&history(&s, "chain"), "SignalReceived");
+    let received = of_type(&s.history("chain"), "SignalReceived");
     assert_eq!(
         received.len(),
         2,
@@ -533,7 +523,7 @@ fn carried_messages_outlast_a_failed_first_task_and_close_with_the_run() {
     );
     let (status, body) = s.post("/api/workflows/carry-fail/cancel", json!({}));
     assert!(status < 300, "{status} {body}");
-    let events = history(&s, "carry-fail");
+    let events = s.history("carry-fail");
     let kinds: Vec<&str> = events
         .iter()
         .filter_map(|e| e["event_type"].as_str())
@@ -568,7 +558,7 @@ fn messages_appended_before_the_first_task_are_recorded_after_it() {
     assert!(!shown.contains(&"SignalReceived"), "{shown:?}");
     let (status, body) = s.complete(&task, wait());
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "early");
+    let events = s.history("early");
     let kinds: Vec<&str> = events
         .iter()
         .filter_map(|e| e["event_type"].as_str())

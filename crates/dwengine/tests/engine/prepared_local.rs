@@ -69,16 +69,6 @@ fn attempt_op(
     )
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn local_types(events: &[Value]) -> Vec<(i64, String)> {
     events
         .iter()
@@ -232,7 +222,7 @@ fn an_attempt_is_admitted_controlled_and_recorded_once() {
     assert_eq!(status, 409, "{ack}");
     assert_eq!(ack["reason"], "cancellation_not_fenced", "{ack}");
 
-    let events = history(&s, "pla-happy");
+    let events = s.history("pla-happy");
     assert_eq!(
         local_types(&events),
         vec![
@@ -297,7 +287,7 @@ fn every_operation_is_fenced_by_the_claim() {
     assert_eq!(status, 404, "{unknown}");
     assert_eq!(unknown["reason"], "local_activity_attempt_not_found");
     // Nothing was recorded by the refused calls.
-    let events = history(&s, "pla-fence");
+    let events = s.history("pla-fence");
     assert_eq!(local_types(&events).len(), 2, "{events:?}");
     assert!(!events
         .iter()
@@ -469,7 +459,7 @@ fn checkpoints_write_the_authored_prefix_and_group_once() {
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(again["local_activities"], grouped["local_activities"]);
 
-    let events = history(&s, "pla-group");
+    let events = s.history("pla-group");
     let scheduled: Vec<&Value> = events
         .iter()
         .filter(|e| e["event_type"] == "ActivityScheduled")
@@ -577,7 +567,7 @@ fn a_retry_releases_the_claim_and_a_lost_claim_is_recovered() {
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(again["event_id"], recovered["event_id"], "{again}");
 
-    let events = history(&s, "pla-retry");
+    let events = s.history("pla-retry");
     let kinds: Vec<String> = local_types(&events).into_iter().map(|(_, k)| k).collect();
     assert_eq!(
         kinds,
@@ -634,7 +624,7 @@ fn structural_limits_apply_as_on_the_ordinary_paths() {
     assert_eq!(refused["reason"], "structural_limit_exceeded", "{refused}");
     let (_, described) = s.get("/api/workflows/pla-pending");
     assert_eq!(described["status"], "failed", "{described}");
-    let events = history(&s, "pla-pending");
+    let events = s.history("pla-pending");
     assert!(local_types(&events).is_empty(), "{events:?}");
 
     // payload_size_bytes: oversized arguments fail the run at admission.
@@ -646,7 +636,7 @@ fn structural_limits_apply_as_on_the_ordinary_paths() {
     assert_eq!(refused["reason"], "structural_limit_exceeded", "{refused}");
     let (_, described) = s.get("/api/workflows/pla-payload");
     assert_eq!(described["status"], "failed", "{described}");
-    let events = history(&s, "pla-payload");
+    let events = s.history("pla-payload");
     assert!(local_types(&events).is_empty(), "{events:?}");
 }
 
@@ -671,7 +661,7 @@ fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
     let request_id = requested["cancellation_request"]["request_id"].clone();
 
     // The request's event records its cancellation context.
-    let events = history(&s, "pla-cancel");
+    let events = s.history("pla-cancel");
     let event = events
         .iter()
         .find(|e| e["event_type"] == "CooperativeCancellationRequested")
@@ -743,7 +733,7 @@ fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
             "request_id": request_id, "sequence": 1, "call_kind": "local_activity" }),
     );
     assert_eq!(status, 200, "{delivered}");
-    let events = history(&s, "pla-cancel");
+    let events = s.history("pla-cancel");
     let kinds: Vec<String> = local_types(&events).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, ["ActivityScheduled", "ActivityStarted"]);
     let delivery = events
@@ -859,7 +849,7 @@ fn local_cancellation_policies_are_advertised_recorded_and_checked() {
         json!({ "report": { "outcome": "completed", "result": { "codec": "json", "blob": "42" } } }),
     );
     assert_eq!(status, 200, "{done}");
-    let events = history(&s, "pla-policy");
+    let events = s.history("pla-policy");
     let local: Vec<&Value> = events
         .iter()
         .filter(|e| e["payload"]["execution_mode"] == "local")
@@ -930,7 +920,7 @@ fn a_try_cancel_delivery_fences_a_running_attempt_at_once() {
     );
     assert_eq!(status, 409, "{late}");
     assert_eq!(late["reason"], "activity_attempt_closed", "{late}");
-    let events = history(&s, "pla-try");
+    let events = s.history("pla-try");
     assert_eq!(count(&events, "ActivityCompleted"), 0, "{events:?}");
     assert_eq!(count(&events, "CooperativeCancellationDelivered"), 1);
 }
@@ -976,7 +966,7 @@ fn a_wait_policy_holds_the_delivery_until_the_stop_is_acknowledged() {
     );
     assert_eq!(waiting["claim_released"], true, "{waiting}");
     assert_eq!(waiting["task_id"], task["task_id"], "{waiting}");
-    let events = history(&s, "pla-wait");
+    let events = s.history("pla-wait");
     assert_eq!(
         count(&events, "CooperativeCancellationDelivered"),
         0,
@@ -996,7 +986,7 @@ fn a_wait_policy_holds_the_delivery_until_the_stop_is_acknowledged() {
     let (status, delivered) = deliver_at_local(&s, &next, &request_id, 1);
     assert_eq!(status, 200, "{delivered}");
     assert_eq!(delivered["delivered"], true, "{delivered}");
-    let events = history(&s, "pla-wait");
+    let events = s.history("pla-wait");
     assert_eq!(count(&events, "ActivityCompleted"), 0, "{events:?}");
     assert_eq!(count(&events, "CooperativeCancellationDelivered"), 1);
 }
@@ -1020,7 +1010,7 @@ fn cleanup_calls_inside_an_all_group_hold_the_delivered_authority() {
     assert_eq!(status, 200, "{ack}");
     let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
     assert_eq!(status, 200, "{delivered}");
-    let events = history(&s, "pla-cleanup-group");
+    let events = s.history("pla-cleanup-group");
     let delivery = events
         .iter()
         .find(|e| e["event_type"] == "CooperativeCancellationDelivered")
@@ -1054,7 +1044,7 @@ fn cleanup_calls_inside_an_all_group_hold_the_delivered_authority() {
         refused["reason"], "cancellation_cleanup_not_authorized",
         "{refused}"
     );
-    let before = history(&s, "pla-cleanup-group").len();
+    let before = s.history("pla-cleanup-group").len();
     assert_eq!(before, events.len());
 
     let group = json!({ "checkpoint_id": "cleanup-1", "start_sequence": 2,
@@ -1062,7 +1052,7 @@ fn cleanup_calls_inside_an_all_group_hold_the_delivered_authority() {
     let (status, grouped) = on_claim(&s, &task, "checkpoint-group", group);
     assert_eq!(status, 200, "{grouped}");
     assert_eq!(grouped["next_sequence"], 4, "{grouped}");
-    let events = history(&s, "pla-cleanup-group");
+    let events = s.history("pla-cleanup-group");
     let scheduled: Vec<&Value> = events
         .iter()
         .filter(|e| e["event_type"] == "ActivityScheduled" && e["payload"]["sequence"] != 1)

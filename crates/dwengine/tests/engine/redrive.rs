@@ -24,15 +24,6 @@ fn args(blob: &str) -> Value {
     json!({ "codec": "json", "blob": blob })
 }
 
-fn history(s: &TestServer, id: &str, run: &str) -> Vec<Value> {
-    let (status, page) = s.get_ns(
-        "default",
-        &format!("/api/workflows/{id}/runs/{run}/history?page_size=1000"),
-    );
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn types(events: &[Value]) -> Vec<&str> {
     events
         .iter()
@@ -127,7 +118,7 @@ fn fail_at_second(s: &TestServer, id: &str, queue: &str) -> (String, Vec<Value>)
         .expect("the second activity's failure")
         .clone();
     complete(s, &task, fail_at(&failed));
-    (run.clone(), history(s, id, &run))
+    (run.clone(), s.run_history(id, &run))
 }
 
 #[test]
@@ -235,7 +226,7 @@ fn a_failed_run_is_redriven_reusing_its_completed_activity_and_rescheduling_the_
     let (_, listed) = s.get("/api/workflows/order-7/runs");
     assert_eq!(listed["run_count"], 2, "{listed}");
     // The failed run's own history is unchanged.
-    assert_eq!(history(&s, "order-7", &failed_run), failed_history);
+    assert_eq!(s.run_history("order-7", &failed_run), failed_history);
     // A request id that redrove one run cannot redrive another.
     let (status, used) = redrive(&s, "order-7", &successor, json!({ "request_id": "r-1" }));
     assert_eq!(status, 409, "{used}");
@@ -272,7 +263,7 @@ fn a_redriven_run_that_fails_again_is_redriven_again_from_the_same_prefix() {
     assert_eq!(status, 202, "{second}");
     assert_eq!(second["resume_step_sequence"], 2);
     let third = second["run_id"].as_str().unwrap();
-    let events = history(&s, "twice", third);
+    let events = s.run_history("twice", third);
     assert_eq!(
         types(&events),
         ["WorkflowStarted", "ActivityScheduled", "ActivityCompleted"]
@@ -340,7 +331,7 @@ fn runs_that_are_not_failed_or_whose_failure_names_no_activity_step_are_refused(
         json!([{ "type": "fail_workflow", "message": "made up",
                  "failed_step_sequence": 1, "failed_activity_execution_id": "999999" }]),
     );
-    let events = history(&s, "claimed", claimed_run);
+    let events = s.run_history("claimed", claimed_run);
     let failure = &events.last().unwrap()["payload"];
     assert!(failure.get("failed_step_sequence").is_none(), "{failure}");
     let (status, body) = redrive(&s, "claimed", claimed_run, json!({}));
@@ -501,7 +492,7 @@ fn a_redrive_needs_the_queues_workers_to_run_the_definition_that_failed_the_run(
         .unwrap()
         .clone();
     complete(&s, &task, fail_at(&failed));
-    let events = history(&s, "bare", &run);
+    let events = s.run_history("bare", &run);
     let failure = &events.last().unwrap()["payload"];
     assert_eq!(failure["failed_step_sequence"], 1, "{failure}");
     assert!(
@@ -604,7 +595,7 @@ fn the_successor_keeps_the_runs_memo_and_input_and_starts_its_timeouts_afresh() 
         described["run_deadline_at"].as_str() > old["run_deadline_at"].as_str(),
         "the successor's run deadline counts from its own start: {described} {old}"
     );
-    let events = history(&s, "kept", successor);
+    let events = s.run_history("kept", successor);
     assert_eq!(types(&events), ["WorkflowStarted"]);
 }
 
@@ -628,7 +619,7 @@ fn an_archived_run_is_refused_with_run_archived_and_nothing_written() {
         refused["message"].as_str().unwrap().contains("archived"),
         "{refused}"
     );
-    assert_eq!(history(&s, "archived", &run), before, "history unchanged");
+    assert_eq!(s.run_history("archived", &run), before, "history unchanged");
     let (_, described) = s.get("/api/workflows/archived");
     assert_eq!(
         described["run_id"],

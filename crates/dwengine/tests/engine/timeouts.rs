@@ -56,26 +56,17 @@ fn schedule_on(
     assert_eq!(status, 200, "{body}");
 }
 
-fn history(s: &TestServer, workflow_id: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{workflow_id}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{workflow_id}/runs/{run}/history?page_size=100"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 /// The payload of the run's first event of `event_type`, once it exists.
 fn wait_for_event(s: &TestServer, workflow_id: &str, event_type: &str) -> Value {
     let mut found = None;
     let seen = eventually(Duration::from_secs(10), || {
-        found = history(s, workflow_id)
+        found = s
+            .history(workflow_id)
             .into_iter()
             .find(|e| e["event_type"] == event_type);
         found.is_some()
     });
-    assert!(seen, "no {event_type} in {:#?}", history(s, workflow_id));
+    assert!(seen, "no {event_type} in {:#?}", s.history(workflow_id));
     found.unwrap()["payload"].clone()
 }
 
@@ -137,7 +128,7 @@ fn a_start_to_close_expiry_is_an_attempt_and_the_last_one_times_the_activity_out
         lived >= Duration::from_millis(900),
         "attempt 1 was cut short: {lived:?}"
     );
-    assert_eq!(count(&history(&s, "stc"), "ActivityTimedOut"), 0);
+    assert_eq!(count(&s.history("stc"), "ActivityTimedOut"), 0);
     // The timed-out attempt can no longer report.
     let (status, body) = s.post(
         &activity_path(&first, "complete"),
@@ -197,7 +188,7 @@ fn a_retry_that_could_not_start_before_schedule_to_close_is_not_taken() {
     // No retry is waiting for its backoff either.
     let (_, described) = s.get("/api/workflows/cutoff");
     assert_eq!(described["pending"]["activities"], 0, "{described}");
-    assert_eq!(count(&history(&s, "cutoff"), "ActivityTimedOut"), 1);
+    assert_eq!(count(&s.history("cutoff"), "ActivityTimedOut"), 1);
 }
 
 #[test]
@@ -228,7 +219,7 @@ fn a_reported_failure_is_not_retried_past_schedule_to_close() {
     assert_eq!(report("f2")["outcome"], "failed");
     let failed = wait_for_event(&s, "fail-cut", "ActivityFailed");
     assert_eq!(failed["attempt_number"], 2);
-    assert_eq!(count(&history(&s, "fail-cut"), "ActivityTimedOut"), 0);
+    assert_eq!(count(&s.history("fail-cut"), "ActivityTimedOut"), 0);
 }
 
 #[test]
@@ -248,7 +239,7 @@ fn schedule_to_start_and_schedule_to_close_time_out_with_no_worker_polling() {
     );
     let sts = wait_for_event(&s, "sts", "ActivityTimedOut");
     // By the server's own clock: scheduled, then timed out a second later.
-    let waited = between(&history(&s, "sts"), "ActivityScheduled", "ActivityTimedOut");
+    let waited = between(&s.history("sts"), "ActivityScheduled", "ActivityTimedOut");
     assert!(
         waited >= Duration::from_millis(900),
         "schedule-to-start ended after {waited:?}"
@@ -312,7 +303,7 @@ fn heartbeats_keep_an_attempt_alive_and_their_absence_times_it_out() {
             eprintln!("round {round}: the machine held a heartbeat back past the timeout");
             continue;
         }
-        assert_eq!(count(&history(&s, &id), "ActivityTimedOut"), 0);
+        assert_eq!(count(&s.history(&id), "ActivityTimedOut"), 0);
         // Then the worker goes quiet.
         let timed_out = wait_for_event(&s, &id, "ActivityTimedOut");
         assert_eq!(timed_out["timeout_kind"], "heartbeat");
@@ -356,7 +347,7 @@ fn a_run_past_its_run_or_execution_timeout_ends_failed_and_timed_out() {
         assert_eq!(described["status"], "failed", "{described}");
         assert_eq!(described["closed_reason"], "timed_out");
         assert_eq!(described["failures"][0]["failure_category"], "timeout");
-        let events = history(&s, id);
+        let events = s.history(id);
         assert_eq!(
             events.last().unwrap()["event_type"],
             "WorkflowTimedOut",
@@ -417,7 +408,7 @@ fn a_failed_workflow_task_shows_in_describe_and_once_per_streak_in_history() {
         described["workflow_task_failure"]["workflow_task_attempt"],
         2
     );
-    assert_eq!(count(&history(&s, "wft"), "WorkflowTaskFailed"), 1);
+    assert_eq!(count(&s.history("wft"), "WorkflowTaskFailed"), 1);
 
     // A completed task clears it.
     let (_, polled) = s.poll("workflow", "default", "q", "f3", 5000);

@@ -44,15 +44,6 @@ fn next_task(s: &TestServer, queue: &str) -> Value {
     task
 }
 
-fn history(s: &TestServer, id: &str, run: &str) -> Vec<Value> {
-    let (status, page) = s.get_ns(
-        "default",
-        &format!("/api/workflows/{id}/runs/{run}/history?page_size=1000"),
-    );
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -90,7 +81,7 @@ fn a_fired_timer_repeats_its_schedules_id_and_delay() {
         .unwrap()
         .iter()
         .any(|e| e["event_type"] == "TimerFired"));
-    let events = history(&s, "timer-fields", &run);
+    let events = s.run_history("timer-fields", &run);
     let scheduled = of_type(&events, "TimerScheduled");
     let fired = of_type(&events, "TimerFired");
     assert_eq!((scheduled.len(), fired.len()), (1, 1), "{events:?}");
@@ -119,7 +110,7 @@ fn a_condition_wait_keeps_the_sdks_occurrence_id_and_schedules_its_timeout() {
         &task,
         json!([{ "type": "complete_workflow", "result": { "codec": "json", "blob": "1" } }]),
     );
-    let events = history(&s, "condition-occurrence", &run);
+    let events = s.run_history("condition-occurrence", &run);
     let opened = &of_type(&events, "ConditionWaitOpened")[0]["payload"];
     let satisfied = &of_type(&events, "ConditionWaitSatisfied")[0]["payload"];
     for payload in [opened, satisfied] {
@@ -155,7 +146,7 @@ fn a_new_occurrence_of_the_same_condition_is_a_new_wait() {
     let task = next_task(&s, "condition-loop");
     // The loop's next turn waits on the same condition again.
     complete(&s, &task, json!([wait("occ-1")]));
-    let events = history(&s, "condition-loop", &run);
+    let events = s.run_history("condition-loop", &run);
     let opened = of_type(&events, "ConditionWaitOpened");
     let satisfied = of_type(&events, "ConditionWaitSatisfied");
     assert_eq!((opened.len(), satisfied.len()), (2, 1), "{events:?}");
@@ -182,15 +173,15 @@ fn a_signal_wait_takes_a_signal_that_arrives_after_it_opened() {
         &task,
         json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
     );
-    let events = history(&s, "signal-after", &run);
+    let events = s.run_history("signal-after", &run);
     let opened = &of_type(&events, "SignalWaitOpened")[0]["payload"];
     assert_eq!(opened["signal_name"], "go");
     assert!(of_type(&events, "SignalApplied").is_empty());
     // Another name does not satisfy it.
     signal(&s, "signal-after", "other", "[0]");
-    assert!(of_type(&history(&s, "signal-after", &run), "SignalApplied").is_empty());
+    assert!(of_type(&s.run_history("signal-after", &run), "SignalApplied").is_empty());
     signal(&s, "signal-after", "go", "[7]");
-    let events = history(&s, "signal-after", &run);
+    let events = s.run_history("signal-after", &run);
     let applied = of_type(&events, "SignalApplied");
     assert_eq!(applied.len(), 1, "{events:?}");
     let applied = &applied[0]["payload"];
@@ -230,7 +221,7 @@ fn signal_waits_take_buffered_signals_oldest_first_each_once() {
         &task,
         json!([{ "type": "open_signal_wait", "signal_name": "go" }]),
     );
-    let events = history(&s, "signal-buffered", &run);
+    let events = s.run_history("signal-buffered", &run);
     let opened = of_type(&events, "SignalWaitOpened");
     let applied = of_type(&events, "SignalApplied");
     assert_eq!((opened.len(), applied.len()), (3, 2), "{events:?}");
@@ -243,7 +234,7 @@ fn signal_waits_take_buffered_signals_oldest_first_each_once() {
     }
     // The third wait stays open until a third signal arrives.
     signal(&s, "signal-buffered", "go", "[3]");
-    let events = history(&s, "signal-buffered", &run);
+    let events = s.run_history("signal-buffered", &run);
     let applied = of_type(&events, "SignalApplied");
     assert_eq!(applied.len(), 3);
     assert_eq!(
@@ -346,7 +337,7 @@ fn a_local_activity_is_recorded_as_a_marker_and_never_dispatched() {
     // Open, with nothing for its code to do until the timer fires.
     assert_eq!(described["status"], "waiting", "{described}");
     assert_eq!(described["status_bucket"], "running", "{described}");
-    let events = history(&s, "local-marker", &run);
+    let events = s.run_history("local-marker", &run);
     let kinds: Vec<&str> = events
         .iter()
         .filter_map(|e| e["event_type"].as_str())
@@ -407,7 +398,7 @@ fn a_version_marker_is_recorded_at_its_sequence_and_a_bad_range_is_refused() {
             { "type": "start_timer", "delay_seconds": 60 },
         ]),
     );
-    let events = history(&s, "version-marker", &run);
+    let events = s.run_history("version-marker", &run);
     let marker = &of_type(&events, "VersionMarkerRecorded")[0]["payload"];
     assert_eq!(
         *marker,

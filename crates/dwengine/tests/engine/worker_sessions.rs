@@ -81,13 +81,6 @@ fn complete_activity(s: &TestServer, task: &Value) {
     assert_eq!(status, 200, "{body}");
 }
 
-fn history(s: &TestServer, workflow: &str) -> Vec<Value> {
-    let (_, described) = s.get(&format!("/api/workflows/{workflow}"));
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (_, page) = s.get(&format!("/api/workflows/{workflow}/runs/{run}/history"));
-    page["events"].as_array().unwrap().clone()
-}
-
 fn session_call(s: &TestServer, method: &str, path: &str, body: Value) -> (u16, Value) {
     if method == "POST" {
         return s.post(path, body);
@@ -185,7 +178,8 @@ fn a_session_s_activities_run_on_its_holder_one_at_a_time() {
     complete_activity(&s, &second);
     // History records the session each activity ran in (the Rust SDK's
     // replay compares it with the call's).
-    let scheduled: Vec<Value> = history(&s, "render")
+    let scheduled: Vec<Value> = s
+        .history("render")
         .into_iter()
         .filter(|e| e["event_type"] == "ActivityScheduled")
         .collect();
@@ -255,7 +249,8 @@ fn explicit_sessions_answer_receipts_and_a_closed_one_fails_its_activities() {
     // An activity naming the closed session fails, for good, at the next poll.
     run_with(&s, "late", json!([activity(options)]));
     assert!(poll_activity(&s, "b", "b-1", 0).is_null());
-    let failed: Vec<Value> = history(&s, "late")
+    let failed: Vec<Value> = s
+        .history("late")
         .into_iter()
         .filter(|e| e["event_type"] == "ActivityFailed")
         .collect();

@@ -33,17 +33,6 @@ fn call(operation: &str) -> Value {
             "metadata": { "caller_sdk_language": "sdk-rust" } })
 }
 
-fn history(s: &TestServer, id: &str) -> Vec<Value> {
-    let (status, described) = s.get(&format!("/api/workflows/{id}"));
-    assert_eq!(status, 200, "{described}");
-    let run = described["run_id"].as_str().unwrap().to_owned();
-    let (status, page) = s.get(&format!(
-        "/api/workflows/{id}/runs/{run}/history?page_size=1000"
-    ));
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
-}
-
 fn payloads(events: &[Value], event_type: &str) -> Vec<Value> {
     events
         .iter()
@@ -59,7 +48,7 @@ fn caller_calls(s: &TestServer, id: &str, command: Value) -> Value {
     let task = next_task(s, id);
     let (status, body) = s.complete(&task, json!([command]));
     assert_eq!(status, 200, "{body}");
-    payloads(&history(s, id), "ServiceCallStarted")
+    payloads(&s.history(id), "ServiceCallStarted")
         .first()
         .cloned()
         .unwrap_or(Value::Null)
@@ -98,7 +87,7 @@ fn a_call_starts_the_bound_workflow_and_its_result_resumes_the_caller() {
         json!([{ "type": "complete_workflow", "result": envelope("\"charged\"") }]),
     );
     assert_eq!(status, 200, "{body}");
-    let events = history(&s, "caller");
+    let events = s.history("caller");
     let completed = payloads(&events, "ServiceCallCompleted");
     assert_eq!(completed.len(), 1, "{events:?}");
     let completed = &completed[0];
@@ -135,7 +124,7 @@ fn an_unknown_operation_fails_at_once_and_the_caller_sees_it() {
     catalog::billing(&s, "sync");
     let started = caller_calls(&s, "lost", call("refund"));
     assert!(started.is_null(), "no admission: {started}");
-    let failed = payloads(&history(&s, "lost"), "ServiceCallFailed");
+    let failed = payloads(&s.history("lost"), "ServiceCallFailed");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["sequence"], 1);
     assert_eq!(failed[0]["status"], "failed");
@@ -218,7 +207,7 @@ fn a_call_reaches_another_namespaces_catalog_as_the_operation_allows() {
         json!([{ "type": "complete_workflow", "result": envelope("\"charged\"") }]),
     );
     assert_eq!(status, 200, "{body}");
-    let completed = payloads(&history(&s, "x-caller"), "ServiceCallCompleted");
+    let completed = payloads(&s.history("x-caller"), "ServiceCallCompleted");
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0]["response_payload"], envelope("\"charged\""));
     let task = next_task(&s, "x-caller");
@@ -267,7 +256,7 @@ fn a_call_reaches_another_namespaces_catalog_as_the_operation_allows() {
         }
         let started = caller_calls(&s, id, command);
         assert!(started.is_null(), "{id}: {started}");
-        let failed = payloads(&history(&s, id), "ServiceCallFailed");
+        let failed = payloads(&s.history(id), "ServiceCallFailed");
         assert_eq!(failed.len(), 1, "{id}");
         assert_eq!(failed[0]["outcome"], outcome, "{id}: {}", failed[0]);
         assert_eq!(failed[0]["exception_type"], reason, "{id}");
@@ -319,7 +308,7 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
                  "exception_type": "CardDeclined" }]),
     );
     assert_eq!(status, 200, "{body}");
-    let failed = payloads(&history(&s, "c-fail"), "ServiceCallFailed");
+    let failed = payloads(&s.history("c-fail"), "ServiceCallFailed");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["message"], "card declined");
     assert_eq!(failed[0]["exception_type"], "CardDeclined");
@@ -333,7 +322,7 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
         json!({ "reason": "operator" }),
     );
     assert_eq!(status, 200, "{body}");
-    let failed = payloads(&history(&s, "c-term"), "ServiceCallFailed");
+    let failed = payloads(&s.history("c-term"), "ServiceCallFailed");
     assert_eq!(failed[0]["outcome"], "handler_terminated", "{failed:?}");
     assert!(failed[0]["message"].as_str().unwrap().contains("operator"));
     // Cancelled.
@@ -341,7 +330,7 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
     let linked = started["linked_workflow_instance_id"].as_str().unwrap();
     let (status, body) = s.post(&format!("/api/workflows/{linked}/cancel"), json!({}));
     assert_eq!(status, 200, "{body}");
-    let cancelled = payloads(&history(&s, "c-cancel"), "ServiceCallCancelled");
+    let cancelled = payloads(&s.history("c-cancel"), "ServiceCallCancelled");
     assert_eq!(cancelled.len(), 1);
     assert_eq!(cancelled[0]["status"], "cancelled");
     // A caller that closed first gets nothing; its waiter goes quietly.
@@ -351,7 +340,7 @@ fn a_failed_terminated_or_cancelled_workflow_fails_or_cancels_the_call() {
     let linked = started["linked_workflow_instance_id"].as_str().unwrap();
     let (status, body) = s.post(&format!("/api/workflows/{linked}/terminate"), json!({}));
     assert_eq!(status, 200, "{body}");
-    assert!(payloads(&history(&s, "c-gone"), "ServiceCallFailed").is_empty());
+    assert!(payloads(&s.history("c-gone"), "ServiceCallFailed").is_empty());
 }
 
 #[test]
@@ -387,7 +376,7 @@ fn an_accepted_or_async_call_resumes_at_its_admission_only() {
         let call_id = started["service_call_id"].as_str().unwrap();
         let (_, described) = s.get(&format!("{OPERATION}/service-calls/{call_id}"));
         assert_eq!(described["status"], "completed", "{described}");
-        let events = history(&s, id);
+        let events = s.history(id);
         assert!(
             payloads(&events, "ServiceCallCompleted").is_empty(),
             "{events:?}"
@@ -407,7 +396,7 @@ fn a_linked_workflow_that_continues_as_new_answers_from_its_last_run() {
         json!([{ "type": "continue_as_new", "arguments": envelope("[43]") }]),
     );
     assert_eq!(status, 200, "{body}");
-    assert!(payloads(&history(&s, "c-chain"), "ServiceCallCompleted").is_empty());
+    assert!(payloads(&s.history("c-chain"), "ServiceCallCompleted").is_empty());
     let task = next_task(&s, "payments");
     assert_eq!(task["workflow_id"], linked);
     let (status, body) = s.complete(
@@ -415,7 +404,7 @@ fn a_linked_workflow_that_continues_as_new_answers_from_its_last_run() {
         json!([{ "type": "complete_workflow", "result": envelope("\"second\"") }]),
     );
     assert_eq!(status, 200, "{body}");
-    let completed = payloads(&history(&s, "c-chain"), "ServiceCallCompleted");
+    let completed = payloads(&s.history("c-chain"), "ServiceCallCompleted");
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0]["response_payload"], envelope("\"second\""));
 }
@@ -448,7 +437,7 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
             "{field}: {body}"
         );
     }
-    assert_eq!(history(&s, "bad").len(), 1, "nothing applied");
+    assert_eq!(s.history("bad").len(), 1, "nothing applied");
     // Past payload_size_bytes the caller fails before the call or its
     // workflow exists.
     let mut big = call("charge");
@@ -459,7 +448,7 @@ fn bad_calls_are_refused_by_field_and_an_oversized_request_fails_before_any_row(
     assert_eq!(described["status"], "failed", "{described}");
     let (status, _) = s.get("/api/workflows/service-call-1");
     assert_eq!(status, 404);
-    assert!(payloads(&history(&s, "bad"), "ServiceCallStarted").is_empty());
+    assert!(payloads(&s.history("bad"), "ServiceCallStarted").is_empty());
 }
 
 #[test]
@@ -493,7 +482,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     // return_existing_active (to the named run only when one is named).
     let refused = caller_calls(&s, "opt-dup", named.clone());
     assert!(refused.is_null(), "{refused}");
-    let failed = payloads(&history(&s, "opt-dup"), "ServiceCallFailed");
+    let failed = payloads(&s.history("opt-dup"), "ServiceCallFailed");
     assert_eq!(failed[0]["exception_type"], "instance_already_started");
     let mut attach = named.clone();
     attach["duplicate_start_policy"] = "return_existing_active".into();
@@ -506,7 +495,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     attach["target_workflow_run_id"] = "999999".into();
     let wrong = caller_calls(&s, "opt-wrong-run", attach.clone());
     assert!(wrong.is_null(), "{wrong}");
-    let failed = payloads(&history(&s, "opt-wrong-run"), "ServiceCallFailed");
+    let failed = payloads(&s.history("opt-wrong-run"), "ServiceCallFailed");
     assert_eq!(failed[0]["exception_type"], "target_run_not_open");
     attach["target_workflow_run_id"] = run.as_str().into();
     let pinned = caller_calls(&s, "opt-pinned", attach);
@@ -516,7 +505,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     own["target_workflow_instance_id"] = "opt-self".into();
     own["duplicate_start_policy"] = "return_existing_active".into();
     caller_calls(&s, "opt-self", own);
-    let failed = payloads(&history(&s, "opt-self"), "ServiceCallFailed");
+    let failed = payloads(&s.history("opt-self"), "ServiceCallFailed");
     assert_eq!(failed[0]["exception_type"], "target_run_is_caller");
     // One run answers every caller linked to it.
     let task = next_task(&s, "payments");
@@ -527,7 +516,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
     );
     assert_eq!(status, 200, "{body}");
     for id in ["opt-first", "opt-attach", "opt-pinned"] {
-        let completed = payloads(&history(&s, id), "ServiceCallCompleted");
+        let completed = payloads(&s.history(id), "ServiceCallCompleted");
         assert_eq!(completed.len(), 1, "{id}");
         assert_eq!(
             completed[0]["response_payload"],
@@ -554,7 +543,7 @@ fn start_options_name_describe_and_attach_the_operations_workflow() {
             "{name}: {body}"
         );
     }
-    assert_eq!(history(&s, "opt-bad").len(), 1, "nothing applied");
+    assert_eq!(s.history("opt-bad").len(), 1, "nothing applied");
     // A memo past memo_size_bytes fails the caller with the structural
     // metadata, as an oversized start would, and nothing starts.
     let mut big = call("charge");
@@ -598,7 +587,7 @@ fn a_connection_is_accepted_when_it_names_the_queue_driver() {
             .unwrap_or_default();
         assert!(problem.contains("\"database\""), "{value}: {body}");
     }
-    assert_eq!(history(&s, "conn-bad").len(), 1, "nothing applied");
+    assert_eq!(s.history("conn-bad").len(), 1, "nothing applied");
     // A client's execute: the same rule.
     let (status, body) = s.post(
         &format!("{OPERATION}/execute"),

@@ -222,6 +222,28 @@ impl TestServer {
         }
     }
 
+    /// Every event of run `run` of workflow `id` in `default`, in order
+    /// (one page of up to 1000: a run with more fails the test rather than
+    /// being cut short).
+    pub fn run_history(&self, id: &str, run: &str) -> Vec<Value> {
+        let (status, page) = self.get(&format!(
+            "/api/workflows/{id}/runs/{run}/history?page_size=1000"
+        ));
+        assert_eq!(status, 200, "{page}");
+        assert!(
+            page["next_page_token"].is_null(),
+            "more than one page: {id}"
+        );
+        page["events"].as_array().unwrap().clone()
+    }
+
+    /// [`TestServer::run_history`] of workflow `id`'s current run.
+    pub fn history(&self, id: &str) -> Vec<Value> {
+        let (status, described) = self.get(&format!("/api/workflows/{id}"));
+        assert_eq!(status, 200, "{described}");
+        self.run_history(id, described["run_id"].as_str().unwrap())
+    }
+
     /// `DELETE path` in namespace `ns`.
     pub fn delete_ns(&self, ns: &str, path: &str) -> (u16, Value) {
         answer(
