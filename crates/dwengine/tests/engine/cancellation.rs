@@ -130,19 +130,6 @@ fn an_attempt_whose_run_was_terminated_hears_run_terminated() {
     stopped_attempt_hears("terminate", "terminated", "run_terminated");
 }
 
-fn deliver(s: &TestServer, task: &Value, body: Value) -> (u16, Value) {
-    let mut body = body;
-    body["lease_owner"] = task["lease_owner"].clone();
-    body["workflow_task_attempt"] = task["workflow_task_attempt"].clone();
-    s.post(
-        &format!(
-            "/api/worker/workflow-tasks/{}/deliver-cancellation",
-            task["task_id"].as_str().unwrap()
-        ),
-        body,
-    )
-}
-
 fn types(events: &[Value]) -> Vec<String> {
     events
         .iter()
@@ -241,12 +228,11 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
             "cancellation_call_not_recorded",
         ),
     ] {
-        let (status, refused) = deliver(&s, &task, body);
+        let (status, refused) = s.deliver_cancellation(&task, body);
         assert_eq!(status, 409, "{refused}");
         assert_eq!(refused["reason"], reason, "{refused}");
     }
-    let (status, invalid) = deliver(
-        &s,
+    let (status, invalid) = s.deliver_cancellation(
         &task,
         json!({ "request_id": request_id, "sequence": 0, "call_kind": "nap",
                 "sequence_span": 2 }),
@@ -262,14 +248,14 @@ fn a_cooperative_request_is_pending_until_delivered_then_the_sdks_failure_closes
 
     // Delivered at the timer the workflow waits on: recorded, the timer
     // cancelled, and a retry of the same delivery converges.
-    let (status, delivered) = deliver(&s, &task, call(&request_id, 1, "timer"));
+    let (status, delivered) = s.deliver_cancellation(&task, call(&request_id, 1, "timer"));
     assert_eq!(status, 200, "{delivered}");
     assert_eq!(delivered["delivered"], true, "{delivered}");
     assert_eq!(delivered["request_id"], request_id.as_str(), "{delivered}");
     assert_eq!(delivered["sequence"], 1, "{delivered}");
     assert_eq!(delivered["call_kind"], "timer", "{delivered}");
     assert_eq!(delivered["operation_sequence_span"], 1, "{delivered}");
-    let (status, retried) = deliver(&s, &task, call(&request_id, 1, "timer"));
+    let (status, retried) = s.deliver_cancellation(&task, call(&request_id, 1, "timer"));
     assert_eq!(status, 200, "{retried}");
     let events = s.history("coop");
     let marker: Vec<&Value> = events
@@ -395,8 +381,7 @@ fn a_delivery_at_an_activity_stops_it() {
     assert_eq!(status, 200, "{answer}");
     let request_id = answer["cancellation_request"]["request_id"].clone();
     let task = next_task(&s, "q");
-    let (status, delivered) = deliver(
-        &s,
+    let (status, delivered) = s.deliver_cancellation(
         &task,
         json!({ "request_id": request_id, "sequence": 1, "call_kind": "activity" }),
     );
@@ -468,8 +453,7 @@ fn a_delivery_at_a_child_applies_its_cancellation_policy() {
         );
         assert_eq!(status, 200, "{answer}");
         let task = next_task(&s, &queue);
-        let (status, delivered) = deliver(
-            &s,
+        let (status, delivered) = s.deliver_cancellation(
             &task,
             json!({ "request_id": answer["cancellation_request"]["request_id"],
                     "sequence": 1, "call_kind": "child" }),

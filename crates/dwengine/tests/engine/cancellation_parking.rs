@@ -43,19 +43,6 @@ fn status_of(s: &TestServer, id: &str) -> Value {
     s.get(&format!("/api/workflows/{id}")).1["status"].clone()
 }
 
-fn deliver(s: &TestServer, task: &Value, body: Value) -> (u16, Value) {
-    let mut body = body;
-    body["lease_owner"] = task["lease_owner"].clone();
-    body["workflow_task_attempt"] = task["workflow_task_attempt"].clone();
-    s.post(
-        &format!(
-            "/api/worker/workflow-tasks/{}/deliver-cancellation",
-            task["task_id"].as_str().unwrap()
-        ),
-        body,
-    )
-}
-
 fn at(request_id: &Value, sequence: i64, kind: &str) -> Value {
     json!({ "request_id": request_id, "sequence": sequence, "call_kind": kind,
             "sequence_span": 1 })
@@ -140,7 +127,7 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
     let request_id = request(&s, "park-child");
     let task = next_task(&s, "park-child");
 
-    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "child"));
+    let (status, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "child"));
     assert_eq!(status, 200, "{parked}");
     assert_eq!(parked["delivered"], false, "{parked}");
     assert_eq!(
@@ -158,7 +145,7 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
     assert!(events_of(&s.history("park-child"), "CooperativeCancellationDelivered").is_empty());
     let (status, stale) = s.complete(&task, json!([]));
     assert_eq!(status, 409, "{stale}");
-    let (status, stale) = deliver(&s, &task, at(&request_id, 1, "child"));
+    let (status, stale) = s.deliver_cancellation(&task, at(&request_id, 1, "child"));
     assert_eq!(status, 409, "{stale}");
     assert_eq!(stale["reason"], "stale_task_lease", "{stale}");
     assert_eq!(status_of(&s, &child_id), "running");
@@ -173,15 +160,8 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
         observed["reason"].as_str().unwrap().contains("operator"),
         "{observed}"
     );
-    let (status, delivered) = deliver(&s, &child_task, at(&observed["request_id"], 1, "timer"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
-    let (status, done) = s.complete(
-        &child_task,
-        json!([{ "type": "fail_workflow", "message": "cancelled",
-                 "exception_type": "WorkflowCancelled" }]),
-    );
-    assert_eq!(status, 200, "{done}");
+    landed(&s, &child_task, at(&observed["request_id"], 1, "timer"));
+    end_cancelled(&s, &child_task);
     assert_eq!(status_of(&s, &child_id), "cancelled");
 
     // The parent hears the child's end and gets a task; its worker
@@ -193,22 +173,15 @@ fn a_delivery_at_a_child_that_waits_parks_the_claim_until_the_child_has_cleaned_
         1,
         "{events:?}"
     );
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "child"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    let delivered = landed(&s, &task, at(&request_id, 1, "child"));
     assert_eq!(delivered["call_kind"], "child", "{delivered}");
-    let (status, again) = deliver(&s, &task, at(&request_id, 1, "child"));
+    let (status, again) = s.deliver_cancellation(&task, at(&request_id, 1, "child"));
     assert_eq!(status, 200, "{again}");
     assert_eq!(
         events_of(&s.history("park-child"), "CooperativeCancellationDelivered").len(),
         1
     );
-    let (status, done) = s.complete(
-        &task,
-        json!([{ "type": "fail_workflow", "message": "cancelled",
-                 "exception_type": "WorkflowCancelled" }]),
-    );
-    assert_eq!(status, 200, "{done}");
+    end_cancelled(&s, &task);
     assert_eq!(status_of(&s, "park-child"), "cancelled");
 }
 
@@ -218,9 +191,7 @@ fn a_try_cancel_child_is_cancelled_with_the_delivery_and_nothing_waits() {
     let child_id = parent_with_child(&s, "try-child", "try_cancel");
     let request_id = request(&s, "try-child");
     let task = next_task(&s, "try-child");
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "child"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    landed(&s, &task, at(&request_id, 1, "child"));
     assert_eq!(status_of(&s, &child_id), "cancelled");
 }
 
@@ -265,7 +236,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
     assert_eq!(refused["reason"], "activity_not_cancelled", "{refused}");
 
     let task = next_task(&s, "park-act");
-    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    let (status, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
     assert_eq!(status, 200, "{parked}");
     assert_eq!(parked["delivered"], false, "{parked}");
     assert_eq!(
@@ -405,9 +376,7 @@ fn a_delivery_at_a_waiting_activity_parks_until_the_attempt_acknowledges() {
 
     // The run has a task again, and the delivery now lands.
     let task = next_task(&s, "park-act");
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    landed(&s, &task, at(&request_id, 1, "activity"));
 }
 
 #[test]
@@ -439,7 +408,7 @@ fn a_waiting_activity_that_completes_or_fails_ends_the_wait_without_a_retry() {
         let owner = activity["lease_owner"].clone();
         let request_id = request(&s, &id);
         let task = next_task(&s, &id);
-        let (_, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        let (_, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
         assert_eq!(
             parked["reason"], "cancellation_waiting_for_activity",
             "{parked}"
@@ -449,7 +418,7 @@ fn a_waiting_activity_that_completes_or_fails_ends_the_wait_without_a_retry() {
         assert_ne!(reported["outcome"], "retry_scheduled", "{reported}");
         let task = next_task(&s, &id);
         assert_eq!(events_of(&s.history(&id), event).len(), 1, "{verb}");
-        let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        let (status, delivered) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
         assert_eq!(status, 200, "{delivered}");
         assert_eq!(delivered["delivered"], true, "{verb}: {delivered}");
     }
@@ -462,9 +431,7 @@ fn a_try_cancel_activity_is_stopped_at_once_and_its_acknowledgement_is_recorded_
     let owner = activity["lease_owner"].clone();
     let request_id = request(&s, "ack-try");
     let task = next_task(&s, "ack-try");
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    landed(&s, &task, at(&request_id, 1, "activity"));
     let (_, look) = activity_call(&s, &activity, "status", &owner, json!({}));
     assert_eq!(look["cancel_requested"], true, "{look}");
     assert_eq!(
@@ -523,9 +490,7 @@ fn a_queued_activity_is_not_waited_for_and_a_bad_policy_names_its_field() {
     let request_id = request(&s, "park-queued");
     let task = next_task(&s, "park-queued");
     // No attempt runs, so there is no cleanup to wait for.
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    landed(&s, &task, at(&request_id, 1, "activity"));
 }
 
 /// One catalog operation in `default`: ops/jobs/run, bound to the workflow
@@ -576,7 +541,7 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
 
     let request_id = request(&s, "nexus-caller");
     let task = next_task(&s, "nexus-caller");
-    let (status, parked) = deliver(&s, &task, at(&request_id, 1, "service_operation"));
+    let (status, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "service_operation"));
     assert_eq!(status, 200, "{parked}");
     assert_eq!(parked["delivered"], false, "{parked}");
     assert_eq!(
@@ -597,14 +562,9 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
         observed["reason"].as_str().unwrap().contains("caller"),
         "{job}"
     );
-    let (status, delivered) = deliver(&s, &job, at(&observed["request_id"], 1, "timer"));
+    let (status, delivered) = s.deliver_cancellation(&job, at(&observed["request_id"], 1, "timer"));
     assert_eq!(status, 200, "{delivered}");
-    let (status, done) = s.complete(
-        &job,
-        json!([{ "type": "fail_workflow", "message": "cancelled",
-                 "exception_type": "WorkflowCancelled" }]),
-    );
-    assert_eq!(status, 200, "{done}");
+    end_cancelled(&s, &job);
     assert_eq!(status_of(&s, &linked), "cancelled");
 
     // The caller hears the call's end, and the delivery lands there.
@@ -615,9 +575,7 @@ fn a_delivery_at_a_nexus_call_parks_until_the_linked_run_has_cleaned_up() {
         1,
         "{events:?}"
     );
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "service_operation"));
-    assert_eq!(status, 200, "{delivered}");
-    assert_eq!(delivered["delivered"], true, "{delivered}");
+    let delivered = landed(&s, &task, at(&request_id, 1, "service_operation"));
     assert_eq!(delivered["call_kind"], "service_operation", "{delivered}");
 }
 
@@ -678,7 +636,7 @@ fn a_waiting_attempt_that_times_out_ends_the_wait_without_a_retry() {
         let owner = activity["lease_owner"].clone();
         let request_id = request(&s, &id);
         let task = next_task(&s, &id);
-        let (_, parked) = deliver(&s, &task, at(&request_id, 1, "activity"));
+        let (_, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
         if parked["delivered"] == true {
             continue;
         }
@@ -709,9 +667,7 @@ fn a_waiting_attempt_that_times_out_ends_the_wait_without_a_retry() {
             json!({ "request_id": request_id }),
         );
         assert_eq!(status, 409, "{stale}");
-        let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
-        assert_eq!(status, 200, "{delivered}");
-        assert_eq!(delivered["delivered"], true, "{delivered}");
+        landed(&s, &task, at(&request_id, 1, "activity"));
         return;
     }
     panic!("no delivery reached its attempt within a 64 s start-to-close timeout");
@@ -805,7 +761,7 @@ fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
     let child_id = parent_with_child(&s, "park-again", "wait_cancellation_completed");
     let request_id = request(&s, "park-again");
     let task = next_task(&s, "park-again");
-    let (_, parked) = deliver(&s, &task, at(&request_id, 1, "child"));
+    let (_, parked) = s.deliver_cancellation(&task, at(&request_id, 1, "child"));
     assert_eq!(
         parked["reason"], "cancellation_waiting_for_child",
         "{parked}"
@@ -820,7 +776,7 @@ fn a_task_queued_while_parked_parks_again_and_the_child_keeps_one_request() {
     );
     assert_eq!(status, 202, "{body}");
     let task = next_task(&s, "park-again");
-    let (status, again) = deliver(&s, &task, at(&request_id, 1, "child"));
+    let (status, again) = s.deliver_cancellation(&task, at(&request_id, 1, "child"));
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["delivered"], false, "{again}");
     assert_eq!(again["claim_released"], true, "{again}");
@@ -847,7 +803,7 @@ fn abandoned_activity(s: &TestServer, id: &str) -> (Value, Value, Value, Value) 
     let owner = activity["lease_owner"].clone();
     let request_id = request(s, id);
     let task = next_task(s, id);
-    let (status, delivered) = deliver(s, &task, at(&request_id, 1, "activity"));
+    let (status, delivered) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
     assert_eq!(status, 200, "{delivered}");
     // Delivered at once: the workflow stops waiting for the activity.
     assert_eq!(delivered["delivered"], true, "{delivered}");
@@ -856,6 +812,15 @@ fn abandoned_activity(s: &TestServer, id: &str) -> (Value, Value, Value, Value) 
 
 /// The workflow ends cancelled by its delivered request (the SDKs'
 /// `fail_workflow` with their cancellation exception).
+/// Delivers `body` on `task`, which must land (200, `delivered: true`);
+/// the answer.
+fn landed(s: &TestServer, task: &Value, body: Value) -> Value {
+    let (status, delivered) = s.deliver_cancellation(task, body);
+    assert_eq!(status, 200, "{delivered}");
+    assert_eq!(delivered["delivered"], true, "{delivered}");
+    delivered
+}
+
 fn end_cancelled(s: &TestServer, task: &Value) {
     let (status, body) = s.complete(
         task,
@@ -988,7 +953,7 @@ fn an_abandoned_activity_is_retried_after_its_run_closed() {
     let owner = first["lease_owner"].clone();
     let request_id = request(&s, id);
     let task = next_task(&s, id);
-    let (status, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    let (status, delivered) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
     assert_eq!(delivered["delivered"], true, "{status} {delivered}");
     end_cancelled(&s, &task);
     let closed = s.history(id).len();
@@ -1033,7 +998,7 @@ fn an_abandoned_activity_of_a_closed_run_ends_at_its_total_timeout() {
     let owner = activity["lease_owner"].clone();
     let request_id = request(&s, id);
     let task = next_task(&s, id);
-    let (_, delivered) = deliver(&s, &task, at(&request_id, 1, "activity"));
+    let (_, delivered) = s.deliver_cancellation(&task, at(&request_id, 1, "activity"));
     assert_eq!(delivered["delivered"], true, "{delivered}");
     end_cancelled(&s, &task);
     let closed = s.history(id).len();
@@ -1204,8 +1169,7 @@ fn a_delivery_at_a_group_stops_its_members_but_an_abandon_one() {
     }
     let request_id = request(&s, id);
     let task = next_task(&s, id);
-    let (status, delivered) = deliver(
-        &s,
+    let (status, delivered) = s.deliver_cancellation(
         &task,
         json!({ "request_id": request_id, "sequence": 1, "call_kind": "parallel",
                 "sequence_span": 2 }),

@@ -800,14 +800,9 @@ fn deliver_at_local(
     request_id: &Value,
     sequence: i64,
 ) -> (u16, Value) {
-    s.post(
-        &format!(
-            "/api/worker/workflow-tasks/{}/deliver-cancellation",
-            task["task_id"].as_str().unwrap()
-        ),
-        json!({ "lease_owner": task["lease_owner"],
-            "workflow_task_attempt": task["workflow_task_attempt"],
-            "request_id": request_id, "sequence": sequence, "call_kind": "local_activity" }),
+    s.deliver_cancellation(
+        task,
+        json!({ "request_id": request_id, "sequence": sequence, "call_kind": "local_activity" }),
     )
 }
 

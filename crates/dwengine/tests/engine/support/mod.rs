@@ -222,6 +222,21 @@ impl TestServer {
         }
     }
 
+    /// `deliver-cancellation` of `body` (the request, the call it lands
+    /// at) on workflow task `task`, as leased to its poller.
+    pub fn deliver_cancellation(&self, task: &Value, mut body: Value) -> (u16, Value) {
+        body["lease_owner"] = task["lease_owner"].clone();
+        body["workflow_task_attempt"] = task["workflow_task_attempt"].clone();
+        self.post_ns(
+            task["namespace"].as_str().unwrap_or("default"),
+            &format!(
+                "/api/worker/workflow-tasks/{}/deliver-cancellation",
+                task["task_id"].as_str().unwrap()
+            ),
+            body,
+        )
+    }
+
     /// Every event of run `run` of workflow `id` in `default`, in order
     /// (one page of up to 1000: a run with more fails the test rather than
     /// being cut short).
