@@ -54,6 +54,14 @@ fn prepare(s: &TestServer, task: &Value, sequence: i64, nonce: &str, extra: Valu
     )
 }
 
+/// Prepares the local call at sequence 1 on `task`'s claim, with
+/// descriptor fields `extra`; its attempt id.
+fn admitted_attempt(s: &TestServer, task: &Value, extra: Value) -> Value {
+    let (status, admitted) = prepare(s, task, 1, "n", extra);
+    assert_eq!(status, 200, "{admitted}");
+    admitted["activity_attempt_id"].clone()
+}
+
 fn attempt_op(
     s: &TestServer,
     task: &Value,
@@ -368,9 +376,7 @@ fn bad_input_is_refused_naming_the_field() {
             "{rest} {field}: {refused}"
         );
     }
-    let (status, admitted) = prepare(&s, &task, 1, "n", json!({}));
-    assert_eq!(status, 200, "{admitted}");
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, json!({}));
     for (body, field) in [
         (json!({}), "report"),
         (
@@ -645,9 +651,7 @@ fn a_cancellation_request_stops_a_running_attempt_once_acknowledged() {
     let s = server();
     s.start_workflow("default", "pla-cancel", "q");
     let task = next_task(&s, "q");
-    let (status, admitted) = prepare(&s, &task, 1, "n", json!({}));
-    assert_eq!(status, 200, "{admitted}");
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, json!({}));
     let (status, control) = attempt_op(&s, &task, &attempt, "control", json!({}));
     assert_eq!(status, 200, "{control}");
     assert_eq!(control["active"], true, "{control}");
@@ -793,6 +797,27 @@ fn request_cancellation(s: &TestServer, id: &str) -> Value {
     requested["cancellation_request"]["request_id"].clone()
 }
 
+/// Acknowledges `request_id` for the stopped `attempt` of the call at
+/// sequence 1, then delivers it there (200 both); the delivery's answer.
+fn acknowledge_and_deliver(
+    s: &TestServer,
+    task: &Value,
+    attempt: &Value,
+    request_id: &Value,
+) -> Value {
+    let (status, ack) = attempt_op(
+        s,
+        task,
+        attempt,
+        "acknowledge-cancellation",
+        json!({ "request_id": request_id }),
+    );
+    assert_eq!(status, 200, "{ack}");
+    let (status, delivered) = deliver_at_local(s, task, request_id, 1);
+    assert_eq!(status, 200, "{delivered}");
+    delivered
+}
+
 /// Delivers `request_id` at the local call at `sequence` on the claim.
 fn deliver_at_local(
     s: &TestServer,
@@ -832,10 +857,8 @@ fn local_cancellation_policies_are_advertised_recorded_and_checked() {
         );
     }
     let wait = json!({ "cancellation_policy": "wait_cancellation_completed" });
-    let (status, admitted) = prepare(&s, &task, 1, "n", wait.clone());
-    assert_eq!(status, 200, "{admitted}");
     // Every event of the call records the policy as authored.
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, wait.clone());
     let (status, done) = attempt_op(
         &s,
         &task,
@@ -928,29 +951,16 @@ fn a_wait_policy_holds_the_delivery_until_the_stop_is_acknowledged() {
     // Acknowledged first (what the Python worker does): delivered at once.
     s.start_workflow("default", "pla-wait-ack", "q");
     let task = next_task(&s, "q");
-    let (status, admitted) = prepare(&s, &task, 1, "n", wait.clone());
-    assert_eq!(status, 200, "{admitted}");
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, wait.clone());
     let request_id = request_cancellation(&s, "pla-wait-ack");
-    let (status, ack) = attempt_op(
-        &s,
-        &task,
-        &attempt,
-        "acknowledge-cancellation",
-        json!({ "request_id": request_id }),
-    );
-    assert_eq!(status, 200, "{ack}");
-    let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
-    assert_eq!(status, 200, "{delivered}");
+    let delivered = acknowledge_and_deliver(&s, &task, &attempt, &request_id);
     assert_eq!(delivered["delivered"], true, "{delivered}");
 
     // Not acknowledged: the delivery waits, releasing the claim; the next
     // claim finds the attempt's claim gone and delivers.
     s.start_workflow("default", "pla-wait", "q2");
     let task = next_task(&s, "q2");
-    let (status, admitted) = prepare(&s, &task, 1, "n", wait);
-    assert_eq!(status, 200, "{admitted}");
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, wait);
     let request_id = request_cancellation(&s, "pla-wait");
     let (status, waiting) = deliver_at_local(&s, &task, &request_id, 1);
     assert_eq!(status, 200, "{waiting}");
@@ -991,20 +1001,9 @@ fn cleanup_calls_inside_an_all_group_hold_the_delivered_authority() {
     let s = server();
     s.start_workflow("default", "pla-cleanup-group", "q");
     let task = next_task(&s, "q");
-    let (status, admitted) = prepare(&s, &task, 1, "n", json!({}));
-    assert_eq!(status, 200, "{admitted}");
-    let attempt = admitted["activity_attempt_id"].clone();
+    let attempt = admitted_attempt(&s, &task, json!({}));
     let request_id = request_cancellation(&s, "pla-cleanup-group");
-    let (status, ack) = attempt_op(
-        &s,
-        &task,
-        &attempt,
-        "acknowledge-cancellation",
-        json!({ "request_id": request_id }),
-    );
-    assert_eq!(status, 200, "{ack}");
-    let (status, delivered) = deliver_at_local(&s, &task, &request_id, 1);
-    assert_eq!(status, 200, "{delivered}");
+    acknowledge_and_deliver(&s, &task, &attempt, &request_id);
     let events = s.history("pla-cleanup-group");
     let delivery = events
         .iter()

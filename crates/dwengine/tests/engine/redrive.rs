@@ -90,6 +90,26 @@ fn register(s: &TestServer, worker: &str, queue: &str, fingerprint: Option<&str>
     assert_eq!(status, 200, "{answer}");
 }
 
+/// Fails activity attempt `attempt` with `message`, and the run with it:
+/// the workflow's next task on `queue` fails the workflow at that failure.
+fn fail_activity_and_run(s: &TestServer, queue: &str, attempt: &Value, message: &str) {
+    report(
+        s,
+        attempt,
+        "fail",
+        json!({ "failure": { "message": message, "type": "Unavailable" } }),
+    );
+    let task = next_task(s, queue);
+    let failed = task["history_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "ActivityFailed")
+        .expect("the activity's failure is in the task's history")
+        .clone();
+    complete(s, &task, fail_at(&failed));
+}
+
 /// Runs `id` to a failure at its second activity (the first completed with
 /// `"one"`), its tasks done by worker `w1` registered with [`DEFINITION`]:
 /// the failed run's id and its history.
@@ -104,20 +124,7 @@ fn fail_at_second(s: &TestServer, id: &str, queue: &str) -> (String, Vec<Value>)
     let task = next_task(s, queue);
     complete(s, &task, json!([schedule("second", "[\"one\"]")]));
     let second = activity_task(s, queue, &format!("{id}-a2"));
-    report(
-        s,
-        &second,
-        "fail",
-        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
-    );
-    let task = next_task(s, queue);
-    let events = task["history_events"].as_array().unwrap().clone();
-    let failed = events
-        .iter()
-        .find(|e| e["event_type"] == "ActivityFailed")
-        .expect("the second activity's failure")
-        .clone();
-    complete(s, &task, fail_at(&failed));
+    fail_activity_and_run(s, queue, &second, "down");
     (run.clone(), s.run_history(id, &run))
 }
 
@@ -244,21 +251,7 @@ fn a_redriven_run_that_fails_again_is_redriven_again_from_the_same_prefix() {
     let task = next_task(&s, "twice-q");
     complete(&s, &task, json!([schedule("second", "[\"one\"]")]));
     let again = activity_task(&s, "twice-q", "twice-a3");
-    report(
-        &s,
-        &again,
-        "fail",
-        json!({ "failure": { "message": "still down", "type": "Unavailable" } }),
-    );
-    let task = next_task(&s, "twice-q");
-    let failed = task["history_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "ActivityFailed")
-        .unwrap()
-        .clone();
-    complete(&s, &task, fail_at(&failed));
+    fail_activity_and_run(&s, "twice-q", &again, "still down");
     let (status, second) = redrive(&s, "twice", &successor, json!({}));
     assert_eq!(status, 202, "{second}");
     assert_eq!(second["resume_step_sequence"], 2);
@@ -351,21 +344,7 @@ fn runs_that_are_not_failed_or_whose_failure_names_no_activity_step_are_refused(
         json!([{ "type": "start_timer", "delay_seconds": 3600 }, schedule("first", "[]")]),
     );
     let first = activity_task(&s, "refuse-q", "timed-a1");
-    report(
-        &s,
-        &first,
-        "fail",
-        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
-    );
-    let task = next_task(&s, "refuse-q");
-    let failed = task["history_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "ActivityFailed")
-        .unwrap()
-        .clone();
-    complete(&s, &task, fail_at(&failed));
+    fail_activity_and_run(&s, "refuse-q", &first, "down");
     let (status, body) = redrive(&s, "timed", &timed_run, json!({}));
     assert_eq!(
         (status, &body["reason"]),
@@ -477,21 +456,7 @@ fn a_redrive_needs_the_queues_workers_to_run_the_definition_that_failed_the_run(
     let task = next_task(&s, "bare-q");
     complete(&s, &task, json!([schedule("first", "[1]")]));
     let first = activity_task(&s, "bare-q", "bare-a1");
-    report(
-        &s,
-        &first,
-        "fail",
-        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
-    );
-    let task = next_task(&s, "bare-q");
-    let failed = task["history_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "ActivityFailed")
-        .unwrap()
-        .clone();
-    complete(&s, &task, fail_at(&failed));
+    fail_activity_and_run(&s, "bare-q", &first, "down");
     let events = s.run_history("bare", &run);
     let failure = &events.last().unwrap()["payload"];
     assert_eq!(failure["failed_step_sequence"], 1, "{failure}");
@@ -557,21 +522,7 @@ fn the_successor_keeps_the_runs_memo_and_input_and_starts_its_timeouts_afresh() 
     let task = next_task(&s, "memo-q");
     complete(&s, &task, json!([schedule("first", "[1]")]));
     let first = activity_task(&s, "memo-q", "kept-a1");
-    report(
-        &s,
-        &first,
-        "fail",
-        json!({ "failure": { "message": "down", "type": "Unavailable" } }),
-    );
-    let task = next_task(&s, "memo-q");
-    let failed = task["history_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "ActivityFailed")
-        .unwrap()
-        .clone();
-    complete(&s, &task, fail_at(&failed));
+    fail_activity_and_run(&s, "memo-q", &first, "down");
     let (status, redriven) = redrive(&s, "kept", &run, json!({}));
     assert_eq!(status, 202, "{redriven}");
     // Nothing completed before the failed step: the successor starts at 1.
