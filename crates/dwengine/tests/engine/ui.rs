@@ -600,6 +600,32 @@ fn the_operations_page_reads_counts_not_the_drift_report() {
     );
 }
 
+/// Every page with a query string reads it the same way: one it cannot
+/// read (here a repeated field) is the console's 400 page, naming the
+/// problem, never a bare framework rejection.
+#[test]
+fn an_unreadable_query_string_is_the_consoles_400_on_every_page() {
+    let s = server(|_| {});
+    let browser = Browser::new(&s);
+    for page in [
+        "/ui/runs",
+        "/ui/run",
+        "/ui/run/payload",
+        "/ui/run/confirm",
+        "/ui/exceptions",
+        "/ui/operations",
+    ] {
+        let answer = browser.get(&format!("{page}?ns=a&ns=b"));
+        assert_eq!(answer.status, 400, "{page}: {}", answer.body);
+        assert!(answer.content_type.starts_with("text/html"), "{page}");
+        assert!(
+            answer.body.contains("unreadable query string"),
+            "{page}: {}",
+            answer.body
+        );
+    }
+}
+
 #[test]
 fn the_console_can_be_turned_off() {
     let s = server(|c| c.ui.enabled = false);

@@ -95,6 +95,26 @@ fn malformed(viewer: &Viewer, ns: &str, message: String) -> Response {
     refused(viewer, ns, &ApiError::Malformed(message))
 }
 
+/// [`admit`], then the page's query string: one the page cannot read is
+/// the console's 400 page, the same for every page.
+fn admit_query<T>(
+    engine: &Engine,
+    ui: &UiState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    query: Result<Query<T>, QueryRejection>,
+) -> Result<(Viewer, T), Box<Response>> {
+    let viewer = admit(engine, ui, headers, uri)?;
+    match query {
+        Ok(Query(q)) => Ok((viewer, q)),
+        Err(_) => Err(Box::new(malformed(
+            &viewer,
+            "default",
+            "unreadable query string".into(),
+        ))),
+    }
+}
+
 /// `GET /ui`: the runs list.
 pub async fn home() -> Redirect {
     Redirect::to("/ui/runs")
@@ -241,12 +261,9 @@ pub async fn runs(
     uri: Uri,
     query: Result<Query<RunsQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, query) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(query)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let q = query.clone();
     match blocking(engine, move |e| data::runs_page(e, &q)).await {
@@ -304,12 +321,9 @@ pub async fn run(
     uri: Uri,
     query: Result<Query<RunQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, q) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(q)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let ns = q.ns();
     let (n, wf, run, events) = (ns.clone(), q.wf.clone(), q.run.clone(), q.events.clone());
@@ -340,12 +354,9 @@ pub async fn run_payload(
     uri: Uri,
     query: Result<Query<RunQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, q) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(q)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let ns = q.ns();
     let (n, wf, run, field) = (
@@ -372,12 +383,9 @@ pub async fn confirm(
     uri: Uri,
     query: Result<Query<RunQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, q) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(q)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let ns = q.ns();
     if !viewer.may_act() {
@@ -535,12 +543,9 @@ pub async fn exceptions(
     uri: Uri,
     query: Result<Query<ExceptionsQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, q) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(q)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let ns = namespace_or_default(q.ns.as_deref());
     let category = q.category.clone().filter(|c| !c.trim().is_empty());
@@ -609,12 +614,9 @@ pub async fn operations(
     uri: Uri,
     query: Result<Query<OperationsQuery>, QueryRejection>,
 ) -> Response {
-    let viewer = match admit(&engine, &ui, &headers, &uri) {
-        Ok(v) => v,
+    let (viewer, q) = match admit_query(&engine, &ui, &headers, &uri, query) {
+        Ok(admitted) => admitted,
         Err(r) => return *r,
-    };
-    let Ok(Query(q)) = query else {
-        return malformed(&viewer, "default", "unreadable query string".into());
     };
     let ns = namespace_or_default(q.ns.as_deref());
     if !viewer.may_operate() {
