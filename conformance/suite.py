@@ -2150,11 +2150,9 @@ class Suite:
         assert "integrity.checksum_mismatch" in refused["summary"]["findings_by_rule"], refused
         return f"{len(types)} events exported; the verifier says ok, and failed once tampered with"
 
-    async def redrive(self) -> str:
-        """A run whose second activity fails is redriven: the successor
-        reuses the first activity's recorded result (it does not run again)
-        and runs only the failed step, which now succeeds."""
-        wid = new_id("redrive")
+    async def failed_redrivable(self, wid: str):
+        """Starts a `redrivable` run as `wid` and waits for it to fail at its
+        second activity (unavailable); its handle."""
         handle = await self.client.start_workflow(
             workflow_type="redrivable", task_queue=QUEUE, workflow_id=wid, input=[wid]
         )
@@ -2163,6 +2161,14 @@ class Suite:
             raise AssertionError("the run should have failed at its second activity")
         except WorkflowFailed as failed:
             assert "unavailable" in str(failed), failed
+        return handle
+
+    async def redrive(self) -> str:
+        """A run whose second activity fails is redriven: the successor
+        reuses the first activity's recorded result (it does not run again)
+        and runs only the failed step, which now succeeds."""
+        wid = new_id("redrive")
+        handle = await self.failed_redrivable(wid)
         assert (redrive_calls("redrive_first", wid), redrive_calls("redrive_second", wid)) == (1, 1)
         history = await self.client.get_history(wid, handle.run_id, page_size=1000)
         failure = history["events"][-1]
@@ -2199,14 +2205,7 @@ class Suite:
         assert runs["run_count"] == 2, runs
         # An archived failed run is read-only: 409 run_archived, nothing written.
         archived_id = new_id("redrive-archived")
-        archived = await self.client.start_workflow(
-            workflow_type="redrivable", task_queue=QUEUE, workflow_id=archived_id, input=[archived_id]
-        )
-        try:
-            await self.client.get_result(archived, timeout=30)
-            raise AssertionError("the run should have failed at its second activity")
-        except WorkflowFailed:
-            pass
+        archived = await self.failed_redrivable(archived_id)
         await self.client.archive_workflow(archived_id, reason="conformance")
         try:
             await archived.redrive(request_id=f"{archived_id}-once")
