@@ -268,7 +268,8 @@ impl Engine {
 
     /// Wakes the pollers of `channel` on the queue now: this node's at
     /// once, other nodes' through the relay, and the channel's signal key
-    /// for a poll that missed the relay.
+    /// for a poll that missed the relay (written only by a node with a
+    /// relay: only a poll on such a node reads it).
     pub(crate) fn signal_wake(&self, namespace: &str, task_queue: &str, channel: &str) {
         let wake = crate::polling::wake_channel(namespace, task_queue, channel);
         // On SQLite one poll of this node looks first, and wakes the others
@@ -283,6 +284,13 @@ impl Engine {
         };
         if let Err(e) = woken {
             self.post_commit_failed("wake_relay", &e);
+        }
+        // A poll on a node alone never reads the key (the board above
+        // wakes it), so a lone node does not write one: the cache's insert
+        // was an eighth of the HTTP threads' CPU per start
+        // (docs/performance.md, "A start's round trip").
+        if !self.poll_wakes.relayed() {
+            return;
         }
         if let Err(e) = self.signals.signal(namespace, task_queue, channel) {
             self.post_commit_failed("wake", &e);

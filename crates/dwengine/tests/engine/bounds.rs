@@ -86,7 +86,12 @@ fn wake_signals_keep_one_hashed_key_per_channel_and_expire(
     cache: SharedCache,
 ) {
     let ttl = Duration::from_millis(1200);
-    let s = TestServer::start(cache, |c| c.signal_ttl = ttl);
+    // Nodes told they share a store relay their wakes, and only their
+    // polls read the signal keys, so only they write them.
+    let s = TestServer::start(cache, |c| {
+        c.signal_ttl = ttl;
+        c.sweep_scope = Some("bounds-wake-signals".into());
+    });
     let mut last_round = Instant::now();
     for round in 0..3 {
         last_round = Instant::now();
@@ -111,6 +116,52 @@ fn wake_signals_keep_one_hashed_key_per_channel_and_expire(
         == 0));
 }
 cache_variants!(wake_signals_keep_one_hashed_key_per_channel_and_expire);
+
+/// A node alone (its own SQLite file, no sweep scope shared with others)
+/// has no relay, and its polls never read a signal key (its board wakes
+/// them), so its starts write none: the key cost an eighth of the HTTP
+/// threads' CPU per start. A poll it holds is still woken by a start.
+fn a_node_alone_writes_no_wake_signal_and_still_wakes_its_polls(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    let s = TestServer::start(cache, |c| {
+        c.database = Some(c.polling_cache_path.join("store.sqlite"));
+    });
+    s.namespace("ns");
+    // A fresh server holds no wait slot, so the one awaited below is the
+    // poll's.
+    assert_eq!(s.wait_slot_files(), 0);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let poller = scope.spawn(|| s.poll("workflow", "ns", "lone-q", "lp", 50_000));
+        assert!(
+            eventually(Duration::from_secs(30), || s.wait_slot_files() == 1),
+            "[{backend}] the poll never waited"
+        );
+        for q in 0..20 {
+            s.start_workflow("ns", &format!("lone-{q}"), &format!("queue-{q}"));
+        }
+        s.start_workflow("ns", "lone-polled", "lone-q");
+        let (status, answer) = poller.join().unwrap();
+        assert_eq!(status, 200, "[{backend}] {answer}");
+        assert_eq!(
+            answer["task"]["workflow_id"], "lone-polled",
+            "[{backend}] {answer}"
+        );
+    });
+    // Woken, not run out: its 50 s wait began after `started`.
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "[{backend}] the poll ran out its wait instead of being woken"
+    );
+    assert_eq!(
+        s.keys(LongPollSignalStore::PREFIX),
+        0,
+        "[{backend}] a node alone wrote wake signal keys nobody reads"
+    );
+}
+cache_variants!(a_node_alone_writes_no_wake_signal_and_still_wakes_its_polls);
 
 fn namespace_admission_keys_exist_only_for_configured_namespaces_and_stay_under_the_limit(
     backend: &'static str,
