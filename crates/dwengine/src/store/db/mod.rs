@@ -24,6 +24,7 @@ mod params;
 mod postgres;
 mod sqlite;
 mod wal;
+mod wal_writes;
 
 use std::cell::Cell;
 use std::io::Read;
@@ -147,7 +148,14 @@ impl Connection {
     /// A read-write SQLite connection to the file at `path` (created if
     /// needed), in WAL mode with foreign keys on.
     pub fn open_sqlite(path: impl AsRef<Path>, settings: SqliteSettings) -> Result<Connection> {
-        let conn = rusqlite::Connection::open(path)?;
+        // Through the VFS that writes each commit's log frames in one call
+        // (`wal_writes`): this connection is the file's one writer.
+        let vfs = wal_writes::register().map_err(Error::Config)?;
+        let conn = rusqlite::Connection::open_with_flags_and_vfs(
+            path,
+            rusqlite::OpenFlags::default(),
+            vfs,
+        )?;
         sqlite::configure_writer(&conn, settings)?;
         Ok(Connection::from_sqlite(conn))
     }
