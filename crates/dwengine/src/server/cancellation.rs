@@ -436,6 +436,12 @@ impl Engine {
             .map(|r| observation(&r)))
     }
 
+    /// A request already read, as a task observes it (a task's render
+    /// reads it with its history page, in one read transaction).
+    pub(crate) fn cancellation_observed(&self, request: &CancellationRequest) -> Value {
+        observation(request)
+    }
+
     /// Wakes the pollers of `run`'s workflow queue (a task was queued).
     fn wake_workflow_of(&self, run: RunId) {
         match self.read(|s| s.run(run)) {

@@ -157,6 +157,25 @@ pub(crate) struct PollWait {
     pub(crate) _slot: WaitSlot,
 }
 
+/// What a poll's first step read of the store ([`Engine::first_look`]).
+struct FirstLook {
+    /// The worker's registration: whether it heartbeated within the idle
+    /// window, and its build id (`None`: not registered).
+    registration: Option<(bool, Option<String>)>,
+    /// The task still leased to the poll's request id, if any.
+    bound: Option<LeasedTask>,
+    /// The first pass's recovery scans.
+    recovery: RecoveryScan,
+}
+
+/// What a pass's recovery scans found to do.
+struct RecoveryScan {
+    /// Workflow polls: whether timers of the queue and cohort are due.
+    due_timers: bool,
+    /// Expired leases of the poll's kind, oldest first.
+    expired: Vec<i64>,
+}
+
 /// One kind of long poll, in steps the HTTP layer drives: each step runs
 /// on the blocking pool, the waits between them on the async runtime.
 pub(crate) trait PollKind: Copy + Send + Sync + 'static {
@@ -641,14 +660,8 @@ impl Engine {
         // (past it the poll is served without keys; a repeat of its id
         // still finds the task it leased through the durable binding in
         // the store).
-        let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
-        let registration =
-            self.read(|s| s.worker_poll_registration(ns, &poll.worker_id, idle_before))?;
-        let known = registration.as_ref().is_some_and(|r| r.0);
-        // The poll's cohort, when it names no build: its registration's.
-        let _ = poll
-            .registered_build
-            .set(registration.and_then(|(_, build)| build));
+        let look = self.first_look(kind, poll)?;
+        let known = look.registration.as_ref().is_some_and(|r| r.0);
         let keyed = known || self.unknown_polls.try_admit();
         if keyed {
             match self.polls(kind).begin(ns, queue, id, poll.wait)? {
@@ -666,7 +679,7 @@ impl Engine {
                 PollClaim::Fresh => {}
             }
         }
-        match self.first_pass(kind, poll, keyed) {
+        match self.first_pass(kind, poll, keyed, look) {
             Ok(ControlFlow::Continue(wait)) => Ok(PollStep::Waiting(wait)),
             Ok(ControlFlow::Break(task)) => self
                 .end_poll(kind, poll, keyed, Ok(task))
@@ -675,6 +688,33 @@ impl Engine {
                 .end_poll(kind, poll, keyed, Err(e))
                 .map(PollStep::Answered),
         }
+    }
+
+    /// What a poll's first step reads, in one read transaction: the
+    /// worker's registration (whether it is known, and its cohort, which
+    /// is set on `poll` here), the durable binding of its request id, and
+    /// the first pass's recovery scans. Read one by one they were four
+    /// read transactions, and on SQLite each starts on a page cache the
+    /// last commit emptied, so it reads the same index pages again
+    /// (docs/performance.md, session 16).
+    fn first_look(&self, kind: TaskKind, poll: &PollSpec) -> Result<FirstLook, ApiError> {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
+        let look = self.read(|s| {
+            let registration = s.worker_poll_registration(ns, &poll.worker_id, idle_before)?;
+            // The poll's cohort, when it names no build: its registration's.
+            let _ = poll
+                .registered_build
+                .set(registration.as_ref().and_then(|(_, build)| build.clone()));
+            let bound = s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id)?;
+            let recovery = self.recovery_scan(s, kind, ns, queue, poll.cohort())?;
+            Ok(FirstLook {
+                registration,
+                bound,
+                recovery,
+            })
+        })?;
+        Ok(look)
     }
 
     /// A held wait slot of `kind`'s pool, or the 429 naming the cap.
@@ -696,20 +736,19 @@ impl Engine {
         kind: TaskKind,
         poll: &PollSpec,
         keyed: bool,
+        look: FirstLook,
     ) -> Result<ControlFlow<Option<LeasedTask>, PollWait>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         // The durable binding: a task still leased to this id is this poll's answer.
-        let bound =
-            self.read(|s| s.leased_by_poll_request(kind, ns, queue, &poll.poll_request_id))?;
-        if bound.is_some() {
-            return Ok(ControlFlow::Break(bound));
+        if look.bound.is_some() {
+            return Ok(ControlFlow::Break(look.bound));
         }
         // Subscribed before the first look: work committed between that
         // look and the wait still wakes this poll.
         let mut wake =
             self.poll_wakes
                 .subscribe(crate::polling::wake_channel(ns, queue, kind.as_str()));
-        if let Some(task) = self.pass(kind, poll)? {
+        if let Some(task) = self.pass_after(kind, poll, look.recovery)? {
             // The wake-up meant for this task, if one is pending, is spent.
             wake.claimed();
             if task.more_ready {
@@ -842,7 +881,19 @@ impl Engine {
     /// One poll pass: capped recovery scans, then one lease under admission.
     fn pass(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        self.recover(kind, ns, queue, poll.cohort())?;
+        let scan = self.read(|s| self.recovery_scan(s, kind, ns, queue, poll.cohort()))?;
+        self.pass_after(kind, poll, scan)
+    }
+
+    /// [`Engine::pass`] after its recovery scans' reads (`scan`).
+    fn pass_after(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        scan: RecoveryScan,
+    ) -> Result<Option<LeasedTask>, ApiError> {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        self.recover(kind, ns, queue, poll.cohort(), scan)?;
         let Some(_lock) = self
             .queues
             .lock(ns, queue, kind.as_str(), Duration::from_millis(200))?
@@ -921,43 +972,69 @@ impl Engine {
         Ok(task)
     }
 
-    /// The pass's capped recovery scans: for workflow polls, due timers of
-    /// the polled queue and the poller's build-id cohort; for both kinds, expired leases of that kind. A
-    /// lease another node is already recovering is skipped.
+    /// The reads of a pass's capped recovery scans, in the poll's read
+    /// transaction: for workflow polls, whether timers of the polled queue
+    /// and the poller's build-id cohort are due; for both kinds, the
+    /// expired leases of that kind.
+    fn recovery_scan(
+        &self,
+        s: &crate::store::Store,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+        cohort: Option<&str>,
+    ) -> Result<RecoveryScan, crate::store::Error> {
+        let limits = self.config.poller;
+        let (due_timers, scan_limit) = match kind {
+            TaskKind::Workflow => (
+                s.has_due_timers(namespace, task_queue, cohort, self.due_timer_grace_ms())?,
+                limits.expired_workflow_task_recovery_scan_limit,
+            ),
+            TaskKind::Activity => (
+                false,
+                self.config
+                    .activity_poller
+                    .expired_activity_task_recovery_scan_limit,
+            ),
+        };
+        Ok(RecoveryScan {
+            due_timers,
+            expired: s.expired_leases(kind, scan_limit)?,
+        })
+    }
+
+    /// How long past due a timer must be before a poll pass fires it: a
+    /// driver that delivers timers (SQS) gets a grace first.
+    fn due_timer_grace_ms(&self) -> i64 {
+        i64::try_from(self.queue.due_timer_grace().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The pass's capped recovery, from what its scans read (`scan`): the
+    /// due timers of the polled queue and the poller's build-id cohort are
+    /// fired (workflow polls), and the expired leases returned to their
+    /// queues. A lease another node is already recovering is skipped.
     fn recover(
         &self,
         kind: TaskKind,
         namespace: &str,
         task_queue: &str,
         cohort: Option<&str>,
+        scan: RecoveryScan,
     ) -> Result<(), ApiError> {
         let limits = self.config.poller;
-        let scan_limit = match kind {
-            TaskKind::Workflow => {
-                // A driver that delivers timers (SQS) gets a grace first.
-                let grace =
-                    i64::try_from(self.queue.due_timer_grace().as_millis()).unwrap_or(i64::MAX);
-                if self.read(|s| s.has_due_timers(namespace, task_queue, cohort, grace))? {
-                    let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
-                    let cohort = cohort.map(str::to_owned);
-                    let limit = limits.due_timer_recovery_scan_limit;
-                    if self.write(move |s| {
-                        s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit, grace)
-                    })? > 0
-                    {
-                        self.wake(namespace, task_queue, TaskKind::Workflow.as_str());
-                    }
-                }
-                limits.expired_workflow_task_recovery_scan_limit
+        if scan.due_timers {
+            let grace = self.due_timer_grace_ms();
+            let (ns, queue) = (namespace.to_owned(), task_queue.to_owned());
+            let cohort = cohort.map(str::to_owned);
+            let limit = limits.due_timer_recovery_scan_limit;
+            if self
+                .write(move |s| s.fire_due_timers(&ns, &queue, cohort.as_deref(), limit, grace))?
+                > 0
+            {
+                self.wake(namespace, task_queue, TaskKind::Workflow.as_str());
             }
-            TaskKind::Activity => {
-                self.config
-                    .activity_poller
-                    .expired_activity_task_recovery_scan_limit
-            }
-        };
-        let expired = self.read(|s| s.expired_leases(kind, scan_limit))?;
-        for task in expired {
+        }
+        for task in scan.expired {
             if !limits.claim_recovery(
                 self.cache.as_ref(),
                 task,
@@ -1010,7 +1087,19 @@ impl Engine {
             TaskKind::Workflow => {
                 let run = RunId(task.run_id);
                 let limit = self.history_limit(page_size);
-                let page = self.read(|s| s.history_page(run, 0, limit))?;
+                // The page, a cooperative cancellation waiting for delivery
+                // and (a repeated poll) the sticky claim as it stands now,
+                // read in one read transaction.
+                let sticky = task.sticky_replay_mode;
+                let (page, cancellation, replay) = self.read(|s| {
+                    let page = s.history_page(run, 0, limit)?;
+                    let cancellation = s.pending_cancellation(run)?;
+                    let replay = match sticky {
+                        Some(mode) => mode,
+                        None => s.sticky_replay_of(run, &owner)?.as_str(),
+                    };
+                    Ok((page, cancellation, replay))
+                })?;
                 let total = task.history_length;
                 let arguments = page
                     .events
@@ -1033,14 +1122,12 @@ impl Engine {
                 );
                 out.insert("cancel_requested".into(), task.cancel_requested.into());
                 // A cooperative cancellation waiting for delivery (1.20).
-                if let Some(request) = self.cancellation_observation(run)? {
-                    out.insert("cancellation_request".into(), request);
+                if let Some(request) = cancellation {
+                    out.insert(
+                        "cancellation_request".into(),
+                        self.cancellation_observed(&request),
+                    );
                 }
-                let replay = match task.sticky_replay_mode {
-                    Some(mode) => mode,
-                    // A repeated poll: the claim as it stands now.
-                    None => self.read(|s| s.sticky_replay_of(run, &owner))?.as_str(),
-                };
                 out.insert("sticky_replay_mode".into(), replay.into());
                 if let Some(update) = task.workflow_update_id {
                     out.insert("workflow_update_id".into(), update.to_string().into());
@@ -1078,6 +1165,8 @@ impl Engine {
                 // The session the worker holds for it (the SDKs track it).
                 let session = match task.worker_session {
                     Some(session) => Some(session),
+                    // Leased now without one: the task has no session.
+                    None if task.session_settled => None,
                     // A repeated poll: the session as it stands now.
                     None => self.read(|s| s.task_session(task.task_id))?,
                 };

@@ -80,6 +80,11 @@ pub struct LeasedTask {
     /// Activity tasks of a worker session: the session the lease admitted
     /// the worker to (set by the lease that handed it out).
     pub worker_session: Option<SessionLease>,
+    /// Whether `worker_session` is the lease's own answer (a task leased
+    /// now: `None` there means it has no session), not yet read (a task
+    /// read back for a repeated poll: its session is read when rendered).
+    #[serde(skip)]
+    pub session_settled: bool,
     /// Activity tasks whose session can never run them (closed, failed,
     /// expired, missing): why; the lease's caller fails the activity.
     pub session_refused: Option<&'static str>,
@@ -389,6 +394,7 @@ pub(crate) fn load_task(
         cancel_requested: row.cancel_requested,
         sticky_replay_mode: None,
         worker_session: None,
+        session_settled: false,
         session_refused: None,
         more_ready: false,
     };

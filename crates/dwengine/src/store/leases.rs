@@ -237,6 +237,7 @@ impl Store {
         let mut task = load_task(&tx, id)?;
         if let Some(task) = task.as_mut() {
             task.worker_session = session_lease;
+            task.session_settled = true;
             task.session_refused = session_refused;
             task.more_ready = more_ready;
         }
