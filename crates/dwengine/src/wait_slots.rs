@@ -9,8 +9,10 @@
 //! admission, under the mutex, counts the held files (their content names
 //! the namespace) against both caps; namespaces are metadata on a slot, so
 //! new namespace names create no new files or collections. An admission
-//! reuses an idle file and retires the other idle ones, so after it the
-//! pool holds its active waits, at most one idle file, and the mutex.
+//! reuses an idle file and keeps the other idle ones while the pool's
+//! files stay within its global cap (it retires those past it), so after
+//! it the pool holds at most the global cap's files (one more after a
+//! refusal, which keeps an idle one) and the mutex.
 //!
 //! An admission is cheap however many waits are held. The process keeps
 //! the admission mutex's file open (an in-process lock orders its own
@@ -22,6 +24,14 @@
 //! calls per admission, a twentieth of dwserver's CPU under the SDK
 //! benchmark, docs/performance.md). Slots held by another process on the
 //! same directory are counted from their files as before.
+//!
+//! A released slot's file stays open, unlocked (so any process may take
+//! it), and the next admission locks it through that handle: a wait no
+//! longer costs a file created, truncated, written, unlinked and closed,
+//! which was most of an admission's CPU once the held slots were counted
+//! from memory (a handle whose file another process retired is told apart
+//! by its inode and closed). A reused file that already names the
+//! namespace is not written again.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -61,30 +71,47 @@ pub struct WaitSlotPool {
     dir: PathBuf,
     caps: WaitCaps,
     /// The admission mutex's file, opened once; the in-process lock
-    /// around it orders this process's admissions (a file lock taken
-    /// twice through one open file does not exclude).
+    /// around it orders this process's admissions and releases (a file
+    /// lock taken twice through one open file does not exclude).
     mutex: Arc<Mutex<Option<File>>>,
     /// The slots this process holds: file -> namespace.
     held: Held,
+    /// Slot files this process released, kept open and unlocked.
+    kept: Kept,
 }
 
 /// The slots one process holds, by file, with their namespaces.
 type Held = Arc<Mutex<HashMap<PathBuf, String>>>;
 
+/// The slot files one process released and keeps open (unlocked, so
+/// another process may take them), by file, with the inode each handle
+/// opened: a file another process retired (and maybe created again under
+/// the same name) is told apart from the one the handle holds.
+type Kept = Arc<Mutex<HashMap<PathBuf, (File, u64)>>>;
+
 /// A held wait; dropping it (or the process dying) frees the slot.
 #[derive(Debug)]
 pub struct WaitSlot {
-    _file: File,
+    file: Option<File>,
+    inode: u64,
     path: PathBuf,
     held: Held,
+    kept: Kept,
+    order: Arc<Mutex<Option<File>>>,
 }
 
 impl Drop for WaitSlot {
     fn drop(&mut self) {
-        // Forgotten before the file closes: an admission in between opens
-        // the file, finds it still locked and counts it held, as it would
-        // have before this slot was known in memory.
+        // Under the pool's in-process admission lock: an admission of this
+        // process sees the slot either held or kept, never between.
+        // Another process's admission may find the file unlocked at once.
+        let _order = lock(&self.order);
         lock(&self.held).remove(&self.path);
+        if let Some(file) = self.file.take() {
+            if FileExt::unlock(&file).is_ok() {
+                lock(&self.kept).insert(self.path.clone(), (file, self.inode));
+            }
+        }
     }
 }
 
@@ -117,6 +144,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WaitSlotError + '_ {
     }
 }
 
+/// An idle slot file an admission locked: reused, kept or retired.
+struct Idle {
+    path: PathBuf,
+    file: File,
+    inode: u64,
+}
+
 impl WaitSlotPool {
     /// The pool `pool` of node `server_id` under `root` (`DW_POLLING_CACHE_PATH`).
     pub fn open(
@@ -135,6 +169,7 @@ impl WaitSlotPool {
             caps,
             mutex: Arc::new(Mutex::new(None)),
             held: Arc::default(),
+            kept: Arc::default(),
         })
     }
 
@@ -145,15 +180,21 @@ impl WaitSlotPool {
 
     /// Slot files on disk (held or idle), not counting the mutex.
     pub fn slot_files(&self) -> Result<Vec<PathBuf>, WaitSlotError> {
+        Ok(self.slot_entries()?.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// Slot files on disk with their inodes, by name.
+    fn slot_entries(&self) -> Result<Vec<(PathBuf, u64)>, WaitSlotError> {
+        use std::os::unix::fs::DirEntryExt;
         let mut files = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
-            let path = entry.map_err(io(&self.dir))?.path();
-            if path
+            let entry = entry.map_err(io(&self.dir))?;
+            if entry
                 .file_name()
-                .and_then(|n| n.to_str())
+                .to_str()
                 .is_some_and(|n| n.starts_with("slot-"))
             {
-                files.push(path);
+                files.push((entry.path(), entry.ino()));
             }
         }
         files.sort();
@@ -190,31 +231,50 @@ impl WaitSlotPool {
         &self,
         namespace: &str,
     ) -> Result<Result<WaitSlot, WaitRefusal>, WaitSlotError> {
-        let mut idle: Vec<(PathBuf, File)> = Vec::new();
+        let entries = self.slot_entries()?;
+        let mut idle: Vec<Idle> = Vec::new();
         let mut held = 0usize;
         let mut held_here = 0usize;
-        let mine = lock(&self.held).clone();
-        for path in self.slot_files()? {
-            if let Some(owner) = mine.get(&path) {
+        let mine = lock(&self.held);
+        let mut kept = lock(&self.kept);
+        // A kept handle whose file another process retired is closed.
+        kept.retain(|path, (_, inode)| {
+            entries
+                .binary_search_by(|(p, _)| p.cmp(path))
+                .is_ok_and(|at| entries[at].1 == *inode)
+        });
+        for (path, inode) in &entries {
+            if let Some(owner) = mine.get(path) {
                 // Held by this process: counted without touching the file.
                 held += 1;
                 held_here += usize::from(owner == namespace);
                 continue;
             }
-            let Ok(mut file) = OpenOptions::new().read(true).write(true).open(&path) else {
-                continue; // retired by someone else between listing and opening
+            // A file this process released is locked through the handle it
+            // kept; any other is opened.
+            let (file, inode) = match kept.remove(path) {
+                Some(handle) => handle,
+                None => match OpenOptions::new().read(true).write(true).open(path) {
+                    Ok(file) => (file, *inode),
+                    Err(_) => continue, // retired by someone else between listing and opening
+                },
             };
             if file.try_lock_exclusive().unwrap_or(false) {
-                idle.push((path, file));
+                idle.push(Idle {
+                    path: path.clone(),
+                    file,
+                    inode,
+                });
             } else {
                 held += 1;
-                let mut owner = String::new();
-                let _ = file.read_to_string(&mut owner);
-                if owner == namespace {
+                if content(&file).is_some_and(|owner| owner == namespace) {
                     held_here += 1;
                 }
+                // Kept too: the next admission locks it without opening it.
+                kept.insert(path.clone(), (file, inode));
             }
         }
+        drop(mine);
         let refusal = if held >= self.caps.global {
             Some(WaitRefusal::GlobalCap)
         } else if held_here >= self.caps.per_namespace {
@@ -222,39 +282,73 @@ impl WaitSlotPool {
         } else {
             None
         };
-        let keep_idle = usize::from(refusal.is_some());
         let reuse = if refusal.is_none() { idle.pop() } else { None };
-        // Extra idle files are retired while we hold their locks; a refused
-        // admission keeps one so the next admission does not create a file.
-        for (path, file) in idle.into_iter().skip(keep_idle) {
-            let _ = fs::remove_file(&path);
-            drop(file);
+        // Idle files are kept (open, unlocked) while the pool's files stay
+        // within its global cap; the others are retired while we hold
+        // their locks. A refused admission keeps one so the next admission
+        // does not create a file.
+        let holding = held + usize::from(reuse.is_some());
+        let room = self
+            .caps
+            .global
+            .saturating_sub(holding)
+            .max(usize::from(refusal.is_some()));
+        for (n, spare) in idle.into_iter().enumerate() {
+            if n < room && FileExt::unlock(&spare.file).is_ok() {
+                kept.insert(spare.path, (spare.file, spare.inode));
+            } else {
+                let _ = fs::remove_file(&spare.path);
+                drop(spare.file);
+            }
         }
+        drop(kept);
         if let Some(refusal) = refusal {
             return Ok(Err(refusal));
         }
-        let (path, mut file) = match reuse {
+        let Idle {
+            path,
+            mut file,
+            inode,
+        } = match reuse {
             Some(slot) => slot,
-            None => self.create_slot()?,
+            None => self.create_slot(&entries)?,
         };
-        file.set_len(0).map_err(io(&path))?;
-        file.seek(SeekFrom::Start(0)).map_err(io(&path))?;
-        file.write_all(namespace.as_bytes()).map_err(io(&path))?;
-        file.flush().map_err(io(&path))?;
+        // A reused file that already names the namespace (the usual case:
+        // one namespace's polls reuse one another's files) is left as it
+        // is; truncating and writing it again cost the file system a block
+        // freed and one allocated.
+        if content(&file).is_none_or(|owner| owner != namespace) {
+            file.set_len(0).map_err(io(&path))?;
+            file.seek(SeekFrom::Start(0)).map_err(io(&path))?;
+            file.write_all(namespace.as_bytes()).map_err(io(&path))?;
+            file.flush().map_err(io(&path))?;
+        }
         lock(&self.held).insert(path.clone(), namespace.to_owned());
         Ok(Ok(WaitSlot {
-            _file: file,
+            file: Some(file),
+            inode,
             path,
             held: self.held.clone(),
+            kept: self.kept.clone(),
+            order: self.mutex.clone(),
         }))
     }
 
-    fn create_slot(&self) -> Result<(PathBuf, File), WaitSlotError> {
-        // Names are dense (retired files free theirs), so this ends within
-        // (files on disk + 1) attempts.
+    /// A new slot file, locked, under the first name `entries` does not use.
+    fn create_slot(&self, entries: &[(PathBuf, u64)]) -> Result<Idle, WaitSlotError> {
+        // Names are dense (retired files free theirs); another process may
+        // take a free name first, so this ends within (files on disk + 1)
+        // attempts past the first free one.
+        let name = |n: u64| self.dir.join(format!("slot-{n:06}"));
         let mut n = 0u64;
+        while entries
+            .binary_search_by(|(p, _)| p.as_path().cmp(&name(n)))
+            .is_ok()
+        {
+            n += 1;
+        }
         loop {
-            let path = self.dir.join(format!("slot-{n:06}"));
+            let path = name(n);
             match OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -263,13 +357,25 @@ impl WaitSlotPool {
             {
                 Ok(file) => {
                     file.lock_exclusive().map_err(io(&path))?;
-                    return Ok((path, file));
+                    let inode = {
+                        use std::os::unix::fs::MetadataExt;
+                        file.metadata().map_err(io(&path))?.ino()
+                    };
+                    return Ok(Idle { path, file, inode });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
                 Err(e) => return Err(io(&path)(e)),
             }
         }
     }
+}
+
+/// A slot file's namespace, read from its start (`None`: unreadable).
+fn content(mut file: &File) -> Option<String> {
+    let mut owner = String::new();
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_to_string(&mut owner).ok()?;
+    Some(owner)
 }
 
 #[cfg(test)]
@@ -290,7 +396,7 @@ mod tests {
     }
 
     #[test]
-    fn caps_hold_and_idle_files_are_reused_then_retired() {
+    fn caps_hold_and_idle_files_are_reused_and_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let pool = pool(tmp.path(), 3, 2);
         let a1 = pool.admit("a").unwrap().unwrap();
@@ -314,11 +420,57 @@ mod tests {
         let c = pool.admit("c").unwrap().unwrap();
         assert_eq!(
             pool.slot_files().unwrap().len(),
-            1,
-            "one reused, the other idle ones retired"
+            3,
+            "one reused, the other idle ones kept: the global cap's three files"
         );
         assert!(pool.slot_files().unwrap().contains(&c.path().to_owned()));
         let _ = reused;
+    }
+
+    #[test]
+    fn idle_files_past_the_global_cap_are_retired() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wide = pool(tmp.path(), 6, 6);
+        let slots: Vec<_> = (0..6).map(|_| wide.admit("a").unwrap().unwrap()).collect();
+        drop(slots);
+        // The same directory under a lower cap (a restart with a smaller
+        // DW_LONG_POLL_MAX_WAITS): the six released files are idle.
+        let narrow = pool(tmp.path(), 2, 2);
+        let held = narrow.admit("a").unwrap().unwrap();
+        assert_eq!(
+            pool_files(&narrow),
+            2,
+            "the held one and one idle within the cap of two"
+        );
+        assert!(pool_files(&narrow) <= 2);
+        drop(held);
+    }
+
+    #[test]
+    fn a_released_slot_is_reused_through_its_kept_handle_not_a_retired_files_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let here = pool(tmp.path(), 2, 2);
+        let there = pool(tmp.path(), 2, 2);
+        let first = here.admit("a").unwrap().unwrap();
+        let name = first.path().to_owned();
+        drop(first);
+        let again = here.admit("a").unwrap().unwrap();
+        assert_eq!(again.path(), name, "the released file is reused");
+        assert_eq!(fs::read_to_string(&name).unwrap(), "a");
+        drop(again);
+        // Another process retires the file and creates one of the same
+        // name, which it holds: the handle kept here is of the old file.
+        fs::remove_file(&name).unwrap();
+        let theirs = there.admit("b").unwrap().unwrap();
+        assert_eq!(theirs.path(), name);
+        let mine = here.admit("a").unwrap().unwrap();
+        assert_ne!(mine.path(), name, "the retired file's handle is not reused");
+        assert_eq!(
+            here.admit("a").unwrap().unwrap_err(),
+            WaitRefusal::GlobalCap,
+            "their slot and mine are the cap's two"
+        );
+        drop((mine, theirs));
     }
 
     #[test]

@@ -619,7 +619,8 @@ fn waiting_stream_reads_results_and_long_polls_leave_health_and_polls_served() {
 }
 
 /// Wait slots held by `server`'s long polls (its pools' `slot-*` files: the
-/// held ones and at most one idle file per pool).
+/// held ones and, once a wait has ended, idle ones within each pool's
+/// global cap).
 fn held_wait_slots(server: &Server) -> usize {
     fn count(dir: &std::path::Path) -> usize {
         std::fs::read_dir(dir)

@@ -122,8 +122,8 @@ impl TestServer {
     }
 
     /// The wait slots this server's long polls hold: its pools' `slot-*`
-    /// files. A fresh server has none; each held wait has one, and a pool
-    /// keeps at most one idle file once a wait has ended.
+    /// files. A fresh server has none; each held wait has one, and once a
+    /// wait has ended a pool keeps idle files within its global cap.
     pub fn wait_slot_files(&self) -> usize {
         fn count(dir: &std::path::Path) -> usize {
             std::fs::read_dir(dir)
