@@ -23,6 +23,9 @@
 #   WORKER_SLOTS=8                    each worker's workflow and activity task slots (each)
 #   DWSERVER=path                     an already built release dwserver
 #   PERF=1                            record dwserver with perf (perf-SHAPE.data in the cwd)
+#   COUNT_REQUESTS=1                  the SDK processes talk to dwserver through
+#                                     docs/http-count-proxy.py, and the requests
+#                                     of each kind per workflow started are printed
 #
 # Builds (release) dwserver in CARGO_TARGET_DIR (default target/) and the
 # Rust SDK project in DW_CONFORMANCE_RUST_TARGET_DIR (default
@@ -78,6 +81,16 @@ for shape in $shapes; do
   addr=$(sed -n 's/^listening on //p' "$data/dwserver.out" | head -n1)
   [ -n "$addr" ] || { cat "$data/dwserver.out" "$data/dwserver.err" >&2; exit 1; }
   url="http://$addr"
+  if [ -n "${COUNT_REQUESTS:-}" ]; then
+    # The SDK processes go through the counting proxy; dwserver's CPU is
+    # still its own (the proxy is a process of its own, not counted).
+    proxy_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    python3 "$root/docs/http-count-proxy.py" "$proxy_port" "$addr" "$work/$shape.requests.json" \
+      >"$data/proxy.out" 2>&1 &
+    pids+=("$!")
+    for _ in $(seq 200); do grep -qs '^counting on ' "$data/proxy.out" && break; sleep 0.05; done
+    url="http://127.0.0.1:$proxy_port"
+  fi
   worker_pids=()
   for i in $(seq "$workers"); do
     "$bench" "$url" --role worker --worker-slots "$slots" 2>"$data/worker-$i.err" &
@@ -131,5 +144,17 @@ for label, get in lines:
     print(f"{label:<26}" + "".join(f"{str(get(r)):>16}" for r in rows))
 for r in rows:
     print(json.dumps(r))
+for shape in shapes:
+    try:
+        with open(f"{work}/{shape}.requests.json") as f:
+            counts = json.load(f)
+    except (OSError, ValueError):
+        continue
+    started = counts.get("POST /api/workflows", 0)
+    print(f"requests per workflow started ({shape}, {started} started, the whole run):")
+    for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if started and not kind.startswith("status"):
+            print(f"  {n / started:8.2f}  {kind}  ({n})")
+    print("  answers: " + ", ".join(f"{k.split()[1]} x{v}" for k, v in sorted(counts.items()) if k.startswith("status")))
 EOF
 exit "$status"
