@@ -17,8 +17,8 @@ use crate::server::error::finish_with;
 use crate::server::fast_paths::StartSteps;
 use crate::server::schedules::ScheduleStart;
 use crate::server::wire::{
-    self, Checks, HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody, UpdateBody,
-    MAX_DURATION_SECONDS,
+    self, Checks, HistoryQuery, ListQuery, SignalBody, StartAnswer, StartWorkflow, StopBody,
+    UpdateBody, MAX_DURATION_SECONDS,
 };
 use crate::server::{ApiError, Engine};
 use crate::store::{
@@ -351,6 +351,19 @@ impl Engine {
         body: StartWorkflow,
         schedule: Option<ScheduleStart>,
     ) -> Result<Option<(u16, Value)>, ApiError> {
+        Ok(self
+            .start_answer(namespace, body, schedule)?
+            .map(|(status, answer)| (status, answer.into_value())))
+    }
+
+    /// [`Engine::start_workflow_as`] with its answer unserialized (the
+    /// HTTP route writes it straight to the body).
+    pub(crate) fn start_answer(
+        &self,
+        namespace: &str,
+        body: StartWorkflow,
+        schedule: Option<ScheduleStart>,
+    ) -> Result<Option<(u16, StartAnswer)>, ApiError> {
         // The steps that may block, named once for both paths.
         let steps = self.start_steps(namespace, &body);
         let plan = self.plan_start(namespace, body, schedule.is_some(), steps, |search| {
@@ -389,7 +402,7 @@ impl Engine {
         &self,
         namespace: &str,
         body: StartWorkflow,
-    ) -> Result<Result<(u16, Value), ApiError>, StartWorkflow> {
+    ) -> Result<Result<(u16, StartAnswer), ApiError>, StartWorkflow> {
         let steps = self.start_steps(namespace, &body);
         if steps.blocking().is_some() {
             return Err(body);
@@ -411,7 +424,7 @@ impl Engine {
         body: StartWorkflow,
         steps: StartSteps,
         registered: Option<std::collections::BTreeMap<String, String>>,
-    ) -> Result<(u16, Value), ApiError> {
+    ) -> Result<(u16, StartAnswer), ApiError> {
         let plan = self.plan_start(namespace, body, false, steps, |search| {
             Ok(match &registered {
                 Some(registered) => crate::server::search_attributes::unregistered_among(
@@ -558,7 +571,7 @@ impl Engine {
         namespace: &str,
         reply: StartReply,
         started: Begun,
-    ) -> Result<Option<(u16, Value)>, ApiError> {
+    ) -> Result<Option<(u16, StartAnswer)>, ApiError> {
         let StartReply {
             workflow_id,
             workflow_type,
@@ -580,12 +593,17 @@ impl Engine {
             Begun::Open(open, status, open_type) if use_existing && open_type == workflow_type => {
                 return Ok(Some((
                     200,
-                    json!({
-                        "workflow_id": workflow_id, "run_id": wire::run_id(open),
-                        "workflow_type": workflow_type, "namespace": namespace,
-                        "task_queue": task_queue, "status": status.as_str(),
-                        "payload_codec": codec, "outcome": "returned_existing_run",
-                    }),
+                    StartAnswer {
+                        duplicate: None,
+                        namespace: namespace.to_owned(),
+                        outcome: "returned_existing_run",
+                        payload_codec: codec,
+                        run_id: wire::run_id(open),
+                        status: status.as_str(),
+                        task_queue,
+                        workflow_id,
+                        workflow_type,
+                    },
                 )));
             }
             Begun::Open(open, _, open_type) => {
@@ -599,12 +617,17 @@ impl Engine {
         self.wake(namespace, &task_queue, TaskKind::Workflow.as_str());
         Ok(Some((
             status,
-            json!({
-                "workflow_id": workflow_id, "run_id": wire::run_id(run),
-                "workflow_type": workflow_type, "namespace": namespace,
-                "task_queue": task_queue, "status": "running",
-                "payload_codec": codec, "outcome": "started_new", "duplicate": duplicate,
-            }),
+            StartAnswer {
+                duplicate: Some(duplicate),
+                namespace: namespace.to_owned(),
+                outcome: "started_new",
+                payload_codec: codec,
+                run_id: wire::run_id(run),
+                status: "running",
+                task_queue,
+                workflow_id,
+                workflow_type,
+            },
         )))
     }
 

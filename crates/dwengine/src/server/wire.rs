@@ -6,7 +6,7 @@
 //! Payloads (`input`, `arguments`, `result`) stay opaque [`Value`]s: the
 //! server stores and returns codec envelopes without decoding them.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::store::{HistoryEvent, RunId};
@@ -599,6 +599,50 @@ pub fn event(event: &HistoryEvent) -> Value {
 }
 
 /// A run id as the wire carries it.
+/// A start's answer (`201` started, `200` retried or the existing run),
+/// serialized from this struct. Its fields are in the order a
+/// `serde_json::Value` map writes them (sorted), so the body is byte for
+/// byte the map's; building the map and then serializing it was a fifth
+/// of the HTTP threads' instructions per start (docs/performance.md, "A
+/// start's round trip outside the writer's SQL").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StartAnswer {
+    /// Whether a retried request id found its start (new runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+    pub namespace: String,
+    pub outcome: &'static str,
+    pub payload_codec: String,
+    pub run_id: String,
+    pub status: &'static str,
+    pub task_queue: String,
+    pub workflow_id: String,
+    pub workflow_type: String,
+}
+
+impl StartAnswer {
+    /// The answer as a JSON value, for callers that add to it or read it.
+    pub fn into_value(self) -> Value {
+        let mut map = Map::new();
+        if let Some(duplicate) = self.duplicate {
+            map.insert("duplicate".into(), duplicate.into());
+        }
+        for (key, value) in [
+            ("namespace", self.namespace),
+            ("outcome", self.outcome.to_owned()),
+            ("payload_codec", self.payload_codec),
+            ("run_id", self.run_id),
+            ("status", self.status.to_owned()),
+            ("task_queue", self.task_queue),
+            ("workflow_id", self.workflow_id),
+            ("workflow_type", self.workflow_type),
+        ] {
+            map.insert(key.into(), value.into());
+        }
+        Value::Object(map)
+    }
+}
+
 pub fn run_id(run: RunId) -> String {
     run.0.to_string()
 }
@@ -739,5 +783,49 @@ mod tests {
         assert_eq!(checks.problems.len(), 2);
         assert_eq!(checks.problems[0].0, "delay_seconds");
         assert_eq!(checks.problems[1].0, "commands.0.x");
+    }
+
+    /// The struct's body is byte for byte the body of the JSON map the
+    /// start built before (keys sorted, `duplicate` only on new runs), and
+    /// its value is that map: a field out of order, renamed or dropped
+    /// fails here.
+    #[test]
+    fn a_start_answer_serializes_as_the_map_did() {
+        let started = StartAnswer {
+            duplicate: Some(false),
+            namespace: "ns".into(),
+            outcome: "started_new",
+            payload_codec: "json".into(),
+            run_id: "42".into(),
+            status: "running",
+            task_queue: "q \"quoted\"".into(),
+            workflow_id: "w-1".into(),
+            workflow_type: "Order".into(),
+        };
+        let map = json!({
+            "workflow_id": "w-1", "run_id": "42",
+            "workflow_type": "Order", "namespace": "ns",
+            "task_queue": "q \"quoted\"", "status": "running",
+            "payload_codec": "json", "outcome": "started_new", "duplicate": false,
+        });
+        let existing = StartAnswer {
+            duplicate: None,
+            outcome: "returned_existing_run",
+            status: "completed",
+            ..started.clone()
+        };
+        let existing_map = json!({
+            "workflow_id": "w-1", "run_id": "42",
+            "workflow_type": "Order", "namespace": "ns",
+            "task_queue": "q \"quoted\"", "status": "completed",
+            "payload_codec": "json", "outcome": "returned_existing_run",
+        });
+        for (answer, map) in [(started, map), (existing, existing_map)] {
+            assert_eq!(
+                serde_json::to_string(&answer).unwrap(),
+                serde_json::to_string(&map).unwrap()
+            );
+            assert_eq!(answer.into_value(), map);
+        }
     }
 }

@@ -687,7 +687,7 @@ fn a_start_answers_alike_on_the_async_thread_and_on_a_blocking_one() {
         }))
         .unwrap()
     };
-    let status = |taken: Result<Result<(u16, Value), _>, _>| {
+    let status = |taken: Result<Result<(u16, dwengine::server::wire::StartAnswer), _>, _>| {
         taken
             .ok()
             .map(|answer| answer.map(|(status, _)| status).ok())

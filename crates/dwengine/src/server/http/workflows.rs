@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::{Extension, Router};
 
@@ -122,14 +122,20 @@ async fn start(
     let answer = match engine.start_workflow_now(&scope.namespace, parsed).await {
         Ok(answer) => answer,
         Err(parsed) => {
-            super::run_blocking(engine, move |e| e.start_workflow(&scope.namespace, parsed)).await
+            super::run_blocking(engine, move |e| {
+                e.start_answer(&scope.namespace, parsed, None)?
+                    .ok_or_else(|| ApiError::Internal("an ungated start was gated".into()))
+            })
+            .await
         }
     };
+    // Serialized straight from the answer's struct, no JSON map between.
     match answer {
-        Ok((status, value)) => super::reply_with(
+        Ok((status, answer)) => (
             StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
-            Ok(value),
-        ),
+            axum::Json(answer),
+        )
+            .into_response(),
         Err(e) => refuse(e),
     }
 }
