@@ -440,7 +440,7 @@ impl Engine {
         let mut found = Vec::new();
         let mut checks = Checks::default();
         for (field, value) in payloads {
-            collect(field, value, &mut found, &mut checks);
+            collect(&mut (*field).to_owned(), value, &mut found, &mut checks);
         }
         if found.is_empty() && checks.problems.is_empty() {
             return Ok(());
@@ -490,14 +490,18 @@ pub(crate) fn references_external_payloads(payloads: &[(&str, &Value)]) -> bool 
     let mut found = Vec::new();
     let mut checks = Checks::default();
     for (field, value) in payloads {
-        collect(field, value, &mut found, &mut checks);
+        collect(&mut (*field).to_owned(), value, &mut found, &mut checks);
     }
     !found.is_empty() || !checks.problems.is_empty()
 }
 
 /// Every `{codec, external_payload}` envelope in `value`, by field path.
+/// `field` is the path so far, extended and cut back in place: every
+/// start walks its input here, and a path allocated per key was a third
+/// of the walk's instructions although it is read only when something is
+/// found (docs/performance.md, "A start's round trip").
 fn collect(
-    field: &str,
+    field: &mut String,
     value: &Value,
     found: &mut Vec<(String, PayloadRecord)>,
     checks: &mut Checks,
@@ -507,9 +511,10 @@ fn collect(
     if let Some(runtime) = crate::store::external_payloads::runtime_envelope(value) {
         return collect(field, &runtime, found, checks);
     }
+    let len = field.len();
     match value {
         Value::Object(map) if map.contains_key("external_payload") => match reference_of(value) {
-            Ok(Some(record)) => found.push((field.to_owned(), record)),
+            Ok(Some(record)) => found.push((field.clone(), record)),
             Ok(None) => {}
             Err(problem) => {
                 checks.problem(&format!("{field}.external_payload"), problem);
@@ -517,14 +522,60 @@ fn collect(
         },
         Value::Object(map) => {
             for (key, item) in map {
-                collect(&format!("{field}.{key}"), item, found, checks);
+                field.push('.');
+                field.push_str(key);
+                collect(field, item, found, checks);
+                field.truncate(len);
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                collect(&format!("{field}.{i}"), item, found, checks);
+                use std::fmt::Write as _;
+                let _ = write!(field, ".{i}");
+                collect(field, item, found, checks);
+                field.truncate(len);
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Problems are named by their full path (keys and array indexes),
+    /// and a path is cut back after each branch: siblings never carry
+    /// a previous branch's keys.
+    #[test]
+    fn nested_envelopes_are_named_by_their_paths() {
+        let bad = json!({ "codec": "json", "external_payload": 5 });
+        let value = json!({
+            "a": [{ "deep": { "x": 1 } }, bad.clone(), [bad.clone()]],
+            "b": { "c": bad.clone() },
+            "d": bad,
+            "e": "plain",
+        });
+        let mut found = Vec::new();
+        let mut checks = Checks::default();
+        collect(&mut "input".to_owned(), &value, &mut found, &mut checks);
+        let fields: Vec<&str> = checks.problems.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "input.a.1.external_payload",
+                "input.a.2.0.external_payload",
+                "input.b.c.external_payload",
+                "input.d.external_payload",
+            ]
+        );
+        assert!(found.is_empty());
+        assert!(references_external_payloads(&[("input", &value)]));
+        assert!(!references_external_payloads(&[(
+            "input",
+            &json!({ "codec": "json", "blob": "[]" })
+        )]));
     }
 }
