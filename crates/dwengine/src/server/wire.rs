@@ -598,7 +598,6 @@ pub fn event(event: &HistoryEvent) -> Value {
     })
 }
 
-/// A run id as the wire carries it.
 /// A start's answer (`201` started, `200` retried or the existing run),
 /// serialized from this struct. Its fields are in the order a
 /// `serde_json::Value` map writes them (sorted), so the body is byte for
@@ -621,28 +620,16 @@ pub struct StartAnswer {
 }
 
 impl StartAnswer {
-    /// The answer as a JSON value, for callers that add to it or read it.
+    /// The answer as a JSON value, for callers that add to it or read it:
+    /// the same map its serialization writes.
     pub fn into_value(self) -> Value {
-        let mut map = Map::new();
-        if let Some(duplicate) = self.duplicate {
-            map.insert("duplicate".into(), duplicate.into());
-        }
-        for (key, value) in [
-            ("namespace", self.namespace),
-            ("outcome", self.outcome.to_owned()),
-            ("payload_codec", self.payload_codec),
-            ("run_id", self.run_id),
-            ("status", self.status.to_owned()),
-            ("task_queue", self.task_queue),
-            ("workflow_id", self.workflow_id),
-            ("workflow_type", self.workflow_type),
-        ] {
-            map.insert(key.into(), value.into());
-        }
-        Value::Object(map)
+        // Strings, a bool and an optional bool: nothing here can fail to
+        // become a value.
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
+/// A run id as the wire carries it.
 pub fn run_id(run: RunId) -> String {
     run.0.to_string()
 }
