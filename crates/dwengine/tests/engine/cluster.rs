@@ -149,17 +149,31 @@ fn clustered(dir: &Path, id: &str, redis: &str, lease_ms: u64) -> Command {
     command
 }
 
-/// Waits (generously) for `condition`, panicking with `what` if it never holds.
 /// `base` answers its liveness probe 200; a 503 fails with its reason.
 fn assert_serving(base: &str) {
     let (status, body) = get(base, "/api/health");
     assert_eq!(status, 200, "{base}/api/health: {body}");
 }
 
+/// Waits (generously) for `condition`, panicking with `what` if it never holds.
 fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    wait_showing(what, || condition().then_some(()).ok_or_else(String::new));
+}
+
+/// Waits (generously) for `look` to answer `Ok`; if it never does, the
+/// panic names `what` and the last thing `look` saw (its `Err`), so a
+/// failure says what the node answered instead of only that it did not.
+fn wait_showing(what: &str, mut look: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !condition() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
+    loop {
+        let last = match look() {
+            Ok(()) => return,
+            Err(last) => last,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "never happened: {what}; last seen: {last}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -672,10 +686,14 @@ fn a_node_whose_id_was_taken_over_is_not_ready_until_it_has_it_back() {
             .unwrap()
     });
     let mut body = serde_json::Value::Null;
-    wait_for("the node answers not ready", || {
+    wait_showing("the node answers not ready for its taken id", || {
         let status;
         (status, body) = node.get("/api/ready");
-        status == 503 && body["checks"]["node_id"] == "taken"
+        if status == 503 && body["checks"]["node_id"] == "taken" {
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
+        }
     });
     let message = body["message"].as_str().unwrap();
     assert!(
