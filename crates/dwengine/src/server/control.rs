@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
 use crate::durable_state::{DurableRejection, DurableResource, NamespaceDurableStateQuota};
+use crate::server::description::{render_description, Description};
 use crate::server::error::finish_with;
 use crate::server::fast_paths::StartSteps;
 use crate::server::schedules::ScheduleStart;
@@ -648,7 +649,7 @@ impl Engine {
         let found = self.read(|s| describe_read(s, namespace, workflow_id, selected))?;
         let (run, described, io, archive) =
             found.ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned()))?;
-        render_description(run, described, io, archive)
+        render_description(run, described, io, archive)?.into_value()
     }
 
     /// [`Engine::describe`] on the calling (async) thread, when it can be
@@ -664,7 +665,7 @@ impl Engine {
         namespace: &str,
         workflow_id: &str,
         run_id: Option<&str>,
-    ) -> Option<Result<Value, ApiError>> {
+    ) -> Option<Result<Description, ApiError>> {
         if self.namespaces.is_capped(namespace) {
             return None;
         }
@@ -685,7 +686,7 @@ impl Engine {
             let io = if detailed { Some(s.run_io(run)?) } else { None };
             Ok((described, io, s.archive_mark(run)?))
         })?;
-        render_description(run, described, io, archive)
+        render_description(run, described, io, archive)?.into_value()
     }
     /// One page of the namespace's runs, newest first.
     pub fn list_workflows(&self, namespace: &str, query: ListQuery) -> Result<Value, ApiError> {
@@ -1150,7 +1151,7 @@ fn describe_read(
             None => return Ok(None),
         },
     };
-    let described = match s.describe(run) {
+    let (described, io, archive) = match s.describe_detailed(run) {
         Ok(d) => d,
         Err(StoreError::RunNotFound(_)) => return Ok(None),
         Err(e) => return Err(e),
@@ -1158,128 +1159,7 @@ fn describe_read(
     if described.run.namespace != namespace || described.run.workflow_id != workflow_id {
         return Ok(None);
     }
-    let io = s.run_io(run)?;
-    Ok(Some((run, described, Some(io), s.archive_mark(run)?)))
-}
-
-/// The flat description of `run` from what one read transaction found:
-/// with `io` (the run's input and terminal record) the detailed form.
-/// The status a run is described with. An open native run is `running`
-/// while its code has a workflow task ready or leased, and `waiting` while
-/// it has none (it waits on an activity, a timer, a signal, a child, an
-/// update, …), as both SDKs and the reference server name them. An
-/// imported v1 projection never has tasks: it stays `running` until it
-/// closes. A closed run is described by its terminal status.
-fn wire_status(stored: &crate::store::Run, workflow_task_open: bool) -> &'static str {
-    match stored.status {
-        RunStatus::Running
-            if stored.origin == crate::store::RunOrigin::V2 && !workflow_task_open =>
-        {
-            "waiting"
-        }
-        status => status.as_str(),
-    }
-}
-
-/// The coarse bucket the SDKs read beside `status`: `running` for an open
-/// run (running or waiting), `completed` for a run that completed or handed
-/// over to its continuation, `failed` for one that failed, was cancelled or
-/// was terminated.
-fn status_bucket(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Completed | RunStatus::ContinuedAsNew => "completed",
-        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Terminated => "failed",
-    }
-}
-
-fn render_description(
-    run: RunId,
-    described: RunDescription,
-    io: Option<(Value, Option<Value>)>,
-    archive: Option<ArchiveMark>,
-) -> Result<Value, ApiError> {
-    let stored = &described.run;
-    let mut out = json!({
-        "workflow_id": stored.workflow_id,
-        "run_id": wire::run_id(run),
-        "workflow_type": stored.workflow_type,
-        "namespace": stored.namespace,
-        "task_queue": stored.task_queue,
-        "status": wire_status(stored, described.workflow_task_open),
-        "status_bucket": status_bucket(stored.status),
-        "payload_codec": "avro",
-        "memo": stored.memo,
-        "search_attributes": stored.search_attributes,
-        "closed_at": described.closed_at_ms.map(wire::timestamp),
-        "execution_timeout_seconds": described.timeouts.execution_timeout_seconds,
-        "run_timeout_seconds": described.timeouts.run_timeout_seconds,
-        "execution_deadline_at": described.timeouts.execution_deadline_at_ms.map(wire::timestamp),
-        "run_deadline_at": described.timeouts.run_deadline_at_ms.map(wire::timestamp),
-        "origin": stored.origin,
-        "archived": archive.is_some(),
-        "archived_at": archive.as_ref().map(|a| wire::timestamp(a.archived_at_ms)),
-        "archive_reason": archive.and_then(|a| a.reason),
-        "continued_from_run_id": stored.continued_from.map(wire::run_id),
-        "continued_to_run_id": stored.continued_to.map(wire::run_id),
-        "parent_run_id": stored.parent.map(wire::run_id),
-        // A redrive's successor: the failed step it resumes at.
-        "resume_step_sequence": stored.resume_step_sequence,
-        "recovery_kind": stored.resume_step_sequence.map(|_| "redrive"),
-        // The worker build its workflow tasks go to (null: any, or the
-        // unversioned cohort's).
-        "compatibility": stored.build_id.as_deref().filter(|b| !b.is_empty()),
-    });
-    if let Some(failed) = &described.workflow_task_failure {
-        out["workflow_task_failure"] = json!({
-            "failure": failed.failure, "workflow_task_attempt": failed.attempt,
-            "next_attempt_at": wire::timestamp(failed.next_attempt_at_ms),
-        });
-    }
-    let Some((input, terminal)) = io else {
-        return Ok(out);
-    };
-    let map = out.as_object_mut().expect("a JSON object");
-    map.insert("payload_codec".into(), wire::codec(&input).into());
-    map.insert("input_envelope".into(), input);
-    if let Some(terminal) = &terminal {
-        if stored.status == RunStatus::Completed {
-            map.insert(
-                "output_envelope".into(),
-                terminal.get("output").cloned().unwrap_or(Value::Null),
-            );
-        } else if stored.status == RunStatus::ContinuedAsNew {
-            // No result and no failure: the run handed over to the next
-            // (continued_to_run_id); the workflow's result is the chain's
-            // last run's.
-        } else {
-            map.insert("failure".into(), terminal.clone());
-        }
-        let reason = terminal
-            .get("closed_reason")
-            .and_then(Value::as_str)
-            .unwrap_or(stored.status.as_str());
-        map.insert("closed_reason".into(), reason.into());
-    }
-    map.insert(
-        "pending".into(),
-        json!({
-            "activities": stored.pending.activities, "timers": stored.pending.timers,
-            "children": stored.pending.children, "signals": stored.pending.signals,
-            "updates": stored.pending.updates,
-        }),
-    );
-    map.insert("history_length".into(), stored.history_length.into());
-    map.insert("history_bytes".into(), stored.history_bytes.into());
-    map.insert(
-        "details_pruned_at".into(),
-        described.details_pruned_at_ms.map(wire::timestamp).into(),
-    );
-    map.insert(
-        "failures".into(),
-        serde_json::to_value(&described.failures).map_err(|e| ApiError::Internal(e.to_string()))?,
-    );
-    Ok(out)
+    Ok(Some((run, described, Some(io), archive)))
 }
 
 /// The position a `next_page_token` names (`None` without one); a token

@@ -31,6 +31,7 @@ pub mod config_file;
 pub mod connections;
 pub mod contract;
 pub mod control;
+pub mod description;
 pub mod engine;
 pub mod error;
 pub mod external_payloads;

@@ -19,6 +19,20 @@ use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
 
+/// Whether an event of this type is a run's terminal record (its last
+/// event, written with the status that closes it).
+pub(crate) fn closes_run(event: EventType) -> bool {
+    matches!(
+        event,
+        EventType::WorkflowCompleted
+            | EventType::WorkflowFailed
+            | EventType::WorkflowCancelled
+            | EventType::WorkflowTerminated
+            | EventType::WorkflowTimedOut
+            | EventType::WorkflowContinuedAsNew
+    )
+}
+
 /// What a cancel or terminate did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct StopOutcome {
@@ -246,17 +260,7 @@ impl Store {
             .unwrap_or(Value::Null);
         let length = crate::store::rows::load_history_length(&self.conn, run)?;
         let last = read_event(&self.conn, run, length.saturating_sub(1))?;
-        let terminal = last.filter(|e| {
-            matches!(
-                e.event_type,
-                EventType::WorkflowCompleted
-                    | EventType::WorkflowFailed
-                    | EventType::WorkflowCancelled
-                    | EventType::WorkflowTerminated
-                    | EventType::WorkflowTimedOut
-                    | EventType::WorkflowContinuedAsNew
-            )
-        });
+        let terminal = last.filter(|e| closes_run(e.event_type));
         Ok((input, terminal.map(|e| e.payload)))
     }
 

@@ -48,6 +48,7 @@ pub mod console;
 pub mod control;
 pub mod db;
 pub mod deadlines;
+pub mod describe;
 pub mod dispatch;
 pub mod durable_state;
 mod error;

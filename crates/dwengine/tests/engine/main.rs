@@ -31,6 +31,7 @@ mod contract;
 mod counters;
 mod crash;
 mod database_outage;
+mod describe_reads;
 mod dispatch;
 mod durable_selection;
 mod durable_state_quota;

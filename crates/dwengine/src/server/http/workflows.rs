@@ -10,13 +10,13 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
-use axum::{Extension, Router};
+use axum::{Extension, Json, Router};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::waiting::Target;
-use super::{blocking, refuse, reply, with_body_status, Scope, Shared};
+use super::{blocking, refuse, with_body_status, Scope, Shared};
 use crate::server::message_streams::MessageBody;
 use crate::server::redrive::RedriveBody;
 use crate::server::wire::{HistoryQuery, ListQuery, SignalBody, StartWorkflow, StopBody};
@@ -246,7 +246,11 @@ async fn describe(
         &target.workflow_id,
         target.run_id.as_deref(),
     ) {
-        return reply(answer);
+        // Serialized straight from the struct, without a Value tree.
+        return match answer {
+            Ok(description) => Json(description).into_response(),
+            Err(e) => refuse(e),
+        };
     }
     blocking(engine, move |e| {
         e.describe(
