@@ -20,7 +20,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::Router;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
@@ -28,6 +27,7 @@ use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
 
 use crate::server::connections::ConnectionLimits;
+use crate::server::http::App;
 use crate::waiters::Waiters;
 
 /// Connections past the cap answered at once with a 503 and closed; past
@@ -43,7 +43,7 @@ content-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent
 /// the shutdown deadline.
 pub(crate) async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: App,
     limits: ConnectionLimits,
     max_connections: usize,
     waiters: Arc<Waiters>,
@@ -134,7 +134,7 @@ pub(crate) async fn serve(
 /// The router as hyper's service, each request body under the body-read
 /// deadline.
 fn service(
-    app: Router,
+    app: App,
     body_deadline: Duration,
 ) -> impl hyper::service::Service<
     hyper::Request<Incoming>,
@@ -163,7 +163,7 @@ const PROBE_PAST_CAP: Duration = Duration::from_secs(5);
 fn refuse(
     stream: TcpStream,
     overflow: &Arc<Semaphore>,
-    app: &Router,
+    app: &App,
     builder: &Arc<hyper::server::conn::http1::Builder>,
     body_deadline: Duration,
 ) {
@@ -251,9 +251,16 @@ async fn answer_and_close(stream: TcpStream) {
 /// A request body that must arrive whole before a deadline, counted from
 /// when the request head arrived: a client trickling its body a byte at a
 /// time cannot hold the connection longer.
+///
+/// The timer is made only when the body is not all there at the first
+/// read: most bodies arrive with their head, and a boxed `Sleep` made and
+/// dropped per request was a measurable part of a start's CPU on the
+/// runtime threads (docs/performance.md, "the gate's copies").
 pub struct DeadlineBody {
     inner: Incoming,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// When the request's head arrived: the deadline counts from here.
+    since: tokio::time::Instant,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     limit: Duration,
 }
 
@@ -261,7 +268,8 @@ impl DeadlineBody {
     fn new(inner: Incoming, limit: Duration) -> Self {
         DeadlineBody {
             inner,
-            deadline: Box::pin(tokio::time::sleep(limit)),
+            since: tokio::time::Instant::now(),
+            deadline: None,
             limit,
         }
     }
@@ -283,7 +291,16 @@ impl hyper::body::Body for DeadlineBody {
         if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        match self.deadline.as_mut().poll(cx) {
+        // As `sleep(limit)` did: a limit past what an `Instant` holds is
+        // about thirty years.
+        let deadline = self
+            .since
+            .checked_add(self.limit)
+            .unwrap_or_else(|| self.since + Duration::from_secs(86_400 * 365 * 30));
+        let sleep = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.limit))))),
             Poll::Pending => Poll::Pending,
         }

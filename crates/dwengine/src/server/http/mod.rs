@@ -25,18 +25,26 @@ use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
 
 use crate::server::auth::{plane_of, Plane};
 use crate::server::wire::{
     CONTROL_PLANE_HEADER, CONTROL_PLANE_VERSION, NAMESPACE_HEADER, PROTOCOL_HEADER,
     WORKER_PROTOCOL_VERSIONS,
 };
+
+/// [`CONTROL_PLANE_HEADER`] as a header name: inserting a `&str` name
+/// parses it again on every answer.
+const CONTROL_PLANE_HEADER_NAME: HeaderName =
+    HeaderName::from_static("x-durable-workflow-control-plane-version");
+/// [`PROTOCOL_HEADER`] as a header name.
+const PROTOCOL_HEADER_NAME: HeaderName =
+    HeaderName::from_static("x-durable-workflow-protocol-version");
 use crate::server::{ApiError, Engine};
 
 type Shared = State<Arc<Engine>>;
@@ -48,9 +56,15 @@ pub struct Scope {
     pub namespace: String,
 }
 
-/// Every route of the server.
-pub fn router(engine: Arc<Engine>) -> Router {
-    Router::new()
+/// Every route of the server, behind the gate.
+///
+/// The gate and the body-limit setting wrap the router once, not each
+/// route: `Router::layer` wraps every route in both, and each wrapping
+/// cloned a boxed service and boxed a future on every request, about a
+/// dozen allocations per request (docs/performance.md, "the gate's
+/// copies").
+pub fn router(engine: Arc<Engine>) -> App {
+    let routes = Router::new()
         .merge(discovery::routes())
         .merge(system::routes())
         .merge(workflows::routes())
@@ -71,10 +85,52 @@ pub fn router(engine: Arc<Engine>) -> Router {
                 json!({ "reason": "route_not_found", "message": "no such route; see docs/api.md" }),
             )
         })
-        .layer(middleware::from_fn_with_state(engine.clone(), gate))
+        .with_state(engine.clone());
+    App {
+        engine,
         // The body limit is dwpolicy's, answered with its JSON, not axum's default.
-        .layer(DefaultBodyLimit::disable())
-        .with_state(engine)
+        routes: DefaultBodyLimit::disable().layer(routes),
+    }
+}
+
+/// The routes with the body-limit setting.
+type Routes = <DefaultBodyLimit as Layer<Router>>::Service;
+
+/// The server as one service: every request passes [`gate`], then the
+/// routes.
+#[derive(Clone)]
+pub struct App {
+    engine: Arc<Engine>,
+    routes: Routes,
+}
+
+impl tower::Service<Request> for App {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // The router is always ready; each request clones it.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let (engine, routes) = (self.engine.clone(), self.routes.clone());
+        Box::pin(async move { Ok(gate(engine, request, routes).await) })
+    }
+}
+
+/// The request on to its route.
+async fn route(routes: Routes, request: Request) -> Response {
+    match routes.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
 fn refuse_with(status: StatusCode, body: Value) -> Response {
@@ -82,9 +138,11 @@ fn refuse_with(status: StatusCode, body: Value) -> Response {
 }
 
 /// Host, auth, content type, versions and namespace, in that order.
-async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_owned();
-    let method = request.method().as_str().to_owned();
+async fn gate(engine: Arc<Engine>, mut request: Request, routes: Routes) -> Response {
+    // Borrowed from the request, not copied: the borrows end before the
+    // request is handed on (docs/performance.md, "the gate's copies").
+    let path = request.uri().path();
+    let method = request.method().as_str();
     let headers = request.headers();
     // A refusal before the body is read ends the connection: hyper would
     // otherwise have to discard the unread body, and a client reusing the
@@ -94,10 +152,10 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         return closing(*refusal, unread);
     }
     // The console authenticates by its own cookie (server/ui/session.rs).
-    if crate::server::ui::serves(&engine, &path) {
-        return next.run(request).await;
+    if crate::server::ui::serves(&engine, path) {
+        return route(routes, request).await;
     }
-    let plane = plane_of(&method, &path);
+    let plane = plane_of(method, path);
     let mut caller = None;
     if let Some(tokens) = &engine.config.auth {
         // Webhook deliveries carry their own signature instead of a token.
@@ -145,11 +203,11 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
             true,
         );
     }
-    let echo = match version_of(plane, &path, headers) {
+    let echo = match version_of(plane, path, headers) {
         Ok(echo) => echo,
         Err(refusal) => return *refusal,
     };
-    if is_control_plane(&path) || path.starts_with("/api/worker/") || plane == Plane::Payload {
+    if is_control_plane(path) || path.starts_with("/api/worker/") || plane == Plane::Payload {
         let namespace = headers
             .get(NAMESPACE_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -174,7 +232,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
         // crosses into another namespace's catalog by design and is made
         // as the token's namespace (checked by the call itself).
         if let Some(caller) = &caller {
-            if !caller.admits_namespace(&namespace) && !is_service_call(&path) {
+            if !caller.admits_namespace(&namespace) && !is_service_call(path) {
                 return with_echo(
                     closing(
                         refuse_with(
@@ -194,7 +252,7 @@ async fn gate(State(engine): Shared, mut request: Request, next: Next) -> Respon
     if let Some(caller) = caller {
         request.extensions_mut().insert(caller);
     }
-    with_echo(next.run(request).await, echo)
+    with_echo(route(routes, request).await, echo)
 }
 
 /// An upload by a role `DW_EXTERNAL_PAYLOAD_UPLOAD_ROLES` leaves out: 403
@@ -290,49 +348,46 @@ fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            let media = v
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            media == "application/json"
-                || (media.starts_with("application/") && media.ends_with("+json"))
-        })
+        .map(|v| is_json_media(v.split(';').next().unwrap_or("").trim()))
         .unwrap_or(false)
 }
 
+/// `application/json` or `application/*+json`, in any case; compared
+/// without a lowercased copy (the gate runs on every request).
+fn is_json_media(media: &str) -> bool {
+    let media = media.as_bytes();
+    let (prefix, suffix) = (b"application/".as_slice(), b"+json".as_slice());
+    media.eq_ignore_ascii_case(b"application/json")
+        || (media.len() >= prefix.len()
+            && media[..prefix.len()].eq_ignore_ascii_case(prefix)
+            && media.len() >= suffix.len()
+            && media[media.len() - suffix.len()..].eq_ignore_ascii_case(suffix))
+}
+
 /// The version header to echo, or the 400 naming the supported versions.
-fn version_of(
-    plane: Plane,
-    path: &str,
-    headers: &HeaderMap,
-) -> Result<Option<(&'static str, String)>, Box<Response>> {
+fn version_of(plane: Plane, path: &str, headers: &HeaderMap) -> Result<Echo, Box<Response>> {
     let sent = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim().to_owned())
+            .map(str::trim)
     };
     match plane {
         Plane::Worker => {
-            let version = sent(PROTOCOL_HEADER).unwrap_or_else(|| {
-                WORKER_PROTOCOL_VERSIONS[WORKER_PROTOCOL_VERSIONS.len() - 1].into()
-            });
-            if !WORKER_PROTOCOL_VERSIONS.contains(&version.as_str()) {
+            let version = sent(PROTOCOL_HEADER)
+                .unwrap_or(WORKER_PROTOCOL_VERSIONS[WORKER_PROTOCOL_VERSIONS.len() - 1]);
+            let Some(version) = WORKER_PROTOCOL_VERSIONS.iter().find(|v| **v == version) else {
                 return Err(Box::new(refuse_with(
                     StatusCode::BAD_REQUEST,
                     json!({ "reason": "unsupported_protocol_version", "requested_version": version,
                             "supported_versions": WORKER_PROTOCOL_VERSIONS,
                             "message": format!("X-Durable-Workflow-Protocol-Version {version:?} is not supported; this server speaks {}", WORKER_PROTOCOL_VERSIONS.join(" and ")) }),
                 )));
-            }
-            Ok(Some((PROTOCOL_HEADER, version)))
+            };
+            Ok(Some((PROTOCOL_HEADER_NAME, version)))
         }
         Plane::Control if is_control_plane(path) => {
-            let version =
-                sent(CONTROL_PLANE_HEADER).unwrap_or_else(|| CONTROL_PLANE_VERSION.into());
+            let version = sent(CONTROL_PLANE_HEADER).unwrap_or(CONTROL_PLANE_VERSION);
             if version != CONTROL_PLANE_VERSION {
                 return Err(Box::new(refuse_with(
                     StatusCode::BAD_REQUEST,
@@ -341,7 +396,7 @@ fn version_of(
                             "message": format!("X-Durable-Workflow-Control-Plane-Version {version:?} is not supported; this server speaks {CONTROL_PLANE_VERSION}") }),
                 )));
             }
-            Ok(Some((CONTROL_PLANE_HEADER, version)))
+            Ok(Some((CONTROL_PLANE_HEADER_NAME, CONTROL_PLANE_VERSION)))
         }
         _ => Ok(None),
     }
@@ -369,11 +424,16 @@ fn is_control_plane(path: &str) -> bool {
     .any(|prefix| path.starts_with(prefix))
 }
 
-fn with_echo(mut response: Response, echo: Option<(&'static str, String)>) -> Response {
+/// The version header echoed on the answer: a constant name and a
+/// static value (the version was checked to be one this server speaks),
+/// so the echo neither parses a header name nor copies the value.
+type Echo = Option<(HeaderName, &'static str)>;
+
+fn with_echo(mut response: Response, echo: Echo) -> Response {
     if let Some((name, version)) = echo {
-        if let Ok(value) = HeaderValue::from_str(&version) {
-            response.headers_mut().insert(name, value);
-        }
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(version));
     }
     response
 }
@@ -595,7 +655,7 @@ async fn with_body_status<T: DeserializeOwned + Send + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use super::refused_host;
+    use super::*;
 
     #[test]
     fn a_host_is_matched_lowercased_and_without_its_port() {
@@ -624,5 +684,94 @@ mod tests {
                 "{host}"
             );
         }
+    }
+
+    /// The media check without a lowercased copy admits what the copy did.
+    #[test]
+    fn json_media_types_are_matched_in_any_case() {
+        let lowercased = |media: &str| {
+            let media = media.to_ascii_lowercase();
+            media == "application/json"
+                || (media.starts_with("application/") && media.ends_with("+json"))
+        };
+        for media in [
+            "application/json",
+            "Application/JSON",
+            "application/vnd.api+json",
+            "APPLICATION/PROBLEM+JSON",
+            "application/+json",
+            "application/json+",
+            "application/jso",
+            "application/",
+            "application+json",
+            "text/json",
+            "json",
+            "",
+            "application/\u{e9}+json",
+            "\u{c9}pplication/json",
+        ] {
+            assert_eq!(is_json_media(media), lowercased(media), "{media:?}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(" Application/Json ; charset=utf-8"),
+        );
+        assert!(is_json(&headers));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert!(!is_json(&headers));
+    }
+
+    /// The echoed version is the one sent (trimmed), or the default, under
+    /// the header's own name, as when it was copied from the request.
+    #[test]
+    fn versions_are_echoed_as_sent() {
+        assert_eq!(CONTROL_PLANE_HEADER_NAME.as_str(), CONTROL_PLANE_HEADER);
+        assert_eq!(PROTOCOL_HEADER_NAME.as_str(), PROTOCOL_HEADER);
+        let echo = |plane, path, sent: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in sent {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            match version_of(plane, path, &headers) {
+                Ok(echo) => Ok(echo.map(|(name, value)| (name.as_str().to_owned(), value))),
+                Err(refusal) => Err(refusal.status()),
+            }
+        };
+        let worker = |v: &'static str| Ok(Some((PROTOCOL_HEADER.to_owned(), v)));
+        let control = Ok(Some((CONTROL_PLANE_HEADER.to_owned(), "2")));
+        let path = "/api/worker/workflow-tasks/poll";
+        assert_eq!(echo(Plane::Worker, path, &[]), worker("1.20"));
+        assert_eq!(
+            echo(Plane::Worker, path, &[(PROTOCOL_HEADER, " 1.19 ")]),
+            worker("1.19")
+        );
+        assert_eq!(
+            echo(Plane::Worker, path, &[(PROTOCOL_HEADER, "1.20")]),
+            worker("1.20")
+        );
+        assert_eq!(
+            echo(Plane::Worker, path, &[(PROTOCOL_HEADER, "1.2")]),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(echo(Plane::Control, "/api/workflows", &[]), control);
+        assert_eq!(
+            echo(
+                Plane::Control,
+                "/api/workflows",
+                &[(CONTROL_PLANE_HEADER, "2 ")]
+            ),
+            control
+        );
+        assert_eq!(
+            echo(
+                Plane::Control,
+                "/api/workflows",
+                &[(CONTROL_PLANE_HEADER, "3")]
+            ),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(echo(Plane::Control, "/api/namespaces", &[]), Ok(None));
+        assert_eq!(echo(Plane::Probe, "/api/health", &[]), Ok(None));
     }
 }
