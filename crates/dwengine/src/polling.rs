@@ -91,7 +91,18 @@ impl LongPollSignalStore {
 /// The wake channel of (namespace, task queue, channel) on the board and
 /// in relay messages: the same hash as its signal key's.
 pub fn wake_channel(namespace: &str, task_queue: &str, channel: &str) -> String {
-    hash_dimensions(&[namespace, task_queue, channel])
+    wake_channel_key(namespace, task_queue, channel)
+        .as_str()
+        .to_owned()
+}
+
+/// [`wake_channel`] without a `String`, for a start's wake.
+pub fn wake_channel_key(
+    namespace: &str,
+    task_queue: &str,
+    channel: &str,
+) -> crate::cache::HashedDimensions {
+    crate::cache::hashed_dimensions(&[namespace, task_queue, channel])
 }
 
 /// The long polls this node holds, by wake channel, and the relay that

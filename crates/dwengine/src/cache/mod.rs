@@ -117,6 +117,26 @@ pub(crate) fn family_of(key: &str) -> &str {
 /// is FNV-1a rather than std's hasher because every node sharing a Redis
 /// cache must derive the same key from the same dimensions, across builds.
 pub fn hash_dimensions(parts: &[&str]) -> String {
+    hashed_dimensions(parts).as_str().to_owned()
+}
+
+/// [`hash_dimensions`]'s 16 hex digits, held inline: a start's wake looks
+/// its channel up by them, and the `format!`ed `String` was an allocation
+/// and a formatter call per start (docs/performance.md, "the gate's
+/// copies").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashedDimensions([u8; 16]);
+
+impl HashedDimensions {
+    /// The digits, as [`hash_dimensions`] writes them.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever written into it.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// [`hash_dimensions`] without a `String`.
+pub fn hashed_dimensions(parts: &[&str]) -> HashedDimensions {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
@@ -129,7 +149,12 @@ pub fn hash_dimensions(parts: &[&str]) -> String {
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     }
-    format!("{hash:016x}")
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    for (i, digit) in digits.iter_mut().enumerate() {
+        *digit = HEX[((hash >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    HashedDimensions(digits)
 }
 
 /// The value of a counter written by [`Cache::increment`] (0 when absent).
@@ -285,5 +310,45 @@ mod tests {
         assert_eq!(hash_dimensions(&["a", "b"]), hash_dimensions(&["a", "b"]));
         assert_ne!(hash_dimensions(&["ab", "c"]), hash_dimensions(&["a", "bc"]));
         assert_eq!(hash_dimensions(&[]).len(), 16);
+    }
+
+    /// Keys are shared by every node of a Redis cache, across builds: the
+    /// inline digits are the `format!("{hash:016x}")` the keys always had.
+    #[test]
+    fn dimension_hashes_keep_their_digits() {
+        let reference = |parts: &[&str]| {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for part in parts {
+                for byte in (part.len() as u64)
+                    .to_le_bytes()
+                    .iter()
+                    .chain(part.as_bytes())
+                {
+                    hash ^= u64::from(*byte);
+                    hash = hash.wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            format!("{hash:016x}")
+        };
+        assert_eq!(hash_dimensions(&[]), "cbf29ce484222325");
+        let long = "q".repeat(300);
+        let cases: [&[&str]; 6] = [
+            &["bench", "q", "workflow"],
+            &["default", "orders", "activity"],
+            &["", "", ""],
+            &["ns", &long, "workflow"],
+            &["\u{e9}t\u{e9}", "q:1", "x"],
+            &["a"],
+        ];
+        for parts in cases {
+            assert_eq!(hash_dimensions(parts), reference(parts), "{parts:?}");
+            assert_eq!(hashed_dimensions(parts).as_str(), reference(parts));
+        }
+        // Leading zero digits are kept (a hash below 2^60).
+        let low = (0..10_000)
+            .map(|i| i.to_string())
+            .find(|s| reference(&[s.as_str()]).starts_with('0'))
+            .expect("a hash with a leading zero digit");
+        assert_eq!(hash_dimensions(&[&low]), reference(&[&low]));
     }
 }

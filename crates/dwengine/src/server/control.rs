@@ -272,16 +272,17 @@ impl Engine {
     /// for a poll that missed the relay (written only by a node with a
     /// relay: only a poll on such a node reads it).
     pub(crate) fn signal_wake(&self, namespace: &str, task_queue: &str, channel: &str) {
-        let wake = crate::polling::wake_channel(namespace, task_queue, channel);
+        let wake = crate::polling::wake_channel_key(namespace, task_queue, channel);
+        let wake = wake.as_str();
         // On SQLite one poll of this node looks first, and wakes the others
         // if it took nothing or saw more work (each woken poll's look is a
         // claim transaction on the one writer; all of them looking for one
         // task cost more than the task). On PostgreSQL, whose claims run
         // side by side, every poll looks, as before.
         let woken = if self.shared_store().has_one_writer() {
-            self.poll_wakes.wake_one(&wake)
+            self.poll_wakes.wake_one(wake)
         } else {
-            self.poll_wakes.wake(&wake)
+            self.poll_wakes.wake(wake)
         };
         if let Err(e) = woken {
             self.post_commit_failed("wake_relay", &e);

@@ -486,13 +486,33 @@ impl Engine {
 
 /// Whether any of `payloads` names an external payload (well formed or
 /// not): a write that stores it adds to that payload's reference count.
+///
+/// The answer [`collect`] would give (something found or a problem), from
+/// a walk that stops at the first and keeps no path: every start asks
+/// this of its input, and the walk's path string and lists were an
+/// allocation or more per start (docs/performance.md, "the gate's
+/// copies").
 pub(crate) fn references_external_payloads(payloads: &[(&str, &Value)]) -> bool {
-    let mut found = Vec::new();
-    let mut checks = Checks::default();
-    for (field, value) in payloads {
-        collect(&mut (*field).to_owned(), value, &mut found, &mut checks);
+    payloads
+        .iter()
+        .any(|(_, value)| names_external_payload(value))
+}
+
+/// Whether [`collect`] finds an envelope or a problem in `value`.
+fn names_external_payload(value: &Value) -> bool {
+    if let Some(runtime) = crate::store::external_payloads::runtime_envelope(value) {
+        return names_external_payload(&runtime);
     }
-    !found.is_empty() || !checks.problems.is_empty()
+    match value {
+        // `collect` records a reference or a problem here, unless
+        // `reference_of` finds nothing.
+        Value::Object(map) if map.contains_key("external_payload") => {
+            !matches!(reference_of(value), Ok(None))
+        }
+        Value::Object(map) => map.values().any(names_external_payload),
+        Value::Array(items) => items.iter().any(names_external_payload),
+        _ => false,
+    }
 }
 
 /// Every `{codec, external_payload}` envelope in `value`, by field path.
@@ -577,5 +597,68 @@ mod tests {
             "input",
             &json!({ "codec": "json", "blob": "[]" })
         )]));
+    }
+
+    /// The short walk answers as the full one: something found or a
+    /// problem, on well-formed, malformed, runtime-form and nested
+    /// references and on plain inputs.
+    #[test]
+    fn the_short_walk_answers_as_collect() {
+        let full = |value: &Value| {
+            let mut found = Vec::new();
+            let mut checks = Checks::default();
+            collect(&mut "input".to_owned(), value, &mut found, &mut checks);
+            !found.is_empty() || !checks.problems.is_empty()
+        };
+        let sha = "a".repeat(64);
+        let good = json!({ "codec": "avro", "external_payload": {
+            "schema": crate::external_payloads::REFERENCE_SCHEMA, "reference_id": "ep_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "codec": "avro", "size_bytes": 10, "sha256": sha } });
+        let runtime = json!({ "codec": "avro", "external_storage": {
+            "schema": crate::store::external_payloads::STORED_REFERENCE_SCHEMA,
+            "uri": format!("{}ep_01ARZ3NDEKTSV4RRFFQ69G5FAV", crate::store::external_payloads::RUNTIME_URI_PREFIX),
+            "codec": "avro", "size_bytes": 10, "sha256": sha } });
+        let cases = [
+            json!({ "codec": "json", "blob": "[]" }),
+            json!(null),
+            json!(5),
+            json!("external_payload"),
+            json!([]),
+            json!({}),
+            json!({ "external_payload": null }),
+            json!({ "codec": "json", "external_payload": 5 }),
+            json!({ "codec": "json", "external_payload": {}, "x": 1 }),
+            good.clone(),
+            json!([1, [2, [good.clone()]]]),
+            json!({ "a": { "b": { "c": good } } }),
+            runtime.clone(),
+            json!({ "nested": [runtime] }),
+            json!({ "codec": "json", "external_storage": { "uri": "elsewhere" } }),
+            json!({ "a": [{ "deep": { "x": 1 } }, "external_payload", { "k": ["v"] }] }),
+        ];
+        for value in &cases {
+            assert_eq!(
+                references_external_payloads(&[("input", value)]),
+                full(value),
+                "{value}"
+            );
+        }
+        assert!(cases[9..14].iter().all(full), "the references are found");
+        for well_formed in [&cases[9], &cases[12]] {
+            let mut found = Vec::new();
+            let mut checks = Checks::default();
+            collect(
+                &mut "input".to_owned(),
+                well_formed,
+                &mut found,
+                &mut checks,
+            );
+            assert_eq!(
+                (found.len(), checks.problems.len()),
+                (1, 0),
+                "{well_formed}"
+            );
+        }
+        assert!(!full(&cases[0]) && full(&cases[7]));
     }
 }

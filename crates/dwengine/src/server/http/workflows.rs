@@ -107,16 +107,18 @@ fn targeted<T: DeserializeOwned + Send + 'static>(
     )
 }
 
-async fn start(
-    State(engine): Shared,
-    Extension(scope): Extension<Scope>,
-    request: Request,
-) -> Response {
+async fn start(State(engine): Shared, request: Request) -> Response {
     // The request taken whole, not as `HeaderMap` and `Body`: axum's
     // `HeaderMap` extractor clones the map, and the clone's build and drop
     // were about 2.5 % of the runtime threads' instructions per start
-    // (docs/performance.md, "A start's round trip").
-    let (parts, body) = request.into_parts();
+    // (docs/performance.md, "A start's round trip"). The scope is taken
+    // out of it, not cloned as the `Extension` extractor would.
+    let (mut parts, body) = request.into_parts();
+    let Some(scope) = parts.extensions.remove::<Scope>() else {
+        return refuse(ApiError::Internal(
+            "a start without its namespace scope".into(),
+        ));
+    };
     let parsed = match super::read::<StartWorkflow>(&engine, &parts.headers, body).await {
         Ok(parsed) => parsed,
         Err(e) => return refuse(e),
@@ -143,6 +145,10 @@ async fn start(
     }
 }
 
+/// The headers a start's answer map has room for: its own three and a
+/// client's next request (an SDK sends about ten).
+const REPLY_HEADERS: usize = 12;
+
 /// A start's answer as `axum::Json` writes it (the same bytes and
 /// `Content-Type`), into a `Vec` sized for it up front: `Json` writes
 /// through a `BytesMut` writer that starts at 128 bytes and grows, and
@@ -156,6 +162,11 @@ fn start_reply(status: StatusCode, answer: &crate::server::wire::StartAnswer) ->
     }
     let mut response = Body::from(body).into_response();
     *response.status_mut() = status;
+    // hyper keeps the answer's header map for the connection's next
+    // request: sized for that request's headers here, it is not grown
+    // twice while the next start's head is parsed (docs/performance.md,
+    // "the gate's copies").
+    *response.headers_mut() = HeaderMap::with_capacity(REPLY_HEADERS);
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("application/json"),
