@@ -16,6 +16,7 @@ use dwengine::logging::{log_startup, LogSettings, SERVER_TARGET};
 use dwengine::server::{contract, Engine, Running, ServerConfig};
 
 const USAGE: &str = "usage: dwserver [--dev] [--config FILE] [--log-format human|json]
+       dwserver --version
        dwserver contract [--config FILE] [--format table|json|markdown] [--write FILE | --check FILE]
        dwserver evidence
 
@@ -235,6 +236,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    // What an operator pastes into a bug report or checks after an upgrade.
+    if args.iter().any(|a| a == "--version" || a == "-V") {
+        println!("dwserver {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
     if args.first().map(String::as_str) == Some("evidence") {

@@ -243,3 +243,22 @@ fn the_query_task_settings_are_in_the_contract_and_the_config_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn version_prints_the_crate_version_and_an_unknown_flag_names_itself() {
+    for flag in ["--version", "-V"] {
+        let out = dwserver().arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}: {out:?}");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("dwserver {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+    let out = dwserver().arg("--verison").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("unknown argument \"--verison\"") && stderr.contains("--help"),
+        "{stderr}"
+    );
+}
