@@ -37,6 +37,13 @@ const DESCRIBE_ROW: &str = "SELECT workflow_id, workflow_type, status, origin, p
      execution_timeout_seconds, run_timeout_seconds, archived_at_ms, archive_reason \
      FROM runs WHERE id = ?1";
 
+/// The run's ready or leased workflow tasks: an indexed probe of
+/// `dispatch_by_run` per status.
+const OPEN_WORKFLOW_TASK: &str = "SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+     WHERE run_id = ?1 AND kind = 'workflow' AND status = 'ready' \
+     UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+     WHERE run_id = ?1 AND kind = 'workflow' AND status = 'leased'";
+
 /// The runs row's columns as read, before decoding.
 struct RawRow {
     text: [String; 8],
@@ -175,12 +182,7 @@ impl Store {
     fn open_workflow_task(&self, run: RunId) -> Result<(bool, Option<WorkflowTaskFailure>), Error> {
         let rows: Vec<(i64, Option<String>, i64, i64)> = self
             .conn
-            .prepare_cached(
-                "SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks WHERE run_id = ?1 \
-                 AND kind = 'workflow' AND status = 'ready' \
-                 UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
-                 WHERE run_id = ?1 AND kind = 'workflow' AND status = 'leased'",
-            )?
+            .prepare_cached(OPEN_WORKFLOW_TASK)?
             .query_map([run.0], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?
@@ -199,5 +201,39 @@ impl Store {
             }),
         };
         Ok((open, failure))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DESCRIBE_ROW, OPEN_WORKFLOW_TASK};
+    use crate::store::config::StoreConfig;
+    use crate::store::connection::Store;
+
+    /// describe is the most frequent request: none of its statements may
+    /// build a temporary B-tree (`OpenEphemeral`: a database of its own,
+    /// with a pager and a page cache, made and freed on every execution),
+    /// as an `IN` list, a sort or a `UNION` instead of `UNION ALL` would.
+    #[test]
+    fn describe_statements_build_no_temporary_b_tree() {
+        let store = Store::open_in_memory(StoreConfig::default()).unwrap();
+        for sql in [DESCRIBE_ROW, OPEN_WORKFLOW_TASK] {
+            let opcodes: Vec<String> = store
+                .conn
+                .prepare(&format!("EXPLAIN {sql}"))
+                .unwrap()
+                .query_map([1i64], |row| row.get::<_, String>(1))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                opcodes.iter().any(|op| op == "OpenRead"),
+                "{sql}: {opcodes:?}"
+            );
+            assert!(
+                !opcodes.iter().any(|op| op == "OpenEphemeral"),
+                "{sql} opens a temporary B-tree: {opcodes:?}"
+            );
+        }
     }
 }
