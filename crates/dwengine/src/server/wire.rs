@@ -620,6 +620,36 @@ pub struct StartAnswer {
 }
 
 impl StartAnswer {
+    /// Appends the answer's JSON to `out`: the bytes its `Serialize`
+    /// writes, with the keys as constant bytes. Escaping the nine keys and
+    /// the struct serializer's calls were half of the answer's
+    /// serialization on every start (docs/performance.md, "the gate's
+    /// copies"); the values are escaped as before.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.push(b'{');
+        match self.duplicate {
+            Some(true) => out.extend_from_slice(b"\"duplicate\":true,"),
+            Some(false) => out.extend_from_slice(b"\"duplicate\":false,"),
+            None => {}
+        }
+        let fields: [(&[u8], &str); 8] = [
+            (b"\"namespace\":", &self.namespace),
+            (b",\"outcome\":", self.outcome),
+            (b",\"payload_codec\":", &self.payload_codec),
+            (b",\"run_id\":", &self.run_id),
+            (b",\"status\":", self.status),
+            (b",\"task_queue\":", &self.task_queue),
+            (b",\"workflow_id\":", &self.workflow_id),
+            (b",\"workflow_type\":", &self.workflow_type),
+        ];
+        for (key, value) in fields {
+            out.extend_from_slice(key);
+            serde_json::to_writer(&mut *out, value)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
     /// The answer as a JSON value, for callers that add to it or read it:
     /// the same map its serialization writes.
     pub fn into_value(self) -> Value {
@@ -814,5 +844,53 @@ mod tests {
             );
             assert_eq!(answer.into_value(), map);
         }
+    }
+
+    /// The answer written with constant keys is its serialization, byte
+    /// for byte, whatever its strings hold and with or without
+    /// `duplicate`.
+    #[test]
+    fn a_start_answer_is_written_as_it_serializes() {
+        let texts = [
+            String::new(),
+            "w-1".into(),
+            "q \"quoted\" \\ back\\slash".into(),
+            "tab\tnew\nline\r\u{0}\u{1f}\u{7f}".into(),
+            "\u{e9}t\u{e9} \u{1f600} \u{2028}\u{2029}".into(),
+            "</script>&'".into(),
+            "x".repeat(600),
+        ];
+        let mut written = 0;
+        for (i, text) in texts.iter().enumerate() {
+            for duplicate in [None, Some(false), Some(true)] {
+                let other = &texts[(i + 1) % texts.len()];
+                let answer = StartAnswer {
+                    duplicate,
+                    namespace: text.clone(),
+                    outcome: if duplicate.is_some() {
+                        "started_new"
+                    } else {
+                        "returned_existing_run"
+                    },
+                    payload_codec: other.clone(),
+                    run_id: format!("{}", 17 + i),
+                    status: "running",
+                    task_queue: other.clone(),
+                    workflow_id: text.clone(),
+                    workflow_type: format!("{text}{other}"),
+                };
+                let mut out = b"kept ".to_vec();
+                answer.write_json(&mut out).unwrap();
+                let serialized = serde_json::to_vec(&answer).unwrap();
+                assert_eq!(&out[..5], b"kept ");
+                assert_eq!(
+                    String::from_utf8_lossy(&out[5..]),
+                    String::from_utf8_lossy(&serialized)
+                );
+                assert_eq!(out[5..], serialized[..]);
+                written += 1;
+            }
+        }
+        assert_eq!(written, 21);
     }
 }

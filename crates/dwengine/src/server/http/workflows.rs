@@ -157,7 +157,7 @@ const REPLY_HEADERS: usize = 12;
 /// (docs/performance.md, "A start's round trip").
 fn start_reply(status: StatusCode, answer: &crate::server::wire::StartAnswer) -> Response {
     let mut body = Vec::with_capacity(512);
-    if let Err(e) = serde_json::to_writer(&mut body, answer) {
+    if let Err(e) = answer.write_json(&mut body) {
         return refuse(ApiError::Internal(format!("the start's answer: {e}")));
     }
     let mut response = Body::from(body).into_response();
