@@ -63,6 +63,12 @@ impl TaskQueueAdmission {
         hash_dimensions(&[namespace, task_queue, kind])
     }
 
+    /// Whether queues have a dispatch cap (their polls then take the queue
+    /// lock in the cache, sleeping between tries).
+    pub fn capped(&self) -> bool {
+        self.dispatches_per_minute.is_some()
+    }
+
     /// Takes the queue lock, waiting up to `patience`; `None` if still contended.
     pub fn lock(
         &self,

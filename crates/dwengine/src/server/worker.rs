@@ -35,6 +35,10 @@ use crate::store::{
 };
 use crate::wait_slots::WaitSlot;
 
+mod poll_now;
+use poll_now::Reading;
+pub(crate) use poll_now::{Ending, FirstStep, PassNow};
+
 /// How often a repeat of a poll still running looks for its answer.
 pub(crate) const WAKE_CHECK: Duration = Duration::from_millis(25);
 /// Activities of unusable worker sessions one poll pass fails at most
@@ -205,6 +209,11 @@ pub(crate) trait PollKind: Copy + Send + Sync + 'static {
     /// Whether the pass that found `task` saw more work than it took (or
     /// cannot tell): the other polls of its channel are then woken.
     fn more_ready(task: &Self::Task) -> bool;
+    /// A workflow or activity poll's kind of task: its first step may run
+    /// on the async runtime ([`Engine::begin_poll_now`]).
+    fn task_kind(self) -> Option<TaskKind> {
+        None
+    }
 }
 
 impl PollKind for TaskKind {
@@ -257,6 +266,10 @@ impl PollKind for TaskKind {
 
     fn more_ready(task: &LeasedTask) -> bool {
         task.more_ready
+    }
+
+    fn task_kind(self) -> Option<TaskKind> {
+        Some(self)
     }
 }
 
@@ -665,18 +678,8 @@ impl Engine {
         let keyed = known || self.unknown_polls.try_admit();
         if keyed {
             match self.polls(kind).begin(ns, queue, id, poll.wait)? {
-                PollClaim::Replay(bytes) => {
-                    let answer = self.replayed(kind, poll, &bytes)?;
-                    return Ok(PollStep::Answered(self.observed(kind, poll, answer)?));
-                }
-                PollClaim::InFlight => {
-                    // A repeat of a poll still running waits like a poll: it
-                    // holds a wait slot, so repeats cannot pile up.
-                    let slot = self.wait_slot(kind, poll)?;
-                    let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
-                    return Ok(PollStep::InFlight { deadline, slot });
-                }
                 PollClaim::Fresh => {}
+                repeat => return self.repeated_poll(kind, poll, repeat),
             }
         }
         match self.first_pass(kind, poll, keyed, look) {
@@ -690,6 +693,31 @@ impl Engine {
         }
     }
 
+    /// The first step of a repeat of a poll request id: the answer the
+    /// first poll stored, replayed, or (that poll still running) a wait
+    /// for it.
+    fn repeated_poll(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        repeat: PollClaim,
+    ) -> Result<PollStep, ApiError> {
+        match repeat {
+            PollClaim::Replay(bytes) => {
+                let answer = self.replayed(kind, poll, &bytes)?;
+                Ok(PollStep::Answered(self.observed(kind, poll, answer)?))
+            }
+            PollClaim::InFlight => {
+                // A repeat of a poll still running waits like a poll: it
+                // holds a wait slot, so repeats cannot pile up.
+                let slot = self.wait_slot(kind, poll)?;
+                let deadline = Instant::now() + poll.wait + self.config.poll_ttls.pending_slack;
+                Ok(PollStep::InFlight { deadline, slot })
+            }
+            PollClaim::Fresh => Err(ApiError::Internal("a fresh poll is no repeat".into())),
+        }
+    }
+
     /// What a poll's first step reads, in one read transaction: the
     /// worker's registration (whether it is known, and its cohort, which
     /// is set on `poll` here), the durable binding of its request id, and
@@ -698,9 +726,20 @@ impl Engine {
     /// last commit emptied, so it reads the same index pages again
     /// (docs/performance.md, session 16).
     fn first_look(&self, kind: TaskKind, poll: &PollSpec) -> Result<FirstLook, ApiError> {
+        self.first_look_by(kind, poll, Reading::Wait)?
+            .ok_or_else(|| ApiError::Internal("a waiting read answered nothing".into()))
+    }
+
+    /// [`Engine::first_look`], read as `how` says (`None`: not now).
+    fn first_look_by(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        how: Reading,
+    ) -> Result<Option<FirstLook>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         let idle_before = self.config.worker_sweep.idle_before_ms(crate::unix_ms());
-        let look = self.read(|s| {
+        let look = self.read_by(how, |s| {
             let registration = s.worker_poll_registration(ns, &poll.worker_id, idle_before)?;
             // The poll's cohort, when it names no build: its registration's.
             let _ = poll
@@ -790,15 +829,27 @@ impl Engine {
                 return Err(e);
             }
         };
+        let task_id = task.as_ref().map(|t| t.task_id);
+        let answer = self.answer(task, poll.history_page_size, false);
+        self.keep_answer(kind, poll, task_id, answer)
+    }
+
+    /// A keyed poll's end once its answer is rendered: the replay key
+    /// stored (naming the task it leased, `task_id`) and the answer
+    /// recorded in the queue's poll diagnostics.
+    fn keep_answer(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        task_id: Option<i64>,
+        answer: Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         // The replay key keeps a reference, never the task: its size is
         // fixed however large the history is.
-        let reference = ReplayRef {
-            task_id: task.as_ref().map(|t| t.task_id),
-        };
-        let bytes = serde_json::to_vec(&reference).unwrap_or_default();
-        polls.finish(ns, queue, id, &bytes)?;
-        let answer = self.answer(task, poll.history_page_size, false)?;
-        self.observed(kind, poll, answer)
+        let bytes = serde_json::to_vec(&ReplayRef { task_id }).unwrap_or_default();
+        self.polls(kind).finish(ns, queue, id, &bytes)?;
+        self.observed(kind, poll, answer?)
     }
 
     /// Records a keyed poll's answer in the queue's poll diagnostics.
@@ -830,10 +881,26 @@ impl Engine {
         page_size: usize,
         replayed: bool,
     ) -> Result<Value, ApiError> {
+        self.answer_by(task, page_size, replayed, Reading::Wait)?
+            .map_err(|_| ApiError::Internal("a waiting read answered nothing".into()))
+    }
+
+    /// [`Engine::answer`], its reads read as `how` says: `Err(task)` when
+    /// they cannot be read now.
+    fn answer_by(
+        &self,
+        task: Option<LeasedTask>,
+        page_size: usize,
+        replayed: bool,
+        how: Reading,
+    ) -> Result<Result<Value, Option<LeasedTask>>, ApiError> {
         let status = if task.is_some() { "leased" } else { "timeout" };
         let workflow = task.as_ref().is_some_and(|t| t.kind == TaskKind::Workflow);
         let task = match task {
-            Some(task) => self.render_task(task, page_size)?,
+            Some(task) => match self.render_task(task, page_size, how)? {
+                Ok(task) => task,
+                Err(task) => return Ok(Err(Some(task))),
+            },
             None => Value::Null,
         };
         let mut answer = json!({ "task": task, "poll_status": status });
@@ -843,7 +910,7 @@ impl Engine {
         if replayed {
             answer["replayed"] = true.into();
         }
-        Ok(answer)
+        Ok(Ok(answer))
     }
 
     /// The answer replayed from a replay key: the task it names, read
@@ -903,16 +970,36 @@ impl Engine {
         if !self.queues.has_budget(ns, queue, kind.as_str())? {
             return Ok(None);
         }
-        let (ns_owned, queue_owned) = (ns.clone(), queue.clone());
-        let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
-        let lease = self.config.task_lease;
         // One claim probe at a time against SQLite, across nodes (off on
         // PostgreSQL, whose claims run side by side: see `Engine::claim`).
         let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
             return Ok(None);
         };
+        let claimed = self.claim(self.claim_transaction(kind, poll))?;
+        permit.claimed(claimed.0.is_some());
+        drop(permit);
+        self.claimed(kind, poll, claimed)
+    }
+
+    /// A pass's claim transaction: the lease of the next task the poll
+    /// may take (its cohort's, its session's), with what goes with it.
+    /// Also the tasks' queues of activities it failed on the way.
+    #[allow(clippy::type_complexity)]
+    fn claim_transaction(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+    ) -> impl Fn(
+        &crate::store::Store,
+    ) -> Result<(Option<LeasedTask>, Vec<String>), crate::store::Error>
+           + Clone
+           + Send
+           + 'static {
+        let (ns_owned, queue_owned) = (poll.namespace.clone(), poll.task_queue.clone());
+        let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
+        let lease = self.config.task_lease;
         let cohort = poll.cohort().map(str::to_owned);
-        let (task, failed_runs) = self.claim(move |s| {
+        move |s| {
             // A draining cohort claims no new task (what it holds finishes).
             if s.cohort_draining(&ns_owned, &queue_owned, cohort.as_deref())? {
                 return Ok((None, Vec::new()));
@@ -960,12 +1047,21 @@ impl Engine {
                 return Ok((task, failed_runs));
             }
             Ok((None, failed_runs))
-        })?;
+        }
+    }
+
+    /// After a claim's commit: the queues of the activities it failed are
+    /// woken and a dispatched task is counted against its queue's budget.
+    fn claimed(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        (task, failed_runs): (Option<LeasedTask>, Vec<String>),
+    ) -> Result<Option<LeasedTask>, ApiError> {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
         for run_queue in &failed_runs {
             self.wake(ns, run_queue, TaskKind::Workflow.as_str());
         }
-        permit.claimed(task.is_some());
-        drop(permit);
         if task.is_some() {
             self.queues.record_dispatch(ns, queue, kind.as_str())?;
         }
@@ -1066,8 +1162,14 @@ impl Engine {
         }
     }
 
-    /// A leased task in the protocol's shape.
-    fn render_task(&self, task: LeasedTask, page_size: usize) -> Result<Value, ApiError> {
+    /// A leased task in the protocol's shape, its reads read as `how`
+    /// says: `Err(task)` when they cannot be read now.
+    fn render_task(
+        &self,
+        mut task: LeasedTask,
+        page_size: usize,
+        how: Reading,
+    ) -> Result<Result<Value, LeasedTask>, ApiError> {
         let owner = task.lease_owner.clone();
         let common = json!({
             "task_id": task.task_id.to_string(),
@@ -1091,7 +1193,7 @@ impl Engine {
                 // and (a repeated poll) the sticky claim as it stands now,
                 // read in one read transaction.
                 let sticky = task.sticky_replay_mode;
-                let (page, cancellation, replay) = self.read(|s| {
+                let read = self.read_by(how, |s| {
                     let page = s.history_page(run, 0, limit)?;
                     let cancellation = s.pending_cancellation(run)?;
                     let replay = match sticky {
@@ -1100,6 +1202,9 @@ impl Engine {
                     };
                     Ok((page, cancellation, replay))
                 })?;
+                let Some((page, cancellation, replay)) = read else {
+                    return Ok(Err(task));
+                };
                 let total = task.history_length;
                 let arguments = page
                     .events
@@ -1134,6 +1239,17 @@ impl Engine {
                 }
             }
             TaskKind::Activity => {
+                // The session the worker holds for it (the SDKs track it).
+                let session = match task.worker_session.take() {
+                    Some(session) => Some(session),
+                    // Leased now without one: the task has no session.
+                    None if task.session_settled => None,
+                    // A repeated poll: the session as it stands now.
+                    None => match self.read_by(how, |s| s.task_session(task.task_id))? {
+                        Some(session) => session,
+                        None => return Ok(Err(task)),
+                    },
+                };
                 let activity = task
                     .activity
                     .ok_or_else(|| ApiError::Internal("activity task without activity".into()))?;
@@ -1162,20 +1278,12 @@ impl Engine {
                 ] {
                     out.insert(key.into(), options.get(key).cloned().unwrap_or(Value::Null));
                 }
-                // The session the worker holds for it (the SDKs track it).
-                let session = match task.worker_session {
-                    Some(session) => Some(session),
-                    // Leased now without one: the task has no session.
-                    None if task.session_settled => None,
-                    // A repeated poll: the session as it stands now.
-                    None => self.read(|s| s.task_session(task.task_id))?,
-                };
                 if let Some(session) = session {
                     out.insert("worker_session".into(), session_wire(&session));
                 }
             }
         }
-        Ok(Value::Object(out))
+        Ok(Ok(Value::Object(out)))
     }
 
     /// `POST /api/worker/workflow-tasks/{id}/complete`.

@@ -21,7 +21,8 @@ use crate::server::queries::QueryPolls;
 use crate::server::update_validation::WorkflowWorkPolls;
 use crate::server::wire::{ActivityReport, PollBody, RegisterWorker, WorkflowTaskLease};
 use crate::server::worker::{
-    Departure, PollKind, PollSpec, PollStep, PollWait, SIGNAL_LOOK, WAKE_CHECK,
+    Departure, Ending, FirstStep, PassNow, PollKind, PollSpec, PollStep, PollWait, SIGNAL_LOOK,
+    WAKE_CHECK,
 };
 use crate::server::{ApiError, Engine};
 use crate::store::TaskKind;
@@ -376,8 +377,19 @@ async fn long_poll<K: PollKind>(
     kind: K,
     spec: Arc<PollSpec>,
 ) -> Result<Value, ApiError> {
-    let first = spec.clone();
-    match on_poll_lane(engine.clone(), move |e| kind.begin(e, &first)).await? {
+    let step = match kind.task_kind() {
+        // A workflow or activity poll's first step runs here as far as
+        // nothing on its way may block.
+        Some(task_kind) => match engine.begin_poll_now(task_kind, &spec).await {
+            FirstStep::Done(step) => step?,
+            FirstStep::Lane(rest) => on_poll_lane(engine.clone(), rest).await?,
+        },
+        None => {
+            let first = spec.clone();
+            on_poll_lane(engine.clone(), move |e| kind.begin(e, &first)).await?
+        }
+    };
+    match step {
         PollStep::Answered(answer) => Ok(answer),
         PollStep::InFlight { deadline, slot } => {
             // A repeat of a poll still running looks for its answer (a
@@ -504,23 +516,41 @@ async fn wait_until_answered<K: PollKind>(
         }
         if due {
             last_pass = Instant::now();
-            let (look, keyed) = (spec.clone(), wait.keyed);
+            let keyed = wait.keyed;
             // A pass that ends the poll answers in the same step on the
             // lane (one hand-off to a lane thread and back fewer).
-            let passed = on_poll_lane(engine.clone(), move |e| {
-                Ok(match kind.pass(e, &look, keyed) {
-                    Ok(ControlFlow::Continue(())) => Passed::Nothing,
-                    Ok(ControlFlow::Break(found)) => Passed::Answered {
-                        claimed: found.as_ref().map(K::more_ready),
-                        answer: kind.end(e, &look, keyed, Ok(found)),
-                    },
-                    Err(error) => Passed::Answered {
-                        claimed: None,
-                        answer: kind.end(e, &look, keyed, Err(error)),
-                    },
+            let on_lane = || {
+                let look = spec.clone();
+                on_poll_lane(engine.clone(), move |e| {
+                    Ok(match kind.pass(e, &look, keyed) {
+                        Ok(ControlFlow::Continue(())) => Passed::Nothing,
+                        Ok(ControlFlow::Break(found)) => Passed::Answered {
+                            claimed: found.as_ref().map(K::more_ready),
+                            answer: kind.end(e, &look, keyed, Ok(found)),
+                        },
+                        Err(error) => Passed::Answered {
+                            claimed: None,
+                            answer: kind.end(e, &look, keyed, Err(error)),
+                        },
+                    })
                 })
-            })
-            .await;
+            };
+            // A workflow or activity poll's pass runs here as far as
+            // nothing on its way may block.
+            let passed = match kind.task_kind() {
+                Some(task_kind) => match engine.pass_now(task_kind, spec, keyed).await {
+                    PassNow::Lane => on_lane().await,
+                    PassNow::Nothing => Ok(Passed::Nothing),
+                    PassNow::Ended { more_ready, answer } => Ok(Passed::Answered {
+                        claimed: more_ready,
+                        answer: match answer {
+                            Ending::Done(answer) => answer,
+                            Ending::Lane(rest) => on_poll_lane(engine.clone(), rest).await,
+                        },
+                    }),
+                },
+                None => on_lane().await,
+            };
             let claimed = match &passed {
                 Ok(Passed::Answered { claimed, .. }) => *claimed,
                 _ => None,
