@@ -3,10 +3,15 @@
 //! A worker whose long poll timed out on its side retries with the same
 //! poll request id. If the first poll already leased a task, the retry must
 //! get that task back rather than lease a second one (which would sit
-//! leased to nobody until its lease expired). Each poll writes one pending
-//! key while it runs and one short replay-result key when it ends; both
-//! expire, and no index of request ids is kept. The durable half of the
-//! replay is the poll request id stored on the leased task row.
+//! leased to nobody until its lease expired). Each poll writes one key: a
+//! pending marker while it runs, overwritten by its short replay result
+//! when it ends; it expires, and no index of request ids is kept. The
+//! durable half of the replay is the poll request id stored on the leased
+//! task row.
+//!
+//! One key, not a pending key beside a result key, so that a poll costs
+//! the cache two operations (an `add` when it begins, a `put` when it
+//! ends) instead of four (docs/performance.md, session 17).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,16 +47,26 @@ pub enum PollClaim {
     InFlight,
 }
 
-/// The shared mechanics; each owner type supplies its keys.
+/// The shared mechanics; each owner type supplies its key family.
 #[derive(Clone)]
 pub struct PollRequests {
     cache: Arc<dyn Cache>,
     ttls: PollRequestTtls,
-    pending_key: fn(&str) -> String,
-    result_key: fn(&str) -> String,
+    prefix: &'static str,
 }
 
+/// The value of a poll's key while it runs. A replay result is a task
+/// reference (JSON) or a query poll's `leased` or `empty`, never this.
+const PENDING: &[u8] = b"pending";
+
 impl PollRequests {
+    /// The one key of a poll request id: its pending marker, then its
+    /// replay result.
+    pub fn key(&self, namespace: &str, task_queue: &str, poll_request_id: &str) -> String {
+        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
+        format!("{}{id}", self.prefix)
+    }
+
     /// Claims `poll_request_id` for a poll that may wait up to `wait`.
     pub fn begin(
         &self,
@@ -60,16 +75,21 @@ impl PollRequests {
         poll_request_id: &str,
         wait: Duration,
     ) -> Result<PollClaim, CacheError> {
-        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
-        if let Some(result) = self.cache.get(&(self.result_key)(&id))? {
-            return Ok(PollClaim::Replay(result));
-        }
+        let key = self.key(namespace, task_queue, poll_request_id);
         let ttl = wait.saturating_add(self.ttls.pending_slack);
-        if self.cache.add(&(self.pending_key)(&id), b"1", ttl)? {
-            Ok(PollClaim::Fresh)
-        } else {
-            Ok(PollClaim::InFlight)
+        // A key that expires between the `add` and the `get` is claimed
+        // again (the second `add` then finds it gone, or a newer arrival's).
+        for _ in 0..2 {
+            if self.cache.add(&key, PENDING, ttl)? {
+                return Ok(PollClaim::Fresh);
+            }
+            match self.cache.get(&key)? {
+                Some(value) if value == PENDING => return Ok(PollClaim::InFlight),
+                Some(result) => return Ok(PollClaim::Replay(result)),
+                None => {}
+            }
         }
+        Ok(PollClaim::InFlight)
     }
 
     /// The replay result, if the poll has ended.
@@ -79,11 +99,14 @@ impl PollRequests {
         task_queue: &str,
         poll_request_id: &str,
     ) -> Result<Option<Vec<u8>>, CacheError> {
-        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
-        self.cache.get(&(self.result_key)(&id))
+        let value = self
+            .cache
+            .get(&self.key(namespace, task_queue, poll_request_id))?;
+        Ok(value.filter(|value| value != PENDING))
     }
 
-    /// Ends the poll: stores its replay result and drops the pending key.
+    /// Ends the poll: its key's pending marker becomes its replay result
+    /// (`result`, never the marker), for the result's TTL.
     pub fn finish(
         &self,
         namespace: &str,
@@ -91,11 +114,15 @@ impl PollRequests {
         poll_request_id: &str,
         result: &[u8],
     ) -> Result<(), CacheError> {
-        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
-        self.cache
-            .put(&(self.result_key)(&id), result, self.ttls.result)?;
-        self.cache.forget(&(self.pending_key)(&id))?;
-        Ok(())
+        debug_assert!(
+            result != PENDING,
+            "a replay result is never the pending marker"
+        );
+        self.cache.put(
+            &self.key(namespace, task_queue, poll_request_id),
+            result,
+            self.ttls.result,
+        )
     }
 
     /// Drops the pending key of a poll that failed, so a retry runs afresh.
@@ -105,8 +132,9 @@ impl PollRequests {
         task_queue: &str,
         poll_request_id: &str,
     ) -> Result<(), CacheError> {
-        let id = hash_dimensions(&[namespace, task_queue, poll_request_id]);
-        self.cache.forget(&(self.pending_key)(&id)).map(|_| ())
+        self.cache
+            .forget(&self.key(namespace, task_queue, poll_request_id))
+            .map(|_| ())
     }
 }
 
@@ -167,8 +195,7 @@ impl WorkflowTaskPollRequestStore {
         PollRequests {
             cache,
             ttls,
-            pending_key: |id| format!("{}pending:{id}", WorkflowTaskPollRequestStore::PREFIX),
-            result_key: |id| format!("{}result:{id}", WorkflowTaskPollRequestStore::PREFIX),
+            prefix: WorkflowTaskPollRequestStore::PREFIX,
         }
     }
 }
@@ -185,8 +212,7 @@ impl ActivityTaskPollRequestStore {
         PollRequests {
             cache,
             ttls,
-            pending_key: |id| format!("{}pending:{id}", ActivityTaskPollRequestStore::PREFIX),
-            result_key: |id| format!("{}result:{id}", ActivityTaskPollRequestStore::PREFIX),
+            prefix: ActivityTaskPollRequestStore::PREFIX,
         }
     }
 }
@@ -216,8 +242,7 @@ impl QueryTaskPollRequestStore {
             polls: PollRequests {
                 cache: cache.clone(),
                 ttls,
-                pending_key: |id| format!("{}pending:{id}", QueryTaskPollRequestStore::PREFIX),
-                result_key: |id| format!("{}result:{id}", QueryTaskPollRequestStore::PREFIX),
+                prefix: QueryTaskPollRequestStore::PREFIX,
             },
             cache,
             ttls,
@@ -296,13 +321,115 @@ mod tests {
                 .count_prefix(WorkflowTaskPollRequestStore::PREFIX)
                 .unwrap(),
             1,
-            "the pending key is gone once the result exists"
+            "one key per poll id: the pending marker became the result"
+        );
+        assert_eq!(
+            polls.result("ns", "q", "p1").unwrap(),
+            Some(b"task-7".to_vec())
+        );
+        // A pending poll has no result yet; a failed one leaves no key, so
+        // its retry runs afresh.
+        assert_eq!(
+            polls.begin("ns", "q", "p2", wait).unwrap(),
+            PollClaim::Fresh
+        );
+        assert_eq!(polls.result("ns", "q", "p2").unwrap(), None);
+        polls.abandon("ns", "q", "p2").unwrap();
+        assert_eq!(
+            polls.begin("ns", "q", "p2", wait).unwrap(),
+            PollClaim::Fresh
         );
         assert_eq!(
             cache
                 .count_prefix(ActivityTaskPollRequestStore::PREFIX)
                 .unwrap(),
             0
+        );
+    }
+
+    /// A cache that counts the operations asked of it.
+    #[derive(Default)]
+    struct Counting {
+        inner: MemoryCache,
+        operations: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn counted<T>(&self, operation: T) -> T {
+            self.operations
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            operation
+        }
+
+        fn take(&self) -> usize {
+            self.operations
+                .swap(0, std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    impl Cache for Counting {
+        fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
+            self.counted(self.inner.put(key, value, ttl))
+        }
+        fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+            self.counted(self.inner.add(key, value, ttl))
+        }
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
+            self.counted(self.inner.get(key))
+        }
+        fn forget(&self, key: &str) -> Result<bool, CacheError> {
+            self.counted(self.inner.forget(key))
+        }
+        fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
+            self.counted(self.inner.increment(key, ttl))
+        }
+        fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+            self.counted(self.inner.claim(key, value, ttl))
+        }
+        fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
+            self.counted(self.inner.release(key, value))
+        }
+        fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
+            self.inner.count_prefix(prefix)
+        }
+        fn backend(&self) -> &'static str {
+            self.inner.backend()
+        }
+        fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError> {
+            self.counted(self.inner.publish(channel, message))
+        }
+        fn subscribe(
+            &self,
+            channel: &str,
+            deliver: crate::cache::Deliver,
+        ) -> Result<crate::cache::Subscription, CacheError> {
+            self.inner.subscribe(channel, deliver)
+        }
+    }
+
+    /// A poll that runs and answers costs the cache two operations (its
+    /// key added, then overwritten by its result); a repeat, one more.
+    #[test]
+    fn a_poll_costs_the_cache_two_operations() {
+        let cache = Arc::new(Counting::default());
+        let polls = ActivityTaskPollRequestStore::store(cache.clone(), PollRequestTtls::default());
+        let wait = Duration::from_secs(1);
+        assert_eq!(
+            polls.begin("ns", "q", "p1", wait).unwrap(),
+            PollClaim::Fresh
+        );
+        polls.finish("ns", "q", "p1", b"{\"task_id\":7}").unwrap();
+        assert_eq!(cache.take(), 2);
+        assert_eq!(
+            polls.begin("ns", "q", "p1", wait).unwrap(),
+            PollClaim::Replay(b"{\"task_id\":7}".to_vec())
+        );
+        assert_eq!(cache.take(), 2);
+        assert_eq!(
+            cache
+                .count_prefix(ActivityTaskPollRequestStore::PREFIX)
+                .unwrap(),
+            1
         );
     }
 

@@ -92,7 +92,7 @@ fn the_replay_key_holds_a_task_reference_never_the_task() {
     let task = wire::polled_task(&first).expect("a task");
     assert!(task["history_events"].to_string().len() > 1_000_000);
     let key = format!(
-        "{}result:{}",
+        "{}{}",
         WorkflowTaskPollRequestStore::PREFIX,
         hash_dimensions(&["ns", "q", "p"])
     );
