@@ -28,7 +28,10 @@ BUCKETS = [
     ("dwserver-poll", "poll lane: store reads", r"SharedStore::read"),
     ("dwserver-poll", "poll lane: other (lane runtime, thread switches)", r""),
     ("", "async: describe", r"describe"),
-    ("", "async: polls", r"worker_tasks::"),
+    ("", "async: polls' request-id keys, diagnostics", r"PollRequests|WorkerPollDiagnostics"),
+    ("", "async: polls' rendering of the task", r"render_task"),
+    ("", "async: polls' store reads (first look, recovery scans)", r"first_look|recovery_scan"),
+    ("", "async: polls, other (validation, claims awaited, wake-ups)", r"worker_tasks::"),
     ("", "async: HTTP, routing, completions' and starts' async parts", r"hyper::|serve::serve"),
     ("", "async: runtime (park, wake, timers)", r""),
 ]

@@ -3,10 +3,11 @@
 //! A poll runs one pass (recovery scans, then a lease under the queue's
 //! admission) and, if that found nothing, holds a wait slot and re-runs the
 //! pass whenever the queue's wake signal changes, until its wait ends. The
-//! passes run on the blocking pool (they touch the store); the waits
-//! between them are the HTTP layer's, on the async runtime, holding no
-//! thread ([`PollKind`], `server/http/worker_tasks.rs`). Its
-//! answer is stored under its poll request id, so a retry of the same id
+//! passes run on the poll lane's blocking threads (they touch the store),
+//! or on the async thread where nothing on the way may block
+//! (`server/worker/poll_now.rs`); the waits between them are the HTTP
+//! layer's, on the async runtime, holding no thread ([`PollKind`],
+//! `server/http/worker_tasks.rs`). Its answer is stored under its poll request id, so a retry of the same id
 //! replays the answer and can never lease a second task. Every report on a
 //! task names the lease it holds (`lease_owner` and the attempt); a report
 //! from a worker that lost its lease is refused with 409.

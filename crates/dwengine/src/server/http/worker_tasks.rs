@@ -366,7 +366,9 @@ async fn answer_poll<K: PollKind>(
 }
 
 /// Runs a long poll to its answer: its steps (claims, passes, the
-/// answer) on the poll lane's blocking threads, and the waits between
+/// answer) on the poll lane's blocking threads (a workflow or activity
+/// poll's on this thread as far as nothing on the way may block:
+/// `Engine::begin_poll_now`, `Engine::pass_now`), and the waits between
 /// them on the async runtime, holding no thread: on the wake-up of the
 /// poll's channel (a commit on this node, the relay from another node, an
 /// SQS delivery), the idle recheck (`poll_idle_recheck`, 500 ms: timers
