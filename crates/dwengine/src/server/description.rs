@@ -412,14 +412,7 @@ mod tests {
     /// terminal records with and without output or a closed reason.
     #[test]
     fn the_struct_serializes_to_the_bytes_of_the_value_tree_it_replaced() {
-        let statuses = [
-            RunStatus::Running,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-            RunStatus::Terminated,
-            RunStatus::ContinuedAsNew,
-        ];
+        let statuses = RunStatus::ALL;
         let terminals = [
             None,
             Some(json!({ "output": { "codec": "json", "blob": "\"done\"" } })),

@@ -21,8 +21,8 @@ use crate::store::db::OptionalExtension;
 use crate::store::deadlines::RunTimeouts;
 use crate::store::error::Error;
 use crate::store::history::read_event;
-use crate::store::model::{PendingCounts, Run, RunId, RunOrigin, RunStatus};
-use crate::store::rows::{decode_map, to_i64, to_u64};
+use crate::store::model::{PendingCounts, Run, RunId, RunStatus};
+use crate::store::rows::{decode_map, status_and_origin, to_i64, to_u64};
 
 /// A run's description with its input and terminal record, and its archive
 /// mark: what a detailed describe answers from.
@@ -93,13 +93,7 @@ impl Store {
             raw.text;
         let [parent, activities, timers, children, signals, updates, length, bytes, from, to, resume, cancel, closed, pruned, created, execution, run_timeout, archived_at] =
             raw.ints;
-        let status = RunStatus::parse(&status)
-            .ok_or_else(|| Error::Corrupt(format!("run {run} has status {status:?}")))?;
-        let origin = match origin.as_str() {
-            "v2" => RunOrigin::V2,
-            "v1_projection" => RunOrigin::V1Projection,
-            other => return Err(Error::Corrupt(format!("run {run} has origin {other:?}"))),
-        };
+        let (status, origin) = status_and_origin(run, &status, &origin)?;
         let count = |v: Option<i64>| to_u64(v.unwrap_or(0));
         let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
         let deadline = |s: Option<u64>| {

@@ -136,13 +136,7 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
     let Some((workflow_id, workflow_type, status, origin, parent, counts)) = raw else {
         return Err(Error::RunNotFound(run));
     };
-    let status = RunStatus::parse(&status)
-        .ok_or_else(|| Error::Corrupt(format!("run {run} has status {status:?}")))?;
-    let origin = match origin.as_str() {
-        "v2" => RunOrigin::V2,
-        "v1_projection" => RunOrigin::V1Projection,
-        other => return Err(Error::Corrupt(format!("run {run} has origin {other:?}"))),
-    };
+    let (status, origin) = status_and_origin(run, &status, &origin)?;
     Ok(RunHead {
         id: run,
         workflow_id,
@@ -458,4 +452,21 @@ pub(crate) fn insert_run_with(
     )?);
     insert_event_row(conn, run, 0, event, &text, None)?;
     Ok(run)
+}
+
+/// A run row's stored `status` and `origin` columns, parsed; a value this
+/// engine never writes is a corrupt row, named with its run.
+pub(crate) fn status_and_origin(
+    run: RunId,
+    status: &str,
+    origin: &str,
+) -> Result<(RunStatus, RunOrigin), Error> {
+    let status = RunStatus::parse(status)
+        .ok_or_else(|| Error::Corrupt(format!("run {run} has status {status:?}")))?;
+    let origin = match origin {
+        "v2" => RunOrigin::V2,
+        "v1_projection" => RunOrigin::V1Projection,
+        other => return Err(Error::Corrupt(format!("run {run} has origin {other:?}"))),
+    };
+    Ok((status, origin))
 }
