@@ -91,10 +91,12 @@ start_node() {
   exit 1
 }
 
-fresh_database() { # NAME: a new empty database; prints its URL
-  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+# fresh_database NAME: a new empty database, its URL in $url. Not run in a
+# $(...) subshell: the name must reach `databases` here, for cleanup to drop it.
+fresh_database() {
   databases+=("$1")
-  echo "${DW_BENCH_POSTGRES_URL%/*}/$1"
+  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1" >/dev/null
+  url="${DW_BENCH_POSTGRES_URL%/*}/$1"
 }
 
 cpu_ticks() { # the nodes' user + system ticks so far
@@ -165,13 +167,13 @@ measure sqlite-1 "http://127.0.0.1:$((port + 1))" "sqlite3 '$work/runs.sqlite' '
 stop_nodes
 
 # One PostgreSQL node.
-url=$(fresh_database "dw_bench_$$_pg1")
+fresh_database "dw_bench_$$_pg1"
 start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
 measure pg-1 "http://127.0.0.1:$((port + 1))" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg1"
 stop_nodes
 
 # Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
-url=$(fresh_database "dw_bench_$$_pg3")
+fresh_database "dw_bench_$$_pg3"
 redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
 awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' docs/deployment.md |
   sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
