@@ -24,6 +24,7 @@
 //! TOML syntax) below it. The contract never imports the reader.
 pub mod archive;
 pub mod auth;
+pub mod body_deadline;
 pub mod build_ids;
 pub mod cancellation;
 pub mod config;

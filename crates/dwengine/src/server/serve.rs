@@ -7,25 +7,25 @@
 //! connections left idle), a semaphore caps open connections (one past the
 //! cap is answered 503 `connection_limit` and closed, through a small
 //! overflow lane that itself never waits for the client), and each request
-//! body must arrive whole before the body-read deadline ([`DeadlineBody`]).
+//! body must arrive whole before the body-read deadline
+//! ([`DeadlineBody`](crate::server::body_deadline::DeadlineBody)).
 //! On shutdown the loop stops accepting, ends every wait and long poll
 //! (they answer empty), asks each connection to finish its request and
 //! close, and returns after the shutdown deadline whatever clients do.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
 
+use crate::server::body_deadline::DeadlineBody;
 use crate::server::connections::ConnectionLimits;
 use crate::server::http::App;
 use crate::waiters::Waiters;
@@ -246,83 +246,4 @@ async fn answer_and_close(stream: TcpStream) {
             Err(_) => return,
         }
     }
-}
-
-/// A request body that must arrive whole before a deadline, counted from
-/// when the request head arrived: a client trickling its body a byte at a
-/// time cannot hold the connection longer.
-///
-/// The timer is made only when the body is not all there at the first
-/// read: most bodies arrive with their head, and a boxed `Sleep` made and
-/// dropped per request was a measurable part of a start's CPU on the
-/// runtime threads (docs/performance.md, "the gate's copies").
-pub struct DeadlineBody {
-    inner: Incoming,
-    /// When the request's head arrived: the deadline counts from here.
-    since: tokio::time::Instant,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    limit: Duration,
-}
-
-impl DeadlineBody {
-    fn new(inner: Incoming, limit: Duration) -> Self {
-        DeadlineBody {
-            inner,
-            since: tokio::time::Instant::now(),
-            deadline: None,
-            limit,
-        }
-    }
-}
-
-/// The body did not arrive within the body-read timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within {} ms (DW_SERVER_HTTP_BODY_READ_TIMEOUT_MS)", .0.as_millis())]
-pub struct BodyTimedOut(pub Duration);
-
-impl hyper::body::Body for DeadlineBody {
-    type Data = bytes::Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
-        }
-        // As `sleep(limit)` did: a limit past what an `Instant` holds is
-        // about thirty years.
-        let deadline = self
-            .since
-            .checked_add(self.limit)
-            .unwrap_or_else(|| self.since + Duration::from_secs(86_400 * 365 * 30));
-        let sleep = self
-            .deadline
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.limit))))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Whether `error` (from reading a body) is the body-read deadline.
-pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if e.is::<BodyTimedOut>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }

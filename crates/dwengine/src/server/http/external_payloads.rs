@@ -74,7 +74,7 @@ async fn upload(
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(e) if crate::server::serve::is_body_timeout(&e) => {
+            Err(e) if crate::server::body_deadline::is_body_timeout(&e) => {
                 return refuse(ApiError::BodyTimedOut(e.to_string()));
             }
             Err(e) => {

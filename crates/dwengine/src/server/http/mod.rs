@@ -495,7 +495,7 @@ async fn read_bytes(
     };
     let bytes = match to_bytes(body, cap).await {
         Ok(bytes) => bytes,
-        Err(e) if crate::server::serve::is_body_timeout(&e) => {
+        Err(e) if crate::server::body_deadline::is_body_timeout(&e) => {
             return Err(ApiError::BodyTimedOut(e.to_string()));
         }
         Err(e) if is_length_limit(&e) => {
