@@ -962,10 +962,30 @@ impl Engine {
     ) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
         self.recover(kind, ns, queue, poll.cohort(), scan)?;
-        let Some(_lock) = self
-            .queues
-            .lock(ns, queue, kind.as_str(), Duration::from_millis(200))?
+        let Some((_lock, permit)) = self.enter_claim(kind, poll, Duration::from_millis(200))?
         else {
+            return Ok(None);
+        };
+        let claimed = self.claim(self.claim_transaction(kind, poll))?;
+        permit.claimed(claimed.0.is_some());
+        drop(permit);
+        self.claimed(kind, poll, claimed)
+    }
+
+    /// What a claim holds while it runs, or `None` when it may not run
+    /// now: its queue's dispatch lock (waited for up to `lock_patience`),
+    /// a dispatch within the queue's budget, and the claim gate's permit.
+    /// The lane's pass and the async one ([`Engine::claim_now`]) both enter
+    /// here, so they admit claims alike.
+    pub(super) fn enter_claim(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        lock_patience: Duration,
+    ) -> Result<Option<(crate::admission::QueueLock, crate::polling::ClaimPermit<'_>)>, ApiError>
+    {
+        let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        let Some(lock) = self.queues.lock(ns, queue, kind.as_str(), lock_patience)? else {
             return Ok(None);
         };
         if !self.queues.has_budget(ns, queue, kind.as_str())? {
@@ -976,10 +996,7 @@ impl Engine {
         let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
             return Ok(None);
         };
-        let claimed = self.claim(self.claim_transaction(kind, poll))?;
-        permit.claimed(claimed.0.is_some());
-        drop(permit);
-        self.claimed(kind, poll, claimed)
+        Ok(Some((lock, permit)))
     }
 
     /// A pass's claim transaction: the lease of the next task the poll

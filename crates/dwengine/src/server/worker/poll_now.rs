@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{PollSpec, PollStep, PollWait, CLAIM_GATE_PATIENCE};
+use super::{PollSpec, PollStep, PollWait};
 use crate::poll_requests::PollClaim;
 use crate::polling::PollWake;
 use crate::server::{ApiError, Engine};
@@ -209,14 +209,7 @@ impl Engine {
         kind: TaskKind,
         poll: &PollSpec,
     ) -> Result<Option<LeasedTask>, ApiError> {
-        let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        let Some(_lock) = self.queues.lock(ns, queue, kind.as_str(), Duration::ZERO)? else {
-            return Ok(None);
-        };
-        if !self.queues.has_budget(ns, queue, kind.as_str())? {
-            return Ok(None);
-        }
-        let Some(permit) = self.claim_gate.enter(CLAIM_GATE_PATIENCE)? else {
+        let Some((_lock, permit)) = self.enter_claim(kind, poll, Duration::ZERO)? else {
             return Ok(None);
         };
         let claimed = self.write_now(self.claim_transaction(kind, poll)).await?;
