@@ -41,6 +41,16 @@ struct ItemTable {
     has_result: bool,
 }
 
+/// A closing run's open tasks (`finish_run`), read through
+/// `dispatch_by_run`.
+pub(crate) const OPEN_TASKS: &str =
+    "SELECT id FROM dispatch_tasks WHERE run_id = ?1 AND status != 'done'";
+
+/// One of them closed, by its key: no temporary B-tree, which an update
+/// of all of them by `run_id` builds (`schema.rs` tests the shapes).
+pub(crate) const CLOSE_TASK: &str =
+    "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1";
+
 const ACTIVITIES: ItemTable = ItemTable {
     table: "activities",
     item: "activity",
@@ -309,27 +319,20 @@ pub(crate) fn finish_run(
     // Its open streams end with it, so their readers reach the end.
     crate::store::streams::close_open_streams_of_run(conn, head.id, status)?;
     // A closed run has no work left for workers, and no deadlines (but
-    // for its abandoned activities').
-    if abandoned.is_empty() {
-        conn.prepare_cached(
-            "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \
-             WHERE run_id = ?1 AND status != 'done'",
-        )?
-        .execute(params![head.id.0])?;
-    } else {
-        let open: Vec<i64> = conn
-            .prepare_cached("SELECT id FROM dispatch_tasks WHERE run_id = ?1 AND status != 'done'")?
-            .query_map([head.id.0], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        for task in open
-            .into_iter()
-            .filter(|t| !abandoned.iter().any(|(a, _)| a == t))
-        {
-            conn.prepare_cached(
-                "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
-            )?
-            .execute([task])?;
-        }
+    // for its abandoned activities'). Its open tasks are read first and
+    // closed one by one by id: one `UPDATE ... WHERE run_id = ?1 AND
+    // status != 'done'` changes `status`, a column of the index it
+    // searches (`dispatch_by_run`), so SQLite first collects the rows in a
+    // temporary B-tree (`OPEN_TASKS` holds the statements' shapes).
+    let open: Vec<i64> = conn
+        .prepare_cached(OPEN_TASKS)?
+        .query_map([head.id.0], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for task in open
+        .into_iter()
+        .filter(|t| !abandoned.iter().any(|(a, _)| a == t))
+    {
+        conn.prepare_cached(CLOSE_TASK)?.execute([task])?;
     }
     // Nor updates waiting for a validator (never accepted now; their
     // callers answer run_not_active, or the update an approval accepted).

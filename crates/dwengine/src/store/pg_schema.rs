@@ -215,6 +215,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0046_partial_indexes",
         include_str!("migrations/postgres/0046_partial_indexes.sql"),
     ),
+    (
+        "0047_triggers_without_temporary_tables",
+        include_str!("migrations/postgres/0047_triggers_without_temporary_tables.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -60,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0044_workflow_definition_fingerprints.sql"),
     include_str!("migrations/0045_checks_without_lists.sql"),
     include_str!("migrations/0046_partial_indexes.sql"),
+    include_str!("migrations/0047_triggers_without_temporary_tables.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -247,6 +248,280 @@ mod tests {
             }
         }
         assert_eq!(building, Vec::<String>::new());
+    }
+
+    /// The ephemeral tables `sql`'s program opens, its trigger programs
+    /// (listed after it by `EXPLAIN`) included.
+    fn ephemeral_tables(conn: &Connection, sql: &str) -> usize {
+        let mut explain = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Null; explain.parameter_count()];
+        explain
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(1))
+            .unwrap()
+            .filter(|op| op.as_ref().unwrap() == "OpenEphemeral")
+            .count()
+    }
+
+    /// No trigger builds a temporary B-tree when it fires: an insert, an
+    /// update of every column but the key, and a delete of one row of each
+    /// table open no ephemeral table, in the statement or in the trigger
+    /// programs it runs. An `UPDATE ... FROM` in a trigger opened one or
+    /// two on every firing (`task_queue_state_move` on every status change
+    /// of a task, `activity_execution_series_close` on every activity
+    /// closed), until migration 0047.
+    ///
+    /// Left out: the `external_payload_refs_*` triggers, which run only
+    /// for a payload holding an external payload reference (their `WHEN`)
+    /// and insert the references read from its `json_tree`, a virtual
+    /// table SQLite copies into a temporary one first.
+    #[test]
+    fn no_trigger_builds_a_temporary_btree() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        let references: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_schema WHERE type = 'trigger' \
+                 AND name LIKE 'external\\_payload\\_refs\\_%' ESCAPE '\\'",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!references.is_empty());
+        for name in references {
+            conn.execute_batch(&format!("DROP TRIGGER {name}")).unwrap();
+        }
+        let mut building = Vec::new();
+        for table in tables(&conn) {
+            // (name, position in the primary key; 0 for a column outside it)
+            let columns: Vec<(String, i64)> = conn
+                .prepare(&format!(
+                    "SELECT name, pk FROM pragma_table_info('{table}')"
+                ))
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let key: Vec<&str> = columns
+                .iter()
+                .filter(|(_, pk)| *pk > 0)
+                .map(|(name, _)| name.as_str())
+                .collect();
+            let by_key = if key.is_empty() || key == ["id"] {
+                "rowid = ?1".to_owned()
+            } else {
+                key.iter()
+                    .map(|c| format!("\"{c}\" = ?"))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            };
+            let set: Vec<String> = columns
+                .iter()
+                .filter(|(_, pk)| *pk == 0)
+                .map(|(c, _)| format!("\"{c}\" = \"{c}\""))
+                .collect();
+            let mut statements = vec![
+                format!("INSERT INTO \"{table}\" DEFAULT VALUES"),
+                format!("DELETE FROM \"{table}\" WHERE {by_key}"),
+            ];
+            if !set.is_empty() {
+                statements.push(format!(
+                    "UPDATE \"{table}\" SET {} WHERE {by_key}",
+                    set.join(", ")
+                ));
+            }
+            for sql in statements {
+                if ephemeral_tables(&conn, &sql) > 0 {
+                    building.push(sql);
+                }
+            }
+        }
+        assert_eq!(building, Vec::<String>::new());
+    }
+
+    /// The counter triggers 0047 rewrote leave the rows the triggers they
+    /// replaced left: one store at version 46 and one at the newest take
+    /// the same task moves (ready, leased, back to ready, done, deleted,
+    /// a non-move), with the queue's minute bucket set to the current
+    /// minute, the one before and an older one before leases, and the same
+    /// activity closes (completed, failed, cancelled) at latencies in every
+    /// histogram bucket, including a task stamped in the future. Both read
+    /// the clock, so a try whose two stores saw different minutes or
+    /// milliseconds far enough apart to cross a bucket is tried again; a
+    /// difference in what the triggers do shows in every try.
+    #[test]
+    fn the_rewritten_counter_triggers_leave_the_rows_the_old_ones_left() {
+        let version = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap()
+        };
+        let scenario = |conn: &Connection, now: i64| {
+            let offsets: [i64; 11] = [
+                -600_000, 1_700, 3_500, 7_500, 20_000, 45_000, 150_000, 600_000, 2_000_000,
+                10_000_000, 1_800,
+            ];
+            conn.execute_batch(
+                "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+                   origin, memo, search_attributes, created_at_ms) \
+                 VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1);",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+                   due_at_ms, created_at_ms) VALUES (100, 'workflow', 1, 'ns', 'q', 'ready', 1, ?1)",
+                [now],
+            )
+            .unwrap();
+            for (i, offset) in offsets.iter().enumerate() {
+                let id = i64::try_from(i).unwrap() + 1;
+                conn.execute(
+                    "INSERT INTO activities (id, run_id, activity_type, arguments, status) \
+                     VALUES (?1, 1, ?2, '[]', 'scheduled')",
+                    rusqlite::params![id, if id % 2 == 0 { "A" } else { "B" }],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO dispatch_tasks (id, kind, run_id, item_id, namespace, task_queue, \
+                       status, due_at_ms, created_at_ms) \
+                     VALUES (?1, 'activity', 1, ?1, 'ns', ?2, 'ready', 1, ?3)",
+                    rusqlite::params![id, if id % 3 == 0 { "q2" } else { "q" }, now - offset],
+                )
+                .unwrap();
+            }
+            let mv = |id: i64, status: &str| {
+                conn.execute(
+                    "UPDATE dispatch_tasks SET status = ?2 WHERE id = ?1",
+                    rusqlite::params![id, status],
+                )
+                .unwrap();
+            };
+            let minute_back = |by: i64| {
+                conn.execute(
+                    "UPDATE task_queue_state SET recent_minute = recent_minute - ?1",
+                    [by],
+                )
+                .unwrap();
+            };
+            mv(100, "leased");
+            mv(100, "leased"); // not a move
+            minute_back(1);
+            mv(1, "leased");
+            mv(2, "leased");
+            minute_back(5);
+            mv(3, "leased");
+            mv(3, "ready");
+            mv(4, "leased");
+            mv(100, "done");
+            for id in 1..=11_i64 {
+                if id != 11 {
+                    mv(id, "leased");
+                }
+                let status = ["completed", "failed", "cancelled"][usize::try_from(id % 3).unwrap()];
+                conn.execute(
+                    "UPDATE activities SET status = ?2 WHERE id = ?1",
+                    rusqlite::params![id, status],
+                )
+                .unwrap();
+                // A second close of a closed activity counts nothing.
+                conn.execute(
+                    "UPDATE activities SET status = 'completed' WHERE id = ?1",
+                    [id],
+                )
+                .unwrap();
+                if id == 5 {
+                    minute_back(1);
+                }
+                if id % 4 == 0 {
+                    conn.execute("DELETE FROM dispatch_tasks WHERE id = ?1", [id])
+                        .unwrap();
+                } else {
+                    mv(id, "done");
+                }
+            }
+        };
+        let rows = |conn: &Connection, sql: &str| -> Vec<Vec<i64>> {
+            let mut statement = conn.prepare(sql).unwrap();
+            let columns = statement.column_count();
+            statement
+                .query_map([], |r| (0..columns).map(|c| r.get(c)).collect())
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        const QUEUES: &str = "SELECT workflow_ready, workflow_leased, activity_ready, \
+            activity_leased, recent_minute, added_recent, added_before, dispatched_recent, \
+            dispatched_before FROM task_queue_state ORDER BY namespace, task_queue";
+        const SERIES: &str = "SELECT started, completed, failed, cancelled, latency_count, \
+            latency_sum_ms, le_0_1, le_0_5, le_1, le_2_5, le_5, le_10, le_30, le_60, le_300, \
+            le_900 FROM activity_execution_series \
+            ORDER BY namespace, task_queue, workflow_type, activity_type";
+        let mut tries = Vec::new();
+        for _ in 0..5 {
+            let old = Connection::open_in_memory().unwrap();
+            let new = Connection::open_in_memory().unwrap();
+            for sql in &MIGRATIONS[..46] {
+                old.execute_batch(sql).unwrap();
+            }
+            old.pragma_update(None, "user_version", 46).unwrap();
+            let mut new = new;
+            migrate_sqlite(&mut new).unwrap();
+            assert_eq!((version(&old), version(&new)), (46, SCHEMA_VERSION));
+            let now = crate::store::rows::now_ms();
+            scenario(&old, now);
+            scenario(&new, now);
+            let (old_series, new_series) = (rows(&old, SERIES), rows(&new, SERIES));
+            assert_eq!(old_series.len(), 4);
+            // latency_sum_ms holds each store's own clock: equal within the
+            // milliseconds between the two scenarios.
+            let sums_close = old_series
+                .iter()
+                .zip(&new_series)
+                .all(|(o, n)| (o[5] - n[5]).abs() <= 1_000);
+            let strip = |series: &[Vec<i64>]| -> Vec<Vec<i64>> {
+                series
+                    .iter()
+                    .map(|r| {
+                        r.iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != 5)
+                            .map(|(_, v)| *v)
+                            .collect()
+                    })
+                    .collect()
+            };
+            let outcome = (
+                rows(&old, QUEUES),
+                rows(&new, QUEUES),
+                strip(&old_series),
+                strip(&new_series),
+                sums_close,
+            );
+            if outcome.0 == outcome.1 && outcome.2 == outcome.3 && sums_close {
+                return;
+            }
+            tries.push(outcome);
+        }
+        panic!("the old and new triggers left different rows in every try: {tries:?}");
+    }
+
+    /// A closing run's tasks are closed with no temporary B-tree: read
+    /// through `dispatch_by_run`, then updated by key. The one statement
+    /// it replaced updated `status`, a column of the index it searched,
+    /// and built one (and its `task_queue_state_move` firings two more,
+    /// before 0047).
+    #[test]
+    fn closing_a_runs_tasks_builds_no_temporary_btree() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        use crate::store::completion::{CLOSE_TASK, OPEN_TASKS};
+        assert_eq!(ephemeral_tables(&conn, OPEN_TASKS), 0);
+        assert_eq!(ephemeral_tables(&conn, CLOSE_TASK), 0);
+        assert!(plan(&conn, OPEN_TASKS).contains("dispatch_by_run"));
+        let by_run = "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL \
+                      WHERE run_id = ?1 AND status != 'done'";
+        assert!(ephemeral_tables(&conn, by_run) > 0);
     }
 
     /// The plan of `sql` (its `detail` column), every parameter NULL.

@@ -1,0 +1,4 @@
+-- See the SQLite twin: two of SQLite's counter triggers no longer build a
+-- temporary B-tree each time they fire. PostgreSQL's trigger functions
+-- have no such cost and are left as they are; this version only keeps the
+-- two schemas' numbering together.
