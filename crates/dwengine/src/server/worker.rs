@@ -904,14 +904,18 @@ impl Engine {
             },
             None => Value::Null,
         };
-        let mut answer = json!({ "task": task, "poll_status": status });
+        // Built by moving the task in: `json!` would copy its whole tree
+        // (history included) through a serializer.
+        let mut answer = serde_json::Map::new();
+        answer.insert("task".into(), task);
+        answer.insert("poll_status".into(), status.into());
         if workflow {
-            answer["server_capabilities"] = workflow_task_capabilities();
+            answer.insert("server_capabilities".into(), workflow_task_capabilities());
         }
         if replayed {
-            answer["replayed"] = true.into();
+            answer.insert("replayed".into(), true.into());
         }
-        Ok(Ok(answer))
+        Ok(Ok(Value::Object(answer)))
     }
 
     /// The answer replayed from a replay key: the task it names, read
@@ -1188,21 +1192,11 @@ impl Engine {
         page_size: usize,
         how: Reading,
     ) -> Result<Result<Value, LeasedTask>, ApiError> {
-        let owner = task.lease_owner.clone();
-        let common = json!({
-            "task_id": task.task_id.to_string(),
-            "task_kind": task.kind.as_str(),
-            "namespace": task.namespace,
-            "task_queue": task.task_queue,
-            "workflow_id": task.workflow_id,
-            "run_id": wire::run_id(RunId(task.run_id)),
-            "workflow_type": task.workflow_type,
-            "lease_owner": task.lease_owner,
-            "lease_expires_at": wire::timestamp(task.lease_expires_at_ms),
-        });
-        let Value::Object(mut out) = common else {
-            return Err(ApiError::Internal("task shape".into()));
-        };
+        // The fields every task carries are moved out of `task` at the
+        // end, once its reads are in (a read that cannot be read now hands
+        // `task` back whole); the map sorts its keys, so the order of the
+        // inserts does not change the answer's bytes.
+        let mut out = serde_json::Map::new();
         match task.kind {
             TaskKind::Workflow => {
                 let run = RunId(task.run_id);
@@ -1211,12 +1205,13 @@ impl Engine {
                 // and (a repeated poll) the sticky claim as it stands now,
                 // read in one read transaction.
                 let sticky = task.sticky_replay_mode;
+                let owner = &task.lease_owner;
                 let read = self.read_by(how, |s| {
                     let page = s.history_page(run, 0, limit)?;
                     let cancellation = s.pending_cancellation(run)?;
                     let replay = match sticky {
                         Some(mode) => mode,
-                        None => s.sticky_replay_of(run, &owner)?.as_str(),
+                        None => s.sticky_replay_of(run, owner)?.as_str(),
                     };
                     Ok((page, cancellation, replay))
                 })?;
@@ -1235,7 +1230,11 @@ impl Engine {
                 out.insert("arguments".into(), arguments);
                 out.insert(
                     "history_events".into(),
-                    events.iter().map(wire::event).collect::<Vec<_>>().into(),
+                    events
+                        .into_iter()
+                        .map(wire::into_event)
+                        .collect::<Vec<_>>()
+                        .into(),
                 );
                 out.insert("total_history_events".into(), total.into());
                 out.insert("last_history_sequence".into(), total.into());
@@ -1300,6 +1299,23 @@ impl Engine {
                     out.insert("worker_session".into(), session_wire(&session));
                 }
             }
+        }
+        let common: [(&str, Value); 9] = [
+            ("task_id", task.task_id.to_string().into()),
+            ("task_kind", task.kind.as_str().into()),
+            ("namespace", task.namespace.into()),
+            ("task_queue", task.task_queue.into()),
+            ("workflow_id", task.workflow_id.into()),
+            ("run_id", wire::run_id(RunId(task.run_id)).into()),
+            ("workflow_type", task.workflow_type.into()),
+            ("lease_owner", task.lease_owner.into()),
+            (
+                "lease_expires_at",
+                wire::timestamp(task.lease_expires_at_ms).into(),
+            ),
+        ];
+        for (key, value) in common {
+            out.insert(key.into(), value);
         }
         Ok(Ok(Value::Object(out)))
     }
@@ -2205,6 +2221,16 @@ pub(crate) fn memo_updates() -> Value {
 /// `server_capabilities` (the Rust SDK reads the memo-update capability
 /// there, not from discovery).
 pub(crate) fn workflow_task_capabilities() -> Value {
+    WORKFLOW_TASK_CAPABILITIES.clone()
+}
+
+/// [`workflow_task_capabilities`], built once: every leased workflow task's
+/// answer carries it, and a copy of the tree is cheaper than `json!`
+/// serializing the command list again.
+static WORKFLOW_TASK_CAPABILITIES: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(build_workflow_task_capabilities);
+
+fn build_workflow_task_capabilities() -> Value {
     json!({
         "supported_workflow_task_commands": SUPPORTED_COMMANDS,
         "workflow_memo_updates": memo_updates(),

@@ -208,7 +208,7 @@ pub enum EventType {
 }
 
 impl EventType {
-    const ALL: [EventType; 51] = [
+    pub(crate) const ALL: [EventType; 51] = [
         EventType::WorkflowStarted,
         EventType::ActivityScheduled,
         EventType::ActivityCompleted,
