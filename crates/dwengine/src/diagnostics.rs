@@ -58,9 +58,20 @@ impl WorkerPollDiagnostics {
         task_queue: &str,
         observation: &PollObservation,
     ) -> Result<(), CacheError> {
+        let (key, value) = Self::entry(namespace, task_queue, observation);
+        self.cache.put(&key, &value, Self::TTL)
+    }
+
+    /// The key and value [`WorkerPollDiagnostics::record`] writes (for
+    /// [`Self::TTL`]), for a caller that writes them in one
+    /// [`crate::cache::Cache::batch`] with the poll's replay key.
+    pub fn entry(
+        namespace: &str,
+        task_queue: &str,
+        observation: &PollObservation,
+    ) -> (String, Vec<u8>) {
         let value = serde_json::to_vec(observation).unwrap_or_default();
-        self.cache
-            .put(&Self::key(namespace, task_queue), &value, Self::TTL)
+        (Self::key(namespace, task_queue), value)
     }
 
     /// The queue's last observation, if one is live.

@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cache::{hash_dimensions, Cache, CacheError};
+use crate::cache::{hash_dimensions, Cache, CacheError, CacheOp};
 
 /// How long poll bookkeeping lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,15 +114,33 @@ impl PollRequests {
         poll_request_id: &str,
         result: &[u8],
     ) -> Result<(), CacheError> {
+        self.finish_with(namespace, task_queue, poll_request_id, result, None)
+    }
+
+    /// [`PollRequests::finish`], and `also` written in the same round trip
+    /// ([`Cache::batch`]): the poll's diagnostic, which ends the same step.
+    pub fn finish_with(
+        &self,
+        namespace: &str,
+        task_queue: &str,
+        poll_request_id: &str,
+        result: &[u8],
+        also: Option<CacheOp<'_>>,
+    ) -> Result<(), CacheError> {
         debug_assert!(
             result != PENDING,
             "a replay result is never the pending marker"
         );
-        self.cache.put(
-            &self.key(namespace, task_queue, poll_request_id),
-            result,
-            self.ttls.result,
-        )
+        let key = self.key(namespace, task_queue, poll_request_id);
+        let replay = CacheOp::Put {
+            key: &key,
+            value: result,
+            ttl: self.ttls.result,
+        };
+        match also {
+            None => self.cache.batch(&[replay]),
+            Some(also) => self.cache.batch(&[replay, also]),
+        }
     }
 
     /// Drops the pending key of a poll that failed, so a retry runs afresh.

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use crate::cache::{hash_dimensions, Cache, CacheError, Subscription};
+use crate::cache::{hash_dimensions, Cache, CacheError, CacheOp, Subscription};
 use crate::waiters::{WaitKey, Waiters};
 
 /// Relay messages that wake calls waiting on a run, or on a query task,
@@ -69,12 +69,26 @@ impl LongPollSignalStore {
         task_queue: &str,
         channel: &str,
     ) -> Result<(), CacheError> {
-        let key = Self::key(namespace, task_queue, channel);
+        let (key, version) = Self::entry(namespace, task_queue, channel);
+        self.cache.put(&key, &version, self.ttl)
+    }
+
+    /// The key and value [`LongPollSignalStore::signal`] writes now (for
+    /// [`LongPollSignalStore::ttl`]): a new version on every call.
+    pub fn entry(namespace: &str, task_queue: &str, channel: &str) -> (String, [u8; 16]) {
         let version = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        self.cache.put(&key, &version.to_be_bytes(), self.ttl)
+        (
+            Self::key(namespace, task_queue, channel),
+            version.to_be_bytes(),
+        )
+    }
+
+    /// How long a signal stays visible.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// The latest signal on a channel, if one is live; pollers wait for it to change.
@@ -287,6 +301,13 @@ impl PollWakes {
     /// Publishes `wake` on the relay channel for the other nodes of the
     /// store; nothing when this node has no relay.
     fn publish_to_peers(&self, wake: &str) -> Result<(), CacheError> {
+        self.publish_with(wake, None)
+    }
+
+    /// [`PollWakes::publish_to_peers`], `also` written on the relay's
+    /// cache in the same round trip ([`Cache::batch`]); neither without a
+    /// relay.
+    fn publish_with(&self, wake: &str, also: Option<CacheOp<'_>>) -> Result<(), CacheError> {
         let target = self
             .relay
             .lock()
@@ -294,10 +315,37 @@ impl PollWakes {
             .as_ref()
             .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
         if let Some((cache, name, origin)) = target {
-            cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
+            let message = format!("{origin}{wake}");
+            let publish = CacheOp::Publish {
+                channel: &name,
+                message: message.as_bytes(),
+            };
+            match also {
+                None => cache.batch(&[publish])?,
+                Some(also) => cache.batch(&[publish, also])?,
+            }
             self.relayed_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Wakes the polls of `channel` as [`PollWakes::wake`] (or
+    /// [`PollWakes::wake_one`] when `one`), the relay message and `signal`
+    /// (the channel's signal key, which only a poll on a node with a relay
+    /// reads) sent in one round trip: a wake on a cluster node cost two.
+    /// Without a relay the signal is not written.
+    pub fn wake_and_signal(
+        &self,
+        channel: &str,
+        one: bool,
+        signal: CacheOp<'_>,
+    ) -> Result<(), CacheError> {
+        match (one, self.entry(channel)) {
+            (true, Some(entry)) => entry.add_token(),
+            (false, Some(entry)) => entry.bump(),
+            (_, None) => {}
+        }
+        self.publish_with(channel, Some(signal))
     }
 
     /// Relays a wake of the calls waiting on `key` (this node's were

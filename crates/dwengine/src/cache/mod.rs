@@ -68,6 +68,43 @@ pub trait Cache: Send + Sync {
     /// have been missed (a lost and re-established connection): the
     /// subscriber should look for itself. Returns once it listens.
     fn subscribe(&self, channel: &str, deliver: Deliver) -> Result<Subscription, CacheError>;
+    /// Runs `ops` in order, each as its own method runs it, in one round
+    /// trip to a remote backend (a pipeline on Redis): writes that end the
+    /// same step (a poll's replay key and its diagnostic, a wake's relay
+    /// message and its signal key) cost one wait for the network, not one
+    /// each (docs/performance.md, session 18). Not atomic: the first
+    /// failure is the answer, and the ops after it may or may not have run
+    /// (each is a write that stands alone).
+    fn batch(&self, ops: &[CacheOp<'_>]) -> Result<(), CacheError> {
+        for op in ops {
+            match *op {
+                CacheOp::Put { key, value, ttl } => self.put(key, value, ttl)?,
+                CacheOp::Publish { channel, message } => self.publish(channel, message)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One write of a [`Cache::batch`].
+#[derive(Debug, Clone, Copy)]
+pub enum CacheOp<'a> {
+    /// [`Cache::put`].
+    Put {
+        /// The key.
+        key: &'a str,
+        /// Its new value.
+        value: &'a [u8],
+        /// How long it lives.
+        ttl: Duration,
+    },
+    /// [`Cache::publish`].
+    Publish {
+        /// The pub/sub channel.
+        channel: &'a str,
+        /// The message.
+        message: &'a [u8],
+    },
 }
 
 /// What a pub/sub subscription calls with each message (`None`: some may
@@ -298,6 +335,91 @@ impl Cache for UnreachableCache {
     }
     fn subscribe(&self, _: &str, _: Deliver) -> Result<Subscription, CacheError> {
         Err(CacheError::Backend("down".into()))
+    }
+}
+
+/// A cache that writes to an in-process one and notes every call, for
+/// tests that count a step's trips to the cache.
+#[cfg(test)]
+pub(crate) struct CountingCache {
+    inner: MemoryCache,
+    /// Each call, in order: the method's name, a batch as its ops'
+    /// (`batch[put,publish]`), with the key's family (`put server:x:`).
+    pub calls: std::sync::Mutex<Vec<String>>,
+}
+
+#[cfg(test)]
+impl CountingCache {
+    pub(crate) fn new() -> CountingCache {
+        CountingCache {
+            inner: MemoryCache::default(),
+            calls: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn note(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    /// The calls since the last `take`.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+#[cfg(test)]
+impl Cache for CountingCache {
+    fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
+        self.note(format!("put {}", family_of(key)));
+        self.inner.put(key, value, ttl)
+    }
+    fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        self.note(format!("add {}", family_of(key)));
+        self.inner.add(key, value, ttl)
+    }
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
+        self.note(format!("get {}", family_of(key)));
+        self.inner.get(key)
+    }
+    fn forget(&self, key: &str) -> Result<bool, CacheError> {
+        self.note(format!("forget {}", family_of(key)));
+        self.inner.forget(key)
+    }
+    fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
+        self.note(format!("increment {}", family_of(key)));
+        self.inner.increment(key, ttl)
+    }
+    fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
+        self.note(format!("claim {}", family_of(key)));
+        self.inner.claim(key, value, ttl)
+    }
+    fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
+        self.note(format!("release {}", family_of(key)));
+        self.inner.release(key, value)
+    }
+    fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {
+        self.inner.count_prefix(prefix)
+    }
+    fn backend(&self) -> &'static str {
+        "counting"
+    }
+    fn publish(&self, channel: &str, message: &[u8]) -> Result<(), CacheError> {
+        self.note(format!("publish {}", family_of(channel)));
+        self.inner.publish(channel, message)
+    }
+    fn subscribe(&self, channel: &str, deliver: Deliver) -> Result<Subscription, CacheError> {
+        self.inner.subscribe(channel, deliver)
+    }
+    fn batch(&self, ops: &[CacheOp<'_>]) -> Result<(), CacheError> {
+        let names: Vec<String> = ops
+            .iter()
+            .map(|op| match op {
+                CacheOp::Put { key, .. } => format!("put {}", family_of(key)),
+                CacheOp::Publish { channel, .. } => format!("publish {}", family_of(channel)),
+            })
+            .collect();
+        self.note(format!("batch[{}]", names.join(", ")));
+        self.inner.batch(ops)
     }
 }
 

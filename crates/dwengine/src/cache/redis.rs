@@ -11,6 +11,13 @@
 //! its second). [`Cache::count_family`] then sums the counters of the next
 //! [`COUNT_HORIZON_SECONDS`] seconds with one `MGET`: a fixed cost per key
 //! family however many keys it holds, where a `SCAN` would walk them all.
+//!
+//! The scripts are loaded once per connection pool (`SCRIPT LOAD`) and
+//! called by their SHA1 (`EVALSHA`): sending a script's kilobyte of text
+//! with every `EVAL` made Redis hash it again on each call. A server that
+//! lost them (restarted, `SCRIPT FLUSH`) answers `NOSCRIPT`; they are
+//! loaded again and the call retried once (a script that was not found
+//! did not run). [`Cache::batch`] sends its writes as one pipeline.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, RedisResult};
 
-use super::{family_of, hash_dimensions, Cache, CacheError, Deliver, Subscription};
+use super::{family_of, hash_dimensions, Cache, CacheError, CacheOp, Deliver, Subscription};
 
 /// How often a subscriber's blocking read comes back to see whether it
 /// should stop.
@@ -102,6 +109,39 @@ const RELEASE: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 en
      redis.call('DEL', KEYS[1]) \
      if old > 0 then count_out(old) end return 1";
 
+/// The counting scripts, each with [`COUNTS`] in front.
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    Put,
+    Add,
+    Increment,
+    Forget,
+    Claim,
+    Release,
+}
+
+impl Script {
+    const ALL: [Script; 6] = [
+        Script::Put,
+        Script::Add,
+        Script::Increment,
+        Script::Forget,
+        Script::Claim,
+        Script::Release,
+    ];
+
+    fn body(self) -> &'static str {
+        match self {
+            Script::Put => PUT,
+            Script::Add => ADD,
+            Script::Increment => INCREMENT,
+            Script::Forget => FORGET,
+            Script::Claim => CLAIM,
+            Script::Release => RELEASE,
+        }
+    }
+}
+
 const POOL_SIZE: usize = 16;
 
 /// A Redis-backed cache.
@@ -109,6 +149,9 @@ pub struct RedisCache {
     client: Client,
     idle: Mutex<Vec<Connection>>,
     timeout: Duration,
+    /// Each [`Script`]'s SHA1 as Redis answered `SCRIPT LOAD`, in
+    /// [`Script::ALL`]'s order.
+    shas: Mutex<Vec<String>>,
 }
 
 impl RedisCache {
@@ -119,9 +162,59 @@ impl RedisCache {
             client,
             idle: Mutex::new(Vec::new()),
             timeout: TIMEOUT,
+            shas: Mutex::new(Vec::new()),
         };
         cache.with(|conn| redis::cmd("PING").query::<String>(conn))?;
+        cache.load_scripts()?;
         Ok(cache)
+    }
+
+    /// Loads every counting script (again, after a `NOSCRIPT`).
+    fn load_scripts(&self) -> Result<(), CacheError> {
+        let mut shas = Vec::with_capacity(Script::ALL.len());
+        for script in Script::ALL {
+            let text = format!("{COUNTS}{}", script.body());
+            shas.push(self.with(|conn| {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(&text)
+                    .query::<String>(conn)
+            })?);
+        }
+        *self.shas.lock().unwrap_or_else(|e| e.into_inner()) = shas;
+        Ok(())
+    }
+
+    /// One call of `script` on `key`; the caller adds its arguments.
+    fn counted(&self, script: Script, key: &str) -> redis::Cmd {
+        let shas = self.shas.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(shas.get(script as usize).map_or("", String::as_str))
+            .arg(2)
+            .arg(key)
+            .arg(count_prefix_of(key));
+        cmd
+    }
+
+    /// [`RedisCache::with`] for `op`, which calls the scripts (its
+    /// commands built inside it, from [`RedisCache::counted`]): a
+    /// `NOSCRIPT` answer (the server lost them) loads them again and runs
+    /// `op` once more with the new SHA1s.
+    fn with_scripts<T>(
+        &self,
+        op: impl Fn(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T, CacheError> {
+        let mut lost = false;
+        let first = self.with(|conn| {
+            let answer = op(conn);
+            lost = matches!(&answer, Err(e) if e.kind() == redis::ErrorKind::NoScriptError);
+            answer
+        });
+        if !lost {
+            return first;
+        }
+        self.load_scripts()?;
+        self.with(|conn| op(conn))
     }
 
     fn with<T>(&self, op: impl FnOnce(&mut Connection) -> RedisResult<T>) -> Result<T, CacheError> {
@@ -307,16 +400,6 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// One of the counting scripts on `key`; the caller adds its arguments.
-fn counted(script: &str, key: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(format!("{COUNTS}{script}"))
-        .arg(2)
-        .arg(key)
-        .arg(count_prefix_of(key));
-    cmd
-}
-
 fn millis(ttl: Duration) -> u64 {
     // Redis refuses a zero expiry; the shortest TTL is one millisecond.
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -325,8 +408,8 @@ fn millis(ttl: Duration) -> u64 {
 impl Cache for RedisCache {
     fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        self.with(|conn| {
-            counted(PUT, key)
+        self.with_scripts(|conn| {
+            self.counted(Script::Put, key)
                 .arg(value)
                 .arg(ttl)
                 .arg(now)
@@ -337,8 +420,13 @@ impl Cache for RedisCache {
 
     fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let added: i64 =
-            self.with(|conn| counted(ADD, key).arg(value).arg(ttl).arg(now).query(conn))?;
+        let added: i64 = self.with_scripts(|conn| {
+            self.counted(Script::Add, key)
+                .arg(value)
+                .arg(ttl)
+                .arg(now)
+                .query(conn)
+        })?;
         Ok(added == 1)
     }
 
@@ -348,28 +436,69 @@ impl Cache for RedisCache {
 
     fn forget(&self, key: &str) -> Result<bool, CacheError> {
         let now = now_ms();
-        let removed: i64 = self.with(|conn| counted(FORGET, key).arg(now).query(conn))?;
+        let removed: i64 =
+            self.with_scripts(|conn| self.counted(Script::Forget, key).arg(now).query(conn))?;
         Ok(removed > 0)
     }
 
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let count: i64 = self.with(|conn| counted(INCREMENT, key).arg(ttl).arg(now).query(conn))?;
+        let count: i64 = self.with_scripts(|conn| {
+            self.counted(Script::Increment, key)
+                .arg(ttl)
+                .arg(now)
+                .query(conn)
+        })?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let held: i64 =
-            self.with(|conn| counted(CLAIM, key).arg(value).arg(ttl).arg(now).query(conn))?;
+        let held: i64 = self.with_scripts(|conn| {
+            self.counted(Script::Claim, key)
+                .arg(value)
+                .arg(ttl)
+                .arg(now)
+                .query(conn)
+        })?;
         Ok(held == 1)
     }
 
     fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
         let now = now_ms();
-        let removed: i64 =
-            self.with(|conn| counted(RELEASE, key).arg(value).arg(now).query(conn))?;
+        let removed: i64 = self.with_scripts(|conn| {
+            self.counted(Script::Release, key)
+                .arg(value)
+                .arg(now)
+                .query(conn)
+        })?;
         Ok(removed == 1)
+    }
+
+    fn batch(&self, ops: &[CacheOp<'_>]) -> Result<(), CacheError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        self.with_scripts(|conn| {
+            let mut pipe = redis::pipe();
+            for op in ops {
+                match *op {
+                    CacheOp::Put { key, value, ttl } => pipe.add_command(
+                        self.counted(Script::Put, key)
+                            .arg(value)
+                            .arg(millis(ttl))
+                            .arg(now)
+                            .to_owned(),
+                    ),
+                    CacheOp::Publish { channel, message } => {
+                        pipe.cmd("PUBLISH").arg(channel).arg(message)
+                    }
+                };
+            }
+            pipe.query::<Vec<i64>>(conn)
+        })?;
+        Ok(())
     }
 
     fn count_prefix(&self, prefix: &str) -> Result<usize, CacheError> {

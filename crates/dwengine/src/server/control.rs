@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::admission::{NamespaceAdmit, NamespaceSlot};
+use crate::cache::CacheOp;
 use crate::durable_state::{DurableRejection, DurableResource, NamespaceDurableStateQuota};
+use crate::polling::LongPollSignalStore;
 use crate::server::description::{render_description, Description};
 use crate::server::error::finish_with;
 use crate::server::fast_paths::StartSteps;
@@ -279,23 +281,32 @@ impl Engine {
         // claim transaction on the one writer; all of them looking for one
         // task cost more than the task). On PostgreSQL, whose claims run
         // side by side, every poll looks, as before.
-        let woken = if self.shared_store().has_one_writer() {
-            self.poll_wakes.wake_one(wake)
-        } else {
-            self.poll_wakes.wake(wake)
-        };
-        if let Err(e) = woken {
-            self.post_commit_failed("wake_relay", &e);
-        }
-        // A poll on a node alone never reads the key (the board above
+        let one = self.shared_store().has_one_writer();
+        // A poll on a node alone never reads the signal key (the board
         // wakes it), so a lone node does not write one: the cache's insert
         // was an eighth of the HTTP threads' CPU per start
         // (docs/performance.md, "A start's round trip").
         if !self.poll_wakes.relayed() {
+            let woken = if one {
+                self.poll_wakes.wake_one(wake)
+            } else {
+                self.poll_wakes.wake(wake)
+            };
+            if let Err(e) = woken {
+                self.post_commit_failed("wake_relay", &e);
+            }
             return;
         }
-        if let Err(e) = self.signals.signal(namespace, task_queue, channel) {
-            self.post_commit_failed("wake", &e);
+        // On a node with peers the relay message and the signal key go in
+        // one round trip (docs/performance.md, session 18).
+        let (key, version) = LongPollSignalStore::entry(namespace, task_queue, channel);
+        let signal = CacheOp::Put {
+            key: &key,
+            value: &version,
+            ttl: self.signals.ttl(),
+        };
+        if let Err(e) = self.poll_wakes.wake_and_signal(wake, one, signal) {
+            self.post_commit_failed("wake_relay", &e);
         }
     }
 

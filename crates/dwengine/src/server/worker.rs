@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::diagnostics::PollObservation;
+use crate::cache::CacheOp;
+use crate::diagnostics::{PollObservation, WorkerPollDiagnostics};
 use crate::durable_state::{DurableResource, NamespaceDurableStateQuota};
 use crate::poll_requests::PollClaim;
 use crate::server::error::finish_with;
@@ -849,29 +850,32 @@ impl Engine {
         // The replay key keeps a reference, never the task: its size is
         // fixed however large the history is.
         let bytes = serde_json::to_vec(&ReplayRef { task_id }).unwrap_or_default();
-        self.polls(kind).finish(ns, queue, id, &bytes)?;
-        self.observed(kind, poll, answer?)
+        let polls = self.polls(kind);
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                polls.finish(ns, queue, id, &bytes)?;
+                return Err(e);
+            }
+        };
+        // The replay key and the diagnostic in one round trip to a shared
+        // cache, not one each (docs/performance.md, session 18).
+        let (key, value) =
+            WorkerPollDiagnostics::entry(ns, queue, &observation(kind, poll, &answer));
+        let diagnostic = CacheOp::Put {
+            key: &key,
+            value: &value,
+            ttl: WorkerPollDiagnostics::TTL,
+        };
+        polls.finish_with(ns, queue, id, &bytes, Some(diagnostic))?;
+        Ok(answer)
     }
 
     /// Records a keyed poll's answer in the queue's poll diagnostics.
     fn observed(&self, kind: TaskKind, poll: &PollSpec, answer: Value) -> Result<Value, ApiError> {
-        let outcome = if answer.get("replayed").is_some() {
-            "replayed"
-        } else if answer["task"].is_null() {
-            "empty"
-        } else {
-            "leased"
-        };
-        self.diagnostics.record(
-            &poll.namespace,
-            &poll.task_queue,
-            &PollObservation {
-                worker_id: poll.worker_id.clone(),
-                kind: kind.as_str().to_owned(),
-                at_ms: crate::unix_ms(),
-                outcome: outcome.to_owned(),
-            },
-        )?;
+        let seen = observation(kind, poll, &answer);
+        self.diagnostics
+            .record(&poll.namespace, &poll.task_queue, &seen)?;
         Ok(answer)
     }
 
@@ -1957,6 +1961,23 @@ impl Engine {
     pub fn poll_diagnostic(&self, namespace: &str, task_queue: &str) -> Result<Value, ApiError> {
         let last = self.diagnostics.last(namespace, task_queue)?;
         Ok(json!({ "namespace": namespace, "task_queue": task_queue, "last_poll": last }))
+    }
+}
+
+/// What a keyed poll's `answer` shows in the queue's poll diagnostics.
+fn observation(kind: TaskKind, poll: &PollSpec, answer: &Value) -> PollObservation {
+    let outcome = if answer.get("replayed").is_some() {
+        "replayed"
+    } else if answer["task"].is_null() {
+        "empty"
+    } else {
+        "leased"
+    };
+    PollObservation {
+        worker_id: poll.worker_id.clone(),
+        kind: kind.as_str().to_owned(),
+        at_ms: crate::unix_ms(),
+        outcome: outcome.to_owned(),
     }
 }
 

@@ -50,3 +50,92 @@ fn family_counts_follow_every_write_and_expiry(backend: &'static str, cache: Sha
     assert_eq!(cache.count_prefix(FAMILY).unwrap(), 0, "[{backend}]");
 }
 cache_variants!(family_counts_follow_every_write_and_expiry);
+
+/// A batch's writes land as their own calls would (values, TTLs, family
+/// counts), in order, and its message reaches a subscriber. On Redis the
+/// batch is one pipeline of script calls by SHA1; a server that lost its
+/// scripts (`SCRIPT FLUSH`, a restart) answers `NOSCRIPT` once, and the
+/// cache loads them again and runs the call anew.
+fn a_batch_writes_and_publishes_as_its_calls_would(backend: &'static str, cache: SharedCache) {
+    let family = "test-only:batched:";
+    let (first, second) = (format!("{family}first"), format!("{family}second"));
+    let channel = format!("test-only:batched-channel:{}", std::process::id());
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let sink = heard.clone();
+    let _subscription = cache
+        .subscribe(
+            &channel,
+            std::sync::Arc::new(move |message: Option<&[u8]>| {
+                if let Some(bytes) = message {
+                    sink.lock().unwrap().push(bytes.to_vec());
+                }
+            }),
+        )
+        .unwrap();
+    let long = Duration::from_secs(60);
+    cache.put(&first, b"old", long).unwrap();
+    let batch = |value: &[u8]| {
+        cache.batch(&[
+            dwengine::cache::CacheOp::Put {
+                key: &first,
+                value,
+                ttl: long,
+            },
+            dwengine::cache::CacheOp::Publish {
+                channel: &channel,
+                message: b"woken",
+            },
+            dwengine::cache::CacheOp::Put {
+                key: &second,
+                value,
+                ttl: Duration::from_millis(1500),
+            },
+        ])
+    };
+    batch(b"new").unwrap();
+    assert_eq!(
+        cache.get(&first).unwrap().as_deref(),
+        Some(&b"new"[..]),
+        "[{backend}]"
+    );
+    assert_eq!(
+        cache.get(&second).unwrap().as_deref(),
+        Some(&b"new"[..]),
+        "[{backend}]"
+    );
+    assert_eq!(cache.count_family(family).unwrap(), 2, "[{backend}]");
+    assert!(
+        eventually(Duration::from_secs(10), || heard.lock().unwrap().len() == 1),
+        "[{backend}] the batch's message did not arrive"
+    );
+    assert_eq!(heard.lock().unwrap()[0], b"woken", "[{backend}]");
+    if backend == "redis" {
+        let url = std::env::var("DW_TEST_REDIS_URL").unwrap();
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut flush = || {
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<String>(&mut conn)
+                .unwrap()
+        };
+        flush();
+        batch(b"after a flush").unwrap();
+        assert_eq!(
+            cache.get(&second).unwrap().as_deref(),
+            Some(&b"after a flush"[..])
+        );
+        flush();
+        assert!(cache.add(&format!("{family}third"), b"1", long).unwrap());
+        assert_eq!(cache.count_family(family).unwrap(), 3, "[redis]");
+    }
+    // The short key expires and is counted out.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            cache
+                .count_family(family)
+                .is_ok_and(|n| n == 1 + usize::from(backend == "redis"))
+        }),
+        "[{backend}] the expired key is still counted"
+    );
+}
+cache_variants!(a_batch_writes_and_publishes_as_its_calls_would);

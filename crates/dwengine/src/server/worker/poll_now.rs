@@ -459,6 +459,49 @@ mod tests {
         assert_eq!(repeat["task"]["task_id"], answer["task"]["task_id"]);
     }
 
+    /// On a node whose wakes cross to other nodes (a shared cache, a
+    /// sweep scope), a start's relay message and its queue's signal key
+    /// go to the cache in one batch, and so do a poll's replay key and its
+    /// diagnostic: one round trip each to Redis, not two.
+    #[test]
+    fn a_cluster_nodes_wake_and_poll_end_each_write_the_cache_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(crate::cache::CountingCache::new());
+        let mut config = ServerConfig::for_node("test-node", dir.path().to_owned());
+        config.database = Some(dir.path().join("runs.sqlite"));
+        config.sweep_scope = Some("shared".into());
+        let engine = Engine::with_cache(config, cache.clone()).expect("the node opens");
+        assert!(engine.poll_wakes.relayed());
+        cache.take();
+        start(&engine, "wf-1", "q");
+        let writes = |calls: Vec<String>| -> Vec<String> {
+            calls
+                .into_iter()
+                .filter(|c| !c.starts_with("get ") && !c.contains("readiness"))
+                .collect()
+        };
+        assert_eq!(
+            writes(cache.take()),
+            ["batch[publish server:long-poll-signal:, put server:long-poll-signal:]"]
+        );
+        let first = spec(&engine, "q", "p-1", 0.5);
+        let answer = answered(engine.begin_poll(TaskKind::Workflow, &first));
+        assert_eq!(answer["poll_status"], "leased");
+        assert_eq!(
+            writes(cache.take()),
+            [
+                "add server:workflow-task-poll-request:",
+                "batch[put server:workflow-task-poll-request:, put server:worker-poll-diagnostic:]",
+            ]
+        );
+        // Both writes landed: the repeat replays, the diagnostic names it.
+        let repeat = answered(engine.begin_poll(TaskKind::Workflow, &first));
+        assert_eq!(repeat["replayed"], true);
+        assert_eq!(repeat["task"]["task_id"], answer["task"]["task_id"]);
+        let last = engine.poll_diagnostic("default", "q").unwrap();
+        assert_eq!(last["last_poll"]["worker_id"], "w1");
+    }
+
     /// A node where a first step could block keeps it on the lane: the
     /// SQLite claim gate on, or task queues under a dispatch cap.
     #[test]
