@@ -219,6 +219,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0047_triggers_without_temporary_tables",
         include_str!("migrations/postgres/0047_triggers_without_temporary_tables.sql"),
     ),
+    (
+        "0048_queue_minute_apart",
+        include_str!("migrations/postgres/0048_queue_minute_apart.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0045_checks_without_lists.sql"),
     include_str!("migrations/0046_partial_indexes.sql"),
     include_str!("migrations/0047_triggers_without_temporary_tables.sql"),
+    include_str!("migrations/0048_queue_minute_apart.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -341,11 +342,12 @@ mod tests {
         assert_eq!(building, Vec::<String>::new());
     }
 
-    /// The counter triggers 0047 rewrote leave the rows the triggers they
-    /// replaced left: one store at version 46 and one at the newest take
-    /// the same task moves (ready, leased, back to ready, done, deleted,
-    /// a non-move), with the queue's minute bucket set to the current
-    /// minute, the one before and an older one before leases, and the same
+    /// The counter triggers 0047 and 0048 rewrote leave the rows the
+    /// triggers they replaced left: one store at version 46 and one at the
+    /// newest take the same task inserts and moves (ready, leased, back to
+    /// ready, done, deleted, a non-move), with the queue's minute bucket set
+    /// to the current minute, the one before and an older one before
+    /// inserts and leases, and the same
     /// activity closes (completed, failed, cancelled) at latencies in every
     /// histogram bucket, including a task stamped in the future. Both read
     /// the clock, so a try whose two stores saw different minutes or
@@ -404,16 +406,32 @@ mod tests {
                 )
                 .unwrap();
             };
+            let add = |id: i64| {
+                conn.execute(
+                    "INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+                       due_at_ms, created_at_ms) VALUES (?1, 'workflow', 1, 'ns', 'q', 'ready', 1, ?2)",
+                    [id, now],
+                )
+                .unwrap();
+            };
             mv(100, "leased");
             mv(100, "leased"); // not a move
             minute_back(1);
+            add(200);
             mv(1, "leased");
             mv(2, "leased");
             minute_back(5);
             mv(3, "leased");
             mv(3, "ready");
+            minute_back(3);
+            add(201);
             mv(4, "leased");
             mv(100, "done");
+            minute_back(1);
+            mv(200, "leased");
+            mv(201, "leased");
+            mv(200, "done");
+            mv(201, "ready");
             for id in 1..=11_i64 {
                 if id != 11 {
                     mv(id, "leased");

@@ -1,0 +1,4 @@
+-- See the SQLite twin: SQLite's queue triggers stop rewriting the minute
+-- bucket's index entry on every task move. PostgreSQL counts a queue's
+-- moves at commit (0032) and is left as it is; this version only keeps
+-- the two schemas' numbering together.
