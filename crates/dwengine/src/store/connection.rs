@@ -40,6 +40,12 @@ pub struct Store {
 }
 
 impl Store {
+    /// Round trips this store's connection made to a PostgreSQL server so
+    /// far (0 on SQLite): tests count what one step costs.
+    pub fn round_trips(&self) -> u64 {
+        self.conn.round_trips()
+    }
+
     /// Opens (creating if needed) the store at `path`, in WAL mode, migrated.
     pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open_sqlite(path, sqlite_settings(&config))?;

@@ -38,6 +38,15 @@ const SESSION_BUSY: &str = "EXISTS (SELECT 1 FROM worker_sessions s \
      OR (SELECT COUNT(*) FROM dispatch_tasks x WHERE x.namespace = d.namespace \
        AND x.session_id = d.session_id AND x.status = 'leased') >= s.max_concurrent_activities))";
 
+/// A ready task a claim may take (its candidate query's row).
+struct Candidate {
+    id: i64,
+    session: Option<String>,
+    run: i64,
+    /// Beside other claims: whether another task of the queue is ready.
+    more_ready: bool,
+}
+
 /// What a lease decides for a session's activity task.
 enum Admission {
     /// The worker holds the session (now): it runs the task.
@@ -135,13 +144,24 @@ impl Store {
         // session's task (admitted on shared state) sends it back to run
         // as an ordinary write.
         let side_by_side = tx.claims_side_by_side();
-        let (limit, lock) = if side_by_side {
-            (1, " FOR UPDATE OF d SKIP LOCKED")
+        // Beside other claims, where one task is looked at, the candidate
+        // row also says whether another task of the queue is ready (the
+        // claimed one left out), in the same round trip: a claim session
+        // asked it in a statement of its own after the UPDATE (the task
+        // it took is leased by then; `o.id <> d.id` leaves it out here).
+        let (limit, lock, more) = if side_by_side {
+            (
+                1,
+                " FOR UPDATE OF d SKIP LOCKED",
+                "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
+                 AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
+            )
         } else {
-            (SESSION_CANDIDATES, "")
+            (SESSION_CANDIDATES, "", "FALSE")
         };
         let sql = format!(
-            "SELECT d.id, d.session_id FROM dispatch_tasks d WHERE d.kind = ?1 AND d.namespace = ?2 \
+            "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
+             WHERE d.kind = ?1 AND d.namespace = ?2 \
              AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
              AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
                WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
@@ -151,7 +171,7 @@ impl Store {
              AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
              ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
         );
-        let candidates: Vec<(i64, Option<String>)> = tx
+        let candidates: Vec<Candidate> = tx
             .prepare_cached(&sql)?
             .query_map(
                 params![
@@ -162,34 +182,43 @@ impl Store {
                     owner,
                     cohort.unwrap_or("")
                 ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| {
+                    Ok(Candidate {
+                        id: r.get(0)?,
+                        session: r.get(1)?,
+                        run: r.get(2)?,
+                        more_ready: r.get(3)?,
+                    })
+                },
             )?
             .collect::<Result<_, _>>()?;
-        if side_by_side && candidates.iter().any(|(_, session)| session.is_some()) {
+        if side_by_side && candidates.iter().any(|c| c.session.is_some()) {
             return Err(Error::ClaimNeedsWriteLock);
         }
         let several = candidates.len() > 1;
         let mut chosen = None;
-        for (id, session) in candidates {
-            let Some(session_id) = session else {
-                chosen = Some((id, None, None));
+        for candidate in candidates {
+            let Some(session_id) = &candidate.session else {
+                chosen = Some((candidate, None, None));
                 break;
             };
-            match self.admit_session_task(id, namespace, task_queue, owner, &session_id)? {
+            let id = candidate.id;
+            match self.admit_session_task(id, namespace, task_queue, owner, session_id)? {
                 Admission::Admitted(lease) => {
-                    chosen = Some((id, Some(lease), None));
+                    chosen = Some((candidate, Some(lease), None));
                     break;
                 }
                 Admission::Never(reason) => {
-                    chosen = Some((id, None, Some(reason)));
+                    chosen = Some((candidate, None, Some(reason)));
                     break;
                 }
                 Admission::NotThisWorker => continue,
             }
         }
-        let Some((id, session_lease, session_refused)) = chosen else {
+        let Some((candidate, session_lease, session_refused)) = chosen else {
             return Ok(None);
         };
+        let id = candidate.id;
         // An activity runs for its start-to-close timeout when it has one.
         let lease_ms = match kind {
             TaskKind::Activity => activity_lease_ms(&tx, id)?.unwrap_or(to_i64(lease.as_millis())),
@@ -198,10 +227,8 @@ impl Store {
         // Signals held for an earlier lease are history before this one
         // starts (a safety net: ending that lease released them already).
         if kind == TaskKind::Workflow {
-            let run: i64 = tx
-                .prepare_cached("SELECT run_id FROM dispatch_tasks WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))?;
-            crate::store::admission::release_held_signals(&tx, crate::store::model::RunId(run))?;
+            let run = crate::store::model::RunId(candidate.run);
+            crate::store::admission::release_held_signals(&tx, run)?;
         }
         // The newest signal this delivery shows its worker: completing the
         // task processes exactly those, never one that arrived after the lease.
@@ -225,15 +252,17 @@ impl Store {
         // Whether another task of the queue is ready now (for this poller
         // or another): the poll that took this one then wakes the others.
         let more_ready = several
-            || tx
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
+            || candidate.more_ready
+            || (!side_by_side
+                && tx
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
                      AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
                      AND due_at_ms <= ?4)",
-                )?
-                .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
-                    r.get::<_, bool>(0)
-                })?;
+                    )?
+                    .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
+                        r.get::<_, bool>(0)
+                    })?);
         let mut task = load_task(&tx, id)?;
         if let Some(task) = task.as_mut() {
             task.worker_session = session_lease;

@@ -822,6 +822,56 @@ fn claims_of_one_queue_run_side_by_side_on_postgres() {
     }
 }
 
+/// A claim on PostgreSQL costs few round trips: its `BEGIN` and lock go
+/// with its first statement, the candidate row carries the task's run and
+/// whether another task of the queue is ready, so a warm workflow-task
+/// claim is the candidate query, the held-signal look, the lease's
+/// UPDATE, the task's load (two reads) and the COMMIT, six (nine before);
+/// and the answers are what they were: `more_ready` while another task
+/// waits, not for the last one.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_claim_on_postgres_sends_its_begin_with_its_first_statement() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{Store, TaskKind};
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        for i in 0..3 {
+            store
+                .start_workflow(crate::common::start(&format!("trips-{i}")), None)
+                .expect("start");
+        }
+        let lease = Duration::from_secs(30);
+        let claim = |poll: &str| {
+            let before = store.round_trips();
+            let task = store
+                .claim(|s| s.lease_task(TaskKind::Workflow, "default", "orders", "w", poll, lease))
+                .expect("the claim");
+            (task, store.round_trips() - before)
+        };
+        // The first claim prepares its statements on this session.
+        let (first, _) = claim("poll-1");
+        assert!(first.expect("a task").more_ready);
+        let (second, trips) = claim("poll-2");
+        let second = second.expect("a task");
+        assert!(second.more_ready, "a third task is ready");
+        let (third, trips_last) = claim("poll-3");
+        let third = third.expect("a task");
+        assert!(!third.more_ready, "no task is left");
+        assert_ne!(second.task_id, third.task_id);
+        let (none, _) = claim("poll-4");
+        assert!(none.is_none());
+        for trips in [trips, trips_last] {
+            assert_eq!(trips, 6, "round trips of a warm workflow-task claim");
+        }
+    }
+}
+
 /// Workflow starts of one series commit beside each other on PostgreSQL:
 /// node A's start batch is held open (uncommitted, its run inserted) while
 /// node B's start of another workflow id of the same namespace, queue and

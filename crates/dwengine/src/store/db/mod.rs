@@ -423,17 +423,26 @@ impl Connection {
     /// claim that finds it must decide on shared state (a worker session's
     /// admission) stops and is rerun as an ordinary write
     /// ([`Connection::claims_side_by_side`] tells the store which it is).
+    ///
+    /// On PostgreSQL the `BEGIN` and the lock go with the claim's first
+    /// statement, in its round trip (`PgConnection::begin_deferred`): a
+    /// claim rolls back on any error ([`crate::store::Store::claim`]), so
+    /// one the lock wait or a dropped session fails ends as before.
     pub fn begin_claim(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
-            Backend::Postgres(conn) => conn.begin(
-                &format!(
-                    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}, hashtext(current_schema()))"
-                ),
-                true,
-                false,
-            ),
+            Backend::Postgres(conn) => {
+                conn.begin_deferred(&Self::shared_begin(), true);
+                Ok(())
+            }
         }
+    }
+
+    /// PostgreSQL's `BEGIN` with the write lock taken shared.
+    fn shared_begin() -> String {
+        format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}, hashtext(current_schema()))"
+        )
     }
 
     /// Opens a transaction of workflow starts (new runs with their first
@@ -453,7 +462,10 @@ impl Connection {
     /// start that must decide on shared state (a namespace quota, an
     /// external payload's references, a schedule's fire) is not sent here.
     pub fn begin_starts(&self) -> Result<()> {
-        self.begin_claim()
+        match &self.backend {
+            Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
+            Backend::Postgres(conn) => conn.begin(&Self::shared_begin(), true, false),
+        }
     }
 
     /// Takes the transaction-scoped lock on `key` (a workflow id in its
@@ -502,6 +514,15 @@ impl Connection {
         match &self.backend {
             Backend::Sqlite(conn) => Ok(conn.busy_timeout(timeout)?),
             Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Round trips this connection made to its server (PostgreSQL; 0 on
+    /// SQLite, which has none), for tests that count a step's.
+    pub fn round_trips(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(_) => 0,
+            Backend::Postgres(conn) => conn.calls(),
         }
     }
 

@@ -183,6 +183,9 @@ pub(super) struct PgConnection {
     changes: Cell<u64>,
     /// A statement failed because the session is gone.
     broken: Cell<bool>,
+    /// Calls made on the session (each one wait for the server: a
+    /// pipelined pair counts once), for tests that count a step's.
+    calls: Cell<u64>,
     /// Savepoints and savepoint releases not sent yet (`;`-terminated):
     /// they go with the next command, in its round trip (see
     /// [`PgConnection::defer`]).
@@ -326,6 +329,7 @@ impl PgConnection {
             read_only: Cell::new(false),
             changes: Cell::new(0),
             broken: Cell::new(false),
+            calls: Cell::new(0),
             deferred: RefCell::new(String::new()),
         })
     }
@@ -364,6 +368,7 @@ impl PgConnection {
         F: Future<Output = std::result::Result<T, postgres::Error>>,
     {
         let limit = self.call_timeout.filter(|_| self.deadline_on.get());
+        self.calls.set(self.calls.get() + 1);
         self.clock.begin();
         let answered = match limit {
             Some(limit) => session
@@ -541,6 +546,11 @@ impl PgConnection {
         !self.in_transaction.get()
     }
 
+    /// Calls made on this connection so far.
+    pub(super) fn calls(&self) -> u64 {
+        self.calls.get()
+    }
+
     pub(super) fn changes(&self) -> u64 {
         self.changes.get()
     }
@@ -562,6 +572,22 @@ impl PgConnection {
         self.shared_lock.set(shared);
         self.read_only.set(read_only);
         Ok(())
+    }
+
+    /// [`PgConnection::begin`] without a round trip of its own: `begin`
+    /// goes ahead of the transaction's first statement, as a deferred
+    /// savepoint does ([`PgConnection::defer`]), so a claim's `BEGIN` and
+    /// lock cost no wait of their own. What `begin` meets (a lock wait
+    /// past `lock_timeout`, a session the server dropped) fails that first
+    /// statement instead, and the caller's rollback ends the transaction.
+    /// Only for a caller that rolls back on any error and does not retry
+    /// on another session when `BEGIN` fails (a read does: its snapshot
+    /// opens with [`PgConnection::begin`]).
+    pub(super) fn begin_deferred(&self, begin: &str, shared: bool) {
+        self.defer(begin);
+        self.in_transaction.set(true);
+        self.shared_lock.set(shared);
+        self.read_only.set(false);
     }
 
     /// Whether a write transaction (not a read snapshot) is open.
