@@ -17,7 +17,7 @@
 //! - this file, the facade: module declarations and the public re-exports,
 //!   nothing else;
 //! - sharing one store between threads: [`shared`], [`readers`], [`writer`]
-//!   and its [`syncer`];
+//!   and its [`syncer`] and [`checkpointer`];
 //! - transitions that end runs: workflow-command application
 //!   ([`workflow_commands`]), the in-process [`executor`], operator
 //!   [`control`] and the deadline expiries ([`timeouts`]);
@@ -38,6 +38,7 @@ pub mod archive;
 pub mod avro_value;
 pub mod build_id_rollouts;
 pub mod cancellation;
+pub mod checkpointer;
 pub mod children;
 pub mod cohorts;
 pub mod command;

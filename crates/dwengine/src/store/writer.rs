@@ -11,7 +11,9 @@
 //! never sees success for a write that is not on disk, and a crash loses
 //! only transitions nobody was told about. On SQLite the answers come from
 //! a second thread ([`crate::store::syncer`]) once it synced the
-//! write-ahead log, while this one runs the next batch.
+//! write-ahead log, while this one runs the next batch, and a third
+//! ([`crate::store::checkpointer`]) copies the log into the database
+//! beside it instead of inside its commits.
 //!
 //! Lock order on PostgreSQL. A batch runs its transitions in the order
 //! they arrived, and the triggers update the counter rows each one touches
@@ -68,8 +70,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::store::checkpointer::{CheckpointState, Checkpointer};
 use crate::store::connection::Store;
-use crate::store::db::{CallClock, Engine};
+use crate::store::db::{CallClock, Engine, SqliteSettings};
 use crate::store::error::Error;
 use crate::store::syncer::{SyncState, Syncer};
 
@@ -153,6 +156,8 @@ pub struct GroupCommitWriter {
     clock: Option<Arc<CallClock>>,
     /// The syncer thread's counters (SQLite).
     synced: Option<Arc<SyncState>>,
+    /// The checkpointer thread's counters (an SQLite file).
+    checkpoints: Option<Arc<CheckpointState>>,
 }
 
 impl GroupCommitWriter {
@@ -169,6 +174,18 @@ impl GroupCommitWriter {
             Answering::Here => None,
             Answering::Syncer(syncer) => Some(syncer.state().clone()),
         };
+        let mut checkpointer = match store.conn.engine() {
+            Engine::Sqlite => Checkpointer::start(
+                &store.conn,
+                SqliteSettings {
+                    busy_timeout: store.config.busy_timeout,
+                    synchronous_full: false,
+                },
+                "dwstore-checkpointer",
+            )?,
+            Engine::Postgres => None,
+        };
+        let checkpoints = checkpointer.as_ref().map(|c| c.state().clone());
         let store = Arc::new(Mutex::new(store));
         let (sender, receiver) = mpsc::channel::<Job>();
         let owned = store.clone();
@@ -180,7 +197,16 @@ impl GroupCommitWriter {
         };
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || drain(&owned, &receiver, &counted, lane, &answering))?;
+            .spawn(move || {
+                drain(
+                    &owned,
+                    &receiver,
+                    &counted,
+                    lane,
+                    &answering,
+                    &mut checkpointer,
+                );
+            })?;
         Ok(GroupCommitWriter {
             queue: Mutex::new(Some(sender)),
             store,
@@ -188,6 +214,7 @@ impl GroupCommitWriter {
             commits,
             clock,
             synced,
+            checkpoints,
         })
     }
 
@@ -295,6 +322,12 @@ impl GroupCommitWriter {
     /// whose writer answers its callers itself).
     pub fn sync_state(&self) -> Option<&Arc<SyncState>> {
         self.synced.as_ref()
+    }
+
+    /// The checkpointer thread's counters and test hold (`None` on
+    /// PostgreSQL and in memory: no log to copy).
+    pub fn checkpoint_state(&self) -> Option<&Arc<CheckpointState>> {
+        self.checkpoints.as_ref()
     }
 
     /// The writer's own connection, between batches (in-memory stores have
@@ -409,6 +442,7 @@ fn drain(
     commits: &AtomicU64,
     lane: Lane,
     answering: &Answering,
+    checkpointer: &mut Option<Checkpointer>,
 ) {
     let pipe = Pipe {
         answering,
@@ -426,7 +460,12 @@ fn drain(
         }
         let mut store = lock(store);
         match lane {
-            Lane::Exclusive => commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe),
+            Lane::Exclusive => {
+                commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe);
+                if let Some(checkpointer) = checkpointer.as_mut() {
+                    checkpointer.after_commit(&store.conn);
+                }
+            }
             Lane::Starts => {
                 // One transaction per key, in the order the keys arrived.
                 while let Some(key) = batch.front().map(|job| job.key.clone()) {

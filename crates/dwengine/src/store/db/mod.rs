@@ -42,6 +42,44 @@ pub use rusqlite::blob::ZeroBlob;
 pub use rusqlite::params;
 pub use wal::WalFile;
 
+/// The log's length, in pages, past which it is copied into the database:
+/// by SQLite's automatic checkpoint on an ordinary read-write connection,
+/// by the checkpointer thread for the group-commit writer's
+/// ([`Connection::hand_off_checkpoints`]).
+pub const LOG_CHECKPOINT_PAGES: u32 = sqlite::WAL_AUTOCHECKPOINT_PAGES;
+
+/// How a checkpoint treats the log's other users ([`Connection::checkpoint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Copies what no reader still needs, waiting for nobody.
+    Passive,
+    /// Waits (up to the busy timeout) for other writers and for readers of
+    /// old frames, copies the whole log, and leaves it to start again from
+    /// its beginning at the next write.
+    Restart,
+}
+
+/// What a checkpoint did: SQLite's `PRAGMA wal_checkpoint` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpointed {
+    /// It could not finish (another checkpoint ran, or a reader or writer
+    /// held it off past the busy timeout).
+    pub busy: bool,
+    /// The log's length in frames when it ran.
+    pub log: u32,
+    /// Frames of the log copied into the database so far (all of them:
+    /// `copied == log`).
+    pub copied: u32,
+}
+
+/// The log's length in frames after the last commit this thread made on a
+/// connection whose checkpoints are handed off
+/// ([`Connection::hand_off_checkpoints`]), or 0 when it made none since the
+/// last call.
+pub fn take_log_frames() -> u32 {
+    sqlite::take_log_frames()
+}
+
 /// How an SQLite connection is opened.
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteSettings {
@@ -216,6 +254,43 @@ impl Connection {
         match &self.backend {
             Backend::Sqlite(conn) => sqlite::defer_commit_sync(conn),
             Backend::Postgres(_) => Ok(None),
+        }
+    }
+
+    /// Stops this connection's commits from checkpointing the log (SQLite's
+    /// automatic checkpoint, which copies the log into the database inside
+    /// the `COMMIT` that takes it past [`LOG_CHECKPOINT_PAGES`]) and counts
+    /// the log's frames after each commit instead ([`take_log_frames`], on
+    /// the committing thread); answers the database's path for a
+    /// checkpointer's own connection ([`Connection::open_sqlite_checkpointer`]),
+    /// which the caller must run, or the log grows without bound. `None`
+    /// (nothing changed): PostgreSQL, or SQLite without a log (memory).
+    pub fn hand_off_checkpoints(&self) -> Result<Option<std::path::PathBuf>> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::hand_off_checkpoints(conn),
+            Backend::Postgres(_) => Ok(None),
+        }
+    }
+
+    /// A connection to the SQLite file at `path` that only checkpoints its
+    /// log ([`Connection::checkpoint`]), with the syncs SQLite makes for
+    /// that (the log before, the database after).
+    pub fn open_sqlite_checkpointer(path: &Path, settings: SqliteSettings) -> Result<Connection> {
+        Ok(Connection::from_sqlite(sqlite::open_checkpointer(
+            path, settings,
+        )?))
+    }
+
+    /// Copies the write-ahead log into the database (`PRAGMA
+    /// wal_checkpoint`); PostgreSQL has nothing to copy.
+    pub fn checkpoint(&self, mode: CheckpointMode) -> Result<Checkpointed> {
+        match &self.backend {
+            Backend::Sqlite(conn) => sqlite::checkpoint(conn, mode),
+            Backend::Postgres(_) => Ok(Checkpointed {
+                busy: false,
+                log: 0,
+                copied: 0,
+            }),
         }
     }
 

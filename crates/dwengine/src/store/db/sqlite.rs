@@ -1,14 +1,16 @@
 //! What only SQLite needs: the pragmas a connection is opened with, the
 //! page cap, and incremental blob I/O (which finds a row by its rowid).
 
+use std::cell::Cell;
+use std::ffi::c_int;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::error::Result;
-use super::{BlobColumn, SqliteSettings, WalFile};
+use super::{BlobColumn, CheckpointMode, Checkpointed, SqliteSettings, WalFile};
 
 /// Plans that never look at bound values, so a cached statement stays
 /// compiled however its parameters change. Without the query planner
@@ -38,7 +40,13 @@ fn stable_plans(conn: &Connection) -> Result<()> {
 /// HTTP) and its syncs come an eighth as often (docs/performance.md,
 /// "Starts against raw SQLite"). The log's file stays at its longest, about
 /// 33 MB at 4 KiB pages plus the commit that crosses the mark.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 8_000;
+///
+/// The group-commit writer's connection does not checkpoint at all
+/// ([`hand_off_checkpoints`]): its checkpointer thread copies the log once
+/// it passes this mark (`crate::store::checkpointer`). The mark stays for
+/// every other read-write connection (tools, tests, a store opened without
+/// the writer).
+pub(super) const WAL_AUTOCHECKPOINT_PAGES: u32 = 8_000;
 
 /// A read-write connection: WAL, the durability asked for, foreign keys.
 pub(super) fn configure_writer(conn: &Connection, settings: SqliteSettings) -> Result<()> {
@@ -84,6 +92,68 @@ pub(super) fn defer_commit_sync(conn: &Connection) -> Result<Option<WalFile>> {
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     Ok(Some(WalFile::of_database(Path::new(path))))
+}
+
+thread_local! {
+    /// The log's length in frames after the last commit made on this
+    /// thread by a connection whose checkpoints are handed off; 0 when no
+    /// such commit happened since [`take_log_frames`] last looked. A
+    /// thread-local because SQLite calls the log's hook on the committing
+    /// thread, with no room for state of ours (rusqlite takes a plain
+    /// function): the writer thread has one such connection.
+    static LOG_FRAMES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// SQLite's hook after each commit that wrote to the log.
+#[allow(clippy::unnecessary_wraps)] // the hook's signature is rusqlite's
+fn record_log_frames(_wal: &rusqlite::hooks::Wal, frames: c_int) -> rusqlite::Result<()> {
+    LOG_FRAMES.with(|f| f.set(u32::try_from(frames).unwrap_or(0)));
+    Ok(())
+}
+
+/// See [`super::Connection::hand_off_checkpoints`].
+pub(super) fn hand_off_checkpoints(conn: &Connection) -> Result<Option<PathBuf>> {
+    let Some(path) = conn.path().filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Ok(None);
+    }
+    // SQLite's automatic checkpoint is itself a log hook: installing ours
+    // replaces it, so no commit of this connection checkpoints any more.
+    conn.wal_hook(Some(record_log_frames));
+    Ok(Some(PathBuf::from(path)))
+}
+
+/// See [`super::take_log_frames`].
+pub(super) fn take_log_frames() -> u32 {
+    LOG_FRAMES.with(|f| f.replace(0))
+}
+
+/// See [`super::Connection::open_sqlite_checkpointer`].
+pub(super) fn open_checkpointer(path: &Path, settings: SqliteSettings) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(settings.busy_timeout)?;
+    // A checkpoint syncs the log before it copies and the database after
+    // it at NORMAL as at FULL (and not at all at OFF).
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+/// See [`super::Connection::checkpoint`].
+pub(super) fn checkpoint(conn: &Connection, mode: CheckpointMode) -> Result<Checkpointed> {
+    let sql = match mode {
+        CheckpointMode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+        CheckpointMode::Restart => "PRAGMA wal_checkpoint(RESTART)",
+    };
+    let (busy, log, copied): (i64, i64, i64) =
+        conn.query_row(sql, [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    Ok(Checkpointed {
+        busy: busy != 0,
+        log: u32::try_from(log).unwrap_or(0),
+        copied: u32::try_from(copied).unwrap_or(0),
+    })
 }
 
 /// A read connection: it refuses writes.
