@@ -57,6 +57,7 @@ pub mod serve;
 pub mod services;
 pub mod sessions;
 pub mod streams;
+pub mod task_answer;
 pub mod timeouts;
 pub mod ui;
 pub mod update_validation;

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::poll_requests::PollClaim;
 use crate::query_tasks::{BrokerError, NewQuery, QueryStatus, QueryTask};
+use crate::server::task_answer::PollAnswer;
 use crate::server::wire::validation;
 use crate::server::wire::{self, Checks, QueryBody, QueryTaskReport};
 use crate::server::worker::{PollKind, PollSpec, PollStep, PollWait};
@@ -164,7 +165,9 @@ impl Engine {
         if keyed {
             match self.query_polls.polls().begin(ns, queue, id, poll.wait)? {
                 PollClaim::Replay(_) => {
-                    return self.replay_query_poll(poll).map(PollStep::Answered)
+                    return self
+                        .replay_query_poll(poll)
+                        .map(|answer| PollStep::Answered(answer.into()))
                 }
                 PollClaim::InFlight => {
                     let slot = self.query_wait_slot(poll)?;
@@ -199,7 +202,7 @@ impl Engine {
             Err(e) => Err(e),
         };
         self.end_query_poll(poll, keyed, first)
-            .map(PollStep::Answered)
+            .map(|answer| PollStep::Answered(answer.into()))
     }
 
     /// A held slot of the query wait pool, or the 429 naming the cap.
@@ -418,24 +421,26 @@ impl PollKind for QueryPolls {
         poll: &PollSpec,
         keyed: bool,
         found: Result<Option<QueryTask>, ApiError>,
-    ) -> Result<Value, ApiError> {
-        engine.end_query_poll(poll, keyed, found)
+    ) -> Result<PollAnswer, ApiError> {
+        engine
+            .end_query_poll(poll, keyed, found)
+            .map(PollAnswer::from)
     }
 
-    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError> {
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<PollAnswer>, ApiError> {
         let answered = engine.query_polls.polls().result(
             &poll.namespace,
             &poll.task_queue,
             &poll.poll_request_id,
         )?;
         match answered {
-            Some(_) => engine.replay_query_poll(poll).map(Some),
+            Some(_) => engine.replay_query_poll(poll).map(|a| Some(a.into())),
             None => Ok(None),
         }
     }
 
-    fn unanswered(self, _engine: &Engine, _poll: &PollSpec) -> Result<Value, ApiError> {
-        Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }))
+    fn unanswered(self, _engine: &Engine, _poll: &PollSpec) -> Result<PollAnswer, ApiError> {
+        Ok(json!({ "task": null, "poll_status": "timeout", "replayed": false }).into())
     }
 
     /// The broker does not say whether more wait: the others look too.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::cache::CacheOp;
 use crate::diagnostics::{PollObservation, WorkerPollDiagnostics};
@@ -26,6 +26,7 @@ use crate::durable_state::{DurableResource, NamespaceDurableStateQuota};
 use crate::poll_requests::PollClaim;
 use crate::server::error::finish_with;
 use crate::server::fast_paths::{service_starts_with_options, sticky_claim};
+use crate::server::task_answer::{self, PollAnswer};
 use crate::server::wire::{
     self, validation, ActivityReport, Checks, PollBody, RegisterWorker, WorkerHeartbeat,
     WorkflowTaskLease, MAX_PAGE_SIZE,
@@ -33,7 +34,7 @@ use crate::server::wire::{
 use crate::server::{ApiError, Engine};
 use crate::store::{
     attempt_id, ActivityFence, AttemptFailure, AttemptOutcome, HistoryPageLimit, LeasedTask, RunId,
-    TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
+    StoredPage, TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
 };
 use crate::wait_slots::WaitSlot;
 
@@ -134,7 +135,7 @@ impl Departure {
 /// Where a long poll stands after its first step on the blocking pool.
 pub(crate) enum PollStep {
     /// Answered: a task, a replay, or nothing without waiting.
-    Answered(Value),
+    Answered(PollAnswer),
     /// A repeat of a poll still running: it looks for that poll's answer
     /// every [`WAKE_CHECK`] until `deadline`, holding `slot`.
     InFlight {
@@ -203,11 +204,11 @@ pub(crate) trait PollKind: Copy + Send + Sync + 'static {
         poll: &PollSpec,
         keyed: bool,
         found: Result<Option<Self::Task>, ApiError>,
-    ) -> Result<Value, ApiError>;
+    ) -> Result<PollAnswer, ApiError>;
     /// For a repeat of a poll still running: that poll's answer, once it has one.
-    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError>;
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<PollAnswer>, ApiError>;
     /// For a repeat of a poll still running: the answer when it never ended.
-    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError>;
+    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<PollAnswer, ApiError>;
     /// Whether the pass that found `task` saw more work than it took (or
     /// cannot tell): the other polls of its channel are then woken.
     fn more_ready(task: &Self::Task) -> bool;
@@ -243,11 +244,11 @@ impl PollKind for TaskKind {
         poll: &PollSpec,
         keyed: bool,
         found: Result<Option<LeasedTask>, ApiError>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<PollAnswer, ApiError> {
         engine.end_poll(self, poll, keyed, found)
     }
 
-    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError> {
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<PollAnswer>, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         match engine.polls(self).result(ns, queue, id)? {
             Some(bytes) => {
@@ -258,11 +259,11 @@ impl PollKind for TaskKind {
         }
     }
 
-    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError> {
+    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<PollAnswer, ApiError> {
         engine.observed(
             self,
             poll,
-            json!({ "task": null, "poll_status": "timeout", "replayed": false }),
+            json!({ "task": null, "poll_status": "timeout", "replayed": false }).into(),
         )
     }
 
@@ -818,7 +819,7 @@ impl Engine {
         poll: &PollSpec,
         keyed: bool,
         found: Result<Option<LeasedTask>, ApiError>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<PollAnswer, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         if !keyed {
             return self.answer(found?, poll.history_page_size, false);
@@ -844,8 +845,8 @@ impl Engine {
         kind: TaskKind,
         poll: &PollSpec,
         task_id: Option<i64>,
-        answer: Result<Value, ApiError>,
-    ) -> Result<Value, ApiError> {
+        answer: Result<PollAnswer, ApiError>,
+    ) -> Result<PollAnswer, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
         // The replay key keeps a reference, never the task: its size is
         // fixed however large the history is.
@@ -872,7 +873,12 @@ impl Engine {
     }
 
     /// Records a keyed poll's answer in the queue's poll diagnostics.
-    fn observed(&self, kind: TaskKind, poll: &PollSpec, answer: Value) -> Result<Value, ApiError> {
+    fn observed(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        answer: PollAnswer,
+    ) -> Result<PollAnswer, ApiError> {
         let seen = observation(kind, poll, &answer);
         self.diagnostics
             .record(&poll.namespace, &poll.task_queue, &seen)?;
@@ -885,7 +891,7 @@ impl Engine {
         task: Option<LeasedTask>,
         page_size: usize,
         replayed: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<PollAnswer, ApiError> {
         self.answer_by(task, page_size, replayed, Reading::Wait)?
             .map_err(|_| ApiError::Internal("a waiting read answered nothing".into()))
     }
@@ -898,14 +904,29 @@ impl Engine {
         page_size: usize,
         replayed: bool,
         how: Reading,
-    ) -> Result<Result<Value, Option<LeasedTask>>, ApiError> {
+    ) -> Result<Result<PollAnswer, Option<LeasedTask>>, ApiError> {
         let status = if task.is_some() { "leased" } else { "timeout" };
         let workflow = task.as_ref().is_some_and(|t| t.kind == TaskKind::Workflow);
-        let task = match task {
+        let rendered = match task {
             Some(task) => match self.render_task(task, page_size, how)? {
-                Ok(task) => task,
+                Ok(rendered) => Some(rendered),
                 Err(task) => return Ok(Err(Some(task))),
             },
+            None => None,
+        };
+        // A workflow task: written, its events copied from their stored
+        // text (`task_answer`), the bytes of the tree below.
+        if let Some((fields, Some(page))) = &rendered {
+            let bytes = task_answer::write_workflow_answer(
+                fields,
+                page,
+                &WORKFLOW_TASK_CAPABILITIES_JSON,
+                replayed,
+            )?;
+            return Ok(Ok(PollAnswer::Written { bytes, replayed }));
+        }
+        let task = match rendered {
+            Some((fields, _)) => Value::Object(fields),
             None => Value::Null,
         };
         // Built by moving the task in: `json!` would copy its whole tree
@@ -919,12 +940,17 @@ impl Engine {
         if replayed {
             answer.insert("replayed".into(), true.into());
         }
-        Ok(Ok(Value::Object(answer)))
+        Ok(Ok(PollAnswer::Tree(Value::Object(answer))))
     }
 
     /// The answer replayed from a replay key: the task it names, read
     /// again from the store while it is still leased to this poll.
-    fn replayed(&self, kind: TaskKind, poll: &PollSpec, bytes: &[u8]) -> Result<Value, ApiError> {
+    fn replayed(
+        &self,
+        kind: TaskKind,
+        poll: &PollSpec,
+        bytes: &[u8],
+    ) -> Result<PollAnswer, ApiError> {
         let reference: ReplayRef =
             serde_json::from_slice(bytes).unwrap_or(ReplayRef { task_id: None });
         let task = match reference.task_id {
@@ -1195,12 +1221,13 @@ impl Engine {
         mut task: LeasedTask,
         page_size: usize,
         how: Reading,
-    ) -> Result<Result<Value, LeasedTask>, ApiError> {
+    ) -> Result<Result<RenderedTask, LeasedTask>, ApiError> {
         // The fields every task carries are moved out of `task` at the
         // end, once its reads are in (a read that cannot be read now hands
         // `task` back whole); the map sorts its keys, so the order of the
         // inserts does not change the answer's bytes.
-        let mut out = serde_json::Map::new();
+        let mut out = Map::new();
+        let mut history = None;
         match task.kind {
             TaskKind::Workflow => {
                 let run = RunId(task.run_id);
@@ -1211,7 +1238,7 @@ impl Engine {
                 let sticky = task.sticky_replay_mode;
                 let owner = &task.lease_owner;
                 let read = self.read_by(how, |s| {
-                    let page = s.history_page(run, 0, limit)?;
+                    let page = s.stored_history_page(run, 0, limit)?;
                     let cancellation = s.pending_cancellation(run)?;
                     let replay = match sticky {
                         Some(mode) => mode,
@@ -1223,29 +1250,21 @@ impl Engine {
                     return Ok(Err(task));
                 };
                 let total = task.history_length;
-                let arguments = page
-                    .events
-                    .first()
-                    .and_then(|e| e.payload.get("arguments").cloned())
-                    .unwrap_or(Value::Null);
-                let events = page.events;
+                let arguments = match page.events.first() {
+                    Some(first) => task_answer::first_arguments(first)?,
+                    None => Value::Null,
+                };
                 out.insert("workflow_task_attempt".into(), task.attempt.into());
                 out.insert("payload_codec".into(), wire::codec(&arguments).into());
                 out.insert("arguments".into(), arguments);
-                out.insert(
-                    "history_events".into(),
-                    events
-                        .into_iter()
-                        .map(wire::into_event)
-                        .collect::<Vec<_>>()
-                        .into(),
-                );
+                // `history_events`: written from the page by `answer_by`.
                 out.insert("total_history_events".into(), total.into());
                 out.insert("last_history_sequence".into(), total.into());
                 out.insert(
                     "next_history_page_token".into(),
                     page.next_sequence.map(wire::page_token).into(),
                 );
+                history = Some(page);
                 out.insert("cancel_requested".into(), task.cancel_requested.into());
                 // A cooperative cancellation waiting for delivery (1.20).
                 if let Some(request) = cancellation {
@@ -1321,7 +1340,7 @@ impl Engine {
         for (key, value) in common {
             out.insert(key.into(), value);
         }
-        Ok(Ok(Value::Object(out)))
+        Ok(Ok((out, history)))
     }
 
     /// `POST /api/worker/workflow-tasks/{id}/complete`.
@@ -1965,10 +1984,10 @@ impl Engine {
 }
 
 /// What a keyed poll's `answer` shows in the queue's poll diagnostics.
-fn observation(kind: TaskKind, poll: &PollSpec, answer: &Value) -> PollObservation {
-    let outcome = if answer.get("replayed").is_some() {
+fn observation(kind: TaskKind, poll: &PollSpec, answer: &PollAnswer) -> PollObservation {
+    let outcome = if answer.has_replayed() {
         "replayed"
-    } else if answer["task"].is_null() {
+    } else if answer.task_is_null() {
         "empty"
     } else {
         "leased"
@@ -2245,11 +2264,21 @@ pub(crate) fn workflow_task_capabilities() -> Value {
     WORKFLOW_TASK_CAPABILITIES.clone()
 }
 
+/// A leased task's fields in the protocol's shape, and (a workflow task)
+/// its history page, which `Engine::answer_by` writes among them.
+type RenderedTask = (Map<String, Value>, Option<StoredPage>);
+
 /// [`workflow_task_capabilities`], built once: every leased workflow task's
 /// answer carries it, and a copy of the tree is cheaper than `json!`
 /// serializing the command list again.
 static WORKFLOW_TASK_CAPABILITIES: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(build_workflow_task_capabilities);
+
+/// [`WORKFLOW_TASK_CAPABILITIES`] serialized, for the written answers.
+static WORKFLOW_TASK_CAPABILITIES_JSON: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| {
+        serde_json::to_vec(&*WORKFLOW_TASK_CAPABILITIES).unwrap_or_default()
+    });
 
 fn build_workflow_task_capabilities() -> Value {
     json!({

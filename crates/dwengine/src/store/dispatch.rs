@@ -18,7 +18,9 @@ use serde_json::Value;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
-use crate::store::history::{read_page, HistoryPage, HistoryPageLimit};
+use crate::store::history::{
+    read_page, read_stored_page, HistoryPage, HistoryPageLimit, StoredPage,
+};
 use crate::store::model::{RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms};
 use crate::store::tx::WriteTx;
@@ -209,6 +211,17 @@ impl Store {
     ) -> Result<HistoryPage, Error> {
         load_head(&self.conn, run)?;
         read_page(&self.conn, run, after, page)
+    }
+
+    /// [`Store::history_page`] with each payload's stored text, unparsed.
+    pub fn stored_history_page(
+        &self,
+        run: RunId,
+        after: u64,
+        page: HistoryPageLimit,
+    ) -> Result<StoredPage, Error> {
+        load_head(&self.conn, run)?;
+        read_stored_page(&self.conn, run, after, page)
     }
 
     /// The (namespace, task queue) of a dispatch task.

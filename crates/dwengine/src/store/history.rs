@@ -52,6 +52,52 @@ pub struct HistoryPage {
     pub next_sequence: Option<u64>,
 }
 
+/// One stored event as its row holds it: the payload's JSON text as
+/// written (`payload_references::history_text`), not parsed. A workflow
+/// task's answer writes this text through where it is already the wire
+/// form (`server::task_answer`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Position in the run's history, from 0.
+    pub sequence: u64,
+    /// What happened.
+    pub event_type: EventType,
+    /// The payload's stored JSON text.
+    pub text: String,
+    /// When it was recorded (Unix ms; absent on events older than schema 4).
+    pub recorded_at_ms: Option<i64>,
+}
+
+impl StoredEvent {
+    /// Whether reading the payload rewrites it: runtime external-payload
+    /// references take their wire form (`payload_references::history_payload`),
+    /// so the stored text is not what the wire carries.
+    pub fn rewritten_on_read(&self) -> bool {
+        self.text
+            .contains(crate::store::payload_references::RUNTIME_URI_PREFIX)
+    }
+
+    /// The event with its payload parsed, in the SDK's runtime form (what
+    /// [`read_page`] reads).
+    pub fn parsed(&self) -> Result<HistoryEvent, Error> {
+        Ok(HistoryEvent {
+            sequence: self.sequence,
+            event_type: self.event_type,
+            payload: crate::store::payload_references::history_payload(&self.text)?,
+            recorded_at_ms: self.recorded_at_ms,
+        })
+    }
+}
+
+/// One page of a run's history as stored (see [`StoredEvent`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredPage {
+    /// Events in order.
+    pub events: Vec<StoredEvent>,
+    /// Where the next page starts, when there is one.
+    pub next_sequence: Option<u64>,
+}
+
 /// The page of `run`'s history that starts at sequence `from`.
 pub(crate) fn read_page(
     conn: &Connection,
@@ -59,6 +105,37 @@ pub(crate) fn read_page(
     from: u64,
     limit: HistoryPageLimit,
 ) -> Result<HistoryPage, Error> {
+    let (events, next_sequence) = read_rows(conn, run, from, limit, |event| event.parsed())?;
+    Ok(HistoryPage {
+        events,
+        next_sequence,
+    })
+}
+
+/// [`read_page`]'s page with each payload's stored text, unparsed: the
+/// same rows within the same bounds.
+pub(crate) fn read_stored_page(
+    conn: &Connection,
+    run: RunId,
+    from: u64,
+    limit: HistoryPageLimit,
+) -> Result<StoredPage, Error> {
+    let (events, next_sequence) = read_rows(conn, run, from, limit, Ok)?;
+    Ok(StoredPage {
+        events,
+        next_sequence,
+    })
+}
+
+/// The rows of one page, each made into a `T` by `each`, and where the
+/// next page starts.
+fn read_rows<T>(
+    conn: &Connection,
+    run: RunId,
+    from: u64,
+    limit: HistoryPageLimit,
+    mut each: impl FnMut(StoredEvent) -> Result<T, Error>,
+) -> Result<(Vec<T>, Option<u64>), Error> {
     let mut stmt = conn.prepare_cached(
         "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
          WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
@@ -74,26 +151,20 @@ pub(crate) fn read_page(
         if !events.is_empty()
             && (events.len() >= limit.max_events || bytes.saturating_add(size) > limit.max_bytes)
         {
-            return Ok(HistoryPage {
-                events,
-                next_sequence: Some(sequence),
-            });
+            return Ok((events, Some(sequence)));
         }
         bytes = bytes.saturating_add(size);
         let Some(kind) = EventType::from_name(&event_type) else {
             return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
         };
-        events.push(HistoryEvent {
+        events.push(each(StoredEvent {
             sequence,
             event_type: kind,
-            payload: crate::store::payload_references::history_payload(&payload)?,
+            text: payload,
             recorded_at_ms: row.get(3)?,
-        });
+        })?);
     }
-    Ok(HistoryPage {
-        events,
-        next_sequence: None,
-    })
+    Ok((events, None))
 }
 
 /// `run`'s event at sequence `at`, if it has one.

@@ -111,7 +111,7 @@ pub use deadlines::RunTimeouts;
 pub use dispatch::{LeasedActivity, LeasedTask, TaskKind};
 pub use error::Error;
 pub use executor::{Next, TaskOutcome, TaskReport, APPLICATION_FAILURE};
-pub use history::{HistoryPage, HistoryPageLimit};
+pub use history::{HistoryPage, HistoryPageLimit, StoredEvent, StoredPage};
 pub use import::{ImportMode, ImportReport, MeasuredImport, V1Projection, V1Row, V1Terminal};
 pub use model::{
     ActivityId, EventType, FailureRecord, HistoryEvent, PendingCounts, Run, RunId, RunOrigin,

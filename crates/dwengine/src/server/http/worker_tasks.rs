@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post, MethodRouter};
 use axum::{Extension, Router};
 
@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::polling::Woken;
 use crate::server::queries::QueryPolls;
+use crate::server::task_answer::PollAnswer;
 use crate::server::update_validation::WorkflowWorkPolls;
 use crate::server::wire::{ActivityReport, PollBody, RegisterWorker, WorkflowTaskLease};
 use crate::server::worker::{
@@ -293,11 +294,28 @@ async fn poll_workflow(
     } else {
         tokio::spawn(long_poll(engine, TaskKind::Workflow, spec))
     };
-    reply(
+    reply_poll(
         polling
             .await
             .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string()))),
     )
+}
+
+/// A poll's answer: a tree as `axum::Json` writes it, a written one
+/// (`task_answer`) with the same status and headers.
+fn reply_poll(answer: Result<PollAnswer, ApiError>) -> Response {
+    match answer {
+        Ok(PollAnswer::Tree(value)) => reply(Ok(value)),
+        Ok(PollAnswer::Written { bytes, .. }) => {
+            let mut response = Body::from(bytes).into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => refuse(e),
+    }
 }
 
 /// A poll's body, read and validated into its spec.
@@ -358,7 +376,7 @@ async fn answer_poll<K: PollKind>(
     // Dropped with this future: early when the client disconnects.
     let _gone = AbandonOnDrop(spec.abandoned.clone());
     let polling = tokio::spawn(long_poll(engine, kind, spec));
-    reply(
+    reply_poll(
         polling
             .await
             .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string()))),
@@ -378,7 +396,7 @@ async fn long_poll<K: PollKind>(
     engine: Arc<Engine>,
     kind: K,
     spec: Arc<PollSpec>,
-) -> Result<Value, ApiError> {
+) -> Result<PollAnswer, ApiError> {
     let step = match kind.task_kind() {
         // A workflow or activity poll's first step runs here as far as
         // nothing on its way may block.
@@ -433,7 +451,7 @@ async fn long_poll<K: PollKind>(
 enum WaitEnd {
     /// A pass found its answer (a task, an error, or the end of a
     /// superseded query poll) and answered in the same step.
-    Answered(Result<Value, ApiError>),
+    Answered(Result<PollAnswer, ApiError>),
     /// The deadline passed or the poll is over (empty), or a look at the
     /// wake signal failed: the poll's last step is still to run.
     Over(Result<(), ApiError>),
@@ -447,7 +465,7 @@ enum Passed {
     /// more work, none for an empty end or an error).
     Answered {
         claimed: Option<bool>,
-        answer: Result<Value, ApiError>,
+        answer: Result<PollAnswer, ApiError>,
     },
 }
 
@@ -477,7 +495,7 @@ async fn wait_until_answered<K: PollKind>(
     kind: K,
     spec: &Arc<PollSpec>,
     wait: &mut PollWait,
-) -> Result<Option<Result<Value, ApiError>>, ApiError> {
+) -> Result<Option<Result<PollAnswer, ApiError>>, ApiError> {
     let recheck = engine.config.poll_idle_recheck;
     let relayed = engine.poll_wakes().relayed();
     let channel = wait.channel;
@@ -586,5 +604,37 @@ struct AbandonOnDrop(Arc<Departure>);
 impl Drop for AbandonOnDrop {
     fn drop(&mut self) {
         self.0.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::Response;
+    use serde_json::json;
+
+    use super::{reply, reply_poll};
+    use crate::server::task_answer::PollAnswer;
+
+    async fn parts(response: Response) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        (parts.status, parts.headers, body.to_vec())
+    }
+
+    /// A written poll answer goes out as `axum::Json` sent its tree: the
+    /// same status, headers and bytes; a tree goes out as before.
+    #[tokio::test]
+    async fn a_written_poll_answer_is_replied_as_the_json_of_its_tree() {
+        let tree = json!({"poll_status": "leased", "replayed": true,
+                          "task": {"history_events": [], "workflow_id": "w-\u{e9}\"x\""}});
+        let written = PollAnswer::Written {
+            bytes: serde_json::to_vec(&tree).unwrap(),
+            replayed: true,
+        };
+        let want = parts(reply(Ok(tree.clone()))).await;
+        assert_eq!(parts(reply_poll(Ok(written))).await, want);
+        assert_eq!(parts(reply_poll(Ok(PollAnswer::Tree(tree)))).await, want);
+        assert_eq!(want.1.len(), 1, "{:?}", want.1);
     }
 }

@@ -33,6 +33,7 @@ use contract::EXPIRY_SLACK;
 pub use contract::{PendingValidation, ValidationLook, CAPABILITY, TASK_KIND};
 
 use crate::server::control::{MessageKind, PendingUpdate, UpdateStep};
+use crate::server::task_answer::PollAnswer;
 use crate::server::wire::validation;
 use crate::server::wire::{self, Checks, UpdateBody};
 use crate::server::worker::{PollKind, PollSpec, PollStep};
@@ -625,14 +626,16 @@ impl PollKind for WorkflowWorkPolls {
 
     fn begin(self, engine: &Engine, poll: &PollSpec) -> Result<PollStep, ApiError> {
         if let Some(task) = engine.bound_validation(poll)? {
-            return engine.render_validation(task, true).map(PollStep::Answered);
+            return engine
+                .render_validation(task, true)
+                .map(|answer| PollStep::Answered(answer.into()));
         }
         match engine.begin_poll(TaskKind::Workflow, poll)? {
-            PollStep::Answered(answer)
-                if answer["task"].is_null() && answer.get("replayed").is_none() =>
-            {
+            PollStep::Answered(answer) if answer.task_is_null() && !answer.has_replayed() => {
                 match engine.lease_validation(poll)? {
-                    Some(task) => engine.leased_validation(poll, task).map(PollStep::Answered),
+                    Some(task) => engine
+                        .leased_validation(poll, task)
+                        .map(|answer| PollStep::Answered(answer.into())),
                     None => Ok(PollStep::Answered(answer)),
                 }
             }
@@ -643,7 +646,9 @@ impl PollKind for WorkflowWorkPolls {
                     let keyed = wait.keyed;
                     drop(wait);
                     engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(None))?;
-                    engine.leased_validation(poll, task).map(PollStep::Answered)
+                    engine
+                        .leased_validation(poll, task)
+                        .map(|answer| PollStep::Answered(answer.into()))
                 }
                 None => Ok(PollStep::Waiting(wait)),
             },
@@ -676,11 +681,11 @@ impl PollKind for WorkflowWorkPolls {
         poll: &PollSpec,
         keyed: bool,
         found: Result<Option<WorkflowWork>, ApiError>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<PollAnswer, ApiError> {
         match found {
             Ok(Some(WorkflowWork::Validation(task))) => {
                 engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(None))?;
-                engine.leased_validation(poll, *task)
+                engine.leased_validation(poll, *task).map(PollAnswer::from)
             }
             Ok(Some(WorkflowWork::Workflow(task))) => {
                 engine.end_poll(TaskKind::Workflow, poll, keyed, Ok(Some(*task)))
@@ -690,14 +695,14 @@ impl PollKind for WorkflowWorkPolls {
         }
     }
 
-    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<Value>, ApiError> {
+    fn replay(self, engine: &Engine, poll: &PollSpec) -> Result<Option<PollAnswer>, ApiError> {
         if let Some(task) = engine.bound_validation(poll)? {
-            return engine.render_validation(task, true).map(Some);
+            return engine.render_validation(task, true).map(|a| Some(a.into()));
         }
         TaskKind::Workflow.replay(engine, poll)
     }
 
-    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<Value, ApiError> {
+    fn unanswered(self, engine: &Engine, poll: &PollSpec) -> Result<PollAnswer, ApiError> {
         TaskKind::Workflow.unanswered(engine, poll)
     }
 

@@ -19,11 +19,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::{PollSpec, PollStep, PollWait};
 use crate::poll_requests::PollClaim;
 use crate::polling::PollWake;
+use crate::server::task_answer::PollAnswer;
 use crate::server::{ApiError, Engine};
 use crate::store::{Error as StoreError, LeasedTask, Store, TaskKind};
 
@@ -52,9 +51,9 @@ pub(crate) enum FirstStep {
 /// A poll's answer once its pass ended it ([`Engine::end_poll`]).
 pub(crate) enum Ending {
     /// Answered here.
-    Done(Result<Value, ApiError>),
+    Done(Result<PollAnswer, ApiError>),
     /// The task's reads could not be read now: answer on the poll lane.
-    Lane(OnLane<Value>),
+    Lane(OnLane<PollAnswer>),
 }
 
 /// What a waiting poll's pass on the async runtime came to
@@ -317,7 +316,7 @@ mod tests {
     /// The answer of a step that ended the poll.
     fn answered(step: Result<PollStep, crate::server::ApiError>) -> Value {
         match step {
-            Ok(PollStep::Answered(answer)) => answer,
+            Ok(PollStep::Answered(answer)) => answer.into_value(),
             Ok(_) => panic!("the poll did not answer"),
             Err(e) => panic!("the poll failed: {}", e.body()),
         }
@@ -450,7 +449,7 @@ mod tests {
         else {
             panic!("the pass did not take the task here");
         };
-        let answer = answer.unwrap();
+        let answer = answer.unwrap().into_value();
         assert_eq!(answer["task"]["workflow_id"], "wf-1");
         // Its answer is kept for a repeat of its request id.
         let repeat = engine.begin_poll(TaskKind::Workflow, &waiting);
