@@ -119,6 +119,14 @@ pub fn wake_channel_key(
     crate::cache::hashed_dimensions(&[namespace, task_queue, channel])
 }
 
+/// The relay message of a wake of the calls waiting on `key`.
+fn wait_message(key: &WaitKey) -> String {
+    match key {
+        WaitKey::Run(run) => format!("{RUN_WAKE}{run}"),
+        WaitKey::QueryTask(id) => format!("{QUERY_TASK_WAKE}{id}"),
+    }
+}
+
 /// The long polls this node holds, by wake channel, and the relay that
 /// carries wake-ups between the nodes of one store.
 ///
@@ -301,13 +309,6 @@ impl PollWakes {
     /// Publishes `wake` on the relay channel for the other nodes of the
     /// store; nothing when this node has no relay.
     fn publish_to_peers(&self, wake: &str) -> Result<(), CacheError> {
-        self.publish_with(wake, None)
-    }
-
-    /// [`PollWakes::publish_to_peers`], `also` written on the relay's
-    /// cache in the same round trip ([`Cache::batch`]); neither without a
-    /// relay.
-    fn publish_with(&self, wake: &str, also: Option<CacheOp<'_>>) -> Result<(), CacheError> {
         let target = self
             .relay
             .lock()
@@ -315,15 +316,7 @@ impl PollWakes {
             .as_ref()
             .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
         if let Some((cache, name, origin)) = target {
-            let message = format!("{origin}{wake}");
-            let publish = CacheOp::Publish {
-                channel: &name,
-                message: message.as_bytes(),
-            };
-            match also {
-                None => cache.batch(&[publish])?,
-                Some(also) => cache.batch(&[publish, also])?,
-            }
+            cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
             self.relayed_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -340,22 +333,65 @@ impl PollWakes {
         one: bool,
         signal: CacheOp<'_>,
     ) -> Result<(), CacheError> {
-        match (one, self.entry(channel)) {
-            (true, Some(entry)) => entry.add_token(),
-            (false, Some(entry)) => entry.bump(),
-            (_, None) => {}
+        self.wake_together(&[(channel, one, Some(signal))], &[])
+    }
+
+    /// The wakes of one commit in one round trip: the polls of each
+    /// channel of `channels` (`one`: as [`PollWakes::wake_one`]) woken
+    /// here, and, on a node with a relay, every relay message (each
+    /// channel's, then each of `waits`', whose calls on this node the
+    /// caller woke) with each channel's signal key, in that order, as one
+    /// [`Cache::batch`]. Without a relay no signal key is written.
+    pub fn wake_together(
+        &self,
+        channels: &[(&str, bool, Option<CacheOp<'_>>)],
+        waits: &[WaitKey],
+    ) -> Result<(), CacheError> {
+        for (channel, one, _) in channels {
+            match (*one, self.entry(channel)) {
+                (true, Some(entry)) => entry.add_token(),
+                (false, Some(entry)) => entry.bump(),
+                (_, None) => {}
+            }
         }
-        self.publish_with(channel, Some(signal))
+        let target = self
+            .relay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
+        let Some((cache, name, origin)) = target else {
+            return Ok(());
+        };
+        let messages: Vec<String> = channels
+            .iter()
+            .map(|(channel, _, _)| format!("{origin}{channel}"))
+            .chain(
+                waits
+                    .iter()
+                    .map(|key| format!("{origin}{}", wait_message(key))),
+            )
+            .collect();
+        let mut ops = Vec::with_capacity(messages.len() + channels.len());
+        for (i, message) in messages.iter().enumerate() {
+            ops.push(CacheOp::Publish {
+                channel: &name,
+                message: message.as_bytes(),
+            });
+            if let Some((_, _, Some(signal))) = channels.get(i) {
+                ops.push(*signal);
+            }
+        }
+        cache.batch(&ops)?;
+        self.relayed_out
+            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Relays a wake of the calls waiting on `key` (this node's were
     /// woken by the caller) to the other nodes of the store, if any.
     pub fn relay_wait(&self, key: &WaitKey) -> Result<(), CacheError> {
-        let wake = match key {
-            WaitKey::Run(run) => format!("{RUN_WAKE}{run}"),
-            WaitKey::QueryTask(id) => format!("{QUERY_TASK_WAKE}{id}"),
-        };
-        self.publish_to_peers(&wake)
+        self.publish_to_peers(&wait_message(key))
     }
 
     /// A relayed wake: a long-poll channel's hash, or a waited-on run or

@@ -310,6 +310,48 @@ impl Engine {
         }
     }
 
+    /// The wakes after a commit that gave the queues of `wakes` (queue,
+    /// channel) work and moved `run`: as [`Engine::wake`] for each and
+    /// [`Engine::wake_run`], but on a node with peers every relay message
+    /// and signal key in one round trip (a workflow task's completion that
+    /// scheduled an activity cost two).
+    pub(crate) fn wake_with_run(&self, namespace: &str, wakes: &[(&str, &str)], run: RunId) {
+        if !self.poll_wakes.relayed() {
+            for (queue, channel) in wakes {
+                self.wake(namespace, queue, channel);
+            }
+            self.wake_run(run);
+            return;
+        }
+        let one = self.shared_store().has_one_writer();
+        // A queue driver that carries wakes (SQS) delivers those itself.
+        let mine: Vec<_> = wakes
+            .iter()
+            .filter(|(queue, channel)| !self.queue.dispatch(namespace, queue, channel))
+            .map(|(queue, channel)| {
+                let wake = crate::polling::wake_channel_key(namespace, queue, channel);
+                (wake, LongPollSignalStore::entry(namespace, queue, channel))
+            })
+            .collect();
+        let ttl = self.signals.ttl();
+        let channels: Vec<_> = mine
+            .iter()
+            .map(|(wake, (key, version))| {
+                let signal = CacheOp::Put {
+                    key,
+                    value: version,
+                    ttl,
+                };
+                (wake.as_str(), one, Some(signal))
+            })
+            .collect();
+        let key = crate::waiters::WaitKey::Run(run.0);
+        self.waiters.wake(&key);
+        if let Err(e) = self.poll_wakes.wake_together(&channels, &[key]) {
+            self.post_commit_failed("wake_relay", &e);
+        }
+    }
+
     /// Wakes the waits on `run` (updates, service calls): this node's at
     /// once, other nodes' through the relay (a lost message: they look
     /// again within their poll fallback).

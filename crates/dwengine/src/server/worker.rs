@@ -1507,20 +1507,27 @@ impl Engine {
                 return Err(ApiError::DurableState(refused));
             }
         };
-        for activity_queue in &completion.activity_queues {
-            self.wake(&ns, activity_queue, TaskKind::Activity.as_str());
-        }
+        let (activity, workflow) = (TaskKind::Activity.as_str(), TaskKind::Workflow.as_str());
+        let mut wakes: Vec<(&str, &str)> = completion
+            .activity_queues
+            .iter()
+            .map(|q| (q.as_str(), activity))
+            .collect();
         if completion.workflow_task_queued {
-            self.wake(&ns, &queue, TaskKind::Workflow.as_str());
+            wakes.push((queue.as_str(), workflow));
         }
         // Children started, and a parent this run's end resumed.
-        for workflow_queue in &completion.workflow_queues {
-            self.wake(&ns, workflow_queue, TaskKind::Workflow.as_str());
-        }
+        wakes.extend(
+            completion
+                .workflow_queues
+                .iter()
+                .map(|q| (q.as_str(), workflow)),
+        );
         // A driver that delivers timers sends the ones this task armed.
         self.queue.timers_armed(&completion.timers);
-        // Updates and service calls waiting on this run look again now.
-        self.wake_run(run);
+        // The queues' pollers, and the updates and service calls waiting
+        // on this run, woken in one round trip to a shared cache.
+        self.wake_with_run(&ns, &wakes, run);
         Ok(json!({
             "task_id": task_id, "outcome": "completed",
             "run_status": completion.run_status.as_str(),

@@ -461,7 +461,8 @@ mod tests {
     /// On a node whose wakes cross to other nodes (a shared cache, a
     /// sweep scope), a start's relay message and its queue's signal key
     /// go to the cache in one batch, and so do a poll's replay key and its
-    /// diagnostic: one round trip each to Redis, not two.
+    /// diagnostic, and a completion's queue wakes with its run's: one
+    /// round trip each to Redis, not two.
     #[test]
     fn a_cluster_nodes_wake_and_poll_end_each_write_the_cache_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -499,6 +500,29 @@ mod tests {
         assert_eq!(repeat["task"]["task_id"], answer["task"]["task_id"]);
         let last = engine.poll_diagnostic("default", "q").unwrap();
         assert_eq!(last["last_poll"]["worker_id"], "w1");
+        // A completion that schedules an activity wakes its queue and the
+        // waits on its run: both relay messages and the signal key in one.
+        cache.take();
+        let task = &answer["task"];
+        let completion = serde_json::from_value(json!({
+            "lease_owner": task["lease_owner"],
+            "workflow_task_attempt": task["workflow_task_attempt"],
+            "commands": [{ "type": "schedule_activity", "activity_type": "charge",
+                "task_queue": "q", "arguments": { "codec": "json", "blob": "[42]" } }],
+        }))
+        .unwrap();
+        let task_id = task["task_id"].as_str().unwrap();
+        engine.complete_workflow_task(task_id, completion).unwrap();
+        assert_eq!(
+            writes(cache.take()),
+            [
+                "batch[publish server:long-poll-signal:, put server:long-poll-signal:, \
+              publish server:long-poll-signal:]"
+            ]
+        );
+        let activity = spec(&engine, "q", "p-2", 0.5);
+        let activity = answered(engine.begin_poll(TaskKind::Activity, &activity));
+        assert_eq!(activity["task"]["activity_type"], "charge");
     }
 
     /// A node where a first step could block keeps it on the lane: the
