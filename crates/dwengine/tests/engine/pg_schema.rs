@@ -1672,3 +1672,53 @@ fn ci_runs_the_postgres_tests() {
         assert_eq!(ignored.len(), 8, "{ignored:?}");
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn the_schemas_of_dead_test_processes_are_swept_and_live_ones_kept() {
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
+    // A pid past the kernel's largest is never alive; this process is.
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("read pid_max")
+        .trim()
+        .parse()
+        .expect("pid_max is a number");
+    let dead = format!("dw_store_test_{}_0", pid_max + 1);
+    let live = format!("dw_store_test_{}_{}", std::process::id(), u32::MAX);
+    let mut admin = Client::connect(&url, NoTls).expect("connect");
+    for schema in [&dead, &live] {
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+                 CREATE TABLE {schema}.runs (id integer)"
+            ))
+            .expect("make a test schema");
+    }
+    crate::common::sweep_dead_schemas(&url);
+    let exists = |admin: &mut Client, schema: &str| -> bool {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                &[&schema],
+            )
+            .expect("look the schema up")
+            .get::<_, i64>(0)
+            == 1
+    };
+    assert!(
+        !exists(&mut admin, &dead),
+        "{dead}: a dead process's schema was kept"
+    );
+    assert!(
+        exists(&mut admin, &live),
+        "{live}: a live process's schema was dropped"
+    );
+    admin
+        .batch_execute(&format!("DROP SCHEMA {live} CASCADE"))
+        .expect("drop the live schema");
+}

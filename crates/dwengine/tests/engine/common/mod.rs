@@ -40,13 +40,22 @@ pub fn postgres() -> bool {
 
 /// The URL of a new schema (`dw_store_test_<pid>_<n>`, dropped first if a
 /// run of the same pid left it) of the `DW_TEST_POSTGRES_URL` database: a
-/// database of one test's own. The schema outlives the test: the test
-/// cluster is thrown away with it.
+/// database of one test's own. The schema outlives the test (a test holds
+/// its store, not a guard); the first schema a test process makes starts
+/// [`sweep_dead_schemas`], so a long-lived server keeps only the schemas of
+/// the last run instead of every run's.
 pub fn postgres_schema_url() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
     let url = std::env::var("DW_TEST_POSTGRES_URL")
         .expect("DW_TEST_BACKEND=postgres needs DW_TEST_POSTGRES_URL (postgres://…)");
+    SWEEP.call_once(|| {
+        let url = url.clone();
+        // Beside the tests, not before them: a day of runs leaves
+        // thousands of schemas, each a few tens of milliseconds to drop.
+        std::thread::spawn(move || sweep_dead_schemas(&url));
+    });
     let schema = format!(
         "dw_store_test_{}_{}",
         std::process::id(),
@@ -61,6 +70,45 @@ pub fn postgres_schema_url() -> String {
         .expect("create the test's schema");
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+/// Drops the `dw_store_test_<pid>_<n>` schemas whose test process is no
+/// longer running on this machine (`/proc/<pid>` gone), returning how many
+/// it dropped. A live process's schemas are never touched; a pid reused
+/// since only keeps its dead schemas until a later sweep.
+pub fn sweep_dead_schemas(url: &str) -> usize {
+    // Without /proc every process would look dead, other test runs' too.
+    if !std::path::Path::new("/proc/self").exists() {
+        return 0;
+    }
+    let Ok(mut admin) = postgres::Client::connect(url, postgres::NoTls) else {
+        return 0;
+    };
+    let Ok(rows) = admin.query(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dw\\_store\\_test\\_%'",
+        &[],
+    ) else {
+        return 0;
+    };
+    let mut dropped = 0;
+    for row in rows {
+        let schema: String = row.get(0);
+        let pid = schema
+            .strip_prefix("dw_store_test_")
+            .and_then(|rest| rest.split('_').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .is_ok()
+        {
+            dropped += 1;
+        }
+    }
+    dropped
 }
 
 /// A store on a schema of its own (see [`postgres_schema_url`]).
