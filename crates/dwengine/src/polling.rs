@@ -306,16 +306,20 @@ impl PollWakes {
         self.publish_to_peers(channel)
     }
 
-    /// Publishes `wake` on the relay channel for the other nodes of the
-    /// store; nothing when this node has no relay.
-    fn publish_to_peers(&self, wake: &str) -> Result<(), CacheError> {
-        let target = self
-            .relay
+    /// The relay's cache, channel and this node's mark, copied out so no
+    /// lock is held across the call to the cache; `None` without a relay.
+    fn relay_target(&self) -> Option<(Arc<dyn Cache>, String, String)> {
+        self.relay
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
-        if let Some((cache, name, origin)) = target {
+            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()))
+    }
+
+    /// Publishes `wake` on the relay channel for the other nodes of the
+    /// store; nothing when this node has no relay.
+    fn publish_to_peers(&self, wake: &str) -> Result<(), CacheError> {
+        if let Some((cache, name, origin)) = self.relay_target() {
             cache.publish(&name, format!("{origin}{wake}").as_bytes())?;
             self.relayed_out.fetch_add(1, Ordering::Relaxed);
         }
@@ -354,13 +358,7 @@ impl PollWakes {
                 (_, None) => {}
             }
         }
-        let target = self
-            .relay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|r| (r.cache.clone(), r.channel.clone(), r.origin.clone()));
-        let Some((cache, name, origin)) = target else {
+        let Some((cache, name, origin)) = self.relay_target() else {
             return Ok(());
         };
         let messages: Vec<String> = channels
