@@ -485,6 +485,19 @@ pub async fn child_terminated(h: Harness) -> Outcome {
                 .find_map(|e| e["payload"]["child_workflow_instance_id"].as_str())
                 .ok_or_else(|| format!("no child id in {:?}", types(&events)))?
                 .to_owned();
+            let child_run = events
+                .iter()
+                .find_map(|e| e["payload"]["child_workflow_run_id"].as_str())
+                .ok_or_else(|| format!("no child run id in {:?}", types(&events)))?
+                .to_owned();
+            // Terminate once the child's first workflow task is completed
+            // (its signal wait recorded), not while the child worker holds
+            // it: the SDK's worker (4.10.2) stops on any 409 to a workflow
+            // task completion but a run timeout's, and a task of a run
+            // terminated under it is answered `task_not_leased`, which the
+            // Python SDK takes as an ambiguous rejection. This scenario is
+            // about the parent hearing of the termination, not that race.
+            until_run_event(&h, &child_id, &child_run, "SignalWaitOpened").await?;
             h.client
                 .terminate_workflow(&child_id, Default::default())
                 .await
@@ -501,6 +514,24 @@ pub async fn child_terminated(h: Harness) -> Outcome {
     check(result["terminated"] == json!(true), || {
         format!("result {result}")
     })
+}
+
+/// Waits until one run's history holds an event of `event_type`.
+async fn until_run_event(h: &Harness, workflow_id: &str, run: &str, event_type: &str) -> Outcome {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(events) = h.run_history(workflow_id, run).await {
+            if events.iter().any(|e| e["event_type"] == event_type) {
+                return Ok(());
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "no {event_type} in {workflow_id}'s run {run} within 30 s"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A long timer loses a selection to a signal; the run completes at once,
