@@ -653,6 +653,17 @@ async fn with_body_status<T: DeserializeOwned + Send + 'static>(
     }
 }
 
+/// A response taken apart for a test comparing two replies byte for byte:
+/// its status, headers and whole body.
+#[cfg(test)]
+pub(crate) async fn response_parts(
+    response: axum::response::Response,
+) -> (axum::http::StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    (parts.status, parts.headers, body.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -609,18 +609,11 @@ impl Drop for AbandonOnDrop {
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::response::Response;
     use serde_json::json;
 
     use super::{reply, reply_poll};
+    use crate::server::http::response_parts;
     use crate::server::task_answer::PollAnswer;
-
-    async fn parts(response: Response) -> (StatusCode, HeaderMap, Vec<u8>) {
-        let (parts, body) = response.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-        (parts.status, parts.headers, body.to_vec())
-    }
 
     /// A written poll answer goes out as `axum::Json` sent its tree: the
     /// same status, headers and bytes; a tree goes out as before.
@@ -632,9 +625,12 @@ mod tests {
             bytes: serde_json::to_vec(&tree).unwrap(),
             replayed: true,
         };
-        let want = parts(reply(Ok(tree.clone()))).await;
-        assert_eq!(parts(reply_poll(Ok(written))).await, want);
-        assert_eq!(parts(reply_poll(Ok(PollAnswer::Tree(tree)))).await, want);
+        let want = response_parts(reply(Ok(tree.clone()))).await;
+        assert_eq!(response_parts(reply_poll(Ok(written))).await, want);
+        assert_eq!(
+            response_parts(reply_poll(Ok(PollAnswer::Tree(tree)))).await,
+            want
+        );
         assert_eq!(want.1.len(), 1, "{:?}", want.1);
     }
 }

@@ -305,13 +305,8 @@ mod tests {
     use axum::response::IntoResponse;
 
     use super::*;
+    use crate::server::http::response_parts;
     use crate::server::wire::StartAnswer;
-
-    async fn parts(response: Response) -> (StatusCode, HeaderMap, Vec<u8>) {
-        let (parts, body) = response.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-        (parts.status, parts.headers, body.to_vec())
-    }
 
     /// The start's answer is written as `axum::Json` wrote it: the same
     /// status, headers and bytes, for a new run and a retried one.
@@ -329,8 +324,8 @@ mod tests {
             workflow_type: "Order".into(),
         };
         for status in [StatusCode::CREATED, StatusCode::OK] {
-            let new = parts(start_reply(status, &answer)).await;
-            let old = parts((status, axum::Json(answer.clone())).into_response()).await;
+            let new = response_parts(start_reply(status, &answer)).await;
+            let old = response_parts((status, axum::Json(answer.clone())).into_response()).await;
             assert_eq!(new, old);
             assert_eq!(new.1.len(), 1, "{:?}", new.1);
             answer.duplicate = None;
