@@ -41,15 +41,15 @@ fn ten_thousand_poll_request_ids_leave_no_key_once_the_ttl_passed(
             let s = &s;
             scope.spawn(move || {
                 for i in (t..polls).step_by(4) {
-                    let (status, _) = s.poll("workflow", "ns", "q", &format!("poll-{i}"), 0);
-                    assert_eq!(status, 200);
+                    let (status, body) = s.poll("workflow", "ns", "q", &format!("poll-{i}"), 0);
+                    assert_eq!(status, 200, "[{backend}] workflow poll {i}: {body}");
                 }
             });
         }
     });
     for i in 0..1000 {
-        let (status, _) = s.poll("activity", "ns", "q", &format!("act-{i}"), 0);
-        assert_eq!(status, 200);
+        let (status, body) = s.poll("activity", "ns", "q", &format!("act-{i}"), 0);
+        assert_eq!(status, 200, "[{backend}] activity poll {i}: {body}");
     }
     let elapsed = started.elapsed();
     let workflow = s.keys(WorkflowTaskPollRequestStore::PREFIX);
