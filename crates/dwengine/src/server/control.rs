@@ -700,7 +700,8 @@ impl Engine {
     ) -> Result<Value, ApiError> {
         let selected = describe_target(&self.config.request_limits, workflow_id, run_id)?;
         let _slot = self.admit_namespace(namespace)?;
-        let found = self.read(|s| describe_read(s, namespace, workflow_id, selected))?;
+        // Its own snapshot: one round trip on PostgreSQL (Store::describe_latest).
+        let found = self.read_own(|s| describe_read(s, namespace, workflow_id, selected))?;
         let (run, described, io, archive) =
             found.ok_or_else(|| ApiError::WorkflowNotFound(workflow_id.to_owned()))?;
         render_description(run, described, io, archive)?.into_value()
@@ -854,14 +855,14 @@ impl Engine {
             &checks.problems,
         )?;
         let _slot = self.admit_namespace(namespace)?;
-        let run = self.target(namespace, workflow_id, Some(run_id))?;
+        let not_found = || ApiError::WorkflowNotFound(workflow_id.to_owned());
+        let run = wire::parse_run_id(run_id).ok_or_else(not_found)?;
         let limit = self.history_limit(limit);
-        let (page, total) = self.read(|s| {
-            Ok((
-                s.history_page(run, offset, limit)?,
-                s.run(run)?.history_length,
-            ))
-        })?;
+        // The run's row and the page on one snapshot of their own: one
+        // round trip on PostgreSQL (Store::history_page_of).
+        let (page, total) = self
+            .read_own(|s| s.history_page_of(namespace, workflow_id, run, offset, limit))?
+            .ok_or_else(not_found)?;
         Ok(json!({
             "workflow_id": workflow_id,
             "run_id": wire::run_id(run),
@@ -1190,7 +1191,8 @@ fn describe_target(
     }
 }
 
-/// What a describe reads, in one snapshot: `None` when no run of
+/// What a describe reads, in one snapshot (its own when called outside
+/// one, see [`Store::describe_latest`]): `None` when no run of
 /// `workflow_id` in `namespace` is `selected` (or none at all).
 fn describe_read(
     s: &Store,
@@ -1198,17 +1200,16 @@ fn describe_read(
     workflow_id: &str,
     selected: Option<RunId>,
 ) -> Result<Option<DescribeRead>, StoreError> {
-    let run = match selected {
-        Some(run) => run,
-        None => match s.find_run(namespace, workflow_id)? {
-            Some(run) => run,
-            None => return Ok(None),
+    let found = match selected {
+        Some(run) => match s.describe_detailed(run) {
+            Ok(d) => Some((run, d)),
+            Err(StoreError::RunNotFound(_)) => None,
+            Err(e) => return Err(e),
         },
+        None => s.describe_latest(namespace, workflow_id)?,
     };
-    let (described, io, archive) = match s.describe_detailed(run) {
-        Ok(d) => d,
-        Err(StoreError::RunNotFound(_)) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some((run, (described, io, archive))) = found else {
+        return Ok(None);
     };
     if described.run.namespace != namespace || described.run.workflow_id != workflow_id {
         return Ok(None);

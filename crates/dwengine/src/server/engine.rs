@@ -579,6 +579,17 @@ impl Engine {
         self.store.read(read)
     }
 
+    /// Runs `read`, which opens its own snapshot (its statements read
+    /// together: one round trip on PostgreSQL), on a reader
+    /// ([`SharedStore::read_own`]); it may run again on another session
+    /// when the database dropped the first.
+    pub(crate) fn read_own<R>(
+        &self,
+        read: impl FnMut(&Store) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        self.store.read_own(read)
+    }
+
     /// As [`Engine::read`], on the calling thread and only if that cannot
     /// wait ([`SharedStore::read_now`]); `None`: read the ordinary way.
     pub(crate) fn read_now<R>(

@@ -11,30 +11,43 @@
 //! terminal one. [`Store::describe_detailed`] reads the row once, the open
 //! workflow task's state in one statement, and the last event only of a
 //! closed run: the same answer from five statements instead of twelve.
+//!
+//! The five need no answer of each other's, so they go together
+//! ([`Connection::read_together`](crate::store::db::Connection::read_together)):
+//! on PostgreSQL, where each statement is a round trip, a describe is one
+//! pipeline with its snapshot's `BEGIN` and `COMMIT` (it was seven round
+//! trips: `BEGIN`, the run found by its workflow id, four reads, `COMMIT`).
+//! For that the closed run's terminal event is read by a join on the run's
+//! row rather than after it, and a describe by workflow id finds the run in
+//! each statement's own subquery ([`Store::describe_latest`]).
+
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
 use crate::store::archive::ArchiveMark;
 use crate::store::connection::Store;
 use crate::store::control::{closes_run, RunDescription, WorkflowTaskFailure};
-use crate::store::db::OptionalExtension;
+use crate::store::db::{Engine, Row, ToSql, Together};
 use crate::store::deadlines::RunTimeouts;
 use crate::store::error::Error;
-use crate::store::history::read_event;
-use crate::store::model::{PendingCounts, Run, RunId, RunStatus};
+use crate::store::history::StoredEvent;
+use crate::store::model::{EventType, FailureRecord, PendingCounts, Run, RunId, RunStatus};
+use crate::store::readers::snapshot;
 use crate::store::rows::{decode_map, status_and_origin, to_i64, to_u64};
 
 /// A run's description with its input and terminal record, and its archive
 /// mark: what a detailed describe answers from.
 pub type DetailedDescription = (RunDescription, (Value, Option<Value>), Option<ArchiveMark>);
 
-/// Every column of the runs row a describe answers from.
+/// Every column of the runs row a describe answers from (and the run's id,
+/// for a describe that found the run by its workflow id).
 const DESCRIBE_ROW: &str = "SELECT workflow_id, workflow_type, status, origin, parent_run_id, \
      pending_activity_count, pending_timer_count, pending_child_count, pending_signal_count, \
      pending_update_count, namespace, task_queue, memo, search_attributes, history_length, \
      history_bytes, continued_from_run_id, continued_to_run_id, resume_step_sequence, build_id, \
      cancel_requested_at_ms, closed_at_ms, details_pruned_at, created_at_ms, \
-     execution_timeout_seconds, run_timeout_seconds, archived_at_ms, archive_reason \
+     execution_timeout_seconds, run_timeout_seconds, archived_at_ms, archive_reason, id \
      FROM runs WHERE id = ?1";
 
 /// The run's ready or leased workflow tasks: an indexed probe of
@@ -44,163 +57,330 @@ const OPEN_WORKFLOW_TASK: &str = "SELECT id, last_error, attempt, due_at_ms FROM
      UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
      WHERE run_id = ?1 AND kind = 'workflow' AND status = 'leased'";
 
+/// The run's first event (its input).
+const INPUT_EVENT: &str = "SELECT sequence, event_type, payload, recorded_at_ms \
+     FROM history_events WHERE run_id = ?1 AND sequence = 0";
+
+/// A closed run's last event (its terminal record, when it closes the
+/// run). A terminal event is written with the status that closes the run,
+/// so an open run's last event is never one and is not read: the join on
+/// the run's row says which event is last, without waiting for the row.
+const TERMINAL_EVENT: &str = "SELECT e.sequence, e.event_type, e.payload, e.recorded_at_ms \
+     FROM runs r JOIN history_events e ON e.run_id = r.id AND e.sequence = r.history_length - 1 \
+     WHERE r.id = ?1 AND r.status <> 'running'";
+
+/// The run's failure rows, oldest first ([`Store::failures`]).
+const FAILURES: &str = "SELECT failure_category, message, structural_limit_kind, \
+     structural_limit_value, structural_limit_configured FROM failures WHERE run_id = ?1 \
+     ORDER BY id";
+
+/// A describe's statements, the run named by id (`?1`).
+const BY_ID: [&str; 5] = [
+    DESCRIBE_ROW,
+    OPEN_WORKFLOW_TASK,
+    INPUT_EVENT,
+    TERMINAL_EVENT,
+    FAILURES,
+];
+
+/// The run [`Store::find_run`] finds: the newest of the workflow id.
+const LATEST_RUN: &str =
+    "(SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 ORDER BY id DESC LIMIT 1)";
+
+/// A describe's statements with the run found by namespace (`?1`) and
+/// workflow id (`?2`) in each: every one reads the same snapshot, so each
+/// finds the same run, and none waits for another's answer.
+fn latest() -> &'static [String; 5] {
+    static LATEST: OnceLock<[String; 5]> = OnceLock::new();
+    LATEST.get_or_init(|| BY_ID.map(|sql| sql.replace("?1", LATEST_RUN)))
+}
+
 /// The runs row's columns as read, before decoding.
 struct RawRow {
     text: [String; 8],
     ints: [Option<i64>; 18],
     build_id: Option<String>,
     archive_reason: Option<String>,
+    id: i64,
+}
+
+/// An event's columns as read.
+type RawEvent = (i64, String, String, Option<i64>);
+
+/// A workflow task's id, last error, attempt and due time.
+type RawTask = (i64, Option<String>, i64, i64);
+
+/// What a describe's statements read, before decoding.
+#[derive(Default)]
+struct Read {
+    row: Option<RawRow>,
+    tasks: Vec<RawTask>,
+    input: Option<RawEvent>,
+    terminal: Option<RawEvent>,
+    failures: Vec<FailureRecord>,
 }
 
 impl Store {
     /// `run`'s description, its input and terminal record (as
-    /// [`Store::run_io`] finds them) and its archive mark, in one snapshot
-    /// when called inside a read: equal to [`Store::describe`],
-    /// [`Store::run_io`] and [`Store::archive_mark`] called in turn.
+    /// [`Store::run_io`] finds them) and its archive mark, on one snapshot
+    /// (its own outside a read, one round trip on PostgreSQL): equal to
+    /// [`Store::describe`], [`Store::run_io`] and [`Store::archive_mark`]
+    /// called in turn.
     pub fn describe_detailed(&self, run: RunId) -> Result<DetailedDescription, Error> {
-        let raw = self
-            .conn
-            .prepare_cached(DESCRIBE_ROW)?
-            .query_row([run.0], |r| {
-                // Text columns: workflow_id, workflow_type, status, origin,
-                // namespace, task_queue, memo, search_attributes.
-                let text = [
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
-                    r.get(13)?,
-                ];
-                let mut ints = [None; 18];
-                for (slot, column) in ints.iter_mut().zip([
-                    4, 5, 6, 7, 8, 9, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26,
-                ]) {
-                    *slot = r.get(column)?;
-                }
-                Ok(RawRow {
-                    text,
-                    ints,
-                    build_id: r.get(19)?,
-                    archive_reason: r.get(27)?,
-                })
-            })
-            .optional()?
-            .ok_or(Error::RunNotFound(run))?;
-        let [workflow_id, workflow_type, status, origin, namespace, task_queue, memo, search] =
-            raw.text;
-        let [parent, activities, timers, children, signals, updates, length, bytes, from, to, resume, cancel, closed, pruned, created, execution, run_timeout, archived_at] =
-            raw.ints;
-        let (status, origin) = status_and_origin(run, &status, &origin)?;
-        let count = |v: Option<i64>| to_u64(v.unwrap_or(0));
-        let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
-        let deadline = |s: Option<u64>| {
-            s.map(|s| {
-                created
-                    .unwrap_or(0)
-                    .saturating_add(to_i64(s.saturating_mul(1000)))
-            })
-        };
-        let history_length = count(length);
-        let stored = Run {
-            id: run,
-            workflow_id,
-            workflow_type,
-            namespace,
-            task_queue,
-            status,
-            origin,
-            parent: parent.map(RunId),
-            memo: decode_map(&memo)?,
-            search_attributes: decode_map(&search)?,
-            pending: PendingCounts {
-                activities: count(activities),
-                timers: count(timers),
-                children: count(children),
-                signals: count(signals),
-                updates: count(updates),
-            },
-            history_length,
-            history_bytes: count(bytes),
-            continued_from: from.map(RunId),
-            continued_to: to.map(RunId),
-            resume_step_sequence: resume.map(to_u64),
-            build_id: raw.build_id,
-        };
-        let running = status == RunStatus::Running;
-        let (task_open, workflow_task_failure) = self.open_workflow_task(run)?;
-        let workflow_task_open = running && task_open;
-        let input = read_event(&self.conn, run, 0)?
-            .and_then(|e| e.payload.get("arguments").cloned())
-            .unwrap_or(Value::Null);
-        // A terminal event is written with the status that closes the run,
-        // so an open run's last event is never one: only a closed run's is
-        // read.
-        let terminal = if running {
-            None
-        } else {
-            read_event(&self.conn, run, history_length.saturating_sub(1))?
-                .filter(|e| closes_run(e.event_type))
-                .map(|e| e.payload)
-        };
-        let execution = seconds(execution);
-        let run_timeout = seconds(run_timeout);
-        let described = RunDescription {
-            run: stored,
-            cancel_requested_at_ms: cancel,
-            closed_at_ms: closed,
-            details_pruned_at_ms: pruned,
-            failures: self.failures(run)?,
-            timeouts: RunTimeouts {
-                execution_timeout_seconds: execution,
-                run_timeout_seconds: run_timeout,
-                execution_deadline_at_ms: deadline(execution),
-                run_deadline_at_ms: deadline(run_timeout),
-            },
-            workflow_task_failure,
-            workflow_task_open,
-        };
-        let archive = archived_at.map(|archived_at_ms| ArchiveMark {
-            archived_at_ms,
-            reason: raw.archive_reason,
-        });
-        Ok((described, (input, terminal), archive))
+        self.describe_with(&BY_ID, &[&run.0])?
+            .map(|(_, described)| described)
+            .ok_or(Error::RunNotFound(run))
     }
 
-    /// Whether `run` has a workflow task ready or leased, and the newest
-    /// failure of such a task: [`Store::workflow_task_open`] and
-    /// [`Store::workflow_task_failure`] in one statement (an indexed probe
-    /// of `dispatch_by_run` per status, no temporary B-tree).
-    fn open_workflow_task(&self, run: RunId) -> Result<(bool, Option<WorkflowTaskFailure>), Error> {
-        let rows: Vec<(i64, Option<String>, i64, i64)> = self
-            .conn
-            .prepare_cached(OPEN_WORKFLOW_TASK)?
-            .query_map([run.0], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?
-            .collect::<Result<_, _>>()?;
-        let open = !rows.is_empty();
-        let newest = rows
-            .into_iter()
-            .filter_map(|(id, error, attempt, due)| error.map(|e| (id, e, attempt, due)))
-            .max_by_key(|row| row.0);
-        let failure = match newest {
-            None => None,
-            Some((_, failure, attempt, due)) => Some(WorkflowTaskFailure {
-                failure: serde_json::from_str(&failure)?,
-                attempt: to_u64(attempt),
-                next_attempt_at_ms: due,
-            }),
+    /// [`Store::describe_detailed`] of the newest run of `workflow_id` in
+    /// `namespace` (the run [`Store::find_run`] finds), with its id; `None`
+    /// when the workflow id has no run. On PostgreSQL one pipeline, each
+    /// statement finding the run itself; on SQLite, which has no round
+    /// trips, the run is found first and read by id, on one snapshot.
+    pub fn describe_latest(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+    ) -> Result<Option<(RunId, DetailedDescription)>, Error> {
+        if self.conn.engine() == Engine::Postgres {
+            let latest = latest().each_ref().map(String::as_str);
+            return self.describe_with(&latest, &[&namespace, &workflow_id]);
+        }
+        let read = |s: &Store| match s.find_run(namespace, workflow_id)? {
+            None => Ok(None),
+            Some(run) => s.describe_with(&BY_ID, &[&run.0]),
         };
-        Ok((open, failure))
+        if self.conn.is_autocommit() {
+            snapshot(self, read)
+        } else {
+            read(self)
+        }
     }
+
+    /// A describe's five statements (`sql`, in [`BY_ID`]'s order) read
+    /// together with `params`, and decoded; `None` when they find no run.
+    fn describe_with(
+        &self,
+        sql: &[&str; 5],
+        params: &[&dyn ToSql],
+    ) -> Result<Option<(RunId, DetailedDescription)>, Error> {
+        let mut read = Read::default();
+        let Read {
+            row,
+            tasks,
+            input,
+            terminal,
+            failures,
+        } = &mut read;
+        self.conn.read_together(&mut [
+            Together {
+                sql: sql[0],
+                params,
+                each: &mut |r| {
+                    *row = Some(raw_row(r)?);
+                    Ok(())
+                },
+            },
+            Together {
+                sql: sql[1],
+                params,
+                each: &mut |r| {
+                    tasks.push((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?));
+                    Ok(())
+                },
+            },
+            Together {
+                sql: sql[2],
+                params,
+                each: &mut |r| {
+                    *input = Some(raw_event(r)?);
+                    Ok(())
+                },
+            },
+            Together {
+                sql: sql[3],
+                params,
+                each: &mut |r| {
+                    *terminal = Some(raw_event(r)?);
+                    Ok(())
+                },
+            },
+            Together {
+                sql: sql[4],
+                params,
+                each: &mut |r| {
+                    failures.push(FailureRecord {
+                        failure_category: r.get(0)?,
+                        message: r.get(1)?,
+                        structural_limit_kind: r.get(2)?,
+                        structural_limit_value: r.get::<_, Option<i64>>(3)?.map(to_u64),
+                        structural_limit_configured: r.get::<_, Option<i64>>(4)?.map(to_u64),
+                    });
+                    Ok(())
+                },
+            },
+        ])?;
+        decode(read)
+    }
+}
+
+/// The runs row's columns.
+fn raw_row(r: &Row<'_>) -> crate::store::db::Result<RawRow> {
+    // Text columns: workflow_id, workflow_type, status, origin,
+    // namespace, task_queue, memo, search_attributes.
+    let text = [
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(10)?,
+        r.get(11)?,
+        r.get(12)?,
+        r.get(13)?,
+    ];
+    let mut ints = [None; 18];
+    for (slot, column) in ints.iter_mut().zip([
+        4, 5, 6, 7, 8, 9, 14, 15, 16, 17, 18, 20, 21, 22, 23, 24, 25, 26,
+    ]) {
+        *slot = r.get(column)?;
+    }
+    Ok(RawRow {
+        text,
+        ints,
+        build_id: r.get(19)?,
+        archive_reason: r.get(27)?,
+        id: r.get(28)?,
+    })
+}
+
+fn raw_event(r: &Row<'_>) -> crate::store::db::Result<RawEvent> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+}
+
+/// An event as [`crate::store::history::read_page`] reads it.
+fn event(
+    (sequence, event_type, text, recorded_at_ms): RawEvent,
+) -> Result<crate::store::model::HistoryEvent, Error> {
+    let Some(kind) = EventType::from_name(&event_type) else {
+        return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
+    };
+    StoredEvent {
+        sequence: to_u64(sequence),
+        event_type: kind,
+        text,
+        recorded_at_ms,
+    }
+    .parsed()
+}
+
+/// Whether the run has a workflow task ready or leased, and the newest
+/// failure of such a task ([`Store::workflow_task_open`] and
+/// [`Store::workflow_task_failure`]).
+fn open_workflow_task(tasks: Vec<RawTask>) -> Result<(bool, Option<WorkflowTaskFailure>), Error> {
+    let open = !tasks.is_empty();
+    let newest = tasks
+        .into_iter()
+        .filter_map(|(id, error, attempt, due)| error.map(|e| (id, e, attempt, due)))
+        .max_by_key(|row| row.0);
+    let failure = match newest {
+        None => None,
+        Some((_, failure, attempt, due)) => Some(WorkflowTaskFailure {
+            failure: serde_json::from_str(&failure)?,
+            attempt: to_u64(attempt),
+            next_attempt_at_ms: due,
+        }),
+    };
+    Ok((open, failure))
+}
+
+/// The description from what a describe's statements read.
+fn decode(read: Read) -> Result<Option<(RunId, DetailedDescription)>, Error> {
+    let Some(raw) = read.row else {
+        return Ok(None);
+    };
+    let run = RunId(raw.id);
+    let [workflow_id, workflow_type, status, origin, namespace, task_queue, memo, search] =
+        raw.text;
+    let [parent, activities, timers, children, signals, updates, length, bytes, from, to, resume, cancel, closed, pruned, created, execution, run_timeout, archived_at] =
+        raw.ints;
+    let (status, origin) = status_and_origin(run, &status, &origin)?;
+    let count = |v: Option<i64>| to_u64(v.unwrap_or(0));
+    let seconds = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
+    let deadline = |s: Option<u64>| {
+        s.map(|s| {
+            created
+                .unwrap_or(0)
+                .saturating_add(to_i64(s.saturating_mul(1000)))
+        })
+    };
+    let history_length = count(length);
+    let stored = Run {
+        id: run,
+        workflow_id,
+        workflow_type,
+        namespace,
+        task_queue,
+        status,
+        origin,
+        parent: parent.map(RunId),
+        memo: decode_map(&memo)?,
+        search_attributes: decode_map(&search)?,
+        pending: PendingCounts {
+            activities: count(activities),
+            timers: count(timers),
+            children: count(children),
+            signals: count(signals),
+            updates: count(updates),
+        },
+        history_length,
+        history_bytes: count(bytes),
+        continued_from: from.map(RunId),
+        continued_to: to.map(RunId),
+        resume_step_sequence: resume.map(to_u64),
+        build_id: raw.build_id,
+    };
+    let running = status == RunStatus::Running;
+    let (task_open, workflow_task_failure) = open_workflow_task(read.tasks)?;
+    let workflow_task_open = running && task_open;
+    let input = read
+        .input
+        .map(event)
+        .transpose()?
+        .and_then(|e| e.payload.get("arguments").cloned())
+        .unwrap_or(Value::Null);
+    let terminal = match read.terminal {
+        Some(last) if !running => Some(event(last)?)
+            .filter(|e| closes_run(e.event_type))
+            .map(|e| e.payload),
+        _ => None,
+    };
+    let execution = seconds(execution);
+    let run_timeout = seconds(run_timeout);
+    let described = RunDescription {
+        run: stored,
+        cancel_requested_at_ms: cancel,
+        closed_at_ms: closed,
+        details_pruned_at_ms: pruned,
+        failures: read.failures,
+        timeouts: RunTimeouts {
+            execution_timeout_seconds: execution,
+            run_timeout_seconds: run_timeout,
+            execution_deadline_at_ms: deadline(execution),
+            run_deadline_at_ms: deadline(run_timeout),
+        },
+        workflow_task_failure,
+        workflow_task_open,
+    };
+    let archive = archived_at.map(|archived_at_ms| ArchiveMark {
+        archived_at_ms,
+        reason: raw.archive_reason,
+    });
+    Ok(Some((run, (described, (input, terminal), archive))))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{DESCRIBE_ROW, OPEN_WORKFLOW_TASK};
+    use super::BY_ID;
     use crate::store::config::StoreConfig;
     use crate::store::connection::Store;
 
@@ -211,7 +391,7 @@ mod tests {
     #[test]
     fn describe_statements_build_no_temporary_b_tree() {
         let store = Store::open_in_memory(StoreConfig::default()).unwrap();
-        for sql in [DESCRIBE_ROW, OPEN_WORKFLOW_TASK] {
+        for sql in BY_ID {
             let opcodes: Vec<String> = store
                 .conn
                 .prepare(&format!("EXPLAIN {sql}"))

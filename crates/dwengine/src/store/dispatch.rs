@@ -12,17 +12,18 @@
 //! activity's deadline) are [`leases`](super::leases)', and firing due
 //! timers is [`timers`](super::timers)'; both call down into this module.
 
-use crate::store::db::{params, OptionalExtension, Row};
+use crate::store::db::{params, OptionalExtension, Row, Together};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::store::connection::Store;
 use crate::store::error::Error;
 use crate::store::history::{
-    read_page, read_stored_page, HistoryPage, HistoryPageLimit, StoredPage,
+    read_page, read_stored_page, HistoryPage, HistoryPageLimit, PageRows, StoredEvent, StoredPage,
+    PAGE_ROWS,
 };
 use crate::store::model::{RunId, RunStatus};
-use crate::store::rows::{load_head, now_ms};
+use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
 
 /// What a worker polls for.
@@ -211,6 +212,64 @@ impl Store {
     ) -> Result<HistoryPage, Error> {
         load_head(&self.conn, run)?;
         read_page(&self.conn, run, after, page)
+    }
+
+    /// The page of `run`'s history from `after` and the run's history
+    /// length, when `run` is a run of `workflow_id` in `namespace` (`None`
+    /// when it is not, or no such run exists): the run's row and the page
+    /// read together on one snapshot (its own outside a read), one round
+    /// trip on PostgreSQL where finding the run and reading the page were
+    /// two snapshots of three and five.
+    pub fn history_page_of(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run: RunId,
+        after: u64,
+        page: HistoryPageLimit,
+    ) -> Result<Option<(HistoryPage, u64)>, Error> {
+        let mut owner: Option<(String, String, i64)> = None;
+        let mut raw: Vec<(i64, String, String, Option<i64>)> = Vec::new();
+        let (from, wanted) = (to_i64(after), PageRows::rows_wanted(page));
+        self.conn.read_together(&mut [
+            Together {
+                sql: "SELECT namespace, workflow_id, history_length FROM runs WHERE id = ?1",
+                params: &[&run.0],
+                each: &mut |r| {
+                    owner = Some((r.get(0)?, r.get(1)?, r.get(2)?));
+                    Ok(())
+                },
+            },
+            Together {
+                sql: PAGE_ROWS,
+                params: &[&run.0, &from, &wanted],
+                each: &mut |r| {
+                    raw.push((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?));
+                    Ok(())
+                },
+            },
+        ])?;
+        match owner {
+            Some((ns, id, length)) if ns == namespace && id == workflow_id => {
+                let mut rows = PageRows::new(page);
+                for (sequence, event_type, payload, recorded_at_ms) in raw {
+                    if !rows.push(sequence, event_type, payload, recorded_at_ms)? {
+                        break;
+                    }
+                }
+                let (events, next_sequence) = rows.finish();
+                let events = events
+                    .iter()
+                    .map(StoredEvent::parsed)
+                    .collect::<Result<_, _>>()?;
+                let page = HistoryPage {
+                    events,
+                    next_sequence,
+                };
+                Ok(Some((page, to_u64(length))))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// [`Store::history_page`] with each payload's stored text, unparsed.

@@ -1,11 +1,14 @@
 //! The one reader of a run's history: pages bounded by events and bytes.
 //!
 //! Every history read in the store goes through [`read_page`]: a worker's
-//! task, the control plane's paged history, describe's first and last
-//! event, and [`Store::history`](crate::store::connection::Store::history) (which
+//! task, the control plane's paged history, and
+//! [`Store::history`](crate::store::connection::Store::history) (which
 //! walks the pages). Rows are read one at a time in sequence order and
 //! reading stops at the page's bound, so however long a history is, one
-//! read holds one page of it in memory.
+//! read holds one page of it in memory. A read that sends its statements
+//! together (a describe's first and last event, the control plane's page
+//! with its run's row) selects its rows with a `LIMIT` instead
+//! ([`PAGE_ROWS`]) and pages them by the same rule ([`PageRows`]).
 
 use crate::store::db::{params, Connection};
 use serde::Serialize;
@@ -134,37 +137,97 @@ fn read_rows<T>(
     run: RunId,
     from: u64,
     limit: HistoryPageLimit,
-    mut each: impl FnMut(StoredEvent) -> Result<T, Error>,
+    each: impl FnMut(StoredEvent) -> Result<T, Error>,
 ) -> Result<(Vec<T>, Option<u64>), Error> {
     let mut stmt = conn.prepare_cached(
         "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
          WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
     )?;
     let mut rows = stmt.query(params![run.0, to_i64(from)])?;
-    let mut events = Vec::new();
-    let mut bytes = 0usize;
+    let mut page = PageRows::new(limit);
     while let Some(row) = rows.next()? {
-        let sequence = to_u64(row.get(0)?);
-        let event_type: String = row.get(1)?;
-        let payload: String = row.get(2)?;
-        let size = event_type.len() + payload.len();
-        if !events.is_empty()
-            && (events.len() >= limit.max_events || bytes.saturating_add(size) > limit.max_bytes)
-        {
-            return Ok((events, Some(sequence)));
+        if !page.push(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)? {
+            break;
         }
-        bytes = bytes.saturating_add(size);
+    }
+    let (events, next) = page.finish();
+    Ok((
+        events.into_iter().map(each).collect::<Result<_, _>>()?,
+        next,
+    ))
+}
+
+/// A page's rows (as `read_page` selects them, with a `LIMIT` of
+/// [`PageRows::rows_wanted`]) for a read that sends its statements
+/// together (`Connection::read_together`) and so cannot stop at the
+/// page's bound: `?1` the run, `?2` the first sequence, `?3` the rows.
+pub(crate) const PAGE_ROWS: &str = "SELECT sequence, event_type, payload, recorded_at_ms \
+     FROM history_events WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3";
+
+/// A page gathered row by row, in sequence order, up to its bound: the
+/// rule every history read pages by.
+pub(crate) struct PageRows {
+    limit: HistoryPageLimit,
+    events: Vec<StoredEvent>,
+    bytes: usize,
+    next: Option<u64>,
+}
+
+impl PageRows {
+    pub(crate) fn new(limit: HistoryPageLimit) -> PageRows {
+        PageRows {
+            limit,
+            events: Vec::new(),
+            bytes: 0,
+            next: None,
+        }
+    }
+
+    /// The most rows a page needs read: its events and the one after,
+    /// where the next page starts.
+    pub(crate) fn rows_wanted(limit: HistoryPageLimit) -> i64 {
+        to_i64(u64::try_from(limit.max_events.max(1)).unwrap_or(u64::MAX)).saturating_add(1)
+    }
+
+    /// Takes the next row; `false` once the page is full (this row, not
+    /// taken, is where the next page starts, and later rows are ignored).
+    pub(crate) fn push(
+        &mut self,
+        sequence: i64,
+        event_type: String,
+        payload: String,
+        recorded_at_ms: Option<i64>,
+    ) -> Result<bool, Error> {
+        if self.next.is_some() {
+            return Ok(false);
+        }
+        let sequence = to_u64(sequence);
+        let size = event_type.len() + payload.len();
+        let limit = self.limit;
+        if !self.events.is_empty()
+            && (self.events.len() >= limit.max_events
+                || self.bytes.saturating_add(size) > limit.max_bytes)
+        {
+            self.next = Some(sequence);
+            return Ok(false);
+        }
+        self.bytes = self.bytes.saturating_add(size);
         let Some(kind) = EventType::from_name(&event_type) else {
             return Err(Error::Corrupt(format!("unknown event type {event_type:?}")));
         };
-        events.push(each(StoredEvent {
+        self.events.push(StoredEvent {
             sequence,
             event_type: kind,
             text: payload,
-            recorded_at_ms: row.get(3)?,
-        })?);
+            recorded_at_ms,
+        });
+        Ok(true)
     }
-    Ok((events, None))
+
+    /// The page's events and where the next page starts.
+    pub(crate) fn finish(self) -> (Vec<StoredEvent>, Option<u64>) {
+        (self.events, self.next)
+    }
 }
 
 /// `run`'s event at sequence `at`, if it has one.

@@ -108,6 +108,42 @@ impl ReadPool {
         result
     }
 
+    /// Runs `read`, which opens its own snapshot (its statements read
+    /// together, [`crate::store::db::Connection::read_together`], or in
+    /// [`snapshot`]), on one of the pool's sessions: no `BEGIN` is sent
+    /// ahead of it, so on PostgreSQL a read of statements that need no
+    /// answer of each other's is one round trip, its `BEGIN` and `COMMIT`
+    /// in its pipeline. A read on a session the database dropped while it
+    /// sat idle fails on its first statement rather than on a `BEGIN` of its
+    /// own: it is run again, as [`ReadPool::read`] begins again, on another
+    /// session (a read changes nothing, so running it again is safe), until
+    /// one opened just now fails.
+    pub fn read_own<R>(
+        &self,
+        mut read: impl FnMut(&Store) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        loop {
+            let (store, opened) = self.take()?;
+            let result = read(&store);
+            if store.conn.is_broken() {
+                self.discard(store);
+                if result.is_err() && !opened {
+                    continue;
+                }
+                return result;
+            }
+            let mut state = self.lock();
+            if store.conn.is_autocommit() {
+                state.idle.push(store);
+            } else {
+                state.open -= 1;
+            }
+            drop(state);
+            self.freed.notify_one();
+            return result;
+        }
+    }
+
     /// Runs `read` on one snapshot now, on the calling thread, only if
     /// that cannot wait: on a file store's idle connection (none is
     /// opened and none waited for), with SQLite's busy handler off for the

@@ -187,6 +187,18 @@ impl SharedStore {
         }
     }
 
+    /// Runs `read`, which opens its own snapshot, on a reader
+    /// ([`ReadPool::read_own`]): no `BEGIN` goes ahead of it.
+    pub fn read_own<R>(&self, read: impl FnMut(&Store) -> Result<R, Error>) -> Result<R, Error> {
+        match &self.readers {
+            Some(pool) => pool.read_own(read),
+            None => {
+                let mut read = read;
+                read(&self.writer.lock_store())
+            }
+        }
+    }
+
     /// As [`SharedStore::read`], on the calling thread and only if that
     /// cannot wait ([`ReadPool::read_now`]); `None` (an in-memory store, no
     /// idle reader, a failed read): read the ordinary way.

@@ -872,6 +872,104 @@ fn a_claim_on_postgres_sends_its_begin_with_its_first_statement() {
     }
 }
 
+/// A describe on PostgreSQL is one round trip once its statements are
+/// prepared: its snapshot's `BEGIN`, its five reads and its `COMMIT` go as
+/// one pipeline (`Connection::read_together`), by run id or by workflow id,
+/// for an open run and for a closed one (whose terminal event is read by a
+/// join, not after the row), and for a workflow id with no run. It was
+/// seven. Fails if any of them goes back to a round trip of its own; the
+/// same for the history page an SDK reads once the run closed.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_describe_on_postgres_is_one_round_trip() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{RunStatus, Store};
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        let run = store
+            .start_workflow(crate::common::start("described"), None)
+            .expect("start")
+            .run;
+        let trips = |describe: &dyn Fn() -> Option<RunStatus>| {
+            let before = store.round_trips();
+            let status = describe();
+            (status, store.round_trips() - before)
+        };
+        let latest = || {
+            store
+                .describe_latest("default", "described")
+                .expect("describe")
+                .map(|(_, (d, (_, terminal), _))| {
+                    assert_eq!(terminal.is_some(), d.run.status != RunStatus::Running);
+                    d.run.status
+                })
+        };
+        let by_id = || Some(store.describe_detailed(run).expect("describe").0.run.status);
+        // The first of each prepares its statements on this session.
+        latest();
+        by_id();
+        assert_eq!(
+            trips(&latest),
+            (Some(RunStatus::Running), 1),
+            "by workflow id"
+        );
+        assert_eq!(trips(&by_id), (Some(RunStatus::Running), 1), "by run id");
+        let missing = || {
+            store
+                .describe_latest("default", "no-such-workflow")
+                .expect("describe")
+                .map(|(_, (d, _, _))| d.run.status)
+        };
+        assert_eq!(trips(&missing), (None, 1), "a workflow id with no run");
+        store.terminate(run, "done", None).expect("terminate");
+        assert_eq!(
+            trips(&latest),
+            (Some(RunStatus::Terminated), 1),
+            "closed, by workflow id"
+        );
+        assert_eq!(
+            trips(&by_id),
+            (Some(RunStatus::Terminated), 1),
+            "closed, by run id"
+        );
+        // The history page the SDK reads next: the run's row and the page
+        // together, one round trip too (once prepared), paged as before.
+        let page = |from: u64, events: usize| {
+            let limit = dwengine::store::HistoryPageLimit::events(events);
+            store
+                .history_page_of("default", "described", run, from, limit)
+                .expect("a page")
+        };
+        let whole = page(0, 1000).expect("the run's page");
+        let before = store.round_trips();
+        let (first, length) = page(0, 1).expect("the run's page");
+        assert_eq!(
+            store.round_trips() - before,
+            1,
+            "round trips of a history page"
+        );
+        assert_eq!(length, whole.1);
+        assert_eq!(whole.0.events.len() as u64, length);
+        assert_eq!(first.events, whole.0.events[..1]);
+        assert_eq!(first.next_sequence, Some(1));
+        let (rest, _) = page(1, 1000).expect("the run's page");
+        assert_eq!(rest.events, whole.0.events[1..]);
+        assert_eq!(rest.next_sequence, None);
+        assert!(
+            store
+                .history_page_of("default", "another", run, 0, Default::default())
+                .expect("a page")
+                .is_none(),
+            "a run of another workflow id is not found"
+        );
+    }
+}
+
 /// Workflow starts of one series commit beside each other on PostgreSQL:
 /// node A's start batch is held open (uncommitted, its run inserted) while
 /// node B's start of another workflow id of the same namespace, queue and

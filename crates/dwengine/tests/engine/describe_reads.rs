@@ -1,4 +1,5 @@
-//! describe answers from one read of its run row (`Store::describe_detailed`)
+//! describe answers from one read of its run row (`Store::describe_detailed`,
+//! and `Store::describe_latest` by workflow id)
 //! what the composed readers answer (`Store::describe`, `Store::run_io`,
 //! `Store::archive_mark`, the path describe took before): runs in every
 //! state a describe shows are driven over HTTP, then the store file (or
@@ -156,6 +157,10 @@ fn describe_reads_its_run_once_and_answers_as_the_composed_readers_do() {
         let (status, answer) = s.get(&format!("/api/workflows/{id}"));
         assert_eq!(status, 200, "{answer}");
         let run = store.find_run("default", id).unwrap().unwrap();
+        // By workflow id (what the route reads): the newest run, as by its id.
+        let (latest_run, latest) = store.describe_latest("default", id).unwrap().unwrap();
+        assert_eq!(latest_run, run, "{id}");
+        assert_eq!(latest, store.describe_detailed(run).unwrap(), "{id}");
         let (described, (input, _), _) = store.describe_detailed(run).unwrap();
         assert_eq!(answer["input_envelope"], input, "{id}");
         assert_eq!(
@@ -169,6 +174,14 @@ fn describe_reads_its_run_once_and_answers_as_the_composed_readers_do() {
             "{id}: {answer}"
         );
     }
+    assert!(store
+        .describe_latest("default", "d-none")
+        .unwrap()
+        .is_none());
+    assert!(store
+        .describe_latest("elsewhere", "d-ready")
+        .unwrap()
+        .is_none());
     // The states the runs were driven to all showed (status, task open,
     // task failure, terminal record, archived).
     for state in [

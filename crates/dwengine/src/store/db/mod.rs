@@ -601,16 +601,68 @@ impl Connection {
         }
     }
 
+    /// Runs `reads`, statements that need no answer of each other's, on
+    /// one snapshot, each row through its `each`, in order. Outside a
+    /// transaction the snapshot is their own: opened before them and ended
+    /// after them. On PostgreSQL they go as one pipeline with that `BEGIN`
+    /// and `COMMIT`: one round trip where each statement, and the snapshot's
+    /// opening and end, would have been one each (a warm describe: seven).
+    /// On SQLite, which has no round trips, they run in turn. Inside an open
+    /// transaction they join it (still one pipeline on PostgreSQL).
+    pub fn read_together(&self, reads: &mut [Together<'_>]) -> Result<()> {
+        let own = self.is_autocommit();
+        match &self.backend {
+            Backend::Sqlite(_) => {
+                if own {
+                    self.begin_read()?;
+                }
+                let result = reads.iter_mut().try_for_each(|read| {
+                    let mut statement = self.prepare_cached(read.sql)?;
+                    let mut rows = statement.query(read.params)?;
+                    while let Some(row) = rows.next()? {
+                        (read.each)(&row)?;
+                    }
+                    Ok(())
+                });
+                if !own {
+                    return result;
+                }
+                let end = if result.is_ok() {
+                    self.commit()
+                } else {
+                    self.rollback()
+                };
+                result?;
+                end
+            }
+            Backend::Postgres(conn) => {
+                let statements = reads
+                    .iter()
+                    .map(|read| Ok((conn.prepare_cached(read.sql)?, read.params)))
+                    .collect::<Result<Vec<_>>>()?;
+                let answered = conn.pipeline(
+                    own.then_some(READ_SNAPSHOT),
+                    &statements,
+                    own.then_some("COMMIT"),
+                )?;
+                for (read, rows) in reads.iter_mut().zip(&answered) {
+                    for row in rows {
+                        (read.each)(&Row {
+                            inner: RowInner::Postgres(row),
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Opens a read transaction: every read until [`Connection::commit`]
     /// sees one snapshot.
     pub fn begin_read(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN"),
-            Backend::Postgres(conn) => conn.begin(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                false,
-                true,
-            ),
+            Backend::Postgres(conn) => conn.begin(READ_SNAPSHOT, false, true),
         }
     }
 
@@ -757,6 +809,22 @@ impl Connection {
 /// not serialize each other, while every node of one store takes the same
 /// lock. Distinct from the migrations' lock (a one-key lock).
 pub const WRITE_LOCK: i32 = 0x6477_776c;
+
+/// How a PostgreSQL read snapshot opens: every statement of the
+/// transaction sees the database as it was at its first.
+const READ_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// One statement of [`Connection::read_together`]: its SQL (prepared
+/// through the statement cache), its parameters, and what is done with
+/// each row it returns.
+pub struct Together<'a> {
+    /// The statement.
+    pub sql: &'a str,
+    /// Its parameters, in order.
+    pub params: &'a [&'a dyn ToSql],
+    /// Called with each row, in order; an error stops the read.
+    pub each: &'a mut dyn FnMut(&Row<'_>) -> Result<()>,
+}
 
 /// Where a blob lives: its table, its column, and the unique text column
 /// that names its row.

@@ -506,6 +506,105 @@ impl PgConnection {
         })
     }
 
+    /// Runs `statements` (each prepared, with its parameters) as one
+    /// pipeline: all sent before any answer is awaited, answered in order,
+    /// one round trip. `begin` (a simple query opening a transaction) goes
+    /// first, after the deferred savepoint commands, and `end` (`COMMIT`)
+    /// last, in the same round trip; the transaction state follows them. For
+    /// statements that need no earlier one's answer: a read snapshot's
+    /// several queries. Every answer is awaited; the first error in order is
+    /// answered (a statement after a failed one fails too, its transaction
+    /// aborted; a `COMMIT` after it rolls back).
+    pub(super) fn pipeline(
+        &self,
+        begin: Option<&str>,
+        statements: &[(postgres::Statement, &[&dyn ToSql])],
+        end: Option<&str>,
+    ) -> Result<Vec<Vec<postgres::Row>>> {
+        let bound = statements
+            .iter()
+            .map(|(_, values)| bind(values))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<Vec<&(dyn PgToSql + Sync)>> = bound
+            .iter()
+            .map(|b| b.iter().map(|v| v as &(dyn PgToSql + Sync)).collect())
+            .collect();
+        let mut head = self.deferred.take();
+        if let Some(begin) = begin {
+            head.push_str(begin);
+            self.in_transaction.set(true);
+            self.shared_lock.set(false);
+            self.read_only.set(true);
+        }
+        let answered = call!(self, "a pipeline of statements", |client| async {
+            type Answer<'f> = std::pin::Pin<
+                Box<
+                    dyn Future<Output = std::result::Result<Vec<postgres::Row>, postgres::Error>>
+                        + 'f,
+                >,
+            >;
+            let mut sent: Vec<Answer<'_>> = Vec::with_capacity(statements.len() + 2);
+            if !head.is_empty() {
+                sent.push(Box::pin(async {
+                    client.batch_execute(&head).await.map(|()| Vec::new())
+                }));
+            }
+            for ((statement, _), values) in statements.iter().zip(&refs) {
+                sent.push(Box::pin(client.query(statement, values)));
+            }
+            if let Some(end) = end {
+                sent.push(Box::pin(async move {
+                    client.batch_execute(end).await.map(|()| Vec::new())
+                }));
+            }
+            // Polled in order: each request is written to the connection
+            // when its future is first polled, so they go out in this
+            // order, and the answers are awaited together.
+            let mut answers: Vec<Option<std::result::Result<Vec<postgres::Row>, postgres::Error>>> =
+                sent.iter().map(|_| None).collect();
+            std::future::poll_fn(|cx| {
+                let mut waiting = false;
+                for (future, answer) in sent.iter_mut().zip(answers.iter_mut()) {
+                    if answer.is_none() {
+                        match future.as_mut().poll(cx) {
+                            std::task::Poll::Ready(done) => *answer = Some(done),
+                            std::task::Poll::Pending => waiting = true,
+                        }
+                    }
+                }
+                if waiting {
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(())
+                }
+            })
+            .await;
+            let mut rows = Vec::with_capacity(statements.len());
+            let mut answers = answers.into_iter().flatten();
+            if !head.is_empty() {
+                answers.next().transpose()?;
+            }
+            for _ in statements {
+                rows.push(answers.next().transpose()?.unwrap_or_default());
+            }
+            if end.is_some() {
+                answers.next().transpose()?;
+            }
+            Ok(rows)
+        });
+        if end.is_some() {
+            if answered.is_err() && !self.is_broken() {
+                // As [`PgConnection::end`]: whatever failed, no transaction
+                // stays open on the server.
+                let _ = self.batch("ROLLBACK");
+            }
+            self.in_transaction.set(false);
+            self.shared_lock.set(false);
+            self.read_only.set(false);
+        }
+        answered
+    }
+
     /// Runs `sql` (no parameters, `;`-separated) as one simple query,
     /// after the deferred savepoint commands, in the same round trip.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
