@@ -33,7 +33,6 @@ use crate::store::deadlines::RunTimeouts;
 use crate::store::error::Error;
 use crate::store::history::StoredEvent;
 use crate::store::model::{EventType, FailureRecord, PendingCounts, Run, RunId, RunStatus};
-use crate::store::readers::snapshot;
 use crate::store::rows::{decode_map, status_and_origin, to_i64, to_u64};
 
 /// A run's description with its input and terminal record, and its archive
@@ -150,11 +149,16 @@ impl Store {
             None => Ok(None),
             Some(run) => s.describe_with(&BY_ID, &[&run.0]),
         };
-        if self.conn.is_autocommit() {
-            snapshot(self, read)
-        } else {
-            read(self)
+        if !self.conn.is_autocommit() {
+            return read(self);
         }
+        // A snapshot of its own, as `readers::snapshot` opens one.
+        self.conn.begin_read()?;
+        let result = read(self);
+        let end = self.conn.commit();
+        let value = result?;
+        end?;
+        Ok(value)
     }
 
     /// A describe's five statements (`sql`, in [`BY_ID`]'s order) read
