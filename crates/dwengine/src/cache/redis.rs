@@ -15,9 +15,13 @@
 //! The scripts are loaded once per connection pool (`SCRIPT LOAD`) and
 //! called by their SHA1 (`EVALSHA`): sending a script's kilobyte of text
 //! with every `EVAL` made Redis hash it again on each call. A server that
-//! lost them (restarted, `SCRIPT FLUSH`) answers `NOSCRIPT`; they are
-//! loaded again and the call retried once (a script that was not found
-//! did not run). [`Cache::batch`] sends its writes as one pipeline.
+//! lost them (restarted, `SCRIPT FLUSH`) answers `NOSCRIPT`; the call is
+//! then sent again with the scripts' text (`EVAL`, which also caches them
+//! again): a script that was not found did not run, and an `EVAL` cannot
+//! be answered `NOSCRIPT`, however often the server loses its scripts
+//! meanwhile (reloading them with `SCRIPT LOAD` and retrying by SHA1 lost
+//! that race to a second flush). [`Cache::batch`] sends its writes as one
+//! pipeline.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,15 +134,18 @@ impl Script {
         Script::Release,
     ];
 
-    fn body(self) -> &'static str {
-        match self {
+    /// The script's whole text: [`COUNTS`], then its body (built when
+    /// loaded, and for a call that found it lost).
+    fn text(self) -> String {
+        let body = match self {
             Script::Put => PUT,
             Script::Add => ADD,
             Script::Increment => INCREMENT,
             Script::Forget => FORGET,
             Script::Claim => CLAIM,
             Script::Release => RELEASE,
-        }
+        };
+        format!("{COUNTS}{body}")
     }
 }
 
@@ -151,70 +158,78 @@ pub struct RedisCache {
     timeout: Duration,
     /// Each [`Script`]'s SHA1 as Redis answered `SCRIPT LOAD`, in
     /// [`Script::ALL`]'s order.
-    shas: Mutex<Vec<String>>,
+    shas: Vec<String>,
+}
+
+/// How a call names its script: by SHA1, or with its text after the
+/// server answered `NOSCRIPT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Invoke {
+    BySha,
+    WithText,
 }
 
 impl RedisCache {
     /// Connects to `url` (`redis://host:port/db`) and proves the server answers.
     pub fn connect(url: &str) -> Result<RedisCache, CacheError> {
         let client = Client::open(url).map_err(backend)?;
-        let cache = RedisCache {
+        let mut cache = RedisCache {
             client,
             idle: Mutex::new(Vec::new()),
             timeout: TIMEOUT,
-            shas: Mutex::new(Vec::new()),
+            shas: Vec::with_capacity(Script::ALL.len()),
         };
         cache.with(|conn| redis::cmd("PING").query::<String>(conn))?;
-        cache.load_scripts()?;
+        for script in Script::ALL {
+            let sha = cache.with(|conn| {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script.text())
+                    .query::<String>(conn)
+            })?;
+            cache.shas.push(sha);
+        }
         Ok(cache)
     }
 
-    /// Loads every counting script (again, after a `NOSCRIPT`).
-    fn load_scripts(&self) -> Result<(), CacheError> {
-        let mut shas = Vec::with_capacity(Script::ALL.len());
-        for script in Script::ALL {
-            let text = format!("{COUNTS}{}", script.body());
-            shas.push(self.with(|conn| {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&text)
-                    .query::<String>(conn)
-            })?);
-        }
-        *self.shas.lock().unwrap_or_else(|e| e.into_inner()) = shas;
-        Ok(())
-    }
-
-    /// One call of `script` on `key`; the caller adds its arguments.
-    fn counted(&self, script: Script, key: &str) -> redis::Cmd {
-        let shas = self.shas.lock().unwrap_or_else(|e| e.into_inner());
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(shas.get(script as usize).map_or("", String::as_str))
-            .arg(2)
-            .arg(key)
-            .arg(count_prefix_of(key));
+    /// One call of `script` on `key`, by SHA1 or with its text; the
+    /// caller adds its arguments.
+    fn counted(&self, script: Script, key: &str, how: Invoke) -> redis::Cmd {
+        let mut cmd = match how {
+            Invoke::BySha => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(self.shas.get(script as usize).map_or("", String::as_str));
+                cmd
+            }
+            Invoke::WithText => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(script.text());
+                cmd
+            }
+        };
+        cmd.arg(2).arg(key).arg(count_prefix_of(key));
         cmd
     }
 
     /// [`RedisCache::with`] for `op`, which calls the scripts (its
-    /// commands built inside it, from [`RedisCache::counted`]): a
-    /// `NOSCRIPT` answer (the server lost them) loads them again and runs
-    /// `op` once more with the new SHA1s.
+    /// commands built inside it, from [`RedisCache::counted`] with the
+    /// [`Invoke`] it is given): by SHA1, and after a `NOSCRIPT` answer
+    /// (the server lost them; nothing of that call ran) once more with
+    /// their text.
     fn with_scripts<T>(
         &self,
-        op: impl Fn(&mut Connection) -> RedisResult<T>,
+        op: impl Fn(&mut Connection, Invoke) -> RedisResult<T>,
     ) -> Result<T, CacheError> {
         let mut lost = false;
         let first = self.with(|conn| {
-            let answer = op(conn);
+            let answer = op(conn, Invoke::BySha);
             lost = matches!(&answer, Err(e) if e.kind() == redis::ErrorKind::NoScriptError);
             answer
         });
         if !lost {
             return first;
         }
-        self.load_scripts()?;
-        self.with(|conn| op(conn))
+        self.with(|conn| op(conn, Invoke::WithText))
     }
 
     fn with<T>(&self, op: impl FnOnce(&mut Connection) -> RedisResult<T>) -> Result<T, CacheError> {
@@ -408,8 +423,8 @@ fn millis(ttl: Duration) -> u64 {
 impl Cache for RedisCache {
     fn put(&self, key: &str, value: &[u8], ttl: Duration) -> Result<(), CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        self.with_scripts(|conn| {
-            self.counted(Script::Put, key)
+        self.with_scripts(|conn, how| {
+            self.counted(Script::Put, key, how)
                 .arg(value)
                 .arg(ttl)
                 .arg(now)
@@ -420,8 +435,8 @@ impl Cache for RedisCache {
 
     fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let added: i64 = self.with_scripts(|conn| {
-            self.counted(Script::Add, key)
+        let added: i64 = self.with_scripts(|conn, how| {
+            self.counted(Script::Add, key, how)
                 .arg(value)
                 .arg(ttl)
                 .arg(now)
@@ -436,15 +451,16 @@ impl Cache for RedisCache {
 
     fn forget(&self, key: &str) -> Result<bool, CacheError> {
         let now = now_ms();
-        let removed: i64 =
-            self.with_scripts(|conn| self.counted(Script::Forget, key).arg(now).query(conn))?;
+        let removed: i64 = self.with_scripts(|conn, how| {
+            self.counted(Script::Forget, key, how).arg(now).query(conn)
+        })?;
         Ok(removed > 0)
     }
 
     fn increment(&self, key: &str, ttl: Duration) -> Result<u64, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let count: i64 = self.with_scripts(|conn| {
-            self.counted(Script::Increment, key)
+        let count: i64 = self.with_scripts(|conn, how| {
+            self.counted(Script::Increment, key, how)
                 .arg(ttl)
                 .arg(now)
                 .query(conn)
@@ -454,8 +470,8 @@ impl Cache for RedisCache {
 
     fn claim(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         let (ttl, now) = (millis(ttl), now_ms());
-        let held: i64 = self.with_scripts(|conn| {
-            self.counted(Script::Claim, key)
+        let held: i64 = self.with_scripts(|conn, how| {
+            self.counted(Script::Claim, key, how)
                 .arg(value)
                 .arg(ttl)
                 .arg(now)
@@ -466,8 +482,8 @@ impl Cache for RedisCache {
 
     fn release(&self, key: &str, value: &[u8]) -> Result<bool, CacheError> {
         let now = now_ms();
-        let removed: i64 = self.with_scripts(|conn| {
-            self.counted(Script::Release, key)
+        let removed: i64 = self.with_scripts(|conn, how| {
+            self.counted(Script::Release, key, how)
                 .arg(value)
                 .arg(now)
                 .query(conn)
@@ -480,17 +496,21 @@ impl Cache for RedisCache {
             return Ok(());
         }
         let now = now_ms();
-        self.with_scripts(|conn| {
+        self.with_scripts(|conn, how| {
             let mut pipe = redis::pipe();
             for op in ops {
                 match *op {
                     CacheOp::Put { key, value, ttl } => pipe.add_command(
-                        self.counted(Script::Put, key)
+                        self.counted(Script::Put, key, how)
                             .arg(value)
                             .arg(millis(ttl))
                             .arg(now)
                             .to_owned(),
                     ),
+                    // A `NOSCRIPT` answer fails the pipeline after its
+                    // messages went out: the second sending carries only
+                    // the script calls, so no message is published twice.
+                    CacheOp::Publish { .. } if how == Invoke::WithText => &mut pipe,
                     CacheOp::Publish { channel, message } => {
                         pipe.cmd("PUBLISH").arg(channel).arg(message)
                     }

@@ -55,7 +55,7 @@ cache_variants!(family_counts_follow_every_write_and_expiry);
 /// counts), in order, and its message reaches a subscriber. On Redis the
 /// batch is one pipeline of script calls by SHA1; a server that lost its
 /// scripts (`SCRIPT FLUSH`, a restart) answers `NOSCRIPT` once, and the
-/// cache loads them again and runs the call anew.
+/// cache sends the call anew with the scripts' text.
 fn a_batch_writes_and_publishes_as_its_calls_would(backend: &'static str, cache: SharedCache) {
     let family = "test-only:batched:";
     let (first, second) = (format!("{family}first"), format!("{family}second"));
@@ -139,3 +139,133 @@ fn a_batch_writes_and_publishes_as_its_calls_would(backend: &'static str, cache:
     );
 }
 cache_variants!(a_batch_writes_and_publishes_as_its_calls_would);
+
+/// Every call succeeds while the server loses its scripts over and over:
+/// a call answered `NOSCRIPT` is sent again with the scripts' text, which
+/// no later flush can refuse (a reload by `SCRIPT LOAD` and a retry by
+/// SHA1 lost that race to a second flush: CI saw polls refused with 503
+/// `cache_unavailable` while another test flushed the scripts), and a
+/// batch sent again publishes its messages once. On the in-process cache
+/// the calls run without the flushes.
+fn no_call_fails_while_the_scripts_are_flushed_again_and_again(
+    backend: &'static str,
+    cache: SharedCache,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let family = "test-only:flushed:";
+    let long = Duration::from_secs(60);
+    let stop = AtomicBool::new(false);
+    let flushes = AtomicUsize::new(0);
+    let channel = format!("test-only:flushed-channel:{}", std::process::id());
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let sink = heard.clone();
+    let _subscription = cache
+        .subscribe(
+            &channel,
+            std::sync::Arc::new(move |message: Option<&[u8]>| {
+                if let Some(bytes) = message {
+                    sink.lock().unwrap().push(bytes.to_vec());
+                }
+            }),
+        )
+        .unwrap();
+    std::thread::scope(|scope| {
+        if backend == "redis" {
+            let url = std::env::var("DW_TEST_REDIS_URL").unwrap();
+            let (stop, flushes) = (&stop, &flushes);
+            scope.spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    redis::cmd("SCRIPT")
+                        .arg("FLUSH")
+                        .query::<String>(&mut conn)
+                        .unwrap();
+                    flushes.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let calls = scope.spawn(|| {
+            let run = || -> Result<(), String> {
+                for i in 0..600 {
+                    let key = format!("{family}{i}");
+                    // The batch first: after a flush between two rounds
+                    // its script call is the one answered `NOSCRIPT`.
+                    cache
+                        .batch(&[
+                            dwengine::cache::CacheOp::Put {
+                                key: &key,
+                                value: b"first",
+                                ttl: long,
+                            },
+                            dwengine::cache::CacheOp::Publish {
+                                channel: &channel,
+                                message: b"batched",
+                            },
+                        ])
+                        .map_err(|e| format!("batch {i}: {e}"))?;
+                    if !cache
+                        .add(&format!("{key}-once"), b"1", long)
+                        .map_err(|e| format!("add {i}: {e}"))?
+                    {
+                        return Err(format!("add {i} found its fresh key taken"));
+                    }
+                    cache
+                        .put(&key, b"v", long)
+                        .map_err(|e| format!("put {i}: {e}"))?;
+                    if !cache
+                        .forget(&format!("{key}-once"))
+                        .map_err(|e| format!("forget {i}: {e}"))?
+                    {
+                        return Err(format!("forget {i} found nothing"));
+                    }
+                }
+                Ok(())
+            };
+            let result = run();
+            stop.store(true, Ordering::Relaxed);
+            result
+        });
+        let result = calls.join().unwrap();
+        assert_eq!(
+            result,
+            Ok(()),
+            "[{backend}] after {} flushes",
+            flushes.load(Ordering::Relaxed)
+        );
+    });
+    if backend == "redis" {
+        assert!(
+            flushes.load(Ordering::Relaxed) > 0,
+            "the flushing thread never ran"
+        );
+    }
+    // Each batch's message is published once, even when its pipeline
+    // was sent twice: once the last message is heard, every earlier
+    // one (and any second copy) has been delivered before it.
+    cache.publish(&channel, b"last").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || heard
+            .lock()
+            .unwrap()
+            .last()
+            .is_some_and(|m| m == b"last")),
+        "[{backend}] the last message did not arrive"
+    );
+    let batched = heard
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| *m == b"batched")
+        .count();
+    assert_eq!(
+        batched, 600,
+        "[{backend}] messages published by the batches"
+    );
+    assert_eq!(cache.count_prefix(family).unwrap(), 600, "[{backend}]");
+    assert_eq!(cache.count_family(family).unwrap(), 600, "[{backend}]");
+    assert_eq!(
+        cache.get(&format!("{family}599")).unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+}
+cache_variants!(no_call_fails_while_the_scripts_are_flushed_again_and_again);

@@ -603,6 +603,10 @@ impl Cache for LeasedRedis {
     ) -> Result<dwengine::cache::Subscription, CacheError> {
         self.cache.subscribe(channel, deliver)
     }
+    // Redis's own pipeline, not the trait's call-by-call default.
+    fn batch(&self, ops: &[dwengine::cache::CacheOp<'_>]) -> Result<(), CacheError> {
+        self.cache.batch(ops)
+    }
 }
 
 /// The name libtest knows test `name` of module `module_path` by
