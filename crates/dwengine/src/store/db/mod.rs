@@ -23,6 +23,7 @@ mod error;
 mod params;
 mod postgres;
 mod sqlite;
+mod sqlite_statements;
 mod wal;
 mod wal_writes;
 
@@ -156,7 +157,8 @@ pub struct Connection {
 }
 
 enum Backend {
-    Sqlite(rusqlite::Connection),
+    /// With the store's statement cache (`sqlite_statements`).
+    Sqlite(sqlite_statements::SqliteConnection),
     /// Boxed: a session's client and statement cache are several times
     /// an SQLite handle's size.
     Postgres(Box<postgres::PgConnection>),
@@ -227,9 +229,11 @@ impl Connection {
 
     /// Wraps an open rusqlite connection as it is (tests, tools).
     pub fn from_sqlite(conn: rusqlite::Connection) -> Connection {
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Connection {
-            backend: Backend::Sqlite(conn),
+            backend: Backend::Sqlite(sqlite_statements::SqliteConnection::new(
+                conn,
+                STATEMENT_CACHE_CAPACITY,
+            )),
             adoptable: Cell::new(None),
         }
     }
@@ -298,7 +302,7 @@ impl Connection {
     /// migrations).
     pub(crate) fn sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
         match &mut self.backend {
-            Backend::Sqlite(conn) => Some(conn),
+            Backend::Sqlite(conn) => Some(conn.get_mut()),
             Backend::Postgres(_) => None,
         }
     }
@@ -843,7 +847,8 @@ pub struct BlobColumn<'a> {
 /// `connection` module counts them and keeps this at twice that or more);
 /// rusqlite's default of 16 made most of them miss, so a busy server spent
 /// a fifth of its CPU compiling SQL (and the triggers each update of `runs`
-/// compiles in). A fixed number: the cache cannot grow past it.
+/// compiles in). A fixed number: the cache cannot grow past it (SQLite's,
+/// `sqlite_statements`, starts again from empty when a new text would).
 pub const STATEMENT_CACHE_CAPACITY: usize = 1024;
 
 /// A compiled statement.
@@ -852,7 +857,7 @@ pub struct Statement<'c> {
 }
 
 enum StatementInner<'c> {
-    SqliteCached(rusqlite::CachedStatement<'c>),
+    SqliteCached(sqlite_statements::CachedStatement<'c>),
     Sqlite(rusqlite::Statement<'c>),
     Postgres(&'c postgres::PgConnection, ::postgres::Statement),
 }
