@@ -12,6 +12,8 @@
 //! activity's deadline) are [`leases`](super::leases)', and firing due
 //! timers is [`timers`](super::timers)'; both call down into this module.
 
+use std::sync::LazyLock;
+
 use crate::store::db::{params, OptionalExtension, Row, Together};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -436,14 +438,19 @@ pub(crate) fn enqueue_workflow_at(
     Ok(true)
 }
 
+/// [`load_task`]'s statement, formatted once (it runs for every lease).
+static LOAD_TASK: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"
+    )
+});
+
 pub(crate) fn load_task(
     conn: &crate::store::db::Connection,
     id: i64,
 ) -> Result<Option<LeasedTask>, Error> {
     let row = conn
-        .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1"
-        ))?
+        .prepare_cached(&LOAD_TASK)?
         .query_row([id], task_row)
         .optional()?;
     let Some(row) = row else {

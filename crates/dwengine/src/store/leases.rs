@@ -10,6 +10,7 @@
 //! ([`dispatch`](super::dispatch)) and the deadlines, and below the
 //! attempt reports and timeouts that end a leased task.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::store::db::{params, OptionalExtension};
@@ -27,6 +28,51 @@ use crate::store::sticky::HELD_FOR_ANOTHER;
 /// Ready tasks one lease looks at: the first that is not another worker's
 /// session task (or is this worker's to admit) is leased.
 const SESSION_CANDIDATES: usize = 8;
+
+/// The candidates of a lease, up to `limit`, `more` their first column
+/// after the task's own three and `lock` the clause after the `LIMIT`.
+fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
+    format!(
+        "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
+         WHERE d.kind = ?1 AND d.namespace = ?2 \
+         AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
+         AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
+           WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
+           AND NOT {HELD_FOR_ANOTHER})) \
+         AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
+           AND c.build_id IS NOT NULL AND c.build_id <> ?6) \
+         AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
+         ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
+    )
+}
+
+/// A lease's candidates when it is the only claim (SQLite, or PostgreSQL
+/// under the write lock): up to [`SESSION_CANDIDATES`]. Formatted once,
+/// as the other statements of a lease are: a `format!` of this text on
+/// every lease cost some 2,500 instructions.
+static CANDIDATES: LazyLock<String> =
+    LazyLock::new(|| candidates_sql(SESSION_CANDIDATES, "", "FALSE"));
+
+/// A lease's one candidate beside other claims (PostgreSQL): locked,
+/// skipping those other claims hold, with whether another task of the
+/// queue is ready (`Store::lease_task_for` says why).
+static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
+    candidates_sql(
+        1,
+        " FOR UPDATE OF d SKIP LOCKED",
+        "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
+         AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
+    )
+});
+
+/// [`Store::expired_leases`]' walk, formatted once (every poll runs it).
+static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
+         AND lease_expires_at_ms < ?2 AND NOT {ATTEMPT_TIMED_OUT} \
+         ORDER BY lease_expires_at_ms LIMIT ?3"
+    )
+});
 
 /// The SQL condition (on a `dispatch_tasks d` row with a session, `?4` the
 /// time, `?5` the polling worker) under which its session cannot take it
@@ -149,30 +195,13 @@ impl Store {
         // claimed one left out), in the same round trip: a claim session
         // asked it in a statement of its own after the UPDATE (the task
         // it took is leased by then; `o.id <> d.id` leaves it out here).
-        let (limit, lock, more) = if side_by_side {
-            (
-                1,
-                " FOR UPDATE OF d SKIP LOCKED",
-                "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
-                 AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
-            )
+        let sql: &str = if side_by_side {
+            &CANDIDATES_BESIDE_CLAIMS
         } else {
-            (SESSION_CANDIDATES, "", "FALSE")
+            &CANDIDATES
         };
-        let sql = format!(
-            "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
-             WHERE d.kind = ?1 AND d.namespace = ?2 \
-             AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
-             AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
-               WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
-               AND NOT {HELD_FOR_ANOTHER})) \
-             AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
-               AND c.build_id IS NOT NULL AND c.build_id <> ?6) \
-             AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
-             ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
-        );
         let candidates: Vec<Candidate> = tx
-            .prepare_cached(&sql)?
+            .prepare_cached(sql)?
             .query_map(
                 params![
                     kind.as_str(),
@@ -356,11 +385,7 @@ impl Store {
     pub fn expired_leases(&self, kind: TaskKind, limit: usize) -> Result<Vec<i64>, Error> {
         let ids = self
             .conn
-            .prepare_cached(&format!(
-                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
-                 AND lease_expires_at_ms < ?2 AND NOT {ATTEMPT_TIMED_OUT} \
-                 ORDER BY lease_expires_at_ms LIMIT ?3"
-            ))?
+            .prepare_cached(&EXPIRED_LEASES)?
             .query_map(params![kind.as_str(), now_ms(), to_i64(limit)], |r| {
                 r.get(0)
             })?

@@ -6,6 +6,8 @@
 //! in the same transaction, and every event goes through [`append_event`],
 //! which also maintains the run's history length and canonical byte total.
 
+use std::sync::LazyLock;
+
 use crate::store::db::{params, Connection, OptionalExtension};
 use dwpolicy::LimitKind;
 use serde_json::{Map, Value};
@@ -25,6 +27,32 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
+    /// The statement [`bump`] runs, written out rather than formatted on
+    /// every call (a `format!` is some 1,000 instructions, and the
+    /// statement cache hashes the text either way).
+    fn bump_sql(self) -> &'static str {
+        match self {
+            Pending::Activity => {
+                "UPDATE runs SET pending_activity_count = pending_activity_count + ?1 WHERE id = ?2"
+            }
+            Pending::Timer => {
+                "UPDATE runs SET pending_timer_count = pending_timer_count + ?1 WHERE id = ?2"
+            }
+            Pending::Child => {
+                "UPDATE runs SET pending_child_count = pending_child_count + ?1 WHERE id = ?2"
+            }
+            Pending::Signal => {
+                "UPDATE runs SET pending_signal_count = pending_signal_count + ?1 WHERE id = ?2"
+            }
+            Pending::Update => {
+                "UPDATE runs SET pending_update_count = pending_update_count + ?1 WHERE id = ?2"
+            }
+        }
+    }
+
+    /// The counter's column (the test of [`Pending::bump_sql`] formats
+    /// the statement from it).
+    #[cfg(test)]
     fn column(self) -> &'static str {
         match self {
             Pending::Activity => "pending_activity_count",
@@ -74,9 +102,8 @@ pub(crate) fn bump(
     pending: Pending,
     delta: i64,
 ) -> Result<(), Error> {
-    let column = pending.column();
-    let sql = format!("UPDATE runs SET {column} = {column} + ?1 WHERE id = ?2");
-    conn.prepare_cached(&sql)?.execute(params![delta, run.0])?;
+    conn.prepare_cached(pending.bump_sql())?
+        .execute(params![delta, run.0])?;
     Ok(())
 }
 
@@ -113,9 +140,11 @@ const HEAD_COLUMNS: &str = "id, workflow_id, workflow_type, status, origin, pare
      pending_signal_count, pending_update_count";
 
 pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error> {
-    let sql = format!("SELECT {HEAD_COLUMNS} FROM runs WHERE id = ?1");
+    // Formatted once: this runs several times a workflow.
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| format!("SELECT {HEAD_COLUMNS} FROM runs WHERE id = ?1"));
     let raw = conn
-        .prepare_cached(&sql)?
+        .prepare_cached(&SQL)?
         .query_row([run.0], |row| {
             Ok((
                 row.get::<_, String>(1)?,
@@ -469,4 +498,29 @@ pub(crate) fn status_and_origin(
         other => return Err(Error::Corrupt(format!("run {run} has origin {other:?}"))),
     };
     Ok((status, origin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each written-out statement is the one `bump` formatted from the
+    /// counter's column before: a typo in a column fails here, not only
+    /// when that counter first moves.
+    #[test]
+    fn each_counter_bump_is_the_statement_it_was_formatted_as() {
+        for pending in [
+            Pending::Activity,
+            Pending::Timer,
+            Pending::Child,
+            Pending::Signal,
+            Pending::Update,
+        ] {
+            let column = pending.column();
+            assert_eq!(
+                pending.bump_sql(),
+                format!("UPDATE runs SET {column} = {column} + ?1 WHERE id = ?2")
+            );
+        }
+    }
 }

@@ -690,7 +690,9 @@ impl Connection {
     /// the command goes with the next one, in its round trip
     /// (`PgConnection::defer`), so an error it meets is reported there.
     pub fn savepoint(&self, name: &str) -> Result<()> {
-        self.deferred_control(&format!("SAVEPOINT {name}"))
+        // `concat`, not `format!`: a savepoint opens and closes several
+        // times a workflow, and `format!` costs several times as much.
+        self.deferred_control(&["SAVEPOINT ", name].concat())
     }
 
     /// Opens savepoint `name` as [`Connection::savepoint`] does, and on
@@ -735,7 +737,7 @@ impl Connection {
     /// Releases savepoint `name` into the enclosing transaction (on
     /// PostgreSQL with the next command, as [`Connection::savepoint`]).
     pub fn release(&self, name: &str) -> Result<()> {
-        self.deferred_control(&format!("RELEASE SAVEPOINT {name}"))
+        self.deferred_control(&["RELEASE SAVEPOINT ", name].concat())
     }
 
     /// Savepoint control: at once on SQLite (a function call), with the
