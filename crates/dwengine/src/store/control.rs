@@ -19,6 +19,14 @@ use crate::store::model::{EventType, RunId, RunStatus};
 use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
 
+/// A deregistered worker's workflow-task leases handed back to their
+/// queues: a walk of the leased tasks (`dispatch_leases`, which holds no
+/// other task since migration 0049).
+pub(crate) const RELEASE_WORKER_LEASES: &str =
+    "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
+     lease_expires_at_ms = NULL, poll_request_id = NULL \
+     WHERE namespace = ?1 AND lease_owner = ?2 AND status = 'leased' AND kind = 'workflow'";
+
 /// Whether an event of this type is a run's terminal record (its last
 /// event, written with the status that closes it).
 pub(crate) fn closes_run(event: EventType) -> bool {
@@ -420,11 +428,7 @@ impl Store {
             return Ok(None);
         }
         let recovered = tx
-            .prepare_cached(
-                "UPDATE dispatch_tasks SET status = 'ready', lease_owner = NULL, \
-                 lease_expires_at_ms = NULL, poll_request_id = NULL \
-                 WHERE namespace = ?1 AND lease_owner = ?2 AND status = 'leased' AND kind = 'workflow'",
-            )?
+            .prepare_cached(RELEASE_WORKER_LEASES)?
             .execute(params![namespace, worker_id])?;
         // Its sticky claims go with it: their runs' tasks go to any poller.
         self.release_sticky_worker(namespace, worker_id)?;

@@ -66,7 +66,7 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// [`Store::expired_leases`]' walk, formatted once (every poll runs it).
-static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND status = 'leased' \
          AND lease_expires_at_ms < ?2 AND NOT {ATTEMPT_TIMED_OUT} \

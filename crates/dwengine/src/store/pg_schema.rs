@@ -223,6 +223,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0048_queue_minute_apart",
         include_str!("migrations/postgres/0048_queue_minute_apart.sql"),
     ),
+    (
+        "0049_lease_index_partial",
+        include_str!("migrations/postgres/0049_lease_index_partial.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -62,6 +62,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0046_partial_indexes.sql"),
     include_str!("migrations/0047_triggers_without_temporary_tables.sql"),
     include_str!("migrations/0048_queue_minute_apart.sql"),
+    include_str!("migrations/0049_lease_index_partial.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -647,6 +648,73 @@ mod tests {
         conn.execute_batch("UPDATE runs SET details_pruned_at = 6 WHERE id = 1")
             .unwrap();
         assert_eq!(closed(&conn), 0, "a pruned run leaves the prune's index");
+    }
+
+    /// 0049: `dispatch_leases` lists the leased tasks only, each entering
+    /// when leased and leaving when done, and its readers still read it as
+    /// a range: the expired-lease walk every poll pass runs and a
+    /// deregistered worker's released leases (both name `status =
+    /// 'leased'`, which the index's key kept so their plans are the ones
+    /// they had).
+    #[test]
+    fn the_lease_index_holds_only_leased_tasks_and_serves_its_readers() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        for sql in [
+            crate::store::leases::EXPIRED_LEASES.as_str(),
+            crate::store::control::RELEASE_WORKER_LEASES,
+        ] {
+            let plan = plan(&conn, sql);
+            assert!(
+                plan.lines()
+                    .next()
+                    .is_some_and(|first| first.starts_with("SEARCH")
+                        && first.contains("dispatch_leases (kind=? AND status=?")),
+                "{sql}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+        // A partial index answers only for a filter that implies its WHERE.
+        assert!(
+            conn.prepare("SELECT COUNT(*) FROM dispatch_tasks INDEXED BY dispatch_leases WHERE kind = 'workflow'")
+                .is_err(),
+            "the lease index lists every task"
+        );
+        let leased = |conn: &Connection| -> i64 {
+            conn.query_row(
+                "SELECT COUNT(*) FROM dispatch_tasks INDEXED BY dispatch_leases \
+                 WHERE kind = 'workflow' AND status = 'leased'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        conn.execute_batch(
+            "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+               origin, memo, search_attributes, created_at_ms) \
+             VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
+             INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+               due_at_ms, created_at_ms) VALUES (1, 'workflow', 1, 'ns', 'q', 'ready', 1, 1);",
+        )
+        .unwrap();
+        assert_eq!(leased(&conn), 0);
+        conn.execute_batch(
+            "UPDATE dispatch_tasks SET status = 'leased', lease_owner = 'w1', \
+             lease_expires_at_ms = 10 WHERE id = 1",
+        )
+        .unwrap();
+        assert_eq!(leased(&conn), 1);
+        let expired: Vec<i64> = conn
+            .prepare(&crate::store::leases::EXPIRED_LEASES)
+            .unwrap()
+            .query_map(rusqlite::params!["workflow", 11, 10], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(expired, vec![1]);
+        conn.execute_batch("UPDATE dispatch_tasks SET status = 'done' WHERE id = 1")
+            .unwrap();
+        assert_eq!(leased(&conn), 0, "a done task leaves the lease index");
     }
 
     /// The CHECK constraints 0045 rewrote accept each value they listed and
