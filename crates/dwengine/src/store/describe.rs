@@ -10,16 +10,18 @@
 //! last history event even while the run is open, when it cannot be a
 //! terminal one. [`Store::describe_detailed`] reads the row once, the open
 //! workflow task's state in one statement, and the last event only of a
-//! closed run: the same answer from five statements instead of twelve.
+//! closed run: the same answer from four statements instead of twelve.
 //!
-//! The five need no answer of each other's, so they go together
+//! They need no answer of each other's, so they go together
 //! ([`Connection::read_together`](crate::store::db::Connection::read_together)):
 //! on PostgreSQL, where each statement is a round trip, a describe is one
 //! pipeline with its snapshot's `BEGIN` and `COMMIT` (it was seven round
 //! trips: `BEGIN`, the run found by its workflow id, four reads, `COMMIT`).
 //! For that the closed run's terminal event is read by a join on the run's
-//! row rather than after it, and a describe by workflow id finds the run in
-//! each statement's own subquery ([`Store::describe_latest`]).
+//! row rather than after it (in one statement with the first event: four
+//! statements, each of which PostgreSQL also spends CPU on), and a describe
+//! by workflow id finds the run in each statement's own subquery
+//! ([`Store::describe_latest`]).
 
 use std::sync::OnceLock;
 
@@ -56,15 +58,14 @@ const OPEN_WORKFLOW_TASK: &str = "SELECT id, last_error, attempt, due_at_ms FROM
      UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
      WHERE run_id = ?1 AND kind = 'workflow' AND status = 'leased'";
 
-/// The run's first event (its input).
-const INPUT_EVENT: &str = "SELECT sequence, event_type, payload, recorded_at_ms \
-     FROM history_events WHERE run_id = ?1 AND sequence = 0";
-
-/// A closed run's last event (its terminal record, when it closes the
-/// run). A terminal event is written with the status that closes the run,
-/// so an open run's last event is never one and is not read: the join on
-/// the run's row says which event is last, without waiting for the row.
-const TERMINAL_EVENT: &str = "SELECT e.sequence, e.event_type, e.payload, e.recorded_at_ms \
+/// The run's first event (its input, marked 0) and a closed run's last
+/// event (its terminal record when it closes the run, marked 1), in one
+/// statement. A terminal event is written with the status that closes the
+/// run, so an open run's last event is never one and is not read: the join
+/// on the run's row says which event is last, without waiting for the row.
+const EVENTS: &str = "SELECT 0, sequence, event_type, payload, recorded_at_ms \
+     FROM history_events WHERE run_id = ?1 AND sequence = 0 \
+     UNION ALL SELECT 1, e.sequence, e.event_type, e.payload, e.recorded_at_ms \
      FROM runs r JOIN history_events e ON e.run_id = r.id AND e.sequence = r.history_length - 1 \
      WHERE r.id = ?1 AND r.status <> 'running'";
 
@@ -74,13 +75,7 @@ const FAILURES: &str = "SELECT failure_category, message, structural_limit_kind,
      ORDER BY id";
 
 /// A describe's statements, the run named by id (`?1`).
-const BY_ID: [&str; 5] = [
-    DESCRIBE_ROW,
-    OPEN_WORKFLOW_TASK,
-    INPUT_EVENT,
-    TERMINAL_EVENT,
-    FAILURES,
-];
+const BY_ID: [&str; 4] = [DESCRIBE_ROW, OPEN_WORKFLOW_TASK, EVENTS, FAILURES];
 
 /// The run [`Store::find_run`] finds: the newest of the workflow id.
 const LATEST_RUN: &str =
@@ -89,8 +84,8 @@ const LATEST_RUN: &str =
 /// A describe's statements with the run found by namespace (`?1`) and
 /// workflow id (`?2`) in each: every one reads the same snapshot, so each
 /// finds the same run, and none waits for another's answer.
-fn latest() -> &'static [String; 5] {
-    static LATEST: OnceLock<[String; 5]> = OnceLock::new();
+fn latest() -> &'static [String; 4] {
+    static LATEST: OnceLock<[String; 4]> = OnceLock::new();
     LATEST.get_or_init(|| BY_ID.map(|sql| sql.replace("?1", LATEST_RUN)))
 }
 
@@ -161,11 +156,11 @@ impl Store {
         Ok(value)
     }
 
-    /// A describe's five statements (`sql`, in [`BY_ID`]'s order) read
+    /// A describe's statements (`sql`, in [`BY_ID`]'s order) read
     /// together with `params`, and decoded; `None` when they find no run.
     fn describe_with(
         &self,
-        sql: &[&str; 5],
+        sql: &[&str; 4],
         params: &[&dyn ToSql],
     ) -> Result<Option<(RunId, DetailedDescription)>, Error> {
         let mut read = Read::default();
@@ -197,20 +192,16 @@ impl Store {
                 sql: sql[2],
                 params,
                 each: &mut |r| {
-                    *input = Some(raw_event(r)?);
+                    let event = (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+                    match r.get::<_, i64>(0)? {
+                        0 => *input = Some(event),
+                        _ => *terminal = Some(event),
+                    }
                     Ok(())
                 },
             },
             Together {
                 sql: sql[3],
-                params,
-                each: &mut |r| {
-                    *terminal = Some(raw_event(r)?);
-                    Ok(())
-                },
-            },
-            Together {
-                sql: sql[4],
                 params,
                 each: &mut |r| {
                     failures.push(FailureRecord {
@@ -255,10 +246,6 @@ fn raw_row(r: &Row<'_>) -> crate::store::db::Result<RawRow> {
         archive_reason: r.get(27)?,
         id: r.get(28)?,
     })
-}
-
-fn raw_event(r: &Row<'_>) -> crate::store::db::Result<RawEvent> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
 }
 
 /// An event as [`crate::store::history::read_page`] reads it.
