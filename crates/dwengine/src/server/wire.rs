@@ -568,18 +568,44 @@ pub fn parse_name_page_token(token: &str) -> Option<String> {
 }
 
 /// Unix milliseconds as RFC 3339 UTC with microseconds (`…T12:00:00.000000Z`).
+///
+/// Its digits are written into a fixed buffer: through `format!` a
+/// timestamp cost some 3,300 instructions, and a one-activity workflow's
+/// answers carry seven (docs/performance.md, session 19). Years outside
+/// 0-9999 (none a clock gives) keep `format!`, whose padding of a sign or
+/// a fifth digit the buffer has no room for.
 pub fn timestamp(unix_ms: i64) -> String {
     let secs = unix_ms.div_euclid(1000);
     let micros = unix_ms.rem_euclid(1000) * 1000;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (year, month, day) = crate::schedule_spec::civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (Ok(year @ 0..=9999), Ok(micros)) = (u32::try_from(year), u32::try_from(micros)) else {
+        return format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        );
+    };
+    // `rem` is within a day's seconds.
+    let rem = u32::try_from(rem).unwrap_or(0);
+    let mut text = *b"0000-00-00T00:00:00.000000Z";
+    let mut put = |at: usize, width: usize, mut n: u32| {
+        for digit in text[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, rem / 3600);
+    put(14, 2, rem % 3600 / 60);
+    put(17, 2, rem % 60);
+    put(20, 6, micros);
+    // Digits and separators only: always UTF-8.
+    std::str::from_utf8(&text).unwrap_or_default().to_owned()
 }
 
 /// One history event as the protocol numbers it: from 1, with timestamps.
@@ -709,6 +735,56 @@ mod tests {
     use super::*;
     use crate::store::EventType;
     use serde_json::json;
+
+    /// `timestamp` as it was written with `format!`: the reference.
+    fn formatted_timestamp(unix_ms: i64) -> String {
+        let secs = unix_ms.div_euclid(1000);
+        let micros = unix_ms.rem_euclid(1000) * 1000;
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let (year, month, day) = crate::schedule_spec::civil_from_days(days);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    /// The digits written into a buffer are the text `format!` wrote, for
+    /// every millisecond of a second, every second of a day, the days
+    /// around month, leap-day and year ends, years from before the epoch
+    /// to 9999, and the years outside 0-9999 that keep `format!`.
+    #[test]
+    fn a_timestamp_is_the_text_format_wrote() {
+        const DAY: i64 = 86_400_000;
+        let mut times: Vec<i64> = Vec::new();
+        times.extend((0..1000).map(|ms| 1_733_400_000_000 + ms));
+        times.extend((0..86_400).map(|s| 1_733_356_800_000 + s * 1000 + s % 1000));
+        // Every day of 1999-2001 (a leap century) and of 1969-1971.
+        times.extend((10_592..11_688).map(|d| d * DAY + 45_296_789));
+        times.extend((-400..800).map(|d| d * DAY - 1));
+        // A day every 97 days from year -2 to 10001.
+        let (first, last) = (-720_000 * DAY, 2_932_900 * DAY);
+        times.extend((first..last).step_by(usize::try_from(97 * DAY).unwrap()));
+        times.extend([
+            0,
+            -1,
+            1,
+            i64::from(i32::MAX) * 1000,
+            253_402_300_799_999,
+            253_402_300_800_000,
+        ]);
+        for t in times {
+            assert_eq!(timestamp(t), formatted_timestamp(t), "{t}");
+        }
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(timestamp(-1), "1969-12-31T23:59:59.999000Z");
+        assert_eq!(
+            timestamp(253_402_300_800_000),
+            "10000-01-01T00:00:00.000000Z"
+        );
+    }
 
     /// `event` as it was written before `into_event`: the reference the
     /// new renderings are held to, byte for byte.
