@@ -3,12 +3,13 @@
 //! Every history read in the store goes through [`read_page`]: a worker's
 //! task, the control plane's paged history, and
 //! [`Store::history`](crate::store::connection::Store::history) (which
-//! walks the pages). Rows are read one at a time in sequence order and
-//! reading stops at the page's bound, so however long a history is, one
-//! read holds one page of it in memory. A read that sends its statements
+//! walks the pages). Rows are selected in sequence order with a `LIMIT`
+//! of the page's events and one more ([`PAGE_ROWS`]) and taken one at a
+//! time until the page's bound, so however long a history is, one read
+//! holds one page of it in memory (PostgreSQL's client would otherwise
+//! receive every row after the first). A read that sends its statements
 //! together (a describe's first and last event, the control plane's page
-//! with its run's row) selects its rows with a `LIMIT` instead
-//! ([`PAGE_ROWS`]) and pages them by the same rule ([`PageRows`]).
+//! with its run's row) pages the same rows by the same rule ([`PageRows`]).
 
 use crate::store::db::{params, Connection};
 use serde::Serialize;
@@ -139,11 +140,11 @@ fn read_rows<T>(
     limit: HistoryPageLimit,
     each: impl FnMut(StoredEvent) -> Result<T, Error>,
 ) -> Result<(Vec<T>, Option<u64>), Error> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT sequence, event_type, payload, recorded_at_ms FROM history_events \
-         WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence",
-    )?;
-    let mut rows = stmt.query(params![run.0, to_i64(from)])?;
+    // The `LIMIT` matters on PostgreSQL, whose client collects every row
+    // a statement answers before the first is looked at: without it a
+    // one-event read (`read_event`) shipped the rest of the history.
+    let mut stmt = conn.prepare_cached(PAGE_ROWS)?;
+    let mut rows = stmt.query(params![run.0, to_i64(from), PageRows::rows_wanted(limit)])?;
     let mut page = PageRows::new(limit);
     while let Some(row) = rows.next()? {
         if !page.push(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)? {
@@ -157,10 +158,10 @@ fn read_rows<T>(
     ))
 }
 
-/// A page's rows (as `read_page` selects them, with a `LIMIT` of
-/// [`PageRows::rows_wanted`]) for a read that sends its statements
-/// together (`Connection::read_together`) and so cannot stop at the
-/// page's bound: `?1` the run, `?2` the first sequence, `?3` the rows.
+/// A page's rows, with a `LIMIT` of [`PageRows::rows_wanted`]: `?1` the
+/// run, `?2` the first sequence, `?3` the rows. Every history read
+/// selects them, one that sends its statements together
+/// (`Connection::read_together`) as well as `read_page`.
 pub(crate) const PAGE_ROWS: &str = "SELECT sequence, event_type, payload, recorded_at_ms \
      FROM history_events WHERE run_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3";
 
