@@ -227,6 +227,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0049_lease_index_partial",
         include_str!("migrations/postgres/0049_lease_index_partial.sql"),
     ),
+    (
+        "0050_runs_by_workflow_with_id",
+        include_str!("migrations/postgres/0050_runs_by_workflow_with_id.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -63,6 +63,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0047_triggers_without_temporary_tables.sql"),
     include_str!("migrations/0048_queue_minute_apart.sql"),
     include_str!("migrations/0049_lease_index_partial.sql"),
+    include_str!("migrations/0050_runs_by_workflow_with_id.sql"),
 ];
 
 /// The schema version this engine writes.

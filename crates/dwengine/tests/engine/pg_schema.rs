@@ -1722,3 +1722,61 @@ fn the_schemas_of_dead_test_processes_are_swept_and_live_ones_kept() {
         .batch_execute(&format!("DROP SCHEMA {live} CASCADE"))
         .expect("drop the live schema");
 }
+
+/// The newest run of a workflow id is found through `runs_by_workflow`,
+/// backwards, with no sort, by the plan a node keeps for its prepared
+/// statement: the generic plan PostgreSQL makes while the table is still
+/// empty and never analyzed, as on a node's first starts. With
+/// `runs_by_workflow` on (namespace, workflow_id) alone that plan walked
+/// `runs_by_namespace` and sorted: every start read every run of its
+/// namespace (migration 0050; docs/performance.md, session 19).
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table() {
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    // A prepared statement's generic plan, as a node's session keeps it
+    // (its parameters unknown when it is made).
+    client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .unwrap();
+    for (name, prepare, execute) in [
+        (
+            "a start's duplicate check",
+            "PREPARE duplicate(text, text, text, bigint) AS SELECT id FROM runs \
+             WHERE namespace = $1 AND workflow_id = $2 AND status = $3 ORDER BY id DESC LIMIT $4",
+            "EXPLAIN EXECUTE duplicate('bench', 'w', 'running', 1)",
+        ),
+        (
+            "a describe by workflow id",
+            "PREPARE newest(text, text) AS SELECT id FROM runs \
+             WHERE namespace = $1 AND workflow_id = $2 ORDER BY id DESC LIMIT 1",
+            "EXPLAIN EXECUTE newest('bench', 'w')",
+        ),
+    ] {
+        client.batch_execute(prepare).unwrap();
+        let plan: Vec<String> = client
+            .simple_query(execute)
+            .unwrap()
+            .into_iter()
+            .filter_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Scan Backward using runs_by_workflow")
+                && !plan.contains("Sort")
+                && plan.contains("$1"),
+            "{name}: the generic plan on an empty table is not one backward step in runs_by_workflow:\n{plan}"
+        );
+    }
+}
