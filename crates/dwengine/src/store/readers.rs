@@ -97,14 +97,8 @@ impl ReadPool {
             self.discard(store);
             return result;
         }
-        let mut state = self.lock();
-        if result.is_ok() || store.conn.is_autocommit() {
-            state.idle.push(store);
-        } else {
-            state.open -= 1;
-        }
-        drop(state);
-        self.freed.notify_one();
+        let reusable = result.is_ok() || store.conn.is_autocommit();
+        self.give_back(store, reusable);
         result
     }
 
@@ -132,14 +126,8 @@ impl ReadPool {
                 }
                 return result;
             }
-            let mut state = self.lock();
-            if store.conn.is_autocommit() {
-                state.idle.push(store);
-            } else {
-                state.open -= 1;
-            }
-            drop(state);
-            self.freed.notify_one();
+            let reusable = store.conn.is_autocommit();
+            self.give_back(store, reusable);
             return result;
         }
     }
@@ -174,14 +162,7 @@ impl ReadPool {
         });
         let reusable =
             conn.set_busy_timeout(self.config.busy_timeout).is_ok() && conn.is_autocommit();
-        let mut state = self.lock();
-        if reusable {
-            state.idle.push(store);
-        } else {
-            state.open -= 1;
-        }
-        drop(state);
-        self.freed.notify_one();
+        self.give_back(store, reusable);
         value
     }
 
@@ -197,15 +178,23 @@ impl ReadPool {
             self.discard(store);
             return result;
         }
+        let reusable = store.conn.is_autocommit();
+        self.give_back(store, reusable);
+        result
+    }
+
+    /// Returns `store` to the idle sessions when `reusable` (out of any
+    /// transaction), or closes it and frees its place; either way a
+    /// waiting reader may go on.
+    fn give_back(&self, store: Store, reusable: bool) {
         let mut state = self.lock();
-        if store.conn.is_autocommit() {
+        if reusable {
             state.idle.push(store);
         } else {
             state.open -= 1;
         }
         drop(state);
         self.freed.notify_one();
-        result
     }
 
     /// Closes `store`, a session the database dropped, and the idle ones.
