@@ -587,6 +587,15 @@ mod tests {
         }
     }
 
+    /// A running run (id 1) and its ready workflow task (id 1): what a
+    /// start leaves, before any index test moves them.
+    const A_RUN_AND_ITS_READY_TASK: &str =
+        "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+           origin, memo, search_attributes, created_at_ms) \
+         VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
+         INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+           due_at_ms, created_at_ms) VALUES (1, 'workflow', 1, 'ns', 'q', 'ready', 1, 1);";
+
     /// A started run and its first workflow task are in neither partial
     /// index: only closed, unpruned runs and timer tasks are, each entering
     /// and leaving as its row moves.
@@ -594,14 +603,7 @@ mod tests {
     fn the_partial_indexes_hold_only_the_rows_their_readers_look_up() {
         let mut conn = Connection::open_in_memory().unwrap();
         migrate_sqlite(&mut conn).unwrap();
-        conn.execute_batch(
-            "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
-               origin, memo, search_attributes, created_at_ms) \
-             VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
-             INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
-               due_at_ms, created_at_ms) VALUES (1, 'workflow', 1, 'ns', 'q', 'ready', 1, 1);",
-        )
-        .unwrap();
+        conn.execute_batch(A_RUN_AND_ITS_READY_TASK).unwrap();
         // Entries of an index, counted through it alone.
         let entries = |conn: &Connection, index: &str, table: &str, filter: &str| -> i64 {
             conn.query_row(
@@ -690,14 +692,7 @@ mod tests {
             )
             .unwrap()
         };
-        conn.execute_batch(
-            "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
-               origin, memo, search_attributes, created_at_ms) \
-             VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
-             INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
-               due_at_ms, created_at_ms) VALUES (1, 'workflow', 1, 'ns', 'q', 'ready', 1, 1);",
-        )
-        .unwrap();
+        conn.execute_batch(A_RUN_AND_ITS_READY_TASK).unwrap();
         assert_eq!(leased(&conn), 0);
         conn.execute_batch(
             "UPDATE dispatch_tasks SET status = 'leased', lease_owner = 'w1', \

@@ -14,6 +14,30 @@ use support::{cache_variants, eventually, SharedCache};
 
 const FAMILY: &str = "test-only:counted:";
 
+/// The messages `channel` carries from now on, as they arrive (kept while
+/// the subscription lives).
+fn listen(
+    cache: &SharedCache,
+    channel: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    dwengine::cache::Subscription,
+) {
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let sink = heard.clone();
+    let subscription = cache
+        .subscribe(
+            channel,
+            std::sync::Arc::new(move |message: Option<&[u8]>| {
+                if let Some(bytes) = message {
+                    sink.lock().unwrap().push(bytes.to_vec());
+                }
+            }),
+        )
+        .unwrap();
+    (heard, subscription)
+}
+
 fn family_counts_follow_every_write_and_expiry(backend: &'static str, cache: SharedCache) {
     let long = Duration::from_secs(60);
     let short = Duration::from_millis(1500);
@@ -60,18 +84,7 @@ fn a_batch_writes_and_publishes_as_its_calls_would(backend: &'static str, cache:
     let family = "test-only:batched:";
     let (first, second) = (format!("{family}first"), format!("{family}second"));
     let channel = format!("test-only:batched-channel:{}", std::process::id());
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
-    let sink = heard.clone();
-    let _subscription = cache
-        .subscribe(
-            &channel,
-            std::sync::Arc::new(move |message: Option<&[u8]>| {
-                if let Some(bytes) = message {
-                    sink.lock().unwrap().push(bytes.to_vec());
-                }
-            }),
-        )
-        .unwrap();
+    let (heard, _subscription) = listen(&cache, &channel);
     let long = Duration::from_secs(60);
     cache.put(&first, b"old", long).unwrap();
     let batch = |value: &[u8]| {
@@ -157,18 +170,7 @@ fn no_call_fails_while_the_scripts_are_flushed_again_and_again(
     let stop = AtomicBool::new(false);
     let flushes = AtomicUsize::new(0);
     let channel = format!("test-only:flushed-channel:{}", std::process::id());
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
-    let sink = heard.clone();
-    let _subscription = cache
-        .subscribe(
-            &channel,
-            std::sync::Arc::new(move |message: Option<&[u8]>| {
-                if let Some(bytes) = message {
-                    sink.lock().unwrap().push(bytes.to_vec());
-                }
-            }),
-        )
-        .unwrap();
+    let (heard, _subscription) = listen(&cache, &channel);
     std::thread::scope(|scope| {
         if backend == "redis" {
             let url = std::env::var("DW_TEST_REDIS_URL").unwrap();
