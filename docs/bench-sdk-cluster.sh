@@ -26,6 +26,11 @@
 # makes (dw_sdk_cluster_<pid>) is dropped at the end. EXTRA_WORKERS=N starts
 # N more SDK Worker processes on the same queue (the SDK's Worker keeps one
 # poll of each kind in flight, whatever its slots), counted as extra-worker-*.
+# STATEMENTS=1, on a server with pg_stat_statements loaded
+# (shared_preload_libraries) and the extension made in DW_BENCH_POSTGRES_URL's
+# database: the statements this run's database executed during the SDK
+# phase, per completed workflow (calls and mean time; the write lock's
+# advisory-lock calls' mean is the time a transaction waited for it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
@@ -122,11 +127,20 @@ snapshot() {
     echo "postgres $total"
   fi
 }
+statements() { # OUT: queryid, calls, total ms, text of this run's database's statements
+  [ -n "${STATEMENTS:-}" ] || return 0
+  psql -qAt -F $'\t' "$DW_BENCH_POSTGRES_URL" -c "SELECT queryid, calls, total_exec_time,
+    left(regexp_replace(query, '\s+', ' ', 'g'), 110) FROM pg_stat_statements
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db')" >"$1" ||
+    { echo "STATEMENTS=1: pg_stat_statements cannot be read on DW_BENCH_POSTGRES_URL" >&2; exit 1; }
+}
+statements "$work/statements-before"
 snapshot >"$work/cpu-before"
 (cd "$root/conformance" && "$venv/bin/python" bench.py "http://127.0.0.1:$((port + 5))" \
   --concurrency "$concurrency" --seconds "$secs") >"$work/sdk.json" 2>"$work/sdk.err" ||
   { cat "$work/sdk.err" >&2; echo "the SDK run failed" >&2; exit 1; }
 snapshot >"$work/cpu-after"
+statements "$work/statements-after"
 for f in "$work"/extra-worker-*.pid; do
   [ -e "$f" ] || continue
   kill "$(cat "$f")" 2>/dev/null || true
@@ -153,6 +167,30 @@ cpu["client"] = 1000 * sdk["sdk_client_cpu_seconds"] / max(1, done)
 cpu["worker"] = 1000 * sdk["sdk_worker_cpu_seconds"] / max(1, done)
 print("CPU ms per completed workflow: " + ", ".join(f"{w} {v:.1f}" for w, v in sorted(cpu.items()))
       + f"; all {sum(cpu.values()):.1f}")
+def statements(name):
+    rows = {}
+    for l in open(f"{work}/{name}"):
+        qid, calls, ms, text = l.rstrip("\n").split("\t", 3)
+        c, m, _ = rows.get(qid, (0, 0.0, ""))
+        rows[qid] = (c + int(calls), m + float(ms), text.replace("|", "\\|"))
+    return rows
+try:
+    s0, s1 = statements("statements-before"), statements("statements-after")
+except FileNotFoundError:
+    s0 = s1 = None
+if s1 is not None:
+    ran = []
+    for qid, (calls, ms, text) in s1.items():
+        c0, m0, _ = s0.get(qid, (0, 0.0, ""))
+        if calls > c0:
+            ran.append((calls - c0, ms - m0, text))
+    print(f"PostgreSQL statements per completed workflow: {sum(c for c, _, _ in ran) / max(1, done):.1f}, "
+          f"executing {sum(m for _, m, _ in ran) / max(1, done):.1f} ms (of which waiting for the write lock: "
+          f"{sum(m for _, m, t in ran if 'pg_advisory_xact_lock' in t) / max(1, done):.1f} ms)")
+    print("| statement | calls per workflow | mean ms |")
+    print("| --- | --- | --- |")
+    for calls, ms, text in sorted(ran, key=lambda r: -r[0])[:15]:
+        print(f"| {text} | {calls / max(1, done):.2f} | {ms / calls:.3f} |")
 try:
     log = open(f"{work}/haproxy.log").read().splitlines()
 except FileNotFoundError:
