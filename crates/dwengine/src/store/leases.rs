@@ -50,7 +50,7 @@ fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
 /// under the write lock): up to [`SESSION_CANDIDATES`]. Formatted once,
 /// as the other statements of a lease are: a `format!` of this text on
 /// every lease cost some 2,500 instructions.
-static CANDIDATES: LazyLock<String> =
+pub(crate) static CANDIDATES: LazyLock<String> =
     LazyLock::new(|| candidates_sql(SESSION_CANDIDATES, "", "FALSE"));
 
 /// A lease's one candidate beside other claims (PostgreSQL): locked,

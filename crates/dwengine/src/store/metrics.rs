@@ -62,11 +62,14 @@ const BUSY_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
 /// attempt failed (`last_error` is set by a failure and the row is done once
 /// an attempt succeeds). A leased retry has not failed yet, so its current
 /// attempt is not counted among its consecutive failures. The read walks the
-/// namespace's open workflow tasks through `dispatch_ready`; it is bounded by
-/// the backlog of failing tasks, not by the namespace's runs.
-const FAILING_WORKFLOW_TYPES: &str = "SELECT r.workflow_type, COUNT(*), \
+/// namespace's open workflow tasks through `dispatch_ready` (the status test
+/// is an OR: since migration 0051 the index lists only ready and leased
+/// tasks, and SQLite uses it only for a filter that implies that condition,
+/// which an IN list does not); it is bounded by the backlog of failing tasks,
+/// not by the namespace's runs.
+pub(crate) const FAILING_WORKFLOW_TYPES: &str = "SELECT r.workflow_type, COUNT(*), \
      MAX(d.attempt - CASE WHEN d.status = 'leased' THEN 1 ELSE 0 END) FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id \
-     WHERE d.kind = 'workflow' AND d.namespace = ?1 AND d.status IN ('ready', 'leased') \
+     WHERE d.kind = 'workflow' AND d.namespace = ?1 AND (d.status = 'ready' OR d.status = 'leased') \
      AND d.last_error IS NOT NULL GROUP BY r.workflow_type";
 
 impl Store {

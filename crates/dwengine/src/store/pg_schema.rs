@@ -231,6 +231,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0050_runs_by_workflow_with_id",
         include_str!("migrations/postgres/0050_runs_by_workflow_with_id.sql"),
     ),
+    (
+        "0051_ready_index_open_tasks",
+        include_str!("migrations/postgres/0051_ready_index_open_tasks.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -64,6 +64,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0048_queue_minute_apart.sql"),
     include_str!("migrations/0049_lease_index_partial.sql"),
     include_str!("migrations/0050_runs_by_workflow_with_id.sql"),
+    include_str!("migrations/0051_ready_index_open_tasks.sql"),
 ];
 
 /// The schema version this engine writes.
@@ -711,6 +712,74 @@ mod tests {
         conn.execute_batch("UPDATE dispatch_tasks SET status = 'done' WHERE id = 1")
             .unwrap();
         assert_eq!(leased(&conn), 0, "a done task leaves the lease index");
+    }
+
+    /// 0051: `dispatch_ready` lists the open (ready and leased) tasks only:
+    /// a task enters when it is made ready, moves when leased (its status is
+    /// in the key) and leaves when done, and the readers that name one of
+    /// the two statuses still read it as a range: a lease's candidates and
+    /// the failing workflow tasks of a namespace (an OR of the two statuses,
+    /// not an IN list, which SQLite does not prove implies the condition).
+    #[test]
+    fn the_ready_index_holds_only_open_tasks_and_serves_its_readers() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_sqlite(&mut conn).unwrap();
+        for sql in [
+            crate::store::leases::CANDIDATES.as_str(),
+            crate::store::metrics::FAILING_WORKFLOW_TYPES,
+        ] {
+            let plan = plan(&conn, sql);
+            assert!(
+                plan.lines()
+                    .next()
+                    .is_some_and(|first| first.starts_with("SEARCH")
+                        && first.contains("dispatch_ready (kind=? AND namespace=?")),
+                "{sql}: {plan}"
+            );
+        }
+        assert!(
+            conn.prepare(
+                "SELECT COUNT(*) FROM dispatch_tasks INDEXED BY dispatch_ready \
+                 WHERE kind = 'workflow' AND status = 'done'"
+            )
+            .is_err(),
+            "the ready index lists done tasks"
+        );
+        let listed = |conn: &Connection| -> Vec<(i64, String)> {
+            conn.prepare(
+                "SELECT id, status FROM dispatch_tasks INDEXED BY dispatch_ready \
+                 WHERE kind = 'workflow' AND (status = 'ready' OR status = 'leased') ORDER BY id",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        conn.execute_batch(A_RUN_AND_ITS_READY_TASK).unwrap();
+        assert_eq!(listed(&conn), vec![(1, "ready".to_owned())]);
+        conn.execute_batch(
+            "UPDATE dispatch_tasks SET status = 'leased', lease_owner = 'w1', \
+             lease_expires_at_ms = 10 WHERE id = 1",
+        )
+        .unwrap();
+        assert_eq!(listed(&conn), vec![(1, "leased".to_owned())]);
+        conn.execute_batch("UPDATE dispatch_tasks SET status = 'done' WHERE id = 1")
+            .unwrap();
+        assert_eq!(listed(&conn), vec![], "a done task leaves the ready index");
+        let entries: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM dispatch_tasks INDEXED BY dispatch_ready \
+                 WHERE kind = 'workflow' AND (status = 'ready' OR status = 'leased')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(entries, 0);
+        let all: i64 = conn
+            .query_row("SELECT COUNT(*) FROM dispatch_tasks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(all, 1, "the done task itself stays");
     }
 
     /// The CHECK constraints 0045 rewrote accept each value they listed and
