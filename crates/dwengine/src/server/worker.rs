@@ -32,6 +32,7 @@ use crate::server::wire::{
     WorkflowTaskLease, MAX_PAGE_SIZE,
 };
 use crate::server::{ApiError, Engine};
+use crate::store::cancellation::CancellationRequest;
 use crate::store::{
     attempt_id, ActivityFence, AttemptFailure, AttemptOutcome, HistoryPageLimit, LeasedTask, RunId,
     StoredPage, TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
@@ -83,9 +84,34 @@ pub(crate) struct PollSpec {
     /// Set when the HTTP request went away (the client disconnected): the
     /// poll stops before leasing a task nobody would receive.
     pub abandoned: Arc<Departure>,
+    /// What the claim that leased this poll's workflow task read for its
+    /// answer in the lease's own transaction, until the answer takes it.
+    pub lease_reads: std::sync::Mutex<Option<LeaseReads>>,
+}
+
+/// A leased workflow task's first history page and pending cooperative
+/// cancellation, read in the transaction that leased it, on a node whose
+/// claims run on the one SQLite writer. A reader's page cache starts empty
+/// after every commit, so the same reads on a reader right after the
+/// claim's commit fetched every page of their indexes again, some 113,000
+/// instructions a workflow task; the writer has just touched those pages
+/// (docs/performance.md, session 20). The page is then exactly the history
+/// the lease counted (`history_length`).
+#[derive(Debug)]
+pub(crate) struct LeaseReads {
+    task_id: i64,
+    page: StoredPage,
+    cancellation: Option<CancellationRequest>,
 }
 
 impl PollSpec {
+    /// The reads the claim of `task_id` made for its answer, if it made
+    /// them (taken: an answer renders once).
+    pub(crate) fn take_lease_reads(&self, task_id: i64) -> Option<LeaseReads> {
+        let mut slot = self.lease_reads.lock().unwrap_or_else(|e| e.into_inner());
+        slot.take().filter(|reads| reads.task_id == task_id)
+    }
+
     /// The poller's build-id cohort (`None`: unversioned): the build id the
     /// poll names, else the one its worker registered with.
     pub(crate) fn cohort(&self) -> Option<&str> {
@@ -344,6 +370,7 @@ impl Engine {
                 .unwrap_or(DEFAULT_HISTORY_PAGE),
             update_validation,
             abandoned: Arc::default(),
+            lease_reads: std::sync::Mutex::new(None),
         })
     }
 
@@ -821,8 +848,12 @@ impl Engine {
         found: Result<Option<LeasedTask>, ApiError>,
     ) -> Result<PollAnswer, ApiError> {
         let (ns, queue, id) = (&poll.namespace, &poll.task_queue, &poll.poll_request_id);
+        let reads = match &found {
+            Ok(Some(task)) => poll.take_lease_reads(task.task_id),
+            _ => None,
+        };
         if !keyed {
-            return self.answer(found?, poll.history_page_size, false);
+            return self.answer_with(found?, poll.history_page_size, reads);
         }
         let polls = self.polls(kind);
         let task = match found {
@@ -833,7 +864,7 @@ impl Engine {
             }
         };
         let task_id = task.as_ref().map(|t| t.task_id);
-        let answer = self.answer(task, poll.history_page_size, false);
+        let answer = self.answer_with(task, poll.history_page_size, reads);
         self.keep_answer(kind, poll, task_id, answer)
     }
 
@@ -892,23 +923,36 @@ impl Engine {
         page_size: usize,
         replayed: bool,
     ) -> Result<PollAnswer, ApiError> {
-        self.answer_by(task, page_size, replayed, Reading::Wait)?
+        self.answer_by(task, page_size, replayed, None, Reading::Wait)?
             .map_err(|_| ApiError::Internal("a waiting read answered nothing".into()))
     }
 
-    /// [`Engine::answer`], its reads read as `how` says: `Err(task)` when
-    /// they cannot be read now.
+    /// A fresh (not replayed) poll's answer, from what its claim read
+    /// (`reads`) where it read it.
+    fn answer_with(
+        &self,
+        task: Option<LeasedTask>,
+        page_size: usize,
+        reads: Option<LeaseReads>,
+    ) -> Result<PollAnswer, ApiError> {
+        self.answer_by(task, page_size, false, reads, Reading::Wait)?
+            .map_err(|_| ApiError::Internal("a waiting read answered nothing".into()))
+    }
+
+    /// [`Engine::answer`], its reads taken from `reads` (the claim's) or
+    /// read as `how` says: `Err(task)` when they cannot be read now.
     fn answer_by(
         &self,
         task: Option<LeasedTask>,
         page_size: usize,
         replayed: bool,
+        reads: Option<LeaseReads>,
         how: Reading,
     ) -> Result<Result<PollAnswer, Option<LeasedTask>>, ApiError> {
         let status = if task.is_some() { "leased" } else { "timeout" };
         let workflow = task.as_ref().is_some_and(|t| t.kind == TaskKind::Workflow);
         let rendered = match task {
-            Some(task) => match self.render_task(task, page_size, how)? {
+            Some(task) => match self.render_task(task, page_size, reads, how)? {
                 Ok(rendered) => Some(rendered),
                 Err(task) => return Ok(Err(Some(task))),
             },
@@ -1035,26 +1079,28 @@ impl Engine {
 
     /// A pass's claim transaction: the lease of the next task the poll
     /// may take (its cohort's, its session's), with what goes with it.
-    /// Also the tasks' queues of activities it failed on the way.
-    #[allow(clippy::type_complexity)]
+    /// Also the tasks' queues of activities it failed on the way, and on
+    /// the one SQLite writer a leased workflow task's first page and
+    /// pending cancellation ([`LeaseReads`]; on PostgreSQL they would be
+    /// round trips inside the claim's transaction, so a reader reads them).
     fn claim_transaction(
         &self,
         kind: TaskKind,
         poll: &PollSpec,
-    ) -> impl Fn(
-        &crate::store::Store,
-    ) -> Result<(Option<LeasedTask>, Vec<String>), crate::store::Error>
-           + Clone
-           + Send
-           + 'static {
+    ) -> impl Fn(&crate::store::Store) -> Result<Claimed, crate::store::Error> + Clone + Send + 'static
+    {
         let (ns_owned, queue_owned) = (poll.namespace.clone(), poll.task_queue.clone());
         let (owner, poll_id) = (poll.worker_id.clone(), poll.poll_request_id.clone());
         let lease = self.config.task_lease;
         let cohort = poll.cohort().map(str::to_owned);
+        let page = self
+            .shared_store()
+            .has_one_writer()
+            .then(|| self.history_limit(poll.history_page_size));
         move |s| {
             // A draining cohort claims no new task (what it holds finishes).
             if s.cohort_draining(&ns_owned, &queue_owned, cohort.as_deref())? {
-                return Ok((None, Vec::new()));
+                return Ok((None, Vec::new(), None));
             }
             // An activity whose worker session can never run it (closed,
             // failed, expired, missing) fails here, non-retryably, and the
@@ -1090,15 +1136,23 @@ impl Engine {
                         continue;
                     }
                 }
+                let mut reads = None;
                 if let Some(task) = task.as_mut().filter(|t| t.kind == TaskKind::Workflow) {
                     let run = RunId(task.run_id);
                     s.bind_run_cohort(run, cohort.as_deref())?;
                     let replay = s.sticky_lease(run, &owner, cohort.as_deref())?;
                     task.sticky_replay_mode = Some(replay.as_str());
+                    if let Some(limit) = page {
+                        reads = Some(LeaseReads {
+                            task_id: task.task_id,
+                            page: s.stored_history_page(run, 0, limit)?,
+                            cancellation: s.pending_cancellation(run)?,
+                        });
+                    }
                 }
-                return Ok((task, failed_runs));
+                return Ok((task, failed_runs, reads));
             }
-            Ok((None, failed_runs))
+            Ok((None, failed_runs, None))
         }
     }
 
@@ -1108,9 +1162,12 @@ impl Engine {
         &self,
         kind: TaskKind,
         poll: &PollSpec,
-        (task, failed_runs): (Option<LeasedTask>, Vec<String>),
+        (task, failed_runs, reads): Claimed,
     ) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        if reads.is_some() {
+            *poll.lease_reads.lock().unwrap_or_else(|e| e.into_inner()) = reads;
+        }
         for run_queue in &failed_runs {
             self.wake(ns, run_queue, TaskKind::Workflow.as_str());
         }
@@ -1220,6 +1277,7 @@ impl Engine {
         &self,
         mut task: LeasedTask,
         page_size: usize,
+        reads: Option<LeaseReads>,
         how: Reading,
     ) -> Result<Result<RenderedTask, LeasedTask>, ApiError> {
         // The fields every task carries are moved out of `task` at the
@@ -1237,15 +1295,21 @@ impl Engine {
                 // read in one read transaction.
                 let sticky = task.sticky_replay_mode;
                 let owner = &task.lease_owner;
-                let read = self.read_by(how, |s| {
-                    let page = s.stored_history_page(run, 0, limit)?;
-                    let cancellation = s.pending_cancellation(run)?;
-                    let replay = match sticky {
-                        Some(mode) => mode,
-                        None => s.sticky_replay_of(run, owner)?.as_str(),
-                    };
-                    Ok((page, cancellation, replay))
-                })?;
+                // Read by the claim, in the lease's transaction (a lease
+                // always sets the sticky claim): nothing more to read.
+                let claimed = reads.filter(|r| r.task_id == task.task_id);
+                let read = match (claimed, sticky) {
+                    (Some(reads), Some(replay)) => Some((reads.page, reads.cancellation, replay)),
+                    _ => self.read_by(how, |s| {
+                        let page = s.stored_history_page(run, 0, limit)?;
+                        let cancellation = s.pending_cancellation(run)?;
+                        let replay = match sticky {
+                            Some(mode) => mode,
+                            None => s.sticky_replay_of(run, owner)?.as_str(),
+                        };
+                        Ok((page, cancellation, replay))
+                    })?,
+                };
                 let Some((page, cancellation, replay)) = read else {
                     return Ok(Err(task));
                 };
@@ -2274,6 +2338,10 @@ pub(crate) fn workflow_task_capabilities() -> Value {
 /// A leased task's fields in the protocol's shape, and (a workflow task)
 /// its history page, which `Engine::answer_by` writes among them.
 type RenderedTask = (Map<String, Value>, Option<StoredPage>);
+
+/// A claim's answer: the task it leased, the queues of the activities it
+/// failed on the way, and what it read for the task's answer.
+type Claimed = (Option<LeasedTask>, Vec<String>, Option<LeaseReads>);
 
 /// [`workflow_task_capabilities`], built once: every leased workflow task's
 /// answer carries it, and a copy of the tree is cheaper than `json!`

@@ -232,7 +232,9 @@ impl Engine {
             other => return Ending::Done(self.end_poll(kind, poll, keyed, other)),
         };
         let task_id = task.task_id;
-        let answer = match self.answer_by(Some(task), poll.history_page_size, false, Reading::Now) {
+        let reads = poll.take_lease_reads(task_id);
+        let page_size = poll.history_page_size;
+        let answer = match self.answer_by(Some(task), page_size, false, reads, Reading::Now) {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(task)) => {
                 let poll = poll.clone();
@@ -282,6 +284,7 @@ mod tests {
 
     use super::{Ending, FirstStep, PassNow};
     use crate::cache::MemoryCache;
+    use crate::server::task_answer::PollAnswer;
     use crate::server::worker::{PollSpec, PollStep};
     use crate::server::{Engine, ServerConfig};
     use crate::store::TaskKind;
@@ -408,6 +411,61 @@ mod tests {
         for (i, ((a, _), (b, _))) in fast.iter().zip(slow).enumerate() {
             assert_eq!(timeless(a.clone()), timeless(b.clone()), "poll {i}");
         }
+    }
+
+    /// On SQLite a workflow task's claim reads the task's first history
+    /// page and pending cancellation in the lease's own transaction, so its
+    /// answer needs no reader afterwards: with none idle (none opened on
+    /// this node yet) it is answered here, not handed to the lane, and it
+    /// is the answer a reader's reads render, byte for byte.
+    #[test]
+    fn a_claimed_workflow_task_answers_from_the_claims_reads_without_a_reader() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = node(dir.path(), |_| {});
+        start(&engine, "wf-1", "q");
+        let poll = spec(&engine, "q", "p-1", 0.5);
+        let task = runtime
+            .block_on(engine.claim_now(TaskKind::Workflow, &poll))
+            .unwrap()
+            .expect("the claim leases the started run's task");
+        assert_eq!(
+            engine.shared_store().open_readers(),
+            0,
+            "no reader opened: read_now cannot run"
+        );
+        let Ending::Done(answer) =
+            engine.end_poll_now(TaskKind::Workflow, &poll, false, Ok(Some(task.clone())))
+        else {
+            panic!("the answer waited for a reader");
+        };
+        let PollAnswer::Written { bytes, .. } = answer.unwrap() else {
+            panic!("a workflow task's answer is written");
+        };
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(answer["task"]["workflow_id"], "wf-1");
+        let events = answer["task"]["history_events"].as_array().unwrap().len();
+        assert!(events >= 1);
+        assert_eq!(
+            answer["task"]["total_history_events"], events,
+            "the lease's count"
+        );
+        assert_eq!(engine.shared_store().open_readers(), 0);
+        assert!(poll.take_lease_reads(task.task_id).is_none(), "taken once");
+        // The same task rendered from a reader's reads, as before.
+        let PollAnswer::Written { bytes: read, .. } = engine
+            .answer(Some(task), poll.history_page_size, false)
+            .unwrap()
+        else {
+            panic!("a workflow task's answer is written");
+        };
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            String::from_utf8(read).unwrap()
+        );
     }
 
     /// A poll that finds nothing and may wait admits its wait slot on the
