@@ -478,10 +478,11 @@ fn close_activity(
 }
 
 pub(crate) fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
-    conn.prepare_cached(
+    // The fence was checked when the attempt was read: no row count to read.
+    conn.execute_queued(
         "UPDATE dispatch_tasks SET status = 'done', timeout_at_ms = NULL WHERE id = ?1",
-    )?
-    .execute([task_id])?;
+        [task_id],
+    )?;
     Ok(())
 }
 

@@ -306,14 +306,18 @@ pub(crate) fn finish_run(
         payload["abandoned_activities"] = abandoned.iter().map(|(_, a)| a.clone()).collect();
         append_event(conn, head.id, event, &payload, false)?;
     }
-    conn.prepare_cached(
+    // The close's writes whose answers nothing reads go, on PostgreSQL,
+    // with the next call (`Connection::execute_queued`).
+    conn.execute_queued(
         "UPDATE runs SET status = ?2, closed_at_ms = ?3, deadline_at_ms = NULL WHERE id = ?1",
-    )?
-    .execute(params![head.id.0, status.as_str(), now_ms()])?;
+        params![head.id.0, status.as_str(), now_ms()],
+    )?;
     // Its cooperative cancellation request (if any) ends with it
     // (`cancellation`: at most one row per open run).
-    conn.prepare_cached("DELETE FROM cancellation_requests WHERE run_id = ?1")?
-        .execute([head.id.0])?;
+    conn.execute_queued(
+        "DELETE FROM cancellation_requests WHERE run_id = ?1",
+        [head.id.0],
+    )?;
     // Its prepared local activities and checkpoint (`prepared_local`).
     crate::store::prepared_local_rows::delete_run(conn, head.id)?;
     // Its open streams end with it, so their readers reach the end.
@@ -332,12 +336,14 @@ pub(crate) fn finish_run(
         .into_iter()
         .filter(|t| !abandoned.iter().any(|(a, _)| a == t))
     {
-        conn.prepare_cached(CLOSE_TASK)?.execute([task])?;
+        conn.execute_queued(CLOSE_TASK, [task])?;
     }
     // Nor updates waiting for a validator (never accepted now; their
     // callers answer run_not_active, or the update an approval accepted).
-    conn.prepare_cached("DELETE FROM update_validations WHERE run_id = ?1")?
-        .execute([head.id.0])?;
+    conn.execute_queued(
+        "DELETE FROM update_validations WHERE run_id = ?1",
+        [head.id.0],
+    )?;
     if let Some(failure) = failure {
         let limit = failure.limit;
         conn.prepare_cached(

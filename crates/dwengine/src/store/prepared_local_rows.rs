@@ -155,7 +155,7 @@ pub(crate) fn delete_run(conn: &Connection, run: RunId) -> Result<(), Error> {
         "DELETE FROM prepared_local_activities WHERE run_id = ?1",
         "DELETE FROM prepared_local_checkpoints WHERE run_id = ?1",
     ] {
-        conn.prepare_cached(sql)?.execute([run.0])?;
+        conn.execute_queued(sql, [run.0])?;
     }
     Ok(())
 }

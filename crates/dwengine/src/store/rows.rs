@@ -102,8 +102,8 @@ pub(crate) fn bump(
     pending: Pending,
     delta: i64,
 ) -> Result<(), Error> {
-    conn.prepare_cached(pending.bump_sql())?
-        .execute(params![delta, run.0])?;
+    // Nothing reads its answer: on PostgreSQL it goes with the next call.
+    conn.execute_queued(pending.bump_sql(), params![delta, run.0])?;
     Ok(())
 }
 
@@ -300,19 +300,21 @@ fn insert_event_row(
     text: &str,
     command_index: Option<i64>,
 ) -> Result<(), Error> {
-    conn.prepare_cached(
+    // Its sequence was taken from the run's row under the write lock, so
+    // nothing reads its answer: on PostgreSQL it goes with the next call.
+    conn.execute_queued(
         "INSERT INTO history_events \
          (run_id, sequence, event_type, payload, command_index, recorded_at_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        run.0,
-        sequence,
-        event_type.as_str(),
-        text,
-        command_index,
-        now_ms()
-    ])?;
+        params![
+            run.0,
+            sequence,
+            event_type.as_str(),
+            text,
+            command_index,
+            now_ms()
+        ],
+    )?;
     Ok(())
 }
 

@@ -507,12 +507,12 @@ pub(crate) fn close_open_streams_of_run(
         RunStatus::Completed | RunStatus::ContinuedAsNew => ("closed", None),
         other => ("errored", Some(format!("run_{}", other.as_str()))),
     };
-    conn.prepare_cached(
+    conn.execute_queued(
         "UPDATE workflow_streams SET status = ?2, error_reason = ?3, closed_at_ms = ?4, \
          expires_at_ms = CAST(?4 AS BIGINT) + retention_seconds * 1000 \
          WHERE run_id = ?1 AND status = 'open'",
-    )?
-    .execute(params![run.0, ended, reason, now_ms()])?;
+        params![run.0, ended, reason, now_ms()],
+    )?;
     Ok(())
 }
 

@@ -66,12 +66,20 @@ impl<'c> WriteTx<'c> {
         })
     }
 
-    /// Commits (or releases into the enclosing transaction).
+    /// Commits (or releases into the enclosing transaction). Inside an
+    /// enclosing transaction the writes it queued
+    /// (`Connection::execute_queued`) are sent first, with the release, in
+    /// one round trip: an error they meet fails this write alone (it rolls
+    /// back to its savepoint when dropped), never the next job of a group
+    /// commit. A transaction of its own sends them with its `COMMIT`.
     pub(crate) fn commit(mut self) -> Result<(), Error> {
         match self.scope {
             Scope::Transaction => self.conn.commit()?,
-            Scope::Savepoint => self.conn.release(SAVEPOINT)?,
-            Scope::Adopted(_) => {}
+            Scope::Savepoint => {
+                self.conn.release(SAVEPOINT)?;
+                self.conn.send_queued()?;
+            }
+            Scope::Adopted(_) => self.conn.send_queued()?,
         }
         self.open = false;
         Ok(())

@@ -627,8 +627,11 @@ fn fenced_workflow_task(
 }
 
 fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
-    conn.prepare_cached("UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1")?
-        .execute([task_id])?;
+    // The fence was checked when the task was read: no row count to read.
+    conn.execute_queued(
+        "UPDATE dispatch_tasks SET status = 'done' WHERE id = ?1",
+        [task_id],
+    )?;
     Ok(())
 }
 

@@ -1122,3 +1122,263 @@ fn two_nodes_starting_one_workflow_id_open_one_run() {
         );
     }
 }
+
+/// A workflow-task completion on PostgreSQL holds the write lock for few
+/// round trips: the writes whose answers no code reads (history appends,
+/// counters, dispatch rows) go pipelined ahead of the next statement
+/// (`Connection::execute_queued`) instead of one round trip each. Counted
+/// on a warm session for an SDK workflow's three completions: the
+/// workflow task that schedules an activity, the activity's, and the
+/// workflow task that completes the run. Fails if any of them takes more
+/// than its budget.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_completion_on_postgres_sends_its_unread_writes_ahead() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{
+            attempt_id, ActivityFence, LeasedTask, RunStatus, Store, TaskKind, WorkflowCommand,
+            WorkflowTaskFence,
+        };
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        let lease = |kind| -> LeasedTask {
+            store
+                .lease_task(kind, "default", "orders", "w", "p", Duration::from_secs(30))
+                .expect("a claim")
+                .expect("a ready task")
+        };
+        let trips = |step: &dyn Fn()| {
+            let before = store.round_trips();
+            step();
+            store.round_trips() - before
+        };
+        let mut counted = Vec::new();
+        for i in 0..2 {
+            let run = store
+                .start_workflow(crate::common::start(&format!("completed-{i}")), None)
+                .expect("start")
+                .run;
+            let task = lease(TaskKind::Workflow);
+            let fence = WorkflowTaskFence {
+                lease_owner: &task.lease_owner,
+                attempt: task.attempt,
+            };
+            let schedule = trips(&|| {
+                let done = store
+                    .complete_workflow_task(
+                        task.task_id,
+                        fence,
+                        &[WorkflowCommand::activity("charge", serde_json::json!([1]))],
+                    )
+                    .expect("the first workflow task completes");
+                assert_eq!(done.run_status, RunStatus::Running);
+                assert_eq!(done.activity_queues.len(), 1);
+            });
+            let activity = lease(TaskKind::Activity);
+            let attempt = attempt_id(activity.task_id, activity.attempt);
+            let activity_fence = ActivityFence {
+                lease_owner: &activity.lease_owner,
+                activity_attempt_id: &attempt,
+            };
+            let result = serde_json::json!({ "codec": "json", "blob": "1" });
+            let settle = trips(&|| {
+                store
+                    .complete_activity_attempt(activity.task_id, activity_fence, &result)
+                    .expect("the activity completes");
+            });
+            let task = lease(TaskKind::Workflow);
+            let fence = WorkflowTaskFence {
+                lease_owner: &task.lease_owner,
+                attempt: task.attempt,
+            };
+            let complete: Vec<WorkflowCommand> = serde_json::from_value(serde_json::json!([
+                { "type": "complete_workflow", "result": { "codec": "json", "blob": "2" } }
+            ]))
+            .expect("commands");
+            let finish = trips(&|| {
+                let done = store
+                    .complete_workflow_task(task.task_id, fence, &complete)
+                    .expect("the last workflow task completes");
+                assert_eq!(done.run_status, RunStatus::Completed);
+            });
+            assert_eq!(
+                store.describe_detailed(run).expect("describe").0.run.status,
+                RunStatus::Completed
+            );
+            counted.push((schedule, settle, finish));
+        }
+        // Each in a transaction of its own here (its `BEGIN` and `COMMIT`
+        // included); in the group-commit writer those are the batch's.
+        // Before: 17, 15 and 26.
+        let (schedule, settle, finish) = counted[1];
+        assert!(
+            schedule <= 14,
+            "round trips of a warm workflow-task completion that schedules an activity: {schedule} (cold then warm: {counted:?})"
+        );
+        assert!(
+            settle <= 12,
+            "round trips of a warm activity completion: {settle} (cold then warm: {counted:?})"
+        );
+        assert!(
+            finish <= 17,
+            "round trips of a warm workflow-task completion that completes the run: {finish} (cold then warm: {counted:?})"
+        );
+    }
+}
+
+/// A queued write that fails (`Connection::execute_queued`: its error comes
+/// back with a later call) still fails its store write, and nothing of that
+/// write stays. A trigger refuses, for workflow ids starting `refused`, the
+/// history row of a run's completion (queued after the run's counters,
+/// before its status, task and streams were written, queued too) and the
+/// `done` of an activity task (an activity completion's last write, sent
+/// with what ends the write). Run on its own the workflow-task completion
+/// rolls back whole; an activity completion run in one group-commit job
+/// before another workflow's fails alone (a write sends what it queued
+/// before it reports success, not with the next job's first statement),
+/// and the other one commits.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_queued_write_that_fails_rolls_back_its_whole_write() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::writer::GroupCommitWriter;
+        use dwengine::store::{
+            attempt_id, ActivityFence, Error, LeasedTask, Store, TaskKind, WorkflowCommand,
+            WorkflowTaskFence,
+        };
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        client
+            .batch_execute(
+                "CREATE FUNCTION refused(run BIGINT) RETURNS BOOLEAN LANGUAGE sql AS \
+                   $$ SELECT workflow_id LIKE 'refused%' FROM runs WHERE id = run $$; \
+                 CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+                 CREATE TRIGGER refuse_completion BEFORE INSERT ON history_events FOR EACH ROW \
+                 WHEN (NEW.event_type = 'WorkflowCompleted' AND refused(NEW.run_id)) \
+                 EXECUTE FUNCTION refuse(); \
+                 CREATE TRIGGER refuse_activity_done BEFORE UPDATE ON dispatch_tasks FOR EACH ROW \
+                 WHEN (NEW.kind = 'activity' AND NEW.status = 'done' AND refused(NEW.run_id)) \
+                 EXECUTE FUNCTION refuse()",
+            )
+            .expect("the refusing triggers");
+        fn fence(t: &LeasedTask) -> WorkflowTaskFence<'_> {
+            WorkflowTaskFence {
+                lease_owner: &t.lease_owner,
+                attempt: t.attempt,
+            }
+        }
+        let lease = |kind| -> LeasedTask {
+            store
+                .lease_task(kind, "default", "orders", "w", "p", Duration::from_secs(30))
+                .expect("a claim")
+                .expect("a ready task")
+        };
+        // What the run's rows say: status, history length, its events, and
+        // its tasks not done.
+        let mut state = |workflow_id: &str| -> (String, i64, i64, i64) {
+            let row = client
+                .query_one(
+                    "SELECT r.status, r.history_length, \
+                     (SELECT COUNT(*) FROM history_events h WHERE h.run_id = r.id), \
+                     (SELECT COUNT(*) FROM dispatch_tasks d WHERE d.run_id = r.id AND d.status != 'done') \
+                     FROM runs r WHERE r.workflow_id = $1",
+                    &[&workflow_id],
+                )
+                .expect("the run's rows");
+            (row.get(0), row.get(1), row.get(2), row.get(3))
+        };
+
+        // On its own: the whole transaction goes.
+        store
+            .start_workflow(crate::common::start("refused-alone"), None)
+            .expect("start");
+        let task = lease(TaskKind::Workflow);
+        let before = state("refused-alone");
+        let complete: Vec<WorkflowCommand> = serde_json::from_value(serde_json::json!([
+            { "type": "complete_workflow", "result": { "codec": "json", "blob": "2" } }
+        ]))
+        .expect("commands");
+        let error = store
+            .complete_workflow_task(task.task_id, fence(&task), &complete)
+            .expect_err("the refused history row fails the completion");
+        assert!(error.to_string().contains("refused by the test"), "{error}");
+        assert_eq!(
+            state("refused-alone"),
+            before,
+            "nothing of the completion stays"
+        );
+        assert_eq!(before.0, "running");
+
+        // In one group-commit job before another completion: it fails alone.
+        let mut activities = Vec::new();
+        for id in ["refused-beside", "accepted-beside"] {
+            store
+                .start_workflow(crate::common::start(id), None)
+                .expect("start");
+            let task = lease(TaskKind::Workflow);
+            assert_eq!(task.workflow_id, id);
+            store
+                .complete_workflow_task(
+                    task.task_id,
+                    fence(&task),
+                    &[WorkflowCommand::activity("charge", serde_json::json!([1]))],
+                )
+                .expect("the activity is scheduled");
+            let activity = lease(TaskKind::Activity);
+            assert_eq!(activity.workflow_id, id);
+            activities.push(activity);
+        }
+        let before = (state("refused-beside"), state("accepted-beside"));
+        let writer = GroupCommitWriter::start(
+            Store::open_postgres(&url, crate::common::config(&[])).expect("the writer's store"),
+        )
+        .expect("a writer");
+        let (first, second) = writer
+            .write(move |s: &Store| {
+                let settle = |t: &LeasedTask| {
+                    let attempt = attempt_id(t.task_id, t.attempt);
+                    let fence = ActivityFence {
+                        lease_owner: &t.lease_owner,
+                        activity_attempt_id: &attempt,
+                    };
+                    let result = serde_json::json!({ "codec": "json", "blob": "1" });
+                    s.complete_activity_attempt(t.task_id, fence, &result)
+                };
+                let first = settle(&activities[0])
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                settle(&activities[1])?;
+                Ok::<_, Error>((first, ()))
+            })
+            .expect("the job commits");
+        let _: () = second;
+        let error = first.expect_err("the refused activity completion fails");
+        assert!(error.contains("refused by the test"), "{error}");
+        assert_eq!(
+            state("refused-beside"),
+            before.0,
+            "nothing of the refused completion stays"
+        );
+        let (status, length, events, open) = state("accepted-beside");
+        let (_, length_before, events_before, _) = before.1;
+        assert_eq!(status, "running");
+        assert_eq!(
+            (length, events),
+            (length_before + 1, events_before + 1),
+            "its completed event"
+        );
+        assert_eq!(open, 1, "the activity's task done, a workflow task queued");
+    }
+}

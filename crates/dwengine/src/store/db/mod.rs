@@ -403,6 +403,39 @@ impl Connection {
         }
     }
 
+    /// Runs `sql`, a write whose answer no code reads (no rows, no row
+    /// count), without a round trip of its own where it can: on PostgreSQL,
+    /// inside a transaction, it is queued and goes pipelined ahead of the
+    /// transaction's next statement or its end, in that call's one write
+    /// (`PgConnection::queue`), so a write transaction holding the write
+    /// lock waits for one answer where it waited for several. An error it
+    /// meets fails that next call, and the transaction is aborted: its
+    /// caller rolls back, as on any error. So never for a statement whose
+    /// error is read as an outcome (a unique violation meaning
+    /// "duplicate") or whose row count decides anything (a fenced
+    /// `UPDATE`). A store write sends what it queued before it reports
+    /// success ([`crate::store::tx::WriteTx::commit`]). On SQLite, and
+    /// outside a transaction, it runs at once.
+    pub fn execute_queued<P: Params>(&self, sql: &str, params: P) -> Result<()> {
+        match &self.backend {
+            Backend::Postgres(conn) if !conn.is_autocommit() => {
+                let statement = conn.prepare_cached(sql)?;
+                params.with_values(|values| conn.queue(&statement, values))
+            }
+            _ => self.prepare_cached(sql)?.execute(params).map(|_| ()),
+        }
+    }
+
+    /// Sends the writes [`Connection::execute_queued`] queued (and the
+    /// savepoint commands deferred with them) now, in one round trip, and
+    /// answers their first error; nothing when none is queued.
+    pub fn send_queued(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Postgres(conn) if conn.has_queued_writes() => conn.flush(),
+            _ => Ok(()),
+        }
+    }
+
     /// Runs statements with no parameters, separated by `;` (schema text).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match &self.backend {

@@ -186,10 +186,113 @@ pub(super) struct PgConnection {
     /// Calls made on the session (each one wait for the server: a
     /// pipelined pair counts once), for tests that count a step's.
     calls: Cell<u64>,
-    /// Savepoints and savepoint releases not sent yet (`;`-terminated):
-    /// they go with the next command, in its round trip (see
-    /// [`PgConnection::defer`]).
-    deferred: RefCell<String>,
+    /// What is not sent yet, in the order it was asked for: savepoint
+    /// commands ([`PgConnection::defer`]) and writes nobody reads the
+    /// answer of ([`PgConnection::queue`]). It goes ahead of the next
+    /// call, in its round trip.
+    pending: RefCell<Vec<Pending>>,
+}
+
+/// A command held back to go ahead of the next call.
+enum Pending {
+    /// Simple-query text, `;`-terminated commands (savepoint control).
+    Simple(String),
+    /// A prepared write and its parameters, its answer awaited only for
+    /// its error.
+    Write(postgres::Statement, Vec<Param>),
+}
+
+/// What one request of a round trip answered.
+enum Outcome {
+    Rows(Vec<postgres::Row>),
+    Changed(u64),
+    Done,
+}
+
+/// The request a call makes after what is pending.
+enum Last<'a> {
+    Execute(&'a postgres::Statement, &'a [&'a (dyn PgToSql + Sync)]),
+    Query(&'a postgres::Statement, &'a [&'a (dyn PgToSql + Sync)]),
+    Simple(&'a str),
+}
+
+/// A request's answer, to be awaited beside the others of its round trip.
+type Answer<'f> =
+    std::pin::Pin<Box<dyn Future<Output = std::result::Result<Outcome, postgres::Error>> + 'f>>;
+
+/// `pending`'s parameters as the client binds them (kept alive while the
+/// requests that borrow them are awaited).
+fn pending_refs(pending: &[Pending]) -> Vec<Vec<&(dyn PgToSql + Sync)>> {
+    pending
+        .iter()
+        .map(|p| match p {
+            Pending::Simple(_) => Vec::new(),
+            Pending::Write(_, values) => {
+                values.iter().map(|v| v as &(dyn PgToSql + Sync)).collect()
+            }
+        })
+        .collect()
+}
+
+/// The requests for `pending`, in order, into `sent`.
+fn send_pending<'f>(
+    client: &'f tokio_postgres::Client,
+    pending: &'f [Pending],
+    refs: &'f [Vec<&'f (dyn PgToSql + Sync)>],
+    sent: &mut Vec<Answer<'f>>,
+) {
+    for (p, values) in pending.iter().zip(refs) {
+        match p {
+            Pending::Simple(sql) => sent.push(Box::pin(async move {
+                client.batch_execute(sql).await.map(|()| Outcome::Done)
+            })),
+            Pending::Write(statement, _) => sent.push(Box::pin(async move {
+                client
+                    .execute(statement, values)
+                    .await
+                    .map(Outcome::Changed)
+            })),
+        }
+    }
+}
+
+/// Awaits `sent` together, each request written to the connection when its
+/// future is first polled, so in this order: one write, one round trip.
+/// Every answer is awaited (the protocol stays in step); the answers in
+/// order.
+async fn in_order(mut sent: Vec<Answer<'_>>) -> Vec<std::result::Result<Outcome, postgres::Error>> {
+    let mut answers: Vec<Option<std::result::Result<Outcome, postgres::Error>>> =
+        sent.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, answer) in sent.iter_mut().zip(answers.iter_mut()) {
+            if answer.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(done) => *answer = Some(done),
+                    std::task::Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    answers.into_iter().flatten().collect()
+}
+
+/// The last answer of a round trip, or the first error in order: a
+/// pending command that failed fails the call it went ahead of.
+fn last_answer(
+    answers: Vec<std::result::Result<Outcome, postgres::Error>>,
+) -> std::result::Result<Outcome, postgres::Error> {
+    let mut last = Ok(Outcome::Done);
+    for answer in answers {
+        last = Ok(answer?);
+    }
+    last
 }
 
 /// Whether the connection string sets `key` itself (`key=` in a URL's
@@ -330,7 +433,7 @@ impl PgConnection {
             changes: Cell::new(0),
             broken: Cell::new(false),
             calls: Cell::new(0),
-            deferred: RefCell::new(String::new()),
+            pending: RefCell::new(Vec::new()),
         })
     }
 
@@ -428,7 +531,7 @@ impl PgConnection {
             old.abandoned = true;
         }
         self.statements.get_mut().clear();
-        self.deferred.get_mut().clear();
+        self.pending.get_mut().clear();
         self.in_transaction.set(false);
         self.shared_lock.set(false);
         self.clock.begin();
@@ -468,18 +571,10 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let deferred = self.deferred.take();
-        let changed = if deferred.is_empty() {
-            call!(self, "a statement", |client| client
-                .execute(statement, &refs))?
-        } else {
-            call!(self, "a statement", |client| async {
-                let (control, changed) = tokio::join!(
-                    client.batch_execute(&deferred),
-                    client.execute(statement, &refs)
-                );
-                control.and(changed)
-            })?
+        let changed = self.with_pending("a statement", Last::Execute(statement, &refs))?;
+        let changed = match changed {
+            Outcome::Changed(n) => n,
+            _ => 0,
         };
         self.changes.set(changed);
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
@@ -493,16 +588,39 @@ impl PgConnection {
         let bound = bind(values)?;
         let refs: Vec<&(dyn PgToSql + Sync)> =
             bound.iter().map(|v| v as &(dyn PgToSql + Sync)).collect();
-        let deferred = self.deferred.take();
-        if deferred.is_empty() {
-            return call!(self, "a query", |client| client.query(statement, &refs));
-        }
-        call!(self, "a query", |client| async {
-            let (control, rows) = tokio::join!(
-                client.batch_execute(&deferred),
-                client.query(statement, &refs)
-            );
-            control.and(rows)
+        let rows = self.with_pending("a query", Last::Query(statement, &refs))?;
+        Ok(match rows {
+            Outcome::Rows(rows) => rows,
+            _ => Vec::new(),
+        })
+    }
+
+    /// One call: what is pending, then the request `last` makes, sent in
+    /// one write and answered in order; `last`'s answer, or the first
+    /// error (a pending write that failed fails this call).
+    fn with_pending(&self, what: &str, last: Last<'_>) -> Result<Outcome> {
+        let pending = self.pending.take();
+        let refs = pending_refs(&pending);
+        call!(self, what, |client| async {
+            let mut sent: Vec<Answer<'_>> = Vec::with_capacity(pending.len() + 1);
+            send_pending(client, &pending, &refs, &mut sent);
+            sent.push(match last {
+                Last::Execute(statement, values) => Box::pin(async move {
+                    client
+                        .execute(statement, values)
+                        .await
+                        .map(Outcome::Changed)
+                }),
+                Last::Query(statement, values) => {
+                    Box::pin(
+                        async move { client.query(statement, values).await.map(Outcome::Rows) },
+                    )
+                }
+                Last::Simple(sql) => {
+                    Box::pin(async move { client.batch_execute(sql).await.map(|()| Outcome::Done) })
+                }
+            });
+            last_answer(in_order(sent).await)
         })
     }
 
@@ -529,63 +647,38 @@ impl PgConnection {
             .iter()
             .map(|b| b.iter().map(|v| v as &(dyn PgToSql + Sync)).collect())
             .collect();
-        let mut head = self.deferred.take();
         if let Some(begin) = begin {
-            head.push_str(begin);
+            self.defer(begin);
             self.in_transaction.set(true);
             self.shared_lock.set(false);
             self.read_only.set(true);
         }
+        let pending = self.pending.take();
+        let pending_values = pending_refs(&pending);
         let answered = call!(self, "a pipeline of statements", |client| async {
-            type Answer<'f> = std::pin::Pin<
-                Box<
-                    dyn Future<Output = std::result::Result<Vec<postgres::Row>, postgres::Error>>
-                        + 'f,
-                >,
-            >;
-            let mut sent: Vec<Answer<'_>> = Vec::with_capacity(statements.len() + 2);
-            if !head.is_empty() {
-                sent.push(Box::pin(async {
-                    client.batch_execute(&head).await.map(|()| Vec::new())
-                }));
-            }
+            let mut sent: Vec<Answer<'_>> =
+                Vec::with_capacity(pending.len() + statements.len() + 1);
+            send_pending(client, &pending, &pending_values, &mut sent);
             for ((statement, _), values) in statements.iter().zip(&refs) {
-                sent.push(Box::pin(client.query(statement, values)));
+                sent.push(Box::pin(async move {
+                    client.query(statement, values).await.map(Outcome::Rows)
+                }));
             }
             if let Some(end) = end {
                 sent.push(Box::pin(async move {
-                    client.batch_execute(end).await.map(|()| Vec::new())
+                    client.batch_execute(end).await.map(|()| Outcome::Done)
                 }));
             }
-            // Polled in order: each request is written to the connection
-            // when its future is first polled, so they go out in this
-            // order, and the answers are awaited together.
-            let mut answers: Vec<Option<std::result::Result<Vec<postgres::Row>, postgres::Error>>> =
-                sent.iter().map(|_| None).collect();
-            std::future::poll_fn(|cx| {
-                let mut waiting = false;
-                for (future, answer) in sent.iter_mut().zip(answers.iter_mut()) {
-                    if answer.is_none() {
-                        match future.as_mut().poll(cx) {
-                            std::task::Poll::Ready(done) => *answer = Some(done),
-                            std::task::Poll::Pending => waiting = true,
-                        }
-                    }
-                }
-                if waiting {
-                    std::task::Poll::Pending
-                } else {
-                    std::task::Poll::Ready(())
-                }
-            })
-            .await;
-            let mut rows = Vec::with_capacity(statements.len());
-            let mut answers = answers.into_iter().flatten();
-            if !head.is_empty() {
+            let mut answers = in_order(sent).await.into_iter();
+            for _ in 0..pending.len() {
                 answers.next().transpose()?;
             }
+            let mut rows = Vec::with_capacity(statements.len());
             for _ in statements {
-                rows.push(answers.next().transpose()?.unwrap_or_default());
+                rows.push(match answers.next().transpose()? {
+                    Some(Outcome::Rows(r)) => r,
+                    _ => Vec::new(),
+                });
             }
             if end.is_some() {
                 answers.next().transpose()?;
@@ -606,16 +699,27 @@ impl PgConnection {
     }
 
     /// Runs `sql` (no parameters, `;`-separated) as one simple query,
-    /// after the deferred savepoint commands, in the same round trip.
+    /// after what is pending, in the same round trip.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
-        let mut deferred = self.deferred.take();
-        let sql = if deferred.is_empty() {
-            sql
-        } else {
-            deferred.push_str(sql);
-            deferred.as_str()
+        if !sql.is_empty() {
+            self.defer(sql);
+        }
+        if self.pending.borrow().is_empty() {
+            // Nothing to send: an empty simple query, as before.
+            return call!(self, "a command", |client| client.batch_execute(sql));
+        }
+        let mut pending = self.pending.take();
+        let last = match pending.pop() {
+            Some(Pending::Simple(sql)) => sql,
+            Some(write) => {
+                pending.push(write);
+                String::new()
+            }
+            None => String::new(),
         };
-        call!(self, "a command", |client| client.batch_execute(sql))
+        self.pending.replace(pending);
+        self.with_pending("a command", Last::Simple(&last))
+            .map(|_| ())
     }
 
     /// Queues `sql` (a `SAVEPOINT` or a `RELEASE SAVEPOINT`) to go with
@@ -628,14 +732,45 @@ impl PgConnection {
     /// them, so the transaction is what it would have been, with a start's
     /// six savepoint commands costing no round trip of their own.
     pub(super) fn defer(&self, sql: &str) {
-        let mut deferred = self.deferred.borrow_mut();
-        deferred.push_str(sql);
-        deferred.push_str("; ");
+        let mut pending = self.pending.borrow_mut();
+        if let Some(Pending::Simple(deferred)) = pending.last_mut() {
+            deferred.push_str(sql);
+            deferred.push_str("; ");
+            return;
+        }
+        pending.push(Pending::Simple([sql, "; "].concat()));
     }
 
-    /// Sends the deferred savepoint commands now.
-    fn flush(&self) -> Result<()> {
-        if self.deferred.borrow().is_empty() {
+    /// Queues `statement` with `values`, a write whose answer nobody reads
+    /// (no rows, no row count), to go pipelined ahead of the next call
+    /// instead of a round trip of its own, as a deferred savepoint does
+    /// ([`PgConnection::defer`]): the server runs it in its place in the
+    /// transaction, and an error it meets fails that next call (the
+    /// transaction is then aborted; its caller rolls back, as on any
+    /// error). Only inside a transaction, whose end is such a next call.
+    pub(super) fn queue(
+        &self,
+        statement: &postgres::Statement,
+        values: &[&dyn ToSql],
+    ) -> Result<()> {
+        let bound = bind(values)?;
+        self.pending
+            .borrow_mut()
+            .push(Pending::Write(statement.clone(), bound));
+        Ok(())
+    }
+
+    /// Whether a queued write is waiting for the next call.
+    pub(super) fn has_queued_writes(&self) -> bool {
+        self.pending
+            .borrow()
+            .iter()
+            .any(|p| matches!(p, Pending::Write(..)))
+    }
+
+    /// Sends what is pending now.
+    pub(super) fn flush(&self) -> Result<()> {
+        if self.pending.borrow().is_empty() {
             return Ok(());
         }
         self.batch("")
@@ -703,8 +838,9 @@ impl PgConnection {
     /// is over whether or not `end` succeeded (a failed commit rolls back).
     pub(super) fn end(&self, end: &str) -> Result<()> {
         if end == "ROLLBACK" {
-            // The whole transaction goes, its savepoints with it.
-            self.deferred.borrow_mut().clear();
+            // The whole transaction goes, its savepoints and queued
+            // writes with it.
+            self.pending.borrow_mut().clear();
         }
         let result = self.batch(end);
         if result.is_err() && !self.is_broken() {
