@@ -289,6 +289,15 @@ mod tests {
     use crate::server::{Engine, ServerConfig};
     use crate::store::TaskKind;
 
+    /// The runtime a test drives the async steps on, as one of the
+    /// server's threads would.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     /// A node on a SQLite file and an in-process cache, as dwserver's
     /// default (`tweak` changes its configuration).
     fn node(dir: &std::path::Path, tweak: impl FnOnce(&mut ServerConfig)) -> Engine {
@@ -355,10 +364,7 @@ mod tests {
     /// but the repeat, which replays on the lane).
     #[test]
     fn a_poll_answers_alike_when_its_first_step_runs_on_the_async_thread() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let (dir_async, dir_lane) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (on_async, on_lane) = (
             node(dir_async.path(), |_| {}),
@@ -420,10 +426,7 @@ mod tests {
     /// is the answer a reader's reads render, byte for byte.
     #[test]
     fn a_claimed_workflow_task_answers_from_the_claims_reads_without_a_reader() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let dir = tempfile::tempdir().unwrap();
         let engine = node(dir.path(), |_| {});
         start(&engine, "wf-1", "q");
@@ -473,10 +476,7 @@ mod tests {
     /// pass on the async thread takes and answers it.
     #[test]
     fn a_poll_that_finds_nothing_takes_its_wait_slot_on_the_lane_and_passes_here() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let dir = tempfile::tempdir().unwrap();
         let engine = node(dir.path(), |_| {});
         engine
@@ -587,10 +587,7 @@ mod tests {
     /// SQLite claim gate on, or task queues under a dispatch cap.
     #[test]
     fn a_gated_claim_or_a_capped_queue_keeps_the_first_step_on_the_lane() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         for tweak in [
             (|c: &mut ServerConfig| c.sqlite_poll_claim_gate = Some(true)) as fn(&mut ServerConfig),
             |c: &mut ServerConfig| c.dispatches_per_minute = Some(1_000),
