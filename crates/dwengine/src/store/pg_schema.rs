@@ -235,6 +235,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0051_ready_index_open_tasks",
         include_str!("migrations/postgres/0051_ready_index_open_tasks.sql"),
     ),
+    (
+        "0052_ready_index_whole_on_postgres",
+        include_str!("migrations/postgres/0052_ready_index_whole_on_postgres.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

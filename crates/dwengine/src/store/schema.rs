@@ -65,6 +65,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0049_lease_index_partial.sql"),
     include_str!("migrations/0050_runs_by_workflow_with_id.sql"),
     include_str!("migrations/0051_ready_index_open_tasks.sql"),
+    include_str!("migrations/0052_ready_index_whole_on_postgres.sql"),
 ];
 
 /// The schema version this engine writes.

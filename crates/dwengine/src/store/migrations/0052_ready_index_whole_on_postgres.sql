@@ -1,0 +1,4 @@
+-- See the PostgreSQL twin: PostgreSQL's `dispatch_ready` is made whole
+-- again. SQLite keeps 0051's partial index (its planner walks
+-- `dispatch_by_run` for a run's own tasks either way); this version only
+-- keeps the two schemas' numbering together.
