@@ -393,14 +393,17 @@ fn settle(
     row_result: &Value,
     fields: Value,
 ) -> Result<AttemptOutcome, Error> {
-    if abandoned(conn, attempt.activity)? {
+    // One read of the activity and its run answers what follows: whether
+    // it was abandoned, whether its run still runs, its parallel group.
+    let state = activity_state(conn, attempt.activity)?;
+    if state.abandoned {
         // The workflow stopped waiting for it: its outcome closes its row
         // and nothing else (no event, no workflow task), run open or not.
-        close_activity(conn, attempt, status, row_result)?;
+        close_activity(conn, attempt, status, row_result, state.run_running)?;
         end_task(conn, task_id)?;
         return Ok(AttemptOutcome::Abandoned);
     }
-    let outcome = match close_activity(conn, attempt, status, row_result)? {
+    let outcome = match close_activity(conn, attempt, status, row_result, state.run_running)? {
         Some((sequence, activity_type)) => {
             let mut payload = json!({
                 "sequence": sequence,
@@ -412,7 +415,7 @@ fn settle(
             if let (Value::Object(map), Value::Object(extra)) = (&mut payload, fields) {
                 map.extend(extra);
             }
-            stamp_group(conn, attempt.activity, &mut payload)?;
+            stamp_group_from(&state.options()?, &mut payload)?;
             let (event, outcome) = if status == "completed" {
                 (EventType::ActivityCompleted, AttemptOutcome::Completed)
             } else {
@@ -447,11 +450,15 @@ fn completed_by(conn: &Connection, task_id: i64, fence: ActivityFence<'_>) -> Re
 
 /// Moves the activity to `status` with `result`, releasing its count;
 /// answers its (sequence, type) when the run is still running.
+/// Closes the activity's row with `status` and `result`; its sequence and
+/// type when its run is running (`run_running`, as read in this
+/// transaction: closing an activity does not change its run's status).
 fn close_activity(
     conn: &Connection,
     attempt: &Attempt,
     status: &str,
     result: &Value,
+    run_running: bool,
 ) -> Result<Option<(Option<i64>, String)>, Error> {
     let closed: Option<(Option<i64>, String)> = conn
         .prepare_cached(
@@ -471,10 +478,7 @@ fn close_activity(
         });
     };
     bump(conn, attempt.run, Pending::Activity, -1)?;
-    if load_head(conn, attempt.run)?.status != RunStatus::Running {
-        return Ok(None);
-    }
-    Ok(Some(closed))
+    Ok(run_running.then_some(closed))
 }
 
 pub(crate) fn end_task(conn: &Connection, task_id: i64) -> Result<(), Error> {
@@ -502,10 +506,12 @@ pub(crate) fn stamp_group(
     activity: i64,
     payload: &mut Value,
 ) -> Result<(), Error> {
-    if let Some(group) = options(conn, activity)?
-        .get("parallel_group")
-        .filter(|g| !g.is_null())
-    {
+    stamp_group_from(&options(conn, activity)?, payload)
+}
+
+/// [`stamp_group`] from the activity's `options`, already read.
+fn stamp_group_from(options: &Value, payload: &mut Value) -> Result<(), Error> {
+    if let Some(group) = options.get("parallel_group").filter(|g| !g.is_null()) {
         let group: ParallelGroup = serde_json::from_value(group.clone())?;
         group.stamp(payload);
     }
@@ -554,6 +560,34 @@ fn retry_delay(policy: &RetryPolicy, attempt: u64, failure: &AttemptFailure) -> 
 /// are retried within its schedule-to-close timeout, and its outcome
 /// resumes no workflow.
 pub(crate) fn abandoned(conn: &Connection, activity: i64) -> Result<bool, Error> {
+    Ok(activity_state(conn, activity)?.abandoned)
+}
+
+/// What settling an activity's attempt needs to know of the activity and
+/// its run, from one read of both ([`activity_state`]).
+struct ActivityState {
+    /// [`abandoned`]'s answer.
+    abandoned: bool,
+    /// Whether the activity's run is running (false when there is no such
+    /// activity).
+    run_running: bool,
+    /// The activity's stored options (JSON text), if any.
+    options: Option<String>,
+}
+
+impl ActivityState {
+    /// The options parsed (`null` when none are stored).
+    fn options(&self) -> Result<Value, Error> {
+        match &self.options {
+            Some(text) => Ok(serde_json::from_str(text)?),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+/// Reads activity `activity` with its run's status: whether it was
+/// abandoned ([`abandoned`]), whether its run runs, and its options.
+fn activity_state(conn: &Connection, activity: i64) -> Result<ActivityState, Error> {
     let row: Option<(i64, Option<i64>, Option<String>, String)> = conn
         .prepare_cached(
             "SELECT a.run_id, a.sequence, a.options, r.status FROM activities a \
@@ -563,15 +597,30 @@ pub(crate) fn abandoned(conn: &Connection, activity: i64) -> Result<bool, Error>
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .optional()?;
-    let Some((run, Some(sequence), Some(options), status)) = row else {
-        return Ok(false);
+    let Some((run, sequence, options, status)) = row else {
+        return Ok(ActivityState {
+            abandoned: false,
+            run_running: false,
+            options: None,
+        });
     };
-    if !abandon_policy(&options) {
-        return Ok(false);
-    }
-    if status != RunStatus::Running.as_str() {
-        return Ok(true);
-    }
+    let run_running = status == RunStatus::Running.as_str();
+    let abandoned = match (sequence, &options) {
+        (Some(sequence), Some(text)) if abandon_policy(text) => {
+            !run_running || delivered_over(conn, run, sequence)?
+        }
+        _ => false,
+    };
+    Ok(ActivityState {
+        abandoned,
+        run_running,
+        options,
+    })
+}
+
+/// Whether the run's last cooperative cancellation delivery covers the
+/// activity scheduled at `sequence` ([`abandoned`]).
+fn delivered_over(conn: &Connection, run: i64, sequence: i64) -> Result<bool, Error> {
     let delivered: Option<String> = conn
         .prepare_cached(
             "SELECT payload FROM history_events WHERE run_id = ?1 AND event_type = ?2 \

@@ -147,6 +147,19 @@ pub(crate) fn rearm_activity(conn: &Connection, task_id: i64) -> Result<(), Erro
     Ok(())
 }
 
+/// The deadline [`rearm_activity`] would set on an activity task queued
+/// ready at `at` for an activity scheduled then with `options` (its stored
+/// JSON): its schedule-to-start and schedule-to-close from `at`. A workflow
+/// task that schedules an activity writes it with the new row instead of
+/// reading the row back to arm it (a round trip inside the write lock on
+/// PostgreSQL for every activity scheduled).
+pub(crate) fn new_activity_deadline(
+    options: &str,
+    at: i64,
+) -> Result<Option<(i64, &'static str)>, Error> {
+    Ok(ActivityTimeouts::of(Some(options))?.waiting(at, at))
+}
+
 /// When activity task `task_id`'s schedule-to-close timeout passes, if it
 /// has one.
 pub(crate) fn schedule_to_close_end(conn: &Connection, task_id: i64) -> Result<Option<i64>, Error> {

@@ -24,7 +24,7 @@ use crate::store::history::{
     read_page, read_stored_page, HistoryPage, HistoryPageLimit, PageRows, StoredEvent, StoredPage,
     PAGE_ROWS,
 };
-use crate::store::model::{RunId, RunStatus};
+use crate::store::model::RunId;
 use crate::store::rows::{load_head, now_ms, to_i64, to_u64};
 use crate::store::tx::WriteTx;
 
@@ -417,25 +417,31 @@ pub(crate) fn enqueue_first_workflow_task(
 }
 
 /// Queues a workflow task for `run` that becomes leasable at `due_at_ms`
-/// (a child's retry after its backoff), unless one is already queued.
+/// (a child's retry after its backoff), unless the run is closed or one is
+/// already queued.
+///
+/// One statement decides and inserts, where a read of the run and a read
+/// of its ready tasks went before the insert: on PostgreSQL each was a
+/// round trip inside the write lock, and an activity's completion makes
+/// this call every time. Only when nothing was queued is the run read, so
+/// that a run that does not exist is still an error and not a quiet no.
 pub(crate) fn enqueue_workflow_at(
     conn: &crate::store::db::Connection,
     run: RunId,
     due_at_ms: i64,
 ) -> Result<bool, Error> {
-    let head = load_head(conn, run)?;
-    if head.status != RunStatus::Running {
-        return Ok(false);
+    let queued = conn
+        .prepare_cached(
+            "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
+             SELECT 'workflow', r.id, r.namespace, r.task_queue, 'ready', ?2, ?3 FROM runs r \
+             WHERE r.id = ?1 AND r.status = 'running' AND NOT EXISTS \
+             (SELECT 1 FROM dispatch_tasks t WHERE t.run_id = ?1 AND t.kind = 'workflow' AND t.status = 'ready')",
+        )?
+        .execute(params![run.0, due_at_ms, now_ms()])?;
+    if queued == 0 {
+        load_head(conn, run)?;
     }
-    if has_ready_workflow_task(conn, run)? {
-        return Ok(false);
-    }
-    conn.prepare_cached(
-        "INSERT INTO dispatch_tasks (kind, run_id, namespace, task_queue, status, due_at_ms, created_at_ms) \
-         SELECT 'workflow', id, namespace, task_queue, 'ready', ?2, ?3 FROM runs WHERE id = ?1",
-    )?
-    .execute(params![run.0, due_at_ms, now_ms()])?;
-    Ok(true)
+    Ok(queued > 0)
 }
 
 /// [`load_task`]'s statement, formatted once (it runs for every lease).

@@ -143,8 +143,53 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
     // Formatted once: this runs several times a workflow.
     static SQL: LazyLock<String> =
         LazyLock::new(|| format!("SELECT {HEAD_COLUMNS} FROM runs WHERE id = ?1"));
+    Ok(read_head(conn, &SQL, run, |_| Ok(()))?.0)
+}
+
+/// What a workflow task's commands are written against besides the run's
+/// head (`workflow_commands::CommandWriter`).
+pub(crate) struct CommandRow {
+    pub namespace: String,
+    pub task_queue: String,
+    /// Commands the run recorded so far (the next one's sequence follows).
+    pub command_count: i64,
+    /// The condition wait the run has open (JSON), if any.
+    pub open_condition_wait: Option<String>,
+}
+
+/// [`load_head`] and the run's [`CommandRow`] in one read: a workflow
+/// task's completion needs both, and on PostgreSQL a read is a round trip
+/// inside the write lock.
+pub(crate) fn load_head_for_commands(
+    conn: &Connection,
+    run: RunId,
+) -> Result<(RunHead, CommandRow), Error> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {HEAD_COLUMNS}, namespace, task_queue, command_count, open_condition_wait \
+             FROM runs WHERE id = ?1"
+        )
+    });
+    read_head(conn, &SQL, run, |row| {
+        Ok(CommandRow {
+            namespace: row.get(11)?,
+            task_queue: row.get(12)?,
+            command_count: row.get(13)?,
+            open_condition_wait: row.get(14)?,
+        })
+    })
+}
+
+/// Runs `sql`, which selects [`HEAD_COLUMNS`] first, for `run`: its head,
+/// and what `extra` makes of the columns after them.
+fn read_head<T>(
+    conn: &Connection,
+    sql: &str,
+    run: RunId,
+    extra: impl FnOnce(&crate::store::db::Row<'_>) -> crate::store::db::Result<T>,
+) -> Result<(RunHead, T), Error> {
     let raw = conn
-        .prepare_cached(&SQL)?
+        .prepare_cached(sql)?
         .query_row([run.0], |row| {
             Ok((
                 row.get::<_, String>(1)?,
@@ -159,14 +204,15 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
                     row.get::<_, i64>(9)?,
                     row.get::<_, i64>(10)?,
                 ],
+                extra(row)?,
             ))
         })
         .optional()?;
-    let Some((workflow_id, workflow_type, status, origin, parent, counts)) = raw else {
+    let Some((workflow_id, workflow_type, status, origin, parent, counts, extra)) = raw else {
         return Err(Error::RunNotFound(run));
     };
     let (status, origin) = status_and_origin(run, &status, &origin)?;
-    Ok(RunHead {
+    let head = RunHead {
         id: run,
         workflow_id,
         workflow_type,
@@ -180,7 +226,8 @@ pub(crate) fn load_head(conn: &Connection, run: RunId) -> Result<RunHead, Error>
             signals: to_u64(counts[3]),
             updates: to_u64(counts[4]),
         },
-    })
+    };
+    Ok((head, extra))
 }
 
 /// The whole run, with its metadata decoded.

@@ -29,7 +29,8 @@ use crate::store::protocol::codec_of;
 pub use crate::store::protocol::{ParallelGroup, RetryPolicy};
 use crate::store::rows::check_size;
 use crate::store::rows::{
-    append_event, bump, decode_map, insert_run, load_head, load_run, now_ms, Pending, RunHead,
+    append_event, bump, decode_map, insert_run, load_head, load_head_for_commands, load_run,
+    now_ms, CommandRow, Pending, RunHead,
 };
 use crate::store::selection_cancel::{self, Cancelled};
 use crate::store::sessions::SessionOptions;
@@ -401,7 +402,7 @@ impl Store {
         let limits = self.config.limits;
         let tx = WriteTx::begin(&self.conn)?;
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
-        let head = load_head(&tx, run)?;
+        let (head, row) = load_head_for_commands(&tx, run)?;
         if head.status != RunStatus::Running {
             release_held_signals(&tx, run)?;
             end_task(&tx, task_id)?;
@@ -418,7 +419,7 @@ impl Store {
             });
         }
         let streams = self.config.streams;
-        let mut writer = CommandWriter::new(&tx, &limits, head)?;
+        let mut writer = CommandWriter::new(&tx, &limits, head, row)?;
         writer.streams = streams;
         writer.worker = Some(fence.lease_owner);
         match writer.apply_all(commands) {
@@ -438,12 +439,9 @@ impl Store {
         process_seen_signals(&tx, run, watermark)?;
         crate::store::message_streams::release_carried(&tx, run)?;
         end_task(&tx, task_id)?;
-        let run_status = load_head(&tx, run)?.status;
-        if run_status == RunStatus::Running && (follow_up || has_unhandled_messages(&tx, run)?) {
-            enqueue_workflow(&tx, run)?;
-        }
-        // A task queued while this one was leased becomes leasable now.
-        let workflow_task_queued = has_ready_workflow_task(&tx, run)?;
+        let head = load_head(&tx, run)?;
+        let run_status = head.status;
+        let workflow_task_queued = queue_follow_up(&tx, &head, follow_up)?;
         tx.commit()?;
         Ok(WorkflowTaskCompletion {
             run_status,
@@ -470,10 +468,7 @@ impl Store {
         process_seen_signals(&tx, run, watermark)?;
         crate::store::message_streams::release_carried(&tx, run)?;
         end_task(&tx, task_id)?;
-        if load_head(&tx, run)?.status == RunStatus::Running && has_unhandled_messages(&tx, run)? {
-            enqueue_workflow(&tx, run)?;
-        }
-        let queued = has_ready_workflow_task(&tx, run)?;
+        let queued = queue_follow_up(&tx, &load_head(&tx, run)?, false)?;
         tx.commit()?;
         Ok(queued)
     }
@@ -591,7 +586,9 @@ pub(crate) fn checkpoint_commands(
     head: RunHead,
     commands: &[WorkflowCommand],
 ) -> Result<CheckpointWritten, Error> {
-    let mut writer = CommandWriter::new(tx, limits, head)?;
+    // The caller's head stands; only the command row is read here.
+    let (_, row) = load_head_for_commands(tx, head.id)?;
+    let mut writer = CommandWriter::new(tx, limits, head, row)?;
     writer.streams = streams;
     writer.apply_all(commands)?;
     let timers = std::mem::take(&mut writer.armed_timers);
@@ -668,13 +665,21 @@ fn process_seen_signals(
 }
 
 /// Whether the run holds signals or updates no worker has seen yet.
-fn has_unhandled_messages(conn: &Connection, run: RunId) -> Result<bool, Error> {
-    let (signals, updates): (i64, i64) = conn
-        .prepare_cached(
-            "SELECT pending_signal_count, pending_update_count FROM runs WHERE id = ?1",
-        )?
-        .query_row([run.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(signals > 0 || updates > 0)
+/// After a workflow task ended, queues the run's next one when the run
+/// still runs and needs it (`follow_up`, or signals or updates it has not
+/// handled, counted on `head`, the run as the task left it), and says
+/// whether a workflow task is ready for it now: one queued while the
+/// ended task was leased becomes leasable. A closed run has none (its
+/// tasks ended with it), so nothing is read for it.
+fn queue_follow_up(conn: &Connection, head: &RunHead, follow_up: bool) -> Result<bool, Error> {
+    if head.status != RunStatus::Running {
+        return Ok(false);
+    }
+    let unhandled = head.pending.signals > 0 || head.pending.updates > 0;
+    if (follow_up || unhandled) && enqueue_workflow(conn, head.id)? {
+        return Ok(true);
+    }
+    has_ready_workflow_task(conn, head.id)
 }
 
 /// Closes `head` as continued and starts its successor: a new run of the
@@ -837,21 +842,21 @@ struct CommandWriter<'a> {
 }
 
 impl<'a> CommandWriter<'a> {
-    fn new(tx: &'a Connection, limits: &'a StructuralLimits, head: RunHead) -> Result<Self, Error> {
-        let (namespace, task_queue, command_count, open_wait): (
-            String,
-            String,
-            i64,
-            Option<String>,
-        ) = tx
-            .prepare_cached(
-                "SELECT namespace, task_queue, command_count, open_condition_wait FROM runs \
-                 WHERE id = ?1",
-            )?
-            .query_row([head.id.0], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
-        let open_wait = open_wait
+    /// A writer for the run `head` and `row` describe, as read in `tx`
+    /// ([`load_head_for_commands`]).
+    fn new(
+        tx: &'a Connection,
+        limits: &'a StructuralLimits,
+        head: RunHead,
+        row: CommandRow,
+    ) -> Result<Self, Error> {
+        let CommandRow {
+            namespace,
+            task_queue,
+            command_count,
+            open_condition_wait,
+        } = row;
+        let open_wait = open_condition_wait
             .map(|text| serde_json::from_str(&text))
             .transpose()?;
         Ok(CommandWriter {
@@ -1009,6 +1014,7 @@ impl<'a> CommandWriter<'a> {
                     "worker_session": session.as_ref().map(SessionOptions::canonical),
                     "cancellation_policy": cancellation_policy,
                 });
+                let options = serde_json::to_string(&options)?;
                 let id = self.tx.insert_returning_id(
                     "INSERT INTO activities (run_id, activity_type, arguments, status, sequence, options) \
                      VALUES (?1, ?2, ?3, 'scheduled', ?4, ?5)",
@@ -1017,26 +1023,31 @@ impl<'a> CommandWriter<'a> {
                         activity_type,
                         serde_json::to_string(arguments)?,
                         sequence,
-                        serde_json::to_string(&options)?
+                        options
                     ],
                 )?;
                 bump(self.tx, self.head.id, Pending::Activity, 1)?;
                 self.head.pending.activities += 1;
                 let now = now_ms();
-                let task = self.tx.insert_returning_id(
+                // Armed as it is written: ready now, its waiting timeouts.
+                // Nothing reads its id or its row count: on PostgreSQL it
+                // goes with the next statement.
+                let deadline = crate::store::deadlines::new_activity_deadline(&options, now)?;
+                self.tx.execute_queued(
                     "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
-                     status, due_at_ms, created_at_ms, session_id) \
-                     VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5, ?6)",
+                     status, due_at_ms, created_at_ms, session_id, timeout_at_ms, timeout_kind) \
+                     VALUES ('activity', ?1, ?2, ?3, ?4, 'ready', ?5, ?5, ?6, ?7, ?8)",
                     params![
                         self.head.id.0,
                         id,
                         self.namespace,
                         queue,
                         now,
-                        session.as_ref().map(|s| s.session_id.clone())
+                        session.as_ref().map(|s| s.session_id.clone()),
+                        deadline.map(|(at, _)| at),
+                        deadline.map(|(_, kind)| kind)
                     ],
                 )?;
-                crate::store::deadlines::rearm_activity(self.tx, task)?;
                 let mut payload = json!({
                     "sequence": sequence,
                     "activity_execution_id": id.to_string(),
