@@ -25,8 +25,16 @@
 # dwserver processes' CPU per start and per completed workflow (/proc),
 # and, when the PostgreSQL server runs on this machine, its CPU per start
 # (its postmaster and the processes it forked, /proc).
+# SDKS="python rust" adds a phase with the published Rust SDK after the
+# Python one on each deployment (conformance/rust/src/bin/bench.rs: two
+# worker processes of RUST_WORKER_SLOTS slots, default 8, and a starter
+# keeping SDK_CONCURRENCY workflows of one activity in flight; all three
+# talk to the deployment's URL, so on pg-3 through the balancer), printed
+# as a table of its own with PostgreSQL's CPU per workflow beside the nodes'.
 # DWSERVER/LOADGEN name built release binaries (default: built here);
 # DW_CONFORMANCE_VENV the Python SDK's venv (default target/conformance-venv);
+# DW_CONFORMANCE_RUST_TARGET_DIR where the Rust SDK's bench is built
+# (default target/conformance-rust);
 # BENCH_PORT the balancer's port, the nodes take the next three (18580).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +47,8 @@ concurrency=${3:-64}
 port=${BENCH_PORT:-18580}
 redis_db=${BENCH_REDIS_DB:-14}
 venv=${DW_CONFORMANCE_VENV:-target/conformance-venv}
+sdks=${SDKS:-python}
+rust_slots=${RUST_WORKER_SLOTS:-8}
 [ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
 for tool in wrk haproxy psql redis-cli sqlite3 python3; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
@@ -51,11 +61,30 @@ if [ -z "${DWSERVER:-}" ] || [ -z "${LOADGEN:-}" ]; then
 fi
 dwserver=$(realpath "${DWSERVER:-$target/release/dwserver}")
 loadgen=$(realpath "${LOADGEN:-$target/release/examples/loadgen}")
+rust_bench=
+for sdk in $sdks; do
+  case "$sdk" in
+    python) ;;
+    rust)
+      rust_target=${DW_CONFORMANCE_RUST_TARGET_DIR:-$root/target/conformance-rust}
+      CARGO_TARGET_DIR="$rust_target" cargo build --release --locked -q \
+        --manifest-path "$root/conformance/rust/Cargo.toml" --bin bench
+      rust_bench="$rust_target/release/bench"
+      ;;
+    *) echo "unknown SDK $sdk in SDKS (python, rust)" >&2; exit 2 ;;
+  esac
+done
 
 work=$(mktemp -d)
 node_pids=()
+rust_worker_pids=()
 haproxy_pid=
 databases=()
+stop_rust_workers() {
+  for pid in "${rust_worker_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${rust_worker_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rust_worker_pids=()
+}
 stop_nodes() {
   [ -z "$haproxy_pid" ] || { kill "$haproxy_pid" 2>/dev/null || true; wait "$haproxy_pid" 2>/dev/null || true; }
   haproxy_pid=
@@ -64,6 +93,7 @@ stop_nodes() {
   node_pids=()
 }
 cleanup() {
+  stop_rust_workers
   stop_nodes
   for db in "${databases[@]}"; do
     psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
@@ -149,12 +179,46 @@ measure() {
   sleep 1
   eval "$runs" >"$work/$name.runs"
   if [ "$s0" != - ] && [ "$s1" != - ]; then echo "$((s1 - s0))" >"$work/$name.statements"; fi
-  before=$(cpu_ticks)
-  (cd conformance && "$venv_python" bench.py "$base" --concurrency "$concurrency" \
-    --seconds "$secs") >"$work/$name.sdk" 2>"$work/$name.sdk-err" ||
-    { cat "$work/$name.sdk-err" >&2; echo "$name: the SDK phase failed" >&2; exit 1; }
-  after=$(cpu_ticks)
-  echo "$((after - before))" >"$work/$name.sdk-cpu"
+  case " $sdks " in
+    *" python "*)
+      before=$(cpu_ticks)
+      (cd conformance && "$venv_python" bench.py "$base" --concurrency "$concurrency" \
+        --seconds "$secs") >"$work/$name.sdk" 2>"$work/$name.sdk-err" ||
+        { cat "$work/$name.sdk-err" >&2; echo "$name: the SDK phase failed" >&2; exit 1; }
+      after=$(cpu_ticks)
+      echo "$((after - before))" >"$work/$name.sdk-cpu"
+      ;;
+  esac
+  if [ -n "$rust_bench" ]; then
+    local i
+    for i in 1 2; do
+      "$rust_bench" "$base" --role worker --worker-slots "$rust_slots" 2>"$work/$name.rust-worker-$i.err" &
+      rust_worker_pids+=("$!")
+    done
+    if [ -n "$database" ] && [ -n "${STATEMENTS:-}" ]; then
+      # The list printed at the end is this phase's alone.
+      psql -qAt "${DW_BENCH_POSTGRES_URL%/*}/$database" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
+    fi
+    [ -z "$database" ] || s0=$(statements "$database")
+    [ -z "$database" ] || p0=$(pg_ticks)
+    before=$(cpu_ticks)
+    "$rust_bench" "$base" --role starter --shape activity --concurrency "$concurrency" \
+      --seconds "$secs" --poll-interval-ms 50 --worker-slots "$rust_slots" \
+      --worker-pids "$(IFS=,; echo "${rust_worker_pids[*]}")" >"$work/$name.rust" 2>"$work/$name.rust-err" ||
+      { cat "$work/$name.rust-err" "$work/$name".rust-worker-*.err >&2; echo "$name: the Rust SDK phase failed" >&2; exit 1; }
+    after=$(cpu_ticks)
+    [ -z "$database" ] || p1=$(pg_ticks)
+    [ -z "$database" ] || s1=$(statements "$database")
+    if [ "$s0" != - ] && [ "$s1" != - ]; then echo "$((s1 - s0))" >"$work/$name.rust-statements"; fi
+    if [ -n "$database" ] && [ -n "${STATEMENTS:-}" ]; then
+      # The phase's statements, most called first, with their execution
+      # time (a lock function's is its wait): compare two deployments'.
+      psql -qAt -F ' | ' "${DW_BENCH_POSTGRES_URL%/*}/$database" -c "SELECT calls, round(total_exec_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 140) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 30" >"$work/$name.rust-top" 2>&1 || true
+    fi
+    stop_rust_workers
+    echo "$((after - before))" >"$work/$name.rust-cpu"
+    if [ "$p0" != - ] && [ "$p1" != - ]; then echo "$((p1 - p0))" >"$work/$name.rust-pg-cpu"; fi
+  fi
   echo "$name: done" >&2
 }
 
@@ -193,14 +257,14 @@ stop_nodes
 
 "$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-after"
 "$dwserver" --version 2>/dev/null || true
-python3 - "$work" "$secs" "$(getconf CLK_TCK)" "$conns" "$concurrency" <<'PY'
+python3 - "$work" "$secs" "$(getconf CLK_TCK)" "$conns" "$concurrency" "$sdks" <<'PY'
 import json, re, sys
-work, secs, hz, conns, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+work, secs, hz, conns, concurrency, sdks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split()
 read = lambda name: open(f"{work}/{name}").read()
 rb, ra = float(read("raw-before")), float(read("raw-after"))
 raw = (rb + ra) / 2
 print(f"raw SQLite, 1 thread, 2-row tx per commit, WAL, synchronous=FULL: {raw:.0f} commits/s (before {rb:.0f}, after {ra:.0f})")
-print(f"starts: wrk, {conns} connections, {secs} s; completed: Python SDK, {concurrency} in flight, {secs} s")
+print(f"starts: wrk, {conns} connections, {secs} s" + (f"; completed: Python SDK, {concurrency} in flight, {secs} s" if "python" in sdks else ""))
 print("| deployment | starts/s | p50 | p99 | non-2xx | runs stored / answered | statements per start | CPU ms/start (nodes) | CPU ms/start (PostgreSQL) | starts / raw | completed/s | SDK start p50 | p99 | CPU ms/workflow (nodes) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in ("sqlite-1", "pg-1", "pg-3"):
@@ -219,12 +283,40 @@ for name in ("sqlite-1", "pg-1", "pg-3"):
         pg_cpu = f"{1000 * int(read(f'{name}.pg-cpu')) / hz / max(1, rate * secs):.3f}"
     except FileNotFoundError:
         pg_cpu = "-"
-    sdk = json.loads(read(f"{name}.sdk").strip().splitlines()[-1])
-    sdk_cpu = int(read(f"{name}.sdk-cpu")) / hz
-    done = sdk["completed"]
+    if "python" in sdks:
+        sdk = json.loads(read(f"{name}.sdk").strip().splitlines()[-1])
+        sdk_cpu = int(read(f"{name}.sdk-cpu")) / hz
+        done = sdk["completed"]
+        completed = (f"{sdk['workflows_completed_per_second']:,.1f} | {sdk['start_latency_ms_p50']} ms "
+                     f"| {sdk['start_latency_ms_p99']} ms | {1000 * sdk_cpu / max(1, done):.2f}")
+    else:
+        completed = "- | - | - | -"
     print(f"| {name} | {rate:,.0f} | {lat.get('50', '?')} | {lat.get('99', '?')} | {bad.group(1) if bad else 0} "
           f"| {stored:,} / {answered:,} | {per_start} "
-          f"| {1000 * cpu / max(1, rate * secs):.3f} | {pg_cpu} | {rate / raw:.2f} "
-          f"| {sdk['workflows_completed_per_second']:,.1f} | {sdk['start_latency_ms_p50']} ms | {sdk['start_latency_ms_p99']} ms "
-          f"| {1000 * sdk_cpu / max(1, done):.2f} |")
+          f"| {1000 * cpu / max(1, rate * secs):.3f} | {pg_cpu} | {rate / raw:.2f} | {completed} |")
+if "rust" in sdks:
+    print(f"completed: Rust SDK (two worker processes and a starter), {concurrency} in flight, one activity each, {secs} s")
+    print("| deployment | completed/s | start p50 | p99 | CPU ms/workflow: nodes | PostgreSQL | SDK processes | statements/workflow |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in ("sqlite-1", "pg-1", "pg-3"):
+        sdk = json.loads(read(f"{name}.rust").strip().splitlines()[-1])
+        done = max(1, sdk["completed"])
+        nodes = int(read(f"{name}.rust-cpu")) / hz
+        try:
+            pg = f"{1000 * int(read(f'{name}.rust-pg-cpu')) / hz / done:.2f}"
+        except FileNotFoundError:
+            pg = "-"
+        try:
+            statements = f"{int(read(f'{name}.rust-statements')) / done:.0f}"
+        except FileNotFoundError:
+            statements = "-"
+        print(f"| {name} | {sdk['workflows_completed_per_second']:,.1f} | {sdk['start_latency_ms_p50']} ms "
+              f"| {sdk['start_latency_ms_p99']} ms | {1000 * nodes / done:.2f} | {pg} | {sdk['sdk_cpu_ms_per_workflow']} | {statements} |")
+    for name in ("pg-1", "pg-3"):
+        try:
+            top = read(f"{name}.rust-top")
+        except FileNotFoundError:
+            continue
+        print(f"{name}: the Rust SDK phase's statements: calls | execution ms in all | statement")
+        print(top)
 PY
