@@ -15,16 +15,36 @@ fn version(text: &str) -> (u64, u64, u64) {
     (next(), next(), next())
 }
 
+/// `cargo metadata` of the workspace, every platform's packages included.
+/// Offline first (CI fetched them all, `cargo fetch --locked`); when a
+/// package is missing, as on a fresh clone whose first `cargo test`
+/// downloaded only this platform's, cargo is let fetch the rest.
+fn metadata() -> std::process::Output {
+    let run = |offline: bool| {
+        let mut args = vec!["metadata", "--format-version", "1", "--locked"];
+        if offline {
+            args.push("--offline");
+        }
+        Command::new(env!("CARGO"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo metadata")
+    };
+    let out = run(true);
+    if out.status.success() {
+        return out;
+    }
+    run(false)
+}
+
 #[test]
 fn rust_version_is_what_the_lockfile_needs() {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run cargo metadata");
+    let out = metadata();
     assert!(
         out.status.success(),
-        "{}",
+        "cargo metadata reads every package in Cargo.lock, for every platform, and failed \
+         (without a network, run `cargo fetch --locked` where there is one): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let metadata: Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
