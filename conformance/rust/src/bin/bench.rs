@@ -44,11 +44,18 @@ use durable_workflow::{json, Client, Uuid, Value, Worker, WorkflowResultOptions}
 const ACTIVITY_WORKFLOW: &str = "rust.bench";
 const TIMER_SIGNAL_WORKFLOW: &str = "rust.bench.timer_signal";
 
-/// A process's CPU seconds (user + system) from `/proc/<pid>/stat`.
+/// A process's CPU seconds (user + system) from `/proc/<pid>/stat`. A
+/// process that has exited (a worker that stopped on an error) ends the
+/// run with that said, not a panic: the figures would be wrong without it.
 fn cpu_seconds(pid: &str) -> f64 {
     let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {path}: {error}"));
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|error| {
+        eprintln!(
+            "bench: cannot read {path} ({error}): process {pid} has exited \
+             (a worker that stopped says why on its stderr)"
+        );
+        std::process::exit(1)
+    });
     // The fields after the command name (which may hold spaces) follow ')'.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -302,7 +309,11 @@ async fn main() {
             let warm_id = format!("rust-bench-warm-{}", Uuid::new_v4());
             one_workflow(&client, &o, &warm_id, "warm", result_options, None)
                 .await
-                .unwrap_or_else(|e| panic!("the warm-up workflow: {e}"));
+                .unwrap_or_else(|e| {
+                    // Most often no dwserver answers at the URL: say so.
+                    eprintln!("bench: the warm-up workflow failed: {e}");
+                    std::process::exit(1)
+                });
 
             let began = Instant::now();
             let deadline = began + Duration::from_secs_f64(o.seconds);
@@ -350,7 +361,10 @@ async fn main() {
         }
     };
     match in_process {
-        Some(worker) => worker.run_until(drive).await.expect("the worker ran"),
+        Some(worker) => worker.run_until(drive).await.unwrap_or_else(|e| {
+            eprintln!("bench: the worker stopped: {e}");
+            std::process::exit(1)
+        }),
         None => drive.await,
     }
 
