@@ -160,6 +160,35 @@ pub(crate) fn new_activity_deadline(
     Ok(ActivityTimeouts::of(Some(options))?.waiting(at, at))
 }
 
+/// What a lease of an activity task needs of the activity's stored
+/// `options` (its JSON) and its task's `created_at_ms` (`scheduled`): the
+/// lease's length when the activity has a start-to-close timeout, and the
+/// deadline [`rearm_activity`] would set once the attempt started at
+/// `started` (its start-to-close, heartbeat and schedule-to-close), which
+/// the lease writes with its own `UPDATE` instead of reading the row back.
+pub(crate) fn activity_lease(
+    options: Option<&str>,
+    scheduled: i64,
+    started: i64,
+) -> Result<ActivityLease, Error> {
+    let timeouts = ActivityTimeouts::of(options)?;
+    Ok(ActivityLease {
+        lease_ms: timeouts
+            .start_to_close_timeout
+            .map(|seconds| to_i64(seconds.saturating_mul(1000))),
+        deadline: timeouts.running(scheduled, started, None),
+    })
+}
+
+/// What [`activity_lease`] makes of an activity for its attempt's lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActivityLease {
+    /// The lease's length (ms), when the activity has a start-to-close.
+    pub lease_ms: Option<i64>,
+    /// When a timeout ends the attempt (Unix ms), and which one.
+    pub deadline: Option<(i64, &'static str)>,
+}
+
 /// When activity task `task_id`'s schedule-to-close timeout passes, if it
 /// has one.
 pub(crate) fn schedule_to_close_end(conn: &Connection, task_id: i64) -> Result<Option<i64>, Error> {

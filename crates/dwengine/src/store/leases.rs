@@ -17,7 +17,7 @@ use crate::store::db::{params, OptionalExtension};
 use serde_json::Value;
 
 use crate::store::connection::Store;
-use crate::store::deadlines::rearm_activity;
+use crate::store::deadlines::{rearm_activity, ActivityLease};
 use crate::store::dispatch::{load_task, LeasedTask, TaskKind};
 use crate::store::error::Error;
 use crate::store::model::RunId;
@@ -248,11 +248,15 @@ impl Store {
             return Ok(None);
         };
         let id = candidate.id;
-        // An activity runs for its start-to-close timeout when it has one.
-        let lease_ms = match kind {
-            TaskKind::Activity => activity_lease_ms(&tx, id)?.unwrap_or(to_i64(lease.as_millis())),
-            TaskKind::Workflow => to_i64(lease.as_millis()),
+        // An activity runs for its start-to-close timeout when it has one,
+        // and its deadline is armed by the lease's own write.
+        let activity = match kind {
+            TaskKind::Activity => activity_lease(&tx, id, now)?,
+            TaskKind::Workflow => None,
         };
+        let lease_ms = activity
+            .and_then(|a| a.lease_ms)
+            .unwrap_or(to_i64(lease.as_millis()));
         // Signals held for an earlier lease are history before this one
         // starts (a safety net: ending that lease released them already).
         if kind == TaskKind::Workflow {
@@ -261,23 +265,41 @@ impl Store {
         }
         // The newest signal this delivery shows its worker: completing the
         // task processes exactly those, never one that arrived after the lease.
-        tx.prepare_cached(
-            "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
-             lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
-             signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
-             attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL \
-             WHERE id = ?1",
-        )?
-        .execute(params![
-            id,
-            owner,
-            now.saturating_add(lease_ms),
-            poll_request_id,
-            now
-        ])?;
-        if kind == TaskKind::Activity {
-            rearm_activity(&tx, id)?;
-        }
+        match activity {
+            Some(ActivityLease { deadline, .. }) => tx
+                .prepare_cached(
+                    "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
+                     lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
+                     signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
+                     attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL, \
+                     timeout_at_ms = ?6, timeout_kind = ?7 \
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    owner,
+                    now.saturating_add(lease_ms),
+                    poll_request_id,
+                    now,
+                    deadline.map(|(at, _)| at),
+                    deadline.map(|(_, kind)| kind)
+                ])?,
+            None => tx
+                .prepare_cached(
+                    "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
+                     lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
+                     signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
+                     attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL \
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    owner,
+                    now.saturating_add(lease_ms),
+                    poll_request_id,
+                    now
+                ])?,
+        };
         // Whether another task of the queue is ready now (for this poller
         // or another): the poll that took this one then wakes the others.
         let more_ready = several
@@ -482,24 +504,28 @@ impl Store {
     }
 }
 
-fn activity_lease_ms(
+/// What leasing activity task `task_id` at `now` needs of the activity
+/// (`deadlines::activity_lease`): the lease's length if its options set
+/// one, and the deadline to arm. `None` when the task has no activity row:
+/// the lease then leaves its deadline as it was.
+fn activity_lease(
     conn: &crate::store::db::Connection,
     task_id: i64,
-) -> Result<Option<i64>, Error> {
-    let options: Option<String> = conn
+    now: i64,
+) -> Result<Option<ActivityLease>, Error> {
+    let row: Option<(i64, Option<String>)> = conn
         .prepare_cached(
-            "SELECT a.options FROM dispatch_tasks d JOIN activities a ON a.id = d.item_id \
-             WHERE d.id = ?1",
+            "SELECT d.created_at_ms, a.options FROM dispatch_tasks d \
+             JOIN activities a ON a.id = d.item_id WHERE d.id = ?1",
         )?
-        .query_row([task_id], |r| r.get(0))
-        .optional()?
-        .flatten();
-    let Some(options) = options else {
+        .query_row([task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((scheduled, options)) = row else {
         return Ok(None);
     };
-    let options: Value = serde_json::from_str(&options)?;
-    Ok(options
-        .get("start_to_close_timeout")
-        .and_then(Value::as_i64)
-        .map(|seconds| seconds.saturating_mul(1000)))
+    Ok(Some(crate::store::deadlines::activity_lease(
+        options.as_deref(),
+        scheduled,
+        now,
+    )?))
 }

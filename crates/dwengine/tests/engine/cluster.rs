@@ -872,6 +872,94 @@ fn a_claim_on_postgres_sends_its_begin_with_its_first_statement() {
     }
 }
 
+/// An activity claim on PostgreSQL arms the attempt's deadline with the
+/// lease's own `UPDATE`: the lease's length and the deadline come from the
+/// activity's options and its task's creation, read with one statement,
+/// where the lease used to read the row back after writing it and write
+/// the deadline again (six round trips for a warm claim of an activity
+/// with a start-to-close timeout, from eight). The deadline is what it was:
+/// the attempt's start-to-close from its lease, since its schedule-to-close
+/// from its scheduling is later.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn an_activity_claim_on_postgres_arms_its_deadline_with_its_lease() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{Store, TaskKind, WorkflowCommand, WorkflowTaskFence};
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        let lease = Duration::from_secs(300);
+        let mut charge = WorkflowCommand::activity("charge", serde_json::json!([1]));
+        if let WorkflowCommand::ScheduleActivity {
+            start_to_close_timeout,
+            schedule_to_close_timeout,
+            ..
+        } = &mut charge
+        {
+            *start_to_close_timeout = Some(30);
+            *schedule_to_close_timeout = Some(3_600);
+        }
+        for i in 0..3 {
+            store
+                .start_workflow(crate::common::start(&format!("armed-{i}")), None)
+                .expect("start");
+            let task = store
+                .lease_task(TaskKind::Workflow, "default", "orders", "w", "p", lease)
+                .expect("a claim")
+                .expect("a workflow task");
+            let fence = WorkflowTaskFence {
+                lease_owner: &task.lease_owner,
+                attempt: task.attempt,
+            };
+            store
+                .complete_workflow_task(task.task_id, fence, std::slice::from_ref(&charge))
+                .expect("the activity is scheduled");
+        }
+        let claim = |poll: &str| {
+            let before = store.round_trips();
+            let task = store
+                .claim(|s| s.lease_task(TaskKind::Activity, "default", "orders", "w", poll, lease))
+                .expect("the claim")
+                .expect("an activity task");
+            (task, store.round_trips() - before)
+        };
+        // The first claim prepares its statements on this session.
+        let _ = claim("poll-1");
+        let (second, trips) = claim("poll-2");
+        let (third, trips_last) = claim("poll-3");
+        assert_ne!(second.task_id, third.task_id);
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        for task in [&second, &third] {
+            let row = client
+                .query_one(
+                    "SELECT timeout_at_ms, timeout_kind, attempt_started_at_ms, lease_expires_at_ms \
+                     FROM dispatch_tasks WHERE id = $1",
+                    &[&task.task_id],
+                )
+                .expect("the leased task");
+            let (at, kind, started, expires): (Option<i64>, Option<String>, i64, i64) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            assert_eq!(
+                (at, kind.as_deref()),
+                (Some(started + 30_000), Some("start_to_close")),
+                "the attempt's deadline is its start-to-close from its lease"
+            );
+            assert_eq!(
+                expires,
+                started + 30_000,
+                "the lease runs for the start-to-close"
+            );
+        }
+        for trips in [trips, trips_last] {
+            assert_eq!(trips, 6, "round trips of a warm activity claim");
+        }
+    }
+}
+
 /// A describe on PostgreSQL is one round trip once its statements are
 /// prepared: its snapshot's `BEGIN`, its five reads and its `COMMIT` go as
 /// one pipeline (`Connection::read_together`), by run id or by workflow id,
