@@ -13,7 +13,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use crate::store::db::{params, OptionalExtension};
+use crate::store::db::{params, OptionalExtension, ToSql};
 use serde_json::Value;
 
 use crate::store::connection::Store;
@@ -263,43 +263,19 @@ impl Store {
             let run = crate::store::model::RunId(candidate.run);
             crate::store::admission::release_held_signals(&tx, run)?;
         }
-        // The newest signal this delivery shows its worker: completing the
-        // task processes exactly those, never one that arrived after the lease.
-        match activity {
-            Some(ActivityLease { deadline, .. }) => tx
-                .prepare_cached(
-                    "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
-                     lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
-                     signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
-                     attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL, \
-                     timeout_at_ms = ?6, timeout_kind = ?7 \
-                     WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    owner,
-                    now.saturating_add(lease_ms),
-                    poll_request_id,
-                    now,
-                    deadline.map(|(at, _)| at),
-                    deadline.map(|(_, kind)| kind)
-                ])?,
-            None => tx
-                .prepare_cached(
-                    "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
-                     lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
-                     signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
-                     attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL \
-                     WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    owner,
-                    now.saturating_add(lease_ms),
-                    poll_request_id,
-                    now
-                ])?,
+        // The lease (`LEASE_SET`); an activity's writes its attempt's
+        // deadline too.
+        let expires = now.saturating_add(lease_ms);
+        let deadline = activity.and_then(|a| a.deadline);
+        let (deadline_at, deadline_kind) = (deadline.map(|(at, _)| at), deadline.map(|(_, k)| k));
+        let mut values: Vec<&dyn ToSql> = vec![&id, &owner, &expires, &poll_request_id, &now];
+        let sql = if activity.is_some() {
+            values.extend([&deadline_at as &dyn ToSql, &deadline_kind]);
+            &*LEASE_ARMED
+        } else {
+            &*LEASE
         };
+        tx.prepare_cached(sql)?.execute(values.as_slice())?;
         // Whether another task of the queue is ready now (for this poller
         // or another): the poll that took this one then wakes the others.
         let more_ready = several
@@ -503,6 +479,19 @@ impl Store {
         }
     }
 }
+
+/// A lease's write of its task: the worker, the lease's end, the poll, a
+/// new attempt, and the newest signal its delivery shows (completing the
+/// task processes exactly those, never one that arrived after the lease).
+const LEASE_SET: &str = "UPDATE dispatch_tasks SET status = 'leased', lease_owner = ?2, \
+     lease_expires_at_ms = ?3, poll_request_id = ?4, attempt = attempt + 1, \
+     signal_watermark = (SELECT MAX(s.id) FROM signals s WHERE s.run_id = dispatch_tasks.run_id), \
+     attempt_started_at_ms = ?5, last_heartbeat_at_ms = NULL";
+/// [`LEASE_SET`] of a workflow task (whose row keeps no deadline).
+static LEASE: LazyLock<String> = LazyLock::new(|| format!("{LEASE_SET} WHERE id = ?1"));
+/// [`LEASE_SET`] of an activity task, its attempt's deadline armed with it.
+static LEASE_ARMED: LazyLock<String> =
+    LazyLock::new(|| format!("{LEASE_SET}, timeout_at_ms = ?6, timeout_kind = ?7 WHERE id = ?1"));
 
 /// What leasing activity task `task_id` at `now` needs of the activity
 /// (`deadlines::activity_lease`): the lease's length if its options set
