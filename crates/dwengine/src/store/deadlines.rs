@@ -148,16 +148,22 @@ pub(crate) fn rearm_activity(conn: &Connection, task_id: i64) -> Result<(), Erro
 }
 
 /// The deadline [`rearm_activity`] would set on an activity task queued
-/// ready at `at` for an activity scheduled then with `options` (its stored
-/// JSON): its schedule-to-start and schedule-to-close from `at`. A workflow
-/// task that schedules an activity writes it with the new row instead of
-/// reading the row back to arm it (a round trip inside the write lock on
-/// PostgreSQL for every activity scheduled).
+/// ready at `at` for an activity scheduled then with these timeouts
+/// (seconds): its schedule-to-start and schedule-to-close from `at`. A
+/// workflow task that schedules an activity writes it with the new row
+/// instead of reading the row back to arm it (a round trip inside the
+/// write lock on PostgreSQL for every activity scheduled).
 pub(crate) fn new_activity_deadline(
-    options: &str,
+    schedule_to_start_timeout: Option<u64>,
+    schedule_to_close_timeout: Option<u64>,
     at: i64,
-) -> Result<Option<(i64, &'static str)>, Error> {
-    Ok(ActivityTimeouts::of(Some(options))?.waiting(at, at))
+) -> Option<(i64, &'static str)> {
+    ActivityTimeouts {
+        schedule_to_start_timeout,
+        schedule_to_close_timeout,
+        ..ActivityTimeouts::default()
+    }
+    .waiting(at, at)
 }
 
 /// What a lease of an activity task needs of the activity's stored

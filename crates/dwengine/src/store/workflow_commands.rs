@@ -1032,7 +1032,11 @@ impl<'a> CommandWriter<'a> {
                 // Armed as it is written: ready now, its waiting timeouts.
                 // Nothing reads its id or its row count: on PostgreSQL it
                 // goes with the next statement.
-                let deadline = crate::store::deadlines::new_activity_deadline(&options, now)?;
+                let deadline = crate::store::deadlines::new_activity_deadline(
+                    *schedule_to_start_timeout,
+                    *schedule_to_close_timeout,
+                    now,
+                );
                 self.tx.execute_queued(
                     "INSERT INTO dispatch_tasks (kind, run_id, item_id, namespace, task_queue, \
                      status, due_at_ms, created_at_ms, session_id, timeout_at_ms, timeout_kind) \

@@ -1737,6 +1737,21 @@ fn the_schemas_of_dead_test_processes_are_swept_and_live_ones_kept() {
         .expect("drop the live schema");
 }
 
+/// The plan `explain` (an `EXPLAIN ...` statement) prints, one line per
+/// plan node.
+fn plan_lines(client: &mut postgres::Client, explain: &str) -> String {
+    client
+        .simple_query(explain)
+        .unwrap()
+        .into_iter()
+        .filter_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The newest run of a workflow id is found through `runs_by_workflow`,
 /// backwards, with no sort, by the plan a node keeps for its prepared
 /// statement: the generic plan PostgreSQL makes while the table is still
@@ -1776,16 +1791,7 @@ fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table(
         ),
     ] {
         client.batch_execute(prepare).unwrap();
-        let plan: Vec<String> = client
-            .simple_query(execute)
-            .unwrap()
-            .into_iter()
-            .filter_map(|message| match message {
-                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .collect();
-        let plan = plan.join("\n");
+        let plan = plan_lines(&mut client, execute);
         assert!(
             plan.contains("Scan Backward using runs_by_workflow")
                 && !plan.contains("Sort")
@@ -1830,23 +1836,15 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
              SELECT n, 'workflow', n, 'bench', 'q', 'ready', n, n FROM generate_series(1, 5000) AS n",
         )
         .unwrap();
-    let plan: Vec<String> = client
-        .simple_query(
-            "EXPLAIN SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
-             WHERE run_id = (SELECT id FROM runs WHERE namespace = 'bench' AND workflow_id = 'w-7' \
-               ORDER BY id DESC LIMIT 1) AND kind = 'workflow' AND status = 'ready' \
-             UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
-             WHERE run_id = (SELECT id FROM runs WHERE namespace = 'bench' AND workflow_id = 'w-7' \
-               ORDER BY id DESC LIMIT 1) AND kind = 'workflow' AND status = 'leased'",
-        )
-        .unwrap()
-        .into_iter()
-        .filter_map(|message| match message {
-            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_lines(
+        &mut client,
+        "EXPLAIN SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+         WHERE run_id = (SELECT id FROM runs WHERE namespace = 'bench' AND workflow_id = 'w-7' \
+           ORDER BY id DESC LIMIT 1) AND kind = 'workflow' AND status = 'ready' \
+         UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+         WHERE run_id = (SELECT id FROM runs WHERE namespace = 'bench' AND workflow_id = 'w-7' \
+           ORDER BY id DESC LIMIT 1) AND kind = 'workflow' AND status = 'leased'",
+    );
     assert!(
         plan.contains("using dispatch_by_run") && !plan.contains("using dispatch_ready"),
         "one run's open workflow task is not read through dispatch_by_run:\n{plan}"
