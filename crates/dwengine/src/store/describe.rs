@@ -22,6 +22,15 @@
 //! statements, each of which PostgreSQL also spends CPU on), and a describe
 //! by workflow id finds the run in each statement's own subquery
 //! ([`Store::describe_latest`]).
+//!
+//! On PostgreSQL the four are one statement ([`ONE_STATEMENT`]): the run's
+//! row joined to its first and terminal events, with its open workflow
+//! tasks and failures as JSON arrays. A single statement is its own
+//! snapshot, so it needs no `BEGIN` and `COMMIT` either: one statement
+//! where the pipeline carried six. Every in-flight SDK workflow describes
+//! itself every 50 to 500 ms, at a rate that does not fall when the server
+//! slows down, so what each describe costs PostgreSQL is taken from the
+//! workflows' own progress (docs/performance.md, session 22).
 
 use std::sync::OnceLock;
 
@@ -42,14 +51,29 @@ use crate::store::rows::{decode_map, status_and_origin, to_i64, to_u64};
 pub type DetailedDescription = (RunDescription, (Value, Option<Value>), Option<ArchiveMark>);
 
 /// Every column of the runs row a describe answers from (and the run's id,
-/// for a describe that found the run by its workflow id).
-const DESCRIBE_ROW: &str = "SELECT workflow_id, workflow_type, status, origin, parent_run_id, \
-     pending_activity_count, pending_timer_count, pending_child_count, pending_signal_count, \
-     pending_update_count, namespace, task_queue, memo, search_attributes, history_length, \
-     history_bytes, continued_from_run_id, continued_to_run_id, resume_step_sequence, build_id, \
-     cancel_requested_at_ms, closed_at_ms, details_pruned_at, created_at_ms, \
-     execution_timeout_seconds, run_timeout_seconds, archived_at_ms, archive_reason, id \
-     FROM runs WHERE id = ?1";
+/// for a describe that found the run by its workflow id), each after
+/// `$t` (a table's alias and a dot, or nothing).
+macro_rules! describe_columns {
+    ($($t:literal)?) => {
+        concat!(
+            $($t,)? "workflow_id, ", $($t,)? "workflow_type, ", $($t,)? "status, ",
+            $($t,)? "origin, ", $($t,)? "parent_run_id, ", $($t,)? "pending_activity_count, ",
+            $($t,)? "pending_timer_count, ", $($t,)? "pending_child_count, ",
+            $($t,)? "pending_signal_count, ", $($t,)? "pending_update_count, ",
+            $($t,)? "namespace, ", $($t,)? "task_queue, ", $($t,)? "memo, ",
+            $($t,)? "search_attributes, ", $($t,)? "history_length, ", $($t,)? "history_bytes, ",
+            $($t,)? "continued_from_run_id, ", $($t,)? "continued_to_run_id, ",
+            $($t,)? "resume_step_sequence, ", $($t,)? "build_id, ",
+            $($t,)? "cancel_requested_at_ms, ", $($t,)? "closed_at_ms, ",
+            $($t,)? "details_pruned_at, ", $($t,)? "created_at_ms, ",
+            $($t,)? "execution_timeout_seconds, ", $($t,)? "run_timeout_seconds, ",
+            $($t,)? "archived_at_ms, ", $($t,)? "archive_reason, ", $($t,)? "id"
+        )
+    };
+}
+
+/// The runs row a describe answers from.
+const DESCRIBE_ROW: &str = concat!("SELECT ", describe_columns!(), " FROM runs WHERE id = ?1");
 
 /// The run's ready or leased workflow tasks: an indexed probe of
 /// `dispatch_by_run` per status.
@@ -81,12 +105,41 @@ const BY_ID: [&str; 4] = [DESCRIBE_ROW, OPEN_WORKFLOW_TASK, EVENTS, FAILURES];
 const LATEST_RUN: &str =
     "(SELECT id FROM runs WHERE namespace = ?1 AND workflow_id = ?2 ORDER BY id DESC LIMIT 1)";
 
-/// A describe's statements with the run found by namespace (`?1`) and
-/// workflow id (`?2`) in each: every one reads the same snapshot, so each
-/// finds the same run, and none waits for another's answer.
-fn latest() -> &'static [String; 4] {
-    static LATEST: OnceLock<[String; 4]> = OnceLock::new();
-    LATEST.get_or_init(|| BY_ID.map(|sql| sql.replace("?1", LATEST_RUN)))
+/// A describe on PostgreSQL, the run named by `?1`: [`BY_ID`]'s four
+/// statements as one. The runs row (columns 0–28, as [`DESCRIBE_ROW`]),
+/// its first event (29–32, the input) and, of a closed run, its last event
+/// (33–36, its terminal record when it closes the run: see [`EVENTS`]) by
+/// joins on the history's primary key, and its ready or leased workflow
+/// tasks (37: one index probe per status, as [`OPEN_WORKFLOW_TASK`], not a
+/// walk of the run's done tasks) and its failures (38) as JSON arrays of
+/// their columns.
+/// Payloads stay columns of their own, never escaped into JSON.
+pub const ONE_STATEMENT: &str = concat!(
+    "SELECT ",
+    describe_columns!("o."),
+    ", i.sequence, i.event_type, i.payload, i.recorded_at_ms, \
+     e.sequence, e.event_type, e.payload, e.recorded_at_ms, \
+     (SELECT json_agg(json_build_array(t.id, t.last_error, t.attempt, t.due_at_ms))::text \
+      FROM (SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+       WHERE run_id = o.id AND kind = 'workflow' AND status = 'ready' \
+       UNION ALL SELECT id, last_error, attempt, due_at_ms FROM dispatch_tasks \
+       WHERE run_id = o.id AND kind = 'workflow' AND status = 'leased') t), \
+     (SELECT json_agg(json_build_array(f.failure_category, f.message, f.structural_limit_kind, \
+      f.structural_limit_value, f.structural_limit_configured) ORDER BY f.id)::text \
+      FROM failures f WHERE f.run_id = o.id) \
+     FROM runs o \
+     LEFT JOIN history_events i ON i.run_id = o.id AND i.sequence = 0 \
+     LEFT JOIN history_events e ON e.run_id = o.id AND e.sequence = o.history_length - 1 \
+     AND o.status <> 'running' \
+     WHERE o.id = ?1"
+);
+
+/// [`ONE_STATEMENT`] with the run found by namespace (`?1`) and workflow
+/// id (`?2`): the newest run of the workflow id, as [`Store::find_run`]
+/// finds it.
+pub fn one_statement_latest() -> &'static str {
+    static LATEST: OnceLock<String> = OnceLock::new();
+    LATEST.get_or_init(|| ONE_STATEMENT.replace("?1", LATEST_RUN))
 }
 
 /// The runs row's columns as read, before decoding.
@@ -103,6 +156,10 @@ type RawEvent = (i64, String, String, Option<i64>);
 
 /// A workflow task's id, last error, attempt and due time.
 type RawTask = (i64, Option<String>, i64, i64);
+
+/// A failure's category, message and structural limit (kind, value,
+/// configured), as [`ONE_STATEMENT`] lists them.
+type RawFailure = (String, String, Option<String>, Option<i64>, Option<i64>);
 
 /// What a describe's statements read, before decoding.
 #[derive(Default)]
@@ -121,6 +178,12 @@ impl Store {
     /// [`Store::describe`], [`Store::run_io`] and [`Store::archive_mark`]
     /// called in turn.
     pub fn describe_detailed(&self, run: RunId) -> Result<DetailedDescription, Error> {
+        if self.conn.engine() == Engine::Postgres {
+            return self
+                .describe_in_one(ONE_STATEMENT, &[&run.0])?
+                .map(|(_, described)| described)
+                .ok_or(Error::RunNotFound(run));
+        }
         self.describe_with(&BY_ID, &[&run.0])?
             .map(|(_, described)| described)
             .ok_or(Error::RunNotFound(run))
@@ -137,8 +200,7 @@ impl Store {
         workflow_id: &str,
     ) -> Result<Option<(RunId, DetailedDescription)>, Error> {
         if self.conn.engine() == Engine::Postgres {
-            let latest = latest().each_ref().map(String::as_str);
-            return self.describe_with(&latest, &[&namespace, &workflow_id]);
+            return self.describe_in_one(one_statement_latest(), &[&namespace, &workflow_id]);
         }
         let read = |s: &Store| match s.find_run(namespace, workflow_id)? {
             None => Ok(None),
@@ -154,6 +216,43 @@ impl Store {
         let value = result?;
         end?;
         Ok(value)
+    }
+
+    /// A describe as [`ONE_STATEMENT`] (or it with the run found by its
+    /// workflow id) with `params`, decoded; `None` when it finds no run.
+    fn describe_in_one(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<Option<(RunId, DetailedDescription)>, Error> {
+        let mut statement = self.conn.prepare_cached(sql)?;
+        let mut rows = statement.query(params)?;
+        let mut read = Read::default();
+        if let Some(r) = rows.next()? {
+            let r = &r;
+            read.row = Some(raw_row(r)?);
+            read.input = event_columns(r, 29)?;
+            read.terminal = event_columns(r, 33)?;
+            if let Some(tasks) = r.get::<_, Option<String>>(37)? {
+                read.tasks = serde_json::from_str(&tasks)?;
+            }
+            if let Some(failures) = r.get::<_, Option<String>>(38)? {
+                let rows: Vec<RawFailure> = serde_json::from_str(&failures)?;
+                read.failures = rows
+                    .into_iter()
+                    .map(
+                        |(category, message, kind, value, configured)| FailureRecord {
+                            failure_category: category,
+                            message,
+                            structural_limit_kind: kind,
+                            structural_limit_value: value.map(to_u64),
+                            structural_limit_configured: configured.map(to_u64),
+                        },
+                    )
+                    .collect();
+            }
+        }
+        decode(read)
     }
 
     /// A describe's statements (`sql`, in [`BY_ID`]'s order) read
@@ -245,6 +344,20 @@ fn raw_row(r: &Row<'_>) -> crate::store::db::Result<RawRow> {
         build_id: r.get(19)?,
         archive_reason: r.get(27)?,
         id: r.get(28)?,
+    })
+}
+
+/// The event in the four columns from `first` of a describe's one
+/// statement: `None` where the join found none.
+fn event_columns(r: &Row<'_>, first: usize) -> crate::store::db::Result<Option<RawEvent>> {
+    Ok(match r.get::<_, Option<i64>>(first)? {
+        None => None,
+        Some(sequence) => Some((
+            sequence,
+            r.get(first + 1)?,
+            r.get(first + 2)?,
+            r.get(first + 3)?,
+        )),
     })
 }
 

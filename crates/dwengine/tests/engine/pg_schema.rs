@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
+use dwengine::store::describe;
 use dwengine::store::pg_schema::{self, MigrateError};
 use dwengine::store::{Store, StoreConfig};
 use postgres::{Client, NoTls};
@@ -1849,4 +1850,46 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
         plan.contains("using dispatch_by_run") && !plan.contains("using dispatch_ready"),
         "one run's open workflow task is not read through dispatch_by_run:\n{plan}"
     );
+    // The describe a node sends (one statement on PostgreSQL), by workflow
+    // id and by run id, as the generic plans its prepared statements keep:
+    // every table through an index on the run (the newest run backwards
+    // through runs_by_workflow, its events through their primary key, its
+    // ready task through dispatch_by_run to its status, not through every
+    // done task of the run), never a walk of a whole table. (A leased task
+    // may be found through dispatch_leases: the tasks leased at once.)
+    client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .unwrap();
+    let dollars = |sql: &str| sql.replace("?1", "$1").replace("?2", "$2");
+    client
+        .batch_execute(&format!(
+            "PREPARE describe_latest(text, text) AS {}; PREPARE describe_by_id(bigint) AS {}",
+            dollars(describe::one_statement_latest()),
+            dollars(describe::ONE_STATEMENT),
+        ))
+        .unwrap();
+    for (name, execute) in [
+        (
+            "by workflow id",
+            "EXPLAIN EXECUTE describe_latest('bench', 'w-7')",
+        ),
+        ("by run id", "EXPLAIN EXECUTE describe_by_id(7)"),
+    ] {
+        let plan = plan_lines(&mut client, execute);
+        assert!(
+            plan.contains("using dispatch_by_run")
+                && plan.contains("(kind = 'workflow'::text) AND (status = 'ready'::text))")
+                && !plan.contains("Filter: (status")
+                && plan.contains("using history_events_pkey")
+                && !plan.contains("Seq Scan")
+                && !plan.contains("using dispatch_ready"),
+            "a describe {name} walks more than its run:\n{plan}"
+        );
+        if name == "by workflow id" {
+            assert!(
+                plan.contains("Scan Backward using runs_by_workflow"),
+                "{plan}"
+            );
+        }
+    }
 }
