@@ -1058,6 +1058,83 @@ fn a_describe_on_postgres_is_one_round_trip() {
     }
 }
 
+/// Writes queued while a PostgreSQL node's writer waits at `BEGIN` for the
+/// write lock (other nodes' writers and the claims hold it) join the
+/// transaction that waited, instead of each paying a transaction and a
+/// lock wait of its own after it: one commit for all of them.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn writes_queued_while_the_writer_waits_for_the_lock_join_its_transaction() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{SharedStore, Store};
+        use std::sync::mpsc;
+
+        const PATIENCE: Duration = Duration::from_secs(60);
+        const QUEUED: usize = 8;
+        let url = crate::common::postgres_schema_url();
+        let mut config = crate::common::config(&[]);
+        // The lock is held while the test looks and queues, however slow
+        // the machine: no lock wait may end by its timeout.
+        config.postgres.lock_timeout = PATIENCE * 2;
+        let store = SharedStore::open_postgres(&url, config, 1).expect("a node's store");
+        let start =
+            |id: String| move |s: &Store| s.start_run(crate::common::start(&id)).map(|_| ());
+        store.write(start("warm".into())).expect("a first write");
+
+        // Another session holds the write lock, as another node's writer
+        // in its transaction would.
+        let mut holder = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut held = holder.transaction().unwrap();
+        held.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
+            &[&dwengine::store::db::WRITE_LOCK],
+        )
+        .unwrap();
+        let before = store.commits();
+        let (answered, answers) = mpsc::channel();
+        let submit = |id: String| {
+            let answered = answered.clone();
+            store.submit(start(id), move |result| {
+                let _ = answered.send(result);
+            });
+        };
+        submit("first".into());
+        // The writer took the first write alone and waits for the lock.
+        let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let waiting = crate::support::eventually(PATIENCE, || {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                     AND classid::bigint = $1::bigint AND objid = hashtext(current_schema())::oid",
+                    &[&i64::from(dwengine::store::db::WRITE_LOCK)],
+                )
+                .unwrap()
+                .get(0);
+            waiting == 1
+        });
+        assert!(waiting, "the writer never waited for the write lock");
+        for n in 0..QUEUED {
+            submit(format!("queued-{n}"));
+        }
+        held.rollback().unwrap();
+        for _ in 0..=QUEUED {
+            answers
+                .recv_timeout(PATIENCE)
+                .expect("every write is answered")
+                .expect("every write commits");
+        }
+        assert_eq!(
+            store.commits() - before,
+            1,
+            "the writes queued during the lock wait committed in the transaction that waited"
+        );
+    }
+}
+
 /// Workflow starts of one series commit beside each other on PostgreSQL:
 /// node A's start batch is held open (uncommitted, its run inserted) while
 /// node B's start of another workflow id of the same namespace, queue and
