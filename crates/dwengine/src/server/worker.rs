@@ -1842,12 +1842,13 @@ impl Engine {
                 lease_owner: &owner,
                 attempt,
             };
-            let (ns, queue) = store.task_queue_of(task)?;
+            let home = store.task_home(task)?;
+            let (ns, queue) = (home.namespace, home.task_queue);
             let outcome = if waiting {
                 Err(store.release_waiting_workflow_task(task, fence)?)
             } else {
                 // The SDKs drop a failed task's run from their cache.
-                store.unbind_sticky(store.run_of_task(task)?)?;
+                store.unbind_sticky(home.run)?;
                 Ok(store.fail_workflow_task_attempt(task, fence, &failure)?)
             };
             Ok((ns, queue, outcome))
@@ -2209,8 +2210,8 @@ impl WorkflowCompletion {
                 lease_owner: &owner,
                 attempt,
             };
-            let (ns, queue) = store.task_queue_of(task)?;
-            let run = store.run_of_task(task)?;
+            let home = store.task_home(task)?;
+            let (ns, queue, run) = (home.namespace, home.task_queue, home.run);
             let limits = quota.limits(&ns).filter(|_| streams);
             let completion = NamespaceDurableStateQuota::guard(
                 limits,
@@ -2264,7 +2265,7 @@ fn activity_report(
             lease_owner: &owner,
             activity_attempt_id: &attempt_id,
         };
-        let (ns, queue) = store.task_queue_of(task)?;
+        let home = store.task_home(task)?;
         let outcome = if failed {
             let failure = failure.unwrap_or_default();
             store.fail_activity_attempt(
@@ -2281,8 +2282,11 @@ fn activity_report(
         } else {
             store.complete_activity_attempt(task, fence, &result)?
         };
-        let run_queue = store.run(store.run_of_task(task)?)?.task_queue;
-        Ok((outcome, ns, (queue, run_queue)))
+        Ok((
+            outcome,
+            home.namespace,
+            (home.task_queue, home.run_task_queue),
+        ))
     }
 }
 

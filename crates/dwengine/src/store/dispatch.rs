@@ -297,6 +297,32 @@ impl Store {
             })
     }
 
+    /// Where a dispatch task belongs ([`TaskHome`]), in one statement: a
+    /// worker's report reads it inside its write transaction, where on
+    /// PostgreSQL each statement is a round trip under the write lock
+    /// (it was two for a workflow task's completion, three for an
+    /// activity's report: the task's queue, its run, the run's row).
+    pub fn task_home(&self, task_id: i64) -> Result<TaskHome, Error> {
+        self.conn
+            .prepare_cached(
+                "SELECT d.namespace, d.task_queue, d.run_id, r.task_queue \
+                 FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1",
+            )?
+            .query_row([task_id], |r| {
+                Ok(TaskHome {
+                    namespace: r.get(0)?,
+                    task_queue: r.get(1)?,
+                    run: RunId(r.get(2)?),
+                    run_task_queue: r.get(3)?,
+                })
+            })
+            .optional()?
+            .ok_or(Error::ItemNotFound {
+                item: "task",
+                id: task_id,
+            })
+    }
+
     /// The run a dispatch task belongs to.
     pub fn run_of_task(&self, task_id: i64) -> Result<RunId, Error> {
         self.conn
@@ -308,6 +334,20 @@ impl Store {
                 id: task_id,
             })
     }
+}
+
+/// Where a dispatch task belongs ([`Store::task_home`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskHome {
+    /// The task's namespace.
+    pub namespace: String,
+    /// The task queue the task waits on.
+    pub task_queue: String,
+    /// The run the task belongs to.
+    pub run: RunId,
+    /// The run's own task queue (its workflow tasks'; an activity task
+    /// may wait on another).
+    pub run_task_queue: String,
 }
 
 /// A dispatch row as a fence check reads it.

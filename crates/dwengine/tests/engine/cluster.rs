@@ -1058,6 +1058,74 @@ fn a_describe_on_postgres_is_one_round_trip() {
     }
 }
 
+/// A worker's report finds where its task belongs (namespace, queue, run,
+/// the run's queue) in one round trip inside its write transaction, where
+/// it took two for a workflow task's completion and three for an
+/// activity's report.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_reports_task_home_is_one_round_trip_on_postgres() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::{Store, TaskKind, WorkflowCommand, WorkflowTaskFence};
+
+        let url = crate::common::postgres_schema_url();
+        let store = Store::open_postgres(&url, crate::common::config(&[])).expect("a store");
+        let run = store
+            .start_workflow(crate::common::start("homed"), None)
+            .expect("start")
+            .run;
+        let lease = |kind| {
+            store
+                .lease_task(kind, "default", "orders", "w", "p", Duration::from_secs(30))
+                .expect("a claim")
+                .expect("a ready task")
+        };
+        let task = lease(TaskKind::Workflow);
+        let mut activity = WorkflowCommand::activity("charge", serde_json::json!([1]));
+        if let WorkflowCommand::ScheduleActivity { queue, .. } = &mut activity {
+            *queue = Some("payments".into());
+        }
+        store
+            .complete_workflow_task(
+                task.task_id,
+                WorkflowTaskFence {
+                    lease_owner: &task.lease_owner,
+                    attempt: task.attempt,
+                },
+                &[activity],
+            )
+            .expect("the workflow task completes");
+        let activity = store
+            .lease_task(
+                TaskKind::Activity,
+                "default",
+                "payments",
+                "w",
+                "p2",
+                Duration::from_secs(30),
+            )
+            .expect("a claim")
+            .expect("the activity task on its own queue");
+        store.task_home(activity.task_id).expect("warm");
+        let before = store.round_trips();
+        let home = store.task_home(activity.task_id).expect("the task's home");
+        assert_eq!(store.round_trips() - before, 1);
+        assert_eq!(
+            (home.namespace.as_str(), home.task_queue.as_str(), home.run),
+            ("default", "payments", run)
+        );
+        assert_eq!(home.run_task_queue, "orders");
+        assert!(matches!(
+            store.task_home(i64::MAX),
+            Err(dwengine::store::Error::ItemNotFound { item: "task", .. })
+        ));
+    }
+}
+
 /// Writes queued while a PostgreSQL node's writer waits at `BEGIN` for the
 /// write lock (other nodes' writers and the claims hold it) join the
 /// transaction that waited, instead of each paying a transaction and a
