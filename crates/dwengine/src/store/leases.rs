@@ -275,7 +275,10 @@ impl Store {
         } else {
             &*LEASE
         };
-        tx.prepare_cached(sql)?.execute(values.as_slice())?;
+        // No row count is read: the candidate is this transaction's (locked
+        // beside other claims, the only writer otherwise), so the lease goes
+        // ahead of the task's read below in its round trip.
+        tx.execute_queued(sql, values.as_slice())?;
         // Whether another task of the queue is ready now (for this poller
         // or another): the poll that took this one then wakes the others.
         let more_ready = several
