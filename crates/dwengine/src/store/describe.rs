@@ -12,16 +12,10 @@
 //! workflow task's state in one statement, and the last event only of a
 //! closed run: the same answer from four statements instead of twelve.
 //!
-//! They need no answer of each other's, so they go together
-//! ([`Connection::read_together`](crate::store::db::Connection::read_together)):
-//! on PostgreSQL, where each statement is a round trip, a describe is one
-//! pipeline with its snapshot's `BEGIN` and `COMMIT` (it was seven round
-//! trips: `BEGIN`, the run found by its workflow id, four reads, `COMMIT`).
-//! For that the closed run's terminal event is read by a join on the run's
-//! row rather than after it (in one statement with the first event: four
-//! statements, each of which PostgreSQL also spends CPU on), and a describe
-//! by workflow id finds the run in each statement's own subquery
-//! ([`Store::describe_latest`]).
+//! On SQLite, which has no round trips, the four run in turn on one
+//! snapshot ([`Connection::read_together`](crate::store::db::Connection::read_together)).
+//! The closed run's terminal event is read by a join on the run's row
+//! rather than after it, in one statement with the first event.
 //!
 //! On PostgreSQL the four are one statement ([`ONE_STATEMENT`]): the run's
 //! row joined to its first and terminal events, with its open workflow
@@ -191,9 +185,10 @@ impl Store {
 
     /// [`Store::describe_detailed`] of the newest run of `workflow_id` in
     /// `namespace` (the run [`Store::find_run`] finds), with its id; `None`
-    /// when the workflow id has no run. On PostgreSQL one pipeline, each
-    /// statement finding the run itself; on SQLite, which has no round
-    /// trips, the run is found first and read by id, on one snapshot.
+    /// when the workflow id has no run. On PostgreSQL one statement that
+    /// finds the run itself ([`one_statement_latest`]); on SQLite, which
+    /// has no round trips, the run is found first and read by id, on one
+    /// snapshot.
     pub fn describe_latest(
         &self,
         namespace: &str,
