@@ -1098,11 +1098,8 @@ impl Engine {
             .has_one_writer()
             .then(|| self.history_limit(poll.history_page_size));
         move |s| {
-            // A draining cohort claims no new task (what it holds finishes).
-            if s.cohort_draining(&ns_owned, &queue_owned, cohort.as_deref())? {
-                return Ok((None, Vec::new(), None));
-            }
-            // An activity whose worker session can never run it (closed,
+            // A draining cohort claims no new task: `lease_task_for` finds
+            // none for it. An activity whose worker session can never run it (closed,
             // failed, expired, missing) fails here, non-retryably, and the
             // pass leases the next task; at most a few per pass.
             let mut failed_runs = Vec::new();

@@ -55,7 +55,8 @@ pub(crate) static CANDIDATES: LazyLock<String> =
 
 /// A lease's one candidate beside other claims (PostgreSQL): locked,
 /// skipping those other claims hold, with whether another task of the
-/// queue is ready (`Store::lease_task_for` says why).
+/// queue is ready (`Store::lease_task_for` says why), and none while the
+/// poller's cohort (`?6`) drains on the queue ([`COHORT_NOT_DRAINING`]).
 static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     candidates_sql(
         1,
@@ -63,7 +64,17 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
         "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
          AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
     )
+    .replace(" ORDER BY", &format!(" AND {COHORT_NOT_DRAINING} ORDER BY"))
 });
+
+/// The condition (`?2` the namespace, `?3` the task queue, `?6` the
+/// poller's cohort, `''` unversioned) that the cohort is not draining on
+/// the queue, as [`Store::cohort_draining`] asks it: a draining cohort
+/// claims no new task. Part of the candidate query beside other claims, so
+/// a claim on PostgreSQL does not spend a round trip of its own on it.
+const COHORT_NOT_DRAINING: &str = "NOT EXISTS (SELECT 1 FROM build_id_rollouts b \
+     WHERE b.namespace = ?2 AND b.task_queue = ?3 AND b.build_id = ?6 \
+     AND b.drain_intent = 'draining')";
 
 /// [`Store::expired_leases`]' walk, formatted once (every poll runs it).
 pub(crate) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
@@ -190,6 +201,11 @@ impl Store {
         // session's task (admitted on shared state) sends it back to run
         // as an ordinary write.
         let side_by_side = tx.claims_side_by_side();
+        // A draining cohort claims no new task (what it holds finishes);
+        // beside other claims the candidate query asks it.
+        if !side_by_side && self.cohort_draining(namespace, task_queue, cohort)? {
+            return Ok(None);
+        }
         // Beside other claims, where one task is looked at, the candidate
         // row also says whether another task of the queue is ready (the
         // claimed one left out), in the same round trip: a claim session
