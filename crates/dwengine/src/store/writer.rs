@@ -440,19 +440,24 @@ impl Pipe<'_> {
     /// other nodes' writers. (SQLite's `BEGIN IMMEDIATE` does not wait:
     /// its one writer holds the file.)
     fn joined_at_lock(&self, batch: &mut VecDeque<Job>) {
-        if !matches!(self.answering, Answering::Here) || self.lane != Lane::Exclusive {
-            return;
-        }
-        while batch.len() < MAX_BATCH {
-            match self.receiver.try_recv() {
-                Ok(job) => batch.push_back(job),
-                Err(_) => break,
-            }
+        if matches!(self.answering, Answering::Here) && self.lane == Lane::Exclusive {
+            take_queued(self.receiver, batch);
         }
     }
 
     fn answer(&self, answers: Vec<Answer>, outcome: Result<(), Failure>) {
         self.answering.answer(answers, outcome);
+    }
+}
+
+/// Moves the jobs queued now into `batch`, up to [`MAX_BATCH`]; never
+/// waits for one.
+fn take_queued(receiver: &Receiver<Job>, batch: &mut VecDeque<Job>) {
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(job) => batch.push_back(job),
+            Err(_) => break,
+        }
     }
 }
 
@@ -472,12 +477,7 @@ fn drain(
     let mut reconnect = Reconnect::default();
     while let Ok(first) = receiver.recv() {
         let mut batch = VecDeque::from([first]);
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(job) => batch.push_back(job),
-                Err(_) => break,
-            }
-        }
+        take_queued(receiver, &mut batch);
         let mut store = lock(store);
         match lane {
             Lane::Exclusive => {
@@ -520,11 +520,8 @@ fn commit_all(
             }
             break;
         }
-        match commit_batch(store, &mut batch, !begun_again, lane, pipe) {
-            Batch::Committed => {
-                commits.fetch_add(1, Ordering::Relaxed);
-            }
-            Batch::Failed => {}
+        match commit_batch(store, &mut batch, !begun_again, lane, pipe, commits) {
+            Batch::Committed | Batch::Failed => {}
             Batch::SessionLost => {
                 begun_again = true;
                 reconnect.last = None;
@@ -593,6 +590,7 @@ fn commit_batch(
     may_begin_again: bool,
     lane: Lane,
     pipe: &Pipe<'_>,
+    commits: &AtomicU64,
 ) -> Batch {
     let conn = &store.conn;
     let begun = match lane {
@@ -677,6 +675,11 @@ fn commit_batch(
         }),
     };
     let committed = outcome.is_ok();
+    if committed {
+        // Counted before anyone is answered: a caller that reads the count
+        // after its answer sees its own commit.
+        commits.fetch_add(1, Ordering::Relaxed);
+    }
     pipe.answer(answers, outcome);
     if committed {
         Batch::Committed
