@@ -1099,9 +1099,10 @@ impl Engine {
             .then(|| self.history_limit(poll.history_page_size));
         move |s| {
             // A draining cohort claims no new task: `lease_task_for` finds
-            // none for it. An activity whose worker session can never run it (closed,
-            // failed, expired, missing) fails here, non-retryably, and the
-            // pass leases the next task; at most a few per pass.
+            // none for it. An activity whose worker session can never run
+            // it (closed, failed, expired, missing) fails here,
+            // non-retryably, and the pass leases the next task; at most a
+            // few per pass.
             let mut failed_runs = Vec::new();
             for _ in 0..SESSION_FAILURES_PER_PASS {
                 let mut task = s.lease_task_for(

@@ -233,18 +233,7 @@ impl Store {
             }
             if let Some(failures) = r.get::<_, Option<String>>(38)? {
                 let rows: Vec<RawFailure> = serde_json::from_str(&failures)?;
-                read.failures = rows
-                    .into_iter()
-                    .map(
-                        |(category, message, kind, value, configured)| FailureRecord {
-                            failure_category: category,
-                            message,
-                            structural_limit_kind: kind,
-                            structural_limit_value: value.map(to_u64),
-                            structural_limit_configured: configured.map(to_u64),
-                        },
-                    )
-                    .collect();
+                read.failures = rows.into_iter().map(failure).collect();
             }
         }
         decode(read)
@@ -298,13 +287,13 @@ impl Store {
                 sql: sql[3],
                 params,
                 each: &mut |r| {
-                    failures.push(FailureRecord {
-                        failure_category: r.get(0)?,
-                        message: r.get(1)?,
-                        structural_limit_kind: r.get(2)?,
-                        structural_limit_value: r.get::<_, Option<i64>>(3)?.map(to_u64),
-                        structural_limit_configured: r.get::<_, Option<i64>>(4)?.map(to_u64),
-                    });
+                    failures.push(failure((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                    )));
                     Ok(())
                 },
             },
@@ -340,6 +329,17 @@ fn raw_row(r: &Row<'_>) -> crate::store::db::Result<RawRow> {
         archive_reason: r.get(27)?,
         id: r.get(28)?,
     })
+}
+
+/// A failure row as read.
+fn failure((failure_category, message, kind, value, configured): RawFailure) -> FailureRecord {
+    FailureRecord {
+        failure_category,
+        message,
+        structural_limit_kind: kind,
+        structural_limit_value: value.map(to_u64),
+        structural_limit_configured: configured.map(to_u64),
+    }
 }
 
 /// The event in the four columns from `first` of a describe's one
