@@ -31,13 +31,23 @@ const SESSION_CANDIDATES: usize = 8;
 
 /// The candidates of a lease, up to `limit`, `more` their first column
 /// after the task's own three and `lock` the clause after the `LIMIT`.
+///
+/// Whether a workflow task's run has another leased is asked of that run
+/// (`dispatch_by_run`), and `LIMIT 1 OFFSET 0` keeps it so: without it
+/// PostgreSQL may plan the test as a hash of every leased workflow task of
+/// every run, built on each claim, and on a busy queue that walked
+/// hundreds of `dispatch_leases` entries, most of them left by tasks
+/// leased and done since the last vacuum (220 a scan after 25 s of SDK
+/// workflows). An `OFFSET` keeps PostgreSQL from turning an `EXISTS` into
+/// a hashed `IN`.
 fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
     format!(
         "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
          WHERE d.kind = ?1 AND d.namespace = ?2 \
          AND d.task_queue = ?3 AND d.status = 'ready' AND d.due_at_ms <= ?4 \
          AND (d.kind != 'workflow' OR (NOT EXISTS (SELECT 1 FROM dispatch_tasks l \
-           WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased') \
+           WHERE l.run_id = d.run_id AND l.kind = 'workflow' AND l.status = 'leased' \
+           LIMIT 1 OFFSET 0) \
            AND NOT {HELD_FOR_ANOTHER})) \
          AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
            AND c.build_id IS NOT NULL AND c.build_id <> ?6) \
@@ -66,6 +76,21 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     )
     .replace(" ORDER BY", &format!(" AND {COHORT_NOT_DRAINING} ORDER BY"))
 });
+
+/// The statement a claim beside other claims sends for its candidate
+/// (`?1` kind, `?2` namespace, `?3` task queue, `?4` now, `?5` the polling
+/// worker, `?6` its cohort), for the engine's tests of its PostgreSQL plan.
+pub fn candidates_beside_claims() -> &'static str {
+    &CANDIDATES_BESIDE_CLAIMS
+}
+
+/// The task of kind `?1` in (namespace `?2`, queue `?3`) still leased to
+/// poll request `?4`: found by that id (`dispatch_poll_requests`, migration
+/// 0054; named for SQLite, whose planner prefers the index of more
+/// equalities), not by walking the queue's leased tasks.
+pub const LEASED_BY_POLL_REQUEST: &str = "SELECT id FROM dispatch_tasks \
+     INDEXED BY dispatch_poll_requests WHERE kind = ?1 \
+     AND namespace = ?2 AND task_queue = ?3 AND status = 'leased' AND poll_request_id = ?4 LIMIT 1";
 
 /// The condition (`?2` the namespace, `?3` the task queue, `?6` the
 /// poller's cohort, `''` unversioned) that the cohort is not draining on
@@ -376,10 +401,7 @@ impl Store {
     ) -> Result<Option<LeasedTask>, Error> {
         let id: Option<i64> = self
             .conn
-            .prepare_cached(
-                "SELECT id FROM dispatch_tasks WHERE kind = ?1 AND namespace = ?2 \
-                 AND task_queue = ?3 AND status = 'leased' AND poll_request_id = ?4 LIMIT 1",
-            )?
+            .prepare_cached(LEASED_BY_POLL_REQUEST)?
             .query_row(
                 params![kind.as_str(), namespace, task_queue, poll_request_id],
                 |r| r.get(0),

@@ -37,7 +37,8 @@ const ACTIVITY_SERIES: &str = "SELECT task_queue, workflow_type, activity_type, 
 /// The busy queues of namespace `?1` in name order, at most `?2`: one
 /// compound statement of three disjoint arms, each an index range already
 /// in name order — queues with ready or leased tasks (the partial index
-/// that holds only those), and queues with none whose latest added or
+/// that holds only those, by the `busy` flag computed from the counters:
+/// migration 0053), and queues with none whose latest added or
 /// dispatched task fell in minute bucket `?3` or `?3 - 1`. SQLite merges
 /// the arms as co-routines (no sort), and `LIMIT` stops the merge, so the
 /// statement hands back at most `?2` label sets in all (it used to be three
@@ -45,17 +46,17 @@ const ACTIVITY_SERIES: &str = "SELECT task_queue, workflow_type, activity_type, 
 const BUSY_QUEUES: &str = "SELECT task_queue, workflow_ready, workflow_leased, \
      activity_ready, activity_leased, recent_minute, added_recent, added_before, \
      dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_active \
-     WHERE namespace = ?1 AND workflow_ready + workflow_leased + activity_ready + activity_leased > 0 \
+     WHERE namespace = ?1 AND busy \
      UNION ALL SELECT task_queue, workflow_ready, workflow_leased, \
      activity_ready, activity_leased, recent_minute, added_recent, added_before, \
      dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_recent \
      WHERE namespace = ?1 AND recent_minute = ?3 \
-     AND workflow_ready + workflow_leased + activity_ready + activity_leased = 0 \
+     AND NOT busy \
      UNION ALL SELECT task_queue, workflow_ready, workflow_leased, \
      activity_ready, activity_leased, recent_minute, added_recent, added_before, \
      dispatched_recent, dispatched_before FROM task_queue_state INDEXED BY task_queue_state_recent \
      WHERE namespace = ?1 AND recent_minute = ?3 - 1 \
-     AND workflow_ready + workflow_leased + activity_ready + activity_leased = 0 \
+     AND NOT busy \
      ORDER BY task_queue LIMIT ?2";
 
 /// Failing workflow tasks per workflow type: tasks not yet done whose last

@@ -239,6 +239,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0052_ready_index_whole_on_postgres",
         include_str!("migrations/postgres/0052_ready_index_whole_on_postgres.sql"),
     ),
+    (
+        "0053_queue_busy_flag",
+        include_str!("migrations/postgres/0053_queue_busy_flag.sql"),
+    ),
+    (
+        "0054_poll_request_index",
+        include_str!("migrations/postgres/0054_poll_request_index.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -66,6 +66,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0050_runs_by_workflow_with_id.sql"),
     include_str!("migrations/0051_ready_index_open_tasks.sql"),
     include_str!("migrations/0052_ready_index_whole_on_postgres.sql"),
+    include_str!("migrations/0053_queue_busy_flag.sql"),
+    include_str!("migrations/0054_poll_request_index.sql"),
 ];
 
 /// The schema version this engine writes.

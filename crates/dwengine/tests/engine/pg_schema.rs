@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
-use dwengine::store::describe;
 use dwengine::store::pg_schema::{self, MigrateError};
+use dwengine::store::{describe, leases};
 use dwengine::store::{Store, StoreConfig};
 use postgres::{Client, NoTls};
 
@@ -256,6 +256,7 @@ fn mapped_type(sqlite: &str) -> String {
         "TEXT" => "text",
         "BLOB" => "bytea",
         "REAL" => "double precision",
+        "BOOLEAN" => "boolean",
         other => panic!(
             "the SQLite schema declares a type the PostgreSQL twin has no mapping for: {other}"
         ),
@@ -277,7 +278,10 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
          AND name NOT LIKE 'sqlite_%' ORDER BY name",
     ) {
         let mut stmt = conn
-            .prepare("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid")
+            .prepare(
+                "SELECT name, type, \"notnull\", pk FROM pragma_table_xinfo(?1) \
+                 WHERE hidden != 1 ORDER BY cid",
+            )
             .unwrap();
         let rows: Vec<(String, String, bool, i64)> = stmt
             .query_map([&table], |r| {
@@ -293,7 +297,7 @@ fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
             .collect();
         pk.sort();
         let mut stmt = conn
-            .prepare("SELECT dflt_value FROM pragma_table_info(?1) ORDER BY cid")
+            .prepare("SELECT dflt_value FROM pragma_table_xinfo(?1) WHERE hidden != 1 ORDER BY cid")
             .unwrap();
         let defaults: Vec<Option<String>> = stmt
             .query_map([&table], |r| r.get(0))
@@ -1892,4 +1896,182 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
             );
         }
     }
+}
+
+/// Every task that moves updates its queue's `task_queue_state` row, so a
+/// busy queue's row is updated thousands of times a second. Those updates
+/// must be heap-only (HOT): an update that writes an entry into each of
+/// the table's indexes leaves the row's lookups walking the dead ones
+/// under load, while the row is locked (738 entries a lookup after 25 s
+/// of SDK workflows before migration 0053, whose partial index read the
+/// counters themselves). Only the updates that turn the queue busy or
+/// idle change its indexes.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    let mut tx = client.transaction().unwrap();
+    // The queue counts at commit (deferred triggers): counted at once
+    // here, so this transaction's own statistics show each update.
+    tx.batch_execute(
+        "SET CONSTRAINTS ALL IMMEDIATE; \
+         INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+           origin, memo, search_attributes, created_at_ms) \
+         VALUES (1, 'w', 'T', 'ns', 'q', 'running', 'v2', '{}', '{}', 1); \
+         INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+           due_at_ms, created_at_ms) \
+         SELECT n, CASE WHEN n % 2 = 0 THEN 'workflow' ELSE 'activity' END, 1, 'ns', 'q', \
+           'ready', n, n FROM generate_series(1, 10) AS n; \
+         UPDATE dispatch_tasks SET status = 'leased' WHERE run_id = 1; \
+         UPDATE dispatch_tasks SET status = 'done' WHERE run_id = 1;",
+    )
+    .unwrap();
+    let row = tx
+        .query_one(
+            "SELECT pg_stat_get_xact_tuples_updated('task_queue_state'::regclass), \
+             pg_stat_get_xact_tuples_hot_updated('task_queue_state'::regclass), \
+             (SELECT workflow_ready + workflow_leased + activity_ready + activity_leased \
+              FROM task_queue_state WHERE namespace = 'ns' AND task_queue = 'q')",
+            &[],
+        )
+        .unwrap();
+    let (updated, heap_only, open): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(open, 0, "every task moved to done");
+    assert!(
+        updated >= 30,
+        "ten tasks added, leased and done: {updated} updates"
+    );
+    assert!(
+        heap_only >= updated - 2,
+        "{heap_only} of {updated} updates of a busy queue's counters were heap-only: an index of \
+         task_queue_state reads a counter (its key or its predicate), so every task move writes \
+         into that index"
+    );
+}
+
+/// A claim's candidate asks whether the task's run has a workflow task
+/// leased already of that run (`dispatch_by_run`), in the generic plan its
+/// prepared statement keeps: planned as a hash of every leased workflow
+/// task of every run it read all of them on each claim (a sequential scan
+/// of the table here; on a busy queue, hundreds of entries left in
+/// `dispatch_leases` by tasks leased and done since the last vacuum).
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    busy_queue(&mut client);
+    let mut sql = leases::candidates_beside_claims().to_owned();
+    for n in 1..=6 {
+        sql = sql.replace(&format!("?{n}"), &format!("${n}"));
+    }
+    client
+        .batch_execute(&format!(
+            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
+        ))
+        .unwrap();
+    let plan = plan_lines(
+        &mut client,
+        "EXPLAIN EXECUTE candidate('workflow', 'bench', 'q', 5000, 'worker', '')",
+    );
+    assert!(
+        !plan.contains("hashed SubPlan")
+            && !plan.contains("Seq Scan on dispatch_tasks l")
+            && plan.contains("using dispatch_by_run on dispatch_tasks l"),
+        "a claim reads more leased tasks than its candidate's run's:\n{plan}"
+    );
+}
+
+/// A thousand runs of queue `q` in namespace `bench` with two workflow
+/// tasks each, one task in ten leased (to poll request `p-<id>`), the
+/// tables analyzed, and the session planning as a prepared statement
+/// does once it keeps a generic plan.
+fn busy_queue(client: &mut Client) {
+    client
+        .batch_execute(
+            "INSERT INTO runs (id, workflow_id, workflow_type, namespace, task_queue, status, \
+               origin, memo, search_attributes, created_at_ms) \
+             SELECT n, 'w-' || n, 'T', 'bench', 'q', 'running', 'v2', '{}', '{}', n \
+             FROM generate_series(1, 1000) AS n; \
+             INSERT INTO dispatch_tasks (id, kind, run_id, namespace, task_queue, status, \
+               due_at_ms, created_at_ms, lease_expires_at_ms, poll_request_id) \
+             SELECT n, 'workflow', 1 + n % 1000, 'bench', 'q', \
+               CASE WHEN n % 10 = 0 THEN 'leased' ELSE 'ready' END, n, n, \
+               CASE WHEN n % 10 = 0 THEN 1000000 END, \
+               CASE WHEN n % 10 = 0 THEN 'p-' || n END \
+             FROM generate_series(1, 2000) AS n; \
+             ANALYZE; SET plan_cache_mode = force_generic_plan",
+        )
+        .unwrap();
+}
+
+/// Every poll asks whether a task is still leased to its request id (a
+/// repeated poll's replay), nearly always to learn that none is: the read
+/// finds the task by that id on both backends, not by walking the
+/// queue's leased tasks (on PostgreSQL also the entries their earlier
+/// versions left in the indexes until a vacuum: 38-58 pages a poll under
+/// SDK load before migration 0054).
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_polls_leased_task_is_found_by_its_request_id() {
+    let (_dir, conn) = sqlite_database();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            leases::LEASED_BY_POLL_REQUEST
+        ))
+        .unwrap()
+        .query_map(["workflow", "bench", "q", "p-10"], |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("dispatch_poll_requests")),
+        "SQLite: {plan:?}"
+    );
+    let Some(url) = postgres_url(true) else {
+        return;
+    };
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    busy_queue(&mut client);
+    let mut sql = leases::LEASED_BY_POLL_REQUEST.replace("INDEXED BY dispatch_poll_requests ", "");
+    for n in 1..=4 {
+        sql = sql.replace(&format!("?{n}"), &format!("${n}"));
+    }
+    client
+        .batch_execute(&format!(
+            "PREPARE leased_by_request(text, text, text, text) AS {sql}"
+        ))
+        .unwrap();
+    let plan = plan_lines(
+        &mut client,
+        "EXPLAIN EXECUTE leased_by_request('workflow', 'bench', 'q', 'p-10')",
+    );
+    assert!(
+        plan.contains("dispatch_poll_requests") && !plan.contains("Seq Scan"),
+        "PostgreSQL:\n{plan}"
+    );
 }
