@@ -33,13 +33,16 @@ const SESSION_CANDIDATES: usize = 8;
 /// after the task's own three and `lock` the clause after the `LIMIT`.
 ///
 /// Whether a workflow task's run has another leased is asked of that run
-/// (`dispatch_by_run`), and `LIMIT 1 OFFSET 0` keeps it so: without it
-/// PostgreSQL may plan the test as a hash of every leased workflow task of
-/// every run, built on each claim, and on a busy queue that walked
-/// hundreds of `dispatch_leases` entries, most of them left by tasks
-/// leased and done since the last vacuum (220 a scan after 25 s of SDK
-/// workflows). An `OFFSET` keeps PostgreSQL from turning an `EXISTS` into
-/// a hashed `IN`.
+/// (`dispatch_by_run`), and whether the run is pinned to another build of
+/// the run itself (its primary key); `LIMIT 1 OFFSET 0` keeps each so. An
+/// `OFFSET` keeps PostgreSQL from turning an `EXISTS` into a join or a
+/// hashed `IN`, which it planned as: a hash of every leased workflow task
+/// of every run, built on each claim (on a busy queue hundreds of
+/// `dispatch_leases` entries, most left by tasks leased and done since the
+/// last vacuum: 220 a scan after 25 s of SDK workflows), and an anti-join
+/// reading every run of the store (a sequential scan of `runs`, or all of
+/// the namespace's through `runs_by_namespace` once vacuum had run: 250
+/// entries a claim after 25 s).
 fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
     format!(
         "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
@@ -50,7 +53,7 @@ fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
            LIMIT 1 OFFSET 0) \
            AND NOT {HELD_FOR_ANOTHER})) \
          AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
-           AND c.build_id IS NOT NULL AND c.build_id <> ?6) \
+           AND c.build_id IS NOT NULL AND c.build_id <> ?6 LIMIT 1 OFFSET 0) \
          AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
          ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
     )

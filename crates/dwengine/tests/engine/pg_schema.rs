@@ -1958,11 +1958,13 @@ fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
 }
 
 /// A claim's candidate asks whether the task's run has a workflow task
-/// leased already of that run (`dispatch_by_run`), in the generic plan its
-/// prepared statement keeps: planned as a hash of every leased workflow
-/// task of every run it read all of them on each claim (a sequential scan
-/// of the table here; on a busy queue, hundreds of entries left in
-/// `dispatch_leases` by tasks leased and done since the last vacuum).
+/// leased already, and whether the run is pinned to another build, of
+/// that run alone (`dispatch_by_run`, `runs_pkey`), in the generic plan
+/// its prepared statement keeps: planned as a hash of every leased
+/// workflow task of every run and an anti-join with every run, it read
+/// both tables whole on each claim (sequential scans here; on a busy
+/// queue, hundreds of entries left in `dispatch_leases` by tasks leased
+/// and done since the last vacuum).
 #[test]
 #[cfg_attr(
     not(dw_test_postgres),
@@ -1992,7 +1994,9 @@ fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
     assert!(
         !plan.contains("hashed SubPlan")
             && !plan.contains("Seq Scan on dispatch_tasks l")
-            && plan.contains("using dispatch_by_run on dispatch_tasks l"),
+            && plan.contains("using dispatch_by_run on dispatch_tasks l")
+            && !plan.contains("Seq Scan on runs")
+            && plan.contains("using runs_pkey on runs c"),
         "a claim reads more leased tasks than its candidate's run's:\n{plan}"
     );
 }
