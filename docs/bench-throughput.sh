@@ -36,6 +36,10 @@
 # DW_CONFORMANCE_RUST_TARGET_DIR where the Rust SDK's bench is built
 # (default target/conformance-rust);
 # BENCH_PORT the balancer's port, the nodes take the next three (18580).
+# STATEMENTS=1 (a server that preloads pg_stat_statements) also prints, per
+# PostgreSQL deployment, the Rust SDK phase's most called statements, the
+# indexes its scans read most entries of, and the tables it updated with
+# how many of the updates were heap-only.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -152,6 +156,16 @@ pg_ticks() {
   echo "$total"
 }
 
+# table_stats DATABASE: per index, its scans and the entries they read;
+# per table, its updates and how many were heap-only (HOT); so far, as
+# far as the servers' sessions have reported them (each at most a second
+# late while it is busy): the Rust SDK phase's are the difference.
+table_stats() {
+  psql -qAt -F ' ' "${DW_BENCH_POSTGRES_URL%/*}/$1" \
+    -c "SELECT 'index', indexrelname, idx_scan, idx_tup_read FROM pg_stat_user_indexes" \
+    -c "SELECT 'table', relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables" 2>/dev/null || true
+}
+
 # statements DATABASE: the statements PostgreSQL ran in DATABASE so far
 # (pg_stat_statements, when the server preloads it; "-" otherwise).
 statements() {
@@ -201,6 +215,7 @@ measure() {
     fi
     [ -z "$database" ] || s0=$(statements "$database")
     [ -z "$database" ] || p0=$(pg_ticks)
+    if [ -n "$database" ] && [ -n "${STATEMENTS:-}" ]; then table_stats "$database" >"$work/$name.rust-tables-0"; fi
     before=$(cpu_ticks)
     "$rust_bench" "$base" --role starter --shape activity --concurrency "$concurrency" \
       --seconds "$secs" --poll-interval-ms 50 --worker-slots "$rust_slots" \
@@ -214,6 +229,7 @@ measure() {
       # The phase's statements, most called first, with their execution
       # time (a lock function's is its wait): compare two deployments'.
       psql -qAt -F ' | ' "${DW_BENCH_POSTGRES_URL%/*}/$database" -c "SELECT calls, round(total_exec_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 140) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 30" >"$work/$name.rust-top" 2>&1 || true
+      table_stats "$database" >"$work/$name.rust-tables-1"
     fi
     stop_rust_workers
     echo "$((after - before))" >"$work/$name.rust-cpu"
@@ -319,4 +335,25 @@ if "rust" in sdks:
             continue
         print(f"{name}: the Rust SDK phase's statements: calls | execution ms in all | statement")
         print(top)
+    for name in ("pg-1", "pg-3"):
+        try:
+            tables = [read(f"{name}.rust-tables-{i}") for i in (0, 1)]
+        except FileNotFoundError:
+            continue
+        def parse(text):
+            rows = {}
+            for line in text.splitlines():
+                kind, rel, a, b = line.split(" ")
+                rows[(kind, rel)] = (int(a), int(b))
+            return rows
+        first, last = (parse(t) for t in tables)
+        moved = {k: (v[0] - first.get(k, (0, 0))[0], v[1] - first.get(k, (0, 0))[1]) for k, v in last.items()}
+        indexes = sorted(((v[1], v[0], k[1]) for k, v in moved.items() if k[0] == "index" and v[0] > 0), reverse=True)[:8]
+        print(f"{name}: the Rust SDK phase's index reads (most first): index | scans | entries read | per scan")
+        for read_, scans, index in indexes:
+            print(f"{index} | {scans} | {read_} | {read_ / scans:.1f}")
+        updated = sorted(((v[0], v[1], k[1]) for k, v in moved.items() if k[0] == "table" and v[0] > 0), reverse=True)[:6]
+        print(f"{name}: the Rust SDK phase's updates: table | updates | heap-only")
+        for n, hot, table in updated:
+            print(f"{table} | {n} | {hot}")
 PY
