@@ -134,6 +134,16 @@ impl Drop for FreshDatabase {
     }
 }
 
+/// A fresh database migrated to the newest schema and a session on it,
+/// for a PostgreSQL-only test; `None` when PostgreSQL is not tested.
+fn migrated_database() -> Option<(FreshDatabase, Client)> {
+    let url = postgres_url(true)?;
+    let db = FreshDatabase::create(&url);
+    let mut client = db.connect();
+    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
+    Some((db, client))
+}
+
 /// A file store migrated by the store's own migration (as `Store::open`
 /// does), opened again as a plain connection to read what it holds.
 fn sqlite_database() -> (tempfile::TempDir, rusqlite::Connection) {
@@ -1770,12 +1780,9 @@ fn plan_lines(client: &mut postgres::Client, explain: &str) -> String {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table() {
-    let Some(url) = postgres_url(true) else {
+    let Some((_db, mut client)) = migrated_database() else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     // A prepared statement's generic plan, as a node's session keeps it
     // (its parameters unknown when it is made).
     client
@@ -1819,12 +1826,9 @@ fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table(
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
-    let Some(url) = postgres_url(true) else {
+    let Some((_db, mut client)) = migrated_database() else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     // What a node's first seconds of starts leave: runs, each with its
     // ready task, in tables not analyzed since they were empty (autovacuum
     // kept off them, so the test does not depend on when it runs).
@@ -1912,12 +1916,9 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
-    let Some(url) = postgres_url(true) else {
+    let Some((_db, mut client)) = migrated_database() else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     let mut tx = client.transaction().unwrap();
     // The queue counts at commit (deferred triggers): counted at once
     // here, so this transaction's own statistics show each update.
@@ -1971,12 +1972,9 @@ fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
-    let Some(url) = postgres_url(true) else {
+    let Some((_db, mut client)) = migrated_database() else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     busy_queue(&mut client);
     let mut sql = leases::candidates_beside_claims().to_owned();
     for n in 1..=6 {
@@ -2054,12 +2052,9 @@ fn a_polls_leased_task_is_found_by_its_request_id() {
             .any(|line| line.contains("dispatch_poll_requests")),
         "SQLite: {plan:?}"
     );
-    let Some(url) = postgres_url(true) else {
+    let Some((_db, mut client)) = migrated_database() else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     busy_queue(&mut client);
     let mut sql = leases::LEASED_BY_POLL_REQUEST.replace("INDEXED BY dispatch_poll_requests ", "");
     for n in 1..=4 {
