@@ -521,7 +521,7 @@ fn commit_all(
             break;
         }
         match commit_batch(store, &mut batch, !begun_again, lane, pipe, commits) {
-            Batch::Committed | Batch::Failed => {}
+            Batch::Answered => {}
             Batch::SessionLost => {
                 begun_again = true;
                 reconnect.last = None;
@@ -532,10 +532,8 @@ fn commit_all(
 
 /// What one [`commit_batch`] did.
 enum Batch {
-    /// The transaction committed (its jobs are answered).
-    Committed,
-    /// It did not (its jobs are answered with the failure).
-    Failed,
+    /// Its jobs are answered: committed, or with the failure.
+    Answered,
     /// The session was found lost before any job ran; the jobs are still
     /// queued, unanswered.
     SessionLost,
@@ -605,7 +603,7 @@ fn commit_batch(
         for job in batch.drain(..) {
             (job.refuse)(failure.clone());
         }
-        return Batch::Failed;
+        return Batch::Answered;
     }
     pipe.joined_at_lock(batch);
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
@@ -674,16 +672,11 @@ fn commit_batch(
             failure
         }),
     };
-    let committed = outcome.is_ok();
-    if committed {
+    if outcome.is_ok() {
         // Counted before anyone is answered: a caller that reads the count
         // after its answer sees its own commit.
         commits.fetch_add(1, Ordering::Relaxed);
     }
     pipe.answer(answers, outcome);
-    if committed {
-        Batch::Committed
-    } else {
-        Batch::Failed
-    }
+    Batch::Answered
 }

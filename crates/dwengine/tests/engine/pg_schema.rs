@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use dwengine::store::pg_schema::{self, MigrateError};
-use dwengine::store::{describe, leases};
+use dwengine::store::{db, describe, leases};
 use dwengine::store::{Store, StoreConfig};
 use postgres::{Client, NoTls};
 
@@ -1594,36 +1594,11 @@ fn the_stores_statements_parse_on_the_postgres_schema_on(with_postgres: bool) {
             .iter()
             .any(|prefix| flat.starts_with(prefix))
     };
-    // Placeholders ?N become $N and `INDEXED BY name` goes, as the seam
-    // turns them.
-    let dollar = |sql: &str| {
-        let mut unhinted = String::with_capacity(sql.len());
-        let mut rest = sql;
-        while let Some(at) = rest.find("INDEXED BY ") {
-            unhinted.push_str(&rest[..at]);
-            let after = &rest[at + "INDEXED BY ".len()..];
-            let end = after
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            rest = &after[end..];
-        }
-        unhinted.push_str(rest);
-        let sql = unhinted.as_str();
-        let mut out = String::with_capacity(sql.len());
-        let mut chars = sql.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
-                out.push('$');
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    };
+    // Each statement as the seam sends it (`?N` as `$N`, no `INDEXED BY`).
     let mut problems = Vec::new();
     let mut known_failing = 0;
     for (file, line, sql) in &statements {
-        let Err(error) = client.prepare(&dollar(sql)) else {
+        let Err(error) = client.prepare(&db::postgres_text(sql)) else {
             continue;
         };
         let Some(db_error) = error.as_db_error() else {
@@ -1868,12 +1843,11 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
     client
         .batch_execute("SET plan_cache_mode = force_generic_plan")
         .unwrap();
-    let dollars = |sql: &str| sql.replace("?1", "$1").replace("?2", "$2");
     client
         .batch_execute(&format!(
             "PREPARE describe_latest(text, text) AS {}; PREPARE describe_by_id(bigint) AS {}",
-            dollars(describe::one_statement_latest()),
-            dollars(describe::ONE_STATEMENT),
+            db::postgres_text(describe::one_statement_latest()),
+            db::postgres_text(describe::ONE_STATEMENT),
         ))
         .unwrap();
     for (name, execute) in [
@@ -1976,10 +1950,7 @@ fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
         return;
     };
     busy_queue(&mut client);
-    let mut sql = leases::candidates_beside_claims().to_owned();
-    for n in 1..=6 {
-        sql = sql.replace(&format!("?{n}"), &format!("${n}"));
-    }
+    let sql = db::postgres_text(leases::candidates_beside_claims());
     client
         .batch_execute(&format!(
             "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
@@ -2056,10 +2027,7 @@ fn a_polls_leased_task_is_found_by_its_request_id() {
         return;
     };
     busy_queue(&mut client);
-    let mut sql = leases::LEASED_BY_POLL_REQUEST.replace("INDEXED BY dispatch_poll_requests ", "");
-    for n in 1..=4 {
-        sql = sql.replace(&format!("?{n}"), &format!("${n}"));
-    }
+    let sql = db::postgres_text(leases::LEASED_BY_POLL_REQUEST);
     client
         .batch_execute(&format!(
             "PREPARE leased_by_request(text, text, text, text) AS {sql}"

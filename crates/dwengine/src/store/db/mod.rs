@@ -147,6 +147,13 @@ impl Default for PostgresSettings {
 
 pub use postgres::CallClock;
 
+/// The text a PostgreSQL session prepares for the store's `sql` (`?N`
+/// placeholders as `$N`, SQLite's `INDEXED BY` hints left out), for tests
+/// that plan the store's statements on PostgreSQL themselves.
+pub fn postgres_text(sql: &str) -> String {
+    postgres::translate(sql)
+}
+
 /// One connection to the store's database.
 pub struct Connection {
     backend: Backend,
