@@ -36,6 +36,8 @@
 # DW_CONFORMANCE_RUST_TARGET_DIR where the Rust SDK's bench is built
 # (default target/conformance-rust);
 # BENCH_PORT the balancer's port, the nodes take the next three (18580).
+# RESULT_POLL_MS: how often each SDK client reads its workflow's result
+# (default 50; the SDKs' own default is 500, a tenth of the describes).
 # STATEMENTS=1 (a server that preloads pg_stat_statements) also prints, per
 # PostgreSQL deployment, the Rust SDK phase's most called statements, the
 # indexes its scans read most entries of, and the tables it updated with
@@ -53,6 +55,7 @@ redis_db=${BENCH_REDIS_DB:-14}
 venv=${DW_CONFORMANCE_VENV:-target/conformance-venv}
 sdks=${SDKS:-python}
 rust_slots=${RUST_WORKER_SLOTS:-8}
+result_poll_ms=${RESULT_POLL_MS:-50}
 [ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
 for tool in wrk haproxy psql redis-cli sqlite3 python3; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
@@ -197,7 +200,7 @@ measure() {
     *" python "*)
       before=$(cpu_ticks)
       (cd conformance && "$venv_python" bench.py "$base" --concurrency "$concurrency" \
-        --seconds "$secs") >"$work/$name.sdk" 2>"$work/$name.sdk-err" ||
+        --seconds "$secs" --poll-interval-ms "$result_poll_ms") >"$work/$name.sdk" 2>"$work/$name.sdk-err" ||
         { cat "$work/$name.sdk-err" >&2; echo "$name: the SDK phase failed" >&2; exit 1; }
       after=$(cpu_ticks)
       echo "$((after - before))" >"$work/$name.sdk-cpu"
@@ -218,7 +221,7 @@ measure() {
     if [ -n "$database" ] && [ -n "${STATEMENTS:-}" ]; then table_stats "$database" >"$work/$name.rust-tables-0"; fi
     before=$(cpu_ticks)
     "$rust_bench" "$base" --role starter --shape activity --concurrency "$concurrency" \
-      --seconds "$secs" --poll-interval-ms 50 --worker-slots "$rust_slots" \
+      --seconds "$secs" --poll-interval-ms "$result_poll_ms" --worker-slots "$rust_slots" \
       --worker-pids "$(IFS=,; echo "${rust_worker_pids[*]}")" >"$work/$name.rust" 2>"$work/$name.rust-err" ||
       { cat "$work/$name.rust-err" "$work/$name".rust-worker-*.err >&2; echo "$name: the Rust SDK phase failed" >&2; exit 1; }
     after=$(cpu_ticks)
@@ -273,14 +276,15 @@ stop_nodes
 
 "$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-after"
 "$dwserver" --version 2>/dev/null || true
-python3 - "$work" "$secs" "$(getconf CLK_TCK)" "$conns" "$concurrency" "$sdks" <<'PY'
+python3 - "$work" "$secs" "$(getconf CLK_TCK)" "$conns" "$concurrency" "$sdks" "$result_poll_ms" <<'PY'
 import json, re, sys
 work, secs, hz, conns, concurrency, sdks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6].split()
+result_poll = f"result read every {sys.argv[7]} ms"
 read = lambda name: open(f"{work}/{name}").read()
 rb, ra = float(read("raw-before")), float(read("raw-after"))
 raw = (rb + ra) / 2
 print(f"raw SQLite, 1 thread, 2-row tx per commit, WAL, synchronous=FULL: {raw:.0f} commits/s (before {rb:.0f}, after {ra:.0f})")
-print(f"starts: wrk, {conns} connections, {secs} s" + (f"; completed: Python SDK, {concurrency} in flight, {secs} s" if "python" in sdks else ""))
+print(f"starts: wrk, {conns} connections, {secs} s" + (f"; completed: Python SDK, {concurrency} in flight, {result_poll}, {secs} s" if "python" in sdks else ""))
 print("| deployment | starts/s | p50 | p99 | non-2xx | runs stored / answered | statements per start | CPU ms/start (nodes) | CPU ms/start (PostgreSQL) | starts / raw | completed/s | SDK start p50 | p99 | CPU ms/workflow (nodes) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in ("sqlite-1", "pg-1", "pg-3"):
@@ -311,7 +315,7 @@ for name in ("sqlite-1", "pg-1", "pg-3"):
           f"| {stored:,} / {answered:,} | {per_start} "
           f"| {1000 * cpu / max(1, rate * secs):.3f} | {pg_cpu} | {rate / raw:.2f} | {completed} |")
 if "rust" in sdks:
-    print(f"completed: Rust SDK (two worker processes and a starter), {concurrency} in flight, one activity each, {secs} s")
+    print(f"completed: Rust SDK (two worker processes and a starter), {concurrency} in flight, one activity each, {result_poll}, {secs} s")
     print("| deployment | completed/s | start p50 | p99 | CPU ms/workflow: nodes | PostgreSQL | SDK processes | statements/workflow |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in ("sqlite-1", "pg-1", "pg-3"):
