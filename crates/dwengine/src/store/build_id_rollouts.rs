@@ -13,6 +13,8 @@
 //! without registered workers is deleted by the write that leaves it so,
 //! since it says nothing the absence of a row does not.
 
+use std::sync::LazyLock;
+
 use crate::store::connection::Store;
 use crate::store::db::{params, OptionalExtension};
 use crate::store::error::Error;
@@ -22,6 +24,22 @@ use crate::store::tx::WriteTx;
 
 /// Rollout rows a namespace keeps at most.
 pub const MAX_NAMESPACE_ROLLOUTS: u64 = 1_000;
+
+/// The condition that the cohort in parameter `build` of the queue in
+/// parameters `namespace` and `task_queue` drains: the one question
+/// [`Store::cohort_draining`] asks on its own and a claim beside others
+/// asks inside its candidate query (`store::leases`), each with its own
+/// parameter numbers.
+pub(crate) fn draining_condition(namespace: &str, task_queue: &str, build: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM build_id_rollouts b WHERE b.namespace = {namespace} \
+         AND b.task_queue = {task_queue} AND b.build_id = {build} AND b.drain_intent = 'draining')"
+    )
+}
+
+/// [`Store::cohort_draining`]'s statement, formatted once.
+static COHORT_DRAINING: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {}", draining_condition("?1", "?2", "?3")));
 
 /// The stored key of a cohort (`''`: unversioned).
 fn key(build_id: Option<&str>) -> &str {
@@ -236,13 +254,10 @@ impl Store {
     ) -> Result<bool, Error> {
         Ok(self
             .conn
-            .prepare_cached(
-                "SELECT 1 FROM build_id_rollouts WHERE namespace = ?1 AND task_queue = ?2 \
-                 AND build_id = ?3 AND drain_intent = 'draining'",
-            )?
-            .query_row(params![namespace, task_queue, key(build_id)], |_| Ok(()))
-            .optional()?
-            .is_some())
+            .prepare_cached(&COHORT_DRAINING)?
+            .query_row(params![namespace, task_queue, key(build_id)], |r| {
+                r.get::<_, bool>(0)
+            })?)
     }
 
     /// Pins a run just started on `task_queue` to a cohort: `explicit`

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::store::db::{params, OptionalExtension, ToSql};
 use serde_json::Value;
 
+use crate::store::build_id_rollouts::draining_condition;
 use crate::store::connection::Store;
 use crate::store::deadlines::{rearm_activity, ActivityLease};
 use crate::store::dispatch::{load_task, LeasedTask, TaskKind};
@@ -69,7 +70,9 @@ pub(crate) static CANDIDATES: LazyLock<String> =
 /// A lease's one candidate beside other claims (PostgreSQL): locked,
 /// skipping those other claims hold, with whether another task of the
 /// queue is ready (`Store::lease_task_for` says why), and none while the
-/// poller's cohort (`?6`) drains on the queue ([`COHORT_NOT_DRAINING`]).
+/// poller's cohort (`?6`) drains on the queue (asked inside the query, as
+/// [`Store::cohort_draining`] asks it, so a claim on PostgreSQL does not
+/// spend a round trip of its own on it).
 static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     candidates_sql(
         1,
@@ -77,7 +80,10 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
         "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
          AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
     )
-    .replace(" ORDER BY", &format!(" AND {COHORT_NOT_DRAINING} ORDER BY"))
+    .replace(
+        " ORDER BY",
+        &format!(" AND NOT {} ORDER BY", draining_condition("?2", "?3", "?6")),
+    )
 });
 
 /// The statement a claim beside other claims sends for its candidate
@@ -94,15 +100,6 @@ pub fn candidates_beside_claims() -> &'static str {
 pub const LEASED_BY_POLL_REQUEST: &str = "SELECT id FROM dispatch_tasks \
      INDEXED BY dispatch_poll_requests WHERE kind = ?1 \
      AND namespace = ?2 AND task_queue = ?3 AND status = 'leased' AND poll_request_id = ?4 LIMIT 1";
-
-/// The condition (`?2` the namespace, `?3` the task queue, `?6` the
-/// poller's cohort, `''` unversioned) that the cohort is not draining on
-/// the queue, as [`Store::cohort_draining`] asks it: a draining cohort
-/// claims no new task. Part of the candidate query beside other claims, so
-/// a claim on PostgreSQL does not spend a round trip of its own on it.
-const COHORT_NOT_DRAINING: &str = "NOT EXISTS (SELECT 1 FROM build_id_rollouts b \
-     WHERE b.namespace = ?2 AND b.task_queue = ?3 AND b.build_id = ?6 \
-     AND b.drain_intent = 'draining')";
 
 /// [`Store::expired_leases`]' walk, formatted once (every poll runs it).
 pub(crate) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
