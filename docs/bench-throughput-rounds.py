@@ -116,17 +116,16 @@ def main():
     print()
     print("| deployment | figure | median | min | max |")
     print("| --- | --- | --- | --- | --- |")
+    order = {"raw": 0, "sqlite-1": 1, "pg-1": 2, "pg-3": 3}
     keys = sorted({k for figures, _ in per_round for k in figures},
-                  key=lambda k: (["raw", "sqlite-1", "pg-1", "pg-3"].index(k[0])
-                                 if k[0] in ("raw", "sqlite-1", "pg-1", "pg-3") else 9, k[1]))
+                  key=lambda k: (order.get(k[0], 9), k[1]))
     for key in keys:
         values = [figures[key] for figures, _ in per_round if key in figures]
         print(f"| {key[0]} | {key[1]} | {statistics.median(values):,.1f} | {min(values):,.1f} | {max(values):,.1f} |")
     print()
     print("| ratio in each round | median | rounds |")
     print("| --- | --- | --- |")
-    names = [name for name in per_round[0][1]] if per_round else []
-    for name in names:
+    for name in per_round[0][1]:
         values = [r[name] for _, r in per_round if name in r]
         print(f"| {name} | {statistics.median(values):.2f} | {', '.join(f'{v:.2f}' for v in values)} |")
     return 0

@@ -17,6 +17,8 @@ use support::{cache_variants, SharedCache, TestServer};
 
 const TASKS: usize = 400;
 const POLLERS: usize = 8;
+/// Longer than any drain: see the server's configuration below.
+const LEASE: Duration = Duration::from_secs(3_600);
 
 fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
     backend: &'static str,
@@ -28,6 +30,11 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
         let s = TestServer::start(cache.clone(), move |c| {
             c.sqlite_poll_claim_gate = Some(gate);
             c.database = Some(db);
+            // No task is completed here, so a lease that expired before the
+            // drain ends (30 s by default; a drain on a loaded machine has
+            // taken longer) would hand its task out again, rightly: leases
+            // outlast the test, so a task leased twice is a double lease.
+            c.task_lease = LEASE;
         });
         for i in 0..TASKS {
             s.start_workflow("default", &format!("wf-{i}"), "claims");
@@ -41,8 +48,12 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 while !done.load(Ordering::Relaxed) {
-                    let keys = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
-                    peak_keys.fetch_max(keys, Ordering::Relaxed);
+                    // A read that timed out (a Redis round trip past the
+                    // client's 2 s on a loaded machine) is a sample not
+                    // taken, as `support::eventually` takes it.
+                    if let Ok(keys) = s.cache.count_prefix(WorkerPollClaimGate::PREFIX) {
+                        peak_keys.fetch_max(keys, Ordering::Relaxed);
+                    }
                     std::thread::sleep(Duration::from_millis(5));
                 }
             });
@@ -64,7 +75,8 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
                             if let Some(id) = body["task"]["task_id"].as_str() {
                                 assert!(
                                     seen.lock().unwrap().insert(id.to_owned()),
-                                    "task {id} leased twice"
+                                    "task {id} leased twice ({:?} into the drain)",
+                                    began.elapsed()
                                 );
                                 leased.fetch_add(1, Ordering::Relaxed);
                             }
@@ -72,10 +84,16 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
                     })
                 })
                 .collect();
-            for p in pollers {
-                p.join().unwrap();
-            }
+            // The monitor stops whatever the pollers did: a poller that
+            // failed is reported once the monitor is joined, where an
+            // unwrap here would leave the scope waiting on it for ever.
+            let joined: Vec<_> = pollers.into_iter().map(|p| p.join()).collect();
             done.store(true, Ordering::Relaxed);
+            for poller in joined {
+                if let Err(panic) = poller {
+                    std::panic::resume_unwind(panic);
+                }
+            }
         });
         let drain = began.elapsed();
         let stats = s.running.engine().claim_gate().stats();
@@ -83,7 +101,16 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
         latencies.sort();
         let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
         let peak = peak_keys.load(Ordering::Relaxed);
-        let after = s.cache.count_prefix(WorkerPollClaimGate::PREFIX).unwrap();
+        let mut after = usize::MAX;
+        assert!(
+            support::eventually(Duration::from_secs(30), || {
+                s.cache
+                    .count_prefix(WorkerPollClaimGate::PREFIX)
+                    .map(|keys| after = keys)
+                    .is_ok()
+            }),
+            "[{backend}] the cache answers a count within 30 s"
+        );
         eprintln!(
             "[{backend}] gate {}: {TASKS} tasks by {POLLERS} pollers in {drain:?}; claim probes {} ({} empty), passes that skipped {}, most claims in flight {}; polls {} p50 {:?} p99 {:?}; gate keys peak {peak} final {after}",
             if gate { "on " } else { "off" },

@@ -134,10 +134,11 @@ impl Drop for FreshDatabase {
     }
 }
 
-/// A fresh database migrated to the newest schema and a session on it,
-/// for a PostgreSQL-only test; `None` when PostgreSQL is not tested.
-fn migrated_database() -> Option<(FreshDatabase, Client)> {
-    let url = postgres_url(true)?;
+/// A fresh database migrated to the newest schema and a session on it;
+/// `None` when PostgreSQL is not tested (`with_postgres`: as
+/// [`postgres_url`] takes it).
+fn migrated_database(with_postgres: bool) -> Option<(FreshDatabase, Client)> {
+    let url = postgres_url(with_postgres)?;
     let db = FreshDatabase::create(&url);
     let mut client = db.connect();
     pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
@@ -907,12 +908,9 @@ fn the_same_row_operations_leave_the_same_counters_and_projections_on_both_on(wi
         .position(|t| *t == "external_payload_refs")
         .unwrap()];
     assert!(refs.len() >= 3, "{refs:?}");
-    let Some(url) = postgres_url(with_postgres) else {
+    let Some((_db, mut client)) = migrated_database(with_postgres) else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     // The script in one transaction, so that PostgreSQL's count of the
     // trigger functions it called (pg_stat_xact_user_functions, kept when
     // track_functions is on: a superuser's setting, which CI's cluster
@@ -1267,12 +1265,9 @@ fn the_sqlite_functions_postgres_defines_answer_as_sqlite_does_on(with_postgres:
     // SQLite's own answers, so a change of SQLite's is seen here first.
     assert_eq!(sqlite[0].as_deref(), Some("w-1"));
     assert_eq!(sqlite[4].as_deref(), Some("1"));
-    let Some(url) = postgres_url(with_postgres) else {
+    let Some((_db, mut client)) = migrated_database(with_postgres) else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     let mut problems = Vec::new();
     for (sql, sqlite) in statements.iter().zip(&sqlite) {
         let postgres: Option<String> = client
@@ -1582,12 +1577,9 @@ fn the_stores_statements_parse_on_the_postgres_schema_on(with_postgres: bool) {
         "found {} statements",
         statements.len()
     );
-    let Some(url) = postgres_url(with_postgres) else {
+    let Some((_db, mut client)) = migrated_database(with_postgres) else {
         return;
     };
-    let db = FreshDatabase::create(&url);
-    let mut client = db.connect();
-    pg_schema::migrate(&mut client).expect("migrate PostgreSQL");
     let known = |sql: &str| {
         let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
         NOT_YET_PORTABLE
@@ -1755,7 +1747,7 @@ fn plan_lines(client: &mut postgres::Client, explain: &str) -> String {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table() {
-    let Some((_db, mut client)) = migrated_database() else {
+    let Some((_db, mut client)) = migrated_database(true) else {
         return;
     };
     // A prepared statement's generic plan, as a node's session keeps it
@@ -1801,7 +1793,7 @@ fn the_newest_run_of_a_workflow_id_is_one_backward_index_step_on_an_empty_table(
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
-    let Some((_db, mut client)) = migrated_database() else {
+    let Some((_db, mut client)) = migrated_database(true) else {
         return;
     };
     // What a node's first seconds of starts leave: runs, each with its
@@ -1890,7 +1882,7 @@ fn a_runs_open_workflow_task_is_read_through_its_run_among_thousands_ready() {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
-    let Some((_db, mut client)) = migrated_database() else {
+    let Some((_db, mut client)) = migrated_database(true) else {
         return;
     };
     let mut tx = client.transaction().unwrap();
@@ -1946,7 +1938,7 @@ fn a_busy_queues_counter_updates_leave_its_indexes_alone() {
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
 fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
-    let Some((_db, mut client)) = migrated_database() else {
+    let Some((_db, mut client)) = migrated_database(true) else {
         return;
     };
     busy_queue(&mut client);
@@ -2023,7 +2015,7 @@ fn a_polls_leased_task_is_found_by_its_request_id() {
             .any(|line| line.contains("dispatch_poll_requests")),
         "SQLite: {plan:?}"
     );
-    let Some((_db, mut client)) = migrated_database() else {
+    let Some((_db, mut client)) = migrated_database(true) else {
         return;
     };
     busy_queue(&mut client);
