@@ -633,6 +633,7 @@ pub struct WorkerPollClaimGate {
     skipped: AtomicU64,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    overran: AtomicU64,
 }
 
 /// What the gate counted since the node started.
@@ -646,6 +647,10 @@ pub struct ClaimGateStats {
     pub skipped: u64,
     /// The most claim transactions this node ran at once.
     pub max_in_flight: u64,
+    /// Claims that held the gate past its TTL: their key was gone or
+    /// another's when they released it, so another claim may have run
+    /// beside them (the gate is a lease, not a lock, by design).
+    pub overran: u64,
 }
 
 /// A held gate (or a pass through a disabled one); dropping it releases.
@@ -659,11 +664,16 @@ impl Drop for ClaimPermit<'_> {
         self.gate.in_flight.fetch_sub(1, Ordering::Relaxed);
         if self.locked {
             let key = WorkerPollClaimGate::key();
-            // Only the holder deletes: after a TTL expiry the key may be another's.
-            if self.gate.cache.get(&key).ok().flatten().as_deref()
-                == Some(self.gate.token.as_bytes())
-            {
-                let _ = self.gate.cache.forget(&key);
+            // Only the holder deletes: after a TTL expiry the key may be
+            // another's. A read that failed says nothing either way.
+            match self.gate.cache.get(&key) {
+                Ok(Some(holder)) if holder == self.gate.token.as_bytes() => {
+                    let _ = self.gate.cache.forget(&key);
+                }
+                Ok(_) => {
+                    self.gate.overran.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {}
             }
         }
     }
@@ -697,6 +707,7 @@ impl WorkerPollClaimGate {
             skipped: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
+            overran: AtomicU64::new(0),
         }
     }
 
@@ -739,6 +750,7 @@ impl WorkerPollClaimGate {
             empty_probes: self.empty_probes.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+            overran: self.overran.load(Ordering::Relaxed),
         }
     }
 }
@@ -1020,6 +1032,25 @@ mod tests {
         });
         board.wake_one(&channel).unwrap();
         assert_eq!(waiter.join().unwrap(), Woken::One);
+    }
+
+    #[test]
+    fn a_claim_that_outlives_its_gate_key_is_counted_and_leaves_the_new_holders_key() {
+        let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+        let gate = WorkerPollClaimGate::new(cache.clone(), "n1", true);
+        let key = WorkerPollClaimGate::key();
+        // Released in time: the key goes, nothing overran.
+        drop(gate.enter(Duration::ZERO).unwrap().unwrap());
+        assert_eq!(cache.get(&key).unwrap(), None);
+        assert_eq!(gate.stats().overran, 0);
+        // The key expired under the holder and another node took it.
+        let permit = gate.enter(Duration::ZERO).unwrap().unwrap();
+        cache.forget(&key).unwrap();
+        cache.put(&key, b"n2:1", WorkerPollClaimGate::TTL).unwrap();
+        drop(permit);
+        assert_eq!(cache.get(&key).unwrap().as_deref(), Some(&b"n2:1"[..]));
+        assert_eq!(gate.stats().overran, 1);
+        assert_eq!(gate.stats().max_in_flight, 1);
     }
 
     #[test]

@@ -112,12 +112,13 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
             "[{backend}] the cache answers a count within 30 s"
         );
         eprintln!(
-            "[{backend}] gate {}: {TASKS} tasks by {POLLERS} pollers in {drain:?}; claim probes {} ({} empty), passes that skipped {}, most claims in flight {}; polls {} p50 {:?} p99 {:?}; gate keys peak {peak} final {after}",
+            "[{backend}] gate {}: {TASKS} tasks by {POLLERS} pollers in {drain:?}; claim probes {} ({} empty), passes that skipped {}, most claims in flight {} ({} past the TTL); polls {} p50 {:?} p99 {:?}; gate keys peak {peak} final {after}",
             if gate { "on " } else { "off" },
             stats.probes,
             stats.empty_probes,
             stats.skipped,
             stats.max_in_flight,
+            stats.overran,
             latencies.len(),
             at(0.5),
             at(0.99),
@@ -128,7 +129,14 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
             "[{backend}] the gate key is deleted by its holder"
         );
         if gate {
-            assert_eq!(stats.max_in_flight, 1, "[{backend}] one claim at a time");
+            // One claim at a time while each holder releases within the
+            // key's TTL; a claim slower than that (a loaded machine) lets
+            // the next in, as the gate is built to, and is counted.
+            assert!(
+                stats.max_in_flight == 1 || stats.overran > 0,
+                "[{backend}] {} claims at once, none past the TTL",
+                stats.max_in_flight
+            );
             assert!(peak <= 1, "[{backend}] {peak}");
         } else {
             assert_eq!(peak, 0, "[{backend}] no key without the gate");
