@@ -44,6 +44,11 @@ const SESSION_CANDIDATES: usize = 8;
 /// reading every run of the store (a sequential scan of `runs`, or all of
 /// the namespace's through `runs_by_namespace` once vacuum had run: 250
 /// entries a claim after 25 s).
+///
+/// `ORDER BY d.due_at_ms, d.id` is `dispatch_ready`'s own order (on
+/// PostgreSQL the index ends with `id` since migration 0055; on SQLite
+/// with the rowid), so the scan stops at the first task the claim may
+/// take instead of reading, checking and sorting the queue's whole backlog.
 fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
     format!(
         "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \

@@ -247,6 +247,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0054_poll_request_index",
         include_str!("migrations/postgres/0054_poll_request_index.sql"),
     ),
+    (
+        "0055_ready_index_in_claim_order",
+        include_str!("migrations/postgres/0055_ready_index_in_claim_order.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -68,6 +68,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0052_ready_index_whole_on_postgres.sql"),
     include_str!("migrations/0053_queue_busy_flag.sql"),
     include_str!("migrations/0054_poll_request_index.sql"),
+    include_str!("migrations/0055_ready_index_in_claim_order.sql"),
 ];
 
 /// The schema version this engine writes.

@@ -585,6 +585,10 @@ fn postgres_schema(client: &mut Client) -> Schema {
 /// Indexes partial on SQLite and whole on PostgreSQL, each for its planner.
 const SQLITE_ONLY_PARTIAL: &[&str] = &["dispatch_ready"];
 
+/// Indexes PostgreSQL ends with the table's `id`, which every SQLite index
+/// of a rowid table ends with unnamed (migration 0055: the claim's order).
+const POSTGRES_NAMES_THE_ROWID: &[&str] = &["dispatch_ready"];
+
 /// Names each difference between two maps, so a failure says what to fix.
 fn differences<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
     what: &str,
@@ -654,6 +658,14 @@ fn postgres_schema_has_the_sqlite_schemas_tables_columns_indexes_and_triggers_on
             "{name} is partial on PostgreSQL again: drop it from the list"
         );
         index.3 = true;
+    }
+    for name in POSTGRES_NAMES_THE_ROWID {
+        let index = postgres.indexes.get_mut(*name).expect("the index exists");
+        assert_eq!(
+            index.2.pop().as_deref(),
+            Some("id"),
+            "{name} no longer ends with id on PostgreSQL: drop it from the list"
+        );
     }
 
     let mut problems = differences("table", &sqlite.tables, &postgres.tables);
@@ -1959,6 +1971,60 @@ fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
             && !plan.contains("Seq Scan on runs")
             && plan.contains("using runs_pkey on runs c"),
         "a claim reads more leased tasks than its candidate's run's:\n{plan}"
+    );
+}
+
+/// A claim beside other claims reads its queue's ready tasks in its own
+/// order (`due_at_ms, id`) and stops at the first it may lock. With
+/// `dispatch_ready` ending at `due_at_ms` (before migration 0055) the plan
+/// read every ready task of the queue, ran the candidate's checks on each
+/// and sorted them to lock one: 55 tasks for one claim under SDK load (a
+/// whole sort), 33 here (an incremental one). SQLite reads its partial
+/// index in that order too.
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_claim_reads_its_queue_in_claim_order_without_sorting_it() {
+    let (_dir, conn) = sqlite_database();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            leases::candidates_beside_claims().replace(" FOR UPDATE OF d SKIP LOCKED", "")
+        ))
+        .unwrap()
+        .query_map(["workflow", "bench", "q", "5000", "worker", ""], |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|line| line.contains("dispatch_ready"))
+            && !plan.iter().any(|line| line.contains("ORDER BY")),
+        "SQLite: {plan:?}"
+    );
+    let Some((_db, mut client)) = migrated_database(true) else {
+        return;
+    };
+    busy_queue(&mut client);
+    let sql = db::postgres_text(leases::candidates_beside_claims());
+    client
+        .batch_execute(&format!(
+            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
+        ))
+        .unwrap();
+    let explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) \
+                   EXECUTE candidate('workflow', 'bench', 'q', 5000, 'worker', '')";
+    let plan = plan_lines(&mut client, explain);
+    let read = plan
+        .lines()
+        .find(|line| line.contains("Index Scan using dispatch_ready on dispatch_tasks d"))
+        .unwrap_or_else(|| panic!("the claim does not read dispatch_ready:\n{plan}"));
+    assert!(
+        !plan.contains("Sort") && read.contains("rows=1 "),
+        "a claim reads and sorts its queue's ready tasks to lock one:\n{plan}"
     );
 }
 

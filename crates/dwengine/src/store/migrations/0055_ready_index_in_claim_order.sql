@@ -1,0 +1,5 @@
+-- See the PostgreSQL twin: PostgreSQL's `dispatch_ready` ends with `id`,
+-- the claim's order after `due_at_ms`. SQLite already reads it in that
+-- order (every index of a rowid table ends with the rowid), and naming the
+-- column moved its planner off `dispatch_leases` for a worker's released
+-- leases; this version only keeps the two schemas' numbering together.
