@@ -1746,6 +1746,19 @@ fn plan_lines(client: &mut postgres::Client, explain: &str) -> String {
         .join("\n")
 }
 
+/// SQLite's plan for `sql` with `params`, one line per step
+/// (`EXPLAIN QUERY PLAN`'s detail column).
+fn sqlite_plan(conn: &rusqlite::Connection, sql: &str, params: &[&str]) -> Vec<String> {
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(rusqlite::params_from_iter(params), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 /// The newest run of a workflow id is found through `runs_by_workflow`,
 /// backwards, with no sort, by the plan a node keeps for its prepared
 /// statement: the generic plan PostgreSQL makes while the table is still
@@ -1954,12 +1967,7 @@ fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
         return;
     };
     busy_queue(&mut client);
-    let sql = db::postgres_text(leases::candidates_beside_claims());
-    client
-        .batch_execute(&format!(
-            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
-        ))
-        .unwrap();
+    prepare_claim_candidate(&mut client);
     let plan = plan_lines(
         &mut client,
         "EXPLAIN EXECUTE candidate('workflow', 'bench', 'q', 5000, 'worker', '')",
@@ -1988,18 +1996,11 @@ fn a_claims_leased_task_check_reads_the_candidates_run_alone() {
 )]
 fn a_claim_reads_its_queue_in_claim_order_without_sorting_it() {
     let (_dir, conn) = sqlite_database();
-    let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            leases::candidates_beside_claims().replace(" FOR UPDATE OF d SKIP LOCKED", "")
-        ))
-        .unwrap()
-        .query_map(["workflow", "bench", "q", "5000", "worker", ""], |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan = sqlite_plan(
+        &conn,
+        &leases::candidates_beside_claims().replace(" FOR UPDATE OF d SKIP LOCKED", ""),
+        &["workflow", "bench", "q", "5000", "worker", ""],
+    );
     assert!(
         plan.iter().any(|line| line.contains("dispatch_ready"))
             && !plan.iter().any(|line| line.contains("ORDER BY")),
@@ -2009,12 +2010,7 @@ fn a_claim_reads_its_queue_in_claim_order_without_sorting_it() {
         return;
     };
     busy_queue(&mut client);
-    let sql = db::postgres_text(leases::candidates_beside_claims());
-    client
-        .batch_execute(&format!(
-            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
-        ))
-        .unwrap();
+    prepare_claim_candidate(&mut client);
     let explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) \
                    EXECUTE candidate('workflow', 'bench', 'q', 5000, 'worker', '')";
     let plan = plan_lines(&mut client, explain);
@@ -2026,6 +2022,17 @@ fn a_claim_reads_its_queue_in_claim_order_without_sorting_it() {
         !plan.contains("Sort") && read.contains("rows=1 "),
         "a claim reads and sorts its queue's ready tasks to lock one:\n{plan}"
     );
+}
+
+/// The statement a claim beside other claims sends for its candidate,
+/// prepared as `candidate` (kind, namespace, queue, now, worker, cohort).
+fn prepare_claim_candidate(client: &mut Client) {
+    let sql = db::postgres_text(leases::candidates_beside_claims());
+    client
+        .batch_execute(&format!(
+            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
+        ))
+        .unwrap();
 }
 
 /// A thousand runs of queue `q` in namespace `bench` with two workflow
@@ -2064,18 +2071,11 @@ fn busy_queue(client: &mut Client) {
 )]
 fn a_polls_leased_task_is_found_by_its_request_id() {
     let (_dir, conn) = sqlite_database();
-    let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            leases::LEASED_BY_POLL_REQUEST
-        ))
-        .unwrap()
-        .query_map(["workflow", "bench", "q", "p-10"], |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan = sqlite_plan(
+        &conn,
+        leases::LEASED_BY_POLL_REQUEST,
+        &["workflow", "bench", "q", "p-10"],
+    );
     assert!(
         plan.iter()
             .any(|line| line.contains("dispatch_poll_requests")),
