@@ -91,6 +91,12 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The statement a claim sends for its candidates when it is the only
+/// claim (SQLite's), for the engine's tests of its plan.
+pub fn candidates_alone() -> &'static str {
+    &CANDIDATES
+}
+
 /// The statement a claim beside other claims sends for its candidate
 /// (`?1` kind, `?2` namespace, `?3` task queue, `?4` now, `?5` the polling
 /// worker, `?6` its cohort), for the engine's tests of its PostgreSQL plan.
