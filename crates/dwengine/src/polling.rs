@@ -12,6 +12,16 @@
 //! lost in transit (a dropped connection) costs a later wake, never a lost
 //! task. The recovery scans each poll pass runs are capped here so an old
 //! backlog cannot turn every poll into a slow one.
+//!
+//! A commit that gives a queue one task wakes one poll, not every poll of
+//! every node: each poll that looks is a claim transaction, and all but
+//! one of them find nothing. When a poll of this node will take the
+//! wake-up, the wake does not leave the node (no relay message, no signal
+//! key); only when none will do the other nodes hear of it. A poll whose
+//! single wake-up found nothing it could take (another build-id cohort, a
+//! sticky claim or a worker session held elsewhere), or that took a task
+//! while more were ready, then wakes every poll of its node and of the
+//! others, so the task reaches a poll that can take it one pass later.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +155,10 @@ pub struct PollWakes {
     relayed_in: AtomicU64,
     relayed_out: AtomicU64,
     relay_losses: AtomicU64,
+    /// Single wake-ups a poll of this node took, not relayed.
+    kept_here: AtomicU64,
+    /// Relay messages that could not be published.
+    unsent: AtomicU64,
 }
 
 struct Relay {
@@ -192,6 +206,12 @@ pub struct RelayStats {
     /// Times the subscription was lost and re-established (every local
     /// poll then looked again).
     pub resubscribed: u64,
+    /// Single wake-ups (one task for one poll) a poll of this node took,
+    /// so no other node heard of them.
+    pub kept_here: u64,
+    /// Relay messages that could not be published (the other nodes'
+    /// polls found that work at their next signal look or recheck).
+    pub unsent: u64,
 }
 
 impl PollWakes {
@@ -219,6 +239,8 @@ impl PollWakes {
             relayed_in: AtomicU64::new(0),
             relayed_out: AtomicU64::new(0),
             relay_losses: AtomicU64::new(0),
+            kept_here: AtomicU64::new(0),
+            unsent: AtomicU64::new(0),
         })
     }
 
@@ -326,18 +348,17 @@ impl PollWakes {
         Ok(())
     }
 
-    /// Wakes the polls of `channel` as [`PollWakes::wake`] (or
-    /// [`PollWakes::wake_one`] when `one`), the relay message and `signal`
-    /// (the channel's signal key, which only a poll on a node with a relay
-    /// reads) sent in one round trip: a wake on a cluster node cost two.
-    /// Without a relay the signal is not written.
-    pub fn wake_and_signal(
+    /// Wakes one poll of `channel` as [`PollWakes::wake_one`], the relay
+    /// message and `signal` (the channel's signal key, which only a poll
+    /// on a node with a relay reads) sent in one round trip when they are
+    /// sent: a wake on a cluster node cost two. Without a relay the signal
+    /// is not written.
+    pub fn wake_one_and_signal(
         &self,
         channel: &str,
-        one: bool,
         signal: CacheOp<'_>,
     ) -> Result<(), CacheError> {
-        self.wake_together(&[(channel, one, Some(signal))], &[])
+        self.wake_together(&[(channel, true, Some(signal))], &[])
     }
 
     /// The wakes of one commit in one round trip: the polls of each
@@ -345,38 +366,52 @@ impl PollWakes {
     /// here, and, on a node with a relay, every relay message (each
     /// channel's, then each of `waits`', whose calls on this node the
     /// caller woke) with each channel's signal key, in that order, as one
-    /// [`Cache::batch`]. Without a relay no signal key is written.
+    /// [`Cache::batch`]. Without a relay no signal key is written. A
+    /// single wake-up a poll of this node takes sends neither.
     pub fn wake_together(
         &self,
         channels: &[(&str, bool, Option<CacheOp<'_>>)],
         waits: &[WaitKey],
     ) -> Result<(), CacheError> {
-        for (channel, one, _) in channels {
-            match (*one, self.entry(channel)) {
+        let relayed = self.relayed();
+        let mut heard = Vec::with_capacity(channels.len());
+        for (channel, one, signal) in channels {
+            let kept = match (*one, self.entry(channel)) {
                 (true, Some(entry)) => entry.add_token(),
-                (false, Some(entry)) => entry.bump(),
-                (_, None) => {}
+                (false, Some(entry)) => {
+                    entry.bump();
+                    false
+                }
+                (_, None) => false,
+            };
+            if kept && relayed {
+                self.kept_here.fetch_add(1, Ordering::Relaxed);
+            } else {
+                heard.push((*channel, *signal));
             }
         }
         let Some((cache, name, origin)) = self.relay_target() else {
             return Ok(());
         };
-        let messages: Vec<String> = channels
+        let messages: Vec<String> = heard
             .iter()
-            .map(|(channel, _, _)| format!("{origin}{channel}"))
+            .map(|(channel, _)| format!("{origin}{channel}"))
             .chain(
                 waits
                     .iter()
                     .map(|key| format!("{origin}{}", wait_message(key))),
             )
             .collect();
-        let mut ops = Vec::with_capacity(messages.len() + channels.len());
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut ops = Vec::with_capacity(messages.len() + heard.len());
         for (i, message) in messages.iter().enumerate() {
             ops.push(CacheOp::Publish {
                 channel: &name,
                 message: message.as_bytes(),
             });
-            if let Some((_, _, Some(signal))) = channels.get(i) {
+            if let Some((_, Some(signal))) = heard.get(i) {
                 ops.push(*signal);
             }
         }
@@ -416,17 +451,45 @@ impl PollWakes {
     }
 
     /// Wakes one poll of `channel` on this node (the first that waits,
-    /// now or next) and, through the relay, every poll of the other nodes
-    /// of the store: for a commit that gave the queue one task, so one
-    /// poll looks for it instead of all of them. A poll that finds
-    /// nothing then wakes the others ([`Woken::One`]), so a poll that
-    /// cannot take the task (another build-id cohort, a sticky claim or a
-    /// session held elsewhere) delays it by one pass, never loses it.
+    /// now or next), or, when no poll of this node will take it, through
+    /// the relay every poll of the other nodes of the store: for a commit
+    /// that gave the queue one task, so one poll looks for it instead of
+    /// all of them. A poll that finds nothing then wakes the others, here
+    /// and on the other nodes ([`Woken::One`], [`PollWake::wake_all`]), so
+    /// a poll that cannot take the task (another build-id cohort, a sticky
+    /// claim or a session held elsewhere) delays it by one pass, never
+    /// loses it.
     pub fn wake_one(&self, channel: &str) -> Result<(), CacheError> {
-        if let Some(entry) = self.entry(channel) {
-            entry.add_token();
+        if self.entry(channel).is_some_and(|entry| entry.add_token()) {
+            if self.relayed() {
+                self.kept_here.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(());
         }
         self.publish_to_peers(channel)
+    }
+
+    /// Publishes a wake of every poll of `channel` to the other nodes
+    /// without holding up the caller (a poll on the async runtime; the
+    /// cache's call may block): on a blocking thread when called on the
+    /// runtime, else here. Nothing without a relay; a failure is counted
+    /// ([`RelayStats::unsent`]), and the other nodes' polls find the work
+    /// at their next recheck.
+    fn relay_soon(self: &Arc<Self>, channel: &str) {
+        if !self.relayed() {
+            return;
+        }
+        let board = self.clone();
+        let channel = channel.to_owned();
+        let publish = move || {
+            if board.publish_to_peers(&channel).is_err() {
+                board.unsent.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(publish)),
+            Err(_) => publish(),
+        }
     }
 
     fn entry(&self, channel: &str) -> Option<Arc<WakeChannel>> {
@@ -469,6 +532,8 @@ impl PollWakes {
             published: self.relayed_out.load(Ordering::Relaxed),
             received: self.relayed_in.load(Ordering::Relaxed),
             resubscribed: self.relay_losses.load(Ordering::Relaxed),
+            kept_here: self.kept_here.load(Ordering::Relaxed),
+            unsent: self.unsent.load(Ordering::Relaxed),
         }
     }
 }
@@ -480,19 +545,23 @@ impl WakeChannel {
     }
 
     /// One more pending single wake-up, unless every subscriber already
-    /// has one coming (more would only make the same polls look twice).
-    fn add_token(&self) {
-        let cap = self.subscribers.load(Ordering::Acquire).max(1);
+    /// has one coming (more would only make the same polls look twice);
+    /// whether it was added, so a poll here will take it. A channel with
+    /// no subscriber keeps one, for the next poll to wait (a node alone
+    /// has nobody else to tell), but that one is not a poll's to take.
+    fn add_token(&self) -> bool {
+        let subscribers = self.subscribers.load(Ordering::Acquire);
         let added = self
             .tokens
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < cap).then_some(n + 1)
+                (n < subscribers.max(1)).then_some(n + 1)
             })
             .is_ok();
         if added {
             // Wakes one waiting poll, or lets the next to wait through.
             self.woken.notify_one();
         }
+        added && subscribers > 0
     }
 
     fn take_token(&self) -> bool {
@@ -550,14 +619,18 @@ impl PollWake {
     }
 
     /// Hands a taken single wake-up to another poll (this one ends
-    /// without looking).
+    /// without looking): one of this node's, and on a node with peers the
+    /// other nodes' too (the wake-up was kept here because this poll
+    /// would take it).
     pub fn give_back(&self) {
         self.entry.add_token();
+        self.board.relay_soon(&self.channel);
     }
 
-    /// Wakes every poll of the channel on this node: a single wake-up's
-    /// pass found nothing (the task was another poll's to take), or a pass
-    /// took one task of several.
+    /// Wakes every poll of the channel on this node and, through the
+    /// relay, on the other nodes: a single wake-up's pass found nothing
+    /// (the task was another poll's to take, maybe on another node), or a
+    /// pass took one task of several.
     pub fn wake_all(&mut self) {
         let before = self.entry.wakes.fetch_add(1, Ordering::AcqRel);
         self.entry.woken.notify_waiters();
@@ -566,6 +639,7 @@ impl PollWake {
         if before == self.seen {
             self.seen = before + 1;
         }
+        self.board.relay_soon(&self.channel);
     }
 }
 
@@ -584,6 +658,12 @@ impl Drop for PollWake {
                 .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
             {
                 channels.remove(&self.channel);
+            }
+            drop(channels);
+            // A single wake-up no poll of this node took (its deadline won
+            // the race) is the other nodes' to answer.
+            if self.entry.tokens.load(Ordering::Acquire) > 0 {
+                self.board.relay_soon(&self.channel);
             }
         }
     }
@@ -970,6 +1050,81 @@ mod tests {
         assert!(!woken(&mut later, Instant::now()));
         drop(on_a);
         assert_eq!(a.channels(), 0);
+    }
+
+    /// A single wake-up a poll of this node will take stays here: no relay
+    /// message and no signal key. Only when no poll here takes it, or the
+    /// poll that took it found nothing, ended without looking or left it
+    /// pending, do the other nodes' polls hear of it.
+    #[test]
+    fn a_single_wake_leaves_the_node_only_when_no_poll_here_takes_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let woken =
+            |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
+        let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+        let (a, b) = (PollWakes::new(), PollWakes::new());
+        a.join_relay(cache.clone(), "one store", "node-a").unwrap();
+        b.join_relay(cache.clone(), "one store", "node-b").unwrap();
+        // Delivery is synchronous here; a wake that never comes fails
+        // the test at this deadline instead of holding it.
+        let far = Instant::now() + Duration::from_secs(30);
+        let channel = wake_channel("default", "orders", "workflow");
+        let signal = || LongPollSignalStore::entry("default", "orders", "workflow");
+        let written = |key: &str| cache.get(key).unwrap();
+        let mut on_b = b.subscribe(channel.clone());
+
+        // No poll on A: the wake-up goes to B's polls, with the signal key.
+        let (key, version) = signal();
+        let put = CacheOp::Put {
+            key: &key,
+            value: &version,
+            ttl: Duration::from_secs(60),
+        };
+        a.wake_one_and_signal(&channel, put).unwrap();
+        assert_eq!(woken(&mut on_b, far), Woken::All);
+        assert_eq!((a.stats().published, a.stats().kept_here), (1, 0));
+        let first = written(&key);
+        assert_eq!(first.as_deref(), Some(&version[..]));
+
+        // A poll on A: it takes the wake-up, and neither B's poll nor the
+        // cache hears of it.
+        let mut on_a = a.subscribe(channel.clone());
+        let (key, version) = signal();
+        let put = CacheOp::Put {
+            key: &key,
+            value: &version,
+            ttl: Duration::from_secs(60),
+        };
+        a.wake_one_and_signal(&channel, put).unwrap();
+        assert_eq!(woken(&mut on_a, far), Woken::One);
+        assert_eq!(woken(&mut on_b, Instant::now()), Woken::No);
+        assert_eq!((a.stats().published, a.stats().kept_here), (1, 1));
+        assert_eq!(written(&key), first, "the signal key is not written again");
+
+        // Its look found nothing it could take: B's poll looks.
+        on_a.wake_all();
+        assert_eq!(woken(&mut on_b, far), Woken::All);
+        assert_eq!(a.stats().published, 2);
+
+        // A poll that ends without looking hands it to B's polls too.
+        a.wake_one(&channel).unwrap();
+        assert_eq!(woken(&mut on_a, far), Woken::One);
+        assert_eq!(woken(&mut on_b, Instant::now()), Woken::No);
+        on_a.give_back();
+        assert_eq!(woken(&mut on_b, far), Woken::All);
+
+        // A wake-up left pending when A's last poll leaves (its deadline
+        // won the race) goes to B's polls.
+        let mut again = a.subscribe(channel.clone());
+        assert_eq!(woken(&mut again, far), Woken::One, "the one given back");
+        a.wake_one(&channel).unwrap();
+        drop((on_a, again));
+        assert_eq!(woken(&mut on_b, far), Woken::All);
+        assert_eq!(a.stats().kept_here, 3);
+        assert_eq!(a.stats().unsent, 0);
     }
 
     #[test]

@@ -276,23 +276,18 @@ impl Engine {
     pub(crate) fn signal_wake(&self, namespace: &str, task_queue: &str, channel: &str) {
         let wake = crate::polling::wake_channel_key(namespace, task_queue, channel);
         let wake = wake.as_str();
-        // On SQLite one poll of this node looks first, and wakes the others
-        // if it took nothing or saw more work (each woken poll's look is a
-        // claim transaction on the one writer; all of them looking for one
-        // task cost more than the task). On PostgreSQL, whose claims run
-        // side by side, every poll looks, as before.
-        let one = self.shared_store().has_one_writer();
+        // One poll looks first (of this node when one waits here, else of
+        // the others), and wakes the others if it took nothing or saw
+        // more work: each woken poll's look is a claim transaction (on
+        // SQLite on the one writer, on PostgreSQL one holding the write
+        // lock shared and a session), and all of them looking for one task
+        // cost more than the task (docs/performance.md, session 26).
         // A poll on a node alone never reads the signal key (the board
         // wakes it), so a lone node does not write one: the cache's insert
         // was an eighth of the HTTP threads' CPU per start
         // (docs/performance.md, "A start's round trip").
         if !self.poll_wakes.relayed() {
-            let woken = if one {
-                self.poll_wakes.wake_one(wake)
-            } else {
-                self.poll_wakes.wake(wake)
-            };
-            if let Err(e) = woken {
+            if let Err(e) = self.poll_wakes.wake_one(wake) {
                 self.post_commit_failed("wake_relay", &e);
             }
             return;
@@ -305,7 +300,7 @@ impl Engine {
             value: &version,
             ttl: self.signals.ttl(),
         };
-        if let Err(e) = self.poll_wakes.wake_and_signal(wake, one, signal) {
+        if let Err(e) = self.poll_wakes.wake_one_and_signal(wake, signal) {
             self.post_commit_failed("wake_relay", &e);
         }
     }
@@ -323,7 +318,6 @@ impl Engine {
             self.wake_run(run);
             return;
         }
-        let one = self.shared_store().has_one_writer();
         // A queue driver that carries wakes (SQS) delivers those itself.
         let mine: Vec<_> = wakes
             .iter()
@@ -342,7 +336,7 @@ impl Engine {
                     value: version,
                     ttl,
                 };
-                (wake.as_str(), one, Some(signal))
+                (wake.as_str(), true, Some(signal))
             })
             .collect();
         let key = crate::waiters::WaitKey::Run(run.0);

@@ -83,6 +83,10 @@ pub struct Engine {
     /// Post-commit steps (wake-ups, cache housekeeping) that failed after
     /// their transaction committed (`dw_post_commit_failures_total`).
     pub(crate) post_commit_failures: AtomicU64,
+    /// Claim transactions of workflow and activity polls run by this
+    /// node: those that leased a task, and those that found none.
+    pub(crate) claims_leased: AtomicU64,
+    pub(crate) claims_empty: AtomicU64,
     /// Malformed rows left out of the v1 projections this node imported
     /// (`dw_v1_projection_malformed_rows_total`).
     pub(crate) v1_malformed_rows: AtomicU64,
@@ -340,6 +344,8 @@ impl Engine {
             known_namespaces: RwLock::new(HashSet::new()),
             waiters,
             post_commit_failures: AtomicU64::new(0),
+            claims_leased: AtomicU64::new(0),
+            claims_empty: AtomicU64::new(0),
             v1_malformed_rows: AtomicU64::new(0),
             storage_full_at: std::sync::atomic::AtomicI64::new(0),
             storage_full_warned_at: std::sync::atomic::AtomicI64::new(0),
@@ -370,6 +376,17 @@ impl Engine {
     /// Post-commit steps that failed since start.
     pub fn post_commit_failures(&self) -> u64 {
         self.post_commit_failures.load(Ordering::Relaxed)
+    }
+
+    /// The claim transactions this node's polls ran since it started:
+    /// `{"leased": …, "found_nothing": …}`. Each one that found nothing
+    /// cost a transaction (on PostgreSQL the write lock held shared and a
+    /// session) for no task.
+    pub fn claims_snapshot(&self) -> serde_json::Value {
+        serde_json::json!({
+            "leased": self.claims_leased.load(Ordering::Relaxed),
+            "found_nothing": self.claims_empty.load(Ordering::Relaxed),
+        })
     }
 
     /// Malformed rows left out of the v1 projections imported since start.

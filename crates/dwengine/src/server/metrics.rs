@@ -218,6 +218,7 @@ impl Engine {
             metrics["waits"] = json!(self.waits_snapshot());
             metrics["cluster"] = self.cluster_snapshot();
             metrics["queue"] = self.queue.snapshot();
+            metrics["claims"] = self.claims_snapshot();
             Ok(metrics)
         })
         .map_err(ApiError::from)

@@ -1169,6 +1169,12 @@ impl Engine {
         for run_queue in &failed_runs {
             self.wake(ns, run_queue, TaskKind::Workflow.as_str());
         }
+        let counted = if task.is_some() {
+            &self.claims_leased
+        } else {
+            &self.claims_empty
+        };
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if task.is_some() {
             self.queues.record_dispatch(ns, queue, kind.as_str())?;
         }

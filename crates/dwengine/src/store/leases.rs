@@ -91,6 +91,26 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Whether a task of `kind` in (`namespace`, `task_queue`) is ready at
+/// `now` (one `dispatch_ready` probe).
+fn ready_in_queue(
+    conn: &crate::store::db::Connection,
+    kind: TaskKind,
+    namespace: &str,
+    task_queue: &str,
+    now: i64,
+) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
+             AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
+             AND due_at_ms <= ?4)",
+        )?
+        .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
+            r.get::<_, bool>(0)
+        })?)
+}
+
 /// The statement a claim sends for its candidates when it is the only
 /// claim (SQLite's), for the engine's tests of its plan.
 pub fn candidates_alone() -> &'static str {
@@ -335,16 +355,7 @@ impl Store {
         // or another): the poll that took this one then wakes the others.
         let more_ready = several
             || candidate.more_ready
-            || (!side_by_side
-                && tx
-                    .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
-                     AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
-                     AND due_at_ms <= ?4)",
-                    )?
-                    .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
-                        r.get::<_, bool>(0)
-                    })?);
+            || (!side_by_side && ready_in_queue(&tx, kind, namespace, task_queue, now)?);
         let mut task = load_task(&tx, id)?;
         if let Some(task) = task.as_mut() {
             task.worker_session = session_lease;
@@ -354,6 +365,19 @@ impl Store {
         }
         tx.commit()?;
         Ok(task)
+    }
+
+    /// Whether a task of `kind` in (namespace, queue) is ready now, for
+    /// someone: a poll whose single wake-up found nothing it could take
+    /// asks it before it wakes every other poll, since most often another
+    /// poll has just taken the task (nothing is left to look for).
+    pub fn queue_has_ready(
+        &self,
+        kind: TaskKind,
+        namespace: &str,
+        task_queue: &str,
+    ) -> Result<bool, Error> {
+        ready_in_queue(&self.conn, kind, namespace, task_queue, now_ms())
     }
 
     /// Whether worker `owner` may run activity task `id` of session

@@ -372,6 +372,61 @@ fn a_single_wake_up_taken_by_another_cohorts_poll_reaches_the_right_one() {
     });
 }
 
+/// A start wakes one of the polls waiting on its queue, on SQLite and on
+/// PostgreSQL: the others do not look (each look is a claim transaction
+/// that would find nothing). Four polls wait (the idle recheck is an
+/// hour, so nothing else makes them look), one start: the claims this
+/// node ran are the four first looks (empty) and the one that leased the
+/// task, not three more empty ones.
+#[test]
+fn a_start_wakes_one_waiting_poll_and_the_others_do_not_look() {
+    let s = TestServer::start(support::memory_cache(), |c| {
+        c.poll_idle_recheck = std::time::Duration::from_secs(3600);
+    });
+    let channel = dwengine::polling::wake_channel("default", "one-look", "workflow");
+    let long_poll = |worker: &str| {
+        let (status, answer) = s.post(
+            "/api/worker/workflow-tasks/poll",
+            json!({ "task_queue": "one-look", "worker_id": worker,
+                    "poll_request_id": format!("{worker}-{}", rand_id()),
+                    "timeout_seconds": 3 }),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer["task"].clone()
+    };
+    let claims = || s.get("/api/system/operator-metrics").1["claims"].clone();
+    let tasks: Vec<Value> = std::thread::scope(|scope| {
+        let polls: Vec<_> = (0..4)
+            .map(|i| {
+                let long_poll = &long_poll;
+                scope.spawn(move || long_poll(&format!("w{i}")))
+            })
+            .collect();
+        assert!(support::eventually(
+            std::time::Duration::from_secs(30),
+            || {
+                s.running.engine().poll_wakes().subscribers(&channel) >= 4
+                    && claims()["found_nothing"] == 4
+            }
+        ));
+        let (status, body) = s.post(
+            "/api/workflows",
+            json!({ "workflow_id": "wf-one-look", "workflow_type": "Order",
+                    "task_queue": "one-look", "input": { "codec": "json", "blob": "[]" } }),
+        );
+        assert_eq!(status, 201, "{body}");
+        polls.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let answered: Vec<&Value> = tasks.iter().filter(|t| !t.is_null()).collect();
+    assert_eq!(answered.len(), 1, "{tasks:?}");
+    assert_eq!(answered[0]["workflow_id"], "wf-one-look");
+    assert_eq!(
+        claims(),
+        json!({ "leased": 1, "found_nothing": 4 }),
+        "the three other polls did not look"
+    );
+}
+
 fn rand_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -551,6 +551,102 @@ fn a_poll_held_by_one_node_is_woken_by_a_start_on_another() {
     }
 }
 
+/// A start whose queue has a poll waiting on the same node wakes that poll
+/// alone: no relay message reaches the other node (`kept_here`). A poll
+/// that takes the single wake-up but may not take the task (another
+/// build-id cohort's) hands it on through the relay, and the other node's
+/// poll of the task's cohort gets it: the idle recheck is an hour, so
+/// nothing else could answer that poll with the task.
+#[test]
+#[cfg_attr(
+    not(all(dw_test_redis, dw_test_postgres)),
+    ignore = "needs Redis and PostgreSQL: DW_TEST_REDIS_URL and DW_TEST_POSTGRES_URL were not both set when this test binary was built"
+)]
+fn a_single_wake_up_stays_on_the_node_whose_poll_takes_it_or_reaches_the_other() {
+    #[cfg(all(dw_test_redis, dw_test_postgres))]
+    {
+        use crate::support::TestServer;
+        use serde_json::{json, Value};
+
+        let redis = crate::support::redis_database();
+        let (a, b) = two_nodes_on_one_database(&redis, |config| {
+            config.poll_idle_recheck = Duration::from_secs(3600);
+        });
+        let relayed = |node: &TestServer, field: &str| {
+            node.running.engine().cluster_snapshot()["wake_relay"][field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("wake_relay.{field} is a count"))
+        };
+        let register = |node: &TestServer, worker: &str, queue: &str, build: &str| {
+            let (status, answer) = node.post(
+                "/api/worker/register",
+                json!({ "worker_id": worker, "task_queue": queue, "build_id": build,
+                        "runtime": "python", "sdk_version": "python-1.0" }),
+            );
+            assert_eq!(status, 200, "{answer}");
+        };
+        let long_poll =
+            |node: &TestServer, worker: &str, queue: &str, build: &str, seconds: u64| {
+                let (status, answer) = node.post(
+                    "/api/worker/workflow-tasks/poll",
+                    json!({ "task_queue": queue, "worker_id": worker, "build_id": build,
+                        "poll_request_id": format!("{worker}-{queue}"),
+                        "timeout_seconds": seconds }),
+                );
+                assert_eq!(status, 200, "{answer}");
+                answer["task"].clone()
+            };
+        let waiting = |node: &TestServer, queue: &str| {
+            let channel = dwengine::polling::wake_channel("default", queue, "workflow");
+            assert!(
+                crate::support::eventually(Duration::from_secs(30), || {
+                    node.running.engine().poll_wakes().subscribers(&channel) >= 1
+                }),
+                "a poll of {queue} waits"
+            );
+        };
+        let start = |node: &TestServer, workflow_id: &str, queue: &str, build: &str| {
+            let (status, body) = node.post(
+                "/api/workflows",
+                json!({ "workflow_id": workflow_id, "workflow_type": "Order",
+                        "task_queue": queue, "build_id": build,
+                        "input": { "codec": "json", "blob": "[]" } }),
+            );
+            assert_eq!(status, 201, "{body}");
+        };
+
+        // Kept: node-a's own poll takes the start's wake-up.
+        register(&a, "here", "kept", "v1");
+        let heard_by_b = relayed(&b, "received");
+        let task: Value = std::thread::scope(|scope| {
+            let poll = scope.spawn(|| long_poll(&a, "here", "kept", "v1", 60));
+            waiting(&a, "kept");
+            start(&a, "wf-kept", "kept", "v1");
+            poll.join().expect("the poll thread")
+        });
+        assert_eq!(task["workflow_id"], "wf-kept", "{task}");
+        assert_eq!(relayed(&a, "kept_here"), 1);
+        assert_eq!(relayed(&b, "received"), heard_by_b, "node-b heard nothing");
+
+        // Handed on: node-a's v1 poll takes the wake-up of a start pinned
+        // to v2, finds nothing it may take, and node-b's v2 poll gets it.
+        register(&a, "old", "handed-on", "v1");
+        register(&b, "new", "handed-on", "v2");
+        std::thread::scope(|scope| {
+            let old = scope.spawn(|| long_poll(&a, "old", "handed-on", "v1", 5));
+            waiting(&a, "handed-on");
+            let new = scope.spawn(|| long_poll(&b, "new", "handed-on", "v2", 60));
+            waiting(&b, "handed-on");
+            start(&a, "wf-handed-on", "handed-on", "v2");
+            let task = new.join().expect("node-b's poll thread");
+            assert_eq!(task["workflow_id"], "wf-handed-on", "{task}");
+            let none = old.join().expect("node-a's poll thread");
+            assert!(none.is_null(), "{none}");
+        });
+        assert_eq!(relayed(&a, "kept_here"), 2, "the v1 poll took it first");
+    }
+}
+
 /// Workers polling both nodes at once for many tasks: each task is leased
 /// once, to one worker, and only that lease completes it, through either
 /// node (the store's lease fencing, across nodes).

@@ -585,9 +585,13 @@ async fn wait_until_answered<K: PollKind>(
                         wait.wake.wake_all();
                     }
                 }
-                // A single wake-up this poll did not answer with a task
-                // (another poll's task, or none left): every poll looks.
-                None if woken == Woken::One => wait.wake.wake_all(),
+                // A single wake-up this poll did not answer with a task:
+                // every poll looks (here and on the other nodes) if a task
+                // is still ready, one this poll may not take; none is when
+                // another poll took it first (a new poll's first look).
+                None if woken == Woken::One && still_ready(engine, kind, spec).await => {
+                    wait.wake.wake_all();
+                }
                 None => {}
             }
             if let Passed::Answered { answer, .. } = passed? {
@@ -595,6 +599,22 @@ async fn wait_until_answered<K: PollKind>(
             }
         }
     }
+}
+
+/// Whether a task of the poll's kind is ready in its queue (a read);
+/// true for a poll of another kind of work, or when the read fails, so
+/// the other polls look rather than miss it.
+async fn still_ready<K: PollKind>(engine: &Arc<Engine>, kind: K, spec: &Arc<PollSpec>) -> bool {
+    let Some(task_kind) = kind.task_kind() else {
+        return true;
+    };
+    let look = spec.clone();
+    on_poll_lane(engine.clone(), move |e| {
+        e.read(|s| s.queue_has_ready(task_kind, &look.namespace, &look.task_queue))
+            .map_err(ApiError::from)
+    })
+    .await
+    .unwrap_or(true)
 }
 
 /// Marks a poll abandoned when its request future is dropped (the client
