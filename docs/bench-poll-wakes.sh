@@ -27,6 +27,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# shellcheck source=docs/bench-lib.sh
+. "$root/docs/bench-lib.sh"
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
 : "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
 polls=${1:-24}
@@ -86,20 +88,6 @@ start_node() {
   exit 1
 }
 
-# pg_ticks: the PostgreSQL server's user + system ticks so far (its
-# postmaster and every process it forked), when it runs on this machine;
-# "-" otherwise.
-pg_ticks() {
-  local dir postmaster total pid
-  dir=$(psql -qAt "$DW_BENCH_POSTGRES_URL" -c "SHOW data_directory" 2>/dev/null) || { echo -; return; }
-  postmaster=$(head -1 "$dir/postmaster.pid" 2>/dev/null) || { echo -; return; }
-  [ -n "$postmaster" ] && [ -r "/proc/$postmaster/stat" ] || { echo -; return; }
-  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$postmaster/stat")
-  for pid in $(pgrep -P "$postmaster"); do
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
 
 # poller I BASE: one worker's workflow polls, one after another.
 poller() {

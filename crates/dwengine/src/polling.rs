@@ -1072,18 +1072,23 @@ mod tests {
         // the test at this deadline instead of holding it.
         let far = Instant::now() + Duration::from_secs(30);
         let channel = wake_channel("default", "orders", "workflow");
-        let signal = || LongPollSignalStore::entry("default", "orders", "workflow");
         let written = |key: &str| cache.get(key).unwrap();
+        // A start's wake on A with its channel's signal key: the key and
+        // the version it would write.
+        let wake_on_a = || {
+            let (key, version) = LongPollSignalStore::entry("default", "orders", "workflow");
+            let put = CacheOp::Put {
+                key: &key,
+                value: &version,
+                ttl: Duration::from_secs(60),
+            };
+            a.wake_one_and_signal(&channel, put).unwrap();
+            (key, version)
+        };
         let mut on_b = b.subscribe(channel.clone());
 
         // No poll on A: the wake-up goes to B's polls, with the signal key.
-        let (key, version) = signal();
-        let put = CacheOp::Put {
-            key: &key,
-            value: &version,
-            ttl: Duration::from_secs(60),
-        };
-        a.wake_one_and_signal(&channel, put).unwrap();
+        let (key, version) = wake_on_a();
         assert_eq!(woken(&mut on_b, far), Woken::All);
         assert_eq!((a.stats().published, a.stats().kept_here), (1, 0));
         let first = written(&key);
@@ -1092,13 +1097,7 @@ mod tests {
         // A poll on A: it takes the wake-up, and neither B's poll nor the
         // cache hears of it.
         let mut on_a = a.subscribe(channel.clone());
-        let (key, version) = signal();
-        let put = CacheOp::Put {
-            key: &key,
-            value: &version,
-            ttl: Duration::from_secs(60),
-        };
-        a.wake_one_and_signal(&channel, put).unwrap();
+        wake_on_a();
         assert_eq!(woken(&mut on_a, far), Woken::One);
         assert_eq!(woken(&mut on_b, Instant::now()), Woken::No);
         assert_eq!((a.stats().published, a.stats().kept_here), (1, 1));
