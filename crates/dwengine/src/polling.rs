@@ -936,6 +936,14 @@ mod tests {
     use crate::cache::MemoryCache;
     use std::future::Future;
 
+    /// The runtime a test waits for its polls' wake-ups on.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn churned_channels_leave_one_key_each_and_hide_their_names() {
         let cache = Arc::new(MemoryCache::default());
@@ -957,10 +965,7 @@ mod tests {
 
     #[test]
     fn a_wake_reaches_the_polls_of_its_channel_here_and_on_every_node_of_the_relay() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let woken = |wake: &mut PollWake, until: Instant| {
             runtime.block_on(wake.woken_before(until)) != Woken::No
         };
@@ -1003,12 +1008,7 @@ mod tests {
         // A waiting poll is woken from another thread (whether the wake
         // comes before or during its wait).
         let waiter = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(on_b.woken_before(far))
-                == Woken::All
+            current_thread().block_on(on_b.woken_before(far)) == Woken::All
         });
         a.wake(&channel).unwrap();
         assert!(waiter.join().unwrap());
@@ -1058,10 +1058,7 @@ mod tests {
     /// pending, do the other nodes' polls hear of it.
     #[test]
     fn a_single_wake_leaves_the_node_only_when_no_poll_here_takes_it() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let woken =
             |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
         let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
@@ -1128,10 +1125,7 @@ mod tests {
 
     #[test]
     fn a_single_wake_reaches_one_poll_and_an_empty_look_wakes_the_rest() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let woken =
             |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
         let board = PollWakes::new();
@@ -1177,13 +1171,8 @@ mod tests {
         // A poll waiting on another thread is woken (whether the wake-up
         // comes before or during its wait).
         let mut waiting = polls.pop().unwrap();
-        let waiter = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(waiting.woken_before(far))
-        });
+        let waiter =
+            std::thread::spawn(move || current_thread().block_on(waiting.woken_before(far)));
         board.wake_one(&channel).unwrap();
         assert_eq!(waiter.join().unwrap(), Woken::One);
     }
