@@ -209,6 +209,13 @@ struct RecoveryScan {
     expired: Vec<i64>,
 }
 
+impl RecoveryScan {
+    /// Nothing to recover: no due timer, no expired lease.
+    fn is_empty(&self) -> bool {
+        !self.due_timers && self.expired.is_empty()
+    }
+}
+
 /// One kind of long poll, in steps the HTTP layer drives: each step runs
 /// on the blocking pool, the waits between them on the async runtime.
 pub(crate) trait PollKind: Copy + Send + Sync + 'static {
@@ -1024,10 +1031,21 @@ impl Engine {
             .version(&poll.namespace, &poll.task_queue, channel)?)
     }
 
-    /// One poll pass: capped recovery scans, then one lease under admission.
+    /// One pass of a waiting poll: capped recovery scans, then one lease
+    /// under admission, unless the scans found nothing to recover and no
+    /// task of the poll's kind is ready in its queue. The poll subscribed
+    /// to its wake-ups before it first looked, so a task made ready after
+    /// this read wakes it again; a claim transaction that could only find
+    /// nothing (an idle recheck, every 500 ms a waiting poll) is not run.
     fn pass(&self, kind: TaskKind, poll: &PollSpec) -> Result<Option<LeasedTask>, ApiError> {
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
-        let scan = self.read(|s| self.recovery_scan(s, kind, ns, queue, poll.cohort()))?;
+        let (scan, ready) = self.read(|s| {
+            let scan = self.recovery_scan(s, kind, ns, queue, poll.cohort())?;
+            Ok((scan, s.queue_has_ready(kind, ns, queue)?))
+        })?;
+        if !ready && scan.is_empty() {
+            return Ok(None);
+        }
         self.pass_after(kind, poll, scan)
     }
 

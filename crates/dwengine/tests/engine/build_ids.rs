@@ -427,6 +427,38 @@ fn a_start_wakes_one_waiting_poll_and_the_others_do_not_look() {
     );
 }
 
+/// A waiting poll's idle recheck (here every 50 ms) reads whether a task
+/// is ready before it claims: on an empty queue two polls waiting a
+/// second run their two first looks and no claim after them (about forty
+/// claims otherwise).
+#[test]
+fn an_idle_recheck_on_an_empty_queue_claims_nothing() {
+    let s = TestServer::start(support::memory_cache(), |c| {
+        c.poll_idle_recheck = std::time::Duration::from_millis(50);
+    });
+    std::thread::scope(|scope| {
+        for worker in ["idle-a", "idle-b"] {
+            let s = &s;
+            scope.spawn(move || {
+                let (status, answer) = s.post(
+                    "/api/worker/workflow-tasks/poll",
+                    json!({ "task_queue": "idle", "worker_id": worker,
+                            "poll_request_id": format!("{worker}-{}", rand_id()),
+                            "timeout_seconds": 1 }),
+                );
+                assert_eq!(status, 200, "{answer}");
+                assert!(answer["task"].is_null(), "{answer}");
+            });
+        }
+    });
+    let (_, operator) = s.get("/api/system/operator-metrics");
+    assert_eq!(
+        operator["claims"],
+        json!({ "leased": 0, "found_nothing": 2 }),
+        "only the two first looks claimed"
+    );
+}
+
 fn rand_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -182,11 +182,14 @@ impl Engine {
             return PassNow::Lane;
         }
         let (ns, queue) = (&poll.namespace, &poll.task_queue);
+        // As `Engine::pass`: no claim when nothing is ready to take.
         let scan = self.read_by(Reading::Now, |s| {
-            self.recovery_scan(s, kind, ns, queue, poll.cohort())
+            let scan = self.recovery_scan(s, kind, ns, queue, poll.cohort())?;
+            Ok((scan, s.queue_has_ready(kind, ns, queue)?))
         });
         match scan {
-            Ok(Some(scan)) if !scan.due_timers && scan.expired.is_empty() => {}
+            Ok(Some((scan, false))) if scan.is_empty() => return PassNow::Nothing,
+            Ok(Some((scan, true))) if scan.is_empty() => {}
             _ => return PassNow::Lane,
         }
         let (more_ready, found) = match self.claim_now(kind, poll).await {
