@@ -18,10 +18,12 @@
 //! one of them find nothing. When a poll of this node will take the
 //! wake-up, the wake does not leave the node (no relay message, no signal
 //! key); only when none will do the other nodes hear of it. A poll whose
-//! single wake-up found nothing it could take (another build-id cohort, a
-//! sticky claim or a worker session held elsewhere), or that took a task
-//! while more were ready, then wakes every poll of its node and of the
-//! others, so the task reaches a poll that can take it one pass later.
+//! single wake-up found nothing it could take while a task is still ready
+//! (another build-id cohort's, a sticky claim or a worker session held
+//! elsewhere), or that took a task while more were ready, then wakes every
+//! poll of its node and of the others, so the task reaches a poll that can
+//! take it one pass later. (When nothing is ready any more, another poll
+//! took the task, and nobody is woken.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
