@@ -360,32 +360,25 @@ impl PollWakes {
         channel: &str,
         signal: CacheOp<'_>,
     ) -> Result<(), CacheError> {
-        self.wake_together(&[(channel, true, Some(signal))], &[])
+        self.wake_together(&[(channel, Some(signal))], &[])
     }
 
-    /// The wakes of one commit in one round trip: the polls of each
-    /// channel of `channels` (`one`: as [`PollWakes::wake_one`]) woken
-    /// here, and, on a node with a relay, every relay message (each
-    /// channel's, then each of `waits`', whose calls on this node the
-    /// caller woke) with each channel's signal key, in that order, as one
+    /// The wakes of one commit in one round trip: one poll of each
+    /// channel of `channels` woken as [`PollWakes::wake_one`] here, and,
+    /// on a node with a relay, every relay message (each channel's, then
+    /// each of `waits`', whose calls on this node the caller woke) with
+    /// each channel's signal key, in that order, as one
     /// [`Cache::batch`]. Without a relay no signal key is written. A
     /// single wake-up a poll of this node takes sends neither.
     pub fn wake_together(
         &self,
-        channels: &[(&str, bool, Option<CacheOp<'_>>)],
+        channels: &[(&str, Option<CacheOp<'_>>)],
         waits: &[WaitKey],
     ) -> Result<(), CacheError> {
         let relayed = self.relayed();
         let mut heard = Vec::with_capacity(channels.len());
-        for (channel, one, signal) in channels {
-            let kept = match (*one, self.entry(channel)) {
-                (true, Some(entry)) => entry.add_token(),
-                (false, Some(entry)) => {
-                    entry.bump();
-                    false
-                }
-                (_, None) => false,
-            };
+        for (channel, signal) in channels {
+            let kept = self.entry(channel).is_some_and(|entry| entry.add_token());
             if kept && relayed {
                 self.kept_here.fetch_add(1, Ordering::Relaxed);
             } else {

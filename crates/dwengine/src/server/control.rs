@@ -336,7 +336,7 @@ impl Engine {
                     value: version,
                     ttl,
                 };
-                (wake.as_str(), true, Some(signal))
+                (wake.as_str(), Some(signal))
             })
             .collect();
         let key = crate::waiters::WaitKey::Run(run.0);

@@ -368,9 +368,10 @@ impl Store {
     }
 
     /// Whether a task of `kind` in (namespace, queue) is ready now, for
-    /// someone: a poll whose single wake-up found nothing it could take
-    /// asks it before it wakes every other poll, since most often another
-    /// poll has just taken the task (nothing is left to look for).
+    /// someone: a waiting poll's pass asks it before it claims (an idle
+    /// recheck then runs no claim transaction), and a poll whose single
+    /// wake-up found nothing it could take before it wakes every other
+    /// poll (most often another poll has just taken the task).
     pub fn queue_has_ready(
         &self,
         kind: TaskKind,
