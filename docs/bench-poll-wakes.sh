@@ -18,8 +18,12 @@
 # (the claim's candidate statement, from pg_stat_statements: the server
 # must preload it) per start, those that found a task and those that found
 # nothing, and each node's wake relay counts (published, received, and the
-# single wake-ups a poll of the node took, `kept_here`). With
-# DWSERVER_BEFORE set, a second binary runs the same phases first.
+# single wake-ups a poll of the node took, `kept_here`, and the relayed
+# ones it took or saw another node take, `taken_here`, `taken_elsewhere`).
+# With DWSERVER_BEFORE set, a second binary runs the same phases first.
+# LAYOUT=apart puts every poll on nodes 2 and 3 and sends every start to
+# node 1 (so each start's wake-up must cross to the other nodes) instead
+# of spreading both over the nodes (LAYOUT=spread, the default).
 # DWSERVER names a built release binary (default: built here); a fresh
 # database dw_wakes_<pid>_<deployment>_<binary> each, dropped at the end;
 # Redis database BENCH_REDIS_DB (default 13, flushed); BENCH_PORT the
@@ -32,6 +36,8 @@ cd "$root"
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
 : "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
 polls=${1:-24}
+layout=${LAYOUT:-spread}
+case "$layout" in spread | apart) ;; *) echo "LAYOUT is spread or apart, not $layout" >&2; exit 2 ;; esac
 starts=${2:-300}
 port=${BENCH_PORT:-18690}
 redis_db=${BENCH_REDIS_DB:-13}
@@ -114,8 +120,11 @@ phase() {
     done
   fi
   psql -qAt "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+  # poll_node I / start_node_of I: the node (1-based) of poll or start I.
+  poll_node() { if [ "$layout" = apart ] && [ "$nodes" -gt 1 ]; then echo $((2 + ($1 - 1) % (nodes - 1))); else echo $((1 + ($1 - 1) % nodes)); fi; }
+  start_node_of() { if [ "$layout" = apart ]; then echo 1; else echo $((1 + $1 % nodes)); fi; }
   for i in $(seq "$polls"); do
-    poller "$i" "http://127.0.0.1:$((port + 1 + (i - 1) % nodes))" &
+    poller "$i" "http://127.0.0.1:$((port + $(poll_node "$i")))" &
     poller_pids+=("$!")
   done
   # Every poll's connection is open (ss), then a second for each to run
@@ -131,7 +140,7 @@ phase() {
   p0=$(pg_ticks)
   t0=$(date +%s%N)
   for i in $(seq "$starts"); do
-    curl -sf -o /dev/null -X POST "http://127.0.0.1:$((port + 1 + i % nodes))/api/workflows" \
+    curl -sf -o /dev/null -X POST "http://127.0.0.1:$((port + $(start_node_of "$i")))/api/workflows" \
       -H 'Content-Type: application/json' \
       -d "{\"workflow_id\":\"w-$i\",\"workflow_type\":\"Order\",\"task_queue\":\"q\",\"input\":{\"codec\":\"json\",\"blob\":\"[]\"}}"
   done
@@ -148,7 +157,7 @@ phase() {
       AND query LIKE '%FOR UPDATE OF d SKIP LOCKED%'" >"$work/$label-$name.claims"
   for n in $(seq "$nodes"); do
     curl -s "http://127.0.0.1:$((port + n))/api/system/operator-metrics" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin)["cluster"]["wake_relay"]; print(r["published"], r["received"], r.get("kept_here", "-"))' \
+      python3 -c 'import json,sys; r=json.load(sys.stdin)["cluster"]["wake_relay"]; print(r["published"], r["received"], r.get("kept_here", "-"), r.get("taken_here", "-"), r.get("taken_elsewhere", "-"))' \
       >>"$work/$label-$name.relay"
   done
   stop
@@ -160,11 +169,12 @@ for name in pg-1 pg-3; do
   done
 done
 
-python3 - "$work" "$starts" "$polls" "$(getconf CLK_TCK)" "${labels[@]}" <<'PY'
+python3 - "$work" "$starts" "$polls" "$(getconf CLK_TCK)" "$layout" "${labels[@]}" <<'PY'
 import sys
-work, starts, polls, hz, labels = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5:]
-print(f"{starts} starts one after another, {polls} workflow polls waiting")
-print("| binary | deployment | ms a start, until leased | PostgreSQL CPU ms a start | claims / start | found a task | found nothing | relay per node: published / received / kept here |")
+work, starts, polls, hz, layout, labels = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:]
+where = "starts on node 1, polls on the others" if layout == "apart" else "both spread over the nodes"
+print(f"{starts} starts one after another, {polls} workflow polls waiting ({where})")
+print("| binary | deployment | ms a start, until leased | PostgreSQL CPU ms a start | claims / start | found a task | found nothing | relay per node: published / received / kept here / taken here / taken elsewhere |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in ("pg-1", "pg-3"):
     for label in labels:

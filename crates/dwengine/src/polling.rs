@@ -17,7 +17,10 @@
 //! every node: each poll that looks is a claim transaction, and all but
 //! one of them find nothing. When a poll of this node will take the
 //! wake-up, the wake does not leave the node (no relay message, no signal
-//! key); only when none will do the other nodes hear of it. A poll whose
+//! key); only when none will do the other nodes hear of it, and each of
+//! them wakes one poll of its own too (a relay message marked for one
+//! poll), so a relayed task costs at most a claim a node, not one a
+//! waiting poll. A poll whose
 //! single wake-up found nothing it could take while a task is still ready
 //! (another build-id cohort's, a sticky claim or a worker session held
 //! elsewhere), or that took a task while more were ready, then wakes every
@@ -37,6 +40,16 @@ use crate::waiters::{WaitKey, Waiters};
 /// start so (a long-poll channel's is 16 hex digits).
 const RUN_WAKE: &str = "run:";
 const QUERY_TASK_WAKE: &str = "query-task:";
+/// A relayed wake-up of one poll of a channel (a commit gave its queue one
+/// task and no poll of the sending node took it) starts so, then its
+/// number (`one:<number>:<channel hash>`); a channel's hash alone wakes
+/// every poll of the channel.
+const ONE_WAKE: &str = "one:";
+/// How long the key that a node takes a relayed single wake-up with lives
+/// ([`PollWakes::wake_one_here`]). The other nodes hear the message within
+/// milliseconds; one that hears it later still would wake a poll as well,
+/// which then looks once for nothing.
+pub const TAKEN_TTL: Duration = Duration::from_secs(10);
 
 /// Wakes long-polling workers when work arrives on a channel.
 ///
@@ -159,6 +172,13 @@ pub struct PollWakes {
     relay_losses: AtomicU64,
     /// Single wake-ups a poll of this node took, not relayed.
     kept_here: AtomicU64,
+    /// Relayed single wake-ups a poll of this node took.
+    taken_here: AtomicU64,
+    /// Relayed single wake-ups another node's poll took first.
+    taken_elsewhere: AtomicU64,
+    /// The number of this node's next relayed single wake-up (from the
+    /// clock at start, so a restarted node does not reuse its numbers).
+    next_one: AtomicU64,
     /// Relay messages that could not be published.
     unsent: AtomicU64,
 }
@@ -211,6 +231,13 @@ pub struct RelayStats {
     /// Single wake-ups (one task for one poll) a poll of this node took,
     /// so no other node heard of them.
     pub kept_here: u64,
+    /// Single wake-ups another node relayed (a task no poll of that node
+    /// took) that a poll of this node took.
+    pub taken_here: u64,
+    /// Single wake-ups another node relayed that this node would have
+    /// answered, but another node's poll took first (so only one poll of
+    /// the store looked for the task).
+    pub taken_elsewhere: u64,
     /// Relay messages that could not be published (the other nodes'
     /// polls found that work at their next signal look or recheck).
     pub unsent: u64,
@@ -242,6 +269,13 @@ impl PollWakes {
             relayed_out: AtomicU64::new(0),
             relay_losses: AtomicU64::new(0),
             kept_here: AtomicU64::new(0),
+            taken_here: AtomicU64::new(0),
+            taken_elsewhere: AtomicU64::new(0),
+            next_one: AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            ),
             unsent: AtomicU64::new(0),
         })
     }
@@ -272,8 +306,8 @@ impl PollWakes {
                             return;
                         }
                         board.relayed_in.fetch_add(1, Ordering::Relaxed);
-                        if let Some((_, wake)) = text.split_once(':') {
-                            board.deliver(wake);
+                        if let Some((origin, wake)) = text.split_once(':') {
+                            board.deliver(origin, wake);
                         }
                     }
                     None => {
@@ -390,7 +424,7 @@ impl PollWakes {
         };
         let messages: Vec<String> = heard
             .iter()
-            .map(|(channel, _)| format!("{origin}{channel}"))
+            .map(|(channel, _)| format!("{origin}{}", self.one_message(channel)))
             .chain(
                 waits
                     .iter()
@@ -422,10 +456,22 @@ impl PollWakes {
         self.publish_to_peers(&wait_message(key))
     }
 
-    /// A relayed wake: a long-poll channel's hash, or a waited-on run or
-    /// query task.
-    fn deliver(&self, wake: &str) {
-        if let Some(run) = wake.strip_prefix(RUN_WAKE) {
+    /// The relay message of a single wake-up of `channel`, numbered.
+    fn one_message(&self, channel: &str) -> String {
+        let number = self.next_one.fetch_add(1, Ordering::Relaxed);
+        format!("{ONE_WAKE}{number}:{channel}")
+    }
+
+    /// A relayed wake from node `origin`: a long-poll channel's hash
+    /// (every poll of it), a numbered single wake-up of one, or a
+    /// waited-on run or query task.
+    fn deliver(&self, origin: &str, wake: &str) {
+        if let Some((number, channel)) = wake
+            .strip_prefix(ONE_WAKE)
+            .and_then(|rest| rest.split_once(':'))
+        {
+            self.wake_one_here(origin, number, channel);
+        } else if let Some(run) = wake.strip_prefix(RUN_WAKE) {
             if let (Some(waiters), Ok(run)) = (&self.waiters, run.parse()) {
                 waiters.wake(&WaitKey::Run(run));
             }
@@ -438,6 +484,49 @@ impl PollWakes {
         }
     }
 
+    /// Answers single wake-up `number` of `channel` that node `origin`
+    /// relayed (no poll of its own took it): one poll of the store looks
+    /// for the task, not every poll of every other node (each look a
+    /// claim, all but one finding nothing). A node with a poll that would
+    /// take it adds the wake-up's key to the shared cache ([`Cache::add`],
+    /// [`TAKEN_TTL`]); the first to add it wakes one poll of its own, as a
+    /// local [`PollWakes::wake_one`] does, and the others nothing. A node
+    /// that cannot reach the cache wakes one of its polls anyway (a look
+    /// too many, never a task missed), and one whose poll left between the
+    /// two steps hands the wake-up to every poll of the other nodes.
+    fn wake_one_here(&self, origin: &str, number: &str, channel: &str) {
+        let Some(entry) = self.entry(channel) else {
+            return;
+        };
+        if !entry.would_take() {
+            // No poll waits here, or each has a wake-up coming already.
+            return;
+        }
+        if let Some((cache, _, _)) = self.relay_target() {
+            let key = format!(
+                "{}taken:{}",
+                LongPollSignalStore::PREFIX,
+                hash_dimensions(&[origin, number, channel])
+            );
+            if let Ok(false) = cache.add(&key, b"1", TAKEN_TTL) {
+                self.taken_elsewhere.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if entry.add_token() {
+            self.taken_here.fetch_add(1, Ordering::Relaxed);
+        } else if let Some((cache, name, mark)) = self.relay_target() {
+            if cache
+                .publish(&name, format!("{mark}{channel}").as_bytes())
+                .is_ok()
+            {
+                self.relayed_out.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.unsent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Wakes the polls of `channel` held by this node.
     pub fn wake_here(&self, channel: &str) {
         if let Some(entry) = self.entry(channel) {
@@ -447,7 +536,7 @@ impl PollWakes {
 
     /// Wakes one poll of `channel` on this node (the first that waits,
     /// now or next), or, when no poll of this node will take it, through
-    /// the relay every poll of the other nodes of the store: for a commit
+    /// the relay one poll of each other node of the store: for a commit
     /// that gave the queue one task, so one poll looks for it instead of
     /// all of them. A poll that finds nothing then wakes the others, here
     /// and on the other nodes ([`Woken::One`], [`PollWake::wake_all`]), so
@@ -461,7 +550,7 @@ impl PollWakes {
             }
             return Ok(());
         }
-        self.publish_to_peers(channel)
+        self.publish_to_peers(&self.one_message(channel))
     }
 
     /// Publishes a wake of every poll of `channel` to the other nodes
@@ -471,13 +560,23 @@ impl PollWakes {
     /// ([`RelayStats::unsent`]), and the other nodes' polls find the work
     /// at their next recheck.
     fn relay_soon(self: &Arc<Self>, channel: &str) {
+        self.relay_message_soon(channel.to_owned());
+    }
+
+    /// As [`PollWakes::relay_soon`], for one poll of `channel` on each
+    /// other node.
+    fn relay_one_soon(self: &Arc<Self>, channel: &str) {
+        self.relay_message_soon(self.one_message(channel));
+    }
+
+    /// Publishes relay message `wake` as [`PollWakes::relay_soon`] says.
+    fn relay_message_soon(self: &Arc<Self>, wake: String) {
         if !self.relayed() {
             return;
         }
         let board = self.clone();
-        let channel = channel.to_owned();
         let publish = move || {
-            if board.publish_to_peers(&channel).is_err() {
+            if board.publish_to_peers(&wake).is_err() {
                 board.unsent.fetch_add(1, Ordering::Relaxed);
             }
         };
@@ -520,6 +619,14 @@ impl PollWakes {
         self.channels.lock().map(|c| c.len()).unwrap_or(0)
     }
 
+    /// Relay messages this node has received from the other nodes: a
+    /// count that moved since a waiting poll last looked means the relay
+    /// is delivering, so its messages carry the wake-ups and the signal
+    /// key need not be read ([`LongPollSignalStore::version`]).
+    pub fn heard(&self) -> u64 {
+        self.relayed_in.load(Ordering::Relaxed)
+    }
+
     /// The relay's counts.
     pub fn stats(&self) -> RelayStats {
         RelayStats {
@@ -528,6 +635,8 @@ impl PollWakes {
             received: self.relayed_in.load(Ordering::Relaxed),
             resubscribed: self.relay_losses.load(Ordering::Relaxed),
             kept_here: self.kept_here.load(Ordering::Relaxed),
+            taken_here: self.taken_here.load(Ordering::Relaxed),
+            taken_elsewhere: self.taken_elsewhere.load(Ordering::Relaxed),
             unsent: self.unsent.load(Ordering::Relaxed),
         }
     }
@@ -557,6 +666,12 @@ impl WakeChannel {
             self.woken.notify_one();
         }
         added && subscribers > 0
+    }
+
+    /// Whether a poll here would take one more single wake-up: one waits
+    /// without a wake-up coming.
+    fn would_take(&self) -> bool {
+        self.tokens.load(Ordering::Acquire) < self.subscribers.load(Ordering::Acquire)
     }
 
     fn take_token(&self) -> bool {
@@ -656,9 +771,9 @@ impl Drop for PollWake {
             }
             drop(channels);
             // A single wake-up no poll of this node took (its deadline won
-            // the race) is the other nodes' to answer.
+            // the race) is the other nodes' to answer, one poll each.
             if self.entry.tokens.load(Ordering::Acquire) > 0 {
-                self.board.relay_soon(&self.channel);
+                self.board.relay_one_soon(&self.channel);
             }
         }
     }
@@ -1079,9 +1194,10 @@ mod tests {
         };
         let mut on_b = b.subscribe(channel.clone());
 
-        // No poll on A: the wake-up goes to B's polls, with the signal key.
+        // No poll on A: the wake-up goes to one of B's polls, with the
+        // signal key.
         let (key, version) = wake_on_a();
-        assert_eq!(woken(&mut on_b, far), Woken::All);
+        assert_eq!(woken(&mut on_b, far), Woken::One);
         assert_eq!((a.stats().published, a.stats().kept_here), (1, 0));
         let first = written(&key);
         assert_eq!(first.as_deref(), Some(&version[..]));
@@ -1108,14 +1224,105 @@ mod tests {
         assert_eq!(woken(&mut on_b, far), Woken::All);
 
         // A wake-up left pending when A's last poll leaves (its deadline
-        // won the race) goes to B's polls.
+        // won the race) goes to one of B's polls.
         let mut again = a.subscribe(channel.clone());
         assert_eq!(woken(&mut again, far), Woken::One, "the one given back");
         a.wake_one(&channel).unwrap();
         drop((on_a, again));
-        assert_eq!(woken(&mut on_b, far), Woken::All);
+        assert_eq!(woken(&mut on_b, far), Woken::One);
         assert_eq!(a.stats().kept_here, 3);
         assert_eq!(a.stats().unsent, 0);
+    }
+
+    /// A single wake-up no poll of its node takes wakes one poll of the
+    /// store, not every poll of the other nodes: three polls waiting on B
+    /// and two on C cost one look for one task, where they cost five. The
+    /// first node with a poll that would take it takes it (a key added to
+    /// the shared cache); a node whose polls each have a wake-up coming
+    /// leaves it to the next. A poll that then finds nothing it could take
+    /// still wakes them all.
+    #[test]
+    fn a_relayed_single_wake_wakes_one_poll_of_the_store() {
+        let runtime = current_thread();
+        let woken =
+            |wake: &mut PollWake, until: Instant| runtime.block_on(wake.woken_before(until));
+        let cache: Arc<dyn Cache> = Arc::new(MemoryCache::default());
+        let (a, b, c) = (PollWakes::new(), PollWakes::new(), PollWakes::new());
+        // The in-process cache delivers in the order the nodes joined:
+        // B hears each message before C.
+        for (board, node) in [(&a, "node-a"), (&b, "node-b"), (&c, "node-c")] {
+            board.join_relay(cache.clone(), "one store", node).unwrap();
+        }
+        // Delivery is synchronous here; a wake that never comes fails the
+        // test at this deadline instead of holding it.
+        let far = Instant::now() + Duration::from_secs(30);
+        let channel = wake_channel("default", "orders", "workflow");
+        let mut on_b: Vec<PollWake> = (0..3).map(|_| b.subscribe(channel.clone())).collect();
+        let mut on_c: Vec<PollWake> = (0..2).map(|_| c.subscribe(channel.clone())).collect();
+        let looks = |polls: &mut [PollWake], until: Instant| -> Vec<Woken> {
+            polls.iter_mut().map(|p| woken(p, until)).collect()
+        };
+
+        a.wake_one(&channel).unwrap();
+        assert_eq!(a.stats().published, 1);
+        assert_eq!(woken(&mut on_b[0], far), Woken::One);
+        assert_eq!(looks(&mut on_b[1..], Instant::now()), [Woken::No; 2]);
+        assert_eq!(looks(&mut on_c, Instant::now()), [Woken::No; 2]);
+        assert_eq!((b.stats().taken_here, b.stats().taken_elsewhere), (1, 0));
+        assert_eq!((c.stats().taken_here, c.stats().taken_elsewhere), (0, 1));
+
+        // B's poll found nothing it could take while the task is still
+        // ready: every other poll, here and there, looks.
+        on_b[0].wake_all();
+        assert_eq!(looks(&mut on_b[1..], far), [Woken::All; 2]);
+        assert_eq!(looks(&mut on_c, far), [Woken::All; 2]);
+
+        // A start's wake with its signal key goes the same way.
+        let (key, version) = LongPollSignalStore::entry("default", "orders", "workflow");
+        let put = CacheOp::Put {
+            key: &key,
+            value: &version,
+            ttl: Duration::from_secs(60),
+        };
+        a.wake_one_and_signal(&channel, put).unwrap();
+        assert_eq!(woken(&mut on_b[2], far), Woken::One);
+        assert_eq!(looks(&mut on_b[..2], Instant::now()), [Woken::No; 2]);
+        assert_eq!(looks(&mut on_c, Instant::now()), [Woken::No; 2]);
+
+        // Five tasks relayed at once: each of B's three polls gets one
+        // wake-up, then C's two polls get the rest.
+        for _ in 0..5 {
+            a.wake_one(&channel).unwrap();
+        }
+        let taken = |poll: &mut PollWake| {
+            (0..6)
+                .filter(|_| woken(poll, Instant::now()) == Woken::One)
+                .count()
+        };
+        assert_eq!(taken(&mut on_b[0]), 3);
+        assert_eq!(taken(&mut on_c[0]), 2);
+        // A sent seven messages, B one (its look found nothing).
+        assert_eq!((b.stats().received, c.stats().received), (7, 8));
+
+        // A node that cannot add the key still wakes one of its polls: a
+        // look too many, never a task nobody looks for.
+        let (d, e) = (PollWakes::new(), PollWakes::new());
+        let failing = Arc::new(crate::cache::CountingCache::new());
+        failing.fail_adds.store(true, Ordering::Relaxed);
+        let shared: Arc<dyn Cache> = failing.clone();
+        d.join_relay(shared.clone(), "a store", "node-d").unwrap();
+        e.join_relay(shared, "a store", "node-e").unwrap();
+        let mut on_e = e.subscribe(channel.clone());
+        failing.take();
+        d.wake_one(&channel).unwrap();
+        assert_eq!(
+            failing.take(),
+            [
+                "publish server:long-poll-signal:",
+                "add server:long-poll-signal:"
+            ]
+        );
+        assert_eq!(woken(&mut on_e, far), Woken::One);
     }
 
     #[test]

@@ -346,6 +346,8 @@ pub(crate) struct CountingCache {
     /// Each call, in order: the method's name, a batch as its ops'
     /// (`batch[put,publish]`), with the key's family (`put server:x:`).
     pub calls: std::sync::Mutex<Vec<String>>,
+    /// While set, every `add` fails as an unreachable Redis's would.
+    pub fail_adds: AtomicBool,
 }
 
 #[cfg(test)]
@@ -354,6 +356,7 @@ impl CountingCache {
         CountingCache {
             inner: MemoryCache::default(),
             calls: std::sync::Mutex::new(Vec::new()),
+            fail_adds: AtomicBool::new(false),
         }
     }
 
@@ -375,6 +378,9 @@ impl Cache for CountingCache {
     }
     fn add(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool, CacheError> {
         self.note(format!("add {}", family_of(key)));
+        if self.fail_adds.load(Ordering::Relaxed) {
+            return Err(CacheError::Backend("down".into()));
+        }
         self.inner.add(key, value, ttl)
     }
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {

@@ -470,6 +470,18 @@ fn two_nodes_on_one_database(
     redis: &crate::support::RedisDatabase,
     tweak: impl Fn(&mut dwengine::server::ServerConfig),
 ) -> (crate::support::TestServer, crate::support::TestServer) {
+    let mut nodes = nodes_on_one_database(redis, &["node-a", "node-b"], tweak).into_iter();
+    let a = nodes.next().expect("node-a");
+    (a, nodes.next().expect("node-b"))
+}
+
+/// Nodes named `ids` on one PostgreSQL schema and one Redis database.
+#[cfg(all(dw_test_redis, dw_test_postgres))]
+fn nodes_on_one_database(
+    redis: &crate::support::RedisDatabase,
+    ids: &[&str],
+    tweak: impl Fn(&mut dwengine::server::ServerConfig),
+) -> Vec<crate::support::TestServer> {
     let url = crate::common::postgres_schema_url();
     let node = |id: &str| {
         let cache: SharedCache = std::sync::Arc::new(
@@ -481,7 +493,7 @@ fn two_nodes_on_one_database(
             tweak(config);
         })
     };
-    (node("node-a"), node("node-b"))
+    ids.iter().map(|id| node(id)).collect()
 }
 
 /// A start on node A wakes a workflow poll held by node B: the wake
@@ -644,6 +656,85 @@ fn a_single_wake_up_stays_on_the_node_whose_poll_takes_it_or_reaches_the_other()
             assert!(none.is_null(), "{none}");
         });
         assert_eq!(relayed(&a, "kept_here"), 2, "the v1 poll took it first");
+    }
+}
+
+/// A start on a node with no poll of its queue wakes one poll of the
+/// store, not every poll of the other nodes: two polls wait on node-b and
+/// two on node-c, both nodes hear the relayed wake-up, one of them takes
+/// it (a key added to Redis) and wakes one of its polls, which gets the
+/// task; the other node leaves its polls waiting. The idle recheck is an
+/// hour, so only that wake-up can answer a poll with the task.
+#[test]
+#[cfg_attr(
+    not(all(dw_test_redis, dw_test_postgres)),
+    ignore = "needs Redis and PostgreSQL: DW_TEST_REDIS_URL and DW_TEST_POSTGRES_URL were not both set when this test binary was built"
+)]
+fn a_relayed_start_wakes_one_poll_of_the_store() {
+    #[cfg(all(dw_test_redis, dw_test_postgres))]
+    {
+        use serde_json::json;
+
+        let redis = crate::support::redis_database();
+        let nodes = nodes_on_one_database(&redis, &["node-a", "node-b", "node-c"], |config| {
+            config.poll_idle_recheck = Duration::from_secs(3600);
+        });
+        let (a, waiting_nodes) = (&nodes[0], &nodes[1..]);
+        let relayed = |node: &crate::support::TestServer, field: &str| {
+            node.running.engine().cluster_snapshot()["wake_relay"][field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("wake_relay.{field} is a count"))
+        };
+        let channel = dwengine::polling::wake_channel("default", "one-look", "workflow");
+        let tasks: Vec<serde_json::Value> = std::thread::scope(|scope| {
+            let polls: Vec<_> = waiting_nodes
+                .iter()
+                .enumerate()
+                .flat_map(|(n, node)| (0..2).map(move |i| (node, format!("worker-{n}-{i}"))))
+                .map(|(node, worker)| {
+                    scope.spawn(move || {
+                        let (status, answer) = node.post(
+                            "/api/worker/workflow-tasks/poll",
+                            json!({ "task_queue": "one-look", "worker_id": worker,
+                                    "poll_request_id": format!("{worker}-1"),
+                                    "timeout_seconds": 4 }),
+                        );
+                        assert_eq!(status, 200, "{answer}");
+                        answer["task"].clone()
+                    })
+                })
+                .collect();
+            for node in waiting_nodes {
+                assert!(
+                    crate::support::eventually(Duration::from_secs(30), || {
+                        node.running.engine().poll_wakes().subscribers(&channel) == 2
+                    }),
+                    "two polls wait on each of node-b and node-c"
+                );
+            }
+            a.start_workflow("default", "wf-one-look", "one-look");
+            polls
+                .into_iter()
+                .map(|poll| poll.join().expect("a poll thread"))
+                .collect()
+        });
+        let leased: Vec<_> = tasks.iter().filter(|task| !task.is_null()).collect();
+        assert_eq!(leased.len(), 1, "{tasks:?}");
+        assert_eq!(leased[0]["workflow_id"], "wf-one-look");
+        assert_eq!(relayed(a, "kept_here"), 0, "node-a holds no poll");
+        let taken: Vec<(u64, u64)> = waiting_nodes
+            .iter()
+            .map(|node| {
+                (
+                    relayed(node, "taken_here"),
+                    relayed(node, "taken_elsewhere"),
+                )
+            })
+            .collect();
+        assert!(
+            taken == [(1, 0), (0, 1)] || taken == [(0, 1), (1, 0)],
+            "one node took the wake-up, the other saw it taken: {taken:?}"
+        );
     }
 }
 

@@ -504,6 +504,7 @@ async fn wait_until_answered<K: PollKind>(
         on_poll_lane(engine.clone(), move |e| e.wake_signal(&look, channel))
     };
     let mut seen = if relayed { signal(engine).await? } else { None };
+    let mut heard = engine.poll_wakes().heard();
     let mut last_pass = Instant::now();
     let mut last_look = Instant::now();
     loop {
@@ -528,11 +529,18 @@ async fn wait_until_answered<K: PollKind>(
         let mut due = woken != Woken::No || last_pass.elapsed() >= recheck;
         if relayed && (due || last_look.elapsed() >= SIGNAL_LOOK) {
             // After a wake too, so the key that wake wrote does not call
-            // for a second pass.
+            // for a second pass. Only while the relay is silent: a relay
+            // that delivered since the last look carries the wake-ups
+            // itself (one relayed task wakes one poll of the store, and
+            // the others must not all look because its key changed).
             last_look = Instant::now();
-            let latest = signal(engine).await?;
-            due |= latest != seen;
-            seen = latest;
+            let now_heard = engine.poll_wakes().heard();
+            if now_heard == heard {
+                let latest = signal(engine).await?;
+                due |= latest != seen;
+                seen = latest;
+            }
+            heard = now_heard;
         }
         if due {
             last_pass = Instant::now();
