@@ -1162,6 +1162,20 @@ mod tests {
         assert_eq!(a.channels(), 0);
     }
 
+    /// A start's wake of `channel` (queue "orders" of namespace
+    /// "default") on `board`, with the channel's signal key: the key and
+    /// the version written when it is written.
+    fn start_wake(board: &PollWakes, channel: &str) -> (String, [u8; 16]) {
+        let (key, version) = LongPollSignalStore::entry("default", "orders", "workflow");
+        let put = CacheOp::Put {
+            key: &key,
+            value: &version,
+            ttl: Duration::from_secs(60),
+        };
+        board.wake_one_and_signal(channel, put).unwrap();
+        (key, version)
+    }
+
     /// A single wake-up a poll of this node will take stays here: no relay
     /// message and no signal key. Only when no poll here takes it, or the
     /// poll that took it found nothing, ended without looking or left it
@@ -1180,18 +1194,7 @@ mod tests {
         let far = Instant::now() + Duration::from_secs(30);
         let channel = wake_channel("default", "orders", "workflow");
         let written = |key: &str| cache.get(key).unwrap();
-        // A start's wake on A with its channel's signal key: the key and
-        // the version it would write.
-        let wake_on_a = || {
-            let (key, version) = LongPollSignalStore::entry("default", "orders", "workflow");
-            let put = CacheOp::Put {
-                key: &key,
-                value: &version,
-                ttl: Duration::from_secs(60),
-            };
-            a.wake_one_and_signal(&channel, put).unwrap();
-            (key, version)
-        };
+        let wake_on_a = || start_wake(&a, &channel);
         let mut on_b = b.subscribe(channel.clone());
 
         // No poll on A: the wake-up goes to one of B's polls, with the
@@ -1278,13 +1281,7 @@ mod tests {
         assert_eq!(looks(&mut on_c, far), [Woken::All; 2]);
 
         // A start's wake with its signal key goes the same way.
-        let (key, version) = LongPollSignalStore::entry("default", "orders", "workflow");
-        let put = CacheOp::Put {
-            key: &key,
-            value: &version,
-            ttl: Duration::from_secs(60),
-        };
-        a.wake_one_and_signal(&channel, put).unwrap();
+        start_wake(&a, &channel);
         assert_eq!(woken(&mut on_b[2], far), Woken::One);
         assert_eq!(looks(&mut on_b[..2], Instant::now()), [Woken::No; 2]);
         assert_eq!(looks(&mut on_c, Instant::now()), [Woken::No; 2]);
