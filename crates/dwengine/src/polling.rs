@@ -46,7 +46,7 @@ const QUERY_TASK_WAKE: &str = "query-task:";
 /// every poll of the channel.
 const ONE_WAKE: &str = "one:";
 /// How long the key that a node takes a relayed single wake-up with lives
-/// ([`PollWakes::wake_one_here`]). The other nodes hear the message within
+/// (`PollWakes::wake_one_here`). The other nodes hear the message within
 /// milliseconds; one that hears it later still would wake a poll as well,
 /// which then looks once for nothing.
 pub const TAKEN_TTL: Duration = Duration::from_secs(10);
@@ -536,7 +536,8 @@ impl PollWakes {
 
     /// Wakes one poll of `channel` on this node (the first that waits,
     /// now or next), or, when no poll of this node will take it, through
-    /// the relay one poll of each other node of the store: for a commit
+    /// the relay one poll of another node, the first to take it
+    /// (`PollWakes::wake_one_here`): for a commit
     /// that gave the queue one task, so one poll looks for it instead of
     /// all of them. A poll that finds nothing then wakes the others, here
     /// and on the other nodes ([`Woken::One`], [`PollWake::wake_all`]), so
@@ -563,8 +564,8 @@ impl PollWakes {
         self.relay_message_soon(channel.to_owned());
     }
 
-    /// As [`PollWakes::relay_soon`], for one poll of `channel` on each
-    /// other node.
+    /// As [`PollWakes::relay_soon`], for one poll of `channel` on
+    /// another node ([`PollWakes::wake_one_here`]).
     fn relay_one_soon(self: &Arc<Self>, channel: &str) {
         self.relay_message_soon(self.one_message(channel));
     }
@@ -771,7 +772,7 @@ impl Drop for PollWake {
             }
             drop(channels);
             // A single wake-up no poll of this node took (its deadline won
-            // the race) is the other nodes' to answer, one poll each.
+            // the race) is another node's to answer, one poll of it.
             if self.entry.tokens.load(Ordering::Acquire) > 0 {
                 self.board.relay_one_soon(&self.channel);
             }

@@ -443,6 +443,67 @@ fn a_write_lock_held_past_the_lock_timeout_is_a_503_and_the_session_serves_on() 
     }
 }
 
+/// A writer that waits for the store's write lock while the database
+/// answers (another node's transaction holds the lock: a busy cluster, not
+/// a hung server) is not stalled, however long past the stall bound it
+/// waits: the node's reads are answered meanwhile, so new writes queue
+/// for the lock (bounded by `lock_timeout`) instead of being refused with
+/// a 503, and every one commits once the lock is free. (Before, a lock
+/// wait of 1.6 s under a three-node benchmark made a node refuse writes
+/// and its readiness fail.)
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn a_writer_waiting_for_the_write_lock_on_a_database_that_answers_is_not_stalled() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::shared::SharedStore;
+
+        let url = crate::common::postgres_schema_url();
+        let store = SharedStore::open_postgres(&url, dwengine::store::StoreConfig::default(), 1)
+            .expect("the store");
+        let start = |id: &str| {
+            let id = id.to_owned();
+            move |s: &dwengine::store::Store| s.start_run(crate::common::start(&id)).map(|_| ())
+        };
+        store.write(start("before")).expect("a write before");
+        // Another node's write transaction, holding the lock.
+        let other =
+            dwengine::store::db::Connection::open_postgres(&url, &Default::default()).unwrap();
+        other.begin_write().unwrap();
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| store.write(start("first")));
+            // Twice the default stall bound (1.25 s) of reads answered
+            // while the writer waits, and never a stall.
+            let began = std::time::Instant::now();
+            while began.elapsed() < Duration::from_millis(2_500) {
+                let runs = store
+                    .read(|s| s.runs_of("default", "first", 10))
+                    .expect("a read while the writer waits");
+                assert!(runs.is_empty(), "the first write waits for the lock");
+                assert_eq!(store.stalled(), None, "a lock wait is not a stall");
+            }
+            // A write now is queued for the lock, not refused.
+            let second = scope.spawn(|| store.write(start("second")));
+            other.execute_batch("ROLLBACK").unwrap();
+            first
+                .join()
+                .unwrap()
+                .expect("the first write, once the lock is free");
+            second
+                .join()
+                .unwrap()
+                .expect("the second write, queued meanwhile");
+        });
+        for id in ["before", "first", "second"] {
+            let runs = store.read(|s| s.runs_of("default", id, 10)).unwrap();
+            assert_eq!(runs.len(), 1, "{id}");
+        }
+    }
+}
+
 #[test]
 #[cfg_attr(
     not(dw_test_postgres),

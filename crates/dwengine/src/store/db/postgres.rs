@@ -67,43 +67,83 @@ const GOODBYE: Duration = Duration::from_secs(1);
 /// threads: the group-commit writer refuses new work at once while its
 /// session has been waiting too long, rather than queueing it behind a
 /// database that does not answer.
+///
+/// A long wait alone is not a database that does not answer: under load
+/// the writer waits for the store's write lock while other nodes' writes
+/// and claims hold it (bounded by `lock_timeout`). So each clock also
+/// shares, with every session this process opened to the same database
+/// URL, when one of them last got an answer ([`answers_of`]); a call is
+/// stalled only when none has been answered since it began.
 #[derive(Debug)]
 pub struct CallClock {
-    /// Milliseconds since `origin` when the pending call began, plus one;
-    /// 0 when no call is pending.
+    /// Milliseconds since [`process_ms`]'s origin when the pending call
+    /// began, plus one; 0 when no call is pending.
     pending: AtomicU64,
-    origin: Instant,
+    /// When a session to the same database last got an answer (the same
+    /// milliseconds).
+    answers: Arc<AtomicU64>,
     /// How long a pending call may run before the session counts as stalled.
     stall: Duration,
 }
 
+/// Milliseconds since the first call of this process asked.
+fn process_ms() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let origin = ORIGIN.get_or_init(Instant::now);
+    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+}
+
+/// The time of the last answer any session of this process got from the
+/// database `url` names: one per URL, so a node's writer, readers, claim
+/// sessions and probe share it, and two stores on two databases (or two
+/// schemas, whose URLs differ) do not.
+fn answers_of(url: &str) -> Arc<AtomicU64> {
+    static ANSWERS: std::sync::OnceLock<std::sync::Mutex<HashMap<String, Arc<AtomicU64>>>> =
+        std::sync::OnceLock::new();
+    ANSWERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(url.to_owned())
+        .or_default()
+        .clone()
+}
+
 impl CallClock {
-    fn new(stall: Duration) -> CallClock {
+    fn new(stall: Duration, answers: Arc<AtomicU64>) -> CallClock {
         CallClock {
             pending: AtomicU64::new(0),
-            origin: Instant::now(),
+            answers,
             stall,
         }
     }
 
     fn begin(&self) {
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-        self.pending.store(now + 1, Ordering::Relaxed);
+        self.pending.store(process_ms() + 1, Ordering::Relaxed);
     }
 
     fn end(&self) {
         self.pending.store(0, Ordering::Relaxed);
     }
 
+    /// The server answered a call of this session (a result or an error
+    /// of its own, not a deadline that ran out).
+    fn answered(&self) {
+        self.answers.fetch_max(process_ms(), Ordering::Relaxed);
+    }
+
     /// How long the pending call has waited, when it has waited longer
-    /// than the stall bound: a quarter of the lesser of the call deadline
-    /// and the connect timeout, kept between 0.25 and 5 s (1.25 s with the
-    /// defaults' 5 s connect timeout).
+    /// than the stall bound (a quarter of the lesser of the call deadline
+    /// and the connect timeout, kept between 0.25 and 5 s: 1.25 s with the
+    /// defaults' 5 s connect timeout) and no session to the same database
+    /// got an answer since it began.
     pub fn stalled_for(&self) -> Option<Duration> {
         let began = self.pending.load(Ordering::Relaxed).checked_sub(1)?;
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let waited = Duration::from_millis(now.saturating_sub(began));
-        (waited > self.stall).then_some(waited)
+        let waited = Duration::from_millis(process_ms().saturating_sub(began));
+        if waited <= self.stall || self.answers.load(Ordering::Relaxed) > began {
+            return None;
+        }
+        Some(waited)
     }
 }
 
@@ -412,13 +452,16 @@ impl PgConnection {
             .copied()
             .unwrap_or(settings.connect_timeout);
         let call_timeout = (!settings.call_timeout.is_zero()).then_some(settings.call_timeout);
-        let clock = Arc::new(CallClock::new(stall_bound(
-            settings.call_timeout,
-            connect_timeout,
-        )));
+        let clock = Arc::new(CallClock::new(
+            stall_bound(settings.call_timeout, connect_timeout),
+            answers_of(url),
+        ));
         clock.begin();
         let session = open(&config, connect_timeout);
         clock.end();
+        if session.is_ok() {
+            clock.answered();
+        }
         Ok(PgConnection {
             config,
             connect_timeout,
@@ -481,6 +524,14 @@ impl PgConnection {
             None => Ok(session.runtime.block_on(request)),
         };
         self.clock.end();
+        // A result, or an error the server sent (not a dropped session).
+        if match &answered {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => e.as_db_error().is_some(),
+            Err(_) => false,
+        } {
+            self.clock.answered();
+        }
         answered
     }
 
@@ -537,7 +588,9 @@ impl PgConnection {
         self.clock.begin();
         let session = open(&self.config, self.connect_timeout);
         self.clock.end();
-        *self.session.get_mut() = Some(session?);
+        let session = session?;
+        self.clock.answered();
+        *self.session.get_mut() = Some(session);
         self.broken.set(false);
         Ok(())
     }
