@@ -697,7 +697,7 @@ fn a_relayed_start_wakes_one_poll_of_the_store() {
                             "/api/worker/workflow-tasks/poll",
                             json!({ "task_queue": "one-look", "worker_id": worker,
                                     "poll_request_id": format!("{worker}-1"),
-                                    "timeout_seconds": 4 }),
+                                    "timeout_seconds": 10 }),
                         );
                         assert_eq!(status, 200, "{answer}");
                         answer["task"].clone()
