@@ -515,15 +515,8 @@ impl PollWakes {
         }
         if entry.add_token() {
             self.taken_here.fetch_add(1, Ordering::Relaxed);
-        } else if let Some((cache, name, mark)) = self.relay_target() {
-            if cache
-                .publish(&name, format!("{mark}{channel}").as_bytes())
-                .is_ok()
-            {
-                self.relayed_out.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.unsent.fetch_add(1, Ordering::Relaxed);
-            }
+        } else if self.publish_to_peers(channel).is_err() {
+            self.unsent.fetch_add(1, Ordering::Relaxed);
         }
     }
 
