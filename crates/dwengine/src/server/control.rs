@@ -183,7 +183,7 @@ impl StartTransaction {
             // Another transaction writing this workflow id (a start on
             // another node) sends this one to the ordinary writer.
             if !s.lock_workflow_id(&start.namespace, &start.workflow_id)? {
-                return Err(StoreError::StartNeedsWriteLock);
+                return Err(StoreError::NeedsWriteLock);
             }
             let begun = begin_start(
                 s,

@@ -513,6 +513,33 @@ impl Engine {
         written
     }
 
+    /// Runs `write` (a completion that writes one existing run) in the run
+    /// writer's next batch ([`SharedStore::write_run`]): beside other
+    /// nodes' writes on PostgreSQL, in the next group commit on SQLite.
+    pub(crate) fn write_run<R, F>(
+        &self,
+        order: crate::store::writer::RunWriteOrder,
+        write: F,
+    ) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
+    {
+        let written = self.store.write_run(order, write);
+        if let Err(e) = &written {
+            if e.is_disk_full() {
+                self.note_storage_full(e);
+            }
+        }
+        written
+    }
+
+    /// The run writer's counts for the operator metrics (`null` on SQLite,
+    /// where every write has the one writer).
+    pub fn run_writes_snapshot(&self) -> serde_json::Value {
+        serde_json::json!(self.store.run_write_stats())
+    }
+
     /// Runs `claim` (a poll taking a task) as one claim transaction
     /// ([`SharedStore::claim`]): beside other claims on PostgreSQL, in the
     /// next group commit on SQLite.

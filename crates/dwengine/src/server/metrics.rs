@@ -219,6 +219,7 @@ impl Engine {
             metrics["cluster"] = self.cluster_snapshot();
             metrics["queue"] = self.queue.snapshot();
             metrics["claims"] = self.claims_snapshot();
+            metrics["run_writes"] = self.run_writes_snapshot();
             Ok(metrics)
         })
         .map_err(ApiError::from)

@@ -336,7 +336,7 @@ pub struct ActivityReport {
 }
 
 /// An activity failure as the SDK reports it.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 pub struct ActivityFailureBody {
     /// Why.
     #[serde(default)]

@@ -33,6 +33,7 @@ use crate::server::wire::{
 };
 use crate::server::{ApiError, Engine};
 use crate::store::cancellation::CancellationRequest;
+use crate::store::writer::RunWriteOrder;
 use crate::store::{
     attempt_id, ActivityFence, AttemptFailure, AttemptOutcome, HistoryPageLimit, LeasedTask, RunId,
     StoredPage, TaskKind, WorkflowCommand, WorkflowTaskFence, SUPPORTED_COMMANDS,
@@ -1511,7 +1512,22 @@ impl Engine {
             stream_cursors,
             sticky,
         };
-        let written = self.write(completion.transaction(self.durable_state.clone()))?;
+        // A completion whose commands stay in its run commits beside other
+        // writers (the run writer, on PostgreSQL); the store sends it on to
+        // the ordinary writer if its run's close reaches another run.
+        let beside = !steps.payload_references
+            && !steps.message_streams
+            && completion
+                .commands
+                .iter()
+                .all(WorkflowCommand::stays_in_run);
+        let order = run_write_order(&completion.commands);
+        let transaction = completion.transaction(self.durable_state.clone());
+        let written = if beside {
+            self.write_run(order, transaction)?
+        } else {
+            self.write(transaction)?
+        };
         self.workflow_task_completed(task_id, written)
     }
 
@@ -1962,11 +1978,20 @@ impl Engine {
         body: ActivityReport,
     ) -> Result<Value, ApiError> {
         let task = activity_task(&self.config, task_id, &body)?;
-        if self.report_steps(&body).payload_references {
+        let named_payloads = self.report_steps(&body).payload_references;
+        if named_payloads {
             self.verify_task_payload_references(task, &[("result", &body.result)])?;
         }
         let attempt_id = body.activity_attempt_id.clone();
-        let written = self.write(activity_report(task, failed, body))?;
+        // A report writes its own run only, so it commits beside other
+        // writers (the run writer, on PostgreSQL) unless its result names
+        // external payloads, whose references other runs share.
+        let report = activity_report(task, failed, body);
+        let written = if named_payloads {
+            self.write(report)?
+        } else {
+            self.write_run(RunWriteOrder::Activities, report)?
+        };
         self.activity_reported(task_id, attempt_id, written)
     }
 
@@ -2118,6 +2143,26 @@ fn complete(
     store.complete_workflow_task(task, fence, commands)
 }
 
+/// Where a completion of `commands` goes in the run writer's batch.
+fn run_write_order(commands: &[WorkflowCommand]) -> RunWriteOrder {
+    let closes = commands.iter().any(|c| {
+        matches!(
+            c,
+            WorkflowCommand::CompleteWorkflow { .. } | WorkflowCommand::FailWorkflow { .. }
+        )
+    });
+    if closes {
+        RunWriteOrder::Closes
+    } else if commands
+        .iter()
+        .any(|c| matches!(c, WorkflowCommand::ScheduleActivity { .. }))
+    {
+        RunWriteOrder::Activities
+    } else {
+        RunWriteOrder::Other
+    }
+}
+
 /// A task kind as the SDKs name it in a poll-capacity refusal.
 fn wire_task_kind(kind: TaskKind) -> &'static str {
     match kind {
@@ -2204,7 +2249,8 @@ impl WorkflowCompletion {
     fn transaction(
         self,
         quota: NamespaceDurableStateQuota,
-    ) -> impl FnOnce(&crate::store::Store) -> Result<WorkflowCompleted, crate::store::Error>
+    ) -> impl Fn(&crate::store::Store) -> Result<WorkflowCompleted, crate::store::Error>
+           + Clone
            + Send
            + 'static {
         let WorkflowCompletion {
@@ -2274,8 +2320,10 @@ fn activity_report(
     task: i64,
     failed: bool,
     body: ActivityReport,
-) -> impl FnOnce(&crate::store::Store) -> Result<ActivityReported, crate::store::Error> + Send + 'static
-{
+) -> impl Fn(&crate::store::Store) -> Result<ActivityReported, crate::store::Error>
+       + Clone
+       + Send
+       + 'static {
     let ActivityReport {
         lease_owner: owner,
         activity_attempt_id: attempt_id,
@@ -2289,7 +2337,7 @@ fn activity_report(
         };
         let home = store.task_home(task)?;
         let outcome = if failed {
-            let failure = failure.unwrap_or_default();
+            let failure = failure.clone().unwrap_or_default();
             store.fail_activity_attempt(
                 task,
                 fence,

@@ -92,6 +92,11 @@ impl Store {
         result: &Value,
     ) -> Result<AttemptOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
+        // Beside other writers (the run writer's batch on PostgreSQL) the
+        // report holds its run's key (`Store::lock_run_of_task`).
+        if !self.lock_run_of_task(task_id)? {
+            return Err(Error::NeedsWriteLock);
+        }
         let attempt = match fenced_attempt(&tx, task_id, fence) {
             Ok(attempt) => attempt,
             // A retry of this very attempt's completion whose answer was
@@ -120,6 +125,9 @@ impl Store {
         failure: &AttemptFailure,
     ) -> Result<AttemptOutcome, Error> {
         let tx = WriteTx::begin(&self.conn)?;
+        if !self.lock_run_of_task(task_id)? {
+            return Err(Error::NeedsWriteLock);
+        }
         let attempt = match fenced_attempt(&tx, task_id, fence) {
             Ok(attempt) => attempt,
             Err(e) => return Err(run_closed_under(&tx, task_id, fence, e)?),

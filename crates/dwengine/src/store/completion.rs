@@ -276,6 +276,12 @@ pub(crate) fn finish_run(
     payload: &Value,
     failure: Option<FailureRow<'_>>,
 ) -> Result<Option<String>, Error> {
+    // Beside other writers (the run writer's batch on PostgreSQL) a close
+    // that reaches another run (a parent or children to notify or close, a
+    // service call's callers to answer) runs as an ordinary write instead.
+    if conn.claims_side_by_side() && reaches_other_runs(conn, head.id)? {
+        return Err(Error::NeedsWriteLock);
+    }
     // Signals held for a task in flight are history before the run's end.
     crate::store::admission::release_held_signals(conn, head.id)?;
     crate::store::message_streams::release_carried(conn, head.id)?;
@@ -398,6 +404,18 @@ pub(crate) fn finish_run(
 
 /// Applies the parent-close policy of `head`'s open children (see
 /// [`finish_run`]); each child's own children follow theirs in turn.
+/// Whether closing `run` writes another run: an open link to a parent or
+/// to children, or a service call's callers waiting on it.
+fn reaches_other_runs(conn: &Connection, run: RunId) -> Result<bool, Error> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM children WHERE child_run_id = ?1 AND status = 'open') \
+             OR EXISTS (SELECT 1 FROM children WHERE parent_run_id = ?1 AND status = 'open') \
+             OR EXISTS (SELECT 1 FROM service_call_waiters WHERE linked_run_id = ?1)",
+        )?
+        .query_row([run.0], |r| r.get::<_, bool>(0))?)
+}
+
 fn close_children_by_policy(conn: &Connection, head: &RunHead) -> Result<(), Error> {
     for (child, policy) in children::children_to_close(conn, head.id)? {
         let child_head = load_head(conn, child)?;

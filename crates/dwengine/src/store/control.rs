@@ -192,6 +192,33 @@ impl Store {
             .try_lock_key(&format!("{namespace}\u{1f}{workflow_id}"))?)
     }
 
+    /// Takes the workflow id key of task `task_id`'s run for the open
+    /// transaction unless another transaction holds it, as
+    /// [`Store::lock_workflow_id`] does for a start: a completion in the run
+    /// writer's batch ([`crate::store::db::Connection::begin_run_writes`])
+    /// holds it while it reads and writes its run. `false` also for a
+    /// worker session's task (its report decides on the session, shared
+    /// by runs). A claim beside others takes the same key of the run whose
+    /// task it leases, with its candidate (`store::leases`). `true` when
+    /// no transaction runs beside this one (an
+    /// ordinary write, any write on SQLite), and for a task that is gone
+    /// (the completion's own checks answer for it).
+    pub fn lock_run_of_task(&self, task_id: i64) -> Result<bool, Error> {
+        if !self.conn.claims_side_by_side() {
+            return Ok(true);
+        }
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT CASE WHEN d.session_id IS NULL THEN pg_try_advisory_xact_lock(\
+                 hashtextextended(current_schema() || '/' || r.namespace || chr(31) || r.workflow_id, 0)) \
+                 ELSE FALSE END FROM dispatch_tasks d JOIN runs r ON r.id = d.run_id WHERE d.id = ?1",
+            )?
+            .query_row([task_id], |r| r.get::<_, bool>(0))
+            .optional()?
+            .unwrap_or(true))
+    }
+
     /// The open (running) run of `workflow_id` in `namespace`, if any.
     pub fn open_run(&self, namespace: &str, workflow_id: &str) -> Result<Option<RunId>, Error> {
         Ok(self

@@ -133,15 +133,18 @@ pub enum Error {
     /// write ([`crate::store::db::Connection::begin_claim`]).
     #[error("the claim must run as an ordinary write (a worker session's task)")]
     ClaimNeedsWriteLock,
-    /// A start running beside other starts (a PostgreSQL start batch)
-    /// found its workflow id held by another transaction, or its batch's
-    /// commit met another's in a lock cycle; nothing of it was written,
-    /// and it is rerun as an ordinary write
-    /// ([`crate::store::db::Connection::begin_starts`]).
+    /// A write running beside others under the write lock taken shared (a
+    /// PostgreSQL start batch, or a run's completion in the run writer's
+    /// batch) found its workflow id held by another transaction, needs
+    /// what only an ordinary write may decide (another run, a namespace's
+    /// shared state), or its batch's commit met another's in a lock cycle;
+    /// nothing of it was written, and it is rerun as an ordinary write
+    /// ([`crate::store::db::Connection::begin_starts`],
+    /// [`crate::store::db::Connection::begin_run_writes`]).
     #[error(
-        "the start must run as an ordinary write (its workflow id is being written elsewhere)"
+        "the write must run as an ordinary write (its workflow id is being written elsewhere, or it reaches beyond its run)"
     )]
-    StartNeedsWriteLock,
+    NeedsWriteLock,
     /// Every read connection stayed busy past the wait.
     #[error("no read connection became free within {0:?}")]
     ReadersBusy(std::time::Duration),

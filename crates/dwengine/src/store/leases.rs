@@ -79,7 +79,7 @@ pub(crate) static CANDIDATES: LazyLock<String> =
 /// [`Store::cohort_draining`] asks it, so a claim on PostgreSQL does not
 /// spend a round trip of its own on it).
 static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
-    candidates_sql(
+    let locked = candidates_sql(
         1,
         " FOR UPDATE OF d SKIP LOCKED",
         "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
@@ -88,6 +88,15 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     .replace(
         " ORDER BY",
         &format!(" AND NOT {} ORDER BY", draining_condition("?2", "?3", "?6")),
+    );
+    // The task's run's key (`Store::lock_run`), tried once the task is
+    // locked (the materialized candidate), in the same round trip: a key
+    // tried in the scan itself could be taken for tasks the scan skips.
+    format!(
+        "WITH c (id, session_id, run_id, more_ready) AS MATERIALIZED ({locked}) \
+         SELECT c.id, c.session_id, c.run_id, c.more_ready, pg_try_advisory_xact_lock(\
+         hashtextextended(current_schema() || '/' || r.namespace || chr(31) || r.workflow_id, 0)) \
+         FROM c JOIN runs r ON r.id = c.run_id"
     )
 });
 
@@ -158,6 +167,9 @@ struct Candidate {
     run: i64,
     /// Beside other claims: whether another task of the queue is ready.
     more_ready: bool,
+    /// Beside other claims: whether the claim took its run's key (always
+    /// when it is the only claim).
+    keyed: bool,
 }
 
 /// What a lease decides for a session's activity task.
@@ -289,6 +301,7 @@ impl Store {
                         session: r.get(1)?,
                         run: r.get(2)?,
                         more_ready: r.get(3)?,
+                        keyed: !side_by_side || r.get::<_, bool>(4)?,
                     })
                 },
             )?
@@ -319,6 +332,14 @@ impl Store {
         let Some((candidate, session_lease, session_refused)) = chosen else {
             return Ok(None);
         };
+        // Beside others the claim holds the key of its task's run (taken
+        // with the candidate), so it never runs beside that run's
+        // completion in the run writer's batch (`Connection::begin_run_writes`):
+        // such a completion decides on the run's ready workflow task, which
+        // this claim may be leasing.
+        if !candidate.keyed {
+            return Err(Error::ClaimNeedsWriteLock);
+        }
         let id = candidate.id;
         // An activity runs for its start-to-close timeout when it has one,
         // and its deadline is armed by the lease's own write.

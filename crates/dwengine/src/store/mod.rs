@@ -129,7 +129,7 @@ pub use search_attributes::Registration;
 pub use service_catalog::{
     CatalogDelete, CatalogEntry, CatalogLevel, ServiceCallRow, SERVICE_CALL_RETENTION_MS,
 };
-pub use shared::SharedStore;
+pub use shared::{RunWriteStats, SharedStore};
 pub use streams::{
     Appended, NewStreamItem, Reclaimed, StreamAppend, StreamItem, StreamOrigin, StreamPolicy,
     StreamState,

@@ -6,18 +6,37 @@
 //! reads borrow that connection between batches.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::store::config::StoreConfig;
 use crate::store::connection::Store;
 use crate::store::error::Error;
 use crate::store::readers::{snapshot, ReadPool};
-use crate::store::writer::{GroupCommitWriter, Lane};
+use crate::store::writer::{GroupCommitWriter, Lane, RunWriteOrder};
 
 /// Read connections a file store opens at most, by default.
 pub const DEFAULT_READERS: usize = 4;
 
 /// The longest the readiness probe's PostgreSQL call waits for an answer.
 pub const PROBE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`SharedStore::write_run`]'s counters.
+#[derive(Default)]
+struct RunWriteCounts {
+    beside: AtomicU64,
+    rerun: AtomicU64,
+}
+
+/// What a PostgreSQL node's run writer did, for the operator metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RunWriteStats {
+    /// Completions committed beside other writers, under the write lock
+    /// taken shared.
+    pub beside: u64,
+    /// Completions rerun as ordinary writes (their run's key was held
+    /// elsewhere, a step reached beyond their run, or a lock cycle).
+    pub rerun: u64,
+}
 
 /// A store shared by a server's request threads.
 pub struct SharedStore {
@@ -26,6 +45,13 @@ pub struct SharedStore {
     /// of their own, beside other nodes' start batches and claims
     /// ([`crate::store::db::Connection::begin_starts`]).
     starts: Option<GroupCommitWriter>,
+    /// A PostgreSQL node's run writer: completions that write one existing
+    /// run commit in batches of their own, beside other nodes' and beside
+    /// claims and starts ([`crate::store::db::Connection::begin_run_writes`]).
+    runs: Option<GroupCommitWriter>,
+    /// Run writes that committed beside others, and those rerun as
+    /// ordinary writes ([`SharedStore::write_run`]).
+    run_writes: RunWriteCounts,
     readers: Option<ReadPool>,
     /// A PostgreSQL node's claim sessions: polls claim tasks on these,
     /// beside each other and beside other nodes' claims, instead of
@@ -58,6 +84,8 @@ impl SharedStore {
         Ok(SharedStore {
             writer,
             starts: None,
+            runs: None,
+            run_writes: RunWriteCounts::default(),
             readers,
             claimers: None,
             probe,
@@ -66,9 +94,10 @@ impl SharedStore {
     }
 
     /// Opens the PostgreSQL database `url` names (migrating it): the
-    /// group-commit writer's session, the start writer's, at most
-    /// `readers` read sessions, as many claim sessions and the liveness
-    /// probe's own, so a node holds `2 × readers + 3` sessions.
+    /// group-commit writer's session, the start writer's, the run
+    /// writer's, at most `readers` read sessions, as many claim sessions
+    /// and the liveness probe's own, so a node holds `2 × readers + 4`
+    /// sessions.
     pub fn open_postgres(
         url: &str,
         config: StoreConfig,
@@ -91,9 +120,16 @@ impl SharedStore {
             Lane::Starts,
         )
         .map_err(|e| Error::Commit(format!("cannot start the start writer thread: {e}")))?;
+        let runs = GroupCommitWriter::start_lane(
+            Store::open_postgres_reader(url, config.clone())?,
+            Lane::Runs,
+        )
+        .map_err(|e| Error::Commit(format!("cannot start the run writer thread: {e}")))?;
         Ok(SharedStore {
             writer,
             starts: Some(starts),
+            runs: Some(runs),
+            run_writes: RunWriteCounts::default(),
             readers: Some(ReadPool::postgres(url, config.clone(), readers)),
             claimers: Some(ReadPool::postgres(url, config.clone(), readers)),
             probe: Some(ReadPool::postgres(url, probe, 1)),
@@ -131,7 +167,50 @@ impl SharedStore {
     /// group-commit writer (SQLite), so [`SharedStore::start`] and
     /// [`SharedStore::claim`] are [`SharedStore::write`]s.
     pub fn has_one_writer(&self) -> bool {
-        self.starts.is_none() && self.claimers.is_none()
+        self.starts.is_none() && self.runs.is_none() && self.claimers.is_none()
+    }
+
+    /// Runs `write` (a completion that writes one existing run: see
+    /// [`crate::store::db::Connection::begin_run_writes`]) atomically and
+    /// returns its result once committed: on PostgreSQL in the run
+    /// writer's next batch, beside other nodes' writes, where `order`
+    /// places it ([`RunWriteOrder`]); on SQLite in the
+    /// next group commit, as any write. One that must run as an ordinary
+    /// write ([`Error::NeedsWriteLock`]: its run's key held elsewhere, a
+    /// step beyond its run, or a lock cycle PostgreSQL broke by ending its
+    /// batch) is rerun as one here: nothing of it was written.
+    pub fn write_run<R, F>(&self, order: RunWriteOrder, write: F) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, Error> + Clone + Send + 'static,
+    {
+        let Some(runs) = &self.runs else {
+            return self.writer.write(write);
+        };
+        match runs.write_keyed(order.key(), write.clone()) {
+            Err(Error::NeedsWriteLock) => {
+                self.run_writes.rerun.fetch_add(1, Ordering::Relaxed);
+                self.writer.write(write)
+            }
+            Err(Error::Database(e)) if e.is_lock_conflict() => {
+                self.run_writes.rerun.fetch_add(1, Ordering::Relaxed);
+                self.writer.write(write)
+            }
+            other => {
+                if other.is_ok() {
+                    self.run_writes.beside.fetch_add(1, Ordering::Relaxed);
+                }
+                other
+            }
+        }
+    }
+
+    /// Run writes so far (`None` where every write has the one writer).
+    pub fn run_write_stats(&self) -> Option<RunWriteStats> {
+        self.runs.as_ref().map(|_| RunWriteStats {
+            beside: self.run_writes.beside.load(Ordering::Relaxed),
+            rerun: self.run_writes.rerun.load(Ordering::Relaxed),
+        })
     }
 
     /// Runs `start` (a workflow start that decides on nothing but its own
@@ -140,7 +219,7 @@ impl SharedStore {
     /// the start writer's next transaction of `key` (the start's series),
     /// beside other nodes' starts; on SQLite in the next group commit, as
     /// any write. A start that must run as an ordinary write
-    /// ([`Error::StartNeedsWriteLock`], or a lock conflict PostgreSQL broke
+    /// ([`Error::NeedsWriteLock`], or a lock conflict PostgreSQL broke
     /// by ending it) is rerun as one here: nothing of it was written.
     pub fn start<R, F>(&self, key: String, start: F) -> Result<R, Error>
     where
@@ -151,7 +230,7 @@ impl SharedStore {
             return self.writer.write(start);
         };
         match starts.write_keyed(key, start.clone()) {
-            Err(Error::StartNeedsWriteLock) => self.writer.write(start),
+            Err(Error::NeedsWriteLock) => self.writer.write(start),
             Err(Error::Database(e)) if e.is_lock_conflict() => self.writer.write(start),
             other => other,
         }

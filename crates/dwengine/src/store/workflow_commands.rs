@@ -335,6 +335,33 @@ pub enum WorkflowCommand {
     },
 }
 
+impl WorkflowCommand {
+    /// Whether the command writes nothing but its own run's rows (and the
+    /// trigger-kept counters), so a completion made of such commands may
+    /// commit beside other writers in the run writer's batch
+    /// ([`crate::store::db::Connection::begin_run_writes`]). A child, a
+    /// service call, a continue-as-new, a search attribute, an update's
+    /// caller, a worker session or a workflow stream reach beyond the
+    /// run; a run's close reaching a parent or a caller is checked where
+    /// it closes ([`crate::store::completion::finish_run`]).
+    pub fn stays_in_run(&self) -> bool {
+        match self {
+            WorkflowCommand::ScheduleActivity { worker_session, .. } => worker_session.is_none(),
+            WorkflowCommand::RecordSideEffect {
+                workflow_stream, ..
+            } => workflow_stream.is_none(),
+            WorkflowCommand::StartTimer { .. }
+            | WorkflowCommand::OpenConditionWait { .. }
+            | WorkflowCommand::OpenSignalWait { .. }
+            | WorkflowCommand::RecordVersionMarker { .. }
+            | WorkflowCommand::UpsertMemo { .. }
+            | WorkflowCommand::CompleteWorkflow { .. }
+            | WorkflowCommand::FailWorkflow { .. } => true,
+            _ => false,
+        }
+    }
+}
+
 /// The command types [`WorkflowCommand`] reads, as they appear on the wire.
 pub const SUPPORTED_COMMANDS: [&str; 17] = [
     "schedule_activity",
@@ -401,6 +428,14 @@ impl Store {
     ) -> Result<WorkflowTaskCompletion, Error> {
         let limits = self.config.limits;
         let tx = WriteTx::begin(&self.conn)?;
+        // Beside other writers (the run writer's batch on PostgreSQL) a
+        // completion holds its run's key and writes nothing beyond its run.
+        if tx.claims_side_by_side()
+            && (!commands.iter().all(WorkflowCommand::stays_in_run)
+                || !self.lock_run_of_task(task_id)?)
+        {
+            return Err(Error::NeedsWriteLock);
+        }
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
         let (head, row) = load_head_for_commands(&tx, run)?;
         if head.status != RunStatus::Running {
@@ -463,6 +498,9 @@ impl Store {
         fence: WorkflowTaskFence<'_>,
     ) -> Result<bool, Error> {
         let tx = WriteTx::begin(&self.conn)?;
+        if !self.lock_run_of_task(task_id)? {
+            return Err(Error::NeedsWriteLock);
+        }
         let (run, watermark) = fenced_workflow_task(&tx, task_id, fence)?;
         release_held_signals(&tx, run)?;
         process_seen_signals(&tx, run, watermark)?;

@@ -45,8 +45,30 @@
 //! before the queue's: a claim holds no series row, and another start
 //! transaction waiting for the series row holds no queue row, so no cycle
 //! forms. One that PostgreSQL breaks anyway (40P01) fails the whole
-//! transaction, and its starts are answered [`Error::StartNeedsWriteLock`]
+//! transaction, and its starts are answered [`Error::NeedsWriteLock`]
 //! and rerun as ordinary writes.
+//!
+//! A run writer ([`Lane::Runs`], a PostgreSQL node's third writer)
+//! commits completions that write one existing run (an activity's report,
+//! a workflow task's completion whose commands stay in its run) under the
+//! lock taken shared, beside claims, start batches and other nodes' run
+//! batches. Each job first takes its run's workflow id key without waiting
+//! (`Store::lock_run_of_task`; a claim beside others takes the key of the
+//! run it leases, and a start its workflow id's), so no two transactions
+//! beside each other write one run; a job whose key is held, or whose
+//! close would reach another run, is answered [`Error::NeedsWriteLock`]
+//! and rerun as an ordinary write. Beyond its run a job locks counter
+//! rows: `activity_execution_series` at once (an activity scheduled or
+//! closed), then at `COMMIT`, through the deferred triggers, the
+//! `workflow_run_series` row of a run it closed before its queues'
+//! `task_queue_state` rows (a completion closes its run before it ends its
+//! task). A claim locks only a queue's row at `COMMIT`, a start its series'
+//! row before its queue's, and neither ever an activity series row, so
+//! with one series and one queue (the common shape) every transaction
+//! takes them in the order activity series, run series, queue and no
+//! cycle forms. A batch mixing several queues or series can meet another
+//! in a cycle; PostgreSQL breaks it (40P01) and the batch's jobs are rerun
+//! as ordinary writes, as a start batch's are.
 //!
 //! On PostgreSQL the writer's session can be lost (the server stopped or
 //! restarted, the network failed). The batch it was carrying is answered
@@ -112,7 +134,7 @@ impl Failure {
         if self.unavailable {
             Error::DatabaseUnavailable(self.message)
         } else if self.conflict {
-            Error::StartNeedsWriteLock
+            Error::NeedsWriteLock
         } else {
             Error::Commit(self.message)
         }
@@ -132,6 +154,42 @@ pub enum Lane {
     /// order, at commit, and two nodes' start transactions never wait for
     /// each other in a cycle.
     Starts,
+    /// Completions that write one existing run (an activity's report, a
+    /// workflow task's completion whose commands stay in its run): the
+    /// write lock taken shared (`Connection::begin_run_writes`), each job
+    /// holding its run's workflow id key, in one transaction per batch.
+    Runs,
+}
+
+/// Where a job of the run writer ([`Lane::Runs`]) goes in its batch's
+/// transaction: its key, which orders the batch (a stable sort, so jobs of
+/// one key keep their order). A completion that closes its run counts its
+/// run series' row (`workflow_run_series`) at commit before its queue's,
+/// as a start does; a job after another's queue change would count it
+/// after, so closes go first. A job that schedules or closes an activity
+/// locks its activity series' row at once, until commit; put last, it
+/// holds it for the shortest time, and other nodes' run batches wait for
+/// that row holding no counter row of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RunWriteOrder {
+    /// The completion closes its run.
+    Closes,
+    /// Neither closes its run nor touches an activity.
+    Other,
+    /// An activity's report, or a completion scheduling activities.
+    Activities,
+}
+
+impl RunWriteOrder {
+    /// The writer's key for a job of this order.
+    pub fn key(self) -> String {
+        match self {
+            RunWriteOrder::Closes => "0",
+            RunWriteOrder::Other => "1",
+            RunWriteOrder::Activities => "2",
+        }
+        .to_owned()
+    }
 }
 
 type Answer = Box<dyn FnOnce(Result<(), Failure>) + Send>;
@@ -194,6 +252,7 @@ impl GroupCommitWriter {
         let name = match lane {
             Lane::Exclusive => "dwstore-writer",
             Lane::Starts => "dwstore-starts",
+            Lane::Runs => "dwstore-runs",
         };
         let thread = std::thread::Builder::new()
             .name(name.into())
@@ -486,6 +545,12 @@ fn drain(
                     checkpointer.after_commit(&store.conn);
                 }
             }
+            Lane::Runs => {
+                // One transaction, its jobs in the order of their keys
+                // ([`RunWriteOrder`]): closes first, activities last.
+                batch.make_contiguous().sort_by(|a, b| a.key.cmp(&b.key));
+                commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe);
+            }
             Lane::Starts => {
                 // One transaction per key, in the order the keys arrived.
                 while let Some(key) = batch.front().map(|job| job.key.clone()) {
@@ -594,6 +659,7 @@ fn commit_batch(
     let begun = match lane {
         Lane::Exclusive => conn.begin_write(),
         Lane::Starts => conn.begin_starts(),
+        Lane::Runs => conn.begin_run_writes(),
     };
     if let Err(e) = begun {
         if may_begin_again && conn.is_broken() {

@@ -58,6 +58,7 @@ mod prometheus_metrics;
 mod query_tasks;
 mod redrive;
 mod run_status;
+mod run_writes;
 mod server_api;
 mod server_faults;
 mod server_log;

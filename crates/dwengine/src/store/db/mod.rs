@@ -510,10 +510,12 @@ impl Connection {
     ///
     /// The cost: write transactions do not run in parallel, so the
     /// database's write rate is that of one session (group commit
-    /// amortizes it over many callers); reads never take the lock. Two
-    /// kinds of transaction need none of those reads and take the lock
-    /// shared instead: task claims ([`Connection::begin_claim`]) and
-    /// batches of workflow starts ([`Connection::begin_starts`]).
+    /// amortizes it over many callers); reads never take the lock. Three
+    /// kinds of transaction need none of those reads beyond one run and
+    /// take the lock shared instead: task claims
+    /// ([`Connection::begin_claim`]), batches of workflow starts
+    /// ([`Connection::begin_starts`]) and batches of completions that
+    /// write one run ([`Connection::begin_run_writes`]).
     pub fn begin_write(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => self.control("BEGIN IMMEDIATE"),
@@ -587,6 +589,29 @@ impl Connection {
         }
     }
 
+    /// Opens a transaction of the run writer ([`crate::store::writer::Lane::Runs`]):
+    /// completions that write rows of one existing run (an activity's
+    /// report, a workflow task's completion whose commands stay in its
+    /// run). On SQLite `BEGIN IMMEDIATE`, as any write; on PostgreSQL the
+    /// write lock taken *shared*, as starts and claims take it, so one
+    /// node's completions commit beside other nodes' and beside claims and
+    /// start batches, never beside an ordinary write.
+    ///
+    /// What such a completion reads that another transaction beside it
+    /// could change is its own run: each first takes its run's workflow id
+    /// key without waiting ([`crate::store::Store::lock_run_of_task`]), the
+    /// key a start of that id takes, and a claim beside others takes the
+    /// key of the run whose task it leases; one that finds the key held,
+    /// or that would reach another run or a namespace's shared state (a
+    /// child, a parent, a service call's caller, a worker session, an
+    /// external payload), ends as [`crate::store::Error::NeedsWriteLock`]
+    /// and is rerun as an ordinary write. What it writes beyond its run is
+    /// the trigger-kept counters, whose lock order `store::writer`
+    /// explains.
+    pub fn begin_run_writes(&self) -> Result<()> {
+        self.begin_starts()
+    }
+
     /// Takes the transaction-scoped lock on `key` (a workflow id in its
     /// namespace) if no other transaction holds it: `false` when another
     /// does (this one does not wait, so it can never wait in a cycle).
@@ -616,9 +641,10 @@ impl Connection {
         }
     }
 
-    /// Whether the open transaction is a claim running beside others (a
-    /// PostgreSQL claim transaction): it must lock the rows it takes and
-    /// must not decide on shared state.
+    /// Whether the open transaction runs beside others, the write lock
+    /// taken shared (a PostgreSQL claim, start batch or run writer's
+    /// batch): it must lock the rows and keys it takes and must not decide
+    /// on shared state.
     pub fn claims_side_by_side(&self) -> bool {
         match &self.backend {
             Backend::Sqlite(_) => false,
