@@ -911,6 +911,13 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             None => Vec::new(),
         };
         config.query_tasks = self.query_task_settings();
+        if let Some(raw) = lookup("DW_STORE_RUN_WRITER") {
+            match raw.trim() {
+                "on" | "1" | "true" => config.store.run_writer = true,
+                "off" | "0" | "false" => config.store.run_writer = false,
+                _ => self.invalid("DW_STORE_RUN_WRITER", &raw, "expected on or off".into()),
+            }
+        }
         if let Some(raw) = lookup("DW_SQLITE_WORKER_POLL_CLAIM_GATE") {
             match raw.trim() {
                 "on" | "1" | "true" => config.sqlite_poll_claim_gate = Some(true),

@@ -453,13 +453,7 @@ impl Engine {
         R: Send + 'static,
         F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
     {
-        let written = self.store.write(transition);
-        if let Err(e) = &written {
-            if e.is_disk_full() {
-                self.note_storage_full(e);
-            }
-        }
-        written
+        self.noting_storage_full(self.store.write(transition))
     }
 
     /// As [`Engine::write`], awaiting the commit instead of blocking the
@@ -477,13 +471,7 @@ impl Engine {
         });
         // A dropped answer means the transition panicked (and was rolled
         // back), as a blocking write reports it.
-        let written = answered.await.unwrap_or(Err(StoreError::WriterStopped));
-        if let Err(e) = &written {
-            if e.is_disk_full() {
-                self.note_storage_full(e);
-            }
-        }
-        written
+        self.noting_storage_full(answered.await.unwrap_or(Err(StoreError::WriterStopped)))
     }
 
     /// Whether an async handler may write and then wake pollers on its
@@ -504,7 +492,12 @@ impl Engine {
         R: Send + 'static,
         F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
     {
-        let written = self.store.start(key, start);
+        self.noting_storage_full(self.store.start(key, start))
+    }
+
+    /// `written`, after noting a full disk it failed on
+    /// ([`Engine::note_storage_full`]).
+    fn noting_storage_full<R>(&self, written: Result<R, StoreError>) -> Result<R, StoreError> {
         if let Err(e) = &written {
             if e.is_disk_full() {
                 self.note_storage_full(e);
@@ -525,17 +518,11 @@ impl Engine {
         R: Send + 'static,
         F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
     {
-        let written = self.store.write_run(order, write);
-        if let Err(e) = &written {
-            if e.is_disk_full() {
-                self.note_storage_full(e);
-            }
-        }
-        written
+        self.noting_storage_full(self.store.write_run(order, write))
     }
 
-    /// The run writer's counts for the operator metrics (`null` on SQLite,
-    /// where every write has the one writer).
+    /// The run writer's counts for the operator metrics (`null` without
+    /// one: SQLite, or PostgreSQL without `DW_STORE_RUN_WRITER=on`).
     pub fn run_writes_snapshot(&self) -> serde_json::Value {
         serde_json::json!(self.store.run_write_stats())
     }
@@ -548,13 +535,7 @@ impl Engine {
         R: Send + 'static,
         F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
     {
-        let claimed = self.store.claim(claim);
-        if let Err(e) = &claimed {
-            if e.is_disk_full() {
-                self.note_storage_full(e);
-            }
-        }
-        claimed
+        self.noting_storage_full(self.store.claim(claim))
     }
 
     /// A write failed on a full disk: readiness answers 503 until

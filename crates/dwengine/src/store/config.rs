@@ -57,6 +57,13 @@ pub struct StoreConfig {
     /// How a PostgreSQL session is opened and how long its calls may take
     /// (unused on SQLite).
     pub postgres: PostgresSettings,
+    /// PostgreSQL: commit completions that write one run on a run writer of
+    /// their own, under the write lock taken shared, with claims taking
+    /// their run's key (`DW_STORE_RUN_WRITER=on`;
+    /// [`crate::store::db::Connection::begin_run_writes`]). Off by default:
+    /// docs/performance.md ("Completions of one run beside other writers")
+    /// has the measurements that keep it off.
+    pub run_writer: bool,
 }
 
 /// The default orphan grace of an uploaded external payload: one day
@@ -81,6 +88,7 @@ impl Default for StoreConfig {
             external_payload_orphan_grace: DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE,
             max_page_count: None,
             postgres: PostgresSettings::default(),
+            run_writer: false,
         }
     }
 }

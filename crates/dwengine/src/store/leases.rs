@@ -79,7 +79,7 @@ pub(crate) static CANDIDATES: LazyLock<String> =
 /// [`Store::cohort_draining`] asks it, so a claim on PostgreSQL does not
 /// spend a round trip of its own on it).
 static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
-    let locked = candidates_sql(
+    candidates_sql(
         1,
         " FOR UPDATE OF d SKIP LOCKED",
         "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
@@ -88,7 +88,14 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     .replace(
         " ORDER BY",
         &format!(" AND NOT {} ORDER BY", draining_condition("?2", "?3", "?6")),
-    );
+    )
+});
+
+/// [`CANDIDATES_BESIDE_CLAIMS`] on a store with the run writer
+/// ([`crate::store::StoreConfig::run_writer`]): with whether the claim took
+/// its candidate's run key.
+static CANDIDATES_KEYED: LazyLock<String> = LazyLock::new(|| {
+    let locked = &*CANDIDATES_BESIDE_CLAIMS;
     // The task's run's key (`Store::lock_run`), tried once the task is
     // locked (the materialized candidate), in the same round trip: a key
     // tried in the scan itself could be taken for tasks the scan skips.
@@ -167,8 +174,8 @@ struct Candidate {
     run: i64,
     /// Beside other claims: whether another task of the queue is ready.
     more_ready: bool,
-    /// Beside other claims: whether the claim took its run's key (always
-    /// when it is the only claim).
+    /// With the run writer, beside other claims: whether the claim took
+    /// its run's key (else always).
     keyed: bool,
 }
 
@@ -279,7 +286,10 @@ impl Store {
         // claimed one left out), in the same round trip: a claim session
         // asked it in a statement of its own after the UPDATE (the task
         // it took is leased by then; `o.id <> d.id` leaves it out here).
-        let sql: &str = if side_by_side {
+        let keyed = side_by_side && self.config.run_writer;
+        let sql: &str = if keyed {
+            &CANDIDATES_KEYED
+        } else if side_by_side {
             &CANDIDATES_BESIDE_CLAIMS
         } else {
             &CANDIDATES
@@ -301,7 +311,7 @@ impl Store {
                         session: r.get(1)?,
                         run: r.get(2)?,
                         more_ready: r.get(3)?,
-                        keyed: !side_by_side || r.get::<_, bool>(4)?,
+                        keyed: !keyed || r.get::<_, bool>(4)?,
                     })
                 },
             )?
@@ -332,8 +342,9 @@ impl Store {
         let Some((candidate, session_lease, session_refused)) = chosen else {
             return Ok(None);
         };
-        // Beside others the claim holds the key of its task's run (taken
-        // with the candidate), so it never runs beside that run's
+        // Beside others on a store with the run writer the claim holds the
+        // key of its task's run (taken with the candidate), so it never runs
+        // beside that run's
         // completion in the run writer's batch (`Connection::begin_run_writes`):
         // such a completion decides on the run's ready workflow task, which
         // this claim may be leasing.

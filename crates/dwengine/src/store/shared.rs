@@ -95,9 +95,9 @@ impl SharedStore {
 
     /// Opens the PostgreSQL database `url` names (migrating it): the
     /// group-commit writer's session, the start writer's, the run
-    /// writer's, at most `readers` read sessions, as many claim sessions
-    /// and the liveness probe's own, so a node holds `2 × readers + 4`
-    /// sessions.
+    /// writer's ([`StoreConfig::run_writer`]), at most `readers` read
+    /// sessions, as many claim sessions and the liveness probe's own, so a
+    /// node holds `2 × readers + 3` sessions, one more with the run writer.
     pub fn open_postgres(
         url: &str,
         config: StoreConfig,
@@ -120,15 +120,21 @@ impl SharedStore {
             Lane::Starts,
         )
         .map_err(|e| Error::Commit(format!("cannot start the start writer thread: {e}")))?;
-        let runs = GroupCommitWriter::start_lane(
-            Store::open_postgres_reader(url, config.clone())?,
-            Lane::Runs,
-        )
-        .map_err(|e| Error::Commit(format!("cannot start the run writer thread: {e}")))?;
+        let runs = if config.run_writer {
+            Some(
+                GroupCommitWriter::start_lane(
+                    Store::open_postgres_reader(url, config.clone())?,
+                    Lane::Runs,
+                )
+                .map_err(|e| Error::Commit(format!("cannot start the run writer thread: {e}")))?,
+            )
+        } else {
+            None
+        };
         Ok(SharedStore {
             writer,
             starts: Some(starts),
-            runs: Some(runs),
+            runs,
             run_writes: RunWriteCounts::default(),
             readers: Some(ReadPool::postgres(url, config.clone(), readers)),
             claimers: Some(ReadPool::postgres(url, config.clone(), readers)),
@@ -187,25 +193,42 @@ impl SharedStore {
         let Some(runs) = &self.runs else {
             return self.writer.write(write);
         };
-        match runs.write_keyed(order.key(), write.clone()) {
-            Err(Error::NeedsWriteLock) => {
-                self.run_writes.rerun.fetch_add(1, Ordering::Relaxed);
-                self.writer.write(write)
-            }
-            Err(Error::Database(e)) if e.is_lock_conflict() => {
-                self.run_writes.rerun.fetch_add(1, Ordering::Relaxed);
-                self.writer.write(write)
-            }
-            other => {
-                if other.is_ok() {
-                    self.run_writes.beside.fetch_add(1, Ordering::Relaxed);
-                }
-                other
-            }
+        let (written, rerun) = self.beside_or_ordinary(runs, order.key(), write);
+        let counter = if rerun {
+            &self.run_writes.rerun
+        } else {
+            &self.run_writes.beside
+        };
+        if rerun || written.is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        written
+    }
+
+    /// Runs `write` in `lane`'s next transaction of `key` and, when it
+    /// answers that the write needs the write lock (a held key, a step
+    /// beyond what the lane may decide, or a lock cycle PostgreSQL broke
+    /// by ending the transaction: nothing of it was written), again as an
+    /// ordinary write; says whether it was rerun.
+    fn beside_or_ordinary<R, F>(
+        &self,
+        lane: &GroupCommitWriter,
+        key: String,
+        write: F,
+    ) -> (Result<R, Error>, bool)
+    where
+        R: Send + 'static,
+        F: Fn(&Store) -> Result<R, Error> + Clone + Send + 'static,
+    {
+        match lane.write_keyed(key, write.clone()) {
+            Err(Error::NeedsWriteLock) => (self.writer.write(write), true),
+            Err(Error::Database(e)) if e.is_lock_conflict() => (self.writer.write(write), true),
+            other => (other, false),
         }
     }
 
-    /// Run writes so far (`None` where every write has the one writer).
+    /// Run writes so far (`None` without a run writer: SQLite, or
+    /// [`StoreConfig::run_writer`] off).
     pub fn run_write_stats(&self) -> Option<RunWriteStats> {
         self.runs.as_ref().map(|_| RunWriteStats {
             beside: self.run_writes.beside.load(Ordering::Relaxed),
@@ -229,11 +252,7 @@ impl SharedStore {
         let Some(starts) = &self.starts else {
             return self.writer.write(start);
         };
-        match starts.write_keyed(key, start.clone()) {
-            Err(Error::NeedsWriteLock) => self.writer.write(start),
-            Err(Error::Database(e)) if e.is_lock_conflict() => self.writer.write(start),
-            other => other,
-        }
+        self.beside_or_ordinary(starts, key, start).0
     }
 
     /// Runs `claim` (a poll taking a task) as one claim transaction

@@ -7,7 +7,10 @@
 //! Each such completion holds its run's workflow id key, and so does a
 //! claim beside others for the run whose task it leases: a completion or a
 //! claim that finds the key held, or a completion whose run's close would
-//! reach another run, is rerun as an ordinary write and still lands.
+//! reach another run, is rerun as an ordinary write and still lands. The
+//! run writer is off unless `DW_STORE_RUN_WRITER=on`
+//! (`StoreConfig::run_writer`); off, a node has none and every completion
+//! is an ordinary write.
 
 #[cfg(dw_test_postgres)]
 mod on_postgres {
@@ -30,10 +33,19 @@ mod on_postgres {
 
     const LEASE: Duration = Duration::from_secs(300);
 
-    /// A node's store on a schema of its own, and that schema's URL.
+    /// The store settings of a node with the run writer on.
+    pub fn with_run_writer() -> StoreConfig {
+        StoreConfig {
+            run_writer: true,
+            ..StoreConfig::default()
+        }
+    }
+
+    /// A node's store with the run writer on, on a schema of its own, and
+    /// that schema's URL.
     pub fn node() -> (Arc<SharedStore>, String) {
         let url = crate::common::postgres_schema_url();
-        let store = SharedStore::open_postgres(&url, StoreConfig::default(), 2)
+        let store = SharedStore::open_postgres(&url, with_run_writer(), 2)
             .expect("open a PostgreSQL node's store");
         (Arc::new(store), url)
     }
@@ -285,11 +297,11 @@ fn a_report_whose_run_key_is_held_elsewhere_is_rerun_as_an_ordinary_write() {
 fn a_claim_beside_others_takes_the_key_of_the_run_it_leases() {
     #[cfg(dw_test_postgres)]
     {
-        use dwengine::store::{Error, Store, StoreConfig, TaskKind};
+        use dwengine::store::{Error, Store, TaskKind};
         use on_postgres::*;
 
         let url = crate::common::postgres_schema_url();
-        let store = Store::open_postgres(&url, StoreConfig::default()).expect("open");
+        let store = Store::open_postgres(&url, with_run_writer()).expect("open");
         store
             .start_workflow(crate::common::start("claimed"), None)
             .expect("start");
@@ -384,5 +396,37 @@ fn a_completion_reaching_another_run_is_rerun_as_an_ordinary_write() {
             "parent",
             "the parent has a workflow task to see it"
         );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn without_the_switch_a_node_has_no_run_writer_and_completions_are_ordinary_writes() {
+    #[cfg(dw_test_postgres)]
+    {
+        use dwengine::store::shared::SharedStore;
+        use dwengine::store::writer::RunWriteOrder;
+        use dwengine::store::{RunStatus, StoreConfig, WorkflowCommand};
+        use on_postgres::*;
+
+        let url = crate::common::postgres_schema_url();
+        let node = SharedStore::open_postgres(&url, StoreConfig::default(), 2).expect("open");
+        assert_eq!(node.run_write_stats(), None);
+        let (task, attempt, owner) = started_and_leased(&node, "ordinary");
+        let charge = WorkflowCommand::activity("charge", serde_json::json!([1]));
+        let status = node
+            .write_run(
+                RunWriteOrder::Activities,
+                completion(task, attempt, owner, vec![charge]),
+            )
+            .expect("the completion commits as an ordinary write");
+        assert_eq!(status, RunStatus::Running);
+        let mut check = session(&url);
+        assert!(history(&mut check, "ordinary")
+            .iter()
+            .any(|e| e == "ActivityScheduled"));
     }
 }
