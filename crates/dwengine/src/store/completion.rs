@@ -402,8 +402,6 @@ pub(crate) fn finish_run(
     Ok(Some(children::queue_of(conn, parent)?))
 }
 
-/// Applies the parent-close policy of `head`'s open children (see
-/// [`finish_run`]); each child's own children follow theirs in turn.
 /// Whether closing `run` writes another run: an open link to a parent or
 /// to children, or a service call's callers waiting on it.
 fn reaches_other_runs(conn: &Connection, run: RunId) -> Result<bool, Error> {
@@ -416,6 +414,8 @@ fn reaches_other_runs(conn: &Connection, run: RunId) -> Result<bool, Error> {
         .query_row([run.0], |r| r.get::<_, bool>(0))?)
 }
 
+/// Applies the parent-close policy of `head`'s open children (see
+/// [`finish_run`]); each child's own children follow theirs in turn.
 fn close_children_by_policy(conn: &Connection, head: &RunHead) -> Result<(), Error> {
     for (child, policy) in children::children_to_close(conn, head.id)? {
         let child_head = load_head(conn, child)?;

@@ -96,7 +96,7 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
 /// its candidate's run key.
 static CANDIDATES_KEYED: LazyLock<String> = LazyLock::new(|| {
     let locked = &*CANDIDATES_BESIDE_CLAIMS;
-    // The task's run's key (`Store::lock_run`), tried once the task is
+    // The task's run's key (as `Store::lock_run_of_task` takes it), tried once the task is
     // locked (the materialized candidate), in the same round trip: a key
     // tried in the scan itself could be taken for tasks the scan skips.
     format!(
@@ -344,10 +344,9 @@ impl Store {
         };
         // Beside others on a store with the run writer the claim holds the
         // key of its task's run (taken with the candidate), so it never runs
-        // beside that run's
-        // completion in the run writer's batch (`Connection::begin_run_writes`):
-        // such a completion decides on the run's ready workflow task, which
-        // this claim may be leasing.
+        // beside that run's completion in the run writer's batch
+        // (`Connection::begin_run_writes`): such a completion decides on the
+        // run's ready workflow task, which this claim may be leasing.
         if !candidate.keyed {
             return Err(Error::ClaimNeedsWriteLock);
         }

@@ -48,8 +48,8 @@
 //! transaction, and its starts are answered [`Error::NeedsWriteLock`]
 //! and rerun as ordinary writes.
 //!
-//! A run writer ([`Lane::Runs`], a PostgreSQL node's third writer)
-//! commits completions that write one existing run (an activity's report,
+//! A run writer ([`Lane::Runs`], a PostgreSQL node's third writer when
+//! `DW_STORE_RUN_WRITER=on`) commits completions that write one existing run (an activity's report,
 //! a workflow task's completion whose commands stay in its run) under the
 //! lock taken shared, beside claims, start batches and other nodes' run
 //! batches. Each job first takes its run's workflow id key without waiting
