@@ -343,7 +343,7 @@ impl WorkflowCommand {
     /// service call, a continue-as-new, a search attribute, an update's
     /// caller, a worker session or a workflow stream reach beyond the
     /// run; a run's close reaching a parent or a caller is checked where
-    /// it closes ([`crate::store::completion::finish_run`]).
+    /// it closes (`store::completion::finish_run`).
     pub fn stays_in_run(&self) -> bool {
         match self {
             WorkflowCommand::ScheduleActivity { worker_session, .. } => worker_session.is_none(),
