@@ -483,7 +483,14 @@ impl Engine {
             })
         })?;
         // No request cap: admission admits without a slot.
-        let started = self.write_now(plan.tx.ordinary(None)).await?;
+        let started = if plan.side_by_side {
+            let namespace = plan.tx.start.namespace.clone();
+            let workflow_id = plan.tx.start.workflow_id.clone();
+            self.write_start_now(namespace, workflow_id, plan.tx.ordinary(None))
+                .await?
+        } else {
+            self.write_now(plan.tx.ordinary(None)).await?
+        };
         self.finish_start(namespace, plan.reply, started)?
             .ok_or_else(|| ApiError::Internal("an ungated start was gated".into()))
     }

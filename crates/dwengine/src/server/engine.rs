@@ -474,6 +474,26 @@ impl Engine {
         self.noting_storage_full(answered.await.unwrap_or(Err(StoreError::WriterStopped)))
     }
 
+    /// As [`Engine::write_now`], for a workflow start that decides on
+    /// nothing shared ([`crate::store::shared::SharedStore::submit_start`]).
+    pub(crate) async fn write_start_now<R, F>(
+        &self,
+        namespace: String,
+        workflow_id: String,
+        start: F,
+    ) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.store
+            .submit_start(namespace, workflow_id, start, move |written| {
+                let _ = answer.send(written);
+            });
+        self.noting_storage_full(answered.await.unwrap_or(Err(StoreError::WriterStopped)))
+    }
+
     /// Whether an async handler may write and then wake pollers on its
     /// own thread ([`Engine::write_now`]): every write goes through the
     /// one group-commit writer (SQLite: starts and claims too), and the
@@ -519,6 +539,12 @@ impl Engine {
         F: Fn(&Store) -> Result<R, StoreError> + Clone + Send + 'static,
     {
         self.noting_storage_full(self.store.write_run(order, write))
+    }
+
+    /// Workflow starts this node's SQLite writer committed from its
+    /// batches' staging (0 on PostgreSQL), for the operator metrics.
+    pub fn staged_starts(&self) -> u64 {
+        self.store.staged_starts()
     }
 
     /// The run writer's counts for the operator metrics (`null` without

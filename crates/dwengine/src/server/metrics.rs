@@ -220,6 +220,7 @@ impl Engine {
             metrics["queue"] = self.queue.snapshot();
             metrics["claims"] = self.claims_snapshot();
             metrics["run_writes"] = self.run_writes_snapshot();
+            metrics["staged_starts"] = json!(self.staged_starts());
             Ok(metrics)
         })
         .map_err(ApiError::from)

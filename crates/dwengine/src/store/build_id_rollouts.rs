@@ -283,6 +283,9 @@ impl Store {
                 .optional()?,
         };
         if let Some(build) = pinned {
+            if self.pin_staged(run, &build) {
+                return Ok(());
+            }
             self.conn
                 .prepare_cached("UPDATE runs SET build_id = ?2 WHERE id = ?1")?
                 .execute(params![run.0, build])?;

@@ -37,6 +37,8 @@ fn sqlite_settings(config: &StoreConfig) -> SqliteSettings {
 pub struct Store {
     pub(super) conn: Connection,
     pub(super) config: StoreConfig,
+    /// Starts the SQLite writer's batch staged ([`crate::store::start_stage`]).
+    pub(super) stage: std::cell::RefCell<crate::store::staging::StartStage>,
 }
 
 impl Store {
@@ -56,7 +58,11 @@ impl Store {
     /// (the read pool's connections).
     pub fn open_reader(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open_sqlite_reader(path, sqlite_settings(&config))?;
-        Ok(Store { conn, config })
+        Ok(Store {
+            conn,
+            config,
+            stage: Default::default(),
+        })
     }
 
     /// Opens the store on the PostgreSQL database `url` names
@@ -70,7 +76,11 @@ impl Store {
     /// pool's).
     pub fn open_postgres_reader(url: &str, config: StoreConfig) -> Result<Store, Error> {
         let conn = Connection::open_postgres(url, &config.postgres)?;
-        Ok(Store { conn, config })
+        Ok(Store {
+            conn,
+            config,
+            stage: Default::default(),
+        })
     }
 
     /// A private in-memory store (no WAL: there is no file to share).
@@ -84,7 +94,11 @@ impl Store {
         if let Some(pages) = config.max_page_count {
             conn.set_max_page_count(pages)?;
         }
-        Ok(Store { conn, config })
+        Ok(Store {
+            conn,
+            config,
+            stage: Default::default(),
+        })
     }
 
     /// The configuration in force.

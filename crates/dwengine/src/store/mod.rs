@@ -84,6 +84,8 @@ pub mod service_catalog;
 pub mod sessions;
 pub mod shared;
 pub mod signal_waits;
+pub(crate) mod staging;
+pub(crate) mod start_stage;
 pub mod sticky;
 pub mod streams;
 pub mod syncer;

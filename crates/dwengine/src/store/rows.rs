@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use crate::store::db::{params, Connection, OptionalExtension};
+use crate::store::db::{params, params_from_iter, Connection, OptionalExtension};
 use dwpolicy::LimitKind;
 use serde_json::{Map, Value};
 
@@ -453,53 +453,7 @@ pub(crate) fn insert_run_with(
     continued_from: Option<RunId>,
     options: RunOptions<'_>,
 ) -> Result<RunId, Error> {
-    let run_ref = RunRef {
-        workflow_run_id: &start.workflow_id,
-        workflow_type: &start.workflow_type,
-    };
-    let arguments = serde_json::to_string(&start.arguments)?;
-    check_size(
-        limits,
-        LimitKind::PayloadSizeBytes,
-        arguments.len(),
-        &run_ref,
-    )?;
-    let memo = serde_json::to_string(&start.memo)?;
-    check_size(limits, LimitKind::MemoSizeBytes, memo.len(), &run_ref)?;
-    let search = serde_json::to_string(&start.search_attributes)?;
-    check_size(
-        limits,
-        LimitKind::SearchAttributeSizeBytes,
-        search.len(),
-        &run_ref,
-    )?;
-    let mut payload = Map::new();
-    payload.insert("workflow_id".into(), start.workflow_id.clone().into());
-    payload.insert("workflow_type".into(), start.workflow_type.clone().into());
-    payload.insert("namespace".into(), start.namespace.clone().into());
-    payload.insert("task_queue".into(), start.task_queue.clone().into());
-    payload.insert("arguments".into(), start.arguments.clone());
-    if let Some(parent) = parent {
-        payload.insert("parent_run_id".into(), parent.0.into());
-    }
-    if let Some(previous) = continued_from {
-        // As the wire names runs (a string), so the SDKs compare it as-is.
-        payload.insert(
-            "continued_from_run_id".into(),
-            previous.0.to_string().into(),
-        );
-    }
-    if let Some((resume, _)) = options.redrive {
-        payload.insert("recovery_kind".into(), "redrive".into());
-        payload.insert("resume_step_sequence".into(), resume.into());
-    }
-    let event = EventType::WorkflowStarted;
-    let text = crate::store::payload_references::history_text(&Value::Object(payload))?;
-    let created = if options.created_at_ms == 0 {
-        now_ms()
-    } else {
-        options.created_at_ms
-    };
+    let row = NewRun::checked(limits, start, parent, continued_from, options)?;
     let run = RunId(conn.insert_returning_id(
         "INSERT INTO runs (workflow_id, workflow_type, namespace, task_queue, status, origin, \
          parent_run_id, memo, search_attributes, created_at_ms, continued_from_run_id, \
@@ -508,28 +462,157 @@ pub(crate) fn insert_run_with(
          redrive_request_id) \
          VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
          ?14, ?15, ?16, ?17)",
-        params![
-            start.workflow_id,
-            start.workflow_type,
-            start.namespace,
-            start.task_queue,
-            parent.map(|p| p.0),
+        params_from_iter(row.columns(start)),
+    )?);
+    insert_event_row(
+        conn,
+        run,
+        0,
+        EventType::WorkflowStarted,
+        &row.started_event,
+        None,
+    )?;
+    Ok(run)
+}
+
+/// A new run's row as [`insert_run_with`] writes it, checked and
+/// serialized but not yet written: what a start batch on SQLite stages and
+/// then writes with its neighbours' in one statement per table
+/// ([`crate::store::start_stage`]).
+#[derive(Debug, Clone)]
+pub(crate) struct NewRun {
+    parent: Option<i64>,
+    memo: String,
+    search: String,
+    pub(crate) created_at_ms: i64,
+    continued_from: Option<i64>,
+    start_request_id: Option<String>,
+    execution_timeout_seconds: Option<i64>,
+    run_timeout_seconds: Option<i64>,
+    deadline: Option<(i64, &'static str)>,
+    redrive: Option<(i64, Option<String>)>,
+    /// The `WorkflowStarted` event's stored text.
+    pub(crate) started_event: String,
+}
+
+impl NewRun {
+    /// The run's row after the size checks (arguments, memo, search
+    /// attributes), with its `WorkflowStarted` serialized.
+    pub(crate) fn checked(
+        limits: &StructuralLimits,
+        start: &StartRun,
+        parent: Option<RunId>,
+        continued_from: Option<RunId>,
+        options: RunOptions<'_>,
+    ) -> Result<NewRun, Error> {
+        let run_ref = RunRef {
+            workflow_run_id: &start.workflow_id,
+            workflow_type: &start.workflow_type,
+        };
+        let arguments = serde_json::to_string(&start.arguments)?;
+        check_size(
+            limits,
+            LimitKind::PayloadSizeBytes,
+            arguments.len(),
+            &run_ref,
+        )?;
+        let memo = serde_json::to_string(&start.memo)?;
+        check_size(limits, LimitKind::MemoSizeBytes, memo.len(), &run_ref)?;
+        let search = serde_json::to_string(&start.search_attributes)?;
+        check_size(
+            limits,
+            LimitKind::SearchAttributeSizeBytes,
+            search.len(),
+            &run_ref,
+        )?;
+        let mut payload = Map::new();
+        payload.insert("workflow_id".into(), start.workflow_id.clone().into());
+        payload.insert("workflow_type".into(), start.workflow_type.clone().into());
+        payload.insert("namespace".into(), start.namespace.clone().into());
+        payload.insert("task_queue".into(), start.task_queue.clone().into());
+        payload.insert("arguments".into(), start.arguments.clone());
+        if let Some(parent) = parent {
+            payload.insert("parent_run_id".into(), parent.0.into());
+        }
+        if let Some(previous) = continued_from {
+            // As the wire names runs (a string), so the SDKs compare it as-is.
+            payload.insert(
+                "continued_from_run_id".into(),
+                previous.0.to_string().into(),
+            );
+        }
+        if let Some((resume, _)) = options.redrive {
+            payload.insert("recovery_kind".into(), "redrive".into());
+            payload.insert("resume_step_sequence".into(), resume.into());
+        }
+        let started_event =
+            crate::store::payload_references::history_text(&Value::Object(payload))?;
+        let created_at_ms = if options.created_at_ms == 0 {
+            now_ms()
+        } else {
+            options.created_at_ms
+        };
+        Ok(NewRun {
+            parent: parent.map(|p| p.0),
             memo,
             search,
-            created,
-            continued_from.map(|r| r.0),
-            to_i64(event.as_str().len() + text.len()),
-            options.start_request_id,
-            options.execution_timeout_seconds.map(to_i64),
-            options.run_timeout_seconds.map(to_i64),
-            options.deadline.map(|(at, _)| at),
-            options.deadline.map(|(_, kind)| kind),
-            options.redrive.map(|(resume, _)| to_i64(resume)),
-            options.redrive.and_then(|(_, request)| request)
-        ],
-    )?);
-    insert_event_row(conn, run, 0, event, &text, None)?;
-    Ok(run)
+            created_at_ms,
+            continued_from: continued_from.map(|r| r.0),
+            start_request_id: options.start_request_id.map(str::to_owned),
+            execution_timeout_seconds: options.execution_timeout_seconds.map(to_i64),
+            run_timeout_seconds: options.run_timeout_seconds.map(to_i64),
+            deadline: options.deadline,
+            redrive: options
+                .redrive
+                .map(|(resume, request)| (to_i64(resume), request.map(str::to_owned))),
+            started_event,
+        })
+    }
+
+    /// The row's 17 bound columns, in the order of [`insert_run_with`]'s
+    /// statement (`status`, `origin` and `history_length` are literals).
+    pub(crate) fn columns<'a>(&'a self, start: &'a StartRun) -> [RunColumn<'a>; 17] {
+        let event = EventType::WorkflowStarted;
+        [
+            RunColumn::Text(&start.workflow_id),
+            RunColumn::Text(&start.workflow_type),
+            RunColumn::Text(&start.namespace),
+            RunColumn::Text(&start.task_queue),
+            RunColumn::Int(self.parent),
+            RunColumn::Text(&self.memo),
+            RunColumn::Text(&self.search),
+            RunColumn::Int(Some(self.created_at_ms)),
+            RunColumn::Int(self.continued_from),
+            RunColumn::Int(Some(to_i64(
+                event.as_str().len() + self.started_event.len(),
+            ))),
+            RunColumn::OptText(self.start_request_id.as_deref()),
+            RunColumn::Int(self.execution_timeout_seconds),
+            RunColumn::Int(self.run_timeout_seconds),
+            RunColumn::Int(self.deadline.map(|(at, _)| at)),
+            RunColumn::OptText(self.deadline.map(|(_, kind)| kind)),
+            RunColumn::Int(self.redrive.as_ref().map(|(resume, _)| *resume)),
+            RunColumn::OptText(self.redrive.as_ref().and_then(|(_, r)| r.as_deref())),
+        ]
+    }
+}
+
+/// One bound column of a [`NewRun`], borrowed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RunColumn<'a> {
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Int(Option<i64>),
+}
+
+impl crate::store::db::ToSql for RunColumn<'_> {
+    fn to_sql(&self) -> rusqlite::Result<crate::store::db::ToSqlOutput<'_>> {
+        match self {
+            RunColumn::Text(text) => text.to_sql(),
+            RunColumn::OptText(text) => text.to_sql(),
+            RunColumn::Int(value) => value.to_sql(),
+        }
+    }
 }
 
 /// A run row's stored `status` and `origin` columns, parsed; a value this

@@ -14,7 +14,7 @@ use crate::store::dispatch;
 use crate::store::error::Error;
 use crate::store::history;
 use crate::store::model::{FailureRecord, HistoryEvent, PendingCounts, Run, RunId, StartRun};
-use crate::store::rows::{self, insert_run, insert_run_with, now_ms, to_u64, RunOptions};
+use crate::store::rows::{self, insert_run, insert_run_with, now_ms, to_u64, NewRun, RunOptions};
 use crate::store::tx::WriteTx;
 
 impl Store {
@@ -51,7 +51,14 @@ impl Store {
         execution_timeout_seconds: Option<u64>,
         run_timeout_seconds: Option<u64>,
     ) -> Result<Started, Error> {
-        let tx = WriteTx::begin(&self.conn)?;
+        // A staged start writes nothing here (crate::store::start_stage),
+        // so it opens no transaction or savepoint.
+        let staged = self.stages_starts();
+        let tx = if staged {
+            None
+        } else {
+            Some(WriteTx::begin(&self.conn)?)
+        };
         if let Some(request_id) = request_id {
             if let Some(run) =
                 self.run_started_by(&start.namespace, &start.workflow_id, request_id)?
@@ -70,6 +77,16 @@ impl Store {
             deadline: run_deadline(created, execution_timeout_seconds, run_timeout_seconds),
             created_at_ms: created,
             redrive: None,
+        };
+        let Some(tx) = tx else {
+            // Its rows go with the batch's other starts, written before
+            // anything else runs.
+            let row = NewRun::checked(&self.config.limits, &start, None, None, options)?;
+            let run = self.stage_start(start, row)?;
+            return Ok(Started {
+                run,
+                duplicate: false,
+            });
         };
         let run = insert_run_with(&tx, &self.config.limits, &start, None, None, options)?;
         dispatch::enqueue_first_workflow_task(&tx, run, &start.namespace, &start.task_queue)?;

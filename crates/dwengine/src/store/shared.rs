@@ -169,6 +169,26 @@ impl SharedStore {
         self.writer.submit_keyed(String::new(), transition, deliver)
     }
 
+    /// As [`SharedStore::submit`], for a workflow start of `namespace` and
+    /// `workflow_id` that decides on nothing shared (no namespace quota,
+    /// schedule gate or payload reference): on SQLite the writer stages its
+    /// rows and writes them with its batch's other starts
+    /// ([`crate::store::start_stage`]).
+    pub fn submit_start<R, F, D>(
+        &self,
+        namespace: String,
+        workflow_id: String,
+        transition: F,
+        deliver: D,
+    ) where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+        D: FnOnce(Result<R, Error>) + Send + 'static,
+    {
+        self.writer
+            .submit_start(namespace, workflow_id, transition, deliver)
+    }
+
     /// Whether every write, starts and claims too, goes through the one
     /// group-commit writer (SQLite), so [`SharedStore::start`] and
     /// [`SharedStore::claim`] are [`SharedStore::write`]s.
@@ -323,6 +343,12 @@ impl SharedStore {
     /// Transactions the writer committed so far.
     pub fn commits(&self) -> u64 {
         self.writer.commits()
+    }
+
+    /// Workflow starts the SQLite writer committed from its batches'
+    /// staging ([`SharedStore::submit_start`]) so far.
+    pub fn staged_starts(&self) -> u64 {
+        self.writer.staged_starts()
     }
 
     /// Read connections opened so far (0 for an in-memory store).

@@ -130,6 +130,15 @@ impl Failure {
         }
     }
 
+    /// A store write that failed the whole batch (its staged starts).
+    fn of_store(error: &Error) -> Failure {
+        Failure {
+            message: error.to_string(),
+            unavailable: matches!(error, Error::DatabaseUnavailable(_)),
+            conflict: false,
+        }
+    }
+
     fn into_error(self) -> Error {
         if self.unavailable {
             Error::DatabaseUnavailable(self.message)
@@ -202,6 +211,18 @@ struct Job {
     refuse: Box<dyn FnOnce(Failure) + Send>,
     /// Jobs of one key share a transaction ([`Lane::Starts`]).
     key: String,
+    /// A workflow start's namespace and workflow id when its rows may be
+    /// staged ([`crate::store::start_stage`]; the SQLite writer).
+    stage: Option<(String, String)>,
+}
+
+/// What a writer counts, read by other threads.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Transactions committed.
+    commits: AtomicU64,
+    /// Workflow starts committed from the batch's staging.
+    staged_starts: AtomicU64,
 }
 
 /// The single writer of one store file (or in-memory store).
@@ -209,7 +230,7 @@ pub struct GroupCommitWriter {
     queue: Mutex<Option<Sender<Job>>>,
     store: Arc<Mutex<Store>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    commits: Arc<AtomicU64>,
+    counts: Arc<Counts>,
     /// The writer's PostgreSQL session's pending call.
     clock: Option<Arc<CallClock>>,
     /// The syncer thread's counters (SQLite).
@@ -247,8 +268,8 @@ impl GroupCommitWriter {
         let store = Arc::new(Mutex::new(store));
         let (sender, receiver) = mpsc::channel::<Job>();
         let owned = store.clone();
-        let commits = Arc::new(AtomicU64::new(0));
-        let counted = commits.clone();
+        let counts = Arc::new(Counts::default());
+        let counted = counts.clone();
         let name = match lane {
             Lane::Exclusive => "dwstore-writer",
             Lane::Starts => "dwstore-starts",
@@ -270,7 +291,7 @@ impl GroupCommitWriter {
             queue: Mutex::new(Some(sender)),
             store,
             thread: Mutex::new(Some(thread)),
-            commits,
+            counts,
             clock,
             synced,
             checkpoints,
@@ -318,6 +339,43 @@ impl GroupCommitWriter {
         F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
         D: FnOnce(Result<R, Error>) + Send + 'static,
     {
+        self.submit_job(key, None, transition, deliver);
+    }
+
+    /// As [`GroupCommitWriter::submit_keyed`], for a workflow start of
+    /// `namespace` and `workflow_id` that decides on nothing shared: on
+    /// SQLite its rows are staged and written with its batch's other
+    /// starts ([`crate::store::start_stage`]).
+    pub fn submit_start<R, F, D>(
+        &self,
+        namespace: String,
+        workflow_id: String,
+        transition: F,
+        deliver: D,
+    ) where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+        D: FnOnce(Result<R, Error>) + Send + 'static,
+    {
+        self.submit_job(
+            String::new(),
+            Some((namespace, workflow_id)),
+            transition,
+            deliver,
+        );
+    }
+
+    fn submit_job<R, F, D>(
+        &self,
+        key: String,
+        stage: Option<(String, String)>,
+        transition: F,
+        deliver: D,
+    ) where
+        R: Send + 'static,
+        F: FnOnce(&Store) -> Result<R, Error> + Send + 'static,
+        D: FnOnce(Result<R, Error>) + Send + 'static,
+    {
         if let Some(waited) = self.stalled() {
             deliver(Err(Error::DatabaseUnavailable(format!(
                 "the database has not answered the store's writer for {:.1} s (it hangs, or the network to it drops packets): writes are refused until it answers",
@@ -350,6 +408,7 @@ impl GroupCommitWriter {
                 }
             }),
             key,
+            stage,
         };
         let queued = match lock(&self.queue).as_ref() {
             Some(queue) => queue.send(job).is_ok(),
@@ -374,7 +433,13 @@ impl GroupCommitWriter {
     /// its callers were answered (the syncer answers them on its own
     /// thread), always before the writer begins its next batch.
     pub fn commits(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.counts.commits.load(Ordering::Relaxed)
+    }
+
+    /// Workflow starts committed through the SQLite writer's staging
+    /// ([`crate::store::start_stage`]) so far, counted with their batch.
+    pub fn staged_starts(&self) -> u64 {
+        self.counts.staged_starts.load(Ordering::Relaxed)
     }
 
     /// The syncer thread's counters and test hold (`None` on PostgreSQL,
@@ -523,7 +588,7 @@ fn take_queued(receiver: &Receiver<Job>, batch: &mut VecDeque<Job>) {
 fn drain(
     store: &Mutex<Store>,
     receiver: &Receiver<Job>,
-    commits: &AtomicU64,
+    counts: &Counts,
     lane: Lane,
     answering: &Answering,
     checkpointer: &mut Option<Checkpointer>,
@@ -540,7 +605,7 @@ fn drain(
         let mut store = lock(store);
         match lane {
             Lane::Exclusive => {
-                commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe);
+                commit_all(&mut store, batch, &mut reconnect, counts, lane, &pipe);
                 if let Some(checkpointer) = checkpointer.as_mut() {
                     checkpointer.after_commit(&store.conn);
                 }
@@ -549,7 +614,7 @@ fn drain(
                 // One transaction, its jobs in the order of their keys
                 // ([`RunWriteOrder`]): closes first, activities last.
                 batch.make_contiguous().sort_by(|a, b| a.key.cmp(&b.key));
-                commit_all(&mut store, batch, &mut reconnect, commits, lane, &pipe);
+                commit_all(&mut store, batch, &mut reconnect, counts, lane, &pipe);
             }
             Lane::Starts => {
                 // One transaction per key, in the order the keys arrived.
@@ -557,7 +622,7 @@ fn drain(
                     let (same, rest): (VecDeque<Job>, VecDeque<Job>) =
                         batch.into_iter().partition(|job| job.key == key);
                     batch = rest;
-                    commit_all(&mut store, same, &mut reconnect, commits, lane, &pipe);
+                    commit_all(&mut store, same, &mut reconnect, counts, lane, &pipe);
                 }
             }
         }
@@ -570,7 +635,7 @@ fn commit_all(
     store: &mut Store,
     mut batch: VecDeque<Job>,
     reconnect: &mut Reconnect,
-    commits: &AtomicU64,
+    counts: &Counts,
     lane: Lane,
     pipe: &Pipe<'_>,
 ) {
@@ -585,7 +650,7 @@ fn commit_all(
             }
             break;
         }
-        match commit_batch(store, &mut batch, !begun_again, lane, pipe, commits) {
+        match commit_batch(store, &mut batch, !begun_again, lane, pipe, counts) {
             Batch::Answered => {}
             Batch::SessionLost => {
                 begun_again = true;
@@ -653,7 +718,7 @@ fn commit_batch(
     may_begin_again: bool,
     lane: Lane,
     pipe: &Pipe<'_>,
-    commits: &AtomicU64,
+    counts: &Counts,
 ) -> Batch {
     let conn = &store.conn;
     let begun = match lane {
@@ -672,32 +737,81 @@ fn commit_batch(
         return Batch::Answered;
     }
     pipe.joined_at_lock(batch);
+    // Starts are staged only by the SQLite writer (crate::store::start_stage).
+    let staging = lane == Lane::Exclusive && conn.engine() == Engine::Sqlite;
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut lost = None;
     let mut ran = 0;
     while let Some(job) = batch.pop_front().or_else(|| pipe.more(ran)) {
         ran += 1;
-        // The job's first store write takes this savepoint over rather
-        // than nesting one of its own in it (`WriteTx`).
-        if let Err(e) = conn.savepoint_to_adopt(JOB_SAVEPOINT) {
-            lost = Some(Failure::of(&e, conn));
-            batch.push_front(job);
-            break;
+        let stages = staging && job.stage.is_some();
+        // Any other job, and a start of a workflow id already staged, runs
+        // after the staged starts are written, outside any job's savepoint.
+        let flush_first = match &job.stage {
+            Some((namespace, workflow_id)) => store.has_staged(namespace, workflow_id),
+            None => true,
+        };
+        if staging && flush_first {
+            if let Err(e) = store.flush_staged_starts() {
+                lost = Some(Failure::of_store(&e));
+                batch.push_front(job);
+                break;
+            }
         }
-        let Job { transition, .. } = job;
-        let result = catch_unwind(AssertUnwindSafe(|| transition(store)));
-        conn.withdraw_savepoint();
-        match result {
-            Ok((true, answer)) => {
-                let _ = conn.release(JOB_SAVEPOINT);
-                answers.push(answer);
+        if stages {
+            // A start that stages its rows writes nothing itself, so it
+            // needs no savepoint: unstaging undoes it.
+            let staged = store.staged_starts();
+            let changes = conn.total_changes();
+            store.accept_staged_starts(true);
+            let Job { transition, .. } = job;
+            let result = catch_unwind(AssertUnwindSafe(|| transition(store)));
+            store.accept_staged_starts(false);
+            let answered = match result {
+                Ok((true, answer)) => Some(answer),
+                Ok((false, answer)) => {
+                    store.unstage_since(staged);
+                    Some(answer)
+                }
+                Err(_) => {
+                    store.unstage_since(staged);
+                    None
+                }
+            };
+            answers.extend(answered);
+            if conn.total_changes() != changes {
+                // It wrote a row after all, outside any savepoint: a bug,
+                // but one a rollback of the whole batch keeps off disk.
+                lost = Some(Failure {
+                    message: "a staged workflow start wrote a row outside its savepoint".into(),
+                    unavailable: false,
+                    conflict: false,
+                });
+                break;
             }
-            Ok((false, answer)) => {
-                let _ = conn.rollback_to(JOB_SAVEPOINT);
-                answers.push(answer);
+        } else {
+            // The job's first store write takes this savepoint over rather
+            // than nesting one of its own in it (`WriteTx`).
+            if let Err(e) = conn.savepoint_to_adopt(JOB_SAVEPOINT) {
+                lost = Some(Failure::of(&e, conn));
+                batch.push_front(job);
+                break;
             }
-            Err(_) => {
-                let _ = conn.rollback_to(JOB_SAVEPOINT);
+            let Job { transition, .. } = job;
+            let result = catch_unwind(AssertUnwindSafe(|| transition(store)));
+            conn.withdraw_savepoint();
+            match result {
+                Ok((true, answer)) => {
+                    let _ = conn.release(JOB_SAVEPOINT);
+                    answers.push(answer);
+                }
+                Ok((false, answer)) => {
+                    let _ = conn.rollback_to(JOB_SAVEPOINT);
+                    answers.push(answer);
+                }
+                Err(_) => {
+                    let _ = conn.rollback_to(JOB_SAVEPOINT);
+                }
             }
         }
         if conn.is_broken() {
@@ -723,6 +837,13 @@ fn commit_batch(
             break;
         }
     }
+    if lost.is_none() && staging {
+        if let Err(e) = store.flush_staged_starts() {
+            lost = Some(Failure::of_store(&e));
+        }
+    }
+    let staged = store.staged_written();
+    store.clear_staged_starts();
     let outcome = match lost {
         Some(failure) => {
             if !conn.is_autocommit() {
@@ -741,7 +862,8 @@ fn commit_batch(
     if outcome.is_ok() {
         // Counted before anyone is answered: a caller that reads the count
         // after its answer sees its own commit.
-        commits.fetch_add(1, Ordering::Relaxed);
+        counts.commits.fetch_add(1, Ordering::Relaxed);
+        counts.staged_starts.fetch_add(staged, Ordering::Relaxed);
     }
     pipe.answer(answers, outcome);
     Batch::Answered

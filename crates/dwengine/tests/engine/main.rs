@@ -67,6 +67,7 @@ mod sigkill;
 mod signal_order;
 #[cfg(feature = "sqs")]
 mod sqs;
+mod staged_starts;
 mod sticky_execution;
 mod streams;
 mod task_failure_metrics;

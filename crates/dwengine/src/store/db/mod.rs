@@ -776,6 +776,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Rows inserted, updated or deleted on this connection so far,
+    /// trigger writes included (SQLite's `total_changes()`); 0 on
+    /// PostgreSQL.
+    pub fn total_changes(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(conn) => conn.total_changes(),
+            Backend::Postgres(_) => 0,
+        }
+    }
+
     /// Takes over the savepoint [`Connection::savepoint_to_adopt`] opened,
     /// if no row changed since (`total_changes()`, trigger writes
     /// included): rolling back to it then undoes exactly what rolling back
