@@ -199,23 +199,9 @@ fn failing_jobs_in_one_batch_leave_nothing_and_their_neighbours_everything() {
     }
     let db = rusqlite::Connection::open(dir.path().join("runs.sqlite")).unwrap();
     let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
-    assert_eq!(count("SELECT COUNT(*) FROM runs"), 4);
     assert_eq!(count("SELECT COUNT(*) FROM history_events"), 4);
     assert_eq!(count("SELECT COUNT(*) FROM run_summaries"), 4);
-    assert_eq!(
-        count("SELECT started FROM workflow_run_series"),
-        count("SELECT COUNT(*) FROM runs"),
-        "the series' starts equal its runs"
-    );
-    assert_eq!(
-        count("SELECT workflow_ready FROM task_queue_state"),
-        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
-        "the queue's ready count equals its ready tasks"
-    );
-    assert_eq!(
-        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
-        4
-    );
+    common::assert_start_counters(&db, 4);
 }
 
 /// A submitted transition is answered through its callback, once, after

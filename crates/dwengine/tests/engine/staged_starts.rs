@@ -193,20 +193,7 @@ fn staged_starts_write_what_separate_starts_write() {
     };
     assert_eq!(request(first).as_deref(), Some("req-s01"));
     assert_eq!(request(others[0]), None);
-    assert_eq!(
-        count("SELECT started FROM workflow_run_series"),
-        5,
-        "the series' starts equal its runs"
-    );
-    assert_eq!(
-        count("SELECT workflow_ready FROM task_queue_state"),
-        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
-        "the queue's ready count equals its ready tasks"
-    );
-    assert_eq!(
-        count("SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'"),
-        5
-    );
+    common::assert_start_counters(&db, 5);
     let ids: Vec<i64> = [reference, first, others[0], others[1], others[2]]
         .iter()
         .map(|r| r.0)

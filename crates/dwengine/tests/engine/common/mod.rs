@@ -131,3 +131,23 @@ pub fn start(workflow_id: &str) -> StartRun {
 pub fn started(store: &mut Store, workflow_id: &str) -> RunId {
     store.start_run(start(workflow_id)).expect("start run")
 }
+
+/// The counters a start's triggers keep on an SQLite file equal the rows
+/// they count: the series' starts its runs, the queue's ready workflow
+/// tasks its ready task rows; both are `expected`.
+pub fn assert_start_counters(db: &rusqlite::Connection, expected: i64) {
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let ready = "SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'";
+    assert_eq!(count("SELECT COUNT(*) FROM runs"), expected, "runs");
+    assert_eq!(
+        count("SELECT started FROM workflow_run_series"),
+        expected,
+        "the series' starts equal its runs"
+    );
+    assert_eq!(
+        count("SELECT workflow_ready FROM task_queue_state"),
+        count(ready),
+        "the queue's ready count equals its ready tasks"
+    );
+    assert_eq!(count(ready), expected, "ready workflow tasks");
+}
