@@ -253,3 +253,83 @@ fn a_start_over_http_is_staged_and_its_task_polled() {
     let task = support::next_workflow_task(&s, "staged-q");
     assert_eq!(task["workflow_id"], "over-http", "{task}");
 }
+
+/// A batch whose staged starts do not fit on disk (the store at its
+/// `max_page_count`, as a full disk fails a write) fails as a whole: every
+/// start of it is told so, none leaves a row, and the starts answered as
+/// written have their run, event and task, with the counters equal to
+/// the rows.
+#[test]
+fn staged_starts_that_do_not_fit_fail_their_batch_and_leave_no_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(&[]);
+    let store = Arc::new(
+        SharedStore::open(Some(&dir.path().join("runs.sqlite")), config.clone(), 2).unwrap(),
+    );
+    // The pages the schema and one start take, and then room for a few
+    // batches more: the starts below fill it.
+    let pages = |path: &std::path::Path| -> u64 {
+        let db = rusqlite::Connection::open(path).unwrap();
+        db.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap()
+    };
+    store
+        .write(|s| s.start_workflow(common::start("first"), None))
+        .unwrap();
+    drop(store);
+    let path = dir.path().join("runs.sqlite");
+    config.max_page_count = Some(pages(&path) + 40);
+    let store = Arc::new(SharedStore::open(Some(&path), config, 2).unwrap());
+    let (answers, answered) = mpsc::channel();
+    let mut refused = 0;
+    let mut written = Vec::new();
+    for round in 0..200 {
+        let go = hold_writer(&store);
+        for i in 0..16 {
+            let answers = answers.clone();
+            let id = format!("fill-{round}-{i}");
+            store.submit_start(
+                "default".into(),
+                id.clone(),
+                move |s| s.start_workflow(common::start(&id), None),
+                move |started| {
+                    answers
+                        .send((format!("fill-{round}-{i}"), started))
+                        .unwrap()
+                },
+            );
+        }
+        go.send(()).unwrap();
+        for _ in 0..16 {
+            let (id, started) = answered.recv().unwrap();
+            match started {
+                Ok(started) => written.push((id, started.run)),
+                Err(e) => {
+                    assert!(e.is_disk_full(), "{e}");
+                    refused += 1;
+                    let found = store
+                        .read({
+                            let id = id.clone();
+                            move |s| s.find_run("default", &id)
+                        })
+                        .unwrap();
+                    assert_eq!(found, None, "{id} was refused but left its run");
+                }
+            }
+        }
+        if refused > 0 {
+            break;
+        }
+    }
+    assert!(refused > 0, "the store never filled up");
+    assert!(!written.is_empty(), "no batch fit before it filled");
+    for (id, run) in &written {
+        let history = store.read({
+            let run = *run;
+            move |s| s.history(run)
+        });
+        assert_eq!(history.unwrap().len(), 1, "{id}");
+    }
+    drop(store);
+    let db = rusqlite::Connection::open(&path).unwrap();
+    common::assert_start_counters(&db, 1 + written.len() as i64);
+}
