@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use crate::store::db::{params, params_from_iter, Connection, OptionalExtension};
+use crate::store::db::{params, Connection, OptionalExtension, ToSql};
 use dwpolicy::LimitKind;
 use serde_json::{Map, Value};
 
@@ -462,7 +462,7 @@ pub(crate) fn insert_run_with(
          redrive_request_id) \
          VALUES (?1, ?2, ?3, ?4, 'running', 'v2', ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11, ?12, ?13, \
          ?14, ?15, ?16, ?17)",
-        params_from_iter(row.columns(start)),
+        &row.columns(start)[..],
     )?);
     insert_event_row(
         conn,
@@ -484,13 +484,16 @@ pub(crate) struct NewRun {
     parent: Option<i64>,
     memo: String,
     search: String,
-    pub(crate) created_at_ms: i64,
+    created_at_ms: i64,
     continued_from: Option<i64>,
+    history_bytes: i64,
     start_request_id: Option<String>,
     execution_timeout_seconds: Option<i64>,
     run_timeout_seconds: Option<i64>,
-    deadline: Option<(i64, &'static str)>,
-    redrive: Option<(i64, Option<String>)>,
+    deadline_at_ms: Option<i64>,
+    deadline_kind: Option<&'static str>,
+    resume_step_sequence: Option<i64>,
+    redrive_request_id: Option<String>,
     /// The `WorkflowStarted` event's stored text.
     pub(crate) started_event: String,
 }
@@ -558,60 +561,42 @@ impl NewRun {
             search,
             created_at_ms,
             continued_from: continued_from.map(|r| r.0),
+            history_bytes: to_i64(EventType::WorkflowStarted.as_str().len() + started_event.len()),
             start_request_id: options.start_request_id.map(str::to_owned),
             execution_timeout_seconds: options.execution_timeout_seconds.map(to_i64),
             run_timeout_seconds: options.run_timeout_seconds.map(to_i64),
-            deadline: options.deadline,
-            redrive: options
+            deadline_at_ms: options.deadline.map(|(at, _)| at),
+            deadline_kind: options.deadline.map(|(_, kind)| kind),
+            resume_step_sequence: options.redrive.map(|(resume, _)| to_i64(resume)),
+            redrive_request_id: options
                 .redrive
-                .map(|(resume, request)| (to_i64(resume), request.map(str::to_owned))),
+                .and_then(|(_, request)| request.map(str::to_owned)),
             started_event,
         })
     }
 
     /// The row's 17 bound columns, in the order of [`insert_run_with`]'s
     /// statement (`status`, `origin` and `history_length` are literals).
-    pub(crate) fn columns<'a>(&'a self, start: &'a StartRun) -> [RunColumn<'a>; 17] {
-        let event = EventType::WorkflowStarted;
+    pub(crate) fn columns<'a>(&'a self, start: &'a StartRun) -> [&'a dyn ToSql; 17] {
         [
-            RunColumn::Text(&start.workflow_id),
-            RunColumn::Text(&start.workflow_type),
-            RunColumn::Text(&start.namespace),
-            RunColumn::Text(&start.task_queue),
-            RunColumn::Int(self.parent),
-            RunColumn::Text(&self.memo),
-            RunColumn::Text(&self.search),
-            RunColumn::Int(Some(self.created_at_ms)),
-            RunColumn::Int(self.continued_from),
-            RunColumn::Int(Some(to_i64(
-                event.as_str().len() + self.started_event.len(),
-            ))),
-            RunColumn::OptText(self.start_request_id.as_deref()),
-            RunColumn::Int(self.execution_timeout_seconds),
-            RunColumn::Int(self.run_timeout_seconds),
-            RunColumn::Int(self.deadline.map(|(at, _)| at)),
-            RunColumn::OptText(self.deadline.map(|(_, kind)| kind)),
-            RunColumn::Int(self.redrive.as_ref().map(|(resume, _)| *resume)),
-            RunColumn::OptText(self.redrive.as_ref().and_then(|(_, r)| r.as_deref())),
+            &start.workflow_id,
+            &start.workflow_type,
+            &start.namespace,
+            &start.task_queue,
+            &self.parent,
+            &self.memo,
+            &self.search,
+            &self.created_at_ms,
+            &self.continued_from,
+            &self.history_bytes,
+            &self.start_request_id,
+            &self.execution_timeout_seconds,
+            &self.run_timeout_seconds,
+            &self.deadline_at_ms,
+            &self.deadline_kind,
+            &self.resume_step_sequence,
+            &self.redrive_request_id,
         ]
-    }
-}
-
-/// One bound column of a [`NewRun`], borrowed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum RunColumn<'a> {
-    Text(&'a str),
-    OptText(Option<&'a str>),
-    Int(Option<i64>),
-}
-
-impl crate::store::db::ToSql for RunColumn<'_> {
-    fn to_sql(&self) -> rusqlite::Result<crate::store::db::ToSqlOutput<'_>> {
-        match self {
-            RunColumn::Text(text) => text.to_sql(),
-            RunColumn::OptText(text) => text.to_sql(),
-            RunColumn::Int(value) => value.to_sql(),
-        }
     }
 }
 

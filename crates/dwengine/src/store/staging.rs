@@ -2,8 +2,6 @@
 //! (their rows are written by [`crate::store::start_stage`]): kept below
 //! [`crate::store::connection::Store`], which carries it.
 
-use std::collections::HashSet;
-
 use crate::store::model::StartRun;
 use crate::store::rows::NewRun;
 
@@ -15,8 +13,6 @@ pub(crate) struct StartStage {
     /// The next run id to hand out; read from the table at the first
     /// start staged after a flush.
     pub(crate) next_id: Option<i64>,
-    /// (namespace, workflow id) of every staged start.
-    pub(crate) keys: HashSet<(String, String)>,
     pub(crate) staged: Vec<StagedStart>,
     /// Starts written by the flushes of the current batch.
     pub(crate) written: u64,

@@ -29,10 +29,10 @@
 use std::sync::LazyLock;
 
 use crate::store::connection::Store;
-use crate::store::db::params_from_iter;
+use crate::store::db::ToSql;
 use crate::store::error::Error;
 use crate::store::model::{RunId, StartRun};
-use crate::store::rows::{now_ms, NewRun, RunColumn};
+use crate::store::rows::{now_ms, NewRun};
 use crate::store::staging::StagedStart;
 
 /// Rows per statement: a batch is written in statements of these sizes,
@@ -115,30 +115,24 @@ impl Store {
         self.stage.borrow().accepting
     }
 
-    /// Whether a staged start has this namespace and workflow id.
+    /// Whether a staged start has this namespace and workflow id (a scan:
+    /// a batch stages a few dozen starts at most, hundreds at its cap).
     pub(crate) fn has_staged(&self, namespace: &str, workflow_id: &str) -> bool {
-        let stage = self.stage.borrow();
-        !stage.staged.is_empty()
-            && stage
-                .keys
-                .contains(&(namespace.to_owned(), workflow_id.to_owned()))
+        self.stage
+            .borrow()
+            .staged
+            .iter()
+            .any(|s| s.start.workflow_id == workflow_id && s.start.namespace == namespace)
     }
 
     /// How many starts are staged (a mark for [`Store::unstage_since`]).
-    pub(crate) fn staged_starts(&self) -> usize {
+    pub(crate) fn stage_mark(&self) -> usize {
         self.stage.borrow().staged.len()
     }
 
     /// Drops the starts staged after `mark` (their job was rolled back).
     pub(crate) fn unstage_since(&self, mark: usize) {
-        let mut stage = self.stage.borrow_mut();
-        if stage.staged.len() <= mark {
-            return;
-        }
-        for dropped in stage.staged.split_off(mark) {
-            let key = (dropped.start.namespace, dropped.start.workflow_id);
-            stage.keys.remove(&key);
-        }
+        self.stage.borrow_mut().staged.truncate(mark);
     }
 
     /// Forgets everything staged (the batch's transaction was rolled back).
@@ -146,7 +140,6 @@ impl Store {
         let mut stage = self.stage.borrow_mut();
         stage.accepting = false;
         stage.next_id = None;
-        stage.keys.clear();
         stage.staged.clear();
         stage.written = 0;
     }
@@ -172,9 +165,6 @@ impl Store {
         };
         let mut stage = self.stage.borrow_mut();
         stage.next_id = Some(next + 1);
-        stage
-            .keys
-            .insert((start.namespace.clone(), start.workflow_id.clone()));
         stage.staged.push(StagedStart {
             id: next,
             start,
@@ -206,27 +196,25 @@ impl Store {
                 return Ok(());
             }
             stage.next_id = None;
-            stage.keys.clear();
             stage.written += stage.staged.len() as u64;
             std::mem::take(&mut stage.staged)
         };
         self.write_chunks(&staged, &RUNS, |s, values| {
-            values.push(RunColumn::Int(Some(s.id)));
-            let columns = s.row.columns(&s.start);
-            values.extend(columns);
-            values.push(RunColumn::OptText(s.build_id.as_deref()));
+            values.push(&s.id);
+            values.extend(s.row.columns(&s.start));
+            values.push(&s.build_id);
         })?;
         self.write_chunks(&staged, &EVENTS, |s, values| {
-            values.push(RunColumn::Int(Some(s.id)));
-            values.push(RunColumn::Text(&s.row.started_event));
-            values.push(RunColumn::Int(Some(s.at_ms)));
+            values.extend([&s.id as &dyn ToSql, &s.row.started_event, &s.at_ms]);
         })?;
         self.write_chunks(&staged, &TASKS, |s, values| {
-            values.push(RunColumn::Int(Some(s.id)));
-            values.push(RunColumn::Text(&s.start.namespace));
-            values.push(RunColumn::Text(&s.start.task_queue));
-            values.push(RunColumn::Int(Some(s.at_ms)));
-            values.push(RunColumn::Int(Some(s.at_ms)));
+            values.extend([
+                &s.id as &dyn ToSql,
+                &s.start.namespace,
+                &s.start.task_queue,
+                &s.at_ms,
+                &s.at_ms,
+            ]);
         })?;
         Ok(())
     }
@@ -237,7 +225,7 @@ impl Store {
         &self,
         staged: &'a [StagedStart],
         texts: &[String; 3],
-        bind: impl Fn(&'a StagedStart, &mut Vec<RunColumn<'a>>),
+        bind: impl Fn(&'a StagedStart, &mut Vec<&'a dyn ToSql>),
     ) -> Result<(), Error> {
         let mut rest = staged;
         let mut values = Vec::new();
@@ -252,10 +240,7 @@ impl Store {
             for s in chunk {
                 bind(s, &mut values);
             }
-            let written = self
-                .conn
-                .prepare_cached(sql)?
-                .execute(params_from_iter(values.iter()))?;
+            let written = self.conn.prepare_cached(sql)?.execute(&values[..])?;
             if written != *size {
                 return Err(Error::Corrupt(format!(
                     "a staged start batch wrote {written} rows of {size}"

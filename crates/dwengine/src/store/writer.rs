@@ -747,11 +747,12 @@ fn commit_batch(
         let stages = staging && job.stage.is_some();
         // Any other job, and a start of a workflow id already staged, runs
         // after the staged starts are written, outside any job's savepoint.
-        let flush_first = match &job.stage {
-            Some((namespace, workflow_id)) => store.has_staged(namespace, workflow_id),
-            None => true,
-        };
-        if staging && flush_first {
+        let flush_first = staging
+            && match &job.stage {
+                Some((namespace, workflow_id)) => store.has_staged(namespace, workflow_id),
+                None => true,
+            };
+        if flush_first {
             if let Err(e) = store.flush_staged_starts() {
                 lost = Some(Failure::of_store(&e));
                 batch.push_front(job);
@@ -761,7 +762,7 @@ fn commit_batch(
         if stages {
             // A start that stages its rows writes nothing itself, so it
             // needs no savepoint: unstaging undoes it.
-            let staged = store.staged_starts();
+            let staged = store.stage_mark();
             let changes = conn.total_changes();
             store.accept_staged_starts(true);
             let Job { transition, .. } = job;
