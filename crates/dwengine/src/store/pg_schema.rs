@@ -251,6 +251,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0055_ready_index_in_claim_order",
         include_str!("migrations/postgres/0055_ready_index_in_claim_order.sql"),
     ),
+    (
+        "0056_staged_starts_counted_once",
+        include_str!("migrations/postgres/0056_staged_starts_counted_once.sql"),
+    ),
 ];
 
 /// The PostgreSQL schema version this engine writes; equal to the SQLite

@@ -69,6 +69,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0053_queue_busy_flag.sql"),
     include_str!("migrations/0054_poll_request_index.sql"),
     include_str!("migrations/0055_ready_index_in_claim_order.sql"),
+    include_str!("migrations/0056_staged_starts_counted_once.sql"),
 ];
 
 /// The schema version this engine writes.

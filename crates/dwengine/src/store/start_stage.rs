@@ -25,6 +25,15 @@
 //! - a flush runs outside any job's savepoint, so rolling one back never
 //!   undoes a neighbour's rows; a flush that fails fails the whole batch,
 //!   as an I/O error does, and every caller is told.
+//!
+//! A flush also does once what four triggers would do once a row
+//! (migration 0056): while it writes, `staged_start_flush` holds a row and
+//! the run summary, timeline, series and queue triggers skip; the flush
+//! copies the summaries and timeline entries from the rows it wrote and
+//! adds each series' and queue's starts in one statement, with the
+//! queue's minute moved as `task_queue_state_add` moves it (the minute
+//! read from the system clock, as SQLite's `'now'` reads it). Its row is
+//! deleted before the flush returns, so no other writer ever sees it.
 
 use std::sync::LazyLock;
 
@@ -102,6 +111,66 @@ static TASKS: LazyLock<[String; 3]> = LazyLock::new(|| {
          VALUES ('workflow', ?1, ?2, ?3, 'ready', ?4, ?5)",
     )
 });
+
+/// While this row exists the four per-row copies and counts skip
+/// (migration 0056); inside the batch's transaction only.
+const FLUSHING: &str = "INSERT INTO staged_start_flush (flushing) VALUES (1)";
+const FLUSHED: &str = "DELETE FROM staged_start_flush";
+
+/// The staged runs' summaries, as `run_summaries_insert` copies each run
+/// (new runs: none has a summary to replace).
+const SUMMARIES: &str = "INSERT INTO run_summaries \
+     SELECT id, namespace, workflow_id, workflow_type, task_queue, status, history_length, \
+     created_at_ms, closed_at_ms FROM runs \
+     WHERE id BETWEEN ?1 AND ?2 AND details_pruned_at IS NULL";
+
+/// Their events' timeline entries, as `run_timeline_insert` copies each.
+const TIMELINE: &str = "INSERT INTO run_timeline_entries \
+     SELECT run_id, sequence, event_type, recorded_at_ms FROM history_events \
+     WHERE run_id BETWEEN ?1 AND ?2";
+
+/// A series' started runs, `workflow_run_series_start`'s +1 a run at once.
+const SERIES_STARTED: &str = "INSERT INTO workflow_run_series \
+     (namespace, task_queue, workflow_type, started) VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (namespace, task_queue, workflow_type) DO UPDATE SET \
+     started = workflow_run_series.started + excluded.started";
+
+/// A queue's minute bucket moved on when the minute turned: the first
+/// statement of `task_queue_state_add`, for one queue, with the minute
+/// (`?3`) read from the same clock as SQLite's `'now'`.
+const QUEUE_MINUTE: &str = "UPDATE task_queue_state SET \
+     added_before = CASE recent_minute - ?3 WHEN -1 THEN added_recent ELSE 0 END, \
+     dispatched_before = CASE recent_minute - ?3 WHEN -1 THEN dispatched_recent ELSE 0 END, \
+     added_recent = 0, \
+     dispatched_recent = 0, \
+     recent_minute = ?3 \
+     WHERE namespace = ?1 AND task_queue = ?2 AND recent_minute != ?3";
+
+/// A queue's ready workflow tasks added: its second statement, +1 a task
+/// at once.
+const QUEUE_ADDED: &str = "INSERT INTO task_queue_state \
+     (namespace, task_queue, workflow_ready, recent_minute, added_recent) \
+     VALUES (?1, ?2, ?3, ?4, ?3) \
+     ON CONFLICT (namespace, task_queue) DO UPDATE SET \
+     workflow_ready = task_queue_state.workflow_ready + excluded.workflow_ready, \
+     added_recent = task_queue_state.added_recent + excluded.added_recent";
+
+/// How many of `staged` share each key `key` gives, in first-seen order
+/// (a batch's starts mostly share one queue and one series: a scan).
+fn counted<'a, K: PartialEq>(
+    staged: &'a [StagedStart],
+    key: impl Fn(&'a StagedStart) -> K,
+) -> Vec<(K, i64)> {
+    let mut counts: Vec<(K, i64)> = Vec::new();
+    for s in staged {
+        let k = key(s);
+        match counts.iter_mut().find(|(seen, _)| *seen == k) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts
+}
 
 impl Store {
     /// Lets (or stops letting) the running job stage its start.
@@ -187,8 +256,9 @@ impl Store {
         }
     }
 
-    /// Writes every staged start: the runs, then their events, then their
-    /// tasks, each in statements of up to 32 rows.
+    /// Writes every staged start: the runs and their summaries, then
+    /// their events and timeline entries, then their tasks, each in
+    /// statements of up to 32 rows; then each series' and queue's count.
     pub(crate) fn flush_staged_starts(&self) -> Result<(), Error> {
         let staged = {
             let mut stage = self.stage.borrow_mut();
@@ -199,14 +269,25 @@ impl Store {
             stage.written += stage.staged.len() as u64;
             std::mem::take(&mut stage.staged)
         };
+        // Ids rise through the stage, and no other run has one in their
+        // range: every other job runs after a flush.
+        let first = staged.first().map_or(0, |s| s.id);
+        let last = staged.last().map_or(0, |s| s.id);
+        self.conn.prepare_cached(FLUSHING)?.execute([])?;
         self.write_chunks(&staged, &RUNS, |s, values| {
             values.push(&s.id);
             values.extend(s.row.columns(&s.start));
             values.push(&s.build_id);
         })?;
+        self.conn
+            .prepare_cached(SUMMARIES)?
+            .execute(&[&first as &dyn ToSql, &last][..])?;
         self.write_chunks(&staged, &EVENTS, |s, values| {
             values.extend([&s.id as &dyn ToSql, &s.row.started_event, &s.at_ms]);
         })?;
+        self.conn
+            .prepare_cached(TIMELINE)?
+            .execute(&[&first as &dyn ToSql, &last][..])?;
         self.write_chunks(&staged, &TASKS, |s, values| {
             values.extend([
                 &s.id as &dyn ToSql,
@@ -216,6 +297,29 @@ impl Store {
                 &s.at_ms,
             ]);
         })?;
+        for ((namespace, queue, kind), started) in counted(&staged, |s| {
+            (
+                &s.start.namespace,
+                &s.start.task_queue,
+                &s.start.workflow_type,
+            )
+        }) {
+            self.conn
+                .prepare_cached(SERIES_STARTED)?
+                .execute(&[namespace as &dyn ToSql, queue, kind, &started][..])?;
+        }
+        let minute = now_ms().div_euclid(60_000);
+        for ((namespace, queue), added) in
+            counted(&staged, |s| (&s.start.namespace, &s.start.task_queue))
+        {
+            self.conn
+                .prepare_cached(QUEUE_MINUTE)?
+                .execute(&[namespace as &dyn ToSql, queue, &minute][..])?;
+            self.conn
+                .prepare_cached(QUEUE_ADDED)?
+                .execute(&[namespace as &dyn ToSql, queue, &added, &minute][..])?;
+        }
+        self.conn.prepare_cached(FLUSHED)?.execute([])?;
         Ok(())
     }
 

@@ -168,13 +168,26 @@ fn staged_starts_write_what_separate_starts_write() {
              (SELECT json_group_array(json_array(t.kind, t.namespace, t.task_queue, t.status, \
                   t.due_at_ms <= t.created_at_ms, t.attempt)) \
               FROM dispatch_tasks t WHERE t.run_id = r.id), \
-             (SELECT count(*) FROM run_summaries m WHERE m.run_id = r.id)) \
+             (SELECT json_group_array(json_array(m.namespace, m.workflow_id = r.workflow_id, \
+                  m.workflow_type, m.task_queue, m.status, m.history_length, \
+                  m.created_at_ms = r.created_at_ms, m.closed_at_ms)) \
+              FROM run_summaries m WHERE m.run_id = r.id), \
+             (SELECT json_group_array(json_array(l.sequence, l.event_type, \
+                  l.recorded_at_ms = e.recorded_at_ms)) \
+              FROM run_timeline_entries l JOIN history_events e \
+                  ON e.run_id = l.run_id AND e.sequence = l.sequence \
+              WHERE l.run_id = r.id)) \
              FROM runs r WHERE r.id = ?1",
             [run],
             |r| r.get(0),
         )
         .unwrap()
     };
+    assert!(
+        row(first.0).contains("[[0,\"WorkflowStarted\",1]]"),
+        "its timeline entry: {}",
+        row(first.0)
+    );
     assert!(
         row(first.0).contains("\"WorkflowStarted\""),
         "{}",
@@ -332,4 +345,71 @@ fn staged_starts_that_do_not_fit_fail_their_batch_and_leave_no_row() {
     drop(store);
     let db = rusqlite::Connection::open(&path).unwrap();
     common::assert_start_counters(&db, 1 + written.len() as i64);
+    let flushing: i64 = db
+        .query_row("SELECT count(*) FROM staged_start_flush", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(flushing, 0, "a failed flush leaves the triggers counting");
+}
+
+/// A flush moves its queue's minute bucket once when the minute turned,
+/// as `task_queue_state_add` moves it for a start written on its own:
+/// the bucket older than a minute is dropped, the dispatches zeroed, and
+/// the added count is the batch's starts.
+#[test]
+fn a_flush_moves_a_turned_minute_as_a_start_written_alone_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared(&dir));
+    store
+        .write(|s| s.start_workflow(common::start("reference"), None))
+        .unwrap();
+    let db = rusqlite::Connection::open(dir.path().join("runs.sqlite")).unwrap();
+    // Last written in a minute long gone, with counts of its own.
+    db.execute(
+        "UPDATE task_queue_state SET recent_minute = 7, added_recent = 5, added_before = 3, \
+         dispatched_recent = 9, dispatched_before = 2",
+        [],
+    )
+    .unwrap();
+    let before = store.staged_starts();
+    let go = hold_writer(&store);
+    let (answers, answered) = mpsc::channel();
+    for id in ["minute-1", "minute-2", "minute-3"] {
+        stage(&store, &answers, id, None);
+    }
+    drop(answers);
+    go.send(()).unwrap();
+    assert_eq!(answered.iter().filter(|(_, r)| r.is_ok()).count(), 3);
+    assert_eq!(store.staged_starts() - before, 3);
+    let bucket: (i64, i64, i64, i64, i64, i64) = db
+        .query_row(
+            "SELECT recent_minute, added_recent, added_before, dispatched_recent, \
+             dispatched_before, workflow_ready FROM task_queue_state",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .unwrap();
+    let minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        / 60;
+    assert!((minute - 1..=minute).contains(&bucket.0), "{bucket:?}");
+    assert_eq!(
+        (bucket.1, bucket.2, bucket.3, bucket.4, bucket.5),
+        (3, 0, 0, 0, 4),
+        "(added, added before, dispatched, dispatched before, ready)"
+    );
+    let started: i64 = db
+        .query_row("SELECT started FROM workflow_run_series", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(started, 4, "the series counts each start once");
 }

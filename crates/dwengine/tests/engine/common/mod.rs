@@ -134,7 +134,9 @@ pub fn started(store: &mut Store, workflow_id: &str) -> RunId {
 
 /// The counters a start's triggers keep on an SQLite file equal the rows
 /// they count: the series' starts its runs, the queue's ready workflow
-/// tasks its ready task rows; both are `expected`.
+/// tasks its ready task rows, and the tasks it counted added in this
+/// minute and the last (a test lasts less than a minute); all are
+/// `expected`.
 pub fn assert_start_counters(db: &rusqlite::Connection, expected: i64) {
     let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
     let ready = "SELECT COUNT(*) FROM dispatch_tasks WHERE kind = 'workflow' AND status = 'ready'";
@@ -150,4 +152,9 @@ pub fn assert_start_counters(db: &rusqlite::Connection, expected: i64) {
         "the queue's ready count equals its ready tasks"
     );
     assert_eq!(count(ready), expected, "ready workflow tasks");
+    assert_eq!(
+        count("SELECT added_recent + added_before FROM task_queue_state"),
+        expected,
+        "the queue's added tasks"
+    );
 }
