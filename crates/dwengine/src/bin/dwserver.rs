@@ -8,6 +8,12 @@
 //! `DW_BIND=127.0.0.1:0` learns the port. Logs go to stderr
 //! (`dwengine::logging`).
 
+/// Every Rust allocation of the server (requests, JSON, the store's rows)
+/// on jemalloc: per-thread caches where glibc's arenas were contended
+/// (crates/dwengine/Cargo.toml says what it measured).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
