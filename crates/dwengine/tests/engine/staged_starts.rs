@@ -385,16 +385,7 @@ fn a_flush_moves_a_turned_minute_as_a_start_written_alone_does() {
             "SELECT recent_minute, added_recent, added_before, dispatched_recent, \
              dispatched_before, workflow_ready FROM task_queue_state",
             [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
+            |r| r.try_into(),
         )
         .unwrap();
     let minute = std::time::SystemTime::now()
