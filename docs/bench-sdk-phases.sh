@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Where a Rust SDK workflow's time goes, step by step, on one PostgreSQL
+# node or three (docs/performance.md, "A workflow's steps on one node and
+# on three (session 32)"). The Rust SDK phase of docs/bench-throughput.sh
+# (two worker processes of RUST_WORKER_SLOTS slots, a starter keeping
+# CONCURRENCY one-activity workflows in flight, each reading its result
+# every RESULT_POLL_MS) on a fresh database, behind HAProxy in both cases
+# (the `haproxy ci` block, with one server or three), so that every
+# request is timed alike. Printed:
+#   - per step of a workflow, from the store's own timestamps
+#     (`dispatch_tasks.created_at_ms` and `attempt_started_at_ms`, the
+#     history events' `recorded_at_ms`): how long its task waited in the
+#     queue for a poll, and how long it was held (from its lease to the
+#     event its completion recorded);
+#   - per route, HAProxy's active time of a request (p50, p90, mean);
+#   - with pg_stat_statements loaded, the statements PostgreSQL spent
+#     most time in (a lock function's time is its wait).
+#
+#   DW_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
+#   DW_BENCH_REDIS_URL=redis://127.0.0.1:6379 docs/bench-sdk-phases.sh NODES [SECONDS] [CONCURRENCY]
+#
+# NODES is 1 or 3. The nodes inherit this script's environment (for
+# example DW_STORE_RUN_WRITER=on). PREPARE_SQL names a file of SQL run on
+# the database once the nodes made its schema, before the workflows start
+# (an experiment's change to the schema; docs/performance.md's session 32
+# dropped the counter triggers this way to find what they cost).
+# DWSERVER a release dwserver (default: built here);
+# DW_CONFORMANCE_RUST_TARGET_DIR where the Rust SDK's bench is built
+# (default target/conformance-rust); BENCH_PORT the balancer's port, the
+# nodes on the next three (default 18780); BENCH_REDIS_DB (default 12,
+# flushed). The database it makes (dw_sdk_phases_<pid>) is dropped at the
+# end.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+: "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
+: "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
+nodes=${1:?NODES: 1 or 3}
+secs=${2:-15}
+concurrency=${3:-64}
+case $nodes in 1 | 3) ;; *) echo "NODES is 1 or 3" >&2; exit 1 ;; esac
+port=${BENCH_PORT:-18780}
+redis_db=${BENCH_REDIS_DB:-12}
+slots=${RUST_WORKER_SLOTS:-8}
+result_poll_ms=${RESULT_POLL_MS:-50}
+[ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
+for tool in haproxy psql redis-cli python3; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
+done
+if [ -n "${PREPARE_SQL:-}" ] && [ ! -r "$PREPARE_SQL" ]; then
+  echo "PREPARE_SQL names no readable file: $PREPARE_SQL" >&2
+  exit 1
+fi
+target=${CARGO_TARGET_DIR:-$root/target}
+if [ -z "${DWSERVER:-}" ]; then
+  (cd "$root" && cargo build --release --locked -q -p dwengine --bin dwserver)
+fi
+dwserver=$(realpath "${DWSERVER:-$target/release/dwserver}")
+rust_target=${DW_CONFORMANCE_RUST_TARGET_DIR:-$root/target/conformance-rust}
+CARGO_TARGET_DIR="$rust_target" cargo build --release --locked -q \
+  --manifest-path "$root/conformance/rust/Cargo.toml" --bin bench
+bench="$rust_target/release/bench"
+redis=${DW_BENCH_REDIS_URL%/}
+redis_host_port=${redis#redis://}
+
+work=$(mktemp -d)
+db=dw_sdk_phases_$$
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql -q "$DW_BENCH_POSTGRES_URL" -c "CREATE DATABASE $db" >/dev/null
+url="${DW_BENCH_POSTGRES_URL%/*}/$db"
+redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
+
+for n in $(seq "$nodes"); do
+  extra=()
+  [ "$nodes" = 1 ] || extra=(DW_REDIS_URL="$redis/$redis_db")
+  env "${extra[@]}" DW_SERVER_ID="sdk-phases-$n" DW_AUTH=none DW_BIND="127.0.0.1:$((port + n))" \
+    DW_DATABASE_URL="$url" DW_POLLING_CACHE_PATH="$work/cache-$n" "$dwserver" >"$work/node-$n.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 600); do grep -q '^listening on ' "$work/node-$n.log" && break; sleep 0.1; done
+  grep -q '^listening on ' "$work/node-$n.log" || { cat "$work/node-$n.log" >&2; echo "node $n did not start" >&2; exit 1; }
+done
+# The documented block, its ports moved, every request logged with its
+# active time (%Ta).
+awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' "$root/docs/deployment.md" |
+  sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
+    -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$((port / 10))\1/" \
+    -e 's/^global$/global\n    log stdout format raw local0/' \
+    -e 's/^defaults$/defaults\n    log global\n    log-format "%HM %HU %Ta"/' >"$work/haproxy.cfg"
+[ "$nodes" = 3 ] || sed -i '/server node-[23] /d' "$work/haproxy.cfg"
+haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+pids+=("$!")
+base=http://127.0.0.1:$port
+for _ in $(seq 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/api/ready")" = 200 ] && break
+  sleep 0.2
+done
+[ -z "${PREPARE_SQL:-}" ] || psql -q -v ON_ERROR_STOP=1 "$url" -f "$PREPARE_SQL"
+curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' -d '{"name":"bench"}' >/dev/null
+workers=()
+for i in 1 2; do
+  "$bench" "$base" --role worker --worker-slots "$slots" 2>"$work/worker-$i.err" &
+  pids+=("$!")
+  workers+=("$!")
+done
+statements=
+if psql -q "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1; then
+  statements=1
+fi
+"$bench" "$base" --role starter --shape activity --concurrency "$concurrency" --seconds "$secs" \
+  --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
+  --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/sdk.json" 2>"$work/sdk.err" ||
+  { cat "$work/sdk.err" "$work"/worker-*.err >&2; echo "the SDK run failed" >&2; exit 1; }
+if [ -n "$statements" ]; then
+  psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ORDER BY total_exec_time DESC LIMIT 8" >"$work/statements"
+fi
+psql -qAt -F $'\t' "$url" -c "SELECT run_id, event_type, recorded_at_ms FROM history_events" >"$work/events"
+psql -qAt -F $'\t' "$url" -c "SELECT run_id, kind, id, created_at_ms, attempt_started_at_ms FROM dispatch_tasks
+  WHERE kind IN ('workflow', 'activity')" >"$work/tasks"
+python3 - "$work" "$nodes" <<'PY'
+import collections, json, statistics, sys
+work, nodes = sys.argv[1], sys.argv[2]
+sdk = json.loads(open(f"{work}/sdk.json").read().strip().splitlines()[-1])
+print(f"{nodes} node(s): {sdk['workflows_completed_per_second']} workflows/s, {sdk['completed']} completed, "
+      f"{sdk['concurrency']} in flight, {sdk['seconds']} s, start p50 {sdk['start_latency_ms_p50']} ms")
+events = collections.defaultdict(dict)
+for line in open(f"{work}/events"):
+    run, kind, at = line.rstrip("\n").split("\t")
+    events[run][kind] = int(at) if at else None
+tasks = collections.defaultdict(list)
+for line in open(f"{work}/tasks"):
+    run, kind, task, created, leased = line.rstrip("\n").split("\t")
+    tasks[run].append((int(task), kind, int(created), int(leased) if leased else None))
+first = min(e["WorkflowStarted"] for e in events.values() if e.get("WorkflowStarted"))
+steps = collections.defaultdict(list)
+for run, e in events.items():
+    # The first 3 s warm up; a workflow that did not finish has no last step.
+    if None in e.values() or e.get("WorkflowStarted", first) - first < 3000 or "WorkflowCompleted" not in e:
+        continue
+    flows = sorted(t for t in tasks[run] if t[1] == "workflow")
+    acts = [t for t in tasks[run] if t[1] == "activity"]
+    if len(flows) != 2 or len(acts) != 1 or any(t[3] is None for t in flows + acts):
+        continue
+    for name, (_, _, created, leased), ended in (
+        ("first workflow task", flows[0], e["ActivityScheduled"]),
+        ("activity task", acts[0], e["ActivityCompleted"]),
+        ("last workflow task", flows[1], e["WorkflowCompleted"]),
+    ):
+        steps[f"{name}: queued"].append(leased - created)
+        steps[f"{name}: held"].append(ended - leased)
+def row(name, v):
+    v = sorted(v)
+    return f"| {name} | {len(v)} | {v[len(v) // 2]} | {v[int(len(v) * 0.9)]} | {statistics.fmean(v):.1f} |"
+print("| step (store timestamps, ms) | workflows | p50 | p90 | mean |")
+print("| --- | --- | --- | --- | --- |")
+for name, v in steps.items():
+    print(row(name, v))
+routes = collections.defaultdict(list)
+for line in open(f"{work}/haproxy.log"):
+    parts = line.split()
+    if len(parts) != 3 or not parts[2].isdigit():
+        continue
+    path = parts[1].split("?")[0]
+    if path.startswith("/api/workflows/"):
+        path = "/api/workflows/{id}"
+    elif "-tasks/" in path and not path.endswith("/poll"):
+        path = path.rsplit("/", 2)[0] + "/{id}/" + path.rsplit("/", 1)[1]
+    routes[f"{parts[0]} {path}"].append(int(parts[2]))
+print("| route (HAProxy's active time, ms) | requests | p50 | p90 | mean |")
+print("| --- | --- | --- | --- | --- |")
+for name, v in sorted(routes.items(), key=lambda kv: -len(kv[1]))[:6]:
+    print(row(name, v))
+try:
+    lines = open(f"{work}/statements").read().splitlines()
+except FileNotFoundError:
+    lines = []
+if lines:
+    done = max(1, sdk["completed"])
+    print("| statement (most time first) | calls | ms per completed workflow | mean ms |")
+    print("| --- | --- | --- | --- |")
+    for line in lines:
+        calls, ms, text = line.split("\t", 2)
+        print(f"| {text.replace('|', '/')} | {calls} | {float(ms) / done:.2f} | {float(ms) / int(calls):.3f} |")
+PY
