@@ -82,8 +82,8 @@ for n in $(seq "$nodes"); do
   env "${extra[@]}" DW_SERVER_ID="sdk-phases-$n" DW_AUTH=none DW_BIND="127.0.0.1:$((port + n))" \
     DW_DATABASE_URL="$url" DW_POLLING_CACHE_PATH="$work/cache-$n" "$dwserver" >"$work/node-$n.log" 2>&1 &
   pids+=("$!")
-  for _ in $(seq 600); do grep -q '^listening on ' "$work/node-$n.log" && break; sleep 0.1; done
-  grep -q '^listening on ' "$work/node-$n.log" || { cat "$work/node-$n.log" >&2; echo "node $n did not start" >&2; exit 1; }
+  for _ in $(seq 600); do grep -qs '^listening on ' "$work/node-$n.log" && break; sleep 0.1; done
+  grep -qs '^listening on ' "$work/node-$n.log" || { cat "$work/node-$n.log" >&2; echo "node $n did not start" >&2; exit 1; }
 done
 # The documented block, its ports moved, every request logged with its
 # active time (%Ta).
