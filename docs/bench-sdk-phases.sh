@@ -13,6 +13,10 @@
 #     queue for a poll, and how long it was held (from its lease to the
 #     event its completion recorded);
 #   - per route, HAProxy's active time of a request (p50, p90, mean);
+#   - CPU per completed workflow of the nodes, HAProxy, PostgreSQL (its
+#     postmaster and children, when it runs here), redis-server (when it
+#     runs here) and the SDK's processes, and how many of the machine's
+#     cores were busy (/proc/stat);
 #   - with pg_stat_statements loaded, the statements PostgreSQL spent
 #     most time in (a lock function's time is its wait).
 #
@@ -32,6 +36,8 @@
 # end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=docs/bench-lib.sh
+. "$root/docs/bench-lib.sh"
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
 : "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
 nodes=${1:?NODES: 1 or 3}
@@ -82,6 +88,7 @@ for n in $(seq "$nodes"); do
   env "${extra[@]}" DW_SERVER_ID="sdk-phases-$n" DW_AUTH=none DW_BIND="127.0.0.1:$((port + n))" \
     DW_DATABASE_URL="$url" DW_POLLING_CACHE_PATH="$work/cache-$n" "$dwserver" >"$work/node-$n.log" 2>&1 &
   pids+=("$!")
+  echo "$!" >>"$work/node.pids"
   for _ in $(seq 600); do grep -qs '^listening on ' "$work/node-$n.log" && break; sleep 0.1; done
   grep -qs '^listening on ' "$work/node-$n.log" || { cat "$work/node-$n.log" >&2; echo "node $n did not start" >&2; exit 1; }
 done
@@ -95,6 +102,7 @@ awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' "$root/docs/deplo
 [ "$nodes" = 3 ] || sed -i '/server node-[23] /d' "$work/haproxy.cfg"
 haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
 pids+=("$!")
+haproxy_pid=$!
 base=http://127.0.0.1:$port
 for _ in $(seq 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/api/ready")" = 200 ] && break
@@ -112,10 +120,27 @@ statements=
 if psql -q "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1; then
   statements=1
 fi
+redis_pid=$(redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" info server |
+  awk -F: '/^process_id:/ { print $2 }' | tr -d '\r')
+ticks() { # PID...: their user + system ticks so far
+  local total=0 pid
+  for pid in "$@"; do
+    [ -r "/proc/$pid/stat" ] && total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+snapshot() { # nodes haproxy postgres redis busy idle (ticks)
+  local redis_ticks=-
+  [ -z "$redis_pid" ] || [ ! -r "/proc/$redis_pid/stat" ] || redis_ticks=$(ticks "$redis_pid")
+  echo "$(ticks $(cat "$work/node.pids")) $(ticks "$haproxy_pid") $(pg_ticks) $redis_ticks" \
+    "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)"
+}
+snapshot >"$work/cpu-before"
 "$bench" "$base" --role starter --shape activity --concurrency "$concurrency" --seconds "$secs" \
   --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
   --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/sdk.json" 2>"$work/sdk.err" ||
   { cat "$work/sdk.err" "$work"/worker-*.err >&2; echo "the SDK run failed" >&2; exit 1; }
+snapshot >"$work/cpu-after"
 if [ -n "$statements" ]; then
   psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -124,12 +149,22 @@ fi
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, event_type, recorded_at_ms FROM history_events" >"$work/events"
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, kind, id, created_at_ms, attempt_started_at_ms FROM dispatch_tasks
   WHERE kind IN ('workflow', 'activity')" >"$work/tasks"
-python3 - "$work" "$nodes" <<'PY'
+python3 - "$work" "$nodes" "$(getconf CLK_TCK)" <<'PY'
 import collections, json, statistics, sys
-work, nodes = sys.argv[1], sys.argv[2]
+work, nodes, hz = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sdk = json.loads(open(f"{work}/sdk.json").read().strip().splitlines()[-1])
 print(f"{nodes} node(s): {sdk['workflows_completed_per_second']} workflows/s, {sdk['completed']} completed, "
       f"{sdk['concurrency']} in flight, {sdk['seconds']} s, start p50 {sdk['start_latency_ms_p50']} ms")
+before, after = (open(f"{work}/cpu-{w}").read().split() for w in ("before", "after"))
+done = max(1, sdk["completed"])
+def per_workflow(i):
+    if "-" in (before[i], after[i]):
+        return "-"
+    return f"{1000 * (int(after[i]) - int(before[i])) / hz / done:.2f}"
+busy, idle = (int(after[i]) - int(before[i]) for i in (4, 5))
+print(f"CPU ms per completed workflow: nodes {per_workflow(0)}, HAProxy {per_workflow(1)}, "
+      f"PostgreSQL {per_workflow(2)}, Redis {per_workflow(3)}, SDK {sdk['sdk_cpu_ms_per_workflow']}; "
+      f"the machine's cores busy {(busy / max(1, busy + idle)) * (__import__('os').cpu_count() or 1):.2f}")
 events = collections.defaultdict(dict)
 for line in open(f"{work}/events"):
     run, kind, at = line.rstrip("\n").split("\t")
