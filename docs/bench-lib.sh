@@ -1,6 +1,7 @@
 # Shell functions the benchmark scripts share (docs/bench-throughput.sh,
-# docs/bench-poll-wakes.sh); sourced by them, not run. They read
-# DW_BENCH_POSTGRES_URL.
+# docs/bench-poll-wakes.sh, docs/bench-sdk-cluster.sh,
+# docs/bench-sdk-phases.sh, docs/bench-round-trips.sh); sourced by them,
+# not run. They read DW_BENCH_POSTGRES_URL.
 
 # pg_ticks: the PostgreSQL server's user + system ticks so far (its
 # postmaster and every process it forked, the ended ones included), when
@@ -15,4 +16,26 @@ pg_ticks() {
     total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
   done
   echo "$total"
+}
+
+# scratch_database NAME: an empty database NAME on DW_BENCH_POSTGRES_URL's
+# server (its name in $db, its URL in $url), a work directory ($work) and
+# an empty list of background processes ($pids, for the caller to add
+# to); on exit the processes are stopped, the database dropped and the
+# directory removed.
+scratch_database() {
+  db=$1
+  url="${DW_BENCH_POSTGRES_URL%/*}/$db"
+  work=$(mktemp -d)
+  pids=()
+  trap scratch_cleanup EXIT
+  psql -q "$DW_BENCH_POSTGRES_URL" -c "CREATE DATABASE $db" >/dev/null
+}
+
+scratch_cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
 }

@@ -20,6 +20,8 @@
 # (default 11, flushed). The database (dw_trips_<pid>) is dropped at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=docs/bench-lib.sh
+. "$root/docs/bench-lib.sh"
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
 : "${DWSERVER:?set DWSERVER to a release dwserver}"
 nodes=${1:?NODES: 1 or 3}
@@ -33,19 +35,7 @@ if [ "$nodes" = 3 ]; then
   redis_host_port=${redis#redis://}
   redis_cli=(redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}")
 fi
-pg=$DW_BENCH_POSTGRES_URL
-db=dw_trips_$$
-url="${pg%/*}/$db"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  psql -q "$pg" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -q "$pg" -c "CREATE DATABASE $db" >/dev/null
+scratch_database dw_trips_$$
 [ "$nodes" = 1 ] || "${redis_cli[@]}" -n "$redis_db" flushdb >/dev/null
 for i in $(seq "$nodes"); do
   extra=()

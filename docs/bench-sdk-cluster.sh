@@ -33,6 +33,8 @@
 # advisory-lock calls' mean is the time a transaction waited for it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=docs/bench-lib.sh
+. "$root/docs/bench-lib.sh"
 : "${DW_BENCH_POSTGRES_URL:?set DW_BENCH_POSTGRES_URL to a PostgreSQL server you may create databases on}"
 : "${DW_BENCH_REDIS_URL:?set DW_BENCH_REDIS_URL to a redis-server (redis://host:port)}"
 mode=${1:?MODE: pg1, pg1h, pg1r or pg3}
@@ -49,18 +51,7 @@ dwserver=$(realpath "${DWSERVER:-${CARGO_TARGET_DIR:-$root/target}/release/dwser
 redis=${DW_BENCH_REDIS_URL%/}
 redis_host_port=${redis#redis://}
 
-work=$(mktemp -d)
-db=dw_sdk_cluster_$$
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -q "$DW_BENCH_POSTGRES_URL" -c "CREATE DATABASE $db" >/dev/null
-url="${DW_BENCH_POSTGRES_URL%/*}/$db"
+scratch_database dw_sdk_cluster_$$
 redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
 
 nodes=1

@@ -68,18 +68,7 @@ bench="$rust_target/release/bench"
 redis=${DW_BENCH_REDIS_URL%/}
 redis_host_port=${redis#redis://}
 
-work=$(mktemp -d)
-db=dw_sdk_phases_$$
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -q "$DW_BENCH_POSTGRES_URL" -c "CREATE DATABASE $db" >/dev/null
-url="${DW_BENCH_POSTGRES_URL%/*}/$db"
+scratch_database dw_sdk_phases_$$
 redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
 
 for n in $(seq "$nodes"); do
