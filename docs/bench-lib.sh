@@ -39,3 +39,13 @@ scratch_cleanup() {
   psql -q "$DW_BENCH_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
+
+# documented_haproxy PORT: docs/deployment.md's `haproxy ci` block, as CI
+# runs it, with its ports moved: the balancer on PORT (which ends in 0),
+# its three nodes on the next three.
+documented_haproxy() {
+  awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' \
+    "$(dirname "${BASH_SOURCE[0]}")/deployment.md" |
+    sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$1/" \
+      -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$(($1 / 10))\1/"
+}

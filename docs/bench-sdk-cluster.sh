@@ -68,10 +68,8 @@ done
 target=127.0.0.1:$((port + 1))
 if [ "$mode" != pg1 ]; then
   # The documented block, its ports moved, every request logged.
-  awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' "$root/docs/deployment.md" |
-    sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
-      -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$((port / 10))\1/" \
-      -e 's/^global$/global\n    log stdout format raw local0/' \
+  documented_haproxy "$port" |
+    sed -e 's/^global$/global\n    log stdout format raw local0/' \
       -e 's/^defaults$/defaults\n    log global\n    option httplog/' >"$work/haproxy.cfg"
   [ "$nodes" = 3 ] || sed -i '/server node-[23] /d' "$work/haproxy.cfg"
   haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &

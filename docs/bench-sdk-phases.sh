@@ -83,10 +83,8 @@ for n in $(seq "$nodes"); do
 done
 # The documented block, its ports moved, every request logged with its
 # active time (%Ta).
-awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' "$root/docs/deployment.md" |
-  sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
-    -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$((port / 10))\1/" \
-    -e 's/^global$/global\n    log stdout format raw local0/' \
+documented_haproxy "$port" |
+  sed -e 's/^global$/global\n    log stdout format raw local0/' \
     -e 's/^defaults$/defaults\n    log global\n    log-format "%HM %HU %Ta"/' >"$work/haproxy.cfg"
 [ "$nodes" = 3 ] || sed -i '/server node-[23] /d' "$work/haproxy.cfg"
 haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &

@@ -246,9 +246,7 @@ stop_nodes
 # Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
 fresh_database "dw_bench_$$_pg3"
 redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
-awk '/^```haproxy ci$/ { on = 1; next } /^```$/ { on = 0 } on' docs/deployment.md |
-  sed -e "s/127\.0\.0\.1:18480/127.0.0.1:$port/" \
-    -e "s/127\.0\.0\.1:1848\([1-3]\)/127.0.0.1:$((port / 10))\1/" >"$work/haproxy.cfg"
+documented_haproxy "$port" >"$work/haproxy.cfg"
 haproxy -c -q -f "$work/haproxy.cfg"
 for n in 1 2 3; do
   start_node "$n" $((port + n)) DW_DATABASE_URL="$url" DW_REDIS_URL="${DW_BENCH_REDIS_URL%/}/$redis_db"
