@@ -23,7 +23,14 @@
 #   DW_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
 #   DW_BENCH_REDIS_URL=redis://127.0.0.1:6379 docs/bench-sdk-phases.sh NODES [SECONDS] [CONCURRENCY]
 #
-# NODES is 1 or 3. The nodes inherit this script's environment (for
+# NODES is 1 or 3. BALANCER=off (with one node) sends the SDK to the node
+# itself, as docs/bench-throughput.sh's pg-1 does; ACTIVE_NODES=1 (with
+# three) marks nodes 2 and 3 `backup` in HAProxy, so every request goes
+# to node 1 while all three run on the shared Redis: the cluster's cost
+# without any spreading of requests over nodes. STARTS_FIRST=SECONDS runs
+# docs/bench-throughput.sh's starts phase (wrk, docs/bench-starts.lua, 32
+# connections) that long before the SDK's, as that script does (its
+# runs stay open on another namespace's queue). The nodes inherit this script's environment (for
 # example DW_STORE_RUN_WRITER=on). PREPARE_SQL names a file of SQL run on
 # the database once the nodes made its schema, before the workflows start
 # (an experiment's change to the schema; docs/performance.md's session 32
@@ -44,12 +51,16 @@ nodes=${1:?NODES: 1 or 3}
 secs=${2:-15}
 concurrency=${3:-64}
 case $nodes in 1 | 3) ;; *) echo "NODES is 1 or 3" >&2; exit 1 ;; esac
+balancer=${BALANCER:-on}
+case $balancer/$nodes in on/* | off/1) ;; *) echo "BALANCER is on, or off with one node" >&2; exit 1 ;; esac
+active=${ACTIVE_NODES:-$nodes}
+case $active/$nodes in 1/1 | 1/3 | 3/3) ;; *) echo "ACTIVE_NODES is 1, or 3 with three nodes" >&2; exit 1 ;; esac
 port=${BENCH_PORT:-18780}
 redis_db=${BENCH_REDIS_DB:-12}
 slots=${RUST_WORKER_SLOTS:-8}
 result_poll_ms=${RESULT_POLL_MS:-50}
 [ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
-for tool in haproxy psql redis-cli python3; do
+for tool in haproxy psql redis-cli python3 ${STARTS_FIRST:+wrk}; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
 done
 if [ -n "${PREPARE_SQL:-}" ] && [ ! -r "$PREPARE_SQL" ]; then
@@ -87,16 +98,26 @@ documented_haproxy "$port" |
   sed -e 's/^global$/global\n    log stdout format raw local0/' \
     -e 's/^defaults$/defaults\n    log global\n    log-format "%HM %HU %Ta"/' >"$work/haproxy.cfg"
 [ "$nodes" = 3 ] || sed -i '/server node-[23] /d' "$work/haproxy.cfg"
-haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
-pids+=("$!")
-haproxy_pid=$!
-base=http://127.0.0.1:$port
+[ "$active" = "$nodes" ] || sed -i -E 's/^( *server node-[23] .*)$/\1 backup/' "$work/haproxy.cfg"
+haproxy_pid=
+base=http://127.0.0.1:$((port + 1))
+: >"$work/haproxy.log"
+if [ "$balancer" = on ]; then
+  haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+  pids+=("$!")
+  haproxy_pid=$!
+  base=http://127.0.0.1:$port
+fi
 for _ in $(seq 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/api/ready")" = 200 ] && break
   sleep 0.2
 done
 [ -z "${PREPARE_SQL:-}" ] || psql -q -v ON_ERROR_STOP=1 "$url" -f "$PREPARE_SQL"
 curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' -d '{"name":"bench"}' >/dev/null
+if [ -n "${STARTS_FIRST:-}" ]; then
+  wrk -t2 -c32 -d"${STARTS_FIRST}s" -s "$root/docs/bench-starts.lua" "$base" >"$work/starts.wrk"
+  echo "starts first: $(awk '/Requests\/sec/ { print $2 }' "$work/starts.wrk") starts/s for $STARTS_FIRST s" >"$work/starts"
+fi
 workers=()
 for i in 1 2; do
   "$bench" "$base" --role worker --worker-slots "$slots" 2>"$work/worker-$i.err" &
@@ -119,7 +140,9 @@ ticks() { # PID...: their user + system ticks so far
 snapshot() { # nodes haproxy postgres redis busy idle (ticks)
   local redis_ticks=-
   [ -z "$redis_pid" ] || [ ! -r "/proc/$redis_pid/stat" ] || redis_ticks=$(ticks "$redis_pid")
-  echo "$(ticks $(cat "$work/node.pids")) $(ticks "$haproxy_pid") $(pg_ticks) $redis_ticks" \
+  local haproxy_ticks=-
+  [ -z "$haproxy_pid" ] || haproxy_ticks=$(ticks "$haproxy_pid")
+  echo "$(ticks $(cat "$work/node.pids")) $haproxy_ticks $(pg_ticks) $redis_ticks" \
     "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)"
 }
 snapshot >"$work/cpu-before"
@@ -136,11 +159,14 @@ fi
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, event_type, recorded_at_ms FROM history_events" >"$work/events"
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, kind, id, created_at_ms, attempt_started_at_ms FROM dispatch_tasks
   WHERE kind IN ('workflow', 'activity')" >"$work/tasks"
-python3 - "$work" "$nodes" "$(getconf CLK_TCK)" <<'PY'
+python3 - "$work" "$nodes" "$(getconf CLK_TCK)" "$balancer" "$active" <<'PY'
 import collections, json, statistics, sys
-work, nodes, hz = sys.argv[1], sys.argv[2], int(sys.argv[3])
+work, nodes, hz, balancer, active = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sdk = json.loads(open(f"{work}/sdk.json").read().strip().splitlines()[-1])
-print(f"{nodes} node(s): {sdk['workflows_completed_per_second']} workflows/s, {sdk['completed']} completed, "
+shape = "no balancer" if balancer == "off" else f"{active} active behind HAProxy"
+if __import__("os").path.exists(f"{work}/starts"):
+    print(open(f"{work}/starts").read().strip())
+print(f"{nodes} node(s), {shape}: {sdk['workflows_completed_per_second']} workflows/s, {sdk['completed']} completed, "
       f"{sdk['concurrency']} in flight, {sdk['seconds']} s, start p50 {sdk['start_latency_ms_p50']} ms")
 before, after = (open(f"{work}/cpu-{w}").read().split() for w in ("before", "after"))
 done = max(1, sdk["completed"])
@@ -160,7 +186,8 @@ tasks = collections.defaultdict(list)
 for line in open(f"{work}/tasks"):
     run, kind, task, created, leased = line.rstrip("\n").split("\t")
     tasks[run].append((int(task), kind, int(created), int(leased) if leased else None))
-first = min(e["WorkflowStarted"] for e in events.values() if e.get("WorkflowStarted"))
+# The SDK's workflows complete; the starts phase's (STARTS_FIRST) stay open.
+first = min(e["WorkflowStarted"] for e in events.values() if e.get("WorkflowStarted") and "WorkflowCompleted" in e)
 steps = collections.defaultdict(list)
 for run, e in events.items():
     # The first 3 s warm up; a workflow that did not finish has no last step.
@@ -195,10 +222,11 @@ for line in open(f"{work}/haproxy.log"):
     elif "-tasks/" in path and not path.endswith("/poll"):
         path = path.rsplit("/", 2)[0] + "/{id}/" + path.rsplit("/", 1)[1]
     routes[f"{parts[0]} {path}"].append(int(parts[2]))
-print("| route (HAProxy's active time, ms) | requests | p50 | p90 | mean |")
-print("| --- | --- | --- | --- | --- |")
-for name, v in sorted(routes.items(), key=lambda kv: -len(kv[1]))[:6]:
-    print(row(name, v))
+if routes:
+    print("| route (HAProxy's active time, ms) | requests | p50 | p90 | mean |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, v in sorted(routes.items(), key=lambda kv: -len(kv[1]))[:6]:
+        print(row(name, v))
 try:
     lines = open(f"{work}/statements").read().splitlines()
 except FileNotFoundError:

@@ -82,12 +82,16 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     candidates_sql(
         1,
         " FOR UPDATE OF d SKIP LOCKED",
-        "EXISTS (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 AND o.namespace = ?2 \
-         AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 AND o.id <> d.id)",
+        "EXISTS (SELECT 1 FROM (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 \
+         AND o.namespace = ?2 AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 \
+         AND o.id <> d.id ORDER BY o.due_at_ms LIMIT 1) other_ready)",
     )
     .replace(
-        " ORDER BY",
-        &format!(" AND NOT {} ORDER BY", draining_condition("?2", "?3", "?6")),
+        " ORDER BY d.",
+        &format!(
+            " AND NOT {} ORDER BY d.",
+            draining_condition("?2", "?3", "?6")
+        ),
     )
 });
 
@@ -107,8 +111,18 @@ static CANDIDATES_KEYED: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Whether a task of kind `?1` in (namespace `?2`, queue `?3`) is ready at
+/// `?4`: one `dispatch_ready` probe, for its first entry in the index's
+/// order. The order is what keeps PostgreSQL's generic plan on the index:
+/// a bare `EXISTS` (which drops an `ORDER BY` and a `LIMIT` of its own)
+/// was planned as a walk of the whole table once one queue held most of
+/// it (`pg_schema::another_queues_backlog_leaves_a_readiness_check_on_the_ready_index`).
+pub const READY_IN_QUEUE: &str = "SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM dispatch_tasks \
+     WHERE kind = ?1 AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
+     AND due_at_ms <= ?4 ORDER BY due_at_ms LIMIT 1) first_ready)";
+
 /// Whether a task of `kind` in (`namespace`, `task_queue`) is ready at
-/// `now` (one `dispatch_ready` probe).
+/// `now` ([`READY_IN_QUEUE`]).
 fn ready_in_queue(
     conn: &crate::store::db::Connection,
     kind: TaskKind,
@@ -117,11 +131,7 @@ fn ready_in_queue(
     now: i64,
 ) -> Result<bool, Error> {
     Ok(conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM dispatch_tasks WHERE kind = ?1 \
-             AND namespace = ?2 AND task_queue = ?3 AND status = 'ready' \
-             AND due_at_ms <= ?4)",
-        )?
+        .prepare_cached(READY_IN_QUEUE)?
         .query_row(params![kind.as_str(), namespace, task_queue, now], |r| {
             r.get::<_, bool>(0)
         })?)

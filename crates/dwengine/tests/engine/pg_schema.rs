@@ -2039,6 +2039,62 @@ fn a_claim_reads_its_queue_in_claim_order_without_sorting_it() {
     );
 }
 
+/// A queue's backlog makes no other queue's readiness checks read the
+/// whole task table. Both ask "is any task of this queue ready" with
+/// nothing to order by: the readiness probe a waiting poll makes, and a
+/// claim's check for another ready task beside its candidate. Once
+/// `ANALYZE` has seen one queue holding most of the table, the generic
+/// plan a node's prepared statement keeps (its queue unknown) expects a
+/// match within the first few rows and reads the table in its physical
+/// order instead of the ready index: on an idle queue, every row of every
+/// queue, on every probe (3.7 ms a probe in three nodes' SDK runs after a
+/// starts phase left 21,000 open runs on another queue;
+/// docs/performance.md, session 33).
+#[test]
+#[cfg_attr(
+    not(dw_test_postgres),
+    ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
+)]
+fn another_queues_backlog_leaves_a_readiness_check_on_the_ready_index() {
+    // The draining check is the candidate's alone, not also its check for
+    // another ready task (both select in `dispatch_tasks` order).
+    assert_eq!(
+        leases::candidates_beside_claims()
+            .matches("build_id_rollouts")
+            .count(),
+        1,
+        "{}",
+        leases::candidates_beside_claims()
+    );
+    let Some((_db, mut client)) = migrated_database(true) else {
+        return;
+    };
+    busy_queue(&mut client);
+    let probe = db::postgres_text(leases::READY_IN_QUEUE);
+    client
+        .batch_execute(&format!(
+            "PREPARE probe(text, text, text, bigint) AS {probe}"
+        ))
+        .unwrap();
+    prepare_claim_candidate(&mut client);
+    for (name, execute) in [
+        (
+            "a waiting poll's readiness probe",
+            "EXPLAIN EXECUTE probe('workflow', 'bench', 'idle', 5000)",
+        ),
+        (
+            "a claim's check for another ready task",
+            "EXPLAIN EXECUTE candidate('workflow', 'bench', 'idle', 5000, 'worker', '')",
+        ),
+    ] {
+        let plan = plan_lines(&mut client, execute);
+        assert!(
+            plan.contains("$3") && !plan.contains("Seq Scan on dispatch_tasks"),
+            "{name} reads the whole task table in its generic plan:\n{plan}"
+        );
+    }
+}
+
 /// The statement a claim beside other claims sends for its candidate,
 /// prepared as `candidate` (kind, namespace, queue, now, worker, cohort).
 fn prepare_claim_candidate(client: &mut Client) {
