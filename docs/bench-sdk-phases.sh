@@ -31,7 +31,7 @@
 # docs/bench-throughput.sh's starts phase (wrk, docs/bench-starts.lua, 32
 # connections) that long before the SDK's, as that script does (its
 # runs stay open on another namespace's queue). The nodes inherit this script's environment (for
-# example DW_STORE_RUN_WRITER=off). PREPARE_SQL names a file of SQL run on
+# example DW_STORE_RUN_WRITER=on). PREPARE_SQL names a file of SQL run on
 # the database once the nodes made its schema, before the workflows start
 # (an experiment's change to the schema; docs/performance.md's session 32
 # dropped the counter triggers this way to find what they cost).

@@ -548,7 +548,7 @@ impl Engine {
     }
 
     /// The run writer's counts for the operator metrics (`null` without
-    /// one: SQLite, or PostgreSQL with `DW_STORE_RUN_WRITER=off`).
+    /// one: SQLite, or PostgreSQL without `DW_STORE_RUN_WRITER=on`).
     pub fn run_writes_snapshot(&self) -> serde_json::Value {
         serde_json::json!(self.store.run_write_stats())
     }

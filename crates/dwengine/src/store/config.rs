@@ -59,11 +59,11 @@ pub struct StoreConfig {
     pub postgres: PostgresSettings,
     /// PostgreSQL: commit completions that write one run on a run writer of
     /// their own, under the write lock taken shared, with claims taking
-    /// their run's key ([`crate::store::db::Connection::begin_run_writes`]).
-    /// On by default (`DW_STORE_RUN_WRITER=off` turns it off):
-    /// docs/performance.md ("What the balancer, the shared cache and the
-    /// spreading each cost", session 33) measured it faster on one node
-    /// and on three, where session 28 had measured it slower.
+    /// their run's key (`DW_STORE_RUN_WRITER=on`;
+    /// [`crate::store::db::Connection::begin_run_writes`]). Off by default:
+    /// docs/performance.md ("Completions of one run beside other writers",
+    /// and session 33's "What the balancer, the shared cache and the
+    /// spreading each cost") has the measurements that keep it off.
     pub run_writer: bool,
 }
 
@@ -89,7 +89,7 @@ impl Default for StoreConfig {
             external_payload_orphan_grace: DEFAULT_EXTERNAL_PAYLOAD_ORPHAN_GRACE,
             max_page_count: None,
             postgres: PostgresSettings::default(),
-            run_writer: true,
+            run_writer: false,
         }
     }
 }

@@ -48,10 +48,9 @@
 //! transaction, and its starts are answered [`Error::NeedsWriteLock`]
 //! and rerun as ordinary writes.
 //!
-//! A run writer ([`Lane::Runs`], a PostgreSQL node's third writer unless
-//! `DW_STORE_RUN_WRITER=off`) commits completions that write one existing
-//! run (an activity's report, a workflow task's completion whose commands
-//! stay in its run) under the
+//! A run writer ([`Lane::Runs`], a PostgreSQL node's third writer when
+//! `DW_STORE_RUN_WRITER=on`) commits completions that write one existing run (an activity's report,
+//! a workflow task's completion whose commands stay in its run) under the
 //! lock taken shared, beside claims, start batches and other nodes' run
 //! batches. Each job first takes its run's workflow id key without waiting
 //! (`Store::lock_run_of_task`; a claim beside others takes the key of the

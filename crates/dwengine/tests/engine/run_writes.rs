@@ -8,7 +8,7 @@
 //! claim beside others for the run whose task it leases: a completion or a
 //! claim that finds the key held, or a completion whose run's close would
 //! reach another run, is rerun as an ordinary write and still lands. The
-//! run writer is on unless `DW_STORE_RUN_WRITER=off`
+//! run writer is off unless `DW_STORE_RUN_WRITER=on`
 //! (`StoreConfig::run_writer`); off, a node has none and every completion
 //! is an ordinary write.
 
@@ -404,7 +404,7 @@ fn a_completion_reaching_another_run_is_rerun_as_an_ordinary_write() {
     not(dw_test_postgres),
     ignore = "needs PostgreSQL: DW_TEST_POSTGRES_URL was not set when this test binary was built"
 )]
-fn with_the_switch_off_a_node_has_no_run_writer_and_completions_are_ordinary_writes() {
+fn without_the_switch_a_node_has_no_run_writer_and_completions_are_ordinary_writes() {
     #[cfg(dw_test_postgres)]
     {
         use dwengine::store::shared::SharedStore;
@@ -413,13 +413,7 @@ fn with_the_switch_off_a_node_has_no_run_writer_and_completions_are_ordinary_wri
         use on_postgres::*;
 
         let url = crate::common::postgres_schema_url();
-        // On by default: a node's store has the run writer unless told not to.
-        assert!(StoreConfig::default().run_writer);
-        let off = StoreConfig {
-            run_writer: false,
-            ..StoreConfig::default()
-        };
-        let node = SharedStore::open_postgres(&url, off, 2).expect("open");
+        let node = SharedStore::open_postgres(&url, StoreConfig::default(), 2).expect("open");
         assert_eq!(node.run_write_stats(), None);
         let (task, attempt, owner) = started_and_leased(&node, "ordinary");
         let charge = WorkflowCommand::activity("charge", serde_json::json!([1]));
