@@ -2070,12 +2070,11 @@ fn another_queues_backlog_leaves_a_readiness_check_on_the_ready_index() {
         return;
     };
     busy_queue(&mut client);
-    let probe = db::postgres_text(leases::READY_IN_QUEUE);
-    client
-        .batch_execute(&format!(
-            "PREPARE probe(text, text, text, bigint) AS {probe}"
-        ))
-        .unwrap();
+    prepare_as(
+        &mut client,
+        "probe(text, text, text, bigint)",
+        leases::READY_IN_QUEUE,
+    );
     prepare_claim_candidate(&mut client);
     for (name, execute) in [
         (
@@ -2098,11 +2097,19 @@ fn another_queues_backlog_leaves_a_readiness_check_on_the_ready_index() {
 /// The statement a claim beside other claims sends for its candidate,
 /// prepared as `candidate` (kind, namespace, queue, now, worker, cohort).
 fn prepare_claim_candidate(client: &mut Client) {
-    let sql = db::postgres_text(leases::candidates_beside_claims());
+    prepare_as(
+        client,
+        "candidate(text, text, text, bigint, text, text)",
+        leases::candidates_beside_claims(),
+    );
+}
+
+/// Prepares the store's statement `sql` (in its `?N` form) as `signature`
+/// (a name and its parameters' types), as a node's session prepares it.
+fn prepare_as(client: &mut Client, signature: &str, sql: &str) {
+    let sql = db::postgres_text(sql);
     client
-        .batch_execute(&format!(
-            "PREPARE candidate(text, text, text, bigint, text, text) AS {sql}"
-        ))
+        .batch_execute(&format!("PREPARE {signature} AS {sql}"))
         .unwrap();
 }
 
@@ -2156,12 +2163,11 @@ fn a_polls_leased_task_is_found_by_its_request_id() {
         return;
     };
     busy_queue(&mut client);
-    let sql = db::postgres_text(leases::LEASED_BY_POLL_REQUEST);
-    client
-        .batch_execute(&format!(
-            "PREPARE leased_by_request(text, text, text, text) AS {sql}"
-        ))
-        .unwrap();
+    prepare_as(
+        &mut client,
+        "leased_by_request(text, text, text, text)",
+        leases::LEASED_BY_POLL_REQUEST,
+    );
     let plan = plan_lines(
         &mut client,
         "EXPLAIN EXECUTE leased_by_request('workflow', 'bench', 'q', 'p-10')",
