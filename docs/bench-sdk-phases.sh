@@ -18,7 +18,10 @@
 #     runs here) and the SDK's processes, and how many of the machine's
 #     cores were busy (/proc/stat);
 #   - with pg_stat_statements loaded, the statements PostgreSQL spent
-#     most time in (a lock function's time is its wait).
+#     most time in (a lock function's time is its wait), how many
+#     statements a completed workflow took, and with MOST_CALLED=N the N
+#     statements called most, per completed workflow (compare two
+#     configurations' lists to see what one of them adds).
 #
 #   DW_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
 #   DW_BENCH_REDIS_URL=redis://127.0.0.1:6379 docs/bench-sdk-phases.sh NODES [SECONDS] [CONCURRENCY]
@@ -155,13 +158,17 @@ if [ -n "$statements" ]; then
   psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
     ORDER BY total_exec_time DESC LIMIT 8" >"$work/statements"
+  psql -qAt -F $'\t' "$url" -c "SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ORDER BY calls DESC" >"$work/calls"
 fi
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, event_type, recorded_at_ms FROM history_events" >"$work/events"
 psql -qAt -F $'\t' "$url" -c "SELECT run_id, kind, id, created_at_ms, attempt_started_at_ms FROM dispatch_tasks
   WHERE kind IN ('workflow', 'activity')" >"$work/tasks"
-python3 - "$work" "$nodes" "$(getconf CLK_TCK)" "$balancer" "$active" <<'PY'
+python3 - "$work" "$nodes" "$(getconf CLK_TCK)" "$balancer" "$active" "${MOST_CALLED:-0}" <<'PY'
 import collections, json, statistics, sys
 work, nodes, hz, balancer, active = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+most_called = int(sys.argv[6])
 sdk = json.loads(open(f"{work}/sdk.json").read().strip().splitlines()[-1])
 shape = "no balancer" if balancer == "off" else f"{active} active behind HAProxy"
 if __import__("os").path.exists(f"{work}/starts"):
@@ -238,4 +245,11 @@ if lines:
     for line in lines:
         calls, ms, text = line.split("\t", 2)
         print(f"| {text.replace('|', '/')} | {calls} | {float(ms) / done:.2f} | {float(ms) / int(calls):.3f} |")
+    calls = [line.split("\t", 1) for line in open(f"{work}/calls").read().splitlines()]
+    print(f"statements per completed workflow: {sum(int(c) for c, _ in calls) / done:.1f}")
+    if most_called > 0:
+        print("| statement (most called first) | calls per completed workflow |")
+        print("| --- | --- |")
+        for c, text in calls[:most_called]:
+            print(f"| {text.replace('|', '/')} | {int(c) / done:.2f} |")
 PY
