@@ -31,7 +31,8 @@ use crate::store::sticky::HELD_FOR_ANOTHER;
 const SESSION_CANDIDATES: usize = 8;
 
 /// The candidates of a lease, up to `limit`, `more` their first column
-/// after the task's own three and `lock` the clause after the `LIMIT`.
+/// after the task's own three, `also` conditions added to the candidate's
+/// own (each starting with ` AND `) and `lock` the clause after the `LIMIT`.
 ///
 /// Whether a workflow task's run has another leased is asked of that run
 /// (`dispatch_by_run`), and whether the run is pinned to another build of
@@ -49,7 +50,7 @@ const SESSION_CANDIDATES: usize = 8;
 /// PostgreSQL the index ends with `id` since migration 0055; on SQLite
 /// with the rowid), so the scan stops at the first task the claim may
 /// take instead of reading, checking and sorting the queue's whole backlog.
-fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
+fn candidates_sql(limit: usize, lock: &str, more: &str, also: &str) -> String {
     format!(
         "SELECT d.id, d.session_id, d.run_id, {more} FROM dispatch_tasks d \
          WHERE d.kind = ?1 AND d.namespace = ?2 \
@@ -60,7 +61,7 @@ fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
            AND NOT {HELD_FOR_ANOTHER})) \
          AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.id = d.run_id \
            AND c.build_id IS NOT NULL AND c.build_id <> ?6 LIMIT 1 OFFSET 0) \
-         AND (d.session_id IS NULL OR NOT {SESSION_BUSY}) \
+         AND (d.session_id IS NULL OR NOT {SESSION_BUSY}){also} \
          ORDER BY d.due_at_ms, d.id LIMIT {limit}{lock}"
     )
 }
@@ -70,7 +71,7 @@ fn candidates_sql(limit: usize, lock: &str, more: &str) -> String {
 /// as the other statements of a lease are: a `format!` of this text on
 /// every lease cost some 2,500 instructions.
 pub(crate) static CANDIDATES: LazyLock<String> =
-    LazyLock::new(|| candidates_sql(SESSION_CANDIDATES, "", "FALSE"));
+    LazyLock::new(|| candidates_sql(SESSION_CANDIDATES, "", "FALSE", ""));
 
 /// A lease's one candidate beside other claims (PostgreSQL): locked,
 /// skipping those other claims hold, with whether another task of the
@@ -85,13 +86,7 @@ static CANDIDATES_BESIDE_CLAIMS: LazyLock<String> = LazyLock::new(|| {
         "EXISTS (SELECT 1 FROM (SELECT 1 FROM dispatch_tasks o WHERE o.kind = ?1 \
          AND o.namespace = ?2 AND o.task_queue = ?3 AND o.status = 'ready' AND o.due_at_ms <= ?4 \
          AND o.id <> d.id ORDER BY o.due_at_ms LIMIT 1) other_ready)",
-    )
-    .replace(
-        " ORDER BY d.",
-        &format!(
-            " AND NOT {} ORDER BY d.",
-            draining_condition("?2", "?3", "?6")
-        ),
+        &format!(" AND NOT {}", draining_condition("?2", "?3", "?6")),
     )
 });
 
