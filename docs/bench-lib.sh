@@ -18,6 +18,23 @@ pg_ticks() {
   echo "$total"
 }
 
+# settle_writes: what earlier phases left to write goes to disk before the
+# next is measured: the page cache's dirty pages (`sync`; a SQLite phase
+# leaves hundreds of megabytes, which the kernel otherwise flushes 30 s
+# later, in the middle of whatever runs then) and PostgreSQL's dirty
+# buffers (`CHECKPOINT`, which also restarts its 5-minute clock, so no
+# timed checkpoint and the full-page images after it fall inside the
+# next phases). A role that may not run CHECKPOINT (it needs superuser
+# or pg_checkpoint) skips it, saying so once.
+settle_writes() {
+  sync
+  [ -n "${DW_BENCH_POSTGRES_URL:-}" ] || return 0
+  if ! psql -q "$DW_BENCH_POSTGRES_URL" -c CHECKPOINT >/dev/null 2>&1 && [ -z "${settle_warned:-}" ]; then
+    settle_warned=1
+    echo "settle_writes: this role may not run CHECKPOINT; phases are measured without one before them" >&2
+  fi
+}
+
 # scratch_database NAME: an empty database NAME on DW_BENCH_POSTGRES_URL's
 # server (its name in $db, its URL in $url), a work directory ($work) and
 # an empty list of background processes ($pids, for the caller to add

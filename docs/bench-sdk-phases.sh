@@ -33,7 +33,10 @@
 # without any spreading of requests over nodes. STARTS_FIRST=SECONDS runs
 # docs/bench-throughput.sh's starts phase (wrk, docs/bench-starts.lua, 32
 # connections) that long before the SDK's, as that script does (its
-# runs stay open on another namespace's queue). The nodes inherit this script's environment (for
+# runs stay open on another namespace's queue); PYTHON_FIRST=SECONDS then
+# runs its Python SDK phase (conformance/bench.py, CONCURRENCY in flight,
+# the venv DW_CONFORMANCE_VENV names) that long, as that script does
+# before the Rust SDK's. The nodes inherit this script's environment (for
 # example DW_STORE_RUN_WRITER=on). PREPARE_SQL names a file of SQL run on
 # the database once the nodes made its schema, before the workflows start
 # (an experiment's change to the schema; docs/performance.md's session 32
@@ -66,6 +69,10 @@ result_poll_ms=${RESULT_POLL_MS:-50}
 for tool in haproxy psql redis-cli python3 ${STARTS_FIRST:+wrk}; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
 done
+if [ -n "${PYTHON_FIRST:-}" ]; then
+  venv=${DW_CONFORMANCE_VENV:-$root/target/conformance-venv}
+  [ -x "$venv/bin/python" ] || { echo "PYTHON_FIRST: no Python SDK venv at $venv (conformance/run makes one; or set DW_CONFORMANCE_VENV)" >&2; exit 1; }
+fi
 if [ -n "${PREPARE_SQL:-}" ] && [ ! -r "$PREPARE_SQL" ]; then
   echo "PREPARE_SQL names no readable file: $PREPARE_SQL" >&2
   exit 1
@@ -121,6 +128,13 @@ if [ -n "${STARTS_FIRST:-}" ]; then
   wrk -t2 -c32 -d"${STARTS_FIRST}s" -s "$root/docs/bench-starts.lua" "$base" >"$work/starts.wrk"
   echo "starts first: $(awk '/Requests\/sec/ { print $2 }' "$work/starts.wrk") starts/s for $STARTS_FIRST s" >"$work/starts"
 fi
+if [ -n "${PYTHON_FIRST:-}" ]; then
+  (cd "$root/conformance" && "$venv/bin/python" bench.py "$base" --concurrency "$concurrency" \
+    --seconds "$PYTHON_FIRST" --poll-interval-ms "$result_poll_ms") >"$work/python.json" 2>"$work/python.err" ||
+    { cat "$work/python.err" >&2; echo "the Python SDK phase failed" >&2; exit 1; }
+  echo "Python SDK first: $(tail -n 1 "$work/python.json" | python3 -c 'import json, sys; print(json.load(sys.stdin)["workflows_completed_per_second"])') workflows/s for $PYTHON_FIRST s" >>"$work/starts"
+fi
+settle_writes
 workers=()
 for i in 1 2; do
   "$bench" "$base" --role worker --worker-slots "$slots" 2>"$work/worker-$i.err" &
@@ -158,13 +172,15 @@ if [ -n "$statements" ]; then
   psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
     ORDER BY total_exec_time DESC LIMIT 8" >"$work/statements"
-  psql -qAt -F $'\t' "$url" -c "SELECT calls, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+  psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
     ORDER BY calls DESC" >"$work/calls"
 fi
-psql -qAt -F $'\t' "$url" -c "SELECT run_id, event_type, recorded_at_ms FROM history_events" >"$work/events"
-psql -qAt -F $'\t' "$url" -c "SELECT run_id, kind, id, created_at_ms, attempt_started_at_ms FROM dispatch_tasks
-  WHERE kind IN ('workflow', 'activity')" >"$work/tasks"
+# The Rust SDK's runs alone (the bench's queue): not the earlier phases'.
+psql -qAt -F $'\t' "$url" -c "SELECT e.run_id, e.event_type, e.recorded_at_ms FROM history_events e
+  JOIN runs r ON r.id = e.run_id WHERE r.task_queue = 'rust-bench'" >"$work/events"
+psql -qAt -F $'\t' "$url" -c "SELECT d.run_id, d.kind, d.id, d.created_at_ms, d.attempt_started_at_ms FROM dispatch_tasks d
+  JOIN runs r ON r.id = d.run_id WHERE d.kind IN ('workflow', 'activity') AND r.task_queue = 'rust-bench'" >"$work/tasks"
 python3 - "$work" "$nodes" "$(getconf CLK_TCK)" "$balancer" "$active" "${MOST_CALLED:-0}" <<'PY'
 import collections, json, statistics, sys
 work, nodes, hz, balancer, active = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -245,11 +261,11 @@ if lines:
     for line in lines:
         calls, ms, text = line.split("\t", 2)
         print(f"| {text.replace('|', '/')} | {calls} | {float(ms) / done:.2f} | {float(ms) / int(calls):.3f} |")
-    calls = [line.split("\t", 1) for line in open(f"{work}/calls").read().splitlines()]
-    print(f"statements per completed workflow: {sum(int(c) for c, _ in calls) / done:.1f}")
+    calls = [line.split("\t", 2) for line in open(f"{work}/calls").read().splitlines()]
+    print(f"statements per completed workflow: {sum(int(c) for c, _, _ in calls) / done:.1f}")
     if most_called > 0:
-        print("| statement (most called first) | calls per completed workflow |")
-        print("| --- | --- |")
-        for c, text in calls[:most_called]:
-            print(f"| {text.replace('|', '/')} | {int(c) / done:.2f} |")
+        print("| statement (most called first) | calls per completed workflow | mean ms |")
+        print("| --- | --- | --- |")
+        for c, ms, text in calls[:most_called]:
+            print(f"| {text.replace('|', '/')} | {int(c) / done:.2f} | {float(ms) / int(c):.3f} |")
 PY

@@ -233,17 +233,20 @@ half=$(((secs + 1) / 2))
 "$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-before"
 
 # One SQLite node.
+settle_writes
 start_node 1 $((port + 1)) DW_DATABASE_PATH="$work/runs.sqlite"
 measure sqlite-1 "http://127.0.0.1:$((port + 1))" "sqlite3 '$work/runs.sqlite' 'SELECT COUNT(*) FROM runs'"
 stop_nodes
 
 # One PostgreSQL node.
+settle_writes
 fresh_database "dw_bench_$$_pg1"
 start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
 measure pg-1 "http://127.0.0.1:$((port + 1))" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg1"
 stop_nodes
 
 # Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
+settle_writes
 fresh_database "dw_bench_$$_pg3"
 redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
 documented_haproxy "$port" >"$work/haproxy.cfg"
