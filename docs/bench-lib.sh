@@ -25,8 +25,10 @@ pg_ticks() {
 # buffers (`CHECKPOINT`, which also restarts its 5-minute clock, so no
 # timed checkpoint and the full-page images after it fall inside the
 # next phases). A role that may not run CHECKPOINT (it needs superuser
-# or pg_checkpoint) skips it, saying so once.
+# or pg_checkpoint) skips it, saying so once. SETTLE_WRITES=off skips
+# both (to measure what settling changes).
 settle_writes() {
+  [ "${SETTLE_WRITES:-on}" != off ] || return 0
   sync
   [ -n "${DW_BENCH_POSTGRES_URL:-}" ] || return 0
   if ! psql -q "$DW_BENCH_POSTGRES_URL" -c CHECKPOINT >/dev/null 2>&1 && [ -z "${settle_warned:-}" ]; then

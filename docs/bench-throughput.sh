@@ -38,6 +38,10 @@
 # BENCH_PORT the balancer's port, the nodes take the next three (18580).
 # RESULT_POLL_MS: how often each SDK client reads its workflow's result
 # (default 50; the SDKs' own default is 500, a tenth of the describes).
+# Before each deployment, what the earlier ones left to write is settled
+# (docs/bench-lib.sh's settle_writes: `sync`, then `CHECKPOINT`), so none
+# of it is flushed in the middle of another's phases; SETTLE_WRITES=off
+# leaves it to the kernel's and PostgreSQL's own timers.
 # STATEMENTS=1 (a server that preloads pg_stat_statements) also prints, per
 # PostgreSQL deployment, the Rust SDK phase's most called statements, the
 # indexes its scans read most entries of, and the tables it updated with
