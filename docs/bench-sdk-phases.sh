@@ -65,6 +65,7 @@ port=${BENCH_PORT:-18780}
 redis_db=${BENCH_REDIS_DB:-12}
 slots=${RUST_WORKER_SLOTS:-8}
 result_poll_ms=${RESULT_POLL_MS:-50}
+queue=rust-bench
 [ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
 for tool in haproxy psql redis-cli python3 ${STARTS_FIRST:+wrk}; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
@@ -132,12 +133,11 @@ if [ -n "${PYTHON_FIRST:-}" ]; then
   (cd "$root/conformance" && "$venv/bin/python" bench.py "$base" --concurrency "$concurrency" \
     --seconds "$PYTHON_FIRST" --poll-interval-ms "$result_poll_ms") >"$work/python.json" 2>"$work/python.err" ||
     { cat "$work/python.err" >&2; echo "the Python SDK phase failed" >&2; exit 1; }
-  echo "Python SDK first: $(tail -n 1 "$work/python.json" | python3 -c 'import json, sys; print(json.load(sys.stdin)["workflows_completed_per_second"])') workflows/s for $PYTHON_FIRST s" >>"$work/starts"
 fi
 settle_writes
 workers=()
 for i in 1 2; do
-  "$bench" "$base" --role worker --worker-slots "$slots" 2>"$work/worker-$i.err" &
+  "$bench" "$base" --role worker --queue "$queue" --worker-slots "$slots" 2>"$work/worker-$i.err" &
   pids+=("$!")
   workers+=("$!")
 done
@@ -163,7 +163,7 @@ snapshot() { # nodes haproxy postgres redis busy idle (ticks)
     "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)"
 }
 snapshot >"$work/cpu-before"
-"$bench" "$base" --role starter --shape activity --concurrency "$concurrency" --seconds "$secs" \
+"$bench" "$base" --role starter --queue "$queue" --shape activity --concurrency "$concurrency" --seconds "$secs" \
   --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
   --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/sdk.json" 2>"$work/sdk.err" ||
   { cat "$work/sdk.err" "$work"/worker-*.err >&2; echo "the SDK run failed" >&2; exit 1; }
@@ -171,16 +171,13 @@ snapshot >"$work/cpu-after"
 if [ -n "$statements" ]; then
   psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-    ORDER BY total_exec_time DESC LIMIT 8" >"$work/statements"
-  psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
-    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
     ORDER BY calls DESC" >"$work/calls"
 fi
-# The Rust SDK's runs alone (the bench's queue): not the earlier phases'.
+# The Rust SDK's runs alone (its queue): not the earlier phases'.
 psql -qAt -F $'\t' "$url" -c "SELECT e.run_id, e.event_type, e.recorded_at_ms FROM history_events e
-  JOIN runs r ON r.id = e.run_id WHERE r.task_queue = 'rust-bench'" >"$work/events"
+  JOIN runs r ON r.id = e.run_id WHERE r.task_queue = '$queue'" >"$work/events"
 psql -qAt -F $'\t' "$url" -c "SELECT d.run_id, d.kind, d.id, d.created_at_ms, d.attempt_started_at_ms FROM dispatch_tasks d
-  JOIN runs r ON r.id = d.run_id WHERE d.kind IN ('workflow', 'activity') AND r.task_queue = 'rust-bench'" >"$work/tasks"
+  JOIN runs r ON r.id = d.run_id WHERE d.kind IN ('workflow', 'activity') AND r.task_queue = '$queue'" >"$work/tasks"
 python3 - "$work" "$nodes" "$(getconf CLK_TCK)" "$balancer" "$active" "${MOST_CALLED:-0}" <<'PY'
 import collections, json, statistics, sys
 work, nodes, hz, balancer, active = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -189,6 +186,9 @@ sdk = json.loads(open(f"{work}/sdk.json").read().strip().splitlines()[-1])
 shape = "no balancer" if balancer == "off" else f"{active} active behind HAProxy"
 if __import__("os").path.exists(f"{work}/starts"):
     print(open(f"{work}/starts").read().strip())
+if __import__("os").path.exists(f"{work}/python.json"):
+    python = json.loads(open(f"{work}/python.json").read().strip().splitlines()[-1])
+    print(f"Python SDK first: {python['workflows_completed_per_second']} workflows/s for {python['seconds']} s")
 print(f"{nodes} node(s), {shape}: {sdk['workflows_completed_per_second']} workflows/s, {sdk['completed']} completed, "
       f"{sdk['concurrency']} in flight, {sdk['seconds']} s, start p50 {sdk['start_latency_ms_p50']} ms")
 before, after = (open(f"{work}/cpu-{w}").read().split() for w in ("before", "after"))
@@ -251,17 +251,15 @@ if routes:
     for name, v in sorted(routes.items(), key=lambda kv: -len(kv[1]))[:6]:
         print(row(name, v))
 try:
-    lines = open(f"{work}/statements").read().splitlines()
+    calls = [line.split("\t", 2) for line in open(f"{work}/calls").read().splitlines()]
 except FileNotFoundError:
-    lines = []
-if lines:
+    calls = []
+if calls:
     done = max(1, sdk["completed"])
     print("| statement (most time first) | calls | ms per completed workflow | mean ms |")
     print("| --- | --- | --- | --- |")
-    for line in lines:
-        calls, ms, text = line.split("\t", 2)
-        print(f"| {text.replace('|', '/')} | {calls} | {float(ms) / done:.2f} | {float(ms) / int(calls):.3f} |")
-    calls = [line.split("\t", 2) for line in open(f"{work}/calls").read().splitlines()]
+    for c, ms, text in sorted(calls, key=lambda row: -float(row[1]))[:8]:
+        print(f"| {text.replace('|', '/')} | {c} | {float(ms) / done:.2f} | {float(ms) / int(c):.3f} |")
     print(f"statements per completed workflow: {sum(int(c) for c, _, _ in calls) / done:.1f}")
     if most_called > 0:
         print("| statement (most called first) | calls per completed workflow | mean ms |")
