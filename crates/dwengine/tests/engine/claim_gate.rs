@@ -44,6 +44,10 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
         let peak_keys = AtomicUsize::new(0);
         let latencies = Mutex::new(Vec::new());
         let seen = Mutex::new(std::collections::HashSet::new());
+        // Set by a poller that fails: the others stop rather than poll for
+        // ever for a task the failed poll may have been leased (it stays
+        // leased for the whole `LEASE`), so the failure is reported.
+        let failed = AtomicBool::new(false);
         let began = Instant::now();
         std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -60,9 +64,11 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
             let pollers: Vec<_> = (0..POLLERS)
                 .map(|p| {
                     let (s, leased, latencies, seen) = (&s, &leased, &latencies, &seen);
+                    let failed = &failed;
                     scope.spawn(move || {
+                        let _stops_the_others = StopOnPanic(failed);
                         let mut n = 0;
-                        while leased.load(Ordering::Relaxed) < TASKS {
+                        while leased.load(Ordering::Relaxed) < TASKS && !failed.load(Ordering::Relaxed) {
                             n += 1;
                             let t = Instant::now();
                             let (status, body) = s.post(
@@ -144,3 +150,14 @@ fn eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate(
     }
 }
 cache_variants!(eight_pollers_drain_a_sqlite_queue_with_and_without_the_claim_gate);
+
+/// Raises its flag when the thread holding it unwinds from a panic.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
