@@ -348,6 +348,9 @@ pub(crate) struct CountingCache {
     pub calls: std::sync::Mutex<Vec<String>>,
     /// While set, every `add` fails as an unreachable Redis's would.
     pub fail_adds: AtomicBool,
+    /// While set, every `batch` fails so (a round trip past the client's
+    /// timeout after the steps before it succeeded).
+    pub fail_batches: AtomicBool,
 }
 
 #[cfg(test)]
@@ -357,6 +360,7 @@ impl CountingCache {
             inner: MemoryCache::default(),
             calls: std::sync::Mutex::new(Vec::new()),
             fail_adds: AtomicBool::new(false),
+            fail_batches: AtomicBool::new(false),
         }
     }
 
@@ -425,6 +429,9 @@ impl Cache for CountingCache {
             })
             .collect();
         self.note(format!("batch[{}]", names.join(", ")));
+        if self.fail_batches.load(Ordering::Relaxed) {
+            return Err(CacheError::Backend("timed out".into()));
+        }
         self.inner.batch(ops)
     }
 }

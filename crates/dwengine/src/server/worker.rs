@@ -894,7 +894,11 @@ impl Engine {
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
-                polls.finish(ns, queue, id, &bytes)?;
+                // The poll's own error is the answer, whether or not its
+                // replay key could be written.
+                if let Err(error) = polls.finish(ns, queue, id, &bytes) {
+                    tracing::warn!(%error, "a failed poll's replay key was not written");
+                }
                 return Err(e);
             }
         };
@@ -907,7 +911,15 @@ impl Engine {
             value: &value,
             ttl: WorkerPollDiagnostics::TTL,
         };
-        polls.finish_with(ns, queue, id, &bytes, Some(diagnostic))?;
+        // The claim has committed: an answer lost to a cache error would
+        // leave its task leased to nobody until the lease ends. The worker
+        // gets its task; without the replay key a repeat of the request id
+        // finds it through the store's durable binding once the pending
+        // key is gone (dropped here, or at its TTL).
+        if let Err(error) = polls.finish_with(ns, queue, id, &bytes, Some(diagnostic)) {
+            self.post_commit_failed("poll_replay_key", &error);
+            let _ = polls.abandon(ns, queue, id);
+        }
         Ok(answer)
     }
 

@@ -281,6 +281,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use serde_json::{json, Value};
@@ -584,6 +585,44 @@ mod tests {
         let activity = spec(&engine, "q", "p-2", 0.5);
         let activity = answered(engine.begin_poll(TaskKind::Activity, &activity));
         assert_eq!(activity["task"]["activity_type"], "charge");
+    }
+
+    /// A poll whose claim committed keeps its answer when the cache then
+    /// fails to store the replay key (a Redis round trip past its
+    /// timeout): the worker gets the task instead of an error that would
+    /// leave it leased to nobody until the lease ends, and a repeat of the
+    /// request id still finds that task, through the store's binding.
+    #[test]
+    fn a_claimed_task_is_answered_when_its_replay_key_cannot_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(crate::cache::CountingCache::new());
+        let mut config = ServerConfig::for_node("test-node", dir.path().to_owned());
+        config.database = Some(dir.path().join("runs.sqlite"));
+        let engine = Engine::with_cache(config, cache.clone()).expect("the node opens");
+        start(&engine, "wf-1", "q");
+        let first = spec(&engine, "q", "p-1", 0.5);
+        cache.fail_batches.store(true, Ordering::Relaxed);
+        let answer = answered(engine.begin_poll(TaskKind::Workflow, &first));
+        assert_eq!(answer["poll_status"], "leased", "{answer}");
+        assert_eq!(answer["task"]["workflow_id"], "wf-1");
+        assert!(
+            cache
+                .take()
+                .iter()
+                .any(|c| c.starts_with("batch[put server:workflow-task-poll-request:")),
+            "the replay key's write was tried (and failed)"
+        );
+        assert_eq!(
+            engine.post_commit_failures(),
+            1,
+            "counted as a step after a commit"
+        );
+        cache.fail_batches.store(false, Ordering::Relaxed);
+        let repeat = answered(engine.begin_poll(TaskKind::Workflow, &first));
+        assert_eq!(
+            repeat["task"]["task_id"], answer["task"]["task_id"],
+            "{repeat}"
+        );
     }
 
     /// A node where a first step could block keeps it on the lane: the
