@@ -19,9 +19,10 @@
 # start, with ids of its own. Completed: conformance/bench.py (the published
 # `durable-workflow` SDK: one Worker process, one Client keeping
 # SDK_CONCURRENCY workflows of one activity in flight, each waiting for its
-# result). Each deployment's phases get an empty store of their own:
-# PostgreSQL databases dw_bench_<pid>_<deployment> (dropped at the end),
-# Redis database BENCH_REDIS_DB (default 14, flushed). Also printed: the
+# result). Each deployment's phases get an empty store of their own
+# (SDK_STORE=fresh: its SDK phases another one, not what its starts phase
+# left): PostgreSQL databases dw_bench_<pid>_<deployment> (dropped at the
+# end), Redis database BENCH_REDIS_DB (default 14, flushed). Also printed: the
 # dwserver processes' CPU per start and per completed workflow (/proc),
 # and, when the PostgreSQL server runs on this machine, its CPU per start
 # (its postmaster and the processes it forked, /proc).
@@ -62,6 +63,8 @@ venv=${DW_CONFORMANCE_VENV:-target/conformance-venv}
 sdks=${SDKS:-python}
 rust_slots=${RUST_WORKER_SLOTS:-8}
 result_poll_ms=${RESULT_POLL_MS:-50}
+sdk_store=${SDK_STORE:-shared}
+case "$sdk_store" in fresh|shared) ;; *) echo "SDK_STORE is fresh or shared, not $sdk_store" >&2; exit 2 ;; esac
 [ "$((port % 10))" = 0 ] || { echo "BENCH_PORT must end in 0 (the nodes take the next three)" >&2; exit 1; }
 for tool in wrk haproxy psql redis-cli sqlite3 python3; do
   command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
@@ -169,12 +172,52 @@ statements() {
     2>/dev/null || echo -
 }
 
-# measure NAME BASE_URL RUNS_QUERY [DATABASE]: the starts phase, then the
-# SDK phase, on BASE_URL; RUNS_QUERY prints the runs the store holds.
-measure() {
-  local name=$1 base=$2 runs=$3 database=${4:-} before after s0=- s1=- p0=- p1=-
+# deploy NAME: settles what earlier phases left to write, gives deployment
+# NAME (sqlite-1, pg-1, pg-3) an empty store and starts its nodes (and, for
+# pg-3, the balancer); sets $base (its URL), $runs (a command printing the
+# runs its store holds) and $database (its PostgreSQL database, or empty).
+deploy() {
+  settle_writes
+  rm -rf "$work"/cache-*
+  case "$1" in
+    sqlite-1)
+      rm -f "$work"/runs.sqlite*
+      start_node 1 $((port + 1)) DW_DATABASE_PATH="$work/runs.sqlite"
+      base="http://127.0.0.1:$((port + 1))" database=
+      runs="sqlite3 '$work/runs.sqlite' 'SELECT COUNT(*) FROM runs'"
+      ;;
+    pg-1)
+      fresh_database "dw_bench_$$_pg1"
+      start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
+      base="http://127.0.0.1:$((port + 1))" database="dw_bench_$$_pg1"
+      runs="psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'"
+      ;;
+    pg-3)
+      # Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
+      fresh_database "dw_bench_$$_pg3"
+      redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
+      documented_haproxy "$port" >"$work/haproxy.cfg"
+      haproxy -c -q -f "$work/haproxy.cfg"
+      for n in 1 2 3; do
+        start_node "$n" $((port + n)) DW_DATABASE_URL="$url" DW_REDIS_URL="${DW_BENCH_REDIS_URL%/}/$redis_db"
+      done
+      haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+      haproxy_pid=$!
+      for _ in $(seq 300); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/ready")" = 200 ] && break
+        sleep 0.2
+      done
+      base="http://127.0.0.1:$port" database="dw_bench_$$_pg3"
+      runs="psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'"
+      ;;
+  esac
   curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' \
     -d '{"name":"bench"}' >/dev/null
+}
+
+# measure_starts NAME: the starts phase on the deployment `deploy` started.
+measure_starts() {
+  local name=$1 before after s0=- s1=- p0=- p1=-
   [ -z "$database" ] || s0=$(statements "$database")
   [ -z "$database" ] || p0=$(pg_ticks)
   before=$(cpu_ticks)
@@ -188,6 +231,12 @@ measure() {
   sleep 1
   eval "$runs" >"$work/$name.runs"
   if [ "$s0" != - ] && [ "$s1" != - ]; then echo "$((s1 - s0))" >"$work/$name.statements"; fi
+}
+
+# measure_sdks NAME: the SDK phases (Python, then Rust) on the deployment
+# `deploy` started.
+measure_sdks() {
+  local name=$1 before after s0=- s1=- p0=- p1=-
   case " $sdks " in
     *" python "*)
       before=$(cpu_ticks)
@@ -236,36 +285,22 @@ measure() {
 half=$(((secs + 1) / 2))
 "$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-before"
 
-# One SQLite node.
-settle_writes
-start_node 1 $((port + 1)) DW_DATABASE_PATH="$work/runs.sqlite"
-measure sqlite-1 "http://127.0.0.1:$((port + 1))" "sqlite3 '$work/runs.sqlite' 'SELECT COUNT(*) FROM runs'"
-stop_nodes
-
-# One PostgreSQL node.
-settle_writes
-fresh_database "dw_bench_$$_pg1"
-start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
-measure pg-1 "http://127.0.0.1:$((port + 1))" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg1"
-stop_nodes
-
-# Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
-settle_writes
-fresh_database "dw_bench_$$_pg3"
-redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
-documented_haproxy "$port" >"$work/haproxy.cfg"
-haproxy -c -q -f "$work/haproxy.cfg"
-for n in 1 2 3; do
-  start_node "$n" $((port + n)) DW_DATABASE_URL="$url" DW_REDIS_URL="${DW_BENCH_REDIS_URL%/}/$redis_db"
+# Each deployment's starts phase, then its SDK phases on what the starts
+# phase left: runs that grow with the deployment's start rate (each with a
+# workflow task nobody polls), and tables PostgreSQL has analyzed.
+# SDK_STORE=fresh gives the SDK phases an empty store instead: no rows
+# left, but plans made before PostgreSQL has any statistics
+# (docs/performance.md, session 35, measures both).
+for name in sqlite-1 pg-1 pg-3; do
+  deploy "$name"
+  measure_starts "$name"
+  if [ "$sdk_store" = fresh ]; then
+    stop_nodes
+    deploy "$name"
+  fi
+  measure_sdks "$name"
+  stop_nodes
 done
-haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
-haproxy_pid=$!
-for _ in $(seq 300); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/ready")" = 200 ] && break
-  sleep 0.2
-done
-measure pg-3 "http://127.0.0.1:$port" "psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'" "dw_bench_$$_pg3"
-stop_nodes
 
 "$loadgen" raw --dir "$work" --seconds "$half" >"$work/raw-after"
 "$dwserver" --version 2>/dev/null || true

@@ -305,10 +305,19 @@ mod tests {
     /// A node on a SQLite file and an in-process cache, as dwserver's
     /// default (`tweak` changes its configuration).
     fn node(dir: &std::path::Path, tweak: impl FnOnce(&mut ServerConfig)) -> Engine {
+        node_on(dir, Arc::new(MemoryCache::default()), tweak)
+    }
+
+    /// A node on a SQLite file in `dir` whose cache is `cache`.
+    fn node_on(
+        dir: &std::path::Path,
+        cache: Arc<dyn crate::cache::Cache>,
+        tweak: impl FnOnce(&mut ServerConfig),
+    ) -> Engine {
         let mut config = ServerConfig::for_node("test-node", dir.to_owned());
         config.database = Some(dir.join("runs.sqlite"));
         tweak(&mut config);
-        Engine::with_cache(config, Arc::new(MemoryCache::default())).expect("the node opens")
+        Engine::with_cache(config, cache).expect("the node opens")
     }
 
     fn spec(engine: &Engine, queue: &str, poll_id: &str, wait_seconds: f64) -> Arc<PollSpec> {
@@ -529,10 +538,9 @@ mod tests {
     fn a_cluster_nodes_wake_and_poll_end_each_write_the_cache_once() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Arc::new(crate::cache::CountingCache::new());
-        let mut config = ServerConfig::for_node("test-node", dir.path().to_owned());
-        config.database = Some(dir.path().join("runs.sqlite"));
-        config.sweep_scope = Some("shared".into());
-        let engine = Engine::with_cache(config, cache.clone()).expect("the node opens");
+        let engine = node_on(dir.path(), cache.clone(), |c| {
+            c.sweep_scope = Some("shared".into())
+        });
         assert!(engine.poll_wakes.relayed());
         cache.take();
         start(&engine, "wf-1", "q");
@@ -596,9 +604,7 @@ mod tests {
     fn a_claimed_task_is_answered_when_its_replay_key_cannot_be_written() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Arc::new(crate::cache::CountingCache::new());
-        let mut config = ServerConfig::for_node("test-node", dir.path().to_owned());
-        config.database = Some(dir.path().join("runs.sqlite"));
-        let engine = Engine::with_cache(config, cache.clone()).expect("the node opens");
+        let engine = node_on(dir.path(), cache.clone(), |_| {});
         start(&engine, "wf-1", "q");
         let first = spec(&engine, "q", "p-1", 0.5);
         cache.fail_batches.store(true, Ordering::Relaxed);
