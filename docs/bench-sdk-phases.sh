@@ -36,7 +36,11 @@
 # runs stay open on another namespace's queue); PYTHON_FIRST=SECONDS then
 # runs its Python SDK phase (conformance/bench.py, CONCURRENCY in flight,
 # the venv DW_CONFORMANCE_VENV names) that long, as that script does
-# before the Rust SDK's. The nodes inherit this script's environment (for
+# before the Rust SDK's. WARM_FIRST=SECONDS runs the Rust SDK's workflows
+# that long before the measured phase, then `ANALYZE`s the database: the
+# measured phase runs on plans made with statistics of real rows, as a
+# deployment's do after its first minute, without a starts phase's
+# leftovers. The nodes inherit this script's environment (for
 # example DW_STORE_RUN_WRITER=on). PREPARE_SQL names a file of SQL run on
 # the database once the nodes made its schema, before the workflows start
 # (an experiment's change to the schema; docs/performance.md's session 32
@@ -141,6 +145,14 @@ for i in 1 2; do
   pids+=("$!")
   workers+=("$!")
 done
+if [ -n "${WARM_FIRST:-}" ]; then
+  "$bench" "$base" --role starter --queue "$queue" --shape activity --concurrency "$concurrency" --seconds "$WARM_FIRST" \
+    --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
+    --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/warm.json" 2>"$work/warm.err" ||
+    { cat "$work/warm.err" >&2; echo "the warm-up failed" >&2; exit 1; }
+  psql -q "$url" -c ANALYZE
+  settle_writes
+fi
 statements=
 if psql -q "$url" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1; then
   statements=1
