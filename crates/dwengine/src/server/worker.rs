@@ -911,13 +911,18 @@ impl Engine {
             value: &value,
             ttl: WorkerPollDiagnostics::TTL,
         };
-        // The claim has committed: an answer lost to a cache error would
-        // leave its task leased to nobody until the lease ends. The worker
-        // gets its task; without the replay key a repeat of the request id
-        // finds it through the store's durable binding once the pending
-        // key is gone (dropped here, or at its TTL).
+        // A poll that leased a task has committed its claim: an answer lost
+        // to a cache error would leave the task leased to nobody until the
+        // lease ends. The worker gets its task; without the replay key a
+        // repeat of the request id finds it through the store's durable
+        // binding once the pending key is gone (dropped here, or at its
+        // TTL). An empty answer loses nothing either way.
         if let Err(error) = polls.finish_with(ns, queue, id, &bytes, Some(diagnostic)) {
-            self.post_commit_failed("poll_replay_key", &error);
+            if task_id.is_some() {
+                self.post_commit_failed("poll_replay_key", &error);
+            } else {
+                tracing::warn!(%error, "an empty poll's replay key was not written");
+            }
             let _ = polls.abandon(ns, queue, id);
         }
         Ok(answer)
