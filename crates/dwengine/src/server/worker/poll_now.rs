@@ -623,6 +623,11 @@ mod tests {
             1,
             "counted as a step after a commit"
         );
+        // An empty answer committed nothing: it is answered, not counted.
+        let empty = spec(&engine, "idle", "p-2", 0.0);
+        let empty = answered(engine.begin_poll(TaskKind::Workflow, &empty));
+        assert!(empty["task"].is_null(), "{empty}");
+        assert_eq!(engine.post_commit_failures(), 1);
         cache.fail_batches.store(false, Ordering::Relaxed);
         let repeat = answered(engine.begin_poll(TaskKind::Workflow, &first));
         assert_eq!(
