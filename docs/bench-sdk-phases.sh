@@ -145,11 +145,16 @@ for i in 1 2; do
   pids+=("$!")
   workers+=("$!")
 done
-if [ -n "${WARM_FIRST:-}" ]; then
-  "$bench" "$base" --role starter --queue "$queue" --shape activity --concurrency "$concurrency" --seconds "$WARM_FIRST" \
+# starter SECONDS NAME: the SDK's starter for SECONDS against the workers,
+# its JSON line in $work/NAME.json.
+starter() {
+  "$bench" "$base" --role starter --queue "$queue" --shape activity --concurrency "$concurrency" --seconds "$1" \
     --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
-    --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/warm.json" 2>"$work/warm.err" ||
-    { cat "$work/warm.err" >&2; echo "the warm-up failed" >&2; exit 1; }
+    --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/$2.json" 2>"$work/$2.err" ||
+    { cat "$work/$2.err" "$work"/worker-*.err >&2; echo "the SDK run ($2) failed" >&2; exit 1; }
+}
+if [ -n "${WARM_FIRST:-}" ]; then
+  starter "$WARM_FIRST" warm
   psql -q "$url" -c ANALYZE
   settle_writes
 fi
@@ -175,10 +180,7 @@ snapshot() { # nodes haproxy postgres redis busy idle (ticks)
     "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)"
 }
 snapshot >"$work/cpu-before"
-"$bench" "$base" --role starter --queue "$queue" --shape activity --concurrency "$concurrency" --seconds "$secs" \
-  --poll-interval-ms "$result_poll_ms" --worker-slots "$slots" \
-  --worker-pids "$(IFS=,; echo "${workers[*]}")" >"$work/sdk.json" 2>"$work/sdk.err" ||
-  { cat "$work/sdk.err" "$work"/worker-*.err >&2; echo "the SDK run failed" >&2; exit 1; }
+starter "$secs" sdk
 snapshot >"$work/cpu-after"
 if [ -n "$statements" ]; then
   psql -qAt -F $'\t' "$url" -c "SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 100)

@@ -187,14 +187,15 @@ deploy() {
       runs="sqlite3 '$work/runs.sqlite' 'SELECT COUNT(*) FROM runs'"
       ;;
     pg-1)
-      fresh_database "dw_bench_$$_pg1"
+      database="dw_bench_$$_pg1"
+      fresh_database "$database"
       start_node 1 $((port + 1)) DW_DATABASE_URL="$url"
-      base="http://127.0.0.1:$((port + 1))" database="dw_bench_$$_pg1"
-      runs="psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'"
+      base="http://127.0.0.1:$((port + 1))"
       ;;
     pg-3)
       # Three PostgreSQL nodes on one Redis behind HAProxy, as documented.
-      fresh_database "dw_bench_$$_pg3"
+      database="dw_bench_$$_pg3"
+      fresh_database "$database"
       redis-cli -h "${redis_host_port%:*}" -p "${redis_host_port##*:}" -n "$redis_db" flushdb >/dev/null
       documented_haproxy "$port" >"$work/haproxy.cfg"
       haproxy -c -q -f "$work/haproxy.cfg"
@@ -207,10 +208,10 @@ deploy() {
         [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/ready")" = 200 ] && break
         sleep 0.2
       done
-      base="http://127.0.0.1:$port" database="dw_bench_$$_pg3"
-      runs="psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'"
+      base="http://127.0.0.1:$port"
       ;;
   esac
+  [ -z "$database" ] || runs="psql -qAt '$url' -c 'SELECT COUNT(*) FROM runs'"
   curl -sf -X POST "$base/api/namespaces" -H 'Content-Type: application/json' \
     -d '{"name":"bench"}' >/dev/null
 }
